@@ -1,0 +1,725 @@
+"""The native YAML/JSON formats of cluster, state, job and mapping files, read into domain objects.
+
+Every reader collects all problems of a file with field paths (``levels[1].bandwidth_gbps``) before raising.
+
+The key names follow the protobuf messages of ``protos/placement/v1`` (lists of objects, no maps of lists), so
+one file is also a valid request body in the protobuf JSON mapping. See ``examples/`` and the README.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+from placement.errors import InputError, Problems
+from placement.job import (
+    DIMENSIONS,
+    CollectiveKind,
+    Constraints,
+    Edge,
+    Group,
+    Job,
+    ModelShape,
+    ParallelSpec,
+    SpreadRule,
+)
+from placement.state import ClusterState, Uplink
+from placement.topology import DEFAULT_INTRA_NODE_TIERS, HostSpec, Level, NodeType, RailPolicy, Tier, Topology
+
+__all__ = [
+    "cluster_from_dict",
+    "job_from_dict",
+    "load_cluster",
+    "load_document",
+    "load_job",
+    "load_mapping",
+    "load_state",
+    "mapping_from_obj",
+    "state_from_dict",
+]
+
+T = TypeVar("T")
+_KNOWN_CODES = re.compile(r"^(X|NV\d+|PIX|PXB|PHB|NODE|SYS|SOC)$")
+
+
+def load_document(path: str | Path) -> Any:
+    """Parse a YAML or JSON file; syntax errors name line and column."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as e:
+        raise InputError(str(path), [_problem("", f"cannot read the file: {e.strerror}")]) from None
+    try:
+        if p.suffix == ".json":
+            return json.loads(text)
+        return yaml.safe_load(text)
+    except json.JSONDecodeError as e:
+        raise InputError(str(path), [_problem(f"line {e.lineno}, column {e.colno}", f"invalid JSON: {e.msg}")]) from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        raise InputError(str(path), [_problem(where, f"invalid YAML: {getattr(e, 'problem', None) or e}")]) from None
+
+
+def _problem(path: str, msg: str) -> Any:
+    from placement.errors import Problem
+
+    return Problem(path, msg)
+
+
+class _Reader:
+    """Typed getters over a parsed document that record problems instead of raising."""
+
+    def __init__(self, ps: Problems) -> None:
+        self.ps = ps
+
+    def obj(self, v: Any, path: str) -> dict[str, Any]:
+        if v is None:
+            return {}
+        if not isinstance(v, dict):
+            self.ps.add(path, f"must be a mapping, got {type(v).__name__}")
+            return {}
+        return v
+
+    def lst(self, v: Any, path: str) -> list[Any]:
+        if v is None:
+            return []
+        if not isinstance(v, list):
+            self.ps.add(path, f"must be a list, got {type(v).__name__}")
+            return []
+        return v
+
+    def keys(self, d: Mapping[str, Any], allowed: Sequence[str], path: str) -> None:
+        for k in d:
+            if k not in allowed:
+                self.ps.add(f"{path}.{k}" if path else str(k), f"unknown field; expected one of {sorted(allowed)}")
+
+    def num(self, d: Mapping[str, Any], key: str, path: str, *, default: float | None = None,
+            minimum: float | None = None, exclusive: bool = False, required: bool = False) -> float | None:
+        v = d.get(key)
+        where = f"{path}.{key}" if path else key
+        if v is None:
+            if required:
+                self.ps.add(where, "is required")
+            return default
+        if isinstance(v, bool) or not isinstance(v, int | float):
+            try:
+                v = float(v)  # "70e9" in YAML is a string
+            except (TypeError, ValueError):
+                self.ps.add(where, f"must be a number, got {v!r}")
+                return default
+        if not math.isfinite(v):
+            self.ps.add(where, f"must be finite, got {v!r}")
+            return default
+        if minimum is not None and (v <= minimum if exclusive else v < minimum):
+            self.ps.add(where, f"must be {'>' if exclusive else '>='} {minimum:g}, got {v:g}")
+            return default
+        return float(v)
+
+    def int_(self, d: Mapping[str, Any], key: str, path: str, *, default: int | None = None,
+             minimum: int | None = None, required: bool = False) -> int | None:
+        v = d.get(key)
+        where = f"{path}.{key}" if path else key
+        if v is None:
+            if required:
+                self.ps.add(where, "is required")
+            return default
+        if isinstance(v, bool) or not isinstance(v, int):
+            if isinstance(v, float) and v.is_integer():
+                v = int(v)
+            else:
+                self.ps.add(where, f"must be an integer, got {v!r}")
+                return default
+        if minimum is not None and v < minimum:
+            self.ps.add(where, f"must be >= {minimum}, got {v}")
+            return default
+        return int(v)
+
+    def str_(self, d: Mapping[str, Any], key: str, path: str, *, default: str | None = None,
+             required: bool = False) -> str | None:
+        v = d.get(key)
+        where = f"{path}.{key}" if path else key
+        if v is None:
+            if required:
+                self.ps.add(where, "is required")
+            return default
+        if not isinstance(v, str | int) or isinstance(v, bool):
+            self.ps.add(where, f"must be a string, got {v!r}")
+            return default
+        return str(v)
+
+
+# ---- cluster ------------------------------------------------------------------------------------------------
+
+
+def _tier(r: _Reader, d: Mapping[str, Any], path: str, allowed_extra: Sequence[str] = ()) -> Tier:
+    bw = r.num(d, "bandwidth_gbps", path, minimum=0, exclusive=True, required=True)
+    lat = r.num(d, "latency_us", path, minimum=0, default=0.0)
+    return Tier(bw if bw is not None else 1.0, lat if lat is not None else 0.0)
+
+
+def _matrix(r: _Reader, rows: Any, path: str, base_dir: Path | None) -> tuple[tuple[str, ...], ...] | None:
+    out: list[tuple[str, ...]] = []
+    for i, row in enumerate(r.lst(rows, path)):
+        cells = row.split() if isinstance(row, str) else row if isinstance(row, list) else None
+        if cells is None:
+            r.ps.add(f"{path}[{i}]", f"must be a row of link codes, got {row!r}")
+            return None
+        for j, c in enumerate(cells):
+            if not isinstance(c, str) or not _KNOWN_CODES.match(c):
+                r.ps.add(f"{path}[{i}][{j}]", f"unknown link code {c!r}; known: X, NV#, PIX, PXB, PHB, NODE, SYS, SOC")
+        out.append(tuple(str(c) for c in cells))
+    return tuple(out) if out else None
+
+
+def _node_type(r: _Reader, d: Mapping[str, Any], path: str, name: str, base_dir: Path | None) -> NodeType:
+    r.keys(d, ["name", "devices", "kind", "matrix", "rails", "nvidia_smi", "nvidia_smi_table"], path)
+    matrix = _matrix(r, d.get("matrix"), f"{path}.matrix", base_dir)
+    rails_raw = d.get("rails")
+    rails: tuple[int | None, ...] | None = None
+    if d.get("nvidia_smi") is not None:
+        from placement.io.nvidia_smi import read_nvidia_smi
+
+        f = Path(str(d["nvidia_smi"]))
+        if base_dir is not None and not f.is_absolute():
+            f = base_dir / f
+        try:
+            topo = read_nvidia_smi(f, table=d.get("nvidia_smi_table"))
+            matrix = tuple(tuple(row) for row in topo.matrix)
+            rails = tuple(topo.rails)
+        except InputError as e:
+            for p in e.problems:
+                r.ps.add(f"{path}.nvidia_smi ({e.source}) {p.path}".rstrip(), p.message)
+        except OSError as e:
+            r.ps.add(f"{path}.nvidia_smi", f"cannot read {str(f)!r}: {e.strerror}")
+    if rails_raw is not None:
+        rl = r.lst(rails_raw, f"{path}.rails")
+        if all(x is None or (isinstance(x, int) and not isinstance(x, bool) and x >= 0) for x in rl):
+            rails = tuple(rl)
+        else:
+            r.ps.add(f"{path}.rails", f"must be non-negative integers or null, got {rl!r}")
+    n = r.int_(d, "devices", path, minimum=1, default=None)
+    if n is None:
+        if matrix is not None:
+            n = len(matrix)
+        elif "devices" not in d:
+            r.ps.add(f"{path}.devices", "is required (or give a matrix or an nvidia_smi file)")
+            n = 1
+        else:
+            n = 1
+    kind = r.str_(d, "kind", path, default="gpu") or "gpu"
+    return NodeType(name, n, kind, matrix, rails)
+
+
+def cluster_from_dict(doc: Any, source: str = "<cluster>", base_dir: Path | None = None) -> tuple[Topology, ClusterState | None]:
+    """Build a Topology (and the static fault domains, as a state, if the file lists any)."""
+    ps = Problems(source)
+    r = _Reader(ps)
+    d = r.obj(doc, "")
+    r.keys(d, ["name", "levels", "intra_node_tiers", "rail_policy", "node_types", "generate", "hosts", "fault_domains", "description"], "")
+    ps.raise_if_any()
+    name = r.str_(d, "name", "", default=Path(source).stem) or "cluster"
+    levels: list[Level] = []
+    for i, lv in enumerate(r.lst(d.get("levels"), "levels")):
+        lvd = r.obj(lv, f"levels[{i}]")
+        r.keys(lvd, ["name", "bandwidth_gbps", "latency_us"], f"levels[{i}]")
+        lname = r.str_(lvd, "name", f"levels[{i}]", required=True) or f"level{i}"
+        levels.append(Level(lname, _tier(r, lvd, f"levels[{i}]")))
+    if "levels" not in d:
+        ps.add("levels", "is required: the domain levels bottom up, e.g. [{name: node, ...}, {name: leaf, ...}]")
+    tiers: dict[str, Tier] = {}
+    for code, td in r.obj(d.get("intra_node_tiers"), "intra_node_tiers").items():
+        if code not in DEFAULT_INTRA_NODE_TIERS and code != "SOC":
+            ps.add(f"intra_node_tiers.{code}", f"unknown code; known: {sorted(DEFAULT_INTRA_NODE_TIERS)} (NV is per link)")
+            continue
+        tiers[code] = _tier(r, r.obj(td, f"intra_node_tiers.{code}"), f"intra_node_tiers.{code}")
+    rail_policy = None
+    if d.get("rail_policy") is not None:
+        rp = r.obj(d["rail_policy"], "rail_policy")
+        r.keys(rp, ["extra_latency_us", "bandwidth_factor"], "rail_policy")
+        rail_policy = RailPolicy(
+            r.num(rp, "extra_latency_us", "rail_policy", default=2.0, minimum=0) or 0.0,
+            r.num(rp, "bandwidth_factor", "rail_policy", default=1.0, minimum=0, exclusive=True) or 1.0,
+        )
+    node_types: dict[str, NodeType] = {}
+    for i, nt in enumerate(r.lst(d.get("node_types"), "node_types")):
+        ntd = r.obj(nt, f"node_types[{i}]")
+        ntn = r.str_(ntd, "name", f"node_types[{i}]", required=True) or f"type{i}"
+        if ntn in node_types:
+            ps.add(f"node_types[{i}].name", f"node type {ntn!r} is defined twice")
+        node_types[ntn] = _node_type(r, ntd, f"node_types[{i}]", ntn, base_dir)
+    level_names = [lv.name for lv in levels]
+
+    def host_type(hd: Mapping[str, Any], path: str) -> NodeType:
+        tname = hd.get("node_type")
+        if tname is not None:
+            if tname not in node_types:
+                ps.add(f"{path}.node_type", f"unknown node type {tname!r}; defined: {sorted(node_types)}")
+                return NodeType("?", 1)
+            return node_types[str(tname)]
+        n = r.int_(hd, "devices", path, minimum=1, default=None)
+        if n is None:
+            if "devices" not in hd:
+                ps.add(f"{path}.devices", "is required (or a node_type)")
+            n = 1
+        return NodeType(f"{n}x", n, r.str_(hd, "kind", path, default="gpu") or "gpu")
+
+    hosts: list[HostSpec] = []
+    gens = d.get("generate")
+    gen_list = [gens] if isinstance(gens, dict) else r.lst(gens, "generate")
+    for gi, g in enumerate(gen_list):
+        gp = "generate" if isinstance(gens, dict) else f"generate[{gi}]"
+        gd = r.obj(g, gp)
+        r.keys(gd, ["nodes", "node_type", "devices", "kind", "fanout", "prefix", "host_format"], gp)
+        nodes = r.int_(gd, "nodes", gp, minimum=1, required=True) or 0
+        nt = host_type(gd, gp)
+        fan = r.obj(gd.get("fanout"), f"{gp}.fanout")
+        prefix = r.str_(gd, "prefix", gp, default="") or ""
+        for k in fan:
+            if k not in level_names[1:]:
+                ps.add(f"{gp}.fanout.{k}", f"unknown level; the levels above the host are {level_names[1:]}")
+        counts = [nodes]
+        fanouts: list[int] = []
+        for li, lname in enumerate(level_names[1:], start=1):
+            top = li == len(level_names) - 1
+            f = r.int_(fan, lname, f"{gp}.fanout", minimum=1, default=None)
+            if f is None:
+                if lname in fan:
+                    f = 1
+                elif top:
+                    f = counts[-1]
+                else:
+                    ps.add(f"{gp}.fanout.{lname}", f"is required: how many {level_names[li - 1]} domains one {lname} holds")
+                    f = 1
+            fanouts.append(f)
+            counts.append(-(-counts[-1] // f))
+        if len(level_names) > 1 and counts[-1] > 1:
+            ps.add(f"{gp}.fanout.{level_names[-1]}", f"gives {counts[-1]} {level_names[-1]} domains; the top level must be one domain: raise it to >= {counts[-2]} or add a level above")
+        if ps:
+            continue
+        hfmt = gd.get("host_format")
+        width = max(2, len(str(nodes)))
+        for h in range(nodes):
+            hname = str(hfmt).format(h + 1) if hfmt else f"{prefix}{level_names[0]}{h + 1:0{width}d}"
+            doms: dict[str, str] = {}
+            idx = h
+            for li, lname in enumerate(level_names[1:], start=1):
+                idx //= fanouts[li - 1]
+                w = max(2, len(str(counts[li])))
+                doms[lname] = lname if li == len(level_names) - 1 and counts[li] == 1 and not prefix else f"{prefix}{lname}{idx + 1:0{w}d}"
+            hosts.append(HostSpec(hname, doms, nt))
+    for hi, h in enumerate(r.lst(d.get("hosts"), "hosts")):
+        hp = f"hosts[{hi}]"
+        hd = r.obj(h, hp)
+        r.keys(hd, ["name", "domains", "node_type", "devices", "kind"], hp)
+        hname = r.str_(hd, "name", hp, required=True) or f"?{hi}"
+        doms = {str(k): str(v) for k, v in r.obj(hd.get("domains"), f"{hp}.domains").items()}
+        hosts.append(HostSpec(hname, doms, host_type(hd, hp)))
+    if gens is None and d.get("hosts") is None:
+        ps.add("", "the cluster names no hosts: give `generate` (compact) and/or `hosts` (explicit)")
+    ps.raise_if_any()
+    topo = Topology.build(name, levels, hosts, intra_node_tiers=tiers, rail_policy=rail_policy, source=source)
+    fd = d.get("fault_domains")
+    state = state_from_dict({"fault_domains": fd}, topo, source) if fd is not None else None
+    return topo, state
+
+
+def load_cluster(path: str | Path) -> tuple[Topology, ClusterState | None]:
+    p = Path(path)
+    return cluster_from_dict(load_document(p), str(path), p.parent)
+
+
+# ---- state --------------------------------------------------------------------------------------------------
+
+
+def _resolve(topo: Topology, sel: Any, path: str, ps: Problems) -> tuple[int, ...]:
+    if not isinstance(sel, str):
+        ps.add(path, f"must be a device, host or domain name, got {sel!r}")
+        return ()
+    try:
+        return topo.resolve(sel)
+    except KeyError as e:
+        ps.add(path, str(e.args[0]))
+        return ()
+
+
+def _uplink(topo: Topology, sel: Any, path: str, ps: Problems) -> Uplink | None:
+    if not isinstance(sel, str):
+        ps.add(path, f"must be a host or domain name, got {sel!r}")
+        return None
+    if ":" in sel:
+        lname, dname = sel.split(":", 1)
+        try:
+            li = topo.level_index(lname)
+        except KeyError as e:
+            ps.add(path, str(e.args[0]))
+            return None
+        cands = [(li, k) for k, n in enumerate(topo.domain_names[li]) if n == dname]
+    else:
+        cands = [(li, k) for li, names in enumerate(topo.domain_names) for k, n in enumerate(names) if n == sel]
+    if not cands:
+        ps.add(path, f"unknown host or domain {sel!r}")
+        return None
+    if len(cands) > 1:
+        ps.add(path, f"{sel!r} names domains at several levels; write level:name")
+        return None
+    li, k = cands[0]
+    if li == len(topo.levels) - 1:
+        ps.add(path, f"{sel!r} is the top domain; it has no uplink")
+        return None
+    return Uplink(li, k)
+
+
+def state_from_dict(doc: Any, topo: Topology, source: str = "<state>") -> ClusterState:
+    """Occupancy, failures, degradation and fault domains, resolved against `topo`."""
+    ps = Problems(source)
+    r = _Reader(ps)
+    d = r.obj(doc, "")
+    r.keys(d, ["occupied", "failed", "degraded", "links", "fault_domains", "description"], "")
+    occupied: dict[int, str] = {}
+    for i, o in enumerate(r.lst(d.get("occupied"), "occupied")):
+        od = r.obj(o, f"occupied[{i}]")
+        r.keys(od, ["job", "devices"], f"occupied[{i}]")
+        job = r.str_(od, "job", f"occupied[{i}]", required=True) or "?"
+        for j, sel in enumerate(r.lst(od.get("devices"), f"occupied[{i}].devices")):
+            for dv in _resolve(topo, sel, f"occupied[{i}].devices[{j}]", ps):
+                if dv in occupied and occupied[dv] != job:
+                    ps.add(f"occupied[{i}].devices[{j}]", f"{topo.devices[dv].id} is already occupied by job {occupied[dv]!r}")
+                occupied[dv] = job
+    failed: set[int] = set()
+    for j, sel in enumerate(r.lst(d.get("failed"), "failed")):
+        failed.update(_resolve(topo, sel, f"failed[{j}]", ps))
+    slow: dict[int, float] = {}
+    for i, g in enumerate(r.lst(d.get("degraded"), "degraded")):
+        gd = r.obj(g, f"degraded[{i}]")
+        r.keys(gd, ["device", "slowdown"], f"degraded[{i}]")
+        f = r.num(gd, "slowdown", f"degraded[{i}]", minimum=1, required=True)
+        for dv in _resolve(topo, gd.get("device"), f"degraded[{i}].device", ps):
+            if f is not None:
+                slow[dv] = max(slow.get(dv, 1.0), f)
+    failed_pairs: set[tuple[int, int]] = set()
+    pair_slow: dict[tuple[int, int], float] = {}
+    failed_up: set[Uplink] = set()
+    up_slow: dict[Uplink, float] = {}
+    for i, lk in enumerate(r.lst(d.get("links"), "links")):
+        lp = f"links[{i}]"
+        ld = r.obj(lk, lp)
+        r.keys(ld, ["between", "uplink", "failed", "slowdown"], lp)
+        is_failed = bool(ld.get("failed", False))
+        f = r.num(ld, "slowdown", lp, minimum=1, default=None)
+        if not is_failed and f is None:
+            ps.add(lp, "a link entry needs failed: true or a slowdown >= 1")
+        if ("between" in ld) == ("uplink" in ld):
+            ps.add(lp, "give exactly one of between: [device, device] or uplink: host-or-domain")
+            continue
+        if "between" in ld:
+            ends = r.lst(ld["between"], f"{lp}.between")
+            if len(ends) != 2:
+                ps.add(f"{lp}.between", f"must name two devices, got {len(ends)}")
+                continue
+            ab = [topo.device_index(str(x)) for x in ends]
+            if ab[0] is None or ab[1] is None:
+                ps.add(f"{lp}.between", f"unknown device in {ends!r}; devices are named host/gpuK")
+                continue
+            a, b = sorted((ab[0], ab[1]))
+            if a == b or topo.devices[a].host_index != topo.devices[b].host_index:
+                ps.add(f"{lp}.between", f"{ends!r} is not a link between two devices of one host; use uplink: for network links")
+                continue
+            if is_failed:
+                failed_pairs.add((a, b))
+            elif f is not None:
+                pair_slow[(a, b)] = f
+        else:
+            up = _uplink(topo, ld["uplink"], f"{lp}.uplink", ps)
+            if up is None:
+                continue
+            if is_failed:
+                failed_up.add(up)
+            elif f is not None:
+                up_slow[up] = f
+    fds: dict[str, dict[str, frozenset[int]]] = {}
+    for i, fdo in enumerate(r.lst(d.get("fault_domains"), "fault_domains")):
+        fp = f"fault_domains[{i}]"
+        fdd = r.obj(fdo, fp)
+        r.keys(fdd, ["kind", "name", "members"], fp)
+        kind = r.str_(fdd, "kind", fp, required=True) or "?"
+        nm = r.str_(fdd, "name", fp, required=True) or "?"
+        devs: set[int] = set()
+        for j, sel in enumerate(r.lst(fdd.get("members"), f"{fp}.members")):
+            devs.update(_resolve(topo, sel, f"{fp}.members[{j}]", ps))
+        bucket = fds.setdefault(kind, {})
+        for other, odevs in bucket.items():
+            both = devs & odevs
+            if both:
+                ps.add(f"{fp}.members", f"{kind} domains {other!r} and {nm!r} share {len(both)} device(s), e.g. {topo.devices[min(both)].id}; a device is in one domain of a kind")
+                break
+        bucket[nm] = frozenset(devs)
+    ps.raise_if_any()
+    return ClusterState(occupied, frozenset(failed), slow, frozenset(failed_pairs), pair_slow, frozenset(failed_up), up_slow, fds)
+
+
+def merge_states(base: ClusterState | None, extra: ClusterState) -> ClusterState:
+    """`extra` with the fault domains of `base` (from the cluster file) added where `extra` lacks the kind."""
+    if base is None:
+        return extra
+    fds = dict(base.fault_domains) | dict(extra.fault_domains)
+    return ClusterState(extra.occupied, extra.failed, extra.device_slowdown, extra.failed_pairs, extra.pair_slowdown,
+                        extra.failed_uplinks, extra.uplink_slowdown, fds)
+
+
+def load_state(path: str | Path, topo: Topology, base: ClusterState | None = None) -> ClusterState:
+    return merge_states(base, state_from_dict(load_document(path), topo, str(path)))
+
+
+# ---- job ----------------------------------------------------------------------------------------------------
+
+
+def _members(r: _Reader, v: Any, path: str) -> tuple[int, ...]:
+    """Members as a list of ints or a range string ``"0-7"`` / ``"0-7,16-23"``."""
+    if isinstance(v, str):
+        out: list[int] = []
+        for part in v.split(","):
+            m = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", part)
+            if not m:
+                r.ps.add(path, f"bad rank range {part!r}; write e.g. \"0-7,16-23\"")
+                return ()
+            lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
+            if hi < lo:
+                r.ps.add(path, f"bad rank range {part!r}: {hi} < {lo}")
+                return ()
+            out.extend(range(lo, hi + 1))
+        return tuple(out)
+    items = r.lst(v, path)
+    if not all(isinstance(x, int) and not isinstance(x, bool) for x in items):
+        r.ps.add(path, "members must be rank numbers")
+        return ()
+    return tuple(items)
+
+
+def job_from_dict(doc: Any, source: str = "<job>") -> Job:
+    """A structured or explicit job with its constraints."""
+    ps = Problems(source)
+    r = _Reader(ps)
+    d = r.obj(doc, "")
+    r.keys(d, ["name", "ranks", "device_kind", "parallel", "model", "exposure", "groups", "edges", "constraints", "description"], "")
+    name = r.str_(d, "name", "", default=Path(source).stem) or "job"
+    kind = r.str_(d, "device_kind", "")
+    par: ParallelSpec | None = None
+    model: ModelShape | None = None
+    if d.get("parallel") is not None:
+        pd = r.obj(d["parallel"], "parallel")
+        r.keys(pd, [*DIMENSIONS, "order"], "parallel")
+        sizes = {k: r.int_(pd, k, "parallel", minimum=1, default=1) or 1 for k in DIMENSIONS}
+        order = r.str_(pd, "order", "parallel", default="tp-cp-ep-dp-pp") or "tp-cp-ep-dp-pp"
+        dims = order.split("-")
+        missing = [x for x in DIMENSIONS if x not in dims]
+        unknown = [x for x in dims if x not in DIMENSIONS]
+        dup = sorted({x for x in dims if dims.count(x) > 1})
+        if missing or unknown or dup:
+            what = []
+            if missing:
+                what.append(f"misses {', '.join(missing)}")
+            if unknown:
+                what.append(f"has unknown {', '.join(repr(u) for u in unknown)}")
+            if dup:
+                what.append(f"repeats {', '.join(dup)}")
+            ps.add("parallel.order", f"{order!r} {' and '.join(what)}; it must name each of tp, cp, ep, dp, pp once, e.g. 'tp-cp-ep-dp-pp'")
+            order = "tp-cp-ep-dp-pp"
+        par = ParallelSpec(order=order, **sizes)
+        md = r.obj(d.get("model"), "model")
+        if "model" not in d:
+            ps.add("model", "is required with `parallel`: parameters, hidden, layers, seq_len, ...")
+        else:
+            r.keys(md, ["parameters", "hidden", "layers", "seq_len", "micro_batch", "micro_batches", "bytes_per_element",
+                        "grad_bytes_per_element", "experts", "top_k", "expert_parameters", "kv_fraction"], "model")
+            model = ModelShape(
+                parameters=r.num(md, "parameters", "model", minimum=0, exclusive=True, required=True) or 1.0,
+                hidden=r.int_(md, "hidden", "model", minimum=1, required=True) or 1,
+                layers=r.int_(md, "layers", "model", minimum=1, required=True) or 1,
+                seq_len=r.int_(md, "seq_len", "model", minimum=1, required=True) or 1,
+                micro_batch=r.int_(md, "micro_batch", "model", minimum=1, default=1) or 1,
+                micro_batches=r.int_(md, "micro_batches", "model", minimum=1, default=1) or 1,
+                bytes_per_element=r.int_(md, "bytes_per_element", "model", minimum=1, default=2) or 2,
+                grad_bytes_per_element=r.int_(md, "grad_bytes_per_element", "model", minimum=1),
+                experts=r.int_(md, "experts", "model", minimum=0, default=0) or 0,
+                top_k=r.int_(md, "top_k", "model", minimum=0, default=0) or 0,
+                expert_parameters=r.num(md, "expert_parameters", "model", minimum=0, default=0.0) or 0.0,
+                kv_fraction=r.num(md, "kv_fraction", "model", minimum=0, exclusive=True, default=1.0) or 1.0,
+            )
+            if model.layers % par.pp:
+                ps.add("model.layers", f"{model.layers} layers do not split evenly over pp={par.pp} stages")
+            if sizes["ep"] > 1 and (model.experts < sizes["ep"] or model.top_k < 1):
+                ps.add("model.experts", f"ep={sizes['ep']} needs experts >= ep and top_k >= 1, got experts={model.experts}, top_k={model.top_k}")
+            if model.experts and sizes["ep"] > 1 and model.experts % sizes["ep"]:
+                ps.add("model.experts", f"{model.experts} experts do not split evenly over ep={sizes['ep']}")
+            if model.expert_parameters >= model.parameters:
+                ps.add("model.expert_parameters", f"{model.expert_parameters:g} must be < parameters {model.parameters:g}")
+        ranks = r.int_(d, "ranks", "", minimum=1, default=par.world_size) or par.world_size
+        if ranks != par.world_size:
+            ps.add("ranks", f"{ranks} does not equal tp*cp*ep*dp*pp = {'*'.join(str(sizes[k]) for k in DIMENSIONS)} = {par.world_size}")
+        if d.get("groups") or d.get("edges"):
+            ps.add("groups", "a job is structured (parallel + model) or explicit (groups/edges), not both")
+    else:
+        ranks = r.int_(d, "ranks", "", minimum=1, required=True) or 1
+        if d.get("groups") is None and d.get("edges") is None and "ranks" in d:
+            ps.add("", "an explicit job needs `groups` and/or `edges` (or give `parallel` and `model`)")
+    groups: list[Group] = []
+    kinds = {k.value: k for k in CollectiveKind}
+    for i, g in enumerate(r.lst(d.get("groups"), "groups")):
+        gp = f"groups[{i}]"
+        gd = r.obj(g, gp)
+        r.keys(gd, ["label", "kind", "members", "bytes", "count", "exposed"], gp)
+        kname = r.str_(gd, "kind", gp, default="all_reduce") or "all_reduce"
+        if kname not in kinds:
+            ps.add(f"{gp}.kind", f"unknown collective {kname!r}; known: {sorted(kinds)}")
+            kname = "all_reduce"
+        mem = _members(r, gd.get("members"), f"{gp}.members")
+        bad = [m for m in mem if not 0 <= m < ranks]
+        if bad:
+            ps.add(f"{gp}.members", f"rank(s) {bad[:5]} outside 0..{ranks - 1}")
+        if len(set(mem)) != len(mem):
+            ps.add(f"{gp}.members", "lists a rank twice")
+        if len(mem) < 2 and "members" in gd:
+            ps.add(f"{gp}.members", f"a group needs >= 2 members, got {len(mem)}")
+        groups.append(Group(
+            r.str_(gd, "label", gp, default=kname) or kname, kinds[kname], mem,
+            r.num(gd, "bytes", gp, minimum=0, required=True) or 0.0,
+            r.num(gd, "count", gp, minimum=0, default=1.0) or 0.0,
+            r.num(gd, "exposed", gp, minimum=0, default=1.0) if gd.get("exposed") is not None else 1.0,
+        ))
+    edges: list[Edge] = []
+    for i, e in enumerate(r.lst(d.get("edges"), "edges")):
+        ep = f"edges[{i}]"
+        ed = r.obj(e, ep)
+        r.keys(ed, ["label", "src", "dst", "bytes", "count", "exposed"], ep)
+        src = r.int_(ed, "src", ep, minimum=0, required=True)
+        dst = r.int_(ed, "dst", ep, minimum=0, required=True)
+        for k, val in (("src", src), ("dst", dst)):
+            if val is not None and val >= ranks:
+                ps.add(f"{ep}.{k}", f"rank {val} outside 0..{ranks - 1}")
+        if src is not None and src == dst:
+            ps.add(ep, f"an edge joins two different ranks, got {src}->{dst}")
+        edges.append(Edge(
+            r.str_(ed, "label", ep, default="p2p") or "p2p", src or 0, dst or 0,
+            r.num(ed, "bytes", ep, minimum=0, required=True) or 0.0,
+            r.num(ed, "count", ep, minimum=0, default=1.0) or 0.0,
+            r.num(ed, "exposed", ep, minimum=0, default=1.0) if ed.get("exposed") is not None else 1.0,
+        ))
+    exposure: dict[str, float] = {}
+    for lab, val in r.obj(d.get("exposure"), "exposure").items():
+        f = r.num({lab: val}, lab, "exposure", minimum=0)
+        if f is not None and f > 1:
+            ps.add(f"exposure.{lab}", f"an exposed fraction is in [0, 1], got {f:g}")
+        elif f is not None:
+            exposure[str(lab)] = f
+    cons = _constraints(r, d.get("constraints"), ranks)
+    ps.raise_if_any()
+    return Job(name, ranks, kind, par, model, exposure, tuple(groups), tuple(edges), cons)
+
+
+def _constraints(r: _Reader, v: Any, ranks: int) -> Constraints:
+    cd = r.obj(v, "constraints")
+    r.keys(cd, ["require", "prefer", "spread", "pins", "exclude"], "constraints")
+    req = {str(k): str(x) for k, x in r.obj(cd.get("require"), "constraints.require").items()}
+    pref = {str(k): str(x) for k, x in r.obj(cd.get("prefer"), "constraints.prefer").items()}
+    spread: list[SpreadRule] = []
+    for i, s in enumerate(r.lst(cd.get("spread"), "constraints.spread")):
+        sp = f"constraints.spread[{i}]"
+        sd = r.obj(s, sp)
+        r.keys(sd, ["kind", "scope", "min_domains", "max_ranks_per_domain"], sp)
+        rule = SpreadRule(
+            r.str_(sd, "kind", sp, required=True) or "?",
+            r.str_(sd, "scope", sp, default="job") or "job",
+            r.int_(sd, "min_domains", sp, minimum=1),
+            r.int_(sd, "max_ranks_per_domain", sp, minimum=1),
+        )
+        if rule.min_domains is None and rule.max_ranks_per_domain is None:
+            r.ps.add(sp, "give min_domains and/or max_ranks_per_domain")
+        spread.append(rule)
+    pins: dict[int, str] = {}
+    for k, dev in r.obj(cd.get("pins"), "constraints.pins").items():
+        try:
+            rk = int(k)
+        except (TypeError, ValueError):
+            r.ps.add(f"constraints.pins.{k}", "keys are rank numbers")
+            continue
+        if not 0 <= rk < ranks:
+            r.ps.add(f"constraints.pins.{k}", f"rank {rk} outside 0..{ranks - 1}")
+            continue
+        pins[rk] = str(dev)
+    dup = sorted({x for x in pins.values() if list(pins.values()).count(x) > 1})
+    if dup:
+        r.ps.add("constraints.pins", f"device(s) {dup} pinned to more than one rank")
+    excl = [str(x) for x in r.lst(cd.get("exclude"), "constraints.exclude")]
+    return Constraints(req, pref, tuple(spread), pins, tuple(excl))
+
+
+def load_job(path: str | Path) -> Job:
+    return job_from_dict(load_document(path), str(path))
+
+
+# ---- mapping ------------------------------------------------------------------------------------------------
+
+
+def mapping_from_obj(doc: Any, topo: Topology, source: str = "<mapping>") -> list[int]:
+    """A mapping as a list of device ids (rank order), ``{rank: device}``, or ``[{rank, device}, ...]``
+    (the ``mapping`` field of a result). A document with a top-level ``mapping`` key is unwrapped."""
+    ps = Problems(source)
+    if isinstance(doc, dict) and "mapping" in doc:
+        doc = doc["mapping"]
+        base = "mapping"
+    else:
+        base = ""
+    pairs: list[tuple[int, Any, str]] = []
+    if isinstance(doc, list):
+        for i, item in enumerate(doc):
+            p = f"{base}[{i}]"
+            if isinstance(item, dict):
+                rk = item.get("rank", i)
+                if not isinstance(rk, int) or isinstance(rk, bool):
+                    ps.add(f"{p}.rank", f"must be an integer, got {rk!r}")
+                    continue
+                pairs.append((rk, item.get("device"), f"{p}.device"))
+            else:
+                pairs.append((i, item, p))
+    elif isinstance(doc, dict):
+        for k, dev in doc.items():
+            try:
+                pairs.append((int(k), dev, f"{base}.{k}" if base else str(k)))
+            except (TypeError, ValueError):
+                ps.add(f"{base}.{k}" if base else str(k), "keys are rank numbers")
+    else:
+        ps.add(base, "a mapping is a list of device ids, {rank: device}, or [{rank, device}]")
+    ps.raise_if_any()
+    n = max((rk for rk, _, _ in pairs), default=-1) + 1
+    out: list[int] = [-1] * n
+    seen: dict[int, str] = {}
+    for rk, dev, p in pairs:
+        if rk < 0:
+            ps.add(p, f"rank {rk} is negative")
+            continue
+        if rk in seen:
+            ps.add(p, f"rank {rk} is mapped twice (also at {seen[rk]})")
+            continue
+        seen[rk] = p
+        di = topo.device_index(str(dev)) if isinstance(dev, str) else None
+        if di is None:
+            ps.add(p, f"unknown device {dev!r}; devices are named host/gpuK, e.g. {topo.devices[0].id}")
+            continue
+        out[rk] = di
+    missing = [i for i, x in enumerate(out) if x == -1 and i not in seen]
+    if missing:
+        ps.add(base, f"ranks {missing[:8]} have no device; a mapping names a device for every rank 0..{n - 1}")
+    ps.raise_if_any()
+    return out
+
+
+def load_mapping(path: str | Path, topo: Topology) -> list[int]:
+    return mapping_from_obj(load_document(path), topo, str(path))
+

@@ -1,0 +1,407 @@
+"""The cluster: devices in a tree of named domain levels, link tiers per level, intra-node pair matrices, rails.
+
+A `Topology` is immutable and built once; per-request facts (occupancy, failures) live in `placement.state`.
+
+Levels are bottom up. Level 0 is the host (``node``); the top level is a single domain. The tier of level ``l``
+is the path two devices use when the lowest domain they share is at level ``l``. Two devices on one host use
+the host's intra-node matrix (``NV18``, ``PIX``, ``SYS``...) when the host has one, else the level-0 tier.
+
+>>> t = Topology.build("demo", [Level("node", Tier(450, 2)), Level("leaf", Tier(50, 5))],
+...                    [HostSpec("h1", {"leaf": "l1"}, NodeType("dgx", 8)),
+...                     HostSpec("h2", {"leaf": "l1"}, NodeType("dgx", 8))])
+>>> t.num_devices, t.devices[9].id, t.lca_level(0, 9)
+(16, 'h2/gpu1', 1)
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from placement.errors import Problems
+
+__all__ = [
+    "DEFAULT_INTRA_NODE_TIERS",
+    "Device",
+    "HostSpec",
+    "Level",
+    "NodeType",
+    "RailPolicy",
+    "Tier",
+    "Topology",
+    "intra_node_tier",
+]
+
+_NV = re.compile(r"^NV(\d+)$")
+
+
+@dataclass(frozen=True)
+class Tier:
+    """A link tier: unidirectional bandwidth in GB/s (1e9 bytes/s) and one-hop latency in microseconds."""
+
+    bandwidth_gbps: float
+    latency_us: float
+
+    def scaled(self, slowdown: float) -> Tier:
+        """The same tier with bandwidth divided by `slowdown` (>= 1 means slower)."""
+        return Tier(self.bandwidth_gbps / slowdown, self.latency_us)
+
+
+@dataclass(frozen=True)
+class Level:
+    """A named level of the domain tree (bottom up) and the tier used between its children."""
+
+    name: str
+    tier: Tier
+
+
+# Per-link and per-path defaults for intra-node matrix codes. NV# is # bonded NVLinks at 25 GB/s per link
+# and direction (NVLink 2/3/4: V100, A100, H100 datasheets: 300/600/900 GB/s bidirectional over 6/12/18
+# links). PCIe paths: PIX/PXB one or more PCIe switches (Gen4 x16 ~ 24 GB/s achievable), PHB through the host
+# bridge, NODE across host bridges of one NUMA node, SYS across the socket interconnect (NCCL's topo.h
+# ranks these the same way: PIX < PXB < PHB < SYS; QPI/UPI ~ 10 GB/s). Every value can be overridden per
+# cluster in `intra_node_tiers`.
+DEFAULT_INTRA_NODE_TIERS: Mapping[str, Tier] = {
+    "NV": Tier(25.0, 1.0),  # per link; multiplied by the link count
+    "PIX": Tier(24.0, 2.0),
+    "PXB": Tier(22.0, 2.5),
+    "PHB": Tier(16.0, 3.0),
+    "NODE": Tier(14.0, 3.5),
+    "SYS": Tier(10.0, 4.0),
+}
+
+
+def intra_node_tier(code: str, table: Mapping[str, Tier]) -> Tier:
+    """Tier of one intra-node matrix code (``NV12``, ``PIX``, ``SOC``...) under a per-code table."""
+    if code in table and code != "NV":
+        return table[code]
+    m = _NV.match(code)
+    if m:
+        per_link = table.get("NV", DEFAULT_INTRA_NODE_TIERS["NV"])
+        return Tier(per_link.bandwidth_gbps * int(m.group(1)), per_link.latency_us)
+    if code == "SOC":  # legacy name of SYS (nvidia-smi before 2017)
+        return table.get("SYS", DEFAULT_INTRA_NODE_TIERS["SYS"])
+    return table.get(code, DEFAULT_INTRA_NODE_TIERS[code])
+
+
+@dataclass(frozen=True)
+class RailPolicy:
+    """Rail-optimized fabrics: cross-host traffic between different rails (NIC indices) takes an extra hop.
+
+    It pays `extra_latency_us` more per transfer and runs at `bandwidth_factor` times the tier's bandwidth.
+    """
+
+    extra_latency_us: float = 2.0
+    bandwidth_factor: float = 1.0
+
+
+@dataclass(frozen=True)
+class NodeType:
+    """A kind of host: device count, device kind, optional intra-node code matrix and per-device rails."""
+
+    name: str
+    devices: int
+    kind: str = "gpu"
+    matrix: tuple[tuple[str, ...], ...] | None = None
+    rails: tuple[int | None, ...] | None = None
+
+
+@dataclass(frozen=True)
+class HostSpec:
+    """A host as read from a file: its name, the domain it belongs to at each level above the host, its type."""
+
+    name: str
+    domains: Mapping[str, str]
+    node_type: NodeType
+
+
+@dataclass(frozen=True)
+class Device:
+    """One accelerator. `id` is stable and readable: ``host/gpuK``; `index` is its position in the cluster."""
+
+    index: int
+    id: str
+    host: str
+    host_index: int
+    local_index: int
+    kind: str
+    rail: int | None
+
+
+@dataclass(frozen=True, eq=False)
+class Topology:
+    """Immutable cluster structure. Build with `Topology.build`; see the module docstring for the semantics."""
+
+    name: str
+    levels: tuple[Level, ...]
+    devices: tuple[Device, ...]
+    host_names: tuple[str, ...]
+    host_types: tuple[NodeType, ...]
+    # domain_names[l][k]: name of domain k at level l (level 0: host names); parent[l][k]: its parent at l+1
+    domain_names: tuple[tuple[str, ...], ...]
+    parent: tuple[tuple[int, ...], ...]
+    intra_node_tiers: Mapping[str, Tier] = field(default_factory=lambda: dict(DEFAULT_INTRA_NODE_TIERS))
+    rail_policy: RailPolicy | None = None
+
+    # ---- construction -------------------------------------------------------------------------------------
+
+    @staticmethod
+    def build(
+        name: str,
+        levels: Sequence[Level],
+        hosts: Sequence[HostSpec],
+        *,
+        intra_node_tiers: Mapping[str, Tier] | None = None,
+        rail_policy: RailPolicy | None = None,
+        source: str = "<cluster>",
+    ) -> Topology:
+        """Build from levels and hosts; all structural problems are raised together as `InputError`."""
+        ps = Problems(source)
+        if not levels:
+            ps.add("levels", "at least one level (the host level) is required")
+            ps.raise_if_any()
+        seen_levels: set[str] = set()
+        for i, lv in enumerate(levels):
+            if lv.name in seen_levels:
+                ps.add(f"levels[{i}].name", f"level {lv.name!r} is listed twice; level names must be unique")
+            seen_levels.add(lv.name)
+            if not lv.tier.bandwidth_gbps > 0:
+                ps.add(f"levels[{i}].bandwidth_gbps", f"must be > 0, got {lv.tier.bandwidth_gbps:g}")
+            if lv.tier.latency_us < 0:
+                ps.add(f"levels[{i}].latency_us", f"must be >= 0, got {lv.tier.latency_us:g}")
+        if not hosts:
+            ps.add("hosts", "the cluster has no hosts")
+        upper = [lv.name for lv in levels[1:]]
+        host_seen: dict[str, int] = {}
+        # domain name -> index per level; parent consistency checks
+        dom_index: list[dict[str, int]] = [{} for _ in levels]
+        dom_parent: list[dict[int, int]] = [{} for _ in levels]
+        for hi, h in enumerate(hosts):
+            if h.name in host_seen:
+                ps.add(f"hosts[{hi}].name", f"host {h.name!r} is listed twice (first at hosts[{host_seen[h.name]}])")
+                continue
+            host_seen[h.name] = hi
+            if "/" in h.name or not h.name:
+                ps.add(f"hosts[{hi}].name", f"{h.name!r} is not a valid host name (non-empty, no '/')")
+            if h.node_type.devices < 1:
+                ps.add(f"hosts[{hi}].devices", f"must be >= 1, got {h.node_type.devices}")
+            extra = sorted(set(h.domains) - set(upper))
+            if extra:
+                ps.add(f"hosts[{hi}].domains", f"unknown level(s) {extra}; the levels above the host are {upper}")
+            chain: list[str] = []
+            for li, lname in enumerate(upper, start=1):
+                dname = h.domains.get(lname)
+                if dname is None:
+                    if li == len(levels) - 1:
+                        dname = lname  # the single top domain may be left implicit
+                    else:
+                        ps.add(f"hosts[{hi}].domains.{lname}", "missing; every host names its domain at each level")
+                        dname = f"?{lname}"
+                chain.append(dname)
+            # register chain
+            hidx = dom_index[0].setdefault(h.name, len(dom_index[0]))
+            below = hidx
+            for li, dname in enumerate(chain, start=1):
+                di = dom_index[li].setdefault(dname, len(dom_index[li]))
+                prev = dom_parent[li - 1].get(below)
+                if prev is not None and prev != di:
+                    prev_name = next(k for k, v in dom_index[li].items() if v == prev)
+                    child = next(k for k, v in dom_index[li - 1].items() if v == below)
+                    ps.add(
+                        f"hosts[{hi}].domains.{upper[li - 1]}",
+                        f"{levels[li - 1].name} {child!r} is placed under {levels[li].name} {dname!r} here but under "
+                        f"{prev_name!r} elsewhere; a domain has one parent",
+                    )
+                dom_parent[li - 1][below] = di
+                below = di
+        if len(levels) > 1 and len(dom_index[-1]) > 1:
+            ps.add(
+                f"levels[{len(levels) - 1}]",
+                f"the top level {levels[-1].name!r} has {len(dom_index[-1])} domains "
+                f"({', '.join(sorted(dom_index[-1])[:4])}...); the top level must be one domain: add a level above it",
+            )
+        for hi, h in enumerate(hosts):
+            nt = h.node_type
+            if nt.matrix is not None:
+                if len(nt.matrix) != nt.devices or any(len(r) != nt.devices for r in nt.matrix):
+                    ps.add(f"hosts[{hi}].matrix", f"must be {nt.devices}x{nt.devices} for {nt.devices} devices")
+                else:
+                    tbl = dict(DEFAULT_INTRA_NODE_TIERS) | dict(intra_node_tiers or {})
+                    for a in range(nt.devices):
+                        for b in range(nt.devices):
+                            code = nt.matrix[a][b]
+                            if a == b:
+                                continue
+                            if code != nt.matrix[b][a]:
+                                ps.add(f"hosts[{hi}].matrix[{a}][{b}]", f"{code!r} differs from [{b}][{a}] {nt.matrix[b][a]!r}; the matrix must be symmetric")
+                            try:
+                                intra_node_tier(code, tbl)
+                            except KeyError:
+                                ps.add(f"hosts[{hi}].matrix[{a}][{b}]", f"unknown link code {code!r}; known: NV#, PIX, PXB, PHB, NODE, SYS, SOC")
+            if nt.rails is not None and len(nt.rails) != nt.devices:
+                ps.add(f"hosts[{hi}].rails", f"has {len(nt.rails)} entries for {nt.devices} devices")
+        ps.raise_if_any()
+
+        devices: list[Device] = []
+        for hi, h in enumerate(hosts):
+            nt = h.node_type
+            for k in range(nt.devices):
+                rail = nt.rails[k] if nt.rails is not None else None
+                devices.append(Device(len(devices), f"{h.name}/gpu{k}", h.name, hi, k, nt.kind, rail))
+        names = tuple(tuple(sorted(d, key=d.__getitem__)) for d in dom_index)
+        parents = tuple(
+            tuple(dom_parent[li][k] for k in range(len(dom_index[li]))) for li in range(len(levels) - 1)
+        )
+        return Topology(
+            name=name,
+            levels=tuple(levels),
+            devices=tuple(devices),
+            host_names=tuple(h.name for h in hosts),
+            host_types=tuple(h.node_type for h in hosts),
+            domain_names=names,
+            parent=parents,
+            intra_node_tiers=dict(DEFAULT_INTRA_NODE_TIERS) | dict(intra_node_tiers or {}),
+            rail_policy=rail_policy,
+        )
+
+    # ---- structure ----------------------------------------------------------------------------------------
+
+    @property
+    def num_devices(self) -> int:
+        return len(self.devices)
+
+    @property
+    def level_names(self) -> tuple[str, ...]:
+        return tuple(lv.name for lv in self.levels)
+
+    def level_index(self, name: str) -> int:
+        """Index of a level by name; raises KeyError naming the known levels."""
+        for i, lv in enumerate(self.levels):
+            if lv.name == name:
+                return i
+        raise KeyError(f"unknown level {name!r}; levels are {list(self.level_names)}")
+
+    @cached_property
+    def _device_domains(self) -> tuple[tuple[int, ...], ...]:
+        """dom[l][device] = index of the device's domain at level l."""
+        out: list[tuple[int, ...]] = []
+        cur = [d.host_index for d in self.devices]
+        out.append(tuple(cur))
+        for li in range(len(self.levels) - 1):
+            par = self.parent[li]
+            cur = [par[c] for c in cur]
+            out.append(tuple(cur))
+        return tuple(out)
+
+    def domain_of(self, device: int, level: int) -> int:
+        """Index (within its level) of the domain holding `device` at `level`."""
+        return self._device_domains[level][device]
+
+    def domain_column(self, level: int) -> tuple[int, ...]:
+        """Domain index at `level` of every device, in device order."""
+        return self._device_domains[level]
+
+    @cached_property
+    def _device_by_id(self) -> dict[str, int]:
+        return {d.id: d.index for d in self.devices}
+
+    def device_index(self, device_id: str) -> int | None:
+        return self._device_by_id.get(device_id)
+
+    @cached_property
+    def devices_in_domain(self) -> tuple[tuple[tuple[int, ...], ...], ...]:
+        """devices_in_domain[l][k]: device indices under domain k of level l, in device order."""
+        out = []
+        for li in range(len(self.levels)):
+            buckets: list[list[int]] = [[] for _ in self.domain_names[li]]
+            for d, k in enumerate(self._device_domains[li]):
+                buckets[k].append(d)
+            out.append(tuple(tuple(b) for b in buckets))
+        return tuple(out)
+
+    @cached_property
+    def _domain_lookup(self) -> dict[str, list[tuple[int, int]]]:
+        out: dict[str, list[tuple[int, int]]] = {}
+        for li, names in enumerate(self.domain_names):
+            for k, n in enumerate(names):
+                out.setdefault(n, []).append((li, k))
+        return out
+
+    def resolve(self, selector: str) -> tuple[int, ...]:
+        """Devices named by a selector: a device id (``h1/gpu3``), a host, a domain, or ``level:domain``.
+
+        Raises KeyError with a readable message for an unknown or ambiguous name.
+        """
+        if selector in self._device_by_id:
+            return (self._device_by_id[selector],)
+        if ":" in selector:
+            lname, dname = selector.split(":", 1)
+            li = self.level_index(lname)
+            for k, n in enumerate(self.domain_names[li]):
+                if n == dname:
+                    return self.devices_in_domain[li][k]
+            raise KeyError(f"no {lname} named {dname!r}")
+        hits = self._domain_lookup.get(selector, [])
+        if not hits:
+            raise KeyError(f"unknown device, host or domain {selector!r}")
+        if len(hits) > 1:
+            lv = ", ".join(f"{self.levels[li].name}:{selector}" for li, _ in hits)
+            raise KeyError(f"{selector!r} names domains at several levels; write one of {lv}")
+        li, k = hits[0]
+        return self.devices_in_domain[li][k]
+
+    # ---- distances ----------------------------------------------------------------------------------------
+
+    def lca_level(self, a: int, b: int) -> int:
+        """Level of the lowest domain shared by devices a and b (0: same host)."""
+        dom = self._device_domains
+        for li in range(len(self.levels)):
+            if dom[li][a] == dom[li][b]:
+                return li
+        return len(self.levels) - 1
+
+    def group_lca_level(self, devices: Iterable[int]) -> int:
+        """Level of the lowest domain holding every device of the set."""
+        devs = list(devices)
+        if len(devs) <= 1:
+            return 0
+        dom = self._device_domains
+        for li in range(len(self.levels)):
+            col = dom[li]
+            first = col[devs[0]]
+            if all(col[d] == first for d in devs):
+                return li
+        return len(self.levels) - 1
+
+    def pair_code(self, a: int, b: int) -> str | None:
+        """The intra-node matrix code between two devices on one host, if that host has a matrix."""
+        da, db = self.devices[a], self.devices[b]
+        if da.host_index != db.host_index:
+            return None
+        m = self.host_types[da.host_index].matrix
+        return None if m is None else m[da.local_index][db.local_index]
+
+    def pair_tier(self, a: int, b: int) -> tuple[Tier, str]:
+        """Tier between two devices (before degradation and rails) and its name for breakdowns."""
+        code = self.pair_code(a, b)
+        if code is not None:
+            return intra_node_tier(code, self.intra_node_tiers), f"{self.levels[0].name}:{code}"
+        li = self.lca_level(a, b)
+        return self.levels[li].tier, self.levels[li].name
+
+    @cached_property
+    def uniform_hosts(self) -> tuple[bool, ...]:
+        """Per host: True when every device pair on it has the same tier (no matrix, or a uniform one)."""
+        out = []
+        for nt in self.host_types:
+            if nt.matrix is None:
+                out.append(True)
+                continue
+            codes = {nt.matrix[a][b] for a in range(nt.devices) for b in range(nt.devices) if a != b}
+            out.append(len(codes) <= 1)
+        return tuple(out)
+
+    def kinds(self) -> tuple[str, ...]:
+        return tuple(sorted({d.kind for d in self.devices}))
