@@ -322,6 +322,17 @@ class Topology:
         return tuple(out)
 
     @cached_property
+    def children(self) -> tuple[tuple[tuple[int, ...], ...], ...]:
+        """children[l][k]: indices (at level l-1) of the child domains of domain k at level l; level 0: empty."""
+        out: list[tuple[tuple[int, ...], ...]] = [tuple(() for _ in self.domain_names[0])]
+        for li in range(1, len(self.levels)):
+            buckets: list[list[int]] = [[] for _ in self.domain_names[li]]
+            for c, p in enumerate(self.parent[li - 1]):
+                buckets[p].append(c)
+            out.append(tuple(tuple(b) for b in buckets))
+        return tuple(out)
+
+    @cached_property
     def _domain_lookup(self) -> dict[str, list[tuple[int, int]]]:
         out: dict[str, list[tuple[int, int]]] = {}
         for li, names in enumerate(self.domain_names):

@@ -1,0 +1,137 @@
+"""Synthetic but realistic scenarios for benchmarks, tests and what-if studies, all from fixed seeds.
+
+Fat-trees with oversubscribed upper tiers, NVL72 racks, rail-optimized fabrics, non-uniform nodes, and
+occupancy generators that leave whole-node or partial-node fragments.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+
+from placement.job import Job, ModelShape, ParallelSpec
+from placement.state import ClusterState
+from placement.topology import HostSpec, Level, NodeType, RailPolicy, Tier, Topology
+
+__all__ = ["dgx1_node", "fat_tree", "megatron_job", "nvl72", "occupy", "rail_optimized"]
+
+# DGX-1 (V100) hybrid cube-mesh, as `nvidia-smi topo -m` prints it (shared/data dgx1_v100_8gpu_4nic).
+DGX1_MATRIX = (
+    "X NV1 NV1 NV2 NV2 SYS SYS SYS",
+    "NV1 X NV2 NV1 SYS NV2 SYS SYS",
+    "NV1 NV2 X NV2 SYS SYS NV1 SYS",
+    "NV2 NV1 NV2 X SYS SYS SYS NV1",
+    "NV2 SYS SYS SYS X NV1 NV1 NV2",
+    "SYS NV2 SYS SYS NV1 X NV2 NV1",
+    "SYS SYS NV1 SYS NV1 NV2 X NV2",
+    "SYS SYS SYS NV1 NV2 NV1 NV2 X",
+)
+# 8x A100 PCIe with NVLink bridges in pairs (nccl-tests issue 178).
+A100_PCIE_PAIRS = (
+    "X NV12 NODE NODE SYS SYS SYS SYS",
+    "NV12 X NODE NODE SYS SYS SYS SYS",
+    "NODE NODE X NV12 SYS SYS SYS SYS",
+    "NODE NODE NV12 X SYS SYS SYS SYS",
+    "SYS SYS SYS SYS X NV12 NODE NODE",
+    "SYS SYS SYS SYS NV12 X NODE NODE",
+    "SYS SYS SYS SYS NODE NODE X NV12",
+    "SYS SYS SYS SYS NODE NODE NV12 X",
+)
+
+
+def _matrix(rows: Sequence[str]) -> tuple[tuple[str, ...], ...]:
+    return tuple(tuple(r.split()) for r in rows)
+
+
+def fat_tree(gpus: int, *, gpus_per_node: int = 8, nodes_per_leaf: int = 16, leaves_per_spine: int = 8,
+             kind: str = "H100", node_tier: Tier = Tier(450.0, 2.0), leaf_tier: Tier = Tier(50.0, 5.0),
+             spine_tier: Tier = Tier(25.0, 7.0), core_tier: Tier = Tier(12.5, 10.0),
+             matrix: Sequence[str] | None = None) -> Topology:
+    """A three-tier fat-tree: node < leaf < spine < core, upper tiers oversubscribed 2:1 per tier by default."""
+    nodes = gpus // gpus_per_node
+    nt = NodeType(f"{kind}x{gpus_per_node}", gpus_per_node, kind, _matrix(matrix) if matrix else None)
+    w = len(str(nodes))
+    hosts = []
+    for h in range(nodes):
+        leaf = h // nodes_per_leaf
+        spine = leaf // leaves_per_spine
+        hosts.append(HostSpec(f"n{h:0{w}d}", {"leaf": f"leaf{leaf:03d}", "spine": f"spine{spine:02d}", "core": "core"}, nt))
+    levels = [Level("node", node_tier), Level("leaf", leaf_tier), Level("spine", spine_tier), Level("core", core_tier)]
+    return Topology.build(f"fat-tree-{gpus}", levels, hosts)
+
+
+def nvl72(racks: int, *, kind: str = "GB200") -> Topology:
+    """GB200 NVL72 racks: 18 trays x 4 GPUs share one NVLink domain per rack; racks meet on a leaf/spine."""
+    nt = NodeType("gb200-tray", 4, kind)
+    hosts = []
+    for r in range(racks):
+        for t in range(18):
+            hosts.append(HostSpec(f"r{r:02d}t{t:02d}", {"nvl_domain": f"nvl{r:02d}", "leaf": f"leaf{r // 8:02d}", "spine": "spine"}, nt))
+    levels = [Level("node", Tier(900.0, 1.5)), Level("nvl_domain", Tier(900.0, 2.0)),
+              Level("leaf", Tier(50.0, 5.0)), Level("spine", Tier(25.0, 8.0))]
+    return Topology.build(f"nvl72-x{racks}", levels, hosts)
+
+
+def rail_optimized(nodes: int, *, nodes_per_group: int = 32) -> Topology:
+    """Rail-optimized fabric: GPU k of every node on rail switch k; crossing rails takes an extra hop."""
+    nt = NodeType("hgx-h100", 8, "H100", rails=tuple(range(8)))
+    hosts = [HostSpec(f"h{h:04d}", {"rail_group": f"rg{h // nodes_per_group:02d}", "spine": "spine"}, nt) for h in range(nodes)]
+    levels = [Level("node", Tier(450.0, 2.0)), Level("rail_group", Tier(50.0, 4.0)), Level("spine", Tier(25.0, 8.0))]
+    return Topology.build(f"rail-opt-{nodes * 8}", levels, hosts, rail_policy=RailPolicy(extra_latency_us=3.0, bandwidth_factor=0.5))
+
+
+def dgx1_node(nodes: int = 2, matrix: Sequence[str] = DGX1_MATRIX, kind: str = "V100") -> Topology:
+    """Hosts with a non-uniform intra-node matrix (DGX-1 cube mesh by default) on one leaf."""
+    nt = NodeType("dgx1", 8, kind, _matrix(matrix))
+    hosts = [HostSpec(f"dgx{h:02d}", {"leaf": "leaf"}, nt) for h in range(nodes)]
+    return Topology.build("dgx1", [Level("node", Tier(50.0, 2.0)), Level("leaf", Tier(12.5, 5.0))], hosts)
+
+
+def occupy(topology: Topology, fraction: float, *, seed: int = 0, mode: str = "whole") -> ClusterState:
+    """Occupy about `fraction` of the devices with other jobs.
+
+    ``whole``: whole nodes, scattered; ``partial``: every node keeps a random fragment busy (0..n-1 devices),
+    the way a cluster running many small jobs looks; ``mixed``: half of each.
+    """
+    rng = random.Random(seed)
+    occupied: dict[int, str] = {}
+    target = int(round(fraction * topology.num_devices))
+    hosts = list(range(len(topology.host_names)))
+    rng.shuffle(hosts)
+    per_host = topology.devices_in_domain[0]
+    job = 0
+    if mode in ("whole", "mixed"):
+        goal = target if mode == "whole" else target // 2
+        for h in hosts:
+            if len(occupied) >= goal:
+                break
+            job += 1
+            for d in per_host[h]:
+                occupied[d] = f"other-{job}"
+    if mode in ("partial", "mixed"):
+        free_hosts = [h for h in hosts if per_host[h][0] not in occupied]
+        while len(occupied) < target and free_hosts:
+            h = rng.choice(free_hosts)
+            devs = [d for d in per_host[h] if d not in occupied]
+            k = min(len(devs) - 1 if len(devs) > 1 else 1, rng.randint(1, max(1, len(per_host[h]) - 1)), target - len(occupied))
+            job += 1
+            for d in rng.sample(devs, k):
+                occupied[d] = f"other-{job}"
+            if len([d for d in per_host[h] if d not in occupied]) <= 1:
+                free_hosts.remove(h)
+    return ClusterState(occupied=occupied)
+
+
+def megatron_job(name: str, *, tp: int, pp: int, dp: int, cp: int = 1, ep: int = 1, kind: str | None = "H100",
+                 parameters: float | None = None, hidden: int = 8192, layers: int = 80, seq_len: int = 4096,
+                 micro_batches: int = 16, require_tp_node: bool = False, exposure: dict[str, float] | None = None) -> Job:
+    """A Megatron-style structured job; the parameter count defaults to 12*h^2*L (a dense transformer)."""
+    from placement.job import Constraints
+
+    params = parameters if parameters is not None else 12.0 * hidden * hidden * layers
+    par = ParallelSpec(tp=tp, cp=cp, ep=ep, dp=dp, pp=pp)
+    model = ModelShape(parameters=params, hidden=hidden, layers=layers, seq_len=seq_len, micro_batch=1,
+                       micro_batches=micro_batches, bytes_per_element=2, experts=max(ep, 1) * 8 if ep > 1 else 0,
+                       top_k=2 if ep > 1 else 0)
+    cons = Constraints(require={"tp": "node"}) if require_tp_node else Constraints(prefer={"tp": "node"})
+    return Job(name, par.world_size, kind, par, model, dict(exposure or {}), constraints=cons)

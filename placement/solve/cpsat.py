@@ -1,0 +1,404 @@
+"""The CP-SAT optimizer: rank units onto hosts with level indicators per group, exact or by neighbourhoods.
+
+Coarsening: ranks that must (or, for TP, should) share a host become units; groups and edges that touch the
+same set of units are summed into one term; interchangeable hosts and leaves are pruned to as many as could be
+used. The objective is the linear level form of `placement.cost`: a term whose units share a domain of level
+``l`` (and no lower) costs ``c[l]``. Small models are solved whole (proven optimal when the coarsening is
+exact); larger ones are improved by large-neighbourhood search, re-solving the units of a few domains at a
+time. Hosts with non-uniform intra-node links are refined afterwards (`placement.solve.refine`).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from ortools.sat.python import cp_model
+
+from placement.cost import Path, collective_seconds, evaluate, p2p_seconds
+from placement.job import Job
+from placement.solve import SolveOptions
+from placement.solve.bound import lower_bound
+from placement.solve.construct import HostPool, best_constructive
+from placement.solve.units import candidate_devices, required_units
+from placement.state import ClusterState
+from placement.topology import Topology
+from placement.traffic import Traffic, dimension_groups
+
+__all__ = ["CpsatOutcome", "UnitModel", "solve_cpsat"]
+
+SCALE = 1e9  # objective units: nanoseconds per step
+MAX_FULL_VARS = 25_000
+
+
+@dataclass
+class CpsatOutcome:
+    mapping: list[int] | None
+    lower_bound: float | None
+    stats: dict[str, float | int | str] = field(default_factory=dict)
+    explanation: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Term:
+    """Traffic between a set of units, with its cost when their lowest common domain is at each level."""
+
+    units: tuple[int, ...]
+    cost: list[float]
+
+
+@dataclass
+class UnitModel:
+    """The coarse problem: units (rank tuples) to place on hosts, and the traffic terms between them."""
+
+    units: list[tuple[int, ...]]
+    terms: list[Term]
+    constant: float
+    exact: bool  # True when the linear form equals the evaluator on every mapping of whole units
+    units_exact: bool  # True when units come only from required levels (no heuristic grouping)
+
+
+def _level_paths(topology: Topology) -> list[Path]:
+    return [Path(lv.tier.bandwidth_gbps, lv.tier.latency_us, lv.name, li) for li, lv in enumerate(topology.levels)]
+
+
+def build_units(topology: Topology, job: Job, traffic: Traffic, pool: HostPool) -> tuple[list[tuple[int, ...]], bool]:
+    """Units: required host-level groups; else TP groups when enough hosts hold them whole; else single ranks."""
+    req = required_units(topology, job, traffic)
+    if 0 in req:
+        return [u.ranks for u in req[0]], True
+    par = job.parallel
+    if par is not None and par.tp > 1 and not req:
+        tp_groups = dimension_groups(par, ("tp",))
+        whole = sum(len(d) // par.tp for d in pool.devices.values())
+        if whole >= len(tp_groups):
+            return tp_groups, False
+    return [(r,) for r in range(job.ranks)], True
+
+
+def build_model(topology: Topology, state: ClusterState, traffic: Traffic, units: list[tuple[int, ...]], units_exact: bool) -> UnitModel:
+    unit_of: dict[int, int] = {}
+    for i, u in enumerate(units):
+        for r in u:
+            unit_of[r] = i
+    paths = _level_paths(topology)
+    n_levels = len(paths)
+    acc: dict[tuple[int, ...], list[float]] = {}
+    constant = 0.0
+    for g in traffic.groups:
+        us = tuple(sorted({unit_of[r] for r in g.members}))
+        n = len(g.members)
+        costs = [collective_seconds(g.kind, n, g.bytes, g.count, g.exposed, paths[li]) for li in range(n_levels)]
+        if len(us) == 1:
+            constant += costs[0]
+            continue
+        cur = acc.setdefault(us, [0.0] * n_levels)
+        for li in range(n_levels):
+            cur[li] += costs[li]
+    for e in traffic.edges:
+        us = tuple(sorted({unit_of[e.src], unit_of[e.dst]}))
+        costs = [p2p_seconds(e.bytes, e.count, e.exposed, paths[li]) for li in range(n_levels)]
+        if len(us) == 1:
+            constant += costs[0]
+            continue
+        cur = acc.setdefault(us, [0.0] * n_levels)
+        for li in range(n_levels):
+            cur[li] += costs[li]
+    t0 = topology.levels[0].tier
+    monotone = all(topology.levels[i].tier.bandwidth_gbps <= t0.bandwidth_gbps for i in range(n_levels))
+    exact = (
+        all(nt.matrix is None for nt in topology.host_types)
+        and topology.rail_policy is None
+        and not state.device_slowdown
+        and not state.has_link_faults
+        and monotone
+    )
+    return UnitModel(units, [Term(k, v) for k, v in sorted(acc.items())], constant, exact, units_exact)
+
+
+def _host_classes(topology: Topology, pool: HostPool, hosts: Sequence[int], max_size: int, keep: int) -> list[int]:
+    """Exact symmetry pruning: hosts with the same ancestors and free count are interchangeable; keep `keep`
+    of each class. Then leaves (level 1) with the same parent and the same host multiset: keep `keep`."""
+    n_levels = len(topology.levels)
+    cls: dict[tuple[object, ...], list[int]] = defaultdict(list)
+    for h in hosts:
+        anc = tuple(topology.domain_of(pool.devices[h][0], li) for li in range(1, n_levels))
+        nt = topology.host_types[h]
+        key = (anc, min(pool.free(h), max_size), nt.name if nt.matrix is not None else "",
+               tuple(topology.devices[d].local_index for d in pool.devices[h]) if nt.matrix is not None or topology.rail_policy else ())
+        cls[key].append(h)
+    kept = [h for v in cls.values() for h in v[:keep]]
+    if n_levels < 3:
+        return sorted(kept)
+    # leaf-level symmetry
+    by_leaf: dict[int, list[int]] = defaultdict(list)
+    for h in kept:
+        by_leaf[topology.domain_of(pool.devices[h][0], 1)].append(h)
+    leaf_cls: dict[tuple[object, ...], list[int]] = defaultdict(list)
+    for leaf, hs in by_leaf.items():
+        sig = (topology.parent[1][leaf], tuple(sorted((min(pool.free(h), max_size), topology.host_types[h].name) for h in hs)))
+        leaf_cls[sig].append(leaf)
+    out: list[int] = []
+    for leaves in leaf_cls.values():
+        for leaf in leaves[:keep]:
+            out.extend(by_leaf[leaf])
+    return sorted(out)
+
+
+@dataclass
+class SubResult:
+    assignment: dict[int, int] | None  # unit -> host
+    objective: float | None
+    bound: float | None
+    status: str
+    variables: int
+
+
+def solve_unit_model(
+    topology: Topology,
+    pool: HostPool,
+    model: UnitModel,
+    free_units: Sequence[int],
+    hosts: Sequence[int],
+    fixed: dict[int, int],
+    hint: dict[int, int] | None,
+    options: SolveOptions,
+    time_limit: float,
+) -> SubResult:
+    """Place `free_units` on `hosts` (capacity: free devices minus what fixed units hold there)."""
+    n_levels = len(topology.levels)
+    m = cp_model.CpModel()
+    units = model.units
+    used: dict[int, int] = defaultdict(int)
+    for u, h in fixed.items():
+        used[h] += len(units[u])
+    room = {h: pool.free(h) - used[h] for h in hosts}
+    x: dict[tuple[int, int], cp_model.IntVar] = {}
+    by_unit: dict[int, list[int]] = defaultdict(list)
+    by_host: dict[int, list[int]] = defaultdict(list)
+    for u in free_units:
+        size = len(units[u])
+        for h in hosts:
+            if room[h] >= size:
+                x[u, h] = m.new_bool_var(f"x{u}_{h}")
+                by_unit[u].append(h)
+                by_host[h].append(u)
+        if not by_unit[u]:
+            return SubResult(None, None, None, "INFEASIBLE", len(x))
+        m.add_exactly_one(x[u, h] for h in by_unit[u])
+    for h, us in by_host.items():
+        if sum(len(units[u]) for u in us) > room[h]:
+            m.add(sum(len(units[u]) * x[u, h] for u in us) <= room[h])
+    dom = [topology.domain_column(li) for li in range(n_levels)]
+    host_dom = {h: [dom[li][pool.devices[h][0]] for li in range(n_levels)] for h in set(hosts) | set(fixed.values())}
+    free_set = set(free_units)
+    obj: list[tuple[int, cp_model.IntVar]] = []
+    const = 0.0
+    for t in model.terms:
+        tf = [u for u in t.units if u in free_set]
+        tx = [u for u in t.units if u not in free_set]
+        if not tf:
+            continue  # constant for this neighbourhood
+        within_prev: cp_model.IntVar | None = None
+        const += t.cost[-1]
+        for li in range(n_levels - 1):
+            delta = t.cost[li + 1] - t.cost[li]
+            fixed_doms = {host_dom[fixed[u]][li] for u in tx}
+            if len(fixed_doms) > 1:
+                continue
+            cand_k: set[int] = set()
+            for u in tf:
+                ks = {host_dom[h][li] for h in by_unit[u]}
+                cand_k = ks if not cand_k and u == tf[0] else cand_k & ks
+            if fixed_doms:
+                cand_k &= fixed_doms
+            if not cand_k:
+                continue
+            w = m.new_bool_var("")
+            a_vars = []
+            for k in sorted(cand_k):
+                a = m.new_bool_var("")
+                a_vars.append(a)
+                for u in tf:
+                    m.add_bool_or([x[u, h] for h in by_unit[u] if host_dom[h][li] == k]).only_enforce_if(a)
+                    if li == 0:
+                        pass
+            m.add(sum(a_vars) == w)
+            if within_prev is not None:
+                m.add_implication(within_prev, w)
+            within_prev = w
+            coef = int(round(delta * SCALE))
+            if coef:
+                obj.append((coef, w))
+    m.minimize(sum(-c * v for c, v in obj))
+    if hint:
+        for (u, h), var in x.items():
+            m.add_hint(var, 1 if hint.get(u) == h else 0)
+    solver = cp_model.CpSolver()
+    p = solver.parameters
+    p.max_time_in_seconds = max(0.05, time_limit)
+    p.num_workers = max(1, options.workers)
+    import os
+    p.log_search_progress = bool(os.environ.get("CPSAT_LOG"))
+    p.random_seed = options.seed
+    if options.relative_gap:
+        p.relative_gap_limit = options.relative_gap
+    if options.workers <= 1:
+        p.interleave_search = True
+    stop = options.stop
+
+    class _Cb(cp_model.CpSolverSolutionCallback):
+        def on_solution_callback(self) -> None:
+            if stop is not None and stop.is_set():
+                self.stop_search()
+
+    cb = _Cb() if stop is not None else None
+    st = solver.solve(m, cb) if cb is not None else solver.solve(m)
+    name = solver.status_name(st)
+    if st not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return SubResult(None, None, None, name, len(x))
+    assign = {u: h for (u, h), var in x.items() if solver.boolean_value(var)}
+    objective = const + solver.objective_value / SCALE
+    bound = const + solver.best_objective_bound / SCALE
+    return SubResult(assign, objective, bound, name, len(x))
+
+
+def _mapping_from_assignment(topology: Topology, pool: HostPool, units: list[tuple[int, ...]], assign: dict[int, int], n_ranks: int) -> list[int]:
+    out = [-1] * n_ranks
+    left = {h: list(devs) for h, devs in pool.devices.items()}
+    for u in sorted(assign):
+        h = assign[u]
+        for r in units[u]:
+            out[r] = left[h].pop(0)
+    return out
+
+
+def _assignment_from_mapping(topology: Topology, units: list[tuple[int, ...]], mapping: Sequence[int]) -> dict[int, int] | None:
+    out: dict[int, int] = {}
+    for i, u in enumerate(units):
+        hosts = {topology.devices[mapping[r]].host_index for r in u}
+        if len(hosts) != 1:
+            return None
+        out[i] = hosts.pop()
+    return out
+
+
+def solve_cpsat(topology: Topology, state: ClusterState, job: Job, traffic: Traffic, options: SolveOptions,
+                hint: list[int] | None = None) -> CpsatOutcome:
+    """Optimize the mapping; see the module docstring. `hint` is a valid mapping to start from, if any."""
+    from placement.solve.refine import refine_hosts  # local import: refine uses cost helpers only
+
+    t0 = time.perf_counter()
+    deadline = t0 + options.time_limit_s
+    stats: dict[str, float | int | str] = {}
+    cands = candidate_devices(topology, state, job)
+    pinned = {r: topology.device_index(d) for r, d in job.constraints.pins.items()}
+    pool = HostPool.of(topology, cands)
+
+    def score(mp: list[int]) -> float:
+        return evaluate(topology, state, job, mp, traffic=traffic, check=False).seconds
+
+    from placement.validate import validate
+
+    def valid(mp: list[int] | None) -> bool:
+        return mp is not None and not validate(topology, state, job, mp, traffic=traffic)
+
+    best = hint if valid(hint) else None
+    best_cost = score(best) if best is not None else math.inf
+    lb = lower_bound(topology, state, traffic, cands)
+    stats["analytic_bound"] = lb
+    hard_spread = bool(job.constraints.spread)
+    units, units_exact = build_units(topology, job, traffic, pool)
+    stats["units"] = len(units)
+    if pinned:
+        units_exact = False
+    # constructive candidates
+    if not pinned:
+        cons, cons_cost, tried = best_constructive(topology, pool, job, units, score, t0 + 0.35 * options.time_limit_s)
+        stats["constructive_tried"] = tried
+        if cons is not None and cons_cost < best_cost and valid(cons):
+            best, best_cost = cons, cons_cost
+    model = build_model(topology, state, traffic, units, units_exact)
+    stats["terms"] = len(model.terms)
+    model_bound: float | None = None
+    if not pinned and not hard_spread and best is not None:
+        assign = _assignment_from_mapping(topology, units, best)
+        max_size = sum(len(u) for u in units)
+        hosts = _host_classes(topology, pool, sorted(pool.devices), max_size, len(units))
+        if assign is not None:
+            # keep the hosts of the incumbent in the model so the hint stays feasible
+            hosts = sorted(set(hosts) | set(assign.values()))
+        n_vars = sum(1 for u in units for h in hosts if pool.free(h) >= len(u))
+        stats["model_vars"] = n_vars
+        remaining = deadline - time.perf_counter()
+        if n_vars <= MAX_FULL_VARS and remaining > 0.05:
+            res = solve_unit_model(topology, pool, model, list(range(len(units))), hosts, {}, assign, options, remaining * 0.9)
+            stats["cpsat_status"] = res.status
+            if res.assignment is not None:
+                mp = _mapping_from_assignment(topology, pool, units, res.assignment, job.ranks)
+                c = score(mp)
+                stats["model_objective"] = (res.objective or 0.0) + model.constant
+                if c < best_cost and valid(mp):
+                    best, best_cost = mp, c
+                if res.bound is not None and model.exact and model.units_exact:
+                    model_bound = res.bound + model.constant
+        elif assign is not None:
+            best, best_cost, lns_stats = _lns(topology, state, job, traffic, pool, model, assign, best, best_cost, score, valid, options, deadline)
+            stats.update(lns_stats)
+    if best is not None and any(nt.matrix is not None for nt in topology.host_types):
+        refined = refine_hosts(topology, state, job, traffic, best, cands, deadline)
+        rc = score(refined)
+        if rc < best_cost and valid(refined):
+            best, best_cost = refined, rc
+    bound = max(lb, model_bound) if model_bound is not None else lb
+    if best is not None:
+        bound = min(bound, best_cost)
+    stats["cpsat_wall_s"] = time.perf_counter() - t0
+    return CpsatOutcome(best, bound, stats)
+
+
+def _lns(topology: Topology, state: ClusterState, job: Job, traffic: Traffic, pool: HostPool, model: UnitModel,
+         assign: dict[int, int], best: list[int], best_cost: float, score, valid, options: SolveOptions,  # type: ignore[no-untyped-def]
+         deadline: float) -> tuple[list[int], float, dict[str, float | int | str]]:
+    """Large-neighbourhood search: free the units of two level-1 domains (plus spare hosts there), re-solve."""
+    rng = random.Random(options.seed)
+    n_levels = len(topology.levels)
+    li = 1 if n_levels > 2 else 0
+    col = topology.domain_column(li)
+    dom_hosts: dict[int, list[int]] = defaultdict(list)
+    for h, devs in pool.devices.items():
+        dom_hosts[col[devs[0]]].append(h)
+    used_doms = sorted({col[pool.devices[h][0]] for h in assign.values()})
+    rounds = improved = 0
+    while time.perf_counter() < deadline - 0.05 and used_doms:
+        if options.stop is not None and options.stop.is_set():
+            break
+        rounds += 1
+        pick = set(rng.sample(used_doms, min(2, len(used_doms))))
+        others = [k for k in dom_hosts if k not in pick]
+        if others:
+            pick.add(rng.choice(others))
+        hosts = sorted(h for k in pick for h in dom_hosts[k])
+        hset = set(hosts)
+        free_units = [u for u, h in assign.items() if h in hset]
+        if len(free_units) < 2:
+            continue
+        fixed = {u: h for u, h in assign.items() if h not in hset}
+        budget = min(1.0, deadline - time.perf_counter() - 0.05)
+        if budget <= 0.05:
+            break
+        res = solve_unit_model(topology, pool, model, free_units, hosts, fixed, assign, options, budget)
+        if res.assignment is None:
+            continue
+        cand = dict(fixed) | res.assignment
+        mp = _mapping_from_assignment(topology, pool, model.units, cand, job.ranks)
+        c = score(mp)
+        if c < best_cost - 1e-12 and valid(mp):
+            best, best_cost, assign = mp, c, cand
+            used_doms = sorted({col[pool.devices[h][0]] for h in assign.values()})
+            improved += 1
+    return best, best_cost, {"lns_rounds": rounds, "lns_improved": improved}

@@ -1,0 +1,151 @@
+"""`place` and `compare`: run a strategy, pre-check feasibility, re-score, validate, attach baselines.
+
+The one entry point the CLI, the gRPC server and what-if studies share.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Sequence
+
+from placement.cost import CostReport, evaluate
+from placement.errors import InfeasibleError, PlacementError
+from placement.job import Job
+from placement.solve import PlacementResult, SolveOptions, SolveStatus, Strategy
+from placement.solve.baselines import first_fit, topology_greedy
+from placement.solve.units import candidate_devices, required_units
+from placement.state import ClusterState
+from placement.topology import Topology
+from placement.traffic import Traffic, job_traffic
+from placement.validate import excluded_devices, validate
+
+__all__ = ["compare", "explain_infeasible", "place"]
+
+
+def explain_infeasible(topology: Topology, state: ClusterState, job: Job, traffic: Traffic) -> list[str]:
+    """Pre-checks that catch the obvious infeasible requests, each reason with its numbers."""
+    reasons: list[str] = []
+    cands = candidate_devices(topology, state, job)
+    kind = f" {job.device_kind}" if job.device_kind else ""
+    if len(cands) < job.ranks:
+        excl, _ = excluded_devices(topology, job)
+        of_kind = [d for d in topology.devices if job.device_kind is None or d.kind == job.device_kind]
+        n_failed = sum(1 for d in of_kind if d.index in state.failed)
+        n_occ = sum(1 for d in of_kind if d.index not in state.failed and not state.usable(d.index, job.name))
+        n_excl = sum(1 for d in of_kind if state.usable(d.index, job.name) and d.index in excl)
+        reasons.append(
+            f"the job needs {job.ranks}{kind} devices; {len(cands)} are usable "
+            f"({len(of_kind)} of that kind: {n_occ} occupied, {n_failed} failed, {n_excl} excluded)"
+        )
+    cset = set(cands)
+    for r, dev_id in sorted(job.constraints.pins.items()):
+        d = topology.device_index(dev_id)
+        if d is None:
+            reasons.append(f"rank {r} is pinned to unknown device {dev_id!r}")
+        elif d not in cset:
+            reasons.append(f"rank {r} is pinned to {dev_id}, which is {state.status(d).value if d not in cset and state.usable(d, job.name) is False else 'excluded or of another kind'}")
+    for lvl, units in sorted(required_units(topology, job, traffic).items()):
+        sizes = Counter(len(u.ranks) for u in units)
+        col = topology.domain_column(lvl)
+        free = Counter(col[d] for d in cands)
+        usize = max(sizes)
+        holders = sum(1 for v in free.values() if v >= usize)
+        capacity = sum(v // usize for v in free.values())
+        if capacity < len(units):
+            labels = sorted(lab for lab, lv in job.constraints.require.items() if lv == topology.levels[lvl].name)
+            lname = topology.levels[lvl].name
+            best = max(free.values(), default=0)
+            reasons.append(
+                f"{'+'.join(labels)} requires {usize} free{kind} devices in one {lname} for each of {len(units)} groups: "
+                f"{holders} {lname} domain(s) have them (room for {capacity} groups; the best {lname} has {best} free), {len(units)} are needed"
+            )
+    for i, rule in enumerate(job.constraints.spread):
+        try:
+            fd = state.fault_domain_of(rule.kind, topology)
+        except KeyError:
+            reasons.append(f"constraints.spread[{i}]: unknown fault-domain kind {rule.kind!r}")
+            continue
+        per = Counter(fd.get(d, "<none>") for d in cands)
+        if rule.min_domains is not None and len(per) < rule.min_domains:
+            where = ", ".join(f"{k} ({v})" for k, v in sorted(per.items()))
+            reasons.append(f"spread over >= {rule.min_domains} {rule.kind} domains: the usable devices are in {len(per)} ({where or 'none'})")
+        if rule.max_ranks_per_domain is not None and rule.scope == "job":
+            room = sum(min(v, rule.max_ranks_per_domain) for v in per.values())
+            if room < job.ranks:
+                reasons.append(f"at most {rule.max_ranks_per_domain} ranks per {rule.kind} domain leaves room for {room} ranks over {len(per)} domains; the job has {job.ranks}")
+    return reasons
+
+
+def _score(topology: Topology, state: ClusterState, job: Job, traffic: Traffic, mapping: list[int] | None) -> CostReport | None:
+    if mapping is None or validate(topology, state, job, mapping, traffic=traffic):
+        return None
+    return evaluate(topology, state, job, mapping, traffic=traffic, check=False)
+
+
+def place(topology: Topology, state: ClusterState, job: Job, options: SolveOptions | None = None) -> PlacementResult:
+    """Place `job` on `state`. Raises `InfeasibleError` (with reasons and numbers) when no mapping exists."""
+    opts = options or SolveOptions()
+    t0 = time.perf_counter()
+    traffic = job_traffic(job)
+    bad = [str(v) for v in validate(topology, state, job, [], traffic=traffic) if v.rule in ("exclude",)]
+    if bad:
+        raise PlacementError("; ".join(bad))
+    reasons = explain_infeasible(topology, state, job, traffic)
+    if reasons:
+        raise InfeasibleError(reasons)
+    ff = first_fit(topology, state, job)
+    tg = topology_greedy(topology, state, job, traffic)
+    ff_rep = _score(topology, state, job, traffic, ff)
+    tg_rep = _score(topology, state, job, traffic, tg)
+    baselines: dict[str, float | None] = {
+        Strategy.FIRST_FIT.value: ff_rep.seconds if ff_rep else None,
+        Strategy.TOPOLOGY_GREEDY.value: tg_rep.seconds if tg_rep else None,
+    }
+    stats: dict[str, float | int | str] = {}
+    lower: float | None = None
+    if opts.strategy is Strategy.FIRST_FIT:
+        mapping, rep = ff, ff_rep
+        if mapping is not None and rep is None:
+            raise InfeasibleError(["first-fit's mapping breaks a hard rule: " + str(validate(topology, state, job, mapping, traffic=traffic)[0])])
+    elif opts.strategy is Strategy.TOPOLOGY_GREEDY:
+        mapping, rep = tg, tg_rep
+        if rep is None:
+            why = "no domain holds the job's units" if tg is None else "its mapping breaks " + str(validate(topology, state, job, tg, traffic=traffic)[0])
+            raise InfeasibleError([f"topology-greedy found no valid mapping: {why}; try the cpsat strategy"])
+    else:
+        from placement.solve.cpsat import solve_cpsat
+
+        hint = tg if tg_rep is not None else (ff if ff_rep is not None else None)
+        out = solve_cpsat(topology, state, job, traffic, opts, hint=hint)
+        mapping, lower, stats = out.mapping, out.lower_bound, out.stats
+        if mapping is None:
+            raise InfeasibleError(out.explanation or ["the solver proved that no mapping satisfies the hard rules"])
+        rep = _score(topology, state, job, traffic, mapping)
+        if rep is None:  # never return an invalid mapping
+            v = validate(topology, state, job, mapping, traffic=traffic)
+            raise PlacementError(f"internal: the solver returned a mapping that breaks {v[0]}")
+        # never worse than a valid baseline on the same state
+        for base_map, base_rep in ((tg, tg_rep), (ff, ff_rep)):
+            if base_rep is not None and base_map is not None and base_rep.seconds < rep.seconds - 1e-12:
+                mapping, rep = base_map, base_rep
+                stats["fallback"] = "baseline"
+    if mapping is None or rep is None:
+        raise InfeasibleError(["no valid mapping found"])
+    status = SolveStatus.FEASIBLE
+    if opts.strategy is Strategy.CPSAT and lower is not None and rep.seconds - lower <= 1e-9 * max(1.0, rep.seconds):
+        status = SolveStatus.OPTIMAL
+    stats["wall_s"] = time.perf_counter() - t0
+    return PlacementResult(status, opts.strategy, mapping, rep, lower, [], stats, baselines)
+
+
+def compare(topology: Topology, state: ClusterState, jobs: Sequence[Job], options: SolveOptions | None = None) -> list[tuple[Job, PlacementResult | None, str | None]]:
+    """Place each job on the same state; ranked by seconds per step (infeasible ones last, with the reason)."""
+    rows: list[tuple[Job, PlacementResult | None, str | None]] = []
+    for job in jobs:
+        try:
+            rows.append((job, place(topology, state, job, options), None))
+        except InfeasibleError as e:
+            rows.append((job, None, "; ".join(e.reasons)))
+    rows.sort(key=lambda t: (t[1] is None, t[1].seconds if t[1] is not None and t[1].seconds is not None else 0.0, t[0].name))
+    return rows

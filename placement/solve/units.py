@@ -1,0 +1,87 @@
+"""Candidate devices and rank units: the filtered, coarsened view every strategy starts from.
+
+Candidates are usable devices of the right kind that no exclusion names. Units are rank sets that a required
+level forces into one domain (``tp: node`` makes each TP group a unit at the node level), nested when several
+labels are required at different levels.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from placement.job import Job
+from placement.state import ClusterState
+from placement.topology import Topology
+from placement.traffic import Traffic
+from placement.validate import excluded_devices
+
+__all__ = ["Unit", "candidate_devices", "required_units"]
+
+
+def candidate_devices(topology: Topology, state: ClusterState, job: Job) -> list[int]:
+    """Devices a rank of `job` may use, in cluster order (pinned devices included when usable)."""
+    excl, _ = excluded_devices(topology, job)
+    kind = job.device_kind
+    return [
+        d.index
+        for d in topology.devices
+        if state.usable(d.index, job.name) and d.index not in excl and (kind is None or d.kind == kind)
+    ]
+
+
+@dataclass(frozen=True)
+class Unit:
+    """Ranks that must share one domain of `level` (0 = a host); `ranks` sorted."""
+
+    level: int
+    ranks: tuple[int, ...]
+
+
+class _DSU:
+    def __init__(self, n: int) -> None:
+        self.p = list(range(n))
+
+    def find(self, x: int) -> int:
+        while self.p[x] != x:
+            self.p[x] = self.p[self.p[x]]
+            x = self.p[x]
+        return x
+
+    def union(self, a: int, b: int) -> None:
+        ra, rb = self.find(a), self.find(b)
+        if ra != rb:
+            self.p[max(ra, rb)] = min(ra, rb)
+
+
+def required_units(topology: Topology, job: Job, traffic: Traffic) -> dict[int, list[Unit]]:
+    """Per level (only levels some label requires): the rank units forced into one domain of that level.
+
+    A unit at level l also includes every unit at levels below l that it touches (requirements nest).
+    """
+    req: dict[int, list[str]] = {}
+    for label, lname in job.constraints.require.items():
+        try:
+            req.setdefault(topology.level_index(lname), []).append(label)
+        except KeyError:
+            continue  # reported by validate and the pre-checks
+    out: dict[int, list[Unit]] = {}
+    dsu = _DSU(job.ranks)
+    for level in sorted(req):  # lower levels first: their unions carry upward
+        labels = set(req[level])
+        for g in traffic.groups:
+            if g.label in labels:
+                for m in g.members[1:]:
+                    dsu.union(g.members[0], m)
+        for e in traffic.edges:
+            if e.label in labels:
+                dsu.union(e.src, e.dst)
+        comp: dict[int, list[int]] = {}
+        for r in range(job.ranks):
+            comp.setdefault(dsu.find(r), []).append(r)
+        out[level] = [Unit(level, tuple(v)) for _, v in sorted(comp.items()) if len(v) > 1 or True]
+    return out
+
+
+def group_sizes(units: Sequence[Unit]) -> list[int]:
+    return [len(u.ranks) for u in units]
