@@ -178,7 +178,8 @@ def test_amd_resource_name() -> None:
         parse_k8s_nodes(doc, "eks", levels=EKS_LEVELS)
     assert len(info.value.problems) == 11
     assert _problems(info)[0] == (
-        'items[1].status.allocatable: node "ip-10-1-20-18.us-west-2.compute.internal" has level labels but no '
+        'items[1].status.allocatable: node "ip-10-1-20-18.us-west-2.compute.internal" has level labels but '
+        'no '
         '"nvidia.com/gpu" in allocatable or capacity and no label "nvidia.com/gpu.count"; check gpu_resource'
     )
 
@@ -222,7 +223,7 @@ def test_short_level_name(key: str, short: str) -> None:
 
 def test_broken_fixture_reports_every_problem_with_its_item_path() -> None:
     text = (FIXTURES / "broken-nodes.json").read_text()
-    levels = "cloud.google.com/gce-topology-block,cloud.google.com/gce-topology-subblock,kubernetes.io/hostname"
+    levels = ",".join([GKE_LEVELS[0], GKE_LEVELS[1], GKE_LEVELS[3]])
     with pytest.raises(InputError) as info:
         parse_k8s_nodes(text, "broken-nodes.json", levels=levels)
     items = _load("broken-nodes.json")["items"]
@@ -232,13 +233,16 @@ def test_broken_fixture_reports_every_problem_with_its_item_path() -> None:
     sub_key = 'metadata.labels["cloud.google.com/gce-topology-subblock"]'
     assert info.value.source == "broken-nodes.json"
     assert _problems(info) == [
-        f'items[1].{sub_key}: missing on node "gke-train-a3mega-pool-6b1d2e7f-bbbb"; every GPU node needs all 2 '
+        f'items[1].{sub_key}: missing on node "gke-train-a3mega-pool-6b1d2e7f-bbbb"; every GPU node needs '
+        f'all 2 '
         "level labels",
-        "items[2].status.allocatable[\"nvidia.com/gpu\"]: 'eight' on node \"gke-train-a3mega-pool-6b1d2e7f-cccc\" "
+        "items[2].status.allocatable[\"nvidia.com/gpu\"]: 'eight' on node "
+        "\"gke-train-a3mega-pool-6b1d2e7f-cccc\" "
         "is not a whole number of GPUs",
         f'items[3].{sub_key}: subblock "{sub}" is under block "{block3}" here but under block "{block0}" at '
         f"items[0].{sub_key}; label values must be global ids (one parent each)",
-        'items[4].metadata.labels["kubernetes.io/hostname"]: host "gke-train-a3mega-pool-6b1d2e7f-aaaa" appears '
+        'items[4].metadata.labels["kubernetes.io/hostname"]: host "gke-train-a3mega-pool-6b1d2e7f-aaaa" '
+        'appears '
         "twice (first at items[0]); host names must be unique",
         "items[5].kind: expected \"Node\", got 'Pod'; list nodes only (kubectl get nodes -o json)",
     ]
@@ -248,17 +252,21 @@ def test_broken_fixture_reports_every_problem_with_its_item_path() -> None:
     ("levels", "level_names", "expected"),
     [
         (["a.example/rack", "b.example/rack", "kubernetes.io/hostname"], None,
-         ['levels: "a.example/rack" and "b.example/rack" both shorten to the level name "rack"; pass level_names '
+         ['levels: "a.example/rack" and "b.example/rack" both shorten to the level name "rack"; pass '
+          'level_names '
           "with 2 unique names, coarse -> fine"]),
-        (["x.example/node"], None, ['levels: "x.example/node" shortens to "node", the name of the host level; '
+        (["x.example/node"], None, ['levels: "x.example/node" shortens to "node", the name of the host '
+                                    'level; '
                                     "pass level_names"]),
         (["kubernetes.io/hostname", "cloud.google.com/gce-topology-block"], None,
          ['levels: "kubernetes.io/hostname" must be the finest (last) key, as in Kueue TAS']),
         ([], None, ["levels: is empty; give the topology label keys coarse -> fine, e.g. "
                     "cloud.google.com/gce-topology-block,...,kubernetes.io/hostname"]),
         (GKE_LEVELS, ["block", "subblock"],
-         ["level_names: has 2 name(s) but there are 3 level key(s) to name (cloud.google.com/gce-topology-block, "
-          "cloud.google.com/gce-topology-subblock, cloud.google.com/gce-topology-host); give one name per key, "
+         ["level_names: has 2 name(s) but there are 3 level key(s) to name "
+          "(cloud.google.com/gce-topology-block, "
+          "cloud.google.com/gce-topology-subblock, cloud.google.com/gce-topology-host); give one name per "
+          "key, "
           "coarse -> fine (kubernetes.io/hostname names the host and gets none)"]),
         (GKE_LEVELS, ["a", "a", "node"],
          ['level_names[1]: "a" is used twice; level names must be unique',
@@ -285,7 +293,8 @@ def test_cluster_is_a_reserved_name_when_the_top_needs_it() -> None:
         ('{"items": {}}', ["items: must be a list of Nodes, got a mapping"]),
         ('{"items": []}', ['items: no node has a "nvidia.com/gpu" count above 0 and the level labels; '
                            "nothing to import"]),
-        ("items: [a: b: c]", ["line 1, column 13: is neither JSON nor valid YAML: expected ',' or ']', but got "
+        ("items: [a: b: c]", ["line 1, column 13: is neither JSON nor valid YAML: expected ',' or ']', but "
+                              "got "
                               "':'"]),
     ],
 )
@@ -308,9 +317,11 @@ def test_item_shape_errors() -> None:
         "items[0]: expected a Node object, got a string",
         "items[1].metadata: must be a mapping with name and labels, got nothing",
         "items[2].metadata.labels: must be a mapping of label key to value, got a list",
-        f'items[3].status.allocatable["nvidia.com/gpu"]: -1 on node "{node["metadata"]["name"]}" is not a whole '
+        f'items[3].status.allocatable["nvidia.com/gpu"]: -1 on node "{node["metadata"]["name"]}" is not a '
+        f'whole '
         "number of GPUs",
-        f'items[4].metadata.labels["cloud.google.com/gce-topology-block"]: empty or not a string (\'\') on node '
+        f'items[4].metadata.labels["cloud.google.com/gce-topology-block"]: empty or not a string (\'\') on '
+        f'node '
         f'"{node["metadata"]["name"]}"; every GPU node needs all 3 level labels',
     ]
 

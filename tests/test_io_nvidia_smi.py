@@ -388,6 +388,26 @@ def test_unknown_codes_are_all_reported_verbatim() -> None:
     assert len(e.value.problems) == 4
 
 
+def test_nv_code_glued_to_affinity_is_ambiguous() -> None:
+    text = "\tGPU0\tGPU1\tCPU Affinity\nGPU0\t X \tNV120-23\nGPU1\tNV12\t X \t0-23\n"
+    with pytest.raises(InputError) as e:
+        parse_nvidia_smi(text, "box.txt")
+    assert str(e.value) == (
+        f"box.txt: line 2, column 10: unknown link code 'NV120-23' (GPU0 -> GPU1); {EXPECTED}; it looks like "
+        "NV<n> glued to the CPU Affinity (ambiguous: put a space between them)"
+    )
+
+
+def test_nic_legend_conflicts_are_errors() -> None:
+    text = "\tGPU0\tNIC0\tNIC1\nGPU0\t X \tPIX\tSYS\n\nNIC Legend:\n  NIC0: mlx5_0\n  NIC1: mlx5_0\n"
+    with pytest.raises(InputError) as e:
+        parse_nvidia_smi(text, "box.txt")
+    assert (
+        str(e.value)
+        == "box.txt: line 6, column 9: NIC Legend gives NIC0 and NIC1 the same device name 'mlx5_0'"
+    )
+
+
 def test_asymmetric_matrix_names_both_cells() -> None:
     text = "\tGPU0\tGPU1\tGPU2\nGPU0\t X \tNV1\tSYS\nGPU1\tNV2\t X \tSYS\nGPU2\tSYS\tSYS\t X \n"
     with pytest.raises(InputError) as e:

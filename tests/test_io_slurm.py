@@ -1,4 +1,5 @@
-"""Tests of placement.io.slurm on the real topology.conf/topology.yaml examples and on synthetic broken inputs."""
+"""Tests of placement.io.slurm on the real topology.conf/topology.yaml examples and on synthetic broken "
+  "inputs."""
 
 from __future__ import annotations
 
@@ -26,7 +27,8 @@ def _data_files() -> list[Path]:
 
 def _need_data() -> None:
     if not SLURM.is_dir():
-        pytest.skip(f"shared topology data not found at {SLURM} (expected next to the repo, /work/shared/data)")
+        pytest.skip(f"shared topology data not found at {SLURM} (expected next to the repo, "
+                    f"/work/shared/data)")
 
 
 def _level_names(cluster: dict[str, Any]) -> list[str]:
@@ -170,13 +172,15 @@ def test_3tier_level_names() -> None:
     cluster, _ = read_slurm(SLURM / "topology.conf.tree.3tier__nvidia_topograph_expected.conf",
                             level_names=["leaf", "spine", "core"])
     assert _level_names(cluster) == ["node", "leaf", "spine", "core"]
-    assert _host(cluster, "srv4203")["domains"] == {"leaf": "switch.1.8", "spine": "switch.2.4", "core": "switch.3.1"}
+    assert _host(cluster, "srv4203")["domains"] == {
+        "leaf": "switch.1.8", "spine": "switch.2.4", "core": "switch.3.1"}
 
 
 def test_3tier_level_names_count_mismatch_names_both_counts() -> None:
     _need_data()
     with pytest.raises(InputError) as info:
-        read_slurm(SLURM / "topology.conf.tree.3tier__nvidia_topograph_expected.conf", level_names=["leaf", "spine"])
+        read_slurm(SLURM / "topology.conf.tree.3tier__nvidia_topograph_expected.conf",
+                   level_names=["leaf", "spine"])
     assert _problems(info) == [
         "level_names: has 2 name(s) (leaf, spine) but the topology has 3 level(s) above the hosts "
         "(switch1, switch2, switch3), named bottom-up"
@@ -205,7 +209,8 @@ def test_yaml_flat_and_unknown_topologies_are_errors() -> None:
     ]
     with pytest.raises(InputError) as info:
         parse_topology_yaml(text, "topology.yaml", topology="topo9")
-    assert _problems(info) == ['topology: "topo9" is not defined here; the topologies are "topo1", "topo2", "topo3"']
+    assert _problems(info) == ['topology: "topo9" is not defined here; the topologies are "topo1", "topo2", '
+                               '"topo3"']
 
 
 def test_read_slurm_sniffs_the_format_without_a_known_suffix(tmp_path: Path) -> None:
@@ -240,7 +245,8 @@ def _conf_error(text: str, **kw: Any) -> list[str]:
 
 def test_node_under_two_switches() -> None:
     assert _conf_error("SwitchName=s0 Nodes=dev[0-5]\nSwitchName=s1 Nodes=dev[5-8]\n") == [
-        'line 2, column 21: node "dev5" is under switch "s1" but already under switch "s0" (line 1, column 21); '
+        'line 2, column 21: node "dev5" is under switch "s1" but already under switch "s0" (line 1, column '
+        '21); '
         "a node hangs off exactly one leaf switch"
     ]
     assert _conf_error("SwitchName=s0 Nodes=dev[0-5]\nSwitchName=s1 Nodes=dev[3-8]\n") == [
@@ -317,30 +323,35 @@ def test_bad_hostlist_range() -> None:
         ),
         pytest.param(
             "SwitchName=l Nodes=n1\nSwitchName=a Switches=l\nSwitchName=b Switches=l\n",
-            ['line 3, column 23: switch "l" is under switch "b" but already under switch "a" (line 2, column 23); '
+            ['line 3, column 23: switch "l" is under switch "b" but already under switch "a" (line 2, '
+             'column 23); '
              "a switch has one parent"],
             id="two-parents",
         ),
         pytest.param(
             "BlockName=b1 Nodes=n[1-8]\nBlockName=b2 Nodes=n[9-16]\nBlockSizes=8,20\n",
-            ["line 3, column 12: BlockSizes entry 20 is not a multiple of the base block size 8 (the first entry)"],
+            ["line 3, column 12: BlockSizes entry 20 is not a multiple of the base block size 8 (the first "
+             "entry)"],
             id="blocksize-not-multiple",
         ),
         pytest.param(
             "BlockName=b1 Nodes=n[1-8]\nBlockName=b2 Nodes=n[9-16]\nBlockSizes=8,24\n",
-            ["line 3, column 12: BlockSizes entry 24 is 3 x the base block size 8; each later size must be the "
+            ["line 3, column 12: BlockSizes entry 24 is 3 x the base block size 8; each later size must be "
+             "the "
              "base size times 2, 4, 8, ... (e.g. 16, 32)"],
             id="blocksize-not-power-of-two",
         ),
         pytest.param(
             "BlockName=b1 Nodes=n[1-8]\nBlockName=b2 Nodes=n[9-14]\nBlockSizes=8,16\n",
-            ['line 2, column 11: block "b2" has 6 nodes, fewer than the base block size 8 (the first BlockSizes '
+            ['line 2, column 11: block "b2" has 6 nodes, fewer than the base block size 8 (the first '
+             'BlockSizes '
              "entry); every block needs at least that many"],
             id="block-smaller-than-base",
         ),
         pytest.param(
             "BlockName=b1 Nodes=n[1-8]\nBlockName=b2 Nodes=n[8-15]\n",
-            ['line 2, column 20: node "n8" is under block "b2" but already under block "b1" (line 1, column 20); '
+            ['line 2, column 20: node "n8" is under block "b2" but already under block "b1" (line 1, column '
+             '20); '
              "a node belongs to one block"],
             id="node-in-two-blocks",
         ),
@@ -356,7 +367,8 @@ def test_bad_hostlist_range() -> None:
         ),
         pytest.param(
             "RingName=r0 Nodes=n[1-4]\nRingName=r1 Nodes=n[4-5]\n",
-            ['line 2, column 19: node "n4" is under ring "r1" but already under ring "r0" (line 1, column 19); '
+            ['line 2, column 19: node "n4" is under ring "r1" but already under ring "r0" (line 1, column '
+             '19); '
              "a node belongs to one ring"],
             id="node-in-two-rings",
         ),
@@ -366,7 +378,8 @@ def test_bad_hostlist_range() -> None:
              'topology="block"'],
             id="mixed-kinds",
         ),
-        pytest.param("# only a comment\n\n", ["no SwitchName=, BlockName= or RingName= lines: nothing to import"],
+        pytest.param("# only a comment\n\n", ["no SwitchName=, BlockName= or RingName= lines: nothing to "
+                                              "import"],
                      id="empty"),
         pytest.param('SwitchName=s0 Nodes="n1\n',
                      ['line 1, column 21: the quote opened after "Nodes=" is never closed'], id="open-quote"),
@@ -410,7 +423,8 @@ def test_conf_syntax_oddities() -> None:
     assert _domains(cluster, "switch2") == Counter({"top": 5, "s2top": 1})
     assert _level_names(cluster) == ["node", "switch1", "switch2", "cluster"]
     assert warnings == [
-        '2 top switches ("top", "s2top") are not connected to each other; added the level "cluster" above them '
+        '2 top switches ("top", "s2top") are not connected to each other; added the level "cluster" above '
+        'them '
         "(Slurm never spans one job across unconnected switches)"
     ]
 
@@ -470,7 +484,8 @@ def test_blocksizes_larger_than_the_cluster_are_dropped() -> None:
 
 def test_level_names_rules() -> None:
     text = "SwitchName=s0 Nodes=n1\nSwitchName=s1 Nodes=n2\n"
-    assert _conf_error(text, level_names=["node"]) == ['level_names[0]: "node" is the host level; choose another name']
+    assert _conf_error(text, level_names=["node"]) == ['level_names[0]: "node" is the host level; choose '
+                                                       'another name']
     with pytest.raises(InputError, match='the name "cluster" is taken'):
         parse_topology_conf(text, "t.conf", level_names=["cluster"])
     cluster, _ = parse_topology_conf(text, "t.conf", level_names=["tor"])
@@ -533,16 +548,19 @@ def test_yaml_errors_name_path_and_line() -> None:
       - block: b1
         nodes: n[1-4]
 """
-    assert _yaml_error(text) == ['topology: no entry has cluster_default: true; pass topology= one of "a", "b"']
+    assert _yaml_error(text) == ['topology: no entry has cluster_default: true; pass topology= one of "a", '
+                                 '"b"']
     assert _yaml_error(text, topology="a") == [
         '[0].tree.switches[1].color (line 9): unknown key "color"; expected switch, children, nodes',
         '[0].tree.switches[1].nodes (line 8): node "n4" is under switch "s1" but already under switch "s0" '
         "([0].tree.switches[0].nodes (line 6)); a node hangs off exactly one leaf switch",
-        '[0].tree.switches[2].children (line 11): switch "s2" is listed in children of "top" but never defined; '
+        '[0].tree.switches[2].children (line 11): switch "s2" is listed in children of "top" but never '
+        'defined; '
         'add a "- switch: s2" entry',
     ]
     assert _yaml_error(text, topology="b") == [
-        "[1].block.block_sizes[1] (line 14): BlockSizes entry 12 is 3 x the base block size 4; each later size "
+        "[1].block.block_sizes[1] (line 14): BlockSizes entry 12 is 3 x the base block size 4; each later "
+        "size "
         "must be the base size times 2, 4, 8, ... (e.g. 8, 16)"
     ]
 
@@ -552,16 +570,20 @@ def test_yaml_errors_name_path_and_line() -> None:
     [
         ("", ["is empty; expected a list of topologies (- topology: NAME ...)"]),
         ("topology: a\n", ["line 1: expected a list of topologies (- topology: NAME ...), got a mapping"]),
-        ("- topology: [\n", ["line 2, column 1: is not valid YAML: expected the node content, but found '<stream end>'"]),
-        ("- topology: a\n  tree: {switches: []}\n", ["[0].tree.switches (line 2): switches must be a non-empty "
+        ("- topology: [\n", ["line 2, column 1: is not valid YAML: expected the node content, but found "
+                             "'<stream end>'"]),
+        ("- topology: a\n  tree: {switches: []}\n", ["[0].tree.switches (line 2): switches must be a "
+                                                     "non-empty "
                                                      "list, got a list"]),
-        ("- topology: a\n  flat: true\n  block: {}\n", ['[0] (line 1): topology "a" must define exactly one of '
+        ("- topology: a\n  flat: true\n  block: {}\n", ['[0] (line 1): topology "a" must define exactly one '
+                                                        'of '
                                                         "tree, block, flat: true (got block, flat)"]),
         ("- topology: a\n  tree: {switches: [{switch: s, nodes: n1}]}\n- topology: a\n  flat: true\n",
          ['[1].topology (line 3): topology "a" is defined twice (first at [0].topology (line 1))']),
         ("- topology: a\n  cluster_default: yes please\n  tree: {switches: [{switch: s, nodes: n1}]}\n",
          ['[0].cluster_default (line 2): must be true or false, got the string "yes please"']),
-        ("- topology: d\n  when: 2024-02-30\n  flat: true\n", ["is not valid YAML: day is out of range for month"]),
+        ("- topology: d\n  when: 2024-02-30\n  flat: true\n", ["is not valid YAML: day is out of range for "
+                                                               "month"]),
     ],
 )
 def test_yaml_structure_errors(text: str, expected: list[str]) -> None:

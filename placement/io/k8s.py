@@ -102,7 +102,8 @@ def parse_k8s_nodes(
     parent_of: list[dict[str, tuple[str | None, str]]] = [{} for _ in level_keys]
     no_gpu: list[str] = []
     zero_gpu: list[str] = []
-    display = names or []
+    assert names is not None  # None only together with a problem, raised above
+    display = names
 
     for item, path in items:
         node = _node_view(item, path, problems)

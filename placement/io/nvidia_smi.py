@@ -49,6 +49,7 @@ _SEPARATOR_RE = re.compile(r"[\s|:+=\-]*-[\s|:+=\-]*")
 _CPU_LIST_RE = re.compile(r"\d+(?:-\d+)?(?:,\d+(?:-\d+)?)*")
 _TOKEN_RE = re.compile(r"\S+")
 _EXPECTED_CODES = "expected X, NV<n> (n >= 1), PIX, PXB, PHB, NODE or SYS (legacy SOC)"
+_NV_GLUED_HINT = "; it looks like NV<n> glued to the CPU Affinity (ambiguous: put a space between them)"
 # closeness of a GPU to a NIC, best first; NV# (a NIC behind NVLink, rare) counts as closest
 _NIC_RANK = {"PIX": 0, "PXB": 1, "PHB": 2, "NODE": 3, "SYS": 4}
 _SYS_RANK = _NIC_RANK["SYS"]
@@ -114,7 +115,7 @@ class _Row:
 class _Table:
     header: _Header
     rows: list[_Row] = field(default_factory=list)
-    legend: dict[str, tuple[str, int]] = field(default_factory=dict)  # NICn -> (device, line)
+    legend: dict[str, tuple[str, str]] = field(default_factory=dict)  # NICn -> (device, "line L, column C")
     end: tuple[int, str] | None = None  # the line that ended the rows, when not the end of the input
 
 
@@ -270,7 +271,7 @@ def _scan(lines: Sequence[str]) -> tuple[list[_Table], list[str]]:
 
 def _attach_legends(lines: Sequence[str], tables: list[_Table], ps: Problems) -> None:
     """Give each `NIC Legend:` block to the table printed just before it (or the first table)."""
-    block: dict[str, tuple[str, int]] | None = None
+    block: dict[str, tuple[str, str]] | None = None
     for no, raw in enumerate(lines, 1):
         line = _clean(raw)
         if _LEGEND_HEAD_RE.fullmatch(line):
@@ -283,15 +284,15 @@ def _attach_legends(lines: Sequence[str], tables: list[_Table], ps: Problems) ->
         if m is None:
             block = None
             continue
-        nic, dev = m.group(1), m.group(2)
+        nic, dev, at = m.group(1), m.group(2), f"line {no}, column {m.start(2) + 1}"
         if nic in block and block[nic][0] != dev:
             ps.add(
-                f"line {no}, column {m.start(2) + 1}",
-                f"NIC Legend maps {nic} to '{dev}' but line {block[nic][1]} maps it to '{block[nic][0]}'; "
+                at,
+                f"NIC Legend maps {nic} to '{dev}' but {block[nic][1]} maps it to '{block[nic][0]}'; "
                 "each NIC has one device name",
             )
         else:
-            block[nic] = (dev, no)
+            block[nic] = (dev, at)
 
 
 # ------------------------------------------------------------------------------------------- building
@@ -353,7 +354,11 @@ def _read_row(row: _Row, i: int, names: list[str], t: _Table, grid: _Grid, ps: P
             code = _normalize(cell.text)
             where = cell.at(row.line)
             if code is None:
-                ps.add(where, f"unknown link code '{cell.text}' ({label} -> {names[j]}); {_EXPECTED_CODES}")
+                hint = ""
+                if re.fullmatch(r"NV\d+[\d,\-]*[,\-][\d,\-]*", cell.text):
+                    hint = _NV_GLUED_HINT
+                msg = f"unknown link code '{cell.text}' ({label} -> {names[j]}); {_EXPECTED_CODES}{hint}"
+                ps.add(where, msg)
                 continue
             if i == j and code != "X":
                 ps.add(where, f"diagonal cell {label} -> {label} is '{cell.text}'; the diagonal must be X")
@@ -564,7 +569,7 @@ def _build(t: _Table, ps: Problems, allow_partial: bool, warnings: list[str]) ->
 
 
 def _resolve_nics(
-    header: list[str], legend: dict[str, tuple[str, int]], ps: Problems, warnings: list[str]
+    header: list[str], legend: dict[str, tuple[str, str]], ps: Problems, warnings: list[str]
 ) -> list[str]:
     nics = [legend[n][0] if n in legend else n for n in header]
     unresolved = [n for n in header if re.fullmatch(r"NIC\d+", n) and n not in legend]
@@ -573,8 +578,8 @@ def _resolve_nics(
     seen: dict[str, str] = {}
     for name, dev in zip(header, nics, strict=True):
         if dev in seen:
-            line = legend[name][1] if name in legend else legend[seen[dev]][1]
-            ps.add(f"line {line}", f"NIC Legend gives {seen[dev]} and {name} the same device name '{dev}'")
+            at = legend[name][1] if name in legend else legend[seen[dev]][1]
+            ps.add(at, f"NIC Legend gives {seen[dev]} and {name} the same device name '{dev}'")
         seen[dev] = name
     return nics
 

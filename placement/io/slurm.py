@@ -9,6 +9,11 @@ look. Tier bandwidths are never invented: the levels carry names only. Hosts kee
 the file first names them. Bad input raises `InputError` listing every problem with its
 ``line L, column C`` (topology.conf) or field path and line (topology.yaml).
 
+topology.conf syntax follows Slurm's config parser: keys are case-insensitive, ``#`` starts a comment
+(``\\#`` is a literal ``#``), a trailing ``\\`` joins the next line (directly, so a hostlist may be split),
+spaces around ``=`` and ``"quoted"`` values are accepted, CRLF and a BOM are tolerated. Unknown keys and
+``Include`` lines are errors.
+
 How Slurm's plugins map onto levels:
 
 * **tree** (``SwitchName= Switches= Nodes= [LinkSpeed=]``): a switch's level is its height. Switches with

@@ -168,15 +168,22 @@ def solve_unit_model(
     hint: dict[int, int] | None,
     options: SolveOptions,
     time_limit: float,
+    symmetric_chains: Sequence[Sequence[int]] = (),
+    aggregate: tuple[dict[int, int], dict[int, list[int]]] | None = None,
 ) -> SubResult:
-    """Place `free_units` on `hosts` (capacity: free devices minus what fixed units hold there)."""
+    """Place `free_units` on `hosts` (capacity: free devices minus what fixed units hold there).
+
+    With `aggregate = (room, chain)` the slots are level-1 domains instead of hosts: `room[k]` devices usable
+    by whole units and `chain[k][l]` the slot's domain at each level (exact when no term fits in one host).
+    """
     n_levels = len(topology.levels)
     m = cp_model.CpModel()
     units = model.units
     used: dict[int, int] = defaultdict(int)
     for u, h in fixed.items():
         used[h] += len(units[u])
-    room = {h: pool.free(h) - used[h] for h in hosts}
+    min_level = 0 if aggregate is None else 1
+    room = {h: pool.free(h) - used[h] for h in hosts} if aggregate is None else {k: aggregate[0][k] - used[k] for k in hosts}
     x: dict[tuple[int, int], cp_model.IntVar] = {}
     by_unit: dict[int, list[int]] = defaultdict(list)
     by_host: dict[int, list[int]] = defaultdict(list)
@@ -194,7 +201,31 @@ def solve_unit_model(
         if sum(len(units[u]) for u in us) > room[h]:
             m.add(sum(len(units[u]) * x[u, h] for u in us) <= room[h])
     dom = [topology.domain_column(li) for li in range(n_levels)]
-    host_dom = {h: [dom[li][pool.devices[h][0]] for li in range(n_levels)] for h in set(hosts) | set(fixed.values())}
+    if aggregate is None:
+        host_dom = {h: [dom[li][pool.devices[h][0]] for li in range(n_levels)] for h in set(hosts) | set(fixed.values())}
+    else:
+        host_dom = aggregate[1]
+    # y[u, l, k]: unit u sits in domain k of level l (channelled from x); level 0 uses x itself
+    y: dict[tuple[int, int, int], cp_model.IntVar] = {}
+    ydom: dict[tuple[int, int], set[int]] = defaultdict(set)
+    for u in free_units:
+        for li in range(min_level + 1, n_levels - 1):
+            members: dict[int, list[cp_model.IntVar]] = defaultdict(list)
+            for h in by_unit[u]:
+                members[host_dom[h][li]].append(x[u, h])
+            for k, xs in members.items():
+                if len(xs) == 1:
+                    y[u, li, k] = xs[0]
+                else:
+                    v = m.new_bool_var("")
+                    m.add(sum(xs) == v)
+                    y[u, li, k] = v
+                    if hint is not None and u in hint:
+                        m.add_hint(v, 1 if host_dom[hint[u]][li] == k else 0)
+                ydom[u, li].add(k)
+        for h in by_unit[u]:
+            y[u, min_level, h] = x[u, h]
+            ydom[u, min_level].add(h)
     free_set = set(free_units)
     obj: list[tuple[int, cp_model.IntVar]] = []
     const = 0.0
@@ -205,28 +236,37 @@ def solve_unit_model(
             continue  # constant for this neighbourhood
         within_prev: cp_model.IntVar | None = None
         const += t.cost[-1]
-        for li in range(n_levels - 1):
+        size = sum(len(units[u]) for u in tf)
+        for li in range(min_level, n_levels - 1):
             delta = t.cost[li + 1] - t.cost[li]
             fixed_doms = {host_dom[fixed[u]][li] for u in tx}
             if len(fixed_doms) > 1:
                 continue
-            cand_k: set[int] = set()
+            cand_k: set[int] | None = None
             for u in tf:
-                ks = {host_dom[h][li] for h in by_unit[u]}
-                cand_k = ks if not cand_k and u == tf[0] else cand_k & ks
+                ks = ydom[u, li]
+                cand_k = set(ks) if cand_k is None else cand_k & ks
+            cand_k = cand_k or set()
             if fixed_doms:
                 cand_k &= fixed_doms
+            if li == min_level:
+                cand_k = {h for h in cand_k if room[h] >= size}
             if not cand_k:
                 continue
             w = m.new_bool_var("")
             a_vars = []
+            hinted_k: int | None = None
+            if hint is not None and all(u in hint for u in tf):
+                ks = {host_dom[hint[u]][li] for u in tf} | fixed_doms
+                hinted_k = ks.pop() if len(ks) == 1 else None
+                m.add_hint(w, 1 if hinted_k in cand_k else 0)
             for k in sorted(cand_k):
                 a = m.new_bool_var("")
                 a_vars.append(a)
+                if hint is not None:
+                    m.add_hint(a, 1 if k == hinted_k else 0)
                 for u in tf:
-                    m.add_bool_or([x[u, h] for h in by_unit[u] if host_dom[h][li] == k]).only_enforce_if(a)
-                    if li == 0:
-                        pass
+                    m.add_implication(a, y[u, li, k])
             m.add(sum(a_vars) == w)
             if within_prev is not None:
                 m.add_implication(within_prev, w)
@@ -234,6 +274,10 @@ def solve_unit_model(
             coef = int(round(delta * SCALE))
             if coef:
                 obj.append((coef, w))
+    for chain in symmetric_chains:
+        pos = [sum(h * x[u, h] for h in by_unit[u]) for u in chain if u in free_set]
+        for p1, p2 in zip(pos, pos[1:], strict=False):
+            m.add(p1 <= p2)
     m.minimize(sum(-c * v for c, v in obj))
     if hint:
         for (u, h), var in x.items():
@@ -265,6 +309,93 @@ def solve_unit_model(
     objective = const + solver.objective_value / SCALE
     bound = const + solver.best_objective_bound / SCALE
     return SubResult(assign, objective, bound, name, len(x))
+
+
+def _min_tp_step(topology: Topology, traffic: Traffic) -> float:
+    from placement.solve.bound import level_paths
+
+    paths = level_paths(topology)
+    if len(paths) < 2:
+        return 0.0
+    steps = [
+        collective_seconds(g.kind, len(g.members), g.bytes, g.count, g.exposed, paths[1])
+        - collective_seconds(g.kind, len(g.members), g.bytes, g.count, g.exposed, paths[0])
+        for g in traffic.groups
+        if g.label == "tp"
+    ]
+    return max(0.0, min(steps)) if steps else 0.0
+
+
+def _aggregate_leaves(topology: Topology, pool: HostPool, usize: int, keep: int) -> tuple[dict[int, int], dict[int, list[int]]]:
+    """Level-1 domains as slots: room for whole units and the domain chain; interchangeable ones pruned."""
+    n_levels = len(topology.levels)
+    room: dict[int, int] = defaultdict(int)
+    for h, devs in pool.devices.items():
+        room[topology.domain_of(devs[0], 1)] += (len(devs) // usize) * usize
+    chain: dict[int, list[int]] = {}
+    classes: dict[tuple[int, ...], list[int]] = defaultdict(list)
+    for k, r in sorted(room.items()):
+        if r <= 0:
+            continue
+        c = [-1, k]
+        for li in range(2, n_levels):
+            c.append(topology.parent[li - 1][c[-1]])
+        chain[k] = c
+        classes[(r, *c[2:])].append(k)
+    kept = {k for ks in classes.values() for k in ks[:keep]}
+    return {k: room[k] for k in sorted(kept)}, chain
+
+
+def _hosts_of(topology: Topology, pool: HostPool, units: list[tuple[int, ...]], slot_assign: dict[int, int]) -> dict[int, int]:
+    """Units per level-1 domain -> hosts inside it, whole units, hosts with the most room first."""
+    left: dict[int, list[int]] = defaultdict(list)  # leaf -> host slots (one entry per whole unit it holds)
+    for h in sorted(pool.devices, key=lambda h: (-pool.free(h), h)):
+        leaf = topology.domain_of(pool.devices[h][0], 1)
+        left[leaf].extend([h] * (pool.free(h) // len(units[0])))
+    out: dict[int, int] = {}
+    for u in sorted(slot_assign):
+        out[u] = left[slot_assign[u]].pop(0)
+    return out
+
+
+def _sorted_hint(job: Job, units: list[tuple[int, ...]], chain: list[int], assign: dict[int, int]) -> dict[int, int]:
+    """Relabel one symmetric dimension of a hint so that the chain's representatives are in slot order."""
+    par = job.parallel
+    assert par is not None
+    unit_of = {r: i for i, u in enumerate(units) for r in u}
+    c0 = [par.coords(units[u][0]) for u in chain]
+    dim = next(d for d in ("dp", "cp", "ep") if par.size(d) == len(chain) and len({c[d] for c in c0}) == len(chain))
+    order = sorted(range(len(chain)), key=lambda i: (assign[chain[i]], i))  # new index j takes old index order[j]
+    out: dict[int, int] = {}
+    for u, slot in assign.items():
+        c = par.coords(units[u][0])
+        new_index = order.index(c[dim])
+        c[dim] = new_index
+        out[unit_of[par.rank_of(c)]] = slot
+    return out
+
+
+def _symmetry_chains(job: Job, units: list[tuple[int, ...]]) -> list[list[int]]:
+    """Units whose order can be fixed without losing optimality: structured jobs are symmetric under any
+    permutation of the indices of one collective dimension (dp, cp or ep) applied to every rank at once, so
+    the representatives (all other coordinates 0) may be taken in non-decreasing host order."""
+    par = job.parallel
+    if par is None or job.constraints.pins or job.constraints.spread:
+        return []
+    unit_of = {r: i for i, u in enumerate(units) for r in u}
+    dims = [d for d in ("dp", "cp", "ep") if par.size(d) > 1]
+    if not dims:
+        return []
+    dim = max(dims, key=lambda d: (par.size(d), d))
+    reps: list[int] = []
+    for i in range(par.size(dim)):
+        c = {d: 0 for d in ("tp", "cp", "ep", "dp", "pp")}
+        c[dim] = i
+        reps.append(unit_of[par.rank_of(c)])
+    if len(set(reps)) != len(reps):
+        return []  # the dimension lives inside units
+    # the symmetry must map units to units: every unit must be a union of whole coordinate lines of tp only
+    return [reps]
 
 
 def _mapping_from_assignment(topology: Topology, pool: HostPool, units: list[tuple[int, ...]], assign: dict[int, int], n_ranks: int) -> list[int]:
@@ -328,23 +459,39 @@ def solve_cpsat(topology: Topology, state: ClusterState, job: Job, traffic: Traf
     if not pinned and not hard_spread and best is not None:
         assign = _assignment_from_mapping(topology, units, best)
         max_size = sum(len(u) for u in units)
-        hosts = _host_classes(topology, pool, sorted(pool.devices), max_size, len(units))
-        if assign is not None:
-            # keep the hosts of the incumbent in the model so the hint stays feasible
-            hosts = sorted(set(hosts) | set(assign.values()))
-        n_vars = sum(1 for u in units for h in hosts if pool.free(h) >= len(u))
+        sizes = {len(u) for u in units}
+        max_free = max(pool.free(h) for h in pool.devices)
+        smallest_term = min((sum(len(units[u]) for u in t.units) for t in model.terms), default=max_free + 1)
+        aggregate = None
+        if len(sizes) == 1 and smallest_term > max_free and len(topology.levels) > 2:
+            usize = sizes.pop()
+            aggregate = _aggregate_leaves(topology, pool, usize, len(units))
+            slots = sorted(aggregate[0])
+            slot_assign = {u: topology.domain_of(pool.devices[h][0], 1) for u, h in assign.items()} if assign else None
+        else:
+            slots = _host_classes(topology, pool, sorted(pool.devices), max_size, len(units))
+            if assign is not None:
+                slots = sorted(set(slots) | set(assign.values()))  # keep the incumbent's hosts: the hint stays feasible
+            slot_assign = assign
+        n_vars = sum(1 for u in units for h in slots if (aggregate[0][h] if aggregate else pool.free(h)) >= len(u))
         stats["model_vars"] = n_vars
+        stats["model_slots"] = "level-1 domains" if aggregate else "hosts"
         remaining = deadline - time.perf_counter()
         if n_vars <= MAX_FULL_VARS and remaining > 0.05:
-            res = solve_unit_model(topology, pool, model, list(range(len(units))), hosts, {}, assign, options, remaining * 0.9)
+            chains = _symmetry_chains(job, units)
+            if chains and slot_assign is not None:
+                slot_assign = _sorted_hint(job, units, chains[0], slot_assign)
+            res = solve_unit_model(topology, pool, model, list(range(len(units))), slots, {}, slot_assign, options,
+                                   remaining * 0.9, chains, aggregate)
             stats["cpsat_status"] = res.status
             if res.assignment is not None:
-                mp = _mapping_from_assignment(topology, pool, units, res.assignment, job.ranks)
+                host_assign = _hosts_of(topology, pool, units, res.assignment) if aggregate else res.assignment
+                mp = _mapping_from_assignment(topology, pool, units, host_assign, job.ranks)
                 c = score(mp)
                 stats["model_objective"] = (res.objective or 0.0) + model.constant
                 if c < best_cost and valid(mp):
                     best, best_cost = mp, c
-                if res.bound is not None and model.exact and model.units_exact:
+                if res.bound is not None and model.exact:
                     model_bound = res.bound + model.constant
         elif assign is not None:
             best, best_cost, lns_stats = _lns(topology, state, job, traffic, pool, model, assign, best, best_cost, score, valid, options, deadline)
@@ -354,6 +501,12 @@ def solve_cpsat(topology: Topology, state: ClusterState, job: Job, traffic: Traf
         rc = score(refined)
         if rc < best_cost and valid(refined):
             best, best_cost = refined, rc
+    if model_bound is not None and not units_exact:
+        # units are whole TP groups by choice, not by rule: any mapping that splits a TP group costs at least
+        # the analytic bound plus the cheapest TP group's step from level 0 to level 1.
+        split_bound = lb + _min_tp_step(topology, traffic)
+        stats["split_bound"] = split_bound
+        model_bound = min(model_bound, split_bound)
     bound = max(lb, model_bound) if model_bound is not None else lb
     if best is not None:
         bound = min(bound, best_cost)

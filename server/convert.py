@@ -1,0 +1,388 @@
+"""Proto <-> domain: request messages into Topology, ClusterState, Job and SolveOptions; results into messages.
+
+The one module that knows both. Inputs go MessageToDict -> the native readers, so validation and field paths
+are those of the files; every problem of a request is reported at once, its path prefixed by the request
+field (``job.parallel.order``). It imports no grpc: the CLI may use it offline.
+"""
+
+from __future__ import annotations
+
+import math
+import string
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from google.protobuf import json_format
+
+from placement.cost import CostReport
+from placement.errors import InputError, Problem
+from placement.io.native import cluster_from_dict, job_from_dict, mapping_from_obj, merge_states, state_from_dict
+from placement.job import Job
+from placement.solve import PlacementResult, SolveOptions, SolveStatus, Strategy
+from placement.state import ClusterState
+from placement.topology import Topology
+from placement.v1 import placement_pb2 as pb
+
+__all__ = [
+    "SOURCE",
+    "CompareInputs",
+    "EvaluateInputs",
+    "PlaceInputs",
+    "assignments",
+    "breakdown",
+    "compare_inputs",
+    "estimate_devices",
+    "estimate_matrix_cells",
+    "estimate_ranks",
+    "evaluate_inputs",
+    "evaluate_response",
+    "infeasible_result",
+    "message_dict",
+    "place_inputs",
+    "result_to_proto",
+]
+
+SOURCE = "request"
+"""The `source` of every InputError this module raises; problem paths start at the request's fields."""
+
+_STATUS = {
+    SolveStatus.OPTIMAL: pb.SOLVE_STATUS_OPTIMAL,
+    SolveStatus.FEASIBLE: pb.SOLVE_STATUS_FEASIBLE,
+    SolveStatus.INFEASIBLE: pb.SOLVE_STATUS_INFEASIBLE,
+}
+_FORMAT_SPEC_OK = frozenset(string.digits + "<>^=d")
+
+T = TypeVar("T")
+
+
+def message_dict(msg: Any) -> dict[str, Any]:
+    """A message as the dict its JSON form parses to (proto field names; unset fields absent)."""
+    out: dict[str, Any] = json_format.MessageToDict(msg, preserving_proto_field_name=True)
+    return out
+
+
+def _join(prefix: str, path: str) -> str:
+    if not path:
+        return prefix
+    if path.startswith("["):
+        return prefix + path
+    if path[0].isdigit():  # "line 3, column 4" cannot happen for messages; keep it readable anyway
+        return f"{prefix}: {path}"
+    return f"{prefix}.{path}"
+
+
+class _Problems:
+    """Problems of one request, from several readers, with request-level paths."""
+
+    def __init__(self) -> None:
+        self.items: list[Problem] = []
+
+    def add(self, path: str, message: str) -> None:
+        self.items.append(Problem(path, message))
+
+    def read(self, prefix: str, fn: Any, *args: Any) -> Any:
+        """`fn(*args)`, or None after recording its InputError's problems under `prefix`."""
+        try:
+            return fn(*args)
+        except InputError as e:
+            self.items.extend(Problem(_join(prefix, p.path), p.message) for p in e.problems)
+            return None
+
+    def raise_if_any(self) -> None:
+        if self.items:
+            raise InputError(SOURCE, self.items)
+
+
+# ---- size estimates (before anything is built) ------------------------------------------------------------
+
+
+def _type_sizes(cluster: pb.Cluster) -> dict[str, int]:
+    return {nt.name: max(nt.devices if nt.HasField("devices") else len(nt.matrix), 1) for nt in cluster.node_types}
+
+
+def estimate_devices(cluster: pb.Cluster) -> int:
+    """An upper bound of the devices the cluster message describes (a server limit applies before building)."""
+    sizes = _type_sizes(cluster)
+    total = 0
+    for g in cluster.generate:
+        per = sizes.get(g.node_type, 1) if g.node_type else max(g.devices, 1)
+        total += max(g.nodes, 0) * per
+    for h in cluster.hosts:
+        total += sizes.get(h.node_type, 1) if h.node_type else max(h.devices, 1)
+    return total
+
+
+def estimate_matrix_cells(cluster: pb.Cluster) -> int:
+    """Matrix cells checked when building: per host with a matrix, devices squared."""
+    with_matrix = {nt.name: max(len(nt.matrix), nt.devices) ** 2 for nt in cluster.node_types if nt.matrix}
+    cells = sum(max(g.nodes, 0) * with_matrix[g.node_type] for g in cluster.generate if g.node_type in with_matrix)
+    return cells + sum(with_matrix[h.node_type] for h in cluster.hosts if h.node_type in with_matrix)
+
+
+def estimate_ranks(job: pb.Job) -> int:
+    """The ranks a job message asks for: the larger of `ranks` and tp*cp*ep*dp*pp."""
+    p = job.parallel
+    world = 1
+    for dim in ("tp", "cp", "ep", "dp", "pp"):
+        world *= max(getattr(p, dim), 1)
+    return max(job.ranks, world if job.HasField("parallel") else 1)
+
+
+# ---- inputs -------------------------------------------------------------------------------------------------
+
+
+def _host_format_problems(cluster: pb.Cluster, prefix: str) -> list[Problem]:
+    """`host_format` is run through str.format by the reader: allow one `{}` / `{:03d}`-style field only."""
+    out: list[Problem] = []
+    for i, g in enumerate(cluster.generate):
+        fmt = g.host_format
+        if not fmt:
+            continue
+        where = f"{prefix}.generate[{i}].host_format"
+        try:
+            fields = [(name, spec, conv) for _, name, spec, conv in string.Formatter().parse(fmt) if name is not None]
+        except ValueError as e:
+            out.append(Problem(where, f"{fmt!r} is not a format: {e}"))
+            continue
+        ok = (
+            len(fields) == 1
+            and fields[0][0] in ("", "0")
+            and fields[0][2] is None
+            and set(fields[0][1] or "") <= _FORMAT_SPEC_OK
+            and len(fields[0][1] or "") <= 4
+        )
+        if not ok:
+            out.append(Problem(where, f"{fmt!r}: give one field for the host number, e.g. 'dgx{{:03d}}'"))
+    return out
+
+
+def _cluster_dict(cluster: pb.Cluster) -> dict[str, Any]:
+    d = message_dict(cluster)
+    for nt in d.get("node_types", []):
+        if "rails" in nt:  # -1 in the message is null (no rail NIC) in the native format
+            nt["rails"] = [None if x == -1 else x for x in nt["rails"]]
+    return d
+
+
+def _topology(req: Any, ps: _Problems) -> tuple[Topology, ClusterState] | None:
+    """The cluster and the state of a request (the cluster's static fault domains merged into the state)."""
+    if not req.HasField("cluster"):
+        ps.add("cluster", "is required")
+        return None
+    fmt_problems = _host_format_problems(req.cluster, "cluster")
+    if fmt_problems:
+        ps.items.extend(fmt_problems)
+        return None
+    built = ps.read("cluster", cluster_from_dict, _cluster_dict(req.cluster), "cluster")
+    if built is None:
+        return None
+    topo, base = built
+    doc = message_dict(req.state) if req.HasField("state") else {}
+    state = ps.read("state", state_from_dict, doc, topo, "state")
+    if state is None:
+        return None
+    return topo, merge_states(base, state)
+
+
+def _job(msg: pb.Job, prefix: str, ps: _Problems) -> Job | None:
+    job: Job | None = ps.read(prefix, job_from_dict, message_dict(msg), prefix)
+    return job
+
+
+def _required_job(req: pb.PlaceRequest | pb.EvaluateRequest, ps: _Problems) -> Job | None:
+    if not req.HasField("job"):
+        ps.add("job", "is required")
+        return None
+    return _job(req.job, "job", ps)
+
+
+def _references(topo: Topology, state: ClusterState, job: Job, prefix: str, ps: _Problems) -> None:
+    """Names in the job that must exist in the cluster: levels, devices, selectors, fault kinds, kind."""
+    cons = job.constraints
+    levels = list(topo.level_names)
+    for what, table in (("require", cons.require), ("prefer", cons.prefer)):
+        for label, level in sorted(table.items()):
+            if level not in levels:
+                ps.add(f"{prefix}.constraints.{what}.{label}", f"unknown level {level!r}; levels are {levels}")
+    for rank, dev in sorted(cons.pins.items()):
+        if topo.device_index(dev) is None:
+            ps.add(f"{prefix}.constraints.pins.{rank}",
+                   f"unknown device {dev!r}; devices are named host/gpuK, e.g. {topo.devices[0].id}")
+    for i, sel in enumerate(cons.exclude):
+        try:
+            topo.resolve(sel)
+        except KeyError as e:
+            ps.add(f"{prefix}.constraints.exclude[{i}]", str(e.args[0]))
+    kinds = list(state.fault_kinds(topo))
+    for i, rule in enumerate(cons.spread):
+        if rule.kind not in kinds:
+            ps.add(f"{prefix}.constraints.spread[{i}].kind", f"unknown fault-domain kind {rule.kind!r}; known: {kinds}")
+    if job.device_kind is not None and job.device_kind not in topo.kinds():
+        ps.add(f"{prefix}.device_kind", f"no device of kind {job.device_kind!r}; the cluster has {list(topo.kinds())}")
+
+
+def _options(msg: pb.Options, default_time_limit_s: float, ps: _Problems, prefix: str = "options") -> SolveOptions:
+    strategy = Strategy.CPSAT
+    if msg.strategy:
+        try:
+            strategy = Strategy(msg.strategy)
+        except ValueError:
+            ps.add(f"{prefix}.strategy", f"unknown strategy {msg.strategy!r}; known: {[s.value for s in Strategy]}")
+    limit = default_time_limit_s
+    if msg.HasField("time_limit_s"):
+        if not (math.isfinite(msg.time_limit_s) and msg.time_limit_s > 0):
+            ps.add(f"{prefix}.time_limit_s", f"must be a number > 0, got {msg.time_limit_s}")
+        else:
+            limit = msg.time_limit_s
+    gap = 0.0
+    if msg.HasField("relative_gap"):
+        if not (math.isfinite(msg.relative_gap) and 0 <= msg.relative_gap <= 1):
+            ps.add(f"{prefix}.relative_gap", f"must be in [0, 1], got {msg.relative_gap}")
+        else:
+            gap = msg.relative_gap
+    return SolveOptions(
+        strategy=strategy,
+        time_limit_s=limit,
+        relative_gap=gap,
+        seed=msg.seed,
+        baselines=msg.baselines if msg.HasField("baselines") else True,
+    )
+
+
+@dataclass
+class PlaceInputs:
+    topology: Topology
+    state: ClusterState
+    job: Job
+    options: SolveOptions
+
+
+@dataclass
+class EvaluateInputs:
+    topology: Topology
+    state: ClusterState
+    job: Job
+    mapping: list[int]
+
+
+@dataclass
+class CompareInputs:
+    topology: Topology
+    state: ClusterState
+    jobs: list[Job]
+    options: SolveOptions
+
+
+def place_inputs(req: pb.PlaceRequest, default_time_limit_s: float = 10.0) -> PlaceInputs:
+    """The domain view of a PlaceRequest; InputError (source "request") with every problem."""
+    ps = _Problems()
+    built = _topology(req, ps)
+    job = _required_job(req, ps)
+    options = _options(req.options, default_time_limit_s, ps)
+    if built is not None and job is not None:
+        _references(*built, job, "job", ps)
+    ps.raise_if_any()
+    assert built is not None and job is not None
+    return PlaceInputs(built[0], built[1], job, options)
+
+
+def evaluate_inputs(req: pb.EvaluateRequest) -> EvaluateInputs:
+    """The domain view of an EvaluateRequest (the mapping as device indices)."""
+    ps = _Problems()
+    built = _topology(req, ps)
+    job = _required_job(req, ps)
+    mapping: list[int] | None = None
+    if not req.mapping:
+        ps.add("mapping", "is required: one {rank, device} entry per rank")
+    elif built is not None:
+        entries = [message_dict(a) for a in req.mapping]
+        mapping = ps.read("mapping", mapping_from_obj, entries, built[0], "mapping")
+    if built is not None and job is not None:
+        _references(*built, job, "job", ps)
+    ps.raise_if_any()
+    assert built is not None and job is not None and mapping is not None
+    return EvaluateInputs(built[0], built[1], job, mapping)
+
+
+def compare_inputs(req: pb.CompareRequest, default_time_limit_s: float = 10.0) -> CompareInputs:
+    """The domain view of a CompareRequest; problems of job i are under ``jobs[i]``."""
+    ps = _Problems()
+    built = _topology(req, ps)
+    if not req.jobs:
+        ps.add("jobs", "give at least one job")
+    jobs = [_job(j, f"jobs[{i}]", ps) for i, j in enumerate(req.jobs)]
+    options = _options(req.options, default_time_limit_s, ps)
+    if built is not None:
+        for i, job in enumerate(jobs):
+            if job is not None:
+                _references(*built, job, f"jobs[{i}]", ps)
+    ps.raise_if_any()
+    assert built is not None
+    return CompareInputs(built[0], built[1], [j for j in jobs if j is not None], options)
+
+
+# ---- results ------------------------------------------------------------------------------------------------
+
+
+def assignments(topo: Topology, mapping: Sequence[int]) -> list[pb.Assignment]:
+    """One Assignment per rank, in rank order."""
+    devs = topo.devices
+    return [pb.Assignment(rank=r, device=devs[d].id, host=devs[d].host) for r, d in enumerate(mapping)]
+
+
+def breakdown(report: CostReport) -> pb.Breakdown:
+    return pb.Breakdown(
+        by_label_s=dict(report.by_label),
+        by_tier_s=dict(report.by_tier),
+        by_label_tier=[pb.LabelTier(label=k[0], tier=k[1], seconds=v) for k, v in sorted(report.by_label_tier.items())],
+        preference_misses=dict(report.preference_misses),
+    )
+
+
+def _stats(stats: dict[str, float | int | str], time_limit_s: float, deadline_limited: bool) -> pb.SolveStats:
+    out = pb.SolveStats(time_limit_s=time_limit_s, deadline_limited=deadline_limited)
+    for k, v in sorted(stats.items()):
+        if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(float(v)):
+            if k == "wall_s":
+                out.wall_s = float(v)
+            else:
+                out.values[k] = float(v)
+        else:
+            out.notes[k] = str(v)
+    return out
+
+
+def result_to_proto(topo: Topology, job: Job, res: PlacementResult, *, time_limit_s: float,
+                    deadline_limited: bool) -> pb.PlacementResult:
+    """A domain PlacementResult as a message."""
+    out = pb.PlacementResult(job=job.name, status=_STATUS[res.status], strategy=res.strategy.value,
+                             explanation=list(res.explanation))
+    if res.mapping is not None:
+        out.mapping.extend(assignments(topo, res.mapping))
+    report = res.report
+    if isinstance(report, CostReport):
+        out.seconds_per_step = report.seconds
+        out.breakdown.CopyFrom(breakdown(report))
+    if res.lower_bound is not None and math.isfinite(res.lower_bound):
+        out.lower_bound_s = res.lower_bound
+    gap = res.gap
+    if gap is not None and math.isfinite(gap):
+        out.gap = gap
+    for name, secs in sorted(res.baselines.items()):
+        b = out.baselines.add(strategy=name)
+        if secs is not None and math.isfinite(secs):
+            b.seconds_per_step = secs
+    out.stats.CopyFrom(_stats(res.stats, time_limit_s, deadline_limited))
+    return out
+
+
+def infeasible_result(job: Job, reasons: Iterable[str], strategy: Strategy) -> pb.PlacementResult:
+    """A Compare entry for a job no placement fits: status INFEASIBLE with the reasons."""
+    return pb.PlacementResult(job=job.name, status=pb.SOLVE_STATUS_INFEASIBLE, strategy=strategy.value,
+                              explanation=list(reasons))
+
+
+def evaluate_response(topo: Topology, job: Job, mapping: Sequence[int], report: CostReport) -> pb.EvaluateResponse:
+    return pb.EvaluateResponse(job=job.name, seconds_per_step=report.seconds, breakdown=breakdown(report),
+                               mapping=assignments(topo, mapping))

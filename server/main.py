@@ -1,0 +1,208 @@
+"""Server assembly and process entry: `create_server(settings) -> (server, port)`, `serve(settings)`, `main()`.
+
+Registers PlacementService, health and reflection; SIGTERM turns health NOT_SERVING, drains and exits 0.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from placement.v1 import placement_pb2 as pb
+from placement.v1 import placement_pb2_grpc as pb_grpc
+from server.interceptors import TelemetryInterceptor, TokenAuthInterceptor
+from server.pool import SolvePool
+from server.servicer import PlacementServicer
+from server.settings import Settings, parse_settings
+from server.telemetry import Metrics, configure_logging
+
+__all__ = ["SERVICE_NAME", "PlacementServer", "create_server", "main", "serve"]
+
+_log = logging.getLogger("placement.server")
+
+SERVICE_NAME: str = pb.DESCRIPTOR.services_by_name["PlacementService"].full_name
+_SPARE_GRPC_THREADS = 8  # beyond every admitted solve: health checks and refusals never wait for a thread
+
+
+class PlacementServer:
+    """A started-or-not gRPC server with its solve pool, health and metrics; `stop` shuts all down gracefully.
+
+    It has the methods of `grpc.Server` that callers use (start, stop, wait_for_termination, add_*_port).
+    """
+
+    def __init__(self, settings: Settings, server: Any, servicer: PlacementServicer, pool: SolvePool,
+                 health_servicer: Any, metrics: Metrics) -> None:
+        self.settings = settings
+        self.grpc_server = server
+        self.servicer = servicer
+        self.health = health_servicer
+        self.metrics = metrics
+        self.metrics_port: int | None = None
+        self._pool = pool
+        self._lock = threading.Lock()
+        self._stopped: threading.Event | None = None
+
+    def add_insecure_port(self, address: str) -> int:
+        return int(self.grpc_server.add_insecure_port(address))
+
+    def add_secure_port(self, address: str, credentials: Any) -> int:
+        return int(self.grpc_server.add_secure_port(address, credentials))
+
+    def start(self) -> None:
+        self.grpc_server.start()
+        for name in ("", SERVICE_NAME):
+            self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        if self.settings.metrics_port is not None:
+            self.metrics_port = self.metrics.serve(self.settings.metrics_port, self.settings.metrics_host)
+
+    def wait_for_termination(self, timeout: float | None = None) -> bool:
+        return bool(self.grpc_server.wait_for_termination(timeout))
+
+    def stop(self, grace: float | None) -> threading.Event:
+        """Begin shutdown; the returned event is set once every call has ended.
+
+        Health turns NOT_SERVING at once. With a grace period: new calls are still taken for `drain_s` (load
+        balancers see NOT_SERVING first), then refused; running solves are asked for their best answer at 80% of
+        the grace, and what still runs at its end is cancelled. With `grace` None, everything ends now.
+        """
+        with self._lock:
+            if self._stopped is not None:
+                return self._stopped
+            done = self._stopped = threading.Event()
+        self.health.enter_graceful_shutdown()
+        _log.info("shutting down", extra={"fields": {"grace_s": grace, "drain_s": self.settings.drain_s}})
+
+        def finish() -> None:
+            if grace is not None and self.settings.drain_s > 0:
+                time.sleep(self.settings.drain_s)
+            timer: threading.Timer | None = None
+            if grace is None or grace <= 0:
+                self.servicer.stop_all()
+            else:
+                timer = threading.Timer(0.8 * grace, self.servicer.stop_all)
+                timer.daemon = True
+                timer.start()
+            self.grpc_server.stop(grace).wait()
+            if timer is not None:
+                timer.cancel()
+            self.servicer.stop_all()
+            self._pool.shutdown(wait=False)
+            self.metrics.close()
+            _log.info("stopped")
+            done.set()
+
+        if grace is None:
+            finish()
+        else:
+            threading.Thread(target=finish, name="placement-shutdown", daemon=True).start()
+        return done
+
+
+def _credentials(settings: Settings) -> Any:
+    assert settings.tls_cert is not None and settings.tls_key is not None
+    key = Path(settings.tls_key).read_bytes()
+    cert = Path(settings.tls_cert).read_bytes()
+    return grpc.ssl_server_credentials([(key, cert)])
+
+
+def create_server(settings: Settings) -> tuple[PlacementServer, int]:
+    """Build (not start) the server bound to settings.host:settings.port; returns it and the bound port.
+
+    Raises OSError when the address cannot be bound.
+    """
+    metrics = Metrics()
+    pool = SolvePool(settings.workers, settings.queue_limit, metrics)
+    servicer = PlacementServicer(settings, pool, metrics)
+    health_servicer = health.HealthServicer(
+        experimental_non_blocking=True, experimental_thread_pool=ThreadPoolExecutor(max_workers=1)
+    )
+    interceptors: list[Any] = [TelemetryInterceptor(metrics)]
+    token = settings.bearer_token()
+    if token:
+        interceptors.append(TokenAuthInterceptor(token))
+    threads = settings.workers + settings.queue_limit + _SPARE_GRPC_THREADS
+    server = grpc.server(
+        ThreadPoolExecutor(max_workers=threads, thread_name_prefix="placement-grpc"),
+        interceptors=interceptors,
+        options=[
+            ("grpc.max_receive_message_length", settings.max_message_bytes),
+            ("grpc.max_send_message_length", settings.max_message_bytes),
+            ("grpc.so_reuseport", 0),  # a port in use is an error, not a silent share
+        ],
+    )
+    pb_grpc.add_PlacementServiceServicer_to_server(servicer, server)
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    reflection.enable_server_reflection(
+        (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME), server
+    )
+    wrapped = PlacementServer(settings, server, servicer, pool, health_servicer, metrics)
+    address = f"{settings.host}:{settings.port}"
+    try:
+        port = (wrapped.add_secure_port(address, _credentials(settings)) if settings.tls_cert
+                else wrapped.add_insecure_port(address))
+    except RuntimeError as e:  # grpc raises RuntimeError when it cannot bind
+        port = 0
+        cause: Exception | None = e
+    else:
+        cause = None
+    if port == 0:
+        pool.shutdown()
+        raise OSError(f"cannot bind {address}: {cause or 'address in use or unavailable'}")
+    return wrapped, port
+
+
+def serve(settings: Settings) -> int:
+    """Run until SIGTERM or SIGINT, then shut down gracefully (settings.grace_s); returns the exit code 0."""
+    server, port = create_server(settings)
+    server.start()
+    _log.info("serving", extra={"fields": {
+        "port": port, "metrics_port": server.metrics_port, "tls": settings.tls_cert is not None,
+        "auth": settings.bearer_token() is not None, "workers": settings.workers, "queue_limit": settings.queue_limit,
+    }})
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: object) -> None:
+        _log.info("signal", extra={"fields": {"signal": signal.Signals(signum).name}})
+        stop.set()
+
+    previous: dict[int, Any] = {}
+    try:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            previous[sig] = signal.signal(sig, on_signal)
+    except ValueError:  # not the main thread: the caller stops the process its own way
+        server.wait_for_termination()
+        return 0
+    try:
+        while not stop.wait(0.5):
+            pass
+        server.stop(settings.grace_s).wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Console script `placement-server`: settings from flags and PLACEMENT_* variables."""
+    settings = parse_settings(argv)
+    configure_logging(settings.log_level)
+    try:
+        return serve(settings)
+    except OSError as e:
+        _log.error("cannot start", extra={"fields": {"error": str(e)}})
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

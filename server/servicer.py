@@ -1,0 +1,229 @@
+"""The PlacementService servicer: limits, the solve pool, deadline and cancellation around `placement.solve`.
+
+It only translates: server.convert builds the domain inputs, placement does the work, server.errors the status.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from placement.cost import evaluate
+from placement.errors import InfeasibleError
+from placement.solve import SolveOptions, compare, place
+from placement.v1 import placement_pb2 as pb
+from placement.v1 import placement_pb2_grpc as pb_grpc
+from server import convert
+from server.errors import Cancelled, DeadlineError, LimitExceeded, status_for
+from server.pool import SolvePool
+from server.settings import Settings
+from server.telemetry import Metrics
+
+__all__ = ["MAX_MATRIX_CELLS", "PlacementServicer"]
+
+_log = logging.getLogger("placement.server")
+
+MAX_MATRIX_CELLS = 50_000_000
+"""Intra-node matrix cells (devices squared, summed over hosts) a request may make the server check."""
+
+_NO_DEADLINE_S = 1e7  # time_remaining() beyond this: the call has no deadline
+_DEADLINE_SHARE = 0.9  # of the remaining time the solver may use (before the fixed margin)
+
+R = TypeVar("R")
+Req = TypeVar("Req")
+
+
+@dataclass(frozen=True)
+class _Budget:
+    """The solver's time limit per job, whether the deadline set it, and when the watchdog stops the search."""
+
+    limit_s: float
+    deadline_limited: bool
+    stop_at: float | None  # time.monotonic() value
+
+
+class PlacementServicer(pb_grpc.PlacementServiceServicer):
+    """Place, Evaluate and Compare. Each call runs on the solve pool; the gRPC thread waits for it."""
+
+    def __init__(self, settings: Settings, pool: SolvePool, metrics: Metrics) -> None:
+        self._settings = settings
+        self._pool = pool
+        self._metrics = metrics
+        self._lock = threading.Lock()
+        self._active: set[threading.Event] = set()
+
+    # ---- rpc methods --------------------------------------------------------------------------------------
+
+    def Place(self, request: pb.PlaceRequest, context: Any) -> pb.PlaceResponse:
+        return self._call(request, context, self._place)
+
+    def Evaluate(self, request: pb.EvaluateRequest, context: Any) -> pb.EvaluateResponse:
+        return self._call(request, context, self._evaluate)
+
+    def Compare(self, request: pb.CompareRequest, context: Any) -> pb.CompareResponse:
+        return self._call(request, context, self._compare)
+
+    def stop_all(self) -> None:
+        """Ask every running solve to return its best answer now (shutdown)."""
+        with self._lock:
+            active = list(self._active)
+        for ev in active:
+            ev.set()
+
+    # ---- plumbing -----------------------------------------------------------------------------------------
+
+    def _call(self, request: Req, context: Any, work: Callable[[Req, Any, threading.Event], R]) -> R:
+        stop = threading.Event()
+        context.add_callback(stop.set)  # the call ended (cancelled, deadline, done): stop the search
+        with self._lock:
+            self._active.add(stop)
+        try:
+            self._check_limits(request)
+            future = self._pool.submit(lambda: work(request, context, stop))
+            return future.result()
+        except Exception as exc:
+            context.abort_with_status(status_for(exc))
+            raise AssertionError("abort_with_status returns by raising") from exc
+        finally:
+            with self._lock:
+                self._active.discard(stop)
+
+    def _reject(self, limit: str, description: str) -> LimitExceeded:
+        self._metrics.rejected.labels(limit=limit).inc()
+        return LimitExceeded(limit, description)
+
+    def _check_limits(self, request: object) -> None:
+        """Server limits checked on the message, before anything is built or queued."""
+        s = self._settings
+        if isinstance(request, pb.PlaceRequest | pb.EvaluateRequest | pb.CompareRequest) and request.HasField("cluster"):
+            n = convert.estimate_devices(request.cluster)
+            if n > s.max_devices:
+                raise self._reject("devices", f"the cluster has {n} devices; this server accepts at most {s.max_devices}")
+            cells = convert.estimate_matrix_cells(request.cluster)
+            if cells > MAX_MATRIX_CELLS:
+                raise self._reject("matrix cells", f"the intra-node matrices hold {cells} cells over all hosts; "
+                                   f"this server accepts at most {MAX_MATRIX_CELLS}")
+        jobs: list[tuple[str, pb.Job]] = []
+        if isinstance(request, pb.CompareRequest):
+            if len(request.jobs) > s.max_jobs:
+                raise self._reject("jobs", f"{len(request.jobs)} jobs to compare; this server accepts at most {s.max_jobs}")
+            jobs = [(f"jobs[{i}]", j) for i, j in enumerate(request.jobs)]
+        elif isinstance(request, pb.PlaceRequest | pb.EvaluateRequest) and request.HasField("job"):
+            jobs = [("job", request.job)]
+        for where, job in jobs:
+            ranks = convert.estimate_ranks(job)
+            if ranks > s.max_ranks:
+                raise self._reject("ranks", f"{where} has {ranks} ranks; this server accepts at most {s.max_ranks}")
+        if isinstance(request, pb.EvaluateRequest) and len(request.mapping) > s.max_ranks:
+            raise self._reject("ranks", f"the mapping has {len(request.mapping)} entries; at most {s.max_ranks}")
+
+    def _started(self, context: Any, stop: threading.Event) -> None:
+        """At the start of the work: refuse it if the caller left or the deadline passed while it waited."""
+        if stop.is_set() or not context.is_active():
+            raise Cancelled("the call ended while it waited for a solver")
+        if context.time_remaining() <= 0.001:
+            raise DeadlineError("the deadline passed while the request waited for a solver")
+
+    def _budget(self, requested_s: float, context: Any, jobs: int) -> _Budget:
+        """The request's time limit (per job), capped by the server's maximum and the deadline's share."""
+        limit = min(requested_s, self._settings.max_time_limit_s)
+        remaining = context.time_remaining()
+        if remaining is None or remaining > _NO_DEADLINE_S:
+            return _Budget(limit, False, None)
+        usable = max(remaining * _DEADLINE_SHARE - self._settings.deadline_margin_s, remaining * 0.5)
+        per_job = usable / jobs
+        return _Budget(min(limit, per_job), per_job < limit, time.monotonic() + usable)
+
+    @contextmanager
+    def _watchdog(self, budget: _Budget, stop: threading.Event) -> Iterator[None]:
+        """Set `stop` when the deadline's share is used up, whatever the solver's own timer does."""
+        if budget.stop_at is None:
+            yield
+            return
+        timer = threading.Timer(max(0.0, budget.stop_at - time.monotonic()), stop.set)
+        timer.daemon = True
+        timer.start()
+        try:
+            yield
+        finally:
+            timer.cancel()
+
+    def _options(self, opts: SolveOptions, budget: _Budget, stop: threading.Event) -> SolveOptions:
+        opts.time_limit_s = budget.limit_s
+        opts.stop = stop
+        opts.workers = self._settings.threads_per_solve
+        return opts
+
+    def _observe(self, method: str, status: str, gap: float | None) -> None:
+        self._metrics.solves.labels(method=method, status=status).inc()
+        if gap is not None and math.isfinite(gap):
+            self._metrics.gap.observe(gap)
+
+    # ---- work (on the solve pool) -------------------------------------------------------------------------
+
+    def _place(self, request: pb.PlaceRequest, context: Any, stop: threading.Event) -> pb.PlaceResponse:
+        self._started(context, stop)
+        inputs = convert.place_inputs(request, self._settings.default_time_limit_s)
+        budget = self._budget(inputs.options.time_limit_s, context, 1)
+        opts = self._options(inputs.options, budget, stop)
+        t0 = time.perf_counter()
+        try:
+            with self._watchdog(budget, stop):
+                res = place(inputs.topology, inputs.state, inputs.job, opts)
+        except InfeasibleError:
+            elapsed = time.perf_counter() - t0
+            if budget.deadline_limited and (stop.is_set() or elapsed >= 0.9 * budget.limit_s):
+                raise DeadlineError(
+                    f"no valid placement found within the deadline ({elapsed:.3f} s of search); "
+                    "give a longer deadline"
+                ) from None
+            raise
+        elapsed = time.perf_counter() - t0
+        result = convert.result_to_proto(inputs.topology, inputs.job, res, time_limit_s=budget.limit_s,
+                                         deadline_limited=budget.deadline_limited)
+        self._observe("Place", res.status.value, res.gap)
+        self._metrics.solve_seconds.labels(method="Place").observe(elapsed)
+        _log.info("placed", extra={"fields": {
+            "job": inputs.job.name, "ranks": inputs.job.ranks, "devices": inputs.topology.num_devices,
+            "status": res.status.value, "seconds_per_step": res.seconds, "gap": res.gap,
+            "solve_s": round(elapsed, 4), "time_limit_s": budget.limit_s, "deadline_limited": budget.deadline_limited,
+        }})
+        return pb.PlaceResponse(result=result)
+
+    def _evaluate(self, request: pb.EvaluateRequest, context: Any, stop: threading.Event) -> pb.EvaluateResponse:
+        self._started(context, stop)
+        inputs = convert.evaluate_inputs(request)
+        t0 = time.perf_counter()
+        report = evaluate(inputs.topology, inputs.state, inputs.job, inputs.mapping)  # InvalidMappingError
+        self._metrics.solve_seconds.labels(method="Evaluate").observe(time.perf_counter() - t0)
+        return convert.evaluate_response(inputs.topology, inputs.job, inputs.mapping, report)
+
+    def _compare(self, request: pb.CompareRequest, context: Any, stop: threading.Event) -> pb.CompareResponse:
+        self._started(context, stop)
+        inputs = convert.compare_inputs(request, self._settings.default_time_limit_s)
+        budget = self._budget(inputs.options.time_limit_s, context, len(inputs.jobs))
+        opts = self._options(inputs.options, budget, stop)
+        t0 = time.perf_counter()
+        with self._watchdog(budget, stop):
+            rows = compare(inputs.topology, inputs.state, inputs.jobs, opts)
+        index = {id(job): i for i, job in enumerate(inputs.jobs)}
+        out = pb.CompareResponse()
+        for job, res, reason in rows:
+            if res is None:
+                result = convert.infeasible_result(job, [reason or "no placement satisfies the hard rules"], opts.strategy)
+                self._observe("Compare", "INFEASIBLE", None)
+            else:
+                result = convert.result_to_proto(inputs.topology, job, res, time_limit_s=budget.limit_s,
+                                                 deadline_limited=budget.deadline_limited)
+                self._observe("Compare", res.status.value, res.gap)
+            out.ranking.add(job_index=index[id(job)], result=result)
+        elapsed = time.perf_counter() - t0
+        self._metrics.solve_seconds.labels(method="Compare").observe(elapsed)
+        _log.info("compared", extra={"fields": {"jobs": len(inputs.jobs), "solve_s": round(elapsed, 4)}})
+        return out

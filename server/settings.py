@@ -1,0 +1,130 @@
+"""Server settings: one frozen dataclass, read from flags and PLACEMENT_* environment variables (flags win).
+
+Owns the defaults and limits of the gRPC server; nothing here talks to the network.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["ENV_PREFIX", "Settings", "parse_settings"]
+
+ENV_PREFIX = "PLACEMENT_"
+
+_LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+def _cores() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything the server needs to start. Every field has a flag ``--a-b`` and a variable ``PLACEMENT_A_B``."""
+
+    host: str = field(default="[::]", metadata={"help": "address to bind"})
+    port: int = field(default=50051, metadata={"help": "gRPC port (0: pick a free one)"})
+    workers: int = field(default_factory=_cores, metadata={"help": "concurrent solves (default: the cores)"})
+    solver_threads: int = field(default=0, metadata={"help": "CP-SAT threads per solve (0: cores / workers)"})
+    queue_limit: int = field(default=64, metadata={"help": "requests waiting for a solver beyond `workers`"})
+    max_message_bytes: int = field(default=32 * 1024 * 1024, metadata={"help": "largest request accepted"})
+    max_devices: int = field(default=200_000, metadata={"help": "largest cluster (devices) accepted"})
+    max_ranks: int = field(default=32_768, metadata={"help": "largest job (ranks) accepted"})
+    max_jobs: int = field(default=64, metadata={"help": "most jobs in one Compare"})
+    default_time_limit_s: float = field(default=10.0, metadata={"help": "solver time limit when unset"})
+    max_time_limit_s: float = field(default=120.0, metadata={"help": "cap on a request's time limit"})
+    deadline_margin_s: float = field(default=0.05, metadata={"help": "kept free before a deadline (plus 10%%)"})
+    grace_s: float = field(default=10.0, metadata={"help": "SIGTERM: time for in-flight calls to finish"})
+    drain_s: float = field(default=0.0, metadata={"help": "SIGTERM: NOT_SERVING this long before closing"})
+    log_level: str = field(default="INFO", metadata={"help": "DEBUG, INFO, WARNING or ERROR"})
+    tls_cert: str | None = field(default=None, metadata={"help": "PEM certificate chain file (enables TLS)"})
+    tls_key: str | None = field(default=None, metadata={"help": "PEM private key file"})
+    token: str | None = field(default=None, metadata={"help": "bearer token callers must send (prefer the env)"})
+    token_file: str | None = field(default=None, metadata={"help": "file holding the bearer token"})
+    metrics_port: int | None = field(default=9464, metadata={"help": "Prometheus port (0: free one, -1: off)"})
+    metrics_host: str = field(default="0.0.0.0", metadata={"help": "Prometheus address"})
+
+    def __post_init__(self) -> None:
+        problems: list[str] = []
+        for name in ("workers", "queue_limit", "max_message_bytes", "max_devices", "max_ranks", "max_jobs"):
+            if getattr(self, name) < (0 if name == "queue_limit" else 1):
+                problems.append(f"{name} must be >= {0 if name == 'queue_limit' else 1}, got {getattr(self, name)}")
+        if not 0 <= self.port <= 65535:
+            problems.append(f"port must be in 0..65535, got {self.port}")
+        for name in ("default_time_limit_s", "max_time_limit_s"):
+            if not getattr(self, name) > 0:
+                problems.append(f"{name} must be > 0, got {getattr(self, name)}")
+        for name in ("deadline_margin_s", "grace_s", "drain_s", "solver_threads"):
+            if getattr(self, name) < 0:
+                problems.append(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.log_level.upper() not in _LOG_LEVELS:
+            problems.append(f"log_level must be one of {', '.join(_LOG_LEVELS)}, got {self.log_level!r}")
+        if (self.tls_cert is None) != (self.tls_key is None):
+            problems.append("tls_cert and tls_key go together")
+        if self.token is not None and self.token_file is not None:
+            problems.append("give token or token_file, not both")
+        if problems:
+            raise ValueError("invalid settings: " + "; ".join(problems))
+
+    @property
+    def threads_per_solve(self) -> int:
+        """CP-SAT workers per solve: the cores shared by the concurrent solves unless set."""
+        return self.solver_threads or max(1, _cores() // self.workers)
+
+    def bearer_token(self) -> str | None:
+        """The token callers must present, from `token` or `token_file` (stripped)."""
+        if self.token_file is not None:
+            return Path(self.token_file).read_text().strip() or None
+        return self.token or None
+
+    def replace(self, **changes: object) -> Settings:
+        return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
+
+
+def _convert(f: dataclasses.Field[object], raw: str) -> object:
+    kind = str(f.type)
+    if raw == "" and "None" in kind:
+        return None
+    if kind.startswith("int"):
+        return int(raw)
+    if kind.startswith("float"):
+        return float(raw)
+    return raw
+
+
+def parse_settings(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> Settings:
+    """Settings from ``PLACEMENT_*`` variables, overridden by flags. Raises SystemExit(2) on bad values."""
+    env = os.environ if environ is None else environ
+    fields = {f.name: f for f in dataclasses.fields(Settings)}
+    ap = argparse.ArgumentParser(
+        prog="placement-server",
+        description="The placement gRPC server. Every flag also reads PLACEMENT_<FLAG> from the environment.",
+    )
+    for name, f in fields.items():
+        ap.add_argument(f"--{name.replace('_', '-')}", dest=name, default=None, metavar=name.split("_")[-1].upper(),
+                        help=f"{f.metadata.get('help', '')} [env {ENV_PREFIX}{name.upper()}]")
+    args = vars(ap.parse_args(argv))
+    values: dict[str, object] = {}
+    for name, f in fields.items():
+        raw = args[name] if args[name] is not None else env.get(ENV_PREFIX + name.upper())
+        if raw is None:
+            continue
+        try:
+            values[name] = _convert(f, raw)
+        except ValueError:
+            ap.error(f"--{name.replace('_', '-')}: {raw!r} is not a valid {str(f.type).split(' ')[0]}")
+    if values.get("metrics_port") == -1:
+        values["metrics_port"] = None
+    try:
+        return Settings(**values)  # type: ignore[arg-type]
+    except ValueError as e:
+        ap.error(str(e))
+    raise AssertionError("unreachable")  # ap.error exits
