@@ -1,0 +1,360 @@
+"""The `placement` command line: import, evaluate, place, export, whatif and serve, as thin calls into the library.
+
+Domain errors become a message on stderr and exit code 2 (input) or 3 (infeasible), never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+import yaml
+from rich.console import Console
+from rich.table import Table
+
+from placement.errors import InfeasibleError, InputError, PlacementError, Problem
+
+__all__ = ["app", "main"]
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, help="Topology- and traffic-aware GPU placement.")
+import_app = typer.Typer(no_args_is_help=True, help="Read real topology descriptions into a cluster file.")
+app.add_typer(import_app, name="import")
+out = Console()
+err = Console(stderr=True)
+F = TypeVar("F", bound=Callable[..., Any])
+
+# Default link tiers for imported clusters whose source carries no bandwidths (Slurm, Kubernetes): an H100-class
+# node (NVLink 4 through NVSwitch) on a 400G NDR fat-tree, each tier above the leaf 2:1 oversubscribed.
+DEFAULT_TIERS = [(450.0, 2.0), (50.0, 5.0), (25.0, 7.0), (12.5, 10.0), (6.25, 15.0)]
+
+
+def _fail(msg: str, code: int) -> None:
+    err.print(f"[bold red]error:[/] {msg}", highlight=False, markup=True, soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def _guard(fn: F) -> F:
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*a: Any, **k: Any) -> Any:
+        try:
+            return fn(*a, **k)
+        except InputError as e:
+            _fail(_escape(e.render()), 2)
+        except InfeasibleError as e:
+            _fail("no placement satisfies the hard rules:\n" + "\n".join(f"  - {_escape(r)}" for r in e.reasons), 3)
+        except PlacementError as e:
+            _fail(_escape(str(e)), 2)
+        except FileNotFoundError as e:
+            _fail(f"{e.filename}: no such file", 2)
+        return None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _escape(s: str) -> str:
+    from rich.markup import escape
+
+    return escape(s)
+
+
+def _write(text: str, dest: Path | None) -> None:
+    if dest is None:
+        sys.stdout.write(text)
+    else:
+        dest.write_text(text)
+        err.print(f"wrote {dest}")
+
+
+def _load_all(cluster: Path, job: Path | None, state: Path | None):  # type: ignore[no-untyped-def]
+    from placement.io.native import load_cluster, load_job, load_state
+    from placement.state import ClusterState
+
+    topo, static = load_cluster(cluster)
+    st = load_state(state, topo, static) if state else (static or ClusterState())
+    jb = load_job(job) if job else None
+    return topo, st, jb
+
+
+# ---- evaluate -----------------------------------------------------------------------------------------------
+
+
+def _cost_table(title: str, report: Any, baselines: dict[str, float | None] | None = None) -> Table:
+    t = Table(title=title, title_justify="left")
+    t.add_column("group kind")
+    t.add_column("tier")
+    t.add_column("seconds/step", justify="right")
+    t.add_column("share", justify="right")
+    total = report.seconds or 1.0
+    for (label, tier), s in sorted(report.by_label_tier.items(), key=lambda kv: -kv[1]):
+        t.add_row(label, tier, f"{s:.4f}", f"{100 * s / total:.1f}%")
+    t.add_section()
+    t.add_row("[bold]total[/]", "", f"[bold]{report.seconds:.4f}[/]", "100.0%")
+    if baselines:
+        t.add_section()
+        for name, s in baselines.items():
+            t.add_row(f"baseline {name}", "", "infeasible" if s is None else f"{s:.4f}",
+                      "" if s is None or not report.seconds else f"x{s / report.seconds:.2f}")
+    return t
+
+
+@app.command()
+@_guard
+def evaluate(
+    cluster: Annotated[Path, typer.Argument(help="cluster file (YAML/JSON)")],
+    job: Annotated[Path, typer.Argument(help="job file")],
+    mapping: Annotated[Path, typer.Argument(help="mapping: result JSON, list of device ids, or {rank: device}")],
+    state: Annotated[Path | None, typer.Option(help="state file: occupancy, failures, fault domains")] = None,
+    output: Annotated[str, typer.Option(help="table or json")] = "table",
+) -> None:
+    """Seconds per step of a given mapping, with a breakdown per group kind and tier."""
+    from placement.cost import evaluate as evaluate_cost
+    from placement.io.export import result_document
+    from placement.io.native import load_mapping
+
+    topo, st, jb = _load_all(cluster, job, state)
+    assert jb is not None
+    mp = load_mapping(mapping, topo)
+    rep = evaluate_cost(topo, st, jb, mp)
+    if output == "json":
+        _write(json.dumps(result_document(topo, jb.name, mp, rep), indent=2) + "\n", None)
+    elif output == "table":
+        out.print(_cost_table(f"{jb.name} on {topo.name}: {rep.seconds:.4f} s/step", rep))
+    else:
+        _fail(f"--output: unknown value {output!r}; use table or json", 2)
+
+
+# ---- place --------------------------------------------------------------------------------------------------
+
+PLACE_OUTPUTS = ("table", "json", "yaml", "rankfile", "hostfile", "env", "kueue")
+
+
+@app.command()
+@_guard
+def place(
+    cluster: Annotated[Path, typer.Argument(help="cluster file")],
+    job: Annotated[Path, typer.Argument(help="job file")],
+    state: Annotated[Path | None, typer.Option(help="state file")] = None,
+    strategy: Annotated[str, typer.Option(help="cpsat, topology-greedy or first-fit")] = "cpsat",
+    time_limit: Annotated[float, typer.Option(help="solver time limit in seconds")] = 10.0,
+    gap: Annotated[float, typer.Option(help="stop at this relative gap")] = 0.0,
+    seed: Annotated[int, typer.Option(help="random seed (same seed and workers: same answer)")] = 0,
+    workers: Annotated[int, typer.Option(help="CP-SAT workers (<= cores)")] = 2,
+    output: Annotated[str, typer.Option(help="table, json, yaml, rankfile, hostfile, env or kueue")] = "table",
+    out_file: Annotated[Path | None, typer.Option("--out", help="write the output here")] = None,
+) -> None:
+    """Place a job on a cluster state and show what it costs, next to the baselines."""
+    from placement.io.export import export, result_document
+    from placement.solve import SolveOptions, Strategy, place as run_place
+
+    if output not in PLACE_OUTPUTS:
+        _fail(f"--output: unknown value {output!r}; use one of {', '.join(PLACE_OUTPUTS)}", 2)
+    try:
+        strat = Strategy(strategy)
+    except ValueError:
+        _fail(f"--strategy: unknown value {strategy!r}; use cpsat, topology-greedy or first-fit", 2)
+    if time_limit <= 0:
+        _fail(f"--time-limit: must be > 0, got {time_limit:g}", 2)
+    topo, st, jb = _load_all(cluster, job, state)
+    assert jb is not None
+    res = run_place(topo, st, jb, SolveOptions(strategy=strat, time_limit_s=time_limit, relative_gap=gap, seed=seed, workers=workers))
+    assert res.mapping is not None and res.report is not None
+    doc = result_document(
+        topo, jb.name, res.mapping, res.report,  # type: ignore[arg-type]
+        status=res.status.value, strategy=res.strategy.value, seconds_per_step=res.seconds,
+        lower_bound=res.lower_bound, gap=res.gap, baselines=res.baselines,
+        stats={k: v for k, v in res.stats.items()},
+    )
+    if output == "table":
+        gap_s = "-" if res.gap is None else f"{100 * res.gap:.2f}%"
+        title = (f"{jb.name} ({jb.ranks} ranks) on {topo.name}: {res.status.value}, {res.seconds:.4f} s/step, "
+                 f"bound {res.lower_bound if res.lower_bound is not None else float('nan'):.4f}, gap {gap_s}, "
+                 f"{res.stats.get('wall_s', 0):.2f} s")
+        out.print(_cost_table(title, res.report, res.baselines))
+        if out_file is not None:
+            _write(export("json", [], document=doc), out_file)
+        return
+    seats = [(topo.devices[d].host, topo.devices[d].local_index) for d in res.mapping]
+    _write(export(output, seats, document=doc, topology=topo), out_file)
+
+
+# ---- export -------------------------------------------------------------------------------------------------
+
+
+@app.command("export")
+@_guard
+def export_cmd(
+    mapping: Annotated[Path, typer.Argument(help="a result JSON/YAML or a mapping")],
+    format: Annotated[str, typer.Option("--format", help="json, yaml, rankfile, hostfile, env or kueue")] = "rankfile",
+    cluster: Annotated[Path | None, typer.Option(help="cluster file (needed for kueue)")] = None,
+    out_file: Annotated[Path | None, typer.Option("--out", help="write the output here")] = None,
+) -> None:
+    """Turn a placement into what a launcher reads."""
+    from placement.io.export import FORMATS, export, seats_from_document
+    from placement.io.native import load_cluster, load_document
+
+    if format not in FORMATS:
+        _fail(f"--format: unknown value {format!r}; use one of {', '.join(FORMATS)}", 2)
+    doc = load_document(mapping)
+    seats = seats_from_document(doc, str(mapping))
+    topo = None
+    if cluster is not None:
+        topo, _ = load_cluster(cluster)
+        known = set(topo.host_names)
+        bad = sorted({h for h, _ in seats if h not in known})
+        if bad:
+            raise InputError(str(mapping), [Problem("mapping", f"hosts {bad[:5]} are not in {cluster}")])
+    elif format == "kueue":
+        _fail("--cluster is required for --format kueue (the level values of each host)", 2)
+    _write(export(format, seats, document=doc if isinstance(doc, dict) else None, topology=topo), out_file)
+
+
+# ---- import -------------------------------------------------------------------------------------------------
+
+
+def _parse_tiers(tiers: list[str], level_names: list[str]) -> dict[str, tuple[float, float]]:
+    out: dict[str, tuple[float, float]] = {}
+    for i, name in enumerate(level_names):
+        out[name] = DEFAULT_TIERS[min(i, len(DEFAULT_TIERS) - 1)]
+    for spec in tiers:
+        name, _, val = spec.partition("=")
+        bw, _, lat = val.partition(":")
+        try:
+            b, l_ = float(bw), float(lat or 0)
+        except ValueError:
+            _fail(f"--tier {spec!r}: write LEVEL=BANDWIDTH_GBPS:LATENCY_US, e.g. leaf=50:5", 2)
+        if name not in out:
+            _fail(f"--tier {spec!r}: unknown level {name!r}; levels are {level_names}", 2)
+        if b <= 0 or l_ < 0:
+            _fail(f"--tier {spec!r}: bandwidth must be > 0 and latency >= 0", 2)
+        out[name] = (b, l_)
+    return out
+
+
+def _finish_import(doc: dict[str, Any], warnings: list[str], tiers: list[str], gpus_per_node: int | None,
+                   kind: str | None, node_topo: Path | None, out_file: Path | None) -> None:
+    from placement.io.native import cluster_from_dict
+
+    names = [lv["name"] for lv in doc["levels"]]
+    tier = _parse_tiers(tiers, names)
+    doc["levels"] = [{"name": n, "bandwidth_gbps": tier[n][0], "latency_us": tier[n][1]} for n in names]
+    if node_topo is not None:
+        from placement.io.nvidia_smi import read_nvidia_smi
+
+        nt = read_nvidia_smi(node_topo)
+        warnings.extend(nt.warnings)
+        doc["node_types"] = [{"name": node_topo.stem, "devices": len(nt.gpus), "kind": kind or "gpu",
+                              "matrix": [" ".join(r) for r in nt.matrix], "rails": list(nt.rails)}]
+    for h in doc["hosts"]:
+        if node_topo is not None:
+            h.pop("devices", None)
+            h.pop("kind", None)
+            h["node_type"] = node_topo.stem
+        elif "devices" not in h:
+            h["devices"] = gpus_per_node or 8
+            if kind:
+                h["kind"] = kind
+    cluster_from_dict(doc, "<imported>")  # validate what we are about to write
+    for w in warnings:
+        err.print(f"[yellow]warning:[/] {_escape(w)}")
+    if not tiers:
+        err.print("[yellow]note:[/] link tiers are defaults (H100 node, 400G fabric, 2:1 per tier above the leaf); set them with --tier LEVEL=GBPS:US")
+    _write(yaml.safe_dump(doc, sort_keys=False, default_flow_style=None), out_file)
+
+
+@import_app.command("nvidia-smi")
+@_guard
+def import_nvidia_smi(
+    file: Annotated[Path, typer.Argument(help="output of `nvidia-smi topo -m`")],
+    host: Annotated[str, typer.Option(help="host name for the node")] = "node0",
+    kind: Annotated[str, typer.Option(help="device kind, e.g. H100")] = "gpu",
+    table: Annotated[int | None, typer.Option(help="which table, when the file holds several (0-based)")] = None,
+    partial: Annotated[bool, typer.Option(help="accept a truncated table, filling missing pairs")] = False,
+    out_file: Annotated[Path | None, typer.Option("--out", help="write the cluster YAML here")] = None,
+) -> None:
+    """A one-node cluster file with the node's intra-node matrix and rails."""
+    from placement.io.nvidia_smi import read_nvidia_smi
+
+    nt = read_nvidia_smi(file, table=table, allow_partial=partial)
+    for w in nt.warnings:
+        err.print(f"[yellow]warning:[/] {_escape(w)}")
+    doc = {
+        "name": host,
+        "levels": [{"name": "node", "bandwidth_gbps": DEFAULT_TIERS[0][0], "latency_us": DEFAULT_TIERS[0][1]}],
+        "node_types": [{"name": file.stem, "devices": len(nt.gpus), "kind": kind,
+                        "matrix": [" ".join(r) for r in nt.matrix], "rails": list(nt.rails)}],
+        "hosts": [{"name": host, "node_type": file.stem}],
+    }
+    from placement.io.native import cluster_from_dict
+
+    cluster_from_dict(doc, str(file))
+    _write(yaml.safe_dump(doc, sort_keys=False, default_flow_style=None), out_file)
+
+
+@import_app.command("slurm")
+@_guard
+def import_slurm(
+    file: Annotated[Path, typer.Argument(help="topology.conf or topology.yaml")],
+    levels: Annotated[str | None, typer.Option(help="level names bottom-up, e.g. leaf,spine,core")] = None,
+    topology: Annotated[str | None, typer.Option(help="which topology (topology.yaml) or plugin (tree/block/ring)")] = None,
+    tier: Annotated[list[str] | None, typer.Option(help="LEVEL=GBPS:US, repeatable")] = None,
+    gpus_per_node: Annotated[int, typer.Option(help="GPUs per node")] = 8,
+    kind: Annotated[str | None, typer.Option(help="device kind")] = None,
+    node_topo: Annotated[Path | None, typer.Option(help="nvidia-smi topo -m of one node, applied to every node")] = None,
+    out_file: Annotated[Path | None, typer.Option("--out", help="write the cluster YAML here")] = None,
+) -> None:
+    """A cluster file from Slurm's topology.conf (tree, block, ring) or topology.yaml."""
+    from placement.io.slurm import read_slurm
+
+    doc, warnings = read_slurm(file, topology=topology, level_names=levels.split(",") if levels else None)
+    _finish_import(doc, list(warnings), tier or [], gpus_per_node, kind, node_topo, out_file)
+
+
+@import_app.command("k8s")
+@_guard
+def import_k8s(
+    file: Annotated[Path, typer.Argument(help="kubectl get nodes -o json")],
+    levels: Annotated[str, typer.Option(help="topology label keys, coarse to fine (Kueue TAS order)")],
+    level_names: Annotated[str | None, typer.Option(help="names for those levels")] = None,
+    gpu_resource: Annotated[str, typer.Option(help="extended resource holding the GPU count")] = "nvidia.com/gpu",
+    tier: Annotated[list[str] | None, typer.Option(help="LEVEL=GBPS:US, repeatable")] = None,
+    node_topo: Annotated[Path | None, typer.Option(help="nvidia-smi topo -m applied to every node")] = None,
+    out_file: Annotated[Path | None, typer.Option("--out", help="write the cluster YAML here")] = None,
+) -> None:
+    """A cluster file from Kubernetes node labels."""
+    from placement.io.k8s import parse_k8s_nodes
+
+    try:
+        text = file.read_text()
+    except OSError as e:
+        _fail(f"{file}: {e.strerror}", 2)
+    doc, warnings = parse_k8s_nodes(text, str(file), levels=levels.split(","),
+                                    level_names=level_names.split(",") if level_names else None, gpu_resource=gpu_resource)
+    _finish_import(doc, list(warnings), tier or [], None, None, node_topo, out_file)
+
+
+# ---- serve --------------------------------------------------------------------------------------------------
+
+
+@app.command()
+def serve(
+    port: Annotated[int | None, typer.Option(help="gRPC port (default from PLACEMENT_PORT or 50051)")] = None,
+) -> None:
+    """Run the gRPC server (same as `placement-server`)."""
+    from server.main import main as server_main
+
+    argv = [] if port is None else ["--port", str(port)]
+    raise typer.Exit(server_main(argv))
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,245 @@
+"""Request files (YAML/JSON in the protobuf JSON mapping) into PlaceRequest/EvaluateRequest/CompareRequest,
+and results out as JSON or YAML. Protobuf only, no grpc: the CLI uses it offline and with ``--server``.
+
+A request file holds ``{cluster, state, job (Compare: jobs), options (Evaluate: mapping)}``. Instead of a part it
+may name a native file, relative to the request file: ``cluster_file``, ``state_file``, ``job_file``,
+``job_files`` (Compare, a list), ``mapping_file`` (Evaluate; a mapping or a result file). Native shorthands are
+normalized first so every native file is a valid message: a single ``generate`` block, matrix rows as lists,
+``null`` rails (-1), an ``nvidia_smi`` file (inlined as matrix and rails), rank ranges ``"0-7,16-23"``, and
+mappings as a list of devices or ``{rank: device}``.
+
+>>> from placement.v1 import placement_pb2 as pb
+>>> req = request_from_dict({"job": {"ranks": 2, "groups": [{"members": "0-1", "bytes": 1e6}]}}, pb.PlaceRequest)
+>>> list(req.job.groups[0].members)
+[0, 1]
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+from typing import IO, Any, TypeVar
+
+import yaml
+from google.protobuf import json_format
+
+from placement.errors import InputError, Problem, Problems
+from placement.io.native import load_document
+from placement.v1 import placement_pb2 as pb
+
+__all__ = [
+    "dump_message",
+    "message_to_dict",
+    "normalize_cluster",
+    "normalize_job",
+    "normalize_mapping",
+    "read_request",
+    "request_from_dict",
+    "write_message",
+]
+
+R = TypeVar("R", pb.PlaceRequest, pb.EvaluateRequest, pb.CompareRequest)
+
+_FILE_KEYS = {"cluster_file": "cluster", "state_file": "state", "job_file": "job", "mapping_file": "mapping"}
+_AT = re.compile(r" at (?:[A-Za-z_]\w*\.)?([\w.\[\]]+?)\.*$")
+_FIELD = re.compile(r"Failed to parse (\w+) field: ")
+_RANGE = re.compile(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?")
+
+
+# ---- native shorthands -----------------------------------------------------------------------------------
+
+
+def normalize_cluster(doc: Any, base_dir: Path | None = None, ps: Problems | None = None, path: str = "cluster") -> Any:
+    """A native cluster document in the message's shape (see the module docstring); other values unchanged."""
+    if not isinstance(doc, dict):
+        return doc
+    d = dict(doc)
+    if isinstance(d.get("generate"), dict):
+        d["generate"] = [d["generate"]]
+    if isinstance(d.get("node_types"), list):
+        d["node_types"] = [_normalize_node_type(nt, base_dir, ps, f"{path}.node_types[{i}]")
+                           for i, nt in enumerate(d["node_types"])]
+    return d
+
+
+def _normalize_node_type(nt: Any, base_dir: Path | None, ps: Problems | None, path: str) -> Any:
+    if not isinstance(nt, dict):
+        return nt
+    nt = dict(nt)
+    smi = nt.pop("nvidia_smi", None)
+    table = nt.pop("nvidia_smi_table", None)
+    if smi is not None:
+        from placement.io.nvidia_smi import read_nvidia_smi
+
+        f = Path(str(smi))
+        if base_dir is not None and not f.is_absolute():
+            f = base_dir / f
+        try:
+            topo = read_nvidia_smi(f, table=table if isinstance(table, int) else None)
+        except InputError as e:
+            if ps is None:
+                raise
+            for p in e.problems:
+                ps.add(f"{path}.nvidia_smi", f"{e.source}: {p}")
+        else:
+            nt.setdefault("matrix", [list(row) for row in topo.matrix])
+            nt.setdefault("rails", list(topo.rails))
+    rows = nt.get("matrix")
+    if isinstance(rows, list):
+        nt["matrix"] = [" ".join(str(c) for c in row) if isinstance(row, list) else row for row in rows]
+    rails = nt.get("rails")
+    if isinstance(rails, list):
+        nt["rails"] = [-1 if x is None else x for x in rails]
+    return nt
+
+
+def _ranks(text: str) -> list[int] | None:
+    out: list[int] = []
+    for part in text.split(","):
+        m = _RANGE.fullmatch(part)
+        if not m or int(m.group(2) or m.group(1)) < int(m.group(1)):
+            return None
+        out.extend(range(int(m.group(1)), int(m.group(2) or m.group(1)) + 1))
+    return out
+
+
+def normalize_job(doc: Any, ps: Problems | None = None, path: str = "job") -> Any:
+    """A native job document in the message's shape: rank range strings expanded."""
+    if not isinstance(doc, dict) or not isinstance(doc.get("groups"), list):
+        return doc
+    d = dict(doc)
+    groups = []
+    for i, g in enumerate(d["groups"]):
+        if isinstance(g, dict) and isinstance(g.get("members"), str):
+            members = _ranks(g["members"])
+            if members is None:
+                if ps is not None:
+                    ps.add(f"{path}.groups[{i}].members", f"bad rank range {g['members']!r}; write e.g. \"0-7,16-23\"")
+            else:
+                g = {**g, "members": members}
+        groups.append(g)
+    d["groups"] = groups
+    return d
+
+
+def normalize_mapping(doc: Any) -> Any:
+    """A mapping as a list of {rank, device}: from a list of devices, {rank: device} or a result document."""
+    if isinstance(doc, dict) and isinstance(doc.get("result"), dict):
+        doc = doc["result"]
+    if isinstance(doc, dict) and "mapping" in doc:
+        doc = doc["mapping"]
+    if isinstance(doc, dict):
+        return [{"rank": k, "device": v} for k, v in doc.items()]
+    if isinstance(doc, list):
+        return [{"device": x} if isinstance(x, str) else x for x in doc]
+    return doc
+
+
+# ---- reading ------------------------------------------------------------------------------------------------
+
+
+def _parse_error(e: json_format.ParseError) -> Problem:
+    """A ParseError's innermost message, at the field path it names (or the chain of fields it went through)."""
+    text = str(e)
+    m = _AT.search(text)
+    if m:
+        path = m.group(1)
+        text = text[: m.start()]
+    else:
+        path = ".".join(_FIELD.findall(text))
+        text = text.rstrip(".")
+    message = text.rsplit(" field: ", 1)[-1].strip()
+    message = re.sub(r"\s*Available Fields\(except extensions\):.*", "", message, flags=re.DOTALL)
+    return Problem(path, message)
+
+
+def request_from_dict(doc: Any, message_type: type[R], source: str = "<request>", base_dir: Path | None = None) -> R:
+    """A request message from a parsed document: file references resolved, native shorthands normalized."""
+    ps = Problems(source)
+    if not isinstance(doc, dict):
+        ps.add("", f"a request is a mapping of cluster, state, job, options; got {type(doc).__name__}")
+        ps.raise_if_any()
+    d = dict(doc)
+    for key, part in _FILE_KEYS.items():
+        if key not in d:
+            continue
+        ref = d.pop(key)
+        if part in d:
+            ps.add(key, f"give {part} or {key}, not both")
+            continue
+        d[part] = _load_ref(ref, key, base_dir, ps)
+    if "job_files" in d:
+        refs = d.pop("job_files")
+        if not isinstance(refs, list):
+            ps.add("job_files", "must be a list of job files")
+        else:
+            d["jobs"] = [*(d.get("jobs") or []),
+                         *(_load_ref(r, f"job_files[{i}]", base_dir, ps) for i, r in enumerate(refs))]
+    if "cluster" in d:
+        d["cluster"] = normalize_cluster(d["cluster"], base_dir, ps)
+    if "job" in d:
+        d["job"] = normalize_job(d["job"], ps)
+    if isinstance(d.get("jobs"), list):
+        d["jobs"] = [normalize_job(j, ps, f"jobs[{i}]") for i, j in enumerate(d["jobs"])]
+    if "mapping" in d:
+        d["mapping"] = normalize_mapping(d["mapping"])
+    ps.raise_if_any()
+    try:
+        return json_format.ParseDict(d, message_type())
+    except json_format.ParseError as e:
+        raise InputError(source, [_parse_error(e)]) from None
+
+
+def _load_ref(ref: Any, key: str, base_dir: Path | None, ps: Problems) -> Any:
+    if not isinstance(ref, str):
+        ps.add(key, f"must be a file path, got {ref!r}")
+        return None
+    p = Path(ref)
+    if base_dir is not None and not p.is_absolute():
+        p = base_dir / p
+    try:
+        doc = load_document(p)
+    except InputError as e:
+        for prob in e.problems:
+            ps.add(f"{key} ({e.source})" + (f" {prob.path}" if prob.path else ""), prob.message)
+        return None
+    if key == "cluster_file":  # an nvidia_smi file inside resolves against the cluster file's folder
+        doc = normalize_cluster(doc, p.parent, ps)
+    return doc
+
+
+def read_request(path: str | Path, message_type: type[R]) -> R:
+    """Read a request file (YAML, or JSON by suffix) into `message_type`; InputError names the file and field."""
+    p = Path(path)
+    return request_from_dict(load_document(p), message_type, str(path), p.parent)
+
+
+# ---- writing ------------------------------------------------------------------------------------------------
+
+
+def message_to_dict(msg: Any) -> dict[str, Any]:
+    """A message as plain data in the protobuf JSON mapping, with the proto field names."""
+    out: dict[str, Any] = json_format.MessageToDict(msg, preserving_proto_field_name=True)
+    return out
+
+
+def dump_message(msg: Any, fmt: str = "json") -> str:
+    """A message as JSON (indented) or YAML text."""
+    data = message_to_dict(msg)
+    if fmt == "json":
+        return json.dumps(data, indent=2) + "\n"
+    if fmt == "yaml":
+        return str(yaml.safe_dump(data, sort_keys=False, default_flow_style=None))
+    raise ValueError(f"unknown format {fmt!r}; use json or yaml")
+
+
+def write_message(msg: Any, dest: str | Path | IO[str] = "-", fmt: str | None = None) -> None:
+    """Write a message to a file (format from its suffix: .json, else YAML) or a stream ("-": stdout, JSON)."""
+    if isinstance(dest, str | Path) and str(dest) != "-":
+        p = Path(dest)
+        p.write_text(dump_message(msg, fmt or ("json" if p.suffix == ".json" else "yaml")))
+        return
+    stream = sys.stdout if isinstance(dest, str | Path) else dest
+    stream.write(dump_message(msg, fmt or "json"))
