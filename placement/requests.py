@@ -175,8 +175,10 @@ def request_from_dict(doc: Any, message_type: type[R], source: str = "<request>"
         if not isinstance(refs, list):
             ps.add("job_files", "must be a list of job files")
         else:
-            d["jobs"] = [*(d.get("jobs") or []),
-                         *(_load_ref(r, f"job_files[{i}]", base_dir, ps) for i, r in enumerate(refs))]
+            jobs = list(d.get("jobs") or [])
+            for i, ref in enumerate(refs):
+                jobs.append(_load_ref(ref, f"job_files[{i}]", base_dir, ps))
+            d["jobs"] = jobs
     if "cluster" in d:
         d["cluster"] = normalize_cluster(d["cluster"], base_dir, ps)
     if "job" in d:
@@ -186,10 +188,12 @@ def request_from_dict(doc: Any, message_type: type[R], source: str = "<request>"
     if "mapping" in d:
         d["mapping"] = normalize_mapping(d["mapping"])
     ps.raise_if_any()
+    msg = message_type()
     try:
-        return json_format.ParseDict(d, message_type())
+        json_format.ParseDict(d, msg)
     except json_format.ParseError as e:
         raise InputError(source, [_parse_error(e)]) from None
+    return msg
 
 
 def _load_ref(ref: Any, key: str, base_dir: Path | None, ps: Problems) -> Any:

@@ -17,7 +17,13 @@ from google.protobuf import json_format
 
 from placement.cost import CostReport
 from placement.errors import InputError, Problem
-from placement.io.native import cluster_from_dict, job_from_dict, mapping_from_obj, merge_states, state_from_dict
+from placement.io.native import (
+    cluster_from_dict,
+    job_from_dict,
+    mapping_from_obj,
+    merge_states,
+    state_from_dict,
+)
 from placement.job import Job
 from placement.solve import PlacementResult, SolveOptions, SolveStatus, Strategy
 from placement.state import ClusterState
@@ -115,9 +121,10 @@ def estimate_devices(cluster: pb.Cluster) -> int:
 
 def estimate_matrix_cells(cluster: pb.Cluster) -> int:
     """Matrix cells checked when building: per host with a matrix, devices squared."""
-    with_matrix = {nt.name: max(len(nt.matrix), nt.devices) ** 2 for nt in cluster.node_types if nt.matrix}
+    sides = {nt.name: max(len(nt.matrix), nt.devices) for nt in cluster.node_types if nt.matrix}
+    with_matrix = {name: n * n for name, n in sides.items()}
     cells = sum(max(g.nodes, 0) * with_matrix[g.node_type] for g in cluster.generate if g.node_type in with_matrix)
-    return cells + sum(with_matrix[h.node_type] for h in cluster.hosts if h.node_type in with_matrix)
+    return int(cells) + int(sum(with_matrix[h.node_type] for h in cluster.hosts if h.node_type in with_matrix))
 
 
 def estimate_ranks(job: pb.Job) -> int:
@@ -125,7 +132,7 @@ def estimate_ranks(job: pb.Job) -> int:
     p = job.parallel
     world = 1
     for dim in ("tp", "cp", "ep", "dp", "pp"):
-        world *= max(getattr(p, dim), 1)
+        world *= max(int(getattr(p, dim)), 1)
     return max(job.ranks, world if job.HasField("parallel") else 1)
 
 

@@ -1,4 +1,5 @@
-"""Server interceptors: request id + metrics + access log around every unary call, and bearer-token auth.
+"""Server interceptors: request id, metrics, access log and malformed-bytes check around every unary call;
+bearer-token auth.
 
 Order matters: telemetry is outermost, so refused calls are counted, logged and carry their request id too.
 """
@@ -13,7 +14,8 @@ from typing import Any
 
 import grpc
 
-from server.errors import unauthenticated
+from placement.errors import Problem
+from server.errors import bad_request, unauthenticated
 from server.telemetry import REQUEST_ID_KEY, Metrics, new_request_id, request_id_var
 
 __all__ = ["OPEN_METHOD_PREFIXES", "TelemetryInterceptor", "TokenAuthInterceptor"]
@@ -24,6 +26,26 @@ OPEN_METHOD_PREFIXES = ("/grpc.health.v1.Health/",)
 """Methods callable without the bearer token: health checks stay open to load balancers and kubelets."""
 
 Continuation = Callable[[Any], Any]
+
+
+class _Malformed:
+    """Stands in for a request whose bytes do not parse, so the call answers INVALID_ARGUMENT, not INTERNAL."""
+
+    def __init__(self, error: str) -> None:
+        self.error = error
+
+
+def _tolerant(deserialize: Callable[[bytes], Any] | None) -> Callable[[bytes], Any] | None:
+    if deserialize is None:
+        return None
+
+    def parse(data: bytes) -> Any:
+        try:
+            return deserialize(data)
+        except Exception as e:  # DecodeError and friends: the caller sent bytes that are not the message
+            return _Malformed(f"{type(e).__name__}: {e}")
+
+    return parse
 
 
 def _metadata(details: Any, key: str) -> str | None:
@@ -56,6 +78,9 @@ class TelemetryInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]  # grp
             t0 = time.perf_counter()
             failed = False
             try:
+                if isinstance(request, _Malformed):
+                    context.abort_with_status(bad_request(
+                        [Problem("", f"the bytes are not a valid request of {method}: {request.error}")]))
                 return behavior(request, context)
             except BaseException:
                 failed = True
@@ -75,7 +100,7 @@ class TelemetryInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]  # grp
 
         return grpc.unary_unary_rpc_method_handler(
             observed,
-            request_deserializer=handler.request_deserializer,
+            request_deserializer=_tolerant(handler.request_deserializer),
             response_serializer=handler.response_serializer,
         )
 

@@ -176,7 +176,7 @@ def serve(settings: Settings) -> int:
         _log.info("signal", extra={"fields": {"signal": signal.Signals(signum).name}})
         stop.set()
 
-    previous: dict[int, Any] = {}
+    previous: dict[signal.Signals, Any] = {}
     try:
         for sig in (signal.SIGTERM, signal.SIGINT):
             previous[sig] = signal.signal(sig, on_signal)

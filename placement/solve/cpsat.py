@@ -150,6 +150,36 @@ def _host_classes(topology: Topology, pool: HostPool, hosts: Sequence[int], max_
 
 
 @dataclass
+class SpreadTerm:
+    """One spread rule on one scope: units with the number of the scope's ranks they hold, and the slots of
+    each fault domain."""
+
+    units: list[tuple[int, int]]
+    slots_by_domain: dict[str, set[int]]
+    min_domains: int | None
+    max_ranks: int | None
+
+
+def spread_terms(topology: Topology, state: ClusterState, job: Job, traffic: Traffic, units: list[tuple[int, ...]],
+                 pool: HostPool) -> list[SpreadTerm]:
+    """The job's spread rules over host slots (a host belongs to the fault domain of its first free device)."""
+    unit_of = {r: i for i, u in enumerate(units) for r in u}
+    out: list[SpreadTerm] = []
+    for rule in job.constraints.spread:
+        fd = state.fault_domain_of(rule.kind, topology)
+        slots: dict[str, set[int]] = defaultdict(set)
+        for h, devs in pool.devices.items():
+            slots[fd.get(devs[0], "<none>")].add(h)
+        scopes = [tuple(range(job.ranks))] if rule.scope == "job" else [g.members for g in traffic.groups if g.label == rule.scope]
+        for members in scopes:
+            cnt: dict[int, int] = defaultdict(int)
+            for r in members:
+                cnt[unit_of[r]] += 1
+            out.append(SpreadTerm(sorted(cnt.items()), dict(slots), rule.min_domains, rule.max_ranks_per_domain))
+    return out
+
+
+@dataclass
 class SubResult:
     assignment: dict[int, int] | None  # unit -> host
     objective: float | None
@@ -170,6 +200,8 @@ def solve_unit_model(
     time_limit: float,
     symmetric_chains: Sequence[Sequence[int]] = (),
     aggregate: tuple[dict[int, int], dict[int, list[int]]] | None = None,
+    allowed: dict[int, set[int]] | None = None,
+    spread: Sequence[SpreadTerm] = (),
 ) -> SubResult:
     """Place `free_units` on `hosts` (capacity: free devices minus what fixed units hold there).
 
@@ -190,7 +222,7 @@ def solve_unit_model(
     for u in free_units:
         size = len(units[u])
         for h in hosts:
-            if room[h] >= size:
+            if room[h] >= size and (allowed is None or u not in allowed or h in allowed[u]):
                 x[u, h] = m.new_bool_var(f"x{u}_{h}")
                 by_unit[u].append(h)
                 by_host[h].append(u)
@@ -274,6 +306,22 @@ def solve_unit_model(
             coef = int(round(delta * SCALE))
             if coef:
                 obj.append((coef, w))
+    for sp in spread:
+        used_vars = []
+        for fd, slots_in in sp.slots_by_domain.items():
+            terms = [(wt, x[u, h]) for u, wt in sp.units for h in by_unit.get(u, ()) if h in slots_in]
+            if not terms:
+                continue
+            if sp.max_ranks is not None:
+                m.add(sum(wt * v for wt, v in terms) <= sp.max_ranks)
+            if sp.min_domains is not None:
+                used = m.new_bool_var("")
+                m.add_bool_or([v for _, v in terms]).only_enforce_if(used)
+                used_vars.append(used)
+        if sp.min_domains is not None:
+            if len(used_vars) < sp.min_domains:
+                return SubResult(None, None, None, "INFEASIBLE", len(x))
+            m.add(sum(used_vars) >= sp.min_domains)
     for chain in symmetric_chains:
         pos = [sum(h * x[u, h] for h in by_unit[u]) for u in chain if u in free_set]
         for p1, p2 in zip(pos, pos[1:], strict=False):
@@ -398,13 +446,19 @@ def _symmetry_chains(job: Job, units: list[tuple[int, ...]]) -> list[list[int]]:
     return [reps]
 
 
-def _mapping_from_assignment(topology: Topology, pool: HostPool, units: list[tuple[int, ...]], assign: dict[int, int], n_ranks: int) -> list[int]:
+def _mapping_from_assignment(topology: Topology, pool: HostPool, units: list[tuple[int, ...]], assign: dict[int, int],
+                             n_ranks: int, pins: dict[int, int] | None = None) -> list[int]:
     out = [-1] * n_ranks
-    left = {h: list(devs) for h, devs in pool.devices.items()}
+    pins = pins or {}
+    taken = set(pins.values())
+    left = {h: [d for d in devs if d not in taken] for h, devs in pool.devices.items()}
+    for r, d in pins.items():
+        out[r] = d
     for u in sorted(assign):
         h = assign[u]
         for r in units[u]:
-            out[r] = left[h].pop(0)
+            if r not in pins:
+                out[r] = left[h].pop(0)
     return out
 
 
@@ -427,7 +481,11 @@ def solve_cpsat(topology: Topology, state: ClusterState, job: Job, traffic: Traf
     deadline = t0 + options.time_limit_s
     stats: dict[str, float | int | str] = {}
     cands = candidate_devices(topology, state, job)
-    pinned = {r: topology.device_index(d) for r, d in job.constraints.pins.items()}
+    pinned: dict[int, int] = {}
+    for r, dev_id in job.constraints.pins.items():
+        di = topology.device_index(dev_id)
+        if di is not None:
+            pinned[r] = di
     pool = HostPool.of(topology, cands)
 
     def score(mp: list[int]) -> float:
@@ -442,12 +500,9 @@ def solve_cpsat(topology: Topology, state: ClusterState, job: Job, traffic: Traf
     best_cost = score(best) if best is not None else math.inf
     lb = lower_bound(topology, state, traffic, cands)
     stats["analytic_bound"] = lb
-    hard_spread = bool(job.constraints.spread)
     units, units_exact = build_units(topology, job, traffic, pool)
     stats["units"] = len(units)
-    if pinned:
-        units_exact = False
-    # constructive candidates
+    # constructive candidates (they ignore pins; spread is checked by `valid`)
     if not pinned:
         cons, cons_cost, tried = best_constructive(topology, pool, job, units, score, t0 + 0.35 * options.time_limit_s)
         stats["constructive_tried"] = tried
@@ -456,46 +511,56 @@ def solve_cpsat(topology: Topology, state: ClusterState, job: Job, traffic: Traf
     model = build_model(topology, state, traffic, units, units_exact)
     stats["terms"] = len(model.terms)
     model_bound: float | None = None
-    if not pinned and not hard_spread and best is not None:
-        assign = _assignment_from_mapping(topology, units, best)
-        max_size = sum(len(u) for u in units)
-        sizes = {len(u) for u in units}
-        max_free = max(pool.free(h) for h in pool.devices)
-        smallest_term = min((sum(len(units[u]) for u in t.units) for t in model.terms), default=max_free + 1)
-        aggregate = None
-        if len(sizes) == 1 and smallest_term > max_free and len(topology.levels) > 2:
-            usize = sizes.pop()
-            aggregate = _aggregate_leaves(topology, pool, usize, len(units))
-            slots = sorted(aggregate[0])
-            slot_assign = {u: topology.domain_of(pool.devices[h][0], 1) for u, h in assign.items()} if assign else None
-        else:
-            slots = _host_classes(topology, pool, sorted(pool.devices), max_size, len(units))
-            if assign is not None:
-                slots = sorted(set(slots) | set(assign.values()))  # keep the incumbent's hosts: the hint stays feasible
-            slot_assign = assign
-        n_vars = sum(1 for u in units for h in slots if (aggregate[0][h] if aggregate else pool.free(h)) >= len(u))
-        stats["model_vars"] = n_vars
-        stats["model_slots"] = "level-1 domains" if aggregate else "hosts"
-        remaining = deadline - time.perf_counter()
-        if n_vars <= MAX_FULL_VARS and remaining > 0.05:
-            chains = _symmetry_chains(job, units)
-            if chains and slot_assign is not None:
-                slot_assign = _sorted_hint(job, units, chains[0], slot_assign)
-            res = solve_unit_model(topology, pool, model, list(range(len(units))), slots, {}, slot_assign, options,
-                                   remaining * 0.9, chains, aggregate)
-            stats["cpsat_status"] = res.status
-            if res.assignment is not None:
-                host_assign = _hosts_of(topology, pool, units, res.assignment) if aggregate else res.assignment
-                mp = _mapping_from_assignment(topology, pool, units, host_assign, job.ranks)
-                c = score(mp)
-                stats["model_objective"] = (res.objective or 0.0) + model.constant
-                if c < best_cost and valid(mp):
-                    best, best_cost = mp, c
-                if res.bound is not None and model.exact:
-                    model_bound = res.bound + model.constant
-        elif assign is not None:
-            best, best_cost, lns_stats = _lns(topology, state, job, traffic, pool, model, assign, best, best_cost, score, valid, options, deadline)
-            stats.update(lns_stats)
+    constrained = bool(pinned or job.constraints.spread)
+    allowed: dict[int, set[int]] = {}
+    unit_of = {r: i for i, u in enumerate(units) for r in u}
+    for r, d in pinned.items():
+        h = topology.devices[d].host_index
+        u = unit_of[r]
+        allowed[u] = allowed.get(u, {h}) & {h}
+    assign = _assignment_from_mapping(topology, units, best) if best is not None else None
+    max_size = sum(len(u) for u in units)
+    sizes = {len(u) for u in units}
+    max_free = max((pool.free(h) for h in pool.devices), default=0)
+    smallest_term = min((sum(len(units[u]) for u in t.units) for t in model.terms), default=max_free + 1)
+    aggregate = None
+    if not constrained and len(sizes) == 1 and smallest_term > max_free and len(topology.levels) > 2:
+        usize = sizes.pop()
+        aggregate = _aggregate_leaves(topology, pool, usize, len(units))
+        slots = sorted(aggregate[0])
+        slot_assign = {u: topology.domain_of(pool.devices[h][0], 1) for u, h in assign.items()} if assign else None
+    else:
+        keep = len(units)
+        slots = sorted(pool.devices) if constrained else _host_classes(topology, pool, sorted(pool.devices), max_size, keep)
+        if assign is not None:
+            slots = sorted(set(slots) | set(assign.values()))  # keep the incumbent's hosts: the hint stays feasible
+        slot_assign = assign
+    n_vars = sum(1 for u in units for h in slots if (aggregate[0][h] if aggregate else pool.free(h)) >= len(u))
+    stats["model_vars"] = n_vars
+    stats["model_slots"] = "level-1 domains" if aggregate else "hosts"
+    remaining = deadline - time.perf_counter()
+    if (n_vars <= MAX_FULL_VARS or (constrained and best is None)) and remaining > 0.05:
+        chains = [] if constrained else _symmetry_chains(job, units)
+        if chains and slot_assign is not None:
+            slot_assign = _sorted_hint(job, units, chains[0], slot_assign)
+        sp = spread_terms(topology, state, job, traffic, units, pool) if job.constraints.spread else []
+        res = solve_unit_model(topology, pool, model, list(range(len(units))), slots, {}, slot_assign, options,
+                               remaining * 0.9, chains, aggregate, allowed or None, sp)
+        stats["cpsat_status"] = res.status
+        if res.assignment is not None:
+            host_assign = _hosts_of(topology, pool, units, res.assignment) if aggregate else res.assignment
+            mp = _mapping_from_assignment(topology, pool, units, host_assign, job.ranks, pinned)
+            c = score(mp)
+            stats["model_objective"] = (res.objective or 0.0) + model.constant
+            if c < best_cost and valid(mp):
+                best, best_cost = mp, c
+            if res.bound is not None and model.exact and res.status in ("OPTIMAL", "FEASIBLE"):
+                model_bound = res.bound + model.constant
+        elif res.status == "INFEASIBLE" and units_exact:
+            return CpsatOutcome(None, None, stats, ["the solver proved that no mapping satisfies the hard rules together (each rule alone can be met)"])
+    elif assign is not None and not constrained:
+        best, best_cost, lns_stats = _lns(topology, state, job, traffic, pool, model, assign, best, best_cost, score, valid, options, deadline)
+        stats.update(lns_stats)
     if best is not None and any(nt.matrix is not None for nt in topology.host_types):
         refined = refine_hosts(topology, state, job, traffic, best, cands, deadline)
         rc = score(refined)
@@ -527,6 +592,7 @@ def _lns(topology: Topology, state: ClusterState, job: Job, traffic: Traffic, po
         dom_hosts[col[devs[0]]].append(h)
     used_doms = sorted({col[pool.devices[h][0]] for h in assign.values()})
     rounds = improved = 0
+    deadline -= 0.1 + job.ranks * 5e-5  # leave time to score, validate and return the answer
     while time.perf_counter() < deadline - 0.05 and used_doms:
         if options.stop is not None and options.stop.is_set():
             break
