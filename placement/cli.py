@@ -150,7 +150,8 @@ def place(
 ) -> None:
     """Place a job on a cluster state and show what it costs, next to the baselines."""
     from placement.io.export import export, result_document
-    from placement.solve import SolveOptions, Strategy, place as run_place
+    from placement.solve import SolveOptions, Strategy
+    from placement.solve import place as run_place
 
     if output not in PLACE_OUTPUTS:
         _fail(f"--output: unknown value {output!r}; use one of {', '.join(PLACE_OUTPUTS)}", 2)

@@ -108,6 +108,14 @@ def _slowdown(topology: Topology, state: ClusterState, devices: Sequence[int]) -
 
 def group_path(topology: Topology, state: ClusterState, devices: Sequence[int]) -> Path:
     """The slowest path a set of devices spans, after degradation and rails (see the module docstring)."""
+    if topology.pair_paths is not None:
+        pp = topology.pair_paths
+        bw, lat = math.inf, 0.0
+        for i, a in enumerate(devices):
+            for b in devices[i + 1:]:
+                for t in (pp[a][b], pp[b][a]):
+                    bw, lat = min(bw, t.bandwidth_gbps), max(lat, t.latency_us)
+        return Path(bw / _slowdown(topology, state, devices), lat, "graph", 1 if len(devices) > 1 else 0)
     level = topology.group_lca_level(devices)
     tier: Tier = topology.levels[level].tier
     name = topology.levels[level].name
@@ -140,6 +148,13 @@ def group_path(topology: Topology, state: ClusterState, devices: Sequence[int]) 
                 tier, name = Tier(best.bandwidth_gbps, max(best.latency_us, tier.latency_us)), best_name
             else:
                 tier = Tier(tier.bandwidth_gbps, max(best.latency_us, tier.latency_us))
+    if level > 0 and any(len(m) > 1 and topology.host_types[h].matrix is None for h, m in by_host.items()):
+        # co-hosted members of a multi-host group still talk over the host tier (PCIe hosts under a faster NIC)
+        t0 = topology.levels[0].tier
+        if t0.bandwidth_gbps < tier.bandwidth_gbps:
+            tier, name = Tier(t0.bandwidth_gbps, max(t0.latency_us, tier.latency_us)), topology.levels[0].name
+        elif t0.latency_us > tier.latency_us:
+            tier = Tier(tier.bandwidth_gbps, t0.latency_us)
     bw, lat = tier.bandwidth_gbps, tier.latency_us
     rp = topology.rail_policy
     if rp is not None and level > 0 and len(by_host) > 1:

@@ -144,6 +144,9 @@ class Topology:
     parent: tuple[tuple[int, ...], ...]
     intra_node_tiers: Mapping[str, Tier] = field(default_factory=lambda: dict(DEFAULT_INTRA_NODE_TIERS))
     rail_policy: RailPolicy | None = None
+    # A non-tree device graph (rail-optimized fabric, torus, a distance matrix): when set, pair_paths[a][b] is
+    # the tier from device a to device b and overrides levels and matrices for every pair (may be asymmetric).
+    pair_paths: tuple[tuple[Tier, ...], ...] | None = None
 
     # ---- construction -------------------------------------------------------------------------------------
 
@@ -216,11 +219,13 @@ class Topology:
                     )
                 dom_parent[li - 1][below] = di
                 below = di
-        if len(levels) > 1 and len(dom_index[-1]) > 1:
+        # with one level the hosts are the top level: several hosts there would share no domain, and lca_level
+        # would price their cross-host pairs at the host tier
+        if len(dom_index[-1]) > 1:
             ps.add(
                 f"levels[{len(levels) - 1}]",
                 f"the top level {levels[-1].name!r} has {len(dom_index[-1])} domains "
-                f"({', '.join(sorted(dom_index[-1])[:4])}...); the top level must be one domain: add a level above it",
+                f"({', '.join(sorted(dom_index[-1])[:4])}{'...' if len(dom_index[-1]) > 4 else ''}); the top level must be one domain: add a level above it",
             )
         for hi, h in enumerate(hosts):
             nt = h.node_type
@@ -396,6 +401,8 @@ class Topology:
 
     def pair_tier(self, a: int, b: int) -> tuple[Tier, str]:
         """Tier between two devices (before degradation and rails) and its name for breakdowns."""
+        if self.pair_paths is not None:
+            return self.pair_paths[a][b], "graph"
         code = self.pair_code(a, b)
         if code is not None:
             return intra_node_tier(code, self.intra_node_tiers), f"{self.levels[0].name}:{code}"
@@ -413,6 +420,30 @@ class Topology:
             codes = {nt.matrix[a][b] for a in range(nt.devices) for b in range(nt.devices) if a != b}
             out.append(len(codes) <= 1)
         return tuple(out)
+
+    @staticmethod
+    def from_pair_paths(name: str, paths: Sequence[Sequence[Tier]], *, kind: str = "gpu",
+                        device_names: Sequence[str] | None = None, source: str = "<graph>") -> Topology:
+        """A topology given as all-pairs paths (n x n tiers) instead of a tree: each device is its own host,
+        under one top domain. `placement.io.graph` builds the matrix from a networkx graph or distances."""
+        n = len(paths)
+        ps = Problems(source)
+        if n == 0:
+            ps.add("paths", "the device graph has no devices")
+        for i, row in enumerate(paths):
+            if len(row) != n:
+                ps.add(f"paths[{i}]", f"has {len(row)} entries for {n} devices")
+            for j, t in enumerate(row):
+                if i != j and not t.bandwidth_gbps > 0:
+                    ps.add(f"paths[{i}][{j}]", f"bandwidth must be > 0, got {t.bandwidth_gbps:g} (the devices are not connected)")
+        ps.raise_if_any()
+        names = list(device_names) if device_names is not None else [f"d{i}" for i in range(n)]
+        nt = NodeType("single", 1, kind)
+        hosts = [HostSpec(names[i], {}, nt) for i in range(n)]
+        worst = min((t.bandwidth_gbps for i, r in enumerate(paths) for j, t in enumerate(r) if i != j), default=1.0)
+        base = Topology.build(name, [Level("device", Tier(1e12, 0.0)), Level("graph", Tier(worst, 0.0))], hosts, source=source)
+        return Topology(base.name, base.levels, base.devices, base.host_names, base.host_types, base.domain_names,
+                        base.parent, base.intra_node_tiers, None, tuple(tuple(r) for r in paths))
 
     def kinds(self) -> tuple[str, ...]:
         return tuple(sorted({d.kind for d in self.devices}))

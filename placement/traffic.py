@@ -32,7 +32,7 @@ otherwise, e.g. ``dp: 0.3`` when gradient reduction overlaps with backward compu
 from __future__ import annotations
 
 from dataclasses import dataclass
-from itertools import product
+from itertools import pairwise, product
 
 from placement.job import DIMENSIONS, CollectiveKind, Edge, Group, Job, ParallelSpec
 
@@ -106,7 +106,7 @@ def job_traffic(job: Job) -> Traffic:
     if par.pp > 1:
         s_pp = tokens * mod.hidden * B / par.tp
         for members in dimension_groups(par, ("pp",)):
-            for a, b in zip(members, members[1:], strict=False):
+            for a, b in pairwise(members):
                 edges.append(Edge("pp", a, b, s_pp, 2 * mod.micro_batches, ex.get("pp", 1.0)))
     dense = mod.parameters - mod.expert_parameters
     if par.dp * par.cp * par.ep > 1 and dense > 0:

@@ -27,6 +27,16 @@ def _seat(device_id: str) -> tuple[str, int]:
     return host, int(gpu[3:])
 
 
+def _rank(v: Any) -> int | None:
+    if isinstance(v, bool):
+        return None
+    try:
+        r = int(v)
+    except (TypeError, ValueError):
+        return None
+    return r if r >= 0 and (not isinstance(v, float) or v == r) else None
+
+
 def result_document(topology: Topology, job_name: str, mapping: Sequence[int], report: CostReport | None = None,
                     **extra: Any) -> dict[str, Any]:
     """The canonical result: who runs where, what it costs, and anything else the caller adds (status...)."""
@@ -50,20 +60,36 @@ def seats_from_document(doc: Any, source: str = "<mapping>") -> list[tuple[str, 
     if isinstance(items, list):
         for i, it in enumerate(items):
             if isinstance(it, dict):
-                pairs.append((int(it.get("rank", i)), str(it.get("device")), f"mapping[{i}].device"))
+                rank = _rank(it.get("rank", i))
+                if rank is None:
+                    problems.append(Problem(f"mapping[{i}].rank", f"must be a rank number, got {it.get('rank')!r}"))
+                    continue
+                pairs.append((rank, str(it.get("device")), f"mapping[{i}].device"))
             else:
                 pairs.append((i, str(it), f"mapping[{i}]"))
     elif isinstance(items, dict):
         for k, v in items.items():
-            pairs.append((int(k), str(v), f"mapping.{k}"))
+            rank = _rank(k)
+            if rank is None:
+                problems.append(Problem(f"mapping.{k}", "keys are rank numbers"))
+                continue
+            pairs.append((rank, str(v), f"mapping.{k}"))
     else:
         raise InputError(source, [Problem("mapping", "expected a list of devices or a result document")])
     seats: dict[int, tuple[str, int]] = {}
+    holder: dict[tuple[str, int], int] = {}
     for r, dev, path in pairs:
+        if r in seats:
+            problems.append(Problem(path, f"rank {r} is mapped twice"))
+            continue
         try:
             seats[r] = _seat(dev)
         except ValueError:
             problems.append(Problem(path, f"{dev!r} is not a device id of the form host/gpuK"))
+            continue
+        if seats[r] in holder:
+            problems.append(Problem(path, f"{dev} holds ranks {holder[seats[r]]} and {r}; one rank per device"))
+        holder.setdefault(seats[r], r)
     n = len(pairs)
     missing = [r for r in range(n) if r not in seats]
     if missing and not problems:

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 import yaml
 
-from placement.errors import InputError, Problems
+from placement.errors import InputError, Problem, Problems
 from placement.job import (
     DIMENSIONS,
     CollectiveKind,
@@ -208,7 +208,7 @@ def _node_type(r: _Reader, d: Mapping[str, Any], path: str, name: str, base_dir:
     if n is None:
         if matrix is not None:
             n = len(matrix)
-        elif "devices" not in d:
+        elif "devices" not in d and d.get("nvidia_smi") is None:  # an unreadable nvidia_smi file is reported above
             r.ps.add(f"{path}.devices", "is required (or give a matrix or an nvidia_smi file)")
             n = 1
         else:
@@ -273,8 +273,11 @@ def cluster_from_dict(doc: Any, source: str = "<cluster>", base_dir: Path | None
     hosts: list[HostSpec] = []
     gens = d.get("generate")
     gen_list = [gens] if isinstance(gens, dict) else r.lst(gens, "generate")
+    gen_src: list[str] = []  # the generate entry of each generated host, to name it in structural errors
+    complete = bool(levels)  # every host was built: structural checks of the whole cluster are meaningful
     for gi, g in enumerate(gen_list):
         gp = "generate" if isinstance(gens, dict) else f"generate[{gi}]"
+        entry_start = len(ps.items)
         gd = r.obj(g, gp)
         r.keys(gd, ["nodes", "node_type", "devices", "kind", "fanout", "prefix", "host_format"], gp)
         nodes = r.int_(gd, "nodes", gp, minimum=1, required=True) or 0
@@ -286,12 +289,13 @@ def cluster_from_dict(doc: Any, source: str = "<cluster>", base_dir: Path | None
                 ps.add(f"{gp}.fanout.{k}", f"unknown level; the levels above the host are {level_names[1:]}")
         counts = [nodes]
         fanouts: list[int] = []
+        bad_fanout = False
         for li, lname in enumerate(level_names[1:], start=1):
             top = li == len(level_names) - 1
             f = r.int_(fan, lname, f"{gp}.fanout", minimum=1, default=None)
             if f is None:
-                if lname in fan:
-                    f = 1
+                if fan.get(lname) is not None:  # reported by int_; no follow-up error about the counts
+                    f, bad_fanout = 1, True
                 elif top:
                     f = counts[-1]
                 else:
@@ -299,11 +303,16 @@ def cluster_from_dict(doc: Any, source: str = "<cluster>", base_dir: Path | None
                     f = 1
             fanouts.append(f)
             counts.append(-(-counts[-1] // f))
-        if len(level_names) > 1 and counts[-1] > 1:
+        if len(level_names) > 1 and counts[-1] > 1 and not bad_fanout:
             ps.add(f"{gp}.fanout.{level_names[-1]}", f"gives {counts[-1]} {level_names[-1]} domains; the top level must be one domain: raise it to >= {counts[-2]} or add a level above")
-        if ps:
+        if hfmt := gd.get("host_format"):
+            try:
+                str(hfmt).format(1)
+            except (KeyError, IndexError, ValueError) as e:
+                ps.add(f"{gp}.host_format", f"{hfmt!r} is not a format with one positional field like 'gpu-{{:03d}}': {e}")
+        if len(ps.items) > entry_start or not levels:
+            complete = False
             continue
-        hfmt = gd.get("host_format")
         width = max(2, len(str(nodes)))
         for h in range(nodes):
             hname = str(hfmt).format(h + 1) if hfmt else f"{prefix}{level_names[0]}{h + 1:0{width}d}"
@@ -312,8 +321,9 @@ def cluster_from_dict(doc: Any, source: str = "<cluster>", base_dir: Path | None
             for li, lname in enumerate(level_names[1:], start=1):
                 idx //= fanouts[li - 1]
                 w = max(2, len(str(counts[li])))
-                doms[lname] = lname if li == len(level_names) - 1 and counts[li] == 1 and not prefix else f"{prefix}{lname}{idx + 1:0{w}d}"
+                doms[lname] = lname if li == len(level_names) - 1 and counts[li] == 1 else f"{prefix}{lname}{idx + 1:0{w}d}"
             hosts.append(HostSpec(hname, doms, nt))
+            gen_src.append(gp)
     for hi, h in enumerate(r.lst(d.get("hosts"), "hosts")):
         hp = f"hosts[{hi}]"
         hd = r.obj(h, hp)
@@ -323,11 +333,31 @@ def cluster_from_dict(doc: Any, source: str = "<cluster>", base_dir: Path | None
         hosts.append(HostSpec(hname, doms, host_type(hd, hp)))
     if gens is None and d.get("hosts") is None:
         ps.add("", "the cluster names no hosts: give `generate` (compact) and/or `hosts` (explicit)")
+    try:
+        topo = Topology.build(name, levels, hosts, intra_node_tiers=tiers, rail_policy=rail_policy, source=source)
+    except InputError as e:
+        # structural problems (a host listed twice...) are reported with the reader's, all at once; Topology.build
+        # numbers generated and explicit hosts together: name them as the file does
+        if (complete and hosts) or not ps:
+            ps.extend(_file_host_paths(e.problems, gen_src, hosts))
+        ps.raise_if_any()
+        raise
     ps.raise_if_any()
-    topo = Topology.build(name, levels, hosts, intra_node_tiers=tiers, rail_policy=rail_policy, source=source)
     fd = d.get("fault_domains")
     state = state_from_dict({"fault_domains": fd}, topo, source) if fd is not None else None
     return topo, state
+
+
+def _file_host_paths(problems: Sequence[Problem], gen_src: Sequence[str], hosts: Sequence[HostSpec]) -> list[Problem]:
+    """Rewrite ``hosts[i]`` of Topology.build (generated hosts first) into the file's own references."""
+    if not gen_src:
+        return list(problems)
+
+    def ref(m: re.Match[str]) -> str:
+        i = int(m.group(1))
+        return f"hosts[{i - len(gen_src)}]" if i >= len(gen_src) else f"{gen_src[i]} (host {hosts[i].name!r})"
+
+    return [Problem(re.sub(r"\bhosts\[(\d+)\]", ref, p.path), re.sub(r"\bhosts\[(\d+)\]", ref, p.message)) for p in problems]
 
 
 def load_cluster(path: str | Path) -> tuple[Topology, ClusterState | None]:

@@ -487,6 +487,12 @@ def solve_cpsat(topology: Topology, state: ClusterState, job: Job, traffic: Traf
         if di is not None:
             pinned[r] = di
     pool = HostPool.of(topology, cands)
+    if topology.pair_paths is not None and not traffic.groups and not pinned and not job.constraints.spread:
+        from placement.solve.qap import solve_on_graph
+
+        mp, qb, qstats = solve_on_graph(topology, state, job, traffic, cands, options.time_limit_s, options.seed, options.stop, hint)
+        stats.update(qstats)
+        return CpsatOutcome(mp, qb, stats)
 
     def score(mp: list[int]) -> float:
         return evaluate(topology, state, job, mp, traffic=traffic, check=False).seconds
@@ -535,7 +541,10 @@ def solve_cpsat(topology: Topology, state: ClusterState, job: Job, traffic: Traf
         if assign is not None:
             slots = sorted(set(slots) | set(assign.values()))  # keep the incumbent's hosts: the hint stays feasible
         slot_assign = assign
-    n_vars = sum(1 for u in units for h in slots if (aggregate[0][h] if aggregate else pool.free(h)) >= len(u))
+    from collections import Counter
+
+    slot_room = Counter(aggregate[0][h] if aggregate else pool.free(h) for h in slots)
+    n_vars = sum(cnt * sum(v for r, v in slot_room.items() if r >= size) for size, cnt in Counter(len(u) for u in units).items())
     stats["model_vars"] = n_vars
     stats["model_slots"] = "level-1 domains" if aggregate else "hosts"
     remaining = deadline - time.perf_counter()

@@ -14,6 +14,7 @@ from placement.errors import InfeasibleError, PlacementError
 from placement.job import Job
 from placement.solve import PlacementResult, SolveOptions, SolveStatus, Strategy
 from placement.solve.baselines import first_fit, topology_greedy
+from placement.solve.cpsat import solve_cpsat  # imported here: ortools takes ~1 s to import, not per call
 from placement.solve.units import candidate_devices, required_units
 from placement.state import ClusterState
 from placement.topology import Topology
@@ -114,8 +115,6 @@ def place(topology: Topology, state: ClusterState, job: Job, options: SolveOptio
             why = "no domain holds the job's units" if tg is None else "its mapping breaks " + str(validate(topology, state, job, tg, traffic=traffic)[0])
             raise InfeasibleError([f"topology-greedy found no valid mapping: {why}; try the cpsat strategy"])
     else:
-        from placement.solve.cpsat import solve_cpsat
-
         hint = tg if tg_rep is not None else (ff if ff_rep is not None else None)
         # the time limit covers the whole call: baselines, solve, final scoring (about 3% of it)
         spent = time.perf_counter() - t0
