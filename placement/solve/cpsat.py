@@ -80,7 +80,22 @@ def build_units(topology: Topology, job: Job, traffic: Traffic, pool: HostPool) 
     return [(r,) for r in range(job.ranks)], True
 
 
-def build_model(topology: Topology, state: ClusterState, traffic: Traffic, units: list[tuple[int, ...]], units_exact: bool) -> UnitModel:
+def _degradation_touches(topology: Topology, state: ClusterState, candidates: Sequence[int]) -> bool:
+    """True when a degraded device, link or uplink can matter for a mapping onto `candidates`."""
+    cset = set(candidates)
+    if any(d in cset for d in state.device_slowdown):
+        return True
+    if any(a in cset and b in cset for a, b in list(state.pair_slowdown) + list(state.failed_pairs)):
+        return True
+    for up in list(state.uplink_slowdown) + list(state.failed_uplinks):
+        col = topology.domain_column(up.level)
+        if any(col[d] == up.domain for d in cset):
+            return True
+    return False
+
+
+def build_model(topology: Topology, state: ClusterState, traffic: Traffic, units: list[tuple[int, ...]], units_exact: bool,
+                candidates: Sequence[int] = ()) -> UnitModel:
     unit_of: dict[int, int] = {}
     for i, u in enumerate(units):
         for r in u:
@@ -113,9 +128,8 @@ def build_model(topology: Topology, state: ClusterState, traffic: Traffic, units
     exact = (
         all(nt.matrix is None for nt in topology.host_types)
         and topology.rail_policy is None
-        and not state.device_slowdown
-        and not state.has_link_faults
         and monotone
+        and not _degradation_touches(topology, state, candidates)
     )
     return UnitModel(units, [Term(k, v) for k, v in sorted(acc.items())], constant, exact, units_exact)
 
@@ -514,7 +528,7 @@ def solve_cpsat(topology: Topology, state: ClusterState, job: Job, traffic: Traf
         stats["constructive_tried"] = tried
         if cons is not None and cons_cost < best_cost and valid(cons):
             best, best_cost = cons, cons_cost
-    model = build_model(topology, state, traffic, units, units_exact)
+    model = build_model(topology, state, traffic, units, units_exact, cands)
     stats["terms"] = len(model.terms)
     model_bound: float | None = None
     constrained = bool(pinned or job.constraints.spread)
