@@ -1,0 +1,221 @@
+"""Solver tests: optimality on tiny instances, validity, each hard rule binding, infeasibility explanations,
+determinism, and agreement between the solver's objective and the evaluator."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from placement.cost import evaluate
+from placement.errors import InfeasibleError
+from placement.job import Constraints, SpreadRule
+from placement.scenarios import dgx1_node, fat_tree, megatron_job, occupy
+from placement.solve import SolveOptions, SolveStatus, Strategy, place
+from placement.state import ClusterState, Uplink
+from placement.topology import HostSpec, Level, NodeType, Tier, Topology
+from placement.validate import validate
+
+
+def small_cluster(hosts: int = 4, gpus: int = 2, per_leaf: int = 2) -> Topology:
+    nt = NodeType("t", gpus, "H100")
+    hs = [HostSpec(f"h{i}", {"leaf": f"l{i // per_leaf}", "spine": "s"}, nt) for i in range(hosts)]
+    levels = [Level("node", Tier(400, 1)), Level("leaf", Tier(50, 5)), Level("spine", Tier(10, 10))]
+    return Topology.build("small", levels, hs)
+
+
+def brute_force(topo: Topology, state: ClusterState, job) -> float:  # type: ignore[no-untyped-def]
+    best = math.inf
+    for perm in itertools.permutations(range(topo.num_devices), job.ranks):
+        if validate(topo, state, job, list(perm)):
+            continue
+        best = min(best, evaluate(topo, state, job, list(perm), check=False).seconds)
+    return best
+
+
+@pytest.mark.parametrize("occupied", [(), (0, 3), (1, 2, 5)])
+@pytest.mark.parametrize("shape", [(2, 1, 2), (1, 2, 2), (2, 2, 1)])
+def test_cpsat_matches_brute_force(occupied: tuple[int, ...], shape: tuple[int, int, int]) -> None:
+    topo = small_cluster()
+    state = ClusterState(occupied={d: "other" for d in occupied})
+    tp, pp, dp = shape
+    job = megatron_job("j", tp=tp, pp=pp, dp=dp, hidden=1024, layers=4, micro_batches=2)
+    res = place(topo, state, job, SolveOptions(time_limit_s=5))
+    assert res.seconds == pytest.approx(brute_force(topo, state, job), rel=1e-9)
+    assert res.lower_bound is not None and res.lower_bound <= res.seconds + 1e-12
+
+
+def test_cpsat_beats_greedy_on_fragmented_cluster_and_reports_baselines() -> None:
+    topo = fat_tree(1024)
+    state = occupy(topo, 0.3, seed=1, mode="partial")
+    job = megatron_job("j", tp=2, pp=4, dp=8)
+    res = place(topo, state, job, SolveOptions(time_limit_s=2))
+    greedy = res.baselines["topology-greedy"]
+    assert greedy is not None and res.seconds is not None
+    assert res.seconds < 0.9 * greedy
+    assert res.baselines["first-fit"] is not None
+
+
+@settings(max_examples=25, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    occ=st.floats(0.0, 0.6),
+    mode=st.sampled_from(["whole", "partial", "mixed"]),
+    seed=st.integers(0, 50),
+    shape=st.sampled_from([(2, 1, 4), (4, 2, 2), (8, 1, 2), (1, 1, 8), (2, 2, 2)]),
+    strategy=st.sampled_from(list(Strategy)),
+)
+def test_every_returned_mapping_is_valid(occ: float, mode: str, seed: int, shape: tuple[int, int, int], strategy: Strategy) -> None:
+    topo = fat_tree(256, nodes_per_leaf=4, leaves_per_spine=4)
+    state = occupy(topo, occ, seed=seed, mode=mode)
+    tp, pp, dp = shape
+    job = megatron_job("j", tp=tp, pp=pp, dp=dp)
+    try:
+        res = place(topo, state, job, SolveOptions(strategy=strategy, time_limit_s=0.5))
+    except InfeasibleError as e:
+        assert e.reasons
+        return
+    assert res.mapping is not None
+    assert validate(topo, state, job, res.mapping) == []
+    assert res.seconds == pytest.approx(evaluate(topo, state, job, res.mapping).seconds)
+
+
+def test_objective_equals_evaluator_when_proven_optimal() -> None:
+    topo = fat_tree(256)
+    state = occupy(topo, 0.3, seed=2, mode="whole")
+    job = megatron_job("j", tp=8, pp=2, dp=2, require_tp_node=True)
+    res = place(topo, state, job, SolveOptions(time_limit_s=5))
+    assert res.status is SolveStatus.OPTIMAL
+    assert res.stats["model_objective"] == pytest.approx(res.seconds, rel=1e-9, abs=1e-9)
+
+
+def test_same_seed_same_answer() -> None:
+    topo = fat_tree(4096)
+    state = occupy(topo, 0.6, seed=4, mode="mixed")
+    job = megatron_job("j", tp=2, pp=8, dp=16)
+    a = place(topo, state, job, SolveOptions(time_limit_s=1.5, seed=3, workers=1))
+    b = place(topo, state, job, SolveOptions(time_limit_s=1.5, seed=3, workers=1))
+    assert a.mapping == b.mapping
+
+
+# ---- each hard rule binds and changes the answer ----------------------------------------------------------
+
+
+def _job(**kw):  # type: ignore[no-untyped-def]
+    return megatron_job("j", tp=2, pp=1, dp=2, hidden=1024, layers=4, **kw)
+
+
+def test_occupancy_and_failures_bind() -> None:
+    topo = small_cluster()
+    free = place(topo, ClusterState(), _job())
+    assert free.mapping is not None
+    used = set(free.mapping)
+    state = ClusterState(occupied={min(used): "x"}, failed=frozenset({max(used)}))
+    res = place(topo, state, _job())
+    assert res.mapping is not None and not (set(res.mapping) & {min(used), max(used)})
+
+
+def test_required_level_binds() -> None:
+    # free GPUs: 1 on each of h0, h1 and both on h2: only h2 keeps a TP pair on one node
+    topo = small_cluster(hosts=3)
+    state = ClusterState(occupied={0: "x", 2: "x"})
+    job = megatron_job("j", tp=2, pp=1, dp=1, hidden=1024, layers=4)
+    job_req = megatron_job("j", tp=2, pp=1, dp=1, hidden=1024, layers=4, require_tp_node=True)
+    res = place(topo, state, job_req)
+    assert res.mapping is not None and {topo.devices[d].host for d in res.mapping} == {"h2"}
+    ff = place(topo, state, job, SolveOptions(strategy=Strategy.FIRST_FIT))
+    assert ff.mapping is not None and len({topo.devices[d].host for d in ff.mapping}) == 2
+
+
+def test_spread_binds() -> None:
+    topo = small_cluster()
+    fds = {"power": {"pa": frozenset({0, 1, 2, 3}), "pb": frozenset({4, 5, 6, 7})}}
+    state = ClusterState(fault_domains=fds)
+    job = _job()
+    plain = place(topo, state, job)
+    assert plain.mapping is not None
+    assert len({"pa" if d < 4 else "pb" for d in plain.mapping}) == 1  # cheapest: one leaf, one feed
+    spread = _job()
+    spread = type(spread)(**{**spread.__dict__, "constraints": Constraints(spread=(SpreadRule("power", "dp", min_domains=2),))})
+    res = place(topo, state, spread)
+    assert res.mapping is not None and validate(topo, state, spread, res.mapping) == []
+    assert len({"pa" if d < 4 else "pb" for d in res.mapping}) == 2
+    assert res.seconds is not None and plain.seconds is not None and res.seconds > plain.seconds
+
+
+def test_pins_and_exclusions_bind() -> None:
+    topo = small_cluster()
+    base = _job()
+    pinned = type(base)(**{**base.__dict__, "constraints": Constraints(pins={0: "h3/gpu1"}, exclude=("h2",))})
+    res = place(topo, ClusterState(), pinned)
+    assert res.mapping is not None
+    assert topo.devices[res.mapping[0]].id == "h3/gpu1"
+    assert all(topo.devices[d].host != "h2" for d in res.mapping)
+
+
+def test_failed_uplink_binds() -> None:
+    topo = small_cluster()
+    state = ClusterState(failed_uplinks=frozenset({Uplink(1, 0)}))  # leaf l0 is cut off from the spine
+    job = megatron_job("j", tp=2, pp=1, dp=4, hidden=1024, layers=4)  # 8 ranks: needs both leaves
+    with pytest.raises(InfeasibleError):
+        place(topo, state, job)
+
+
+def test_kind_binds() -> None:
+    nt_a, nt_b = NodeType("a", 2, "A100"), NodeType("b", 2, "H100")
+    hs = [HostSpec("a0", {"leaf": "l"}, nt_a), HostSpec("b0", {"leaf": "l"}, nt_b)]
+    topo = Topology.build("mixed", [Level("node", Tier(400, 1)), Level("leaf", Tier(50, 5))], hs)
+    job = megatron_job("j", tp=2, pp=1, dp=1, kind="H100", hidden=1024, layers=4)
+    res = place(topo, ClusterState(), job)
+    assert res.mapping is not None and {topo.devices[d].host for d in res.mapping} == {"b0"}
+
+
+# ---- infeasible requests explain themselves ---------------------------------------------------------------
+
+
+def test_infeasible_tp_node_explained() -> None:
+    topo = fat_tree(64, nodes_per_leaf=4, leaves_per_spine=2)  # 8 nodes
+    state = ClusterState(occupied={d: "x" for d in range(0, 64) if d % 8 == 0 and d >= 24})  # nodes 3..7 lose one GPU
+    job = megatron_job("j", tp=8, pp=1, dp=4, require_tp_node=True)
+    with pytest.raises(InfeasibleError) as ei:
+        place(topo, state, job)
+    assert ei.value.reasons == [
+        "tp requires 8 free H100 devices in one node for each of 4 groups: 3 node domain(s) have them "
+        "(room for 3 groups; the best node has 8 free), 4 are needed"
+    ]
+
+
+def test_infeasible_spread_explained() -> None:
+    topo = small_cluster()
+    state = ClusterState(
+        occupied={d: "x" for d in range(4, 8)},
+        fault_domains={"power": {"pdu-a": frozenset(range(4)), "pdu-b": frozenset(range(4, 8))}},
+    )
+    base = _job()
+    job = type(base)(**{**base.__dict__, "constraints": Constraints(spread=(SpreadRule("power", "job", min_domains=2),))})
+    with pytest.raises(InfeasibleError) as ei:
+        place(topo, state, job)
+    assert ei.value.reasons == ["spread over >= 2 power domains: the usable devices are in 1 (pdu-a (4))"]
+
+
+def test_too_few_devices_explained() -> None:
+    topo = small_cluster()
+    state = ClusterState(occupied={0: "x"}, failed=frozenset({1}))
+    job = megatron_job("j", tp=2, pp=2, dp=2, hidden=1024, layers=4)
+    with pytest.raises(InfeasibleError) as ei:
+        place(topo, state, job)
+    assert ei.value.reasons == [
+        "the job needs 8 H100 devices; 6 are usable (8 of that kind: 1 occupied, 1 failed, 0 excluded)"
+    ]
+
+
+def test_non_uniform_node_refinement_picks_the_nvlink_quad() -> None:
+    topo = dgx1_node(1)
+    job = megatron_job("j", tp=4, pp=1, dp=1, kind="V100", hidden=1024, layers=4)
+    res = place(topo, ClusterState(), job)
+    assert res.mapping is not None
+    locals_ = sorted(topo.devices[d].local_index for d in res.mapping)
+    # a quad without SYS pairs: every pair of {0,1,2,3} (or {4,5,6,7}) is NVLink-connected in the cube mesh
+    assert locals_ in ([0, 1, 2, 3], [4, 5, 6, 7])
