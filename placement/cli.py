@@ -95,6 +95,8 @@ def _cost_table(title: str, report: Any, baselines: dict[str, float | None] | No
         t.add_row(label, tier, f"{s:.4f}", f"{100 * s / total:.1f}%")
     t.add_section()
     t.add_row("[bold]total[/]", "", f"[bold]{report.seconds:.4f}[/]", "100.0%")
+    for label, n in sorted(report.preference_misses.items()):
+        t.add_row(f"[yellow]{label} misses its preferred level[/]", "", f"{n} group(s)", "")
     if baselines:
         t.add_section()
         for name, s in baselines.items():
