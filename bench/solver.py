@@ -129,7 +129,7 @@ def main() -> int:
         if sc.fragmented and ratio:
             ratios_frag.append(ratio)
         row = (f"| {sc.name} | {job.ranks} | {free} | {fmt(ff)} | {fmt(tg)} | {fmt(res.seconds)} | {fmt(ratio, 3)} | "
-               f"{'-' if res.gap is None else f'{100 * res.gap:.1f}%'} | {res.status.value} | {wall:.2f} | {sc.time_limit:g} |")
+               f"{'-' if res.gap is None else f'{100 * res.gap:.2f}%'} | {res.status.value} | {wall:.2f} | {sc.time_limit:g} |")
         rows.append(row)
         print(row, flush=True)
     summary = []

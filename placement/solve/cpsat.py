@@ -584,6 +584,20 @@ def solve_cpsat(topology: Topology, state: ClusterState, job: Job, traffic: Traf
     elif assign is not None and not constrained:
         best, best_cost, lns_stats = _lns(topology, state, job, traffic, pool, model, assign, best, best_cost, score, valid, options, deadline)
         stats.update(lns_stats)
+    from placement.solve.exact import exact_applicable, solve_device_level
+
+    exact_bound: float | None = None
+    remaining = deadline - time.perf_counter()
+    if exact_applicable(topology, state, job, cands) and remaining > 0.05 and not (model_bound is not None and best_cost <= model_bound + 1e-12):
+        ex = solve_device_level(topology, state, job, traffic, cands, options, remaining, best)
+        stats["exact_status"] = ex.status
+        if ex.mapping is not None:
+            c = score(ex.mapping)
+            if c < best_cost - 1e-15 and valid(ex.mapping):
+                best, best_cost = ex.mapping, c
+            if ex.bound_valid and ex.bound is not None:
+                exact_bound = ex.bound
+                stats["exact_objective"] = ex.objective or 0.0
     if best is not None and any(nt.matrix is not None for nt in topology.host_types):
         refined = refine_hosts(topology, state, job, traffic, best, cands, deadline)
         rc = score(refined)
@@ -596,6 +610,8 @@ def solve_cpsat(topology: Topology, state: ClusterState, job: Job, traffic: Traf
         stats["split_bound"] = split_bound
         model_bound = min(model_bound, split_bound)
     bound = max(lb, model_bound) if model_bound is not None else lb
+    if exact_bound is not None:
+        bound = max(bound, exact_bound)
     if best is not None:
         bound = min(bound, best_cost)
     stats["cpsat_wall_s"] = time.perf_counter() - t0

@@ -1,0 +1,157 @@
+"""The exact device-level CP-SAT model for small requests: ranks onto individual devices, every pair's path.
+
+It proves optimality where the unit model cannot: non-uniform intra-node matrices (DGX-1 cube mesh, PCIe
+pairs), any mix of tiers. A group costs as much as its worst placed member pair, which is exact when slower
+paths never have lower latency among the candidate pairs (checked) and no degradation applies. Otherwise every
+pair is priced at the smallest latency: a relaxation whose bound stays valid (degradation only adds cost).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ortools.sat.python import cp_model
+
+from placement.cost import Path, collective_seconds, p2p_seconds
+from placement.job import Job
+from placement.solve import SolveOptions
+from placement.state import ClusterState
+from placement.topology import Topology
+from placement.traffic import Traffic
+
+__all__ = ["ExactResult", "exact_applicable", "solve_device_level"]
+
+SCALE = 1e9
+MAX_RANKS = 16
+MAX_DEVICES = 32
+
+
+@dataclass
+class ExactResult:
+    """`bound` is a valid lower bound whenever `bound_valid`; `objective` equals the evaluator when `exact`."""
+
+    mapping: list[int] | None
+    objective: float | None
+    bound: float | None
+    status: str
+    exact: bool
+    bound_valid: bool = True
+
+
+def _pair_paths(topology: Topology, devices: Sequence[int]) -> dict[tuple[int, int], Path]:
+    out = {}
+    for a in devices:
+        for b in devices:
+            if a != b:
+                t, name = topology.pair_tier(a, b)
+                out[a, b] = Path(t.bandwidth_gbps, t.latency_us, name, topology.lca_level(a, b))
+    return out
+
+
+def exact_applicable(topology: Topology, state: ClusterState, job: Job, candidates: Sequence[int]) -> bool:
+    """Small enough to solve at device level, with no rule the device model leaves out."""
+    return (
+        job.ranks <= MAX_RANKS
+        and len(candidates) <= MAX_DEVICES
+        and topology.rail_policy is None
+        and not job.constraints.spread
+    )
+
+
+def solve_device_level(topology: Topology, state: ClusterState, job: Job, traffic: Traffic, candidates: Sequence[int],
+                       options: SolveOptions, time_limit: float, hint: Sequence[int] | None) -> ExactResult:
+    """Solve the whole request at device level (see the module docstring)."""
+    t0 = time.perf_counter()
+    cands = list(candidates)
+    paths = _pair_paths(topology, cands)
+    # exactness: a slower pair never has a lower latency, and nothing degraded is in reach
+    plist = sorted(paths.values(), key=lambda p: (-p.bandwidth_gbps, p.latency_us))
+    monotone = all(plist[i].latency_us <= plist[i + 1].latency_us + 1e-12 for i in range(len(plist) - 1))
+    cset = set(cands)
+    degraded = any(d in cset for d in state.device_slowdown) or bool(state.pair_slowdown or state.uplink_slowdown)
+    exact = monotone and not degraded
+    if not monotone:
+        # a relaxation: every pair at the smallest latency; the bound stays valid, the objective is not exact
+        lat0 = min(p.latency_us for p in paths.values())
+        paths = {ab: Path(p.bandwidth_gbps, lat0, p.tier, p.level) for ab, p in paths.items()}
+    m = cp_model.CpModel()
+    x = {(r, d): m.new_bool_var(f"x{r}_{d}") for r in range(job.ranks) for d in cands}
+    for r in range(job.ranks):
+        m.add_exactly_one(x[r, d] for d in cands)
+    for d in cands:
+        m.add_at_most_one(x[r, d] for r in range(job.ranks))
+    for r, dev in job.constraints.pins.items():
+        di = topology.device_index(dev)
+        if di is None or di not in cset:
+            return ExactResult(None, None, None, "INFEASIBLE", exact)
+        m.add(x[r, di] == 1)
+    # required levels: members of a group (or edge) share one domain of the level
+    for label, lname in job.constraints.require.items():
+        li = topology.level_index(lname)
+        col = topology.domain_column(li)
+        members_sets = [g.members for g in traffic.groups if g.label == label] + [
+            (e.src, e.dst) for e in traffic.edges if e.label == label]
+        for members in members_sets:
+            first = members[0]
+            for other in members[1:]:
+                for a in cands:
+                    m.add_bool_or([x[other, b] for b in cands if col[b] == col[a]]).only_enforce_if(x[first, a])
+    # failed links: members of one group or edge never sit on the two ends of a failed link / across a failed uplink
+    objective: list[tuple[int, cp_model.IntVar]] = []
+    constant = 0.0
+
+    def add_term(members: Sequence[int], cost_of: dict[tuple[int, int], float]) -> None:
+        nonlocal constant
+        values = sorted(set(cost_of.values()))
+        constant += values[0]
+        pairs = [(members[i], members[j]) for i in range(len(members)) for j in range(i + 1, len(members))]
+        for k in range(1, len(values)):
+            step = values[k] - values[k - 1]
+            z = m.new_bool_var("")
+            for r, s in pairs:
+                for a in cands:
+                    bad = [x[s, b] for b in cands if b != a and cost_of[a, b] >= values[k] - 1e-18]
+                    if bad:
+                        # r on a and s on a device that makes this pair at least values[k] expensive => z
+                        m.add(sum(bad) == 0).only_enforce_if([x[r, a], z.Not()])
+            objective.append((int(round(step * SCALE)), z))
+
+    for g in traffic.groups:
+        n = len(g.members)
+        one = {ab: collective_seconds(g.kind, n, g.bytes, g.count, g.exposed, p) for ab, p in paths.items()}
+        cost_of = {(a, b): max(c, one[b, a]) for (a, b), c in one.items()}  # a group uses both directions
+        add_term(g.members, cost_of)
+    for e in traffic.edges:
+        cost_of = {ab: p2p_seconds(e.bytes, e.count, e.exposed, p) for ab, p in paths.items()}
+        add_term((e.src, e.dst), cost_of)
+    for (a, b) in state.failed_pairs:
+        if a in cset and b in cset:
+            for g in traffic.groups:
+                for r in g.members:
+                    for s in g.members:
+                        if r != s:
+                            m.add_bool_or([x[r, a].Not(), x[s, b].Not()])
+    if state.failed_uplinks:
+        return ExactResult(None, None, None, "UNSUPPORTED", exact)
+    m.minimize(sum(c * z for c, z in objective))
+    if hint is not None:
+        for (r, d), v in x.items():
+            m.add_hint(v, 1 if hint[r] == d else 0)
+    solver = cp_model.CpSolver()
+    p = solver.parameters
+    p.max_time_in_seconds = max(0.05, time_limit - (time.perf_counter() - t0))
+    p.num_workers = max(1, options.workers)
+    p.random_seed = options.seed
+    if options.workers <= 1:
+        p.interleave_search = True
+    st = solver.solve(m)
+    name = solver.status_name(st)
+    if st not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return ExactResult(None, None, None, name, exact)
+    mapping = [next(d for d in cands if solver.boolean_value(x[r, d])) for r in range(job.ranks)]
+    levels_monotone = all(topology.levels[i].tier.bandwidth_gbps <= topology.levels[0].tier.bandwidth_gbps
+                          for i in range(len(topology.levels)))
+    return ExactResult(mapping, constant + solver.objective_value / SCALE, constant + solver.best_objective_bound / SCALE,
+                       name, exact, levels_monotone or topology.pair_paths is not None)
