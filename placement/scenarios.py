@@ -43,9 +43,21 @@ def _matrix(rows: Sequence[str]) -> tuple[tuple[str, ...], ...]:
     return tuple(tuple(r.split()) for r in rows)
 
 
+NODE_TIER = Tier(450.0, 2.0)  # NVLink 4 through NVSwitch, per GPU and direction
+LEAF_TIER = Tier(50.0, 5.0)  # one 400G NIC per GPU
+SPINE_TIER = Tier(25.0, 7.0)  # 2:1 oversubscribed
+CORE_TIER = Tier(12.5, 10.0)  # 2:1 again
+
+
+NODE_TIER = Tier(450.0, 2.0)  # NVLink 4 through NVSwitch, per GPU and direction
+LEAF_TIER = Tier(50.0, 5.0)  # one 400G NIC per GPU
+SPINE_TIER = Tier(25.0, 7.0)  # 2:1 oversubscribed
+CORE_TIER = Tier(12.5, 10.0)  # 2:1 again
+
+
 def fat_tree(gpus: int, *, gpus_per_node: int = 8, nodes_per_leaf: int = 16, leaves_per_spine: int = 8,
-             kind: str = "H100", node_tier: Tier = Tier(450.0, 2.0), leaf_tier: Tier = Tier(50.0, 5.0),
-             spine_tier: Tier = Tier(25.0, 7.0), core_tier: Tier = Tier(12.5, 10.0),
+             kind: str = "H100", node_tier: Tier = NODE_TIER, leaf_tier: Tier = LEAF_TIER,
+             spine_tier: Tier = SPINE_TIER, core_tier: Tier = CORE_TIER,
              matrix: Sequence[str] | None = None) -> Topology:
     """A three-tier fat-tree: node < leaf < spine < core, upper tiers oversubscribed 2:1 per tier by default."""
     nodes = gpus // gpus_per_node
@@ -95,7 +107,7 @@ def occupy(topology: Topology, fraction: float, *, seed: int = 0, mode: str = "w
     """
     rng = random.Random(seed)
     occupied: dict[int, str] = {}
-    target = int(round(fraction * topology.num_devices))
+    target = round(fraction * topology.num_devices)
     hosts = list(range(len(topology.host_names)))
     rng.shuffle(hosts)
     per_host = topology.devices_in_domain[0]

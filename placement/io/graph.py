@@ -5,6 +5,7 @@ Each becomes a `Topology` with all-pairs paths (`Topology.from_pair_paths`) that
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,15 +36,15 @@ def topology_from_graph(graph: nx.Graph, *, name: str = "graph", kind: str = "gp
     index = {n: i for i, n in enumerate(devices)}
     paths: list[list[Tier]] = [[Tier(1e12, 0.0)] * len(devices) for _ in devices]
     for src in devices:
-        lengths, routes = nx.single_source_dijkstra(graph, src, weight=lambda u, v, d: d.get("latency_us", 0.0) + 1e-9)
+        _lengths, routes = nx.single_source_dijkstra(graph, src, weight=lambda u, v, d: d.get("latency_us", 0.0) + 1e-9)
         for dst in devices:
             if dst == src:
                 continue
             if dst not in routes:
                 raise InputError(source, [Problem(f"nodes.{src}", f"device {src!r} cannot reach device {dst!r}; the graph must be connected")])
             route = routes[dst]
-            bw = min(graph.edges[u, v]["bandwidth_gbps"] for u, v in zip(route, route[1:], strict=False))
-            lat = sum(graph.edges[u, v].get("latency_us", 0.0) for u, v in zip(route, route[1:], strict=False))
+            bw = min(graph.edges[u, v]["bandwidth_gbps"] for u, v in itertools.pairwise(route))
+            lat = sum(graph.edges[u, v].get("latency_us", 0.0) for u, v in itertools.pairwise(route))
             paths[index[src]][index[dst]] = Tier(float(bw), float(lat))
     return Topology.from_pair_paths(name, paths, kind=kind, device_names=[str(d).replace("/", "_") for d in devices], source=source)
 

@@ -10,12 +10,12 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 
 __all__ = ["PlacementResult", "SolveOptions", "SolveStatus", "Strategy"]
 
 
-class Strategy(str, Enum):
+class Strategy(StrEnum):
     """How to place."""
 
     FIRST_FIT = "first-fit"
@@ -26,7 +26,7 @@ class Strategy(str, Enum):
     """The CP-SAT optimizer over a coarsened model, hinted by topology-greedy."""
 
 
-class SolveStatus(str, Enum):
+class SolveStatus(StrEnum):
     """How good the returned answer is known to be."""
 
     OPTIMAL = "OPTIMAL"

@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from placement.job import Job
+from placement.solve.units import candidate_devices, required_units
 from placement.state import ClusterState
 from placement.topology import Topology
 from placement.traffic import Traffic
-from placement.solve.units import candidate_devices, required_units
 
 __all__ = ["first_fit", "topology_greedy"]
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from placement.job import DIMENSIONS, Job
 from placement.topology import Topology
 
-__all__ = ["HostPool", "candidate_orders", "pack_units", "host_sequences"]
+__all__ = ["HostPool", "candidate_orders", "host_sequences", "pack_units"]
 
 
 @dataclass

@@ -10,6 +10,7 @@ time. Hosts with non-uniform intra-node links are refined afterwards (`placement
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 import time
@@ -317,12 +318,12 @@ def solve_unit_model(
             if within_prev is not None:
                 m.add_implication(within_prev, w)
             within_prev = w
-            coef = int(round(delta * SCALE))
+            coef = round(delta * SCALE)
             if coef:
                 obj.append((coef, w))
     for sp in spread:
         used_vars = []
-        for fd, slots_in in sp.slots_by_domain.items():
+        for _fd, slots_in in sp.slots_by_domain.items():
             terms = [(wt, x[u, h]) for u, wt in sp.units for h in by_unit.get(u, ()) if h in slots_in]
             if not terms:
                 continue
@@ -338,7 +339,7 @@ def solve_unit_model(
             m.add(sum(used_vars) >= sp.min_domains)
     for chain in symmetric_chains:
         pos = [sum(h * x[u, h] for h in by_unit[u]) for u in chain if u in free_set]
-        for p1, p2 in zip(pos, pos[1:], strict=False):
+        for p1, p2 in itertools.pairwise(pos):
             m.add(p1 <= p2)
     m.minimize(sum(-c * v for c, v in obj))
     if hint:
@@ -392,7 +393,7 @@ def _aggregate_leaves(topology: Topology, pool: HostPool, usize: int, keep: int)
     """Level-1 domains as slots: room for whole units and the domain chain; interchangeable ones pruned."""
     n_levels = len(topology.levels)
     room: dict[int, int] = defaultdict(int)
-    for h, devs in pool.devices.items():
+    for _h, devs in pool.devices.items():
         room[topology.domain_of(devs[0], 1)] += (len(devs) // usize) * usize
     chain: dict[int, list[int]] = {}
     classes: dict[tuple[int, ...], list[int]] = defaultdict(list)

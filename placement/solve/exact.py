@@ -116,7 +116,7 @@ def solve_device_level(topology: Topology, state: ClusterState, job: Job, traffi
                     if bad:
                         # r on a and s on a device that makes this pair at least values[k] expensive => z
                         m.add(sum(bad) == 0).only_enforce_if([x[r, a], z.Not()])
-            objective.append((int(round(step * SCALE)), z))
+            objective.append((round(step * SCALE), z))
 
     for g in traffic.groups:
         n = len(g.members)

@@ -199,7 +199,7 @@ def solve_exact(problem: PairwiseProblem, *, time_limit: float, hint: np.ndarray
                 model.add(idx == loc[i] * m + loc[j])
                 dv = model.new_int_var(lo, hi, "")
                 model.add_element(idx, flat, dv)
-                terms.append(int(round(f[i, j])) * dv)
+                terms.append(round(f[i, j]) * dv)
     model.minimize(sum(terms))
     if hint is not None:
         for i in range(n):
