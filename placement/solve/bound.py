@@ -92,8 +92,8 @@ def lower_bound(topology: Topology, state: ClusterState, traffic: Traffic, candi
     for label, costs in by_edge_label.items():
         # edges of one label inside a domain of f ranks: at most f-1 when the label's graph is a forest (PP
         # chains), else at most f(f-1)/2.
-        per = (lambda f: max(f - 1, 0)) if forest[label] else (lambda f: f * (f - 1) // 2)
-        caps = [sum(per(f) for f in free[li]) for li in range(n_levels)]
+        chain = forest[label]
+        caps = [sum(max(f - 1, 0) if chain else f * (f - 1) // 2 for f in free[li]) for li in range(n_levels)]
         caps[-1] = len(costs)
         total += _assign(costs, caps)
     return total

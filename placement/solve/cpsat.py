@@ -15,7 +15,7 @@ import math
 import random
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from ortools.sat.python import cp_model
@@ -330,9 +330,9 @@ def solve_unit_model(
             if sp.max_ranks is not None:
                 m.add(sum(wt * v for wt, v in terms) <= sp.max_ranks)
             if sp.min_domains is not None:
-                used = m.new_bool_var("")
-                m.add_bool_or([v for _, v in terms]).only_enforce_if(used)
-                used_vars.append(used)
+                touched = m.new_bool_var("")
+                m.add_bool_or([v for _, v in terms]).only_enforce_if(touched)
+                used_vars.append(touched)
         if sp.min_domains is not None:
             if len(used_vars) < sp.min_domains:
                 return SubResult(None, None, None, "INFEASIBLE", len(x))
@@ -582,7 +582,7 @@ def solve_cpsat(topology: Topology, state: ClusterState, job: Job, traffic: Traf
                 model_bound = res.bound + model.constant
         elif res.status == "INFEASIBLE" and units_exact:
             return CpsatOutcome(None, None, stats, ["the solver proved that no mapping satisfies the hard rules together (each rule alone can be met)"])
-    elif assign is not None and not constrained:
+    elif assign is not None and best is not None and not constrained:
         best, best_cost, lns_stats = _lns(topology, state, job, traffic, pool, model, assign, best, best_cost, score, valid, options, deadline)
         stats.update(lns_stats)
     from placement.solve.exact import exact_applicable, solve_device_level
@@ -620,8 +620,8 @@ def solve_cpsat(topology: Topology, state: ClusterState, job: Job, traffic: Traf
 
 
 def _lns(topology: Topology, state: ClusterState, job: Job, traffic: Traffic, pool: HostPool, model: UnitModel,
-         assign: dict[int, int], best: list[int], best_cost: float, score, valid, options: SolveOptions,  # type: ignore[no-untyped-def]
-         deadline: float) -> tuple[list[int], float, dict[str, float | int | str]]:
+         assign: dict[int, int], best: list[int], best_cost: float, score: Callable[[list[int]], float],
+         valid: Callable[[list[int] | None], bool], options: SolveOptions, deadline: float) -> tuple[list[int], float, dict[str, float | int | str]]:
     """Large-neighbourhood search: free the units of two level-1 domains (plus spare hosts there), re-solve."""
     rng = random.Random(options.seed)
     n_levels = len(topology.levels)

@@ -168,7 +168,7 @@ def gilmore_lawler(problem: PairwiseProblem) -> float:
     if lsa.solve() != lsa.OPTIMAL:
         return 0.0
     # floor() keeps the integer LAP a lower bound; undo the scale
-    return max(0.0, lsa.optimal_cost() / scale - m / scale)
+    return max(0.0, float(lsa.optimal_cost()) / scale - m / scale)
 
 
 def solve_exact(problem: PairwiseProblem, *, time_limit: float, hint: np.ndarray | None, seed: int, workers: int,
