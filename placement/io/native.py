@@ -45,6 +45,10 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+# Physical sanity limits for link tiers: below 1 MB/s or above 1 PB/s, or a latency above 1000 s, is a typo.
+MIN_BANDWIDTH_GBPS = 1e-3
+MAX_BANDWIDTH_GBPS = 1e6
+MAX_LATENCY_US = 1e9
 _KNOWN_CODES = re.compile(r"^(X|NV\d+|PIX|PXB|PHB|NODE|SYS|SOC)$")
 
 
@@ -161,6 +165,12 @@ class _Reader:
 def _tier(r: _Reader, d: Mapping[str, Any], path: str, allowed_extra: Sequence[str] = ()) -> Tier:
     bw = r.num(d, "bandwidth_gbps", path, minimum=0, exclusive=True, required=True)
     lat = r.num(d, "latency_us", path, minimum=0, default=0.0)
+    if bw is not None and not MIN_BANDWIDTH_GBPS <= bw <= MAX_BANDWIDTH_GBPS:
+        r.ps.add(f"{path}.bandwidth_gbps", f"{bw:g} is outside [{MIN_BANDWIDTH_GBPS:g}, {MAX_BANDWIDTH_GBPS:g}] GB/s")
+        bw = None
+    if lat is not None and lat > MAX_LATENCY_US:
+        r.ps.add(f"{path}.latency_us", f"{lat:g} is above {MAX_LATENCY_US:g} us")
+        lat = None
     return Tier(bw if bw is not None else 1.0, lat if lat is not None else 0.0)
 
 
@@ -259,7 +269,7 @@ def cluster_from_dict(doc: Any, source: str = "<cluster>", base_dir: Path | None
     def host_type(hd: Mapping[str, Any], path: str) -> NodeType:
         tname = hd.get("node_type")
         if tname is not None:
-            if tname not in node_types:
+            if not isinstance(tname, str | int) or str(tname) not in node_types:
                 ps.add(f"{path}.node_type", f"unknown node type {tname!r}; defined: {sorted(node_types)}")
                 return NodeType("?", 1)
             return node_types[str(tname)]
@@ -297,7 +307,7 @@ def cluster_from_dict(doc: Any, source: str = "<cluster>", base_dir: Path | None
                 if fan.get(lname) is not None:  # reported by int_; no follow-up error about the counts
                     f, bad_fanout = 1, True
                 elif top:
-                    f = counts[-1]
+                    f = max(1, counts[-1])  # nodes may be invalid (0): reported above
                 else:
                     ps.add(f"{gp}.fanout.{lname}", f"is required: how many {level_names[li - 1]} domains one {lname} holds")
                     f = 1
@@ -615,13 +625,13 @@ def job_from_dict(doc: Any, source: str = "<job>") -> Job:
             ps.add(f"{gp}.members", f"rank(s) {bad[:5]} outside 0..{ranks - 1}")
         if len(set(mem)) != len(mem):
             ps.add(f"{gp}.members", "lists a rank twice")
-        if len(mem) < 2 and "members" in gd:
+        if len(mem) < 2:
             ps.add(f"{gp}.members", f"a group needs >= 2 members, got {len(mem)}")
         groups.append(Group(
             r.str_(gd, "label", gp, default=kname) or kname, kinds[kname], mem,
             r.num(gd, "bytes", gp, minimum=0, required=True) or 0.0,
             r.num(gd, "count", gp, minimum=0, default=1.0) or 0.0,
-            r.num(gd, "exposed", gp, minimum=0, default=1.0) if gd.get("exposed") is not None else 1.0,
+            _exposed(r, gd, gp),
         ))
     edges: list[Edge] = []
     for i, e in enumerate(r.lst(d.get("edges"), "edges")):
@@ -639,7 +649,7 @@ def job_from_dict(doc: Any, source: str = "<job>") -> Job:
             r.str_(ed, "label", ep, default="p2p") or "p2p", src or 0, dst or 0,
             r.num(ed, "bytes", ep, minimum=0, required=True) or 0.0,
             r.num(ed, "count", ep, minimum=0, default=1.0) or 0.0,
-            r.num(ed, "exposed", ep, minimum=0, default=1.0) if ed.get("exposed") is not None else 1.0,
+            _exposed(r, ed, ep),
         ))
     exposure: dict[str, float] = {}
     for lab, val in r.obj(d.get("exposure"), "exposure").items():
@@ -651,6 +661,17 @@ def job_from_dict(doc: Any, source: str = "<job>") -> Job:
     cons = _constraints(r, d.get("constraints"), ranks)
     ps.raise_if_any()
     return Job(name, ranks, kind, par, model, exposure, tuple(groups), tuple(edges), cons)
+
+
+def _exposed(r: _Reader, d: Mapping[str, Any], path: str) -> float:
+    """The exposed fraction of a group or edge, in [0, 1] like the job's `exposure` values (default 1)."""
+    f = r.num(d, "exposed", path, minimum=0, default=1.0)
+    if f is None:
+        return 1.0
+    if f > 1:
+        r.ps.add(f"{path}.exposed", f"an exposed fraction is in [0, 1], got {f:g}")
+        return 1.0
+    return f
 
 
 def _constraints(r: _Reader, v: Any, ranks: int) -> Constraints:

@@ -13,10 +13,12 @@ from __future__ import annotations
 import itertools
 import math
 import random
+import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from ortools.sat.python import cp_model
 
@@ -32,7 +34,36 @@ from placement.traffic import Traffic, dimension_groups
 
 __all__ = ["CpsatOutcome", "UnitModel", "solve_cpsat"]
 
-SCALE = 1e9  # objective units: nanoseconds per step
+SCALE = 1e9  # objective units: nanoseconds per step, unless the costs are too large for 64-bit integers
+
+
+def solve_with_stop(solver: cp_model.CpSolver, model: cp_model.CpModel, stop: threading.Event | None) -> Any:
+    """Solve; a watcher thread ends the search as soon as `stop` is set (cancellation, shutdown)."""
+    if stop is None:
+        return solver.solve(model)
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            if stop.wait(0.02):
+                solver.stop_search()
+                return
+
+    t = threading.Thread(target=watch, name="cpsat-stop", daemon=True)
+    t.start()
+    try:
+        return solver.solve(model)
+    finally:
+        done.set()
+        t.join(timeout=1.0)
+
+
+def objective_scale(span: float) -> float | None:
+    """Integer scale for CP-SAT: nanoseconds, or coarser so the whole objective stays below 1e15; None when the
+    costs are not finite (no integer model can hold them)."""
+    if not math.isfinite(span):
+        return None
+    return SCALE if span * SCALE < 1e15 else 1e15 / span
 MAX_FULL_VARS = 25_000
 
 
@@ -276,6 +307,9 @@ def solve_unit_model(
     free_set = set(free_units)
     obj: list[tuple[int, cp_model.IntVar]] = []
     const = 0.0
+    scale = objective_scale(sum(max(t.cost) - min(t.cost) for t in model.terms))
+    if scale is None:
+        return SubResult(None, None, None, "COSTS_NOT_FINITE", len(x))
     for t in model.terms:
         tf = [u for u in t.units if u in free_set]
         tx = [u for u in t.units if u not in free_set]
@@ -318,7 +352,7 @@ def solve_unit_model(
             if within_prev is not None:
                 m.add_implication(within_prev, w)
             within_prev = w
-            coef = round(delta * SCALE)
+            coef = round(delta * scale)
             if coef:
                 obj.append((coef, w))
     for sp in spread:
@@ -356,22 +390,24 @@ def solve_unit_model(
         p.relative_gap_limit = options.relative_gap
     if options.workers <= 1:
         p.interleave_search = True
-    stop = options.stop
-
-    class _Cb(cp_model.CpSolverSolutionCallback):
-        def on_solution_callback(self) -> None:
-            if stop is not None and stop.is_set():
-                self.stop_search()
-
-    cb = _Cb() if stop is not None else None
-    st = solver.solve(m, cb) if cb is not None else solver.solve(m)
+    st = solve_with_stop(solver, m, options.stop)
     name = solver.status_name(st)
     if st not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return SubResult(None, None, None, name, len(x))
     assign = {u: h for (u, h), var in x.items() if solver.boolean_value(var)}
-    objective = const + solver.objective_value / SCALE
-    bound = const + solver.best_objective_bound / SCALE
+    objective = const + solver.objective_value / scale
+    bound = const + solver.best_objective_bound / scale
     return SubResult(assign, objective, bound, name, len(x))
+
+
+def _hosts_in_one_fault_domain(state: ClusterState, topology: Topology, pool: HostPool, job: Job) -> bool:
+    """The unit model assigns fault domains per host; its infeasibility proofs hold only if that is exact."""
+    for rule in job.constraints.spread:
+        fd = state.fault_domain_of(rule.kind, topology)
+        for devs in pool.devices.values():
+            if len({fd.get(d) for d in devs}) > 1:
+                return False
+    return True
 
 
 def _min_tp_step(topology: Topology, traffic: Traffic) -> float:
@@ -580,7 +616,7 @@ def solve_cpsat(topology: Topology, state: ClusterState, job: Job, traffic: Traf
                 best, best_cost = mp, c
             if res.bound is not None and model.exact and res.status in ("OPTIMAL", "FEASIBLE"):
                 model_bound = res.bound + model.constant
-        elif res.status == "INFEASIBLE" and units_exact:
+        elif res.status == "INFEASIBLE" and units_exact and aggregate is None and not state.failed_pairs and _hosts_in_one_fault_domain(state, topology, pool, job):
             return CpsatOutcome(None, None, stats, ["the solver proved that no mapping satisfies the hard rules together (each rule alone can be met)"])
     elif assign is not None and best is not None and not constrained:
         best, best_cost, lns_stats = _lns(topology, state, job, traffic, pool, model, assign, best, best_cost, score, valid, options, deadline)

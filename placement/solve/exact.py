@@ -17,13 +17,13 @@ from ortools.sat.python import cp_model
 from placement.cost import Path, collective_seconds, p2p_seconds
 from placement.job import Job
 from placement.solve import SolveOptions
+from placement.solve.cpsat import objective_scale, solve_with_stop
 from placement.state import ClusterState
 from placement.topology import Topology
 from placement.traffic import Traffic
 
 __all__ = ["ExactResult", "exact_applicable", "solve_device_level"]
 
-SCALE = 1e9
 MAX_RANKS = 16
 MAX_DEVICES = 32
 
@@ -55,8 +55,6 @@ def exact_applicable(topology: Topology, state: ClusterState, job: Job, candidat
     return (
         job.ranks <= MAX_RANKS
         and len(candidates) <= MAX_DEVICES
-        and topology.rail_policy is None
-        and not job.constraints.spread
     )
 
 
@@ -71,7 +69,7 @@ def solve_device_level(topology: Topology, state: ClusterState, job: Job, traffi
     monotone = all(plist[i].latency_us <= plist[i + 1].latency_us + 1e-12 for i in range(len(plist) - 1))
     cset = set(cands)
     degraded = any(d in cset for d in state.device_slowdown) or bool(state.pair_slowdown or state.uplink_slowdown)
-    exact = monotone and not degraded
+    exact = monotone and not degraded and topology.rail_policy is None  # rail penalties only add cost
     if not monotone:
         # a relaxation: every pair at the smallest latency; the bound stays valid, the objective is not exact
         lat0 = min(p.latency_us for p in paths.values())
@@ -101,6 +99,16 @@ def solve_device_level(topology: Topology, state: ClusterState, job: Job, traffi
     # failed links: members of one group or edge never sit on the two ends of a failed link / across a failed uplink
     objective: list[tuple[int, cp_model.IntVar]] = []
     constant = 0.0
+    terms: list[tuple[Sequence[int], dict[tuple[int, int], float]]] = []
+    for g in traffic.groups:
+        n = len(g.members)
+        one = {ab: collective_seconds(g.kind, n, g.bytes, g.count, g.exposed, p) for ab, p in paths.items()}
+        terms.append((g.members, {(a, b): max(c, one[b, a]) for (a, b), c in one.items()}))  # both directions
+    for e in traffic.edges:
+        terms.append(((e.src, e.dst), {ab: p2p_seconds(e.bytes, e.count, e.exposed, p) for ab, p in paths.items()}))
+    scale = objective_scale(sum(max(c.values()) - min(c.values()) for _, c in terms if c))
+    if scale is None:
+        return ExactResult(None, None, None, "COSTS_NOT_FINITE", exact)
 
     def add_term(members: Sequence[int], cost_of: dict[tuple[int, int], float]) -> None:
         nonlocal constant
@@ -116,25 +124,47 @@ def solve_device_level(topology: Topology, state: ClusterState, job: Job, traffi
                     if bad:
                         # r on a and s on a device that makes this pair at least values[k] expensive => z
                         m.add(sum(bad) == 0).only_enforce_if([x[r, a], z.Not()])
-            objective.append((round(step * SCALE), z))
+            objective.append((round(step * scale), z))
 
-    for g in traffic.groups:
-        n = len(g.members)
-        one = {ab: collective_seconds(g.kind, n, g.bytes, g.count, g.exposed, p) for ab, p in paths.items()}
-        cost_of = {(a, b): max(c, one[b, a]) for (a, b), c in one.items()}  # a group uses both directions
-        add_term(g.members, cost_of)
-    for e in traffic.edges:
-        cost_of = {ab: p2p_seconds(e.bytes, e.count, e.exposed, p) for ab, p in paths.items()}
-        add_term((e.src, e.dst), cost_of)
+    for term_members, term_cost in terms:
+        add_term(term_members, term_cost)
+    rank_sets: list[tuple[int, ...]] = [g.members for g in traffic.groups] + [(e.src, e.dst) for e in traffic.edges]
     for (a, b) in state.failed_pairs:
         if a in cset and b in cset:
-            for g in traffic.groups:
-                for r in g.members:
-                    for s in g.members:
+            for members in rank_sets:
+                for r in members:
+                    for s in members:
                         if r != s:
                             m.add_bool_or([x[r, a].Not(), x[s, b].Not()])
-    if state.failed_uplinks:
-        return ExactResult(None, None, None, "UNSUPPORTED", exact)
+    for up in state.failed_uplinks:
+        col = topology.domain_column(up.level)
+        inside = [d for d in cands if col[d] == up.domain]
+        outside = [d for d in cands if col[d] != up.domain]
+        if not inside or not outside:
+            continue
+        for members in rank_sets:
+            # all members inside the cut-off domain, or all outside
+            flag = m.new_bool_var("")
+            for r in members:
+                m.add(sum(x[r, d] for d in inside) == 1).only_enforce_if(flag)
+                m.add(sum(x[r, d] for d in inside) == 0).only_enforce_if(flag.Not())
+    for i, rule in enumerate(job.constraints.spread):
+        fd = state.fault_domain_of(rule.kind, topology)
+        names = sorted({fd.get(d, "<none>") for d in cands})
+        scopes = [tuple(range(job.ranks))] if rule.scope == "job" else [g.members for g in traffic.groups if g.label == rule.scope]
+        for members in scopes:
+            touched = []
+            for name in names:
+                devs = [d for d in cands if fd.get(d, "<none>") == name]
+                load = sum(x[r, d] for r in members for d in devs)
+                if rule.max_ranks_per_domain is not None:
+                    m.add(load <= rule.max_ranks_per_domain)
+                if rule.min_domains is not None:
+                    t = m.new_bool_var(f"fd{i}_{name}")
+                    m.add(load >= 1).only_enforce_if(t)
+                    touched.append(t)
+            if rule.min_domains is not None:
+                m.add(sum(touched) >= rule.min_domains)
     m.minimize(sum(c * z for c, z in objective))
     if hint is not None:
         for (r, d), v in x.items():
@@ -146,12 +176,12 @@ def solve_device_level(topology: Topology, state: ClusterState, job: Job, traffi
     p.random_seed = options.seed
     if options.workers <= 1:
         p.interleave_search = True
-    st = solver.solve(m)
+    st = solve_with_stop(solver, m, options.stop)
     name = solver.status_name(st)
     if st not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return ExactResult(None, None, None, name, exact)
     mapping = [next(d for d in cands if solver.boolean_value(x[r, d])) for r in range(job.ranks)]
     levels_monotone = all(topology.levels[i].tier.bandwidth_gbps <= topology.levels[0].tier.bandwidth_gbps
                           for i in range(len(topology.levels)))
-    return ExactResult(mapping, constant + solver.objective_value / SCALE, constant + solver.best_objective_bound / SCALE,
+    return ExactResult(mapping, constant + solver.objective_value / scale, constant + solver.best_objective_bound / scale,
                        name, exact, levels_monotone or topology.pair_paths is not None)

@@ -45,22 +45,25 @@ def explain_infeasible(topology: Topology, state: ClusterState, job: Job, traffi
         if d is None:
             reasons.append(f"rank {r} is pinned to unknown device {dev_id!r}")
         elif d not in cset:
-            reasons.append(f"rank {r} is pinned to {dev_id}, which is {state.status(d).value if d not in cset and state.usable(d, job.name) is False else 'excluded or of another kind'}")
+            why = state.status(d).value if not state.usable(d, job.name) else "excluded or of another kind"
+            reasons.append(f"rank {r} is pinned to {dev_id}, which is {why}")
     for lvl, units in sorted(required_units(topology, job, traffic).items()):
-        sizes = Counter(len(u.ranks) for u in units)
         col = topology.domain_column(lvl)
         free = Counter(col[d] for d in cands)
-        usize = max(sizes)
-        holders = sum(1 for v in free.values() if v >= usize)
-        capacity = sum(v // usize for v in free.values())
-        if capacity < len(units):
-            labels = sorted(lab for lab, lv in job.constraints.require.items() if lv == topology.levels[lvl].name)
-            lname = topology.levels[lvl].name
-            best = max(free.values(), default=0)
-            reasons.append(
-                f"{'+'.join(labels)} requires {usize} free{kind} devices in one {lname} for each of {len(units)} groups: "
-                f"{holders} {lname} domain(s) have them (room for {capacity} groups; the best {lname} has {best} free), {len(units)} are needed"
-            )
+        lname = topology.levels[lvl].name
+        labels = sorted(lab for lab, lv in job.constraints.require.items() if lv == lname)
+        # necessary for each size s: the units of >= s ranks each need a domain with >= s free devices
+        for usize in sorted({len(u.ranks) for u in units}, reverse=True):
+            need = sum(1 for u in units if len(u.ranks) >= usize)
+            capacity = sum(v // usize for v in free.values())
+            if capacity < need:
+                holders = sum(1 for v in free.values() if v >= usize)
+                best = max(free.values(), default=0)
+                reasons.append(
+                    f"{'+'.join(labels)} requires {usize} free{kind} devices in one {lname} for each of {need} groups: "
+                    f"{holders} {lname} domain(s) have them (room for {capacity} groups; the best {lname} has {best} free), {need} are needed"
+                )
+                break
     for i, rule in enumerate(job.constraints.spread):
         try:
             fd = state.fault_domain_of(rule.kind, topology)
@@ -124,7 +127,9 @@ def place(topology: Topology, state: ClusterState, job: Job, options: SolveOptio
         out = solve_cpsat(topology, state, job, traffic, replace(opts, time_limit_s=budget), hint=hint)
         mapping, lower, stats = out.mapping, out.lower_bound, out.stats
         if mapping is None:
-            raise InfeasibleError(out.explanation or ["the solver proved that no mapping satisfies the hard rules"])
+            raise InfeasibleError(out.explanation or [
+                f"no valid mapping was found within {opts.time_limit_s:g} s (not proven impossible: each rule alone "
+                "can be met; raise --time-limit or relax a constraint)"])
         rep = _score(topology, state, job, traffic, mapping)
         if rep is None:  # never return an invalid mapping
             v = validate(topology, state, job, mapping, traffic=traffic)
