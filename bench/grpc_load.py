@@ -1,7 +1,12 @@
 """Bounded gRPC load on loopback: N clients for T seconds against a placement server, a 64-rank Place request.
 
-Prints the overhead of a call over the same work in process (paired, alternating calls) and a load table
-(throughput, p50/p99). Bounded in time and calls; stops by itself. Run: ``python bench/grpc_load.py``.
+Prints the overhead of a call over the same solve in process, and a load table (throughput, p50/p99).
+Bounded in time and calls; stops by itself. Run: ``python bench/grpc_load.py [--clients 4 --seconds 5]``.
+
+Overhead is measured two ways, because other processes share the cores:
+- per call: its latency at the client minus the time the server spent in `place` for it (from the server's
+  JSON log, matched by x-request-id): what gRPC, conversion and the pool hand-off add to that very solve;
+- paired: one in-process solve (same options as the server), then one call, alternating; p50 of differences.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -27,6 +33,7 @@ from placement.solve import place  # noqa: E402
 from placement.v1 import placement_pb2 as pb  # noqa: E402
 from placement.v1 import placement_pb2_grpc as pb_grpc  # noqa: E402
 from server import convert  # noqa: E402
+from server.settings import Settings  # noqa: E402
 
 __all__ = ["in_process_once", "main", "request_64_ranks"]
 
@@ -53,10 +60,11 @@ def _pct(xs: list[float], q: float) -> float:
     return s[min(len(s) - 1, int(q * len(s)))]
 
 
-def in_process_once(req: pb.PlaceRequest) -> float:
+def in_process_once(req: pb.PlaceRequest, workers: int) -> float:
     """Seconds of the server's work without gRPC: request -> domain -> place -> serialized result message."""
     t0 = time.perf_counter()
     inputs = convert.place_inputs(req)
+    inputs.options.workers = workers
     res = place(inputs.topology, inputs.state, inputs.job, inputs.options)
     pb.PlaceResponse(result=convert.result_to_proto(inputs.topology, inputs.job, res,
                                                    time_limit_s=inputs.options.time_limit_s,
@@ -64,20 +72,60 @@ def in_process_once(req: pb.PlaceRequest) -> float:
     return time.perf_counter() - t0
 
 
-def paired(target: str, req: pb.PlaceRequest, pairs: int) -> tuple[list[float], list[float]]:
+class Server:
+    """A `python -m server.main` child on a free loopback port; its `placed` log lines give solve_s per request id."""
+
+    def __init__(self, workers: int | None) -> None:
+        env = {**os.environ, "PLACEMENT_PORT": "0", "PLACEMENT_METRICS_PORT": "-1"}
+        if workers:
+            env["PLACEMENT_WORKERS"] = str(workers)
+        self.proc = subprocess.Popen([sys.executable, "-m", "server.main", "--host", "127.0.0.1"],
+                                     cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True)
+        self.solve_s: dict[str, float] = {}
+        self.statuses: dict[str, int] = {}
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            rec = json.loads(line)
+            if rec.get("msg") == "serving":
+                self.target = f"127.0.0.1:{rec['port']}"
+                self.workers = int(rec["workers"])
+                break
+        else:
+            raise SystemExit("the server did not start")
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            rec = json.loads(line)
+            if rec.get("msg") == "placed":
+                self.solve_s[rec["request_id"]] = float(rec["solve_s"])
+                self.statuses[rec["status"]] = self.statuses.get(rec["status"], 0) + 1
+
+    def stop(self) -> None:
+        self.proc.send_signal(signal.SIGTERM)
+        self.proc.wait(timeout=30)
+        self._reader.join(timeout=5)
+
+
+def paired(target: str, req: pb.PlaceRequest, pairs: int, workers: int) -> tuple[list[float], list[tuple[str, float]]]:
     """Alternate one in-process solve and one call (one client), so both see the same background load."""
-    local, remote = [], []
+    local: list[float] = []
+    remote: list[tuple[str, float]] = []
     with grpc.insecure_channel(target) as ch:
         stub = pb_grpc.PlacementServiceStub(ch)
         for _ in range(pairs):
-            local.append(in_process_once(req))
+            local.append(in_process_once(req, workers))
+            rid = uuid.uuid4().hex
             t0 = time.perf_counter()
-            stub.Place(req, timeout=60)
-            remote.append(time.perf_counter() - t0)
+            stub.Place(req, timeout=60, metadata=[("x-request-id", rid)])
+            remote.append((rid, time.perf_counter() - t0))
     return local, remote
 
 
-def load(target: str, req: pb.PlaceRequest, clients: int, seconds: float, max_calls: int) -> tuple[list[float], int, float]:
+def load(target: str, req: pb.PlaceRequest, clients: int, seconds: float,
+         max_calls: int) -> tuple[list[float], int, float]:
     """`clients` threads, each with its own channel, calling Place back to back until the time or call budget
     is spent. Returns latencies, errors and the wall time."""
     latencies: list[float] = []
@@ -113,62 +161,57 @@ def load(target: str, req: pb.PlaceRequest, clients: int, seconds: float, max_ca
     return latencies, errors[0], time.monotonic() - t0
 
 
-def start_server(workers: int | None) -> tuple[subprocess.Popen[str], str]:
-    env = {**os.environ, "PLACEMENT_PORT": "0", "PLACEMENT_METRICS_PORT": "-1", "PLACEMENT_LOG_LEVEL": "WARNING"}
-    if workers:
-        env["PLACEMENT_WORKERS"] = str(workers)
-    proc = subprocess.Popen([sys.executable, "-m", "server.main", "--host", "127.0.0.1", "--log-level", "INFO"],
-                            cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True)
-    assert proc.stderr is not None
-    for line in proc.stderr:
-        rec = json.loads(line)
-        if rec.get("msg") == "serving":
-            threading.Thread(target=proc.stderr.read, daemon=True).start()  # keep draining the pipe
-            return proc, f"127.0.0.1:{rec['port']}"
-    raise SystemExit("the server did not start")
+def _ms(x: float) -> str:
+    return f"{x * 1e3:.1f}"
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    ap.add_argument("--clients", type=int, default=4, help="concurrent clients of the load run (default 4)")
+    ap.add_argument("--clients", type=int, default=4, help="concurrent clients of the load run (default 4, max 64)")
     ap.add_argument("--seconds", type=float, default=5.0, help="duration of each load run (default 5, max 60)")
     ap.add_argument("--max-calls", type=int, default=2000, help="call budget of each load run (default 2000)")
-    ap.add_argument("--pairs", type=int, default=40, help="alternating in-process/gRPC pairs for the overhead")
-    ap.add_argument("--target", help="an already running server (default: start one on loopback)")
-    ap.add_argument("--workers", type=int, help="PLACEMENT_WORKERS of the started server (default: cores)")
+    ap.add_argument("--pairs", type=int, default=40, help="alternating in-process/gRPC pairs (default 40, max 500)")
+    ap.add_argument("--workers", type=int, help="PLACEMENT_WORKERS of the server (default: the cores)")
     args = ap.parse_args(argv)
-    seconds = min(args.seconds, 60.0)
+    seconds, clients, pairs = min(args.seconds, 60.0), max(1, min(args.clients, 64)), max(1, min(args.pairs, 500))
     req = request_64_ranks()
-    proc = None
-    target = args.target
-    if target is None:
-        proc, target = start_server(args.workers)
+    server = Server(args.workers)
+    threads = Settings(workers=server.workers).threads_per_solve  # CP-SAT threads per solve, as in the server
     try:
-        paired(target, req, 5)  # warm up both sides
-        local, remote = paired(target, req, args.pairs)
+        paired(server.target, req, 5, threads)  # warm up both sides
+        local, remote = paired(server.target, req, pairs, threads)
         rows = []
-        for clients in sorted({1, args.clients}):
-            lat, errors, wall = load(target, req, clients, seconds, args.max_calls)
-            rows.append((clients, len(lat), errors, len(lat) / wall, _pct(lat, 0.5), _pct(lat, 0.99)))
+        for n in sorted({1, clients}):
+            lat, errors, wall = load(server.target, req, n, seconds, args.max_calls)
+            rows.append((n, len(lat), errors, len(lat) / wall, _pct(lat, 0.5), _pct(lat, 0.99)))
     finally:
-        if proc is not None:
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(timeout=30)
-    overhead = statistics.median([r - loc for loc, r in zip(local, remote, strict=True)])
-    print(f"64-rank Place (tp8-dp4-pp2 on 128 GPUs), loopback, {os.cpu_count()} cores, {seconds:g} s per load run")
+        server.stop()
+    remote_s = [s for _, s in remote]
+    solve_s = [server.solve_s[rid] for rid, _ in remote if rid in server.solve_s]
+    per_call = [s - server.solve_s[rid] for rid, s in remote if rid in server.solve_s]
+    diffs = [r - loc for loc, r in zip(local, remote_s, strict=True)]
+    print(f"64-rank Place (tp8-dp4-pp2 on 128 GPUs), loopback, {os.cpu_count()} cores, server workers "
+          f"{server.workers} x {threads} CP-SAT thread(s), load runs of {seconds:g} s")
     print()
-    print("| path | calls | p50 (ms) | p99 (ms) |")
-    print("|------|------:|---------:|---------:|")
-    print(f"| in-process (convert, place, result message) | {len(local)} | {_pct(local, 0.5) * 1e3:.1f} | "
-          f"{_pct(local, 0.99) * 1e3:.1f} |")
-    print(f"| gRPC, 1 client, alternating with the above | {len(remote)} | {_pct(remote, 0.5) * 1e3:.1f} | "
-          f"{_pct(remote, 0.99) * 1e3:.1f} |")
-    print(f"| **overhead of gRPC, p50 of paired differences** | {len(local)} | **{overhead * 1e3:+.1f}** | |")
+    print("| measure | calls | p50 (ms) | p99 (ms) |")
+    print("|---------|------:|---------:|---------:|")
+    print(f"| in-process: convert, place, result message | {len(local)} | {_ms(_pct(local, .5))} | "
+          f"{_ms(_pct(local, .99))} |")
+    print(f"| gRPC call, 1 client (alternating with the row above) | {len(remote_s)} | {_ms(_pct(remote_s, .5))} | "
+          f"{_ms(_pct(remote_s, .99))} |")
+    print(f"| server-side `place` of those calls | {len(solve_s)} | {_ms(_pct(solve_s, .5))} | "
+          f"{_ms(_pct(solve_s, .99))} |")
+    print(f"| **overhead per call: latency - its server-side place** | {len(per_call)} | "
+          f"**{_ms(statistics.median(per_call))}** | {_ms(_pct(per_call, .99))} |")
+    print(f"| overhead paired: call - in-process (noisier) | {len(diffs)} | {_ms(statistics.median(diffs))} | "
+          f"{_ms(_pct(diffs, .99))} |")
     print()
     print("| clients | calls | errors | throughput (calls/s) | p50 (ms) | p99 (ms) |")
     print("|--------:|------:|-------:|---------------------:|---------:|---------:|")
-    for clients, calls, errors, tput, p50, p99 in rows:
-        print(f"| {clients} | {calls} | {errors} | {tput:.1f} | {p50 * 1e3:.1f} | {p99 * 1e3:.1f} |")
+    for n, calls, errors, tput, p50, p99 in rows:
+        print(f"| {n} | {calls} | {errors} | {tput:.1f} | {_ms(p50)} | {_ms(p99)} |")
+    print()
+    print("solve status of every answered call:", dict(sorted(server.statuses.items())))
     return 0
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import IO, Any, TypeVar
 
 import yaml
-from google.protobuf import json_format
+from google.protobuf import descriptor_pool, json_format
 
 from placement.errors import InputError, Problem, Problems
 from placement.io.native import load_document
@@ -46,6 +46,7 @@ _FILE_KEYS = {"cluster_file": "cluster", "state_file": "state", "job_file": "job
 _AT = re.compile(r" at (?:[A-Za-z_]\w*\.)?([\w.\[\]]+?)\.*$")
 _FIELD = re.compile(r"Failed to parse (\w+) field: ")
 _RANGE = re.compile(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?")
+_UNKNOWN = re.compile(r'Message type "([\w.]+)" has no field named "([^"]+)" at "([^"]*)"')
 
 
 # ---- native shorthands -----------------------------------------------------------------------------------
@@ -143,6 +144,17 @@ def normalize_mapping(doc: Any) -> Any:
 def _parse_error(e: json_format.ParseError) -> Problem:
     """A ParseError's innermost message, at the field path it names (or the chain of fields it went through)."""
     text = str(e)
+    unknown = _UNKNOWN.search(text)
+    if unknown:
+        type_name, name, at = unknown.groups()
+        at = at.partition(".")[2]  # drop the request type: "PlaceRequest.cluster.levels[1]"
+        try:
+            known = sorted(f.name for f in descriptor_pool.Default().FindMessageTypeByName(type_name).fields)
+        except KeyError:
+            known = []
+        if not at:
+            known += sorted(set(_FILE_KEYS) | {"job_files"})
+        return Problem(f"{at}.{name}" if at else name, f"unknown field; expected one of {known}")
     m = _AT.search(text)
     if m:
         path = m.group(1)

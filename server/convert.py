@@ -11,7 +11,7 @@ import math
 import string
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 from google.protobuf import json_format
 
@@ -59,8 +59,6 @@ _STATUS = {
 }
 _FORMAT_SPEC_OK = frozenset(string.digits + "<>^=d")
 
-T = TypeVar("T")
-
 
 def message_dict(msg: Any) -> dict[str, Any]:
     """A message as the dict its JSON form parses to (proto field names; unset fields absent)."""
@@ -69,13 +67,10 @@ def message_dict(msg: Any) -> dict[str, Any]:
 
 
 def _join(prefix: str, path: str) -> str:
+    """A reader's field path under the request field it read: ``job`` + ``parallel.order``, ``mapping`` + ``[3]``."""
     if not path:
         return prefix
-    if path.startswith("["):
-        return prefix + path
-    if path[0].isdigit():  # "line 3, column 4" cannot happen for messages; keep it readable anyway
-        return f"{prefix}: {path}"
-    return f"{prefix}.{path}"
+    return prefix + path if path.startswith("[") else f"{prefix}.{path}"
 
 
 class _Problems:
@@ -139,36 +134,34 @@ def estimate_ranks(job: pb.Job) -> int:
 # ---- inputs -------------------------------------------------------------------------------------------------
 
 
-def _host_format_problems(cluster: pb.Cluster, prefix: str) -> list[Problem]:
-    """`host_format` is run through str.format by the reader: allow one `{}` / `{:03d}`-style field only."""
-    out: list[Problem] = []
-    for i, g in enumerate(cluster.generate):
-        fmt = g.host_format
-        if not fmt:
-            continue
-        where = f"{prefix}.generate[{i}].host_format"
-        try:
-            fields = [(name, spec, conv) for _, name, spec, conv in string.Formatter().parse(fmt) if name is not None]
-        except ValueError as e:
-            out.append(Problem(where, f"{fmt!r} is not a format: {e}"))
-            continue
-        ok = (
-            len(fields) == 1
-            and fields[0][0] in ("", "0")
-            and fields[0][2] is None
-            and set(fields[0][1] or "") <= _FORMAT_SPEC_OK
-            and len(fields[0][1] or "") <= 4
-        )
-        if not ok:
-            out.append(Problem(where, f"{fmt!r}: give one field for the host number, e.g. 'dgx{{:03d}}'"))
-    return out
+def _host_format_problem(fmt: str) -> str | None:
+    """`host_format` goes through str.format in the reader: one `{}` / `{:03d}`-style field only."""
+    try:
+        fields = [(name, spec, conv) for _, name, spec, conv in string.Formatter().parse(fmt) if name is not None]
+    except ValueError as e:
+        return f"{fmt!r} is not a format: {e}"
+    if (len(fields) == 1 and fields[0][0] in ("", "0") and fields[0][2] is None
+            and set(fields[0][1] or "") <= _FORMAT_SPEC_OK and len(fields[0][1] or "") <= 4):
+        return None
+    return f"{fmt!r}: give one field for the host number, e.g. 'dgx{{:03d}}'"
 
 
-def _cluster_dict(cluster: pb.Cluster) -> dict[str, Any]:
+def _cluster_dict(cluster: pb.Cluster, ps: _Problems) -> dict[str, Any]:
+    """The native cluster document of a message. Values the native reader cannot take safely (they would raise
+    or allocate without bound) are recorded as problems here and replaced by harmless ones, so the reader still
+    reports everything else."""
     d = message_dict(cluster)
     for nt in d.get("node_types", []):
         if "rails" in nt:  # -1 in the message is null (no rail NIC) in the native format
             nt["rails"] = [None if x == -1 else x for x in nt["rails"]]
+    for i, g in enumerate(d.get("generate", [])):
+        if g.get("nodes", 0) < 1:  # the reader divides by it
+            ps.add(f"cluster.generate[{i}].nodes", f"must be >= 1, got {g['nodes']}" if "nodes" in g else "is required")
+            g["nodes"] = 1
+        problem = _host_format_problem(g["host_format"]) if "host_format" in g else None
+        if problem is not None:
+            ps.add(f"cluster.generate[{i}].host_format", problem)
+            del g["host_format"]
     return d
 
 
@@ -177,23 +170,24 @@ def _topology(req: Any, ps: _Problems) -> tuple[Topology, ClusterState] | None:
     if not req.HasField("cluster"):
         ps.add("cluster", "is required")
         return None
-    fmt_problems = _host_format_problems(req.cluster, "cluster")
-    if fmt_problems:
-        ps.items.extend(fmt_problems)
-        return None
-    built = ps.read("cluster", cluster_from_dict, _cluster_dict(req.cluster), "cluster")
-    if built is None:
+    guarded = len(ps.items)
+    doc = _cluster_dict(req.cluster, ps)
+    built = ps.read("cluster", cluster_from_dict, doc, "cluster")
+    if built is None or len(ps.items) > guarded:
         return None
     topo, base = built
-    doc = message_dict(req.state) if req.HasField("state") else {}
-    state = ps.read("state", state_from_dict, doc, topo, "state")
+    state_doc = message_dict(req.state) if req.HasField("state") else {}
+    state = ps.read("state", state_from_dict, state_doc, topo, "state")
     if state is None:
         return None
     return topo, merge_states(base, state)
 
 
 def _job(msg: pb.Job, prefix: str, ps: _Problems) -> Job | None:
-    job: Job | None = ps.read(prefix, job_from_dict, message_dict(msg), prefix)
+    doc = message_dict(msg)
+    for g in doc.get("groups", []):
+        g.setdefault("members", [])  # an empty repeated field is absent in the dict; the reader checks a present one
+    job: Job | None = ps.read(prefix, job_from_dict, doc, prefix)
     return job
 
 
@@ -253,7 +247,6 @@ def _options(msg: pb.Options, default_time_limit_s: float, ps: _Problems, prefix
         time_limit_s=limit,
         relative_gap=gap,
         seed=msg.seed,
-        baselines=msg.baselines if msg.HasField("baselines") else True,
     )
 
 
