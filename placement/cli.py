@@ -139,9 +139,12 @@ PLACE_OUTPUTS = ("table", "json", "yaml", "rankfile", "hostfile", "env", "kueue"
 @app.command()
 @_guard
 def place(
-    cluster: Annotated[Path, typer.Argument(help="cluster file")],
-    job: Annotated[Path, typer.Argument(help="job file")],
+    cluster: Annotated[Path | None, typer.Argument(help="cluster file")] = None,
+    job: Annotated[Path | None, typer.Argument(help="job file")] = None,
     state: Annotated[Path | None, typer.Option(help="state file")] = None,
+    request: Annotated[Path | None, typer.Option(help="a PlaceRequest file (YAML/JSON, protobuf JSON mapping) instead of CLUSTER JOB")] = None,
+    server: Annotated[str | None, typer.Option(help="HOST:PORT of a placement-server: send the request there")] = None,
+    token: Annotated[str | None, typer.Option(envvar="PLACEMENT_TOKEN", help="bearer token for --server")] = None,
     strategy: Annotated[str, typer.Option(help="cpsat, topology-greedy or first-fit")] = "cpsat",
     time_limit: Annotated[float, typer.Option(help="solver time limit in seconds")] = 10.0,
     gap: Annotated[float, typer.Option(help="stop at this relative gap")] = 0.0,
@@ -149,14 +152,26 @@ def place(
     workers: Annotated[int, typer.Option(help="CP-SAT workers (<= cores)")] = 2,
     output: Annotated[str, typer.Option(help="table, json, yaml, rankfile, hostfile, env or kueue")] = "table",
     out_file: Annotated[Path | None, typer.Option("--out", help="write the output here")] = None,
+    picture: Annotated[Path | None, typer.Option(help="also draw the placement (SVG or PNG by suffix)")] = None,
 ) -> None:
-    """Place a job on a cluster state and show what it costs, next to the baselines."""
+    """Place a job on a cluster state and show what it costs, next to the baselines.
+
+    Give CLUSTER JOB [--state], or --request FILE; with --server the request is solved by a placement-server.
+    """
     from placement.io.export import export, result_document
-    from placement.solve import SolveOptions, Strategy
-    from placement.solve import place as run_place
+    from placement.solve import SolveOptions, Strategy, place as run_place
 
     if output not in PLACE_OUTPUTS:
         _fail(f"--output: unknown value {output!r}; use one of {', '.join(PLACE_OUTPUTS)}", 2)
+    if request is not None or server is not None:
+        if request is None or cluster is not None or job is not None:
+            _fail("give either CLUSTER JOB or --request FILE (and --server only with --request)", 2)
+        assert request is not None
+        _place_request(request, server, token, output, out_file)
+        return
+    if cluster is None or job is None:
+        _fail("missing CLUSTER and JOB (or --request FILE)", 2)
+    assert cluster is not None and job is not None
     try:
         strat = Strategy(strategy)
     except ValueError:
@@ -171,8 +186,13 @@ def place(
         topo, jb.name, res.mapping, res.report,  # type: ignore[arg-type]
         status=res.status.value, strategy=res.strategy.value, seconds_per_step=res.seconds,
         lower_bound=res.lower_bound, gap=res.gap, baselines=res.baselines,
-        stats={k: v for k, v in res.stats.items()},
+        stats=dict(res.stats.items()),
     )
+    if picture is not None:
+        from placement.cli_whatif import render_picture
+
+        render_picture(topo, st, jb, res.mapping, res.report, picture)
+        err.print(f"wrote {picture}")
     if output == "table":
         gap_s = "-" if res.gap is None else f"{100 * res.gap:.2f}%"
         title = (f"{jb.name} ({jb.ranks} ranks) on {topo.name}: {res.status.value}, {res.seconds:.4f} s/step, "
@@ -184,6 +204,65 @@ def place(
         return
     seats = [(topo.devices[d].host, topo.devices[d].local_index) for d in res.mapping]
     _write(export(output, seats, document=doc, topology=topo), out_file)
+
+
+def _place_request(request: Path, server: str | None, token: str | None, output: str, out_file: Path | None) -> None:
+    """`place --request`: offline through the same conversion the server uses, or over the wire."""
+    from placement.io.export import export
+    from placement.requests import dump_message, read_request
+    from placement.v1 import placement_pb2 as pb
+
+    req = read_request(request, pb.PlaceRequest)
+    if server is not None:
+        from server.client import PlacementClient, PlacementRpcError
+
+        try:
+            with PlacementClient(server, token=token) as client:
+                result = client.place(req).result
+        except PlacementRpcError as e:
+            lines = [f"{server}: {e.code.name}: {_escape(e.message)}"]
+            lines += [f"  - {f}: {_escape(d)}" for f, d in e.field_violations]
+            lines += [f"  - {_escape(d)}" for _, _, d in e.precondition_violations]
+            _fail("\n".join(lines), 3 if e.code.name == "FAILED_PRECONDITION" else 2 if e.code.name == "INVALID_ARGUMENT" else 4)
+            return
+    else:
+        from placement.solve import place as run_place
+        from server import convert
+
+        inputs = convert.place_inputs(req)
+        res = run_place(inputs.topology, inputs.state, inputs.job, inputs.options)
+        result = convert.result_to_proto(inputs.topology, inputs.job, res, time_limit_s=inputs.options.time_limit_s,
+                                         deadline_limited=False)
+    if output in ("json", "yaml"):
+        _write(dump_message(pb.PlaceResponse(result=result), output), out_file)
+        return
+    if output == "table":
+        out.print(_result_table(result))
+        if out_file is not None:
+            _write(dump_message(pb.PlaceResponse(result=result), "json"), out_file)
+        return
+    seats = [(a.host, int(a.device.rpartition("/gpu")[2])) for a in result.mapping]
+    if output == "kueue":
+        _fail("--output kueue needs the cluster file: use `placement export RESULT --format kueue --cluster FILE`", 2)
+    _write(export(output, seats), out_file)
+
+
+def _result_table(result: Any) -> Table:
+    """The same table as the offline one, from a PlacementResult message."""
+    from types import SimpleNamespace
+
+    bd = result.breakdown
+    rep = SimpleNamespace(
+        seconds=result.seconds_per_step,
+        by_label_tier={(lt.label, lt.tier): lt.seconds for lt in bd.by_label_tier},
+        preference_misses=dict(bd.preference_misses),
+    )
+    baselines = {b.strategy: (b.seconds_per_step if b.HasField("seconds_per_step") else None) for b in result.baselines}
+    gap = f"{100 * result.gap:.2f}%" if result.HasField("gap") else "-"
+    bound = f"{result.lower_bound_s:.4f}" if result.HasField("lower_bound_s") else "-"
+    status = type(result).DESCRIPTOR.fields_by_name["status"].enum_type.values_by_number[result.status].name.removeprefix("SOLVE_STATUS_")
+    title = f"{result.job} ({len(result.mapping)} ranks): {status}, {result.seconds_per_step:.4f} s/step, bound {bound}, gap {gap}"
+    return _cost_table(title, rep, baselines)
 
 
 # ---- export -------------------------------------------------------------------------------------------------
