@@ -159,7 +159,8 @@ def place(
     Give CLUSTER JOB [--state], or --request FILE; with --server the request is solved by a placement-server.
     """
     from placement.io.export import export, result_document
-    from placement.solve import SolveOptions, Strategy, place as run_place
+    from placement.solve import SolveOptions, Strategy
+    from placement.solve import place as run_place
 
     if output not in PLACE_OUTPUTS:
         _fail(f"--output: unknown value {output!r}; use one of {', '.join(PLACE_OUTPUTS)}", 2)
