@@ -8,7 +8,8 @@ all-reduce moves ``2(n-1)/n * S`` per member in ``2(n-1)`` steps and all-gather,
 all-to-all move ``(n-1)/n * S`` in ``n-1`` steps. W and a are those of the slowest path the group spans:
 
 - the tier of the lowest domain level holding every member (hosts sharing a leaf: the leaf tier);
-- between members on one host, the host's intra-node matrix code (NV12, PIX, SYS...) when it has one;
+- between members on one host, the host's intra-node matrix code (NV12, PIX, SYS...) when it has one, else the
+  host (level-0) tier: a group split 4+4 over two PCIe hosts still pays PCIe, however fast the leaf;
 - divided by the largest slowdown among its members' devices, the intra-node links between two members,
   and the uplinks of domains it crosses (some members inside, some outside);
 - on rail-optimized fabrics (`RailPolicy`), a multi-host group whose hosts do not use the same set of rails,
@@ -160,7 +161,8 @@ def group_path(topology: Topology, state: ClusterState, devices: Sequence[int]) 
     if rp is not None and level > 0 and len(by_host) > 1:
         rail_sets = set()
         for members in by_host.values():
-            rail_sets.add(tuple(sorted(topology.devices[d].rail if topology.devices[d].rail is not None else -1 for d in members)))
+            rails = [topology.devices[d].rail for d in members]
+            rail_sets.add(tuple(sorted(-1 if x is None else x for x in rails)))
         if len(rail_sets) > 1:
             bw *= rp.bandwidth_factor
             lat += rp.extra_latency_us

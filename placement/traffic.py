@@ -74,14 +74,12 @@ def dimension_groups(par: ParallelSpec, vary: tuple[str, ...]) -> list[tuple[int
 def job_traffic(job: Job) -> Traffic:
     """The traffic of a job per step (structured: from the formulas in the module docstring)."""
     if job.parallel is None or job.model is None:
-        groups = tuple(
-            Group(g.label, g.kind, g.members, g.bytes, g.count, job.exposure.get(g.label, g.exposed))
-            for g in job.groups
+        return Traffic(
+            tuple(Group(g.label, g.kind, g.members, g.bytes, g.count, job.exposure.get(g.label, g.exposed))
+                  for g in job.groups),
+            tuple(Edge(e.label, e.src, e.dst, e.bytes, e.count, job.exposure.get(e.label, e.exposed))
+                  for e in job.edges),
         )
-        edges = tuple(
-            Edge(e.label, e.src, e.dst, e.bytes, e.count, job.exposure.get(e.label, e.exposed)) for e in job.edges
-        )
-        return Traffic(groups, edges)
     par, mod = job.parallel, job.model
     ex = job.exposure
     B = mod.bytes_per_element

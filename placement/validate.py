@@ -100,8 +100,8 @@ def validate(
     for label, level_name in sorted(job.constraints.require.items()):
         try:
             li = topology.level_index(level_name)
-        except KeyError as e:
-            v.append(Violation("required-level", f"constraints.require.{label}: {e.args[0]}"))
+        except KeyError as err:
+            v.append(Violation("required-level", f"constraints.require.{label}: {err.args[0]}"))
             continue
         names = topology.domain_names[li]
         col = topology.domain_column(li)
@@ -128,8 +128,8 @@ def validate(
             scopes = [(f"{rule.scope} group of ranks {_fmt_ranks(list(g.members), 4)}", g.members) for g in traffic.groups if g.label == rule.scope]
             if not scopes:
                 v.append(Violation("spread", f"constraints.spread[{i}].scope: the job has no {rule.scope!r} groups; scopes are 'job' or one of {list(traffic.labels)}"))
-        for what, ranks in scopes:
-            counts = Counter(fd.get(mapping[r], "<none>") for r in ranks)
+        for what, scope_ranks in scopes:
+            counts = Counter(fd.get(mapping[r], "<none>") for r in scope_ranks)
             if rule.min_domains is not None and len(counts) < rule.min_domains:
                 v.append(Violation("spread", f"{what} covers {len(counts)} {rule.kind} domain(s) ({', '.join(sorted(counts))}); at least {rule.min_domains} required"))
             if rule.max_ranks_per_domain is not None:

@@ -32,7 +32,7 @@ def _rank(v: Any) -> int | None:
         return None
     try:
         r = int(v)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return None
     return r if r >= 0 and (not isinstance(v, float) or v == r) else None
 

@@ -156,7 +156,12 @@ def build_model(topology: Topology, state: ClusterState, traffic: Traffic, units
         for li in range(n_levels):
             cur[li] += costs[li]
     t0 = topology.levels[0].tier
-    monotone = all(topology.levels[i].tier.bandwidth_gbps <= t0.bandwidth_gbps for i in range(n_levels))
+    # the linear form prices a term by its lowest common level alone: exact when going up never gets faster
+    tiers = [lv.tier for lv in topology.levels]
+    monotone = all(
+        tiers[i + 1].bandwidth_gbps <= tiers[i].bandwidth_gbps and tiers[i + 1].latency_us >= tiers[i].latency_us
+        for i in range(n_levels - 1)
+    ) and all(tiers[i].bandwidth_gbps <= t0.bandwidth_gbps for i in range(n_levels))
     exact = (
         all(nt.matrix is None for nt in topology.host_types)
         and topology.rail_policy is None

@@ -93,6 +93,8 @@ def place(topology: Topology, state: ClusterState, job: Job, options: SolveOptio
     t0 = time.perf_counter()
     traffic = job_traffic(job)
     bad = [str(v) for v in validate(topology, state, job, [], traffic=traffic) if v.rule in ("exclude",)]
+    bad += [f"constraints.prefer.{label}: unknown level {lv!r}; levels are {list(topology.level_names)}"
+            for label, lv in sorted(job.constraints.prefer.items()) if lv not in topology.level_names]
     if bad:
         raise PlacementError("; ".join(bad))
     reasons = explain_infeasible(topology, state, job, traffic)

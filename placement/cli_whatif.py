@@ -1,0 +1,140 @@
+"""The `placement whatif` command (progress bar, ranked tables, CSV and plots) and `render_picture`, the helper
+behind ``--picture out.svg`` of `place` and `evaluate`. `register(app)` adds the command to a typer app.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    Task,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.text import Text
+
+from placement.cost import CostReport
+from placement.errors import InputError, PlacementError, Problem
+from placement.job import Job
+from placement.state import ClusterState
+from placement.topology import Topology
+
+__all__ = ["register", "render_picture", "whatif"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+_out = Console()
+_err = Console(stderr=True)
+
+
+def _fail(msg: str, code: int) -> None:
+    _err.print(f"[bold red]error:[/] {msg}", highlight=False, markup=True, soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def _guard(fn: F) -> F:
+    """Domain errors become `error: ...` on stderr and exit code 2, as in `placement.cli`."""
+
+    @functools.wraps(fn)
+    def wrapper(*a: Any, **k: Any) -> Any:
+        try:
+            return fn(*a, **k)
+        except InputError as e:
+            _fail(escape(e.render()), 2)
+        except PlacementError as e:
+            _fail(escape(str(e)), 2)
+        except FileNotFoundError as e:
+            _fail(f"{e.filename}: no such file", 2)
+        return None
+
+    return wrapper  # type: ignore[return-value]
+
+
+class _RateColumn(ProgressColumn):
+    """Points per second."""
+
+    def render(self, task: Task) -> Text:
+        speed = task.finished_speed or task.speed
+        return Text("-- pts/s" if speed is None else f"{speed:.2f} pts/s", style="progress.data.speed")
+
+
+def render_picture(topology: Topology, state: ClusterState, job: Job, mapping: Sequence[int],
+                   report: CostReport | None, path: str | Path, *, color_by: str | None = None,
+                   console: Console | None = None) -> Path:
+    """Draw the placement to `path` (SVG, PNG or PDF by suffix); returns the path. With `console`, say so there.
+
+    For `place` and `evaluate`: ``if picture: render_picture(topo, st, jb, mapping, report, picture)``. A bad
+    suffix, colour option or mapping is an `InputError` whose source is ``--picture``.
+    """
+    from placement.picture import render
+
+    try:
+        written = render(topology, state, job, mapping, report, path, color_by=color_by)
+    except InputError as e:
+        raise InputError("--picture", [Problem(p.path, p.message) for p in e.problems]) from None
+    if console is not None:
+        console.print(f"wrote {written}", highlight=False)
+    return written
+
+
+@_guard
+def whatif(
+    sweep: Annotated[Path, typer.Argument(help="sweep file (YAML/JSON): base cluster and job, and the axes to vary")],
+    workers: Annotated[int | None, typer.Option(help="local worker processes (default: the usable cores)")] = None,
+    out_dir: Annotated[Path | None, typer.Option("--out", help="directory for results.csv and the plots (default: whatif-NAME)")] = None,
+    resume: Annotated[bool, typer.Option(help="keep finished points of an earlier run in the CSV and skip them")] = False,
+    top: Annotated[int, typer.Option(help="rows per ranked table")] = 10,
+    plots: Annotated[bool, typer.Option(help="draw the PNG/SVG plots")] = True,
+) -> None:
+    """Run a what-if sweep: shapes x occupancy x cluster variants x strategies, ranked, plotted, in a CSV."""
+    from placement.whatif import default_workers, load_sweep, plot_sweep, ranked_tables, run_sweep
+
+    if workers is not None and workers < 1:
+        _fail(f"--workers: must be >= 1, got {workers}", 2)
+    if top < 1:
+        _fail(f"--top: must be >= 1, got {top}", 2)
+    sw = load_sweep(sweep)
+    out = out_dir if out_dir is not None else Path(f"whatif-{sw.name}")
+    n_workers = workers if workers is not None else default_workers()
+    progress = Progress(
+        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), _RateColumn(),
+        TextColumn("elapsed"), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
+        console=_err, transient=False,
+    )
+    state: dict[str, Any] = {}
+
+    def on_progress(done: int, total: int) -> None:
+        if "task" not in state:
+            state["task"] = progress.add_task(sw.name, total=total)
+        progress.update(state["task"], completed=done)
+
+    with progress:
+        run = run_sweep(sw, out, workers=n_workers, resume=resume, progress=on_progress)
+    _err.print(f"{run.total} points: {run.executed} run now on {n_workers} worker(s), {run.skipped} from an earlier run"
+               + (" [yellow](interrupted)[/]" if run.interrupted else ""), highlight=False)
+    con = _out if _out.is_terminal else Console(width=150)  # a file or pipe gets whole tables, not 80 columns
+    for t in ranked_tables(sw, run.rows, top=top):
+        con.print(t)
+    _err.print(f"wrote {run.csv_path}", highlight=False)
+    if plots and run.rows and not run.interrupted:
+        for p in plot_sweep(sw, run.rows, out):
+            _err.print(f"wrote {p}", highlight=False)
+    if run.interrupted:
+        _err.print(f"[yellow]interrupted:[/] {len(run.rows)} of {run.total} points are in {run.csv_path} (no plots); "
+                   f"run again with --resume to finish the rest", highlight=False)
+        raise typer.Exit(130)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the `whatif` command to `app`."""
+    app.command("whatif")(whatif)

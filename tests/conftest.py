@@ -1,0 +1,66 @@
+"""Shared paths, skip helpers and small hand-checkable clusters and jobs for the domain-core tests."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from placement.job import ModelShape, ParallelSpec
+from placement.state import ClusterState
+from placement.topology import HostSpec, Level, NodeType, RailPolicy, Tier, Topology
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples"
+FIXTURES = ROOT / "tests" / "fixtures"
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+TOPOLOGIES = DATA / "topologies"
+
+# Tiers of the small trees below: node 400 GB/s 1 us, leaf 40 GB/s 4 us, spine 10 GB/s 10 us.
+NODE_TIER = Tier(400.0, 1.0)
+LEAF_TIER = Tier(40.0, 4.0)
+SPINE_TIER = Tier(10.0, 10.0)
+
+
+def shared_file(relative: str) -> Path:
+    """A file under /work/shared/data, or skip the test saying which file is missing."""
+    path = DATA / relative
+    if not path.is_file():
+        pytest.skip(f"shared data file {path} is not available in this checkout")
+    return path
+
+
+def tree(hosts_per_leaf: int = 2, leaves: int = 2, gpus: int = 4, *, kind: str = "gpu",
+         matrix: Sequence[str] | None = None, rails: Sequence[int | None] | None = None,
+         rail_policy: RailPolicy | None = None, node_tier: Tier = NODE_TIER, leaf_tier: Tier = LEAF_TIER,
+         spine_tier: Tier = SPINE_TIER) -> Topology:
+    """node < leaf < spine; hosts ``h0``, ``h1``... in leaves ``l0``, ``l1``...; devices ``hK/gpuJ``."""
+    nt = NodeType("t", gpus, kind, tuple(tuple(r.split()) for r in matrix) if matrix else None,
+                  tuple(rails) if rails is not None else None)
+    hosts = [HostSpec(f"h{h}", {"leaf": f"l{h // hosts_per_leaf}"}, nt) for h in range(hosts_per_leaf * leaves)]
+    levels = [Level("node", node_tier), Level("leaf", leaf_tier), Level("spine", spine_tier)]
+    return Topology.build("tree", levels, hosts, rail_policy=rail_policy)
+
+
+def model(**kw: float) -> ModelShape:
+    """A small model whose volumes are easy to compute by hand (defaults: h=1024, L=4, s=2048, B=2)."""
+    base: dict[str, float] = {"parameters": 1e9, "hidden": 1024, "layers": 4, "seq_len": 2048, "micro_batch": 1,
+                              "micro_batches": 2, "bytes_per_element": 2}
+    base.update(kw)
+    return ModelShape(**base)  # type: ignore[arg-type]
+
+
+def spec(**kw: int | str) -> ParallelSpec:
+    return ParallelSpec(**kw)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def small_tree() -> Topology:
+    """4 hosts x 4 GPUs, 2 per leaf, one spine: 16 devices ``h0/gpu0`` .. ``h3/gpu3``."""
+    return tree()
+
+
+@pytest.fixture
+def empty_state() -> ClusterState:
+    return ClusterState()
