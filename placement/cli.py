@@ -113,6 +113,7 @@ def evaluate(
     mapping: Annotated[Path, typer.Argument(help="mapping: result JSON, list of device ids, or {rank: device}")],
     state: Annotated[Path | None, typer.Option(help="state file: occupancy, failures, fault domains")] = None,
     output: Annotated[str, typer.Option(help="table or json")] = "table",
+    picture: Annotated[Path | None, typer.Option(help="also draw the placement (SVG or PNG by suffix)")] = None,
 ) -> None:
     """Seconds per step of a given mapping, with a breakdown per group kind and tier."""
     from placement.cost import evaluate as evaluate_cost
@@ -123,6 +124,11 @@ def evaluate(
     assert jb is not None
     mp = load_mapping(mapping, topo)
     rep = evaluate_cost(topo, st, jb, mp)
+    if picture is not None:
+        from placement.cli_whatif import render_picture
+
+        render_picture(topo, st, jb, mp, rep, picture)
+        err.print(f"wrote {picture}")
     if output == "json":
         _write(json.dumps(result_document(topo, jb.name, mp, rep), indent=2) + "\n", None)
     elif output == "table":
@@ -192,7 +198,7 @@ def place(
     if picture is not None:
         from placement.cli_whatif import render_picture
 
-        render_picture(topo, st, jb, res.mapping, res.report, picture)
+        render_picture(topo, st, jb, res.mapping, res.report, picture)  # type: ignore[arg-type]
         err.print(f"wrote {picture}")
     if output == "table":
         gap_s = "-" if res.gap is None else f"{100 * res.gap:.2f}%"
@@ -433,6 +439,11 @@ def serve(
 
     argv = [] if port is None else ["--port", str(port)]
     raise typer.Exit(server_main(argv))
+
+
+from placement.cli_whatif import register as _register_whatif  # noqa: E402  (adds `placement whatif`)
+
+_register_whatif(app)
 
 
 def main() -> None:

@@ -391,6 +391,7 @@ def solve_unit_model(
     import os
     p.log_search_progress = bool(os.environ.get("CPSAT_LOG"))
     p.random_seed = options.seed
+    p.catch_sigint_signal = False  # Ctrl-C belongs to the caller (CLI, server, sweep), not to CP-SAT
     if options.relative_gap:
         p.relative_gap_limit = options.relative_gap
     if options.workers <= 1:

@@ -174,6 +174,7 @@ def solve_device_level(topology: Topology, state: ClusterState, job: Job, traffi
     p.max_time_in_seconds = max(0.05, time_limit - (time.perf_counter() - t0))
     p.num_workers = max(1, options.workers)
     p.random_seed = options.seed
+    p.catch_sigint_signal = False  # Ctrl-C belongs to the caller (CLI, server, sweep), not to CP-SAT
     if options.workers <= 1:
         p.interleave_search = True
     st = solve_with_stop(solver, m, options.stop)

@@ -208,6 +208,7 @@ def solve_exact(problem: PairwiseProblem, *, time_limit: float, hint: np.ndarray
     solver.parameters.max_time_in_seconds = max(0.05, time_limit)
     solver.parameters.num_workers = max(1, workers)
     solver.parameters.random_seed = seed
+    solver.parameters.catch_sigint_signal = False
     st = solver.solve(model)
     name = solver.status_name(st)
     if st not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
