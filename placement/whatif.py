@@ -70,7 +70,21 @@ MAX_POINTS = 100_000
 """A grid larger than this is refused: it is almost always a typo (an axis listed as a range of thousands)."""
 
 _TOP_KEYS = ("name", "description", "cluster", "job", "state", "gpus", "solver", "axes")
-_SHAPE_FILTERS = (*DIMENSIONS, *(f"max_{d}" for d in DIMENSIONS), "heads", "tp_within_node")
+_SHAPE_FILTERS = (*DIMENSIONS, *(f"max_{d}" for d in DIMENSIONS), "heads", "tp_within_node", "memory_gb",
+                  "distributed_optimizer")
+
+
+def model_state_gb(parameters: float, s: Shape, *, distributed_optimizer: bool = True) -> float:
+    """GB per GPU for weights, gradients and Adam states in mixed precision (ZeRO paper, Rajbhandari et al.
+    2020, sec. 3.1: 2 + 2 + 12 bytes per parameter); the distributed optimizer (Megatron-LM, ZeRO-1) shards the
+    12 optimizer bytes over the data-parallel ranks (dp x cp). Activations are not counted: a lower estimate.
+
+    >>> round(model_state_gb(70e9, Shape(8, 1, 1, 4, 4)), 1)
+    10.6
+    """
+    per_rank = parameters / (s.tp * s.pp)
+    optimizer = 12.0 / (s.dp * s.cp) if distributed_optimizer else 12.0
+    return per_rank * (4.0 + optimizer) / 1e9
 _FEASIBLE = ("OPTIMAL", "FEASIBLE")
 _BASELINES = ("first-fit", "topology-greedy")
 _DEFAULT_TIME_LIMIT = 10.0
@@ -187,12 +201,14 @@ class Sweep:
 
 def factorizations(gpus: int, filters: Mapping[str, Any] | None = None, *, gpus_per_node: int | None = None,
                    hidden: int | None = None, layers: int | None = None, seq_len: int | None = None,
-                   experts: int = 0) -> list[Shape]:
+                   experts: int = 0, parameters: float | None = None) -> list[Shape]:
     """Every (tp, cp, ep, dp, pp) whose product is `gpus` and that passes the filters, sorted by tp, cp, ep, pp.
 
     Filters: allowed values per dimension (``tp: [1, 2, 4, 8]``), ``max_<dim>``, ``heads`` (tp divides it),
-    ``tp_within_node`` (default true: tp <= `gpus_per_node`). The model rules always apply: tp divides `hidden`,
-    pp divides `layers`, cp divides `seq_len`, ep > 1 needs `experts` divisible by ep.
+    ``tp_within_node`` (default true: tp <= `gpus_per_node`), ``memory_gb`` (the model states of
+    `model_state_gb` fit a GPU; ``distributed_optimizer``, default true, shards the optimizer over dp). The
+    model rules always apply: tp divides `hidden`, pp divides `layers`, cp divides `seq_len`, ep > 1 needs
+    `experts` divisible by ep.
 
     >>> [s.label for s in factorizations(8, {"cp": [1], "ep": [1]}, gpus_per_node=4, layers=2)]
     ['tp1 pp1 dp8', 'tp1 pp2 dp4', 'tp2 pp1 dp4', 'tp2 pp2 dp2', 'tp4 pp1 dp2', 'tp4 pp2 dp1']
@@ -221,6 +237,10 @@ def factorizations(gpus: int, filters: Mapping[str, Any] | None = None, *, gpus_
         if (heads and heads % tp) or (hidden and hidden % tp) or (layers and layers % pp) or (seq_len and seq_len % cp):
             continue
         if ep > 1 and (experts < ep or experts % ep):
+            continue
+        mem = f.get("memory_gb")
+        if mem is not None and parameters is not None and model_state_gb(
+                parameters, s, distributed_optimizer=f.get("distributed_optimizer", True)) > mem:
             continue
         out.append(s)
     out.sort(key=lambda s: (s.tp, s.cp, s.ep, s.pp, s.dp))
@@ -457,7 +477,11 @@ def _shapes(ps: Problems, shapes_doc: Any, gpus: int, job_doc: Mapping[str, Any]
                     ps.add(fp, f"must be a non-empty list of integers >= 1, got {val!r}")
                     ok = False
                 filters[k] = vals
-            elif k == "tp_within_node":
+            elif k == "memory_gb":
+                if isinstance(val, bool) or not isinstance(val, int | float) or val <= 0:
+                    ps.add(fp, f"must be a number of GB > 0, got {val!r}")
+                    ok = False
+            elif k in ("tp_within_node", "distributed_optimizer"):
                 if not isinstance(val, bool):
                     ps.add(fp, f"must be true or false, got {val!r}")
                     ok = False
@@ -469,12 +493,13 @@ def _shapes(ps: Problems, shapes_doc: Any, gpus: int, job_doc: Mapping[str, Any]
             for v, topo in zip(variants, vtopos, strict=True):
                 kinds = [nt.devices for nt in topo.host_types if base_job.device_kind in (None, nt.kind)]
                 found = factorizations(gpus, filters, gpus_per_node=max(kinds, default=None), hidden=model.hidden,
-                                       layers=model.layers, seq_len=model.seq_len, experts=model.experts)
+                                       layers=model.layers, seq_len=model.seq_len, experts=model.experts,
+                                       parameters=model.parameters)
                 shapes: list[Shape | None] = [*found]
                 if not shapes:
                     rules = [f"tp <= {max(kinds, default=0)} GPUs per node" if filters.get("tp_within_node", True) else "",
                              f"tp divides hidden {model.hidden}", f"pp divides layers {model.layers}"]
-                    rules += [f"{k} {filters[k]}" for k in filters if k != "tp_within_node"]
+                    rules += [f"{k} {filters[k]}" for k in filters if k not in ("tp_within_node", "distributed_optimizer")]
                     where = "" if v.label == "base" else f" (variant {v.label})"
                     ps.add("axes.shapes", f"no factorization of {gpus} GPUs passes the filters{where}: {'; '.join(r for r in rules if r)}")
                 shapes_per_variant.append(shapes)

@@ -195,7 +195,7 @@ def test_variant_axes_need_a_generated_cluster() -> None:
 
 def test_example_sweep_parses() -> None:
     sw = load_sweep(EXAMPLES / "sweep-70b.yaml")
-    assert len(sw.points) == 20 * 3 * 3
+    assert len(sw.points) == 17 * 3 * 3  # 20 factorizations, 3 of which (tp1 pp1, tp1 pp2, tp2 pp1) exceed 80 GB
     shapes = {p.shape for p in sw.points}
     assert {s.tp for s in shapes if s} == {1, 2, 4, 8} and all(s is not None and s.cp == s.ep == 1 for s in shapes)
     assert all(s is not None and s.world_size == 256 and 80 % s.pp == 0 for s in shapes)
@@ -426,3 +426,15 @@ def test_cli_whatif_input_error(tmp_path: Path) -> None:
     assert "axes.colours: unknown axis" in res.stderr and "axes.occupancy: is empty" in res.stderr
     assert "Traceback" not in res.output
     assert not (tmp_path / "out").exists()
+
+
+def test_memory_filter_drops_shapes_whose_model_states_do_not_fit() -> None:
+    from placement.whatif import Shape, factorizations, model_state_gb
+
+    kw = {"gpus_per_node": 8, "hidden": 8192, "layers": 80, "seq_len": 4096, "parameters": 70e9}
+    every = factorizations(256, {"tp": [1, 2, 4, 8], "cp": [1], "ep": [1]}, **kw)
+    fits = factorizations(256, {"tp": [1, 2, 4, 8], "cp": [1], "ep": [1], "memory_gb": 80}, **kw)
+    assert Shape(1, 1, 1, 256, 1) in every and Shape(1, 1, 1, 256, 1) not in fits  # 70B x 4 bytes alone is 280 GB
+    assert Shape(8, 1, 1, 4, 8) in fits
+    assert all(model_state_gb(70e9, s) <= 80 for s in fits)
+    assert set(fits) < set(every)
