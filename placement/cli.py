@@ -7,16 +7,16 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any
 
 import typer
 import yaml
 from rich.console import Console
 from rich.table import Table
 
-from placement.errors import InfeasibleError, InputError, PlacementError, Problem
+from placement.cli_errors import err, escape, fail, guard
+from placement.errors import InputError, Problem
 
 __all__ = ["app", "main"]
 
@@ -24,43 +24,12 @@ app = typer.Typer(no_args_is_help=True, add_completion=False, help="Topology- an
 import_app = typer.Typer(no_args_is_help=True, help="Read real topology descriptions into a cluster file.")
 app.add_typer(import_app, name="import")
 out = Console()
-err = Console(stderr=True)
-F = TypeVar("F", bound=Callable[..., Any])
 
 # Default link tiers for imported clusters whose source carries no bandwidths (Slurm, Kubernetes): an H100-class
 # node (NVLink 4 through NVSwitch) on a 400G NDR fat-tree, each tier above the leaf 2:1 oversubscribed.
 DEFAULT_TIERS = [(450.0, 2.0), (50.0, 5.0), (25.0, 7.0), (12.5, 10.0), (6.25, 15.0)]
 
 
-def _fail(msg: str, code: int) -> None:
-    err.print(f"[bold red]error:[/] {msg}", highlight=False, markup=True, soft_wrap=True)
-    raise typer.Exit(code)
-
-
-def _guard(fn: F) -> F:
-    import functools
-
-    @functools.wraps(fn)
-    def wrapper(*a: Any, **k: Any) -> Any:
-        try:
-            return fn(*a, **k)
-        except InputError as e:
-            _fail(_escape(e.render()), 2)
-        except InfeasibleError as e:
-            _fail("no placement satisfies the hard rules:\n" + "\n".join(f"  - {_escape(r)}" for r in e.reasons), 3)
-        except PlacementError as e:
-            _fail(_escape(str(e)), 2)
-        except FileNotFoundError as e:
-            _fail(f"{e.filename}: no such file", 2)
-        return None
-
-    return wrapper  # type: ignore[return-value]
-
-
-def _escape(s: str) -> str:
-    from rich.markup import escape
-
-    return escape(s)
 
 
 def _write(text: str, dest: Path | None) -> None:
@@ -106,7 +75,7 @@ def _cost_table(title: str, report: Any, baselines: dict[str, float | None] | No
 
 
 @app.command()
-@_guard
+@guard
 def evaluate(
     cluster: Annotated[Path, typer.Argument(help="cluster file (YAML/JSON)")],
     job: Annotated[Path, typer.Argument(help="job file")],
@@ -134,7 +103,7 @@ def evaluate(
     elif output == "table":
         out.print(_cost_table(f"{jb.name} on {topo.name}: {rep.seconds:.4f} s/step", rep))
     else:
-        _fail(f"--output: unknown value {output!r}; use table or json", 2)
+        fail(f"--output: unknown value {output!r}; use table or json", 2)
 
 
 # ---- place --------------------------------------------------------------------------------------------------
@@ -143,7 +112,7 @@ PLACE_OUTPUTS = ("table", "json", "yaml", "rankfile", "hostfile", "env", "kueue"
 
 
 @app.command()
-@_guard
+@guard
 def place(
     cluster: Annotated[Path | None, typer.Argument(help="cluster file")] = None,
     job: Annotated[Path | None, typer.Argument(help="job file")] = None,
@@ -169,22 +138,22 @@ def place(
     from placement.solve import place as run_place
 
     if output not in PLACE_OUTPUTS:
-        _fail(f"--output: unknown value {output!r}; use one of {', '.join(PLACE_OUTPUTS)}", 2)
+        fail(f"--output: unknown value {output!r}; use one of {', '.join(PLACE_OUTPUTS)}", 2)
     if request is not None or server is not None:
         if request is None or cluster is not None or job is not None:
-            _fail("give either CLUSTER JOB or --request FILE (and --server only with --request)", 2)
+            fail("give either CLUSTER JOB or --request FILE (and --server only with --request)", 2)
         assert request is not None
         _place_request(request, server, token, output, out_file)
         return
     if cluster is None or job is None:
-        _fail("missing CLUSTER and JOB (or --request FILE)", 2)
+        fail("missing CLUSTER and JOB (or --request FILE)", 2)
     assert cluster is not None and job is not None
     try:
         strat = Strategy(strategy)
     except ValueError:
-        _fail(f"--strategy: unknown value {strategy!r}; use cpsat, topology-greedy or first-fit", 2)
+        fail(f"--strategy: unknown value {strategy!r}; use cpsat, topology-greedy or first-fit", 2)
     if time_limit <= 0:
-        _fail(f"--time-limit: must be > 0, got {time_limit:g}", 2)
+        fail(f"--time-limit: must be > 0, got {time_limit:g}", 2)
     topo, st, jb = _load_all(cluster, job, state)
     assert jb is not None
     res = run_place(topo, st, jb, SolveOptions(strategy=strat, time_limit_s=time_limit, relative_gap=gap, seed=seed, workers=workers))
@@ -227,10 +196,10 @@ def _place_request(request: Path, server: str | None, token: str | None, output:
             with PlacementClient(server, token=token) as client:
                 result = client.place(req).result
         except PlacementRpcError as e:
-            lines = [f"{server}: {e.code.name}: {_escape(e.message)}"]
-            lines += [f"  - {f}: {_escape(d)}" for f, d in e.field_violations]
-            lines += [f"  - {_escape(d)}" for _, _, d in e.precondition_violations]
-            _fail("\n".join(lines), 3 if e.code.name == "FAILED_PRECONDITION" else 2 if e.code.name == "INVALID_ARGUMENT" else 4)
+            lines = [f"{server}: {e.code.name}: {escape(e.message)}"]
+            lines += [f"  - {f}: {escape(d)}" for f, d in e.field_violations]
+            lines += [f"  - {escape(d)}" for _, _, d in e.precondition_violations]
+            fail("\n".join(lines), 3 if e.code.name == "FAILED_PRECONDITION" else 2 if e.code.name == "INVALID_ARGUMENT" else 4)
             return
     else:
         from placement.solve import place as run_place
@@ -250,7 +219,7 @@ def _place_request(request: Path, server: str | None, token: str | None, output:
         return
     seats = [(a.host, int(a.device.rpartition("/gpu")[2])) for a in result.mapping]
     if output == "kueue":
-        _fail("--output kueue needs the cluster file: use `placement export RESULT --format kueue --cluster FILE`", 2)
+        fail("--output kueue needs the cluster file: use `placement export RESULT --format kueue --cluster FILE`", 2)
     _write(export(output, seats), out_file)
 
 
@@ -276,7 +245,7 @@ def _result_table(result: Any) -> Table:
 
 
 @app.command("export")
-@_guard
+@guard
 def export_cmd(
     mapping: Annotated[Path, typer.Argument(help="a result JSON/YAML or a mapping")],
     format: Annotated[str, typer.Option("--format", help="json, yaml, rankfile, hostfile, env or kueue")] = "rankfile",
@@ -288,7 +257,7 @@ def export_cmd(
     from placement.io.native import load_cluster, load_document
 
     if format not in FORMATS:
-        _fail(f"--format: unknown value {format!r}; use one of {', '.join(FORMATS)}", 2)
+        fail(f"--format: unknown value {format!r}; use one of {', '.join(FORMATS)}", 2)
     doc = load_document(mapping)
     seats = seats_from_document(doc, str(mapping))
     topo = None
@@ -299,7 +268,7 @@ def export_cmd(
         if bad:
             raise InputError(str(mapping), [Problem("mapping", f"hosts {bad[:5]} are not in {cluster}")])
     elif format == "kueue":
-        _fail("--cluster is required for --format kueue (the level values of each host)", 2)
+        fail("--cluster is required for --format kueue (the level values of each host)", 2)
     _write(export(format, seats, document=doc if isinstance(doc, dict) else None, topology=topo), out_file)
 
 
@@ -316,11 +285,11 @@ def _parse_tiers(tiers: list[str], level_names: list[str]) -> dict[str, tuple[fl
         try:
             b, l_ = float(bw), float(lat or 0)
         except ValueError:
-            _fail(f"--tier {spec!r}: write LEVEL=BANDWIDTH_GBPS:LATENCY_US, e.g. leaf=50:5", 2)
+            fail(f"--tier {spec!r}: write LEVEL=BANDWIDTH_GBPS:LATENCY_US, e.g. leaf=50:5", 2)
         if name not in out:
-            _fail(f"--tier {spec!r}: unknown level {name!r}; levels are {level_names}", 2)
+            fail(f"--tier {spec!r}: unknown level {name!r}; levels are {level_names}", 2)
         if b <= 0 or l_ < 0:
-            _fail(f"--tier {spec!r}: bandwidth must be > 0 and latency >= 0", 2)
+            fail(f"--tier {spec!r}: bandwidth must be > 0 and latency >= 0", 2)
         out[name] = (b, l_)
     return out
 
@@ -350,14 +319,14 @@ def _finish_import(doc: dict[str, Any], warnings: list[str], tiers: list[str], g
                 h["kind"] = kind
     cluster_from_dict(doc, "<imported>")  # validate what we are about to write
     for w in warnings:
-        err.print(f"[yellow]warning:[/] {_escape(w)}")
+        err.print(f"[yellow]warning:[/] {escape(w)}")
     if not tiers:
         err.print("[yellow]note:[/] link tiers are defaults (H100 node, 400G fabric, 2:1 per tier above the leaf); set them with --tier LEVEL=GBPS:US")
     _write(yaml.safe_dump(doc, sort_keys=False, default_flow_style=None), out_file)
 
 
 @import_app.command("nvidia-smi")
-@_guard
+@guard
 def import_nvidia_smi(
     file: Annotated[Path, typer.Argument(help="output of `nvidia-smi topo -m`")],
     host: Annotated[str, typer.Option(help="host name for the node")] = "node0",
@@ -371,7 +340,7 @@ def import_nvidia_smi(
 
     nt = read_nvidia_smi(file, table=table, allow_partial=partial)
     for w in nt.warnings:
-        err.print(f"[yellow]warning:[/] {_escape(w)}")
+        err.print(f"[yellow]warning:[/] {escape(w)}")
     doc = {
         "name": host,
         "levels": [{"name": "node", "bandwidth_gbps": DEFAULT_TIERS[0][0], "latency_us": DEFAULT_TIERS[0][1]}],
@@ -386,7 +355,7 @@ def import_nvidia_smi(
 
 
 @import_app.command("slurm")
-@_guard
+@guard
 def import_slurm(
     file: Annotated[Path, typer.Argument(help="topology.conf or topology.yaml")],
     levels: Annotated[str | None, typer.Option(help="level names bottom-up, e.g. leaf,spine,core")] = None,
@@ -405,7 +374,7 @@ def import_slurm(
 
 
 @import_app.command("k8s")
-@_guard
+@guard
 def import_k8s(
     file: Annotated[Path, typer.Argument(help="kubectl get nodes -o json")],
     levels: Annotated[str, typer.Option(help="topology label keys, coarse to fine (Kueue TAS order)")],
@@ -421,7 +390,7 @@ def import_k8s(
     try:
         text = file.read_text()
     except OSError as e:
-        _fail(f"{file}: {e.strerror}", 2)
+        fail(f"{file}: {e.strerror}", 2)
     doc, warnings = parse_k8s_nodes(text, str(file), levels=levels.split(","),
                                     level_names=level_names.split(",") if level_names else None, gpu_resource=gpu_resource)
     _finish_import(doc, list(warnings), tier or [], None, None, node_topo, out_file)

@@ -4,14 +4,12 @@ behind ``--picture out.svg`` of `place` and `evaluate`. `register(app)` adds the
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -24,8 +22,9 @@ from rich.progress import (
 )
 from rich.text import Text
 
+from placement.cli_errors import err, fail, guard
 from placement.cost import CostReport
-from placement.errors import InputError, PlacementError, Problem
+from placement.errors import InputError, Problem
 from placement.job import Job
 from placement.state import ClusterState
 from placement.topology import Topology
@@ -34,30 +33,9 @@ __all__ = ["register", "render_picture", "whatif"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 _out = Console()
-_err = Console(stderr=True)
+_err = err
 
 
-def _fail(msg: str, code: int) -> None:
-    _err.print(f"[bold red]error:[/] {msg}", highlight=False, markup=True, soft_wrap=True)
-    raise typer.Exit(code)
-
-
-def _guard(fn: F) -> F:
-    """Domain errors become `error: ...` on stderr and exit code 2, as in `placement.cli`."""
-
-    @functools.wraps(fn)
-    def wrapper(*a: Any, **k: Any) -> Any:
-        try:
-            return fn(*a, **k)
-        except InputError as e:
-            _fail(escape(e.render()), 2)
-        except PlacementError as e:
-            _fail(escape(str(e)), 2)
-        except FileNotFoundError as e:
-            _fail(f"{e.filename}: no such file", 2)
-        return None
-
-    return wrapper  # type: ignore[return-value]
 
 
 class _RateColumn(ProgressColumn):
@@ -87,7 +65,7 @@ def render_picture(topology: Topology, state: ClusterState, job: Job, mapping: S
     return written
 
 
-@_guard
+@guard
 def whatif(
     sweep: Annotated[Path, typer.Argument(help="sweep file (YAML/JSON): base cluster and job, and the axes to vary")],
     workers: Annotated[int | None, typer.Option(help="local worker processes (default: the usable cores)")] = None,
@@ -100,9 +78,9 @@ def whatif(
     from placement.whatif import default_workers, load_sweep, plot_sweep, ranked_tables, run_sweep
 
     if workers is not None and workers < 1:
-        _fail(f"--workers: must be >= 1, got {workers}", 2)
+        fail(f"--workers: must be >= 1, got {workers}", 2)
     if top < 1:
-        _fail(f"--top: must be >= 1, got {top}", 2)
+        fail(f"--top: must be >= 1, got {top}", 2)
     sw = load_sweep(sweep)
     out = out_dir if out_dir is not None else Path(f"whatif-{sw.name}")
     n_workers = workers if workers is not None else default_workers()

@@ -45,6 +45,7 @@ from typing import Any
 import yaml
 
 from placement.errors import InputError, Problem, Problems
+from placement.io.levels import check_level_names
 
 __all__ = ["HOSTNAME_LABEL", "parse_k8s_nodes", "short_level_name"]
 
@@ -246,21 +247,7 @@ def _level_names(keys: list[str], level_names: Sequence[str] | None, problems: P
                                     f"name ({listed}); give one name per key, coarse -> fine "
                                     f"({HOSTNAME_LABEL} names the host and gets none)")
         return None
-    ok = True
-    seen: set[str] = set()
-    for i, level in enumerate(given):
-        if not isinstance(level, str) or not level.strip():
-            problems.add(f"level_names[{i}]", f"must be a non-empty string, got {level!r}")
-            ok = False
-        elif level == "node":
-            problems.add(f"level_names[{i}]", '"node" is the host level; choose another name')
-            ok = False
-        elif level in seen:
-            problems.add(f"level_names[{i}]", f'"{level}" is used twice; level names must be unique')
-            ok = False
-        else:
-            seen.add(level)
-    return given if ok else None
+    return check_level_names(given, problems)
 
 
 def _load(text_or_obj: str | bytes | Mapping[str, Any], problems: Problems) -> Any:

@@ -63,6 +63,7 @@ import yaml
 
 from placement.errors import InputError, Problem, Problems
 from placement.io.hostlist import compress_hostlist, expand_hostlist
+from placement.io.levels import check_level_names
 
 __all__ = ["parse_topology_conf", "parse_topology_yaml", "read_slurm"]
 
@@ -1082,21 +1083,7 @@ def _rename(defaults: list[str], level_names: Sequence[str], problems: Problems)
                                     f"{len(defaults)} level(s) above the hosts ({', '.join(defaults)}), "
                                     "named bottom-up")
         return None
-    ok = True
-    seen: set[str] = set()
-    for i, level in enumerate(given):
-        if not isinstance(level, str) or not level.strip():
-            problems.add(f"level_names[{i}]", f"must be a non-empty string, got {level!r}")
-            ok = False
-        elif level == "node":
-            problems.add(f"level_names[{i}]", '"node" is the host level; choose another name')
-            ok = False
-        elif level in seen:
-            problems.add(f"level_names[{i}]", f'"{level}" is used twice; level names must be unique')
-            ok = False
-        else:
-            seen.add(level)
-    return given if ok else None
+    return check_level_names(given, problems)
 
 
 def _stem(source: str) -> str:

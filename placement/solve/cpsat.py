@@ -136,20 +136,14 @@ def build_model(topology: Topology, state: ClusterState, traffic: Traffic, units
     n_levels = len(paths)
     acc: dict[tuple[int, ...], list[float]] = {}
     constant = 0.0
-    for g in traffic.groups:
-        us = tuple(sorted({unit_of[r] for r in g.members}))
-        n = len(g.members)
-        costs = [collective_seconds(g.kind, n, g.bytes, g.count, g.exposed, paths[li]) for li in range(n_levels)]
-        if len(us) == 1:
-            constant += costs[0]
-            continue
-        cur = acc.setdefault(us, [0.0] * n_levels)
-        for li in range(n_levels):
-            cur[li] += costs[li]
-    for e in traffic.edges:
-        us = tuple(sorted({unit_of[e.src], unit_of[e.dst]}))
-        costs = [p2p_seconds(e.bytes, e.count, e.exposed, paths[li]) for li in range(n_levels)]
-        if len(us) == 1:
+    priced: list[tuple[Sequence[int], list[float]]] = [
+        (g.members, [collective_seconds(g.kind, len(g.members), g.bytes, g.count, g.exposed, p) for p in paths])
+        for g in traffic.groups
+    ]
+    priced += [((e.src, e.dst), [p2p_seconds(e.bytes, e.count, e.exposed, p) for p in paths]) for e in traffic.edges]
+    for ranks, costs in priced:
+        us = tuple(sorted({unit_of[r] for r in ranks}))
+        if len(us) == 1:  # inside one unit: the same cost wherever the unit goes
             constant += costs[0]
             continue
         cur = acc.setdefault(us, [0.0] * n_levels)
