@@ -65,6 +65,7 @@ def objective_scale(span: float) -> float | None:
         return None
     return SCALE if span * SCALE < 1e15 else 1e15 / span
 MAX_FULL_VARS = 25_000
+MAX_WINDOW_VARS = 4_000  # a large-neighbourhood window: small enough for CP-SAT to finish within ~0.5 s
 
 
 @dataclass
@@ -682,7 +683,11 @@ def _lns(topology: Topology, state: ClusterState, job: Job, traffic: Traffic, po
         free_units = [u for u, h in assign.items() if h in hset]
         if len(free_units) < 2:
             continue
-        fixed = {u: h for u, h in assign.items() if h not in hset}
+        if len(free_units) * len(hosts) > MAX_WINDOW_VARS:
+            # keep the neighbourhood small enough to solve within its budget: free a random subset
+            free_units = sorted(rng.sample(free_units, max(2, MAX_WINDOW_VARS // len(hosts))))
+        free_set = set(free_units)
+        fixed = {u: h for u, h in assign.items() if u not in free_set}
         budget = min(1.0, deadline - time.perf_counter() - 0.05)
         if budget <= 0.05:
             break
