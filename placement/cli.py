@@ -154,6 +154,10 @@ def place(
         fail(f"--strategy: unknown value {strategy!r}; use cpsat, topology-greedy or first-fit", 2)
     if time_limit <= 0:
         fail(f"--time-limit: must be > 0, got {time_limit:g}", 2)
+    if not 0 <= seed < 2**31:
+        fail(f"--seed: must be in 0..{2**31 - 1}, got {seed}", 2)
+    if not 1 <= workers <= 64:
+        fail(f"--workers: must be in 1..64, got {workers}", 2)
     topo, st, jb = _load_all(cluster, job, state)
     assert jb is not None
     res = run_place(topo, st, jb, SolveOptions(strategy=strat, time_limit_s=time_limit, relative_gap=gap, seed=seed, workers=workers))

@@ -240,9 +240,7 @@ def evaluate(
     for g in traffic.groups:
         devs = [mapping[r] for r in g.members]
         path = group_path(topology, state, devs)
-        s = group_seconds(g, path)
-        if math.isfinite(s):
-            report.add(g.label, path.tier, s)
+        report.add(g.label, path.tier, group_seconds(g, path))
         if g.label in pref_levels and path.level > pref_levels[g.label]:
             report.preference_misses[g.label] = report.preference_misses.get(g.label, 0) + 1
     for e in traffic.edges:

@@ -219,3 +219,67 @@ def test_non_uniform_node_refinement_picks_the_nvlink_quad() -> None:
     locals_ = sorted(topo.devices[d].local_index for d in res.mapping)
     # a quad without SYS pairs: every pair of {0,1,2,3} (or {4,5,6,7}) is NVLink-connected in the cube mesh
     assert locals_ in ([0, 1, 2, 3], [4, 5, 6, 7])
+
+
+# ---- regressions found in review: bounds never above the optimum, names checked as input --------------------
+
+
+def test_device_graph_with_groups_is_not_falsely_optimal() -> None:
+    from placement.io.graph import topology_from_distances
+    from placement.job import CollectiveKind, Group, Job
+
+    close = {(0, 3), (1, 4), (2, 5)}  # three fast pairs; every other pair is 9x slower
+    dist = [[0.0 if i == j else (1.0 if (min(i, j), max(i, j)) in close else 9.0) for j in range(6)] for i in range(6)]
+    topo = topology_from_distances(dist)
+    job = Job("j", 4, groups=(Group("tp", CollectiveKind.ALL_REDUCE, (0, 1), 1e9, 1.0),
+                              Group("tp", CollectiveKind.ALL_REDUCE, (2, 3), 1e9, 1.0)))
+    best = brute_force(topo, ClusterState(), job)
+    res = place(topo, ClusterState(), job, SolveOptions(time_limit_s=2))
+    assert res.lower_bound is not None and res.lower_bound <= best + 1e-12
+    assert res.seconds == pytest.approx(best)
+
+
+def test_bound_counts_rank_pairs_not_parallel_edges() -> None:
+    from placement.job import Edge, Job
+    from placement.solve.bound import lower_bound
+    from placement.traffic import job_traffic
+
+    topo = Topology.build("t", [Level("node", Tier(100, 1)), Level("leaf", Tier(10, 5))],
+                          [HostSpec("h0", {"leaf": "l"}, NodeType("a", 2)), HostSpec("h1", {"leaf": "l"}, NodeType("b", 1))])
+    job = Job("j", 2, edges=(Edge("pp", 0, 1, 1e9), Edge("pp", 1, 0, 1e9)))
+    best = brute_force(topo, ClusterState(), job)
+    assert lower_bound(topo, ClusterState(), job_traffic(job), [0, 1, 2]) <= best + 1e-12
+
+
+def test_bound_takes_the_lowest_latency_of_the_node_level() -> None:
+    from placement.job import Edge, Job
+    from placement.solve.bound import lower_bound
+    from placement.traffic import job_traffic
+
+    nt = NodeType("m", 2, "gpu", (("X", "NV4"), ("NV4", "X")))  # NV4: 100 GB/s at 1 us, the node tier 5 us
+    topo = Topology.build("t", [Level("node", Tier(100, 5)), Level("leaf", Tier(10, 5))],
+                          [HostSpec("h0", {"leaf": "l"}, nt)])
+    job = Job("j", 2, edges=(Edge("pp", 0, 1, 1e3, 1000.0),))
+    assert lower_bound(topo, ClusterState(), job_traffic(job), [0, 1]) <= brute_force(topo, ClusterState(), job) + 1e-12
+
+
+def test_unknown_names_in_constraints_are_input_errors() -> None:
+    from placement.errors import PlacementError
+
+    topo = small_cluster()
+    base = _job()
+    for cons in (Constraints(require={"tp": "rack"}), Constraints(spread=(SpreadRule("power", "job", min_domains=2),)),
+                 Constraints(spread=(SpreadRule("leaf", "ep", min_domains=2),))):
+        job = type(base)(**{**base.__dict__, "constraints": cons})
+        with pytest.raises(PlacementError) as ei:
+            place(topo, ClusterState(), job)
+        assert not isinstance(ei.value, InfeasibleError)
+
+
+def test_spread_wider_than_the_scope_is_explained() -> None:
+    topo = small_cluster()
+    job = megatron_job("j", tp=2, pp=1, dp=1, hidden=1024, layers=4)
+    job = type(job)(**{**job.__dict__, "constraints": Constraints(spread=(SpreadRule("node", "job", min_domains=3),))})
+    with pytest.raises(InfeasibleError) as ei:
+        place(topo, ClusterState(), job)
+    assert ei.value.reasons == ["spread over >= 3 node domains needs >= 3 ranks, but the job has 2"]

@@ -49,6 +49,9 @@ T = TypeVar("T")
 MIN_BANDWIDTH_GBPS = 1e-3
 MAX_BANDWIDTH_GBPS = 1e6
 MAX_LATENCY_US = 1e9
+# Traffic sanity limits: an exabyte per transfer or a billion transfers per step is a typo, and would overflow.
+MAX_BYTES = 1e18
+MAX_COUNT = 1e9
 _KNOWN_CODES = re.compile(r"^(X|NV\d+|PIX|PXB|PHB|NODE|SYS|SOC)$")
 
 
@@ -105,7 +108,8 @@ class _Reader:
                 self.ps.add(f"{path}.{k}" if path else str(k), f"unknown field; expected one of {sorted(allowed)}")
 
     def num(self, d: Mapping[str, Any], key: str, path: str, *, default: float | None = None,
-            minimum: float | None = None, exclusive: bool = False, required: bool = False) -> float | None:
+            minimum: float | None = None, exclusive: bool = False, required: bool = False,
+            maximum: float | None = None) -> float | None:
         v = d.get(key)
         where = f"{path}.{key}" if path else key
         if v is None:
@@ -123,6 +127,9 @@ class _Reader:
             return default
         if minimum is not None and (v <= minimum if exclusive else v < minimum):
             self.ps.add(where, f"must be {'>' if exclusive else '>='} {minimum:g}, got {v:g}")
+            return default
+        if maximum is not None and v > maximum:
+            self.ps.add(where, f"must be <= {maximum:g}, got {v:g}")
             return default
         return float(v)
 
@@ -629,8 +636,8 @@ def job_from_dict(doc: Any, source: str = "<job>") -> Job:
             ps.add(f"{gp}.members", f"a group needs >= 2 members, got {len(mem)}")
         groups.append(Group(
             r.str_(gd, "label", gp, default=kname) or kname, kinds[kname], mem,
-            r.num(gd, "bytes", gp, minimum=0, required=True) or 0.0,
-            r.num(gd, "count", gp, minimum=0, default=1.0) or 0.0,
+            r.num(gd, "bytes", gp, minimum=0, maximum=MAX_BYTES, required=True) or 0.0,
+            r.num(gd, "count", gp, minimum=0, maximum=MAX_COUNT, default=1.0) or 0.0,
             _exposed(r, gd, gp),
         ))
     edges: list[Edge] = []
@@ -647,8 +654,8 @@ def job_from_dict(doc: Any, source: str = "<job>") -> Job:
             ps.add(ep, f"an edge joins two different ranks, got {src}->{dst}")
         edges.append(Edge(
             r.str_(ed, "label", ep, default="p2p") or "p2p", src or 0, dst or 0,
-            r.num(ed, "bytes", ep, minimum=0, required=True) or 0.0,
-            r.num(ed, "count", ep, minimum=0, default=1.0) or 0.0,
+            r.num(ed, "bytes", ep, minimum=0, maximum=MAX_BYTES, required=True) or 0.0,
+            r.num(ed, "count", ep, minimum=0, maximum=MAX_COUNT, default=1.0) or 0.0,
             _exposed(r, ed, ep),
         ))
     exposure: dict[str, float] = {}

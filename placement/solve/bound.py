@@ -18,15 +18,20 @@ __all__ = ["level_paths", "lower_bound"]
 
 
 def level_paths(topology: Topology, state: ClusterState | None = None) -> list[Path]:
-    """The fastest path a group whose lowest common domain is at each level can get (for bounds).
+    """A path at least as fast as any a group whose lowest common domain is at each level can get (for bounds).
 
-    Level 0 takes the best intra-node code of any host when hosts carry matrices.
+    Bandwidth and latency are bounded separately: level 0 takes the highest bandwidth and the lowest latency of
+    the host tier and every intra-node code; a device graph (pair paths) takes them over all device pairs.
     """
+    if topology.pair_paths is not None:
+        pairs = [t for i, row in enumerate(topology.pair_paths) for j, t in enumerate(row) if i != j]
+        bw = max((t.bandwidth_gbps for t in pairs), default=1.0)
+        lat = min((t.latency_us for t in pairs), default=0.0)
+        return [Path(bw, lat, lv.name, li) for li, lv in enumerate(topology.levels)]
     out: list[Path] = []
     for li, lv in enumerate(topology.levels):
-        t = lv.tier
+        bw, lat = lv.tier.bandwidth_gbps, lv.tier.latency_us
         if li == 0:
-            best = t
             for nt in topology.host_types:
                 if nt.matrix is None:
                     continue
@@ -34,10 +39,8 @@ def level_paths(topology: Topology, state: ClusterState | None = None) -> list[P
                     for b in range(nt.devices):
                         if a != b:
                             c = intra_node_tier(nt.matrix[a][b], topology.intra_node_tiers)
-                            if c.bandwidth_gbps > best.bandwidth_gbps:
-                                best = c
-            t = best
-        out.append(Path(t.bandwidth_gbps, t.latency_us, lv.name, li))
+                            bw, lat = max(bw, c.bandwidth_gbps), min(lat, c.latency_us)
+        out.append(Path(bw, lat, lv.name, li))
     return out
 
 
@@ -70,6 +73,14 @@ def lower_bound(topology: Topology, state: ClusterState, traffic: Traffic, candi
         caps = [sum(f // n for f in free[li]) if disjoint[key] else len(costs) for li in range(n_levels)]
         caps[-1] = len(costs)
         total += _assign(costs, caps)
+    # parallel edges (a->b twice, or a->b and b->a) share one rank pair: merge them before counting pairs
+    pair_costs: dict[tuple[str, int, int], list[float]] = {}
+    for e in traffic.edges:
+        pair_key = (e.label, min(e.src, e.dst), max(e.src, e.dst))
+        c = [p2p_seconds(e.bytes, e.count, e.exposed, paths[li]) for li in range(n_levels)]
+        cur = pair_costs.setdefault(pair_key, [0.0] * n_levels)
+        for li in range(n_levels):
+            cur[li] += c[li]
     by_edge_label: dict[str, list[list[float]]] = defaultdict(list)
     forest: dict[str, bool] = {}
     parent: dict[int, int] = {}
@@ -80,14 +91,14 @@ def lower_bound(topology: Topology, state: ClusterState, traffic: Traffic, candi
             x = parent[x]
         return x
 
-    for e in sorted(traffic.edges, key=lambda e: e.label):
-        by_edge_label[e.label].append([p2p_seconds(e.bytes, e.count, e.exposed, paths[li]) for li in range(n_levels)])
-        if e.label not in forest:
+    for (label, a, b), c in sorted(pair_costs.items()):
+        by_edge_label[label].append(c)
+        if label not in forest:
             parent.clear()
-            forest[e.label] = True
-        ra, rb = find(e.src), find(e.dst)
+            forest[label] = True
+        ra, rb = find(a), find(b)
         if ra == rb:
-            forest[e.label] = False
+            forest[label] = False
         parent[ra] = rb
     for label, costs in by_edge_label.items():
         # edges of one label inside a domain of f ranks: at most f-1 when the label's graph is a forest (PP
@@ -110,4 +121,5 @@ def _assign(costs: list[list[float]], caps: list[int]) -> float:
         savings = sorted((c[li + 1] - c[li] for c in costs), reverse=True)
         k = min(caps[li], len(savings))
         total -= sum(s for s in savings[:k] if s > 0)
-    return total
+    # each item costs at least its cheapest level: a second valid bound, tighter when tiers are not monotone
+    return max(total, sum(min(c) for c in costs))

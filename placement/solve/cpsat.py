@@ -161,6 +161,7 @@ def build_model(topology: Topology, state: ClusterState, traffic: Traffic, units
         all(nt.matrix is None for nt in topology.host_types)
         and topology.rail_policy is None
         and monotone
+        and topology.pair_paths is None  # a device graph is priced per pair, not per level
         and not _degradation_touches(topology, state, candidates)
     )
     return UnitModel(units, [Term(k, v) for k, v in sorted(acc.items())], constant, exact, units_exact)

@@ -182,7 +182,8 @@ def solve_device_level(topology: Topology, state: ClusterState, job: Job, traffi
     if st not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return ExactResult(None, None, None, name, exact)
     mapping = [next(d for d in cands if solver.boolean_value(x[r, d])) for r in range(job.ranks)]
-    levels_monotone = all(topology.levels[i].tier.bandwidth_gbps <= topology.levels[0].tier.bandwidth_gbps
-                          for i in range(len(topology.levels)))
+    # the worst member pair is the group's true bottleneck only when no level is faster than the one below it
+    tiers = [lv.tier for lv in topology.levels]
+    levels_monotone = all(tiers[i + 1].bandwidth_gbps <= tiers[i].bandwidth_gbps for i in range(len(tiers) - 1))
     return ExactResult(mapping, constant + solver.objective_value / scale, constant + solver.best_objective_bound / scale,
                        name, exact, levels_monotone or topology.pair_paths is not None)

@@ -24,6 +24,23 @@ from placement.validate import excluded_devices, validate
 __all__ = ["compare", "explain_infeasible", "place"]
 
 
+def request_problems(topology: Topology, state: ClusterState, job: Job, traffic: Traffic) -> list[str]:
+    """Names in the job's constraints that the cluster or the job does not have: input errors, not infeasibility."""
+    out: list[str] = []
+    levels = list(topology.level_names)
+    for kind, rules in (("require", job.constraints.require), ("prefer", job.constraints.prefer)):
+        for label, lv in sorted(rules.items()):
+            if lv not in levels:
+                out.append(f"constraints.{kind}.{label}: unknown level {lv!r}; levels are {levels}")
+    labels = set(traffic.labels)
+    for i, rule in enumerate(job.constraints.spread):
+        if rule.kind not in state.fault_domains and rule.kind not in levels:
+            out.append(f"constraints.spread[{i}].kind: unknown fault-domain kind {rule.kind!r}; known: {list(state.fault_kinds(topology))}")
+        if rule.scope != "job" and rule.scope not in labels:
+            out.append(f"constraints.spread[{i}].scope: the job has no {rule.scope!r} groups; scopes are 'job' or one of {sorted(labels)}")
+    return out
+
+
 def explain_infeasible(topology: Topology, state: ClusterState, job: Job, traffic: Traffic) -> list[str]:
     """Pre-checks that catch the obvious infeasible requests, each reason with its numbers."""
     reasons: list[str] = []
@@ -71,6 +88,11 @@ def explain_infeasible(topology: Topology, state: ClusterState, job: Job, traffi
             reasons.append(f"constraints.spread[{i}]: unknown fault-domain kind {rule.kind!r}")
             continue
         per = Counter(fd.get(d, "<none>") for d in cands)
+        smallest = job.ranks if rule.scope == "job" else min((len(g.members) for g in traffic.groups if g.label == rule.scope), default=0)
+        if rule.min_domains is not None and smallest < rule.min_domains:
+            what = "the job" if rule.scope == "job" else f"a {rule.scope} group"
+            reasons.append(f"spread over >= {rule.min_domains} {rule.kind} domains needs >= {rule.min_domains} ranks, but {what} has {smallest}")
+            continue
         if rule.min_domains is not None and len(per) < rule.min_domains:
             where = ", ".join(f"{k} ({v})" for k, v in sorted(per.items()))
             reasons.append(f"spread over >= {rule.min_domains} {rule.kind} domains: the usable devices are in {len(per)} ({where or 'none'})")
@@ -93,8 +115,7 @@ def place(topology: Topology, state: ClusterState, job: Job, options: SolveOptio
     t0 = time.perf_counter()
     traffic = job_traffic(job)
     bad = [str(v) for v in validate(topology, state, job, [], traffic=traffic) if v.rule in ("exclude",)]
-    bad += [f"constraints.prefer.{label}: unknown level {lv!r}; levels are {list(topology.level_names)}"
-            for label, lv in sorted(job.constraints.prefer.items()) if lv not in topology.level_names]
+    bad += request_problems(topology, state, job, traffic)
     if bad:
         raise PlacementError("; ".join(bad))
     reasons = explain_infeasible(topology, state, job, traffic)
