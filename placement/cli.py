@@ -176,7 +176,7 @@ def place(
     if output == "table":
         gap_s = "-" if res.gap is None else f"{100 * res.gap:.2f}%"
         title = (f"{jb.name} ({jb.ranks} ranks) on {topo.name}: {res.status.value}, {res.seconds:.4f} s/step, "
-                 f"bound {res.lower_bound if res.lower_bound is not None else float('nan'):.4f}, gap {gap_s}, "
+                 f"bound {'-' if res.lower_bound is None else f'{res.lower_bound:.4f}'}, gap {gap_s}, "
                  f"{res.stats.get('wall_s', 0):.2f} s")
         out.print(_cost_table(title, res.report, res.baselines))
         if out_file is not None:
