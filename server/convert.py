@@ -26,6 +26,7 @@ from placement.io.native import (
 )
 from placement.job import Job
 from placement.solve import PlacementResult, SolveOptions, SolveStatus, Strategy
+from placement.solve.run import request_problems
 from placement.state import ClusterState
 from placement.topology import Topology
 from placement.v1 import placement_pb2 as pb
@@ -199,28 +200,9 @@ def _required_job(req: pb.PlaceRequest | pb.EvaluateRequest, ps: _Problems) -> J
 
 
 def _references(topo: Topology, state: ClusterState, job: Job, prefix: str, ps: _Problems) -> None:
-    """Names in the job that must exist in the cluster: levels, devices, selectors, fault kinds, kind."""
-    cons = job.constraints
-    levels = list(topo.level_names)
-    for what, table in (("require", cons.require), ("prefer", cons.prefer)):
-        for label, level in sorted(table.items()):
-            if level not in levels:
-                ps.add(f"{prefix}.constraints.{what}.{label}", f"unknown level {level!r}; levels are {levels}")
-    for rank, dev in sorted(cons.pins.items()):
-        if topo.device_index(dev) is None:
-            ps.add(f"{prefix}.constraints.pins.{rank}",
-                   f"unknown device {dev!r}; devices are named host/gpuK, e.g. {topo.devices[0].id}")
-    for i, sel in enumerate(cons.exclude):
-        try:
-            topo.resolve(sel)
-        except KeyError as e:
-            ps.add(f"{prefix}.constraints.exclude[{i}]", str(e.args[0]))
-    kinds = list(state.fault_kinds(topo))
-    for i, rule in enumerate(cons.spread):
-        if rule.kind not in kinds:
-            ps.add(f"{prefix}.constraints.spread[{i}].kind", f"unknown fault-domain kind {rule.kind!r}; known: {kinds}")
-    if job.device_kind is not None and job.device_kind not in topo.kinds():
-        ps.add(f"{prefix}.device_kind", f"no device of kind {job.device_kind!r}; the cluster has {list(topo.kinds())}")
+    """Names in the job that must exist in the cluster (the domain's rules), with request field paths."""
+    for p in request_problems(topo, state, job):
+        ps.add(f"{prefix}.{p.path}", p.message)
 
 
 def _options(msg: pb.Options, default_time_limit_s: float, ps: _Problems, prefix: str = "options") -> SolveOptions:

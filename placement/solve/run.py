@@ -10,7 +10,7 @@ from collections import Counter
 from collections.abc import Sequence
 
 from placement.cost import CostReport, evaluate
-from placement.errors import InfeasibleError, PlacementError
+from placement.errors import InfeasibleError, InputError, PlacementError, Problem
 from placement.job import Job
 from placement.solve import PlacementResult, SolveOptions, SolveStatus, Strategy
 from placement.solve.baselines import first_fit, topology_greedy
@@ -24,20 +24,37 @@ from placement.validate import excluded_devices, validate
 __all__ = ["compare", "explain_infeasible", "place"]
 
 
-def request_problems(topology: Topology, state: ClusterState, job: Job, traffic: Traffic) -> list[str]:
-    """Names in the job's constraints that the cluster or the job does not have: input errors, not infeasibility."""
-    out: list[str] = []
+def request_problems(topology: Topology, state: ClusterState, job: Job, traffic: Traffic | None = None) -> list[Problem]:
+    """Names in the job that the cluster or the job itself does not have: levels, pinned devices, excluded
+    selectors, fault-domain kinds, spread scopes, the device kind. Input errors, not infeasibility; the gRPC
+    server prefixes the paths with the request field."""
+    traffic = traffic if traffic is not None else job_traffic(job)
+    cons = job.constraints
+    out: list[Problem] = []
     levels = list(topology.level_names)
-    for kind, rules in (("require", job.constraints.require), ("prefer", job.constraints.prefer)):
-        for label, lv in sorted(rules.items()):
-            if lv not in levels:
-                out.append(f"constraints.{kind}.{label}: unknown level {lv!r}; levels are {levels}")
-    labels = set(traffic.labels)
-    for i, rule in enumerate(job.constraints.spread):
-        if rule.kind not in state.fault_domains and rule.kind not in levels:
-            out.append(f"constraints.spread[{i}].kind: unknown fault-domain kind {rule.kind!r}; known: {list(state.fault_kinds(topology))}")
+    for what, table in (("require", cons.require), ("prefer", cons.prefer)):
+        for label, level in sorted(table.items()):
+            if level not in levels:
+                out.append(Problem(f"constraints.{what}.{label}", f"unknown level {level!r}; levels are {levels}"))
+    for rank, dev in sorted(cons.pins.items()):
+        if topology.device_index(dev) is None:
+            out.append(Problem(f"constraints.pins.{rank}",
+                               f"unknown device {dev!r}; devices are named host/gpuK, e.g. {topology.devices[0].id}"))
+    for i, sel in enumerate(cons.exclude):
+        try:
+            topology.resolve(sel)
+        except KeyError as e:
+            out.append(Problem(f"constraints.exclude[{i}]", str(e.args[0])))
+    kinds = list(state.fault_kinds(topology))
+    labels = sorted(traffic.labels)
+    for i, rule in enumerate(cons.spread):
+        if rule.kind not in kinds:
+            out.append(Problem(f"constraints.spread[{i}].kind", f"unknown fault-domain kind {rule.kind!r}; known: {kinds}"))
         if rule.scope != "job" and rule.scope not in labels:
-            out.append(f"constraints.spread[{i}].scope: the job has no {rule.scope!r} groups; scopes are 'job' or one of {sorted(labels)}")
+            out.append(Problem(f"constraints.spread[{i}].scope",
+                               f"the job has no {rule.scope!r} groups; scopes are 'job' or one of {labels}"))
+    if job.device_kind is not None and job.device_kind not in topology.kinds():
+        out.append(Problem("device_kind", f"no device of kind {job.device_kind!r}; the cluster has {list(topology.kinds())}"))
     return out
 
 
@@ -114,10 +131,9 @@ def place(topology: Topology, state: ClusterState, job: Job, options: SolveOptio
     opts = options or SolveOptions()
     t0 = time.perf_counter()
     traffic = job_traffic(job)
-    bad = [str(v) for v in validate(topology, state, job, [], traffic=traffic) if v.rule in ("exclude",)]
-    bad += request_problems(topology, state, job, traffic)
-    if bad:
-        raise PlacementError("; ".join(bad))
+    problems = request_problems(topology, state, job, traffic)
+    if problems:
+        raise InputError(f"job {job.name}", problems)
     reasons = explain_infeasible(topology, state, job, traffic)
     if reasons:
         raise InfeasibleError(reasons)
