@@ -743,6 +743,14 @@ def _unique_groups(groups: list[_Group], kind: str, problems: Problems) -> list[
     return out
 
 
+def _group_nodes(group: _Group, key: str, kind: str, problems: Problems) -> list[str] | None:
+    """The expanded node list of a block or ring; None (with a problem) when it has none or it is malformed."""
+    if group.nodes is None:
+        problems.add(group.where, f'{kind} "{group.name}" has no nodes; give {key}')
+        return None
+    return _expand_nodes(group, key, kind, problems)
+
+
 def _claim_nodes(
     group: _Group, nodes: list[str], kind: str, owner: dict[str, tuple[str, str]], order: list[str],
     problems: Problems, rule: str,
@@ -964,10 +972,7 @@ def _build_blocks(
     hosts: list[str] = []
     members: list[tuple[_Group, list[str]]] = []
     for block in blocks:
-        if block.nodes is None:
-            problems.add(block.where, f'block "{block.name}" has no nodes; give {key}')
-            continue
-        nodes = _expand_nodes(block, key, "block", problems)
+        nodes = _group_nodes(block, key, "block", problems)
         if nodes is None:
             continue
         _claim_nodes(block, nodes, "block", owner, hosts, problems, "a node belongs to one block")
@@ -1025,10 +1030,7 @@ def _build_rings(defs: list[_Group], key: str, problems: Problems, warnings: lis
     owner: dict[str, tuple[str, str]] = {}
     hosts: list[str] = []
     for ring in rings:
-        if ring.nodes is None:
-            problems.add(ring.where, f'ring "{ring.name}" has no nodes; give {key}')
-            continue
-        nodes = _expand_nodes(ring, key, "ring", problems)
+        nodes = _group_nodes(ring, key, "ring", problems)
         if nodes is None:
             continue
         if len(nodes) > _RING_MAX:
