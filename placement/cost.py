@@ -36,12 +36,15 @@ __all__ = [
     "CostReport",
     "InvalidMappingError",
     "Path",
+    "PhaseCost",
     "collective_seconds",
     "evaluate",
     "group_path",
     "group_seconds",
     "p2p_seconds",
     "pair_path",
+    "surrogate_report",
+    "surrogate_seconds",
 ]
 
 
@@ -185,17 +188,63 @@ def pair_path(topology: Topology, state: ClusterState, a: int, b: int) -> Path:
 
 
 @dataclass
-class CostReport:
-    """Seconds per step and where they go: per group label, per bottleneck tier, and per (label, tier)."""
+class PhaseCost:
+    """One phase of a step (TP collectives, CP/EP exchanges, PP sends, DP gradient sync, or an explicit label).
 
-    seconds: float = 0.0
+    `seconds` is the phase's wall time per step (its concurrent groups run in parallel; the slowest after
+    contention decides), `exposed_seconds` what is left after overlap with compute. `critical` names the
+    slowest group, `tier` its bottleneck tier and `algorithm` the collective algorithm chosen for it.
+    """
+
+    name: str
+    seconds: float
+    exposed_seconds: float
+    tier: str
+    critical: str = ""
+    algorithm: str = ""
+
+    def to_dict(self) -> dict[str, object]:
+        return {"name": self.name, "seconds": self.seconds, "exposed_seconds": self.exposed_seconds,
+                "tier": self.tier, "critical": self.critical, "algorithm": self.algorithm}
+
+
+@dataclass
+class CostReport:
+    """A modeled step under a mapping: step time, exposed and total communication, compute, and where it goes.
+
+    - `step_seconds`: compute + pipeline bubble + exposed communication (for jobs with no model shape:
+      exposed communication alone);
+    - `comm_seconds`: exposed communication per step (phases in sequence, concurrent groups in parallel);
+    - `comm_seconds_total`: communication per step before overlap;
+    - `by_label` / `by_tier` / `by_label_tier`: exposed communication per phase label, per bottleneck tier;
+    - `surrogate_seconds`: the serial sum of every group's and edge's v1 cost, the solver's linear objective
+      (`surrogate_report`); not a time, a ranking.
+
+    `seconds` is the deprecated v1 name; it now means `comm_seconds`, the part a placement changes.
+    """
+
+    step_seconds: float = 0.0
+    comm_seconds: float = 0.0
+    comm_seconds_total: float = 0.0
+    compute_seconds: float | None = None
+    bubble_seconds: float | None = None
+    tokens_per_s: float | None = None
+    mfu: float | None = None
+    phases: list[PhaseCost] = field(default_factory=list)
     by_label: dict[str, float] = field(default_factory=dict)
     by_tier: dict[str, float] = field(default_factory=dict)
     by_label_tier: dict[tuple[str, str], float] = field(default_factory=dict)
     preference_misses: dict[str, int] = field(default_factory=dict)
+    surrogate_seconds: float = 0.0
+
+    @property
+    def seconds(self) -> float:
+        """Deprecated: exposed communication seconds per step (`comm_seconds`)."""
+        return self.comm_seconds
 
     def add(self, label: str, tier: str, seconds: float) -> None:
-        self.seconds += seconds
+        """Add exposed communication seconds of `label` bottlenecked on `tier`."""
+        self.comm_seconds += seconds
         self.by_label[label] = self.by_label.get(label, 0.0) + seconds
         self.by_tier[tier] = self.by_tier.get(tier, 0.0) + seconds
         key = (label, tier)
@@ -203,7 +252,16 @@ class CostReport:
 
     def to_dict(self) -> dict[str, object]:
         return {
-            "seconds_per_step": self.seconds,
+            "step_seconds": self.step_seconds,
+            "comm_seconds": self.comm_seconds,
+            "comm_seconds_total": self.comm_seconds_total,
+            "compute_seconds": self.compute_seconds,
+            "bubble_seconds": self.bubble_seconds,
+            "tokens_per_s": self.tokens_per_s,
+            "mfu": self.mfu,
+            "seconds_per_step": self.comm_seconds,  # deprecated v1 name of comm_seconds
+            "surrogate_seconds": self.surrogate_seconds,
+            "phases": [p.to_dict() for p in self.phases],
             "by_label": dict(sorted(self.by_label.items())),
             "by_tier": dict(sorted(self.by_tier.items())),
             "by_label_tier": [
@@ -213,27 +271,34 @@ class CostReport:
         }
 
 
-def evaluate(
-    topology: Topology,
-    state: ClusterState,
-    job: Job,
-    mapping: Sequence[int],
-    *,
-    traffic: Traffic | None = None,
-    check: bool = True,
-) -> CostReport:
-    """Seconds per step of `job` when rank r runs on device `mapping[r]`.
+def _check(topology: Topology, state: ClusterState, job: Job, mapping: Sequence[int], traffic: Traffic) -> None:
+    from placement.validate import validate  # local: validate imports cost's helpers
 
-    With `check` (the default) the mapping is first validated against every hard rule and refused with
-    `InvalidMappingError` if it breaks any: a cost of an impossible placement is not a number to trust.
+    violations = validate(topology, state, job, mapping, traffic=traffic)
+    if violations:
+        raise InvalidMappingError(violations)
+
+
+def surrogate_seconds(topology: Topology, state: ClusterState, mapping: Sequence[int], traffic: Traffic) -> float:
+    """The solver's linear objective (v1): the serial sum of every group's and edge's cost on its slowest path.
+
+    Not a step time (concurrent groups are added up); it ranks mappings the way the CP-SAT level model does,
+    and it is additive, so a move is scored by the terms it touches.
     """
+    total = 0.0
+    for g in traffic.groups:
+        total += group_seconds(g, group_path(topology, state, [mapping[r] for r in g.members]))
+    for e in traffic.edges:
+        total += p2p_seconds(e.bytes, e.count, e.exposed, pair_path(topology, state, mapping[e.src], mapping[e.dst]))
+    return total
+
+
+def surrogate_report(topology: Topology, state: ClusterState, job: Job, mapping: Sequence[int], *,
+                     traffic: Traffic | None = None, check: bool = True) -> CostReport:
+    """The v1 model as a report: every group and edge priced alone and summed (the solver's surrogate)."""
     traffic = traffic if traffic is not None else job_traffic(job)
     if check:
-        from placement.validate import validate  # local: validate imports cost's helpers
-
-        violations = validate(topology, state, job, mapping, traffic=traffic)
-        if violations:
-            raise InvalidMappingError(violations)
+        _check(topology, state, job, mapping, traffic)
     report = CostReport()
     prefer = job.constraints.prefer
     pref_levels = {lab: topology.level_index(lv) for lab, lv in prefer.items() if lv in topology.level_names}
@@ -248,4 +313,25 @@ def evaluate(
         report.add(e.label, path.tier, p2p_seconds(e.bytes, e.count, e.exposed, path))
         if e.label in pref_levels and path.level > pref_levels[e.label]:
             report.preference_misses[e.label] = report.preference_misses.get(e.label, 0) + 1
+    report.comm_seconds_total = report.comm_seconds
+    report.step_seconds = report.comm_seconds
+    report.surrogate_seconds = report.comm_seconds
     return report
+
+
+def evaluate(
+    topology: Topology,
+    state: ClusterState,
+    job: Job,
+    mapping: Sequence[int],
+    *,
+    traffic: Traffic | None = None,
+    check: bool = True,
+) -> CostReport:
+    """The modeled step of `job` when rank r runs on device `mapping[r]` (the single source of truth).
+
+    With `check` (the default) the mapping is first validated against every hard rule and refused with
+    `InvalidMappingError` if it breaks any: a cost of an impossible placement is not a number to trust.
+    """
+    # v2 step model: phases, NCCL algorithms, shared links, compute (in progress; v1 numbers until it lands)
+    return surrogate_report(topology, state, job, mapping, traffic=traffic, check=check)
