@@ -442,13 +442,55 @@ class LabelTier(_message.Message):
     seconds: float
     def __init__(self, label: _Optional[str] = ..., tier: _Optional[str] = ..., seconds: _Optional[float] = ...) -> None: ...
 
+class Phase(_message.Message):
+    __slots__ = ("name", "seconds", "exposed_seconds", "tier", "critical", "algorithm")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    SECONDS_FIELD_NUMBER: _ClassVar[int]
+    EXPOSED_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    TIER_FIELD_NUMBER: _ClassVar[int]
+    CRITICAL_FIELD_NUMBER: _ClassVar[int]
+    ALGORITHM_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    seconds: float
+    exposed_seconds: float
+    tier: str
+    critical: str
+    algorithm: str
+    def __init__(self, name: _Optional[str] = ..., seconds: _Optional[float] = ..., exposed_seconds: _Optional[float] = ..., tier: _Optional[str] = ..., critical: _Optional[str] = ..., algorithm: _Optional[str] = ...) -> None: ...
+
+class StepCost(_message.Message):
+    __slots__ = ("step_seconds", "comm_seconds", "comm_seconds_total", "compute_seconds", "bubble_seconds", "tokens_per_s", "mfu", "phases", "surrogate_seconds")
+    STEP_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    COMM_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    COMM_SECONDS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    COMPUTE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    BUBBLE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_PER_S_FIELD_NUMBER: _ClassVar[int]
+    MFU_FIELD_NUMBER: _ClassVar[int]
+    PHASES_FIELD_NUMBER: _ClassVar[int]
+    SURROGATE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    step_seconds: float
+    comm_seconds: float
+    comm_seconds_total: float
+    compute_seconds: float
+    bubble_seconds: float
+    tokens_per_s: float
+    mfu: float
+    phases: _containers.RepeatedCompositeFieldContainer[Phase]
+    surrogate_seconds: float
+    def __init__(self, step_seconds: _Optional[float] = ..., comm_seconds: _Optional[float] = ..., comm_seconds_total: _Optional[float] = ..., compute_seconds: _Optional[float] = ..., bubble_seconds: _Optional[float] = ..., tokens_per_s: _Optional[float] = ..., mfu: _Optional[float] = ..., phases: _Optional[_Iterable[_Union[Phase, _Mapping]]] = ..., surrogate_seconds: _Optional[float] = ...) -> None: ...
+
 class Baseline(_message.Message):
-    __slots__ = ("strategy", "seconds_per_step")
+    __slots__ = ("strategy", "seconds_per_step", "step_seconds", "comm_seconds")
     STRATEGY_FIELD_NUMBER: _ClassVar[int]
     SECONDS_PER_STEP_FIELD_NUMBER: _ClassVar[int]
+    STEP_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    COMM_SECONDS_FIELD_NUMBER: _ClassVar[int]
     strategy: str
     seconds_per_step: float
-    def __init__(self, strategy: _Optional[str] = ..., seconds_per_step: _Optional[float] = ...) -> None: ...
+    step_seconds: float
+    comm_seconds: float
+    def __init__(self, strategy: _Optional[str] = ..., seconds_per_step: _Optional[float] = ..., step_seconds: _Optional[float] = ..., comm_seconds: _Optional[float] = ...) -> None: ...
 
 class SolveStats(_message.Message):
     __slots__ = ("wall_s", "time_limit_s", "deadline_limited", "values", "notes")
@@ -479,7 +521,7 @@ class SolveStats(_message.Message):
     def __init__(self, wall_s: _Optional[float] = ..., time_limit_s: _Optional[float] = ..., deadline_limited: _Optional[bool] = ..., values: _Optional[_Mapping[str, float]] = ..., notes: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class PlacementResult(_message.Message):
-    __slots__ = ("job", "status", "strategy", "mapping", "seconds_per_step", "breakdown", "lower_bound_s", "gap", "baselines", "stats", "explanation")
+    __slots__ = ("job", "status", "strategy", "mapping", "seconds_per_step", "breakdown", "lower_bound_s", "gap", "baselines", "stats", "explanation", "cost")
     JOB_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
     STRATEGY_FIELD_NUMBER: _ClassVar[int]
@@ -491,6 +533,7 @@ class PlacementResult(_message.Message):
     BASELINES_FIELD_NUMBER: _ClassVar[int]
     STATS_FIELD_NUMBER: _ClassVar[int]
     EXPLANATION_FIELD_NUMBER: _ClassVar[int]
+    COST_FIELD_NUMBER: _ClassVar[int]
     job: str
     status: SolveStatus
     strategy: str
@@ -502,7 +545,8 @@ class PlacementResult(_message.Message):
     baselines: _containers.RepeatedCompositeFieldContainer[Baseline]
     stats: SolveStats
     explanation: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, job: _Optional[str] = ..., status: _Optional[_Union[SolveStatus, str]] = ..., strategy: _Optional[str] = ..., mapping: _Optional[_Iterable[_Union[Assignment, _Mapping]]] = ..., seconds_per_step: _Optional[float] = ..., breakdown: _Optional[_Union[Breakdown, _Mapping]] = ..., lower_bound_s: _Optional[float] = ..., gap: _Optional[float] = ..., baselines: _Optional[_Iterable[_Union[Baseline, _Mapping]]] = ..., stats: _Optional[_Union[SolveStats, _Mapping]] = ..., explanation: _Optional[_Iterable[str]] = ...) -> None: ...
+    cost: StepCost
+    def __init__(self, job: _Optional[str] = ..., status: _Optional[_Union[SolveStatus, str]] = ..., strategy: _Optional[str] = ..., mapping: _Optional[_Iterable[_Union[Assignment, _Mapping]]] = ..., seconds_per_step: _Optional[float] = ..., breakdown: _Optional[_Union[Breakdown, _Mapping]] = ..., lower_bound_s: _Optional[float] = ..., gap: _Optional[float] = ..., baselines: _Optional[_Iterable[_Union[Baseline, _Mapping]]] = ..., stats: _Optional[_Union[SolveStats, _Mapping]] = ..., explanation: _Optional[_Iterable[str]] = ..., cost: _Optional[_Union[StepCost, _Mapping]] = ...) -> None: ...
 
 class PlaceResponse(_message.Message):
     __slots__ = ("result",)
@@ -511,16 +555,18 @@ class PlaceResponse(_message.Message):
     def __init__(self, result: _Optional[_Union[PlacementResult, _Mapping]] = ...) -> None: ...
 
 class EvaluateResponse(_message.Message):
-    __slots__ = ("job", "seconds_per_step", "breakdown", "mapping")
+    __slots__ = ("job", "seconds_per_step", "breakdown", "mapping", "cost")
     JOB_FIELD_NUMBER: _ClassVar[int]
     SECONDS_PER_STEP_FIELD_NUMBER: _ClassVar[int]
     BREAKDOWN_FIELD_NUMBER: _ClassVar[int]
     MAPPING_FIELD_NUMBER: _ClassVar[int]
+    COST_FIELD_NUMBER: _ClassVar[int]
     job: str
     seconds_per_step: float
     breakdown: Breakdown
     mapping: _containers.RepeatedCompositeFieldContainer[Assignment]
-    def __init__(self, job: _Optional[str] = ..., seconds_per_step: _Optional[float] = ..., breakdown: _Optional[_Union[Breakdown, _Mapping]] = ..., mapping: _Optional[_Iterable[_Union[Assignment, _Mapping]]] = ...) -> None: ...
+    cost: StepCost
+    def __init__(self, job: _Optional[str] = ..., seconds_per_step: _Optional[float] = ..., breakdown: _Optional[_Union[Breakdown, _Mapping]] = ..., mapping: _Optional[_Iterable[_Union[Assignment, _Mapping]]] = ..., cost: _Optional[_Union[StepCost, _Mapping]] = ...) -> None: ...
 
 class CompareEntry(_message.Message):
     __slots__ = ("job_index", "result")

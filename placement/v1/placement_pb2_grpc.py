@@ -73,7 +73,8 @@ class PlacementServiceServicer:
 
     def Compare(self, request, context):
         """Place several jobs (or several shapes of one job) on the same state, each independently, ranked by
-        seconds per step, best first; infeasible ones last with their reasons. The deadline is shared.
+        modeled step seconds (then exposed communication), best first; infeasible ones last with their reasons.
+        The deadline is shared.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
