@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 import yaml
 
-from placement.cost import evaluate
+from placement.cost import CostReport, evaluate
 from placement.errors import InputError
-from placement.io.export import FORMATS, export, result_document, seats_from_document
+from placement.io.export import FORMATS, baseline_costs, export, result_document, seats_from_document
 from placement.io.native import cluster_from_dict, job_from_dict
 from placement.state import ClusterState
 from placement.topology import Topology
@@ -76,7 +76,10 @@ def test_result_document_round_trips_through_seats() -> None:
     rep = evaluate(topo, ClusterState(), job, mapping)
     doc = result_document(topo, job.name, mapping, rep, status="OPTIMAL")
     assert doc["job"] == "job" and doc["cluster"] == topo.name and doc["status"] == "OPTIMAL"
-    assert doc["cost"]["seconds_per_step"] == rep.seconds
+    assert doc["cost"]["step_seconds"] == rep.step_seconds and doc["cost"]["comm_seconds"] == rep.comm_seconds
+    assert doc["cost"]["comm_seconds_total"] == rep.comm_seconds_total
+    assert doc["cost"]["seconds_per_step"] == rep.comm_seconds  # the deprecated v1 name
+    assert "baseline_costs" not in doc
     assert doc["mapping"] == [
         {"rank": 0, "device": "b/gpu3", "host": "b", "local_index": 3},
         {"rank": 1, "device": "a/gpu1", "host": "a", "local_index": 1},
@@ -84,6 +87,15 @@ def test_result_document_round_trips_through_seats() -> None:
     ]
     assert seats_from_document(json.loads(json.dumps(doc))) == [("b", 3), ("a", 1), ("b", 0)]
     assert "cost" not in result_document(topo, "j", mapping)
+
+
+def test_baseline_costs_add_the_answers_compute_to_each_baselines_exposed_comm() -> None:
+    rep = CostReport(step_seconds=2.0, comm_seconds=0.5, comm_seconds_total=0.9, compute_seconds=1.5)
+    costs = baseline_costs(rep, {"first-fit": 0.8, "kueue-tas": None})
+    assert costs == {"first-fit": {"step_seconds": pytest.approx(2.3), "comm_seconds": 0.8},
+                     "kueue-tas": {"step_seconds": None, "comm_seconds": None}}
+    doc = result_document(_topo(), "j", [0], rep, baselines={"first-fit": 0.8})
+    assert doc["baselines"] == {"first-fit": 0.8} and doc["baseline_costs"]["first-fit"]["comm_seconds"] == 0.8
 
 
 def test_seats_from_plain_mappings() -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import yaml
@@ -15,7 +15,7 @@ from placement.cost import CostReport
 from placement.errors import InputError, Problem
 from placement.topology import Topology
 
-__all__ = ["FORMATS", "export", "result_document", "seats_from_document"]
+__all__ = ["FORMATS", "baseline_costs", "export", "result_document", "seats_from_document"]
 
 FORMATS = ("json", "yaml", "rankfile", "hostfile", "env", "kueue")
 
@@ -37,13 +37,33 @@ def _rank(v: Any) -> int | None:
     return r if r >= 0 and (not isinstance(v, float) or v == r) else None
 
 
+def baseline_costs(report: CostReport, baselines: Mapping[str, float | None]) -> dict[str, dict[str, float | None]]:
+    """Each baseline's exposed communication and modeled step seconds, next to the answer's `report`.
+
+    `baselines` holds what the solver reports per baseline (`PlacementResult.baselines`): the exposed
+    communication seconds of its mapping (None: no valid mapping). Compute and the pipeline bubble do not depend
+    on the mapping, so a baseline's step is its exposed communication plus the answer's non-communication part,
+    ``report.step_seconds - report.comm_seconds``.
+    """
+    rest = report.step_seconds - report.comm_seconds
+    return {name: {"step_seconds": None if comm is None else comm + rest, "comm_seconds": comm}
+            for name, comm in baselines.items()}
+
+
 def result_document(topology: Topology, job_name: str, mapping: Sequence[int], report: CostReport | None = None,
                     **extra: Any) -> dict[str, Any]:
-    """The canonical result: who runs where, what it costs, and anything else the caller adds (status...)."""
+    """The canonical result: who runs where, what it costs, and anything else the caller adds (status...).
+
+    With a `report`, ``cost`` holds `CostReport.to_dict` (step, exposed and total communication, compute, MFU,
+    tokens/s, phases) and, when the caller passes ``baselines`` (name -> exposed communication seconds),
+    ``baseline_costs`` holds each baseline's step and exposed communication seconds (`baseline_costs`).
+    """
     doc: dict[str, Any] = {"job": job_name, "cluster": topology.name}
     doc.update(extra)
     if report is not None:
         doc["cost"] = report.to_dict()
+        if isinstance(extra.get("baselines"), Mapping):
+            doc["baseline_costs"] = baseline_costs(report, extra["baselines"])
     doc["mapping"] = [
         {"rank": r, "device": topology.devices[d].id, "host": topology.devices[d].host,
          "local_index": topology.devices[d].local_index}
