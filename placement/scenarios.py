@@ -1,7 +1,7 @@
 """Synthetic but realistic scenarios for benchmarks, tests and what-if studies, all from fixed seeds.
 
-Fat-trees with oversubscribed upper tiers, NVL72 racks, rail-optimized fabrics, non-uniform nodes, and
-occupancy generators that leave whole-node or partial-node fragments.
+Fat-trees with oversubscribed upper tiers, NVL72 racks, rail-optimized fabrics, non-uniform nodes,
+occupancy generators that leave whole-node or partial-node fragments, and explicit twins of structured jobs.
 """
 
 from __future__ import annotations
@@ -9,11 +9,25 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
-from placement.job import Job, ModelShape, ParallelSpec
+from placement.job import CollectiveKind, Edge, Job, ModelShape, ParallelSpec
 from placement.state import ClusterState
 from placement.topology import HostSpec, Level, NodeType, RailPolicy, Tier, Topology
 
-__all__ = ["dgx1_node", "fat_tree", "megatron_job", "nvl72", "occupy", "rail_optimized"]
+__all__ = [
+    "OCCUPANCY_MODES",
+    "dgx1_node",
+    "explicit_twin",
+    "fat_tree",
+    "megatron_job",
+    "nvl72",
+    "occupy",
+    "occupy_mixed_random",
+    "p2p_ring_job",
+    "rail_optimized",
+]
+
+OCCUPANCY_MODES: tuple[str, ...] = ("whole", "partial", "mixed", "mixed-random")
+"""The `occupy` modes (see its docstring)."""
 
 # DGX-1 (V100) hybrid cube-mesh, as `nvidia-smi topo -m` prints it (shared/data dgx1_v100_8gpu_4nic).
 DGX1_MATRIX = (
@@ -103,8 +117,13 @@ def occupy(topology: Topology, fraction: float, *, seed: int = 0, mode: str = "w
     """Occupy about `fraction` of the devices with other jobs.
 
     ``whole``: whole nodes, scattered; ``partial``: every node keeps a random fragment busy (0..n-1 devices),
-    the way a cluster running many small jobs looks; ``mixed``: half of each.
+    the way a cluster running many small jobs looks; ``mixed``: half of each; ``mixed-random``: see
+    `occupy_mixed_random` (busy nodes alternate between all busy and 1..n-1 busy, few nodes stay wholly free).
     """
+    if mode not in OCCUPANCY_MODES:
+        raise ValueError(f"occupy: mode {mode!r} is not one of {list(OCCUPANCY_MODES)}")
+    if mode == "mixed-random":
+        return occupy_mixed_random(topology, fraction, seed=seed)
     rng = random.Random(seed)
     occupied: dict[int, str] = {}
     target = round(fraction * topology.num_devices)
@@ -147,3 +166,79 @@ def megatron_job(name: str, *, tp: int, pp: int, dp: int, cp: int = 1, ep: int =
                        top_k=2 if ep > 1 else 0)
     cons = Constraints(require={"tp": "node"}) if require_tp_node else Constraints(prefer={"tp": "node"})
     return Job(name, par.world_size, kind, par, model, dict(exposure or {}), constraints=cons)
+
+
+def occupy_mixed_random(topology: Topology, fraction: float, *, seed: int = 0) -> ClusterState:
+    """Occupy exactly ``round(fraction * devices)`` devices, node by node in a random order (issue 8's case).
+
+    Each busy node holds either all of its devices busy or a uniformly random 1 to n-1 of its n devices busy
+    (its lowest-numbered devices are not favoured: the busy ones are a random sample), half and half: the
+    kinds alternate along the shuffled node order, so whole and partial nodes differ by at most one. The last
+    node is cut to hit the target; above about 3/4, where one pass over the nodes cannot reach it, the rest
+    are taken at random from the free devices left. Nodes are filled until the target is met, so at 60% of an 8-GPU cluster
+    about a fifth of the nodes stay wholly free (4,096 GPUs: about 100 of 512 nodes). Deterministic by `seed`.
+    """
+    if not 0.0 <= fraction <= 1.0:
+        raise ValueError(f"occupy_mixed_random: fraction {fraction} is not within [0, 1]")
+    rng = random.Random(seed)
+    target = round(fraction * topology.num_devices)
+    hosts = list(range(len(topology.host_names)))
+    rng.shuffle(hosts)
+    per_host = topology.devices_in_domain[0]
+    occupied: dict[int, str] = {}
+    whole_next = rng.random() < 0.5
+    for job, h in enumerate(hosts, start=1):
+        left = target - len(occupied)
+        if left <= 0:
+            break
+        devs = per_host[h]
+        n = len(devs)
+        k = n if whole_next or n == 1 else rng.randint(1, n - 1)
+        whole_next = not whole_next
+        for d in rng.sample(devs, min(k, left)):
+            occupied[d] = f"other-{job}"
+    left = target - len(occupied)
+    if left > 0:  # above about 3/4 one pass cannot reach the target: top up at random
+        rest = [d for d in range(topology.num_devices) if d not in occupied]
+        for d in rng.sample(rest, left):
+            occupied[d] = "other-topup"
+    return ClusterState(occupied=occupied)
+
+
+def explicit_twin(job: Job, *, name: str | None = None) -> Job:
+    """The explicit form of a structured job: exactly the groups and edges `job_traffic(job)` derives.
+
+    Same ranks, kind and constraints; the exposure is already folded into each group and edge. Evaluating
+    either form on any mapping gives the same cost, which is what the structured and generic solver paths are
+    compared on.
+    """
+    from placement.traffic import job_traffic
+
+    t = job_traffic(job)
+    return Job(name or job.name, job.ranks, job.device_kind, groups=t.groups, edges=t.edges,
+               constraints=job.constraints)
+
+
+def p2p_ring_job(job: Job, *, name: str | None = None) -> Job:
+    """An explicit job of point-to-point edges only: each group becomes the ring NCCL runs for it.
+
+    Every member of a group of n sends to the next (in member order, wrapping around) the bytes a ring
+    collective moves per member: ``2(n-1)/n * S`` for an all-reduce, ``(n-1)/n * S`` otherwise (Patarasuk &
+    Yuan 2009; NCCL's PERFORMANCE.md), with the group's count and exposed fraction; the job's point-to-point
+    edges (pipeline stages) are kept. Same bytes on the wire per step as `job`; the cost differs because the
+    model prices a collective once on its slowest path but prices every edge separately (issue 8's
+    "p2p-only explicit job").
+    """
+    from placement.traffic import job_traffic
+
+    t = job_traffic(job)
+    edges: list[Edge] = []
+    for g in t.groups:
+        n = len(g.members)
+        if n < 2:
+            continue
+        factor = 2.0 * (n - 1) / n if g.kind is CollectiveKind.ALL_REDUCE else (n - 1) / n
+        for i, src in enumerate(g.members):
+            edges.append(Edge(g.label, src, g.members[(i + 1) % n], factor * g.bytes, g.count, g.exposed))
+    edges.extend(t.edges)
+    return Job(name or job.name, job.ranks, job.device_kind, edges=tuple(edges), constraints=job.constraints)
