@@ -8,13 +8,27 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from placement.cost import Path, collective_seconds, p2p_seconds
 from placement.state import ClusterState
 from placement.topology import Topology, intra_node_tier
 from placement.traffic import Traffic
 
-__all__ = ["level_paths", "lower_bound"]
+__all__ = ["BoundReport", "level_paths", "lower_bound", "lower_bounds"]
+
+
+@dataclass(frozen=True)
+class BoundReport:
+    """A valid lower bound on the surrogate and the name of the argument that gives it."""
+
+    value: float
+    source: str
+
+
+def lower_bounds(topology: Topology, state: ClusterState, traffic: Traffic, candidates: Sequence[int]) -> BoundReport:
+    """The best analytic bound: the capacity relaxation (`lower_bound`)."""
+    return BoundReport(lower_bound(topology, state, traffic, candidates), "capacity")
 
 
 def level_paths(topology: Topology, state: ClusterState | None = None) -> list[Path]:

@@ -16,8 +16,8 @@ from ortools.sat.python import cp_model
 
 from placement.cost import Path, collective_seconds, p2p_seconds
 from placement.job import Job
-from placement.solve import SolveOptions
-from placement.solve.cpsat import objective_scale, solve_with_stop
+from placement.solve.params import configure, objective_scale, run_cpsat
+from placement.solve.types import SolveOptions
 from placement.state import ClusterState
 from placement.topology import Topology
 from placement.traffic import Traffic
@@ -170,14 +170,8 @@ def solve_device_level(topology: Topology, state: ClusterState, job: Job, traffi
         for (r, d), v in x.items():
             m.add_hint(v, 1 if hint[r] == d else 0)
     solver = cp_model.CpSolver()
-    p = solver.parameters
-    p.max_time_in_seconds = max(0.05, time_limit - (time.perf_counter() - t0))
-    p.num_workers = max(1, options.workers)
-    p.random_seed = options.seed
-    p.catch_sigint_signal = False  # Ctrl-C belongs to the caller (CLI, server, sweep), not to CP-SAT
-    if options.workers <= 1:
-        p.interleave_search = True
-    st = solve_with_stop(solver, m, options.stop)
+    configure(solver, options, time_limit - (time.perf_counter() - t0))
+    st = run_cpsat(solver, m, options.stop)
     name = solver.status_name(st)
     if st not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return ExactResult(None, None, None, name, exact)

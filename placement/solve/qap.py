@@ -17,6 +17,8 @@ from ortools.graph.python import linear_sum_assignment
 from ortools.sat.python import cp_model
 
 from placement.job import Job
+from placement.solve.params import configure
+from placement.solve.types import SolveOptions
 from placement.state import ClusterState
 from placement.topology import Topology
 from placement.traffic import Traffic
@@ -205,10 +207,7 @@ def solve_exact(problem: PairwiseProblem, *, time_limit: float, hint: np.ndarray
         for i in range(n):
             model.add_hint(loc[i], int(hint[i]))
     solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = max(0.05, time_limit)
-    solver.parameters.num_workers = max(1, workers)
-    solver.parameters.random_seed = seed
-    solver.parameters.catch_sigint_signal = False
+    configure(solver, SolveOptions(seed=seed, workers=workers), time_limit)
     st = solver.solve(model)
     name = solver.status_name(st)
     if st not in (cp_model.OPTIMAL, cp_model.FEASIBLE):

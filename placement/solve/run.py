@@ -1,4 +1,5 @@
-"""`place` and `compare`: run a strategy, pre-check feasibility, re-score, validate, attach baselines.
+"""`place` and `compare`: pre-check the request, run every scheduler baseline and the chosen strategy, re-score
+with the evaluator, validate, and never return worse than a baseline or candidate that was computed.
 
 The one entry point the CLI, the gRPC server and what-if studies share.
 """
@@ -12,9 +13,22 @@ from collections.abc import Sequence
 from placement.cost import CostReport, evaluate
 from placement.errors import InfeasibleError, InputError, PlacementError, Problem
 from placement.job import Job
-from placement.solve import PlacementResult, SolveOptions, SolveStatus, Strategy
-from placement.solve.baselines import first_fit, topology_greedy
+try:  # TEMP-SHIM until the baselines package lands
+    from placement.solve.baselines import BASELINES
+except ImportError:
+    from placement.solve.baselines import first_fit as _ff
+    from placement.solve.baselines import topology_greedy as _tg
+
+    BASELINES = {"first-fit": lambda t, s, j, tr: _ff(t, s, j), "kueue-tas": _tg}  # type: ignore[dict-item]
 from placement.solve.cpsat import solve_cpsat  # imported here: ortools takes ~1 s to import, not per call
+from placement.solve.cpsat.model import build_units
+try:  # TEMP-SHIM until multilevel lands
+    from placement.solve.multilevel import multilevel_candidates
+except ImportError:
+    def multilevel_candidates(*a, **k):  # type: ignore[no-untyped-def]
+        return []
+from placement.solve.problem import Problem as Request
+from placement.solve.types import PlacementResult, SolveOptions, SolveStatus, Strategy
 from placement.solve.units import candidate_devices, required_units
 from placement.state import ClusterState
 from placement.topology import Topology
@@ -120,15 +134,29 @@ def explain_infeasible(topology: Topology, state: ClusterState, job: Job, traffi
     return reasons
 
 
-def _score(topology: Topology, state: ClusterState, job: Job, traffic: Traffic, mapping: list[int] | None) -> CostReport | None:
-    if mapping is None or validate(topology, state, job, mapping, traffic=traffic):
+def _scored(request: Request, mapping: list[int] | None) -> CostReport | None:
+    """The evaluator's report of a valid mapping; None for a missing or invalid one."""
+    if mapping is None or not request.valid(mapping):
         return None
-    return evaluate(topology, state, job, mapping, traffic=traffic, check=False)
+    return evaluate(request.topology, request.state, request.job, mapping, traffic=request.traffic, check=False)
+
+
+def _better(a: CostReport, b: CostReport) -> bool:
+    """`a` beats `b`: less exposed communication by the evaluator, then a lower surrogate."""
+    eps = 1e-12 * max(1.0, abs(b.comm_seconds))
+    if a.comm_seconds < b.comm_seconds - eps:
+        return True
+    return abs(a.comm_seconds - b.comm_seconds) <= eps and a.surrogate_seconds < b.surrogate_seconds - 1e-12
 
 
 def place(topology: Topology, state: ClusterState, job: Job, options: SolveOptions | None = None) -> PlacementResult:
-    """Place `job` on `state`. Raises `InfeasibleError` (with reasons and numbers) when no mapping exists."""
+    """Place `job` on `state`. Raises `InfeasibleError` (with reasons and numbers) when no mapping exists.
+
+    Every scheduler baseline is computed and scored on the same state. The ``cpsat`` strategy starts from the best
+    of them and the multilevel candidates, and its answer is never worse (by the evaluator) than any of them.
+    """
     opts = options or SolveOptions()
+    strategy = Strategy(opts.strategy).canonical
     t0 = time.perf_counter()
     traffic = job_traffic(job)
     problems = request_problems(topology, state, job, traffic)
@@ -137,54 +165,72 @@ def place(topology: Topology, state: ClusterState, job: Job, options: SolveOptio
     reasons = explain_infeasible(topology, state, job, traffic)
     if reasons:
         raise InfeasibleError(reasons)
-    ff = first_fit(topology, state, job)
-    tg = topology_greedy(topology, state, job, traffic)
-    ff_rep = _score(topology, state, job, traffic, ff)
-    tg_rep = _score(topology, state, job, traffic, tg)
-    baselines: dict[str, float | None] = {
-        Strategy.FIRST_FIT.value: ff_rep.seconds if ff_rep else None,
-        Strategy.TOPOLOGY_GREEDY.value: tg_rep.seconds if tg_rep else None,
-    }
+    request = Request.prepare(topology, state, job, opts, traffic=traffic, t0=t0)
+    found: dict[str, tuple[list[int], CostReport]] = {}
+    baselines: dict[str, float | None] = {}
+    why_not: dict[str, str] = {}
+    for name, fn in BASELINES.items():
+        mapping = fn(topology, state, job, traffic)
+        rep = _scored(request, mapping)
+        baselines[name] = rep.comm_seconds if rep else None
+        if rep is not None and mapping is not None:
+            found[name] = (mapping, rep)
+        else:
+            why_not[name] = "no placement" if mapping is None else "breaks " + str(validate(topology, state, job, mapping, traffic=traffic)[0])
     stats: dict[str, float | int | str] = {}
     lower: float | None = None
-    if opts.strategy is Strategy.FIRST_FIT:
-        mapping, rep = ff, ff_rep
-        if mapping is not None and rep is None:
-            raise InfeasibleError(["first-fit's mapping breaks a hard rule: " + str(validate(topology, state, job, mapping, traffic=traffic)[0])])
-    elif opts.strategy is Strategy.TOPOLOGY_GREEDY:
-        mapping, rep = tg, tg_rep
-        if rep is None:
-            why = "no domain holds the job's units" if tg is None else "its mapping breaks " + str(validate(topology, state, job, tg, traffic=traffic)[0])
-            raise InfeasibleError([f"topology-greedy found no valid mapping: {why}; try the cpsat strategy"])
+    if strategy is not Strategy.CPSAT:
+        if strategy.value not in found:
+            raise InfeasibleError([f"{strategy.value} found no valid mapping ({why_not.get(strategy.value, 'not run')}); "
+                                   "try the cpsat strategy"])
+        mapping, rep = found[strategy.value]
     else:
-        hint = tg if tg_rep is not None else (ff if ff_rep is not None else None)
-        # the time limit covers the whole call: baselines, solve, final scoring (about 3% of it)
-        spent = time.perf_counter() - t0
-        budget = max(0.05, opts.time_limit_s * 0.97 - spent)
-        from dataclasses import replace
-
-        out = solve_cpsat(topology, state, job, traffic, replace(opts, time_limit_s=budget), hint=hint)
-        mapping, lower, stats = out.mapping, out.lower_bound, out.stats
-        if mapping is None:
+        starts = [(name, m) for name, (m, _) in found.items()]
+        if request.remaining() > 0.2:
+            ml_deadline = time.perf_counter() + 0.25 * request.remaining()
+            units = build_units(request)
+            ranks = [(r,) for r in range(job.ranks)] if units.split else units.ranks
+            for name, m in multilevel_candidates(topology, state, job, traffic, request.candidates, ranks, seed=opts.seed,
+                                                 deadline=ml_deadline, threads=1):
+                rep = _scored(request, m)
+                baselines[name] = rep.comm_seconds if rep else None
+                if rep is not None:
+                    found[name] = (m, rep)
+                    starts.append((name, m))
+        out = solve_cpsat(request, starts)
+        lower, stats = out.lower_bound, out.stats
+        seen = {tuple(m) for m, _ in found.values()}
+        for name, m in out.candidates:
+            if name == "constructive" or name == "cpsat":
+                if tuple(m) in seen and name != "cpsat":
+                    continue
+                rep = _scored(request, m)
+                if rep is None:
+                    if name == "cpsat":
+                        v = validate(topology, state, job, m, traffic=traffic)
+                        raise PlacementError(f"internal: the solver returned a mapping that breaks {v[0]}")
+                    continue
+                found[name] = (m, rep)
+                seen.add(tuple(m))
+                if name == "constructive":
+                    baselines[name] = rep.comm_seconds
+        if not found:
             raise InfeasibleError(out.explanation or [
                 f"no valid mapping was found within {opts.time_limit_s:g} s (not proven impossible: each rule alone "
                 "can be met; raise --time-limit or relax a constraint)"])
-        rep = _score(topology, state, job, traffic, mapping)
-        if rep is None:  # never return an invalid mapping
-            v = validate(topology, state, job, mapping, traffic=traffic)
-            raise PlacementError(f"internal: the solver returned a mapping that breaks {v[0]}")
-        # never worse than a valid baseline on the same state
-        for base_map, base_rep in ((tg, tg_rep), (ff, ff_rep)):
-            if base_rep is not None and base_map is not None and base_rep.seconds < rep.seconds - 1e-12:
-                mapping, rep = base_map, base_rep
-                stats["fallback"] = "baseline"
-    if mapping is None or rep is None:
-        raise InfeasibleError(["no valid mapping found"])
+        chosen = "cpsat" if "cpsat" in found else min(found, key=lambda k: (found[k][1].comm_seconds, k))
+        mapping, rep = found[chosen]
+        for name, (m, r) in sorted(found.items()):
+            if _better(r, rep):
+                mapping, rep, chosen = m, r, name
+        if chosen != "cpsat":
+            stats["fallback"] = chosen
     status = SolveStatus.FEASIBLE
-    if opts.strategy is Strategy.CPSAT and lower is not None and rep.seconds - lower <= 1e-9 * max(1.0, rep.seconds):
+    if strategy is Strategy.CPSAT and lower is not None and rep.surrogate_seconds - lower <= 1e-9 * max(1.0, rep.surrogate_seconds):
         status = SolveStatus.OPTIMAL
     stats["wall_s"] = time.perf_counter() - t0
-    return PlacementResult(status, opts.strategy, mapping, rep, lower, [], stats, baselines)
+    reports = {name: r for name, (_, r) in found.items() if name in baselines}
+    return PlacementResult(status, strategy, mapping, rep, lower, [], stats, baselines, reports)
 
 
 def compare(topology: Topology, state: ClusterState, jobs: Sequence[Job], options: SolveOptions | None = None) -> list[tuple[Job, PlacementResult | None, str | None]]:

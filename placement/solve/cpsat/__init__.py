@@ -1,0 +1,202 @@
+"""The ``cpsat`` strategy: CP-SAT on a coarsened unit model, from the best baseline or candidate, then LNS.
+
+Coarsening: ranks that must (or, for the heaviest label such as TP, should) share a host become units; groups and
+edges that touch the same units are summed into one term; interchangeable hosts and level-1 domains are pruned.
+The objective is the linear level form of the surrogate (`placement.cost.surrogate_seconds`). Small models are
+solved whole (proven optimal when the coarsening is exact); when units cannot all be whole, level-1 domains are
+the slots and a unit beyond a domain's whole-host capacity pays its split; large models are improved by
+large-neighbourhood search (`placement.solve.cpsat.lns`). Hosts with non-uniform links are refined last.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+from placement.solve.bound import BoundReport, lower_bounds
+from placement.solve.construct import best_constructive
+from placement.solve.cpsat.lns import lns
+from placement.solve.cpsat.model import UnitModel, Units, build_model, build_units
+from placement.solve.cpsat.program import Slots, UnitProgram, spread_terms
+from placement.solve.cpsat.slots import (
+    assignment_from_mapping,
+    host_classes,
+    host_slots,
+    leaf_slots,
+    realize,
+    sorted_hint,
+    symmetry_chains,
+)
+from placement.solve.problem import Problem, SurrogateScore
+
+__all__ = ["CpsatOutcome", "solve_cpsat"]
+
+MAX_FULL_VARS = 25_000
+
+
+@dataclass
+class CpsatOutcome:
+    """The best mapping found (by the surrogate), its bound, statistics, and the candidates worth re-scoring."""
+
+    mapping: list[int] | None
+    lower_bound: float | None
+    stats: dict[str, float | int | str] = field(default_factory=dict)
+    explanation: list[str] = field(default_factory=list)
+    candidates: list[tuple[str, list[int]]] = field(default_factory=list)
+
+
+def _hosts_in_one_fault_domain(problem: Problem) -> bool:
+    """The unit model assigns fault domains per host; its infeasibility proofs hold only if that is exact."""
+    for rule in problem.job.constraints.spread:
+        fd = problem.state.fault_domain_of(rule.kind, problem.topology)
+        for devs in problem.pool.devices.values():
+            if len({fd.get(d) for d in devs}) > 1:
+                return False
+    return True
+
+
+def _choose_slots(problem: Problem, units: Units, model: UnitModel, assign: dict[int, int] | None) -> Slots:
+    topo, pool = problem.topology, problem.pool
+    sizes = {len(u) for u in units.ranks}
+    max_free = max((pool.free(h) for h in pool.devices), default=0)
+    smallest_term = min((sum(len(units.ranks[u]) for u in t.units) for t in model.terms), default=max_free + 1)
+    n_levels = len(topo.levels)
+    if units.split:
+        return leaf_slots(topo, pool, max(sizes), len(units.ranks), split=True)
+    if not problem.constrained and len(sizes) == 1 and smallest_term > max_free and n_levels > 2:
+        return leaf_slots(topo, pool, sizes.pop(), len(units.ranks), split=False)
+    max_size = sum(len(u) for u in units.ranks)
+    hosts = sorted(pool.devices) if problem.constrained else host_classes(topo, pool, sorted(pool.devices), max_size, len(units.ranks))
+    if assign is not None:
+        hosts = sorted(set(hosts) | set(assign.values()))  # keep the incumbent's hosts: the hint stays feasible
+    return host_slots(topo, pool, hosts)
+
+
+def solve_cpsat(problem: Problem, starts: list[tuple[str, list[int]]]) -> CpsatOutcome:
+    """Optimize from `starts` (valid mappings: the baselines and candidates); see the module docstring."""
+    from placement.solve.exact import exact_applicable, solve_device_level
+    from placement.solve.refine import refine_hosts
+
+    p, topo, job, opts = problem, problem.topology, problem.job, problem.options
+    t0 = time.perf_counter()
+    stats: dict[str, float | int | str] = {}
+    candidates: list[tuple[str, list[int]]] = []
+    scored = sorted(((p.surrogate(m), name, m) for name, m in starts), key=lambda t: (t[0], t[1]))
+    best: list[int] | None = scored[0][2] if scored else None
+    best_cost = scored[0][0] if scored else math.inf
+    if topo.pair_paths is not None and not p.traffic.groups and not p.pinned and not job.constraints.spread:
+        from placement.solve.qap import solve_on_graph
+
+        mp, qb, qstats = solve_on_graph(topo, p.state, job, p.traffic, p.candidates, p.remaining(), opts.seed, opts.stop, best)
+        stats.update(qstats)
+        if mp is not None and p.valid(mp):
+            candidates.append(("cpsat", mp))
+        return CpsatOutcome(mp, qb, stats, [], candidates)
+    bounds: BoundReport = lower_bounds(topo, p.state, p.traffic, p.candidates)
+    stats["analytic_bound"] = bounds.value
+    units = build_units(p)
+    stats["units"] = len(units.ranks)
+    stats["units_kind"] = units.label or ("required" if units.ranks and len(units.ranks[0]) > 1 else "ranks")
+    if units.split:
+        stats["units_split"] = "leaf model"
+    if not p.pinned and p.remaining() > 0.1:
+        share = 0.15 if job.ranks > 4096 else 0.3
+        cons, cons_cost, tried = best_constructive(topo, p.pool, job, units.ranks, p.surrogate, time.perf_counter() + share * p.remaining())
+        stats["constructive_tried"] = tried
+        if cons is not None and p.valid(cons):
+            candidates.append(("constructive", cons))
+            if cons_cost < best_cost:
+                best, best_cost = cons, cons_cost
+    model = build_model(topo, p.state, p.traffic, units.ranks, units.exact, p.candidates)
+    stats["terms"] = len(model.terms)
+    allowed: dict[int, set[int]] = {}
+    unit_of = {r: i for i, u in enumerate(units.ranks) for r in u}
+    for r, d in p.pinned.items():
+        h = topo.devices[d].host_index
+        allowed[unit_of[r]] = allowed.get(unit_of[r], {h}) & {h}
+    assign = assignment_from_mapping(topo, units.ranks, best) if best is not None else None
+    slots = _choose_slots(p, units, model, assign)
+    slot_assign = (assignment_from_mapping(topo, units.ranks, best, leaf=True, partial=units.split) if slots.leaf and best is not None
+                   else assign)
+    room = Counter(slots.room.values())
+    n_vars = sum(cnt * sum(v for r, v in room.items() if r >= size) for size, cnt in Counter(len(u) for u in units.ranks).items())
+    stats["model_vars"] = n_vars
+    stats["model_slots"] = "level-1 domains" if slots.leaf else "hosts"
+    model_bound: float | None = None
+    solved_whole = False
+    if (n_vars <= MAX_FULL_VARS or (p.constrained and best is None)) and p.remaining() > 0.1:
+        chains = [] if p.constrained or units.split else symmetry_chains(job, units.ranks)
+        if chains and slot_assign is not None and len(slot_assign) == len(units.ranks):
+            slot_assign = sorted_hint(job, units.ranks, chains[0], slot_assign)
+        prog = UnitProgram(topo, model, list(range(len(units.ranks))), slots, allowed=allowed or None)
+        if job.constraints.spread:
+            prog.add_spread(spread_terms(topo, p.state, job, p.traffic, units.ranks, p.pool))
+        prog.add_symmetry(chains)
+        if slot_assign:
+            prog.add_hint(slot_assign)
+        res = prog.solve(opts, max(0.05, p.remaining() * 0.85 - 0.02 - job.ranks * 2e-5))
+        stats["cpsat_status"] = res.status
+        solved_whole = True
+        if res.assignment is not None:
+            mp = realize(topo, p.pool, units.ranks, slots, res.assignment, job.ranks, p.pinned)
+            stats["model_objective"] = (res.objective or 0.0) + model.constant
+            if mp is not None and p.valid(mp):
+                candidates.append(("cpsat-model", mp))
+                c = p.surrogate(mp)
+                if c < best_cost:
+                    best, best_cost = mp, c
+            if (res.bound is not None and model.exact and not slots.leaf and res.status in ("OPTIMAL", "FEASIBLE")) or (res.bound is not None and model.exact and slots.leaf and not units.split):
+                model_bound = res.bound + model.constant
+        elif res.status == "INFEASIBLE" and units.exact and not slots.leaf and not p.state.failed_pairs and _hosts_in_one_fault_domain(p):
+            return CpsatOutcome(None, None, stats, ["the solver proved that no mapping satisfies the hard rules together "
+                                                    "(each rule alone can be met)"], candidates)
+    if best is not None and not p.constrained and p.remaining() > 0.15 and not (solved_whole and stats.get("cpsat_status") == "OPTIMAL"):
+        host_assign = assignment_from_mapping(topo, units.ranks, best)
+        score = SurrogateScore(p, best)
+        if host_assign is not None:
+            full_hosts = host_slots(topo, p.pool, sorted(p.pool.devices))
+            ls = lns(p, model, full_hosts, host_assign, score, p.deadline - 0.05 - job.ranks * 3e-5)
+        else:  # units span hosts: only host swaps apply
+            ls = lns(p, model, Slots({}, {}), {}, score, p.deadline - 0.05 - job.ranks * 3e-5)
+        stats.update(ls.as_stats())
+        if score.total < best_cost - 1e-12 and p.valid(score.mapping):
+            best, best_cost = list(score.mapping), score.total
+            candidates.append(("cpsat-lns", best))
+    exact_bound: float | None = None
+    if exact_applicable(topo, p.state, job, p.candidates) and p.remaining() > 0.05 and not (model_bound is not None and best_cost <= model_bound + 1e-12):
+        ex = solve_device_level(topo, p.state, job, p.traffic, p.candidates, opts, p.remaining(), best)
+        stats["exact_status"] = ex.status
+        if ex.mapping is not None and p.valid(ex.mapping):
+            candidates.append(("cpsat-exact", ex.mapping))
+            c = p.surrogate(ex.mapping)
+            if c < best_cost - 1e-15:
+                best, best_cost = ex.mapping, c
+        if ex.bound_valid and ex.bound is not None:
+            exact_bound = ex.bound
+            stats["exact_objective"] = ex.objective or 0.0
+    if best is not None and any(nt.matrix is not None for nt in topo.host_types):
+        refined = refine_hosts(topo, p.state, job, p.traffic, best, p.candidates, p.deadline)
+        rc = p.surrogate(refined)
+        if rc < best_cost and p.valid(refined):
+            best, best_cost = refined, rc
+            candidates.append(("cpsat-refined", best))
+    bound, source = bounds.value, bounds.source
+    if model_bound is not None and not units.exact:
+        # units are chosen, not required: a mapping that splits one costs at least the analytic bound plus the
+        # cheapest unit's step from level 0 to level 1
+        split_bound = bounds.value + model.split_step
+        stats["split_bound"] = split_bound
+        model_bound = min(model_bound, split_bound)
+    if model_bound is not None and model_bound > bound:
+        bound, source = model_bound, "cpsat-model"
+    if exact_bound is not None and exact_bound > bound:
+        bound, source = exact_bound, "cpsat-exact"
+    if best is not None and bound > best_cost:
+        bound = best_cost
+    stats["bound_source"] = source
+    stats["cpsat_wall_s"] = time.perf_counter() - t0
+    if best is not None:
+        candidates.append(("cpsat", best))
+    return CpsatOutcome(best, bound, stats, [], candidates)

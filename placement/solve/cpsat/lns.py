@@ -1,0 +1,196 @@
+"""Large-neighbourhood search on whole units: free a neighbourhood, re-solve it exactly with the unit program,
+keep the answer when the surrogate improves. Moves are scored by their delta (`SurrogateScore`), never by a
+full evaluation.
+
+Neighbourhoods that fit placement, taken in turn (seeded, so a fixed seed gives the same sequence):
+- ``leaves``: the units of two used level-1 domains and one other (a leaf re-solved with its neighbours);
+- ``stage``: the units of one pipeline stage (structured jobs) and the hosts they use;
+- ``straddlers``: the units of the terms that cross the most expensive tier, with spare hosts of their domains;
+- ``swap``: the contents of two hosts with the same number of ranks exchanged (no CP-SAT, many per round).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from placement.solve.cpsat.model import UnitModel
+from placement.solve.cpsat.program import Slots, UnitProgram
+from placement.solve.cpsat.slots import assignment_from_mapping
+from placement.solve.problem import Problem, SurrogateScore
+
+__all__ = ["LnsStats", "lns"]
+
+MAX_WINDOW_VARS = 4_000  # a window small enough for CP-SAT to finish within ~0.5 s
+KINDS = ("leaves", "stage", "straddlers", "swap")
+
+
+@dataclass
+class LnsStats:
+    rounds: int = 0
+    improved: int = 0
+    by_kind: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+
+    def as_stats(self) -> dict[str, float | int | str]:
+        out: dict[str, float | int | str] = {"lns_rounds": self.rounds, "lns_improved": self.improved}
+        for k, v in sorted(self.by_kind.items()):
+            out[f"lns_improved_{k}"] = v
+        return out
+
+
+def _moves(problem: Problem, score: SurrogateScore, model: UnitModel, assign: dict[int, int],
+           new: dict[int, int]) -> dict[int, int] | None:
+    """Rank -> device moves that take the mapping from `assign` to `new` (only changed units move)."""
+    changed = {u for u, h in new.items() if assign.get(u) != h}
+    if not changed:
+        return {}
+    pool = problem.pool
+    used: dict[int, set[int]] = defaultdict(set)
+    for d in score.mapping:
+        used[problem.topology.devices[d].host_index].add(d)
+    for u in changed:
+        for r in model.units[u]:
+            used[problem.topology.devices[score.mapping[r]].host_index].discard(score.mapping[r])
+    moves: dict[int, int] = {}
+    for u in sorted(changed):
+        h = new[u]
+        free = [d for d in pool.devices.get(h, ()) if d not in used[h]]
+        if len(free) < len(model.units[u]):
+            return None
+        for r, d in zip(model.units[u], free, strict=False):
+            moves[r] = d
+            used[h].add(d)
+    return moves
+
+
+def _window(problem: Problem, model: UnitModel, assign: dict[int, int], kind: str, rng: random.Random,
+            dom_hosts: dict[int, list[int]], level: int, term_cost: list[float]) -> tuple[list[int], list[int]]:
+    """Units to free and hosts to re-solve them on, for one neighbourhood kind."""
+    topo = problem.topology
+    col = topo.domain_column(level)
+    host_dom = {h: col[devs[0]] for h, devs in problem.pool.devices.items()}
+    used_doms = sorted({host_dom[h] for h in assign.values()})
+    doms: set[int] = set()
+    units: list[int] = []
+    if kind == "stage" and problem.job.parallel is not None and problem.job.parallel.pp > 1:
+        par = problem.job.parallel
+        stage = rng.randrange(par.pp)
+        units = [u for u in assign if par.coords(model.units[u][0])["pp"] == stage]
+        doms = {host_dom[assign[u]] for u in units}
+    elif kind == "straddlers" and model.terms:
+        order = sorted(range(len(model.terms)), key=lambda i: -term_cost[i])[: max(1, len(model.terms) // 20)]
+        t = model.terms[rng.choice(order)]
+        units = [u for u in t.units if u in assign]
+        doms = {host_dom[assign[u]] for u in units}
+    else:
+        doms = set(rng.sample(used_doms, min(2, len(used_doms))))
+    others = [k for k in dom_hosts if k not in doms]
+    if others:
+        doms.add(rng.choice(others))
+    hosts = sorted(h for k in doms for h in dom_hosts[k])
+    hset = set(hosts)
+    if not units:
+        units = [u for u, h in assign.items() if h in hset]
+    else:
+        hset |= {assign[u] for u in units}
+        hosts = sorted(hset)
+    return units, hosts
+
+
+def _term_costs(model: UnitModel, assign: dict[int, int], chain: dict[int, list[int]]) -> list[float]:
+    out = []
+    for t in model.terms:
+        li = 0
+        hs = {assign[u] for u in t.units if u in assign}
+        while li < len(t.cost) - 1 and len({chain[h][li] for h in hs}) > 1:
+            li += 1
+        out.append(t.cost[li])
+    return out
+
+
+def _swap_round(problem: Problem, score: SurrogateScore, rng: random.Random, tries: int) -> int:
+    """Exchange the ranks of two hosts holding as many ranks each; keep improving swaps. Returns the count."""
+    by_host: dict[int, list[int]] = defaultdict(list)
+    for r, d in enumerate(score.mapping):
+        by_host[problem.topology.devices[d].host_index].append(r)
+    by_count: dict[int, list[int]] = defaultdict(list)
+    for h, rs in by_host.items():
+        if not any(r in problem.pinned for r in rs):
+            by_count[len(rs)].append(h)
+    pairs = [hs for hs in by_count.values() if len(hs) > 1]
+    if not pairs:
+        return 0
+    gained = 0
+    for _ in range(tries):
+        hs = rng.choice(pairs)
+        a, b = rng.sample(hs, 2)
+        ra, rb = by_host[a], by_host[b]
+        moves = {r: score.mapping[s] for r, s in zip(ra, rb, strict=True)} | {s: score.mapping[r] for r, s in zip(ra, rb, strict=True)}
+        d, ng, ne = score.delta(moves)
+        if d < -1e-12:
+            score.apply(moves, ng, ne)
+            by_host[a], by_host[b] = rb, ra
+            gained += 1
+    return gained
+
+
+def lns(problem: Problem, model: UnitModel, slots: Slots, assign: dict[int, int], score: SurrogateScore,
+        deadline: float, log: list[str] | None = None) -> LnsStats:
+    """Improve `score` (its mapping is updated in place) until `deadline`, or a fixed number of rounds when the
+    options ask for deterministic time. `assign` (unit -> host) must describe the mapping."""
+    opts = problem.options
+    rng = random.Random(opts.seed)
+    stats = LnsStats()
+    topo = problem.topology
+    level = 1 if len(topo.levels) > 2 else 0
+    col = topo.domain_column(level)
+    dom_hosts: dict[int, list[int]] = defaultdict(list)
+    for h, devs in problem.pool.devices.items():
+        dom_hosts[col[devs[0]]].append(h)
+    max_rounds = max(4, int(opts.time_limit_s * 8)) if opts.deterministic else 1 << 30
+    assign = dict(assign)
+    while stats.rounds < max_rounds and (opts.deterministic or time.perf_counter() < deadline - 0.05):
+        if problem.stopped():
+            break
+        kind = KINDS[stats.rounds % len(KINDS)]
+        stats.rounds += 1
+        if kind == "swap":
+            n = _swap_round(problem, score, rng, 200)
+            if n:
+                stats.improved += n
+                stats.by_kind[kind] += n
+                assign = assignment_from_mapping(topo, model.units, score.mapping) or assign
+            continue
+        term_cost = _term_costs(model, assign, slots.chain)
+        free_units, hosts = _window(problem, model, assign, kind, rng, dom_hosts, level, term_cost)
+        if len(free_units) < 2:
+            continue
+        if len(free_units) * len(hosts) > MAX_WINDOW_VARS:
+            free_units = sorted(rng.sample(free_units, max(2, MAX_WINDOW_VARS // len(hosts))))
+        free_set = set(free_units)
+        fixed = {u: h for u, h in assign.items() if u not in free_set}
+        budget = 0.5 if opts.deterministic else min(1.0, deadline - time.perf_counter() - 0.05)
+        if budget <= 0.05:
+            break
+        window = Slots({h: slots.room[h] for h in hosts if h in slots.room}, slots.chain)
+        prog = UnitProgram(topo, model, free_units, window, fixed, allowed=None)
+        prog.add_hint(assign)
+        res = prog.solve(opts, budget)
+        if res.assignment is None:
+            continue
+        new = fixed | res.assignment
+        moves = _moves(problem, score, model, assign, new)
+        if not moves:
+            continue
+        d, ng, ne = score.delta(moves)
+        if d < -1e-12:
+            score.apply(moves, ng, ne)
+            assign = new
+            stats.improved += 1
+            stats.by_kind[kind] += 1
+            if log is not None:
+                log.append(f"lns round {stats.rounds} {kind}: {d:+.6f} -> {score.total:.6f}")
+    return stats
+

@@ -1,0 +1,141 @@
+"""The request prepared once for every strategy: traffic, candidate devices, hosts, pins, units and the deadline,
+plus the solver's surrogate objective with delta scoring (a move is priced by the groups and edges it touches).
+
+Built by `placement.solve.run.place`; strategies read it and never re-derive what it holds.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from placement.cost import group_path, group_seconds, p2p_seconds, pair_path
+from placement.job import Job
+from placement.solve.construct import HostPool
+from placement.solve.types import SolveOptions
+from placement.solve.units import candidate_devices
+from placement.state import ClusterState
+from placement.topology import Topology
+from placement.traffic import Traffic, job_traffic
+
+__all__ = ["Problem", "SurrogateScore"]
+
+
+@dataclass
+class Problem:
+    """One placement request, prepared once. `deadline` is a `time.perf_counter()` value."""
+
+    topology: Topology
+    state: ClusterState
+    job: Job
+    traffic: Traffic
+    options: SolveOptions
+    candidates: list[int]
+    pool: HostPool
+    pinned: dict[int, int]
+    t0: float
+    deadline: float
+    rank_groups: list[list[int]] = field(default_factory=list)
+    rank_edges: list[list[int]] = field(default_factory=list)
+
+    @staticmethod
+    def prepare(topology: Topology, state: ClusterState, job: Job, options: SolveOptions, *,
+                traffic: Traffic | None = None, t0: float | None = None) -> Problem:
+        start = time.perf_counter() if t0 is None else t0
+        traffic = traffic if traffic is not None else job_traffic(job)
+        cands = candidate_devices(topology, state, job)
+        pinned: dict[int, int] = {}
+        for r, dev_id in job.constraints.pins.items():
+            di = topology.device_index(dev_id)
+            if di is not None:
+                pinned[r] = di
+        rank_groups: list[list[int]] = [[] for _ in range(job.ranks)]
+        for gi, g in enumerate(traffic.groups):
+            for r in g.members:
+                rank_groups[r].append(gi)
+        rank_edges: list[list[int]] = [[] for _ in range(job.ranks)]
+        for ei, e in enumerate(traffic.edges):
+            rank_edges[e.src].append(ei)
+            if e.dst != e.src:
+                rank_edges[e.dst].append(ei)
+        return Problem(topology, state, job, traffic, options, cands, HostPool.of(topology, cands), pinned, start,
+                       start + options.time_limit_s, rank_groups, rank_edges)
+
+    @property
+    def constrained(self) -> bool:
+        """Pins or spread rules: the coarse models must keep every host as a slot."""
+        return bool(self.pinned or self.job.constraints.spread)
+
+    def remaining(self) -> float:
+        return self.deadline - time.perf_counter()
+
+    def stopped(self) -> bool:
+        stop = self.options.stop
+        return stop is not None and stop.is_set()
+
+    def surrogate(self, mapping: Sequence[int]) -> float:
+        """The solver's objective (`placement.cost.surrogate_seconds`) of a full mapping."""
+        return SurrogateScore(self, mapping).total
+
+    def valid(self, mapping: Sequence[int] | None) -> bool:
+        from placement.validate import validate
+
+        return mapping is not None and not validate(self.topology, self.state, self.job, mapping, traffic=self.traffic)
+
+
+class SurrogateScore:
+    """The surrogate of one mapping, kept per group and per edge so that a move is scored by its delta."""
+
+    def __init__(self, problem: Problem, mapping: Sequence[int]) -> None:
+        self.p = problem
+        self.mapping = list(mapping)
+        self.group_cost = [self._group(gi) for gi in range(len(problem.traffic.groups))]
+        self.edge_cost = [self._edge(ei) for ei in range(len(problem.traffic.edges))]
+        self.total = sum(self.group_cost) + sum(self.edge_cost)
+
+    def _group(self, gi: int, mapping: Sequence[int] | Mapping[int, int] | None = None) -> float:
+        g = self.p.traffic.groups[gi]
+        mp = self.mapping if mapping is None else mapping
+        return group_seconds(g, group_path(self.p.topology, self.p.state, [mp[r] for r in g.members]))
+
+    def _edge(self, ei: int, mapping: Sequence[int] | Mapping[int, int] | None = None) -> float:
+        e = self.p.traffic.edges[ei]
+        mp = self.mapping if mapping is None else mapping
+        return p2p_seconds(e.bytes, e.count, e.exposed, pair_path(self.p.topology, self.p.state, mp[e.src], mp[e.dst]))
+
+    def delta(self, moves: Mapping[int, int]) -> tuple[float, dict[int, float], dict[int, float]]:
+        """Change of the total if rank r moved to device moves[r]; with the new costs of the touched terms."""
+        view = _Overlay(self.mapping, moves)
+        groups = {gi for r in moves for gi in self.p.rank_groups[r]}
+        edges = {ei for r in moves for ei in self.p.rank_edges[r]}
+        new_g = {gi: self._group(gi, view) for gi in groups}
+        new_e = {ei: self._edge(ei, view) for ei in edges}
+        d = sum(v - self.group_cost[gi] for gi, v in new_g.items()) + sum(v - self.edge_cost[ei] for ei, v in new_e.items())
+        return d, new_g, new_e
+
+    def apply(self, moves: Mapping[int, int], new_g: Mapping[int, float], new_e: Mapping[int, float]) -> None:
+        for r, d in moves.items():
+            self.mapping[r] = d
+        for gi, v in new_g.items():
+            self.total += v - self.group_cost[gi]
+            self.group_cost[gi] = v
+        for ei, v in new_e.items():
+            self.total += v - self.edge_cost[ei]
+            self.edge_cost[ei] = v
+
+
+class _Overlay(Mapping[int, int]):
+    """A mapping with a few ranks moved, without copying it."""
+
+    def __init__(self, base: Sequence[int], moves: Mapping[int, int]) -> None:
+        self.base, self.moves = base, moves
+
+    def __getitem__(self, r: int) -> int:
+        return self.moves.get(r, self.base[r])
+
+    def __len__(self) -> int:
+        return len(self.base)
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter(range(len(self.base)))

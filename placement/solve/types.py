@@ -1,0 +1,137 @@
+"""The solver's vocabulary: strategies, statuses, options, the stop signal and the result every strategy returns.
+
+Imported by every strategy module and by `placement.solve.run`; it imports nothing from the solver itself.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from placement.cost import CostReport
+
+__all__ = ["PlacementResult", "SolveOptions", "SolveStatus", "StopEvent", "Strategy"]
+
+
+class Strategy(StrEnum):
+    """How to place. The first four are the schedulers users run today (`placement.solve.baselines`)."""
+
+    FIRST_FIT = "first-fit"
+    """Ranks in order onto free devices in cluster order: what a topology-blind scheduler does."""
+    KUEUE_TAS = "kueue-tas"
+    """Kueue Topology Aware Scheduling, BestFit profile: the tightest lowest domain that holds the job's slices."""
+    SLURM_TREE = "slurm-tree"
+    """Slurm topology/tree: the lowest switch that satisfies the request, best-fit leaf switches, then nodes."""
+    SLURM_BLOCK = "slurm-block"
+    """Slurm topology/block: best-fit blocks of the base block size (clusters with a block level)."""
+    CPSAT = "cpsat"
+    """The optimizer: every baseline and multilevel candidate, then CP-SAT on a coarsened model and its LNS."""
+    TOPOLOGY_GREEDY = "topology-greedy"
+    """Deprecated alias of ``kueue-tas`` (the strongest topology-level scheduler baseline)."""
+
+    @property
+    def canonical(self) -> Strategy:
+        """The strategy this name stands for (``topology-greedy`` -> ``kueue-tas``)."""
+        return Strategy.KUEUE_TAS if self is Strategy.TOPOLOGY_GREEDY else self
+
+
+class SolveStatus(StrEnum):
+    """How good the returned answer is known to be."""
+
+    OPTIMAL = "OPTIMAL"
+    """Proven optimal for the solver's objective (gap 0)."""
+    FEASIBLE = "FEASIBLE"
+    """Valid, with a gap to the proven lower bound."""
+    INFEASIBLE = "INFEASIBLE"
+    """No mapping satisfies the hard rules; `explanation` says which rule binds and by how much."""
+
+
+class StopEvent(threading.Event):
+    """A `threading.Event` that also calls its listeners the moment it is set (CP-SAT's `stop_search`), so a
+    cancelled or shut-down request stops the search without a polling delay."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._listeners: list[Callable[[], None]] = []
+        self._lock = threading.Lock()
+
+    def subscribe(self, listener: Callable[[], None]) -> None:
+        with self._lock:
+            self._listeners.append(listener)
+        if self.is_set():
+            listener()
+
+    def unsubscribe(self, listener: Callable[[], None]) -> None:
+        with self._lock:
+            if listener in self._listeners:
+                self._listeners.remove(listener)
+
+    def set(self) -> None:
+        super().set()
+        with self._lock:
+            listeners = list(self._listeners)
+        for f in listeners:
+            f()
+
+
+@dataclass
+class SolveOptions:
+    """Solver options.
+
+    - `time_limit_s` covers the whole `place` call (baselines, candidates, search, scoring, validation).
+    - `deterministic`: the search budget is CP-SAT's deterministic time and a fixed number of neighbourhoods
+      derived from `time_limit_s`, so the answer does not depend on machine load (wall time then may differ).
+    - `stop`: setting it ends the search with the best answer so far (a `StopEvent` stops CP-SAT at once).
+    - `log`: receives the solver's progress lines (CP-SAT's log and the neighbourhood search's).
+    """
+
+    strategy: Strategy = Strategy.CPSAT
+    time_limit_s: float = 10.0
+    relative_gap: float = 0.0
+    seed: int = 0
+    workers: int = 2
+    stop: threading.Event | None = None
+    log: Callable[[str], None] | None = None
+    baselines: bool = True
+    deterministic: bool = False
+
+
+@dataclass
+class PlacementResult:
+    """The answer: status, mapping (device index per rank), modeled cost with breakdown, bound and baselines.
+
+    `seconds` is the evaluator's exposed communication per step (`CostReport.comm_seconds`), the part a placement
+    changes. `lower_bound` and `gap` are in the solver's objective, the linear surrogate
+    (`CostReport.surrogate_seconds`): `stats["bound_source"]` names the bound that binds. `baselines` holds the
+    exposed communication of each scheduler baseline and candidate on the same state (None: it found no valid
+    mapping); `baseline_reports` their full reports.
+    """
+
+    status: SolveStatus
+    strategy: Strategy
+    mapping: list[int] | None = None
+    report: CostReport | None = None
+    lower_bound: float | None = None
+    explanation: list[str] = field(default_factory=list)
+    stats: dict[str, float | int | str] = field(default_factory=dict)
+    baselines: dict[str, float | None] = field(default_factory=dict)
+    baseline_reports: dict[str, CostReport] = field(default_factory=dict)
+
+    @property
+    def seconds(self) -> float | None:
+        return None if self.report is None else float(self.report.comm_seconds)
+
+    @property
+    def gap(self) -> float | None:
+        """Relative gap (objective - bound) / objective in the surrogate; 0 when optimal; None without a bound."""
+        rep = self.report
+        if rep is None or self.lower_bound is None:
+            return None
+        s = rep.surrogate_seconds
+        if s <= 0:
+            return 0.0
+        return max(0.0, (s - self.lower_bound) / s)
