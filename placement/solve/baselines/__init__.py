@@ -1,0 +1,47 @@
+"""The scheduler baselines: what the schedulers users run today would do with the same job on the same state.
+
+Each baseline is ``(topology, state, job, traffic) -> list[int] | None`` (None: that scheduler would not admit
+or cannot place the job). All honour occupancy, failures, device kind, exclusions and pins; they ignore traffic
+volumes and spread rules, as the schedulers do, and keep slices whole (`slice_size`).
+
+- ``first-fit``: `first_fit`, topology-blind.
+- ``kueue-tas``: `kueue_tas`, Kueue Topology Aware Scheduling, BestFit profile.
+- ``slurm-tree``: `slurm_tree`, Slurm's topology/tree plugin.
+- ``slurm-block``: `slurm_block`, Slurm's topology/block plugin (None without a ``block`` level).
+
+`topology_greedy` is kept as an alias of `kueue_tas` for callers of the old name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from placement.job import Job
+from placement.solve.baselines.common import slice_size
+from placement.solve.baselines.first_fit import first_fit
+from placement.solve.baselines.kueue_tas import kueue_tas
+from placement.solve.baselines.slurm_block import slurm_block
+from placement.solve.baselines.slurm_tree import slurm_tree
+from placement.state import ClusterState
+from placement.topology import Topology
+from placement.traffic import Traffic
+
+__all__ = ["BASELINES", "Baseline", "first_fit", "kueue_tas", "slice_size", "slurm_block", "slurm_tree",
+           "topology_greedy"]
+
+Baseline = Callable[[Topology, ClusterState, Job, Traffic], list[int] | None]
+
+BASELINES: dict[str, Baseline] = {
+    "first-fit": first_fit,
+    "kueue-tas": kueue_tas,
+    "slurm-tree": slurm_tree,
+    "slurm-block": slurm_block,
+}
+"""The baselines by strategy name, in the order results list them."""
+
+
+def topology_greedy(topology: Topology, state: ClusterState, job: Job, traffic: Traffic) -> list[int] | None:
+    """Alias of `kueue_tas`, kept for callers of the old ``topology-greedy`` name (its single-rank best fit is
+    retired: it split TP groups over host fragments, which Kueue and Slurm do not do when a job asks for pods or
+    tasks of a TP group's size)."""
+    return kueue_tas(topology, state, job, traffic)

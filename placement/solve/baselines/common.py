@@ -1,0 +1,253 @@
+"""What every scheduler baseline shares: pins, the job's slices (ranks a scheduler keeps on one host), free
+devices per host, and turning a per-host slice count into a rank -> device mapping.
+
+Slice size (`slice_size`) is the number of consecutive ranks a scheduler keeps on one host because the job asks
+for pods or tasks of that size:
+
+1. the job requires a label at the host level (``tp: node``): the largest host-level required unit (the units
+   are the slices, so a TP group is never split);
+2. else, a structured job with ``1 < tp <= `` the largest host's device count: ``tp`` (one pod per TP group in
+   Kueue, ``--distribution=plane=<tp>`` in Slurm); ranks fill slices in rank order, and in Megatron order
+   (``tp-cp-ep-dp-pp``) the TP groups are runs of consecutive ranks;
+3. else 1 (one rank per pod or task).
+
+A required level that holds the whole job (one unit covers every rank) caps the level the schedulers may use:
+Kueue's ``podset-required-topology``, Slurm's ``--switches``. Requirements on other groups above the host are
+not expressible in either scheduler's request and are not honoured here (the mapping may then break them, and
+`placement.validate` says so).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from placement.job import Job
+from placement.solve.units import candidate_devices, required_units
+from placement.state import ClusterState
+from placement.topology import Topology
+from placement.traffic import Traffic
+
+__all__ = ["Prepared", "apply_pins", "domain_paths", "prepare", "slice_size", "slurm_request"]
+
+
+def apply_pins(topology: Topology, job: Job, cands: list[int]) -> tuple[dict[int, int], list[int]] | None:
+    """(rank -> pinned device, candidates left); None when a pin names an unknown or unusable device."""
+    pinned: dict[int, int] = {}
+    for r, dev_id in job.constraints.pins.items():
+        d = topology.device_index(dev_id)
+        if d is None or d not in cands:
+            return None
+        pinned[r] = d
+    used = set(pinned.values())
+    return pinned, [d for d in cands if d not in used]
+
+
+def _largest_host(topology: Topology, job: Job) -> int:
+    """Device count of the largest host that has devices of the job's kind."""
+    kind = job.device_kind
+    return max((nt.devices for nt in topology.host_types if kind is None or nt.kind == kind), default=0)
+
+
+def _host_units(topology: Topology, job: Job, traffic: Traffic) -> list[tuple[int, ...]] | None:
+    units = required_units(topology, job, traffic)
+    return [u.ranks for u in units[0]] if 0 in units else None
+
+
+def slice_size(topology: Topology, job: Job, traffic: Traffic) -> int:
+    """Ranks a scheduler keeps on one host for this job (the rule is in the module docstring).
+
+    >>> from placement.scenarios import fat_tree, megatron_job
+    >>> from placement.traffic import job_traffic
+    >>> t = fat_tree(64)
+    >>> j = megatron_job("j", tp=4, pp=2, dp=2)
+    >>> slice_size(t, j, job_traffic(j))
+    4
+    """
+    units = _host_units(topology, job, traffic)
+    if units is not None:
+        return max(len(u) for u in units)
+    par = job.parallel
+    if par is not None and 1 < par.tp <= _largest_host(topology, job):
+        return par.tp
+    return 1
+
+
+def _cap_level(topology: Topology, job: Job, traffic: Traffic) -> int | None:
+    """Lowest level whose required units hold the whole job (one unit of every rank), if any."""
+    if job.ranks <= 1:
+        return None
+    units = required_units(topology, job, traffic)
+    whole = [lv for lv, us in units.items() if len(us) == 1 and len(us[0].ranks) == job.ranks]
+    return min(whole) if whole else None
+
+
+def domain_paths(topology: Topology) -> list[list[tuple[str, ...]]]:
+    """paths[l][k]: domain names from the top level down to domain k of level l (Kueue's ``levelValues``)."""
+    top = len(topology.levels) - 1
+    paths: list[list[tuple[str, ...]]] = [[] for _ in topology.levels]
+    paths[top] = [(n,) for n in topology.domain_names[top]]
+    for lv in range(top - 1, -1, -1):
+        par = topology.parent[lv]
+        paths[lv] = [(*paths[lv + 1][par[k]], n) for k, n in enumerate(topology.domain_names[lv])]
+    return paths
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A job seen as a scheduler sees it: slices to place, free devices per host, and what is fixed already.
+
+    `slices` are rank tuples in placement order, each at most `size` ranks and kept on one host; `free[h]` are the
+    free candidate devices of host h in local order (pins and pin-side fills removed); `fixed` maps ranks already
+    placed (pins, and the rest of a slice that holds a pinned rank, put next to the pin when that host has room);
+    `cap_level` is the level the whole job must stay inside (None: no such rule).
+    """
+
+    size: int
+    slices: tuple[tuple[int, ...], ...]
+    free: dict[int, tuple[int, ...]]
+    fixed: dict[int, int]
+    cap_level: int | None
+    ranks: int
+
+    def capacity(self, host: int) -> int:
+        """Whole slices host `host` can take."""
+        return len(self.free.get(host, ())) // self.size
+
+    def fill(self, plan: Sequence[tuple[int, int]]) -> list[int] | None:
+        """Slices in order onto `plan` = [(host, slice count)] in order; None when the plan does not place all."""
+        out = [-1] * self.ranks
+        for r, d in self.fixed.items():
+            out[r] = d
+        it = iter(self.slices)
+        for h, n in plan:
+            devs = list(self.free.get(h, ()))
+            pos = 0
+            for _ in range(n):
+                s = next(it, None)
+                if s is None:
+                    break
+                if pos + len(s) > len(devs):
+                    return None
+                for r in s:
+                    out[r] = devs[pos]
+                    pos += 1
+        return out if all(d >= 0 for d in out) else None
+
+    def within_cap(self, topology: Topology, hosts: Sequence[int]) -> bool:
+        """True when `hosts` (and the fixed devices) share one domain at `cap_level` (or there is no cap)."""
+        if self.cap_level is None:
+            return True
+        col = topology.domain_column(self.cap_level)
+        per_host = topology.devices_in_domain[0]
+        doms = {col[per_host[h][0]] for h in hosts} | {col[d] for d in self.fixed.values()}
+        return len(doms) <= 1
+
+
+def prepare(topology: Topology, state: ClusterState, job: Job, traffic: Traffic) -> Prepared | None:
+    """The job's slices and the free devices per host; None when a pin names a device the job cannot use."""
+    cands = candidate_devices(topology, state, job)
+    pins = apply_pins(topology, job, cands)
+    if pins is None:
+        return None
+    pinned, rest = pins
+    size = slice_size(topology, job, traffic)
+    units = _host_units(topology, job, traffic)
+    if units is None:
+        units = [tuple(range(i, min(i + size, job.ranks))) for i in range(0, job.ranks, size)]
+    free: dict[int, list[int]] = {}
+    for d in rest:
+        free.setdefault(topology.devices[d].host_index, []).append(d)
+    fixed = dict(pinned)
+    slices: list[tuple[int, ...]] = []
+    for u in sorted(units, key=lambda u: u[0]):
+        left = tuple(r for r in u if r not in pinned)
+        if not left:
+            continue
+        if len(left) < len(u):  # the rest of a partly pinned slice goes next to its first pin when there is room
+            h = topology.devices[pinned[next(r for r in u if r in pinned)]].host_index
+            room = free.get(h, [])
+            if len(room) >= len(left):
+                for r in left:
+                    fixed[r] = room.pop(0)
+                continue
+        slices.append(left)
+    return Prepared(size, tuple(slices), {h: tuple(v) for h, v in free.items()}, fixed,
+                    _cap_level(topology, job, traffic), job.ranks)
+
+
+def _rank_best_fit(topology: Topology, state: ClusterState, job: Job, traffic: Traffic) -> list[int] | None:
+    """The old ``topology-greedy``: Kueue-style best fit with single-rank units and fullest hosts first.
+
+    Kept for tests that show what slices change: it places one device per rank and so may split a TP group over
+    host fragments. Required levels and slices are ignored on purpose.
+    """
+    cands = candidate_devices(topology, state, job)
+    pins = apply_pins(topology, job, cands)
+    if pins is None:
+        return None
+    pinned, rest = pins
+    ranks = [r for r in range(job.ranks) if r not in pinned]
+    out = [-1] * job.ranks
+    for r, d in pinned.items():
+        out[r] = d
+    if not ranks:
+        return out
+    col = topology.domain_column(0)
+    free_in: dict[int, list[int]] = {}
+    for d in rest:
+        free_in.setdefault(col[d], []).append(d)
+    n_levels = len(topology.levels)
+    cap: list[list[int]] = [[0] * len(topology.domain_names[li]) for li in range(n_levels)]
+    for k, devs in free_in.items():
+        cap[0][k] = len(devs)
+    for li in range(1, n_levels):
+        par = topology.parent[li - 1]
+        for c, v in enumerate(cap[li - 1]):
+            cap[li][par[c]] += v
+    need = len(ranks)
+    choice: tuple[int, int] | None = None
+    for li in range(n_levels):
+        fits = [k for k, v in enumerate(cap[li]) if v >= need]
+        if fits:
+            choice = (li, min(fits, key=lambda k: (cap[li][k], k)))
+            break
+    if choice is None:
+        return None
+    plan: list[tuple[int, int]] = []
+
+    def take(li: int, k: int, demand: int) -> None:
+        if li == 0:
+            plan.append((k, demand))
+            return
+        kids = sorted(topology.children[li][k], key=lambda c: (-cap[li - 1][c], c))
+        while demand > 0 and kids:
+            fit = [c for c in kids if cap[li - 1][c] >= demand]
+            if fit:
+                take(li - 1, min(fit, key=lambda c: (cap[li - 1][c], c)), demand)
+                return
+            c = kids.pop(0)
+            if cap[li - 1][c] == 0:
+                return
+            take(li - 1, c, cap[li - 1][c])
+            demand -= cap[li - 1][c]
+
+    take(choice[0], choice[1], need)
+    it = iter(ranks)
+    for h, n in plan:
+        for d in free_in[h][:n]:
+            out[next(it)] = d
+    return out if all(x >= 0 for x in out) else None
+
+
+def slurm_request(topology: Topology, job: Job, prep: Prepared) -> tuple[int, int] | None:
+    """(nodes, slices) of the Slurm request ``--nodes=N --ntasks=<ranks> --gpus-per-task=1
+    --distribution=plane=<slice>``: N is the fewest whole free hosts that hold every slice. None when no host
+    holds one slice."""
+    kind = job.device_kind
+    per_node = max((nt.devices // prep.size for nt in topology.host_types if kind is None or nt.kind == kind),
+                   default=0)
+    if per_node == 0:
+        return None
+    need = len(prep.slices)
+    return -(-need // per_node), need
