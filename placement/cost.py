@@ -1,8 +1,11 @@
-"""The communication-time model: seconds per step of a job under a mapping, with a breakdown per label and tier.
+"""The cost model's entry point and report types: `evaluate` (step model v2) and the v1 surrogate the solver optimizes.
 
-The single source of truth: the solver's objective coefficients, the evaluator and every report use it.
+`evaluate` is the single source of truth for every number reported: it returns `placement.step.model_step`
+(phases, NCCL algorithms over shared links, compute; see `placement.step` and `placement.collectives`). The
+functions below it are the v1 model, kept unchanged as the solver's linear surrogate (`surrogate_seconds`): it
+ranks mappings like the evaluator where one group's placement decides, but adds concurrent groups up.
 
-Model (alpha-beta): one transfer of S bytes over a path of bandwidth W (GB/s) and latency a (µs) costs
+v1 model (alpha-beta): one transfer of S bytes over a path of bandwidth W (GB/s) and latency a (µs) costs
 ``a + S/W``. A collective over n members costs ``steps * a + volume / W`` where (ring algorithms)
 all-reduce moves ``2(n-1)/n * S`` per member in ``2(n-1)`` steps and all-gather, reduce-scatter and
 all-to-all move ``(n-1)/n * S`` in ``n-1`` steps. W and a are those of the slowest path the group spans:
@@ -43,6 +46,7 @@ __all__ = [
     "group_seconds",
     "p2p_seconds",
     "pair_path",
+    "preference_misses",
     "surrogate_report",
     "surrogate_seconds",
 ]
@@ -330,8 +334,34 @@ def evaluate(
 ) -> CostReport:
     """The modeled step of `job` when rank r runs on device `mapping[r]` (the single source of truth).
 
-    With `check` (the default) the mapping is first validated against every hard rule and refused with
-    `InvalidMappingError` if it breaks any: a cost of an impossible placement is not a number to trust.
+    Step model v2 (`placement.step`): phases in sequence, concurrent groups in parallel on shared links, NCCL's
+    algorithms (`placement.collectives`) and compute (`placement.compute`). `surrogate_seconds` carries the v1
+    serial sum the solver optimizes. With `check` (the default) the mapping is first validated against every
+    hard rule and refused with `InvalidMappingError` if it breaks any: a cost of an impossible placement is not
+    a number to trust.
     """
-    # v2 step model: phases, NCCL algorithms, shared links, compute (in progress; v1 numbers until it lands)
-    return surrogate_report(topology, state, job, mapping, traffic=traffic, check=check)
+    from placement.step import model_step  # local: placement.step builds on this module's report types
+
+    traffic = traffic if traffic is not None else job_traffic(job)
+    if check:
+        _check(topology, state, job, mapping, traffic)
+    report = model_step(topology, state, job, mapping, traffic)
+    report.surrogate_seconds = surrogate_seconds(topology, state, mapping, traffic)
+    report.preference_misses = preference_misses(topology, job, mapping, traffic)
+    return report
+
+
+def preference_misses(topology: Topology, job: Job, mapping: Sequence[int], traffic: Traffic) -> dict[str, int]:
+    """Groups and edges per label that leave the level the job prefers for that label (`Constraints.prefer`)."""
+    prefer = job.constraints.prefer
+    pref_levels = {lab: topology.level_index(lv) for lab, lv in prefer.items() if lv in topology.level_names}
+    out: dict[str, int] = {}
+    if not pref_levels:
+        return out
+    for g in traffic.groups:
+        if g.label in pref_levels and topology.group_lca_level([mapping[r] for r in g.members]) > pref_levels[g.label]:
+            out[g.label] = out.get(g.label, 0) + 1
+    for e in traffic.edges:
+        if e.label in pref_levels and topology.lca_level(mapping[e.src], mapping[e.dst]) > pref_levels[e.label]:
+            out[e.label] = out.get(e.label, 0) + 1
+    return out

@@ -126,6 +126,12 @@ class ModelShape:
     expert_parameters: float = 0.0
     kv_fraction: float = 1.0
     """Share of K/V width over the hidden size (GQA: kv_heads / heads); scales the CP exchange."""
+    recompute: bool = False
+    """Full activation recomputation: the forward (and its TP/CP/EP traffic) runs again in the backward."""
+    mfu: float = 0.4
+    """Fraction of the devices' peak FLOP/s the compute kernels reach (step model v2, `placement.compute`)."""
+    heads: int = 0
+    """Attention heads (activation memory, `placement.compute`); 0: hidden / 128."""
 
 
 @dataclass(frozen=True)

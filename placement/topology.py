@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from placement.compute import DeviceKind
 from placement.errors import Problems
 
 __all__ = [
@@ -51,10 +52,15 @@ class Tier:
 
 @dataclass(frozen=True)
 class Level:
-    """A named level of the domain tree (bottom up) and the tier used between its children."""
+    """A named level of the domain tree (bottom up) and the tier used between its children.
+
+    `oversubscription` (step model v2, `placement.collectives`): the uplinks of each domain of this level carry
+    1/ratio of what the devices under it could send at the next level's tier (1.0: non-blocking, the default).
+    """
 
     name: str
     tier: Tier
+    oversubscription: float = 1.0
 
 
 # Per-link and per-path defaults for intra-node matrix codes. NV# is # bonded NVLinks at 25 GB/s per link
@@ -99,13 +105,22 @@ class RailPolicy:
 
 @dataclass(frozen=True)
 class NodeType:
-    """A kind of host: device count, device kind, optional intra-node code matrix and per-device rails."""
+    """A kind of host: device count, device kind, optional intra-node code matrix and per-device rails.
+
+    Step model v2 (`placement.collectives`): the host's devices share `nics` NICs of `nic_gbps` GB/s each way
+    (default: one NIC per device at the level-1 tier's bandwidth, what today's files mean). `mesh_link_gbps`
+    marks a fully connected mesh without a switch (AMD XGMI): each device pair has its own link of that
+    bandwidth, and the level-0 tier is the device's total.
+    """
 
     name: str
     devices: int
     kind: str = "gpu"
     matrix: tuple[tuple[str, ...], ...] | None = None
     rails: tuple[int | None, ...] | None = None
+    nics: int | None = None
+    nic_gbps: float | None = None
+    mesh_link_gbps: float | None = None
 
 
 @dataclass(frozen=True)
@@ -147,6 +162,8 @@ class Topology:
     # A non-tree device graph (rail-optimized fabric, torus, a distance matrix): when set, pair_paths[a][b] is
     # the tier from device a to device b and overrides levels and matrices for every pair (may be asymmetric).
     pair_paths: tuple[tuple[Tier, ...], ...] | None = None
+    # User-defined device kinds (peak TFLOP/s, memory) from the cluster file; built-in kinds: placement.compute
+    device_kinds: Mapping[str, DeviceKind] = field(default_factory=dict)
 
     # ---- construction -------------------------------------------------------------------------------------
 
@@ -159,6 +176,7 @@ class Topology:
         intra_node_tiers: Mapping[str, Tier] | None = None,
         rail_policy: RailPolicy | None = None,
         source: str = "<cluster>",
+        device_kinds: Mapping[str, DeviceKind] | None = None,
     ) -> Topology:
         """Build from levels and hosts; all structural problems are raised together as `InputError`."""
         ps = Problems(source)
@@ -174,6 +192,8 @@ class Topology:
                 ps.add(f"levels[{i}].bandwidth_gbps", f"must be > 0, got {lv.tier.bandwidth_gbps:g}")
             if lv.tier.latency_us < 0:
                 ps.add(f"levels[{i}].latency_us", f"must be >= 0, got {lv.tier.latency_us:g}")
+            if not lv.oversubscription > 0:
+                ps.add(f"levels[{i}].oversubscription", f"must be > 0 (1.0 = non-blocking), got {lv.oversubscription:g}")
         if not hosts:
             ps.add("hosts", "the cluster has no hosts")
         upper = [lv.name for lv in levels[1:]]
@@ -245,6 +265,12 @@ class Topology:
                                 intra_node_tier(code, tbl)
                             except KeyError:
                                 ps.add(f"hosts[{hi}].matrix[{a}][{b}]", f"unknown link code {code!r}; known: NV#, PIX, PXB, PHB, NODE, SYS, SOC")
+            if nt.nics is not None and nt.nics < 1:
+                ps.add(f"hosts[{hi}].nics", f"must be >= 1, got {nt.nics}")
+            for fname in ("nic_gbps", "mesh_link_gbps"):
+                val = getattr(nt, fname)
+                if val is not None and not val > 0:
+                    ps.add(f"hosts[{hi}].{fname}", f"must be > 0 GB/s, got {val:g}")
             if nt.rails is not None and len(nt.rails) != nt.devices:
                 ps.add(f"hosts[{hi}].rails", f"has {len(nt.rails)} entries for {nt.devices} devices")
         ps.raise_if_any()
@@ -269,6 +295,7 @@ class Topology:
             parent=parents,
             intra_node_tiers=dict(DEFAULT_INTRA_NODE_TIERS) | dict(intra_node_tiers or {}),
             rail_policy=rail_policy,
+            device_kinds=dict(device_kinds or {}),
         )
 
     # ---- structure ----------------------------------------------------------------------------------------

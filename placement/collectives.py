@@ -1,0 +1,406 @@
+"""Collectives as NCCL runs them: ring orders over a host's links, hierarchical and tree across hosts, shared links.
+
+Owns the price of one collective or transfer (`Plan`) and how concurrent plans of a phase divide shared links.
+
+**Links.** Bandwidths are GB/s per direction; an operation of S bytes prices ``latency + bytes/bandwidth`` per link
+it loads (alpha-beta, Hockney 1994), and a pipelined algorithm takes its most loaded link.
+
+- *Inside a host*: with an intra-node matrix, device pairs are links of the code's tier (NV# = # NVLinks). Without
+  one, a switch (NVSwitch) gives every device the level-0 tier; a full mesh (`NodeType.mesh_link_gbps`, AMD XGMI)
+  gives each pair its own link. These links belong to the devices of one group, so groups do not share them.
+- *Host NICs*: the devices of a host share ``nics * nic_gbps`` (default: one NIC per device at the level-1 tier,
+  so today's per-device tiers keep their meaning); one group's flows out of a host use at most
+  ``min(members there, nics)`` NICs.
+- *Uplinks*: a domain at level l >= 1 (a leaf) leaves through ``devices(domain) * tier(l+1) / oversubscription(l)``.
+- *Degradation* (`placement.state`): a slow device divides every bandwidth term of the groups it is in, a slow
+  intra-node link the capacity of that pair, a slow uplink (level 0: the host's NICs) its capacity. Failed links
+  and devices make a mapping invalid (`placement.validate`) and are not priced here.
+
+**Algorithms** (NCCL's, github.com/NVIDIA/nccl `src/graph/search.cc`, `src/graph/tuning.cc`; Patarasuk & Yuan 2009;
+Sanders, Speck & Träff 2009 for the double binary tree). For S bytes over n members:
+
+- *Ring* (all-reduce ``2(n-1)/n S`` in ``2(n-1)`` steps; all-gather, reduce-scatter ``(n-1)/n S`` in ``n-1``). Inside
+  a host the ring order is searched like NCCL's: the best single ring maximises its weakest hop (bottleneck
+  Hamiltonian cycle, exact search), and NVLink rings are packed greedily (each ring takes its bottleneck from
+  every hop it uses, as NCCL's channels do) while one exists: the host's ring bandwidth is the larger of the
+  packed NVLink rings' sum and the best single ring. A DGX-1 8-GPU ring rides NVLink only (2 x NV2 + 2 x NV1 rings
+  = 6 links), a fully connected XGMI mesh carries ``(k-1) * link`` with k members. Across hosts the ring is host
+  contiguous: every host and every crossed domain sends and receives the ring volume once.
+- *Hierarchical* (all-reduce, g members on each of h hosts): reduce-scatter inside each host (``(g-1)/g S``), then
+  g concurrent all-reduces across hosts, one per local rank (= per rail), ``2(h-1)/h S`` in total out of every
+  host, then all-gather inside the host. Stages run one after the other.
+- *Tree* (all-reduce across hosts, NCCL's double binary tree with a chain inside each host): ``2 S`` through the
+  most loaded link, ``2 (ceil(log2 h) a_inter + (g-1) a_intra)`` of latency: the pick for small buffers.
+- *All-to-all*: direct sends, ``S/n`` to each peer; a host sends ``g (n-g)/n S``.
+
+NCCL's tuner takes the fastest algorithm for the size alone; so does `Fabric.plan_group` (contention is not
+known to the tuner), and `PhaseCost.algorithm` reports the choice.
+
+**Sharing** (`phase_seconds`): the operations of one phase run at the same time. A link crossed by several of
+them is shared in proportion to the bytes each puts on it (every flow ends when the link has carried the sum:
+``sum of loads / capacity``), and an operation takes its slowest link. Inside a hierarchical plan each stage
+takes its own slowest link.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+
+from placement.job import CollectiveKind
+from placement.state import ClusterState, Uplink
+from placement.topology import Topology, intra_node_tier
+
+__all__ = ["Fabric", "Plan", "Stage", "best_ring", "matrix_ring", "phase_seconds"]
+
+_SEARCH_BUDGET = 200_000  # DFS nodes per ring search; exact for any host NCCL sees (<= 16 devices, pruned)
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One stage of an operation: seconds on its own links (`local`, tier `local_tier`) and bytes on shared links."""
+
+    local: float
+    local_tier: str
+    loads: tuple[tuple[int, float], ...] = ()
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How one collective or transfer runs: algorithm, latency seconds, stages in sequence, device slowdown."""
+
+    algorithm: str
+    latency: float
+    stages: tuple[Stage, ...]
+    slowdown: float = 1.0
+
+
+NO_PLAN = Plan("none", 0.0, ())
+
+
+def best_ring(cap: Sequence[Sequence[float]]) -> tuple[float, tuple[int, ...]]:
+    """The directed Hamiltonian cycle over ``0..k-1`` whose weakest hop ``cap[a][b]`` is largest, and that hop.
+
+    Exact branch and bound (candidates tried strongest first; a branch whose bottleneck cannot beat the best
+    ring found is cut). Returns ``(0.0, ())`` when no cycle has positive capacity on every hop.
+    """
+    k = len(cap)
+    if k < 2:
+        return math.inf, tuple(range(k))
+    if k == 2:
+        b = min(cap[0][1], cap[1][0])
+        return (b, (0, 1)) if b > 0 else (0.0, ())
+    order_of = [sorted((j for j in range(k) if j != i), key=lambda j, i=i: -cap[i][j]) for i in range(k)]
+    best_b, best_order = 0.0, ()
+    path, used = [0], [False] * k
+    used[0] = True
+    budget = _SEARCH_BUDGET
+
+    def dfs(cur: int, bott: float) -> None:
+        nonlocal best_b, best_order, budget
+        budget -= 1
+        if budget < 0:
+            return
+        if len(path) == k:
+            b = min(bott, cap[cur][0])
+            if b > best_b:
+                best_b, best_order = b, tuple(path)
+            return
+        for nxt in order_of[cur]:
+            if used[nxt]:
+                continue
+            b = min(bott, cap[cur][nxt])
+            if b <= best_b:
+                break
+            used[nxt] = True
+            path.append(nxt)
+            dfs(nxt, b)
+            path.pop()
+            used[nxt] = False
+
+    dfs(0, math.inf)
+    return best_b, best_order
+
+
+def _hops(order: Sequence[int]) -> list[tuple[int, int]]:
+    return [(order[i], order[(i + 1) % len(order)]) for i in range(len(order))]
+
+
+@lru_cache(maxsize=4096)
+def matrix_ring(matrix: tuple[tuple[str, ...], ...], tiers: tuple[tuple[str, float, float], ...],
+                members: tuple[int, ...], slow: tuple[tuple[int, int, float], ...] = ()) -> tuple[float, float, str]:
+    """Ring bandwidth (GB/s), per-step latency (µs) and bottleneck code of `members` (local indices) of a host.
+
+    `tiers` are ``(code, bandwidth, latency)`` of the cluster's intra-node table, `slow` degraded pairs
+    ``(i, j, factor)`` by position in `members`. See the module docstring (packed NVLink rings vs best ring).
+    """
+    from placement.topology import Tier
+
+    table = {c: Tier(bw, lat) for c, bw, lat in tiers}
+    k = len(members)
+    codes = [[matrix[a][b] for b in members] for a in members]
+    tier = [[intra_node_tier(codes[i][j], table) if i != j else Tier(math.inf, 0.0) for j in range(k)] for i in range(k)]
+    cap = [[tier[i][j].bandwidth_gbps for j in range(k)] for i in range(k)]
+    for i, j, f in slow:
+        cap[i][j] /= f
+        cap[j][i] /= f
+    single, order = best_ring(cap)
+    nv = [[cap[i][j] if i != j and codes[i][j].startswith("NV") else 0.0 for j in range(k)] for i in range(k)]
+    packed, rings = 0.0, []
+    for _ in range(4 * k):
+        b, ring = best_ring(nv)
+        if b <= 0 or not ring:
+            break
+        packed += b
+        rings.append(ring)
+        for a, c in _hops(ring):
+            nv[a][c] -= b
+    use = rings if packed > single else [order]
+    hops = [h for r in use for h in _hops(r)]
+    weakest = min(hops, key=lambda h: (cap[h[0]][h[1]], h))
+    lat = max(tier[a][c].latency_us for a, c in hops)
+    return max(packed, single), lat, codes[weakest[0]][weakest[1]]
+
+
+def _volume(kind: CollectiveKind, n: int, size: float) -> tuple[float, int]:
+    if kind is CollectiveKind.ALL_REDUCE:
+        return 2.0 * (n - 1) / n * size, 2 * (n - 1)
+    return (n - 1) / n * size, n - 1
+
+
+class Fabric:
+    """The links of one topology under one state, with the resources phases share (host NICs, domain uplinks)."""
+
+    def __init__(self, topology: Topology, state: ClusterState) -> None:
+        self.topology = topology
+        self.state = state
+        lv = topology.levels
+        self.host_of = topology.domain_column(0)
+        self.local_of = tuple(d.local_index for d in topology.devices)
+        self.tiers_key = tuple(sorted((c, t.bandwidth_gbps, t.latency_us) for c, t in topology.intra_node_tiers.items()))
+        nic_default = lv[1].tier.bandwidth_gbps if len(lv) > 1 else lv[0].tier.bandwidth_gbps
+        up_slow = state.uplink_slowdown
+        # resource r = base[l] + 2 * domain + direction (0 out/up, 1 in/down); caps in GB/s
+        self.base: list[int] = []
+        caps: list[float] = []
+        self.names: list[str] = []
+        self.nic_gbps: list[float] = []
+        self.nics: list[int] = []
+        for li in range(len(lv) - 1):
+            self.base.append(len(caps))
+            upper = lv[li + 1].name
+            if li == 0:
+                for h, nt in enumerate(topology.host_types):
+                    nics = nt.nics or nt.devices
+                    per = nt.nic_gbps or nic_default
+                    f = up_slow.get(Uplink(0, h), 1.0) if up_slow else 1.0
+                    self.nics.append(nics)
+                    self.nic_gbps.append(per / f)
+                    caps += [nics * per / lv[0].oversubscription / f] * 2
+            else:
+                counts = Counter(topology.domain_column(li))
+                for k in range(len(topology.domain_names[li])):
+                    f = up_slow.get(Uplink(li, k), 1.0) if up_slow else 1.0
+                    caps += [counts[k] * lv[li + 1].tier.bandwidth_gbps / lv[li].oversubscription / f] * 2
+            self.names += [upper] * (len(caps) - len(self.names))
+        self.caps = caps
+        self._pair_slow: dict[int, list[tuple[int, int, float]]] = {}
+        for (a, b), f in state.pair_slowdown.items():
+            self._pair_slow.setdefault(self.host_of[a], []).append((a, b, f))
+        self._ring_cache: dict[tuple[int, tuple[int, ...]], tuple[float, float, str]] = {}
+
+    # ---- inside one host ----------------------------------------------------------------------------------------
+
+    def host_ring(self, host: int, devices: Sequence[int]) -> tuple[float, float, str]:
+        """Ring bandwidth GB/s, per-step latency µs and bottleneck tier name of `devices` (all on `host`)."""
+        t = self.topology
+        k = len(devices)
+        if k < 2:
+            return math.inf, 0.0, t.levels[0].name
+        nt = t.host_types[host]
+        slow = self._pair_slow.get(host)
+        if nt.matrix is None:
+            tier0 = t.levels[0].tier
+            bw = tier0.bandwidth_gbps
+            if nt.mesh_link_gbps:
+                bw = min(bw, (k - 1) * nt.mesh_link_gbps)
+            if slow:
+                ds = set(devices)
+                bw /= max((f for a, b, f in slow if a in ds and b in ds), default=1.0)
+            return bw, tier0.latency_us, t.levels[0].name
+        locs = tuple(sorted(self.local_of[d] for d in devices))
+        key = (id(nt), locs)
+        if not slow and key in self._ring_cache:
+            return self._ring_cache[key]
+        pos = {self.local_of[d]: i for i, d in enumerate(sorted(devices, key=lambda d: self.local_of[d]))}
+        sl: tuple[tuple[int, int, float], ...] = ()
+        if slow:
+            sl = tuple((pos[self.local_of[a]], pos[self.local_of[b]], f) for a, b, f in slow
+                       if self.local_of[a] in pos and self.local_of[b] in pos and self.host_of[b] == host)
+        bw, lat, code = matrix_ring(nt.matrix, self.tiers_key, locs, sl)
+        out = (bw, lat, f"{t.levels[0].name}:{code}")
+        if not slow:
+            self._ring_cache[key] = out
+        return out
+
+    def _slow(self, devices: Sequence[int]) -> float:
+        ds = self.state.device_slowdown
+        return max((ds.get(d, 1.0) for d in devices), default=1.0) if ds else 1.0
+
+    # ---- one operation ------------------------------------------------------------------------------------------
+
+    def alone(self, plan: Plan) -> float:
+        """Seconds of one operation with no other traffic on its shared links."""
+        return plan.latency + plan.slowdown * sum(
+            max(s.local, max((x / self.caps[r] / 1e9 for r, x in s.loads), default=0.0)) for s in plan.stages)
+
+    def plan_group(self, kind: CollectiveKind, devices: Sequence[int], size: float) -> Plan:
+        """The fastest algorithm for one collective of `size` bytes over `devices` (NCCL's tuner: size alone)."""
+        n = len(devices)
+        if n <= 1 or size <= 0:
+            return NO_PLAN
+        t = self.topology
+        slow = self._slow(devices)
+        if t.pair_paths is not None:
+            from placement.cost import group_path
+
+            path = group_path(t, self.state, devices)
+            vol, steps = _volume(kind, n, size)
+            return Plan("ring", steps * path.latency_us * 1e-6, (Stage(vol / (path.bandwidth_gbps * 1e9), "graph"),))
+        by_host: dict[int, list[int]] = {}
+        host_of = self.host_of
+        for d in devices:
+            by_host.setdefault(host_of[d], []).append(d)
+        if len(by_host) == 1:
+            ((h, devs),) = by_host.items()
+            bw, lat, name = self.host_ring(h, devs)
+            vol, steps = _volume(kind, n, size)
+            algo = "direct" if kind is CollectiveKind.ALL_TO_ALL else "ring"
+            return Plan(algo, steps * lat * 1e-6, (Stage(vol / (bw * 1e9), name),), slow)
+        return self._multi_host(kind, by_host, n, size, slow)
+
+    def _crossed(self, hosts: Sequence[int], reps: Sequence[int]) -> tuple[int, list[tuple[int, int]]]:
+        """LCA level of the hosts and the (level, domain) uplinks between level 1 and it, with member hosts."""
+        t = self.topology
+        lca = t.group_lca_level(reps)
+        ups: list[tuple[int, int]] = []
+        for li in range(1, lca):
+            col = t.domain_column(li)
+            ups += [(li, k) for k in sorted({col[r] for r in reps})]
+        return lca, ups
+
+    def _multi_host(self, kind: CollectiveKind, by_host: Mapping[int, list[int]], n: int, size: float,
+                    slow: float) -> Plan:
+        t = self.topology
+        hosts = list(by_host)
+        reps = [by_host[h][0] for h in hosts]
+        lca, ups = self._crossed(hosts, reps)
+        a_inter = t.levels[lca].tier.latency_us
+        rf = 1.0
+        rp = t.rail_policy
+        if rp is not None:
+            rails = {tuple(sorted(-1 if t.devices[d].rail is None else t.devices[d].rail for d in by_host[h])) for h in hosts}  # type: ignore[misc]
+            if len(rails) > 1:
+                rf, a_inter = rp.bandwidth_factor, a_inter + rp.extra_latency_us
+        rings = {h: self.host_ring(h, by_host[h]) for h in hosts if len(by_host[h]) > 1}
+        a_intra = max((r[1] for r in rings.values()), default=0.0)
+        intra_bw = min((r[0] for r in rings.values()), default=math.inf)
+        intra_name = min(rings.values(), key=lambda r: r[0])[2] if rings else t.levels[0].name
+        nic_name = self.names[self.base[0]]
+        flow = {h: self.nic_gbps[h] * min(len(by_host[h]), self.nics[h]) * rf * 1e9 for h in hosts}
+        b0 = self.base[0]
+
+        def shared(per_host: Mapping[int, float], per_up: Mapping[tuple[int, int], float]) -> tuple[tuple[int, float], ...]:
+            out = []
+            for h, x in per_host.items():
+                out += [(b0 + 2 * h, x), (b0 + 2 * h + 1, x)]
+            for (li, k), x in per_up.items():
+                r = self.base[li] + 2 * k
+                out += [(r, x), (r + 1, x)]
+            return tuple(out)
+
+        def stage(intra: float, per_host: Mapping[int, float], per_up: Mapping[tuple[int, int], float]) -> Stage:
+            nic = max(x / flow[h] for h, x in per_host.items())
+            return Stage(max(intra, nic), intra_name if intra >= nic else nic_name, shared(per_host, per_up))
+
+        cands: list[Plan] = []
+        if kind is CollectiveKind.ALL_TO_ALL:
+            per_host = {h: len(v) * size * (n - len(v)) / n for h, v in by_host.items()}
+            per_up: dict[tuple[int, int], float] = {}
+            for li, k in ups:
+                col = t.domain_column(li)
+                m = sum(len(v) for h, v in by_host.items() if col[v[0]] == k)
+                per_up[(li, k)] = m * size * (n - m) / n
+            intra = max(((len(by_host[h]) - 1) / n * size / (r[0] * 1e9) for h, r in rings.items()), default=0.0)
+            cands.append(Plan("direct", (n - 1) * a_inter * 1e-6, (stage(intra, per_host, per_up),), slow))
+        else:
+            vol, steps = _volume(kind, n, size)
+            cands.append(Plan("ring", steps * a_inter * 1e-6,
+                              (stage(vol / (intra_bw * 1e9), dict.fromkeys(hosts, vol), dict.fromkeys(ups, vol)),), slow))
+        if kind is CollectiveKind.ALL_REDUCE:
+            h = len(hosts)
+            sizes = {len(v) for v in by_host.values()}
+            if len(sizes) == 1 and (g := sizes.pop()) > 1:
+                rs = Stage((g - 1) / g * size / (intra_bw * 1e9), intra_name)
+                v2 = 2.0 * (h - 1) / h * size
+                lat = (2 * (g - 1) * a_intra + 2 * (h - 1) * a_inter) * 1e-6
+                cands.append(Plan("hierarchical", lat, (rs, stage(0.0, dict.fromkeys(hosts, v2), dict.fromkeys(ups, v2)), rs), slow))
+            gmax = max(len(v) for v in by_host.values())
+            lat = 2 * (math.ceil(math.log2(h)) * a_inter + (gmax - 1) * a_intra) * 1e-6
+            cands.append(Plan("tree", lat, (stage(2 * size / (intra_bw * 1e9), dict.fromkeys(hosts, 2 * size),
+                                                  dict.fromkeys(ups, 2 * size)),), slow))
+        return min(cands, key=self.alone)
+
+    def plan_edge(self, a: int, b: int, size: float) -> Plan:
+        """One point-to-point transfer of `size` bytes from device `a` to device `b`."""
+        t = self.topology
+        if size <= 0 or a == b:
+            return NO_PLAN
+        slow = self._slow((a, b))
+        if t.pair_paths is not None or self.host_of[a] == self.host_of[b]:
+            from placement.cost import pair_path
+
+            p = pair_path(t, self.state, a, b)
+            return Plan("p2p", p.latency_us * 1e-6, (Stage(size / (p.bandwidth_gbps * 1e9), p.tier),))
+        lca = t.lca_level(a, b)
+        lat = t.levels[lca].tier.latency_us
+        rf = 1.0
+        rp = t.rail_policy
+        if rp is not None and t.devices[a].rail != t.devices[b].rail:
+            rf, lat = rp.bandwidth_factor, lat + rp.extra_latency_us
+        ha, hb = self.host_of[a], self.host_of[b]
+        b0 = self.base[0]
+        loads = [(b0 + 2 * ha, size), (b0 + 2 * hb + 1, size)]
+        for li in range(1, lca):
+            col = t.domain_column(li)
+            loads += [(self.base[li] + 2 * col[a], size), (self.base[li] + 2 * col[b] + 1, size)]
+        flow = min(self.nic_gbps[ha], self.nic_gbps[hb]) * rf * 1e9
+        return Plan("p2p", lat * 1e-6, (Stage(size / flow, self.names[b0], tuple(loads)),), slow)
+
+
+def phase_seconds(fabric: Fabric, plans: Sequence[Plan]) -> list[tuple[float, str]]:
+    """Seconds of each of `plans` run at the same time, sharing links in proportion to their bytes, and the tier
+    that bounds each (see the module docstring)."""
+    total: dict[int, float] = {}
+    for p in plans:
+        for s in p.stages:
+            for r, x in s.loads:
+                total[r] = total.get(r, 0.0) + x
+    caps, names = fabric.caps, fabric.names
+    out: list[tuple[float, str]] = []
+    for p in plans:
+        secs, worst, tier = 0.0, -1.0, ""
+        for s in p.stages:
+            best, name = s.local, s.local_tier
+            for r, _ in s.loads:
+                v = total[r] / (caps[r] * 1e9)
+                if v > best:
+                    best, name = v, names[r]
+            secs += best
+            if best > worst:
+                worst, tier = best, name
+        out.append((p.latency + p.slowdown * secs, tier))
+    return out
