@@ -1,0 +1,456 @@
+"""Multilevel candidates: Mt-KaHyPar process mapping of the job's rank units onto the hosts of a candidate domain.
+Owns the traffic hypergraph, the tier-cost target graphs, the hierarchical descent and the capacity repair.
+
+Mt-KaHyPar (Gottesbüren, Heuer, Sanders, Schlag; "Scalable Shared-Memory Hypergraph Partitioning", ALENEX 2021;
+process mapping with the Steiner-tree objective: Heuer, Maas, Sanders, "Multilevel Hypergraph Partitioning with
+Process Mapping", 2024) maps a hypergraph onto a target graph whose vertices are blocks: the cost of a hyperedge
+is the weight of the Steiner tree its blocks span in the target graph. Here:
+
+- **Vertices** are the units (TP groups or required groups, single ranks otherwise), weighted by their size.
+- **Hyperedges** are the job's groups and edges, merged per unit set (a group kept as one hyperedge, not as a
+  clique or ring: the Steiner tree of its hosts is the fabric it must cross, and a hyperedge is exact for
+  2-pin p2p edges). Its weight is its surrogate cost step ``c[L] - c[l]`` (`placement.cost`'s v1 formulas on
+  `placement.solve.bound.level_paths`) between spanning the whole mapped domain and staying in one block.
+- **Target graph**: the blocks, complete, an edge weighing the normalised tier-cost difference of the level
+  at which the two blocks meet (summed over the step's traffic), scaled to integers.
+- **Capacity**: the free candidate devices of a host, in whole units; a domain holds what its hosts hold.
+
+Limits of the library (1.7, measured here): the Steiner-tree objective on hypergraphs takes k <= 64 blocks
+(an `UnsupportedOperationError` above), precomputes Steiner trees of up to 4 blocks (k^4 table entries, capped
+at 1e8) and that precomputation costs 0.03 s at k=16, 0.2 s at k=32 and 3 s at k=64 on one core. So the
+mapping descends the tree: from the candidate domain onto the lowest level whose domains there number at most
+`MAX_BLOCKS`, then inside each chosen domain again, down to hosts. Where a domain has more children than that,
+the children (all equidistant) are partitioned for the connectivity (km1) metric, which equals the Steiner-tree
+metric on a uniform target. A second candidate, ``multilevel-cut``, partitions one level at a time for the
+cut-net metric weighted by that level's cost step: the exact per-level term of the solver's linear surrogate.
+Blocks that Mt-KaHyPar leaves over capacity are repaired by moving their least-connected units; a domain
+reached after the deadline is filled greedily (hosts with the most room first).
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from placement.cost import collective_seconds, p2p_seconds
+from placement.job import Job
+from placement.solve.bound import level_paths
+from placement.solve.construct import HostPool, scope_domains, unit_capacity
+from placement.state import ClusterState
+from placement.topology import Topology
+from placement.traffic import Traffic
+
+__all__ = ["MAX_BLOCKS", "available", "multilevel_candidates"]
+
+MAX_BLOCKS = 32  # blocks per Steiner-tree mapping call (library limit 64; 3 s of precomputation at 64)
+DIST_SCALE = 100  # the largest target-graph distance of a step
+WEIGHT_BUDGET = 2**29  # keeps every Steiner-tree sum inside Mt-KaHyPar's 32-bit weights
+_LOCK = threading.Lock()  # the library's seed and thread pool are process-global
+_STATE: dict[str, Any] = {}
+
+
+def _library() -> Any | None:
+    try:
+        import mtkahypar
+    except ImportError:
+        return None
+    return mtkahypar
+
+
+def available() -> bool:
+    """True when the `mtkahypar` package imports."""
+    return _library() is not None
+
+
+def _initializer(threads: int) -> Any:
+    """The library's initializer for `threads` threads (re-initialised only when the count changes)."""
+    mk = _library()
+    assert mk is not None
+    if _STATE.get("threads") != threads:
+        _STATE["init"] = mk.initialize(threads, False)
+        _STATE["threads"] = threads
+    return _STATE["init"]
+
+
+@dataclass(frozen=True)
+class _Term:
+    """Traffic among a set of vertices (>= 2), with its surrogate cost when their lowest common level is each level."""
+
+    verts: tuple[int, ...]
+    cost: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class _Vertices:
+    """The hypergraph's vertices: given units, some merged into the groups of the label that saves most by
+    staying on one host (``whole``: needs a host with `slot` free devices; `slot` is 0 when none merged)."""
+
+    units: list[tuple[int, ...]]  # given-unit indices per vertex
+    size: list[int]
+    whole: list[bool]
+    slot: int
+
+
+def _terms(topology: Topology, state: ClusterState, traffic: Traffic, vertex_of: dict[int, int]) -> list[_Term]:
+    """Groups and edges priced per level (v1 surrogate on the level paths), merged per vertex set."""
+    paths = level_paths(topology, state)
+    acc: dict[tuple[int, ...], list[float]] = {}
+    priced: list[tuple[Sequence[int], list[float]]] = [
+        (g.members, [collective_seconds(g.kind, len(g.members), g.bytes, g.count, g.exposed, p) for p in paths])
+        for g in traffic.groups
+    ]
+    priced += [((e.src, e.dst), [p2p_seconds(e.bytes, e.count, e.exposed, p) for p in paths]) for e in traffic.edges]
+    for ranks, costs in priced:
+        vs = tuple(sorted({vertex_of[r] for r in ranks}))
+        if len(vs) < 2:
+            continue
+        cur = acc.setdefault(vs, [0.0] * len(paths))
+        for li, c in enumerate(costs):
+            cur[li] += c
+    return [_Term(k, tuple(v)) for k, v in sorted(acc.items())]
+
+
+def _coarsen(topology: Topology, state: ClusterState, traffic: Traffic, units: Sequence[tuple[int, ...]],
+             slots_of: dict[int, int]) -> _Vertices:
+    """Merge given units into the groups of one label (the one that saves the most per rank by staying on a
+    host: TP in Megatron jobs), as many as hosts can hold whole (`slots_of`: free devices per host); the rest
+    stay as given. Units are never split."""
+    plain = _Vertices([(i,) for i in range(len(units))], [len(u) for u in units], [False] * len(units), 0)
+    paths = level_paths(topology, state)
+    if len(paths) < 2 or not traffic.groups:
+        return plain
+    unit_of = {r: i for i, u in enumerate(units) for r in u}
+    biggest = max(len(u) for u in units)
+    host_max = max(slots_of.values(), default=0)
+    by_label: dict[str, list[tuple[int, ...]]] = defaultdict(list)
+    saving: dict[str, float] = defaultdict(float)
+    for g in traffic.groups:
+        by_label[g.label].append(tuple(sorted(g.members)))
+        saving[g.label] += (collective_seconds(g.kind, len(g.members), g.bytes, g.count, g.exposed, paths[1])
+                            - collective_seconds(g.kind, len(g.members), g.bytes, g.count, g.exposed, paths[0]))
+    best: tuple[float, str] | None = None
+    for label, groups in by_label.items():
+        ranks = [r for g in groups for r in g]
+        size = len(groups[0])
+        if len(set(ranks)) != len(ranks) or any(len(g) != size for g in groups) or not biggest < size <= host_max:
+            continue
+        if any(sum(len(units[u]) for u in {unit_of[r] for r in g}) != size for g in groups):
+            continue  # a group that cuts through a given unit
+        per_rank = saving[label] / len(ranks)
+        if per_rank > 0 and (best is None or per_rank > best[0]):
+            best = (per_rank, label)
+    if best is None:
+        return plain
+    groups = sorted(set(by_label[best[1]]))
+    size = len(groups[0])
+    room = sum(f // size for f in slots_of.values())
+    merged: set[int] = set()
+    out = _Vertices([], [], [], size)
+    for g in groups[:room]:
+        us = tuple(sorted({unit_of[r] for r in g}))
+        merged.update(us)
+        out.units.append(us)
+        out.size.append(size)
+        out.whole.append(True)
+    for i, u in enumerate(units):
+        if i not in merged:
+            out.units.append((i,))
+            out.size.append(len(u))
+            out.whole.append(False)
+    return out
+
+
+@dataclass
+class _Tree:
+    """Candidate hosts and their domains: devices (`room`) and whole-vertex slots per domain of each level."""
+
+    topology: Topology
+    room: list[dict[int, int]]  # room[l][domain] > 0 only
+    slots: list[dict[int, int]]
+    kids: list[dict[int, list[int]]]  # kids[l][domain] -> child domains (level l-1) with room, sorted
+
+    @staticmethod
+    def of(topology: Topology, free: dict[int, int], slot: int) -> _Tree:
+        n_levels = len(topology.levels)
+        room: list[dict[int, int]] = [defaultdict(int) for _ in range(n_levels)]
+        slots: list[dict[int, int]] = [defaultdict(int) for _ in range(n_levels)]
+        kids: list[dict[int, set[int]]] = [defaultdict(set) for _ in range(n_levels)]
+        for h, r in free.items():
+            if r <= 0:
+                continue
+            k = h
+            for li in range(n_levels):
+                if li > 0:
+                    par = topology.parent[li - 1][k]
+                    kids[li][par].add(k)
+                    k = par
+                room[li][k] += r
+                slots[li][k] += r // slot if slot else 0
+        return _Tree(topology, [dict(r) for r in room], [dict(s) for s in slots],
+                     [{d: sorted(v) for d, v in ks.items()} for ks in kids])
+
+    def below(self, level: int, k: int, target: int) -> list[int]:
+        """Domains of level `target` < `level` under domain k that have room."""
+        cur = [k]
+        for li in range(level, target, -1):
+            cur = [c for d in cur for c in self.kids[li].get(d, ())]
+        return cur
+
+    def meet(self, level: int, a: int, b: int) -> int:
+        """The level at which two domains of `level` share a domain."""
+        li = level
+        while a != b:
+            a, b = self.topology.parent[li][a], self.topology.parent[li][b]
+            li += 1
+        return li
+
+
+class _Mapper:
+    """One descent from a scope domain to hosts; `steiner` picks the Steiner-tree or the cut-net variant."""
+
+    def __init__(self, tree: _Tree, vx: _Vertices, terms: list[_Term], steiner: bool, seed: int,
+                 deadline: float, threads: int) -> None:
+        self.tree, self.vx, self.terms = tree, vx, terms
+        self.steiner, self.seed, self.deadline, self.threads = steiner, seed, deadline, threads
+        self.host_of: dict[int, int] = {}
+        self.calls = 0
+        self.greedy_domains = 0
+
+    def run(self, level: int, k: int) -> dict[int, int] | None:
+        """Vertex -> host for all vertices, inside domain (level, k); None when they do not fit."""
+        ok = self._descend(level, k, list(range(len(self.vx.size))), list(range(len(self.terms))))
+        return self.host_of if ok else None
+
+    def _descend(self, level: int, k: int, verts: list[int], tids: list[int]) -> bool:
+        if not verts:
+            return True
+        vx, tree = self.vx, self.tree
+        if level == 0:
+            n_whole = sum(1 for v in verts if vx.whole[v])
+            if sum(vx.size[v] for v in verts) > tree.room[0].get(k, 0) or n_whole > tree.slots[0].get(k, 0):
+                return False
+            for v in verts:
+                self.host_of[v] = k
+            return True
+        target = level - 1
+        if self.steiner:
+            target = next((li for li in range(level) if len(tree.below(level, k, li)) <= MAX_BLOCKS), target)
+        blocks = tree.below(level, k, target)
+        if len(blocks) == 1:
+            return self._descend(target, blocks[0], verts, tids)
+        part: list[int] | None = None
+        if self.deadline - time.perf_counter() > 0.02 + (0.25 if len(blocks) > 16 and self.steiner else 0.0):
+            part = self._split(level, target, blocks, verts, tids)
+        if part is None:
+            self.greedy_domains += 1
+            return self._greedy(level, k, verts)
+        block_of = dict(zip(verts, part, strict=True))
+        by_block: list[list[int]] = [[] for _ in blocks]
+        for v in verts:
+            by_block[block_of[v]].append(v)
+        sub: list[list[int]] = [[] for _ in blocks]
+        for t in tids:
+            bs = {block_of[v] for v in self.terms[t].verts}
+            if len(bs) == 1:
+                sub[bs.pop()].append(t)
+        return all(self._descend(target, b, by_block[i], sub[i]) for i, b in enumerate(blocks))
+
+    def _split(self, level: int, target: int, blocks: list[int], verts: list[int], tids: list[int]) -> list[int] | None:
+        """Whole vertices onto block slots first, then the rest with those fixed; block index per vertex."""
+        vx, tree = self.vx, self.tree
+        whole = [v for v in verts if vx.whole[v]]
+        fixed: dict[int, int] = {}
+        if whole:
+            caps = [tree.slots[target].get(b, 0) * vx.slot for b in blocks]
+            got = self._partition(level, target, blocks, caps, whole, tids, {}) if len(whole) > 1 else None
+            if got is None:
+                return None
+            fixed = dict(zip(whole, got, strict=True))
+            if len(whole) == len(verts):
+                return got
+        caps = [tree.room[target][b] for b in blocks]
+        return self._partition(level, target, blocks, caps, verts, tids, fixed)
+
+    def _weights(self, level: int, target: int, tids: list[int]) -> tuple[list[int], list[int]]:
+        """Integer hyperedge weights of the step's terms and integer distances per meeting level."""
+        hi = level if self.steiner else target + 1
+        raw = [max(0.0, self.terms[t].cost[hi] - self.terms[t].cost[target]) for t in tids]
+        total = [sum(self.terms[t].cost[li] for t in tids) for li in range(level + 1)]
+        span = total[level] - total[target]
+        dist = [0] * (level + 1)
+        for li in range(target + 1, level + 1):
+            frac = (total[li] - total[target]) / span if span > 0 else 1.0
+            dist[li] = max(1, round(min(1.0, frac) * DIST_SCALE))
+        s = sum(raw)
+        bound = max(1, MAX_BLOCKS - 1) * (DIST_SCALE if self.steiner else 1)
+        scale = WEIGHT_BUDGET / (bound * s) if s > 0 else 0.0
+        return [min(2**24, round(w * scale)) for w in raw], dist
+
+    def _partition(self, level: int, target: int, blocks: list[int], caps: list[int], verts: list[int],
+                   tids: list[int], fixed: dict[int, int]) -> list[int] | None:
+        """One Mt-KaHyPar call: `verts` onto `blocks` (capacities `caps`), `fixed` vertices held in place."""
+        weights, dist = self._weights(level, target, tids)
+        local = {v: i for i, v in enumerate(verts)}
+        hes: list[list[int]] = []
+        hw: list[int] = []
+        for t, w in zip(tids, weights, strict=True):
+            pins = [local[v] for v in self.terms[t].verts if v in local]
+            if w > 0 and len(pins) > 1:
+                hes.append(pins)
+                hw.append(w)
+        vw = [self.vx.size[v] for v in verts]
+        if not hes or sum(caps) < sum(vw):
+            return None
+        mk = _library()
+        assert mk is not None
+        kb = len(blocks)
+        with _LOCK:
+            init = _initializer(self.threads)
+            ctx = init.context_from_preset(mk.PresetType.DETERMINISTIC)
+            ctx.logging = False
+            use_target = self.steiner and len(set(dist[target + 1:])) > 1 and kb <= MAX_BLOCKS
+            if use_target:
+                ctx.set_mapping_parameters(kb, 0.03)
+            else:
+                ctx.set_partitioning_parameters(kb, 0.03, mk.Objective.KM1 if self.steiner else mk.Objective.CUT)
+            ctx.set_individual_target_block_weights(caps)
+            mk.set_seed(self.seed)
+            hg = init.create_hypergraph(ctx, len(verts), len(hes), hes, vw, hw)
+            if fixed:
+                hg.add_fixed_vertices([fixed.get(v, -1) for v in verts], kb)
+            if use_target:
+                pairs = list(itertools.combinations(range(kb), 2))
+                d = [dist[self.tree.meet(target, blocks[a], blocks[b])] for a, b in pairs]
+                phg = hg.map_onto_graph(init.create_target_graph(ctx, kb, len(pairs), pairs, d), ctx)
+            else:
+                phg = hg.partition(ctx)
+            part = list(phg.get_partition())
+            self.calls += 1
+        movable = [v not in fixed for v in verts]
+        return _repair(part, vw, caps, hes, hw, movable)
+
+    def _greedy(self, level: int, k: int, verts: list[int]) -> bool:
+        """Whole vertices onto the hosts with the most slots, then the rest first fit, hosts with the most room
+        first (units in order; largest first when sizes differ)."""
+        vx, tree = self.vx, self.tree
+        hosts = sorted(tree.below(level, k, 0), key=lambda h: (-tree.room[0][h], h))
+        room = {h: tree.room[0][h] for h in hosts}
+        slots = {h: tree.slots[0].get(h, 0) for h in hosts}
+        order = sorted(verts, key=lambda v: (not vx.whole[v], -vx.size[v], v))
+        for v in order:
+            h = next((h for h in hosts if room[h] >= vx.size[v] and (not vx.whole[v] or slots[h] > 0)), None)
+            if h is None:
+                return False
+            room[h] -= vx.size[v]
+            slots[h] -= 1 if vx.whole[v] else 0
+            self.host_of[v] = h
+        return True
+
+
+def _repair(part: list[int], vw: list[int], caps: list[int], hes: list[list[int]], hw: list[int],
+            movable: list[bool]) -> list[int] | None:
+    """Move the least-connected movable vertices out of over-full blocks into the block they are most tied to
+    that has room; None when some vertex fits nowhere."""
+    load = [0] * len(caps)
+    for v, b in enumerate(part):
+        load[b] += vw[v]
+    if all(ld <= c for ld, c in zip(load, caps, strict=True)):
+        return part
+    inc: dict[int, list[int]] = defaultdict(list)
+    for i, he in enumerate(hes):
+        for v in he:
+            inc[v].append(i)
+
+    def ties(v: int, b: int) -> int:
+        return sum(hw[i] for i in inc[v] if any(part[u] == b for u in hes[i] if u != v))
+
+    for b in range(len(caps)):
+        if load[b] <= caps[b]:
+            continue
+        members = sorted((v for v in range(len(part)) if part[v] == b and movable[v]),
+                         key=lambda v: (ties(v, b), -vw[v], v))
+        for v in members:
+            if load[b] <= caps[b]:
+                break
+            dest = [c for c in range(len(caps)) if c != b and load[c] + vw[v] <= caps[c]]
+            if not dest:
+                return None
+            c = max(dest, key=lambda c: (ties(v, c), caps[c] - load[c], -c))
+            part[v] = c
+            load[b] -= vw[v]
+            load[c] += vw[v]
+    return part if all(ld <= c for ld, c in zip(load, caps, strict=True)) else None
+
+
+def multilevel_candidates(
+    topology: Topology,
+    state: ClusterState,
+    job: Job,
+    traffic: Traffic,
+    candidates: Sequence[int],
+    units: Sequence[tuple[int, ...]],
+    *,
+    seed: int,
+    deadline: float,
+    threads: int = 1,
+) -> list[tuple[str, list[int]]]:
+    """Named full mappings (rank -> device index) from Mt-KaHyPar process mapping; see the module docstring.
+
+    Each uses only `candidates`, each device once, and keeps every unit on one host. Candidates, in order:
+    ``multilevel`` (Steiner-tree mapping inside the tightest domain that holds the job), ``multilevel-cut``
+    (cut-net partitioning level by level, same domain) and ``multilevel-wide`` (Steiner-tree mapping one
+    level up, when there is such a domain). Deterministic for a fixed `seed` and `threads`. Returns [] when
+    not applicable: pins, spread rules, a device graph (`topology.pair_paths`), units that do not cover the
+    ranks once, too few devices, or `mtkahypar` not installed.
+    """
+    if _library() is None or job.constraints.pins or job.constraints.spread or topology.pair_paths is not None:
+        return []
+    if not units or sorted(r for u in units for r in u) != list(range(job.ranks)):
+        return []
+    pool = HostPool.of(topology, candidates)
+    sizes = [len(u) for u in units]
+    usize = sizes[0] if len(set(sizes)) == 1 else 1
+    free = {h: len(devs) // usize * usize for h, devs in pool.devices.items()}
+    top = len(topology.levels) - 1
+    cap = unit_capacity(topology, pool, max(sizes))
+    scopes = scope_domains(topology, cap, len(units), limit=1) if len(set(sizes)) == 1 else []
+    scopes.append((top, topology.parent[top - 1][0] if top else 0))
+    plan: list[tuple[str, tuple[int, int], bool]] = [("multilevel", scopes[0], True), ("multilevel-cut", scopes[0], False)]
+    if scopes[1] != scopes[0]:
+        plan.append(("multilevel-wide", scopes[1], True))
+    out: list[tuple[str, list[int]]] = []
+    for i, (name, (level, k), steiner) in enumerate(plan):
+        now = time.perf_counter()
+        if now >= deadline and out:
+            break
+        col = topology.domain_column(level)
+        in_scope = {h: f for h, f in free.items() if col[pool.devices[h][0]] == k}
+        if sum(in_scope.values()) < job.ranks:
+            continue
+        vx = _coarsen(topology, state, traffic, units, in_scope)
+        tree = _Tree.of(topology, in_scope, vx.slot)
+        vertex_of = {r: v for v, us in enumerate(vx.units) for u in us for r in units[u]}
+        terms = _terms(topology, state, traffic, vertex_of)
+        share = now + (deadline - now) / (len(plan) - i)  # an even share of what is left
+        host_of = _Mapper(tree, vx, terms, steiner, seed, share, threads).run(level, k)
+        if host_of is not None:
+            out.append((name, _mapping(pool, units, vx, host_of, job.ranks)))
+    return out
+
+
+def _mapping(pool: HostPool, units: Sequence[tuple[int, ...]], vx: _Vertices, host_of: dict[int, int],
+             n_ranks: int) -> list[int]:
+    """Devices of each host to its vertices in order, units in order inside a vertex, ranks in order inside a unit."""
+    left = {h: list(devs) for h, devs in pool.devices.items()}
+    out = [-1] * n_ranks
+    for v in sorted(host_of):
+        devs = left[host_of[v]]
+        for u in vx.units[v]:
+            for r in units[u]:
+                out[r] = devs.pop(0)
+    return out
