@@ -33,6 +33,7 @@ from placement.topology import Topology
 __all__ = [
     "AXES",
     "MODES",
+    "OUTPUT_COLUMNS",
     "STRATEGIES",
     "TASK_SECONDS",
     "Point",
@@ -41,13 +42,18 @@ __all__ = [
     "SweepRun",
     "Task",
     "Variant",
+    "activation_gb",
     "build_state",
+    "canonical_strategy",
     "csv_columns",
     "default_workers",
+    "device_memory_gb",
     "evaluate_task",
     "factorizations",
     "iter_missing",
+    "known_strategies",
     "load_sweep",
+    "model_state_gb",
     "plan_tasks",
     "plot_sweep",
     "ranked_tables",
@@ -64,29 +70,85 @@ AXES: tuple[str, ...] = (
 """The axes a sweep file may vary (under ``axes:``)."""
 MODES: tuple[str, ...] = ("whole", "partial", "mixed")
 """Fragmentation modes of `placement.scenarios.occupy`."""
-STRATEGIES: tuple[str, ...] = ("first-fit", "topology-greedy", "cpsat")
-"""Strategy names, as `placement.solve.Strategy` spells them."""
+STRATEGIES: tuple[str, ...] = ("first-fit", "kueue-tas", "slurm-tree", "slurm-block", "cpsat")
+"""Strategy names, as `placement.solve.Strategy` spells them; the default of the strategies axis is every
+strategy the solver knows (`known_strategies`). ``topology-greedy`` is accepted as an alias of ``kueue-tas``."""
+
+
+def known_strategies() -> tuple[str, ...]:
+    """The strategy names the solver knows (`placement.solve.Strategy`), in its order, aliases left out."""
+    from placement.solve import Strategy
+
+    return tuple(dict.fromkeys(getattr(s, "canonical", s).value for s in Strategy))
+
+
+def canonical_strategy(name: Any) -> str | None:
+    """The solver's name for a strategy axis value (``topology-greedy`` -> ``kueue-tas``), None when unknown."""
+    from placement.solve import Strategy
+
+    try:
+        st = Strategy(name)
+    except ValueError:
+        return None
+    return str(getattr(st, "canonical", st).value)
 MAX_POINTS = 100_000
 """A grid larger than this is refused: it is almost always a typo (an axis listed as a range of thousands)."""
 
 _TOP_KEYS = ("name", "description", "cluster", "job", "state", "gpus", "solver", "axes")
 _SHAPE_FILTERS = (*DIMENSIONS, *(f"max_{d}" for d in DIMENSIONS), "heads", "tp_within_node", "memory_gb",
-                  "distributed_optimizer")
+                  "distributed_optimizer", "activations")
 
 
 def model_state_gb(parameters: float, s: Shape, *, distributed_optimizer: bool = True) -> float:
     """GB per GPU for weights, gradients and Adam states in mixed precision (ZeRO paper, Rajbhandari et al.
     2020, sec. 3.1: 2 + 2 + 12 bytes per parameter); the distributed optimizer (Megatron-LM, ZeRO-1) shards the
-    12 optimizer bytes over the data-parallel ranks (dp x cp). Activations are not counted: a lower estimate.
+    12 optimizer bytes over the data-parallel ranks (dp x cp). Activations are `activation_gb`.
+
+    70B over tp8 x pp4 is 2.19e9 parameters per GPU, each 2 + 2 + 12/4 = 7 bytes (dp4 shards Adam):
 
     >>> round(model_state_gb(70e9, Shape(8, 1, 1, 4, 4)), 1)
-    10.6
+    15.3
     """
     per_rank = parameters / (s.tp * s.pp)
     optimizer = 12.0 / (s.dp * s.cp) if distributed_optimizer else 12.0
     return per_rank * (4.0 + optimizer) / 1e9
+
+
+def device_memory_gb(kind: str | None, topology: Topology | None = None) -> float | None:
+    """Memory per device (GB) of a device kind: the cluster's own kinds, then `placement.compute.DEVICE_KINDS`
+    (V100 ... MI300X); None when the kind is unknown.
+
+    >>> device_memory_gb("H100"), device_memory_gb("gpu")
+    (80.0, None)
+    """
+    from placement.compute import device_kind
+
+    dk = device_kind(kind, topology)
+    return None if dk is None else dk.memory_gb
+
+
+def activation_gb(s: Shape, *, hidden: int, layers: int, seq_len: int, micro_batch: int = 1,
+                  micro_batches: int = 1, heads: int = 0, recompute: bool = False) -> float:
+    """GB of activations per device on the first pipeline stage at its peak: `placement.compute.activation_bytes`
+    (Korthikanti et al. 2022, eq. 2, under tensor and sequence parallelism: ``s*b*h*(34 + 5*a*s/h) / tp`` bytes
+    per layer, s split by cp; full recomputation keeps ``2*s*b*h / tp``; 1F1B holds ``min(pp, micro_batches)``
+    micro-batches of ``layers / pp`` layers). Heads default to hidden / 128.
+
+    A 70B-class model (h 8192, 64 heads, 80 layers, s 4096, b 1) on tp8 pp4 with 16 micro-batches: 33.5e6 * (34 +
+    160) / 8 bytes per layer, 20 layers x 4 micro-batches in flight:
+
+    >>> round(activation_gb(Shape(8, 1, 1, 8, 4), hidden=8192, layers=80, seq_len=4096, micro_batches=16, heads=64), 1)
+    65.1
+    """
+    from placement.compute import activation_bytes
+    from placement.job import ModelShape, ParallelSpec
+
+    model = ModelShape(parameters=1.0, hidden=hidden, layers=layers, seq_len=seq_len, micro_batch=micro_batch,
+                       micro_batches=micro_batches, recompute=recompute, heads=heads)
+    return activation_bytes(model, ParallelSpec(s.tp, s.cp, s.ep, s.dp, s.pp)) / 1e9
+
+
 _FEASIBLE = ("OPTIMAL", "FEASIBLE")
-_BASELINES = ("first-fit", "topology-greedy")
 _DEFAULT_TIME_LIMIT = 10.0
 TASK_SECONDS = 6.0
 """About how much solver time limit one task (one `compare` call) holds."""
@@ -192,6 +254,8 @@ class Sweep:
     solver_seed: int = 0
     relative_gap: float = 0.0
     strategies: tuple[str, ...] = STRATEGIES
+    baselines: tuple[str, ...] = ("first-fit",)
+    """The baseline strategies the solver reports on every answer (`PlacementResult.baselines`): CSV columns."""
 
     @property
     def keys(self) -> tuple[str, ...]:
@@ -201,13 +265,17 @@ class Sweep:
 
 def factorizations(gpus: int, filters: Mapping[str, Any] | None = None, *, gpus_per_node: int | None = None,
                    hidden: int | None = None, layers: int | None = None, seq_len: int | None = None,
-                   experts: int = 0, parameters: float | None = None) -> list[Shape]:
+                   experts: int = 0, parameters: float | None = None, micro_batch: int = 1, micro_batches: int = 1,
+                   recompute: bool = False, heads: int = 0, device_memory_gb: float | None = None) -> list[Shape]:
     """Every (tp, cp, ep, dp, pp) whose product is `gpus` and that passes the filters, sorted by tp, cp, ep, pp.
 
-    Filters: allowed values per dimension (``tp: [1, 2, 4, 8]``), ``max_<dim>``, ``heads`` (tp divides it),
-    ``tp_within_node`` (default true: tp <= `gpus_per_node`), ``memory_gb`` (the model states of
-    `model_state_gb` fit a GPU; ``distributed_optimizer``, default true, shards the optimizer over dp). The
-    model rules always apply: tp divides `hidden`, pp divides `layers`, cp divides `seq_len`, ep > 1 needs
+    Filters: allowed values per dimension (``tp: [1, 2, 4, 8]``), ``max_<dim>``, ``heads`` (tp divides it;
+    default the model's `heads`),
+    ``tp_within_node`` (default true: tp <= `gpus_per_node`), ``memory_gb`` (GB per GPU; default
+    `device_memory_gb`, the memory of the job's device kind). With a memory limit and `parameters`, a shape must
+    hold its model states (`model_state_gb`; ``distributed_optimizer``, default true, shards the optimizer over
+    dp) plus, with ``activations`` (default true) and the model's sizes, the activations of `activation_gb`.
+    The model rules always apply: tp divides `hidden`, pp divides `layers`, cp divides `seq_len`, ep > 1 needs
     `experts` divisible by ep.
 
     >>> [s.label for s in factorizations(8, {"cp": [1], "ep": [1]}, gpus_per_node=4, layers=2)]
@@ -233,15 +301,19 @@ def factorizations(gpus: int, filters: Mapping[str, Any] | None = None, *, gpus_
             continue
         if f.get("tp_within_node", True) and gpus_per_node is not None and tp > gpus_per_node:
             continue
-        heads = f.get("heads")
-        if (heads and heads % tp) or (hidden and hidden % tp) or (layers and layers % pp) or (seq_len and seq_len % cp):
+        n_heads = f.get("heads") or heads
+        if (n_heads and n_heads % tp) or (hidden and hidden % tp) or (layers and layers % pp) or (seq_len and seq_len % cp):
             continue
         if ep > 1 and (experts < ep or experts % ep):
             continue
-        mem = f.get("memory_gb")
-        if mem is not None and parameters is not None and model_state_gb(
-                parameters, s, distributed_optimizer=f.get("distributed_optimizer", True)) > mem:
-            continue
+        mem = f.get("memory_gb", device_memory_gb)
+        if mem is not None and parameters is not None:
+            need = model_state_gb(parameters, s, distributed_optimizer=f.get("distributed_optimizer", True))
+            if f.get("activations", True) and hidden and layers and seq_len:
+                need += activation_gb(s, hidden=hidden, layers=layers, seq_len=seq_len, micro_batch=micro_batch,
+                                      micro_batches=micro_batches, heads=n_heads, recompute=recompute)
+            if need > mem:
+                continue
         out.append(s)
     out.sort(key=lambda s: (s.tp, s.cp, s.ep, s.pp, s.dp))
     return out
@@ -481,7 +553,7 @@ def _shapes(ps: Problems, shapes_doc: Any, gpus: int, job_doc: Mapping[str, Any]
                 if isinstance(val, bool) or not isinstance(val, int | float) or val <= 0:
                     ps.add(fp, f"must be a number of GB > 0, got {val!r}")
                     ok = False
-            elif k in ("tp_within_node", "distributed_optimizer"):
+            elif k in ("tp_within_node", "distributed_optimizer", "activations"):
                 if not isinstance(val, bool):
                     ps.add(fp, f"must be true or false, got {val!r}")
                     ok = False
@@ -491,15 +563,24 @@ def _shapes(ps: Problems, shapes_doc: Any, gpus: int, job_doc: Mapping[str, Any]
         if ok:
             assert model is not None
             for v, topo in zip(variants, vtopos, strict=True):
-                kinds = [nt.devices for nt in topo.host_types if base_job.device_kind in (None, nt.kind)]
+                types = [nt for nt in topo.host_types if base_job.device_kind in (None, nt.kind)]
+                kinds = [nt.devices for nt in types]
+                mems = [device_memory_gb(nt.kind, topo) for nt in types]
                 found = factorizations(gpus, filters, gpus_per_node=max(kinds, default=None), hidden=model.hidden,
                                        layers=model.layers, seq_len=model.seq_len, experts=model.experts,
-                                       parameters=model.parameters)
+                                       parameters=model.parameters, micro_batch=model.micro_batch,
+                                       micro_batches=model.micro_batches, recompute=model.recompute, heads=model.heads,
+                                       device_memory_gb=min((m for m in mems if m is not None), default=None))
                 shapes: list[Shape | None] = [*found]
                 if not shapes:
                     rules = [f"tp <= {max(kinds, default=0)} GPUs per node" if filters.get("tp_within_node", True) else "",
                              f"tp divides hidden {model.hidden}", f"pp divides layers {model.layers}"]
-                    rules += [f"{k} {filters[k]}" for k in filters if k not in ("tp_within_node", "distributed_optimizer")]
+                    mem = filters.get("memory_gb", min((m for m in mems if m is not None), default=None))
+                    if mem is not None:
+                        what = "model states + activations" if filters.get("activations", True) else "model states"
+                        rules.append(f"{what} <= {mem:g} GB per device")
+                    rules += [f"{k} {filters[k]}" for k in filters
+                              if k not in ("tp_within_node", "distributed_optimizer", "activations", "memory_gb")]
                     where = "" if v.label == "base" else f" (variant {v.label})"
                     ps.add("axes.shapes", f"no factorization of {gpus} GPUs passes the filters{where}: {'; '.join(r for r in rules if r)}")
                 shapes_per_variant.append(shapes)
@@ -585,8 +666,12 @@ def sweep_from_dict(doc: Any, source: str = "<sweep>", base_dir: Path | None = N
     failed = _values(ps, axes, "failed", [0.0], _fraction)
     modes = _values(ps, axes, "modes", ["whole"], lambda x: None if x in MODES else f"unknown mode {x!r}; known: {', '.join(MODES)}")
     seeds = _values(ps, axes, "seeds", [0], lambda x: None if _is_int(x) else f"must be an integer, got {x!r}")
-    strategies = _values(ps, axes, "strategies", list(STRATEGIES),
-                         lambda x: None if x in STRATEGIES else f"unknown strategy {x!r}; known: {', '.join(STRATEGIES)}")
+    known = known_strategies()
+    strategies = _values(ps, axes, "strategies", list(known),
+                         lambda x: None if canonical_strategy(x) else f"unknown strategy {x!r}; known: {', '.join(known)}")
+    strategies = [canonical_strategy(x) for x in strategies]
+    if len(set(strategies)) != len(strategies):
+        ps.add("axes.strategies", f"names one strategy twice (an alias and its name): {axes.get('strategies')!r}")
     time_limits = _values(ps, axes, "time_limits", [_DEFAULT_TIME_LIMIT],
                           lambda x: None if _is_num(x) and x > 0 else f"must be a number of seconds > 0, got {x!r}")
     gpn = _values(ps, axes, "gpus_per_node", [None], _positive_int)
@@ -700,7 +785,8 @@ def sweep_from_dict(doc: Any, source: str = "<sweep>", base_dir: Path | None = N
         name=name, source=source, cluster_doc=cluster_doc, cluster_dir=str(cluster_dir), job_doc=job_doc,
         job_name=base_job.name, state_doc=state_doc, gpus=gpus, variants=tuple(variants), variant_docs=tuple(vdocs),
         variant_info=tuple(vinfo), points=tuple(points), labels=labels, tiers=tiers, level_names=tuple(level_names),
-        solver_workers=int(s_workers), solver_seed=int(s_seed), relative_gap=float(s_gap), strategies=tuple(strategies),
+        solver_workers=int(s_workers), solver_seed=int(s_seed), relative_gap=float(s_gap),
+        strategies=tuple(str(x) for x in strategies), baselines=tuple(x for x in known if x != "cpsat"),
     )
 
 
@@ -774,21 +860,31 @@ def _outputs(res: Any, reason: str | None, free: int) -> dict[str, str]:
     if res is None:
         out.update(status="INFEASIBLE", error=reason or "")
         return out
+    from placement.cost import CostReport
+    from placement.io.export import baseline_costs
+
     rep = res.report
-    secs = res.seconds
-    out.update(status=res.status.value, seconds_per_step=_fmt(secs), lower_bound=_fmt(res.lower_bound),
-               gap=_fmt(res.gap), wall_s=_fmt(float(res.stats.get("wall_s", 0.0))), error="")
-    for b in _BASELINES:
-        bs = res.baselines.get(b)
+    out.update(status=res.status.value, lower_bound=_fmt(res.lower_bound), gap=_fmt(res.gap),
+               wall_s=_fmt(float(res.stats.get("wall_s", 0.0))), error="")
+    if not isinstance(rep, CostReport):
+        return out
+    step, comm = rep.step_seconds, rep.comm_seconds
+    out.update(step_seconds=_fmt(step), comm_seconds=_fmt(comm), comm_seconds_total=_fmt(rep.comm_seconds_total),
+               compute_seconds=_fmt(rep.compute_seconds), bubble_seconds=_fmt(rep.bubble_seconds),
+               mfu=_fmt(rep.mfu), tokens_per_s=_fmt(rep.tokens_per_s), seconds_per_step=_fmt(comm))
+    for b, cost in baseline_costs(rep, res.baselines).items():
         col = b.replace("-", "_")
-        out[f"baseline_{col}_s"] = _fmt(bs)
-        if bs is not None and secs is not None and bs > 0:
-            out[f"improvement_vs_{col}"] = _fmt((bs - secs) / bs)
-    if rep is not None:
-        for lab, s in rep.by_label.items():
-            out[f"label_{lab}_s"] = _fmt(s)
-        for tier, s in rep.by_tier.items():
-            out[f"tier_{tier}_s"] = _fmt(s)
+        b_comm, b_step = cost["comm_seconds"], cost["step_seconds"]
+        out[f"baseline_{col}_s"] = _fmt(b_comm)
+        out[f"baseline_{col}_step_s"] = _fmt(b_step)
+        if b_comm is not None and b_comm > 0:
+            out[f"improvement_vs_{col}"] = _fmt((b_comm - comm) / b_comm)
+        if b_step is not None and b_step > 0:
+            out[f"step_improvement_vs_{col}"] = _fmt((b_step - step) / b_step)
+    for lab, s in rep.by_label.items():
+        out[f"label_{lab}_s"] = _fmt(s)
+    for tier, s in rep.by_tier.items():
+        out[f"tier_{tier}_s"] = _fmt(s)
     return out
 
 
@@ -879,17 +975,26 @@ def plan_tasks(sweep: Sweep, todo: set[str], workers: int) -> list[Task]:
 # ---- the CSV ------------------------------------------------------------------------------------------------
 
 
+OUTPUT_COLUMNS: tuple[str, ...] = (
+    "step_seconds", "comm_seconds", "comm_seconds_total", "compute_seconds", "bubble_seconds", "mfu", "tokens_per_s",
+    "seconds_per_step",
+)
+"""The modeled step of a point's answer (`placement.cost.CostReport`); ``seconds_per_step`` is the deprecated v1
+name of ``comm_seconds``, kept so that older results files resume."""
+
+
 def csv_columns(sweep: Sweep) -> list[str]:
     """Every input and output column, in order."""
     cols = ["key", "sweep", "variant", "gpus_per_node", "nodes", "nodes_per_leaf"]
     for lv in sweep.level_names:
         cols += [f"{lv}_bandwidth_gbps", f"{lv}_latency_us"]
     cols += ["occupancy", "mode", "seed", "failed_fraction", "free_devices", "shape", "tp", "cp", "ep", "dp", "pp",
-             "ranks", "strategy", "time_limit_s", "status", "seconds_per_step", "lower_bound", "gap"]
-    for b in _BASELINES:
-        cols.append(f"baseline_{b.replace('-', '_')}_s")
-    for b in _BASELINES:
-        cols.append(f"improvement_vs_{b.replace('-', '_')}")
+             "ranks", "strategy", "time_limit_s", "status", *OUTPUT_COLUMNS, "lower_bound", "gap"]
+    names = [b.replace("-", "_") for b in sweep.baselines]
+    cols += [f"baseline_{b}_step_s" for b in names]
+    cols += [f"baseline_{b}_s" for b in names]
+    cols += [f"step_improvement_vs_{b}" for b in names]
+    cols += [f"improvement_vs_{b}" for b in names]
     cols += [f"label_{lab}_s" for lab in sweep.labels]
     cols += [f"tier_{t}_s" for t in sweep.tiers]
     cols += ["tier_other_s", "wall_s", "error"]
@@ -1133,8 +1238,21 @@ def _layout(sweep: Sweep, rows: Mapping[str, Mapping[str, str]]) -> _Layout:
     return _Layout(x, facets, list(xs), facet_labels, series, strat, cells)
 
 
-def _seconds(rows: Sequence[Mapping[str, str]] | None) -> float | None:
-    return _mean([_num(r, "seconds_per_step") for r in rows or () if r.get("status") in _FEASIBLE])
+def _metric(rows: Sequence[Mapping[str, str]] | None, col: str) -> float | None:
+    """The mean of a column over the placed rows of a cell (several when seeds vary)."""
+    return _mean([_num(r, col) for r in rows or () if r.get("status") in _FEASIBLE])
+
+
+def _step(rows: Sequence[Mapping[str, str]] | None) -> float | None:
+    """Modeled step seconds of a cell; rows of results files older than the step model carry only
+    ``seconds_per_step`` (then communication alone)."""
+    return _mean([_num(r, "step_seconds") if r.get("step_seconds") else _num(r, "seconds_per_step")
+                  for r in rows or () if r.get("status") in _FEASIBLE])
+
+
+def _comm(rows: Sequence[Mapping[str, str]] | None) -> float | None:
+    return _mean([_num(r, "comm_seconds") if r.get("comm_seconds") else _num(r, "seconds_per_step")
+                  for r in rows or () if r.get("status") in _FEASIBLE])
 
 
 def _optimizer(lay: _Layout) -> str | None:
@@ -1142,55 +1260,74 @@ def _optimizer(lay: _Layout) -> str | None:
 
 
 def ranked_tables(sweep: Sweep, rows: Mapping[str, Mapping[str, str]], *, top: int = 10) -> list[Any]:
-    """One rich table per facet: the x values (job shapes, usually) ranked by their best seconds per step, each
-    strategy's seconds, the optimizer's gap and its improvement over the baselines on the same state."""
+    """One rich table per facet: the x values (job shapes, usually) ranked by their best modeled step seconds
+    (ties: less exposed communication), each strategy's step seconds, the best strategy's exposed communication,
+    MFU and tokens/s, the optimizer's gap and the step time it saves over each baseline on the same state."""
     from rich.table import Table
 
     lay = _layout(sweep, rows)
     opt = _optimizer(lay)
     tables: list[Any] = []
     for fl in lay.facet_labels:
-        ranked: list[tuple[float, str]] = []
+        ranked: list[tuple[float, float, str, str | None]] = []
         for xv in lay.xs:
-            vals = [v for s in lay.series if (v := _seconds(lay.cells.get((fl, xv, s)))) is not None]
-            ranked.append((min(vals) if vals else math.inf, xv))
-        ranked.sort(key=lambda t_: t_[0])  # stable: grid order breaks ties
+            best: tuple[float, float, str, str | None] = (math.inf, math.inf, xv, None)
+            for s in lay.series:
+                cell = lay.cells.get((fl, xv, s))
+                st = _step(cell)
+                if st is not None:
+                    best = min(best, (st, _comm(cell) or 0.0, xv, s), key=lambda b: (b[0], b[1]))
+            ranked.append(best)
+        ranked.sort(key=lambda t_: (t_[0], t_[1]))  # stable: grid order breaks ties
+        shown_bases = [b for b in sweep.baselines if opt is not None and any(
+            _metric(lay.cells.get((fl, xv, opt)), f"step_improvement_vs_{b.replace('-', '_')}") is not None
+            for _, _, xv, _ in ranked[:top])]
         body: list[list[str]] = []
-        for i, (best, xv) in enumerate(ranked[:top], start=1):
-            cells = [f"{v:.4f}" if (v := _seconds(lay.cells.get((fl, xv, s)))) is not None else "-" for s in lay.series]
+        for i, (step, _, xv, best_s) in enumerate(ranked[:top], start=1):
+            cells = [f"{v:.4f}" if (v := _step(lay.cells.get((fl, xv, s)))) is not None else "-" for s in lay.series]
+            bc = lay.cells.get((fl, xv, best_s)) if best_s is not None else None
+            comm, mfu, tok = _comm(bc), _metric(bc, "mfu"), _metric(bc, "tokens_per_s")
+            cells += [best_s or "-", "-" if comm is None else f"{comm:.4f}", "-" if mfu is None else f"{100 * mfu:.1f}%",
+                      "-" if tok is None else f"{tok:,.0f}"]
             if opt is not None:
                 orows = [r for r in lay.cells.get((fl, xv, opt), []) if r.get("status") in _FEASIBLE]
                 gap = _mean([_num(r, "gap") for r in orows])
                 cells.append("-" if gap is None else f"{100 * gap:.1f}%")
-                for b in _BASELINES:
-                    imp = _mean([_num(r, f"improvement_vs_{b.replace('-', '_')}") for r in orows])
+                for b in shown_bases:
+                    imp = _mean([_num(r, f"step_improvement_vs_{b.replace('-', '_')}") for r in orows])
                     cells.append("-" if imp is None else f"{100 * imp:+.1f}%")
             notes = sorted({(r.get("error") or "")[:90] for s in lay.series for r in lay.cells.get((fl, xv, s), [])
                             if r.get("status") not in _FEASIBLE and r.get("error")})
-            body.append([str(i) if math.isfinite(best) else "", xv, *cells, notes[0] if notes else ""])
+            body.append([str(i) if math.isfinite(step) else "", xv, *cells, notes[0] if notes else ""])
         head = f"{sweep.name}: {fl}" if fl != "all" else sweep.name
-        t = Table(title=f"{head}: seconds per step, ranked by the best strategy", title_justify="left",
+        t = Table(title=f"{head}: modeled step seconds, ranked by the best strategy", title_justify="left",
                   caption_justify="left")
         t.add_column("#", justify="right")
         t.add_column(lay.x, no_wrap=True)
         for s in lay.series:
-            t.add_column(s, justify="right")
+            t.add_column(f"{s} step s", justify="right")
+        t.add_column("best")
+        t.add_column("comm s", justify="right")
+        t.add_column("MFU", justify="right")
+        t.add_column("tokens/s", justify="right")
         if opt is not None:
             t.add_column(f"{opt} gap", justify="right")
-            for b in _BASELINES:
+            for b in shown_bases:
                 t.add_column(f"vs {b}", justify="right")
         with_notes = any(r[-1] for r in body)
         if with_notes:
             t.add_column("why not placed")
         for r in body:
             t.add_row(*(r if with_notes else r[:-1]))
-        caption = [f"vs X: time {opt} saves over X on the same state"] if opt is not None else []
+        caption = ["step s: compute + bubble + exposed comm; comm s, MFU, tokens/s: of the best strategy's answer"]
+        if opt is not None:
+            caption.append(f"gap: on the exposed comm; vs X: step time {opt} saves over X on the same state")
         if len(ranked) > len(body):
             caption.append(f"top {len(body)} of {len(ranked)}; every row is in the CSV")
-        n_inf = sum(1 for b, _ in ranked if not math.isfinite(b))
+        n_inf = sum(1 for b in ranked if not math.isfinite(b[0]))
         if n_inf:
             caption.append(f"{n_inf} with no placement")
-        t.caption = "; ".join(caption) or None
+        t.caption = "; ".join(caption)
         tables.append(t)
     return tables
 
@@ -1211,8 +1348,9 @@ def _save(fig: Any, out: Path, stem: str) -> list[Path]:
 
 def plot_sweep(sweep: Sweep, rows: Mapping[str, Mapping[str, str]], out_dir: str | Path, *,
                max_panels: int = 12) -> list[Path]:
-    """Three figures, each as PNG and SVG: seconds/step per strategy across the swept axis, the stacked
-    breakdown per tier, and the optimizer's improvement over the baselines. Returns the files written."""
+    """Three figures, each as PNG and SVG: modeled step seconds per strategy across the swept axis
+    (``step_seconds``), the exposed communication stacked per bottleneck tier (``tier_breakdown``), and the step
+    time the optimizer saves over each baseline (``improvement``). Returns the files written."""
     from matplotlib.figure import Figure
 
     out = Path(out_dir)
@@ -1240,19 +1378,19 @@ def plot_sweep(sweep: Sweep, rows: Mapping[str, Mapping[str, str]], out_dir: str
         ax.set_xlabel(lay.x)
         ax.grid(True, axis="y", alpha=0.3)
 
-    # 1. seconds per step per strategy
+    # 1. modeled step seconds per strategy
     r, c = _grid(len(facets), max_cols)
     fig = Figure(figsize=(width * c, 3.6 * r + 0.6), layout="constrained")
     for ax, fl in zip(axes_grid(fig, len(facets), max_cols), facets, strict=True):
         for s in lay.series:
-            ys = [_seconds(lay.cells.get((fl, xv, s))) for xv in lay.xs]
+            ys = [_step(lay.cells.get((fl, xv, s))) for xv in lay.xs]
             ax.plot(xi, [math.nan if y is None else y for y in ys], marker="o", ms=4, label=s)
         ax.set_title(fl, fontsize=10)
-        ax.set_ylabel("seconds / step")
+        ax.set_ylabel("step seconds")
         xticks(ax)
         ax.legend(fontsize=8)
-    fig.suptitle(f"{sweep.name}: modeled communication seconds per step{more}")
-    written += _save(fig, out, "seconds_per_step")
+    fig.suptitle(f"{sweep.name}: modeled step seconds (compute + bubble + exposed comm){more}")
+    written += _save(fig, out, "step_seconds")
 
     # 2. stacked breakdown per tier: a row of panels per strategy
     tiers = [t for t in [*sweep.tiers, "other"]
@@ -1273,12 +1411,13 @@ def plot_sweep(sweep: Sweep, rows: Mapping[str, Mapping[str, str]], out_dir: str
                 ax.bar(xi, vals, bottom=bottom, color=colors[t], label=t, width=0.75)
                 bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
             ax.set_title(f"{s} | {fl}", fontsize=9)
-            ax.set_ylabel("seconds / step")
+            ax.set_ylabel("exposed comm seconds")
             xticks(ax)
     if tiers:
         handles, labels = axs[0][0].get_legend_handles_labels()
         fig.legend(handles, labels, title="tier", loc="outside right upper")
-    fig.suptitle(f"{sweep.name}: seconds per step by bottleneck tier{more if len(lay.facet_labels) > 4 else ''}")
+    fig.suptitle(f"{sweep.name}: exposed communication seconds per step by bottleneck tier"
+                 f"{more if len(lay.facet_labels) > 4 else ''}")
     written += _save(fig, out, "tier_breakdown")
 
     # 3. improvement of the optimizer over the baselines (the baselines on the same state, from its rows)
@@ -1286,19 +1425,20 @@ def plot_sweep(sweep: Sweep, rows: Mapping[str, Mapping[str, str]], out_dir: str
     if opt is not None:
         fig = Figure(figsize=(width * c, 3.6 * r + 0.6), layout="constrained")
         for ax, fl in zip(axes_grid(fig, len(facets), max_cols), facets, strict=True):
-            for bi, b in enumerate(_BASELINES):
+            bar = 0.8 / max(1, len(sweep.baselines))
+            for bi, b in enumerate(sweep.baselines):
                 ys = []
                 for xv in lay.xs:
-                    feas = [rw for rw in lay.cells.get((fl, xv, opt), []) if rw.get("status") in _FEASIBLE]
-                    imp = _mean([_num(rw, f"improvement_vs_{b.replace('-', '_')}") for rw in feas])
+                    imp = _metric(lay.cells.get((fl, xv, opt)), f"step_improvement_vs_{b.replace('-', '_')}")
                     ys.append(math.nan if imp is None else 100 * imp)
-                ax.bar([x + (bi - 0.5) * 0.4 for x in xi], ys, width=0.4, label=f"vs {b}", color=f"C{bi + 3}")
+                offset = (bi - (len(sweep.baselines) - 1) / 2) * bar
+                ax.bar([x + offset for x in xi], ys, width=bar, label=f"vs {b}", color=f"C{(bi + 3) % 10}")
             ax.axhline(0, color="black", lw=0.8)
             ax.set_title(fl, fontsize=10)
-            ax.set_ylabel(f"{opt}: seconds saved (%)")
+            ax.set_ylabel(f"{opt}: step time saved (%)")
             xticks(ax)
             ax.legend(fontsize=8)
-        fig.suptitle(f"{sweep.name}: improvement of {opt} over the baselines on the same state{more}")
+        fig.suptitle(f"{sweep.name}: modeled step time {opt} saves over each baseline on the same state{more}")
         written += _save(fig, out, "improvement")
     return written
 

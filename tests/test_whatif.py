@@ -15,8 +15,10 @@ import yaml
 from placement.errors import InputError
 from placement.whatif import (
     Shape,
+    canonical_strategy,
     csv_columns,
     factorizations,
+    known_strategies,
     load_sweep,
     plot_sweep,
     ranked_tables,
@@ -25,6 +27,8 @@ from placement.whatif import (
     sweep_from_dict,
 )
 from tests.conftest import EXAMPLES
+
+GREEDY = canonical_strategy("topology-greedy")  # the solver's name for it (kueue-tas)
 
 with warnings.catch_warnings():
     warnings.filterwarnings("ignore", r"'click\.\w+(\.\w+)*' is deprecated", DeprecationWarning)
@@ -84,15 +88,18 @@ def test_parse_grid_and_defaults() -> None:
     sw = sweep_from_dict(sweep_doc(), "sweep.yaml")
     # 2 shapes x 2 occupancy x (first-fit + topology-greedy + cpsat at one time limit)
     assert len(sw.points) == 12 and len(sw.keys) == 12
-    assert {p.strategy for p in sw.points} == {"first-fit", "topology-greedy", "cpsat"}
+    assert GREEDY == "kueue-tas" and {p.strategy for p in sw.points} == {"first-fit", GREEDY, "cpsat"}
     assert {p.time_limit_s for p in sw.points if p.strategy != "cpsat"} == {None}
     assert {p.shape for p in sw.points} == {Shape(tp=4, dp=2), Shape(tp=2, pp=2, dp=2)}
-    # no shapes axis: the base job's own shape; default strategies are all three
+    # no shapes axis: the base job's own shape; default strategies are every one the solver knows
     doc = sweep_doc()
     del doc["axes"]["shapes"], doc["axes"]["strategies"]
     sw = sweep_from_dict(doc, "sweep.yaml")
     assert {p.shape for p in sw.points} == {Shape(tp=4, dp=2)}
-    assert {p.strategy for p in sw.points} == {"first-fit", "topology-greedy", "cpsat"}
+    assert {p.strategy for p in sw.points} == set(known_strategies()) >= {"first-fit", GREEDY, "cpsat"}
+    assert sw.baselines == tuple(s for s in known_strategies() if s != "cpsat")
+    # an alias and its name are one strategy
+    assert "axes.strategies" in problems(sweep_doc(strategies=["topology-greedy", GREEDY]))
 
 
 def test_parse_generated_shapes_depend_on_the_variant() -> None:
@@ -159,7 +166,7 @@ def test_errors_are_all_reported_at_once() -> None:
                     tiers={"rack": [{"bandwidth_gbps": 10}]})
     doc["colour"] = "red"
     got = problems(doc)
-    assert got["axes.strategies[1]"] == "unknown strategy 'greedy'; known: first-fit, topology-greedy, cpsat"
+    assert got["axes.strategies[1]"] == f"unknown strategy 'greedy'; known: {', '.join(known_strategies())}"
     assert got["axes.occupancy[1]"] == "must be a fraction in [0, 1), got 1.5"
     assert got["axes.modes[0]"].startswith("unknown mode 'scattered'")
     assert got["axes.time_limits[0]"] == "must be a number of seconds > 0, got 0"
@@ -195,9 +202,13 @@ def test_variant_axes_need_a_generated_cluster() -> None:
 
 def test_example_sweep_parses() -> None:
     sw = load_sweep(EXAMPLES / "sweep-70b.yaml")
-    assert len(sw.points) == 17 * 3 * 3  # 20 factorizations, 3 of which (tp1 pp1, tp1 pp2, tp2 pp1) exceed 80 GB
+    filters = yaml.safe_load((EXAMPLES / "sweep-70b.yaml").read_text())["axes"]["shapes"]
+    fit = factorizations(256, filters, gpus_per_node=8, hidden=8192, layers=80, seq_len=4096, parameters=70e9,
+                         micro_batches=16)
+    n_strategies = len(set(sw.strategies))
+    assert fit and len(sw.points) == len(fit) * 3 * n_strategies  # the shapes whose memory fits, 3 occupancies
     shapes = {p.shape for p in sw.points}
-    assert {s.tp for s in shapes if s} == {1, 2, 4, 8} and all(s is not None and s.cp == s.ep == 1 for s in shapes)
+    assert {s.tp for s in shapes if s} <= {1, 2, 4, 8} and all(s is not None and s.cp == s.ep == 1 for s in shapes)
     assert all(s is not None and s.world_size == 256 and 80 % s.pp == 0 for s in shapes)
 
 
@@ -216,10 +227,13 @@ def test_run_writes_every_column_and_resume_skips_finished_points(tmp_path: Path
     assert (run.total, run.executed, run.skipped, run.interrupted) == (12, 12, 0, False)
     header, rows = rows_of(tmp_path / "results.csv")
     assert header == csv_columns(sw)
+    greedy = GREEDY.replace("-", "_")
     for col in ("key", "occupancy", "mode", "seed", "shape", "tp", "pp", "dp", "strategy", "time_limit_s", "status",
-                "seconds_per_step", "label_tp_s", "label_dp_s", "label_pp_s", "tier_node_s", "tier_leaf_s", "lower_bound",
-                "gap", "baseline_first_fit_s", "baseline_topology_greedy_s", "improvement_vs_first_fit", "wall_s", "error",
-                "leaf_bandwidth_gbps", "nodes", "gpus_per_node"):
+                "step_seconds", "comm_seconds", "comm_seconds_total", "compute_seconds", "bubble_seconds", "mfu",
+                "tokens_per_s", "seconds_per_step", "label_tp_s", "label_dp_s", "label_pp_s", "tier_node_s",
+                "tier_leaf_s", "lower_bound", "gap", "baseline_first_fit_s", "baseline_first_fit_step_s",
+                f"baseline_{greedy}_s", f"baseline_{greedy}_step_s", "improvement_vs_first_fit",
+                "step_improvement_vs_first_fit", "wall_s", "error", "leaf_bandwidth_gbps", "nodes", "gpus_per_node"):
         assert col in header
     assert len(rows) == 12 and {r["key"] for r in rows} == set(sw.keys)
     free = [r for r in rows if r["occupancy"] == "0"]
@@ -228,11 +242,16 @@ def test_run_writes_every_column_and_resume_skips_finished_points(tmp_path: Path
     assert {r["status"] for r in busy} == {"INFEASIBLE"}
     assert all("the job needs 8 H100 devices; 0 are usable" in r["error"] for r in busy)
     for r in free:
+        step, comm = float(r["step_seconds"]), float(r["comm_seconds"])
+        assert r["seconds_per_step"] == r["comm_seconds"]  # the deprecated column keeps its meaning
+        assert step >= comm > 0 and float(r["comm_seconds_total"]) >= comm
         parts = sum(float(r[c]) for c in header if c.startswith("label_") and r[c])
-        assert parts == pytest.approx(float(r["seconds_per_step"]))
+        assert parts == pytest.approx(comm)
         tiers = sum(float(r[c]) for c in header if c.startswith("tier_") and r[c])
-        assert tiers == pytest.approx(float(r["seconds_per_step"]))
-        assert float(r["seconds_per_step"]) <= float(r["baseline_first_fit_s"]) + 1e-12 or r["strategy"] == "first-fit"
+        assert tiers == pytest.approx(comm)
+        assert comm <= float(r["baseline_first_fit_s"]) + 1e-12 or r["strategy"] == "first-fit"
+        # a baseline's step: its exposed comm plus the same compute and bubble (they do not depend on the mapping)
+        assert float(r["baseline_first_fit_step_s"]) == pytest.approx(float(r["baseline_first_fit_s"]) + step - comm)
     cps = [r for r in free if r["strategy"] == "cpsat"]
     assert all(r["lower_bound"] and r["gap"] for r in cps)
 
@@ -356,7 +375,7 @@ def test_sigint_stops_workers_and_keeps_rows(tmp_path: Path) -> None:
     assert "interrupted:" in err and "--resume" in err and "Traceback" not in err
     done = read_results(out / "results.csv")
     assert 1 <= len(done) < 12 and all(r["status"] in ("OPTIMAL", "FEASIBLE") for r in done)
-    assert not (out / "seconds_per_step.png").exists()
+    assert not (out / "step_seconds.png").exists()
 
 
 def test_parallel_workers_match_a_serial_run(tmp_path: Path) -> None:
@@ -382,9 +401,22 @@ def test_tables_and_plots(tmp_path: Path) -> None:
         con.print(t)
     text = con.export_text()
     assert "tp4 pp1 dp2" in text and "cpsat gap" in text and "the job needs 8 H100 devices" in text
+    assert "modeled step seconds, ranked" in text and "cpsat step s" in text and "vs first-fit" in text
+    assert "comm s" in text and "MFU" in text and "tokens/s" in text
+    # ranked by the best step seconds (ties: exposed comm), whatever the model says they are
+    free = next(t for t in tables if "occupancy=0:" in str(t.title))
+    shapes = {p.shape.label: p.shape for p in sw.points if p.shape is not None}
+    order = [str(c) for c in free.columns[1].cells]
+    best = {}
+    for label in order:
+        keys = {p.key for p in sw.points if p.shape == shapes[label] and p.occupancy == 0}
+        best[label] = min((float(run.rows[k]["step_seconds"]), float(run.rows[k]["comm_seconds"])) for k in keys)
+    assert [best[label] for label in order] == sorted(best.values())
     files = plot_sweep(sw, run.rows, tmp_path)
-    assert sorted(p.name for p in files) == sorted(f"{s}.{e}" for s in ("seconds_per_step", "tier_breakdown", "improvement")
+    assert sorted(p.name for p in files) == sorted(f"{s}.{e}" for s in ("step_seconds", "tier_breakdown", "improvement")
                                                    for e in ("png", "svg"))
+    svg = (tmp_path / "step_seconds.svg").read_text()
+    assert "step seconds" in svg and "seconds / step" not in svg
     assert all(p.stat().st_size > 1000 for p in files)
 
 
@@ -410,7 +442,7 @@ def test_cli_whatif_runs_and_resumes(tmp_path: Path) -> None:
     assert res.exit_code == 0, res.output
     assert "tiny-sweep: occupancy=0" in res.stdout and "tp2 pp2 dp2" in res.stdout
     assert "8 points: 8 run now on 1 worker(s), 0 from an earlier run" in res.stderr
-    assert (out / "results.csv").is_file() and (out / "seconds_per_step.svg").is_file()
+    assert (out / "results.csv").is_file() and (out / "step_seconds.svg").is_file()
     assert not (out / "improvement.png").exists()  # no optimizer in this sweep
     res = CliRunner().invoke(cli(), ["whatif", str(sweep), "--workers", "1", "--out", str(out), "--resume", "--no-plots"])
     assert res.exit_code == 0, res.output
@@ -431,10 +463,47 @@ def test_cli_whatif_input_error(tmp_path: Path) -> None:
 def test_memory_filter_drops_shapes_whose_model_states_do_not_fit() -> None:
     from placement.whatif import Shape, factorizations, model_state_gb
 
-    kw = {"gpus_per_node": 8, "hidden": 8192, "layers": 80, "seq_len": 4096, "parameters": 70e9}
+    kw: dict[str, Any] = {"gpus_per_node": 8, "hidden": 8192, "layers": 80, "seq_len": 4096, "parameters": 70e9}
     every = factorizations(256, {"tp": [1, 2, 4, 8], "cp": [1], "ep": [1]}, **kw)
-    fits = factorizations(256, {"tp": [1, 2, 4, 8], "cp": [1], "ep": [1], "memory_gb": 80}, **kw)
+    fits = factorizations(256, {"tp": [1, 2, 4, 8], "cp": [1], "ep": [1], "memory_gb": 80, "activations": False}, **kw)
     assert Shape(1, 1, 1, 256, 1) in every and Shape(1, 1, 1, 256, 1) not in fits  # 70B x 4 bytes alone is 280 GB
     assert Shape(8, 1, 1, 4, 8) in fits
     assert all(model_state_gb(70e9, s) <= 80 for s in fits)
     assert set(fits) < set(every)
+
+
+def test_memory_check_adds_activations_and_takes_the_device_kinds_memory() -> None:
+    from placement.compute import activation_bytes, device_kind
+    from placement.job import ModelShape, ParallelSpec
+    from placement.whatif import activation_gb, device_memory_gb, model_state_gb
+
+    model = ModelShape(parameters=70e9, hidden=8192, layers=80, seq_len=4096, micro_batches=16, heads=64)
+    kw: dict[str, Any] = {"gpus_per_node": 8, "hidden": 8192, "layers": 80, "seq_len": 4096, "parameters": 70e9,
+                          "micro_batches": 16, "heads": 64}
+    filters: dict[str, Any] = {"tp": [1, 2, 4, 8], "cp": [1], "ep": [1]}
+    h100 = device_kind("H100")
+    assert h100 is not None and device_memory_gb("H100") == h100.memory_gb and device_memory_gb("gpu") is None
+
+    def need(s: Shape) -> float:
+        return model_state_gb(70e9, s) + activation_gb(s, hidden=8192, layers=80, seq_len=4096, micro_batches=16,
+                                                       heads=64)
+
+    every = factorizations(256, filters, **kw)
+    fits = factorizations(256, filters, device_memory_gb=h100.memory_gb, **kw)
+    assert fits and set(fits) < set(every)
+    assert {s for s in every if need(s) <= h100.memory_gb} == set(fits)
+    states_only = factorizations(256, {**filters, "activations": False}, device_memory_gb=h100.memory_gb, **kw)
+    assert set(fits) < set(states_only)  # activations take shapes out that the model states alone let in
+    s = fits[0]
+    assert activation_gb(s, hidden=8192, layers=80, seq_len=4096, micro_batches=16, heads=64) == pytest.approx(
+        activation_bytes(model, ParallelSpec(s.tp, s.cp, s.ep, s.dp, s.pp)) / 1e9)
+    # an explicit memory_gb overrides the kind's memory
+    assert set(factorizations(256, {**filters, "memory_gb": 1e6}, device_memory_gb=h100.memory_gb, **kw)) == set(every)
+    # a sweep over H100s applies the kind's memory without a memory_gb filter
+    doc = sweep_doc(shapes={"cp": [1], "ep": [1]}, occupancy=[0], strategies=["first-fit"])
+    doc["job"]["model"] = {"parameters": 70e9, "hidden": 8192, "layers": 80, "seq_len": 4096, "micro_batches": 16}
+    doc["gpus"] = 16
+    doc["cluster"]["generate"] = {"nodes": 4, "devices": 4, "kind": "H100", "fanout": {"leaf": 2}}
+    got = problems(doc)
+    assert got["axes.shapes"].startswith("no factorization of 16 GPUs passes the filters")
+    assert "model states + activations <= 80 GB per device" in got["axes.shapes"]
