@@ -145,7 +145,8 @@ class Prepared:
 
 
 def prepare(topology: Topology, state: ClusterState, job: Job, traffic: Traffic) -> Prepared | None:
-    """The job's slices and the free devices per host; None when a pin names a device the job cannot use."""
+    """The job's slices and the free devices per host; None when a pin names a device the job cannot use, or
+    when a required host-level unit holding a pinned rank cannot fit on that rank's host."""
     cands = candidate_devices(topology, state, job)
     pins = apply_pins(topology, job, cands)
     if pins is None:
@@ -153,6 +154,7 @@ def prepare(topology: Topology, state: ClusterState, job: Job, traffic: Traffic)
     pinned, rest = pins
     size = slice_size(topology, job, traffic)
     units = _host_units(topology, job, traffic)
+    required = units is not None
     if units is None:
         units = [tuple(range(i, min(i + size, job.ranks))) for i in range(0, job.ranks, size)]
     free: dict[int, list[int]] = {}
@@ -171,6 +173,8 @@ def prepare(topology: Topology, state: ClusterState, job: Job, traffic: Traffic)
                 for r in left:
                     fixed[r] = room.pop(0)
                 continue
+            if required:
+                return None  # a required unit cannot stay on its pinned rank's host
         slices.append(left)
     return Prepared(size, tuple(slices), {h: tuple(v) for h, v in free.items()}, fixed,
                     _cap_level(topology, job, traffic), job.ranks)
