@@ -179,6 +179,10 @@ class Fabric:
         self.state = state
         lv = topology.levels
         self.host_of = topology.domain_column(0)
+        self.cols = [topology.domain_column(li) for li in range(len(lv))]
+        self.latency = [x.tier.latency_us for x in lv]
+        self._edges: dict[tuple[int, int, float, float, bool], Plan] = {}
+        self._single: dict[tuple[int, tuple[int, ...], CollectiveKind, float], Plan] = {}
         self.local_of = tuple(d.local_index for d in topology.devices)
         self.tiers_key = tuple(sorted((c, t.bandwidth_gbps, t.latency_us) for c, t in topology.intra_node_tiers.items()))
         nic_default = lv[1].tier.bandwidth_gbps if len(lv) > 1 else lv[0].tier.bandwidth_gbps
@@ -254,8 +258,7 @@ class Fabric:
 
     def alone(self, plan: Plan) -> float:
         """Seconds of one operation with no other traffic on its shared links."""
-        return plan.latency + plan.slowdown * sum(
-            max(s.local, max((x / self.caps[r] / 1e9 for r, x in s.loads), default=0.0)) for s in plan.stages)
+        return phase_seconds(self, [plan])[0][0]
 
     def plan_group(self, kind: CollectiveKind, devices: Sequence[int], size: float) -> Plan:
         """The fastest algorithm for one collective of `size` bytes over `devices` (NCCL's tuner: size alone)."""
@@ -276,10 +279,18 @@ class Fabric:
             by_host.setdefault(host_of[d], []).append(d)
         if len(by_host) == 1:
             ((h, devs),) = by_host.items()
+            nt = t.host_types[h]
+            cacheable = slow == 1.0 and h not in self._pair_slow
+            key = (id(nt), tuple(sorted(self.local_of[d] for d in devs)) if nt.matrix is not None else (n,), kind, size)
+            if cacheable and key in self._single:
+                return self._single[key]
             bw, lat, name = self.host_ring(h, devs)
             vol, steps = _volume(kind, n, size)
             algo = "direct" if kind is CollectiveKind.ALL_TO_ALL else "ring"
-            return Plan(algo, steps * lat * 1e-6, (Stage(vol / (bw * 1e9), name),), slow)
+            plan = Plan(algo, steps * lat * 1e-6, (Stage(vol / (bw * 1e9), name),), slow)
+            if cacheable:
+                self._single[key] = plan
+            return plan
         return self._multi_host(kind, by_host, n, size, slow)
 
     def _crossed(self, hosts: Sequence[int], reps: Sequence[int]) -> tuple[int, list[tuple[int, int]]]:
@@ -302,105 +313,133 @@ class Fabric:
         rf = 1.0
         rp = t.rail_policy
         if rp is not None:
-            rails = {tuple(sorted(-1 if t.devices[d].rail is None else t.devices[d].rail for d in by_host[h])) for h in hosts}  # type: ignore[misc]
+            rails = {tuple(sorted(-1 if (x := t.devices[d].rail) is None else x for d in by_host[h])) for h in hosts}
             if len(rails) > 1:
                 rf, a_inter = rp.bandwidth_factor, a_inter + rp.extra_latency_us
         rings = {h: self.host_ring(h, by_host[h]) for h in hosts if len(by_host[h]) > 1}
         a_intra = max((r[1] for r in rings.values()), default=0.0)
-        intra_bw = min((r[0] for r in rings.values()), default=math.inf)
+        intra_bw = min((r[0] for r in rings.values()), default=math.inf) * 1e9
         intra_name = min(rings.values(), key=lambda r: r[0])[2] if rings else t.levels[0].name
-        nic_name = self.names[self.base[0]]
+        b0, caps = self.base[0], self.caps
         flow = {h: self.nic_gbps[h] * min(len(by_host[h]), self.nics[h]) * rf * 1e9 for h in hosts}
-        b0 = self.base[0]
+        host_res = [(h, b0 + 2 * h) for h in hosts]
+        up_res = [self.base[li] + 2 * k for li, k in ups]
+        min_flow = min(flow.values())
+        min_host = min(caps[r] for _, r in host_res) * 1e9
+        min_up = min((caps[r] for r in up_res), default=math.inf) * 1e9
 
-        def shared(per_host: Mapping[int, float], per_up: Mapping[tuple[int, int], float]) -> tuple[tuple[int, float], ...]:
-            out = []
-            for h, x in per_host.items():
-                out += [(b0 + 2 * h, x), (b0 + 2 * h + 1, x)]
-            for (li, k), x in per_up.items():
-                r = self.base[li] + 2 * k
-                out += [(r, x), (r + 1, x)]
-            return tuple(out)
-
-        def stage(intra: float, per_host: Mapping[int, float], per_up: Mapping[tuple[int, int], float]) -> Stage:
-            nic = max(x / flow[h] for h, x in per_host.items())
-            return Stage(max(intra, nic), intra_name if intra >= nic else nic_name, shared(per_host, per_up))
-
-        cands: list[Plan] = []
+        # candidates: (algorithm, latency s, stages as (intra seconds, bytes out of every host, bytes out of every
+        # crossed domain)); A2A loads differ per host and are priced directly
         if kind is CollectiveKind.ALL_TO_ALL:
             per_host = {h: len(v) * size * (n - len(v)) / n for h, v in by_host.items()}
-            per_up: dict[tuple[int, int], float] = {}
+            loads: list[tuple[int, float]] = []
+            for h, r in host_res:
+                loads += [(r, per_host[h]), (r + 1, per_host[h])]
             for li, k in ups:
-                col = t.domain_column(li)
-                m = sum(len(v) for h, v in by_host.items() if col[v[0]] == k)
-                per_up[(li, k)] = m * size * (n - m) / n
+                col = self.cols[li]
+                m = sum(len(v) for v in by_host.values() if col[v[0]] == k)
+                r = self.base[li] + 2 * k
+                loads += [(r, m * size * (n - m) / n), (r + 1, m * size * (n - m) / n)]
             intra = max(((len(by_host[h]) - 1) / n * size / (r[0] * 1e9) for h, r in rings.items()), default=0.0)
-            cands.append(Plan("direct", (n - 1) * a_inter * 1e-6, (stage(intra, per_host, per_up),), slow))
-        else:
-            vol, steps = _volume(kind, n, size)
-            cands.append(Plan("ring", steps * a_inter * 1e-6,
-                              (stage(vol / (intra_bw * 1e9), dict.fromkeys(hosts, vol), dict.fromkeys(ups, vol)),), slow))
+            nic = max(x / flow[h] for h, x in per_host.items())
+            st = Stage(max(intra, nic), intra_name if intra >= nic else self.names[b0], tuple(loads))
+            return Plan("direct", (n - 1) * a_inter * 1e-6, (st,), slow)
+        vol, steps = _volume(kind, n, size)
+        cands: list[tuple[str, float, list[tuple[float, float]]]] = [
+            ("ring", steps * a_inter * 1e-6, [(vol / intra_bw, vol)])]
         if kind is CollectiveKind.ALL_REDUCE:
             h = len(hosts)
             sizes = {len(v) for v in by_host.values()}
             if len(sizes) == 1 and (g := sizes.pop()) > 1:
-                rs = Stage((g - 1) / g * size / (intra_bw * 1e9), intra_name)
-                v2 = 2.0 * (h - 1) / h * size
+                rs = ((g - 1) / g * size / intra_bw, 0.0)
                 lat = (2 * (g - 1) * a_intra + 2 * (h - 1) * a_inter) * 1e-6
-                cands.append(Plan("hierarchical", lat, (rs, stage(0.0, dict.fromkeys(hosts, v2), dict.fromkeys(ups, v2)), rs), slow))
+                cands.append(("hierarchical", lat, [rs, (0.0, 2.0 * (h - 1) / h * size), rs]))
             gmax = max(len(v) for v in by_host.values())
             lat = 2 * (math.ceil(math.log2(h)) * a_inter + (gmax - 1) * a_intra) * 1e-6
-            cands.append(Plan("tree", lat, (stage(2 * size / (intra_bw * 1e9), dict.fromkeys(hosts, 2 * size),
-                                                  dict.fromkeys(ups, 2 * size)),), slow))
-        return min(cands, key=self.alone)
+            cands.append(("tree", lat, [(2 * size / intra_bw, 2 * size)]))
+
+        def alone(c: tuple[str, float, list[tuple[float, float]]]) -> float:
+            return c[1] + slow * sum(max(i, v / min_flow, v / min_host, v / min_up) for i, v in c[2])
+
+        algo, lat, spec = min(cands, key=alone)
+        stages = []
+        for intra, v in spec:
+            if v == 0.0:
+                stages.append(Stage(intra, intra_name))
+                continue
+            nic = v / min_flow
+            ld: list[tuple[int, float]] = []
+            for _, r in host_res:
+                ld += [(r, v), (r + 1, v)]
+            for r in up_res:
+                ld += [(r, v), (r + 1, v)]
+            stages.append(Stage(max(intra, nic), intra_name if intra >= nic else self.names[b0], tuple(ld)))
+        return Plan(algo, lat, tuple(stages), slow)
 
     def plan_edge(self, a: int, b: int, size: float) -> Plan:
         """One point-to-point transfer of `size` bytes from device `a` to device `b`."""
         t = self.topology
         if size <= 0 or a == b:
             return NO_PLAN
-        slow = self._slow((a, b))
-        if t.pair_paths is not None or self.host_of[a] == self.host_of[b]:
+        ds = self.state.device_slowdown
+        slow = max(ds.get(a, 1.0), ds.get(b, 1.0)) if ds else 1.0
+        ha, hb = self.host_of[a], self.host_of[b]
+        if t.pair_paths is not None or ha == hb:
             from placement.cost import pair_path
 
             p = pair_path(t, self.state, a, b)
             return Plan("p2p", p.latency_us * 1e-6, (Stage(size / (p.bandwidth_gbps * 1e9), p.tier),))
-        lca = t.lca_level(a, b)
-        lat = t.levels[lca].tier.latency_us
-        rf = 1.0
         rp = t.rail_policy
-        if rp is not None and t.devices[a].rail != t.devices[b].rail:
-            rf, lat = rp.bandwidth_factor, lat + rp.extra_latency_us
-        ha, hb = self.host_of[a], self.host_of[b]
-        b0 = self.base[0]
+        same_rail = rp is None or t.devices[a].rail == t.devices[b].rail
+        key = (ha, hb, size, slow, same_rail)
+        hit = self._edges.get(key)
+        if hit is not None:
+            return hit
+        cols, base = self.cols, self.base
+        b0 = base[0]
         loads = [(b0 + 2 * ha, size), (b0 + 2 * hb + 1, size)]
-        for li in range(1, lca):
-            col = t.domain_column(li)
-            loads += [(self.base[li] + 2 * col[a], size), (self.base[li] + 2 * col[b] + 1, size)]
+        lca = 1
+        while lca < len(cols) - 1 and cols[lca][a] != cols[lca][b]:
+            loads += [(base[lca] + 2 * cols[lca][a], size), (base[lca] + 2 * cols[lca][b] + 1, size)]
+            lca += 1
+        lat = self.latency[lca]
+        rf = 1.0
+        if rp is not None and not same_rail:
+            rf, lat = rp.bandwidth_factor, lat + rp.extra_latency_us
         flow = min(self.nic_gbps[ha], self.nic_gbps[hb]) * rf * 1e9
-        return Plan("p2p", lat * 1e-6, (Stage(size / flow, self.names[b0], tuple(loads)),), slow)
+        plan = Plan("p2p", lat * 1e-6, (Stage(size / flow, self.names[b0], tuple(loads)),), slow)
+        self._edges[key] = plan
+        return plan
 
 
 def phase_seconds(fabric: Fabric, plans: Sequence[Plan]) -> list[tuple[float, str]]:
     """Seconds of each of `plans` run at the same time, sharing links in proportion to their bytes, and the tier
-    that bounds each (see the module docstring)."""
+    that bounds each (see the module docstring). A plan object listed k times is k concurrent operations."""
+    uses: dict[int, list[object]] = {}
+    for p in plans:
+        u = uses.get(id(p))
+        if u is None:
+            uses[id(p)] = [p, 1]
+        else:
+            u[1] += 1  # type: ignore[operator]
     total: dict[int, float] = {}
-    for p in plans:
-        for s in p.stages:
+    for p, k in uses.values():
+        for s in p.stages:  # type: ignore[attr-defined]
             for r, x in s.loads:
-                total[r] = total.get(r, 0.0) + x
+                total[r] = total.get(r, 0.0) + x * k  # type: ignore[operator]
     caps, names = fabric.caps, fabric.names
-    out: list[tuple[float, str]] = []
-    for p in plans:
+    done: dict[int, tuple[float, str]] = {}
+    for p, _ in uses.values():
+        assert isinstance(p, Plan)
         secs, worst, tier = 0.0, -1.0, ""
         for s in p.stages:
             best, name = s.local, s.local_tier
-            for r, _ in s.loads:
+            for r, _x in s.loads:
                 v = total[r] / (caps[r] * 1e9)
                 if v > best:
                     best, name = v, names[r]
             secs += best
             if best > worst:
                 worst, tier = best, name
-        out.append((p.latency + p.slowdown * secs, tier))
-    return out
+        done[id(p)] = (p.latency + p.slowdown * secs, tier)
+    return [done[id(p)] for p in plans]

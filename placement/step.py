@@ -27,7 +27,7 @@ devices of an unknown kind, have no compute: ``step = exposed communication``.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from placement.collectives import Fabric, Plan, phase_seconds
 from placement.compute import job_device_kind, step_compute, tokens_per_step
@@ -42,15 +42,15 @@ __all__ = ["PHASE_ORDER", "model_step"]
 PHASE_ORDER: tuple[str, ...] = ("tp", "cp", "ep", "pp", "dp")
 
 
-@dataclass(frozen=True)
-class _Op:
-    """One group or edge of a phase: what it is called, how many times per step, exposed fraction, its plan."""
+class _Op(NamedTuple):
+    """One group or edge of a phase: its index in the label, ranks, count per step, exposed fraction, plan."""
 
-    name: str
+    index: int
     members: tuple[int, ...]
     count: float
     exposed: float
     plan: Plan
+    edge: bool
 
 
 def _rounds(ops: Sequence[_Op], edges: Sequence[_Op]) -> list[list[_Op]]:
@@ -74,7 +74,10 @@ def _rounds(ops: Sequence[_Op], edges: Sequence[_Op]) -> list[list[_Op]]:
     return rounds
 
 
-def _name(label: str, index: int, members: Sequence[int]) -> str:
+def _name(label: str, op: _Op) -> str:
+    index, members = op.index, op.members
+    if op.edge:
+        return f"{label} edge {index} ranks {members[0]}->{members[1]}"
     if len(members) <= 4:
         ranks = ",".join(str(m) for m in members)
     else:
@@ -92,11 +95,11 @@ def model_step(topology: Topology, state: ClusterState, job: Job, mapping: Seque
         devs = [mapping[r] for r in g.members]
         plan = fabric.plan_group(g.kind, devs, g.bytes)
         ops = groups.setdefault(g.label, [])
-        ops.append(_Op(_name(g.label, len(ops), g.members), g.members, g.count, g.exposed, plan))
+        ops.append(_Op(len(ops), g.members, g.count, g.exposed, plan, False))
     for e in traffic.edges:
         plan = fabric.plan_edge(mapping[e.src], mapping[e.dst], e.bytes)
         eops = edges.setdefault(e.label, [])
-        eops.append(_Op(f"{e.label} edge {len(eops)} ranks {e.src}->{e.dst}", (e.src, e.dst), e.count, e.exposed, plan))
+        eops.append(_Op(len(eops), (e.src, e.dst), e.count, e.exposed, plan, True))
     seen = list(dict.fromkeys([*groups, *edges]))
     labels = [lab for lab in PHASE_ORDER if lab in seen] + [lab for lab in seen if lab not in PHASE_ORDER]
 
@@ -109,7 +112,8 @@ def model_step(topology: Topology, state: ClusterState, job: Job, mapping: Seque
     report = CostReport()
     for label in labels:
         seconds = exposed = 0.0
-        crit, crit_time, tier, algo = "", -1.0, "", ""
+        crit: _Op | None = None
+        crit_time, tier, algo = -1.0, "", ""
         for rnd in _rounds(groups.get(label, []), edges.get(label, [])):
             times = phase_seconds(fabric, [op.plan for op in rnd])
             r_secs = r_exp = 0.0
@@ -119,12 +123,13 @@ def model_step(topology: Topology, state: ClusterState, job: Job, mapping: Seque
                 if total > r_secs:
                     r_secs = total
                 if total > crit_time:
-                    crit, crit_time, tier, algo = op.name, total, tr, op.plan.algorithm
+                    crit, crit_time, tier, algo = op, total, tr, op.plan.algorithm
             seconds += r_secs
             exposed += r_exp
         if label == "dp" and comp is not None and "dp" not in job.exposure:
             exposed = max(0.0, seconds - comp.backward_seconds_per_microbatch)
-        report.phases.append(PhaseCost(label, seconds, exposed, tier or topology.levels[0].name, crit, algo))
+        name = _name(label, crit) if crit is not None else ""
+        report.phases.append(PhaseCost(label, seconds, exposed, tier or topology.levels[0].name, name, algo))
         report.add(label, tier or topology.levels[0].name, exposed)
         report.comm_seconds_total += seconds
     report.step_seconds = report.comm_seconds
