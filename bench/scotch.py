@@ -17,6 +17,11 @@ target and the `sub` sub-architecture meta-target):
 - **Answer**: the `.map` output, read back to devices and scored by `placement.cost.evaluate(check=True)`.
   Two ranks on one device make the answer `invalid` (or, with `repair=True`, the extra ranks move to the
   nearest unused free device, lowest LCA level then lowest index, and the answer is marked `repaired`).
+
+What to expect: Scotch minimizes the sum of traffic x distance by recursive bipartitioning with one vertex per
+free device. It keeps groups inside nodes on an empty cluster, but on fragmented ones the exact balance makes
+it split a few TP groups over partly free nodes, and the evaluator's phases take their slowest group, so a
+few split groups cost as much as many.
 """
 
 from __future__ import annotations
