@@ -1,5 +1,6 @@
-"""placement.cost: the alpha-beta formulas with hand-computed numbers, paths (tiers, matrices, degradation, rails)
-and `evaluate` with its breakdown; plus the showcase of the issue (DGX H100, TP=8 split over two nodes)."""
+"""placement.cost: the v1 alpha-beta formulas with hand-computed numbers, paths (tiers, matrices, degradation,
+rails) and `surrogate_report` with its breakdown; `evaluate` (step model v2) on the same cases; plus the showcase
+of the issue (DGX H100, TP=8 split over two nodes). The v2 algorithms in detail: tests/test_step_model.py."""
 
 from __future__ import annotations
 
@@ -17,12 +18,15 @@ from placement.cost import (
     group_seconds,
     p2p_seconds,
     pair_path,
+    surrogate_report,
+    surrogate_seconds,
 )
 from placement.io.native import load_cluster, load_job
 from placement.job import CollectiveKind, Constraints, Edge, Group, Job
 from placement.scenarios import A100_PCIE_PAIRS, DGX1_MATRIX
 from placement.state import ClusterState, Uplink
 from placement.topology import RailPolicy, Tier, Topology
+from placement.traffic import job_traffic
 from placement.validate import validate
 from tests.conftest import EXAMPLES, tree
 
@@ -195,9 +199,9 @@ def _explicit_job(**cons: object) -> Job:
     return Job("j", 4, groups=groups, edges=edges, constraints=Constraints(**cons))  # type: ignore[arg-type]
 
 
-def test_evaluate_breakdown_by_hand(small_tree: Topology) -> None:
+def test_surrogate_report_breakdown_by_hand(small_tree: Topology) -> None:
     job = _explicit_job(prefer={"tp": "node", "pp": "node"})
-    rep = evaluate(small_tree, EMPTY, job, [0, 1, 4, 8])  # tp (0,1) on h0; tp (2,3) on h1 + h2 (spine)
+    rep = surrogate_report(small_tree, EMPTY, job, [0, 1, 4, 8])  # tp (0,1) on h0; tp (2,3) on h1 + h2 (spine)
     tp_node = 2 * (2e-6 + 4e8 / 400e9)
     tp_spine = 2 * (2 * 10e-6 + 4e8 / 10e9)
     dp_leaf = 0.5 * (4e-6 + 0.5e9 / 40e9)
@@ -213,6 +217,38 @@ def test_evaluate_breakdown_by_hand(small_tree: Topology) -> None:
     assert list(d["by_label"]) == ["dp", "pp", "tp"]  # type: ignore[call-overload]
     assert d["by_label_tier"][0] == {"label": "dp", "tier": "leaf", "seconds": rep.by_label_tier[("dp", "leaf")]}  # type: ignore[index]
     assert d["preference_misses"] == {"pp": 1, "tp": 1}
+    assert rep.surrogate_seconds == rep.seconds == rep.step_seconds == rep.comm_seconds_total
+
+
+def test_evaluate_v2_breakdown_by_hand(small_tree: Topology) -> None:
+    """Same job under the step model: phases in sequence, the slowest group of a label decides its phase.
+
+    small_tree: node 400 GB/s 1 us, leaf 40/4, spine 10/10; by default each host has 4 NICs of the leaf tier
+    (40 GB/s) and each leaf's uplinks carry 8 devices x 10 GB/s = 80 GB/s.
+    """
+    job = _explicit_job(prefer={"tp": "node", "pp": "node"})
+    mapping = [0, 1, 4, 8]
+    rep = evaluate(small_tree, EMPTY, job, mapping)
+    # tp (0,1) on h0: ring of 2 = S over NVSwitch-like 400 GB/s, 2 steps of 1 us; x2 per step
+    tp_node = 2 * (2e-6 + 4e8 / 400e9)
+    # tp (2,3) on h1 and h2 (leaves l0, l1): ring of 2 across the spine, one NIC each way (40 GB/s), 2 steps of 10 us
+    tp_spine = 2 * (2 * 10e-6 + 4e8 / 40e9)
+    # dp (0,2) all-gather inside leaf l0: (n-1)/n S over one NIC, 1 step of 4 us; half of it exposed
+    dp = 4e-6 + 0.5e9 / 40e9
+    # pp 1->3 across the spine: 3 transfers of 2e8 bytes over one NIC, 10 us each
+    pp = 3 * (10e-6 + 2e8 / 40e9)
+    assert [(p.name, p.algorithm, p.tier) for p in rep.phases] == [
+        ("tp", "ring", "leaf"), ("pp", "p2p", "leaf"), ("dp", "ring", "leaf")]
+    assert [p.seconds for p in rep.phases] == [approx(max(tp_node, tp_spine)), approx(pp), approx(dp)]
+    assert [p.exposed_seconds for p in rep.phases] == [approx(tp_spine), approx(pp), approx(0.5 * dp)]
+    assert rep.phases[0].critical == "tp[1] ranks 2,3 (2)"
+    assert rep.comm_seconds == approx(tp_spine + pp + 0.5 * dp) == rep.step_seconds  # no model shape: no compute
+    assert rep.comm_seconds_total == approx(tp_spine + pp + dp)
+    assert rep.by_label == {"tp": approx(tp_spine), "pp": approx(pp), "dp": approx(0.5 * dp)}
+    assert (rep.compute_seconds, rep.bubble_seconds, rep.tokens_per_s, rep.mfu) == (None, None, None, None)
+    assert rep.preference_misses == {"tp": 1, "pp": 1}
+    assert rep.surrogate_seconds == approx(surrogate_seconds(small_tree, EMPTY, mapping, job_traffic(job)))
+    assert rep.surrogate_seconds == approx(surrogate_report(small_tree, EMPTY, job, mapping).seconds)
 
 
 def test_evaluate_refuses_an_invalid_mapping(small_tree: Topology) -> None:
@@ -253,8 +289,8 @@ def test_showcase_dgx_h100_tp8_split_over_two_nodes_costs_more_than_three_times(
     # TP group g: GPUs 0-3 of node g and GPUs 4-7 of node g+1 (mod 4): every TP group spans two nodes
     split = [((g + (k >= 4)) % 4) * 8 + k for g in range(4) for k in range(8)]
     assert sorted(split) == contiguous
-    a = evaluate(topo, state, job, contiguous)
-    b = evaluate(topo, state, job, split)
+    a = surrogate_report(topo, state, job, contiguous)
+    b = surrogate_report(topo, state, job, split)
     assert set(a.by_label_tier) == {("tp", "node"), ("dp", "leaf")}
     assert set(b.by_label_tier) == {("tp", "leaf"), ("dp", "leaf")}
     assert b.seconds > 3 * a.seconds
@@ -263,4 +299,13 @@ def test_showcase_dgx_h100_tp8_split_over_two_nodes_costs_more_than_three_times(
     tp_node = 4 * 1024 * (14 * 2e-6 + 2 * 7 / 8 * s / 450e9)
     assert a.by_label["tp"] == approx(tp_node)
     assert math.isclose(b.by_label["dp"], a.by_label["dp"])  # DP groups span the leaf either way
+    # step model v2: the 4 TP groups run at the same time, so the phase costs one group, not 4
+    va, vb = evaluate(topo, state, job, contiguous), evaluate(topo, state, job, split)
+    assert va.phases[0].seconds == approx(1024 * (14 * 2e-6 + 2 * 7 / 8 * s / 450e9))
+    assert va.phases[0].seconds == approx(a.by_label["tp"] / 4)
+    # split: hierarchical all-reduce, 4 GPUs per host: reduce-scatter and all-gather inside (3/4 S at 450 GB/s
+    # each), all-reduce across the 2 hosts (S out of each host); two TP halves share each host's 8 x 50 GB/s
+    hier = 2 * 3 * 2e-6 + 2 * 5e-6 + 2 * 3 / 4 * s / 450e9 + 2 * s / 400e9
+    assert (vb.phases[0].algorithm, vb.phases[0].seconds) == ("hierarchical", approx(1024 * hier))
+    assert vb.step_seconds > va.step_seconds and vb.phases[0].seconds > 1.8 * va.phases[0].seconds
     assert capsys.readouterr() == ("", "")

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 import yaml
 
+from placement.compute import DEFAULT_MFU, DeviceKind
 from placement.errors import InputError, Problem, Problems
 from placement.job import (
     DIMENSIONS,
@@ -196,7 +197,8 @@ def _matrix(r: _Reader, rows: Any, path: str, base_dir: Path | None) -> tuple[tu
 
 
 def _node_type(r: _Reader, d: Mapping[str, Any], path: str, name: str, base_dir: Path | None) -> NodeType:
-    r.keys(d, ["name", "devices", "kind", "matrix", "rails", "nvidia_smi", "nvidia_smi_table"], path)
+    r.keys(d, ["name", "devices", "kind", "matrix", "rails", "nvidia_smi", "nvidia_smi_table", "nics", "nic_gbps",
+               "mesh_link_gbps"], path)
     matrix = _matrix(r, d.get("matrix"), f"{path}.matrix", base_dir)
     rails_raw = d.get("rails")
     rails: tuple[int | None, ...] | None = None
@@ -231,7 +233,36 @@ def _node_type(r: _Reader, d: Mapping[str, Any], path: str, name: str, base_dir:
         else:
             n = 1
     kind = r.str_(d, "kind", path, default="gpu") or "gpu"
-    return NodeType(name, n, kind, matrix, rails)
+    nics = r.int_(d, "nics", path, minimum=1)
+    nic_gbps = _gbps(r, d, "nic_gbps", path)
+    mesh = _gbps(r, d, "mesh_link_gbps", path)
+    return NodeType(name, n, kind, matrix, rails, nics, nic_gbps, mesh)
+
+
+def _gbps(r: _Reader, d: Mapping[str, Any], key: str, path: str) -> float | None:
+    """An optional bandwidth in GB/s inside the physical sanity limits."""
+    v = r.num(d, key, path, minimum=0, exclusive=True)
+    if v is not None and not MIN_BANDWIDTH_GBPS <= v <= MAX_BANDWIDTH_GBPS:
+        r.ps.add(f"{path}.{key}", f"{v:g} is outside [{MIN_BANDWIDTH_GBPS:g}, {MAX_BANDWIDTH_GBPS:g}] GB/s")
+        return None
+    return v
+
+
+def _device_kinds(r: _Reader, v: Any) -> dict[str, DeviceKind]:
+    """User-defined device kinds: ``[{name, tflops, memory_gb}]`` (peak dense BF16/FP16 TFLOP/s, GB)."""
+    out: dict[str, DeviceKind] = {}
+    for i, item in enumerate(r.lst(v, "device_kinds")):
+        p = f"device_kinds[{i}]"
+        kd = r.obj(item, p)
+        r.keys(kd, ["name", "tflops", "memory_gb"], p)
+        name = r.str_(kd, "name", p, required=True)
+        tflops = r.num(kd, "tflops", p, minimum=0, exclusive=True, required=True, maximum=1e6)
+        mem = r.num(kd, "memory_gb", p, minimum=0, exclusive=True, required=True, maximum=1e6)
+        if name is not None and name in out:
+            r.ps.add(f"{p}.name", f"device kind {name!r} is defined twice")
+        if name is not None and tflops is not None and mem is not None:
+            out[name] = DeviceKind(name, tflops, mem)
+    return out
 
 
 def cluster_from_dict(doc: Any, source: str = "<cluster>", base_dir: Path | None = None) -> tuple[Topology, ClusterState | None]:
@@ -239,15 +270,17 @@ def cluster_from_dict(doc: Any, source: str = "<cluster>", base_dir: Path | None
     ps = Problems(source)
     r = _Reader(ps)
     d = r.obj(doc, "")
-    r.keys(d, ["name", "levels", "intra_node_tiers", "rail_policy", "node_types", "generate", "hosts", "fault_domains", "description"], "")
+    r.keys(d, ["name", "levels", "intra_node_tiers", "rail_policy", "node_types", "generate", "hosts", "fault_domains",
+               "device_kinds", "description"], "")
     ps.raise_if_any()
     name = r.str_(d, "name", "", default=Path(source).stem) or "cluster"
     levels: list[Level] = []
     for i, lv in enumerate(r.lst(d.get("levels"), "levels")):
         lvd = r.obj(lv, f"levels[{i}]")
-        r.keys(lvd, ["name", "bandwidth_gbps", "latency_us"], f"levels[{i}]")
+        r.keys(lvd, ["name", "bandwidth_gbps", "latency_us", "oversubscription"], f"levels[{i}]")
         lname = r.str_(lvd, "name", f"levels[{i}]", required=True) or f"level{i}"
-        levels.append(Level(lname, _tier(r, lvd, f"levels[{i}]")))
+        over = r.num(lvd, "oversubscription", f"levels[{i}]", minimum=0, exclusive=True, default=1.0, maximum=1e3)
+        levels.append(Level(lname, _tier(r, lvd, f"levels[{i}]"), over if over is not None else 1.0))
     if "levels" not in d:
         ps.add("levels", "is required: the domain levels bottom up, e.g. [{name: node, ...}, {name: leaf, ...}]")
     tiers: dict[str, Tier] = {}
@@ -264,6 +297,7 @@ def cluster_from_dict(doc: Any, source: str = "<cluster>", base_dir: Path | None
             r.num(rp, "extra_latency_us", "rail_policy", default=2.0, minimum=0) or 0.0,
             r.num(rp, "bandwidth_factor", "rail_policy", default=1.0, minimum=0, exclusive=True) or 1.0,
         )
+    kinds = _device_kinds(r, d.get("device_kinds"))
     node_types: dict[str, NodeType] = {}
     for i, nt in enumerate(r.lst(d.get("node_types"), "node_types")):
         ntd = r.obj(nt, f"node_types[{i}]")
@@ -351,7 +385,8 @@ def cluster_from_dict(doc: Any, source: str = "<cluster>", base_dir: Path | None
     if gens is None and d.get("hosts") is None:
         ps.add("", "the cluster names no hosts: give `generate` (compact) and/or `hosts` (explicit)")
     try:
-        topo = Topology.build(name, levels, hosts, intra_node_tiers=tiers, rail_policy=rail_policy, source=source)
+        topo = Topology.build(name, levels, hosts, intra_node_tiers=tiers, rail_policy=rail_policy, source=source,
+                              device_kinds=kinds)
     except InputError as e:
         # structural problems (a host listed twice...) are reported with the reader's, all at once; Topology.build
         # numbers generated and explicit hosts together: name them as the file does
@@ -584,7 +619,12 @@ def job_from_dict(doc: Any, source: str = "<job>") -> Job:
             ps.add("model", "is required with `parallel`: parameters, hidden, layers, seq_len, ...")
         else:
             r.keys(md, ["parameters", "hidden", "layers", "seq_len", "micro_batch", "micro_batches", "bytes_per_element",
-                        "grad_bytes_per_element", "experts", "top_k", "expert_parameters", "kv_fraction"], "model")
+                        "grad_bytes_per_element", "experts", "top_k", "expert_parameters", "kv_fraction",
+                        "recompute", "mfu", "heads"], "model")
+            recompute = md.get("recompute", False)
+            if not isinstance(recompute, bool):
+                ps.add("model.recompute", f"must be true or false, got {recompute!r}")
+                recompute = False
             model = ModelShape(
                 parameters=r.num(md, "parameters", "model", minimum=0, exclusive=True, required=True) or 1.0,
                 hidden=r.int_(md, "hidden", "model", minimum=1, required=True) or 1,
@@ -598,6 +638,9 @@ def job_from_dict(doc: Any, source: str = "<job>") -> Job:
                 top_k=r.int_(md, "top_k", "model", minimum=0, default=0) or 0,
                 expert_parameters=r.num(md, "expert_parameters", "model", minimum=0, default=0.0) or 0.0,
                 kv_fraction=r.num(md, "kv_fraction", "model", minimum=0, exclusive=True, default=1.0) or 1.0,
+                recompute=recompute,
+                mfu=r.num(md, "mfu", "model", minimum=0, exclusive=True, maximum=1.0, default=DEFAULT_MFU) or DEFAULT_MFU,
+                heads=r.int_(md, "heads", "model", minimum=1, default=0) or 0,
             )
             if model.layers % par.pp:
                 ps.add("model.layers", f"{model.layers} layers do not split evenly over pp={par.pp} stages")
