@@ -146,13 +146,13 @@ def _coarsen(topology: Topology, state: ClusterState, traffic: Traffic, units: S
             best = (per_rank, label)
     if best is None:
         return plain
-    groups = sorted(set(by_label[best[1]]))
-    size = len(groups[0])
+    chosen = sorted(set(by_label[best[1]]))
+    size = len(chosen[0])
     room = sum(f // size for f in slots_of.values())
     merged: set[int] = set()
     out = _Vertices([], [], [], size)
-    for g in groups[:room]:
-        us = tuple(sorted({unit_of[r] for r in g}))
+    for members in chosen[:room]:
+        us = tuple(sorted({unit_of[r] for r in members}))
         merged.update(us)
         out.units.append(us)
         out.size.append(size)
@@ -218,6 +218,7 @@ class _Mapper:
         self.tree, self.vx, self.terms = tree, vx, terms
         self.steiner, self.seed, self.deadline, self.threads = steiner, seed, deadline, threads
         self.host_of: dict[int, int] = {}
+        self.dummies = True
         self.calls = 0
         self.greedy_domains = 0
 
@@ -267,7 +268,7 @@ class _Mapper:
         fixed: dict[int, int] = {}
         if whole:
             caps = [tree.slots[target].get(b, 0) * vx.slot for b in blocks]
-            got = self._partition(level, target, blocks, caps, whole, tids, {}) if len(whole) > 1 else None
+            got = self._partition(level, target, blocks, caps, whole, tids, {}, vx.slot) if len(whole) > 1 else None
             if got is None:
                 return None
             fixed = dict(zip(whole, got, strict=True))
@@ -292,8 +293,13 @@ class _Mapper:
         return [min(2**24, round(w * scale)) for w in raw], dist
 
     def _partition(self, level: int, target: int, blocks: list[int], caps: list[int], verts: list[int],
-                   tids: list[int], fixed: dict[int, int]) -> list[int] | None:
-        """One Mt-KaHyPar call: `verts` onto `blocks` (capacities `caps`), `fixed` vertices held in place."""
+                   tids: list[int], fixed: dict[int, int], grain: int = 1) -> list[int] | None:
+        """One Mt-KaHyPar call: `verts` onto `blocks` (capacities `caps`), `fixed` vertices held in place.
+
+        Free capacity is filled with isolated dummy vertices of weight `grain` so that the blocks are full:
+        the partitioner then chooses which blocks stay partly empty instead of spreading the job over all of
+        them in proportion to their capacity (its recursive initial partitioning balances by target weight).
+        """
         weights, dist = self._weights(level, target, tids)
         local = {v: i for i, v in enumerate(verts)}
         hes: list[list[int]] = []
@@ -306,30 +312,33 @@ class _Mapper:
         vw = [self.vx.size[v] for v in verts]
         if not hes or sum(caps) < sum(vw):
             return None
+        n_dummy = (sum(caps) - sum(vw)) // grain if self.dummies else 0
         mk = _library()
         assert mk is not None
         kb = len(blocks)
+        n = len(verts) + n_dummy
         with _LOCK:
             init = _initializer(self.threads)
             ctx = init.context_from_preset(mk.PresetType.DETERMINISTIC)
             ctx.logging = False
-            use_target = self.steiner and len(set(dist[target + 1:])) > 1 and kb <= MAX_BLOCKS
+            # the library's mapping needs at least as many vertices as blocks (an invalid-pin error otherwise)
+            use_target = self.steiner and len(set(dist[target + 1:])) > 1 and kb <= MAX_BLOCKS and n >= kb
             if use_target:
                 ctx.set_mapping_parameters(kb, 0.03)
             else:
                 ctx.set_partitioning_parameters(kb, 0.03, mk.Objective.KM1 if self.steiner else mk.Objective.CUT)
             ctx.set_individual_target_block_weights(caps)
             mk.set_seed(self.seed)
-            hg = init.create_hypergraph(ctx, len(verts), len(hes), hes, vw, hw)
+            hg = init.create_hypergraph(ctx, n, len(hes), hes, vw + [grain] * n_dummy, hw)
             if fixed:
-                hg.add_fixed_vertices([fixed.get(v, -1) for v in verts], kb)
+                hg.add_fixed_vertices([fixed.get(v, -1) for v in verts] + [-1] * n_dummy, kb)
             if use_target:
                 pairs = list(itertools.combinations(range(kb), 2))
                 d = [dist[self.tree.meet(target, blocks[a], blocks[b])] for a, b in pairs]
                 phg = hg.map_onto_graph(init.create_target_graph(ctx, kb, len(pairs), pairs, d), ctx)
             else:
                 phg = hg.partition(ctx)
-            part = list(phg.get_partition())
+            part = list(phg.get_partition())[: len(verts)]
             self.calls += 1
         movable = [v not in fixed for v in verts]
         return _repair(part, vw, caps, hes, hw, movable)
@@ -417,11 +426,11 @@ def multilevel_candidates(
     usize = sizes[0] if len(set(sizes)) == 1 else 1
     free = {h: len(devs) // usize * usize for h, devs in pool.devices.items()}
     top = len(topology.levels) - 1
-    cap = unit_capacity(topology, pool, max(sizes))
-    scopes = scope_domains(topology, cap, len(units), limit=1) if len(set(sizes)) == 1 else []
-    scopes.append((top, topology.parent[top - 1][0] if top else 0))
+    # the tightest domain that holds the job, one level up, the whole cluster (device counts when sizes differ)
+    cap = unit_capacity(topology, pool, usize)
+    scopes = list(dict.fromkeys([*scope_domains(topology, cap, job.ranks // usize, limit=1), (top, 0)]))
     plan: list[tuple[str, tuple[int, int], bool]] = [("multilevel", scopes[0], True), ("multilevel-cut", scopes[0], False)]
-    if scopes[1] != scopes[0]:
+    if len(scopes) > 1:
         plan.append(("multilevel-wide", scopes[1], True))
     out: list[tuple[str, list[int]]] = []
     for i, (name, (level, k), steiner) in enumerate(plan):
