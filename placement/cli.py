@@ -53,25 +53,95 @@ def _load_all(cluster: Path, job: Path | None, state: Path | None):  # type: ign
 # ---- evaluate -----------------------------------------------------------------------------------------------
 
 
-def _cost_table(title: str, report: Any, baselines: dict[str, float | None] | None = None) -> Table:
+def _num(x: float | None, fmt: str = ".4f") -> str:
+    return "-" if x is None else format(x, fmt)
+
+
+def _step_table(title: str, report: Any) -> Table:
+    """The modeled step: its time, exposed and total communication, compute, bubble, MFU and tokens/s."""
+    t = Table(title=title, title_justify="left")
+    t.add_column("part")
+    t.add_column("seconds", justify="right")
+    t.add_column("share of step", justify="right")
+    step = report.step_seconds
+
+    def share(x: float | None) -> str:
+        return "" if x is None or not step else f"{100 * x / step:.1f}%"
+
+    t.add_row("[bold]step[/]", f"[bold]{report.step_seconds:.4f}[/]", "100.0%" if step else "")
+    t.add_row("compute", _num(report.compute_seconds), share(report.compute_seconds))
+    t.add_row("pipeline bubble", _num(report.bubble_seconds), share(report.bubble_seconds))
+    t.add_row("exposed comm", f"{report.comm_seconds:.4f}", share(report.comm_seconds))
+    t.add_row("total comm (before overlap)", f"{report.comm_seconds_total:.4f}", "")
+    t.add_section()
+    t.add_row("MFU", "-" if report.mfu is None else f"{100 * report.mfu:.1f}%", "")
+    t.add_row("tokens/s", _num(report.tokens_per_s, ",.0f"), "")
+    return t
+
+
+def _phase_table(report: Any) -> Table:
+    """One row per phase of the step: its bottleneck tier, algorithm, critical group, seconds and exposed part."""
+    t = Table(title="phases, in sequence (the critical group is the slowest)", title_justify="left")
+    for name in ("phase", "tier", "algorithm", "critical group"):
+        t.add_column(name)
+    t.add_column("seconds", justify="right")
+    t.add_column("exposed", justify="right")
+    for p in report.phases:
+        t.add_row(p.name, p.tier, p.algorithm or "-", p.critical or "-", f"{p.seconds:.4f}", f"{p.exposed_seconds:.4f}")
+    if not report.phases:
+        t.add_row("[dim]none[/]", "", "", "", "", "")
+    else:
+        t.add_section()
+        t.add_row("[bold]total[/]", "", "", "", f"{sum(p.seconds for p in report.phases):.4f}",
+                  f"{sum(p.exposed_seconds for p in report.phases):.4f}")
+    return t
+
+
+def _cost_table(title: str, report: Any) -> Table:
+    """Exposed communication per group kind and bottleneck tier, and the preference misses."""
     t = Table(title=title, title_justify="left")
     t.add_column("group kind")
     t.add_column("tier")
-    t.add_column("seconds/step", justify="right")
+    t.add_column("exposed comm s", justify="right")
     t.add_column("share", justify="right")
-    total = report.seconds or 1.0
+    total = report.comm_seconds or 1.0
     for (label, tier), s in sorted(report.by_label_tier.items(), key=lambda kv: -kv[1]):
         t.add_row(label, tier, f"{s:.4f}", f"{100 * s / total:.1f}%")
     t.add_section()
-    t.add_row("[bold]total[/]", "", f"[bold]{report.seconds:.4f}[/]", "100.0%")
+    t.add_row("[bold]total[/]", "", f"[bold]{report.comm_seconds:.4f}[/]", "100.0%")
     for label, n in sorted(report.preference_misses.items()):
         t.add_row(f"[yellow]{label} misses its preferred level[/]", "", f"{n} group(s)", "")
-    if baselines:
-        t.add_section()
-        for name, s in baselines.items():
-            t.add_row(f"baseline {name}", "", "infeasible" if s is None else f"{s:.4f}",
-                      "" if s is None or not report.seconds else f"x{s / report.seconds:.2f}")
     return t
+
+
+def _baseline_table(strategy: str, report: Any, costs: dict[str, dict[str, float | None]]) -> Table:
+    """The answer next to each baseline on the same state: step and exposed communication seconds."""
+    t = Table(title="against the baselines on the same state", title_justify="left")
+    t.add_column("strategy")
+    t.add_column("step s", justify="right")
+    t.add_column("exposed comm s", justify="right")
+    t.add_column("step vs answer", justify="right")
+    t.add_row(f"[bold]{strategy} (answer)[/]", f"[bold]{report.step_seconds:.4f}[/]", f"{report.comm_seconds:.4f}", "x1.00")
+    for name, c in costs.items():
+        step, comm = c["step_seconds"], c["comm_seconds"]
+        ratio = "" if step is None or not report.step_seconds else f"x{step / report.step_seconds:.2f}"
+        t.add_row(name, "no valid mapping" if step is None else f"{step:.4f}", _num(comm), ratio)
+    return t
+
+
+def _print_report(title: str, report: Any, strategy: str | None = None,
+                  costs: dict[str, dict[str, float | None]] | None = None) -> None:
+    out.print(title, highlight=False, soft_wrap=True)
+    out.print(_step_table("the modeled step", report))
+    out.print(_phase_table(report))
+    out.print(_cost_table("exposed communication by group kind and tier", report))
+    if strategy is not None and costs:
+        out.print(_baseline_table(strategy, report, costs))
+
+
+def _headline(report: Any) -> str:
+    mfu = "" if report.mfu is None else f", MFU {100 * report.mfu:.1f}%"
+    return f"step {report.step_seconds:.4f} s, exposed comm {report.comm_seconds:.4f} s{mfu}"
 
 
 @app.command()
@@ -84,7 +154,8 @@ def evaluate(
     output: Annotated[str, typer.Option(help="table or json")] = "table",
     picture: Annotated[Path | None, typer.Option(help="also draw the placement (SVG or PNG by suffix)")] = None,
 ) -> None:
-    """Seconds per step of a given mapping, with a breakdown per group kind and tier."""
+    """The modeled step of a given mapping: step, exposed and total communication, compute, MFU, tokens/s, and
+    the breakdown per phase and per group kind and tier."""
     from placement.cost import evaluate as evaluate_cost
     from placement.io.export import result_document
     from placement.io.native import load_mapping
@@ -101,7 +172,7 @@ def evaluate(
     if output == "json":
         _write(json.dumps(result_document(topo, jb.name, mp, rep), indent=2) + "\n", None)
     elif output == "table":
-        out.print(_cost_table(f"{jb.name} on {topo.name}: {rep.seconds:.4f} s/step", rep))
+        _print_report(f"{jb.name} on {topo.name}: {_headline(rep)}", rep)
     else:
         fail(f"--output: unknown value {output!r}; use table or json", 2)
 
@@ -120,7 +191,7 @@ def place(
     request: Annotated[Path | None, typer.Option(help="a PlaceRequest file (YAML/JSON, protobuf JSON mapping) instead of CLUSTER JOB")] = None,
     server: Annotated[str | None, typer.Option(help="HOST:PORT of a placement-server: send the request there")] = None,
     token: Annotated[str | None, typer.Option(envvar="PLACEMENT_TOKEN", help="bearer token for --server")] = None,
-    strategy: Annotated[str, typer.Option(help="cpsat, topology-greedy or first-fit")] = "cpsat",
+    strategy: Annotated[str, typer.Option(help="cpsat (the optimizer) or a baseline scheduler's name")] = "cpsat",
     time_limit: Annotated[float, typer.Option(help="solver time limit in seconds")] = 10.0,
     gap: Annotated[float, typer.Option(help="stop at this relative gap")] = 0.0,
     seed: Annotated[int, typer.Option(help="random seed (same seed and workers: same answer)")] = 0,
@@ -133,7 +204,7 @@ def place(
 
     Give CLUSTER JOB [--state], or --request FILE; with --server the request is solved by a placement-server.
     """
-    from placement.io.export import export, result_document
+    from placement.io.export import baseline_costs, export, result_document
     from placement.solve import SolveOptions, Strategy
     from placement.solve import place as run_place
 
@@ -151,7 +222,7 @@ def place(
     try:
         strat = Strategy(strategy)
     except ValueError:
-        fail(f"--strategy: unknown value {strategy!r}; use cpsat, topology-greedy or first-fit", 2)
+        fail(f"--strategy: unknown value {strategy!r}; use one of {', '.join(s.value for s in Strategy)}", 2)
     if time_limit <= 0:
         fail(f"--time-limit: must be > 0, got {time_limit:g}", 2)
     if not 0 <= seed < 2**31:
@@ -161,24 +232,28 @@ def place(
     topo, st, jb = _load_all(cluster, job, state)
     assert jb is not None
     res = run_place(topo, st, jb, SolveOptions(strategy=strat, time_limit_s=time_limit, relative_gap=gap, seed=seed, workers=workers))
-    assert res.mapping is not None and res.report is not None
+    from placement.cost import CostReport
+
+    rep = res.report
+    assert res.mapping is not None and isinstance(rep, CostReport)
     doc = result_document(
-        topo, jb.name, res.mapping, res.report,  # type: ignore[arg-type]
-        status=res.status.value, strategy=res.strategy.value, seconds_per_step=res.seconds,
-        lower_bound=res.lower_bound, gap=res.gap, baselines=res.baselines,
+        topo, jb.name, res.mapping, rep,
+        status=res.status.value, strategy=res.strategy.value, step_seconds=rep.step_seconds,
+        comm_seconds=rep.comm_seconds, seconds_per_step=rep.comm_seconds,  # seconds_per_step: deprecated name
+        lower_bound=res.lower_bound, gap=res.gap, baselines=res.baselines, baseline_reports=res.baseline_reports,
         stats=dict(res.stats.items()),
     )
     if picture is not None:
         from placement.cli_whatif import render_picture
 
-        render_picture(topo, st, jb, res.mapping, res.report, picture)  # type: ignore[arg-type]
+        render_picture(topo, st, jb, res.mapping, rep, picture)
         err.print(f"wrote {picture}")
     if output == "table":
         gap_s = "-" if res.gap is None else f"{100 * res.gap:.2f}%"
-        title = (f"{jb.name} ({jb.ranks} ranks) on {topo.name}: {res.status.value}, {res.seconds:.4f} s/step, "
-                 f"bound {'-' if res.lower_bound is None else f'{res.lower_bound:.4f}'}, gap {gap_s}, "
+        title = (f"{jb.name} ({jb.ranks} ranks) on {topo.name}: {res.status.value}, {_headline(rep)}, "
+                 f"surrogate bound {'-' if res.lower_bound is None else f'{res.lower_bound:.4f}'}, gap {gap_s}, "
                  f"{res.stats.get('wall_s', 0):.2f} s")
-        out.print(_cost_table(title, res.report, res.baselines))
+        _print_report(title, rep, res.strategy.value, baseline_costs(rep, res.baselines, res.baseline_reports))
         if out_file is not None:
             _write(export("json", [], document=doc), out_file)
         return
@@ -217,7 +292,7 @@ def _place_request(request: Path, server: str | None, token: str | None, output:
         _write(dump_message(pb.PlaceResponse(result=result), output), out_file)
         return
     if output == "table":
-        out.print(_result_table(result))
+        _print_result(result)
         if out_file is not None:
             _write(dump_message(pb.PlaceResponse(result=result), "json"), out_file)
         return
@@ -227,22 +302,19 @@ def _place_request(request: Path, server: str | None, token: str | None, output:
     _write(export(output, seats), out_file)
 
 
-def _result_table(result: Any) -> Table:
-    """The same table as the offline one, from a PlacementResult message."""
-    from types import SimpleNamespace
+def _print_result(result: Any) -> None:
+    """The same tables as the offline ones, from a PlacementResult message."""
+    from server.convert import report_from_proto
 
-    bd = result.breakdown
-    rep = SimpleNamespace(
-        seconds=result.seconds_per_step,
-        by_label_tier={(lt.label, lt.tier): lt.seconds for lt in bd.by_label_tier},
-        preference_misses=dict(bd.preference_misses),
-    )
-    baselines = {b.strategy: (b.seconds_per_step if b.HasField("seconds_per_step") else None) for b in result.baselines}
+    rep = report_from_proto(result.cost, result.breakdown)
+    costs = {b.strategy: {"step_seconds": b.step_seconds if b.HasField("step_seconds") else None,
+                          "comm_seconds": b.comm_seconds if b.HasField("comm_seconds") else None}
+             for b in result.baselines}
     gap = f"{100 * result.gap:.2f}%" if result.HasField("gap") else "-"
     bound = f"{result.lower_bound_s:.4f}" if result.HasField("lower_bound_s") else "-"
     status = type(result).DESCRIPTOR.fields_by_name["status"].enum_type.values_by_number[result.status].name.removeprefix("SOLVE_STATUS_")
-    title = f"{result.job} ({len(result.mapping)} ranks): {status}, {result.seconds_per_step:.4f} s/step, bound {bound}, gap {gap}"
-    return _cost_table(title, rep, baselines)
+    title = f"{result.job} ({len(result.mapping)} ranks): {status}, {_headline(rep)}, surrogate bound {bound}, gap {gap}"
+    _print_report(title, rep, result.strategy, costs)
 
 
 # ---- export -------------------------------------------------------------------------------------------------

@@ -872,7 +872,7 @@ def _outputs(res: Any, reason: str | None, free: int) -> dict[str, str]:
     out.update(step_seconds=_fmt(step), comm_seconds=_fmt(comm), comm_seconds_total=_fmt(rep.comm_seconds_total),
                compute_seconds=_fmt(rep.compute_seconds), bubble_seconds=_fmt(rep.bubble_seconds),
                mfu=_fmt(rep.mfu), tokens_per_s=_fmt(rep.tokens_per_s), seconds_per_step=_fmt(comm))
-    for b, cost in baseline_costs(rep, res.baselines).items():
+    for b, cost in baseline_costs(rep, res.baselines, res.baseline_reports).items():
         col = b.replace("-", "_")
         b_comm, b_step = cost["comm_seconds"], cost["step_seconds"]
         out[f"baseline_{col}_s"] = _fmt(b_comm)
@@ -1321,7 +1321,7 @@ def ranked_tables(sweep: Sweep, rows: Mapping[str, Mapping[str, str]], *, top: i
             t.add_row(*(r if with_notes else r[:-1]))
         caption = ["step s: compute + bubble + exposed comm; comm s, MFU, tokens/s: of the best strategy's answer"]
         if opt is not None:
-            caption.append(f"gap: on the exposed comm; vs X: step time {opt} saves over X on the same state")
+            caption.append(f"gap: of the solver's surrogate objective; vs X: step time {opt} saves over X on the same state")
         if len(ranked) > len(body):
             caption.append(f"top {len(body)} of {len(ranked)}; every row is in the CSV")
         n_inf = sum(1 for b in ranked if not math.isfinite(b[0]))

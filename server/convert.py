@@ -15,8 +15,9 @@ from typing import Any
 
 from google.protobuf import json_format
 
-from placement.cost import CostReport
+from placement.cost import CostReport, PhaseCost
 from placement.errors import InputError, Problem
+from placement.io.export import baseline_costs
 from placement.io.native import (
     cluster_from_dict,
     job_from_dict,
@@ -47,7 +48,9 @@ __all__ = [
     "infeasible_result",
     "message_dict",
     "place_inputs",
+    "report_from_proto",
     "result_to_proto",
+    "step_cost",
 ]
 
 SOURCE = "request"
@@ -322,6 +325,44 @@ def breakdown(report: CostReport) -> pb.Breakdown:
     )
 
 
+def _opt(value: float | None) -> float | None:
+    """A number for an optional field: None (unset) when missing or not finite."""
+    return None if value is None or not math.isfinite(value) else float(value)
+
+
+def step_cost(report: CostReport) -> pb.StepCost:
+    """The modeled step of a CostReport as a message (field for field; the model is `placement.cost`)."""
+    out = pb.StepCost(
+        step_seconds=report.step_seconds,
+        comm_seconds=report.comm_seconds,
+        comm_seconds_total=report.comm_seconds_total,
+        surrogate_seconds=report.surrogate_seconds,
+        phases=[pb.Phase(name=p.name, seconds=p.seconds, exposed_seconds=p.exposed_seconds, tier=p.tier,
+                         critical=p.critical, algorithm=p.algorithm) for p in report.phases],
+    )
+    for name in ("compute_seconds", "bubble_seconds", "tokens_per_s", "mfu"):
+        value = _opt(getattr(report, name))
+        if value is not None:
+            setattr(out, name, value)
+    return out
+
+
+def report_from_proto(cost: pb.StepCost, bd: pb.Breakdown) -> CostReport:
+    """A StepCost and its Breakdown back into a CostReport (what `step_cost` and `breakdown` wrote); the CLI
+    prints a remote answer with the same tables as a local one."""
+    opt = {name: getattr(cost, name) if cost.HasField(name) else None
+           for name in ("compute_seconds", "bubble_seconds", "tokens_per_s", "mfu")}
+    return CostReport(
+        step_seconds=cost.step_seconds, comm_seconds=cost.comm_seconds, comm_seconds_total=cost.comm_seconds_total,
+        compute_seconds=opt["compute_seconds"], bubble_seconds=opt["bubble_seconds"],
+        tokens_per_s=opt["tokens_per_s"], mfu=opt["mfu"], surrogate_seconds=cost.surrogate_seconds,
+        phases=[PhaseCost(p.name, p.seconds, p.exposed_seconds, p.tier, p.critical, p.algorithm) for p in cost.phases],
+        by_label=dict(bd.by_label_s), by_tier=dict(bd.by_tier_s),
+        by_label_tier={(lt.label, lt.tier): lt.seconds for lt in bd.by_label_tier},
+        preference_misses=dict(bd.preference_misses),
+    )
+
+
 def _stats(stats: dict[str, float | int | str], time_limit_s: float, deadline_limited: bool) -> pb.SolveStats:
     out = pb.SolveStats(time_limit_s=time_limit_s, deadline_limited=deadline_limited)
     for k, v in sorted(stats.items()):
@@ -344,17 +385,24 @@ def result_to_proto(topo: Topology, job: Job, res: PlacementResult, *, time_limi
         out.mapping.extend(assignments(topo, res.mapping))
     report = res.report
     if isinstance(report, CostReport):
-        out.seconds_per_step = report.seconds
+        out.seconds_per_step = report.comm_seconds  # deprecated v1 name
         out.breakdown.CopyFrom(breakdown(report))
+        out.cost.CopyFrom(step_cost(report))
     if res.lower_bound is not None and math.isfinite(res.lower_bound):
         out.lower_bound_s = res.lower_bound
     gap = res.gap
     if gap is not None and math.isfinite(gap):
         out.gap = gap
-    for name, secs in sorted(res.baselines.items()):
+    costs = baseline_costs(report, res.baselines, res.baseline_reports) if isinstance(report, CostReport) else {
+        name: {"step_seconds": None, "comm_seconds": comm} for name, comm in res.baselines.items()}
+    for name, cost in sorted(costs.items()):
         b = out.baselines.add(strategy=name)
-        if secs is not None and math.isfinite(secs):
-            b.seconds_per_step = secs
+        comm, step = _opt(cost["comm_seconds"]), _opt(cost["step_seconds"])
+        if comm is not None:
+            b.seconds_per_step = comm  # deprecated v1 name
+            b.comm_seconds = comm
+        if step is not None:
+            b.step_seconds = step
     out.stats.CopyFrom(_stats(res.stats, time_limit_s, deadline_limited))
     return out
 
@@ -366,5 +414,5 @@ def infeasible_result(job: Job, reasons: Iterable[str], strategy: Strategy) -> p
 
 
 def evaluate_response(topo: Topology, job: Job, mapping: Sequence[int], report: CostReport) -> pb.EvaluateResponse:
-    return pb.EvaluateResponse(job=job.name, seconds_per_step=report.seconds, breakdown=breakdown(report),
-                               mapping=assignments(topo, mapping))
+    return pb.EvaluateResponse(job=job.name, seconds_per_step=report.comm_seconds, breakdown=breakdown(report),
+                               mapping=assignments(topo, mapping), cost=step_cost(report))

@@ -14,9 +14,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from placement.cost import evaluate
+from placement.cost import CostReport, evaluate
 from placement.errors import InfeasibleError
-from placement.solve import SolveOptions, compare, place
+from placement.solve import PlacementResult, SolveOptions, compare, place
 from placement.v1 import placement_pb2 as pb
 from placement.v1 import placement_pb2_grpc as pb_grpc
 from server import convert
@@ -37,6 +37,11 @@ _DEADLINE_SHARE = 0.9  # of the remaining time the solver may use (before the fi
 
 R = TypeVar("R")
 Req = TypeVar("Req")
+
+
+def _step(res: PlacementResult) -> float | None:
+    """The modeled step seconds of a result, for the logs."""
+    return res.report.step_seconds if isinstance(res.report, CostReport) else None
 
 
 @dataclass(frozen=True)
@@ -191,7 +196,7 @@ class PlacementServicer(pb_grpc.PlacementServiceServicer):
         self._metrics.solve_seconds.labels(method="Place").observe(elapsed)
         _log.info("placed", extra={"fields": {
             "job": inputs.job.name, "ranks": inputs.job.ranks, "devices": inputs.topology.num_devices,
-            "status": res.status.value, "seconds_per_step": res.seconds, "gap": res.gap,
+            "status": res.status.value, "step_seconds": _step(res), "comm_seconds": res.seconds, "gap": res.gap,
             "solve_s": round(elapsed, 4), "time_limit_s": budget.limit_s, "deadline_limited": budget.deadline_limited,
         }})
         return pb.PlaceResponse(result=result)

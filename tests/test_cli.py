@@ -13,7 +13,8 @@ from click.testing import Result
 from typer.testing import CliRunner
 
 from placement.cli import app
-from placement.io.native import cluster_from_dict, load_cluster
+from placement.cost import CostReport, evaluate
+from placement.io.native import cluster_from_dict, load_cluster, load_job, load_mapping
 from placement.scenarios import A100_PCIE_PAIRS
 from tests.conftest import EXAMPLES, FIXTURES, shared_file
 
@@ -28,6 +29,14 @@ def write(tmp_path: Path, name: str, text: str) -> Path:
     p = tmp_path / name
     p.write_text(textwrap.dedent(text))
     return p
+
+
+def modeled(cluster: Path, job: Path, mapping: Path) -> CostReport:
+    """What placement.cost.evaluate says of the mapping: the numbers the CLI must print (the model may change)."""
+    topo, static = load_cluster(cluster)
+    from placement.state import ClusterState
+
+    return evaluate(topo, static or ClusterState(), load_job(job), load_mapping(mapping, topo))
 
 
 def assert_input_error(res: Result, message: str) -> None:
@@ -128,16 +137,68 @@ def test_evaluate_table_and_json(tmp_path: Path, example: tuple[Path, Path]) -> 
     cluster, job = example
     mapping = tmp_path / "m.json"
     mapping.write_text(json.dumps([f"node{h:02d}/gpu{k}" for h in range(1, 5) for k in range(8)]))
+    rep = modeled(cluster, job, mapping)
     res = run("evaluate", cluster, job, mapping)
     assert res.exit_code == 0, res.output
-    assert "tp8-dp4 on dgx-h100-4node: 1.0694 s/step" in res.stdout
+    head = f"tp8-dp4 on dgx-h100-4node: step {rep.step_seconds:.4f} s, exposed comm {rep.comm_seconds:.4f} s"
+    assert head in res.stdout
+    lines = res.stdout.splitlines()
+    for name, value in (("step", rep.step_seconds), ("exposed comm", rep.comm_seconds),
+                        ("total comm", rep.comm_seconds_total)):
+        row = next(line for line in lines if line.strip("│ ").startswith(name))
+        assert f"{value:.4f}" in row, row
+    assert any(line.strip("│ ").startswith("MFU") for line in lines)
+    assert any(line.strip("│ ").startswith("tokens/s") for line in lines)
+    assert "compute" in res.stdout and "phases" in res.stdout and "critical group" in res.stdout
+    for p in rep.phases:  # one row per phase, with its tier and exposed seconds
+        assert any(p.name in line and p.tier in line and f"{p.exposed_seconds:.4f}" in line for line in lines)
     assert "tp" in res.stdout and "node" in res.stdout and "leaf" in res.stdout and "total" in res.stdout
     res = run("evaluate", cluster, job, mapping, "--output", "json")
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
-    assert doc["cost"]["seconds_per_step"] == pytest.approx(1.0694128190577776)
-    assert set(doc["cost"]["by_label"]) == {"tp", "dp"}
+    cost = doc["cost"]
+    assert cost["step_seconds"] == pytest.approx(rep.step_seconds)
+    assert cost["comm_seconds"] == pytest.approx(rep.comm_seconds)
+    assert cost["comm_seconds_total"] == pytest.approx(rep.comm_seconds_total)
+    assert cost["seconds_per_step"] == pytest.approx(rep.comm_seconds)  # the deprecated name keeps its meaning
+    assert {"compute_seconds", "bubble_seconds", "tokens_per_s", "mfu", "surrogate_seconds"} <= set(cost)
+    assert [p["name"] for p in cost["phases"]] == [p.name for p in rep.phases]
+    assert set(cost["by_label"]) == {"tp", "dp"}
     assert doc["mapping"][9] == {"rank": 9, "device": "node02/gpu1", "host": "node02", "local_index": 1}
+
+
+def test_evaluate_prints_every_phase_and_the_compute_side(tmp_path: Path, example: tuple[Path, Path],
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A report with phases and compute (what the v2 model gives) goes to the table and the JSON unchanged."""
+    import placement.cost
+    from placement.cost import PhaseCost
+
+    cluster, job = example
+    mapping = tmp_path / "m.json"
+    mapping.write_text(json.dumps([f"node{h:02d}/gpu{k}" for h in range(1, 5) for k in range(8)]))
+    real = modeled(cluster, job, mapping)
+    fake = CostReport(step_seconds=1.25, comm_seconds=0.125, comm_seconds_total=0.5, compute_seconds=1.0,
+                      bubble_seconds=0.125, tokens_per_s=26214.4, mfu=0.375, by_label=real.by_label,
+                      by_tier=real.by_tier, by_label_tier=real.by_label_tier, phases=[
+                          PhaseCost("tp", 0.375, 0.0625, "node:NV18", "tp[2]", "ring"),
+                          PhaseCost("dp", 0.125, 0.0625, "leaf", "dp[5]", "hierarchical")])
+    monkeypatch.setattr(placement.cost, "evaluate", lambda *a, **k: fake)
+    res = run("evaluate", cluster, job, mapping)
+    assert res.exit_code == 0, res.output
+    assert "step 1.2500 s, exposed comm 0.1250 s, MFU 37.5%" in res.stdout
+    lines = [line.strip("│ ") for line in res.stdout.splitlines()]
+    assert any(line.startswith("MFU") and "37.5%" in line for line in lines)
+    assert any(line.startswith("tokens/s") and "26,214" in line for line in lines)
+    assert any(line.startswith("compute") and "1.0000" in line and "80.0%" in line for line in lines)
+    assert any(line.startswith("pipeline bubble") and "0.1250" in line for line in lines)
+    tp = next(line for line in lines if line.startswith("tp ") and "ring" in line)
+    assert "node:NV18" in tp and "tp[2]" in tp and "0.3750" in tp and "0.0625" in tp
+    dp = next(line for line in lines if line.startswith("dp ") and "hierarchical" in line)
+    assert "leaf" in dp and "dp[5]" in dp
+    cost = json.loads(run("evaluate", cluster, job, mapping, "--output", "json").stdout)["cost"]
+    assert (cost["mfu"], cost["tokens_per_s"], cost["compute_seconds"]) == (0.375, 26214.4, 1.0)
+    assert cost["phases"][1] == {"name": "dp", "seconds": 0.125, "exposed_seconds": 0.0625, "tier": "leaf",
+                                 "critical": "dp[5]", "algorithm": "hierarchical"}
 
 
 def test_evaluate_refuses_an_invalid_mapping(tmp_path: Path, example: tuple[Path, Path]) -> None:
@@ -172,9 +233,19 @@ def test_place_json_and_rankfile(tmp_path: Path, small: tuple[Path, Path]) -> No
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
     assert doc["status"] in ("OPTIMAL", "FEASIBLE") and len(doc["mapping"]) == 8
-    # TP groups (ranks 0-3, 4-7) each on one node
-    hosts = [m["host"] for m in doc["mapping"]]
-    assert len(set(hosts[:4])) == 1 and len(set(hosts[4:])) == 1
+    mapping = tmp_path / "placed.json"
+    mapping.write_text(json.dumps(doc))
+    rep = modeled(cluster, job, mapping)
+    assert doc["step_seconds"] == pytest.approx(rep.step_seconds) == pytest.approx(doc["cost"]["step_seconds"])
+    assert doc["comm_seconds"] == pytest.approx(rep.comm_seconds) == pytest.approx(doc["cost"]["comm_seconds"])
+    rest = rep.step_seconds - rep.comm_seconds
+    for name, comm in doc["baselines"].items():  # each baseline's step and exposed comm, on the same state
+        got = doc["baseline_costs"][name]
+        assert got["comm_seconds"] == comm
+        assert got["step_seconds"] == (None if comm is None else pytest.approx(comm + rest))
+    # never worse than a baseline on the same state (in exposed communication, the part a placement changes)
+    assert all(c["comm_seconds"] is None or c["comm_seconds"] >= rep.comm_seconds - 1e-12
+               for c in doc["baseline_costs"].values())
     out = tmp_path / "ranks.txt"
     res = run("place", cluster, job, "--time-limit", "2", "--output", "rankfile", "--out", out)
     assert res.exit_code == 0, res.output
@@ -185,17 +256,29 @@ def test_place_json_and_rankfile(tmp_path: Path, small: tuple[Path, Path]) -> No
 
 def test_place_table_with_a_baseline_strategy(small: tuple[Path, Path]) -> None:
     cluster, job = small
-    res = run("place", cluster, job, "--strategy", "topology-greedy", "--time-limit", "2")
+    res = run("place", cluster, job, "--strategy", "first-fit", "--time-limit", "2")
     assert res.exit_code == 0, res.output
     assert "tp4 (8 ranks) on small" in res.stdout and "total" in res.stdout
+    assert ", step " in res.stdout and "exposed comm" in res.stdout and "phases" in res.stdout
+    lines = res.stdout.splitlines()
+    answer = next(line for line in lines if "first-fit (answer)" in line)
+    assert "x1.00" in answer
+    doc = json.loads(run("place", cluster, job, "--strategy", "first-fit", "--output", "json").stdout)
+    assert f"{doc['step_seconds']:.4f}" in answer and f"{doc['comm_seconds']:.4f}" in answer
+    for name, cost in doc["baseline_costs"].items():  # a row per baseline with its step and exposed comm
+        row = next(line for line in lines if line.strip("│ ").startswith(name + " "))
+        assert "no valid mapping" in row if cost["step_seconds"] is None else (
+            f"{cost['step_seconds']:.4f}" in row and f"{cost['comm_seconds']:.4f}" in row)
 
 
 def test_place_option_errors(small: tuple[Path, Path]) -> None:
     cluster, job = small
     assert_input_error(run("place", cluster, job, "--output", "xml"),
                        "--output: unknown value 'xml'; use one of table, json, yaml, rankfile, hostfile, env, kueue")
+    from placement.solve import Strategy
+
     assert_input_error(run("place", cluster, job, "--strategy", "magic"),
-                       "--strategy: unknown value 'magic'; use cpsat, topology-greedy or first-fit")
+                       f"--strategy: unknown value 'magic'; use one of {', '.join(s.value for s in Strategy)}")
     assert_input_error(run("place", cluster, job, "--time-limit", "0"), "--time-limit: must be > 0, got 0")
 
 
@@ -330,7 +413,11 @@ def test_readme_showcase_numbers(example: tuple[Path, Path]) -> None:
     contiguous, split = EXAMPLES / "mapping-tp8-contiguous.json", EXAMPLES / "mapping-tp8-split.json"
     if not (contiguous.is_file() and split.is_file()):
         pytest.skip("examples/mapping-tp8-*.json are not in this checkout")
-    a = json.loads(run("evaluate", cluster, job, contiguous, "--output", "json").stdout)["cost"]["seconds_per_step"]
-    b = json.loads(run("evaluate", cluster, job, split, "--output", "json").stdout)["cost"]["seconds_per_step"]
-    assert round(a, 4) == 1.0694 and round(b, 4) == 5.5173  # the numbers README.md quotes
-    assert b / a > 3
+    a = json.loads(run("evaluate", cluster, job, contiguous, "--output", "json").stdout)["cost"]
+    b = json.loads(run("evaluate", cluster, job, split, "--output", "json").stdout)["cost"]
+    for got, mapping in ((a, contiguous), (b, split)):  # the numbers README.md quotes come from the model
+        rep = modeled(cluster, job, mapping)
+        assert got["step_seconds"] == pytest.approx(rep.step_seconds)
+        assert got["comm_seconds"] == pytest.approx(rep.comm_seconds)
+    # TP groups split over two nodes pay the NIC: slower in exposed comm and in the step
+    assert b["comm_seconds"] > a["comm_seconds"] and b["step_seconds"] > a["step_seconds"]

@@ -96,6 +96,12 @@ def test_baseline_costs_add_the_answers_compute_to_each_baselines_exposed_comm()
                      "kueue-tas": {"step_seconds": None, "comm_seconds": None}}
     doc = result_document(_topo(), "j", [0], rep, baselines={"first-fit": 0.8})
     assert doc["baselines"] == {"first-fit": 0.8} and doc["baseline_costs"]["first-fit"]["comm_seconds"] == 0.8
+    # a baseline's own report, when the solver gives it, is taken as it is (and not written into the document)
+    own = CostReport(step_seconds=2.6, comm_seconds=0.8)
+    assert baseline_costs(rep, {"first-fit": 0.8}, {"first-fit": own}) == {
+        "first-fit": {"step_seconds": 2.6, "comm_seconds": 0.8}}
+    doc = result_document(_topo(), "j", [0], rep, baselines={"first-fit": 0.8}, baseline_reports={"first-fit": own})
+    assert doc["baseline_costs"]["first-fit"]["step_seconds"] == 2.6 and "baseline_reports" not in doc
 
 
 def test_seats_from_plain_mappings() -> None:

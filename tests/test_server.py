@@ -159,6 +159,7 @@ def fake_result(mapping: list[int], seconds: float = 1.0, bound: float | None = 
 
     report = CostReport()
     report.add("tp", "node", seconds)
+    report.comm_seconds_total = report.step_seconds = report.surrogate_seconds = seconds
     status = SolveStatus.FEASIBLE if bound is not None and bound < seconds else SolveStatus.OPTIMAL
     from placement.solve import Strategy
 
@@ -182,10 +183,20 @@ def test_place_returns_a_valid_mapping_its_cost_and_the_request_id(srv: Running)
     from placement.state import ClusterState
 
     report = evaluate(topo, ClusterState(), job, [topo.device_index(a.device) or 0 for a in res.mapping])
-    assert res.seconds_per_step == pytest.approx(report.seconds)
-    assert sum(res.breakdown.by_label_s.values()) == pytest.approx(report.seconds)
-    assert {b.strategy for b in res.baselines} == {"first-fit", "topology-greedy"}
-    assert all(b.seconds_per_step >= res.seconds_per_step - 1e-12 for b in res.baselines if b.HasField("seconds_per_step"))
+    assert res.cost.step_seconds == pytest.approx(report.step_seconds)
+    assert res.cost.comm_seconds == pytest.approx(report.comm_seconds)
+    assert res.cost.comm_seconds_total == pytest.approx(report.comm_seconds_total)
+    assert [p.name for p in res.cost.phases] == [p.name for p in report.phases]
+    assert res.seconds_per_step == pytest.approx(report.comm_seconds)  # the deprecated field keeps its meaning
+    assert sum(res.breakdown.by_label_s.values()) == pytest.approx(report.comm_seconds)
+    assert "first-fit" in {b.strategy for b in res.baselines}
+    rest = report.step_seconds - report.comm_seconds  # compute and bubble do not depend on the mapping
+    for b in res.baselines:
+        assert b.HasField("comm_seconds") == b.HasField("step_seconds") == b.HasField("seconds_per_step")
+        if b.HasField("comm_seconds"):
+            assert b.comm_seconds >= res.cost.comm_seconds - 1e-12
+            assert b.seconds_per_step == b.comm_seconds
+            assert b.step_seconds == pytest.approx(b.comm_seconds + rest)
     assert res.stats.time_limit_s > 0 and res.stats.wall_s > 0
     assert ("x-request-id", "rid-place-1") in tuple(call.trailing_metadata())
 
@@ -201,6 +212,9 @@ def test_evaluate_scores_the_placed_mapping_and_a_running_job(srv: Running) -> N
     placed = srv.stub.Place(req, timeout=30).result
     ev = srv.stub.Evaluate(pb.EvaluateRequest(cluster=req.cluster, job=req.job, mapping=placed.mapping), timeout=30)
     assert ev.seconds_per_step == pytest.approx(placed.seconds_per_step)
+    assert ev.cost.step_seconds == pytest.approx(placed.cost.step_seconds)
+    assert ev.cost.comm_seconds == pytest.approx(placed.cost.comm_seconds) == pytest.approx(ev.seconds_per_step)
+    assert [(p.name, p.tier) for p in ev.cost.phases] == [(p.name, p.tier) for p in placed.cost.phases]
     assert ev.job == req.job.name and len(ev.mapping) == 16
     # the same job running on its own (occupied) devices is valid
     state = pb.State(occupied=[pb.Occupancy(job=req.job.name, devices=[a.device for a in placed.mapping])])
@@ -222,7 +236,7 @@ def test_evaluate_of_a_rule_breaking_mapping_is_failed_precondition_with_every_v
     assert all(v.subject == "mapping" for v in violations)
 
 
-def test_compare_ranks_jobs_by_seconds_per_step_with_infeasible_last(srv: Running) -> None:
+def test_compare_ranks_jobs_by_step_seconds_with_infeasible_last(srv: Running) -> None:
     jobs = [job_doc(8, 4, name="tp8-dp4"), job_doc(8, 8, name="too-big"), job_doc(4, 4, 2, name="tp4-dp4-pp2"),
             job_doc(8, 2, name="tp8-dp2")]
     req = request_from_dict({"cluster": cluster_doc(4), "jobs": jobs, "options": {"time_limit_s": 5}},
@@ -232,7 +246,9 @@ def test_compare_ranks_jobs_by_seconds_per_step_with_infeasible_last(srv: Runnin
     assert [req.jobs[e.job_index].name for e in ranking] == [e.result.job for e in ranking]
     feasible = [e.result for e in ranking if e.result.status != pb.SOLVE_STATUS_INFEASIBLE]
     assert len(feasible) == 3
-    assert [r.seconds_per_step for r in feasible] == sorted(r.seconds_per_step for r in feasible)
+    keys = [(r.cost.step_seconds, r.cost.comm_seconds) for r in feasible]
+    assert keys == sorted(keys)
+    assert all(r.cost.step_seconds >= r.cost.comm_seconds > 0 for r in feasible)
     last = ranking[-1].result
     assert last.job == "too-big" and last.status == pb.SOLVE_STATUS_INFEASIBLE
     assert "64" in last.explanation[0] and not last.mapping
@@ -588,6 +604,27 @@ def test_native_files_are_messages_and_convert_to_the_same_domain_objects() -> N
     zero.job.parallel.cp = 0
     with pytest.raises(Exception, match=r"job\.parallel\.cp: must be >= 1"):
         convert.place_inputs(zero)
+
+
+def test_step_cost_carries_every_field_and_phase_through_json_and_bytes() -> None:
+    from placement.cost import CostReport, PhaseCost
+
+    report = CostReport(step_seconds=1.5, comm_seconds=0.25, comm_seconds_total=0.75, compute_seconds=1.0,
+                        bubble_seconds=0.25, tokens_per_s=1234.5, mfu=0.38, surrogate_seconds=2.0, phases=[
+                            PhaseCost("tp", 0.5, 0.2, "node:NV18", "tp[3]", "ring"),
+                            PhaseCost("dp", 0.25, 0.05, "leaf", "dp[0]", "hierarchical")])
+    msg = convert.step_cost(report)
+    again = pb.StepCost.FromString(msg.SerializeToString())
+    parsed = json_format.Parse(json_format.MessageToJson(again), pb.StepCost())
+    for m in (again, parsed):
+        assert (m.step_seconds, m.comm_seconds, m.comm_seconds_total) == (1.5, 0.25, 0.75)
+        assert (m.compute_seconds, m.bubble_seconds, m.tokens_per_s, m.mfu) == (1.0, 0.25, 1234.5, 0.38)
+        assert m.surrogate_seconds == 2.0
+        assert [(p.name, p.seconds, p.exposed_seconds, p.tier, p.critical, p.algorithm) for p in m.phases] == [
+            ("tp", 0.5, 0.2, "node:NV18", "tp[3]", "ring"), ("dp", 0.25, 0.05, "leaf", "dp[0]", "hierarchical")]
+    # a job without a model shape has no compute: the optional fields stay unset, not 0
+    bare = convert.step_cost(CostReport(step_seconds=0.1, comm_seconds=0.1, comm_seconds_total=0.1))
+    assert not any(bare.HasField(f) for f in ("compute_seconds", "bubble_seconds", "tokens_per_s", "mfu"))
 
 
 def test_rails_minus_one_is_a_device_without_a_rail() -> None:

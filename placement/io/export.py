@@ -37,17 +37,25 @@ def _rank(v: Any) -> int | None:
     return r if r >= 0 and (not isinstance(v, float) or v == r) else None
 
 
-def baseline_costs(report: CostReport, baselines: Mapping[str, float | None]) -> dict[str, dict[str, float | None]]:
-    """Each baseline's exposed communication and modeled step seconds, next to the answer's `report`.
+def baseline_costs(report: CostReport, baselines: Mapping[str, float | None],
+                   reports: Mapping[str, CostReport] | None = None) -> dict[str, dict[str, float | None]]:
+    """Each baseline's modeled step and exposed communication seconds, next to the answer's `report`.
 
-    `baselines` holds what the solver reports per baseline (`PlacementResult.baselines`): the exposed
-    communication seconds of its mapping (None: no valid mapping). Compute and the pipeline bubble do not depend
-    on the mapping, so a baseline's step is its exposed communication plus the answer's non-communication part,
-    ``report.step_seconds - report.comm_seconds``.
+    `baselines` is what the solver reports per baseline and candidate (`PlacementResult.baselines`): the exposed
+    communication seconds of its mapping (None: no valid mapping); `reports` their full reports
+    (`PlacementResult.baseline_reports`), whose step is taken as it is. Without a report, the step is derived:
+    compute and the pipeline bubble do not depend on the mapping, so a baseline's step is its exposed
+    communication plus the answer's ``report.step_seconds - report.comm_seconds``.
     """
     rest = report.step_seconds - report.comm_seconds
-    return {name: {"step_seconds": None if comm is None else comm + rest, "comm_seconds": comm}
-            for name, comm in baselines.items()}
+    out: dict[str, dict[str, float | None]] = {}
+    for name, comm in baselines.items():
+        own = (reports or {}).get(name) if comm is not None else None
+        if own is not None:
+            out[name] = {"step_seconds": own.step_seconds, "comm_seconds": own.comm_seconds}
+        else:
+            out[name] = {"step_seconds": None if comm is None else comm + rest, "comm_seconds": comm}
+    return out
 
 
 def result_document(topology: Topology, job_name: str, mapping: Sequence[int], report: CostReport | None = None,
@@ -56,14 +64,16 @@ def result_document(topology: Topology, job_name: str, mapping: Sequence[int], r
 
     With a `report`, ``cost`` holds `CostReport.to_dict` (step, exposed and total communication, compute, MFU,
     tokens/s, phases) and, when the caller passes ``baselines`` (name -> exposed communication seconds),
-    ``baseline_costs`` holds each baseline's step and exposed communication seconds (`baseline_costs`).
+    ``baseline_costs`` holds each baseline's step and exposed communication seconds (`baseline_costs`; the
+    caller's ``baseline_reports``, not written themselves, give each baseline's own step).
     """
     doc: dict[str, Any] = {"job": job_name, "cluster": topology.name}
     doc.update(extra)
     if report is not None:
         doc["cost"] = report.to_dict()
+        reports = doc.pop("baseline_reports", None)
         if isinstance(extra.get("baselines"), Mapping):
-            doc["baseline_costs"] = baseline_costs(report, extra["baselines"])
+            doc["baseline_costs"] = baseline_costs(report, extra["baselines"], reports)
     doc["mapping"] = [
         {"rank": r, "device": topology.devices[d].id, "host": topology.devices[d].host,
          "local_index": topology.devices[d].local_index}
