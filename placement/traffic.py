@@ -11,12 +11,14 @@ n-1 steps. `placement.cost` applies these.
 - **TP** (Megatron-LM, Shoeybi et al. 2019, sec. 3): 2 all-reduces per layer forward (attention and MLP
   outputs) and 2 backward, each of the activation S = b*(s/cp)*h*B. With sequence parallelism these become an
   all-gather and a reduce-scatter of the same total volume (Korthikanti et al. 2022), so the cost is equal.
-  Count = 4*(L/pp)*m. Groups: ranks that differ only in the tp coordinate.
+  Count = 4*(L/pp)*m; with full activation recomputation (`ModelShape.recompute`) the forward runs again in the
+  backward: 6*(L/pp)*m. Groups: ranks that differ only in the tp coordinate.
 - **CP** (ring attention; Liu et al. 2023; Megatron-Core context parallel): each layer passes the K and V
   chunks around the ring: forward once, backward twice (K/V and their gradients), modelled as an all-gather of
-  S = cp * 2*b*(s/cp)*(h/tp)*kv_fraction*B. Count = 3*(L/pp)*m.
+  S = cp * 2*b*(s/cp)*(h/tp)*kv_fraction*B. Count = 3*(L/pp)*m (4*(L/pp)*m with recomputation).
 - **EP** (GShard, Lepikhin et al. 2020; Megatron-Core MoE): token dispatch and combine all-to-all per MoE
-  layer forward, and the same backward: S = b*(s/cp)*top_k*h*B per member. Count = 4*(L/pp)*m.
+  layer forward, and the same backward: S = b*(s/cp)*top_k*h*B per member. Count = 4*(L/pp)*m (6*(L/pp)*m
+  with recomputation).
 - **PP** (Narayanan et al. 2021, 1F1B with scatter/gather): per micro-batch a stage sends its activation to
   the next stage forward and receives a gradient of the same size backward: edges between consecutive stages,
   S = b*(s/cp)*h*B/tp per rank, count = 2*m (one transfer each way per micro-batch).
@@ -86,21 +88,22 @@ def job_traffic(job: Job) -> Traffic:
     G = mod.grad_bytes_per_element or B
     layers_per_stage = mod.layers / par.pp
     tokens = mod.micro_batch * mod.seq_len / par.cp  # tokens a rank holds per micro-batch
+    fwd = 2 if mod.recompute else 1  # forward passes per micro-batch (recomputation repeats it in the backward)
     groups: list[Group] = []
     edges: list[Edge] = []
 
     if par.tp > 1:
         s_tp = tokens * mod.hidden * B
         for members in dimension_groups(par, ("tp",)):
-            groups.append(Group("tp", CollectiveKind.ALL_REDUCE, members, s_tp, 4 * layers_per_stage * mod.micro_batches, ex.get("tp", 1.0)))
+            groups.append(Group("tp", CollectiveKind.ALL_REDUCE, members, s_tp, (2 * fwd + 2) * layers_per_stage * mod.micro_batches, ex.get("tp", 1.0)))
     if par.cp > 1:
         s_cp = par.cp * 2 * tokens * (mod.hidden / par.tp) * mod.kv_fraction * B
         for members in dimension_groups(par, ("cp",)):
-            groups.append(Group("cp", CollectiveKind.ALL_GATHER, members, s_cp, 3 * layers_per_stage * mod.micro_batches, ex.get("cp", 1.0)))
+            groups.append(Group("cp", CollectiveKind.ALL_GATHER, members, s_cp, (fwd + 2) * layers_per_stage * mod.micro_batches, ex.get("cp", 1.0)))
     if par.ep > 1:
         s_ep = tokens * max(mod.top_k, 1) * mod.hidden * B
         for members in dimension_groups(par, ("ep",)):
-            groups.append(Group("ep", CollectiveKind.ALL_TO_ALL, members, s_ep, 4 * layers_per_stage * mod.micro_batches, ex.get("ep", 1.0)))
+            groups.append(Group("ep", CollectiveKind.ALL_TO_ALL, members, s_ep, (2 * fwd + 2) * layers_per_stage * mod.micro_batches, ex.get("ep", 1.0)))
     if par.pp > 1:
         s_pp = tokens * mod.hidden * B / par.tp
         for members in dimension_groups(par, ("pp",)):

@@ -146,3 +146,15 @@ def test_tp8_dp4_example_by_hand() -> None:
     assert [g.members for g in dp] == [(k, k + 8, k + 16, k + 24) for k in range(8)]
     assert {(g.bytes, g.count) for g in dp} == {(1.75e9, 1.0)}
     assert t.edges == ()
+
+
+def test_recomputation_repeats_the_forward_traffic() -> None:
+    base = job_traffic(_job())
+    again = job_traffic(Job("moe", 32, parallel=spec(**ALL2), model=model(
+        expert_parameters=4e8, experts=4, top_k=2, kv_fraction=0.25, grad_bytes_per_element=4, recompute=True)))
+    counts = {g.label: g.count for g in base.groups}
+    counts_rc = {g.label: g.count for g in again.groups}
+    # per layer and micro-batch: TP 4 -> 6 all-reduces, CP 3 -> 4 exchanges, EP 4 -> 6 all-to-alls; L/pp * m = 4
+    assert (counts["tp"], counts["cp"], counts["ep"]) == (16, 12, 16)
+    assert (counts_rc["tp"], counts_rc["cp"], counts_rc["ep"]) == (24, 16, 24)
+    assert counts_rc["dp"] == counts["dp"] == 1.0 and again.edges == base.edges
