@@ -164,7 +164,10 @@ def _check(topology: Topology, job: Job, mapping: Sequence[int], path: Path, col
 
 
 def _cost_lines(report: CostReport) -> list[str]:
-    lines = [f"total {report.seconds:.4f} s/step"]
+    """The legend's cost lines: the modeled step, its exposed communication, then each group kind's exposed
+    seconds with its main tiers."""
+    lines = [f"step {report.step_seconds:.4f} s" + ("" if report.mfu is None else f" (MFU {100 * report.mfu:.0f}%)"),
+             f"exposed comm {report.comm_seconds:.4f} s (of {report.comm_seconds_total:.4f} s)"]
     for label, s in sorted(report.by_label.items(), key=lambda kv: -kv[1]):
         tiers = sorted(((t, v) for (lab, t), v in report.by_label_tier.items() if lab == label), key=lambda tv: -tv[1])
         where = ", ".join(f"{t} {100 * v / s:.0f}%" for t, v in tiers[:2] if s > 0)
@@ -178,7 +181,8 @@ def render(topology: Topology, state: ClusterState, job: Job, mapping: Sequence[
 
     Ranks are coloured by `color_by` (a dimension of `COLOR_BY`; default: pipeline stage, or the first dimension
     larger than 1), TP groups are outlined, and the legend lists colours, device states and, when `report` is
-    given, the seconds per step of each group kind with its main tiers. Returns the path written.
+    given, the modeled step, its exposed communication and that of each group kind with its main tiers. Returns
+    the path written.
     Raises `InputError` for an unknown suffix or colour option, or a mapping that does not fit the job.
     """
     from matplotlib import rc_context
@@ -332,7 +336,7 @@ def render(topology: Topology, state: ClusterState, job: Job, mapping: Sequence[
             labels.append("TP group split across nodes")
         if report is not None:
             handles.append(Line2D([], [], linestyle="none"))
-            labels.append("seconds per step:")
+            labels.append("modeled step (exposed comm per group kind):")
             for line in _cost_lines(report):
                 handles.append(Line2D([], [], linestyle="none"))
                 labels.append("  " + line)
@@ -340,7 +344,7 @@ def render(topology: Topology, state: ClusterState, job: Job, mapping: Sequence[
                   handlelength=1.4, borderaxespad=0.0)
         head = title or f"{job.name}: {job.ranks} ranks on {topology.name}"
         if report is not None and title is None:
-            head += f" | {report.seconds:.4f} s/step"
+            head += f" | step {report.step_seconds:.4f} s, exposed comm {report.comm_seconds:.4f} s"
         ax.set_title(head, fontsize=10, loc="left")
         out.parent.mkdir(parents=True, exist_ok=True)
         meta = {"Date": None} if out.suffix.lower() == ".svg" else None

@@ -56,7 +56,9 @@ def test_small_picture_has_one_cell_per_rank(tmp_path: Path) -> None:
     text = svg_text(out)
     # the legend names the colours and the cost per group kind; untouched nodes collapse into one box per parent
     assert "pipeline stage 0" in text and "pipeline stage 1" in text
-    assert f"total {report.seconds:.4f} s/step" in text and "tp:" in text and "pp:" in text
+    assert f"step {report.step_seconds:.4f} s" in text and "tp:" in text and "pp:" in text
+    assert f"exposed comm {report.comm_seconds:.4f} s (of {report.comm_seconds_total:.4f} s)" in text
+    assert "s/step" not in text and "seconds per step" not in text
     # n2 and n3 collapse inside the first leaf, the whole second leaf (4 nodes) inside the spine
     assert "2 idle nodes" in text and "4 idle nodes" in text and "n2" not in text.split()
     assert "held by another job" in text and "failed" in text
