@@ -6,6 +6,8 @@ above the host as switches (level 1 = leaf switches) and equal node weights.
 
 from __future__ import annotations
 
+import numpy as np
+
 from placement.job import Job
 from placement.solve.baselines.common import prepare, slurm_request
 from placement.state import ClusterState
@@ -13,9 +15,6 @@ from placement.topology import Topology
 from placement.traffic import Traffic
 
 __all__ = ["slurm_tree"]
-
-Switch = tuple[int, int]  # (level, domain index), level >= 1
-
 
 def slurm_tree(topology: Topology, state: ClusterState, job: Job, traffic: Traffic) -> list[int] | None:
     """Slurm topology/tree placement; None when Slurm would not start the job on this state.
@@ -63,7 +62,7 @@ def slurm_tree(topology: Topology, state: ClusterState, job: Job, traffic: Traff
             for lv in range(1, n_levels):
                 tasks[lv][anc[h][lv]] += cap[h]
                 nodes[lv][anc[h][lv]] += 1
-    top: Switch | None = None
+    top: tuple[int, int] | None = None  # (level, switch)
     for lv in range(1, n_levels):
         for k in range(len(topology.domain_names[lv])):
             if nodes[lv][k] >= rem_nodes and tasks[lv][k] >= rem_tasks and (top is None or lv >= top[0]):
@@ -76,54 +75,24 @@ def slurm_tree(topology: Topology, state: ClusterState, job: Job, traffic: Traff
         if cap[h] > 0 and anc[h][top[0]] == top[1]:
             for lv in range(1, n_levels):
                 node_cnt[lv][anc[h][lv]] += 1
-    leaf_anc = _leaf_ancestors(topology)
-    n_leaves = len(topology.domain_names[1])
-    dist = [0] * n_leaves
-
-    def parent(s: Switch) -> Switch | None:
-        lv, k = s
-        return (lv + 1, topology.parent[lv][k]) if lv + 1 < n_levels else None
-
-    def fits(s: Switch) -> bool:
-        return node_cnt[s[0]][s[1]] >= rem_nodes and tasks[s[0]][s[1]] >= rem_tasks
-
-    def compare(i: Switch, j: Switch) -> tuple[int, bool]:
-        """``_topo_compare_switches``: (1 if i is the better fit, -1 if j, 0 if neither; whether i fits)."""
-        while True:
-            i_fit, j_fit = fits(i), fits(j)
-            if i_fit and j_fit:
-                ni, nj = node_cnt[i[0]][i[1]], node_cnt[j[0]][j[1]]
-                if ni != nj:
-                    return (1 if ni < nj else -1), i_fit
-                break
-            if i_fit or j_fit:
-                return (1 if i_fit else -1), i_fit
-            pi, pj = parent(i), parent(j)
-            if pi is None or pj is None or pi == pj:
-                break
-            i, j = pi, pj
-        ni, nj = node_cnt[i[0]][i[1]], node_cnt[j[0]][j[1]]
-        if ni != nj:
-            return (1 if ni > nj else -1), i_fit
-        return (1 if i[0] < j[0] else -1 if i[0] > j[0] else 0), i_fit
-
+    # leaf switches by index; chain[leaf][u] = its switch at level u + 1 (u = 0: the leaf itself)
+    chain = _leaf_ancestors(topology)
+    depth = n_levels - 1
+    up = np.array(chain, dtype=np.int64).reshape(len(chain), depth).T
+    dist = np.zeros(len(chain), dtype=np.int64)  # switch hops to the leaves chosen so far, summed
+    live = [leaf for leaf in range(len(chain)) if node_cnt[1][leaf] > 0]
     plan: list[tuple[int, int]] = []
     hosts_of_leaf = topology.children[1]
-    while rem_tasks > 0:
-        best: int | None = None
-        for leaf in range(n_leaves):  # _topo_choose_best_switch over the leaf switches in switch order
-            if node_cnt[1][leaf] == 0:
-                continue
-            if best is None:
+    while rem_tasks > 0 and live:
+        fit = [[node_cnt[u + 1][k] >= rem_nodes and tasks[u + 1][k] >= rem_tasks
+                for k in range(len(node_cnt[u + 1]))] for u in range(depth)]
+        d = dist.tolist()
+        best = live[0]
+        for leaf in live[1:]:  # _topo_choose_best_switch over the leaf switches in switch order
+            tcs, i_fit = _compare(chain[leaf], chain[best], fit, node_cnt)
+            if (d[leaf] < d[best] and i_fit) or (d[leaf] == d[best] and tcs > 0):
                 best = leaf
-                continue
-            tcs, i_fit = compare((1, leaf), (1, best))
-            if (dist[leaf] < dist[best] and i_fit) or (dist[leaf] == dist[best] and tcs > 0):
-                best = leaf
-        if best is None:
-            break
-        for leaf in range(n_leaves):
-            dist[leaf] += _hops(leaf_anc[best], leaf_anc[leaf])
+        dist += 2 * (up != up[:, best:best + 1]).sum(axis=0)
         taken = 0
         for h in sorted(hosts_of_leaf[best]):
             if cap[h] == 0 or rem_tasks <= 0:
@@ -134,16 +103,40 @@ def slurm_tree(topology: Topology, state: ClusterState, job: Job, traffic: Traff
             rem_nodes -= 1
             taken += 1
         drop = node_cnt[1][best]
-        s: Switch | None = (1, best)
-        while s is not None:  # _decrement_node_cnt
-            node_cnt[s[0]][s[1]] = max(0, node_cnt[s[0]][s[1]] - drop)
-            s = parent(s)
+        for u in range(depth):  # _decrement_node_cnt on the leaf and its ancestors
+            k = chain[best][u]
+            node_cnt[u + 1][k] = max(0, node_cnt[u + 1][k] - drop)
         node_cnt[1][best] = 0
+        live.remove(best)
         if taken == 0:
             break  # stalled
     if rem_tasks > 0 or not prep.within_cap(topology, [h for h, _ in plan]):
         return None
     return prep.fill(sorted(plan))
+
+
+def _compare(i: list[int], j: list[int], fit: list[list[bool]], node_cnt: list[list[int]]) -> tuple[int, bool]:
+    """``_topo_compare_switches`` for two leaf switches given by their ancestor chains: (1 if i is the better
+    fit, -1 if j, 0 if neither; whether i, or the ancestor where the comparison ended, fits)."""
+    u = 0
+    top = len(i) - 1
+    while True:
+        a, b = i[u], j[u]
+        i_fit, j_fit = fit[u][a], fit[u][b]
+        if i_fit and j_fit:
+            na, nb = node_cnt[u + 1][a], node_cnt[u + 1][b]
+            if na != nb:
+                return (1 if na < nb else -1), i_fit
+            break
+        if i_fit or j_fit:
+            return (1 if i_fit else -1), i_fit
+        if u == top or i[u + 1] == j[u + 1]:
+            break
+        u += 1
+    na, nb = node_cnt[u + 1][i[u]], node_cnt[u + 1][j[u]]
+    if na != nb:
+        return (1 if na > nb else -1), i_fit
+    return 0, i_fit  # both at the same level in a strict tree
 
 
 def _ancestors(topology: Topology) -> list[list[int]]:
@@ -165,11 +158,3 @@ def _leaf_ancestors(topology: Topology) -> list[list[int]]:
             chain.append(topology.parent[lv][chain[-1]])
         out.append(chain)
     return out
-
-
-def _hops(a: list[int], b: list[int]) -> int:
-    """Switch hops between two leaf switches: up to their lowest common switch and down again."""
-    for up, (x, y) in enumerate(zip(a, b, strict=True)):
-        if x == y:
-            return 2 * up
-    return 2 * len(a)
