@@ -57,21 +57,23 @@ def _hosts_in_one_fault_domain(problem: Problem) -> bool:
     return True
 
 
-def _choose_slots(problem: Problem, units: Units, model: UnitModel, assign: dict[int, int] | None) -> Slots:
+def _choose_slots(problem: Problem, units: Units, model: UnitModel, assign: dict[int, int] | None) -> tuple[Slots, bool]:
+    """The slots of the full model, and whether they lose nothing (a bound on them is a bound on the surrogate)."""
     topo, pool = problem.topology, problem.pool
     sizes = {len(u) for u in units.ranks}
     max_free = max((pool.free(h) for h in pool.devices), default=0)
     smallest_term = min((sum(len(units.ranks[u]) for u in t.units) for t in model.terms), default=max_free + 1)
     n_levels = len(topo.levels)
     if units.split:
-        return leaf_slots(topo, pool, max(sizes), len(units.ranks), split=True)
-    if not problem.constrained and len(sizes) == 1 and smallest_term > max_free and n_levels > 2:
-        return leaf_slots(topo, pool, sizes.pop(), len(units.ranks), split=False)
+        return leaf_slots(topo, pool, max(sizes), len(units.ranks), split=True), False
+    if not problem.constrained and len(sizes) == 1 and n_levels > 2 and (smallest_term > max_free or len(units.ranks) > 64):
+        # level-1 domains as slots: exact when no term fits in one host, else a coarse start for the host LNS
+        return leaf_slots(topo, pool, sizes.pop(), len(units.ranks), split=False), smallest_term > max_free
     max_size = sum(len(u) for u in units.ranks)
     hosts = sorted(pool.devices) if problem.constrained else host_classes(topo, pool, sorted(pool.devices), max_size, len(units.ranks))
     if assign is not None:
         hosts = sorted(set(hosts) | set(assign.values()))  # keep the incumbent's hosts: the hint stays feasible
-    return host_slots(topo, pool, hosts)
+    return host_slots(topo, pool, hosts), True
 
 
 def solve_cpsat(problem: Problem, starts: list[tuple[str, list[int]]]) -> CpsatOutcome:
@@ -117,7 +119,7 @@ def solve_cpsat(problem: Problem, starts: list[tuple[str, list[int]]]) -> CpsatO
         h = topo.devices[d].host_index
         allowed[unit_of[r]] = allowed.get(unit_of[r], {h}) & {h}
     assign = assignment_from_mapping(topo, units.ranks, best) if best is not None else None
-    slots = _choose_slots(p, units, model, assign)
+    slots, slots_exact = _choose_slots(p, units, model, assign)
     slot_assign = (assignment_from_mapping(topo, units.ranks, best, leaf=True, partial=units.split) if slots.leaf and best is not None
                    else assign)
     room = Counter(slots.room.values())
@@ -136,7 +138,8 @@ def solve_cpsat(problem: Problem, starts: list[tuple[str, list[int]]]) -> CpsatO
         prog.add_symmetry(chains)
         if slot_assign:
             prog.add_hint(slot_assign)
-        res = prog.solve(opts, max(0.05, p.remaining() * 0.85 - 0.02 - job.ranks * 2e-5))
+        share = 0.85 if model.exact and slots_exact else 0.6  # leave the LNS time where the model is coarse
+        res = prog.solve(opts, max(0.05, p.remaining() * share - 0.02 - job.ranks * 2e-5))
         stats["cpsat_status"] = res.status
         solved_whole = True
         if res.assignment is not None:
@@ -147,19 +150,16 @@ def solve_cpsat(problem: Problem, starts: list[tuple[str, list[int]]]) -> CpsatO
                 c = p.surrogate(mp)
                 if c < best_cost:
                     best, best_cost = mp, c
-            if (res.bound is not None and model.exact and not slots.leaf and res.status in ("OPTIMAL", "FEASIBLE")) or (res.bound is not None and model.exact and slots.leaf and not units.split):
+            if res.bound is not None and model.exact and slots_exact and res.status in ("OPTIMAL", "FEASIBLE"):
                 model_bound = res.bound + model.constant
         elif res.status == "INFEASIBLE" and units.exact and not slots.leaf and not p.state.failed_pairs and _hosts_in_one_fault_domain(p):
             return CpsatOutcome(None, None, stats, ["the solver proved that no mapping satisfies the hard rules together "
                                                     "(each rule alone can be met)"], candidates)
     if best is not None and not p.constrained and p.remaining() > 0.15 and not (solved_whole and stats.get("cpsat_status") == "OPTIMAL"):
-        host_assign = assignment_from_mapping(topo, units.ranks, best)
+        host_assign = assignment_from_mapping(topo, units.ranks, best, partial=True) or {}
         score = SurrogateScore(p, best)
-        if host_assign is not None:
-            full_hosts = host_slots(topo, p.pool, sorted(p.pool.devices))
-            ls = lns(p, model, full_hosts, host_assign, score, p.deadline - 0.05 - job.ranks * 3e-5)
-        else:  # units span hosts: only host swaps apply
-            ls = lns(p, model, Slots({}, {}), {}, score, p.deadline - 0.05 - job.ranks * 3e-5)
+        full_hosts = host_slots(topo, p.pool, sorted(p.pool.devices))
+        ls = lns(p, model, full_hosts, host_assign, score, p.deadline - 0.05 - job.ranks * 3e-5)
         stats.update(ls.as_stats())
         if score.total < best_cost - 1e-12 and p.valid(score.mapping):
             best, best_cost = list(score.mapping), score.total

@@ -65,6 +65,16 @@ def _moves(problem: Problem, score: SurrogateScore, model: UnitModel, assign: di
     return moves
 
 
+def _held(problem: Problem, model: UnitModel, assign: dict[int, int], mapping: list[int]) -> dict[int, int]:
+    """Devices per host held by ranks of units that span hosts (not in `assign`): they stay where they are."""
+    out: dict[int, int] = defaultdict(int)
+    for u, ranks in enumerate(model.units):
+        if u not in assign:
+            for r in ranks:
+                out[problem.topology.devices[mapping[r]].host_index] += 1
+    return out
+
+
 def _window(problem: Problem, model: UnitModel, assign: dict[int, int], kind: str, rng: random.Random,
             dom_hosts: dict[int, list[int]], level: int, term_cost: list[float]) -> tuple[list[int], list[int]]:
     """Units to free and hosts to re-solve them on, for one neighbourhood kind."""
@@ -139,7 +149,8 @@ def _swap_round(problem: Problem, score: SurrogateScore, rng: random.Random, tri
 def lns(problem: Problem, model: UnitModel, slots: Slots, assign: dict[int, int], score: SurrogateScore,
         deadline: float, log: list[str] | None = None) -> LnsStats:
     """Improve `score` (its mapping is updated in place) until `deadline`, or a fixed number of rounds when the
-    options ask for deterministic time. `assign` (unit -> host) must describe the mapping."""
+    options ask for deterministic time. `assign` (unit -> host) describes the mapping's whole units; units that
+    span hosts keep their devices (only host swaps move them)."""
     opts = problem.options
     rng = random.Random(opts.seed)
     stats = LnsStats()
@@ -151,6 +162,7 @@ def lns(problem: Problem, model: UnitModel, slots: Slots, assign: dict[int, int]
         dom_hosts[col[devs[0]]].append(h)
     max_rounds = max(4, int(opts.time_limit_s * 8)) if opts.deterministic else 1 << 30
     assign = dict(assign)
+    held = _held(problem, model, assign, score.mapping)
     while stats.rounds < max_rounds and (opts.deterministic or time.perf_counter() < deadline - 0.05):
         if problem.stopped():
             break
@@ -161,7 +173,8 @@ def lns(problem: Problem, model: UnitModel, slots: Slots, assign: dict[int, int]
             if n:
                 stats.improved += n
                 stats.by_kind[kind] += n
-                assign = assignment_from_mapping(topo, model.units, score.mapping) or assign
+                assign = assignment_from_mapping(topo, model.units, score.mapping, partial=True) or assign
+                held = _held(problem, model, assign, score.mapping)
             continue
         term_cost = _term_costs(model, assign, slots.chain)
         free_units, hosts = _window(problem, model, assign, kind, rng, dom_hosts, level, term_cost)
@@ -174,7 +187,7 @@ def lns(problem: Problem, model: UnitModel, slots: Slots, assign: dict[int, int]
         budget = 0.5 if opts.deterministic else min(1.0, deadline - time.perf_counter() - 0.05)
         if budget <= 0.05:
             break
-        window = Slots({h: slots.room[h] for h in hosts if h in slots.room}, slots.chain)
+        window = Slots({h: slots.room[h] - held.get(h, 0) for h in hosts if h in slots.room}, slots.chain)
         prog = UnitProgram(topo, model, free_units, window, fixed, allowed=None)
         prog.add_hint(assign)
         res = prog.solve(opts, budget)

@@ -99,6 +99,8 @@ class UnitProgram:
         self.const = 0.0
         self.scale = objective_scale(sum(max(t.cost) - min(t.cost) for t in model.terms) + model.split_cost * len(model.units))
         self.infeasible = ""
+        self._levels: list[tuple[cp_model.IntVar, dict[int, cp_model.IntVar], int, list[int]]] = []
+        self._splits: list[tuple[cp_model.IntVar, int, int]] = []
         used: dict[int, int] = defaultdict(int)
         for u, s in self.fixed.items():
             used[s] += len(model.units[u])
@@ -162,8 +164,8 @@ class UnitProgram:
         for t in self.model.terms:
             tf = [u for u in t.units if u in self.free_set]
             tx = [u for u in t.units if u not in self.free_set]
-            if not tf:
-                continue  # constant for this neighbourhood
+            if not tf or any(u not in self.fixed for u in tx):
+                continue  # constant for this neighbourhood (or it touches a unit that spans hosts: left out)
             self.const += t.cost[-1]
             size = sum(len(self.model.units[u]) for u in tf)
             within_prev: cp_model.IntVar | None = None
@@ -183,13 +185,14 @@ class UnitProgram:
                 if not cand:
                     continue
                 w = m.new_bool_var("")
-                a_vars = []
+                a_vars: dict[int, cp_model.IntVar] = {}
                 for k in sorted(cand):
                     a = m.new_bool_var("")
-                    a_vars.append(a)
+                    a_vars[k] = a
                     for u in tf:
                         m.add_implication(a, self.y[u, li, k])
-                m.add(sum(a_vars) == w)
+                m.add(sum(a_vars.values()) == w)
+                self._levels.append((w, a_vars, li, tf))
                 if within_prev is not None:
                     m.add_implication(within_prev, w)
                 within_prev = w
@@ -212,6 +215,7 @@ class UnitProgram:
                 continue
             split = self.m.new_int_var(0, len(us), f"split{s}")
             self.m.add(split >= sum(self.x[u, s] for u in us) - whole)
+            self._splits.append((split, whole, s))
             self.objective.append((coef, split))
 
     def add_spread(self, spread: Sequence[SpreadTerm]) -> None:
@@ -242,9 +246,27 @@ class UnitProgram:
                 self.m.add(p1 <= p2)
 
     def add_hint(self, hint: dict[int, int]) -> None:
-        """Start from a known assignment (unit -> slot); level indicators follow from it."""
+        """Start from a known assignment (unit -> slot), with the level indicators and splits it implies, so that
+        CP-SAT has a complete first solution (units missing from `hint` leave their terms unhinted)."""
         for (u, s), var in self.x.items():
             self.m.add_hint(var, 1 if hint.get(u) == s else 0)
+        for (u, li, k), var in self.y.items():
+            if li > self.min_level and u in hint and (u, hint[u]) in self.x and not any(var is v for v in (self.x[u, hint[u]],)):
+                self.m.add_hint(var, 1 if self._domain(hint[u], li) == k else 0)
+        for w, a_vars, li, tf in self._levels:
+            if not all(u in hint and (u, hint[u]) in self.x for u in tf):
+                continue
+            doms = {self._domain(hint[u], li) for u in tf}
+            k = doms.pop() if len(doms) == 1 else None
+            for kk, a in a_vars.items():
+                self.m.add_hint(a, 1 if kk == k else 0)
+            self.m.add_hint(w, 1 if k in a_vars else 0)
+        slot_count: dict[int, int] = defaultdict(int)
+        for u in self.free_units:
+            if u in hint:
+                slot_count[hint[u]] += 1
+        for split, whole, slot in self._splits:
+            self.m.add_hint(split, max(0, slot_count[slot] - whole))
 
     # ---- solve --------------------------------------------------------------------------------------------
 
