@@ -48,8 +48,12 @@ def test_place_evaluate_compare_and_health(client: PlacementClient) -> None:
     req = example_request()
     ev = client.evaluate(pb.EvaluateRequest(cluster=req.cluster, job=req.job, mapping=placed.mapping))
     assert ev.seconds_per_step == pytest.approx(placed.seconds_per_step)
+    assert ev.cost.step_seconds == pytest.approx(placed.cost.step_seconds) and ev.cost.step_seconds > 0
+    assert len(ev.cost.phases) == len(placed.cost.phases)
     cmp = client.compare(pb.CompareRequest(cluster=req.cluster, jobs=[req.job, place_request(nodes=4, dp=2).job]))
     assert len(cmp.ranking) == 2
+    keys = [(e.result.cost.step_seconds, e.result.cost.comm_seconds) for e in cmp.ranking]
+    assert keys == sorted(keys)  # ranked by modeled step, then exposed comm
     assert client.health() == "SERVING"
 
 
@@ -253,9 +257,12 @@ def test_compare_job_files_and_evaluate_mapping_file_from_a_written_result(
 
 def test_results_round_trip_through_json_and_yaml(client: PlacementClient) -> None:
     placed = client.place(place_request())
+    assert placed.result.HasField("cost")
     for fmt in ("json", "yaml"):
-        parsed = json_format.ParseDict(yaml.safe_load(dump_message(placed, fmt)), pb.PlaceResponse())
+        text = dump_message(placed, fmt)
+        parsed = json_format.ParseDict(yaml.safe_load(text), pb.PlaceResponse())
         assert parsed == placed
+        assert "step_seconds" in text and "comm_seconds_total" in text  # the protobuf JSON names, as in the proto
     with pytest.raises(ValueError):
         dump_message(placed, "xml")
 
