@@ -1,0 +1,159 @@
+"""Step model v2 against published measurements (shared/data/published_tables.md, sections 2c, 2d, 2e).
+
+Prints the comparison table of docs/model.md: `python bench/model_validation.py [--data ../shared/data]`.
+One set of link constants (CONSTANTS below) serves every row; nothing is tuned per row.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from placement.cost import evaluate
+from placement.io.nvidia_smi import read_nvidia_smi
+from placement.job import CollectiveKind, Group, Job
+from placement.state import ClusterState
+from placement.topology import HostSpec, Level, NodeType, Tier, Topology
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT.parent / "shared" / "data"
+DGX1_FILE = "topologies/nvidia_smi_topo/dgx1_v100_8gpu_4nic__pytorch_ddp_readme.txt"
+A100_PAIRS_FILE = "topologies/nvidia_smi_topo/a100_pcie_8gpu_nvlink_bridge_pairs__nccl-tests_issue178.txt"
+
+# The one set of link constants (GB/s per direction, latency µs), each a property of a link technology:
+CONSTANTS: dict[str, Tier] = {
+    "nvlink": Tier(20.0, 1.0),  # per NVLink (V100 NVLink2 and A100 NVLink3): NCCL src/graph/topo.h SM70/SM80_NVLINK_BW
+    "pcie4": Tier(24.0, 3.5),  # PCIe Gen4 x16 path inside a socket (PIX..NODE): ~24 of 31.5 GB/s raw
+    "sys": Tier(10.0, 4.0),  # across the socket interconnect (placement's default SYS tier)
+    "xgmi": Tier(64.0, 1.0),  # AMD MI300X XGMI, per peer link (stas00/ml-engineering peer-to-peer table)
+    "ib100": Tier(12.5, 5.0),  # one 100 Gb/s InfiniBand NIC (EDR): 100/8 GB/s
+}
+
+
+@dataclass(frozen=True)
+class Row:
+    """One comparison: what was measured, its value, the model's value and the tolerance it must meet."""
+
+    case: str
+    setup: str
+    metric: str
+    measured: float
+    modeled: float
+
+    @property
+    def ratio(self) -> float:
+        return self.modeled / self.measured
+
+
+def _intra_tiers() -> dict[str, Tier]:
+    c = CONSTANTS
+    return {"NV": c["nvlink"], "PIX": c["pcie4"], "PXB": c["pcie4"], "PHB": c["pcie4"], "NODE": c["pcie4"],
+            "SYS": c["sys"]}
+
+
+def _one_host(name: str, nt: NodeType, node_tier: Tier) -> Topology:
+    return Topology.build(name, [Level("node", node_tier), Level("leaf", CONSTANTS["ib100"])],
+                          [HostSpec("h0", {}, nt)], intra_node_tiers=_intra_tiers())
+
+
+def all_reduce_seconds(topology: Topology, devices: Sequence[int], size: float) -> float:
+    """Modeled seconds of one all-reduce of `size` bytes over `devices` (an explicit one-group job)."""
+    n = len(devices)
+    job = Job("ar", n, groups=(Group("ar", CollectiveKind.ALL_REDUCE, tuple(range(n)), size, 1.0),))
+    return evaluate(topology, ClusterState(), job, list(devices)).step_seconds
+
+
+def bus_bandwidth(topology: Topology, devices: Sequence[int], size: float) -> float:
+    """nccl-tests bus bandwidth GB/s: ``size / time * 2(n-1)/n`` (NCCL's PERFORMANCE.md)."""
+    n = len(devices)
+    return size / all_reduce_seconds(topology, devices, size) * 2 * (n - 1) / n / 1e9
+
+
+def a100_pairs(data: Path) -> Topology:
+    smi = read_nvidia_smi(data / A100_PAIRS_FILE)
+    nt = NodeType("a100-pcie", 8, "A100", tuple(tuple(r) for r in smi.matrix))
+    return _one_host("a100-pcie-pairs", nt, CONSTANTS["pcie4"])
+
+
+def mi300x() -> Topology:
+    x = CONSTANTS["xgmi"]
+    nt = NodeType("mi300x", 8, "MI300X", mesh_link_gbps=x.bandwidth_gbps)
+    return _one_host("mi300x", nt, Tier(7 * x.bandwidth_gbps, x.latency_us))
+
+
+def dgx1_cluster(data: Path, nodes: int = 8) -> Topology:
+    smi = read_nvidia_smi(data / DGX1_FILE)
+    ib = CONSTANTS["ib100"]
+    nt = NodeType("dgx1", 8, "V100", tuple(tuple(r) for r in smi.matrix), nics=len(smi.nics),
+                  nic_gbps=ib.bandwidth_gbps)
+    hosts = [HostSpec(f"dgx{h}", {"leaf": "ib"}, nt) for h in range(nodes)]
+    return Topology.build("dgx1-x8", [Level("node", CONSTANTS["nvlink"]), Level("leaf", ib)], hosts,
+                          intra_node_tiers=_intra_tiers())
+
+
+# ---- the rows ---------------------------------------------------------------------------------------------------
+
+GIB = float(1 << 30)
+# PyTorch DDP README (2e): p50 sec/iter with DDP on 1, 2, 4, 8, 16 GPUs; gradients are fp32.
+DDP = {
+    "resnet50": (25.557e6, {1: 0.100, 2: 0.103, 4: 0.103, 8: 0.104, 16: 0.104}),
+    "resnet101": (44.549e6, {1: 0.171, 2: 0.176, 4: 0.176, 8: 0.179, 16: 0.179}),
+}
+
+
+def rows_2c(data: Path) -> list[Row]:
+    t = a100_pairs(data)
+    return [
+        Row("2c", "A100 PCIe, 2 ranks on an NVLink pair (GPU0-1)", "busbw GB/s", 208.0, bus_bandwidth(t, [0, 1], GIB)),
+        Row("2c", "A100 PCIe, 3 ranks: the pair + GPU2", "busbw GB/s", 20.0, bus_bandwidth(t, [0, 1, 2], GIB)),
+    ]
+
+
+def rows_2d() -> list[Row]:
+    t = mi300x()
+    two, eight = bus_bandwidth(t, [0, 1], 4 * GIB), bus_bandwidth(t, list(range(8)), 4 * GIB)
+    return [
+        Row("2d", "MI300X, 2 GPUs, 4 GiB", "busbw GB/s", 47.671, two),
+        Row("2d", "MI300X, 8 GPUs, 4 GiB", "busbw GB/s", 312.912, eight),
+        Row("2d", "MI300X, 8 vs 2 GPUs", "busbw ratio", 312.912 / 47.671, eight / two),
+    ]
+
+
+def rows_2e(data: Path) -> list[Row]:
+    t = dgx1_cluster(data)
+    out = []
+    for model, (params, p50) in DDP.items():
+        for n in (2, 4, 8, 16):
+            modeled = all_reduce_seconds(t, list(range(n)), 4 * params)
+            where = f"{n} GPUs" + (" (2 machines)" if n > 8 else "")
+            out.append(Row("2e", f"DDP {model}, {where}", "overhead ms vs 1 GPU", (p50[n] - p50[1]) * 1e3, modeled * 1e3))
+    return out
+
+
+def all_rows(data: Path) -> list[Row]:
+    return [*rows_2c(data), *rows_2d(), *rows_2e(data)]
+
+
+def table(rows: Sequence[Row]) -> str:
+    lines = ["| case | setup | metric | measured | modeled | modeled/measured |", "|---|---|---|---:|---:|---:|"]
+    for r in rows:
+        lines.append(f"| {r.case} | {r.setup} | {r.metric} | {r.measured:.3g} | {r.modeled:.3g} | {r.ratio:.2f} |")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", type=Path, default=DATA, help="the shared data folder (default: %(default)s)")
+    args = ap.parse_args(argv)
+    if not (args.data / DGX1_FILE).is_file() or not (args.data / A100_PAIRS_FILE).is_file():
+        print(f"the shared data folder {args.data} lacks {DGX1_FILE} or {A100_PAIRS_FILE}", file=sys.stderr)
+        return 2
+    print(table(all_rows(args.data)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

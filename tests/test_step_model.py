@@ -1,0 +1,333 @@
+"""Step model v2 (placement.step, placement.collectives, placement.compute) on hand-computed cases, and against the
+published measurements of shared/data/published_tables.md (2c, 2d, 2e) through bench/model_validation.py."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import sys
+from types import ModuleType
+
+import pytest
+
+from placement.collectives import Fabric, best_ring, matrix_ring, phase_seconds
+from placement.compute import (
+    DEVICE_KINDS,
+    activation_bytes,
+    activation_bytes_per_microbatch,
+    device_kind,
+    device_memory_bytes,
+    model_flops,
+    step_compute,
+)
+from placement.cost import evaluate, surrogate_report
+from placement.errors import InputError
+from placement.io.native import cluster_from_dict, job_from_dict
+from placement.job import CollectiveKind, Edge, Group, Job, ModelShape, ParallelSpec
+from placement.scenarios import DGX1_MATRIX, dgx1_node, fat_tree, megatron_job
+from placement.state import ClusterState, Uplink
+from placement.topology import HostSpec, Level, NodeType, Tier, Topology
+from tests.conftest import DATA, ROOT
+
+AR = CollectiveKind.ALL_REDUCE
+EMPTY = ClusterState()
+
+
+def approx(x: float) -> object:
+    return pytest.approx(x, rel=1e-9, abs=0.0)
+
+
+NODE100 = Tier(100.0, 1.0)  # a switch inside the host, 100 GB/s per device
+EDR = Tier(12.5, 5.0)  # a 100 Gb/s NIC
+
+
+def two_level(hosts: int, gpus: int, *, node: Tier = NODE100, leaf: Tier = EDR,
+              nics: int | None = None, nic_gbps: float | None = None, per_leaf: int | None = None,
+              spine: Tier | None = None, oversubscription: float = 1.0) -> Topology:
+    """`hosts` hosts of `gpus` switch-connected devices on one leaf (or `per_leaf` hosts per leaf under a spine)."""
+    nt = NodeType("t", gpus, "gpu", nics=nics, nic_gbps=nic_gbps)
+    if per_leaf is None:
+        return Topology.build("t", [Level("node", node), Level("leaf", leaf)],
+                              [HostSpec(f"h{h}", {}, nt) for h in range(hosts)])
+    levels = [Level("node", node), Level("leaf", leaf, oversubscription), Level("spine", spine or leaf)]
+    return Topology.build("t", levels, [HostSpec(f"h{h}", {"leaf": f"l{h // per_leaf}"}, nt) for h in range(hosts)])
+
+
+def one_group(n: int, size: float, count: float = 1.0) -> Job:
+    return Job("g", n, groups=(Group("ar", AR, tuple(range(n)), size, count),))
+
+
+# ---- ring order inside a host ---------------------------------------------------------------------------------
+
+
+def test_best_ring_on_the_dgx1_cube_mesh_rides_nv2_only() -> None:
+    codes = [r.split() for r in DGX1_MATRIX]
+    cap = [[25.0 * int(c[2:]) if c.startswith("NV") else 10.0 for c in row] for row in codes]
+    bott, order = best_ring(cap)
+    assert bott == 50.0  # 0-3-2-1-5-6-7-4-0 is a Hamiltonian cycle of NV2 links
+    hops = [(order[i], order[(i + 1) % 8]) for i in range(8)]
+    assert sorted(order) == list(range(8)) and all(codes[a][b] == "NV2" for a, b in hops)
+
+
+def test_dgx1_ring_packs_all_six_nvlinks_and_never_pays_sys() -> None:
+    t = dgx1_node(1)  # default tiers: 25 GB/s per NVLink, SYS 10 GB/s
+    matrix = t.host_types[0].matrix
+    assert matrix is not None
+    tiers = Fabric(t, EMPTY).tiers_key
+    # the NV2 cycle both ways (2 x 50) and the NV1 cycle both ways (2 x 25): 6 links x 25 GB/s
+    assert matrix_ring(matrix, tiers, tuple(range(8))) == (150.0, 1.0, "NV1")
+    # GPUs 0, 1, 4, 5: 0-1 NV1, 1-5 NV2, 5-4 NV1, 4-0 NV2 (0-5 and 1-4 are SYS): that ring both ways, 2 x 25
+    assert matrix_ring(matrix, tiers, (0, 1, 4, 5)) == (50.0, 1.0, "NV1")
+    rep = evaluate(t, EMPTY, one_group(8, 1e9), list(range(8)))
+    assert rep.phases[0].tier == "node:NV1" and rep.phases[0].algorithm == "ring"
+    assert rep.step_seconds == approx(14 * 1e-6 + 2 * 7 / 8 * 1e9 / 150e9)
+    # v1 priced the same group at its slowest pair (SYS, 10 GB/s)
+    assert surrogate_report(t, EMPTY, one_group(8, 1e9), list(range(8))).by_tier == {"node:SYS": pytest.approx(
+        14 * 4e-6 + 2 * 7 / 8 * 1e9 / 10e9)}
+
+
+def test_full_mesh_ring_uses_one_link_per_peer() -> None:
+    nt = NodeType("mi300x", 8, "MI300X", mesh_link_gbps=64.0)
+    t = Topology.build("m", [Level("node", Tier(448.0, 1.0))], [HostSpec("h", {}, nt)])
+    fab = Fabric(t, EMPTY)
+    assert fab.host_ring(0, [0, 1])[0] == 64.0
+    assert fab.host_ring(0, [0, 1, 2, 3])[0] == 192.0
+    assert fab.host_ring(0, list(range(8)))[0] == 448.0
+
+
+# ---- across hosts ----------------------------------------------------------------------------------------------
+
+
+def test_hierarchical_all_reduce_on_two_nodes_of_eight() -> None:
+    # 2 hosts x 8 GPUs, NVSwitch-like 100 GB/s inside, one 12.5 GB/s NIC per host (8 GPUs share it)
+    t = two_level(2, 8, nics=1)
+    S = 1e9
+    rep = evaluate(t, EMPTY, one_group(16, S), list(range(16)))
+    # reduce-scatter + all-gather inside (7/8 S each at 100 GB/s, 7 steps of 1 us each), all-reduce across the
+    # 2 hosts (2(h-1)/h S = S out of each host through its NIC, 2 steps of 5 us)
+    hier = 2 * 7 / 8 * S / 100e9 + S / 12.5e9 + (2 * 7 * 1e-6 + 2 * 5e-6)
+    ring = 2 * 15 / 16 * S / 12.5e9 + 30 * 5e-6  # flat ring: 1.875 S out of each host
+    tree = 2 * S / 12.5e9 + 2 * (1 * 5e-6 + 7 * 1e-6)
+    assert rep.phases[0].algorithm == "hierarchical"
+    assert rep.step_seconds == approx(hier) and hier < min(ring, tree)
+    assert rep.phases[0].tier == "leaf"  # the NIC stage binds
+    fab = Fabric(t, EMPTY)
+    assert fab.alone(fab.plan_group(AR, list(range(16)), S)) == approx(hier)
+
+
+def test_tree_for_latency_bound_sizes() -> None:
+    t = two_level(16, 1, leaf=Tier(12.5, 10.0))
+    small = evaluate(t, EMPTY, one_group(16, 8.0), list(range(16)))
+    large = evaluate(t, EMPTY, one_group(16, 1e9), list(range(16)))
+    # 8 bytes: 2 ceil(log2 16) = 8 tree steps of 10 us against 30 ring steps
+    assert small.phases[0].algorithm == "tree"
+    assert small.step_seconds == approx(8 * 10e-6 + 2 * 8.0 / 12.5e9)
+    assert large.phases[0].algorithm == "ring"
+    assert large.step_seconds == approx(30 * 10e-6 + 2 * 15 / 16 * 1e9 / 12.5e9)
+
+
+def test_shared_nic_with_eight_flows() -> None:
+    # GPU k of h0 all-reduces with GPU k of h1, for k = 0..7, at the same time; one 12.5 GB/s NIC per host
+    S = 1e8
+    groups = tuple(Group("dp", AR, (k, 8 + k), S, 1.0) for k in range(8))
+    job = Job("dp8", 16, groups=groups)
+    one = two_level(2, 8, nics=1)
+    rep = evaluate(one, EMPTY, job, list(range(16)))
+    # each ring of 2 sends S out of its host; 8 flows divide the NIC: 8 S / 12.5 GB/s, plus 2 steps of 5 us
+    assert rep.phases[0].seconds == approx(8 * S / 12.5e9 + 2 * 5e-6)
+    # with a NIC per GPU (the default: one per device at the leaf tier) each flow has its own
+    per_gpu = evaluate(two_level(2, 8), EMPTY, job, list(range(16)))
+    assert per_gpu.phases[0].seconds == approx(S / 12.5e9 + 2 * 5e-6)
+    # the same flows as edges (a PP boundary): each edge one NIC's worth, shared 8 ways
+    edges = Job("pp8", 16, edges=tuple(Edge("pp", k, 8 + k, S, 2.0) for k in range(8)))
+    pp = evaluate(one, EMPTY, edges, list(range(16)))
+    assert pp.phases[0].seconds == approx(2 * (8 * S / 12.5e9 + 5e-6))
+
+
+def test_eight_equal_tp_groups_in_parallel_cost_one_group() -> None:
+    t = two_level(8, 8, node=Tier(450.0, 2.0))
+    groups = tuple(Group("tp", AR, tuple(range(8 * g, 8 * g + 8)), 1e8, 10.0) for g in range(8))
+    job = Job("tp8x8", 64, groups=groups)
+    rep = evaluate(t, EMPTY, job, list(range(64)))
+    one = 10 * (14 * 2e-6 + 2 * 7 / 8 * 1e8 / 450e9)
+    assert rep.phases[0].seconds == approx(one) and rep.comm_seconds == approx(one)
+    assert rep.surrogate_seconds == approx(8 * one)  # the v1 surrogate adds them up
+
+
+def test_oversubscribed_leaf_uplinks_divide_bandwidth() -> None:
+    # 4 hosts x 1 GPU, 2 per leaf; two transfers leave leaf l0 together through its uplinks (2 devices x 10 GB/s)
+    job = Job("x", 4, edges=(Edge("pp", 0, 2, 1e9), Edge("pp", 1, 3, 1e9)))
+    flat = two_level(4, 1, leaf=Tier(10.0, 5.0), spine=Tier(10.0, 8.0), per_leaf=2)
+    tapered = two_level(4, 1, leaf=Tier(10.0, 5.0), spine=Tier(10.0, 8.0), per_leaf=2, oversubscription=2.0)
+    assert evaluate(flat, EMPTY, job, [0, 1, 2, 3]).phases[0].seconds == approx(8e-6 + 1e9 / 10e9)
+    rep = evaluate(tapered, EMPTY, job, [0, 1, 2, 3])
+    assert rep.phases[0].seconds == approx(8e-6 + 2e9 / 10e9) and rep.phases[0].tier == "spine"
+
+
+def test_degraded_device_and_uplink_divide_bandwidth() -> None:
+    t = two_level(2, 8, nics=1)
+    job = Job("e", 16, edges=(Edge("pp", 0, 8, 1e9),))
+    base = evaluate(t, EMPTY, job, list(range(16))).step_seconds
+    assert base == approx(5e-6 + 1e9 / 12.5e9)
+    slow_dev = evaluate(t, ClusterState(device_slowdown={8: 2.0}), job, list(range(16))).step_seconds
+    assert slow_dev == approx(5e-6 + 2 * 1e9 / 12.5e9)
+    slow_nic = evaluate(t, ClusterState(uplink_slowdown={Uplink(0, 0): 4.0}), job, list(range(16))).step_seconds
+    assert slow_nic == approx(5e-6 + 4 * 1e9 / 12.5e9)
+
+
+def test_rounds_when_groups_of_a_label_share_ranks() -> None:
+    t = two_level(1, 4, node=Tier(100.0, 0.0))
+    g = (Group("x", AR, (0, 1), 1e9, 1.0), Group("x", AR, (2, 3), 1e9, 1.0), Group("x", AR, (1, 2), 1e9, 1.0))
+    rep = evaluate(t, EMPTY, Job("r", 4, groups=g), [0, 1, 2, 3])
+    assert rep.phases[0].seconds == approx(2 * 1e9 / 100e9)  # (0,1) with (2,3), then (1,2)
+
+
+# ---- compute -------------------------------------------------------------------------------------------------
+
+
+def test_model_flops_and_step_by_hand() -> None:
+    m = ModelShape(parameters=1e9, hidden=1024, layers=4, seq_len=2048, micro_batch=1, micro_batches=4)
+    par = ParallelSpec(tp=2, dp=2, pp=2)
+    T = 1 * 2048 * 4 * 2  # b * s * m * dp
+    assert model_flops(m, par) == 6 * 1e9 * T + 12 * 4 * 2048 * 1024 * T
+    rc = ModelShape(parameters=1e9, hidden=1024, layers=4, seq_len=2048, micro_batches=4, recompute=True)
+    assert model_flops(rc, par, executed=True) == pytest.approx(8 / 6 * model_flops(rc, par))
+    c = step_compute(m, par, DEVICE_KINDS["H100"])
+    assert c.compute_seconds == approx(model_flops(m, par) / (8 * 989e12 * 0.4))
+    assert c.bubble_seconds == approx(c.compute_seconds * (2 - 1) / 4)
+    assert c.backward_seconds_per_microbatch == approx(2 / 3 * c.compute_seconds / 4)
+
+
+def test_structured_step_compute_bubble_overlap_and_mfu() -> None:
+    t = fat_tree(64)
+    job = megatron_job("j", tp=8, pp=2, dp=4, hidden=4096, layers=8, micro_batches=8)
+    rep = evaluate(t, EMPTY, job, list(range(64)))
+    assert job.model is not None and job.parallel is not None
+    c = step_compute(job.model, job.parallel, DEVICE_KINDS["H100"])
+    assert (rep.compute_seconds, rep.bubble_seconds) == (approx(c.compute_seconds), approx(c.bubble_seconds))
+    dp = next(p for p in rep.phases if p.name == "dp")
+    assert dp.exposed_seconds == approx(max(0.0, dp.seconds - c.backward_seconds_per_microbatch))
+    assert rep.comm_seconds == approx(sum(p.exposed_seconds for p in rep.phases))
+    assert rep.comm_seconds_total == approx(sum(p.seconds for p in rep.phases))
+    assert rep.step_seconds == approx(c.compute_seconds + c.bubble_seconds + rep.comm_seconds)
+    assert rep.mfu == approx(c.model_flops / (rep.step_seconds * 64 * 989e12)) and 0 < rep.mfu < 0.4
+    assert rep.tokens_per_s == approx(4096 * 8 * 4 / rep.step_seconds)
+    # an explicit dp exposure overrides the overlap model
+    fixed = evaluate(t, EMPTY, megatron_job("j", tp=8, pp=2, dp=4, hidden=4096, layers=8, micro_batches=8,
+                                            exposure={"dp": 1.0}), list(range(64)))
+    assert next(p for p in fixed.phases if p.name == "dp").exposed_seconds == approx(dp.seconds)
+
+
+def test_unknown_device_kind_has_no_compute() -> None:
+    t = two_level(2, 8)  # kind "gpu"
+    rep = evaluate(t, EMPTY, megatron_job("j", tp=8, pp=1, dp=2, kind=None, layers=8), list(range(16)))
+    assert rep.compute_seconds is None and rep.mfu is None and rep.step_seconds == rep.comm_seconds > 0
+
+
+def test_device_kinds_and_memory() -> None:
+    assert device_kind("h100-80gb") == DEVICE_KINDS["H100"] and device_kind("gpu") is None
+    assert device_memory_bytes("MI300X") == 192e9
+    m = ModelShape(parameters=1e9, hidden=4096, layers=8, seq_len=4096, micro_batch=1, micro_batches=8, heads=32)
+    par = ParallelSpec(tp=4, pp=2)
+    # Korthikanti et al. eq. 2 with TP + SP: L/pp * s b h (34 + 5 a s / h) / t
+    assert activation_bytes_per_microbatch(m, par) == 4 * 4096 * 4096 * (34 + 5 * 32 * 4096 / 4096) / 4
+    assert activation_bytes(m, par) == 2 * activation_bytes_per_microbatch(m, par)
+    rc = ModelShape(parameters=1e9, hidden=4096, layers=8, seq_len=4096, recompute=True)
+    assert activation_bytes_per_microbatch(rc, par) == 4 * 2 * 4096 * 4096 / 4
+
+
+# ---- files ---------------------------------------------------------------------------------------------------
+
+
+def test_cluster_file_fields_and_defaults() -> None:
+    doc = {"levels": [{"name": "node", "bandwidth_gbps": 100}, {"name": "leaf", "bandwidth_gbps": 12.5},
+                      {"name": "spine", "bandwidth_gbps": 12.5, "oversubscription": 3}],
+           "device_kinds": [{"name": "X1", "tflops": 500, "memory_gb": 96}],
+           "node_types": [{"name": "t", "devices": 8, "kind": "X1", "nics": 2, "nic_gbps": 25}],
+           "generate": {"nodes": 4, "node_type": "t", "fanout": {"leaf": 2}}}
+    topo, _ = cluster_from_dict(doc)
+    assert topo.levels[2].oversubscription == 3.0 and topo.levels[1].oversubscription == 1.0
+    assert (topo.host_types[0].nics, topo.host_types[0].nic_gbps) == (2, 25.0)
+    assert device_kind("X1", topo) == topo.device_kinds["X1"] and device_memory_bytes("x1", topo) == 96e9
+    fab = Fabric(topo, EMPTY)
+    assert fab.caps[fab.base[0]] == 50.0  # 2 NICs x 25 GB/s
+    assert fab.caps[fab.base[1]] == 16 * 12.5  # 16 devices under a leaf x the spine tier
+
+
+def test_cluster_file_errors_name_field_value_and_rule() -> None:
+    doc = {"levels": [{"name": "node", "bandwidth_gbps": 100}, {"name": "leaf", "bandwidth_gbps": 12.5,
+                                                                "oversubscription": 0}],
+           "device_kinds": [{"name": "X1", "tflops": -1, "memory_gb": 96}],
+           "node_types": [{"name": "t", "devices": 8, "nics": 0, "nic_gbps": "fast"}],
+           "generate": {"nodes": 2, "node_type": "t"}}
+    with pytest.raises(InputError) as info:
+        cluster_from_dict(doc, "c.yaml")
+    text = str(info.value)
+    for piece in ("levels[1].oversubscription: must be > 0, got 0", "device_kinds[0].tflops: must be > 0, got -1",
+                  "node_types[0].nics: must be >= 1, got 0", "node_types[0].nic_gbps: must be a number, got 'fast'"):
+        assert piece in text
+
+
+def test_job_file_model_fields() -> None:
+    base = {"parallel": {"tp": 2}, "model": {"parameters": 1e9, "hidden": 1024, "layers": 4, "seq_len": 2048}}
+    job = job_from_dict(base)
+    assert job.model is not None and (job.model.recompute, job.model.mfu, job.model.heads) == (False, 0.4, 0)
+    job = job_from_dict({**base, "model": {**base["model"], "recompute": True, "mfu": 0.5, "heads": 8}})  # type: ignore[dict-item]
+    assert job.model is not None and (job.model.recompute, job.model.mfu, job.model.heads) == (True, 0.5, 8)
+    with pytest.raises(InputError) as info:
+        job_from_dict({**base, "model": {**base["model"], "recompute": "yes", "mfu": 1.5}})  # type: ignore[dict-item]
+    assert "model.recompute: must be true or false, got 'yes'" in str(info.value)
+    assert "model.mfu: must be <= 1, got 1.5" in str(info.value)
+
+
+# ---- published measurements (shared/data/published_tables.md) --------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def validation() -> ModuleType:
+    name = "bench_model_validation"
+    spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / "model_validation.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    for rel in (mod.DGX1_FILE, mod.A100_PAIRS_FILE):
+        if not (DATA / rel).is_file():
+            pytest.skip(f"shared data file {DATA / rel} is not available in this checkout")
+    return mod
+
+
+def test_2c_nvlink_pair_vs_across_pairs_bus_bandwidth_within_30_percent(validation: ModuleType) -> None:
+    pair, across = validation.rows_2c(DATA)
+    for row in (pair, across):
+        assert 0.7 <= row.ratio <= 1.3, row
+    assert pair.modeled / across.modeled > 5  # measured 10.4x
+
+
+def test_2d_mi300x_two_vs_eight_ordering_and_ratio_within_2x(validation: ModuleType) -> None:
+    two, eight, ratio = validation.rows_2d()
+    assert eight.modeled > two.modeled
+    assert 0.5 <= ratio.ratio <= 2.0, ratio
+
+
+def test_2e_ddp_scaling_overhead_across_two_dgx1_within_2x(validation: ModuleType) -> None:
+    rows = [r for r in validation.rows_2e(DATA) if "2 machines" in r.setup]
+    assert len(rows) == 2
+    for row in rows:
+        assert 0.5 <= row.ratio <= 2.0, row
+    assert math.isclose(rows[1].modeled / rows[0].modeled, 44.549 / 25.557, rel_tol=0.05)  # bandwidth-bound: by size
+
+
+def test_validation_table_prints(validation: ModuleType, capsys: pytest.CaptureFixture[str]) -> None:
+    assert validation.main(["--data", str(DATA)]) == 0
+    out = capsys.readouterr().out
+    assert out.count("\n| 2") == 13 and "| 2c | A100 PCIe, 2 ranks" in out
+
+
+def test_phase_seconds_shares_by_bytes() -> None:
+    t = two_level(2, 2, nics=1, nic_gbps=10.0)
+    fab = Fabric(t, EMPTY)
+    big, small = fab.plan_edge(0, 2, 3e9), fab.plan_edge(1, 3, 1e9)
+    (tb, nb), (ts, ns) = phase_seconds(fab, [big, small])
+    # both cross h0's one NIC: it carries 4e9 bytes at 10 GB/s, and both end when it has
+    assert tb == approx(5e-6 + 0.4) and ts == approx(5e-6 + 0.4) and nb == ns == "leaf"
