@@ -146,6 +146,10 @@ def _dgx1(nodes: int, occ: float, tp: int, pp: int, dp: int, matrix: tuple[str, 
 # ---- one row ----------------------------------------------------------------------------------------------------
 
 
+def _order(name: str) -> tuple[int, str]:
+    return (BASELINE_ORDER.index(name), "") if name in BASELINE_ORDER else (len(BASELINE_ORDER), name)
+
+
 @dataclass
 class Row:
     sc: Scenario
@@ -161,10 +165,10 @@ class Row:
 
     @property
     def best(self) -> tuple[str, float] | None:
-        vals = [(v, k) for k, v in self.baselines.items() if v is not None]
+        vals = [(v, _order(k), k) for k, v in self.baselines.items() if v is not None]
         if not vals:
             return None
-        v, k = min(vals)
+        v, _, k = min(vals)  # ties go to the earlier column
         return k, v
 
     def worse_than(self) -> list[str]:
@@ -215,8 +219,7 @@ def fmt(x: float | None, digits: int = 3) -> str:
 
 
 def columns(rows: Sequence[Row]) -> list[str]:
-    seen = {k for r in rows for k in r.baselines}
-    return [k for k in BASELINE_ORDER if k in seen] + sorted(seen - set(BASELINE_ORDER))
+    return sorted({k for r in rows for k in r.baselines}, key=_order)
 
 
 def table(rows: Sequence[Row], scotch_note: str | None) -> list[str]:
@@ -252,7 +255,7 @@ def summary(rows: Sequence[Row], scotch_note: str | None) -> list[str]:
     lines: list[str] = []
     ref = next((k for k in REFERENCE if any(r.baselines.get(k) for r in rows)), None)
     if ref is not None:
-        ratios = [r.cpsat / v for r in rows if r.sc.fragmented and r.cpsat is not None
+        ratios = [r.cpsat / v for r in rows if r.sc.fragmented and r.cpsat is not None and r.cpsat > 0
                   and (v := r.baselines.get(ref)) is not None and v > 0]
         if ratios:
             gm = geo_mean(ratios)

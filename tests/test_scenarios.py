@@ -208,3 +208,13 @@ def test_scotch_maps_a_tiny_job_onto_free_devices() -> None:
     assert res.mapping is not None and len(set(res.mapping)) == job.ranks
     assert not set(res.mapping) & set(state.occupied)
     assert res.seconds == pytest.approx(evaluate(topo, state, job, list(res.mapping)).comm_seconds)
+
+
+def test_fat_tree_4096_is_the_issue_8_cluster() -> None:
+    topo = fat_tree(4096)
+    assert topo.level_names == ("node", "leaf", "spine", "core")
+    assert [lv.tier.bandwidth_gbps for lv in topo.levels] == [450.0, 50.0, 25.0, 12.5]
+    assert {len(d) for d in topo.devices_in_domain[0]} == {8}  # 8 GPUs per node
+    assert {len(c) for c in topo.children[1]} == {16}  # 16 nodes per leaf
+    assert {len(c) for c in topo.children[2]} == {8}  # 8 leaves per spine
+    assert [len(c) for c in topo.children[3]] == [4]  # 4 spines under one core
