@@ -69,7 +69,7 @@ def test_every_candidate_is_valid_and_keeps_units_whole(gpus: int, fraction: flo
     job = megatron_job("j", tp=tp, pp=pp, dp=dp, hidden=2048, layers=8)
     units = tp_units(topo, state, job)
     traffic, cands, out = run(topo, state, job, units)
-    assert [name for name, _ in out][:2] == ["multilevel", "multilevel-cut"]
+    assert [name for name, _ in out][:2] == ["multilevel-cut", "multilevel"]
     for _, mapping in out:
         check_mapping(topo, state, job, traffic, cands, units, mapping)
 

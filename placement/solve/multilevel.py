@@ -49,6 +49,7 @@ __all__ = ["MAX_BLOCKS", "available", "multilevel_candidates"]
 
 MAX_BLOCKS = 32  # blocks per Steiner-tree mapping call (library limit 64; 3 s of precomputation at 64)
 DIST_SCALE = 100  # the largest target-graph distance of a step
+SECONDS_PER_VERTEX = 2.5e-4  # one DETERMINISTIC partitioning call, one thread (measured: 2,048 vertices 0.5 s)
 WEIGHT_BUDGET = 2**29  # keeps every Steiner-tree sum inside Mt-KaHyPar's 32-bit weights
 _LOCK = threading.Lock()  # the library's seed and thread pool are process-global
 _STATE: dict[str, Any] = {}
@@ -74,6 +75,7 @@ def _initializer(threads: int) -> Any:
     if _STATE.get("threads") != threads:
         _STATE["init"] = mk.initialize(threads, False)
         _STATE["threads"] = threads
+        _STATE.pop("context", None)
     return _STATE["init"]
 
 
@@ -245,8 +247,13 @@ class _Mapper:
         if len(blocks) == 1:
             return self._descend(target, blocks[0], verts, tids)
         part: list[int] | None = None
-        if self.deadline - time.perf_counter() > 0.02 + (0.25 if len(blocks) > 16 and self.steiner else 0.0):
-            part = self._split(level, target, blocks, verts, tids)
+        sizes = sorted(vx.size[v] for v in verts)
+        caps = [tree.room[target][b] for b in blocks]
+        if len(sizes) > 1 and max(caps) >= sizes[0] + sizes[1]:  # else no term fits in a block: any fit is as good
+            n = len(verts) + sum(caps) - sum(sizes)  # vertices including the dummies
+            est = 0.01 + SECONDS_PER_VERTEX * n + (0.2 * (len(blocks) / 32) ** 4 if self.steiner else 0.0)
+            if self.deadline - time.perf_counter() > est:
+                part = self._split(level, target, blocks, verts, tids)
         if part is None:
             self.greedy_domains += 1
             return self._greedy(level, k, verts)
@@ -319,8 +326,10 @@ class _Mapper:
         n = len(verts) + n_dummy
         with _LOCK:
             init = _initializer(self.threads)
-            ctx = init.context_from_preset(mk.PresetType.DETERMINISTIC)
-            ctx.logging = False
+            ctx = _STATE.get("context")
+            if ctx is None:  # 3 ms to build; the library copies it on every call, so one is reused
+                ctx = _STATE["context"] = init.context_from_preset(mk.PresetType.DETERMINISTIC)
+                ctx.logging = False
             # the library's mapping needs at least as many vertices as blocks (an invalid-pin error otherwise)
             use_target = self.steiner and len(set(dist[target + 1:])) > 1 and kb <= MAX_BLOCKS and n >= kb
             if use_target:
@@ -411,9 +420,11 @@ def multilevel_candidates(
     """Named full mappings (rank -> device index) from Mt-KaHyPar process mapping; see the module docstring.
 
     Each uses only `candidates`, each device once, and keeps every unit on one host. Candidates, in order:
-    ``multilevel`` (Steiner-tree mapping inside the tightest domain that holds the job), ``multilevel-cut``
-    (cut-net partitioning level by level, same domain) and ``multilevel-wide`` (Steiner-tree mapping one
-    level up, when there is such a domain). Deterministic for a fixed `seed` and `threads`. Returns [] when
+    ``multilevel-cut`` (cut-net partitioning level by level inside the tightest domain that holds the job),
+    ``multilevel`` (Steiner-tree mapping, same domain) and ``multilevel-wide`` (Steiner-tree mapping one level
+    up, when there is such a domain); the first gets half the time, the others share the rest and what the
+    earlier ones left. Past `deadline`, the first is still completed greedily (never an empty answer for lack
+    of time) and the others are skipped. Deterministic for a fixed `seed` and `threads`. Returns [] when
     not applicable: pins, spread rules, a device graph (`topology.pair_paths`), units that do not cover the
     ranks once, too few devices, or `mtkahypar` not installed.
     """
@@ -429,24 +440,33 @@ def multilevel_candidates(
     # the tightest domain that holds the job, one level up, the whole cluster (device counts when sizes differ)
     cap = unit_capacity(topology, pool, usize)
     scopes = list(dict.fromkeys([*scope_domains(topology, cap, job.ranks // usize, limit=1), (top, 0)]))
-    plan: list[tuple[str, tuple[int, int], bool]] = [("multilevel", scopes[0], True), ("multilevel-cut", scopes[0], False)]
+    # (name, scope, Steiner-tree objective, weight of its share of the time): the cut-net variant first, as
+    # it matches the surrogate per level and is the better candidate on the fat trees measured
+    plan: list[tuple[str, tuple[int, int], bool, float]] = [("multilevel-cut", scopes[0], False, 2.0),
+                                                            ("multilevel", scopes[0], True, 1.0)]
     if len(scopes) > 1:
-        plan.append(("multilevel-wide", scopes[1], True))
+        plan.append(("multilevel-wide", scopes[1], True, 1.0))
     out: list[tuple[str, list[int]]] = []
-    for i, (name, (level, k), steiner) in enumerate(plan):
+    prepared: dict[tuple[int, int], tuple[_Vertices, _Tree, list[_Term]] | None] = {}
+    for i, (name, scope, steiner, weight) in enumerate(plan):
         now = time.perf_counter()
         if now >= deadline and out:
             break
-        col = topology.domain_column(level)
-        in_scope = {h: f for h, f in free.items() if col[pool.devices[h][0]] == k}
-        if sum(in_scope.values()) < job.ranks:
+        if scope not in prepared:
+            col = topology.domain_column(scope[0])
+            in_scope = {h: f for h, f in free.items() if col[pool.devices[h][0]] == scope[1]}
+            if sum(in_scope.values()) < job.ranks:
+                prepared[scope] = None
+            else:
+                vx = _coarsen(topology, state, traffic, units, in_scope)
+                vertex_of = {r: v for v, us in enumerate(vx.units) for u in us for r in units[u]}
+                prepared[scope] = (vx, _Tree.of(topology, in_scope, vx.slot), _terms(topology, state, traffic, vertex_of))
+        prep = prepared[scope]
+        if prep is None:
             continue
-        vx = _coarsen(topology, state, traffic, units, in_scope)
-        tree = _Tree.of(topology, in_scope, vx.slot)
-        vertex_of = {r: v for v, us in enumerate(vx.units) for u in us for r in units[u]}
-        terms = _terms(topology, state, traffic, vertex_of)
-        share = now + (deadline - now) / (len(plan) - i)  # an even share of what is left
-        host_of = _Mapper(tree, vx, terms, steiner, seed, share, threads).run(level, k)
+        vx, tree, terms = prep
+        share = now + (deadline - now) * weight / sum(p[3] for p in plan[i:])  # its share of what is left
+        host_of = _Mapper(tree, vx, terms, steiner, seed, share, threads).run(*scope)
         if host_of is not None:
             out.append((name, _mapping(pool, units, vx, host_of, job.ranks)))
     return out
