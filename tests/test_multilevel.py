@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from placement.cost import surrogate_seconds
-from placement.job import Constraints, Job, SpreadRule
+from placement.job import Constraints, Edge, Job, SpreadRule
 from placement.scenarios import fat_tree, megatron_job, occupy
 from placement.solve import multilevel
 from placement.solve.baselines import first_fit
@@ -115,6 +115,37 @@ def test_keeps_tp_groups_on_hosts_when_only_some_fit_whole() -> None:
     for name, mapping in out[:2]:
         whole = sum(1 for g in groups if len({topo.devices[mapping[r]].host_index for r in g}) == 1)
         assert whole >= full_hosts, name
+
+
+def ring_twin(job: Job) -> Job:
+    """The job as explicit p2p edges only: each group a ring in member order, its pipeline edges kept."""
+    t = job_traffic(job)
+    edges = [Edge(g.label, a, g.members[(i + 1) % len(g.members)], g.bytes, g.count, g.exposed)
+             for g in t.groups for i, a in enumerate(g.members)]
+    return Job(job.name, job.ranks, job.device_kind, edges=(*edges, *t.edges))
+
+
+def test_explicit_ring_job_keeps_tp_rings_on_hosts() -> None:
+    """No groups, only p2p rings: the TP rings (the label that saves most inside a host) are still kept on
+    one host as often as the tightest domain has wholly free hosts, and no worse than first-fit."""
+    topo = fat_tree(1024)
+    state = occupy(topo, 0.6, seed=1, mode="mixed")
+    structured = megatron_job("j", tp=8, pp=4, dp=8)
+    job = ring_twin(structured)
+    traffic, cands, out = run(topo, state, job, units=[(r,) for r in range(job.ranks)])
+    assert out
+    pool = HostPool.of(topo, cands)
+    level, k = scope_domains(topo, unit_capacity(topo, pool, 1), job.ranks, limit=1)[0]
+    col = topo.domain_column(level)
+    full_hosts = sum(1 for d in pool.devices.values() if len(d) == 8 and col[d[0]] == k)
+    groups = dimension_groups(structured.parallel, ("tp",))  # type: ignore[arg-type]
+    ff = first_fit(topo, state, job)
+    assert ff is not None
+    for name, mapping in out[:2]:
+        check_mapping(topo, state, job, traffic, cands, [(r,) for r in range(job.ranks)], mapping)
+        whole = sum(1 for g in groups if len({topo.devices[mapping[r]].host_index for r in g}) == 1)
+        assert whole >= full_hosts, name
+        assert surrogate_seconds(topo, state, mapping, traffic) <= surrogate_seconds(topo, state, ff, traffic)
 
 
 def test_deterministic_for_a_fixed_seed() -> None:

@@ -124,7 +124,7 @@ def _coarsen(topology: Topology, state: ClusterState, traffic: Traffic, units: S
     stay as given. Units are never split."""
     plain = _Vertices([(i,) for i in range(len(units))], [len(u) for u in units], [False] * len(units), 0)
     paths = level_paths(topology, state)
-    if len(paths) < 2 or not traffic.groups:
+    if len(paths) < 2 or not (traffic.groups or traffic.edges):
         return plain
     unit_of = {r: i for i, u in enumerate(units) for r in u}
     biggest = max(len(u) for u in units)
@@ -135,6 +135,28 @@ def _coarsen(topology: Topology, state: ClusterState, traffic: Traffic, units: S
         by_label[g.label].append(tuple(sorted(g.members)))
         saving[g.label] += (collective_seconds(g.kind, len(g.members), g.bytes, g.count, g.exposed, paths[1])
                             - collective_seconds(g.kind, len(g.members), g.bytes, g.count, g.exposed, paths[0]))
+    # explicit jobs: a label's p2p edges (rings inside TP groups, say) join ranks into components
+    parent: dict[tuple[str, int], tuple[str, int]] = {}
+
+    def find(x: tuple[str, int]) -> tuple[str, int]:
+        while parent.setdefault(x, x) != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    edge_labels = {e.label for e in traffic.edges} - set(by_label)
+    for e in traffic.edges:
+        if e.label in edge_labels:
+            a, b = find((e.label, e.src)), find((e.label, e.dst))
+            parent[max(a, b)] = min(a, b)
+            saving[e.label] += (p2p_seconds(e.bytes, e.count, e.exposed, paths[1])
+                                - p2p_seconds(e.bytes, e.count, e.exposed, paths[0]))
+    comps: dict[tuple[str, int], list[int]] = defaultdict(list)
+    for x in list(parent):
+        comps[find(x)].append(x[1])
+    for (label, _), ranks in sorted(comps.items()):
+        if len(ranks) > 1:
+            by_label[label].append(tuple(sorted(ranks)))
     best: tuple[float, str] | None = None
     for label, groups in by_label.items():
         ranks = [r for g in groups for r in g]
