@@ -93,8 +93,9 @@ def best_ring(cap: Sequence[Sequence[float]]) -> tuple[float, tuple[int, ...]]:
     if k == 2:
         b = min(cap[0][1], cap[1][0])
         return (b, (0, 1)) if b > 0 else (0.0, ())
-    order_of = [sorted((j for j in range(k) if j != i), key=lambda j, i=i: -cap[i][j]) for i in range(k)]
-    best_b, best_order = 0.0, ()
+    order_of = [sorted((j for j in range(k) if j != i), key=cap[i].__getitem__, reverse=True) for i in range(k)]
+    best_b = 0.0
+    best_order: tuple[int, ...] = ()
     path, used = [0], [False] * k
     used[0] = True
     budget = _SEARCH_BUDGET
@@ -415,22 +416,18 @@ class Fabric:
 def phase_seconds(fabric: Fabric, plans: Sequence[Plan]) -> list[tuple[float, str]]:
     """Seconds of each of `plans` run at the same time, sharing links in proportion to their bytes, and the tier
     that bounds each (see the module docstring). A plan object listed k times is k concurrent operations."""
-    uses: dict[int, list[object]] = {}
+    uses: dict[int, tuple[Plan, int]] = {}
     for p in plans:
         u = uses.get(id(p))
-        if u is None:
-            uses[id(p)] = [p, 1]
-        else:
-            u[1] += 1  # type: ignore[operator]
+        uses[id(p)] = (p, 1 if u is None else u[1] + 1)
     total: dict[int, float] = {}
     for p, k in uses.values():
-        for s in p.stages:  # type: ignore[attr-defined]
+        for s in p.stages:
             for r, x in s.loads:
-                total[r] = total.get(r, 0.0) + x * k  # type: ignore[operator]
+                total[r] = total.get(r, 0.0) + x * k
     caps, names = fabric.caps, fabric.names
     done: dict[int, tuple[float, str]] = {}
     for p, _ in uses.values():
-        assert isinstance(p, Plan)
         secs, worst, tier = 0.0, -1.0, ""
         for s in p.stages:
             best, name = s.local, s.local_tier

@@ -154,8 +154,9 @@ def step_compute(model: ModelShape, parallel: ParallelSpec, kind: DeviceKind) ->
     executed = model_flops(model, parallel, executed=True)
     mfu = model.mfu if model.mfu > 0 else DEFAULT_MFU
     compute = executed / (world * kind.tflops * 1e12 * mfu)
-    bubble = (parallel.pp - 1) / model.micro_batches * compute
-    per_mb = compute / model.micro_batches
+    m = max(1, model.micro_batches)
+    bubble = (parallel.pp - 1) / m * compute
+    per_mb = compute / m
     bwd_share = 6.0 / 8.0 if model.recompute else 2.0 / 3.0
     return ComputeModel(kind, compute, bubble, model_flops(model, parallel), executed, bwd_share * per_mb)
 

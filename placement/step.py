@@ -43,11 +43,11 @@ PHASE_ORDER: tuple[str, ...] = ("tp", "cp", "ep", "pp", "dp")
 
 
 class _Op(NamedTuple):
-    """One group or edge of a phase: its index in the label, ranks, count per step, exposed fraction, plan."""
+    """One group or edge of a phase: its position in the label, ranks, count per step, exposed fraction, plan."""
 
-    index: int
+    pos: int
     members: tuple[int, ...]
-    count: float
+    per_step: float
     exposed: float
     plan: Plan
     edge: bool
@@ -75,7 +75,7 @@ def _rounds(ops: Sequence[_Op], edges: Sequence[_Op]) -> list[list[_Op]]:
 
 
 def _name(label: str, op: _Op) -> str:
-    index, members = op.index, op.members
+    index, members = op.pos, op.members
     if op.edge:
         return f"{label} edge {index} ranks {members[0]}->{members[1]}"
     if len(members) <= 4:
@@ -118,7 +118,7 @@ def model_step(topology: Topology, state: ClusterState, job: Job, mapping: Seque
             times = phase_seconds(fabric, [op.plan for op in rnd])
             r_secs = r_exp = 0.0
             for op, (t, tr) in zip(rnd, times, strict=True):
-                total = op.count * t
+                total = op.per_step * t
                 r_exp = max(r_exp, total * op.exposed)
                 if total > r_secs:
                     r_secs = total
