@@ -43,6 +43,7 @@ __all__ = [
     "Task",
     "Variant",
     "activation_gb",
+    "batch_problem",
     "build_state",
     "canonical_strategy",
     "csv_columns",
@@ -50,6 +51,7 @@ __all__ = [
     "device_memory_gb",
     "evaluate_task",
     "factorizations",
+    "global_micro_batches",
     "iter_missing",
     "known_strategies",
     "load_sweep",
@@ -94,7 +96,7 @@ def canonical_strategy(name: Any) -> str | None:
 MAX_POINTS = 100_000
 """A grid larger than this is refused: it is almost always a typo (an axis listed as a range of thousands)."""
 
-_TOP_KEYS = ("name", "description", "cluster", "job", "state", "gpus", "solver", "axes")
+_TOP_KEYS = ("name", "description", "cluster", "job", "state", "gpus", "solver", "keep_global_batch", "axes")
 _SHAPE_FILTERS = (*DIMENSIONS, *(f"max_{d}" for d in DIMENSIONS), "heads", "tp_within_node", "memory_gb",
                   "distributed_optimizer", "activations")
 
@@ -256,6 +258,8 @@ class Sweep:
     strategies: tuple[str, ...] = STRATEGIES
     baselines: tuple[str, ...] = ("first-fit",)
     """The baseline strategies the solver reports on every answer (`PlacementResult.baselines`): CSV columns."""
+    keep_global_batch: bool = True
+    """Shapes keep the base job's global batch (`shape_job_doc`)."""
 
     @property
     def keys(self) -> tuple[str, ...]:
@@ -266,7 +270,8 @@ class Sweep:
 def factorizations(gpus: int, filters: Mapping[str, Any] | None = None, *, gpus_per_node: int | None = None,
                    hidden: int | None = None, layers: int | None = None, seq_len: int | None = None,
                    experts: int = 0, parameters: float | None = None, micro_batch: int = 1, micro_batches: int = 1,
-                   recompute: bool = False, heads: int = 0, device_memory_gb: float | None = None) -> list[Shape]:
+                   recompute: bool = False, heads: int = 0, device_memory_gb: float | None = None,
+                   global_micro_batches: int | None = None) -> list[Shape]:
     """Every (tp, cp, ep, dp, pp) whose product is `gpus` and that passes the filters, sorted by tp, cp, ep, pp.
 
     Filters: allowed values per dimension (``tp: [1, 2, 4, 8]``), ``max_<dim>``, ``heads`` (tp divides it;
@@ -276,7 +281,8 @@ def factorizations(gpus: int, filters: Mapping[str, Any] | None = None, *, gpus_
     hold its model states (`model_state_gb`; ``distributed_optimizer``, default true, shards the optimizer over
     dp) plus, with ``activations`` (default true) and the model's sizes, the activations of `activation_gb`.
     The model rules always apply: tp divides `hidden`, pp divides `layers`, cp divides `seq_len`, ep > 1 needs
-    `experts` divisible by ep.
+    `experts` divisible by ep. With `global_micro_batches` (the global batch, in micro-batches, that every shape
+    keeps) dp must divide it, and each shape runs ``global_micro_batches / dp`` micro-batches per step.
 
     >>> [s.label for s in factorizations(8, {"cp": [1], "ep": [1]}, gpus_per_node=4, layers=2)]
     ['tp1 pp1 dp8', 'tp1 pp2 dp4', 'tp2 pp1 dp4', 'tp2 pp2 dp2', 'tp4 pp1 dp2', 'tp4 pp2 dp1']
@@ -306,12 +312,17 @@ def factorizations(gpus: int, filters: Mapping[str, Any] | None = None, *, gpus_
             continue
         if ep > 1 and (experts < ep or experts % ep):
             continue
+        m = micro_batches
+        if global_micro_batches is not None:
+            if global_micro_batches % s.dp:
+                continue
+            m = global_micro_batches // s.dp
         mem = f.get("memory_gb", device_memory_gb)
         if mem is not None and parameters is not None:
             need = model_state_gb(parameters, s, distributed_optimizer=f.get("distributed_optimizer", True))
             if f.get("activations", True) and hidden and layers and seq_len:
                 need += activation_gb(s, hidden=hidden, layers=layers, seq_len=seq_len, micro_batch=micro_batch,
-                                      micro_batches=micro_batches, heads=n_heads, recompute=recompute)
+                                      micro_batches=m, heads=n_heads, recompute=recompute)
             if need > mem:
                 continue
         out.append(s)
@@ -464,11 +475,40 @@ def _tier_names(topo: Topology) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def shape_job_doc(job_doc: Mapping[str, Any], shape: Shape | None) -> dict[str, Any]:
-    """The base job document with one shape's parallel sizes (and a name that says the shape)."""
+def global_micro_batches(job_doc: Mapping[str, Any]) -> int | None:
+    """The base job's global batch in micro-batches, ``dp * micro_batches`` (None without a model). Sweeping
+    shapes keeps it, as a training recipe does: a shape with dp replicas runs ``global / dp`` micro-batches, so
+    that step times of different shapes train on the same tokens."""
+    model, par = job_doc.get("model"), job_doc.get("parallel")
+    if not isinstance(model, Mapping):
+        return None
+    dp = par.get("dp", 1) if isinstance(par, Mapping) else 1
+    m = model.get("micro_batches", 1)
+    return dp * m if _is_int(dp) and _is_int(m) else None
+
+
+def batch_problem(job_doc: Mapping[str, Any], shape: Shape) -> str | None:
+    """Why `shape` cannot keep the base job's global batch (None: it can)."""
+    g = global_micro_batches(job_doc)
+    if g is None or g % shape.dp == 0:
+        return None
+    return (f"dp={shape.dp} does not divide the global batch of {g} micro-batches (the base job's dp x "
+            f"micro_batches); pick another dp or set keep_global_batch: false")
+
+
+def shape_job_doc(job_doc: Mapping[str, Any], shape: Shape | None, *, keep_global_batch: bool = True) -> dict[str, Any]:
+    """The base job document with one shape's parallel sizes (and a name that says the shape). With
+    `keep_global_batch` the shape also gets the micro-batches per step that keep the base job's global batch
+    (`global_micro_batches`); a shape whose dp does not divide it is a `ValueError` (`batch_problem`)."""
     d = copy.deepcopy(dict(job_doc))
     if shape is None:
         return d
+    g = global_micro_batches(job_doc) if keep_global_batch else None
+    if g is not None:
+        problem = batch_problem(job_doc, shape)
+        if problem is not None:
+            raise ValueError(problem)
+        d["model"] = {**d["model"], "micro_batches": g // shape.dp}
     par = dict(d.get("parallel") or {})
     par.update({k: getattr(shape, k) for k in DIMENSIONS})
     d["parallel"] = par
@@ -486,7 +526,8 @@ def load_sweep(path: str | Path) -> Sweep:
 
 
 def _shapes(ps: Problems, shapes_doc: Any, gpus: int, job_doc: Mapping[str, Any], base_job: Job,
-            variants: Sequence[Variant], vtopos: Sequence[Topology], source: str) -> list[list[Shape | None]]:
+            variants: Sequence[Variant], vtopos: Sequence[Topology], source: str,
+            keep_global_batch: bool = True) -> list[list[Shape | None]]:
     """The job shapes of each variant (tp <= GPUs per node depends on the variant); problems go to `ps`."""
     from placement.io.native import job_from_dict
 
@@ -527,8 +568,12 @@ def _shapes(ps: Problems, shapes_doc: Any, gpus: int, job_doc: Mapping[str, Any]
             if s in explicit:
                 ps.add(sp, f"shape {s.label} is listed twice")
                 continue
+            problem = batch_problem(job_doc, s) if keep_global_batch else None
+            if problem is not None:
+                ps.add(sp, problem)
+                continue
             try:
-                job_from_dict(shape_job_doc(job_doc, s), f"{source}: {sp}")
+                job_from_dict(shape_job_doc(job_doc, s, keep_global_batch=keep_global_batch), f"{source}: {sp}")
             except InputError as e:
                 for pr in e.problems:
                     ps.add(f"{sp} ({pr.path})" if pr.path else sp, pr.message)
@@ -570,11 +615,15 @@ def _shapes(ps: Problems, shapes_doc: Any, gpus: int, job_doc: Mapping[str, Any]
                                        layers=model.layers, seq_len=model.seq_len, experts=model.experts,
                                        parameters=model.parameters, micro_batch=model.micro_batch,
                                        micro_batches=model.micro_batches, recompute=model.recompute, heads=model.heads,
-                                       device_memory_gb=min((m for m in mems if m is not None), default=None))
+                                       device_memory_gb=min((m for m in mems if m is not None), default=None),
+                                       global_micro_batches=global_micro_batches(job_doc) if keep_global_batch else None)
                 shapes: list[Shape | None] = [*found]
                 if not shapes:
                     rules = [f"tp <= {max(kinds, default=0)} GPUs per node" if filters.get("tp_within_node", True) else "",
                              f"tp divides hidden {model.hidden}", f"pp divides layers {model.layers}"]
+                    g = global_micro_batches(job_doc) if keep_global_batch else None
+                    if g is not None:
+                        rules.append(f"dp divides the global batch of {g} micro-batches")
                     mem = filters.get("memory_gb", min((m for m in mems if m is not None), default=None))
                     if mem is not None:
                         what = "model states + activations" if filters.get("activations", True) else "model states"
@@ -649,6 +698,10 @@ def sweep_from_dict(doc: Any, source: str = "<sweep>", base_dir: Path | None = N
         ps.add("solver.relative_gap", f"must be a number >= 0, got {s_gap!r}")
         s_gap = 0.0
 
+    keep_batch = doc.get("keep_global_batch", True)
+    if not isinstance(keep_batch, bool):
+        ps.add("keep_global_batch", f"must be true or false, got {keep_batch!r}")
+        keep_batch = True
     gpus = doc.get("gpus")
     if gpus is not None and not (_is_int(gpus) and gpus >= 1):
         ps.add("gpus", f"must be an integer >= 1, got {gpus!r}")
@@ -748,7 +801,7 @@ def sweep_from_dict(doc: Any, source: str = "<sweep>", base_dir: Path | None = N
         vtopos.append(topo)
     ps.raise_if_any()
 
-    shapes_per_variant = _shapes(ps, shapes_doc, gpus, job_doc, base_job, variants, vtopos, source)
+    shapes_per_variant = _shapes(ps, shapes_doc, gpus, job_doc, base_job, variants, vtopos, source, keep_batch)
     ps.raise_if_any()
 
     # the points, keyed by their effective inputs
@@ -767,7 +820,7 @@ def sweep_from_dict(doc: Any, source: str = "<sweep>", base_dir: Path | None = N
     for vi, shapes in enumerate(shapes_per_variant):
         for shape, occ, mode, seed, fail, strat in product(shapes, occupancy, modes, seeds, failed, strategies):
             if shape not in job_hash:
-                job_hash[shape] = _digest(shape_job_doc(job_doc, shape))
+                job_hash[shape] = _digest(shape_job_doc(job_doc, shape, keep_global_batch=keep_batch))
             for tl in (time_limits if strat == "cpsat" else [None]):
                 key_doc = {
                     "cluster": vhash[vi], "state": state_hash, "job": job_hash[shape],
@@ -787,6 +840,7 @@ def sweep_from_dict(doc: Any, source: str = "<sweep>", base_dir: Path | None = N
         variant_info=tuple(vinfo), points=tuple(points), labels=labels, tiers=tiers, level_names=tuple(level_names),
         solver_workers=int(s_workers), solver_seed=int(s_seed), relative_gap=float(s_gap),
         strategies=tuple(str(x) for x in strategies), baselines=tuple(x for x in known if x != "cpsat"),
+        keep_global_batch=keep_batch,
     )
 
 
@@ -834,6 +888,7 @@ class Task:
     relative_gap: float
     points: tuple[tuple[str, Shape | None], ...]
     weight: float = 1.0
+    keep_global_batch: bool = True
 
 
 _TOPOLOGIES: dict[str, tuple[Topology, ClusterState | None]] = {}
@@ -904,7 +959,8 @@ def evaluate_task(task: Task) -> list[tuple[str, dict[str, str]]]:
     jobs: list[Job] = []
     key_of: dict[str, str] = {}
     for key, shape in task.points:
-        job = job_from_dict(shape_job_doc(task.job_doc, shape), f"{task.source}: job")
+        job = job_from_dict(shape_job_doc(task.job_doc, shape, keep_global_batch=task.keep_global_batch),
+                            f"{task.source}: job")
         jobs.append(job)
         key_of[job.name] = key
     kind = jobs[0].device_kind if jobs else None
@@ -967,6 +1023,7 @@ def plan_tasks(sweep: Sweep, todo: set[str], workers: int) -> list[Task]:
                 seed=seed, failed=fail, strategy=strat, time_limit_s=tl, solver_workers=sweep.solver_workers,
                 solver_seed=sweep.solver_seed, relative_gap=sweep.relative_gap,
                 points=tuple((p.key, p.shape) for p in chunk), weight=sum(weight(p) for p in chunk),
+                keep_global_batch=sweep.keep_global_batch,
             ))
     tasks.sort(key=lambda t: -t.weight)
     return tasks

@@ -204,7 +204,7 @@ def test_example_sweep_parses() -> None:
     sw = load_sweep(EXAMPLES / "sweep-70b.yaml")
     filters = yaml.safe_load((EXAMPLES / "sweep-70b.yaml").read_text())["axes"]["shapes"]
     fit = factorizations(256, filters, gpus_per_node=8, hidden=8192, layers=80, seq_len=4096, parameters=70e9,
-                         micro_batches=16)
+                         device_memory_gb=80.0, global_micro_batches=8 * 16)  # the base job's dp8 x 16
     n_strategies = len(set(sw.strategies))
     assert fit and len(sw.points) == len(fit) * 3 * n_strategies  # the shapes whose memory fits, 3 occupancies
     shapes = {p.shape for p in sw.points}
@@ -357,6 +357,7 @@ def test_sigint_stops_workers_and_keeps_rows(tmp_path: Path) -> None:
     doc["cluster"] = {**CLUSTER, "generate": {"nodes": 48, "devices": 8, "kind": "H100", "fanout": {"leaf": 8}}}
     doc["job"] = {**JOB, "model": {**JOB["model"], "layers": 80, "hidden": 8192}}
     doc["gpus"] = 256
+    doc["keep_global_batch"] = False  # dp8 with the base job's 2 micro-batches per replica
     sweep = tmp_path / "sweep.yaml"
     sweep.write_text(yaml.safe_dump(doc))
     out = tmp_path / "out"
@@ -470,6 +471,27 @@ def test_memory_filter_drops_shapes_whose_model_states_do_not_fit() -> None:
     assert Shape(8, 1, 1, 4, 8) in fits
     assert all(model_state_gb(70e9, s) <= 80 for s in fits)
     assert set(fits) < set(every)
+
+
+def test_shapes_keep_the_base_jobs_global_batch() -> None:
+    from placement.whatif import global_micro_batches, shape_job_doc
+
+    assert global_micro_batches(JOB) == 4  # dp2 x 2 micro-batches
+    doc = shape_job_doc(JOB, Shape(tp=2, pp=2, dp=2))
+    assert doc["model"]["micro_batches"] == 2 and doc["parallel"]["pp"] == 2
+    assert shape_job_doc(JOB, Shape(tp=1, pp=2, dp=4))["model"]["micro_batches"] == 1
+    assert shape_job_doc(JOB, Shape(tp=1, dp=8), keep_global_batch=False)["model"]["micro_batches"] == 2
+    with pytest.raises(ValueError, match="dp=8 does not divide the global batch of 4 micro-batches"):
+        shape_job_doc(JOB, Shape(tp=1, dp=8))
+    # generated shapes: dp must divide the global batch; a listed shape that cannot is an error naming it
+    sw = sweep_from_dict(sweep_doc(shapes={"cp": [1], "ep": [1]}, occupancy=[0], strategies=["first-fit"]), "s.yaml")
+    assert {p.shape.dp for p in sw.points if p.shape} == {1, 2, 4}
+    got = problems(sweep_doc(shapes=[{"tp": 1, "dp": 8}]))
+    assert got == {"axes.shapes[0]": "dp=8 does not divide the global batch of 4 micro-batches (the base job's dp x "
+                                     "micro_batches); pick another dp or set keep_global_batch: false"}
+    free = sweep_from_dict({**sweep_doc(shapes=[{"tp": 1, "dp": 8}]), "keep_global_batch": False}, "s.yaml")
+    assert {p.shape for p in free.points} == {Shape(tp=1, dp=8)}
+    assert problems({**sweep_doc(), "keep_global_batch": "yes"}) == {"keep_global_batch": "must be true or false, got 'yes'"}
 
 
 def test_memory_check_adds_activations_and_takes_the_device_kinds_memory() -> None:
