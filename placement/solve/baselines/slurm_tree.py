@@ -16,14 +16,16 @@ from placement.traffic import Traffic
 
 __all__ = ["slurm_tree"]
 
+
 def slurm_tree(topology: Topology, state: ClusterState, job: Job, traffic: Traffic) -> list[int] | None:
     """Slurm topology/tree placement; None when Slurm would not start the job on this state.
 
     The request modelled (`placement.solve.baselines.common.slurm_request`): ``--nodes=N --ntasks=<ranks>
     --gpus-per-task=1 --distribution=plane=<slice>``, N the fewest whole hosts that hold the job. A node is
     usable when it holds one slice and offers ``floor(free / slice) * slice`` tasks; slices never split. A
-    required level that holds the whole job is ``--switches=1`` at the leaf level (and the same rule one level
-    up): Slurm keeps such a job pending rather than spread it, so we return None.
+    required level that holds the whole job is ``--switches=1`` at the leaf level: Slurm keeps such a job
+    pending rather than spread it, so we return None (a required level above the leaves, which ``--switches``
+    cannot say, is applied the same way).
 
     Algorithm, after ``_eval_nodes_topo``:
 
@@ -33,7 +35,9 @@ def slurm_tree(topology: Topology, state: ClusterState, job: Job, traffic: Traff
        the leaves already chosen) replaces the best only when it fits the rest of the request; at equal
        distance ``_topo_compare_switches`` decides: a leaf that fits beats one that does not, between two that
        fit the one with fewer nodes (best fit), and when neither fits both climb to their parents and compare
-       there; at the end the one with more nodes wins;
+       there; at the end the one with more nodes wins. The net effect: the first leaf lies under the lowest,
+       tightest switch that satisfies the request (the largest leaf there unless one leaf fits), and later
+       leaves stay close to it, best fit first;
     3. all usable nodes of the chosen leaf in node order (Slurm's bitmap order, not by free capacity), then
        ``_decrement_node_cnt`` on the leaf and its ancestors; the task counts of switches stay as they were at
        the start, as in Slurm.
