@@ -606,6 +606,29 @@ def test_native_files_are_messages_and_convert_to_the_same_domain_objects() -> N
         convert.place_inputs(zero)
 
 
+def test_the_step_models_cluster_and_model_fields_are_messages_too() -> None:
+    from placement.io.native import cluster_from_dict, job_from_dict
+
+    cluster = cluster_doc(4)
+    cluster["levels"][1]["oversubscription"] = 2.0
+    cluster["device_kinds"] = [{"name": "X1", "tflops": 500.0, "memory_gb": 96.0}]
+    cluster["node_types"] = [{"name": "box", "devices": 8, "kind": "X1", "nics": 4, "nic_gbps": 50.0,
+                              "mesh_link_gbps": 64.0}]
+    cluster["generate"] = [{"nodes": 4, "node_type": "box", "fanout": {"leaf": 4}}]
+    job = job_doc(8, 4)
+    job["model"].update(recompute=True, mfu=0.45, heads=32)
+    job.pop("device_kind", None)
+    req = request_from_dict({"cluster": cluster, "job": job}, pb.PlaceRequest)
+    inputs = convert.place_inputs(req)
+    topo, _ = cluster_from_dict(cluster)
+    assert inputs.topology.levels == topo.levels and inputs.topology.levels[1].oversubscription == 2.0
+    assert inputs.topology.host_types == topo.host_types and inputs.topology.host_types[0].nics == 4
+    assert dict(inputs.topology.device_kinds) == dict(topo.device_kinds) and "X1" in topo.device_kinds
+    assert inputs.job == job_from_dict(job)
+    assert inputs.job.model is not None and (inputs.job.model.recompute, inputs.job.model.mfu,
+                                             inputs.job.model.heads) == (True, 0.45, 32)
+
+
 def test_step_cost_carries_every_field_and_phase_through_json_and_bytes() -> None:
     from placement.cost import CostReport, PhaseCost
 

@@ -67,7 +67,7 @@ class Options(_message.Message):
     def __init__(self, strategy: _Optional[str] = ..., time_limit_s: _Optional[float] = ..., relative_gap: _Optional[float] = ..., seed: _Optional[int] = ...) -> None: ...
 
 class Cluster(_message.Message):
-    __slots__ = ("name", "description", "levels", "intra_node_tiers", "rail_policy", "node_types", "generate", "hosts", "fault_domains")
+    __slots__ = ("name", "description", "levels", "intra_node_tiers", "rail_policy", "node_types", "generate", "hosts", "fault_domains", "device_kinds")
     class IntraNodeTiersEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -84,6 +84,7 @@ class Cluster(_message.Message):
     GENERATE_FIELD_NUMBER: _ClassVar[int]
     HOSTS_FIELD_NUMBER: _ClassVar[int]
     FAULT_DOMAINS_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_KINDS_FIELD_NUMBER: _ClassVar[int]
     name: str
     description: str
     levels: _containers.RepeatedCompositeFieldContainer[Level]
@@ -93,17 +94,30 @@ class Cluster(_message.Message):
     generate: _containers.RepeatedCompositeFieldContainer[GenerateBlock]
     hosts: _containers.RepeatedCompositeFieldContainer[Host]
     fault_domains: _containers.RepeatedCompositeFieldContainer[FaultDomain]
-    def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., levels: _Optional[_Iterable[_Union[Level, _Mapping]]] = ..., intra_node_tiers: _Optional[_Mapping[str, Tier]] = ..., rail_policy: _Optional[_Union[RailPolicy, _Mapping]] = ..., node_types: _Optional[_Iterable[_Union[NodeType, _Mapping]]] = ..., generate: _Optional[_Iterable[_Union[GenerateBlock, _Mapping]]] = ..., hosts: _Optional[_Iterable[_Union[Host, _Mapping]]] = ..., fault_domains: _Optional[_Iterable[_Union[FaultDomain, _Mapping]]] = ...) -> None: ...
+    device_kinds: _containers.RepeatedCompositeFieldContainer[DeviceKind]
+    def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., levels: _Optional[_Iterable[_Union[Level, _Mapping]]] = ..., intra_node_tiers: _Optional[_Mapping[str, Tier]] = ..., rail_policy: _Optional[_Union[RailPolicy, _Mapping]] = ..., node_types: _Optional[_Iterable[_Union[NodeType, _Mapping]]] = ..., generate: _Optional[_Iterable[_Union[GenerateBlock, _Mapping]]] = ..., hosts: _Optional[_Iterable[_Union[Host, _Mapping]]] = ..., fault_domains: _Optional[_Iterable[_Union[FaultDomain, _Mapping]]] = ..., device_kinds: _Optional[_Iterable[_Union[DeviceKind, _Mapping]]] = ...) -> None: ...
 
 class Level(_message.Message):
-    __slots__ = ("name", "bandwidth_gbps", "latency_us")
+    __slots__ = ("name", "bandwidth_gbps", "latency_us", "oversubscription")
     NAME_FIELD_NUMBER: _ClassVar[int]
     BANDWIDTH_GBPS_FIELD_NUMBER: _ClassVar[int]
     LATENCY_US_FIELD_NUMBER: _ClassVar[int]
+    OVERSUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
     name: str
     bandwidth_gbps: float
     latency_us: float
-    def __init__(self, name: _Optional[str] = ..., bandwidth_gbps: _Optional[float] = ..., latency_us: _Optional[float] = ...) -> None: ...
+    oversubscription: float
+    def __init__(self, name: _Optional[str] = ..., bandwidth_gbps: _Optional[float] = ..., latency_us: _Optional[float] = ..., oversubscription: _Optional[float] = ...) -> None: ...
+
+class DeviceKind(_message.Message):
+    __slots__ = ("name", "tflops", "memory_gb")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    TFLOPS_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_GB_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    tflops: float
+    memory_gb: float
+    def __init__(self, name: _Optional[str] = ..., tflops: _Optional[float] = ..., memory_gb: _Optional[float] = ...) -> None: ...
 
 class Tier(_message.Message):
     __slots__ = ("bandwidth_gbps", "latency_us")
@@ -122,18 +136,24 @@ class RailPolicy(_message.Message):
     def __init__(self, extra_latency_us: _Optional[float] = ..., bandwidth_factor: _Optional[float] = ...) -> None: ...
 
 class NodeType(_message.Message):
-    __slots__ = ("name", "devices", "kind", "matrix", "rails")
+    __slots__ = ("name", "devices", "kind", "matrix", "rails", "nics", "nic_gbps", "mesh_link_gbps")
     NAME_FIELD_NUMBER: _ClassVar[int]
     DEVICES_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
     MATRIX_FIELD_NUMBER: _ClassVar[int]
     RAILS_FIELD_NUMBER: _ClassVar[int]
+    NICS_FIELD_NUMBER: _ClassVar[int]
+    NIC_GBPS_FIELD_NUMBER: _ClassVar[int]
+    MESH_LINK_GBPS_FIELD_NUMBER: _ClassVar[int]
     name: str
     devices: int
     kind: str
     matrix: _containers.RepeatedScalarFieldContainer[str]
     rails: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, name: _Optional[str] = ..., devices: _Optional[int] = ..., kind: _Optional[str] = ..., matrix: _Optional[_Iterable[str]] = ..., rails: _Optional[_Iterable[int]] = ...) -> None: ...
+    nics: int
+    nic_gbps: float
+    mesh_link_gbps: float
+    def __init__(self, name: _Optional[str] = ..., devices: _Optional[int] = ..., kind: _Optional[str] = ..., matrix: _Optional[_Iterable[str]] = ..., rails: _Optional[_Iterable[int]] = ..., nics: _Optional[int] = ..., nic_gbps: _Optional[float] = ..., mesh_link_gbps: _Optional[float] = ...) -> None: ...
 
 class GenerateBlock(_message.Message):
     __slots__ = ("nodes", "node_type", "devices", "kind", "fanout", "prefix", "host_format")
@@ -283,7 +303,7 @@ class Parallel(_message.Message):
     def __init__(self, tp: _Optional[int] = ..., cp: _Optional[int] = ..., ep: _Optional[int] = ..., dp: _Optional[int] = ..., pp: _Optional[int] = ..., order: _Optional[str] = ...) -> None: ...
 
 class Model(_message.Message):
-    __slots__ = ("parameters", "hidden", "layers", "seq_len", "micro_batch", "micro_batches", "bytes_per_element", "grad_bytes_per_element", "experts", "top_k", "expert_parameters", "kv_fraction")
+    __slots__ = ("parameters", "hidden", "layers", "seq_len", "micro_batch", "micro_batches", "bytes_per_element", "grad_bytes_per_element", "experts", "top_k", "expert_parameters", "kv_fraction", "recompute", "mfu", "heads")
     PARAMETERS_FIELD_NUMBER: _ClassVar[int]
     HIDDEN_FIELD_NUMBER: _ClassVar[int]
     LAYERS_FIELD_NUMBER: _ClassVar[int]
@@ -296,6 +316,9 @@ class Model(_message.Message):
     TOP_K_FIELD_NUMBER: _ClassVar[int]
     EXPERT_PARAMETERS_FIELD_NUMBER: _ClassVar[int]
     KV_FRACTION_FIELD_NUMBER: _ClassVar[int]
+    RECOMPUTE_FIELD_NUMBER: _ClassVar[int]
+    MFU_FIELD_NUMBER: _ClassVar[int]
+    HEADS_FIELD_NUMBER: _ClassVar[int]
     parameters: float
     hidden: int
     layers: int
@@ -308,7 +331,10 @@ class Model(_message.Message):
     top_k: int
     expert_parameters: float
     kv_fraction: float
-    def __init__(self, parameters: _Optional[float] = ..., hidden: _Optional[int] = ..., layers: _Optional[int] = ..., seq_len: _Optional[int] = ..., micro_batch: _Optional[int] = ..., micro_batches: _Optional[int] = ..., bytes_per_element: _Optional[int] = ..., grad_bytes_per_element: _Optional[int] = ..., experts: _Optional[int] = ..., top_k: _Optional[int] = ..., expert_parameters: _Optional[float] = ..., kv_fraction: _Optional[float] = ...) -> None: ...
+    recompute: bool
+    mfu: float
+    heads: int
+    def __init__(self, parameters: _Optional[float] = ..., hidden: _Optional[int] = ..., layers: _Optional[int] = ..., seq_len: _Optional[int] = ..., micro_batch: _Optional[int] = ..., micro_batches: _Optional[int] = ..., bytes_per_element: _Optional[int] = ..., grad_bytes_per_element: _Optional[int] = ..., experts: _Optional[int] = ..., top_k: _Optional[int] = ..., expert_parameters: _Optional[float] = ..., kv_fraction: _Optional[float] = ..., recompute: _Optional[bool] = ..., mfu: _Optional[float] = ..., heads: _Optional[int] = ...) -> None: ...
 
 class Group(_message.Message):
     __slots__ = ("label", "kind", "members", "bytes", "count", "exposed")
