@@ -74,7 +74,8 @@ def whatif(
     top: Annotated[int, typer.Option(help="rows per ranked table")] = 10,
     plots: Annotated[bool, typer.Option(help="draw the PNG/SVG plots")] = True,
 ) -> None:
-    """Run a what-if sweep: shapes x occupancy x cluster variants x strategies, ranked, plotted, in a CSV."""
+    """Run a what-if sweep: shapes x occupancy x cluster variants x strategies, ranked by modeled step time (with
+    exposed comm, MFU and tokens/s), plotted, in a CSV."""
     from placement.whatif import default_workers, load_sweep, plot_sweep, ranked_tables, run_sweep
 
     if workers is not None and workers < 1:
