@@ -12,13 +12,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from placement.cost import evaluate, surrogate_seconds
-from placement.traffic import job_traffic
 from placement.errors import InfeasibleError
 from placement.job import Constraints, SpreadRule
 from placement.scenarios import dgx1_node, fat_tree, megatron_job, occupy
 from placement.solve import SolveOptions, SolveStatus, Strategy, place
 from placement.state import ClusterState, Uplink
 from placement.topology import HostSpec, Level, NodeType, Tier, Topology
+from placement.traffic import job_traffic
 from placement.validate import validate
 
 
@@ -48,8 +48,12 @@ def test_cpsat_matches_brute_force(occupied: tuple[int, ...], shape: tuple[int, 
     res = place(topo, state, job, SolveOptions(time_limit_s=5))
     assert res.report is not None
     best = brute_force(topo, state, job)
-    assert res.report.surrogate_seconds == pytest.approx(best, rel=1e-9)
+    # the solver's own objective reaches the brute-force optimum; the answer it returns may trade surrogate for
+    # the evaluator's exposed communication, never the other way round
+    assert res.stats["surrogate_best"] == pytest.approx(best, rel=1e-9)
     assert res.lower_bound is not None and res.lower_bound <= best + 1e-12
+    assert res.report.surrogate_seconds >= best - 1e-12
+    assert all(res.seconds is not None and res.seconds <= v + 1e-12 for v in res.baselines.values() if v is not None)
 
 
 def test_cpsat_beats_greedy_on_fragmented_cluster_and_reports_baselines() -> None:
@@ -242,7 +246,7 @@ def test_device_graph_with_groups_is_not_falsely_optimal() -> None:
     best = brute_force(topo, ClusterState(), job)
     res = place(topo, ClusterState(), job, SolveOptions(time_limit_s=2))
     assert res.lower_bound is not None and res.lower_bound <= best + 1e-12
-    assert res.seconds == pytest.approx(best)
+    assert res.report is not None and res.report.surrogate_seconds == pytest.approx(best)
 
 
 def test_bound_counts_rank_pairs_not_parallel_edges() -> None:

@@ -6,11 +6,12 @@ Built by `placement.solve.run.place`; strategies read it and never re-derive wha
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from placement.cost import group_path, group_seconds, p2p_seconds, pair_path
+from placement.cost import evaluate, group_path, group_seconds, p2p_seconds, pair_path
 from placement.job import Job
 from placement.solve.construct import HostPool
 from placement.solve.types import SolveOptions
@@ -19,7 +20,9 @@ from placement.state import ClusterState
 from placement.topology import Topology
 from placement.traffic import Traffic, job_traffic
 
-__all__ = ["Problem", "SurrogateScore"]
+__all__ = ["EVALUATOR_GUIDED_RANKS", "Problem", "SurrogateScore"]
+
+EVALUATOR_GUIDED_RANKS = 8192
 
 
 @dataclass
@@ -68,7 +71,16 @@ class Problem:
         return bool(self.pinned or self.job.constraints.spread)
 
     def remaining(self) -> float:
+        """Seconds left; with deterministic options, the whole limit always (budgets then never read the clock)."""
+        if self.options.deterministic:
+            return self.options.time_limit_s
         return self.deadline - time.perf_counter()
+
+    def until(self, share: float) -> float:
+        """A wall-clock deadline `share` of the remaining time from now (never, with deterministic options)."""
+        if self.options.deterministic:
+            return math.inf
+        return time.perf_counter() + share * self.remaining()
 
     def stopped(self) -> bool:
         stop = self.options.stop
@@ -77,6 +89,16 @@ class Problem:
     def surrogate(self, mapping: Sequence[int]) -> float:
         """The solver's objective (`placement.cost.surrogate_seconds`) of a full mapping."""
         return SurrogateScore(self, mapping).total
+
+    @property
+    def evaluator_guided(self) -> bool:
+        """Small enough to ask the evaluator about every candidate and every accepted move (it is O(ranks))."""
+        return self.job.ranks <= EVALUATOR_GUIDED_RANKS
+
+    def rank(self, mapping: Sequence[int]) -> tuple[float, float]:
+        """What `place` picks by: the evaluator's exposed communication, then the surrogate."""
+        rep = evaluate(self.topology, self.state, self.job, mapping, traffic=self.traffic, check=False)
+        return rep.comm_seconds, rep.surrogate_seconds
 
     def valid(self, mapping: Sequence[int] | None) -> bool:
         from placement.validate import validate

@@ -13,20 +13,10 @@ from collections.abc import Sequence
 from placement.cost import CostReport, evaluate
 from placement.errors import InfeasibleError, InputError, PlacementError, Problem
 from placement.job import Job
-try:  # TEMP-SHIM until the baselines package lands
-    from placement.solve.baselines import BASELINES
-except ImportError:
-    from placement.solve.baselines import first_fit as _ff
-    from placement.solve.baselines import topology_greedy as _tg
-
-    BASELINES = {"first-fit": lambda t, s, j, tr: _ff(t, s, j), "kueue-tas": _tg}  # type: ignore[dict-item]
+from placement.solve.baselines import BASELINES
 from placement.solve.cpsat import solve_cpsat  # imported here: ortools takes ~1 s to import, not per call
 from placement.solve.cpsat.model import build_units
-try:  # TEMP-SHIM until multilevel lands
-    from placement.solve.multilevel import multilevel_candidates
-except ImportError:
-    def multilevel_candidates(*a, **k):  # type: ignore[no-untyped-def]
-        return []
+from placement.solve.multilevel import multilevel_candidates
 from placement.solve.problem import Problem as Request
 from placement.solve.types import PlacementResult, SolveOptions, SolveStatus, Strategy
 from placement.solve.units import candidate_devices, required_units
@@ -187,7 +177,7 @@ def place(topology: Topology, state: ClusterState, job: Job, options: SolveOptio
     else:
         starts = [(name, m) for name, (m, _) in found.items()]
         if request.remaining() > 0.2:
-            ml_deadline = time.perf_counter() + 0.25 * request.remaining()
+            ml_deadline = request.until(0.25)
             units = build_units(request)
             ranks = [(r,) for r in range(job.ranks)] if units.split else units.ranks
             for name, m in multilevel_candidates(topology, state, job, traffic, request.candidates, ranks, seed=opts.seed,
@@ -201,19 +191,20 @@ def place(topology: Topology, state: ClusterState, job: Job, options: SolveOptio
         lower, stats = out.lower_bound, out.stats
         seen = {tuple(m) for m, _ in found.values()}
         for name, m in out.candidates:
-            if name == "constructive" or name == "cpsat":
-                if tuple(m) in seen and name != "cpsat":
-                    continue
-                rep = _scored(request, m)
-                if rep is None:
-                    if name == "cpsat":
-                        v = validate(topology, state, job, m, traffic=traffic)
-                        raise PlacementError(f"internal: the solver returned a mapping that breaks {v[0]}")
-                    continue
-                found[name] = (m, rep)
-                seen.add(tuple(m))
-                if name == "constructive":
-                    baselines[name] = rep.comm_seconds
+            if name not in ("constructive", "cpsat") or (tuple(m) in seen and name != "cpsat"):
+                continue
+            rep = _scored(request, m)
+            if rep is None:
+                if name == "cpsat":
+                    v = validate(topology, state, job, m, traffic=traffic)
+                    raise PlacementError(f"internal: the solver returned a mapping that breaks {v[0]}")
+                continue
+            seen.add(tuple(m))
+            if name in found and not _better(rep, found[name][1]):
+                continue
+            found[name] = (m, rep)
+            if name == "constructive":
+                baselines[name] = rep.comm_seconds
         if not found:
             raise InfeasibleError(out.explanation or [
                 f"no valid mapping was found within {opts.time_limit_s:g} s (not proven impossible: each rule alone "

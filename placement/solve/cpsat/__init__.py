@@ -47,6 +47,34 @@ class CpsatOutcome:
     candidates: list[tuple[str, list[int]]] = field(default_factory=list)
 
 
+class _Incumbent:
+    """The best mapping so far by what `place` picks by (the evaluator, then the surrogate, where the problem is
+    evaluator-guided; else the surrogate alone), and the least surrogate seen (bounds are clamped to it)."""
+
+    def __init__(self, problem: Problem) -> None:
+        self.p = problem
+        self.mapping: list[int] | None = None
+        self.key: tuple[float, float] = (math.inf, math.inf)
+        self.min_surrogate = math.inf
+
+    def offer(self, mapping: list[int], surrogate: float | None = None) -> bool:
+        if self.p.evaluator_guided:
+            key = self.p.rank(mapping)
+        else:
+            sur = self.p.surrogate(mapping) if surrogate is None else surrogate
+            key = (sur, sur)
+        self.min_surrogate = min(self.min_surrogate, key[1])
+        eps = 1e-12 * max(1.0, abs(self.key[0])) if math.isfinite(self.key[0]) else 0.0
+        if key[0] < self.key[0] - eps or (key[0] <= self.key[0] + eps and key[1] < self.key[1] - 1e-12):
+            self.mapping, self.key = list(mapping), key
+            return True
+        return False
+
+    @property
+    def surrogate(self) -> float:
+        return self.key[1]
+
+
 def _hosts_in_one_fault_domain(problem: Problem) -> bool:
     """The unit model assigns fault domains per host; its infeasibility proofs hold only if that is exact."""
     for rule in problem.job.constraints.spread:
@@ -85,9 +113,10 @@ def solve_cpsat(problem: Problem, starts: list[tuple[str, list[int]]]) -> CpsatO
     t0 = time.perf_counter()
     stats: dict[str, float | int | str] = {}
     candidates: list[tuple[str, list[int]]] = []
-    scored = sorted(((p.surrogate(m), name, m) for name, m in starts), key=lambda t: (t[0], t[1]))
-    best: list[int] | None = scored[0][2] if scored else None
-    best_cost = scored[0][0] if scored else math.inf
+    inc = _Incumbent(p)
+    for _, m in starts:
+        inc.offer(m)
+    best = inc.mapping
     if topo.pair_paths is not None and not p.traffic.groups and not p.pinned and not job.constraints.spread:
         from placement.solve.qap import solve_on_graph
 
@@ -105,12 +134,21 @@ def solve_cpsat(problem: Problem, starts: list[tuple[str, list[int]]]) -> CpsatO
         stats["units_split"] = "leaf model"
     if not p.pinned and p.remaining() > 0.1:
         share = 0.15 if job.ranks > 4096 else 0.3
-        cons, cons_cost, tried = best_constructive(topo, p.pool, job, units.ranks, p.surrogate, time.perf_counter() + share * p.remaining())
+        cons_deadline = p.until(share)
+        cons, cons_cost, tried = best_constructive(topo, p.pool, job, units.ranks, p.surrogate, cons_deadline)
         stats["constructive_tried"] = tried
         if cons is not None and p.valid(cons):
             candidates.append(("constructive", cons))
-            if cons_cost < best_cost:
-                best, best_cost = cons, cons_cost
+            inc.offer(cons, cons_cost)
+        if p.evaluator_guided and p.remaining() > 0.1:
+            # the evaluator sees what the surrogate cannot (hierarchical collectives, shared NICs): its favourite
+            # unit order is a candidate of its own
+            ev, _, _ = best_constructive(topo, p.pool, job, units.ranks, lambda m: p.rank(m)[0],
+                                         p.until(share / 2))
+            if ev is not None and ev != cons and p.valid(ev):
+                candidates.append(("constructive", ev))
+                inc.offer(ev)
+        best = inc.mapping
     model = build_model(topo, p.state, p.traffic, units.ranks, units.exact, p.candidates)
     stats["terms"] = len(model.terms)
     allowed: dict[int, set[int]] = {}
@@ -147,41 +185,37 @@ def solve_cpsat(problem: Problem, starts: list[tuple[str, list[int]]]) -> CpsatO
             stats["model_objective"] = (res.objective or 0.0) + model.constant
             if mp is not None and p.valid(mp):
                 candidates.append(("cpsat-model", mp))
-                c = p.surrogate(mp)
-                if c < best_cost:
-                    best, best_cost = mp, c
+                inc.offer(mp)
             if res.bound is not None and model.exact and slots_exact and res.status in ("OPTIMAL", "FEASIBLE"):
                 model_bound = res.bound + model.constant
         elif res.status == "INFEASIBLE" and units.exact and not slots.leaf and not p.state.failed_pairs and _hosts_in_one_fault_domain(p):
             return CpsatOutcome(None, None, stats, ["the solver proved that no mapping satisfies the hard rules together "
                                                     "(each rule alone can be met)"], candidates)
+    best = inc.mapping
     if best is not None and not p.constrained and p.remaining() > 0.15 and not (solved_whole and stats.get("cpsat_status") == "OPTIMAL"):
         host_assign = assignment_from_mapping(topo, units.ranks, best, partial=True) or {}
         score = SurrogateScore(p, best)
         full_hosts = host_slots(topo, p.pool, sorted(p.pool.devices))
-        ls = lns(p, model, full_hosts, host_assign, score, p.deadline - 0.05 - job.ranks * 3e-5)
+        ls = lns(p, model, full_hosts, host_assign, score, p.until(1.0) - 0.05 - job.ranks * 3e-5)
         stats.update(ls.as_stats())
-        if score.total < best_cost - 1e-12 and p.valid(score.mapping):
-            best, best_cost = list(score.mapping), score.total
-            candidates.append(("cpsat-lns", best))
+        if score.total < inc.surrogate - 1e-12 and p.valid(score.mapping) and inc.offer(score.mapping, score.total):
+            candidates.append(("cpsat-lns", list(score.mapping)))
     exact_bound: float | None = None
-    if exact_applicable(topo, p.state, job, p.candidates) and p.remaining() > 0.05 and not (model_bound is not None and best_cost <= model_bound + 1e-12):
+    best = inc.mapping
+    if exact_applicable(topo, p.state, job, p.candidates) and p.remaining() > 0.05 and not (model_bound is not None and inc.min_surrogate <= model_bound + 1e-12):
         ex = solve_device_level(topo, p.state, job, p.traffic, p.candidates, opts, p.remaining(), best)
         stats["exact_status"] = ex.status
         if ex.mapping is not None and p.valid(ex.mapping):
             candidates.append(("cpsat-exact", ex.mapping))
-            c = p.surrogate(ex.mapping)
-            if c < best_cost - 1e-15:
-                best, best_cost = ex.mapping, c
+            inc.offer(ex.mapping)
         if ex.bound_valid and ex.bound is not None:
             exact_bound = ex.bound
             stats["exact_objective"] = ex.objective or 0.0
+    best = inc.mapping
     if best is not None and any(nt.matrix is not None for nt in topo.host_types):
-        refined = refine_hosts(topo, p.state, job, p.traffic, best, p.candidates, p.deadline)
-        rc = p.surrogate(refined)
-        if rc < best_cost and p.valid(refined):
-            best, best_cost = refined, rc
-            candidates.append(("cpsat-refined", best))
+        refined = refine_hosts(topo, p.state, job, p.traffic, best, p.candidates, p.until(1.0))
+        if p.valid(refined) and inc.offer(refined):
+            candidates.append(("cpsat-refined", refined))
     bound, source = bounds.value, bounds.source
     if model_bound is not None and not units.exact:
         # units are chosen, not required: a mapping that splits one costs at least the analytic bound plus the
@@ -193,9 +227,11 @@ def solve_cpsat(problem: Problem, starts: list[tuple[str, list[int]]]) -> CpsatO
         bound, source = model_bound, "cpsat-model"
     if exact_bound is not None and exact_bound > bound:
         bound, source = exact_bound, "cpsat-exact"
-    if best is not None and bound > best_cost:
-        bound = best_cost
+    best = inc.mapping
+    if bound > inc.min_surrogate:
+        bound = inc.min_surrogate
     stats["bound_source"] = source
+    stats["surrogate_best"] = inc.min_surrogate
     stats["cpsat_wall_s"] = time.perf_counter() - t0
     if best is not None:
         candidates.append(("cpsat", best))
