@@ -1344,6 +1344,9 @@ def ranked_tables(sweep: Sweep, rows: Mapping[str, Mapping[str, str]], *, top: i
             cells = [f"{v:.4f}" if (v := _step(lay.cells.get((fl, xv, s)))) is not None else "-" for s in lay.series]
             bc = lay.cells.get((fl, xv, best_s)) if best_s is not None else None
             comm, mfu, tok = _comm(bc), _metric(bc, "mfu"), _metric(bc, "tokens_per_s")
+            steps = [v for s in lay.series if (v := _step(lay.cells.get((fl, xv, s)))) is not None]
+            if len(steps) > 1 and max(steps) - min(steps) <= 1e-9 * max(1.0, max(steps)):
+                best_s = "all tie"
             cells += [best_s or "-", "-" if comm is None else f"{comm:.4f}", "-" if mfu is None else f"{100 * mfu:.1f}%",
                       "-" if tok is None else f"{tok:,.0f}"]
             if opt is not None:
