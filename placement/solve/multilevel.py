@@ -49,7 +49,9 @@ __all__ = ["MAX_BLOCKS", "available", "multilevel_candidates"]
 
 MAX_BLOCKS = 32  # blocks per Steiner-tree mapping call (library limit 64; 3 s of precomputation at 64)
 DIST_SCALE = 100  # the largest target-graph distance of a step
-SECONDS_PER_VERTEX = 2.5e-4  # one DETERMINISTIC partitioning call, one thread (measured: 2,048 vertices 0.5 s)
+SECONDS_PER_VERTEX = 1.5e-4  # one DETERMINISTIC partitioning call, one thread; an isolated dummy costs a fifth
+# (measured: 2,048 vertices and 2,472 dummies onto 32 blocks, 0.32 s for the cut-net and 0.53 s for km1)
+STEINER_SECONDS_32 = 0.5  # precomputing the Steiner trees of a 32-block target graph (grows with k^4)
 WEIGHT_BUDGET = 2**29  # keeps every Steiner-tree sum inside Mt-KaHyPar's 32-bit weights
 _LOCK = threading.Lock()  # the library's seed and thread pool are process-global
 _STATE: dict[str, Any] = {}
@@ -242,7 +244,6 @@ class _Mapper:
         self.tree, self.vx, self.terms = tree, vx, terms
         self.steiner, self.seed, self.deadline, self.threads = steiner, seed, deadline, threads
         self.host_of: dict[int, int] = {}
-        self.dummies = True
         self.calls = 0
         self.greedy_domains = 0
 
@@ -270,12 +271,8 @@ class _Mapper:
             return self._descend(target, blocks[0], verts, tids)
         part: list[int] | None = None
         sizes = sorted(vx.size[v] for v in verts)
-        caps = [tree.room[target][b] for b in blocks]
-        if len(sizes) > 1 and max(caps) >= sizes[0] + sizes[1]:  # else no term fits in a block: any fit is as good
-            n = len(verts) + sum(caps) - sum(sizes)  # vertices including the dummies
-            est = 0.01 + SECONDS_PER_VERTEX * n + (0.2 * (len(blocks) / 32) ** 4 if self.steiner else 0.0)
-            if self.deadline - time.perf_counter() > est:
-                part = self._split(level, target, blocks, verts, tids)
+        if len(sizes) > 1 and max(tree.room[target][b] for b in blocks) >= sizes[0] + sizes[1]:
+            part = self._split(level, target, blocks, verts, tids)  # (else no term fits a block: any fit is as good)
         if part is None:
             self.greedy_domains += 1
             return self._greedy(level, k, verts)
@@ -297,7 +294,7 @@ class _Mapper:
         fixed: dict[int, int] = {}
         if whole:
             caps = [tree.slots[target].get(b, 0) * vx.slot for b in blocks]
-            got = self._partition(level, target, blocks, caps, whole, tids, {}, vx.slot) if len(whole) > 1 else None
+            got = self._partition(level, target, blocks, caps, whole, tids, {}, vx.slot)
             if got is None:
                 return None
             fixed = dict(zip(whole, got, strict=True))
@@ -339,21 +336,27 @@ class _Mapper:
                 hes.append(pins)
                 hw.append(w)
         vw = [self.vx.size[v] for v in verts]
-        if not hes or sum(caps) < sum(vw):
+        if sum(caps) < sum(vw):
             return None
-        n_dummy = (sum(caps) - sum(vw)) // grain if self.dummies else 0
+        if not hes or len(verts) == 1:  # nothing to cut here: fill the blocks in order
+            return _fill(vw, caps, [fixed.get(v, -1) for v in verts])
+        n_dummy = (sum(caps) - sum(vw)) // grain
         mk = _library()
         assert mk is not None
         kb = len(blocks)
         n = len(verts) + n_dummy
+        # the library's mapping needs at least as many vertices as blocks (an invalid-pin error otherwise)
+        use_target = self.steiner and len(set(dist[target + 1:])) > 1 and kb <= MAX_BLOCKS and n >= kb
+        est = (0.01 + SECONDS_PER_VERTEX * len(verts) + SECONDS_PER_VERTEX / 5 * n_dummy
+               + (STEINER_SECONDS_32 * (kb / 32) ** 4 if use_target else 0.0))
+        if time.perf_counter() + est > self.deadline:
+            return None
         with _LOCK:
             init = _initializer(self.threads)
             ctx = _STATE.get("context")
             if ctx is None:  # 3 ms to build; the library copies it on every call, so one is reused
                 ctx = _STATE["context"] = init.context_from_preset(mk.PresetType.DETERMINISTIC)
                 ctx.logging = False
-            # the library's mapping needs at least as many vertices as blocks (an invalid-pin error otherwise)
-            use_target = self.steiner and len(set(dist[target + 1:])) > 1 and kb <= MAX_BLOCKS and n >= kb
             if use_target:
                 ctx.set_mapping_parameters(kb, 0.03)
             else:
@@ -381,15 +384,46 @@ class _Mapper:
         hosts = sorted(tree.below(level, k, 0), key=lambda h: (-tree.room[0][h], h))
         room = {h: tree.room[0][h] for h in hosts}
         slots = {h: tree.slots[0].get(h, 0) for h in hosts}
-        order = sorted(verts, key=lambda v: (not vx.whole[v], -vx.size[v], v))
-        for v in order:
-            h = next((h for h in hosts if room[h] >= vx.size[v] and (not vx.whole[v] or slots[h] > 0)), None)
-            if h is None:
+        whole = [v for v in verts if vx.whole[v]]
+        plain = sorted((v for v in verts if not vx.whole[v]), key=lambda v: (-vx.size[v], v))
+        i = 0
+        for v in whole:
+            while i < len(hosts) and (slots[hosts[i]] == 0 or room[hosts[i]] < vx.slot):
+                i += 1
+            if i == len(hosts):
                 return False
-            room[h] -= vx.size[v]
-            slots[h] -= 1 if vx.whole[v] else 0
+            h = hosts[i]
+            room[h] -= vx.slot
+            slots[h] -= 1
             self.host_of[v] = h
+        smallest = min((vx.size[v] for v in plain), default=0)
+        i = 0
+        for v in plain:
+            while i < len(hosts) and room[hosts[i]] < smallest:
+                i += 1
+            fit = next((h for h in hosts[i:] if room[h] >= vx.size[v]), None)
+            if fit is None:
+                return False
+            room[fit] -= vx.size[v]
+            self.host_of[v] = fit
         return True
+
+
+def _fill(vw: list[int], caps: list[int], fixed: list[int]) -> list[int] | None:
+    """Vertices in order into the first block with room (fixed ones stay); None when one fits nowhere."""
+    load = [0] * len(caps)
+    for v, b in enumerate(fixed):
+        if b >= 0:
+            load[b] += vw[v]
+    out = list(fixed)
+    for v, b in enumerate(fixed):
+        if b < 0:
+            c = next((c for c in range(len(caps)) if load[c] + vw[v] <= caps[c]), None)
+            if c is None:
+                return None
+            out[v] = c
+            load[c] += vw[v]
+    return out
 
 
 def _repair(part: list[int], vw: list[int], caps: list[int], hes: list[list[int]], hw: list[int],
