@@ -10,7 +10,8 @@ it loads (alpha-beta, Hockney 1994), and a pipelined algorithm takes its most lo
   gives each pair its own link. These links belong to the devices of one group, so groups do not share them.
 - *Host NICs*: the devices of a host share ``nics * nic_gbps`` (default: one NIC per device at the level-1 tier,
   so today's per-device tiers keep their meaning); one group's flows out of a host use at most
-  ``min(members there, nics)`` NICs.
+  ``min(members there, nics)`` NICs, and reach them over each device's host link (on a host with no matrix and
+  no mesh, the level-0 tier: a PCIe host cannot feed its NICs faster than PCIe).
 - *Uplinks*: a domain at level l >= 1 (a leaf) leaves through ``devices(domain) * tier(l+1) / oversubscription(l)``.
 - *Degradation* (`placement.state`): a slow device divides every bandwidth term of the groups it is in, a slow
   intra-node link the capacity of that pair, a slow uplink (level 0: the host's NICs) its capacity. Failed links
@@ -194,6 +195,7 @@ class Fabric:
         self.names: list[str] = []
         self.nic_gbps: list[float] = []
         self.nics: list[int] = []
+        self.dev_link: list[float] = []
         for li in range(len(lv) - 1):
             self.base.append(len(caps))
             upper = lv[li + 1].name
@@ -204,6 +206,8 @@ class Fabric:
                     f = up_slow.get(Uplink(0, h), 1.0) if up_slow else 1.0
                     self.nics.append(nics)
                     self.nic_gbps.append(per / f)
+                    plain = nt.matrix is None and not nt.mesh_link_gbps  # the level-0 tier is the device's host link
+                    self.dev_link.append(lv[0].tier.bandwidth_gbps if plain else math.inf)
                     caps += [nics * per / lv[0].oversubscription / f] * 2
             else:
                 counts = Counter(topology.domain_column(li))
@@ -322,7 +326,8 @@ class Fabric:
         intra_bw = min((r[0] for r in rings.values()), default=math.inf) * 1e9
         intra_name = min(rings.values(), key=lambda r: r[0])[2] if rings else t.levels[0].name
         b0, caps = self.base[0], self.caps
-        flow = {h: self.nic_gbps[h] * min(len(by_host[h]), self.nics[h]) * rf * 1e9 for h in hosts}
+        flow = {h: min(self.nic_gbps[h] * min(len(by_host[h]), self.nics[h]), self.dev_link[h] * len(by_host[h]))
+                * rf * 1e9 for h in hosts}
         host_res = [(h, b0 + 2 * h) for h in hosts]
         up_res = [self.base[li] + 2 * k for li, k in ups]
         min_flow = min(flow.values())
@@ -344,10 +349,11 @@ class Fabric:
             intra = max(((len(by_host[h]) - 1) / n * size / (r[0] * 1e9) for h, r in rings.items()), default=0.0)
             nic = max(x / flow[h] for h, x in per_host.items())
             st = Stage(max(intra, nic), intra_name if intra >= nic else self.names[b0], tuple(loads))
-            return Plan("direct", (n - 1) * a_inter * 1e-6, (st,), slow)
+            return Plan("direct", (n - 1) * max(a_inter, a_intra) * 1e-6, (st,), slow)
         vol, steps = _volume(kind, n, size)
+        # a ring step waits for its slowest hop: the network's, or an intra-host hop's
         cands: list[tuple[str, float, list[tuple[float, float]]]] = [
-            ("ring", steps * a_inter * 1e-6, [(vol / intra_bw, vol)])]
+            ("ring", steps * max(a_inter, a_intra) * 1e-6, [(vol / intra_bw, vol)])]
         if kind is CollectiveKind.ALL_REDUCE:
             h = len(hosts)
             sizes = {len(v) for v in by_host.values()}
@@ -407,7 +413,7 @@ class Fabric:
         rf = 1.0
         if rp is not None and not same_rail:
             rf, lat = rp.bandwidth_factor, lat + rp.extra_latency_us
-        flow = min(self.nic_gbps[ha], self.nic_gbps[hb]) * rf * 1e9
+        flow = min(self.nic_gbps[ha], self.nic_gbps[hb], self.dev_link[ha], self.dev_link[hb]) * rf * 1e9
         plan = Plan("p2p", lat * 1e-6, (Stage(size / flow, self.names[b0], tuple(loads)),), slow)
         self._edges[key] = plan
         return plan
