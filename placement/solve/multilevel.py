@@ -1,30 +1,30 @@
 """Multilevel candidates: Mt-KaHyPar process mapping of the job's rank units onto the hosts of a candidate domain.
 Owns the traffic hypergraph, the tier-cost target graphs, the hierarchical descent and the capacity repair.
 
-Mt-KaHyPar (Gottesbüren, Heuer, Sanders, Schlag; "Scalable Shared-Memory Hypergraph Partitioning", ALENEX 2021;
-process mapping with the Steiner-tree objective: Heuer, Maas, Sanders, "Multilevel Hypergraph Partitioning with
-Process Mapping", 2024) maps a hypergraph onto a target graph whose vertices are blocks: the cost of a hyperedge
-is the weight of the Steiner tree its blocks span in the target graph. Here:
+Mt-KaHyPar (Gottesbüren, Heuer, Sanders, Schlag, ALENEX 2021; process mapping with the Steiner-tree objective:
+Heuer, Maas, Sanders, "Multilevel Hypergraph Partitioning with Process Mapping", 2024) maps a hypergraph onto
+a target graph of blocks; a hyperedge costs the weight of the Steiner tree its blocks span. Here:
 
-- **Vertices** are the units (TP groups or required groups, single ranks otherwise), weighted by their size.
-- **Hyperedges** are the job's groups and edges, merged per unit set (a group kept as one hyperedge, not as a
-  clique or ring: the Steiner tree of its hosts is the fabric it must cross, and a hyperedge is exact for
-  2-pin p2p edges). Its weight is its surrogate cost step ``c[L] - c[l]`` (`placement.cost`'s v1 formulas on
-  `placement.solve.bound.level_paths`) between spanning the whole mapped domain and staying in one block.
-- **Target graph**: the blocks, complete, an edge weighing the normalised tier-cost difference of the level
-  at which the two blocks meet (summed over the step's traffic), scaled to integers.
-- **Capacity**: the free candidate devices of a host, in whole units; a domain holds what its hosts hold.
+- **Vertices**: the given units; the groups of the label that saves most by staying on a host (TP; for explicit
+  jobs the components of a label's p2p edges) are merged into whole vertices, as many as hosts can hold.
+- **Hyperedges**: groups and edges merged per vertex set (a group stays one hyperedge, not a clique or ring:
+  its Steiner tree is the fabric it crosses, and 2-pin edges are exact), weighted by the surrogate cost step
+  ``c[L] - c[l]`` (`placement.cost` v1 on `placement.solve.bound.level_paths`) between spanning the mapped
+  domain (level L) and staying inside one block (level l).
+- **Target graph**: complete on the blocks; an edge weighs the tier-cost difference of the level where its two
+  blocks meet, normalised over the step's traffic and scaled to integers.
+- **Capacity**: a host's free candidate devices, in whole units; whole vertices also need a host slot. Free
+  capacity is filled with isolated dummy vertices so that the partitioner picks which blocks stay partly empty.
 
-Limits of the library (1.7, measured here): the Steiner-tree objective on hypergraphs takes k <= 64 blocks
-(an `UnsupportedOperationError` above), precomputes Steiner trees of up to 4 blocks (k^4 table entries, capped
-at 1e8) and that precomputation costs 0.03 s at k=16, 0.2 s at k=32 and 3 s at k=64 on one core. So the
-mapping descends the tree: from the candidate domain onto the lowest level whose domains there number at most
-`MAX_BLOCKS`, then inside each chosen domain again, down to hosts. Where a domain has more children than that,
-the children (all equidistant) are partitioned for the connectivity (km1) metric, which equals the Steiner-tree
-metric on a uniform target. A second candidate, ``multilevel-cut``, partitions one level at a time for the
-cut-net metric weighted by that level's cost step: the exact per-level term of the solver's linear surrogate.
-Blocks that Mt-KaHyPar leaves over capacity are repaired by moving their least-connected units; a domain
-reached after the deadline is filled greedily (hosts with the most room first).
+Limits of mtkahypar 1.7, measured here: the Steiner-tree objective on hypergraphs takes k <= 64 blocks, and its
+precomputation (Steiner trees of up to 4 blocks, k^4 entries capped at 1e8) costs 0.03 s at k=16, 0.2-0.3 s at
+k=32 and 3 s at k=64 on one core; a mapping needs at least k vertices. So the mapping descends the tree: onto
+the lowest level with at most `MAX_BLOCKS` domains under the current one, then inside each, down to hosts;
+equidistant blocks are partitioned for km1 (the Steiner-tree metric on a uniform target). ``multilevel-cut``
+goes one level at a time for the cut-net metric weighted by that level's cost step, the surrogate's exact
+per-level term. Over-full blocks are repaired by moving their least-connected units; a domain reached when the
+time is up is filled greedily (hosts with the most room first). Library calls cannot be interrupted, so each is
+started only when its estimated time fits.
 """
 
 from __future__ import annotations
@@ -73,8 +73,7 @@ def available() -> bool:
 def _initializer(threads: int) -> Any:
     """The library's initializer for `threads` threads (re-initialised only when the count changes)."""
     mk = _library()
-    assert mk is not None
-    if _STATE.get("threads") != threads:
+    if _STATE.get("threads") != threads and mk is not None:
         _STATE["init"] = mk.initialize(threads, False)
         _STATE["threads"] = threads
         _STATE.pop("context", None)
@@ -244,8 +243,6 @@ class _Mapper:
         self.tree, self.vx, self.terms = tree, vx, terms
         self.steiner, self.seed, self.deadline, self.threads = steiner, seed, deadline, threads
         self.host_of: dict[int, int] = {}
-        self.calls = 0
-        self.greedy_domains = 0
 
     def run(self, level: int, k: int) -> dict[int, int] | None:
         """Vertex -> host for all vertices, inside domain (level, k); None when they do not fit."""
@@ -257,11 +254,9 @@ class _Mapper:
             return True
         vx, tree = self.vx, self.tree
         if level == 0:
-            n_whole = sum(1 for v in verts if vx.whole[v])
-            if sum(vx.size[v] for v in verts) > tree.room[0].get(k, 0) or n_whole > tree.slots[0].get(k, 0):
+            if sum(vx.size[v] for v in verts) > tree.room[0].get(k, 0) or sum(vx.whole[v] for v in verts) > tree.slots[0].get(k, 0):
                 return False
-            for v in verts:
-                self.host_of[v] = k
+            self.host_of.update((v, k) for v in verts)
             return True
         target = level - 1
         if self.steiner:
@@ -274,7 +269,6 @@ class _Mapper:
         if len(sizes) > 1 and max(tree.room[target][b] for b in blocks) >= sizes[0] + sizes[1]:
             part = self._split(level, target, blocks, verts, tids)  # (else no term fits a block: any fit is as good)
         if part is None:
-            self.greedy_domains += 1
             return self._greedy(level, k, verts)
         block_of = dict(zip(verts, part, strict=True))
         by_block: list[list[int]] = [[] for _ in blocks]
@@ -320,12 +314,8 @@ class _Mapper:
 
     def _partition(self, level: int, target: int, blocks: list[int], caps: list[int], verts: list[int],
                    tids: list[int], fixed: dict[int, int], grain: int = 1) -> list[int] | None:
-        """One Mt-KaHyPar call: `verts` onto `blocks` (capacities `caps`), `fixed` vertices held in place.
-
-        Free capacity is filled with isolated dummy vertices of weight `grain` so that the blocks are full:
-        the partitioner then chooses which blocks stay partly empty instead of spreading the job over all of
-        them in proportion to their capacity (its recursive initial partitioning balances by target weight).
-        """
+        """One Mt-KaHyPar call: `verts` onto `blocks` (capacities `caps`), `fixed` vertices held in place; dummies
+        of weight `grain` fill the blocks (else its initial partitioning spreads the job in proportion to them)."""
         weights, dist = self._weights(level, target, tids)
         local = {v: i for i, v in enumerate(verts)}
         hes: list[list[int]] = []
@@ -338,8 +328,8 @@ class _Mapper:
         vw = [self.vx.size[v] for v in verts]
         if sum(caps) < sum(vw):
             return None
-        if not hes or len(verts) == 1:  # nothing to cut here: fill the blocks in order
-            return _fill(vw, caps, [fixed.get(v, -1) for v in verts])
+        if not hes or len(verts) == 1:  # nothing to cut here: fill the blocks
+            return _repair([fixed.get(v, 0) for v in verts], vw, caps, [], [], [v not in fixed for v in verts])
         n_dummy = (sum(caps) - sum(vw)) // grain
         mk = _library()
         assert mk is not None
@@ -373,57 +363,27 @@ class _Mapper:
             else:
                 phg = hg.partition(ctx)
             part = list(phg.get_partition())[: len(verts)]
-            self.calls += 1
         movable = [v not in fixed for v in verts]
         return _repair(part, vw, caps, hes, hw, movable)
 
     def _greedy(self, level: int, k: int, verts: list[int]) -> bool:
-        """Whole vertices onto the hosts with the most slots, then the rest first fit, hosts with the most room
-        first (units in order; largest first when sizes differ)."""
+        """Whole vertices first, then the rest largest first, each into the first host with room (and a slot
+        for a whole one), hosts with the most room first."""
         vx, tree = self.vx, self.tree
         hosts = sorted(tree.below(level, k, 0), key=lambda h: (-tree.room[0][h], h))
         room = {h: tree.room[0][h] for h in hosts}
         slots = {h: tree.slots[0].get(h, 0) for h in hosts}
-        whole = [v for v in verts if vx.whole[v]]
-        plain = sorted((v for v in verts if not vx.whole[v]), key=lambda v: (-vx.size[v], v))
-        i = 0
-        for v in whole:
-            while i < len(hosts) and (slots[hosts[i]] == 0 or room[hosts[i]] < vx.slot):
-                i += 1
-            if i == len(hosts):
-                return False
-            h = hosts[i]
-            room[h] -= vx.slot
-            slots[h] -= 1
-            self.host_of[v] = h
-        smallest = min((vx.size[v] for v in plain), default=0)
-        i = 0
-        for v in plain:
-            while i < len(hosts) and room[hosts[i]] < smallest:
-                i += 1
-            fit = next((h for h in hosts[i:] if room[h] >= vx.size[v]), None)
+        start = 0
+        for v in sorted(verts, key=lambda v: (not vx.whole[v], -vx.size[v], v)):
+            while start < len(hosts) and room[hosts[start]] == 0:
+                start += 1
+            fit = next((h for h in hosts[start:] if room[h] >= vx.size[v] and (slots[h] or not vx.whole[v])), None)
             if fit is None:
                 return False
             room[fit] -= vx.size[v]
+            slots[fit] -= vx.whole[v]
             self.host_of[v] = fit
         return True
-
-
-def _fill(vw: list[int], caps: list[int], fixed: list[int]) -> list[int] | None:
-    """Vertices in order into the first block with room (fixed ones stay); None when one fits nowhere."""
-    load = [0] * len(caps)
-    for v, b in enumerate(fixed):
-        if b >= 0:
-            load[b] += vw[v]
-    out = list(fixed)
-    for v, b in enumerate(fixed):
-        if b < 0:
-            c = next((c for c in range(len(caps)) if load[c] + vw[v] <= caps[c]), None)
-            if c is None:
-                return None
-            out[v] = c
-            load[c] += vw[v]
-    return out
 
 
 def _repair(part: list[int], vw: list[int], caps: list[int], hes: list[list[int]], hw: list[int],
@@ -503,21 +463,18 @@ def multilevel_candidates(
     if len(scopes) > 1:
         plan.append(("multilevel-wide", scopes[1], True, 1.0))
     out: list[tuple[str, list[int]]] = []
-    prepared: dict[tuple[int, int], tuple[_Vertices, _Tree, list[_Term]] | None] = {}
+    prepared: dict[tuple[int, int], tuple[_Vertices, _Tree, list[_Term]]] = {}
     for i, (name, scope, steiner, weight) in enumerate(plan):
         now = time.perf_counter()
         if now >= deadline and out:
             break
-        if scope not in prepared:
-            col = topology.domain_column(scope[0])
-            in_scope = {h: f for h, f in free.items() if col[pool.devices[h][0]] == scope[1]}
-            if sum(in_scope.values()) < job.ranks:
-                prepared[scope] = None
-            else:
-                vx = _coarsen(topology, state, traffic, units, in_scope)
-                vertex_of = {r: v for v, us in enumerate(vx.units) for u in us for r in units[u]}
-                prepared[scope] = (vx, _Tree.of(topology, in_scope, vx.slot), _terms(topology, state, traffic, vertex_of))
-        prep = prepared[scope]
+        col = topology.domain_column(scope[0])
+        in_scope = {h: f for h, f in free.items() if col[pool.devices[h][0]] == scope[1]}
+        if scope not in prepared and sum(in_scope.values()) >= job.ranks:
+            vx = _coarsen(topology, state, traffic, units, in_scope)
+            vertex_of = {r: v for v, us in enumerate(vx.units) for u in us for r in units[u]}
+            prepared[scope] = (vx, _Tree.of(topology, in_scope, vx.slot), _terms(topology, state, traffic, vertex_of))
+        prep = prepared.get(scope)
         if prep is None:
             continue
         vx, tree, terms = prep
