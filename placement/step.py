@@ -20,8 +20,9 @@ per micro-batch each way between neighbouring stages), ``dp`` (gradient all-redu
 
 **Step** (jobs with a model shape on devices of a known kind, `placement.compute`):
 ``step = compute + bubble + exposed communication``, ``tokens/s = tokens per step / step``,
-``MFU = model FLOPs / (step * devices * peak)``. Jobs with no model shape (explicit groups and edges), or on
-devices of an unknown kind, have no compute: ``step = exposed communication``.
+``MFU = model FLOPs / (step * devices * peak)``. The slowest kind of the mapped devices paces the step (devices of
+an unknown kind such as ``gpu``: the job's `device_kind`). Jobs with no model shape (explicit groups and edges), or
+with no known kind at all, have no compute: ``step = exposed communication``.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from placement.collectives import Fabric, Plan, phase_seconds
-from placement.compute import job_device_kind, step_compute, tokens_per_step
+from placement.compute import device_kind, job_device_kind, step_compute, tokens_per_step
 from placement.cost import CostReport, PhaseCost
 from placement.job import Job
 from placement.state import ClusterState
@@ -105,7 +106,7 @@ def model_step(topology: Topology, state: ClusterState, job: Job, mapping: Seque
 
     comp = None
     if job.model is not None and job.parallel is not None:
-        kind = job_device_kind(topology, mapping)
+        kind = job_device_kind(topology, mapping) or device_kind(job.device_kind, topology)
         if kind is not None:
             comp = step_compute(job.model, job.parallel, kind)
 
