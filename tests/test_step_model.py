@@ -223,7 +223,8 @@ def test_unknown_device_kind_has_no_compute() -> None:
     rep = evaluate(t, EMPTY, megatron_job("j", tp=8, pp=1, dp=2, kind=None, layers=8), list(range(16)))
     assert rep.compute_seconds is None and rep.mfu is None and rep.step_seconds == rep.comm_seconds > 0
     # the job's own device kind stands in for devices of an unknown kind
-    named = evaluate(t, EMPTY, megatron_job("j", tp=8, pp=1, dp=2, kind="A100", layers=8), list(range(16)))
+    named = evaluate(t, EMPTY, megatron_job("j", tp=8, pp=1, dp=2, kind="A100", layers=8), list(range(16)),
+                     check=False)  # validation refuses the kinds; the solver scores such mappings unchecked
     assert named.compute_seconds is not None and named.step_seconds > named.comm_seconds == rep.comm_seconds
 
 
