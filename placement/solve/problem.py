@@ -34,8 +34,8 @@ class Problem:
     job: Job
     traffic: Traffic
     options: SolveOptions
-    candidates: list[int]
-    pool: HostPool
+    candidates: list[int]  # every device a rank may use
+    pool: HostPool  # the devices the coarse models place on (healthy ones first; see `_preferred`)
     pinned: dict[int, int]
     t0: float
     deadline: float
@@ -62,8 +62,8 @@ class Problem:
             rank_edges[e.src].append(ei)
             if e.dst != e.src:
                 rank_edges[e.dst].append(ei)
-        return Problem(topology, state, job, traffic, options, cands, HostPool.of(topology, cands), pinned, start,
-                       start + options.time_limit_s, rank_groups, rank_edges)
+        return Problem(topology, state, job, traffic, options, cands, HostPool.of(topology, _preferred(topology, state, job, cands, pinned)),
+                       pinned, start, start + options.time_limit_s, rank_groups, rank_edges)
 
     @property
     def constrained(self) -> bool:
@@ -104,6 +104,19 @@ class Problem:
         from placement.validate import validate
 
         return mapping is not None and not validate(self.topology, self.state, self.job, mapping, traffic=self.traffic)
+
+
+def _preferred(topology: Topology, state: ClusterState, job: Job, candidates: list[int], pinned: dict[int, int]) -> list[int]:
+    """The devices the coarse models place on: degraded devices, and hosts behind a degraded NIC path, are left
+    out while the healthy ones hold the job (they stay candidates for the bound, the exact model and pins).
+    The unit models price hosts, not devices, so they could not otherwise tell a 1000x slower GPU apart."""
+    slow_hosts = {up.domain for up, f in state.uplink_slowdown.items() if up.level == 0 and f > 1.0}
+    keep = set(pinned.values())
+    avoid = {d for d in candidates if d not in keep and (state.device_slowdown.get(d, 1.0) > 1.0
+                                                          or topology.devices[d].host_index in slow_hosts)}
+    if not avoid or len(candidates) - len(avoid) < job.ranks:
+        return candidates
+    return [d for d in candidates if d not in avoid]
 
 
 class SurrogateScore:

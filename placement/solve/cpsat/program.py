@@ -247,26 +247,34 @@ class UnitProgram:
 
     def add_hint(self, hint: dict[int, int]) -> None:
         """Start from a known assignment (unit -> slot), with the level indicators and splits it implies, so that
-        CP-SAT has a complete first solution (units missing from `hint` leave their terms unhinted)."""
+        CP-SAT has a complete first solution (units missing from `hint` leave their terms unhinted). Each variable
+        is hinted once (CP-SAT refuses a model that hints one variable twice)."""
+        done: set[int] = set()
+
+        def put(var: cp_model.IntVar, value: int) -> None:
+            if var.index not in done:
+                done.add(var.index)
+                self.m.add_hint(var, value)
+
         for (u, s), var in self.x.items():
-            self.m.add_hint(var, 1 if hint.get(u) == s else 0)
+            put(var, 1 if hint.get(u) == s else 0)
         for (u, li, k), var in self.y.items():
-            if li > self.min_level and u in hint and (u, hint[u]) in self.x and not any(var is v for v in (self.x[u, hint[u]],)):
-                self.m.add_hint(var, 1 if self._domain(hint[u], li) == k else 0)
+            if li > self.min_level and u in hint and (u, hint[u]) in self.x:
+                put(var, 1 if self._domain(hint[u], li) == k else 0)
         for w, a_vars, li, tf in self._levels:
             if not all(u in hint and (u, hint[u]) in self.x for u in tf):
                 continue
             doms = {self._domain(hint[u], li) for u in tf}
             k = doms.pop() if len(doms) == 1 else None
             for kk, a in a_vars.items():
-                self.m.add_hint(a, 1 if kk == k else 0)
-            self.m.add_hint(w, 1 if k in a_vars else 0)
+                put(a, 1 if kk == k else 0)
+            put(w, 1 if k in a_vars else 0)
         slot_count: dict[int, int] = defaultdict(int)
         for u in self.free_units:
             if u in hint:
                 slot_count[hint[u]] += 1
         for split, whole, slot in self._splits:
-            self.m.add_hint(split, max(0, slot_count[slot] - whole))
+            put(split, max(0, slot_count[slot] - whole))
 
     # ---- solve --------------------------------------------------------------------------------------------
 
