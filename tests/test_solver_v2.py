@@ -18,7 +18,14 @@ from placement.cost import surrogate_seconds
 from placement.errors import InfeasibleError
 from placement.io.graph import topology_from_distances
 from placement.job import Edge, Job
-from placement.scenarios import explicit_twin, fat_tree, megatron_job, occupy, occupy_mixed_random, p2p_ring_job
+from placement.scenarios import (
+    explicit_twin,
+    fat_tree,
+    megatron_job,
+    occupy,
+    occupy_mixed_random,
+    p2p_ring_job,
+)
 from placement.solve import SolveOptions, SolveStatus, StopEvent, place
 from placement.solve.bound import lower_bounds
 from placement.solve.params import run_cpsat
