@@ -24,7 +24,8 @@ Sanders, Speck & Träff 2009 for the double binary tree). For S bytes over n mem
   a host the ring order is searched like NCCL's: the best single ring maximises its weakest hop (bottleneck
   Hamiltonian cycle, exact search), and NVLink rings are packed greedily (each ring takes its bottleneck from
   every hop it uses, as NCCL's channels do) while one exists: the host's ring bandwidth is the larger of the
-  packed NVLink rings' sum and the best single ring. A DGX-1 8-GPU ring rides NVLink only (2 x NV2 + 2 x NV1 rings
+  packed NVLink rings' sum and the best single ring. Behind an NVSwitch (`nvswitch`: NV18 on every pair of an
+  HGX H100) the code is the device's bandwidth, not a link per pair: one ring, no packing. A DGX-1 8-GPU ring rides NVLink only (2 x NV2 + 2 x NV1 rings
   = 6 links), a fully connected XGMI mesh carries ``(k-1) * link`` with k members. Across hosts the ring is host
   contiguous: every host and every crossed domain sends and receives the ring volume once.
 - *Hierarchical* (all-reduce, g members on each of h hosts): reduce-scatter inside each host (``(g-1)/g S``), then
@@ -55,7 +56,7 @@ from placement.job import CollectiveKind
 from placement.state import ClusterState, Uplink
 from placement.topology import Topology, intra_node_tier
 
-__all__ = ["Fabric", "Plan", "Stage", "best_ring", "matrix_ring", "phase_seconds"]
+__all__ = ["MAX_NVLINKS", "Fabric", "Plan", "Stage", "best_ring", "matrix_ring", "nvswitch", "phase_seconds"]
 
 _SEARCH_BUDGET = 200_000  # DFS nodes per ring search; exact for any host NCCL sees (<= 16 devices, pruned)
 
@@ -152,7 +153,7 @@ def matrix_ring(matrix: tuple[tuple[str, ...], ...], tiers: tuple[tuple[str, flo
     single, order = best_ring(cap)
     nv = [[cap[i][j] if i != j and codes[i][j].startswith("NV") else 0.0 for j in range(k)] for i in range(k)]
     packed, rings = 0.0, []
-    for _ in range(4 * k):
+    for _ in range(0 if nvswitch(matrix) else 4 * k):
         b, ring = best_ring(nv)
         if b <= 0 or not ring:
             break
@@ -165,6 +166,25 @@ def matrix_ring(matrix: tuple[tuple[str, ...], ...], tiers: tuple[tuple[str, flo
     weakest = min(hops, key=lambda h: (cap[h[0]][h[1]], h))
     lat = max(tier[a][c].latency_us for a, c in hops)
     return max(packed, single), lat, codes[weakest[0]][weakest[1]]
+
+
+MAX_NVLINKS = 18
+"""NVLinks of one GPU at most (H100, B200): a matrix row adding up to more is a view through an NVSwitch."""
+
+
+@lru_cache(maxsize=256)
+def nvswitch(matrix: tuple[tuple[str, ...], ...]) -> bool:
+    """True when the NV# codes are per-device bandwidth through an NVSwitch, not direct links.
+
+    ``nvidia-smi topo -m`` prints NV18 for every pair of an HGX H100 (NV12 on A100, NV6 on DGX-2): each GPU's
+    links go to the switches, and a ring gets one device's bandwidth. Direct meshes (DGX-1 NV1/NV2, 4 x V100 NV2,
+    NVLink bridges) add up to at most `MAX_NVLINKS` per device.
+    """
+    for a, row in enumerate(matrix):
+        total = sum(int(c[2:]) for b, c in enumerate(row) if b != a and c.startswith("NV") and c[2:].isdigit())
+        if total > MAX_NVLINKS:
+            return True
+    return False
 
 
 def _volume(kind: CollectiveKind, n: int, size: float) -> tuple[float, int]:

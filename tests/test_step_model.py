@@ -10,7 +10,7 @@ from types import ModuleType
 
 import pytest
 
-from placement.collectives import Fabric, best_ring, matrix_ring, phase_seconds
+from placement.collectives import Fabric, best_ring, matrix_ring, nvswitch, phase_seconds
 from placement.compute import (
     DEVICE_KINDS,
     activation_bytes,
@@ -84,6 +84,16 @@ def test_dgx1_ring_packs_all_six_nvlinks_and_never_pays_sys() -> None:
     # v1 priced the same group at its slowest pair (SYS, 10 GB/s)
     assert surrogate_report(t, EMPTY, one_group(8, 1e9), list(range(8))).by_tier == {"node:SYS": pytest.approx(
         14 * 4e-6 + 2 * 7 / 8 * 1e9 / 10e9)}
+
+
+def test_nvswitch_codes_are_device_bandwidth_not_links_per_pair() -> None:
+    tiers = Fabric(dgx1_node(1), EMPTY).tiers_key
+    h100 = tuple(tuple("X" if i == j else "NV18" for j in range(8)) for i in range(8))  # HGX H100 through NVSwitch
+    v100x4 = tuple(tuple("X" if i == j else "NV2" for j in range(4)) for i in range(4))  # direct links, 6 per GPU
+    assert nvswitch(h100) and not nvswitch(v100x4) and not nvswitch(tuple(tuple(r.split()) for r in DGX1_MATRIX))
+    assert matrix_ring(h100, tiers, tuple(range(8)))[0] == 18 * 25.0  # one ring at one device's bandwidth
+    # 4 fully linked GPUs: two opposite Hamiltonian rings of 50 GB/s (K4 has no third one)
+    assert matrix_ring(v100x4, tiers, (0, 1, 2, 3))[0] == 100.0
 
 
 def test_full_mesh_ring_uses_one_link_per_peer() -> None:
