@@ -30,7 +30,8 @@ Sanders, Speck & Träff 2009 for the double binary tree). For S bytes over n mem
   contiguous: every host and every crossed domain sends and receives the ring volume once.
 - *Hierarchical* (all-reduce, g members on each of h hosts): reduce-scatter inside each host (``(g-1)/g S``), then
   g concurrent all-reduces across hosts, one per local rank (= per rail), ``2(h-1)/h S`` in total out of every
-  host, then all-gather inside the host. Stages run one after the other.
+  host, then all-gather inside the host. Stages run one after the other. All-gather and reduce-scatter: one
+  stage across hosts (``(h-1)/h S`` out of every host) and one inside (``(g-1)/g S``).
 - *Tree* (all-reduce across hosts, NCCL's double binary tree with a chain inside each host): ``2 S`` through the
   most loaded link, ``2 (ceil(log2 h) a_inter + (g-1) a_intra)`` of latency: the pick for small buffers.
 - *All-to-all*: direct sends, ``S/n`` to each peer; a host sends ``g (n-g)/n S``.
@@ -374,9 +375,13 @@ class Fabric:
         # a ring step waits for its slowest hop: the network's, or an intra-host hop's
         cands: list[tuple[str, float, list[tuple[float, float]]]] = [
             ("ring", steps * max(a_inter, a_intra) * 1e-6, [(vol / intra_bw, vol)])]
+        h = len(hosts)
+        sizes = {len(v) for v in by_host.values()}
+        if kind is not CollectiveKind.ALL_REDUCE and len(sizes) == 1 and (g := sizes.pop()) > 1:
+            # all-gather / reduce-scatter: g concurrent ones across hosts ((h-1)/h S out of each host), one inside
+            lat = ((g - 1) * a_intra + (h - 1) * a_inter) * 1e-6
+            cands.append(("hierarchical", lat, [((g - 1) / g * size / intra_bw, 0.0), (0.0, (h - 1) / h * size)]))
         if kind is CollectiveKind.ALL_REDUCE:
-            h = len(hosts)
-            sizes = {len(v) for v in by_host.values()}
             if len(sizes) == 1 and (g := sizes.pop()) > 1:
                 rs = ((g - 1) / g * size / intra_bw, 0.0)
                 lat = (2 * (g - 1) * a_intra + 2 * (h - 1) * a_inter) * 1e-6

@@ -346,3 +346,14 @@ def test_phase_seconds_shares_by_bytes() -> None:
     (tb, nb), (ts, ns) = phase_seconds(fab, [big, small])
     # both cross h0's one NIC: it carries 4e9 bytes at 10 GB/s, and both end when it has
     assert tb == approx(5e-6 + 0.4) and ts == approx(5e-6 + 0.4) and nb == ns == "leaf"
+
+
+def test_hierarchical_all_gather_on_two_nodes_of_eight() -> None:
+    t = two_level(2, 8, nics=1)
+    S = 1e9
+    job = Job("ag", 16, groups=(Group("ag", CollectiveKind.ALL_GATHER, tuple(range(16)), S, 1.0),))
+    rep = evaluate(t, EMPTY, job, list(range(16)))
+    # across the 2 hosts: (h-1)/h S = S/2 out of each host's one NIC, 1 step of 5 us; inside: 7/8 S, 7 steps of 1 us
+    hier = S / 2 / 12.5e9 + 7 / 8 * S / 100e9 + 5e-6 + 7e-6
+    ring = 15 / 16 * S / 12.5e9 + 15 * 5e-6
+    assert rep.phases[0].algorithm == "hierarchical" and rep.step_seconds == approx(hier) and hier < ring
