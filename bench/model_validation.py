@@ -1,14 +1,17 @@
 """Step model v2 against published measurements (shared/data/published_tables.md, sections 2c, 2d, 2e).
 
-Prints the comparison table of docs/model.md: `python bench/model_validation.py [--data ../shared/data]`.
+Prints the comparison table of docs/model.md: `python bench/model_validation.py [--data ../shared/data] [--timing]`
+(``--timing``: also the seconds of one `evaluate` at 65,536 ranks).
 One set of link constants (CONSTANTS below) serves every row; nothing is tuned per row.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -144,14 +147,46 @@ def table(rows: Sequence[Row]) -> str:
     return "\n".join(lines)
 
 
+def timing(repeat: int = 3) -> str:
+    """Seconds of one `evaluate` at 65,536 ranks: tp8 pp8 dp1024 on the 131,072-GPU fat tree (best of `repeat`)."""
+    from placement.cost import surrogate_seconds
+    from placement.scenarios import fat_tree, megatron_job
+    from placement.step import model_step
+    from placement.traffic import job_traffic
+
+    topo, job, state = fat_tree(131072), megatron_job("tp8-pp8-dp1024", tp=8, pp=8, dp=1024), ClusterState()
+    mapping = list(range(job.ranks))
+    start = time.perf_counter()
+    traffic = job_traffic(job)
+    rows = [("job_traffic (once per request)", time.perf_counter() - start)]
+    parts: dict[str, Callable[[], object]] = {
+        "step model (model_step)": lambda: model_step(topo, state, job, mapping, traffic),
+        "v1 surrogate (surrogate_seconds)": lambda: surrogate_seconds(topo, state, mapping, traffic),
+        "evaluate(check=False)": lambda: evaluate(topo, state, job, mapping, traffic=traffic, check=False),
+        "evaluate() with validation": lambda: evaluate(topo, state, job, mapping, traffic=traffic),
+    }
+    for name, fn in parts.items():
+        best = math.inf
+        for _ in range(repeat):
+            start = time.perf_counter()
+            fn()
+            best = min(best, time.perf_counter() - start)
+        rows.append((name, best))
+    return "\n".join(["| part | seconds |", "|---|---:|", *(f"| {n} | {t:.2f} |" for n, t in rows)])
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, default=DATA, help="the shared data folder (default: %(default)s)")
+    ap.add_argument("--timing", action="store_true", help="also time one evaluate at 65,536 ranks")
     args = ap.parse_args(argv)
     if not (args.data / DGX1_FILE).is_file() or not (args.data / A100_PAIRS_FILE).is_file():
         print(f"the shared data folder {args.data} lacks {DGX1_FILE} or {A100_PAIRS_FILE}", file=sys.stderr)
         return 2
     print(table(all_rows(args.data)))
+    if args.timing:
+        print()
+        print(timing())
     return 0
 
 
