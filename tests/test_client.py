@@ -184,6 +184,34 @@ def test_the_example_request_file_reads_native_files_and_works_offline_and_over_
     assert len(res.mapping) == 32
 
 
+def test_cli_place_request_prints_the_same_step_tables_offline_and_over_the_wire(live: Running) -> None:
+    from typer.testing import CliRunner
+
+    from placement.cli import app
+    from server.convert import report_from_proto
+
+    request = EXAMPLES / "request-place.yaml"
+    runner = CliRunner()
+    remote = runner.invoke(app, ["place", "--request", str(request), "--server", f"127.0.0.1:{live.port}",
+                                 "--token", "tok"])
+    offline = runner.invoke(app, ["place", "--request", str(request)])
+    placed = json_format.Parse(runner.invoke(app, ["place", "--request", str(request), "--output", "json"]).stdout,
+                               pb.PlaceResponse()).result
+    rep = report_from_proto(placed.cost, placed.breakdown)
+    for res in (remote, offline):
+        assert res.exit_code == 0, res.output
+        head = res.stdout.splitlines()[0]
+        assert head.startswith("tp8-dp4 (32 ranks): ") and f"step {rep.step_seconds:.4f} s" in head
+        assert f"exposed comm {rep.comm_seconds:.4f} s" in head
+        lines = [line.strip("│ ") for line in res.stdout.splitlines()]
+        assert any(line.startswith("MFU") for line in lines) and "critical group" in res.stdout
+        for p in rep.phases:
+            assert any(line.startswith(p.name + " ") and p.algorithm in line for line in lines)
+        for b in placed.baselines:  # one row per baseline: its step, or why it has none
+            row = next(line for line in lines if line.startswith(b.strategy + " "))
+            assert f"{b.step_seconds:.4f}" in row if b.HasField("step_seconds") else "no valid mapping" in row
+
+
 def test_request_file_errors_name_the_file_and_the_field(tmp_path: Path) -> None:
     cases = {
         "typo.yaml": ({"cluster": {"levls": []}}, "cluster", "levls"),
