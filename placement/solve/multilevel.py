@@ -49,8 +49,7 @@ __all__ = ["MAX_BLOCKS", "available", "multilevel_candidates"]
 
 MAX_BLOCKS = 32  # blocks per Steiner-tree mapping call (library limit 64; 3 s of precomputation at 64)
 DIST_SCALE = 100  # the largest target-graph distance of a step
-SECONDS_PER_VERTEX = 1.5e-4  # one DETERMINISTIC partitioning call, one thread; an isolated dummy costs a fifth
-# (measured: 2,048 vertices and 2,472 dummies onto 32 blocks, 0.32 s for the cut-net and 0.53 s for km1)
+SECONDS_PER_VERTEX = 1.5e-4  # a DETERMINISTIC call, one thread, a dummy a fifth (2,048 + 2,472 dummies, 32 blocks: 0.32-0.53 s)
 STEINER_SECONDS_32 = 0.5  # precomputing the Steiner trees of a 32-block target graph (grows with k^4)
 WEIGHT_BUDGET = 2**29  # keeps every Steiner-tree sum inside Mt-KaHyPar's 32-bit weights
 _LOCK = threading.Lock()  # the library's seed and thread pool are process-global
@@ -60,7 +59,7 @@ _STATE: dict[str, Any] = {}
 def _library() -> Any | None:
     try:
         import mtkahypar
-    except ImportError:
+    except ImportError:  # an optional speed-up of the search, not a hard dependency of the library
         return None
     return mtkahypar
 
@@ -246,8 +245,7 @@ class _Mapper:
 
     def run(self, level: int, k: int) -> dict[int, int] | None:
         """Vertex -> host for all vertices, inside domain (level, k); None when they do not fit."""
-        ok = self._descend(level, k, list(range(len(self.vx.size))), list(range(len(self.terms))))
-        return self.host_of if ok else None
+        return self.host_of if self._descend(level, k, list(range(len(self.vx.size))), list(range(len(self.terms)))) else None
 
     def _descend(self, level: int, k: int, verts: list[int], tids: list[int]) -> bool:
         if not verts:
@@ -271,9 +269,7 @@ class _Mapper:
         if part is None:
             return self._greedy(level, k, verts)
         block_of = dict(zip(verts, part, strict=True))
-        by_block: list[list[int]] = [[] for _ in blocks]
-        for v in verts:
-            by_block[block_of[v]].append(v)
+        by_block: list[list[int]] = [[v for v in verts if block_of[v] == i] for i in range(len(blocks))]
         sub: list[list[int]] = [[] for _ in blocks]
         for t in tids:
             bs = {block_of[v] for v in self.terms[t].verts}
@@ -307,9 +303,8 @@ class _Mapper:
         for li in range(target + 1, level + 1):
             frac = (total[li] - total[target]) / span if span > 0 else 1.0
             dist[li] = max(1, round(min(1.0, frac) * DIST_SCALE))
-        s = sum(raw)
-        bound = max(1, MAX_BLOCKS - 1) * (DIST_SCALE if self.steiner else 1)
-        scale = WEIGHT_BUDGET / (bound * s) if s > 0 else 0.0
+        s = sum(raw) * (MAX_BLOCKS - 1) * (DIST_SCALE if self.steiner else 1)  # the largest possible total
+        scale = WEIGHT_BUDGET / s if s > 0 else 0.0
         return [min(2**24, round(w * scale)) for w in raw], dist
 
     def _partition(self, level: int, target: int, blocks: list[int], caps: list[int], verts: list[int],
@@ -330,13 +325,22 @@ class _Mapper:
             return None
         if not hes or len(verts) == 1:  # nothing to cut here: fill the blocks
             return _repair([fixed.get(v, 0) for v in verts], vw, caps, [], [], [v not in fixed for v in verts])
-        n_dummy = (sum(caps) - sum(vw)) // grain
         mk = _library()
         assert mk is not None
         kb = len(blocks)
+        # the library's mapping needs at least as many vertices as blocks (an invalid-pin error otherwise) and
+        # crashes (segmentation fault, mtkahypar 1.7) when the free vertices cannot be packed into the blocks:
+        # it is used only where they weigh the same (and, with fixed vertices, 1), counted as 1 each; the
+        # partitioner returns an over-full block instead, repaired below
+        ws = {vw[i] for i, v in enumerate(verts) if v not in fixed}
+        grain = ws.copy().pop() if len(ws) == 1 and not fixed else grain  # dummies as heavy as the vertices
+        unit = min(ws) if ws == {grain} and (not fixed or grain == 1) else 0
+        use_target = self.steiner and len(set(dist[target + 1:])) > 1 and kb <= MAX_BLOCKS and unit > 0
+        if use_target and unit > 1:
+            vw, caps, grain = [1] * len(vw), [c // unit for c in caps], 1
+        n_dummy = (sum(caps) - sum(vw)) // grain
         n = len(verts) + n_dummy
-        # the library's mapping needs at least as many vertices as blocks (an invalid-pin error otherwise)
-        use_target = self.steiner and len(set(dist[target + 1:])) > 1 and kb <= MAX_BLOCKS and n >= kb
+        use_target = use_target and n >= kb
         est = (0.01 + SECONDS_PER_VERTEX * len(verts) + SECONDS_PER_VERTEX / 5 * n_dummy
                + (STEINER_SECONDS_32 * (kb / 32) ** 4 if use_target else 0.0))
         if time.perf_counter() + est > self.deadline:
@@ -390,9 +394,7 @@ def _repair(part: list[int], vw: list[int], caps: list[int], hes: list[list[int]
             movable: list[bool]) -> list[int] | None:
     """Move the least-connected movable vertices out of over-full blocks into the block they are most tied to
     that has room; None when some vertex fits nowhere."""
-    load = [0] * len(caps)
-    for v, b in enumerate(part):
-        load[b] += vw[v]
+    load = [sum(w for w, b in zip(vw, part, strict=True) if b == c) for c in range(len(caps))]
     if all(ld <= c for ld, c in zip(load, caps, strict=True)):
         return part
     inc: dict[int, list[int]] = defaultdict(list)
@@ -444,9 +446,8 @@ def multilevel_candidates(
     not applicable: pins, spread rules, a device graph (`topology.pair_paths`), units that do not cover the
     ranks once, too few devices, or `mtkahypar` not installed.
     """
-    if _library() is None or job.constraints.pins or job.constraints.spread or topology.pair_paths is not None:
-        return []
-    if not units or sorted(r for u in units for r in u) != list(range(job.ranks)):
+    if (_library() is None or job.constraints.pins or job.constraints.spread or topology.pair_paths is not None
+            or not units or sorted(r for u in units for r in u) != list(range(job.ranks))):
         return []
     pool = HostPool.of(topology, candidates)
     sizes = [len(u) for u in units]
