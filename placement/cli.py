@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 import yaml
@@ -17,6 +17,9 @@ from rich.table import Table
 
 from placement.cli_errors import err, escape, fail, guard
 from placement.errors import InputError, Problem
+
+if TYPE_CHECKING:
+    from placement.cost import CostReport
 
 __all__ = ["app", "main"]
 
@@ -57,7 +60,7 @@ def _num(x: float | None, fmt: str = ".4f") -> str:
     return "-" if x is None else format(x, fmt)
 
 
-def _step_table(title: str, report: Any) -> Table:
+def _step_table(title: str, report: CostReport) -> Table:
     """The modeled step: its time, exposed and total communication, compute, bubble, MFU and tokens/s."""
     t = Table(title=title, title_justify="left")
     t.add_column("part")
@@ -79,7 +82,7 @@ def _step_table(title: str, report: Any) -> Table:
     return t
 
 
-def _phase_table(report: Any) -> Table:
+def _phase_table(report: CostReport) -> Table:
     """One row per phase of the step: its bottleneck tier, algorithm, critical group, seconds and exposed part."""
     t = Table(title="phases, in sequence (the critical group is the slowest)", title_justify="left")
     for name in ("phase", "tier", "algorithm", "critical group"):
@@ -97,7 +100,7 @@ def _phase_table(report: Any) -> Table:
     return t
 
 
-def _cost_table(title: str, report: Any) -> Table:
+def _cost_table(title: str, report: CostReport) -> Table:
     """Exposed communication per group kind and bottleneck tier, and the preference misses."""
     t = Table(title=title, title_justify="left")
     t.add_column("group kind")
@@ -114,7 +117,7 @@ def _cost_table(title: str, report: Any) -> Table:
     return t
 
 
-def _baseline_table(strategy: str, report: Any, costs: dict[str, dict[str, float | None]]) -> Table:
+def _baseline_table(strategy: str, report: CostReport, costs: dict[str, dict[str, float | None]]) -> Table:
     """The answer next to each baseline on the same state: step and exposed communication seconds."""
     t = Table(title="against the baselines on the same state", title_justify="left")
     t.add_column("strategy")
@@ -129,7 +132,7 @@ def _baseline_table(strategy: str, report: Any, costs: dict[str, dict[str, float
     return t
 
 
-def _print_report(title: str, report: Any, strategy: str | None = None,
+def _print_report(title: str, report: CostReport, strategy: str | None = None,
                   costs: dict[str, dict[str, float | None]] | None = None) -> None:
     out.print(title, highlight=False, soft_wrap=True)
     out.print(_step_table("the modeled step", report))
@@ -139,7 +142,7 @@ def _print_report(title: str, report: Any, strategy: str | None = None,
         out.print(_baseline_table(strategy, report, costs))
 
 
-def _headline(report: Any) -> str:
+def _headline(report: CostReport) -> str:
     mfu = "" if report.mfu is None else f", MFU {100 * report.mfu:.1f}%"
     return f"step {report.step_seconds:.4f} s, exposed comm {report.comm_seconds:.4f} s{mfu}"
 
@@ -191,7 +194,7 @@ def place(
     request: Annotated[Path | None, typer.Option(help="a PlaceRequest file (YAML/JSON, protobuf JSON mapping) instead of CLUSTER JOB")] = None,
     server: Annotated[str | None, typer.Option(help="HOST:PORT of a placement-server: send the request there")] = None,
     token: Annotated[str | None, typer.Option(envvar="PLACEMENT_TOKEN", help="bearer token for --server")] = None,
-    strategy: Annotated[str, typer.Option(help="cpsat (the optimizer) or a baseline scheduler's name")] = "cpsat",
+    strategy: Annotated[str, typer.Option(help="cpsat (the optimizer), or a baseline: first-fit, kueue-tas, slurm-tree, slurm-block")] = "cpsat",
     time_limit: Annotated[float, typer.Option(help="solver time limit in seconds")] = 10.0,
     gap: Annotated[float, typer.Option(help="stop at this relative gap")] = 0.0,
     seed: Annotated[int, typer.Option(help="random seed (same seed and workers: same answer)")] = 0,
