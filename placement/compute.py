@@ -11,7 +11,8 @@ Formulas (notation of `placement.traffic`; T tokens per step = b * s * m * dp, N
   token visits: ``(P - P_e) + P_e * top_k / experts``.
 - **Compute time**: executed FLOPs / (devices * peak * `ModelShape.mfu`), MFU 0.4 by default (Megatron-LM reports
   0.4-0.5 on A100/H100: Narayanan et al. 2021, table 1; Korthikanti et al. 2022, table 4).
-- **Pipeline bubble** (1F1B, Narayanan et al. 2021 sec. 2.2): ``(p - 1) / m`` of the compute time.
+- **Pipeline bubble** (1F1B, Narayanan et al. 2021 sec. 2.2): ``(p - 1) / m`` of the compute time
+  (`ComputeModel.bubble_seconds`; `placement.step` adds the per-micro-batch communication to it).
 - **Activation memory per micro-batch and stage** (Korthikanti et al. 2022, eq. 2 with tensor and sequence
   parallelism): ``L/pp * (s/cp) * b * h * (34 + 5 a (s/cp) / h) / tp`` bytes (16-bit activations, a heads); with
   full recomputation only each layer's input is kept: ``L/pp * 2 (s/cp) b h / tp``. 1F1B holds up to

@@ -19,7 +19,8 @@ per micro-batch each way between neighbouring stages), ``dp`` (gradient all-redu
   ``max(0, dp - backward of one micro-batch)``.
 
 **Step** (jobs with a model shape on devices of a known kind, `placement.compute`):
-``step = compute + bubble + exposed communication``, ``tokens/s = tokens per step / step``,
+``step = compute + bubble + exposed communication``, the 1F1B bubble idling ``(p-1)/m`` of the compute and the
+exposed per-micro-batch communication (every phase but the DP reduce; Narayanan et al. 2021 sec. 2.2), ``tokens/s = tokens per step / step``,
 ``MFU = model FLOPs / (step * devices * peak)``. The slowest kind of the mapped devices paces the step (devices of
 an unknown kind such as ``gpu``: the job's `device_kind`). Jobs with no model shape (explicit groups and edges), or
 with no known kind at all, have no compute: ``step = exposed communication``.
@@ -135,9 +136,12 @@ def model_step(topology: Topology, state: ClusterState, job: Job, mapping: Seque
         report.comm_seconds_total += seconds
     report.step_seconds = report.comm_seconds
     if comp is not None and job.model is not None and job.parallel is not None:
+        # the bubble idles (p-1)/m of everything a micro-batch does on the critical path: its compute and its
+        # TP/CP/EP/PP communication (the DP reduce happens once, after the pipeline drains)
+        per_mb = comp.compute_seconds + sum(report.by_label.get(lab, 0.0) for lab in labels if lab != "dp")
         report.compute_seconds = comp.compute_seconds
-        report.bubble_seconds = comp.bubble_seconds
-        report.step_seconds = comp.compute_seconds + comp.bubble_seconds + report.comm_seconds
+        report.bubble_seconds = (job.parallel.pp - 1) / max(1, job.model.micro_batches) * per_mb
+        report.step_seconds = comp.compute_seconds + report.bubble_seconds + report.comm_seconds
         if report.step_seconds > 0:
             report.tokens_per_s = tokens_per_step(job.model, job.parallel) / report.step_seconds
             peak = job.parallel.world_size * comp.kind.tflops * 1e12
