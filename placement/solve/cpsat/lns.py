@@ -6,7 +6,9 @@ Neighbourhoods that fit placement, taken in turn (seeded, so a fixed seed gives 
 - ``leaves``: the units of two used level-1 domains and one other (a leaf re-solved with its neighbours);
 - ``stage``: the units of one pipeline stage (structured jobs) and the hosts they use;
 - ``straddlers``: the units of the terms that cross the most expensive tier, with spare hosts of their domains;
-- ``swap``: the contents of two hosts with the same number of ranks exchanged (no CP-SAT, many per round).
+- ``swap``: the contents of two hosts with the same number of ranks exchanged (no CP-SAT, many per round);
+- ``leaf``: two used level-1 domains and one other re-solved with the leaf model (units may span hosts inside a
+  domain and pay their split), then re-packed onto the domains' hosts: what moves units that span hosts.
 """
 
 from __future__ import annotations
@@ -16,15 +18,16 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from placement.solve.construct import HostPool
 from placement.solve.cpsat.model import UnitModel
 from placement.solve.cpsat.program import Slots, UnitProgram
-from placement.solve.cpsat.slots import assignment_from_mapping
+from placement.solve.cpsat.slots import assignment_from_mapping, realize
 from placement.solve.problem import Problem, SurrogateScore
 
 __all__ = ["LnsStats", "lns"]
 
 MAX_WINDOW_VARS = 4_000  # a window small enough for CP-SAT to finish within ~0.5 s
-KINDS = ("leaves", "stage", "straddlers", "swap")
+KINDS = ("leaves", "stage", "straddlers", "swap", "leaf")
 
 
 @dataclass
@@ -169,6 +172,65 @@ def _swap_round(problem: Problem, judge: _Judge, rng: random.Random, tries: int)
     return gained
 
 
+def _leaf_chain(problem: Problem) -> dict[int, list[int]]:
+    topo = problem.topology
+    out: dict[int, list[int]] = {}
+    for devs in problem.pool.devices.values():
+        k = topo.domain_of(devs[0], 1)
+        if k not in out:
+            c = [-1, k]
+            for li in range(2, len(topo.levels)):
+                c.append(topo.parent[li - 1][c[-1]])
+            out[k] = c
+    return out
+
+
+def _leaf_round(problem: Problem, model: UnitModel, judge: _Judge, rng: random.Random, budget: float,
+                chain: dict[int, list[int]]) -> bool:
+    """One ``leaf`` neighbourhood: free every unit inside three level-1 domains, re-solve them with the leaf
+    model on the devices nobody else holds there, re-pack, and offer the moves."""
+    topo, score = problem.topology, judge.score
+    col = topo.domain_column(1)
+    leaf_of: dict[int, int] = {}
+    for u, ranks in enumerate(model.units):
+        ks = {col[score.mapping[r]] for r in ranks}
+        if len(ks) == 1:
+            leaf_of[u] = ks.pop()
+    used = sorted(set(leaf_of.values()))
+    if not used:
+        return False
+    pick = set(rng.sample(used, min(2, len(used))))
+    others = [k for k in chain if k not in pick]
+    if others:
+        pick.add(rng.choice(sorted(others)))
+    free_units = [u for u, k in leaf_of.items() if k in pick]
+    if len(free_units) < 2:
+        return False
+    free_ranks = {r for u in free_units for r in model.units[u]}
+    taken = {d for r, d in enumerate(score.mapping) if r not in free_ranks}
+    sub = {h: [d for d in devs if d not in taken] for h, devs in problem.pool.devices.items() if col[devs[0]] in pick}
+    pool = HostPool({h: v for h, v in sub.items() if v})
+    usize = max(len(model.units[u]) for u in free_units)
+    room: dict[int, int] = defaultdict(int)
+    whole: dict[int, int] = defaultdict(int)
+    for devs in pool.devices.values():
+        room[col[devs[0]]] += len(devs)
+        whole[col[devs[0]]] += len(devs) // usize
+    free_set = set(free_units)
+    fixed = {u: k for u, k in leaf_of.items() if u not in free_set}
+    slots = Slots(dict(room), chain, True, dict(whole))
+    prog = UnitProgram(topo, model, free_units, slots, fixed)
+    prog.add_hint(leaf_of)
+    res = prog.solve(problem.options, budget)
+    if res.assignment is None:
+        return False
+    out = realize(topo, pool, model.units, slots, res.assignment, len(score.mapping))
+    if out is None:
+        return False
+    moves = {r: out[r] for r in free_ranks if out[r] != score.mapping[r]}
+    return bool(moves) and judge.offer(moves)
+
+
 def lns(problem: Problem, model: UnitModel, slots: Slots, assign: dict[int, int], score: SurrogateScore,
         deadline: float) -> LnsStats:
     """Improve `score` (its mapping is updated in place) until `deadline`, or a fixed number of rounds when the
@@ -188,10 +250,12 @@ def lns(problem: Problem, model: UnitModel, slots: Slots, assign: dict[int, int]
     assign = dict(assign)
     held = _held(problem, model, assign, score.mapping)
     judge = _Judge(problem, score)
+    chain = _leaf_chain(problem) if len(topo.levels) > 2 else {}
+    kinds = KINDS if chain else KINDS[:-1]
     while stats.rounds < max_rounds and (opts.deterministic or time.perf_counter() < deadline - 0.05):
         if problem.stopped():
             break
-        kind = KINDS[stats.rounds % len(KINDS)]
+        kind = kinds[stats.rounds % len(kinds)]
         stats.rounds += 1
         if kind == "swap":
             n = _swap_round(problem, judge, rng, 200)
@@ -201,6 +265,18 @@ def lns(problem: Problem, model: UnitModel, slots: Slots, assign: dict[int, int]
                 assign = assignment_from_mapping(topo, model.units, score.mapping, partial=True) or assign
                 held = _held(problem, model, assign, score.mapping)
             continue
+        budget = 0.2 if opts.deterministic else min(1.0, deadline - time.perf_counter() - 0.05)
+        if budget <= 0.05:
+            break
+        if kind == "leaf":
+            if _leaf_round(problem, model, judge, rng, budget, chain):
+                stats.improved += 1
+                stats.by_kind[kind] += 1
+                assign = assignment_from_mapping(topo, model.units, score.mapping, partial=True) or {}
+                held = _held(problem, model, assign, score.mapping)
+                if log is not None:
+                    log(f"lns round {stats.rounds} {kind}: surrogate {score.total:.6f}")
+            continue
         term_cost = _term_costs(model, assign, slots.chain)
         free_units, hosts = _window(problem, model, assign, kind, rng, dom_hosts, level, term_cost)
         if len(free_units) < 2:
@@ -209,9 +285,6 @@ def lns(problem: Problem, model: UnitModel, slots: Slots, assign: dict[int, int]
             free_units = sorted(rng.sample(free_units, max(2, MAX_WINDOW_VARS // len(hosts))))
         free_set = set(free_units)
         fixed = {u: h for u, h in assign.items() if u not in free_set}
-        budget = 0.2 if opts.deterministic else min(1.0, deadline - time.perf_counter() - 0.05)
-        if budget <= 0.05:
-            break
         window = Slots({h: slots.room[h] - held.get(h, 0) for h in hosts if h in slots.room}, slots.chain)
         prog = UnitProgram(topo, model, free_units, window, fixed, allowed=None)
         prog.add_hint(assign)
