@@ -217,6 +217,7 @@ def test_structured_step_compute_bubble_overlap_and_mfu() -> None:
     assert rep.compute_seconds == approx(c.compute_seconds)
     # the bubble idles (p-1)/m of each micro-batch's compute and its exposed TP and PP communication
     micro = c.compute_seconds + sum(p.exposed_seconds for p in rep.phases if p.name != "dp")
+    assert rep.bubble_seconds is not None and rep.mfu is not None
     assert rep.bubble_seconds == approx((2 - 1) / 8 * micro) and rep.bubble_seconds > c.bubble_seconds
     dp = next(p for p in rep.phases if p.name == "dp")
     assert dp.exposed_seconds == approx(max(0.0, dp.seconds - c.backward_seconds_per_microbatch))
