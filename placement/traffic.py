@@ -34,7 +34,7 @@ otherwise, e.g. ``dp: 0.3`` when gradient reduction overlaps with backward compu
 from __future__ import annotations
 
 from dataclasses import dataclass
-from itertools import pairwise, product
+from itertools import pairwise
 
 from placement.job import DIMENSIONS, CollectiveKind, Edge, Group, Job, ParallelSpec
 
@@ -59,18 +59,22 @@ def dimension_groups(par: ParallelSpec, vary: tuple[str, ...]) -> list[tuple[int
     >>> dimension_groups(ParallelSpec(tp=2, dp=2), ("tp",))
     [(0, 1), (2, 3)]
     """
-    fixed = [d for d in DIMENSIONS if d not in vary]
-    out: list[tuple[int, ...]] = []
-    for fixed_coords in product(*(range(par.size(d)) for d in fixed)):
-        base = dict(zip(fixed, fixed_coords, strict=True))
-        members = []
-        for var_coords in product(*(range(par.size(d)) for d in vary)):
-            c = dict(base)
-            c.update(zip(vary, var_coords, strict=True))
-            members.append(par.rank_of(c))
-        out.append(tuple(sorted(members)))
-    out.sort()
-    return out
+    stride: dict[str, int] = {}
+    step = 1
+    for d in par.dims:
+        stride[d] = step
+        step *= par.size(d)
+
+    def offsets(dims: list[str]) -> list[int]:
+        out = [0]
+        for d in dims:
+            out = [o + c * stride[d] for o in out for c in range(par.size(d))]
+        return sorted(out)
+
+    var = offsets([d for d in DIMENSIONS if d in vary])
+    groups = [tuple(base + o for o in var) for base in offsets([d for d in DIMENSIONS if d not in vary])]
+    groups.sort()
+    return groups
 
 
 def job_traffic(job: Job) -> Traffic:
