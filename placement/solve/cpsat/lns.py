@@ -13,6 +13,7 @@ Neighbourhoods that fit placement, taken in turn (seeded, so a fixed seed gives 
 
 from __future__ import annotations
 
+import math
 import random
 import time
 from collections import defaultdict
@@ -147,7 +148,7 @@ class _Judge:
         return True
 
 
-def _swap_round(problem: Problem, judge: _Judge, rng: random.Random, tries: int) -> int:
+def _swap_round(problem: Problem, judge: _Judge, rng: random.Random, tries: int, until: float) -> int:
     """Exchange the ranks of two hosts holding as many ranks each; keep improving swaps. Returns the count."""
     score = judge.score
     by_host: dict[int, list[int]] = defaultdict(list)
@@ -162,6 +163,8 @@ def _swap_round(problem: Problem, judge: _Judge, rng: random.Random, tries: int)
         return 0
     gained = 0
     for _ in range(tries):
+        if time.perf_counter() > until:
+            break
         hs = rng.choice(pairs)
         a, b = rng.sample(hs, 2)
         ra, rb = by_host[a], by_host[b]
@@ -251,6 +254,7 @@ def lns(problem: Problem, model: UnitModel, slots: Slots, assign: dict[int, int]
     held = _held(problem, model, assign, score.mapping)
     judge = _Judge(problem, score)
     chain = _leaf_chain(problem) if len(topo.levels) > 2 else {}
+    job_small = problem.job.ranks <= 4096
     kinds = KINDS if chain else KINDS[:-1]
     while stats.rounds < max_rounds and (opts.deterministic or time.perf_counter() < deadline - 0.05):
         if problem.stopped():
@@ -258,7 +262,8 @@ def lns(problem: Problem, model: UnitModel, slots: Slots, assign: dict[int, int]
         kind = kinds[stats.rounds % len(kinds)]
         stats.rounds += 1
         if kind == "swap":
-            n = _swap_round(problem, judge, rng, 200)
+            until = math.inf if opts.deterministic else time.perf_counter() + min(0.2, 0.1 * max(0.0, deadline - time.perf_counter()))
+            n = _swap_round(problem, judge, rng, 200 if job_small else 40, until)
             if n:
                 stats.improved += n
                 stats.by_kind[kind] += n
