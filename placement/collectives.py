@@ -13,6 +13,8 @@ it loads (alpha-beta, Hockney 1994), and a pipelined algorithm takes its most lo
   ``min(members there, nics)`` NICs, and reach them over each device's host link (on a host with no matrix and
   no mesh, the level-0 tier: a PCIe host cannot feed its NICs faster than PCIe).
 - *Uplinks*: a domain at level l >= 1 (a leaf) leaves through ``devices(domain) * tier(l+1) / oversubscription(l)``.
+- *Per flow*: a device's flow whose lowest common level is L runs at most at the slowest tier of levels 1..L (the
+  per-device rate a tier states, as in v1); the shared NICs and uplinks above divide further.
 - *Degradation* (`placement.state`): a slow device divides every bandwidth term of the groups it is in, a slow
   intra-node link the capacity of that pair, a slow uplink (level 0: the host's NICs) its capacity. Failed links
   and devices make a mapping invalid (`placement.validate`) and are not priced here.
@@ -204,6 +206,13 @@ class Fabric:
         self.host_of = topology.domain_column(0)
         self.cols = [topology.domain_column(li) for li in range(len(lv))]
         self.latency = [x.tier.latency_us for x in lv]
+        # tier_min[L]: the per-device rate of a flow whose lowest common level is L (the slowest tier of 1..L)
+        self.tier_min = [math.inf]
+        self.tier_min_name = [lv[0].name]
+        for x in lv[1:]:
+            slower = x.tier.bandwidth_gbps < self.tier_min[-1]
+            self.tier_min.append(x.tier.bandwidth_gbps if slower else self.tier_min[-1])
+            self.tier_min_name.append(x.name if slower else self.tier_min_name[-1])
         self._edges: dict[tuple[int, int, float, float, bool], Plan] = {}
         self._single: dict[tuple[int, tuple[int, ...], CollectiveKind, float], Plan] = {}
         self.local_of = tuple(d.local_index for d in topology.devices)
@@ -347,11 +356,14 @@ class Fabric:
         intra_bw = min((r[0] for r in rings.values()), default=math.inf) * 1e9
         intra_name = min(rings.values(), key=lambda r: r[0])[2] if rings else t.levels[0].name
         b0, caps = self.base[0], self.caps
-        flow = {h: min(self.nic_gbps[h] * min(len(by_host[h]), self.nics[h]), self.dev_link[h] * len(by_host[h]))
-                * rf * 1e9 for h in hosts}
+        cap_tier = self.tier_min[lca]
+        flow = {h: min(self.nic_gbps[h] * min(len(by_host[h]), self.nics[h]),
+                       min(self.dev_link[h], cap_tier) * len(by_host[h])) * rf * 1e9 for h in hosts}
         host_res = [(h, b0 + 2 * h) for h in hosts]
         up_res = [self.base[li] + 2 * k for li, k in ups]
         min_flow = min(flow.values())
+        h_min = min(flow, key=flow.__getitem__)
+        nic_name = (self.tier_min_name[lca] if cap_tier < self.nic_gbps[h_min] else self.names[b0])
         min_host = min(caps[r] for _, r in host_res) * 1e9
         min_up = min((caps[r] for r in up_res), default=math.inf) * 1e9
 
@@ -369,7 +381,7 @@ class Fabric:
                 loads += [(r, m * size * (n - m) / n), (r + 1, m * size * (n - m) / n)]
             intra = max(((len(by_host[h]) - 1) / n * size / (r[0] * 1e9) for h, r in rings.items()), default=0.0)
             nic = max(x / flow[h] for h, x in per_host.items())
-            st = Stage(max(intra, nic), intra_name if intra >= nic else self.names[b0], tuple(loads))
+            st = Stage(max(intra, nic), intra_name if intra >= nic else nic_name, tuple(loads))
             return Plan("direct", (n - 1) * max(a_inter, a_intra) * 1e-6, (st,), slow)
         vol, steps = _volume(kind, n, size)
         # a ring step waits for its slowest hop: the network's, or an intra-host hop's
@@ -405,7 +417,7 @@ class Fabric:
                 ld += [(r, v), (r + 1, v)]
             for r in up_res:
                 ld += [(r, v), (r + 1, v)]
-            stages.append(Stage(max(intra, nic), intra_name if intra >= nic else self.names[b0], tuple(ld)))
+            stages.append(Stage(max(intra, nic), intra_name if intra >= nic else nic_name, tuple(ld)))
         return Plan(algo, lat, tuple(stages), slow)
 
     def plan_edge(self, a: int, b: int, size: float) -> Plan:
@@ -438,8 +450,9 @@ class Fabric:
         rf = 1.0
         if rp is not None and not same_rail:
             rf, lat = rp.bandwidth_factor, lat + rp.extra_latency_us
-        flow = min(self.nic_gbps[ha], self.nic_gbps[hb], self.dev_link[ha], self.dev_link[hb]) * rf * 1e9
-        plan = Plan("p2p", lat * 1e-6, (Stage(size / flow, self.names[b0], tuple(loads)),), slow)
+        flow = min(self.nic_gbps[ha], self.nic_gbps[hb], self.dev_link[ha], self.dev_link[hb], self.tier_min[lca]) * rf * 1e9
+        name = self.tier_min_name[lca] if self.tier_min[lca] < min(self.nic_gbps[ha], self.nic_gbps[hb]) else self.names[b0]
+        plan = Plan("p2p", lat * 1e-6, (Stage(size / flow, name, tuple(loads)),), slow)
         self._edges[key] = plan
         return plan
 

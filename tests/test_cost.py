@@ -224,21 +224,22 @@ def test_evaluate_v2_breakdown_by_hand(small_tree: Topology) -> None:
     """Same job under the step model: phases in sequence, the slowest group of a label decides its phase.
 
     small_tree: node 400 GB/s 1 us, leaf 40/4, spine 10/10; by default each host has 4 NICs of the leaf tier
-    (40 GB/s) and each leaf's uplinks carry 8 devices x 10 GB/s = 80 GB/s.
+    (40 GB/s), each leaf's uplinks carry 8 devices x 10 GB/s = 80 GB/s, and a device's flow across the spine runs
+    at the spine tier (10 GB/s). Alone on their links, groups cost what v1 says; the step differs in concurrency.
     """
     job = _explicit_job(prefer={"tp": "node", "pp": "node"})
     mapping = [0, 1, 4, 8]
     rep = evaluate(small_tree, EMPTY, job, mapping)
     # tp (0,1) on h0: ring of 2 = S over NVSwitch-like 400 GB/s, 2 steps of 1 us; x2 per step
     tp_node = 2 * (2e-6 + 4e8 / 400e9)
-    # tp (2,3) on h1 and h2 (leaves l0, l1): ring of 2 across the spine, one NIC each way (40 GB/s), 2 steps of 10 us
-    tp_spine = 2 * (2 * 10e-6 + 4e8 / 40e9)
+    # tp (2,3) on h1 and h2 (leaves l0, l1): ring of 2 across the spine at 10 GB/s, 2 steps of 10 us
+    tp_spine = 2 * (2 * 10e-6 + 4e8 / 10e9)
     # dp (0,2) all-gather inside leaf l0: (n-1)/n S over one NIC, 1 step of 4 us; half of it exposed
     dp = 4e-6 + 0.5e9 / 40e9
-    # pp 1->3 across the spine: 3 transfers of 2e8 bytes over one NIC, 10 us each
-    pp = 3 * (10e-6 + 2e8 / 40e9)
+    # pp 1->3 across the spine: 3 transfers of 2e8 bytes at 10 GB/s, 10 us each
+    pp = 3 * (10e-6 + 2e8 / 10e9)
     assert [(p.name, p.algorithm, p.tier) for p in rep.phases] == [
-        ("tp", "ring", "leaf"), ("pp", "p2p", "leaf"), ("dp", "ring", "leaf")]
+        ("tp", "ring", "spine"), ("pp", "p2p", "spine"), ("dp", "ring", "leaf")]
     assert [p.seconds for p in rep.phases] == [approx(max(tp_node, tp_spine)), approx(pp), approx(dp)]
     assert [p.exposed_seconds for p in rep.phases] == [approx(tp_spine), approx(pp), approx(0.5 * dp)]
     assert rep.phases[0].critical == "tp[1] ranks 2,3 (2)"

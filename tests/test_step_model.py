@@ -24,7 +24,7 @@ from placement.cost import evaluate, surrogate_report
 from placement.errors import InputError
 from placement.io.native import cluster_from_dict, job_from_dict
 from placement.job import CollectiveKind, Edge, Group, Job, ModelShape, ParallelSpec
-from placement.scenarios import DGX1_MATRIX, dgx1_node, fat_tree, megatron_job
+from placement.scenarios import DGX1_MATRIX, dgx1_node, fat_tree, megatron_job, nvl72
 from placement.state import ClusterState, Uplink
 from placement.topology import HostSpec, Level, NodeType, Tier, Topology
 from tests.conftest import DATA, ROOT
@@ -361,3 +361,14 @@ def test_hierarchical_all_gather_on_two_nodes_of_eight() -> None:
     hier = S / 2 / 12.5e9 + 7 / 8 * S / 100e9 + 5e-6 + 7e-6
     ring = 15 / 16 * S / 12.5e9 + 15 * 5e-6
     assert rep.phases[0].algorithm == "hierarchical" and rep.step_seconds == approx(hier) and hier < ring
+
+
+def test_a_flow_runs_at_the_slowest_tier_it_crosses() -> None:
+    # NVL72: trays of 4 GPUs in an NVLink domain of 18 trays (900 GB/s), racks on a 50 GB/s leaf: a transfer between
+    # trays of one rack rides NVLink, between racks the leaf tier, though the trays' default egress is 900 per device
+    t = nvl72(2)
+    job = Job("e", 2, edges=(Edge("pp", 0, 1, 1e9),))
+    rack = evaluate(t, EMPTY, job, [0, 4])
+    across = evaluate(t, EMPTY, job, [0, 72])
+    assert rack.step_seconds == approx(2e-6 + 1e9 / 900e9) and rack.phases[0].tier == "nvl_domain"
+    assert across.step_seconds == approx(5e-6 + 1e9 / 50e9) and across.phases[0].tier == "leaf"
