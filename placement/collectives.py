@@ -27,9 +27,10 @@ Sanders, Speck & Träff 2009 for the double binary tree). For S bytes over n mem
   Hamiltonian cycle, exact search), and NVLink rings are packed greedily (each ring takes its bottleneck from
   every hop it uses, as NCCL's channels do) while one exists: the host's ring bandwidth is the larger of the
   packed NVLink rings' sum and the best single ring. Behind an NVSwitch (`nvswitch`: NV18 on every pair of an
-  HGX H100) the code is the device's bandwidth, not a link per pair: one ring, no packing. A DGX-1 8-GPU ring rides NVLink only (2 x NV2 + 2 x NV1 rings
-  = 6 links), a fully connected XGMI mesh carries ``(k-1) * link`` with k members. Across hosts the ring is host
-  contiguous: every host and every crossed domain sends and receives the ring volume once.
+  HGX H100) the code is the device's bandwidth, not a link per pair: one ring, no packing. A DGX-1 8-GPU ring
+  rides NVLink only (2 x NV2 + 2 x NV1 rings = 6 links), a fully connected XGMI mesh carries ``(k-1) * link``
+  with k members. Across hosts the ring is host contiguous: every host and every crossed domain sends and
+  receives the ring volume once. A ring step waits for its slowest hop (network or intra-host latency).
 - *Hierarchical* (all-reduce, g members on each of h hosts): reduce-scatter inside each host (``(g-1)/g S``), then
   g concurrent all-reduces across hosts, one per local rank (= per rail), ``2(h-1)/h S`` in total out of every
   host, then all-gather inside the host. Stages run one after the other. All-gather and reduce-scatter: one
