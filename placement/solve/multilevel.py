@@ -104,16 +104,12 @@ def _terms(topology: Topology, state: ClusterState, traffic: Traffic, vertex_of:
     acc: dict[tuple[int, ...], list[float]] = {}
     priced: list[tuple[Sequence[int], list[float]]] = [
         (g.members, [collective_seconds(g.kind, len(g.members), g.bytes, g.count, g.exposed, p) for p in paths])
-        for g in traffic.groups
-    ]
+        for g in traffic.groups]
     priced += [((e.src, e.dst), [p2p_seconds(e.bytes, e.count, e.exposed, p) for p in paths]) for e in traffic.edges]
     for ranks, costs in priced:
         vs = tuple(sorted({vertex_of[r] for r in ranks}))
-        if len(vs) < 2:
-            continue
-        cur = acc.setdefault(vs, [0.0] * len(paths))
-        for li, c in enumerate(costs):
-            cur[li] += c
+        if len(vs) > 1:
+            acc[vs] = [a + c for a, c in zip(acc.get(vs, [0.0] * len(paths)), costs, strict=True)]
     return [_Term(k, tuple(v)) for k, v in sorted(acc.items())]
 
 
@@ -122,12 +118,13 @@ def _coarsen(topology: Topology, state: ClusterState, traffic: Traffic, units: S
     """Merge given units into the groups of one label (the one that saves the most per rank by staying on a
     host: TP in Megatron jobs), as many as hosts can hold whole (`slots_of`: free devices per host); the rest
     stay as given. Units are never split."""
-    plain = _Vertices([(i,) for i in range(len(units))], [len(u) for u in units], [False] * len(units), 0)
+    sizes = [len(u) for u in units]  # mixed sizes: the largest units need a host slot like merged groups
+    biggest, mixed = max(sizes), len(set(sizes)) > 1
+    plain = _Vertices([(i,) for i in range(len(units))], sizes, [mixed and z == biggest for z in sizes], biggest * mixed)
     paths = level_paths(topology, state)
     if len(paths) < 2 or not (traffic.groups or traffic.edges):
         return plain
     unit_of = {r: i for i, u in enumerate(units) for r in u}
-    biggest = max(len(u) for u in units)
     host_max = max(slots_of.values(), default=0)
     by_label: dict[str, list[tuple[int, ...]]] = defaultdict(list)
     saving: dict[str, float] = defaultdict(float)
@@ -181,12 +178,8 @@ def _coarsen(topology: Topology, state: ClusterState, traffic: Traffic, units: S
         out.units.append(us)
         out.size.append(size)
         out.whole.append(True)
-    for i, u in enumerate(units):
-        if i not in merged:
-            out.units.append((i,))
-            out.size.append(len(u))
-            out.whole.append(False)
-    return out
+    rest = [i for i in range(len(units)) if i not in merged]
+    return _Vertices(out.units + [(i,) for i in rest], out.size + [sizes[i] for i in rest], out.whole + [False] * len(rest), size)
 
 
 @dataclass
@@ -227,11 +220,9 @@ class _Tree:
 
     def meet(self, level: int, a: int, b: int) -> int:
         """The level at which two domains of `level` share a domain."""
-        li = level
         while a != b:
-            a, b = self.topology.parent[li][a], self.topology.parent[li][b]
-            li += 1
-        return li
+            a, b, level = self.topology.parent[level][a], self.topology.parent[level][b], level + 1
+        return level
 
 
 class _Mapper:
@@ -244,8 +235,12 @@ class _Mapper:
         self.host_of: dict[int, int] = {}
 
     def run(self, level: int, k: int) -> dict[int, int] | None:
-        """Vertex -> host for all vertices, inside domain (level, k); None when they do not fit."""
-        return self.host_of if self._descend(level, k, list(range(len(self.vx.size))), list(range(len(self.terms)))) else None
+        """Vertex -> host for all vertices inside domain (level, k), greedily if the descent strands a unit
+        (sizes that do not pack); None when they do not fit."""
+        if self._descend(level, k, list(range(len(self.vx.size))), list(range(len(self.terms)))):
+            return self.host_of
+        self.host_of = {}
+        return self.host_of if self._greedy(level, k, list(range(len(self.vx.size)))) else None
 
     def _descend(self, level: int, k: int, verts: list[int], tids: list[int]) -> bool:
         if not verts:
@@ -454,9 +449,9 @@ def multilevel_candidates(
     usize = sizes[0] if len(set(sizes)) == 1 else 1
     free = {h: len(devs) // usize * usize for h, devs in pool.devices.items()}
     top = len(topology.levels) - 1
-    # the tightest domain that holds the job, one level up, the whole cluster (device counts when sizes differ)
-    cap = unit_capacity(topology, pool, usize)
-    scopes = list(dict.fromkeys([*scope_domains(topology, cap, job.ranks // usize, limit=1), (top, 0)]))
+    # the tightest domain that holds the job, one level up, the whole cluster (all units as large as the
+    # largest when sizes differ: a domain that surely holds them)
+    scopes = list(dict.fromkeys([*scope_domains(topology, unit_capacity(topology, pool, max(sizes)), len(units), limit=1), (top, 0)]))
     # (name, scope, Steiner-tree objective, weight of its share of the time): the cut-net variant first, as
     # it matches the surrogate per level and is the better candidate on the fat trees measured
     plan: list[tuple[str, tuple[int, int], bool, float]] = [("multilevel-cut", scopes[0], False, 2.0),
