@@ -17,6 +17,7 @@ from placement.solve.types import SolveOptions, StopEvent
 __all__ = ["SCALE", "configure", "objective_scale", "run_cpsat"]
 
 SCALE = 1e9  # objective units: nanoseconds per step, unless the costs are too large for 64-bit integers
+SHORT_SOLVE_S = 0.5  # below this budget CP-SAT starts searching from the hint at once, without presolve
 DETERMINISTIC_UNITS_PER_S = 1.0  # deterministic-time budget per second of `time_limit_s` (about 1 s on 2 cores)
 
 
@@ -36,6 +37,8 @@ def configure(solver: cp_model.CpSolver, options: SolveOptions, time_limit: floa
         p.max_time_in_seconds = max(0.05, 20 * time_limit)  # a safety net only
     else:
         p.max_time_in_seconds = max(0.05, time_limit)
+    if not options.deterministic and time_limit < SHORT_SOLVE_S:
+        p.cp_model_presolve = False  # presolve is not interruptible: on a short budget it can overrun the limit
     n = max(1, options.workers if workers is None else workers)
     p.num_workers = n
     p.random_seed = options.seed

@@ -14,7 +14,10 @@ from placement.cost import CostReport, evaluate
 from placement.errors import InfeasibleError, InputError, PlacementError, Problem
 from placement.job import Job
 from placement.solve.baselines import BASELINES
-from placement.solve.cpsat import solve_cpsat  # imported here: ortools takes ~1 s to import, not per call
+from placement.solve.cpsat import (  # imported here: ortools takes ~1 s to import, not per call
+    CpsatOutcome,
+    solve_cpsat,
+)
 from placement.solve.cpsat.model import build_units
 from placement.solve.multilevel import multilevel_candidates
 from placement.solve.problem import Problem as Request
@@ -124,11 +127,30 @@ def explain_infeasible(topology: Topology, state: ClusterState, job: Job, traffi
     return reasons
 
 
-def _scored(request: Request, mapping: list[int] | None) -> CostReport | None:
-    """The evaluator's report of a valid mapping; None for a missing or invalid one."""
-    if mapping is None or not request.valid(mapping):
-        return None
-    return evaluate(request.topology, request.state, request.job, mapping, traffic=request.traffic, check=False)
+class _Scorer:
+    """The evaluator's reports of valid mappings, each mapping scored once, with the time one scoring takes (so
+    that a tight limit skips the scoring of further baselines instead of overrunning)."""
+
+    def __init__(self, request: Request) -> None:
+        self.request = request
+        self.memo: dict[tuple[int, ...], CostReport | None] = {}
+        self.cost_s = 0.0
+
+    def __call__(self, mapping: list[int] | None) -> CostReport | None:
+        if mapping is None:
+            return None
+        key = tuple(mapping)
+        if key not in self.memo:
+            t = time.perf_counter()
+            r = self.request
+            self.memo[key] = (evaluate(r.topology, r.state, r.job, mapping, traffic=r.traffic, check=False)
+                              if r.valid(mapping) else None)
+            self.cost_s = max(self.cost_s, time.perf_counter() - t)
+        return self.memo[key]
+
+    def affordable(self, reserve: float = 1.0) -> bool:
+        """One more scoring fits in the time left, keeping `reserve` scorings for the answer."""
+        return self.request.options.deterministic or self.request.remaining() > self.cost_s * (1.0 + reserve) + 0.02
 
 
 def _better(a: CostReport, b: CostReport) -> bool:
@@ -142,8 +164,9 @@ def _better(a: CostReport, b: CostReport) -> bool:
 def place(topology: Topology, state: ClusterState, job: Job, options: SolveOptions | None = None) -> PlacementResult:
     """Place `job` on `state`. Raises `InfeasibleError` (with reasons and numbers) when no mapping exists.
 
-    Every scheduler baseline is computed and scored on the same state. The ``cpsat`` strategy starts from the best
-    of them and the multilevel candidates, and its answer is never worse (by the evaluator) than any of them.
+    Every scheduler baseline is computed and scored on the same state (a limit too short to score them all leaves
+    the rest unscored: `stats["unscored"]`). The ``cpsat`` strategy starts from the best of them and the
+    multilevel candidates, and its answer is never worse (by the evaluator) than any of them.
     """
     opts = options or SolveOptions()
     strategy = Strategy(opts.strategy).canonical
@@ -156,18 +179,27 @@ def place(topology: Topology, state: ClusterState, job: Job, options: SolveOptio
     if reasons:
         raise InfeasibleError(reasons)
     request = Request.prepare(topology, state, job, opts, traffic=traffic, t0=t0)
+    score = _Scorer(request)
     found: dict[str, tuple[list[int], CostReport]] = {}
     baselines: dict[str, float | None] = {}
     why_not: dict[str, str] = {}
-    for name, fn in BASELINES.items():
-        mapping = fn(topology, state, job, traffic)
-        rep = _scored(request, mapping)
+    unscored: list[str] = []
+    stats: dict[str, float | int | str] = {}
+    # the chosen baseline first, then the strongest topology-aware ones: what a tight limit scores
+    order = sorted(BASELINES, key=lambda n: (n != strategy.value, n == "first-fit", list(BASELINES).index(n)))
+    for name in order:
+        mapping = BASELINES[name](topology, state, job, traffic)
+        if mapping is not None and tuple(mapping) not in score.memo and found and not score.affordable():
+            baselines[name] = None
+            unscored.append(name)
+            continue
+        rep = score(mapping)
         baselines[name] = rep.comm_seconds if rep else None
         if rep is not None and mapping is not None:
             found[name] = (mapping, rep)
         else:
             why_not[name] = "no placement" if mapping is None else "breaks " + str(validate(topology, state, job, mapping, traffic=traffic)[0])
-    stats: dict[str, float | int | str] = {}
+    baselines = {name: baselines[name] for name in BASELINES}
     lower: float | None = None
     if strategy is not Strategy.CPSAT:
         if strategy.value not in found:
@@ -175,53 +207,68 @@ def place(topology: Topology, state: ClusterState, job: Job, options: SolveOptio
                                    "try the cpsat strategy"])
         mapping, rep = found[strategy.value]
     else:
-        starts = [(name, m) for name, (m, _) in found.items()]
-        if request.remaining() > 0.2:
-            ml_deadline = request.until(0.25)
-            units = build_units(request)
-            ranks = [(r,) for r in range(job.ranks)] if units.split else units.ranks
-            for name, m in multilevel_candidates(topology, state, job, traffic, request.candidates, ranks, seed=opts.seed,
-                                                 deadline=ml_deadline, threads=1):
-                rep = _scored(request, m)
-                baselines[name] = rep.comm_seconds if rep else None
-                if rep is not None:
-                    found[name] = (m, rep)
-                    starts.append((name, m))
-        out = solve_cpsat(request, starts)
-        lower, stats = out.lower_bound, out.stats
-        seen = {tuple(m) for m, _ in found.values()}
-        for name, m in out.candidates:
-            if name not in ("constructive", "cpsat") or (tuple(m) in seen and name != "cpsat"):
-                continue
-            rep = _scored(request, m)
-            if rep is None:
-                if name == "cpsat":
-                    v = validate(topology, state, job, m, traffic=traffic)
-                    raise PlacementError(f"internal: the solver returned a mapping that breaks {v[0]}")
-                continue
-            seen.add(tuple(m))
-            if name in found and not _better(rep, found[name][1]):
-                continue
-            found[name] = (m, rep)
-            if name == "constructive":
-                baselines[name] = rep.comm_seconds
-        if not found:
-            raise InfeasibleError(out.explanation or [
-                f"no valid mapping was found within {opts.time_limit_s:g} s (not proven impossible: each rule alone "
-                "can be met; raise --time-limit or relax a constraint)"])
-        chosen = "cpsat" if "cpsat" in found else min(found, key=lambda k: (found[k][1].comm_seconds, k))
-        mapping, rep = found[chosen]
-        for name, (m, r) in sorted(found.items()):
-            if _better(r, rep):
-                mapping, rep, chosen = m, r, name
-        if chosen != "cpsat":
-            stats["fallback"] = chosen
+        mapping, rep, lower, stats = _optimize(request, score, found, baselines)
+    if unscored:
+        stats["unscored"] = ",".join(unscored)
     status = SolveStatus.FEASIBLE
     if strategy is Strategy.CPSAT and lower is not None and rep.surrogate_seconds - lower <= 1e-9 * max(1.0, rep.surrogate_seconds):
         status = SolveStatus.OPTIMAL
     stats["wall_s"] = time.perf_counter() - t0
     reports = {name: r for name, (_, r) in found.items() if name in baselines}
     return PlacementResult(status, strategy, mapping, rep, lower, [], stats, baselines, reports)
+
+
+def _optimize(request: Request, score: _Scorer, found: dict[str, tuple[list[int], CostReport]],
+              baselines: dict[str, float | None]) -> tuple[list[int], CostReport, float | None, dict[str, float | int | str]]:
+    """The ``cpsat`` strategy around `solve_cpsat`: multilevel candidates, the search, then the best of everything
+    by the evaluator (`found` and `baselines` gain the candidates)."""
+    topology, state, job, traffic, opts = request.topology, request.state, request.job, request.traffic, request.options
+    starts = [(name, m) for name, (m, _) in found.items()]
+    if request.remaining() > 0.2 and score.affordable(2.0):
+        units = build_units(request)
+        ranks = [(r,) for r in range(job.ranks)] if units.split else units.ranks
+        for name, m in multilevel_candidates(topology, state, job, traffic, request.candidates, ranks, seed=opts.seed,
+                                             deadline=request.until(0.25), threads=1):
+            if not score.affordable(2.0):
+                break
+            rep = score(m)
+            baselines[name] = rep.comm_seconds if rep else None
+            if rep is not None:
+                found[name] = (m, rep)
+                starts.append((name, m))
+    if score.affordable() or not found:
+        out = solve_cpsat(request, starts)
+    else:
+        out = CpsatOutcome(None, None, {"cpsat_status": "SKIPPED: the time limit is spent on the baselines"})
+    lower, stats = out.lower_bound, out.stats
+    for name, m in out.candidates:
+        if name not in ("constructive", "cpsat") or (tuple(m) in score.memo and name != "cpsat"):
+            continue
+        rep = score(m)
+        if rep is None:
+            if name == "cpsat":
+                v = validate(topology, state, job, m, traffic=traffic)
+                raise PlacementError(f"internal: the solver returned a mapping that breaks {v[0]}")
+            continue
+        if name in found and not _better(rep, found[name][1]):
+            continue
+        found[name] = (m, rep)
+        if name == "constructive":
+            baselines[name] = rep.comm_seconds
+    if not found:
+        raise InfeasibleError(out.explanation or [
+            f"no valid mapping was found within {opts.time_limit_s:g} s (not proven impossible: each rule alone "
+            "can be met; raise --time-limit or relax a constraint)"])
+    chosen = "cpsat" if "cpsat" in found else min(found, key=lambda k: (found[k][1].comm_seconds, k == "first-fit", k))
+    mapping, rep = found[chosen]
+    for name, (m, r) in sorted(found.items()):
+        if _better(r, rep):
+            mapping, rep, chosen = m, r, name
+    if chosen != "cpsat":
+        stats["fallback"] = chosen
+    if lower is not None and out.mapping is None:
+        lower = None
+    return mapping, rep, lower, stats
 
 
 def compare(topology: Topology, state: ClusterState, jobs: Sequence[Job], options: SolveOptions | None = None) -> list[tuple[Job, PlacementResult | None, str | None]]:
