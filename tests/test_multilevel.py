@@ -9,6 +9,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
 
 from placement.cost import surrogate_seconds
 from placement.job import Constraints, Edge, Job, SpreadRule
@@ -146,6 +148,31 @@ def test_explicit_ring_job_keeps_tp_rings_on_hosts() -> None:
         whole = sum(1 for g in groups if len({topo.devices[mapping[r]].host_index for r in g}) == 1)
         assert whole >= full_hosts, name
         assert surrogate_seconds(topo, state, mapping, traffic) <= surrogate_seconds(topo, state, ff, traffic)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(gpn=st.sampled_from([2, 4, 8]), nodes=st.integers(2, 6), leaves=st.integers(1, 4), spines=st.integers(1, 3),
+       fraction=st.sampled_from([0.0, 0.3, 0.6]), mode=st.sampled_from(["whole", "partial", "mixed"]),
+       tp=st.sampled_from([1, 2, 4]), pp=st.integers(1, 3), dp=st.integers(1, 4), kind=st.integers(0, 2),
+       budget=st.sampled_from([0.0, 5.0]), seed=st.integers(0, 3))
+def test_random_trees_and_units_give_valid_mappings(gpn: int, nodes: int, leaves: int, spines: int, fraction: float,
+                                                   mode: str, tp: int, pp: int, dp: int, kind: int, budget: float,
+                                                   seed: int) -> None:
+    """Random fat trees, occupancy, shapes and units (single ranks, TP groups, or both mixed; structured or
+    p2p rings), with or without time: every candidate is valid and keeps units whole (and nothing crashes)."""
+    topo = fat_tree(gpn * nodes * leaves * spines, gpus_per_node=gpn, nodes_per_leaf=nodes, leaves_per_spine=leaves)
+    state = occupy(topo, fraction, seed=seed, mode=mode)
+    job = megatron_job("j", tp=tp, pp=pp, dp=dp, hidden=1024, layers=4)
+    groups = dimension_groups(job.parallel, ("tp",))  # type: ignore[arg-type]
+    units = groups if kind == 1 else [*groups[::2], *((r,) for g in groups[1::2] for r in g)]
+    units = [(r,) for r in range(job.ranks)] if kind == 0 else units
+    job = ring_twin(job) if seed % 2 else job
+    if len(candidate_devices(topo, state, job)) < job.ranks:
+        return
+    traffic, cands, out = run(topo, state, job, units, seed=seed, budget=budget)
+    event(f"{len(out)} candidates")
+    for _, mapping in out:
+        check_mapping(topo, state, job, traffic, cands, units, mapping)
 
 
 def test_deterministic_for_a_fixed_seed() -> None:
