@@ -113,26 +113,21 @@ def _terms(topology: Topology, state: ClusterState, traffic: Traffic, vertex_of:
     return [_Term(k, tuple(v)) for k, v in sorted(acc.items())]
 
 
-def _coarsen(topology: Topology, state: ClusterState, traffic: Traffic, units: Sequence[tuple[int, ...]],
-             slots_of: dict[int, int]) -> _Vertices:
-    """Merge given units into the groups of one label (the one that saves the most per rank by staying on a
-    host: TP in Megatron jobs), as many as hosts can hold whole (`slots_of`: free devices per host); the rest
-    stay as given. Units are never split."""
-    sizes = [len(u) for u in units]  # mixed sizes: the largest units need a host slot like merged groups
-    biggest, mixed = max(sizes), len(set(sizes)) > 1
-    plain = _Vertices([(i,) for i in range(len(units))], sizes, [mixed and z == biggest for z in sizes], biggest * mixed)
+def _label_groups(topology: Topology, state: ClusterState, traffic: Traffic, units: Sequence[tuple[int, ...]],
+                  host_max: int) -> list[tuple[int, ...]]:
+    """The groups of the label that saves the most per rank by staying on a host (TP in Megatron jobs; for
+    explicit jobs, the components of a label's p2p edges), when they are disjoint, equal, unions of given
+    units, larger than any of them and no larger than `host_max`; [] when no label qualifies."""
     paths = level_paths(topology, state)
-    if len(paths) < 2 or not (traffic.groups or traffic.edges):
-        return plain
+    if len(paths) < 2:
+        return []
     unit_of = {r: i for i, u in enumerate(units) for r in u}
-    host_max = max(slots_of.values(), default=0)
     by_label: dict[str, list[tuple[int, ...]]] = defaultdict(list)
     saving: dict[str, float] = defaultdict(float)
     for g in traffic.groups:
         by_label[g.label].append(tuple(sorted(g.members)))
         saving[g.label] += (collective_seconds(g.kind, len(g.members), g.bytes, g.count, g.exposed, paths[1])
                             - collective_seconds(g.kind, len(g.members), g.bytes, g.count, g.exposed, paths[0]))
-    # explicit jobs: a label's p2p edges (rings inside TP groups, say) join ranks into components
     parent: dict[tuple[str, int], tuple[str, int]] = {}
 
     def find(x: tuple[str, int]) -> tuple[str, int]:
@@ -155,6 +150,7 @@ def _coarsen(topology: Topology, state: ClusterState, traffic: Traffic, units: S
         if len(ranks) > 1:
             by_label[label].append(tuple(sorted(ranks)))
     best: tuple[float, str] | None = None
+    biggest = max(len(u) for u in units)
     for label, groups in by_label.items():
         ranks = [r for g in groups for r in g]
         size = len(groups[0])
@@ -165,21 +161,23 @@ def _coarsen(topology: Topology, state: ClusterState, traffic: Traffic, units: S
         per_rank = saving[label] / len(ranks)
         if per_rank > 0 and (best is None or per_rank > best[0]):
             best = (per_rank, label)
-    if best is None:
-        return plain
-    chosen = sorted(set(by_label[best[1]]))
+    return sorted(set(by_label[best[1]])) if best is not None else []
+
+
+def _coarsen(units: Sequence[tuple[int, ...]], chosen: list[tuple[int, ...]], slots_of: dict[int, int]) -> _Vertices:
+    """Merge given units into the `chosen` groups, as many as hosts can hold whole (`slots_of`: free devices
+    per host), in order; the rest stay as given. Units are never split."""
+    sizes = [len(u) for u in units]  # mixed sizes: the largest units need a host slot like merged groups
+    biggest, mixed = max(sizes), len(set(sizes)) > 1
+    if not chosen:
+        return _Vertices([(i,) for i in range(len(units))], sizes, [mixed and z == biggest for z in sizes], biggest * mixed)
+    unit_of = {r: i for i, u in enumerate(units) for r in u}
     size = len(chosen[0])
-    room = sum(f // size for f in slots_of.values())
-    merged: set[int] = set()
-    out = _Vertices([], [], [], size)
-    for members in chosen[:room]:
-        us = tuple(sorted({unit_of[r] for r in members}))
-        merged.update(us)
-        out.units.append(us)
-        out.size.append(size)
-        out.whole.append(True)
+    whole = [tuple(sorted({unit_of[r] for r in g})) for g in chosen[: sum(f // size for f in slots_of.values())]]
+    merged = {u for us in whole for u in us}
     rest = [i for i in range(len(units)) if i not in merged]
-    return _Vertices(out.units + [(i,) for i in rest], out.size + [sizes[i] for i in rest], out.whole + [False] * len(rest), size)
+    return _Vertices(whole + [(i,) for i in rest], [size] * len(whole) + [sizes[i] for i in rest],
+                     [True] * len(whole) + [False] * len(rest), size)
 
 
 @dataclass
@@ -434,8 +432,8 @@ def multilevel_candidates(
 
     Each uses only `candidates`, each device once, and keeps every unit on one host. Candidates, in order:
     ``multilevel-cut`` (cut-net partitioning level by level inside the tightest domain that holds the job),
-    ``multilevel`` (Steiner-tree mapping, same domain) and ``multilevel-wide`` (Steiner-tree mapping one level
-    up, when there is such a domain); the first gets half the time, the others share the rest and what the
+    ``multilevel`` (Steiner-tree mapping, same domain) and ``multilevel-wide`` (cut-net, in a wider domain that
+    holds more TP groups whole or one level up, if any); the first gets half the time, the others share the rest and what the
     earlier ones left. Past `deadline`, the first is still completed greedily (never an empty answer for lack
     of time) and the others are skipped. Deterministic for a fixed `seed` and `threads`. Returns [] when
     not applicable: pins, spread rules, a device graph (`topology.pair_paths`), units that do not cover the
@@ -449,15 +447,22 @@ def multilevel_candidates(
     usize = sizes[0] if len(set(sizes)) == 1 else 1
     free = {h: len(devs) // usize * usize for h, devs in pool.devices.items()}
     top = len(topology.levels) - 1
-    # the tightest domain that holds the job, one level up, the whole cluster (all units as large as the
-    # largest when sizes differ: a domain that surely holds them)
-    scopes = list(dict.fromkeys([*scope_domains(topology, unit_capacity(topology, pool, max(sizes)), len(units), limit=1), (top, 0)]))
+    chosen = _label_groups(topology, state, traffic, units, max(free.values(), default=0))
+    # the tightest domain that holds the job (all units as large as the largest when sizes differ: a domain
+    # that surely holds them), then the tightest that holds as many merged groups whole as the cluster can,
+    # else one level up, then the whole cluster
+    scopes = scope_domains(topology, unit_capacity(topology, pool, max(sizes)), len(units), limit=1)
+    if chosen:
+        g = len(chosen[0])
+        scopes[1:1] = scope_domains(topology, unit_capacity(topology, pool, g),
+                                    min(len(chosen), sum(f // g for f in free.values())), limit=1)[:1]
+    scopes = list(dict.fromkeys([*scopes, (top, 0)]))
     # (name, scope, Steiner-tree objective, weight of its share of the time): the cut-net variant first, as
     # it matches the surrogate per level and is the better candidate on the fat trees measured
     plan: list[tuple[str, tuple[int, int], bool, float]] = [("multilevel-cut", scopes[0], False, 2.0),
                                                             ("multilevel", scopes[0], True, 1.0)]
     if len(scopes) > 1:
-        plan.append(("multilevel-wide", scopes[1], True, 1.0))
+        plan.append(("multilevel-wide", scopes[1], False, 1.0))
     out: list[tuple[str, list[int]]] = []
     prepared: dict[tuple[int, int], tuple[_Vertices, _Tree, list[_Term]]] = {}
     for i, (name, scope, steiner, weight) in enumerate(plan):
@@ -467,7 +472,7 @@ def multilevel_candidates(
         col = topology.domain_column(scope[0])
         in_scope = {h: f for h, f in free.items() if col[pool.devices[h][0]] == scope[1]}
         if scope not in prepared and sum(in_scope.values()) >= job.ranks:
-            vx = _coarsen(topology, state, traffic, units, in_scope)
+            vx = _coarsen(units, chosen, in_scope)
             vertex_of = {r: v for v, us in enumerate(vx.units) for u in us for r in units[u]}
             prepared[scope] = (vx, _Tree.of(topology, in_scope, vx.slot), _terms(topology, state, traffic, vertex_of))
         prep = prepared.get(scope)
