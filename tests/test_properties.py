@@ -19,7 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from placement.cost import InvalidMappingError, evaluate
+from placement.cost import InvalidMappingError, evaluate, surrogate_report
 from placement.errors import InputError
 from placement.io.export import export, result_document, seats_from_document
 from placement.io.native import cluster_from_dict, job_from_dict, mapping_from_obj, state_from_dict
@@ -188,8 +188,10 @@ def test_a_split_keeping_pairs_on_each_host_never_beats_one_host(node: Tier, lea
     on_a = data.draw(st.integers(2, tp - 1), label="members on the first node")
     devs = topo.devices_in_domain[0]
     job = Job("tp", tp, parallel=ParallelSpec(tp=tp), model=ModelShape(1e9, 4096, 4, 2048))
-    one = evaluate(topo, ClusterState(), job, list(devs[0][:tp])).seconds
-    split = evaluate(topo, ClusterState(), job, [*devs[0][:on_a], *devs[1][: tp - on_a]]).seconds
+    # a law of the slowest-path surrogate; the step model's hierarchical all-reduce can beat a one-host ring by a
+    # few microseconds of latency when the network tier's latency is below the host tier's
+    one = surrogate_report(topo, ClusterState(), job, list(devs[0][:tp])).comm_seconds
+    split = surrogate_report(topo, ClusterState(), job, [*devs[0][:on_a], *devs[1][: tp - on_a]]).comm_seconds
     assert one <= split * (1 + 1e-12)
 
 

@@ -272,12 +272,17 @@ def _optimize(request: Request, score: _Scorer, found: dict[str, tuple[list[int]
 
 
 def compare(topology: Topology, state: ClusterState, jobs: Sequence[Job], options: SolveOptions | None = None) -> list[tuple[Job, PlacementResult | None, str | None]]:
-    """Place each job on the same state; ranked by seconds per step (infeasible ones last, with the reason)."""
+    """Place each job on the same state; ranked by modeled step seconds, then exposed communication (infeasible
+    ones last, with the reason)."""
     rows: list[tuple[Job, PlacementResult | None, str | None]] = []
     for job in jobs:
         try:
             rows.append((job, place(topology, state, job, options), None))
         except InfeasibleError as e:
             rows.append((job, None, "; ".join(e.reasons)))
-    rows.sort(key=lambda t: (t[1] is None, t[1].seconds if t[1] is not None and t[1].seconds is not None else 0.0, t[0].name))
+    def key(row: tuple[Job, PlacementResult | None, str | None]) -> tuple[bool, float, float, str]:
+        rep = row[1].report if row[1] is not None else None
+        return (rep is None, rep.step_seconds if rep else 0.0, rep.comm_seconds if rep else 0.0, row[0].name)
+
+    rows.sort(key=key)
     return rows
