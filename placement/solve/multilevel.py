@@ -432,12 +432,12 @@ def multilevel_candidates(
 
     Each uses only `candidates`, each device once, and keeps every unit on one host. Candidates, in order:
     ``multilevel-cut`` (cut-net partitioning level by level inside the tightest domain that holds the job),
-    ``multilevel`` (Steiner-tree mapping, same domain) and ``multilevel-wide`` (cut-net, in a wider domain that
-    holds more TP groups whole or one level up, if any); the first gets half the time, the others share the rest and what the
-    earlier ones left. Past `deadline`, the first is still completed greedily (never an empty answer for lack
-    of time) and the others are skipped. Deterministic for a fixed `seed` and `threads`. Returns [] when
-    not applicable: pins, spread rules, a device graph (`topology.pair_paths`), units that do not cover the
-    ranks once, too few devices, or `mtkahypar` not installed.
+    ``multilevel`` (Steiner-tree mapping, same domain), ``multilevel-wide`` (cut-net, in a wider domain that
+    holds more TP groups whole, or one level up). The first gets 3/4 of the time, the others share the rest
+    and what the earlier ones left; past `deadline` the first is still completed greedily (never an empty
+    answer for lack of time) and the others are skipped. Deterministic for a fixed `seed` and `threads` when
+    the deadline does not bind. [] when not applicable: pins, spread rules, a device graph (`topology.pair_paths`),
+    units that do not cover the ranks once, too few devices, or `mtkahypar` not installed.
     """
     if (_library() is None or job.constraints.pins or job.constraints.spread or topology.pair_paths is not None
             or not units or sorted(r for u in units for r in u) != list(range(job.ranks))):
@@ -459,10 +459,10 @@ def multilevel_candidates(
     scopes = list(dict.fromkeys([*scopes, (top, 0)]))
     # (name, scope, Steiner-tree objective, weight of its share of the time): the cut-net variant first, as
     # it matches the surrogate per level and is the better candidate on the fat trees measured
-    plan: list[tuple[str, tuple[int, int], bool, float]] = [("multilevel-cut", scopes[0], False, 2.0),
-                                                            ("multilevel", scopes[0], True, 1.0)]
+    plan: list[tuple[str, tuple[int, int], bool, float]] = [("multilevel-cut", scopes[0], False, 3.0),
+                                                            ("multilevel", scopes[0], True, 0.5)]
     if len(scopes) > 1:
-        plan.append(("multilevel-wide", scopes[1], False, 1.0))
+        plan.append(("multilevel-wide", scopes[1], False, 0.5))
     out: list[tuple[str, list[int]]] = []
     prepared: dict[tuple[int, int], tuple[_Vertices, _Tree, list[_Term]]] = {}
     for i, (name, scope, steiner, weight) in enumerate(plan):
