@@ -24,6 +24,7 @@ run: $(BIN)/.installed
 test: $(BIN)/.installed
 	$(BIN)/python -m pip check
 	$(BIN)/ruff check placement server tests bench scripts
+	$(BIN)/mypy placement server
 	$(BIN)/python -m pytest
 
 bench: $(BIN)/.installed

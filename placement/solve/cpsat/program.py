@@ -265,10 +265,10 @@ class UnitProgram:
             if not all(u in hint and (u, hint[u]) in self.x for u in tf):
                 continue
             doms = {self._domain(hint[u], li) for u in tf}
-            k = doms.pop() if len(doms) == 1 else None
+            common = doms.pop() if len(doms) == 1 else None
             for kk, a in a_vars.items():
-                put(a, 1 if kk == k else 0)
-            put(w, 1 if k in a_vars else 0)
+                put(a, 1 if kk == common else 0)
+            put(w, 1 if common in a_vars else 0)
         slot_count: dict[int, int] = defaultdict(int)
         for u in self.free_units:
             if u in hint:

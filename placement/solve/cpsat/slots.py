@@ -106,12 +106,12 @@ def realize(topology: Topology, pool: HostPool, units: Sequence[tuple[int, ...]]
         pending: list[int] = []
         for u in us:  # whole units, hosts with the most free devices first
             size = len(units[u])
-            h = next((h for h in hosts_in[leaf] if len(left[h]) >= size), None)
-            if h is None:
+            host = next((h for h in hosts_in[leaf] if len(left[h]) >= size), None)
+            if host is None:
                 pending.append(u)
                 continue
             for r in units[u]:
-                out[r] = left[h].pop(0)
+                out[r] = left[host].pop(0)
         for u in pending:  # the rest spans hosts: largest fragments first, so each unit touches few hosts
             for r in units[u]:
                 h = max(hosts_in[leaf], key=lambda h: (len(left[h]), -h))
