@@ -172,19 +172,23 @@ def solve_cpsat(problem: Problem, starts: list[tuple[str, list[int]]]) -> CpsatO
         chains = [] if p.constrained or units.split else symmetry_chains(job, units.ranks)
         if chains and slot_assign is not None and len(slot_assign) == len(units.ranks):
             slot_assign = sorted_hint(job, units.ranks, chains[0], slot_assign)
-        prog = UnitProgram(topo, model, list(range(len(units.ranks))), slots, allowed=allowed or None)
+        exact = model.exact and slots_exact
+        # where the model cannot prove anything, aim it at the step model's concurrency too (phase = its slowest group)
+        prog = UnitProgram(topo, model, list(range(len(units.ranks))), slots, allowed=allowed or None,
+                           bottleneck=p.evaluator_guided and not exact)
         if job.constraints.spread:
             prog.add_spread(spread_terms(topo, p.state, job, p.traffic, units.ranks, p.pool))
         prog.add_symmetry(chains)
         if slot_assign:
             prog.add_hint(slot_assign)
-        share = 0.85 if model.exact and slots_exact else 0.6  # leave the LNS time where the model is coarse
+        share = 0.85 if exact else 0.6  # leave the LNS time where the model is coarse
         res = prog.solve(opts, max(0.05, p.remaining() * share - 0.02 - job.ranks * 2e-5))
         stats["cpsat_status"] = res.status
         solved_whole = True
         if res.assignment is not None:
             mp = realize(topo, p.pool, units.ranks, slots, res.assignment, job.ranks, p.pinned)
-            stats["model_objective"] = (res.objective or 0.0) + model.constant
+            if res.objective is not None:
+                stats["model_objective"] = res.objective + model.constant
             if mp is not None and p.valid(mp):
                 candidates.append(("cpsat-model", mp))
                 inc.offer(mp)

@@ -132,16 +132,20 @@ class _Judge:
         self.problem, self.score = problem, score
         self.current = problem.rank(score.mapping)[0] if problem.evaluator_guided else 0.0
 
-    def offer(self, moves: dict[int, int]) -> bool:
+    def offer(self, moves: dict[int, int], *, evaluate_always: bool = False) -> bool:
+        """Take `moves` when they lower the surrogate without raising the evaluator's exposed communication, or
+        (`evaluate_always`, evaluator-guided sizes) when they lower the evaluator's number whatever the surrogate."""
         d, ng, ne = self.score.delta(moves)
-        if d >= -1e-12:
+        guided = self.problem.evaluator_guided
+        if d >= -1e-12 and not (guided and evaluate_always):
             return False
-        if self.problem.evaluator_guided:
+        if guided:
             trial = list(self.score.mapping)
             for r, dev in moves.items():
                 trial[r] = dev
             comm = self.problem.rank(trial)[0]
-            if comm > self.current + 1e-12 * max(1.0, self.current):
+            eps = 1e-12 * max(1.0, self.current)
+            if comm > self.current + eps or (comm >= self.current - eps and d >= -1e-12):
                 return False
             self.current = comm
         self.score.apply(moves, ng, ne)
@@ -222,7 +226,7 @@ def _leaf_round(problem: Problem, model: UnitModel, judge: _Judge, rng: random.R
     free_set = set(free_units)
     fixed = {u: k for u, k in leaf_of.items() if u not in free_set}
     slots = Slots(dict(room), chain, True, dict(whole))
-    prog = UnitProgram(topo, model, free_units, slots, fixed)
+    prog = UnitProgram(topo, model, free_units, slots, fixed, bottleneck=problem.evaluator_guided)
     prog.add_hint(leaf_of)
     res = prog.solve(problem.options, budget)
     if res.assignment is None:
@@ -231,7 +235,7 @@ def _leaf_round(problem: Problem, model: UnitModel, judge: _Judge, rng: random.R
     if out is None:
         return False
     moves = {r: out[r] for r in free_ranks if out[r] != score.mapping[r]}
-    return bool(moves) and judge.offer(moves)
+    return bool(moves) and judge.offer(moves, evaluate_always=True)
 
 
 def lns(problem: Problem, model: UnitModel, slots: Slots, assign: dict[int, int], score: SurrogateScore,
@@ -291,7 +295,7 @@ def lns(problem: Problem, model: UnitModel, slots: Slots, assign: dict[int, int]
         free_set = set(free_units)
         fixed = {u: h for u, h in assign.items() if u not in free_set}
         window = Slots({h: slots.room[h] - held.get(h, 0) for h in hosts if h in slots.room}, slots.chain)
-        prog = UnitProgram(topo, model, free_units, window, fixed, allowed=None)
+        prog = UnitProgram(topo, model, free_units, window, fixed, allowed=None, bottleneck=problem.evaluator_guided)
         prog.add_hint(assign)
         res = prog.solve(opts, budget)
         if res.assignment is None:
@@ -300,7 +304,7 @@ def lns(problem: Problem, model: UnitModel, slots: Slots, assign: dict[int, int]
         moves = _moves(problem, score, model, assign, new)
         if not moves:
             continue
-        if judge.offer(moves):
+        if judge.offer(moves, evaluate_always=True):
             assign = new
             stats.improved += 1
             stats.by_kind[kind] += 1

@@ -8,7 +8,7 @@ choice from the job's heaviest label whose groups tile the ranks (TP groups, als
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from placement.cost import Path, collective_seconds, p2p_seconds
 from placement.solve.problem import Problem
@@ -26,6 +26,7 @@ class Term:
 
     units: tuple[int, ...]
     cost: list[float]
+    peak: dict[str, list[float]] = field(default_factory=dict)  # per label: its costliest group's or edge's cost
 
 
 @dataclass
@@ -39,6 +40,7 @@ class UnitModel:
     units_exact: bool  # True when units come only from required levels (no heuristic grouping)
     split_cost: float = 0.0  # extra cost of one unit whose ranks span hosts inside one level-1 domain (heuristic)
     split_step: float = 0.0  # the least any split unit adds: its cheapest internal term's step from level 0 to 1
+    label_items: dict[str, int] = field(default_factory=dict)  # groups and edges per label that cross units
 
 
 @dataclass(frozen=True)
@@ -158,12 +160,14 @@ def build_model(topology: Topology, state: ClusterState, traffic: Traffic, units
     constant = 0.0
     internal = [[0.0, 0.0] for _ in units]
     steps: list[float] = []
-    priced: list[tuple[Sequence[int], list[float]]] = [
-        (g.members, [collective_seconds(g.kind, len(g.members), g.bytes, g.count, g.exposed, p) for p in paths])
+    peaks: dict[tuple[int, ...], dict[str, list[float]]] = {}
+    label_items: dict[str, int] = {}
+    priced: list[tuple[str, Sequence[int], list[float]]] = [
+        (g.label, g.members, [collective_seconds(g.kind, len(g.members), g.bytes, g.count, g.exposed, p) for p in paths])
         for g in traffic.groups
     ]
-    priced += [((e.src, e.dst), [p2p_seconds(e.bytes, e.count, e.exposed, p) for p in paths]) for e in traffic.edges]
-    for ranks, costs in priced:
+    priced += [(e.label, (e.src, e.dst), [p2p_seconds(e.bytes, e.count, e.exposed, p) for p in paths]) for e in traffic.edges]
+    for label, ranks, costs in priced:
         us = tuple(sorted({unit_of[r] for r in ranks}))
         if len(us) == 1:  # inside one unit: the same cost wherever the unit goes (whole in a host)
             constant += costs[0]
@@ -175,6 +179,10 @@ def build_model(topology: Topology, state: ClusterState, traffic: Traffic, units
         cur = acc.setdefault(us, [0.0] * n_levels)
         for li in range(n_levels):
             cur[li] += costs[li]
+        peak = peaks.setdefault(us, {}).setdefault(label, [0.0] * n_levels)
+        for li in range(n_levels):
+            peak[li] = max(peak[li], costs[li])
+        label_items[label] = label_items.get(label, 0) + 1
     t0 = topology.levels[0].tier
     # the linear form prices a term by its lowest common level alone: exact when going up never gets faster
     tiers = [lv.tier for lv in topology.levels]
@@ -190,7 +198,7 @@ def build_model(topology: Topology, state: ClusterState, traffic: Traffic, units
         and not _degradation_touches(topology, state, candidates)
     )
     split = min((internal[u][1] - internal[u][0] for u in range(len(units))), default=0.0) if n_levels > 1 else 0.0
-    return UnitModel(units, [Term(k, v) for k, v in sorted(acc.items())], constant, exact, units_exact, max(0.0, split),
-                     max(0.0, min(steps, default=0.0)))
+    return UnitModel(units, [Term(k, v, peaks[k]) for k, v in sorted(acc.items())], constant, exact, units_exact,
+                     max(0.0, split), max(0.0, min(steps, default=0.0)), label_items)
 
 

@@ -81,7 +81,8 @@ class UnitProgram:
     """Place `free_units` on `slots` given `fixed` units (unit -> slot); build, then `solve()`."""
 
     def __init__(self, topology: Topology, model: UnitModel, free_units: Sequence[int], slots: Slots,
-                 fixed: dict[int, int] | None = None, *, allowed: dict[int, set[int]] | None = None) -> None:
+                 fixed: dict[int, int] | None = None, *, allowed: dict[int, set[int]] | None = None,
+                 bottleneck: bool = False) -> None:
         self.topology, self.model, self.slots = topology, model, slots
         self.free_units = list(free_units)
         self.free_set = set(free_units)
@@ -97,8 +98,14 @@ class UnitProgram:
         self.y: dict[tuple[int, int, int], cp_model.IntVar] = {}
         self.objective: list[tuple[int, cp_model.IntVar]] = []
         self.const = 0.0
-        self.scale = objective_scale(sum(max(t.cost) - min(t.cost) for t in model.terms) + model.split_cost * len(model.units))
+        span = sum(max(t.cost) - min(t.cost) for t in model.terms) + model.split_cost * len(model.units)
+        if bottleneck:
+            span += sum(n * max((max(t.peak.get(label, [0.0])) for t in model.terms), default=0.0)
+                        for label, n in model.label_items.items())
+        self.scale = objective_scale(span)
         self.infeasible = ""
+        self.bottleneck = bottleneck
+        self._peaks: dict[str, list[tuple[float, list[tuple[float, cp_model.IntVar]]]]] = defaultdict(list)
         self._levels: list[tuple[cp_model.IntVar, dict[int, cp_model.IntVar], int, list[int]]] = []
         self._splits: list[tuple[cp_model.IntVar, int, int]] = []
         used: dict[int, int] = defaultdict(int)
@@ -167,6 +174,7 @@ class UnitProgram:
             if not tf or any(u not in self.fixed for u in tx):
                 continue  # constant for this neighbourhood (or it touches a unit that spans hosts: left out)
             self.const += t.cost[-1]
+            savings: list[tuple[int, cp_model.IntVar]] = []
             size = sum(len(self.model.units[u]) for u in tf)
             within_prev: cp_model.IntVar | None = None
             for li in range(self.min_level, self.n_levels - 1):
@@ -199,6 +207,10 @@ class UnitProgram:
                 coef = round((t.cost[li + 1] - t.cost[li]) * self.scale)
                 if coef:
                     self.objective.append((-coef, w))
+                savings.append((li, w))
+            if self.bottleneck:
+                for label, peak in t.peak.items():
+                    self._peaks[label].append((peak[-1], [(peak[li + 1] - peak[li], w) for li, w in savings]))
 
     def _add_splits(self) -> None:
         """Leaf slots: beyond `whole[k]` units, the units of slot k span hosts and pay `split_cost` each."""
@@ -282,11 +294,32 @@ class UnitProgram:
     def variables(self) -> int:
         return len(self.x)
 
+    def _add_bottlenecks(self) -> list[tuple[int, cp_model.IntVar]]:
+        """Concurrency: a phase lasts as long as its costliest group. Per label, M >= each term's costliest item
+        at the level its units share; the objective pays M once per item of the label (as if every item were
+        the slowest), so the search lowers the worst group first and the sum breaks ties."""
+        assert self.scale is not None
+        out: list[tuple[int, cp_model.IntVar]] = []
+        for label, rows in self._peaks.items():
+            top = max(round(p * self.scale) for p, _ in rows)
+            if top <= 0:
+                continue
+            peak = self.m.new_int_var(0, top, f"peak_{label}")
+            for p_top, steps in rows:
+                self.m.add(peak >= round(p_top * self.scale) - sum(round(d * self.scale) * w for d, w in steps if round(d * self.scale)))
+            out.append((self.model.label_items.get(label, 1), peak))
+        return out
+
     def solve(self, options: SolveOptions, time_limit: float) -> SubResult:
+        """Minimize the surrogate (plus, with `bottleneck`, each label's costliest item once per item); the
+        returned objective and bound are the surrogate's only when `bottleneck` is off."""
         if self.infeasible:
             return SubResult(None, None, None, self.infeasible, len(self.x))
         assert self.scale is not None
-        self.m.minimize(sum(c * v for c, v in self.objective))
+        terms = list(self.objective)
+        if self.bottleneck:
+            terms += self._add_bottlenecks()
+        self.m.minimize(sum(c * v for c, v in terms))
         solver = cp_model.CpSolver()
         configure(solver, options, time_limit)
         st = run_cpsat(solver, self.m, options.stop)
@@ -294,6 +327,8 @@ class UnitProgram:
         if st not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             return SubResult(None, None, None, name, len(self.x))
         assign = {u: s for (u, s), var in self.x.items() if solver.boolean_value(var)}
+        if self.bottleneck:
+            return SubResult(assign, None, None, name, len(self.x))
         objective = self.const + solver.objective_value / self.scale
         bound = self.const + solver.best_objective_bound / self.scale
         return SubResult(assign, objective, bound, name, len(self.x))
