@@ -10,6 +10,7 @@ large-neighbourhood search (`placement.solve.cpsat.lns`). Hosts with non-uniform
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections import Counter
@@ -149,6 +150,17 @@ def solve_cpsat(problem: Problem, starts: list[tuple[str, list[int]]]) -> CpsatO
             if ev is not None and ev != cons and p.valid(ev):
                 candidates.append(("constructive", ev))
                 inc.offer(ev)
+        if units.label and not units.split and not job.structured and p.remaining() > 0.1:
+            # Kueue's fill with the job's heaviest groups as its slices: what a user would ask of Kueue had the
+            # explicit job said which ranks form a pod
+            from placement.solve.baselines import kueue_tas
+
+            sliced = dataclasses.replace(job, constraints=dataclasses.replace(
+                job.constraints, require={**job.constraints.require, units.label: topo.levels[0].name}))
+            kq = kueue_tas(topo, p.state, sliced, p.traffic)
+            if kq is not None and p.valid(kq):
+                candidates.append(("constructive", kq))
+                inc.offer(kq)
         best = inc.mapping
     model = build_model(topo, p.state, p.traffic, units.ranks, units.exact, p.candidates)
     stats["terms"] = len(model.terms)
