@@ -60,7 +60,33 @@ from placement.job import CollectiveKind
 from placement.state import ClusterState, Uplink
 from placement.topology import Topology, intra_node_tier
 
-__all__ = ["MAX_NVLINKS", "Fabric", "Plan", "Stage", "best_ring", "matrix_ring", "nvswitch", "phase_seconds"]
+__all__ = [
+    "MAX_NVLINKS",
+    "TREE_CHANNEL_GBPS",
+    "TREE_EFFICIENCY",
+    "Fabric",
+    "Plan",
+    "Stage",
+    "best_ring",
+    "matrix_ring",
+    "nvswitch",
+    "phase_seconds",
+]
+
+TREE_EFFICIENCY = 0.92
+"""Share of the link rate NCCL's tree reaches (``busBw * .92`` in ``ncclTopoTuneModel``, src/graph/tuning.cc)."""
+
+TREE_CHANNEL_GBPS: dict[str, tuple[float, float, float]] = {
+    "V100": (26.5, 18.5, 10.0),
+    "A100": (24.0, 23.6, 17.8),
+    "L40S": (24.0, 23.6, 17.8),
+    "H100": (38.7, 41.4, 36.0),
+    "H200": (38.7, 41.4, 36.0),
+    "B200": (70.0, 42.8, 24.0),
+    "GB200": (70.0, 42.8, 24.0),
+}
+"""NCCL's ``perChMaxTreeBws`` (bus GB/s one tree channel carries at most; 1, 2, more hosts) by device generation
+(Volta, Ampere incl. sm89, Hopper, Blackwell): github.com/NVIDIA/nccl src/graph/tuning.cc @ 5067397c."""
 
 _SEARCH_BUDGET = 200_000  # DFS nodes per ring search; exact for any host NCCL sees (<= 16 devices, pruned)
 
@@ -389,19 +415,15 @@ class Fabric:
         cands: list[tuple[str, float, list[tuple[float, float]]]] = [
             ("ring", steps * max(a_inter, a_intra) * 1e-6, [(vol / intra_bw, vol)])]
         h = len(hosts)
-        sizes = {len(v) for v in by_host.values()}
-        if kind is not CollectiveKind.ALL_REDUCE and len(sizes) == 1 and (g := sizes.pop()) > 1:
-            # all-gather / reduce-scatter: g concurrent ones across hosts ((h-1)/h S out of each host), one inside
-            lat = ((g - 1) * a_intra + (h - 1) * a_inter) * 1e-6
-            cands.append(("hierarchical", lat, [((g - 1) / g * size / intra_bw, 0.0), (0.0, (h - 1) / h * size)]))
         if kind is CollectiveKind.ALL_REDUCE:
-            if len(sizes) == 1 and (g := sizes.pop()) > 1:
-                rs = ((g - 1) / g * size / intra_bw, 0.0)
-                lat = (2 * (g - 1) * a_intra + 2 * (h - 1) * a_inter) * 1e-6
-                cands.append(("hierarchical", lat, [rs, (0.0, 2.0 * (h - 1) / h * size), rs]))
+            # NCCL's double binary tree (chain inside each host): 2 S through the chain; out of each host S with
+            # 2 hosts (each host is the root of one tree and a leaf of the other), 2 S with more; NCCL's tuner
+            # counts 92% of the links and at most TREE_CHANNEL_GBPS per channel (one channel per NIC used)
             gmax = max(len(v) for v in by_host.values())
             lat = 2 * (math.ceil(math.log2(h)) * a_inter + (gmax - 1) * a_intra) * 1e-6
-            cands.append(("tree", lat, [(2 * size / intra_bw, 2 * size)]))
+            chain = max(2 * size / (intra_bw * TREE_EFFICIENCY), size / self._tree_cap(by_host, h))
+            nic_vol = (size if h == 2 else 2 * size) / TREE_EFFICIENCY
+            cands.append(("tree", lat, [(chain, nic_vol)]))
 
         def alone(c: tuple[str, float, list[tuple[float, float]]]) -> float:
             return c[1] + slow * sum(max(i, v / min_flow, v / min_host, v / min_up) for i, v in c[2])
@@ -420,6 +442,22 @@ class Fabric:
                 ld += [(r, v), (r + 1, v)]
             stages.append(Stage(max(intra, nic), intra_name if intra >= nic else nic_name, tuple(ld)))
         return Plan(algo, lat, tuple(stages), slow)
+
+    def _tree_cap(self, by_host: Mapping[int, list[int]], h: int) -> float:
+        """Algorithm bytes/s NCCL's tree channels carry at most: half the bus bandwidth of one channel per NIC used
+        (`TREE_CHANNEL_GBPS`); inf for device kinds NCCL's table does not name."""
+        from placement.compute import device_kind
+
+        t = self.topology
+        caps = set()
+        for host in by_host:
+            kind = device_kind(t.host_types[host].kind, t)
+            row = TREE_CHANNEL_GBPS.get(kind.name.upper()) if kind is not None else None
+            if row is None:
+                return math.inf
+            caps.add(row[1 if h == 2 else 2])
+        channels = min(min(len(v), self.nics[host]) for host, v in by_host.items())
+        return channels * min(caps) / 2 * 1e9
 
     def plan_edge(self, a: int, b: int, size: float) -> Plan:
         """One point-to-point transfer of `size` bytes from device `a` to device `b`."""
