@@ -255,3 +255,27 @@ def slurm_request(topology: Topology, job: Job, prep: Prepared) -> tuple[int, in
         return None
     need = len(prep.slices)
     return -(-need // per_node), need
+
+
+@dataclass(frozen=True)
+class SlurmStart:
+    """Where both Slurm baselines begin: the prepared slices, or an answer already (`done`: pins only, or None
+    when Slurm would not start the job). `nodes` and `tasks` are the request's ``--nodes`` and ``--ntasks``."""
+
+    prep: Prepared | None
+    nodes: int = 0
+    tasks: int = 0
+    done: bool = False
+    answer: list[int] | None = None
+
+
+def slurm_start(topology: Topology, state: ClusterState, job: Job, traffic: Traffic) -> SlurmStart:
+    prep = prepare(topology, state, job, traffic)
+    if prep is None:
+        return SlurmStart(None, done=True)
+    if not prep.slices:
+        return SlurmStart(prep, done=True, answer=prep.fill([]))
+    req = slurm_request(topology, job, prep)
+    if req is None:
+        return SlurmStart(prep, done=True)
+    return SlurmStart(prep, req[0], req[1])

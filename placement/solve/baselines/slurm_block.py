@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 
 from placement.job import Job
-from placement.solve.baselines.common import prepare, slurm_request
+from placement.solve.baselines.common import slurm_start
 from placement.state import ClusterState
 from placement.topology import Topology
 from placement.traffic import Traffic
@@ -49,15 +49,10 @@ def slurm_block(topology: Topology, state: ClusterState, job: Job, traffic: Traf
         b = topology.level_index(BLOCK_LEVEL)
     except KeyError:
         return None
-    prep = prepare(topology, state, job, traffic)
-    if prep is None:
-        return None
-    if not prep.slices:
-        return prep.fill([])
-    req = slurm_request(topology, job, prep)
-    if req is None:
-        return None
-    rem_nodes, rem_tasks = req
+    start = slurm_start(topology, state, job, traffic)
+    if start.done or start.prep is None:
+        return start.answer
+    prep, rem_nodes, rem_tasks = start.prep, start.nodes, start.tasks
     levels_on = {0} | {int(math.log2(k)) for k in _aggregate_factors(topology, b)}
     n_hosts = len(topology.host_names)
     col = [_domain_of_host(topology, h, b) for h in range(n_hosts)]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from placement.job import Job
-from placement.solve.baselines.common import prepare, slurm_request
+from placement.solve.baselines.common import slurm_start
 from placement.state import ClusterState
 from placement.topology import Topology
 from placement.traffic import Traffic
@@ -44,15 +44,10 @@ def slurm_tree(topology: Topology, state: ClusterState, job: Job, traffic: Traff
 
     Tasks then go to the chosen nodes in node order (``--distribution=block``/``plane``), whole slices each.
     """
-    prep = prepare(topology, state, job, traffic)
-    if prep is None:
-        return None
-    if not prep.slices:
-        return prep.fill([])
-    req = slurm_request(topology, job, prep)
-    if req is None:
-        return None
-    rem_nodes, rem_tasks = req
+    start = slurm_start(topology, state, job, traffic)
+    if start.done or start.prep is None:
+        return start.answer
+    prep, rem_nodes, rem_tasks = start.prep, start.nodes, start.tasks
     n_hosts = len(topology.host_names)
     cap = [prep.capacity(h) for h in range(n_hosts)]
     n_levels = len(topology.levels)
