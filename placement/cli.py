@@ -13,13 +13,13 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 import yaml
 from rich.console import Console
-from rich.table import Table
 
 from placement.cli_errors import err, escape, fail, guard
+from placement.cli_tables import headline, print_report
 from placement.errors import InputError, Problem
 
 if TYPE_CHECKING:
-    from placement.cost import CostReport
+    pass
 
 __all__ = ["app", "main"]
 
@@ -56,97 +56,6 @@ def _load_all(cluster: Path, job: Path | None, state: Path | None):  # type: ign
 # ---- evaluate -----------------------------------------------------------------------------------------------
 
 
-def _num(x: float | None, fmt: str = ".4f") -> str:
-    return "-" if x is None else format(x, fmt)
-
-
-def _step_table(title: str, report: CostReport) -> Table:
-    """The modeled step: its time, exposed and total communication, compute, bubble, MFU and tokens/s."""
-    t = Table(title=title, title_justify="left")
-    t.add_column("part")
-    t.add_column("seconds", justify="right")
-    t.add_column("share of step", justify="right")
-    step = report.step_seconds
-
-    def share(x: float | None) -> str:
-        return "" if x is None or not step else f"{100 * x / step:.1f}%"
-
-    t.add_row("[bold]step[/]", f"[bold]{report.step_seconds:.4f}[/]", "100.0%" if step else "")
-    t.add_row("compute", _num(report.compute_seconds), share(report.compute_seconds))
-    t.add_row("pipeline bubble", _num(report.bubble_seconds), share(report.bubble_seconds))
-    t.add_row("exposed comm", f"{report.comm_seconds:.4f}", share(report.comm_seconds))
-    t.add_row("total comm (before overlap)", f"{report.comm_seconds_total:.4f}", "")
-    t.add_section()
-    t.add_row("MFU", "-" if report.mfu is None else f"{100 * report.mfu:.1f}%", "")
-    t.add_row("tokens/s", _num(report.tokens_per_s, ",.0f"), "")
-    return t
-
-
-def _phase_table(report: CostReport) -> Table:
-    """One row per phase of the step: its bottleneck tier, algorithm, critical group, seconds and exposed part."""
-    t = Table(title="phases, in sequence (the critical group is the slowest)", title_justify="left")
-    for name in ("phase", "tier", "algorithm", "critical group"):
-        t.add_column(name)
-    t.add_column("seconds", justify="right")
-    t.add_column("exposed", justify="right")
-    for p in report.phases:
-        t.add_row(p.name, p.tier, p.algorithm or "-", p.critical or "-", f"{p.seconds:.4f}", f"{p.exposed_seconds:.4f}")
-    if not report.phases:
-        t.add_row("[dim]none[/]", "", "", "", "", "")
-    else:
-        t.add_section()
-        t.add_row("[bold]total[/]", "", "", "", f"{sum(p.seconds for p in report.phases):.4f}",
-                  f"{sum(p.exposed_seconds for p in report.phases):.4f}")
-    return t
-
-
-def _cost_table(title: str, report: CostReport) -> Table:
-    """Exposed communication per group kind and bottleneck tier, and the preference misses."""
-    t = Table(title=title, title_justify="left")
-    t.add_column("group kind")
-    t.add_column("tier")
-    t.add_column("exposed comm s", justify="right")
-    t.add_column("share", justify="right")
-    total = report.comm_seconds or 1.0
-    for (label, tier), s in sorted(report.by_label_tier.items(), key=lambda kv: -kv[1]):
-        t.add_row(label, tier, f"{s:.4f}", f"{100 * s / total:.1f}%")
-    t.add_section()
-    t.add_row("[bold]total[/]", "", f"[bold]{report.comm_seconds:.4f}[/]", "100.0%")
-    for label, n in sorted(report.preference_misses.items()):
-        t.add_row(f"[yellow]{label} misses its preferred level[/]", "", f"{n} group(s)", "")
-    return t
-
-
-def _baseline_table(strategy: str, report: CostReport, costs: dict[str, dict[str, float | None]]) -> Table:
-    """The answer next to each baseline on the same state: step and exposed communication seconds."""
-    t = Table(title="against the baselines on the same state", title_justify="left")
-    t.add_column("strategy")
-    t.add_column("step s", justify="right")
-    t.add_column("exposed comm s", justify="right")
-    t.add_column("step vs answer", justify="right")
-    t.add_row(f"[bold]{strategy} (answer)[/]", f"[bold]{report.step_seconds:.4f}[/]", f"{report.comm_seconds:.4f}", "x1.00")
-    for name, c in costs.items():
-        step, comm = c["step_seconds"], c["comm_seconds"]
-        ratio = "" if step is None or not report.step_seconds else f"x{step / report.step_seconds:.2f}"
-        t.add_row(name, "no valid mapping" if step is None else f"{step:.4f}", _num(comm), ratio)
-    return t
-
-
-def _print_report(title: str, report: CostReport, strategy: str | None = None,
-                  costs: dict[str, dict[str, float | None]] | None = None) -> None:
-    out.print(title, highlight=False, soft_wrap=True)
-    out.print(_step_table("the modeled step", report))
-    out.print(_phase_table(report))
-    out.print(_cost_table("exposed communication by group kind and tier", report))
-    if strategy is not None and costs:
-        out.print(_baseline_table(strategy, report, costs))
-
-
-def _headline(report: CostReport) -> str:
-    mfu = "" if report.mfu is None else f", MFU {100 * report.mfu:.1f}%"
-    return f"step {report.step_seconds:.4f} s, exposed comm {report.comm_seconds:.4f} s{mfu}"
-
-
 @app.command()
 @guard
 def evaluate(
@@ -175,7 +84,7 @@ def evaluate(
     if output == "json":
         _write(json.dumps(result_document(topo, jb.name, mp, rep), indent=2) + "\n", None)
     elif output == "table":
-        _print_report(f"{jb.name} on {topo.name}: {_headline(rep)}", rep)
+        print_report(f"{jb.name} on {topo.name}: {headline(rep)}", rep)
     else:
         fail(f"--output: unknown value {output!r}; use table or json", 2)
 
@@ -253,10 +162,10 @@ def place(
         err.print(f"wrote {picture}")
     if output == "table":
         gap_s = "-" if res.gap is None else f"{100 * res.gap:.2f}%"
-        title = (f"{jb.name} ({jb.ranks} ranks) on {topo.name}: {res.status.value}, {_headline(rep)}, "
+        title = (f"{jb.name} ({jb.ranks} ranks) on {topo.name}: {res.status.value}, {headline(rep)}, "
                  f"surrogate bound {'-' if res.lower_bound is None else f'{res.lower_bound:.4f}'}, gap {gap_s}, "
                  f"{res.stats.get('wall_s', 0):.2f} s")
-        _print_report(title, rep, res.strategy.value, baseline_costs(rep, res.baselines, res.baseline_reports))
+        print_report(title, rep, res.strategy.value, baseline_costs(rep, res.baselines, res.baseline_reports))
         if out_file is not None:
             _write(export("json", [], document=doc), out_file)
         return
@@ -316,8 +225,8 @@ def _print_result(result: Any) -> None:
     gap = f"{100 * result.gap:.2f}%" if result.HasField("gap") else "-"
     bound = f"{result.lower_bound_s:.4f}" if result.HasField("lower_bound_s") else "-"
     status = type(result).DESCRIPTOR.fields_by_name["status"].enum_type.values_by_number[result.status].name.removeprefix("SOLVE_STATUS_")
-    title = f"{result.job} ({len(result.mapping)} ranks): {status}, {_headline(rep)}, surrogate bound {bound}, gap {gap}"
-    _print_report(title, rep, result.strategy, costs)
+    title = f"{result.job} ({len(result.mapping)} ranks): {status}, {headline(rep)}, surrogate bound {bound}, gap {gap}"
+    print_report(title, rep, result.strategy, costs)
 
 
 # ---- export -------------------------------------------------------------------------------------------------
