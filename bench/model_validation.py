@@ -2,7 +2,9 @@
 
 Prints the comparison table of docs/model.md: `python bench/model_validation.py [--data ../shared/data] [--timing]`
 (``--timing``: also the seconds of one `evaluate` at 65,536 ranks).
-One set of link constants (CONSTANTS below) serves every row; nothing is tuned per row.
+One set of link constants (CONSTANTS below) serves every row; nothing is tuned per row. Rows 9a/9b are the
+ratios issue 9 states for held-out measurements (GPT and BERT on 4 nodes of 8 V100 with one EDR NIC each); the
+model shapes behind them are public facts or stated choices, and the held-out tables themselves are not used.
 """
 
 from __future__ import annotations
@@ -17,13 +19,14 @@ from pathlib import Path
 
 from placement.cost import evaluate
 from placement.io.nvidia_smi import read_nvidia_smi
-from placement.job import CollectiveKind, Group, Job
+from placement.job import CollectiveKind, Group, Job, ModelShape, ParallelSpec
 from placement.state import ClusterState
 from placement.topology import HostSpec, Level, NodeType, Tier, Topology
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
 DGX1_FILE = "topologies/nvidia_smi_topo/dgx1_v100_8gpu_4nic__pytorch_ddp_readme.txt"
+DGX1_1NIC_FILE = "topologies/nvidia_smi_topo/dgx1like_v100_8gpu_1nic__oneflow_dlperf.txt"
 A100_PAIRS_FILE = "topologies/nvidia_smi_topo/a100_pcie_8gpu_nvlink_bridge_pairs__nccl-tests_issue178.txt"
 
 # The one set of link constants (GB/s per direction, latency µs), each a property of a link technology:
@@ -32,7 +35,7 @@ CONSTANTS: dict[str, Tier] = {
     "pcie4": Tier(24.0, 3.5),  # PCIe Gen4 x16 path inside a socket (PIX..NODE): ~24 of 31.5 GB/s raw
     "sys": Tier(10.0, 4.0),  # across the socket interconnect (placement's default SYS tier)
     "xgmi": Tier(64.0, 1.0),  # AMD MI300X XGMI, per peer link (stas00/ml-engineering peer-to-peer table)
-    "ib100": Tier(12.5, 5.0),  # one 100 Gb/s InfiniBand NIC (EDR): 100/8 GB/s
+    "ib100": Tier(12.0, 5.0),  # one 100 Gb/s InfiniBand NIC (EDR): NCCL src/graph/topo.h NET_BW 12.0 ("100 Gbit")
 }
 
 
@@ -87,11 +90,12 @@ def mi300x() -> Topology:
     return _one_host("mi300x", nt, Tier(7 * x.bandwidth_gbps, x.latency_us))
 
 
-def dgx1_cluster(data: Path, nodes: int = 8) -> Topology:
-    smi = read_nvidia_smi(data / DGX1_FILE)
+def dgx1_cluster(data: Path, nodes: int = 8, *, file: str = DGX1_FILE, nic_gbps: float | None = None) -> Topology:
+    """`nodes` DGX-1 V100 hosts of the `nvidia-smi topo -m` `file` (its NICs, EDR unless `nic_gbps`) on one switch."""
+    smi = read_nvidia_smi(data / file)
     ib = CONSTANTS["ib100"]
     nt = NodeType("dgx1", 8, "V100", tuple(tuple(r) for r in smi.matrix), nics=len(smi.nics),
-                  nic_gbps=ib.bandwidth_gbps)
+                  nic_gbps=nic_gbps or ib.bandwidth_gbps)
     hosts = [HostSpec(f"dgx{h}", {"leaf": "ib"}, nt) for h in range(nodes)]
     return Topology.build("dgx1-x8", [Level("node", CONSTANTS["nvlink"]), Level("leaf", ib)], hosts,
                           intra_node_tiers=_intra_tiers())
@@ -136,8 +140,75 @@ def rows_2e(data: Path) -> list[Row]:
     return out
 
 
+# Issue 9's held-out cluster: 4 nodes of 8 V100-SXM2 (DGX-1 cube mesh) with one EDR NIC each (the DLPerf topology).
+# GPT as the model author used it: hidden 1536, 16 layers, 16 heads, GPT-2 vocabulary (50,257) and positions,
+# sequence 2048, micro-batch 8, one micro-batch. BERT-large (Devlin et al. 2019): 24 layers, hidden 1024,
+# 16 heads, 336 M parameters; phase-1 sequence 128, 32 sequences per GPU (V100 16 GB), fp32 gradients (AMP keeps
+# fp32 master gradients; PyTorch DDP reduces them while the backward runs).
+GPT = {"hidden": 1536, "layers": 16, "heads": 16, "seq_len": 2048, "micro_batch": 8, "vocab": 50257}
+BERT_LARGE = {"parameters": 336e6, "hidden": 1024, "layers": 24, "heads": 16, "seq_len": 128, "micro_batch": 32}
+CLIFF_MEASURED = 7.5  # issue 9: TP8 in one node -> TP16 across the NIC, step time
+BERT_MEASURED = 144.0  # issue 9: BERT 1 node -> 2 nodes, +% overhead
+
+
+def gpt_step(topology: Topology, tp: int, dp: int = 1, pp: int = 1) -> float:
+    """Modeled step seconds of the GPT shape above under tp x dp x pp on the first ranks of `topology`."""
+    g = GPT
+    h, layers = g["hidden"], g["layers"]
+    params = 12.0 * h * h * layers + (g["vocab"] + g["seq_len"]) * h
+    model = ModelShape(parameters=params, hidden=h, layers=layers, seq_len=g["seq_len"],
+                       micro_batch=g["micro_batch"], heads=g["heads"])
+    par = ParallelSpec(tp=tp, dp=dp, pp=pp)
+    job = Job("gpt", par.world_size, "V100", par, model)
+    return evaluate(topology, ClusterState(), job, list(range(par.world_size))).step_seconds
+
+
+def bert_step(topology: Topology, dp: int) -> float:
+    """Modeled step seconds of BERT-large pretraining (phase 1) data parallel over `dp` GPUs."""
+    b = BERT_LARGE
+    model = ModelShape(parameters=b["parameters"], hidden=int(b["hidden"]), layers=int(b["layers"]),
+                       seq_len=int(b["seq_len"]), micro_batch=int(b["micro_batch"]), heads=int(b["heads"]),
+                       grad_bytes_per_element=4)
+    job = Job("bert", dp, "V100", ParallelSpec(dp=dp), model)
+    return evaluate(topology, ClusterState(), job, list(range(dp))).step_seconds
+
+
+def cliff(topology: Topology) -> float:
+    """Step of TP16 across two hosts over TP8 inside one."""
+    return gpt_step(topology, 16) / gpt_step(topology, 8)
+
+
+def bert_overhead(topology: Topology) -> float:
+    """+% step time of BERT-large data parallel on 16 GPUs (2 hosts) against 8 (1 host)."""
+    return (bert_step(topology, 16) / bert_step(topology, 8) - 1) * 100
+
+
+def rows_9(data: Path) -> list[Row]:
+    t = dgx1_cluster(data, 4, file=DGX1_1NIC_FILE)
+    return [
+        Row("9a", "GPT h1536 L16, TP16 over 2 nodes vs TP8 in 1 (1 EDR NIC/node)", "step ratio", CLIFF_MEASURED,
+            cliff(t)),
+        Row("9b", "BERT-large DP, 2 nodes vs 1 (1 EDR NIC/node)", "step overhead %", BERT_MEASURED, bert_overhead(t)),
+    ]
+
+
+def nic_for(data: Path, metric: Callable[[Topology], float], target: float) -> float:
+    """NIC GB/s at which `metric` of the 1-NIC cluster reaches `target` (bisection; a diagnostic, not a constant)."""
+    lo, hi = 0.05, CONSTANTS["ib100"].bandwidth_gbps
+    for _ in range(40):
+        mid = math.sqrt(lo * hi)
+        if metric(dgx1_cluster(data, 4, file=DGX1_1NIC_FILE, nic_gbps=mid)) > target:
+            lo = mid
+        else:
+            hi = mid
+    return math.sqrt(lo * hi)
+
+
 def all_rows(data: Path) -> list[Row]:
-    return [*rows_2c(data), *rows_2d(), *rows_2e(data)]
+    rows = [*rows_2c(data), *rows_2d(), *rows_2e(data)]
+    if (data / DGX1_1NIC_FILE).is_file():
+        rows += rows_9(data)
+    return rows
 
 
 def table(rows: Sequence[Row]) -> str:
@@ -179,11 +250,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, default=DATA, help="the shared data folder (default: %(default)s)")
     ap.add_argument("--timing", action="store_true", help="also time one evaluate at 65,536 ranks")
+    ap.add_argument("--nic", action="store_true", help="also the NIC speed at which rows 9a/9b would match")
     args = ap.parse_args(argv)
     if not (args.data / DGX1_FILE).is_file() or not (args.data / A100_PAIRS_FILE).is_file():
         print(f"the shared data folder {args.data} lacks {DGX1_FILE} or {A100_PAIRS_FILE}", file=sys.stderr)
         return 2
     print(table(all_rows(args.data)))
+    if args.nic and (args.data / DGX1_1NIC_FILE).is_file():
+        print()
+        print("NIC GB/s at which the model meets issue 9's ratios (diagnostic; EDR line rate is 12.5):")
+        print(f"- cliff {CLIFF_MEASURED}x: {nic_for(args.data, cliff, CLIFF_MEASURED):.2f}; "
+              f"2x short of it ({CLIFF_MEASURED / 2}x): {nic_for(args.data, cliff, CLIFF_MEASURED / 2):.2f}")
+        print(f"- BERT +{BERT_MEASURED:.0f}%: {nic_for(args.data, bert_overhead, BERT_MEASURED):.2f}; "
+              f"half of it: {nic_for(args.data, bert_overhead, BERT_MEASURED / 2):.2f}")
     if args.timing:
         print()
         print(timing())

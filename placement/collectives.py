@@ -1,4 +1,4 @@
-"""Collectives as NCCL runs them: ring orders over a host's links, hierarchical and tree across hosts, shared links.
+"""Collectives as NCCL runs them: ring orders over a host's links, ring and tree across hosts, shared links.
 
 Owns the price of one collective or transfer (`Plan`) and how concurrent plans of a phase divide shared links.
 
@@ -31,12 +31,14 @@ Sanders, Speck & Träff 2009 for the double binary tree). For S bytes over n mem
   rides NVLink only (2 x NV2 + 2 x NV1 rings = 6 links), a fully connected XGMI mesh carries ``(k-1) * link``
   with k members. Across hosts the ring is host contiguous: every host and every crossed domain sends and
   receives the ring volume once. A ring step waits for its slowest hop (network or intra-host latency).
-- *Hierarchical* (all-reduce, g members on each of h hosts): reduce-scatter inside each host (``(g-1)/g S``), then
-  g concurrent all-reduces across hosts, one per local rank (= per rail), ``2(h-1)/h S`` in total out of every
-  host, then all-gather inside the host. Stages run one after the other. All-gather and reduce-scatter: one
-  stage across hosts (``(h-1)/h S`` out of every host) and one inside (``(g-1)/g S``).
-- *Tree* (all-reduce across hosts, NCCL's double binary tree with a chain inside each host): ``2 S`` through the
-  most loaded link, ``2 (ceil(log2 h) a_inter + (g-1) a_intra)`` of latency: the pick for small buffers.
+- *Tree* (all-reduce across hosts: NCCL's double binary tree, a chain inside each host). The chain carries ``2 S``
+  (reduce up, broadcast down); out of every host ``S`` with 2 hosts (each roots one tree and is a leaf of the
+  other) and ``2 S`` with more (interior in one tree, leaf in the other). NCCL's tuner counts 92% of the links
+  (`TREE_EFFICIENCY`) and at most `placement.compute.tree_channel_gbps` bus GB/s per channel, one channel per
+  NIC a host uses (algorithm bandwidth ``<= channels * cap / 2``): a 2-host V100 tree over one NIC: 9.25 GB/s.
+  Latency ``2 (ceil(log2 h) a_inter + (g-1) a_intra)``.
+- No hierarchical all-reduce: NCCL has none for one communicator (ring, tree; CollNet / NVLS need SHARP or NVLink
+  SHARP: `ncclTopoTuneModel`). All-gather and reduce-scatter run as rings (NCCL's PAT needs one GPU per host).
 - *All-to-all*: direct sends, ``S/n`` to each peer; a host sends ``g (n-g)/n S``.
 
 NCCL's tuner takes the fastest algorithm for the size alone; so does `Fabric.plan_group` (contention is not
@@ -44,8 +46,7 @@ known to the tuner), and `PhaseCost.algorithm` reports the choice.
 
 **Sharing** (`phase_seconds`): the operations of one phase run at the same time. A link crossed by several of
 them is shared in proportion to the bytes each puts on it (every flow ends when the link has carried the sum:
-``sum of loads / capacity``), and an operation takes its slowest link. Inside a hierarchical plan each stage
-takes its own slowest link.
+``sum of loads / capacity``), and an operation takes its slowest link.
 """
 
 from __future__ import annotations
@@ -60,34 +61,10 @@ from placement.job import CollectiveKind
 from placement.state import ClusterState, Uplink
 from placement.topology import Topology, intra_node_tier
 
-__all__ = [
-    "MAX_NVLINKS",
-    "TREE_CHANNEL_GBPS",
-    "TREE_EFFICIENCY",
-    "Fabric",
-    "Plan",
-    "Stage",
-    "best_ring",
-    "matrix_ring",
-    "nvswitch",
-    "phase_seconds",
-]
+__all__ = ["MAX_NVLINKS", "TREE_EFFICIENCY", "Fabric", "Plan", "Stage", "best_ring", "matrix_ring", "nvswitch",
+           "phase_seconds"]
 
-TREE_EFFICIENCY = 0.92
-"""Share of the link rate NCCL's tree reaches (``busBw * .92`` in ``ncclTopoTuneModel``, src/graph/tuning.cc)."""
-
-TREE_CHANNEL_GBPS: dict[str, tuple[float, float, float]] = {
-    "V100": (26.5, 18.5, 10.0),
-    "A100": (24.0, 23.6, 17.8),
-    "L40S": (24.0, 23.6, 17.8),
-    "H100": (38.7, 41.4, 36.0),
-    "H200": (38.7, 41.4, 36.0),
-    "B200": (70.0, 42.8, 24.0),
-    "GB200": (70.0, 42.8, 24.0),
-}
-"""NCCL's ``perChMaxTreeBws`` (bus GB/s one tree channel carries at most; 1, 2, more hosts) by device generation
-(Volta, Ampere incl. sm89, Hopper, Blackwell): github.com/NVIDIA/nccl src/graph/tuning.cc @ 5067397c."""
-
+TREE_EFFICIENCY = 0.92  # share of the link rate NCCL's tree reaches (busBw * .92 in src/graph/tuning.cc)
 _SEARCH_BUDGET = 200_000  # DFS nodes per ring search; exact for any host NCCL sees (<= 16 devices, pruned)
 
 
@@ -277,6 +254,7 @@ class Fabric:
         for (a, b), f in state.pair_slowdown.items():
             self._pair_slow.setdefault(self.host_of[a], []).append((a, b, f))
         self._ring_cache: dict[tuple[int, tuple[int, ...]], tuple[float, float, str]] = {}
+        self._tree_rows: dict[int, tuple[float, float, float] | None] = {}
 
     # ---- inside one host ----------------------------------------------------------------------------------------
 
@@ -411,48 +389,44 @@ class Fabric:
             st = Stage(max(intra, nic), intra_name if intra >= nic else nic_name, tuple(loads))
             return Plan("direct", (n - 1) * max(a_inter, a_intra) * 1e-6, (st,), slow)
         vol, steps = _volume(kind, n, size)
-        # a ring step waits for its slowest hop: the network's, or an intra-host hop's
-        cands: list[tuple[str, float, list[tuple[float, float]]]] = [
-            ("ring", steps * max(a_inter, a_intra) * 1e-6, [(vol / intra_bw, vol)])]
+        # candidates: (algorithm, latency s, seconds on the group's own links and the tier that sets them, bytes
+        # out of every host and crossed domain); a ring step waits for its slowest hop (network or intra-host)
+        cands: list[tuple[str, float, float, str, float]] = [
+            ("ring", steps * max(a_inter, a_intra) * 1e-6, vol / intra_bw, intra_name, vol)]
         h = len(hosts)
         if kind is CollectiveKind.ALL_REDUCE:
-            # NCCL's double binary tree (chain inside each host): 2 S through the chain; out of each host S with
-            # 2 hosts (each host is the root of one tree and a leaf of the other), 2 S with more; NCCL's tuner
-            # counts 92% of the links and at most TREE_CHANNEL_GBPS per channel (one channel per NIC used)
+            # NCCL's double binary tree: 2 S through the chain, S (2 hosts) or 2 S out of each host (module doc)
             gmax = max(len(v) for v in by_host.values())
             lat = 2 * (math.ceil(math.log2(h)) * a_inter + (gmax - 1) * a_intra) * 1e-6
-            chain = max(2 * size / (intra_bw * TREE_EFFICIENCY), size / self._tree_cap(by_host, h))
+            chain = 2 * size / (intra_bw * TREE_EFFICIENCY)
+            channels = size / self._tree_cap(by_host, h)
             nic_vol = (size if h == 2 else 2 * size) / TREE_EFFICIENCY
-            cands.append(("tree", lat, [(chain, nic_vol)]))
+            cands.append(("tree", lat, max(chain, channels), intra_name if chain >= channels else nic_name, nic_vol))
 
-        def alone(c: tuple[str, float, list[tuple[float, float]]]) -> float:
-            return c[1] + slow * sum(max(i, v / min_flow, v / min_host, v / min_up) for i, v in c[2])
+        def alone(c: tuple[str, float, float, str, float]) -> float:
+            v = c[4]
+            return c[1] + slow * max(c[2], v / min_flow, v / min_host, v / min_up)
 
-        algo, lat, spec = min(cands, key=alone)
-        stages = []
-        for intra, v in spec:
-            if v == 0.0:
-                stages.append(Stage(intra, intra_name))
-                continue
-            nic = v / min_flow
-            ld: list[tuple[int, float]] = []
-            for _, r in host_res:
-                ld += [(r, v), (r + 1, v)]
-            for r in up_res:
-                ld += [(r, v), (r + 1, v)]
-            stages.append(Stage(max(intra, nic), intra_name if intra >= nic else nic_name, tuple(ld)))
-        return Plan(algo, lat, tuple(stages), slow)
+        algo, lat, intra, name, v = min(cands, key=alone)
+        nic = v / min_flow
+        ld: list[tuple[int, float]] = []
+        for _, r in host_res:
+            ld += [(r, v), (r + 1, v)]
+        for r in up_res:
+            ld += [(r, v), (r + 1, v)]
+        return Plan(algo, lat, (Stage(max(intra, nic), name if intra >= nic else nic_name, tuple(ld)),), slow)
 
     def _tree_cap(self, by_host: Mapping[int, list[int]], h: int) -> float:
-        """Algorithm bytes/s NCCL's tree channels carry at most: half the bus bandwidth of one channel per NIC used
-        (`TREE_CHANNEL_GBPS`); inf for device kinds NCCL's table does not name."""
-        from placement.compute import device_kind
+        """Algorithm bytes/s of NCCL's tree channels: half the bus cap of one channel per NIC used (inf: no cap)."""
+        from placement.compute import tree_channel_gbps
 
         t = self.topology
         caps = set()
         for host in by_host:
-            kind = device_kind(t.host_types[host].kind, t)
-            row = TREE_CHANNEL_GBPS.get(kind.name.upper()) if kind is not None else None
+            nt = t.host_types[host]
+            if id(nt) not in self._tree_rows:
+                self._tree_rows[id(nt)] = tree_channel_gbps(nt.kind, t)
+            row = self._tree_rows[id(nt)]
             if row is None:
                 return math.inf
             caps.add(row[1 if h == 2 else 2])

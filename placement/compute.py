@@ -44,6 +44,7 @@ __all__ = [
     "model_flops",
     "step_compute",
     "tokens_per_step",
+    "tree_channel_gbps",
 ]
 
 DEFAULT_MFU = 0.4
@@ -96,6 +97,26 @@ def device_kind(kind: str | None, topology: Topology | None = None) -> DeviceKin
         if head in upper:
             return upper[head]
     return None
+
+
+# NCCL's perChMaxTreeBws: bus GB/s one tree channel carries at most with 1, 2 and more hosts, by generation
+# (Volta; Ampere incl. sm89; Hopper; Blackwell): github.com/NVIDIA/nccl src/graph/tuning.cc @ 5067397c.
+_TREE_CHANNEL_GBPS: Mapping[str, tuple[float, float, float]] = {
+    "V100": (26.5, 18.5, 10.0),
+    "A100": (24.0, 23.6, 17.8),
+    "L40S": (24.0, 23.6, 17.8),
+    "H100": (38.7, 41.4, 36.0),
+    "H200": (38.7, 41.4, 36.0),
+    "B200": (70.0, 42.8, 24.0),
+    "GB200": (70.0, 42.8, 24.0),
+}
+
+
+def tree_channel_gbps(kind: str | None, topology: Topology | None = None) -> tuple[float, float, float] | None:
+    """NCCL's per-channel tree bus bandwidth cap (1, 2, more hosts) for devices of `kind`; None when NCCL's table
+    has no row for it (AMD, user kinds): `placement.collectives` prices their trees by links alone."""
+    dk = device_kind(kind, topology)
+    return None if dk is None else _TREE_CHANNEL_GBPS.get(dk.name.upper())
 
 
 def device_memory_bytes(kind: str | None, topology: Topology | None = None) -> float | None:

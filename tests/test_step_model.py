@@ -137,7 +137,7 @@ def test_tree_channels_cap_volta_at_nccls_per_channel_bandwidth() -> None:
     t = Topology.build("v", [Level("node", NODE100), Level("leaf", EDR)], [HostSpec(f"h{h}", {}, nt) for h in range(2)])
     S = 1e9
     rep = evaluate(t, EMPTY, one_group(16, S), list(range(16)))
-    assert rep.phases[0].algorithm == "tree"
+    assert rep.phases[0].algorithm == "tree" and rep.phases[0].tier == "leaf"  # one channel per NIC binds
     assert rep.step_seconds == approx(S / 9.25e9 + 2 * (5e-6 + 7e-6))
     # with 4 NICs a host feeds 4 channels: the NIC binds again
     nt4 = NodeType("v", 8, "V100", nics=4)
@@ -356,6 +356,18 @@ def test_2e_ddp_scaling_overhead_across_two_dgx1_within_2x(validation: ModuleTyp
     for row in rows:
         assert 0.5 <= row.ratio <= 2.0, row
     assert math.isclose(rows[1].modeled / rows[0].modeled, 44.549 / 25.557, rel_tol=0.05)  # bandwidth-bound: by size
+
+
+def test_issue9_rows_tp16_across_one_nic_and_bert_on_two_nodes(validation: ModuleType) -> None:
+    if not (DATA / validation.DGX1_1NIC_FILE).is_file():
+        pytest.skip(f"shared data file {DATA / validation.DGX1_1NIC_FILE} is not available in this checkout")
+    t = validation.dgx1_cluster(DATA, 4, file=validation.DGX1_1NIC_FILE)
+    assert t.host_types[0].nics == 1
+    cliff, bert = validation.rows_9(DATA)
+    assert cliff.modeled > 1.5 and bert.modeled > 0  # crossing the one NIC costs more than staying inside
+    # a slower network deepens both (the diagnostic bisection relies on it)
+    slow = validation.dgx1_cluster(DATA, 4, file=validation.DGX1_1NIC_FILE, nic_gbps=3.0)
+    assert validation.cliff(slow) > cliff.modeled and validation.bert_overhead(slow) > bert.modeled
 
 
 def test_validation_table_prints(validation: ModuleType, capsys: pytest.CaptureFixture[str]) -> None:
