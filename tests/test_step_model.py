@@ -19,6 +19,7 @@ from placement.compute import (
     device_memory_bytes,
     model_flops,
     step_compute,
+    tree_channel_gbps,
 )
 from placement.cost import evaluate, surrogate_report
 from placement.errors import InputError
@@ -266,6 +267,8 @@ def test_unknown_device_kind_has_no_compute() -> None:
 
 def test_device_kinds_and_memory() -> None:
     assert device_kind("h100-80gb") == DEVICE_KINDS["H100"] and device_kind("gpu") is None
+    # NCCL's per-channel tree caps follow the device generation; kinds NCCL's table lacks have none
+    assert tree_channel_gbps("V100-SXM2")[1] == 18.5 and tree_channel_gbps("MI300X") is None  # type: ignore[index]
     assert device_memory_bytes("MI300X") == 192e9
     m = ModelShape(parameters=1e9, hidden=4096, layers=8, seq_len=4096, micro_batch=1, micro_batches=8, heads=32)
     par = ParallelSpec(tp=4, pp=2)
