@@ -126,6 +126,7 @@ def solve_cpsat(problem: Problem, starts: list[tuple[str, list[int]]]) -> CpsatO
         stats.update(qstats)
         if mp is not None and p.valid(mp):
             candidates.append(("cpsat", mp))
+            stats["surrogate_best"] = p.surrogate(mp)
         return CpsatOutcome(mp, qb, stats, [], candidates)
     bounds: BoundReport = lower_bounds(topo, p.state, p.traffic, p.candidates)
     stats["analytic_bound"] = bounds.value
