@@ -204,7 +204,8 @@ def test_example_sweep_parses() -> None:
     sw = load_sweep(EXAMPLES / "sweep-70b.yaml")
     filters = yaml.safe_load((EXAMPLES / "sweep-70b.yaml").read_text())["axes"]["shapes"]
     fit = factorizations(256, filters, gpus_per_node=8, hidden=8192, layers=80, seq_len=4096, parameters=70e9,
-                         device_memory_gb=80.0, global_micro_batches=8 * 16)  # the base job's dp8 x 16
+                         device_memory_gb=80.0, global_micro_batches=8 * 16,  # the base job's dp8 x 16
+                         recompute=True)  # the example keeps only each layer's input (full recomputation)
     n_strategies = len(set(sw.strategies))
     assert fit and len(sw.points) == len(fit) * 3 * n_strategies  # the shapes whose memory fits, 3 occupancies
     shapes = {p.shape for p in sw.points}
