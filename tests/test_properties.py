@@ -172,9 +172,15 @@ def test_moving_a_tp_group_onto_one_node_never_raises_its_cost(
     one = list(devs[3][:tp])
     job = Job("tp", tp, parallel=ParallelSpec(tp=tp),
               model=ModelShape(1e9, hidden, layers, 2048, micro_batches=micro_batches))
-    cost_one = evaluate(topo, ClusterState(), job, one).by_label["tp"]
-    cost_split = evaluate(topo, ClusterState(), job, split).by_label["tp"]
+    # a law of the slowest-path surrogate; the step model picks NCCL's tree across hosts where it is faster, and with
+    # equal tiers a latency-bound tree over two hosts can beat a ring on one by a few microseconds
+    cost_one = surrogate_report(topo, ClusterState(), job, one).by_label["tp"]
+    cost_split = surrogate_report(topo, ClusterState(), job, split).by_label["tp"]
     assert cost_one <= cost_split * (1 + 1e-12)
+    if leaf.bandwidth_gbps <= 0.5 * inside.bandwidth_gbps and leaf.latency_us >= 2 * inside.latency_us:
+        # clearly slower network: the step model agrees
+        v2_one = evaluate(topo, ClusterState(), job, one).by_label["tp"]
+        assert v2_one <= evaluate(topo, ClusterState(), job, split).by_label["tp"] * (1 + 1e-12)
 
 
 @FAST
