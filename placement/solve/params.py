@@ -29,15 +29,17 @@ def objective_scale(span: float) -> float | None:
     return SCALE if span * SCALE < 1e15 else 1e15 / span
 
 
-def configure(solver: cp_model.CpSolver, options: SolveOptions, time_limit: float, *, workers: int | None = None) -> None:
-    """Set the request's budget, workers, seed, gap and log on `solver` (see `SolveOptions`)."""
+def configure(solver: cp_model.CpSolver, options: SolveOptions, time_limit: float, *, workers: int | None = None,
+              presolve: bool = True) -> None:
+    """Set the request's budget, workers, seed, gap and log on `solver` (see `SolveOptions`). `presolve=False`
+    for neighbourhoods: they start from a complete hint, and presolve (not interruptible) can overrun a limit."""
     p = solver.parameters
     if options.deterministic:
         p.max_deterministic_time = max(0.01, time_limit * DETERMINISTIC_UNITS_PER_S)
         p.max_time_in_seconds = max(0.05, 20 * time_limit)  # a safety net only
     else:
         p.max_time_in_seconds = max(0.05, time_limit)
-    if not options.deterministic and time_limit < SHORT_SOLVE_S:
+    if not presolve or (not options.deterministic and time_limit < SHORT_SOLVE_S):
         p.cp_model_presolve = False  # presolve is not interruptible: on a short budget it can overrun the limit
     n = max(1, options.workers if workers is None else workers)
     p.num_workers = n

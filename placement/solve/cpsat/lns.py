@@ -228,7 +228,7 @@ def _leaf_round(problem: Problem, model: UnitModel, judge: _Judge, rng: random.R
     slots = Slots(dict(room), chain, True, dict(whole))
     prog = UnitProgram(topo, model, free_units, slots, fixed, bottleneck=problem.evaluator_guided)
     prog.add_hint(leaf_of)
-    res = prog.solve(problem.options, budget)
+    res = prog.solve(problem.options, budget, presolve=False)
     if res.assignment is None:
         return False
     out = realize(topo, pool, model.units, slots, res.assignment, len(score.mapping))
@@ -297,7 +297,7 @@ def lns(problem: Problem, model: UnitModel, slots: Slots, assign: dict[int, int]
         window = Slots({h: slots.room[h] - held.get(h, 0) for h in hosts if h in slots.room}, slots.chain)
         prog = UnitProgram(topo, model, free_units, window, fixed, allowed=None, bottleneck=problem.evaluator_guided)
         prog.add_hint(assign)
-        res = prog.solve(opts, budget)
+        res = prog.solve(opts, budget, presolve=False)
         if res.assignment is None:
             continue
         new = fixed | res.assignment

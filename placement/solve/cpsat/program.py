@@ -310,7 +310,7 @@ class UnitProgram:
             out.append((self.model.label_items.get(label, 1), peak))
         return out
 
-    def solve(self, options: SolveOptions, time_limit: float) -> SubResult:
+    def solve(self, options: SolveOptions, time_limit: float, *, presolve: bool = True) -> SubResult:
         """Minimize the surrogate (plus, with `bottleneck`, each label's costliest item once per item); the
         returned objective and bound are the surrogate's only when `bottleneck` is off."""
         if self.infeasible:
@@ -321,7 +321,7 @@ class UnitProgram:
             terms += self._add_bottlenecks()
         self.m.minimize(sum(c * v for c, v in terms))
         solver = cp_model.CpSolver()
-        configure(solver, options, time_limit)
+        configure(solver, options, time_limit, presolve=presolve)
         st = run_cpsat(solver, self.m, options.stop)
         name = solver.status_name(st)
         if st not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
