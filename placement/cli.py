@@ -108,6 +108,7 @@ def place(
     gap: Annotated[float, typer.Option(help="stop at this relative gap")] = 0.0,
     seed: Annotated[int, typer.Option(help="random seed (same seed and workers: same answer)")] = 0,
     workers: Annotated[int, typer.Option(help="CP-SAT workers (<= cores)")] = 2,
+    deterministic: Annotated[bool, typer.Option(help="budget the search in deterministic time: the same answer whatever the machine's load")] = False,
     output: Annotated[str, typer.Option(help="table, json, yaml, rankfile, hostfile, env or kueue")] = "table",
     out_file: Annotated[Path | None, typer.Option("--out", help="write the output here")] = None,
     picture: Annotated[Path | None, typer.Option(help="also draw the placement (SVG or PNG by suffix)")] = None,
@@ -143,7 +144,8 @@ def place(
         fail(f"--workers: must be in 1..64, got {workers}", 2)
     topo, st, jb = _load_all(cluster, job, state)
     assert jb is not None
-    res = run_place(topo, st, jb, SolveOptions(strategy=strat, time_limit_s=time_limit, relative_gap=gap, seed=seed, workers=workers))
+    res = run_place(topo, st, jb, SolveOptions(strategy=strat, time_limit_s=time_limit, relative_gap=gap, seed=seed, workers=workers,
+                                                deterministic=deterministic))
     from placement.cost import CostReport
 
     rep = res.report

@@ -232,6 +232,7 @@ def _options(msg: pb.Options, default_time_limit_s: float, ps: _Problems, prefix
         time_limit_s=limit,
         relative_gap=gap,
         seed=msg.seed,
+        deterministic=msg.deterministic,
     )
 
 

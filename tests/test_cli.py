@@ -421,3 +421,13 @@ def test_readme_showcase_numbers(example: tuple[Path, Path]) -> None:
         assert got["comm_seconds"] == pytest.approx(rep.comm_seconds)
     # TP groups split over two nodes pay the NIC: slower in exposed comm and in the step
     assert b["comm_seconds"] > a["comm_seconds"] and b["step_seconds"] > a["step_seconds"]
+
+
+def test_place_deterministic_gives_the_same_mapping(small: tuple[Path, Path]) -> None:
+    cluster, job = small
+    docs = []
+    for _ in range(2):
+        res = run("place", cluster, job, "--time-limit", "0.5", "--deterministic", "--workers", "1", "--output", "json")
+        assert res.exit_code == 0, res.output
+        docs.append(json.loads(res.stdout)["mapping"])
+    assert docs[0] == docs[1]

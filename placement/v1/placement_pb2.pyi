@@ -55,16 +55,18 @@ class CompareRequest(_message.Message):
     def __init__(self, cluster: _Optional[_Union[Cluster, _Mapping]] = ..., state: _Optional[_Union[State, _Mapping]] = ..., jobs: _Optional[_Iterable[_Union[Job, _Mapping]]] = ..., options: _Optional[_Union[Options, _Mapping]] = ...) -> None: ...
 
 class Options(_message.Message):
-    __slots__ = ("strategy", "time_limit_s", "relative_gap", "seed")
+    __slots__ = ("strategy", "time_limit_s", "relative_gap", "seed", "deterministic")
     STRATEGY_FIELD_NUMBER: _ClassVar[int]
     TIME_LIMIT_S_FIELD_NUMBER: _ClassVar[int]
     RELATIVE_GAP_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
+    DETERMINISTIC_FIELD_NUMBER: _ClassVar[int]
     strategy: str
     time_limit_s: float
     relative_gap: float
     seed: int
-    def __init__(self, strategy: _Optional[str] = ..., time_limit_s: _Optional[float] = ..., relative_gap: _Optional[float] = ..., seed: _Optional[int] = ...) -> None: ...
+    deterministic: bool
+    def __init__(self, strategy: _Optional[str] = ..., time_limit_s: _Optional[float] = ..., relative_gap: _Optional[float] = ..., seed: _Optional[int] = ..., deterministic: _Optional[bool] = ...) -> None: ...
 
 class Cluster(_message.Message):
     __slots__ = ("name", "description", "levels", "intra_node_tiers", "rail_policy", "node_types", "generate", "hosts", "fault_domains", "device_kinds")
