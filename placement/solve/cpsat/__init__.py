@@ -215,7 +215,8 @@ def solve_cpsat(problem: Problem, starts: list[tuple[str, list[int]]]) -> CpsatO
         host_assign = assignment_from_mapping(topo, units.ranks, best, partial=True) or {}
         score = SurrogateScore(p, best)
         full_hosts = host_slots(topo, p.pool, sorted(p.pool.devices))
-        ls = lns(p, model, full_hosts, host_assign, score, p.until(1.0) - 0.05 - job.ranks * 3e-5)
+        # leave time to score and validate the answer afterwards (about 50 µs a rank)
+        ls = lns(p, model, full_hosts, host_assign, score, p.until(1.0) - 0.05 - job.ranks * 5e-5)
         stats.update(ls.as_stats())
         if score.total < inc.surrogate - 1e-12 and p.valid(score.mapping) and inc.offer(score.mapping, score.total):
             candidates.append(("cpsat-lns", list(score.mapping)))
