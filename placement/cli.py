@@ -15,6 +15,7 @@ import yaml
 from rich.console import Console
 
 from placement.cli_errors import err, escape, fail, guard
+from placement.cli_remote import place_request, serve_main
 from placement.cli_tables import headline, print_report
 from placement.errors import InputError, Problem
 
@@ -127,7 +128,7 @@ def place(
         if request is None or cluster is not None or job is not None:
             fail("give either CLUSTER JOB or --request FILE (and --server only with --request)", 2)
         assert request is not None
-        _place_request(request, server, token, output, out_file)
+        place_request(request, server, token, output, out_file, _write)
         return
     if cluster is None or job is None:
         fail("missing CLUSTER and JOB (or --request FILE)", 2)
@@ -173,62 +174,6 @@ def place(
         return
     seats = [(topo.devices[d].host, topo.devices[d].local_index) for d in res.mapping]
     _write(export(output, seats, document=doc, topology=topo), out_file)
-
-
-def _place_request(request: Path, server: str | None, token: str | None, output: str, out_file: Path | None) -> None:
-    """`place --request`: offline through the same conversion the server uses, or over the wire."""
-    from placement.io.export import export
-    from placement.requests import dump_message, read_request
-    from placement.v1 import placement_pb2 as pb
-
-    req = read_request(request, pb.PlaceRequest)
-    if server is not None:
-        from server.client import PlacementClient, PlacementRpcError
-
-        try:
-            with PlacementClient(server, token=token) as client:
-                result = client.place(req).result
-        except PlacementRpcError as e:
-            lines = [f"{server}: {e.code.name}: {escape(e.message)}"]
-            lines += [f"  - {f}: {escape(d)}" for f, d in e.field_violations]
-            lines += [f"  - {escape(d)}" for _, _, d in e.precondition_violations]
-            fail("\n".join(lines), 3 if e.code.name == "FAILED_PRECONDITION" else 2 if e.code.name == "INVALID_ARGUMENT" else 4)
-            return
-    else:
-        from placement.solve import place as run_place
-        from server import convert
-
-        inputs = convert.place_inputs(req)
-        res = run_place(inputs.topology, inputs.state, inputs.job, inputs.options)
-        result = convert.result_to_proto(inputs.topology, inputs.job, res, time_limit_s=inputs.options.time_limit_s,
-                                         deadline_limited=False)
-    if output in ("json", "yaml"):
-        _write(dump_message(pb.PlaceResponse(result=result), output), out_file)
-        return
-    if output == "table":
-        _print_result(result)
-        if out_file is not None:
-            _write(dump_message(pb.PlaceResponse(result=result), "json"), out_file)
-        return
-    seats = [(a.host, int(a.device.rpartition("/gpu")[2])) for a in result.mapping]
-    if output == "kueue":
-        fail("--output kueue needs the cluster file: use `placement export RESULT --format kueue --cluster FILE`", 2)
-    _write(export(output, seats), out_file)
-
-
-def _print_result(result: Any) -> None:
-    """The same tables as the offline ones, from a PlacementResult message."""
-    from server.convert import report_from_proto
-
-    rep = report_from_proto(result.cost, result.breakdown)
-    costs = {b.strategy: {"step_seconds": b.step_seconds if b.HasField("step_seconds") else None,
-                          "comm_seconds": b.comm_seconds if b.HasField("comm_seconds") else None}
-             for b in result.baselines}
-    gap = f"{100 * result.gap:.2f}%" if result.HasField("gap") else "-"
-    bound = f"{result.lower_bound_s:.4f}" if result.HasField("lower_bound_s") else "-"
-    status = type(result).DESCRIPTOR.fields_by_name["status"].enum_type.values_by_number[result.status].name.removeprefix("SOLVE_STATUS_")
-    title = f"{result.job} ({len(result.mapping)} ranks): {status}, {headline(rep)}, surrogate bound {bound}, gap {gap}"
-    print_report(title, rep, result.strategy, costs)
 
 
 # ---- export -------------------------------------------------------------------------------------------------
@@ -394,10 +339,8 @@ def serve(
     port: Annotated[int | None, typer.Option(help="gRPC port (default from PLACEMENT_PORT or 50051)")] = None,
 ) -> None:
     """Run the gRPC server (same as `placement-server`)."""
-    from server.main import main as server_main
-
     argv = [] if port is None else ["--port", str(port)]
-    raise typer.Exit(server_main(argv))
+    raise typer.Exit(serve_main(argv))
 
 
 from placement.cli_whatif import register as _register_whatif  # noqa: E402  (adds `placement whatif`)
