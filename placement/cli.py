@@ -165,8 +165,11 @@ def place(
         err.print(f"wrote {picture}")
     if output == "table":
         gap_s = "-" if res.gap is None else f"{100 * res.gap:.2f}%"
+        bound_s = "-" if res.lower_bound is None else f"{res.lower_bound:.4f}"
+        if res.lower_bound is not None and "bound_source" in res.stats:
+            bound_s += f" ({res.stats['bound_source']})"  # the bound that binds
         title = (f"{jb.name} ({jb.ranks} ranks) on {topo.name}: {res.status.value}, {headline(rep)}, "
-                 f"surrogate bound {'-' if res.lower_bound is None else f'{res.lower_bound:.4f}'}, gap {gap_s}, "
+                 f"surrogate bound {bound_s}, gap {gap_s}, "
                  f"{res.stats.get('wall_s', 0):.2f} s")
         print_report(title, rep, res.strategy.value, baseline_costs(rep, res.baselines, res.baseline_reports))
         if out_file is not None:

@@ -68,6 +68,9 @@ def print_result(result: Any) -> None:
              for b in result.baselines}
     gap = f"{100 * result.gap:.2f}%" if result.HasField("gap") else "-"
     bound = f"{result.lower_bound_s:.4f}" if result.HasField("lower_bound_s") else "-"
+    source = result.stats.notes.get("bound_source") if result.HasField("stats") else None
+    if source and result.HasField("lower_bound_s"):
+        bound += f" ({source})"
     status = type(result).DESCRIPTOR.fields_by_name["status"].enum_type.values_by_number[result.status].name.removeprefix("SOLVE_STATUS_")
     title = f"{result.job} ({len(result.mapping)} ranks): {status}, {headline(rep)}, surrogate bound {bound}, gap {gap}"
     print_report(title, rep, result.strategy, costs)
