@@ -175,3 +175,44 @@ def test_deterministic_time_gives_the_same_answer() -> None:
     a = place(topo, state, job, SolveOptions(time_limit_s=1, seed=2, deterministic=True))
     b = place(topo, state, job, SolveOptions(time_limit_s=1, seed=2, deterministic=True))
     assert a.mapping == b.mapping
+
+
+@settings(max_examples=30, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+@given(occupied=st.sets(st.integers(0, 7), max_size=2), shape=st.sampled_from([(2, 2, 1), (2, 1, 2), (2, 2, 2)]))
+def test_host_filling_unit_bound_is_valid_and_binds(occupied: set[int], shape: tuple[int, int, int]) -> None:
+    """TP groups that fill a host (TP2 on 2-GPU hosts): PP edges and DP groups that cross TP groups can share a
+    host only with split TP groups. The joint bound stays below brute force and is never below the per-label one."""
+    from placement.solve.bound import _joint_bound, _populations, level_paths
+
+    topo = _small()
+    state = ClusterState(occupied={d: "other" for d in occupied})
+    tp, pp, dp = shape
+    job = megatron_job("j", tp=tp, pp=pp, dp=dp, hidden=1024, layers=4, micro_batches=2)
+    traffic = job_traffic(job)
+    cands = candidate_devices(topo, state, job)
+    if len(cands) < job.ranks:
+        return
+    best = math.inf
+    for perm in itertools.permutations(cands, job.ranks):
+        if not validate(topo, state, job, list(perm)):
+            best = min(best, surrogate_seconds(topo, state, list(perm), traffic))
+    free = []
+    for li in range(len(topo.levels)):
+        col = topo.domain_column(li)
+        free.append(sorted((sum(1 for d in cands if col[d] == k) for k in set(col[d] for d in cands)), reverse=True))
+    joint = _joint_bound(_populations(traffic, level_paths(topo, state), free, len(topo.levels)), free)
+    assert 0 < joint <= best + 1e-12
+    assert lower_bounds(topo, state, traffic, cands).value <= best + 1e-12
+
+
+def test_host_filling_unit_bound_is_tighter_on_a_free_cluster() -> None:
+    topo = _small()
+    job = megatron_job("j", tp=2, pp=2, dp=1, hidden=1024, layers=4, micro_batches=2)
+    traffic = job_traffic(job)
+    from placement.solve.bound import _assign, _populations, level_paths
+
+    cands = list(range(topo.num_devices))
+    free = [[2, 2, 2, 2], [4, 4], [8]]
+    plain = sum(_assign(p.costs, p.caps) for p in _populations(traffic, level_paths(topo), free, 3))
+    # both TP groups whole: each fills a host, so the PP edges cannot stay on one (the per-label bound lets them)
+    assert lower_bounds(topo, ClusterState(), traffic, cands).value > plain * (1 + 1e-9)
