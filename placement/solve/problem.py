@@ -11,7 +11,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from placement.cost import evaluate, group_path, group_seconds, p2p_seconds, pair_path
+from placement.cost import CostReport, evaluate, group_path, group_seconds, p2p_seconds, pair_path
 from placement.job import Job
 from placement.solve.construct import HostPool
 from placement.solve.types import SolveOptions
@@ -41,6 +41,7 @@ class Problem:
     deadline: float
     rank_groups: list[list[int]] = field(default_factory=list)
     rank_edges: list[list[int]] = field(default_factory=list)
+    reports: dict[tuple[int, ...], CostReport] = field(default_factory=dict)  # evaluator reports already made
 
     @staticmethod
     def prepare(topology: Topology, state: ClusterState, job: Job, options: SolveOptions, *,
@@ -96,8 +97,14 @@ class Problem:
         return self.job.ranks <= EVALUATOR_GUIDED_RANKS
 
     def rank(self, mapping: Sequence[int]) -> tuple[float, float]:
-        """What `place` picks by: the evaluator's exposed communication, then the surrogate."""
-        rep = evaluate(self.topology, self.state, self.job, mapping, traffic=self.traffic, check=False)
+        """What `place` picks by: the evaluator's exposed communication, then the surrogate (reports are kept, so
+        the answer is never evaluated twice)."""
+        key = tuple(mapping)
+        rep = self.reports.get(key)
+        if rep is None:
+            rep = evaluate(self.topology, self.state, self.job, mapping, traffic=self.traffic, check=False)
+            if len(self.reports) < 64:
+                self.reports[key] = rep
         return rep.comm_seconds, rep.surrogate_seconds
 
     def valid(self, mapping: Sequence[int] | None) -> bool:

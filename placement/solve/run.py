@@ -143,9 +143,13 @@ class _Scorer:
         if key not in self.memo:
             t = time.perf_counter()
             r = self.request
-            self.memo[key] = (evaluate(r.topology, r.state, r.job, mapping, traffic=r.traffic, check=False)
-                              if r.valid(mapping) else None)
-            self.cost_s = max(self.cost_s, time.perf_counter() - t)
+            known = r.reports.get(key)
+            if not r.valid(mapping):
+                self.memo[key] = None
+            else:
+                self.memo[key] = known or evaluate(r.topology, r.state, r.job, mapping, traffic=r.traffic, check=False)
+            if known is None:
+                self.cost_s = max(self.cost_s, time.perf_counter() - t)
         return self.memo[key]
 
     def affordable(self, reserve: float = 1.0) -> bool:
@@ -237,13 +241,15 @@ def _optimize(request: Request, score: _Scorer, found: dict[str, tuple[list[int]
                 found[name] = (m, rep)
                 starts.append((name, m))
     if score.affordable() or not found:
-        out = solve_cpsat(request, starts)
+        out = solve_cpsat(request, starts, [(found[n][1].comm_seconds, found[n][1].surrogate_seconds) for n, _ in starts])
     else:
         out = CpsatOutcome(None, None, {"cpsat_status": "SKIPPED: the time limit is spent on the baselines"})
     lower, stats = out.lower_bound, out.stats
     for name, m in out.candidates:
         if name not in ("constructive", "cpsat") or (tuple(m) in score.memo and name != "cpsat"):
             continue
+        if name == "constructive" and tuple(m) not in request.reports and not score.affordable(0.5):
+            continue  # a candidate not worth overrunning the limit for (the solver's answer is scored always)
         rep = score(m)
         if rep is None:
             if name == "cpsat":

@@ -14,6 +14,7 @@ import dataclasses
 import math
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from placement.solve.bound import BoundReport, lower_bounds
@@ -59,8 +60,11 @@ class _Incumbent:
         self.key: tuple[float, float] = (math.inf, math.inf)
         self.min_surrogate = math.inf
 
-    def offer(self, mapping: list[int], surrogate: float | None = None) -> bool:
-        if self.p.evaluator_guided:
+    def offer(self, mapping: list[int], surrogate: float | None = None, *, known: tuple[float, float] | None = None) -> bool:
+        """`known`: the mapping's (exposed comm, surrogate) when the caller has scored it already."""
+        if known is not None:
+            key = known if self.p.evaluator_guided else (known[1], known[1])
+        elif self.p.evaluator_guided:
             key = self.p.rank(mapping)
         else:
             sur = self.p.surrogate(mapping) if surrogate is None else surrogate
@@ -106,8 +110,10 @@ def _choose_slots(problem: Problem, units: Units, model: UnitModel, assign: dict
     return host_slots(topo, pool, hosts), True
 
 
-def solve_cpsat(problem: Problem, starts: list[tuple[str, list[int]]]) -> CpsatOutcome:
-    """Optimize from `starts` (valid mappings: the baselines and candidates); see the module docstring."""
+def solve_cpsat(problem: Problem, starts: list[tuple[str, list[int]]],
+                scores: Sequence[tuple[float, float] | None] = ()) -> CpsatOutcome:
+    """Optimize from `starts` (valid mappings: the baselines and candidates; `scores`, aligned with them, their
+    (exposed comm, surrogate) where already known); see the module docstring."""
     from placement.solve.exact import exact_applicable, solve_device_level
     from placement.solve.refine import refine_hosts
 
@@ -116,8 +122,8 @@ def solve_cpsat(problem: Problem, starts: list[tuple[str, list[int]]]) -> CpsatO
     stats: dict[str, float | int | str] = {}
     candidates: list[tuple[str, list[int]]] = []
     inc = _Incumbent(p)
-    for _, m in starts:
-        inc.offer(m)
+    for i, (_, m) in enumerate(starts):
+        inc.offer(m, known=scores[i] if i < len(scores) else None)
     best = inc.mapping
     if topo.pair_paths is not None and not p.traffic.groups and not p.pinned and not job.constraints.spread:
         from placement.solve.qap import solve_on_graph
