@@ -1,0 +1,234 @@
+"""The native job file: structured (parallel sizes, order, model shape) or explicit (groups and edges), with the
+exposure and constraints of the request, read into a `placement.job.Job` with every problem reported at once.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from placement.compute import DEFAULT_MFU
+from placement.errors import Problems
+from placement.io.native_read import MAX_BYTES, MAX_COUNT, _Reader, load_document
+from placement.job import (
+    DIMENSIONS,
+    CollectiveKind,
+    Constraints,
+    Edge,
+    Group,
+    Job,
+    ModelShape,
+    ParallelSpec,
+    SpreadRule,
+)
+
+__all__ = ["job_from_dict", "load_job"]
+
+def _members(r: _Reader, v: Any, path: str) -> tuple[int, ...]:
+    """Members as a list of ints or a range string ``"0-7"`` / ``"0-7,16-23"``."""
+    if isinstance(v, str):
+        out: list[int] = []
+        for part in v.split(","):
+            m = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", part)
+            if not m:
+                r.ps.add(path, f"bad rank range {part!r}; write e.g. \"0-7,16-23\"")
+                return ()
+            lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
+            if hi < lo:
+                r.ps.add(path, f"bad rank range {part!r}: {hi} < {lo}")
+                return ()
+            out.extend(range(lo, hi + 1))
+        return tuple(out)
+    items = r.lst(v, path)
+    if not all(isinstance(x, int) and not isinstance(x, bool) for x in items):
+        r.ps.add(path, "members must be rank numbers")
+        return ()
+    return tuple(items)
+
+
+def job_from_dict(doc: Any, source: str = "<job>") -> Job:
+    """A structured or explicit job with its constraints."""
+    ps = Problems(source)
+    r = _Reader(ps)
+    d = r.obj(doc, "")
+    r.keys(d, ["name", "ranks", "device_kind", "parallel", "model", "exposure", "groups", "edges", "constraints", "description"], "")
+    name = r.str_(d, "name", "", default=Path(source).stem) or "job"
+    kind = r.str_(d, "device_kind", "")
+    par: ParallelSpec | None = None
+    model: ModelShape | None = None
+    if d.get("parallel") is not None:
+        pd = r.obj(d["parallel"], "parallel")
+        r.keys(pd, [*DIMENSIONS, "order"], "parallel")
+        sizes = {k: r.int_(pd, k, "parallel", minimum=1, default=1) or 1 for k in DIMENSIONS}
+        order = r.str_(pd, "order", "parallel", default="tp-cp-ep-dp-pp") or "tp-cp-ep-dp-pp"
+        dims = order.split("-")
+        missing = [x for x in DIMENSIONS if x not in dims]
+        unknown = [x for x in dims if x not in DIMENSIONS]
+        dup = sorted({x for x in dims if dims.count(x) > 1})
+        if missing or unknown or dup:
+            what = []
+            if missing:
+                what.append(f"misses {', '.join(missing)}")
+            if unknown:
+                what.append(f"has unknown {', '.join(repr(u) for u in unknown)}")
+            if dup:
+                what.append(f"repeats {', '.join(dup)}")
+            ps.add("parallel.order", f"{order!r} {' and '.join(what)}; it must name each of tp, cp, ep, dp, pp once, e.g. 'tp-cp-ep-dp-pp'")
+            order = "tp-cp-ep-dp-pp"
+        par = ParallelSpec(order=order, **sizes)
+        md = r.obj(d.get("model"), "model")
+        if "model" not in d:
+            ps.add("model", "is required with `parallel`: parameters, hidden, layers, seq_len, ...")
+        else:
+            r.keys(md, ["parameters", "hidden", "layers", "seq_len", "micro_batch", "micro_batches", "bytes_per_element",
+                        "grad_bytes_per_element", "experts", "top_k", "expert_parameters", "kv_fraction",
+                        "recompute", "mfu", "heads"], "model")
+            recompute = md.get("recompute", False)
+            if not isinstance(recompute, bool):
+                ps.add("model.recompute", f"must be true or false, got {recompute!r}")
+                recompute = False
+            model = ModelShape(
+                parameters=r.num(md, "parameters", "model", minimum=0, exclusive=True, required=True) or 1.0,
+                hidden=r.int_(md, "hidden", "model", minimum=1, required=True) or 1,
+                layers=r.int_(md, "layers", "model", minimum=1, required=True) or 1,
+                seq_len=r.int_(md, "seq_len", "model", minimum=1, required=True) or 1,
+                micro_batch=r.int_(md, "micro_batch", "model", minimum=1, default=1) or 1,
+                micro_batches=r.int_(md, "micro_batches", "model", minimum=1, default=1) or 1,
+                bytes_per_element=r.int_(md, "bytes_per_element", "model", minimum=1, default=2) or 2,
+                grad_bytes_per_element=r.int_(md, "grad_bytes_per_element", "model", minimum=1),
+                experts=r.int_(md, "experts", "model", minimum=0, default=0) or 0,
+                top_k=r.int_(md, "top_k", "model", minimum=0, default=0) or 0,
+                expert_parameters=r.num(md, "expert_parameters", "model", minimum=0, default=0.0) or 0.0,
+                kv_fraction=r.num(md, "kv_fraction", "model", minimum=0, exclusive=True, default=1.0) or 1.0,
+                recompute=recompute,
+                mfu=r.num(md, "mfu", "model", minimum=0, exclusive=True, maximum=1.0, default=DEFAULT_MFU) or DEFAULT_MFU,
+                heads=r.int_(md, "heads", "model", minimum=1, default=0) or 0,
+            )
+            if model.layers % par.pp:
+                ps.add("model.layers", f"{model.layers} layers do not split evenly over pp={par.pp} stages")
+            if sizes["ep"] > 1 and (model.experts < sizes["ep"] or model.top_k < 1):
+                ps.add("model.experts", f"ep={sizes['ep']} needs experts >= ep and top_k >= 1, got experts={model.experts}, top_k={model.top_k}")
+            if model.experts and sizes["ep"] > 1 and model.experts % sizes["ep"]:
+                ps.add("model.experts", f"{model.experts} experts do not split evenly over ep={sizes['ep']}")
+            if model.expert_parameters >= model.parameters:
+                ps.add("model.expert_parameters", f"{model.expert_parameters:g} must be < parameters {model.parameters:g}")
+        ranks = r.int_(d, "ranks", "", minimum=1, default=par.world_size) or par.world_size
+        if ranks != par.world_size:
+            ps.add("ranks", f"{ranks} does not equal tp*cp*ep*dp*pp = {'*'.join(str(sizes[k]) for k in DIMENSIONS)} = {par.world_size}")
+        if d.get("groups") or d.get("edges"):
+            ps.add("groups", "a job is structured (parallel + model) or explicit (groups/edges), not both")
+    else:
+        ranks = r.int_(d, "ranks", "", minimum=1, required=True) or 1
+        if d.get("groups") is None and d.get("edges") is None and "ranks" in d:
+            ps.add("", "an explicit job needs `groups` and/or `edges` (or give `parallel` and `model`)")
+    groups: list[Group] = []
+    kinds = {k.value: k for k in CollectiveKind}
+    for i, g in enumerate(r.lst(d.get("groups"), "groups")):
+        gp = f"groups[{i}]"
+        gd = r.obj(g, gp)
+        r.keys(gd, ["label", "kind", "members", "bytes", "count", "exposed"], gp)
+        kname = r.str_(gd, "kind", gp, default="all_reduce") or "all_reduce"
+        if kname not in kinds:
+            ps.add(f"{gp}.kind", f"unknown collective {kname!r}; known: {sorted(kinds)}")
+            kname = "all_reduce"
+        mem = _members(r, gd.get("members"), f"{gp}.members")
+        bad = [m for m in mem if not 0 <= m < ranks]
+        if bad:
+            ps.add(f"{gp}.members", f"rank(s) {bad[:5]} outside 0..{ranks - 1}")
+        if len(set(mem)) != len(mem):
+            ps.add(f"{gp}.members", "lists a rank twice")
+        if len(mem) < 2:
+            ps.add(f"{gp}.members", f"a group needs >= 2 members, got {len(mem)}")
+        groups.append(Group(
+            r.str_(gd, "label", gp, default=kname) or kname, kinds[kname], mem,
+            r.num(gd, "bytes", gp, minimum=0, maximum=MAX_BYTES, required=True) or 0.0,
+            r.num(gd, "count", gp, minimum=0, maximum=MAX_COUNT, default=1.0) or 0.0,
+            _exposed(r, gd, gp),
+        ))
+    edges: list[Edge] = []
+    for i, e in enumerate(r.lst(d.get("edges"), "edges")):
+        ep = f"edges[{i}]"
+        ed = r.obj(e, ep)
+        r.keys(ed, ["label", "src", "dst", "bytes", "count", "exposed"], ep)
+        src = r.int_(ed, "src", ep, minimum=0, required=True)
+        dst = r.int_(ed, "dst", ep, minimum=0, required=True)
+        for k, val in (("src", src), ("dst", dst)):
+            if val is not None and val >= ranks:
+                ps.add(f"{ep}.{k}", f"rank {val} outside 0..{ranks - 1}")
+        if src is not None and src == dst:
+            ps.add(ep, f"an edge joins two different ranks, got {src}->{dst}")
+        edges.append(Edge(
+            r.str_(ed, "label", ep, default="p2p") or "p2p", src or 0, dst or 0,
+            r.num(ed, "bytes", ep, minimum=0, maximum=MAX_BYTES, required=True) or 0.0,
+            r.num(ed, "count", ep, minimum=0, maximum=MAX_COUNT, default=1.0) or 0.0,
+            _exposed(r, ed, ep),
+        ))
+    exposure: dict[str, float] = {}
+    for lab, val in r.obj(d.get("exposure"), "exposure").items():
+        f = r.num({lab: val}, lab, "exposure", minimum=0)
+        if f is not None and f > 1:
+            ps.add(f"exposure.{lab}", f"an exposed fraction is in [0, 1], got {f:g}")
+        elif f is not None:
+            exposure[str(lab)] = f
+    cons = _constraints(r, d.get("constraints"), ranks)
+    ps.raise_if_any()
+    return Job(name, ranks, kind, par, model, exposure, tuple(groups), tuple(edges), cons)
+
+
+def _exposed(r: _Reader, d: Mapping[str, Any], path: str) -> float:
+    """The exposed fraction of a group or edge, in [0, 1] like the job's `exposure` values (default 1)."""
+    f = r.num(d, "exposed", path, minimum=0, default=1.0)
+    if f is None:
+        return 1.0
+    if f > 1:
+        r.ps.add(f"{path}.exposed", f"an exposed fraction is in [0, 1], got {f:g}")
+        return 1.0
+    return f
+
+
+def _constraints(r: _Reader, v: Any, ranks: int) -> Constraints:
+    cd = r.obj(v, "constraints")
+    r.keys(cd, ["require", "prefer", "spread", "pins", "exclude"], "constraints")
+    req = {str(k): str(x) for k, x in r.obj(cd.get("require"), "constraints.require").items()}
+    pref = {str(k): str(x) for k, x in r.obj(cd.get("prefer"), "constraints.prefer").items()}
+    spread: list[SpreadRule] = []
+    for i, s in enumerate(r.lst(cd.get("spread"), "constraints.spread")):
+        sp = f"constraints.spread[{i}]"
+        sd = r.obj(s, sp)
+        r.keys(sd, ["kind", "scope", "min_domains", "max_ranks_per_domain"], sp)
+        rule = SpreadRule(
+            r.str_(sd, "kind", sp, required=True) or "?",
+            r.str_(sd, "scope", sp, default="job") or "job",
+            r.int_(sd, "min_domains", sp, minimum=1),
+            r.int_(sd, "max_ranks_per_domain", sp, minimum=1),
+        )
+        if rule.min_domains is None and rule.max_ranks_per_domain is None:
+            r.ps.add(sp, "give min_domains and/or max_ranks_per_domain")
+        spread.append(rule)
+    pins: dict[int, str] = {}
+    for k, dev in r.obj(cd.get("pins"), "constraints.pins").items():
+        try:
+            rk = int(k)
+        except (TypeError, ValueError):
+            r.ps.add(f"constraints.pins.{k}", "keys are rank numbers")
+            continue
+        if not 0 <= rk < ranks:
+            r.ps.add(f"constraints.pins.{k}", f"rank {rk} outside 0..{ranks - 1}")
+            continue
+        pins[rk] = str(dev)
+    dup = sorted({x for x in pins.values() if list(pins.values()).count(x) > 1})
+    if dup:
+        r.ps.add("constraints.pins", f"device(s) {dup} pinned to more than one rank")
+    excl = [str(x) for x in r.lst(cd.get("exclude"), "constraints.exclude")]
+    return Constraints(req, pref, tuple(spread), pins, tuple(excl))
+
+
+def load_job(path: str | Path) -> Job:
+    return job_from_dict(load_document(path), str(path))
+
+
+# ---- mapping ------------------------------------------------------------------------------------------------
+
+
