@@ -19,7 +19,7 @@ not expressible in either scheduler's request and are not honoured here (the map
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from placement.job import Job
@@ -279,3 +279,18 @@ def slurm_start(topology: Topology, state: ClusterState, job: Job, traffic: Traf
     if req is None:
         return SlurmStart(prep, done=True)
     return SlurmStart(prep, req[0], req[1])
+
+
+def take_nodes(hosts: Iterable[int], cap: Sequence[int], plan: list[tuple[int, int]], tasks: int, nodes: int) -> tuple[int, int, int]:
+    """Slurm's allocation of one switch's or block's nodes in order: each usable node takes as many of the remaining
+    tasks as it holds (appended to `plan`). Returns the tasks and nodes still wanted and how many nodes it took."""
+    taken = 0
+    for h in hosts:
+        if cap[h] == 0 or tasks <= 0:
+            continue
+        t = min(cap[h], tasks)
+        plan.append((h, t))
+        tasks -= t
+        nodes -= 1
+        taken += 1
+    return tasks, nodes, taken

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 
 from placement.job import Job
-from placement.solve.baselines.common import slurm_start
+from placement.solve.baselines.common import slurm_start, take_nodes
 from placement.state import ClusterState
 from placement.topology import Topology
 from placement.traffic import Traffic
@@ -113,13 +113,7 @@ def slurm_block(topology: Topology, state: ClusterState, job: Job, traffic: Traf
         if pick.best < 0 or (max_ll <= 0 and not pick.same_block):
             break
         required.add(pick.best)
-        for h in hosts_in[pick.best]:
-            if cap[h] == 0 or rem_tasks <= 0:
-                continue
-            t = min(cap[h], rem_tasks)
-            plan.append((h, t))
-            rem_tasks -= t
-            rem_nodes -= 1
+        rem_tasks, rem_nodes, _ = take_nodes(hosts_in[pick.best], cap, plan, rem_tasks, rem_nodes)
         if not pick.same_block:
             max_ll -= 1
     if rem_tasks > 0 or not prep.within_cap(topology, [h for h, _ in plan]):

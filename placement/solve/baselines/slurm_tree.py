@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from placement.job import Job
-from placement.solve.baselines.common import slurm_start
+from placement.solve.baselines.common import slurm_start, take_nodes
 from placement.state import ClusterState
 from placement.topology import Topology
 from placement.traffic import Traffic
@@ -92,15 +92,7 @@ def slurm_tree(topology: Topology, state: ClusterState, job: Job, traffic: Traff
             if (d[leaf] < d[best] and i_fit) or (d[leaf] == d[best] and tcs > 0):
                 best = leaf
         dist += 2 * (up != up[:, best:best + 1]).sum(axis=0)
-        taken = 0
-        for h in sorted(hosts_of_leaf[best]):
-            if cap[h] == 0 or rem_tasks <= 0:
-                continue
-            t = min(cap[h], rem_tasks)
-            plan.append((h, t))
-            rem_tasks -= t
-            rem_nodes -= 1
-            taken += 1
+        rem_tasks, rem_nodes, taken = take_nodes(sorted(hosts_of_leaf[best]), cap, plan, rem_tasks, rem_nodes)
         drop = node_cnt[1][best]
         for u in range(depth):  # _decrement_node_cnt on the leaf and its ancestors
             k = chain[best][u]
