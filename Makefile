@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: run test bench lint protos clean
+.PHONY: run test test-random bench lint protos clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,7 +25,12 @@ test: $(BIN)/.installed
 	$(BIN)/python -m pip check
 	$(BIN)/ruff check placement server tests bench scripts
 	$(BIN)/mypy placement server
+	$(BIN)/lint-imports
 	$(BIN)/python -m pytest
+
+# The suite in a random order (pytest-randomly), SEED=N to repeat one order.
+test-random: $(BIN)/.installed
+	$(BIN)/python -m pytest -p randomly $(if $(SEED),--randomly-seed=$(SEED),)
 
 bench: $(BIN)/.installed
 	$(BIN)/python bench/solver.py

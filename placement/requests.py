@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import IO, Any, TypeVar
 
 import yaml
-from google.protobuf import descriptor_pool, json_format
+from google.protobuf import json_format
 
 from placement.errors import InputError, Problem, Problems
 from placement.io.native import load_document
@@ -149,7 +149,7 @@ def _parse_error(e: json_format.ParseError) -> Problem:
         type_name, name, at = unknown.groups()
         at = at.partition(".")[2]  # drop the request type: "PlaceRequest.cluster.levels[1]"
         try:
-            known = sorted(f.name for f in descriptor_pool.Default().FindMessageTypeByName(type_name).fields)
+            known = sorted(f.name for f in pb.DESCRIPTOR.pool.FindMessageTypeByName(type_name).fields)
         except KeyError:
             known = []
         if not at:
