@@ -4,9 +4,9 @@ behind ``--picture out.svg`` of `place` and `evaluate`. `register(app)` adds the
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -31,7 +31,6 @@ from placement.topology import Topology
 
 __all__ = ["register", "render_picture", "whatif"]
 
-F = TypeVar("F", bound=Callable[..., Any])
 _out = Console()
 _err = err
 

@@ -13,7 +13,7 @@ import multiprocessing
 import os
 import random
 import signal
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -38,7 +38,6 @@ __all__ = [
     "default_workers",
     "digest",
     "evaluate_task",
-    "iter_missing",
     "plan_tasks",
     "read_results",
     "run_sweep",
@@ -440,9 +439,3 @@ def _run_pool(tasks: Sequence[Task], workers: int, finish: Callable[[list[tuple[
             for proc in procs:
                 proc.join(timeout=5)
 
-
-def iter_missing(sweep: Sweep, rows: Mapping[str, Mapping[str, str]]) -> Iterator[Point]:
-    """Points of the sweep that have no finished row."""
-    for p in sweep.points:
-        if p.key not in rows:
-            yield p

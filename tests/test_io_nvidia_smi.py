@@ -56,10 +56,6 @@ def assert_well_formed(t: NvidiaSmiTopology) -> None:
 # ------------------------------------------------------------------------------------- the real files
 
 
-def test_data_dir_resolves_to_shared_data() -> None:
-    assert DATA.parents[1].name == "data" and DATA.parents[2].name == "shared"
-
-
 @needs_data
 @pytest.mark.parametrize("path", sorted(DATA.glob("*.txt")) if DATA.is_dir() else [], ids=lambda p: p.name)
 def test_every_shared_file_parses(path: Path) -> None:

@@ -81,11 +81,13 @@ def test_every_returned_mapping_is_valid(occ: float, mode: str, seed: int, shape
     state = occupy(topo, occ, seed=seed, mode=mode)
     tp, pp, dp = shape
     job = megatron_job("j", tp=tp, pp=pp, dp=dp)
-    try:
-        res = place(topo, state, job, SolveOptions(strategy=strategy, time_limit_s=0.5))
-    except InfeasibleError as e:
-        assert e.reasons
+    # at most 60% of 256 GPUs are busy and the job has at most 16 ranks and no hard rule: every strategy must
+    # find a mapping, so no example can pass without one; slurm-block alone needs a block topology (none here)
+    if strategy is Strategy.SLURM_BLOCK:
+        with pytest.raises(InfeasibleError, match="slurm-block found no valid mapping"):
+            place(topo, state, job, SolveOptions(strategy=strategy, time_limit_s=0.5))
         return
+    res = place(topo, state, job, SolveOptions(strategy=strategy, time_limit_s=0.5))
     assert res.mapping is not None
     assert validate(topo, state, job, res.mapping) == []
     assert res.seconds == pytest.approx(evaluate(topo, state, job, res.mapping).seconds)

@@ -216,11 +216,6 @@ def solve_exact(problem: PairwiseProblem, *, time_limit: float, hint: np.ndarray
     return perm, solver.objective_value * combined_scale, solver.best_objective_bound * combined_scale, name
 
 
-def initial_permutation(m: int, seed: int) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    return rng.permutation(m)
-
-
 
 def solve_on_graph(topology: Topology, state: ClusterState, job: Job, traffic: Traffic, candidates: list[int],
                    time_limit: float, seed: int, stop: threading.Event | None,

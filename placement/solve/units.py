@@ -7,7 +7,6 @@ labels are required at different levels.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from placement.job import Job
@@ -82,6 +81,3 @@ def required_units(topology: Topology, job: Job, traffic: Traffic) -> dict[int, 
         out[level] = [Unit(level, tuple(v)) for _, v in sorted(comp.items()) if len(v) > 1 or True]
     return out
 
-
-def group_sizes(units: Sequence[Unit]) -> list[int]:
-    return [len(u.ranks) for u in units]
