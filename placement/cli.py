@@ -18,6 +18,7 @@ from placement.cli_errors import err, escape, fail, guard
 from placement.cli_remote import place_request, serve_main
 from placement.cli_tables import headline, print_report
 from placement.errors import InputError, Problem
+from placement.io.defaults import DEFAULT_DEVICES_PER_NODE, DEFAULT_TIERS, TIERS_NOTE, default_tiers
 
 if TYPE_CHECKING:
     pass
@@ -31,7 +32,6 @@ out = Console()
 
 # Default link tiers for imported clusters whose source carries no bandwidths (Slurm, Kubernetes): an H100-class
 # node (NVLink 4 through NVSwitch) on a 400G NDR fat-tree, each tier above the leaf 2:1 oversubscribed.
-DEFAULT_TIERS = [(450.0, 2.0), (50.0, 5.0), (25.0, 7.0), (12.5, 10.0), (6.25, 15.0)]
 
 
 
@@ -214,9 +214,7 @@ def export_cmd(
 
 
 def _parse_tiers(tiers: list[str], level_names: list[str]) -> dict[str, tuple[float, float]]:
-    out: dict[str, tuple[float, float]] = {}
-    for i, name in enumerate(level_names):
-        out[name] = DEFAULT_TIERS[min(i, len(DEFAULT_TIERS) - 1)]
+    out = default_tiers(level_names)
     for spec in tiers:
         name, _, val = spec.partition("=")
         bw, _, lat = val.partition(":")
@@ -252,14 +250,14 @@ def _finish_import(doc: dict[str, Any], warnings: list[str], tiers: list[str], g
             h.pop("kind", None)
             h["node_type"] = node_topo.stem
         elif "devices" not in h:
-            h["devices"] = gpus_per_node or 8
+            h["devices"] = gpus_per_node or DEFAULT_DEVICES_PER_NODE
             if kind:
                 h["kind"] = kind
     cluster_from_dict(doc, "<imported>")  # validate what we are about to write
     for w in warnings:
         err.print(f"[yellow]warning:[/] {escape(w)}")
     if not tiers:
-        err.print("[yellow]note:[/] link tiers are defaults (H100 node, 400G fabric, 2:1 per tier above the leaf); set them with --tier LEVEL=GBPS:US")
+        err.print(f"[yellow]note:[/] {TIERS_NOTE}")
     _write(yaml.safe_dump(doc, sort_keys=False, default_flow_style=None), out_file)
 
 
