@@ -28,11 +28,11 @@ sys.path.insert(0, str(ROOT))
 
 import grpc  # noqa: E402
 
-from placement.requests import request_from_dict  # noqa: E402
+from placement.messages import domain as convert  # noqa: E402
+from placement.messages.files import request_from_dict  # noqa: E402
 from placement.solve import place  # noqa: E402
 from placement.v1 import placement_pb2 as pb  # noqa: E402
 from placement.v1 import placement_pb2_grpc as pb_grpc  # noqa: E402
-from server import convert  # noqa: E402
 from server.settings import Settings  # noqa: E402
 
 __all__ = ["in_process_once", "main", "request_64_ranks"]

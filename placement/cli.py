@@ -5,7 +5,6 @@ Domain errors become a message on stderr and exit code 2 (input) or 3 (infeasibl
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -70,8 +69,8 @@ def evaluate(
     """The modeled step of a given mapping: step, exposed and total communication, compute, MFU, tokens/s, and
     the breakdown per phase and per group kind and tier."""
     from placement.cost import evaluate as evaluate_cost
-    from placement.io.export import result_document
     from placement.io.native import load_mapping
+    from placement.messages import domain, dump_message
 
     topo, st, jb = _load_all(cluster, job, state)
     assert jb is not None
@@ -83,7 +82,7 @@ def evaluate(
         render_picture(topo, st, jb, mp, rep, picture)
         err.print(f"wrote {picture}")
     if output == "json":
-        _write(json.dumps(result_document(topo, jb.name, mp, rep), indent=2) + "\n", None)
+        _write(dump_message(domain.evaluate_response(topo, jb, mp, rep)), None)
     elif output == "table":
         print_report(f"{jb.name} on {topo.name}: {headline(rep)}", rep)
     else:
@@ -118,9 +117,11 @@ def place(
 
     Give CLUSTER JOB [--state], or --request FILE; with --server the request is solved by a placement-server.
     """
-    from placement.io.export import baseline_costs, export, result_document
+    from placement.io.export import baseline_costs, export
+    from placement.messages import domain, dump_message
     from placement.solve import SolveOptions, Strategy
     from placement.solve import place as run_place
+    from placement.v1 import placement_pb2 as pb
 
     if output not in PLACE_OUTPUTS:
         fail(f"--output: unknown value {output!r}; use one of {', '.join(PLACE_OUTPUTS)}", 2)
@@ -151,13 +152,9 @@ def place(
 
     rep = res.report
     assert res.mapping is not None and isinstance(rep, CostReport)
-    doc = result_document(
-        topo, jb.name, res.mapping, rep,
-        status=res.status.value, strategy=res.strategy.value, step_seconds=rep.step_seconds,
-        comm_seconds=rep.comm_seconds, seconds_per_step=rep.comm_seconds,  # seconds_per_step: deprecated name
-        lower_bound=res.lower_bound, gap=res.gap, baselines=res.baselines, baseline_reports=res.baseline_reports,
-        stats=dict(res.stats.items()),
-    )
+    # the one result schema: the protobuf JSON mapping of PlaceResponse, as `place --request [--server]` writes it
+    response = pb.PlaceResponse(result=domain.result_to_proto(topo, jb, res, time_limit_s=time_limit,
+                                                              deadline_limited=False))
     if picture is not None:
         from placement.cli_whatif import render_picture
 
@@ -173,10 +170,13 @@ def place(
                  f"{res.stats.get('wall_s', 0):.2f} s")
         print_report(title, rep, res.strategy.value, baseline_costs(rep, res.baselines, res.baseline_reports))
         if out_file is not None:
-            _write(export("json", [], document=doc), out_file)
+            _write(dump_message(response, "json"), out_file)
+        return
+    if output in ("json", "yaml"):
+        _write(dump_message(response, output), out_file)
         return
     seats = [(topo.devices[d].host, topo.devices[d].local_index) for d in res.mapping]
-    _write(export(output, seats, document=doc, topology=topo), out_file)
+    _write(export(output, seats, topology=topo), out_file)
 
 
 # ---- export -------------------------------------------------------------------------------------------------
@@ -191,12 +191,15 @@ def export_cmd(
     out_file: Annotated[Path | None, typer.Option("--out", help="write the output here")] = None,
 ) -> None:
     """Turn a placement into what a launcher reads."""
-    from placement.io.export import FORMATS, export, seats_from_document
+    from placement.io.export import FORMATS, export, is_legacy_result, seats_from_document
     from placement.io.native import load_cluster, load_document
 
     if format not in FORMATS:
         fail(f"--format: unknown value {format!r}; use one of {', '.join(FORMATS)}", 2)
     doc = load_document(mapping)
+    if is_legacy_result(doc):
+        err.print(f"[yellow]deprecated:[/] {escape(str(mapping))} is a native result of an earlier release; it is read "
+                  "for one more release. Results are now the PlaceResponse JSON mapping (`placement place --output json`).")
     seats = seats_from_document(doc, str(mapping))
     topo = None
     if cluster is not None:

@@ -20,7 +20,7 @@ def place_request(request: Path, server: str | None, token: str | None, output: 
                   write: Callable[[str, Path | None], None]) -> None:
     """`place --request`: offline through the same conversion the server uses, or over the wire."""
     from placement.io.export import export
-    from placement.requests import dump_message, read_request
+    from placement.messages.files import dump_message, read_request
     from placement.v1 import placement_pb2 as pb
 
     req = read_request(request, pb.PlaceRequest)
@@ -37,8 +37,8 @@ def place_request(request: Path, server: str | None, token: str | None, output: 
             fail("\n".join(lines), 3 if e.code.name == "FAILED_PRECONDITION" else 2 if e.code.name == "INVALID_ARGUMENT" else 4)
             return
     else:
+        from placement.messages import domain as convert
         from placement.solve import place as run_place
-        from server import convert
 
         inputs = convert.place_inputs(req)
         res = run_place(inputs.topology, inputs.state, inputs.job, inputs.options)
@@ -60,7 +60,7 @@ def place_request(request: Path, server: str | None, token: str | None, output: 
 
 def print_result(result: Any) -> None:
     """The same tables as the offline ones, from a PlacementResult message."""
-    from server.convert import report_from_proto
+    from placement.messages.domain import report_from_proto
 
     rep = report_from_proto(result.cost, result.breakdown)
     costs = {b.strategy: {"step_seconds": b.step_seconds if b.HasField("step_seconds") else None,

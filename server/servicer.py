@@ -1,6 +1,6 @@
 """The PlacementService servicer: limits, the solve pool, deadline and cancellation around `placement.solve`.
 
-It only translates: server.convert builds the domain inputs, placement does the work, server.errors the status.
+It only translates: placement.messages.domain builds the domain inputs, placement does the work, server.errors the status.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from typing import Any, TypeVar
 
 from placement.cost import CostReport, evaluate
 from placement.errors import InfeasibleError
+from placement.messages import domain as convert
 from placement.solve import PlacementResult, SolveOptions, StopEvent, compare, place
 from placement.v1 import placement_pb2 as pb
 from placement.v1 import placement_pb2_grpc as pb_grpc
-from server import convert
 from server.errors import Cancelled, DeadlineError, LimitExceeded, status_for
 from server.pool import SolvePool
 from server.settings import Settings

@@ -156,15 +156,15 @@ def test_evaluate_table_and_json(tmp_path: Path, example: tuple[Path, Path]) -> 
     res = run("evaluate", cluster, job, mapping, "--output", "json")
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
-    cost = doc["cost"]
+    cost = doc["cost"]  # the EvaluateResponse JSON mapping
     assert cost["step_seconds"] == pytest.approx(rep.step_seconds)
     assert cost["comm_seconds"] == pytest.approx(rep.comm_seconds)
     assert cost["comm_seconds_total"] == pytest.approx(rep.comm_seconds_total)
-    assert cost["seconds_per_step"] == pytest.approx(rep.comm_seconds)  # the deprecated name keeps its meaning
+    assert doc["seconds_per_step"] == pytest.approx(rep.comm_seconds)  # the deprecated name keeps its meaning
     assert {"compute_seconds", "bubble_seconds", "tokens_per_s", "mfu", "surrogate_seconds"} <= set(cost)
     assert [p["name"] for p in cost["phases"]] == [p.name for p in rep.phases]
-    assert set(cost["by_label"]) == {"tp", "dp"}
-    assert doc["mapping"][9] == {"rank": 9, "device": "node02/gpu1", "host": "node02", "local_index": 1}
+    assert set(doc["breakdown"]["by_label_s"]) == {"tp", "dp"}
+    assert doc["mapping"][9] == {"rank": 9, "device": "node02/gpu1", "host": "node02"}
 
 
 def test_evaluate_prints_every_phase_and_the_compute_side(tmp_path: Path, example: tuple[Path, Path],
@@ -231,21 +231,20 @@ def test_place_json_and_rankfile(tmp_path: Path, small: tuple[Path, Path]) -> No
     cluster, job = small
     res = run("place", cluster, job, "--time-limit", "2", "--output", "json")
     assert res.exit_code == 0, res.output
-    doc = json.loads(res.stdout)
-    assert doc["status"] in ("OPTIMAL", "FEASIBLE") and len(doc["mapping"]) == 8
+    result = json.loads(res.stdout)["result"]  # the PlaceResponse JSON mapping
+    assert result["status"] in ("SOLVE_STATUS_OPTIMAL", "SOLVE_STATUS_FEASIBLE") and len(result["mapping"]) == 8
     mapping = tmp_path / "placed.json"
-    mapping.write_text(json.dumps(doc))
+    mapping.write_text(res.stdout)
     rep = modeled(cluster, job, mapping)
-    assert doc["step_seconds"] == pytest.approx(rep.step_seconds) == pytest.approx(doc["cost"]["step_seconds"])
-    assert doc["comm_seconds"] == pytest.approx(rep.comm_seconds) == pytest.approx(doc["cost"]["comm_seconds"])
-    rest = rep.step_seconds - rep.comm_seconds
-    for name, comm in doc["baselines"].items():  # each baseline's step and exposed comm, on the same state
-        got = doc["baseline_costs"][name]
-        assert got["comm_seconds"] == comm
-        assert got["step_seconds"] == (None if comm is None else pytest.approx(comm + rest))
+    assert result["cost"]["step_seconds"] == pytest.approx(rep.step_seconds)
+    assert result["cost"]["comm_seconds"] == pytest.approx(rep.comm_seconds)
+    assert {b["strategy"] for b in result["baselines"]} >= {"first-fit", "kueue-tas", "slurm-tree"}
+    for b in result["baselines"]:  # each baseline's step and exposed comm, on the same state
+        assert b.get("seconds_per_step") == b.get("comm_seconds")  # the deprecated name keeps its meaning
+        assert ("step_seconds" in b) == ("comm_seconds" in b)
     # never worse than a baseline on the same state (in exposed communication, the part a placement changes)
-    assert all(c["comm_seconds"] is None or c["comm_seconds"] >= rep.comm_seconds - 1e-12
-               for c in doc["baseline_costs"].values())
+    assert all(b.get("comm_seconds") is None or b["comm_seconds"] >= rep.comm_seconds - 1e-12
+               for b in result["baselines"])
     out = tmp_path / "ranks.txt"
     res = run("place", cluster, job, "--time-limit", "2", "--output", "rankfile", "--out", out)
     assert res.exit_code == 0, res.output
@@ -263,12 +262,13 @@ def test_place_table_with_a_baseline_strategy(small: tuple[Path, Path]) -> None:
     lines = res.stdout.splitlines()
     answer = next(line for line in lines if "first-fit (answer)" in line)
     assert "x1.00" in answer
-    doc = json.loads(run("place", cluster, job, "--strategy", "first-fit", "--output", "json").stdout)
-    assert f"{doc['step_seconds']:.4f}" in answer and f"{doc['comm_seconds']:.4f}" in answer
-    for name, cost in doc["baseline_costs"].items():  # a row per baseline with its step and exposed comm
-        row = next(line for line in lines if line.strip("│ ").startswith(name + " "))
-        assert "no valid mapping" in row if cost["step_seconds"] is None else (
-            f"{cost['step_seconds']:.4f}" in row and f"{cost['comm_seconds']:.4f}" in row)
+    result = json.loads(run("place", cluster, job, "--strategy", "first-fit", "--output", "json").stdout)["result"]
+    cost = result["cost"]
+    assert f"{cost['step_seconds']:.4f}" in answer and f"{cost['comm_seconds']:.4f}" in answer
+    for b in result["baselines"]:  # a row per baseline with its step and exposed comm
+        row = next(line for line in lines if line.strip("│ ").startswith(b["strategy"] + " "))
+        assert "no valid mapping" in row if "step_seconds" not in b else (
+            f"{b['step_seconds']:.4f}" in row and f"{b['comm_seconds']:.4f}" in row)
 
 
 def test_place_option_errors(small: tuple[Path, Path]) -> None:
@@ -429,5 +429,5 @@ def test_place_deterministic_gives_the_same_mapping(small: tuple[Path, Path]) ->
     for _ in range(2):
         res = run("place", cluster, job, "--time-limit", "0.5", "--deterministic", "--workers", "1", "--output", "json")
         assert res.exit_code == 0, res.output
-        docs.append(json.loads(res.stdout)["mapping"])
+        docs.append(json.loads(res.stdout)["result"]["mapping"])
     assert docs[0] == docs[1]

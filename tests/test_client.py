@@ -1,4 +1,4 @@
-"""server.client.PlacementClient (typed calls, decoded errors, retry on UNAVAILABLE only) and placement.requests
+"""server.client.PlacementClient (typed calls, decoded errors, retry on UNAVAILABLE only) and placement.messages.files
 (request files in, results out)."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import yaml
 from google.protobuf import json_format
 
 from placement.errors import InputError
-from placement.requests import dump_message, read_request, request_from_dict, write_message
+from placement.messages.files import dump_message, read_request, request_from_dict, write_message
 from placement.v1 import placement_pb2 as pb
 from server.client import PlacementClient, PlacementRpcError
 from tests.test_server import EXAMPLES, Running, cluster_doc, example_request, job_doc, place_request, running
@@ -188,7 +188,7 @@ def test_cli_place_request_prints_the_same_step_tables_offline_and_over_the_wire
     from typer.testing import CliRunner
 
     from placement.cli import app
-    from server.convert import report_from_proto
+    from placement.messages.domain import report_from_proto
 
     request = EXAMPLES / "request-place.yaml"
     runner = CliRunner()
@@ -308,3 +308,41 @@ def test_tls_with_a_token(tmp_path: Path) -> None:
                 pytest.raises(PlacementRpcError) as info:
             plain.place(place_request(), timeout_s=5)
         assert info.value.code is grpc.StatusCode.UNAVAILABLE  # a plaintext client cannot talk to it
+
+
+def test_place_json_is_one_schema_offline_from_files_from_a_request_and_over_the_wire(
+        live: Running, tmp_path: Path) -> None:
+    """`place --output json` writes the PlaceResponse JSON mapping whichever way the job arrives: native files,
+    a request file offline, or the same request over the wire. Deterministic time: the same answer each way."""
+    from typer.testing import CliRunner
+
+    from placement.cli import app
+
+    state = {"occupied": [{"job": "tp8-dp4", "devices": ["node01", "node02"]}],
+             "degraded": [{"device": "node02/gpu3", "slowdown": 1.5}]}
+    (tmp_path / "state.yaml").write_text(yaml.safe_dump(state))
+    request = tmp_path / "request.yaml"
+    request.write_text(yaml.safe_dump({
+        "cluster_file": str(EXAMPLES / "dgx-h100-4node.yaml"), "job_file": str(EXAMPLES / "tp8-dp4.yaml"),
+        "state": state, "options": {"time_limit_s": 2, "seed": 0, "deterministic": True}}))
+    runner = CliRunner()
+    outputs = {
+        "files": runner.invoke(app, ["place", str(EXAMPLES / "dgx-h100-4node.yaml"), str(EXAMPLES / "tp8-dp4.yaml"),
+                                     "--state", str(tmp_path / "state.yaml"), "--time-limit", "2", "--seed", "0", "--deterministic",
+                                     "--output", "json"]),
+        "request": runner.invoke(app, ["place", "--request", str(request), "--output", "json"]),
+        "remote": runner.invoke(app, ["place", "--request", str(request), "--server", f"127.0.0.1:{live.port}",
+                                      "--token", "tok", "--output", "json"]),
+    }
+    docs = {}
+    for how, res in outputs.items():
+        assert res.exit_code == 0, (how, res.output)
+        doc = json.loads(res.stdout)
+        json_format.ParseDict(doc, pb.PlaceResponse())  # the schema: it parses back as a PlaceResponse
+        assert set(doc) == {"result"}, how
+        stats = doc["result"]["stats"]  # wall times measure the machine, not the answer: the only fields left out
+        stats.pop("wall_s")
+        stats["values"] = {k: v for k, v in stats["values"].items() if not k.endswith("wall_s")}
+        docs[how] = doc
+    assert docs["files"]["result"]["mapping"] and docs["files"]["result"]["cost"]["step_seconds"] > 0
+    assert docs["files"] == docs["request"] == docs["remote"]

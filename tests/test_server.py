@@ -40,11 +40,11 @@ from hypothesis import strategies as st
 from placement.cost import evaluate
 from placement.errors import InfeasibleError
 from placement.io.native import load_cluster, load_job
-from placement.requests import request_from_dict
+from placement.messages import domain as convert
+from placement.messages.files import request_from_dict
 from placement.solve import PlacementResult, SolveStatus
 from placement.v1 import placement_pb2 as pb
 from placement.v1 import placement_pb2_grpc as pb_grpc
-from server import convert
 from server.main import SERVICE_NAME, PlacementServer, create_server
 from server.settings import Settings, parse_settings
 from server.telemetry import JsonFormatter

@@ -15,7 +15,7 @@ from placement.cost import CostReport
 from placement.errors import InputError, Problem
 from placement.topology import Topology
 
-__all__ = ["FORMATS", "baseline_costs", "export", "result_document", "seats_from_document"]
+__all__ = ["FORMATS", "baseline_costs", "export", "is_legacy_result", "result_document", "seats_from_document"]
 
 FORMATS = ("json", "yaml", "rankfile", "hostfile", "env", "kueue")
 
@@ -83,7 +83,13 @@ def result_document(topology: Topology, job_name: str, mapping: Sequence[int], r
 
 
 def seats_from_document(doc: Any, source: str = "<mapping>") -> list[tuple[str, int]]:
-    """(host, local GPU index) per rank from a result document or a plain mapping (list / {rank: device})."""
+    """(host, local GPU index) per rank from a result or a plain mapping (list / {rank: device}).
+
+    A result is the protobuf JSON mapping of a PlaceResponse (``result.mapping``) or an EvaluateResponse
+    (``mapping``), or the native result of earlier releases (`is_legacy_result`).
+    """
+    if isinstance(doc, dict) and isinstance(doc.get("result"), dict):  # PlaceResponse
+        doc = doc["result"]
     items = doc.get("mapping", doc) if isinstance(doc, dict) else doc
     pairs: list[tuple[int, str, str]] = []
     problems: list[Problem] = []
@@ -127,6 +133,12 @@ def seats_from_document(doc: Any, source: str = "<mapping>") -> list[tuple[str, 
     if problems:
         raise InputError(source, problems)
     return [seats[r] for r in range(n)]
+
+
+def is_legacy_result(doc: Any) -> bool:
+    """A native result document of earlier releases (``{job, cluster, status, cost, mapping}``), which `export`
+    still reads for one release: the result schema is now the PlaceResponse JSON mapping."""
+    return isinstance(doc, dict) and "result" not in doc and "cluster" in doc and "mapping" in doc
 
 
 def export(fmt: str, seats: Sequence[tuple[str, int]], *, document: dict[str, Any] | None = None,

@@ -434,8 +434,11 @@ def load_state(path: str | Path, topo: Topology, base: ClusterState | None = Non
 
 def mapping_from_obj(doc: Any, topo: Topology, source: str = "<mapping>") -> list[int]:
     """A mapping as a list of device ids (rank order), ``{rank: device}``, or ``[{rank, device}, ...]``
-    (the ``mapping`` field of a result). A document with a top-level ``mapping`` key is unwrapped."""
+    (the ``mapping`` field of a result). A document with a top-level ``mapping`` key is unwrapped, and so is a
+    PlaceResponse (``result.mapping``)."""
     ps = Problems(source)
+    if isinstance(doc, dict) and isinstance(doc.get("result"), dict) and "mapping" not in doc:
+        doc = doc["result"]
     if isinstance(doc, dict) and "mapping" in doc:
         doc = doc["mapping"]
         base = "mapping"

@@ -1,6 +1,6 @@
 """Proto <-> domain: request messages into Topology, ClusterState, Job and SolveOptions; results into messages.
 
-The one module that knows both. Inputs go MessageToDict -> the native readers, so validation and field paths
+The one module that knows both (the server, the CLI offline and request files use it). Inputs go MessageToDict -> the native readers, so validation and field paths
 are those of the files; every problem of a request is reported at once, its path prefixed by the request
 field (``job.parallel.order``). It imports no grpc: the CLI may use it offline.
 """
@@ -13,10 +13,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from google.protobuf import json_format
-
 from placement.cost import CostReport, PhaseCost
-from placement.errors import InputError, Problem
+from placement.errors import InputError, Problem, Problems
 from placement.io.export import baseline_costs
 from placement.io.native import (
     cluster_from_dict,
@@ -26,6 +24,7 @@ from placement.io.native import (
     state_from_dict,
 )
 from placement.job import Job
+from placement.messages.files import message_to_dict
 from placement.solve import PlacementResult, SolveOptions, SolveStatus, Strategy
 from placement.solve.run import request_problems
 from placement.state import ClusterState
@@ -64,10 +63,8 @@ _STATUS = {
 _FORMAT_SPEC_OK = frozenset(string.digits + "<>^=d")
 
 
-def message_dict(msg: Any) -> dict[str, Any]:
-    """A message as the dict its JSON form parses to (proto field names; unset fields absent)."""
-    out: dict[str, Any] = json_format.MessageToDict(msg, preserving_proto_field_name=True)
-    return out
+message_dict = message_to_dict
+"""A message as the dict its JSON form parses to (proto field names; unset fields absent)."""
 
 
 def _join(prefix: str, path: str) -> str:
@@ -77,14 +74,11 @@ def _join(prefix: str, path: str) -> str:
     return prefix + path if path.startswith("[") else f"{prefix}.{path}"
 
 
-class _Problems:
+class _Problems(Problems):
     """Problems of one request, from several readers, with request-level paths."""
 
     def __init__(self) -> None:
-        self.items: list[Problem] = []
-
-    def add(self, path: str, message: str) -> None:
-        self.items.append(Problem(path, message))
+        super().__init__(SOURCE)
 
     def read(self, prefix: str, fn: Any, *args: Any) -> Any:
         """`fn(*args)`, or None after recording its InputError's problems under `prefix`."""
@@ -93,10 +87,6 @@ class _Problems:
         except InputError as e:
             self.items.extend(Problem(_join(prefix, p.path), p.message) for p in e.problems)
             return None
-
-    def raise_if_any(self) -> None:
-        if self.items:
-            raise InputError(SOURCE, self.items)
 
 
 # ---- size estimates (before anything is built) ------------------------------------------------------------

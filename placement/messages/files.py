@@ -242,8 +242,11 @@ def message_to_dict(msg: Any) -> dict[str, Any]:
 
 
 def dump_message(msg: Any, fmt: str = "json") -> str:
-    """A message as JSON (indented) or YAML text."""
-    data = message_to_dict(msg)
+    """A message as JSON (indented) or YAML text: the protobuf JSON mapping with proto field names, every field
+    without presence printed even at its default (``0``, ``[]``), so that a reader finds each key; unset optional
+    fields stay absent (no number)."""
+    data: dict[str, Any] = json_format.MessageToDict(msg, preserving_proto_field_name=True,
+                                                     always_print_fields_with_no_presence=True)
     if fmt == "json":
         return json.dumps(data, indent=2) + "\n"
     if fmt == "yaml":
