@@ -1,10 +1,5 @@
-"""The native YAML/JSON formats of cluster, state, job and mapping files, read into domain objects.
-
-Every reader collects all problems of a file with field paths (``levels[1].bandwidth_gbps``) before raising.
-
-The key names follow the protobuf messages of ``protos/placement/v1`` (lists of objects, no maps of lists), so
-one file is also a valid request body in the protobuf JSON mapping. See ``examples/`` and the README.
-"""
+"""Cluster files: levels and tiers, node types with matrices and rails, hosts (explicit or generated), device kinds
+and NICs, read into a Topology (and the static part of a ClusterState)."""
 
 from __future__ import annotations
 
@@ -15,28 +10,18 @@ from typing import Any
 
 from placement.compute import DeviceKind
 from placement.errors import InputError, Problem, Problems
-from placement.io.native_job import job_from_dict, load_job
-from placement.io.native_read import (
+from placement.io.native.document import (
     MAX_BANDWIDTH_GBPS,
     MAX_LATENCY_US,
     MIN_BANDWIDTH_GBPS,
     _Reader,
     load_document,
 )
-from placement.state import ClusterState, Uplink
+from placement.io.native.state import state_from_dict
+from placement.state import ClusterState
 from placement.topology import DEFAULT_INTRA_NODE_TIERS, HostSpec, Level, NodeType, RailPolicy, Tier, Topology
 
-__all__ = [
-    "cluster_from_dict",
-    "job_from_dict",
-    "load_cluster",
-    "load_document",
-    "load_job",
-    "load_mapping",
-    "load_state",
-    "mapping_from_obj",
-    "state_from_dict",
-]
+__all__ = ["cluster_from_dict", "load_cluster"]
 
 _KNOWN_CODES = re.compile(r"^(X|NV\d+|PIX|PXB|PHB|NODE|SYS|SOC)$")
 
@@ -285,209 +270,3 @@ def _file_host_paths(problems: Sequence[Problem], gen_src: Sequence[str], hosts:
 def load_cluster(path: str | Path) -> tuple[Topology, ClusterState | None]:
     p = Path(path)
     return cluster_from_dict(load_document(p), str(path), p.parent)
-
-
-# ---- state --------------------------------------------------------------------------------------------------
-
-
-def _resolve(topo: Topology, sel: Any, path: str, ps: Problems) -> tuple[int, ...]:
-    if not isinstance(sel, str):
-        ps.add(path, f"must be a device, host or domain name, got {sel!r}")
-        return ()
-    try:
-        return topo.resolve(sel)
-    except KeyError as e:
-        ps.add(path, str(e.args[0]))
-        return ()
-
-
-def _uplink(topo: Topology, sel: Any, path: str, ps: Problems) -> Uplink | None:
-    if not isinstance(sel, str):
-        ps.add(path, f"must be a host or domain name, got {sel!r}")
-        return None
-    if ":" in sel:
-        lname, dname = sel.split(":", 1)
-        try:
-            li = topo.level_index(lname)
-        except KeyError as e:
-            ps.add(path, str(e.args[0]))
-            return None
-        cands = [(li, k) for k, n in enumerate(topo.domain_names[li]) if n == dname]
-    else:
-        cands = [(li, k) for li, names in enumerate(topo.domain_names) for k, n in enumerate(names) if n == sel]
-    if not cands:
-        ps.add(path, f"unknown host or domain {sel!r}")
-        return None
-    if len(cands) > 1:
-        ps.add(path, f"{sel!r} names domains at several levels; write level:name")
-        return None
-    li, k = cands[0]
-    if li == len(topo.levels) - 1:
-        ps.add(path, f"{sel!r} is the top domain; it has no uplink")
-        return None
-    return Uplink(li, k)
-
-
-def state_from_dict(doc: Any, topo: Topology, source: str = "<state>") -> ClusterState:
-    """Occupancy, failures, degradation and fault domains, resolved against `topo`."""
-    ps = Problems(source)
-    r = _Reader(ps)
-    d = r.obj(doc, "")
-    r.keys(d, ["occupied", "failed", "degraded", "links", "fault_domains", "description"], "")
-    occupied: dict[int, str] = {}
-    for i, o in enumerate(r.lst(d.get("occupied"), "occupied")):
-        od = r.obj(o, f"occupied[{i}]")
-        r.keys(od, ["job", "devices"], f"occupied[{i}]")
-        job = r.str_(od, "job", f"occupied[{i}]", required=True) or "?"
-        for j, sel in enumerate(r.lst(od.get("devices"), f"occupied[{i}].devices")):
-            for dv in _resolve(topo, sel, f"occupied[{i}].devices[{j}]", ps):
-                if dv in occupied and occupied[dv] != job:
-                    ps.add(f"occupied[{i}].devices[{j}]", f"{topo.devices[dv].id} is already occupied by job {occupied[dv]!r}")
-                occupied[dv] = job
-    failed: set[int] = set()
-    for j, sel in enumerate(r.lst(d.get("failed"), "failed")):
-        failed.update(_resolve(topo, sel, f"failed[{j}]", ps))
-    slow: dict[int, float] = {}
-    for i, g in enumerate(r.lst(d.get("degraded"), "degraded")):
-        gd = r.obj(g, f"degraded[{i}]")
-        r.keys(gd, ["device", "slowdown"], f"degraded[{i}]")
-        f = r.num(gd, "slowdown", f"degraded[{i}]", minimum=1, required=True)
-        for dv in _resolve(topo, gd.get("device"), f"degraded[{i}].device", ps):
-            if f is not None:
-                slow[dv] = max(slow.get(dv, 1.0), f)
-    failed_pairs: set[tuple[int, int]] = set()
-    pair_slow: dict[tuple[int, int], float] = {}
-    failed_up: set[Uplink] = set()
-    up_slow: dict[Uplink, float] = {}
-    for i, lk in enumerate(r.lst(d.get("links"), "links")):
-        lp = f"links[{i}]"
-        ld = r.obj(lk, lp)
-        r.keys(ld, ["between", "uplink", "failed", "slowdown"], lp)
-        is_failed = bool(ld.get("failed", False))
-        f = r.num(ld, "slowdown", lp, minimum=1, default=None)
-        if not is_failed and f is None:
-            ps.add(lp, "a link entry needs failed: true or a slowdown >= 1")
-        if ("between" in ld) == ("uplink" in ld):
-            ps.add(lp, "give exactly one of between: [device, device] or uplink: host-or-domain")
-            continue
-        if "between" in ld:
-            ends = r.lst(ld["between"], f"{lp}.between")
-            if len(ends) != 2:
-                ps.add(f"{lp}.between", f"must name two devices, got {len(ends)}")
-                continue
-            ab = [topo.device_index(str(x)) for x in ends]
-            if ab[0] is None or ab[1] is None:
-                ps.add(f"{lp}.between", f"unknown device in {ends!r}; devices are named host/gpuK")
-                continue
-            a, b = sorted((ab[0], ab[1]))
-            if a == b or topo.devices[a].host_index != topo.devices[b].host_index:
-                ps.add(f"{lp}.between", f"{ends!r} is not a link between two devices of one host; use uplink: for network links")
-                continue
-            if is_failed:
-                failed_pairs.add((a, b))
-            elif f is not None:
-                pair_slow[(a, b)] = f
-        else:
-            up = _uplink(topo, ld["uplink"], f"{lp}.uplink", ps)
-            if up is None:
-                continue
-            if is_failed:
-                failed_up.add(up)
-            elif f is not None:
-                up_slow[up] = f
-    fds: dict[str, dict[str, frozenset[int]]] = {}
-    for i, fdo in enumerate(r.lst(d.get("fault_domains"), "fault_domains")):
-        fp = f"fault_domains[{i}]"
-        fdd = r.obj(fdo, fp)
-        r.keys(fdd, ["kind", "name", "members"], fp)
-        kind = r.str_(fdd, "kind", fp, required=True) or "?"
-        nm = r.str_(fdd, "name", fp, required=True) or "?"
-        devs: set[int] = set()
-        for j, sel in enumerate(r.lst(fdd.get("members"), f"{fp}.members")):
-            devs.update(_resolve(topo, sel, f"{fp}.members[{j}]", ps))
-        bucket = fds.setdefault(kind, {})
-        for other, odevs in bucket.items():
-            both = devs & odevs
-            if both:
-                ps.add(f"{fp}.members", f"{kind} domains {other!r} and {nm!r} share {len(both)} device(s), e.g. {topo.devices[min(both)].id}; a device is in one domain of a kind")
-                break
-        bucket[nm] = frozenset(devs)
-    ps.raise_if_any()
-    return ClusterState(occupied, frozenset(failed), slow, frozenset(failed_pairs), pair_slow, frozenset(failed_up), up_slow, fds)
-
-
-def merge_states(base: ClusterState | None, extra: ClusterState) -> ClusterState:
-    """`extra` with the fault domains of `base` (from the cluster file) added where `extra` lacks the kind."""
-    if base is None:
-        return extra
-    fds = dict(base.fault_domains) | dict(extra.fault_domains)
-    return ClusterState(extra.occupied, extra.failed, extra.device_slowdown, extra.failed_pairs, extra.pair_slowdown,
-                        extra.failed_uplinks, extra.uplink_slowdown, fds)
-
-
-def load_state(path: str | Path, topo: Topology, base: ClusterState | None = None) -> ClusterState:
-    return merge_states(base, state_from_dict(load_document(path), topo, str(path)))
-
-
-# ---- job ----------------------------------------------------------------------------------------------------
-
-
-def mapping_from_obj(doc: Any, topo: Topology, source: str = "<mapping>") -> list[int]:
-    """A mapping as a list of device ids (rank order), ``{rank: device}``, or ``[{rank, device}, ...]``
-    (the ``mapping`` field of a result). A document with a top-level ``mapping`` key is unwrapped, and so is a
-    PlaceResponse (``result.mapping``)."""
-    ps = Problems(source)
-    if isinstance(doc, dict) and isinstance(doc.get("result"), dict) and "mapping" not in doc:
-        doc = doc["result"]
-    if isinstance(doc, dict) and "mapping" in doc:
-        doc = doc["mapping"]
-        base = "mapping"
-    else:
-        base = ""
-    pairs: list[tuple[int, Any, str]] = []
-    if isinstance(doc, list):
-        for i, item in enumerate(doc):
-            p = f"{base}[{i}]"
-            if isinstance(item, dict):
-                rk = item.get("rank", i)
-                if not isinstance(rk, int) or isinstance(rk, bool):
-                    ps.add(f"{p}.rank", f"must be an integer, got {rk!r}")
-                    continue
-                pairs.append((rk, item.get("device"), f"{p}.device"))
-            else:
-                pairs.append((i, item, p))
-    elif isinstance(doc, dict):
-        for k, dev in doc.items():
-            try:
-                pairs.append((int(k), dev, f"{base}.{k}" if base else str(k)))
-            except (TypeError, ValueError):
-                ps.add(f"{base}.{k}" if base else str(k), "keys are rank numbers")
-    else:
-        ps.add(base, "a mapping is a list of device ids, {rank: device}, or [{rank, device}]")
-    ps.raise_if_any()
-    n = max((rk for rk, _, _ in pairs), default=-1) + 1
-    out: list[int] = [-1] * n
-    seen: dict[int, str] = {}
-    for rk, dev, p in pairs:
-        if rk < 0:
-            ps.add(p, f"rank {rk} is negative")
-            continue
-        if rk in seen:
-            ps.add(p, f"rank {rk} is mapped twice (also at {seen[rk]})")
-            continue
-        seen[rk] = p
-        di = topo.device_index(str(dev)) if isinstance(dev, str) else None
-        if di is None:
-            ps.add(p, f"unknown device {dev!r}; devices are named host/gpuK, e.g. {topo.devices[0].id}")
-            continue
-        out[rk] = di
-    missing = [i for i, x in enumerate(out) if x == -1 and i not in seen]
-    if missing:
-        ps.add(base, f"ranks {missing[:8]} have no device; a mapping names a device for every rank 0..{n - 1}")
-    ps.raise_if_any()
-    return out
-
-
-def load_mapping(path: str | Path, topo: Topology) -> list[int]:
-    return mapping_from_obj(load_document(path), topo, str(path))
-

@@ -11,7 +11,7 @@ from typing import Any
 
 from placement.compute import DEFAULT_MFU
 from placement.errors import Problems
-from placement.io.native_read import MAX_BYTES, MAX_COUNT, _Reader, load_document
+from placement.io.native.document import MAX_BYTES, MAX_COUNT, _Reader, load_document
 from placement.job import (
     DIMENSIONS,
     CollectiveKind,

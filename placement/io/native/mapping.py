@@ -1,0 +1,71 @@
+"""Mapping files: a list of device ids, ``{rank: device}``, a result's ``mapping`` or a PlaceResponse, into device
+indices of a topology."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from placement.errors import Problems
+from placement.io.native.document import load_document
+from placement.topology import Topology
+
+
+def mapping_from_obj(doc: Any, topo: Topology, source: str = "<mapping>") -> list[int]:
+    """A mapping as a list of device ids (rank order), ``{rank: device}``, or ``[{rank, device}, ...]``
+    (the ``mapping`` field of a result). A document with a top-level ``mapping`` key is unwrapped, and so is a
+    PlaceResponse (``result.mapping``)."""
+    ps = Problems(source)
+    if isinstance(doc, dict) and isinstance(doc.get("result"), dict) and "mapping" not in doc:
+        doc = doc["result"]
+    if isinstance(doc, dict) and "mapping" in doc:
+        doc = doc["mapping"]
+        base = "mapping"
+    else:
+        base = ""
+    pairs: list[tuple[int, Any, str]] = []
+    if isinstance(doc, list):
+        for i, item in enumerate(doc):
+            p = f"{base}[{i}]"
+            if isinstance(item, dict):
+                rk = item.get("rank", i)
+                if not isinstance(rk, int) or isinstance(rk, bool):
+                    ps.add(f"{p}.rank", f"must be an integer, got {rk!r}")
+                    continue
+                pairs.append((rk, item.get("device"), f"{p}.device"))
+            else:
+                pairs.append((i, item, p))
+    elif isinstance(doc, dict):
+        for k, dev in doc.items():
+            try:
+                pairs.append((int(k), dev, f"{base}.{k}" if base else str(k)))
+            except (TypeError, ValueError):
+                ps.add(f"{base}.{k}" if base else str(k), "keys are rank numbers")
+    else:
+        ps.add(base, "a mapping is a list of device ids, {rank: device}, or [{rank, device}]")
+    ps.raise_if_any()
+    n = max((rk for rk, _, _ in pairs), default=-1) + 1
+    out: list[int] = [-1] * n
+    seen: dict[int, str] = {}
+    for rk, dev, p in pairs:
+        if rk < 0:
+            ps.add(p, f"rank {rk} is negative")
+            continue
+        if rk in seen:
+            ps.add(p, f"rank {rk} is mapped twice (also at {seen[rk]})")
+            continue
+        seen[rk] = p
+        di = topo.device_index(str(dev)) if isinstance(dev, str) else None
+        if di is None:
+            ps.add(p, f"unknown device {dev!r}; devices are named host/gpuK, e.g. {topo.devices[0].id}")
+            continue
+        out[rk] = di
+    missing = [i for i, x in enumerate(out) if x == -1 and i not in seen]
+    if missing:
+        ps.add(base, f"ranks {missing[:8]} have no device; a mapping names a device for every rank 0..{n - 1}")
+    ps.raise_if_any()
+    return out
+
+
+def load_mapping(path: str | Path, topo: Topology) -> list[int]:
+    return mapping_from_obj(load_document(path), topo, str(path))
