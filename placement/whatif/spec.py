@@ -1,13 +1,5 @@
-"""What-if sweeps: a grid of job shapes, occupancy, cluster variants, strategies and time limits, run in parallel.
-
-Owns the sweep file format (`load_sweep`), the cluster variants, and the grid and its stable point keys. The parts
-live in sibling modules and are re-exported here: the job shapes and the memory check (`placement.whatif_shapes`),
-the run (`placement.whatif_run`: a CSV appended row by row, resumable) and the ranked tables and plots
-(`placement.whatif_report`, shapes ranked by modeled step seconds).
-
-The file format, the CSV columns and a measured example are in docs/whatif.md. Points of one state and strategy
-are evaluated by `placement.solve.run.compare`, the function behind the gRPC Compare RPC.
-"""
+"""The sweep file format (`load_sweep`, `sweep_from_dict`), the strategies a sweep may name, and the grid of
+points with their stable keys."""
 
 from __future__ import annotations
 
@@ -21,68 +13,11 @@ from typing import Any
 from placement.errors import InputError, Problems
 from placement.job import DIMENSIONS, Job
 from placement.topology import Topology
-from placement.whatif_report import plot_sweep, ranked_tables
-from placement.whatif_run import (
-    DEFAULT_TIME_LIMIT,
-    OUTPUT_COLUMNS,
-    TASK_SECONDS,
-    SweepRun,
-    Task,
-    build_state,
-    csv_columns,
-    default_workers,
-    digest,
-    evaluate_task,
-    plan_tasks,
-    read_results,
-    run_sweep,
-)
-from placement.whatif_shapes import (
-    Shape,
-    activation_gb,
-    batch_problem,
-    device_memory_gb,
-    factorizations,
-    global_micro_batches,
-    model_state_gb,
-    parse_shapes,
-    shape_job_doc,
-)
-from placement.whatif_variants import Variant, apply_variant, tier_names, variant_info
+from placement.whatif.run import DEFAULT_TIME_LIMIT, digest
+from placement.whatif.shapes import Shape, parse_shapes, shape_job_doc
+from placement.whatif.variants import Variant, apply_variant, tier_names, variant_info
 
-__all__ = [
-    "AXES",
-    "MODES",
-    "OUTPUT_COLUMNS",
-    "STRATEGIES",
-    "TASK_SECONDS",
-    "Point",
-    "Shape",
-    "Sweep",
-    "SweepRun",
-    "Task",
-    "Variant",
-    "activation_gb",
-    "batch_problem",
-    "build_state",
-    "canonical_strategy",
-    "csv_columns",
-    "default_workers",
-    "device_memory_gb",
-    "evaluate_task",
-    "factorizations",
-    "global_micro_batches",
-    "known_strategies",
-    "load_sweep",
-    "model_state_gb",
-    "plan_tasks",
-    "plot_sweep",
-    "ranked_tables",
-    "read_results",
-    "run_sweep",
-    "shape_job_doc",
-    "sweep_from_dict",
-]
+__all__ = ["AXES", "MODES", "STRATEGIES", "Point", "Sweep", "canonical_strategy", "known_strategies", "load_sweep", "sweep_from_dict"]
 
 
 AXES: tuple[str, ...] = (

@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING, Any
 from placement.job import Job
 from placement.state import ClusterState
 from placement.topology import Topology
-from placement.whatif_shapes import Shape, shape_job_doc
+from placement.whatif.shapes import Shape, shape_job_doc
 
 if TYPE_CHECKING:
-    from placement.whatif import Point, Sweep
+    from placement.whatif.spec import Point, Sweep
 
 __all__ = [
     "DEFAULT_TIME_LIMIT",

@@ -16,7 +16,7 @@ from placement.job import DIMENSIONS, Job
 from placement.topology import Topology
 
 if TYPE_CHECKING:
-    from placement.whatif import Variant
+    from placement.whatif.variants import Variant
 
 __all__ = [
     "SHAPE_FILTERS",
