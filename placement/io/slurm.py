@@ -62,6 +62,7 @@ from typing import Any
 import yaml
 
 from placement.errors import InputError, Problem, Problems
+from placement.io.detect import refuse_other_format
 from placement.io.hostlist import compress_hostlist, expand_hostlist
 from placement.io.levels import check_level_names
 
@@ -140,6 +141,7 @@ def parse_topology_conf(
     `source` names the input in errors; `name` is the cluster name (default: the file name without its
     suffix). `topology` picks the plugin (``"tree"``, ``"block"``, ``"ring"``) when a file holds several.
     """
+    refuse_other_format(text, source, ("slurm-conf", "slurm-yaml"))  # e.g. an ibnetdiscover dump: one line
     problems = Problems(source)
     warnings: list[str] = []
     statements = _conf_statements(text, problems)
@@ -184,6 +186,7 @@ def parse_topology_yaml(
     Picks the entry named `topology`, else the first with ``cluster_default: true`` (or the only entry).
     `name` is the cluster name (default: the chosen topology's name).
     """
+    refuse_other_format(text, source, ("slurm-yaml", "slurm-conf"))
     problems = Problems(source)
     warnings: list[str] = []
     doc = _YamlDoc.load(text, problems)
