@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter, deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -230,11 +230,11 @@ def parse_ibnetdiscover(text: str, source: str = "<ibnetdiscover>", *, level_nam
             f"{_switch_name(fab.nodes[a].desc, a)} - {_switch_name(fab.nodes[b].desc, b)}); the levels below "
             "group hosts by reach, and fabric_graph() gives the pair-path model (placement.io.graph)")
     hosts = sorted({h for h, _, _ in fab.hca_host.values() if h in host_leaves}, key=_natural)
-    top = max(level.values())
-    candidates = []
-    for lv in range(1, top + 1):
+    height = max(level.values())
+    candidates: list[tuple[str, str, Mapping[str, str]]] = []
+    for lv in range(1, height + 1):
         col = _components(hosts, host_leaves, adj, level, lv, fab)
-        label = _LEVEL_NAMES[lv - 1] if top <= len(_LEVEL_NAMES) else f"switch{lv}"
+        label = _LEVEL_NAMES[lv - 1] if height <= len(_LEVEL_NAMES) else f"switch{lv}"
         candidates.append((label, "switch", col))
     out = _fabric(name or Path(source).stem, hosts, candidates, warnings, level_names, source)
     out.host_nics = {h: sorted(host_nics[h], key=lambda x: (x[0] is None, x[0] or 0)) for h in hosts}

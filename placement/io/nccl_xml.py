@@ -27,7 +27,6 @@ GPU -> the GPU's rail is its first NIC). NIC speed ``speed`` (Mb/s) / 8000 is ``
 
 from __future__ import annotations
 
-import re
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -49,7 +48,6 @@ _NV_KIND = {"70": "V100", "80": "A100", "86": "A10", "89": "L40S", "90": "H100",
 # cluster default (25 GB/s per link, placement.topology.DEFAULT_INTRA_NODE_TIERS).
 _NVLINK5_GBPS = 50.0
 _GPU_CLASSES = ("0x0302", "0x0380", "0x1200")
-_BRIDGE = "0x0604"
 _NVSWITCH_CLASS = "0x0680"
 _MAX_NIC_MBPS = 1e7  # 10 Tb/s: a larger <net speed> (Mb/s) is a unit mistake
 _PCIE_ORDER = {"PIX": 0, "PXB": 1, "PHB": 2, "NODE": 3, "SYS": 4}
@@ -160,7 +158,7 @@ def _walk(root: ET.Element) -> _Walk:
                     w.class_gpus.append(_Dev("", busid, chain, numa, aff, (1 << 30, busid)))
                 elif cls.startswith("0x02") and child.find("nic") is None:
                     w.class_nics.append(_Dev(busid, busid, chain, numa, aff, (1 << 30, busid)))
-                visit(child, [*chain, child] if cls.startswith(_BRIDGE) else chain + [child], numa, aff)
+                visit(child, [*chain, child], numa, aff)  # every PCIe element on the way is a hop
             elif tag == "nic":
                 own = chain[:-1] if el.tag == "pci" else chain  # a NIC's chain excludes its own PCIe function
                 for net in child.iter("net"):

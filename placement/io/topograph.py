@@ -233,10 +233,14 @@ def parse_topograph(text: str, source: str = "<topograph>", *, level_names: Sequ
     return _model(data, source, stem, level_names)
 
 
+def _dict(v: Any) -> dict[str, Any]:
+    return v if isinstance(v, dict) else {}
+
+
 def _payload(data: dict[str, Any], source: str, name: str, level_names: Sequence[str] | None,
              base_dir: Path | None) -> Fabric:
-    prov = data.get("provider") if isinstance(data.get("provider"), dict) else {}
-    params = prov.get("params") if isinstance(prov.get("params"), dict) else {}
+    prov = _dict(data.get("provider"))
+    params = _dict(prov.get("params"))
     model = params.get("modelFileName")
     pname = prov.get("name", "?")
     if not model:
@@ -252,8 +256,7 @@ def _payload(data: dict[str, Any], source: str, name: str, level_names: Sequence
         raise InputError(source, [Problem("provider.params.modelFileName", f"model file {str(model)!r} not found "
                                   f"(looked at {', '.join(str(p) for p in tries)})")])
     fab = read_topograph(found, level_names=level_names, name=name)
-    eng = data.get("engine") if isinstance(data.get("engine"), dict) else {}
-    ep = eng.get("params") if isinstance(eng.get("params"), dict) else {}
+    ep = _dict(_dict(data.get("engine")).get("params"))
     if ep.get("plugin") or ep.get("blockSizes"):
         fab.warnings.append(f"engine parameters ({', '.join(sorted(k for k in ep if k in ('plugin', 'blockSizes')))}) "
                             "shape topograph's Slurm output, not the fabric; they are not used")
