@@ -140,7 +140,7 @@ def build_cluster(name: str, levels: list[str], roles: list[str], hosts: list[di
         if h.get("domains"):
             entry["domains"] = h["domains"]
         nics = (host_nics or {}).get(hname, [])
-        nt = node_types.get(h.get("node_file", "*")) or node_types.get("*")
+        nt = node_types.get(h.get("node_file", ""))
         if nt is not None:
             t = nt.node_type(h.get("node_file", "node"), kind)
             if "nic_gbps" not in t and nics and nics[0][1]:
@@ -250,21 +250,45 @@ def _node_files_cmd(files: list[Path], host: str | None, hosts: str | None, leve
     _write(doc, merge_warnings(per_host), notes, out_file)
 
 
-def _fabric_cmd(fabric: Any, node_topo: Path | None, kind: str | None, tier: list[str] | None,
+def _node_specs(specs: list[str]) -> list[tuple[str, Path]]:
+    """``FILE`` (every host) or ``PATTERN=FILE`` (hosts matching the glob), in order; the first match wins."""
+    out: list[tuple[str, Path]] = []
+    for spec in specs:
+        pattern, sep, file = spec.partition("=")
+        if not sep or Path(spec).exists():
+            pattern, file = "*", spec
+        if not file:
+            fail(f"--node-topo {escape(spec)!r}: write FILE or HOST_GLOB=FILE, e.g. 'gpu-a*=a.xml'", 2)
+        out.append((pattern, Path(file)))
+    return out
+
+
+def _fabric_cmd(fabric: Any, node_topo: list[str] | None, kind: str | None, tier: list[str] | None,
                 gpus_per_node: int, out_file: Path | None, *, use_rails: bool = True) -> None:
+    from fnmatch import fnmatchcase
+
+    if gpus_per_node < 1:
+        fail(f"--gpus-per-node: must be >= 1, got {gpus_per_node}", 2)
     names = [lv["name"] for lv in fabric.doc["levels"]]
     node_types: dict[str, NodeTopology] = {}
     warnings = list(fabric.warnings)
-    if node_topo is not None:
-        nt = read_node_file(node_topo)
-        warnings.extend(f"{node_topo}: {w}" for w in nt.warnings)
-        node_types["*"] = nt
-    hosts = [{"name": h["name"], "domains": h["domains"], "node_file": node_topo.stem if node_topo else "*"}
-             for h in fabric.doc["hosts"]]
-    if node_topo is not None:
-        node_types = {node_topo.stem: node_types["*"]}
-    if gpus_per_node < 1:
-        fail(f"--gpus-per-node: must be >= 1, got {gpus_per_node}", 2)
+    specs = _node_specs(node_topo or [])
+    keys: list[tuple[str, str]] = []
+    for pattern, path in specs:
+        nt = read_node_file(path)
+        key = path.stem if path.stem not in node_types else f"{path.stem}-{len(node_types)}"
+        node_types[key] = nt
+        keys.append((pattern, key))
+        warnings.extend(f"{path}: {w}" for w in nt.warnings)
+    hosts: list[dict[str, Any]] = []
+    used: set[str] = set()
+    for h in fabric.doc["hosts"]:
+        key = next((k for pattern, k in keys if fnmatchcase(h["name"], pattern)), "")
+        used.add(key)
+        hosts.append({"name": h["name"], "domains": h["domains"], "node_file": key})
+    unused = [f"{p}={k}" for p, k in keys if k not in used]
+    if unused:
+        warnings.append(f"--node-topo {', '.join(unused)} matched no host")
     doc, notes = build_cluster(fabric.doc["name"], names, fabric.roles, hosts, node_types, kind=kind, tiers=tier or [],
                                host_nics=fabric.host_nics, gpus_per_node=gpus_per_node,
                                rail_optimized=fabric.rail_optimized and use_rails)
@@ -317,7 +341,7 @@ def register(import_app: typer.Typer) -> None:
         levels: Annotated[str | None, typer.Option(help="names for the switch levels bottom up (default leaf,spine,core)")] = None,
         gpus_per_node: Annotated[int, typer.Option(help="GPUs per host (without --node-topo)")] = 8,
         kind: Annotated[str | None, typer.Option(help="device kind")] = None,
-        node_topo: Annotated[Path | None, typer.Option(help="one host's nvidia-smi, rocm-smi or NCCL XML, applied to every host")] = None,
+        node_topo: Annotated[list[str] | None, typer.Option(help="FILE or HOST_GLOB=FILE (nvidia-smi, rocm-smi or NCCL XML); repeatable, first match wins")] = None,
         rail_policy: Annotated[bool, typer.Option(help="add a rail policy when the fabric is rail-optimized")] = True,
         tier: Annotated[list[str] | None, typer.Option(help="LEVEL=GBPS:US, repeatable")] = None,
         out_file: Annotated[Path | None, typer.Option("--out", help="write the cluster YAML here")] = None,
@@ -335,7 +359,7 @@ def register(import_app: typer.Typer) -> None:
         levels: Annotated[str | None, typer.Option(help="names for the levels above the hosts, bottom up")] = None,
         gpus_per_node: Annotated[int, typer.Option(help="GPUs per host (without --node-topo)")] = 8,
         kind: Annotated[str | None, typer.Option(help="device kind")] = None,
-        node_topo: Annotated[Path | None, typer.Option(help="one host's nvidia-smi, rocm-smi or NCCL XML, applied to every host")] = None,
+        node_topo: Annotated[list[str] | None, typer.Option(help="FILE or HOST_GLOB=FILE (nvidia-smi, rocm-smi or NCCL XML); repeatable, first match wins")] = None,
         tier: Annotated[list[str] | None, typer.Option(help="LEVEL=GBPS:US, repeatable")] = None,
         out_file: Annotated[Path | None, typer.Option("--out", help="write the cluster YAML here")] = None,
     ) -> None:

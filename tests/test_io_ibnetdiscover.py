@@ -4,12 +4,16 @@ refusals, and a non-tree fabric through the pair-path graph."""
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from placement.cli import app
 from placement.errors import InputError
 from placement.io.graph import topology_from_graph
 from placement.io.ibnetdiscover import fabric_graph, parse_ibnetdiscover, read_ibnetdiscover
+from placement.io.native import load_cluster
 from placement.io.slurm import read_slurm
 from tests.conftest import shared_file
 
@@ -70,3 +74,23 @@ def test_non_tree_fabric_warns_and_gives_a_pair_path_graph() -> None:
 def test_syntax_errors_name_the_line() -> None:
     with pytest.raises(InputError, match="line 2: unexpected line"):
         parse_ibnetdiscover('Switch\t4 "S-01"\t\t# "leafA"\nnonsense here\n', "x.out")
+
+
+def test_cli_with_per_host_node_files(tmp_path: Path) -> None:
+    dump = shared_file(f"{DUMP}/example.out")
+    ndv5 = shared_file("topologies/nccl_xml/azure/ndv5-topo.xml")
+    p5 = shared_file("topologies/nccl_xml/aws/p5.48xl-topo.xml")
+    out = tmp_path / "c.yaml"
+    res = CliRunner().invoke(app, ["import", "ibnetdiscover", str(dump), "--node-topo", f"a0*={ndv5}",
+                                   "--node-topo", str(p5), "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    topo, _ = load_cluster(out)
+    types = {topo.host_names[i]: t for i, t in enumerate(topo.host_types)}
+    assert types["a05-p1-dgx-01-c01"].name == "ndv5-topo" and types["b05-p1-dgx-05-c01"].name == "p5.48xl-topo"
+    assert types["a05-p1-dgx-01-c01"].nic_gbps == 50.0  # the XML has no NIC speed: the dump's 4xNDR
+    assert types["b05-p1-dgx-05-c01"].nic_gbps == 12.5 and types["b05-p1-dgx-05-c01"].nics == 32  # the XML's EFA
+    assert topo.rail_policy is not None and topo.levels[1].tier.bandwidth_gbps == 50.0
+    plain = CliRunner().invoke(app, ["import", "ibnetdiscover", str(dump), "--no-rail-policy", "--out", str(out)])
+    assert plain.exit_code == 0 and load_cluster(out)[0].rail_policy is None
+    # without a node file, device k sits on the fabric's rail k * 4 // 8 of rails (0, 1, 4, 5)
+    assert load_cluster(out)[0].host_types[0].rails == (0, 0, 1, 1, 4, 4, 5, 5)
