@@ -114,6 +114,7 @@ def _cases() -> list[tuple[str, Path]]:
     out += [("ibnetdiscover", p) for p in sorted((FABRIC / "output" / "ibnetdiscover").glob("*.out"))]
     out += [("topograph", p) for p in sorted((FABRIC / "models").glob("*.yaml"))]
     out += [("topograph", p) for p in sorted((FABRIC / "payloads").glob("*.json"))]
+    out += [("topograph", p) for p in sorted((FABRIC / "output" / "netq").glob("*.json"))]
     return out
 
 

@@ -59,3 +59,15 @@ def test_level_names_rename_bottom_up() -> None:
     assert [lv["name"] for lv in fab.doc["levels"]] == ["node", "rack", "pod", "dc"]
     with pytest.raises(InputError, match="has 2 name"):
         read_topograph(shared_file(f"{TG}/models/medium.yaml"), level_names=["a", "b"])
+
+
+def test_netq_topology_graph() -> None:
+    fab = read_topograph(shared_file(f"{TG}/output/netq/topologyGraph.json"))
+    # net-unit-l1 links node21/24/22/2 (dgx-01..04), net-unit-l2 node12/19/25/7 (dgx-05..08); s1 above both
+    assert [lv["name"] for lv in fab.doc["levels"]] == ["node", "leaf", "spine"]
+    h = hosts(fab)
+    assert h["dgx-01"] == {"leaf": "net-unit-l1", "spine": "net-unit-s1"}
+    assert h["dgx-07"] == {"leaf": "net-unit-l2", "spine": "net-unit-s1"} and len(h) == 8
+    with pytest.raises(InputError) as e:
+        read_topograph(shared_file(f"{TG}/output/netq/computeNodes.json"))
+    assert len(e.value.problems) == 1

@@ -22,6 +22,7 @@ FORMATS: dict[str, tuple[str, str]] = {
     "ibnetdiscover": ("an `ibnetdiscover` InfiniBand fabric dump", "placement import ibnetdiscover"),
     "topograph-model": ("an NVIDIA topograph cluster model (switches/blocks)", "placement import topograph"),
     "topograph-payload": ("an NVIDIA topograph request payload (provider/engine)", "placement import topograph"),
+    "netq": ("an NVIDIA NetQ topology graph (topograph's netq provider input)", "placement import topograph"),
     "slurm-conf": ("a Slurm topology.conf", "placement import slurm"),
     "slurm-yaml": ("a Slurm topology.yaml", "placement import slurm"),
     "k8s-nodes": ("a Kubernetes node list (kubectl get nodes -o json)", "placement import k8s"),
@@ -47,6 +48,8 @@ def sniff(text: str) -> str | None:
         return "rocm-smi"
     if _IBNET_RE.search(head) or _IBNET_HEAD_RE.search(head):
         return "ibnetdiscover"
+    if head.startswith("[") and '"compounded_nodes"' in head and '"links"' in head:
+        return "netq"
     if head.startswith("{"):
         if re.search(r'"provider"\s*:', head) and re.search(r'"engine"\s*:', head):
             return "topograph-payload"

@@ -13,13 +13,15 @@ heights ``leaf``, ``spine``, ``core`` (``switch4``... above). A level whose doma
 below (an NVLink domain spanning several leaf switches) is dropped with a warning; a level that repeats the
 partition below it (an NVL72 rack on its own leaf switch) is dropped silently, the lower (faster) one kept. A request payload (``{"provider": {"params": {"modelFileName": ...}},
 "engine": ...}``) imports the model it names (a bare name is looked up in ``tests/models`` next to the payload,
-as topograph's simulator does); a payload that names no model holds no topology and is refused.
+as topograph's simulator does); a payload that names no model holds no topology and is refused. A NetQ topology
+graph (the JSON topograph's ``netq`` provider fetches) is read too: switch tiers become the levels.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -220,7 +222,7 @@ def parse_topograph(text: str, source: str = "<topograph>", *, level_names: Sequ
     """Read a topograph model (YAML) or request payload (JSON) into a `Fabric`."""
     if not text.strip():
         raise InputError(source, [Problem("", "the file is empty; expected a topograph model or payload")])
-    refuse_other_format(text, source, ("topograph-model", "topograph-payload"))
+    refuse_other_format(text, source, ("topograph-model", "topograph-payload", "netq"))
     stem = name or Path(source).stem
     try:
         data = yaml.safe_load(text)
@@ -230,7 +232,66 @@ def parse_topograph(text: str, source: str = "<topograph>", *, level_names: Sequ
         raise InputError(source, [Problem(where, f"is not valid YAML/JSON: {getattr(e, 'problem', e)}")]) from None
     if isinstance(data, dict) and "provider" in data:
         return _payload(data, source, stem, level_names, base_dir)
+    if isinstance(data, list) and data and isinstance(data[0], dict) and "nodes" in data[0] and "links" in data[0]:
+        return _netq(data, source, stem, level_names)
+    if isinstance(data, list) and data and isinstance(data[0], dict) and "DomainUUID" in data[0]:
+        raise InputError(source, [Problem("", "this is NetQ's compute-node list (NVLink domain per GPU tray); it holds no "
+                                              "switches: import the NetQ topology graph (topologyGraph.json) instead")])
     return _model(data, source, stem, level_names)
+
+
+def _find(parent: dict[str, str], x: str) -> str:
+    while parent[x] != x:
+        parent[x] = parent[parent[x]]
+        x = parent[x]
+    return x
+
+
+def _netq(data: list[Any], source: str, name: str, level_names: Sequence[str] | None) -> Fabric:
+    """A NetQ topology graph (``[{nodes: [{compounded_nodes: [{id, name, tier}]}], links: [{id: "a-*-b"}]}]``, as
+    topograph's ``pkg/providers/netq/netq.go`` reads it): switches have tier >= 1, hosts tier < 1; a host's domain
+    at tier L is what it reaches over switches of tier <= L."""
+    if len(data) != 1:
+        raise InputError(source, [Problem("", f"a NetQ topology graph has one entry, got {len(data)}")])
+    tier: dict[str, int] = {}
+    label: dict[str, str] = {}
+    for group in _dict(data[0]).get("nodes") or []:
+        for n in _dict(group).get("compounded_nodes") or []:
+            n = _dict(n)
+            if "id" in n and isinstance(n.get("tier"), int):
+                tier[str(n["id"])] = n["tier"]
+                label[str(n["id"])] = str(n.get("name") or n["id"])
+    edges: list[tuple[str, str]] = []
+    for link in _dict(data[0]).get("links") or []:
+        a, sep, b = str(_dict(link).get("id", "")).partition("-*-")
+        if sep and a in tier and b in tier:
+            edges.append((a, b))
+    hosts = sorted((i for i, t in tier.items() if t < 1), key=lambda i: label[i])
+    top = max((t for t in tier.values() if t >= 1), default=0)
+    if not hosts or not top:
+        raise InputError(source, [Problem("nodes", f"the graph has {len(hosts)} host(s) (tier < 1) and no switch "
+                                                   "tier >= 1 above them; nothing to import")])
+    candidates: list[tuple[str, str, Mapping[str, str]]] = []
+    for lv in range(1, top + 1):
+        parent = {i: i for i in tier}
+        find = partial(_find, parent)
+        for a, b in edges:
+            if (tier[a] < 1 or tier[a] <= lv) and (tier[b] < 1 or tier[b] <= lv) and not (tier[a] < 1 and tier[b] < 1):
+                ra, rb = find(a), find(b)
+                if ra != rb:
+                    parent[max(ra, rb)] = min(ra, rb)
+        names: dict[str, list[str]] = {}
+        for i, t in tier.items():
+            if 1 <= t <= lv:
+                names.setdefault(find(i), []).append(i)
+        col: dict[str, str] = {}
+        for h in hosts:
+            sws = names.get(find(h), [])
+            best = max((tier[s] for s in sws), default=0)
+            tops = sorted(label[s] for s in sws if tier[s] == best)
+            col[label[h]] = (tops[0] if len(tops) == 1 else f"{tops[0]}+{len(tops) - 1}") if tops else label[h]
+        candidates.append((_SWITCH_NAMES[lv - 1] if top <= len(_SWITCH_NAMES) else f"switch{lv}", "switch", col))
+    return _fabric(name, [label[h] for h in hosts], candidates, [], level_names, source)
 
 
 def _dict(v: Any) -> dict[str, Any]:
