@@ -350,6 +350,7 @@ def serve(
 from placement.cli_whatif import register as _register_whatif  # noqa: E402  (adds `placement whatif`)
 
 _register_whatif(app)
+__import__("placement.cli_importers").cli_importers.register(import_app)  # nccl-xml, rocm-smi, ibnetdiscover, topograph
 
 
 def main() -> None:

@@ -29,6 +29,7 @@ __all__ = ["NvidiaSmiTopology", "nvlink_count", "parse_nvidia_smi", "read_nvidia
 from pathlib import Path
 
 from placement.errors import InputError, Problem, Problems
+from placement.io.detect import refuse_other_format
 from placement.io.nvidia_smi.build import _build
 from placement.io.nvidia_smi.scan import _attach_legends, _scan, _split_lines
 from placement.io.nvidia_smi.table import NvidiaSmiTopology, nvlink_count
@@ -53,6 +54,7 @@ def parse_nvidia_smi(
     if not text.strip():
         ps.add("line 1, column 1", "the input is empty; expected the text printed by `nvidia-smi topo -m`")
     ps.raise_if_any()
+    refuse_other_format(text, source, "nvidia-smi")  # rocm-smi, NCCL XML...: one line naming the right importer
 
     tables, hints = _scan(lines)
     if not tables:

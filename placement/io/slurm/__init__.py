@@ -56,6 +56,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from placement.errors import InputError, Problem, Problems
+from placement.io.detect import refuse_other_format
 from placement.io.slurm.block import _build_blocks
 from placement.io.slurm.common import (
     _KINDS,
@@ -90,6 +91,7 @@ def parse_topology_conf(
     `source` names the input in errors; `name` is the cluster name (default: the file name without its
     suffix). `topology` picks the plugin (``"tree"``, ``"block"``, ``"ring"``) when a file holds several.
     """
+    refuse_other_format(text, source, ("slurm-conf", "slurm-yaml"))  # e.g. an ibnetdiscover dump: one line
     problems = Problems(source)
     warnings: list[str] = []
     statements = _conf_statements(text, problems)
@@ -134,6 +136,7 @@ def parse_topology_yaml(
     Picks the entry named `topology`, else the first with ``cluster_default: true`` (or the only entry).
     `name` is the cluster name (default: the chosen topology's name).
     """
+    refuse_other_format(text, source, ("slurm-yaml", "slurm-conf"))
     problems = Problems(source)
     warnings: list[str] = []
     doc = _YamlDoc.load(text, problems)
