@@ -135,15 +135,18 @@ class PlacementClient:
 
     def place(self, request: pb.PlaceRequest, *, timeout_s: float | None = None,
               request_id: str | None = None) -> pb.PlaceResponse:
-        return self._call(self._stub.Place, request, timeout_s, request_id)
+        response: pb.PlaceResponse = self._call(self._stub.Place, request, timeout_s, request_id)  # grpc is untyped
+        return response
 
     def evaluate(self, request: pb.EvaluateRequest, *, timeout_s: float | None = None,
                  request_id: str | None = None) -> pb.EvaluateResponse:
-        return self._call(self._stub.Evaluate, request, timeout_s, request_id)
+        response: pb.EvaluateResponse = self._call(self._stub.Evaluate, request, timeout_s, request_id)  # grpc is untyped
+        return response
 
     def compare(self, request: pb.CompareRequest, *, timeout_s: float | None = None,
                 request_id: str | None = None) -> pb.CompareResponse:
-        return self._call(self._stub.Compare, request, timeout_s, request_id)
+        response: pb.CompareResponse = self._call(self._stub.Compare, request, timeout_s, request_id)  # grpc is untyped
+        return response
 
     def health(self, service: str = "", *, timeout_s: float = 5.0) -> str:
         """The server's health status name for `service` ("" = the whole server): SERVING, NOT_SERVING..."""
