@@ -349,6 +349,9 @@ def serve(
 from placement.cli_whatif import register as _register_whatif  # noqa: E402  (adds `placement whatif`)
 
 _register_whatif(app)
+from placement.cli_replay import register as _register_replay  # noqa: E402  (adds `placement replay`)
+
+_register_replay(app)
 
 
 def main() -> None:

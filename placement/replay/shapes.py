@@ -5,7 +5,7 @@ Owns `ShapeRule` (parsed from ``--shape-rule``), the model presets and `job_for`
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from placement.errors import InputError, Problem
 from placement.job import Constraints, Job, ModelShape, ParallelSpec
@@ -38,7 +38,6 @@ class ShapeRule:
     pp_from: int = 0
     classes: tuple[tuple[int, str], ...] = ((8, "7b"), (64, "13b"), (1 << 30, "70b"))
     micro_batches: int = 8
-    extra: dict[str, str] = field(default_factory=dict, compare=False)
 
     def shape(self, gpus: int, gpus_per_node: int) -> Shape:
         cap = self.tp_max or gpus_per_node

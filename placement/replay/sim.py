@@ -5,7 +5,6 @@ current state, runs stretched by the modeled step time, GPU failures that kill o
 from __future__ import annotations
 
 import heapq
-import math
 import random
 import time
 from collections.abc import Callable, Sequence
@@ -353,13 +352,3 @@ def _shape(job: Job) -> str:
     assert p is not None
     return f"tp{p.tp}-pp{p.pp}-dp{p.dp}"
 
-
-def percentile(vals: Sequence[float], q: float) -> float:
-    """The `q` quantile (0..1) by linear interpolation (numpy's default)."""
-    s = sorted(vals)
-    if not s:
-        return math.nan
-    k = (len(s) - 1) * q
-    lo = math.floor(k)
-    hi = min(lo + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (k - lo)

@@ -233,12 +233,12 @@ def _acme_summary(path: Path, cluster: str, jobs: int, cluster_gpus: int, load: 
     mean_g, max_g = _num(r, "avg_gpu_num"), max(1.0, _num(r, "max_gpu"))
     med_t, mean_t = _num(r, "med_run_time_gpu"), _num(r, "avg_run_time_gpu")
     top = min(int(math.log2(max_g)), max(0, int(math.log2(max(1, cluster_gpus)))))
-    p1 = 0.5
-    target = max(2.0, (mean_g - p1) / (1 - p1))
+    p1 = 0.5 if top > 0 else 1.0
+    target = max(2.0, (mean_g - p1) / (1 - p1)) if top > 0 else 1.0
 
     def mean_multi(ratio: float) -> float:
-        w = [ratio ** k for k in range(1, top + 1)]
-        return sum(wk * 2 ** k for k, wk in zip(range(1, top + 1), w, strict=True)) / sum(w)
+        w = [float(ratio ** k) for k in range(1, top + 1)]
+        return sum(wk * 2.0 ** k for k, wk in zip(range(1, top + 1), w, strict=True)) / max(sum(w), 1e-300)
 
     lo, hi = 1e-3, 4.0
     for _ in range(60):
