@@ -98,6 +98,7 @@ class Task:
     points: tuple[tuple[str, Shape | None], ...]
     weight: float = 1.0
     keep_global_batch: bool = True
+    deterministic: bool = False
 
 
 _TOPOLOGIES: dict[str, tuple[Topology, ClusterState | None]] = {}
@@ -175,7 +176,8 @@ def evaluate_task(task: Task) -> list[tuple[str, dict[str, str]]]:
     kind = jobs[0].device_kind if jobs else None
     free = sum(1 for d in topo.devices if (kind is None or d.kind == kind) and state.usable(d.index))
     opts = SolveOptions(strategy=Strategy(task.strategy), time_limit_s=task.time_limit_s or DEFAULT_TIME_LIMIT,
-                        relative_gap=task.relative_gap, seed=task.solver_seed, workers=task.solver_workers)
+                        relative_gap=task.relative_gap, seed=task.solver_seed, workers=task.solver_workers,
+                        deterministic=task.deterministic)
     out: dict[str, dict[str, str]] = {}
     try:
         ranked = compare(topo, state, jobs, opts)
@@ -223,7 +225,7 @@ def plan_tasks(sweep: Sweep, todo: set[str], workers: int) -> list[Task]:
                 seed=seed, failed=fail, strategy=strat, time_limit_s=tl, solver_workers=sweep.solver_workers,
                 solver_seed=sweep.solver_seed, relative_gap=sweep.relative_gap,
                 points=tuple((p.key, p.shape) for p in chunk), weight=sum(weight(p) for p in chunk),
-                keep_global_batch=sweep.keep_global_batch,
+                keep_global_batch=sweep.keep_global_batch, deterministic=sweep.solver_deterministic,
             ))
     tasks.sort(key=lambda t: -t.weight)
     return tasks
