@@ -88,11 +88,11 @@ def replay(
         shown = "\n".join(f"  - {escape(str(p))}" for p in tr.bad[:10])
         more = f"\n  ... and {len(tr.bad) - 10} more" if len(tr.bad) > 10 else ""
         err.print(f"[yellow]warning:[/] {trace}: skipped {len(tr.bad)} bad row(s) (--strict refuses them):\n{shown}{more}",
-                  highlight=False)
+                  highlight=False, soft_wrap=True)
     if not tr.jobs:
         fail(f"{escape(str(trace))}: no job to replay", 2)
     err.print(f"{len(tr.jobs)} jobs ({tr.format}) on {topo.name} ({topo.num_devices} GPUs); shapes: {rule.describe()}",
-              highlight=False)
+              highlight=False, soft_wrap=True)
     jobs_t = tuple(tr.jobs)
     tasks = []
     for s in seed or [0]:
@@ -125,19 +125,19 @@ def replay(
         run = run_replays(tasks, out, executor=ex, resume=resume, progress=on_progress)
     err.print(f"{run.total} replay(s): {run.executed} run now on {ex.workers or 1} {ex.name} worker(s), "
               f"{run.skipped} from an earlier run" + (f", [red]{run.failed} failed[/]" if run.failed else "")
-              + (" [yellow](interrupted)[/]" if run.interrupted else ""), highlight=False)
+              + (" [yellow](interrupted)[/]" if run.interrupted else ""), highlight=False, soft_wrap=True)
     con = _out if _out.is_terminal else Console(width=160)
     con.print(summary_table(run.summary, title=f"{trace.name} on {topo.name}: {len(tr.jobs)} jobs"))
     for name in ("summary.csv", "jobs.csv", "series.csv"):
-        err.print(f"wrote {out / name}", highlight=False)
+        err.print(f"wrote {out / name}", highlight=False, soft_wrap=True)
     if plots and not run.interrupted and run.summary:
         keys = {r["key"] for r in run.summary}
         for path in plot_replays([r for r in read_csv(out / "jobs.csv") if r["key"] in keys],
                               [r for r in read_csv(out / "series.csv") if r["key"] in keys], out, title=trace.name):
-            err.print(f"wrote {path}", highlight=False)
+            err.print(f"wrote {path}", highlight=False, soft_wrap=True)
     if run.interrupted:
         err.print(f"[yellow]interrupted:[/] {len(run.summary)} of {run.total} replays are in {out}; run again with "
-                  "--resume to finish the rest", highlight=False)
+                  "--resume to finish the rest", highlight=False, soft_wrap=True)
         raise typer.Exit(130)
     if run.failed:
         raise typer.Exit(1)
