@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -147,7 +148,7 @@ def check_invariants(res: Any, jobs: list[TraceJob], devices: int) -> None:
             by_dev.setdefault(d, []).append((a, b, idx))
     for segs in by_dev.values():
         segs.sort()
-        for (_, b1, j1), (a2, _, j2) in zip(segs, segs[1:], strict=False):
+        for (_, b1, j1), (a2, _, j2) in pairwise(segs):
             assert a2 >= b1 - 1e-9, f"jobs {j1} and {j2} share a device"
     # utilization <= 1 at every moment and on average
     assert all(0 <= busy <= usable <= devices for _, busy, usable, _ in res.series)
