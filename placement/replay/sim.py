@@ -158,20 +158,23 @@ class _Cluster:
         return None
 
 
-_IDEAL: dict[tuple[Any, ...], float] = {}
+_IDEAL: dict[int, tuple[Topology, dict[tuple[Any, ...], float]]] = {}
 
 
 def _ideal_step(topo: Topology, job: Job, traffic: Traffic, key: tuple[Any, ...]) -> float:
     """The job's modeled step on an empty cluster: the best of the scheduler baselines (cached by shape)."""
     from placement.solve.baselines import BASELINES
 
-    k = (id(topo), *key)
-    if k not in _IDEAL:
+    hit = _IDEAL.get(id(topo))
+    if hit is None or hit[0] is not topo:  # keeps the topology alive, so that its id is not reused meanwhile
+        hit = _IDEAL[id(topo)] = (topo, {})
+    cache = hit[1]
+    if key not in cache:
         empty = ClusterState()
         steps = [evaluate(topo, empty, job, m, traffic=traffic, check=False).step_seconds
                  for m in (f(topo, empty, job, traffic) for f in BASELINES.values()) if m is not None]
-        _IDEAL[k] = min(steps)
-    return _IDEAL[k]
+        cache[key] = min(steps)
+    return cache[key]
 
 
 def simulate(topo: Topology, jobs: Sequence[TraceJob], cfg: SimConfig, rule: ShapeRule | None = None, *,
