@@ -29,7 +29,9 @@ class Executor(Protocol):
 
 
 def _describe(e: BaseException) -> str:
-    return f"{type(e).__name__}: {e}".strip()
+    """The error's type and the first line of its message (Ray's run to pages), at most 300 characters."""
+    first = (str(e).strip().splitlines() or [""])[0]
+    return f"{type(e).__name__}: {first}"[:300]
 
 
 class InlineExecutor:
@@ -159,7 +161,7 @@ class RayExecutor:
             else:
                 kw["num_cpus"] = workers
             ray.init(address=address, **kw)
-        self.workers = workers or int(ray.cluster_resources().get("CPU", 1))
+        self.workers = workers or int(ray.cluster_resources().get("CPU", 1))  # type: ignore[no-untyped-call]
 
     def run(self, fn: Callable[[Any], Any], tasks: Sequence[Any], on_done: OnDone, on_fail: OnFail) -> None:
         ray = self._ray
