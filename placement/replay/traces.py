@@ -1,6 +1,5 @@
-"""Trace readers for replay: Alibaba GPU traces (PAI 2020 task table, openb 2023 pods, DLRM 2025, spot 2026),
-the Philly job log, Acme job traces and the Acme per-cluster summary (sampled), and plain CSV. Owns `read_trace`,
-`TraceJob` and the bad-row rules (negative duration, zero GPUs, more GPUs than the cluster), reported by line.
+"""Trace readers (Alibaba PAI 2020, openb 2023, DLRM 2025, spot 2026; Philly; Acme and its summary; plain CSV).
+Owns `read_trace`, `TraceJob` and the bad-row rules (duration < 0, GPUs < 1 or > the cluster), reported by line.
 """
 
 from __future__ import annotations
