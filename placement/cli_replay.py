@@ -43,6 +43,7 @@ def replay(
     failure_mode: Annotated[str, typer.Option(help="kill (restart the job) or repair (move the rank to the nearest free GPU)")] = "kill",
     repair_hours: Annotated[float, typer.Option(help="hours until a failed GPU is back")] = 4.0,
     arrival_scale: Annotated[float, typer.Option(help="multiply submit times by this (< 1: more contention)")] = 1.0,
+    max_slowdown: Annotated[float, typer.Option(help="decline placements whose step exceeds this x the ideal while others run (0: off)")] = 0.0,
     acme_cluster: Annotated[str, typer.Option(help="acme-summary: which cluster's row to sample")] = "Kalos",
     load: Annotated[float, typer.Option(help="acme-summary: offered load (share of the cluster's GPU-time)")] = 0.9,
     out_dir: Annotated[Path | None, typer.Option("--out", help="directory for the CSVs and plots (default: replay-TRACE)")] = None,
@@ -72,6 +73,7 @@ def replay(
               (arrival_scale > 0, f"--arrival-scale: must be > 0, got {arrival_scale:g}"),
               (time_limit > 0, f"--time-limit: must be > 0, got {time_limit:g}"),
               (backfill >= 0, f"--backfill: must be >= 0, got {backfill}"),
+              (max_slowdown == 0 or max_slowdown >= 1, f"--max-slowdown: must be 0 (off) or >= 1, got {max_slowdown:g}"),
               (jobs is None or jobs >= 1, f"--jobs: must be >= 1, got {jobs}"),
               (workers is None or workers >= 0, f"--workers: must be >= 0, got {workers}"),
               (executor in ("local", "ray"), f"--executor: must be local or ray, got {executor!r}"),
@@ -99,7 +101,7 @@ def replay(
         for p in pols:
             cfg = SimConfig(p, seed=s, backfill=backfill, time_limit_s=time_limit, deterministic=not wall_time,
                             failure_rate=failure_rate, failure_mode=failure_mode, repair_hours=repair_hours,
-                            arrival_scale=arrival_scale)
+                            arrival_scale=arrival_scale, max_slowdown=max_slowdown)
             tasks.append(ReplayTask(task_key(doc, jobs_t, cfg, rule), doc, str(cluster.parent), jobs_t, cfg, rule))
     out = out_dir if out_dir is not None else Path(f"replay-{trace.stem}")
     ex: Any

@@ -170,6 +170,22 @@ def test_simulator_invariants(policy: str) -> None:
         assert r["end_s"] - r["start_s"] == pytest.approx(r["trace_duration_s"] * r["slowdown"], rel=1e-9)
 
 
+def test_max_slowdown_waits_for_better_placements() -> None:
+    topo = fat_tree(64, nodes_per_leaf=2, leaves_per_spine=2)
+    jobs = mixed_jobs(40, seed=6)
+    free = simulate(topo, jobs, SimConfig("first-fit"))
+    picky = simulate(topo, jobs, SimConfig("first-fit", max_slowdown=1.05, keep_segments=True))
+    check_invariants(picky, jobs, 64)
+    assert all(r["placed"] for r in picky.records)
+    worst = max(r["slowdown"] for r in free.records)
+    assert worst > 1.05  # first-fit scatters some jobs
+    # a job placed worse than 1.05 x ideal started only when nothing else ran
+    for idx, _, a, _ in picky.segments:
+        if picky.records[idx]["slowdown"] > 1.05 + 1e-9:
+            assert not any(j != idx and a2 < a < b2 for j, _, a2, b2 in picky.segments)
+    assert sum(r["slowdown"] > 1.05 + 1e-9 for r in picky.records) < sum(r["slowdown"] > 1.05 + 1e-9 for r in free.records)
+
+
 @pytest.mark.parametrize("mode", ["kill", "repair"])
 def test_failures_kill_or_repair_and_every_job_ends(mode: str) -> None:
     topo = fat_tree(64, nodes_per_leaf=2, leaves_per_spine=2)

@@ -39,7 +39,9 @@ class SimConfig:
       the start (it goes back to the head of the queue), ``repair`` moves the hit rank to the nearest free
       device (same node, then leaf, ...) and the job runs on with its new step time (killed if none is free);
       a failed GPU comes back after `repair_hours`;
-    - `arrival_scale`: submit times are multiplied by it (< 1 packs a sparse trace into more contention).
+    - `arrival_scale`: submit times are multiplied by it (< 1 packs a sparse trace into more contention);
+    - `max_slowdown`: a placement whose step is more than this times the ideal is declined while other jobs run
+      (the job waits for a better one, as a node-aligned scheduler does); 0: any placement is taken.
     """
 
     policy: str
@@ -51,6 +53,7 @@ class SimConfig:
     failure_mode: str = "kill"
     repair_hours: float = 4.0
     arrival_scale: float = 1.0
+    max_slowdown: float = 0.0
     keep_segments: bool = False
 
 
@@ -233,11 +236,15 @@ def simulate(topo: Topology, jobs: Sequence[TraceJob], cfg: SimConfig, rule: Sha
             except InfeasibleError:
                 return None
             assert res.mapping is not None and res.report is not None
-            return res.mapping, res.report
-        m = BASELINES[cfg.policy](topo, st, r.job, r.traffic)
-        if m is None:
-            return None
-        return m, evaluate(topo, st, r.job, m, traffic=r.traffic, check=False)
+            m, rep = res.mapping, res.report
+        else:
+            got = BASELINES[cfg.policy](topo, st, r.job, r.traffic)
+            if got is None:
+                return None
+            m, rep = got, evaluate(topo, st, r.job, got, traffic=r.traffic, check=False)
+        if cfg.max_slowdown > 0 and running and rep.step_seconds > cfg.max_slowdown * r.ideal:
+            return None  # wait for a better placement while others run
+        return m, rep
 
     def start(r: _Run, m: list[int], rep: CostReport, now: float) -> None:
         cl.take(m, r.job.name)
