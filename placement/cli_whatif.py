@@ -109,6 +109,7 @@ def whatif(
             ex = RayExecutor(address, workers)
         except RuntimeError as e:
             fail(f"--executor: {e}", 2)
+            raise
         n_workers = ex.workers
     with progress:
         run = run_sweep(sw, out, workers=n_workers, resume=resume, progress=on_progress, executor=ex)
