@@ -351,6 +351,9 @@ from placement.cli_whatif import register as _register_whatif  # noqa: E402  (ad
 
 _register_whatif(app)
 __import__("placement.cli_importers").cli_importers.register(import_app)  # nccl-xml, rocm-smi, ibnetdiscover, topograph
+from placement.cli_replay import register as _register_replay  # noqa: E402  (adds `placement replay`)
+
+_register_replay(app)
 
 
 def main() -> None:

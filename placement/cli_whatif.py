@@ -72,6 +72,8 @@ def whatif(
     resume: Annotated[bool, typer.Option(help="keep finished points of an earlier run in the CSV and skip them")] = False,
     top: Annotated[int, typer.Option(help="rows per ranked table")] = 10,
     plots: Annotated[bool, typer.Option(help="draw the PNG/SVG plots")] = True,
+    executor: Annotated[str, typer.Option(help="where points run: local (worker processes) or ray")] = "local",
+    address: Annotated[str | None, typer.Option(help="Ray cluster address (--executor ray; default: start a local head)")] = None,
 ) -> None:
     """Run a what-if sweep: shapes x occupancy x cluster variants x strategies, ranked by modeled step time (with
     exposed comm, MFU and tokens/s), plotted, in a CSV."""
@@ -81,6 +83,8 @@ def whatif(
         fail(f"--workers: must be >= 1, got {workers}", 2)
     if top < 1:
         fail(f"--top: must be >= 1, got {top}", 2)
+    if executor not in ("local", "ray"):
+        fail(f"--executor: must be local or ray, got {executor!r}", 2)
     sw = load_sweep(sweep)
     out = out_dir if out_dir is not None else Path(f"whatif-{sw.name}")
     n_workers = workers if workers is not None else default_workers()
@@ -96,9 +100,19 @@ def whatif(
             state["task"] = progress.add_task(sw.name, total=total)
         progress.update(state["task"], completed=done)
 
+    ex = None
+    if executor == "ray":
+        from placement.executors import RayExecutor
+
+        try:
+            ex = RayExecutor(address, workers)
+        except RuntimeError as e:
+            fail(f"--executor: {e}", 2)
+            raise
+        n_workers = ex.workers
     with progress:
-        run = run_sweep(sw, out, workers=n_workers, resume=resume, progress=on_progress)
-    _err.print(f"{run.total} points: {run.executed} run now on {n_workers} worker(s), {run.skipped} from an earlier run"
+        run = run_sweep(sw, out, workers=n_workers, resume=resume, progress=on_progress, executor=ex)
+    _err.print(f"{run.total} points: {run.executed} run now on {n_workers} {'Ray ' if ex else ''}worker(s), {run.skipped} from an earlier run"
                + (" [yellow](interrupted)[/]" if run.interrupted else ""), highlight=False)
     con = _out if _out.is_terminal else Console(width=150)  # a file or pipe gets whole tables, not 80 columns
     for t in ranked_tables(sw, run.rows, top=top):

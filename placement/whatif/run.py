@@ -9,16 +9,14 @@ import csv
 import hashlib
 import json
 import math
-import multiprocessing
 import os
 import random
-import signal
-from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor, as_completed
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from placement.executors import Executor, LocalExecutor
 from placement.job import Job
 from placement.state import ClusterState
 from placement.topology import Topology
@@ -99,6 +97,7 @@ class Task:
     points: tuple[tuple[str, Shape | None], ...]
     weight: float = 1.0
     keep_global_batch: bool = True
+    deterministic: bool = False
 
 
 _TOPOLOGIES: dict[str, tuple[Topology, ClusterState | None]] = {}
@@ -176,7 +175,8 @@ def evaluate_task(task: Task) -> list[tuple[str, dict[str, str]]]:
     kind = jobs[0].device_kind if jobs else None
     free = sum(1 for d in topo.devices if (kind is None or d.kind == kind) and state.usable(d.index))
     opts = SolveOptions(strategy=Strategy(task.strategy), time_limit_s=task.time_limit_s or DEFAULT_TIME_LIMIT,
-                        relative_gap=task.relative_gap, seed=task.solver_seed, workers=task.solver_workers)
+                        relative_gap=task.relative_gap, seed=task.solver_seed, workers=task.solver_workers,
+                        deterministic=task.deterministic)
     out: dict[str, dict[str, str]] = {}
     try:
         ranked = compare(topo, state, jobs, opts)
@@ -190,15 +190,6 @@ def evaluate_task(task: Task) -> list[tuple[str, dict[str, str]]]:
     for job, res, reason in ranked:
         out[key_of[job.name]] = _outputs(res, reason, free)
     return [(k, out[k]) for k, _ in task.points if k in out]
-
-
-def _worker_init() -> None:
-    """Ctrl-C is the parent's to handle. Blocked rather than ignored: CP-SAT installs its own SIGINT handler for
-    each solve and leaves the default action (end the process) behind; a blocked signal reaches neither."""
-    if hasattr(signal, "pthread_sigmask"):
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    else:  # pragma: no cover - not POSIX
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def plan_tasks(sweep: Sweep, todo: set[str], workers: int) -> list[Task]:
@@ -233,7 +224,7 @@ def plan_tasks(sweep: Sweep, todo: set[str], workers: int) -> list[Task]:
                 seed=seed, failed=fail, strategy=strat, time_limit_s=tl, solver_workers=sweep.solver_workers,
                 solver_seed=sweep.solver_seed, relative_gap=sweep.relative_gap,
                 points=tuple((p.key, p.shape) for p in chunk), weight=sum(weight(p) for p in chunk),
-                keep_global_batch=sweep.keep_global_batch,
+                keep_global_batch=sweep.keep_global_batch, deterministic=sweep.solver_deterministic,
             ))
     tasks.sort(key=lambda t: -t.weight)
     return tasks
@@ -356,7 +347,7 @@ def default_workers() -> int:
 
 
 def run_sweep(sweep: Sweep, out_dir: str | Path, *, workers: int | None = None, resume: bool = False,
-              progress: Callable[[int, int], None] | None = None) -> SweepRun:
+              progress: Callable[[int, int], None] | None = None, executor: Executor | None = None) -> SweepRun:
     """Run the sweep's points (those not finished already, with `resume`) on `workers` local processes.
 
     Rows go to ``out_dir/results.csv`` as they finish (one write and flush per row). `progress(done, total)` is
@@ -366,7 +357,8 @@ def run_sweep(sweep: Sweep, out_dir: str | Path, *, workers: int | None = None, 
     `workers` defaults to the usable cores. Points always run in spawned worker processes, so that this process
     never runs CP-SAT: CP-SAT takes SIGINT over during a solve and leaves it at the default action (end the
     process at once) afterwards. ``workers=0`` runs them in this process instead (tests, debugging), where a
-    Ctrl-C during a solve is CP-SAT's to handle.
+    Ctrl-C during a solve is CP-SAT's to handle. `executor` (`placement.executors`, e.g. Ray) replaces the local
+    processes; a task that fails twice leaves ERROR rows for its points (rerun by --resume).
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -401,11 +393,16 @@ def run_sweep(sweep: Sweep, out_dir: str | Path, *, workers: int | None = None, 
     if progress is not None:
         progress(0, n_todo)
     try:
-        if workers == 0:
+        if workers == 0 and executor is None:
             for t in tasks:
                 finish(evaluate_task(t))
         elif tasks:
-            _run_pool(tasks, min(n_workers, len(tasks)), finish)
+            ex = executor if executor is not None else LocalExecutor(min(n_workers, len(tasks)))
+
+            def failed(i: int, error: str) -> None:
+                finish([(k, {"status": "ERROR", "error": f"task failed twice: {error}"}) for k, _ in tasks[i].points])
+
+            ex.run(evaluate_task, tasks, lambda i, res: finish(res), failed)
     except KeyboardInterrupt:
         run.interrupted = True
     finally:
@@ -413,29 +410,3 @@ def run_sweep(sweep: Sweep, out_dir: str | Path, *, workers: int | None = None, 
     found = {r["key"]: r for r in read_results(path)}
     run.rows = {k: found[k] for k in keys if k in found}
     return run
-
-
-def _run_pool(tasks: Sequence[Task], workers: int, finish: Callable[[list[tuple[str, dict[str, str]]]], None]) -> None:
-    ctx = multiprocessing.get_context("spawn")
-    ex = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_init)
-    futures: list[Future[list[tuple[str, dict[str, str]]]]] = []
-    clean = False
-    try:
-        futures = [ex.submit(evaluate_task, t) for t in tasks]
-        for fut in as_completed(futures):
-            finish(fut.result())
-        clean = True
-    finally:
-        if clean:
-            ex.shutdown(wait=True)
-        else:  # Ctrl-C or a broken worker: drop what is pending and end the workers this pool started
-            procs = list(getattr(ex, "_processes", {}).values())
-            for f in futures:
-                f.cancel()
-            ex.shutdown(wait=False, cancel_futures=True)
-            for proc in procs:
-                if proc.is_alive():
-                    proc.terminate()
-            for proc in procs:
-                proc.join(timeout=5)
-

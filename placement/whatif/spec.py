@@ -107,6 +107,7 @@ class Sweep:
     solver_workers: int = 1
     solver_seed: int = 0
     relative_gap: float = 0.0
+    solver_deterministic: bool = False
     strategies: tuple[str, ...] = STRATEGIES
     baselines: tuple[str, ...] = ("first-fit",)
     """The baseline strategies the solver reports on every answer (`PlacementResult.baselines`): CSV columns."""
@@ -241,8 +242,8 @@ def sweep_from_dict(doc: Any, source: str = "<sweep>", base_dir: Path | None = N
         ps.add("solver", f"must be a mapping {{workers, seed, relative_gap}}, got {solver!r}")
         solver = {}
     for k in solver:
-        if k not in ("workers", "seed", "relative_gap"):
-            ps.add(f"solver.{k}", "unknown field; expected one of ['relative_gap', 'seed', 'workers']")
+        if k not in ("workers", "seed", "relative_gap", "deterministic"):
+            ps.add(f"solver.{k}", "unknown field; expected one of ['deterministic', 'relative_gap', 'seed', 'workers']")
     s_workers = solver.get("workers", 1)
     if not (_is_int(s_workers) and s_workers >= 1):
         ps.add("solver.workers", f"must be an integer >= 1, got {s_workers!r}")
@@ -255,6 +256,10 @@ def sweep_from_dict(doc: Any, source: str = "<sweep>", base_dir: Path | None = N
     if not (_is_num(s_gap) and s_gap >= 0):
         ps.add("solver.relative_gap", f"must be a number >= 0, got {s_gap!r}")
         s_gap = 0.0
+    s_det = solver.get("deterministic", False)
+    if not isinstance(s_det, bool):
+        ps.add("solver.deterministic", f"must be true or false, got {s_det!r}")
+        s_det = False
 
     keep_batch = doc.get("keep_global_batch", True)
     if not isinstance(keep_batch, bool):
@@ -364,6 +369,8 @@ def sweep_from_dict(doc: Any, source: str = "<sweep>", base_dir: Path | None = N
 
     # the points, keyed by their effective inputs
     solver_doc = {"workers": s_workers, "seed": s_seed, "relative_gap": s_gap}
+    if s_det:  # only then: the keys of earlier results stay valid
+        solver_doc["deterministic"] = True
     state_hash = digest(state_doc)
     vhash = [digest(vd) for vd in vdocs]
     job_hash: dict[Shape | None, str] = {}
@@ -396,7 +403,7 @@ def sweep_from_dict(doc: Any, source: str = "<sweep>", base_dir: Path | None = N
         name=name, source=source, cluster_doc=cluster_doc, cluster_dir=str(cluster_dir), job_doc=job_doc,
         job_name=base_job.name, state_doc=state_doc, gpus=gpus, variants=tuple(variants), variant_docs=tuple(vdocs),
         variant_info=tuple(vinfo), points=tuple(points), labels=labels, tiers=tiers, level_names=tuple(level_names),
-        solver_workers=int(s_workers), solver_seed=int(s_seed), relative_gap=float(s_gap),
+        solver_workers=int(s_workers), solver_seed=int(s_seed), relative_gap=float(s_gap), solver_deterministic=s_det,
         strategies=tuple(str(x) for x in strategies), baselines=tuple(x for x in known if x != "cpsat"),
         keep_global_batch=keep_batch,
     )
