@@ -609,3 +609,75 @@ class CompareResponse(_message.Message):
     RANKING_FIELD_NUMBER: _ClassVar[int]
     ranking: _containers.RepeatedCompositeFieldContainer[CompareEntry]
     def __init__(self, ranking: _Optional[_Iterable[_Union[CompareEntry, _Mapping]]] = ...) -> None: ...
+
+class BatchJob(_message.Message):
+    __slots__ = ("job", "weight", "priority")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    WEIGHT_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    job: Job
+    weight: float
+    priority: float
+    def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ..., weight: _Optional[float] = ..., priority: _Optional[float] = ...) -> None: ...
+
+class PlaceBatchRequest(_message.Message):
+    __slots__ = ("cluster", "state", "jobs", "options")
+    CLUSTER_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    OPTIONS_FIELD_NUMBER: _ClassVar[int]
+    cluster: Cluster
+    state: State
+    jobs: _containers.RepeatedCompositeFieldContainer[BatchJob]
+    options: Options
+    def __init__(self, cluster: _Optional[_Union[Cluster, _Mapping]] = ..., state: _Optional[_Union[State, _Mapping]] = ..., jobs: _Optional[_Iterable[_Union[BatchJob, _Mapping]]] = ..., options: _Optional[_Union[Options, _Mapping]] = ...) -> None: ...
+
+class BatchJobResult(_message.Message):
+    __slots__ = ("job_index", "job", "admitted", "mapping", "cost", "reason", "explanation", "conflicts_with")
+    JOB_INDEX_FIELD_NUMBER: _ClassVar[int]
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    ADMITTED_FIELD_NUMBER: _ClassVar[int]
+    MAPPING_FIELD_NUMBER: _ClassVar[int]
+    COST_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    EXPLANATION_FIELD_NUMBER: _ClassVar[int]
+    CONFLICTS_WITH_FIELD_NUMBER: _ClassVar[int]
+    job_index: int
+    job: str
+    admitted: bool
+    mapping: _containers.RepeatedCompositeFieldContainer[Assignment]
+    cost: StepCost
+    reason: str
+    explanation: _containers.RepeatedScalarFieldContainer[str]
+    conflicts_with: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, job_index: _Optional[int] = ..., job: _Optional[str] = ..., admitted: _Optional[bool] = ..., mapping: _Optional[_Iterable[_Union[Assignment, _Mapping]]] = ..., cost: _Optional[_Union[StepCost, _Mapping]] = ..., reason: _Optional[str] = ..., explanation: _Optional[_Iterable[str]] = ..., conflicts_with: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class BatchPlan(_message.Message):
+    __slots__ = ("strategy", "admitted", "admitted_weight", "weighted_step_seconds", "weighted_comm_seconds", "jobs")
+    STRATEGY_FIELD_NUMBER: _ClassVar[int]
+    ADMITTED_FIELD_NUMBER: _ClassVar[int]
+    ADMITTED_WEIGHT_FIELD_NUMBER: _ClassVar[int]
+    WEIGHTED_STEP_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    WEIGHTED_COMM_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    strategy: str
+    admitted: int
+    admitted_weight: float
+    weighted_step_seconds: float
+    weighted_comm_seconds: float
+    jobs: _containers.RepeatedCompositeFieldContainer[BatchJobResult]
+    def __init__(self, strategy: _Optional[str] = ..., admitted: _Optional[int] = ..., admitted_weight: _Optional[float] = ..., weighted_step_seconds: _Optional[float] = ..., weighted_comm_seconds: _Optional[float] = ..., jobs: _Optional[_Iterable[_Union[BatchJobResult, _Mapping]]] = ...) -> None: ...
+
+class PlaceBatchResponse(_message.Message):
+    __slots__ = ("plan", "baselines", "admitted_weight_bound", "admission_optimal", "stats")
+    PLAN_FIELD_NUMBER: _ClassVar[int]
+    BASELINES_FIELD_NUMBER: _ClassVar[int]
+    ADMITTED_WEIGHT_BOUND_FIELD_NUMBER: _ClassVar[int]
+    ADMISSION_OPTIMAL_FIELD_NUMBER: _ClassVar[int]
+    STATS_FIELD_NUMBER: _ClassVar[int]
+    plan: BatchPlan
+    baselines: _containers.RepeatedCompositeFieldContainer[BatchPlan]
+    admitted_weight_bound: float
+    admission_optimal: bool
+    stats: SolveStats
+    def __init__(self, plan: _Optional[_Union[BatchPlan, _Mapping]] = ..., baselines: _Optional[_Iterable[_Union[BatchPlan, _Mapping]]] = ..., admitted_weight_bound: _Optional[float] = ..., admission_optimal: _Optional[bool] = ..., stats: _Optional[_Union[SolveStats, _Mapping]] = ...) -> None: ...

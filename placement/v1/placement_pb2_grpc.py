@@ -50,6 +50,11 @@ class PlacementServiceStub:
                 request_serializer=placement_dot_v1_dot_placement__pb2.CompareRequest.SerializeToString,
                 response_deserializer=placement_dot_v1_dot_placement__pb2.CompareResponse.FromString,
                 _registered_method=True)
+        self.PlaceBatch = channel.unary_unary(
+                '/placement.v1.PlacementService/PlaceBatch',
+                request_serializer=placement_dot_v1_dot_placement__pb2.PlaceBatchRequest.SerializeToString,
+                response_deserializer=placement_dot_v1_dot_placement__pb2.PlaceBatchResponse.FromString,
+                _registered_method=True)
 
 
 class PlacementServiceServicer:
@@ -80,6 +85,16 @@ class PlacementServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PlaceBatch(self, request, context):
+        """Place a queue of jobs jointly on one state: the admitted subset (most admitted weight, then fewest weighted
+        modeled step seconds) with no device in two jobs, why each other job is not admitted, and two baselines
+        (FIFO kueue-tas, priority-ordered cpsat). Atomic: every mapping is valid next to the others, or the call
+        fails. options.time_limit_s covers the whole batch.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_PlacementServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -97,6 +112,11 @@ def add_PlacementServiceServicer_to_server(servicer, server):
                     servicer.Compare,
                     request_deserializer=placement_dot_v1_dot_placement__pb2.CompareRequest.FromString,
                     response_serializer=placement_dot_v1_dot_placement__pb2.CompareResponse.SerializeToString,
+            ),
+            'PlaceBatch': grpc.unary_unary_rpc_method_handler(
+                    servicer.PlaceBatch,
+                    request_deserializer=placement_dot_v1_dot_placement__pb2.PlaceBatchRequest.FromString,
+                    response_serializer=placement_dot_v1_dot_placement__pb2.PlaceBatchResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -181,6 +201,33 @@ class PlacementService:
             '/placement.v1.PlacementService/Compare',
             placement_dot_v1_dot_placement__pb2.CompareRequest.SerializeToString,
             placement_dot_v1_dot_placement__pb2.CompareResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PlaceBatch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/placement.v1.PlacementService/PlaceBatch',
+            placement_dot_v1_dot_placement__pb2.PlaceBatchRequest.SerializeToString,
+            placement_dot_v1_dot_placement__pb2.PlaceBatchResponse.FromString,
             options,
             channel_credentials,
             insecure,
