@@ -349,6 +349,9 @@ def serve(
 from placement.cli_whatif import register as _register_whatif  # noqa: E402  (adds `placement whatif`)
 
 _register_whatif(app)
+from placement.cli_batch import register as _register_batch  # noqa: E402  (adds `placement place-batch`)
+
+_register_batch(app)
 
 
 def main() -> None:

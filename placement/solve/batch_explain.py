@@ -110,8 +110,7 @@ class Explainer:
             base = set(candidate_devices(self.topology, self.state, job))
             held = Counter(owner[d] for d in base if d in owner)
         blockers = sorted(held, key=lambda k: (-self.priorities[k], -self.weights[k], k))
-        higher = bool(blockers) and all(
-            (self.priorities[k], self.weights[k]) > (self.priorities[j], self.weights[j]) for k in blockers)
+        higher = bool(blockers) and all(self.priorities[k] > self.priorities[j] for k in blockers)
         kind = f" {job.device_kind}" if job.device_kind else ""
         names = ", ".join(f"{self.jobs[k].name} (priority {self.priorities[k]:g}, weight {self.weights[k]:g}, "
                           f"{held[k]} device(s))" for k in blockers[:6])
