@@ -352,6 +352,9 @@ _register_whatif(app)
 from placement.cli_batch import register as _register_batch  # noqa: E402  (adds `placement place-batch`)
 
 _register_batch(app)
+from placement.cli_repair import register as _register_repair  # noqa: E402  (adds `placement repair`)
+
+_register_repair(app)
 
 
 def main() -> None:
