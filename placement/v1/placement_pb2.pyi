@@ -681,3 +681,85 @@ class PlaceBatchResponse(_message.Message):
     admission_optimal: bool
     stats: SolveStats
     def __init__(self, plan: _Optional[_Union[BatchPlan, _Mapping]] = ..., baselines: _Optional[_Iterable[_Union[BatchPlan, _Mapping]]] = ..., admitted_weight_bound: _Optional[float] = ..., admission_optimal: _Optional[bool] = ..., stats: _Optional[_Union[SolveStats, _Mapping]] = ...) -> None: ...
+
+class RepairBudget(_message.Message):
+    __slots__ = ("max_moved_ranks", "max_moved_hosts", "move_cost_s", "horizon_steps")
+    MAX_MOVED_RANKS_FIELD_NUMBER: _ClassVar[int]
+    MAX_MOVED_HOSTS_FIELD_NUMBER: _ClassVar[int]
+    MOVE_COST_S_FIELD_NUMBER: _ClassVar[int]
+    HORIZON_STEPS_FIELD_NUMBER: _ClassVar[int]
+    max_moved_ranks: int
+    max_moved_hosts: int
+    move_cost_s: float
+    horizon_steps: float
+    def __init__(self, max_moved_ranks: _Optional[int] = ..., max_moved_hosts: _Optional[int] = ..., move_cost_s: _Optional[float] = ..., horizon_steps: _Optional[float] = ...) -> None: ...
+
+class RepairRequest(_message.Message):
+    __slots__ = ("cluster", "state", "job", "current", "drain", "spares", "spares_only", "budget", "options")
+    CLUSTER_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    CURRENT_FIELD_NUMBER: _ClassVar[int]
+    DRAIN_FIELD_NUMBER: _ClassVar[int]
+    SPARES_FIELD_NUMBER: _ClassVar[int]
+    SPARES_ONLY_FIELD_NUMBER: _ClassVar[int]
+    BUDGET_FIELD_NUMBER: _ClassVar[int]
+    OPTIONS_FIELD_NUMBER: _ClassVar[int]
+    cluster: Cluster
+    state: State
+    job: Job
+    current: _containers.RepeatedCompositeFieldContainer[Assignment]
+    drain: _containers.RepeatedScalarFieldContainer[str]
+    spares: _containers.RepeatedScalarFieldContainer[str]
+    spares_only: bool
+    budget: RepairBudget
+    options: Options
+    def __init__(self, cluster: _Optional[_Union[Cluster, _Mapping]] = ..., state: _Optional[_Union[State, _Mapping]] = ..., job: _Optional[_Union[Job, _Mapping]] = ..., current: _Optional[_Iterable[_Union[Assignment, _Mapping]]] = ..., drain: _Optional[_Iterable[str]] = ..., spares: _Optional[_Iterable[str]] = ..., spares_only: _Optional[bool] = ..., budget: _Optional[_Union[RepairBudget, _Mapping]] = ..., options: _Optional[_Union[Options, _Mapping]] = ...) -> None: ...
+
+class RankMove(_message.Message):
+    __slots__ = ("rank", "from_device", "to_device")
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    FROM_DEVICE_FIELD_NUMBER: _ClassVar[int]
+    TO_DEVICE_FIELD_NUMBER: _ClassVar[int]
+    rank: int
+    from_device: str
+    to_device: str
+    def __init__(self, rank: _Optional[int] = ..., from_device: _Optional[str] = ..., to_device: _Optional[str] = ...) -> None: ...
+
+class RepairAnswer(_message.Message):
+    __slots__ = ("name", "moved_ranks", "moved_hosts", "moves", "mapping", "cost", "optimal", "within_budget")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    MOVED_RANKS_FIELD_NUMBER: _ClassVar[int]
+    MOVED_HOSTS_FIELD_NUMBER: _ClassVar[int]
+    MOVES_FIELD_NUMBER: _ClassVar[int]
+    MAPPING_FIELD_NUMBER: _ClassVar[int]
+    COST_FIELD_NUMBER: _ClassVar[int]
+    OPTIMAL_FIELD_NUMBER: _ClassVar[int]
+    WITHIN_BUDGET_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    moved_ranks: int
+    moved_hosts: int
+    moves: _containers.RepeatedCompositeFieldContainer[RankMove]
+    mapping: _containers.RepeatedCompositeFieldContainer[Assignment]
+    cost: StepCost
+    optimal: bool
+    within_budget: bool
+    def __init__(self, name: _Optional[str] = ..., moved_ranks: _Optional[int] = ..., moved_hosts: _Optional[int] = ..., moves: _Optional[_Iterable[_Union[RankMove, _Mapping]]] = ..., mapping: _Optional[_Iterable[_Union[Assignment, _Mapping]]] = ..., cost: _Optional[_Union[StepCost, _Mapping]] = ..., optimal: _Optional[bool] = ..., within_budget: _Optional[bool] = ...) -> None: ...
+
+class RepairResponse(_message.Message):
+    __slots__ = ("answers", "recommended", "before", "forced_ranks", "min_moves", "replace", "stats")
+    ANSWERS_FIELD_NUMBER: _ClassVar[int]
+    RECOMMENDED_FIELD_NUMBER: _ClassVar[int]
+    BEFORE_FIELD_NUMBER: _ClassVar[int]
+    FORCED_RANKS_FIELD_NUMBER: _ClassVar[int]
+    MIN_MOVES_FIELD_NUMBER: _ClassVar[int]
+    REPLACE_FIELD_NUMBER: _ClassVar[int]
+    STATS_FIELD_NUMBER: _ClassVar[int]
+    answers: _containers.RepeatedCompositeFieldContainer[RepairAnswer]
+    recommended: int
+    before: StepCost
+    forced_ranks: _containers.RepeatedScalarFieldContainer[int]
+    min_moves: int
+    replace: RepairAnswer
+    stats: SolveStats
+    def __init__(self, answers: _Optional[_Iterable[_Union[RepairAnswer, _Mapping]]] = ..., recommended: _Optional[int] = ..., before: _Optional[_Union[StepCost, _Mapping]] = ..., forced_ranks: _Optional[_Iterable[int]] = ..., min_moves: _Optional[int] = ..., replace: _Optional[_Union[RepairAnswer, _Mapping]] = ..., stats: _Optional[_Union[SolveStats, _Mapping]] = ...) -> None: ...

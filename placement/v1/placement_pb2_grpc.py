@@ -55,6 +55,11 @@ class PlacementServiceStub:
                 request_serializer=placement_dot_v1_dot_placement__pb2.PlaceBatchRequest.SerializeToString,
                 response_deserializer=placement_dot_v1_dot_placement__pb2.PlaceBatchResponse.FromString,
                 _registered_method=True)
+        self.Repair = channel.unary_unary(
+                '/placement.v1.PlacementService/Repair',
+                request_serializer=placement_dot_v1_dot_placement__pb2.RepairRequest.SerializeToString,
+                response_deserializer=placement_dot_v1_dot_placement__pb2.RepairResponse.FromString,
+                _registered_method=True)
 
 
 class PlacementServiceServicer:
@@ -95,6 +100,15 @@ class PlacementServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Repair(self, request, context):
+        """Repair a running job after failures, drains or degradations with few moves: a Pareto set of (moved ranks,
+        modeled step seconds) answers from the least repair to a full re-place. Ranks on failed or drained devices
+        must move; others move only where that is faster. options.time_limit_s covers the whole repair.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_PlacementServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -117,6 +131,11 @@ def add_PlacementServiceServicer_to_server(servicer, server):
                     servicer.PlaceBatch,
                     request_deserializer=placement_dot_v1_dot_placement__pb2.PlaceBatchRequest.FromString,
                     response_serializer=placement_dot_v1_dot_placement__pb2.PlaceBatchResponse.SerializeToString,
+            ),
+            'Repair': grpc.unary_unary_rpc_method_handler(
+                    servicer.Repair,
+                    request_deserializer=placement_dot_v1_dot_placement__pb2.RepairRequest.FromString,
+                    response_serializer=placement_dot_v1_dot_placement__pb2.RepairResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -228,6 +247,33 @@ class PlacementService:
             '/placement.v1.PlacementService/PlaceBatch',
             placement_dot_v1_dot_placement__pb2.PlaceBatchRequest.SerializeToString,
             placement_dot_v1_dot_placement__pb2.PlaceBatchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Repair(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/placement.v1.PlacementService/Repair',
+            placement_dot_v1_dot_placement__pb2.RepairRequest.SerializeToString,
+            placement_dot_v1_dot_placement__pb2.RepairResponse.FromString,
             options,
             channel_credentials,
             insecure,
