@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 from typing import Annotated, Any
 
-import click
 import typer
 from rich.console import Console
 from rich.table import Table
@@ -177,7 +176,7 @@ def _print_defrag(res: DefragResult) -> None:
 class _WhatifGroup(TyperGroup):
     """`whatif SWEEP ...` runs a sweep (the default command); `whatif defrag ...` the defragmentation hint."""
 
-    def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple[str | None, click.Command | None, list[str]]:
+    def resolve_command(self, ctx: Any, args: list[str]) -> Any:
         if args and args[0] not in self.commands:
             args = ["sweep", *args]
         return super().resolve_command(ctx, args)

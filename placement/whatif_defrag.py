@@ -95,7 +95,11 @@ def defrag(topology: Topology, state: ClusterState, level: str, hosts: int, *, k
     considered = 0
     best_clearable = 0
     for k, hs in sorted(by_domain.items()):
-        costs = [(h, c) for h in hs if (c := clear_cost(h)) is not None]
+        costs: list[tuple[int, tuple[int, Counter[str]]]] = []
+        for h in hs:
+            c = clear_cost(h)
+            if c is not None:
+                costs.append((h, c))
         best_clearable = max(best_clearable, len(costs))
         if len(costs) < hosts:
             continue
@@ -114,13 +118,13 @@ def defrag(topology: Topology, state: ClusterState, level: str, hosts: int, *, k
         for pick in picks:
             jobs: Counter[str] = Counter()
             moved: list[tuple[str, str]] = []
-            for h, (_, c) in pick:
-                jobs.update(c)
+            for h, (_, held) in pick:
+                jobs.update(held)
                 moved += [(state.occupied[d], topology.devices[d].id) for d in host_devs[h] if d in state.occupied]
             n = sum(jobs.values())
             if n == 0:
                 fits = True
-            freed = sum(len(host_devs[h]) - c[0] for h, c in pick)
+            freed = sum(len(host_devs[h]) - hc[0] for h, hc in pick)
             answers.append(DefragAnswer(names[k], sorted(topology.host_names[h] for h, _ in pick), dict(sorted(jobs.items())),
                                         n, free_total - freed, sorted(moved)))
     front: list[DefragAnswer] = []

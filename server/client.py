@@ -149,6 +149,10 @@ class PlacementClient:
                     request_id: str | None = None) -> pb.PlaceBatchResponse:
         return self._call(self._stub.PlaceBatch, request, timeout_s, request_id)
 
+    def repair(self, request: pb.RepairRequest, *, timeout_s: float | None = None,
+               request_id: str | None = None) -> pb.RepairResponse:
+        return self._call(self._stub.Repair, request, timeout_s, request_id)
+
     def health(self, service: str = "", *, timeout_s: float = 5.0) -> str:
         """The server's health status name for `service` ("" = the whole server): SERVING, NOT_SERVING..."""
         try:

@@ -95,7 +95,7 @@ def resolve_current(topology: Topology, job: Job, current: Sequence[str | int] |
     items: list[tuple[str, object, str | int]] = []
     if isinstance(current, Mapping):
         for k, v in current.items():
-            items.append((f"{field_name}.{k}", k, v))
+            items.append((f"{field_name}.{k}" if field_name else str(k), k, v))
     else:
         if len(current) != job.ranks:
             problems.append(Problem(field_name, f"{len(current)} devices for a job of {job.ranks} ranks"))
