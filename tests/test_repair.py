@@ -171,3 +171,71 @@ def test_tp8_job_on_a_fragmented_cluster_moves_one_node() -> None:
     assert least.moved_ranks == 8 and least.moved_hosts == 1
     assert not validate(topo, st, job, least.mapping)
     assert res.replace is not None and res.replace.moved_ranks > least.moved_ranks
+
+
+# ---- gRPC and CLI -------------------------------------------------------------------------------------------
+
+
+def _repair_request(current: list[str], failed: list[str], **extra: object) -> object:
+    from placement.requests import request_from_dict
+    from placement.v1 import placement_pb2 as pb
+    from tests.test_server import cluster_doc, job_doc
+
+    doc: dict[str, object] = {
+        "cluster": cluster_doc(4), "job": job_doc(8, 2, name="run"),
+        "state": {"occupied": [{"job": "run", "devices": ["node01", "node02"]}], "failed": failed},
+        "current": [{"device": d} for d in current], "options": {"time_limit_s": 3.0}, **extra,
+    }
+    return request_from_dict(doc, pb.RepairRequest)
+
+
+def test_repair_over_grpc_and_its_errors() -> None:
+    import grpc
+
+    from tests.test_server import field_violations, rpc_error, running
+
+    cur = [f"node01/gpu{i}" for i in range(8)] + [f"node02/gpu{i}" for i in range(8)]
+    with running(max_time_limit_s=10.0) as r:
+        resp = r.stub.Repair(_repair_request(cur, ["node02/gpu5"], spares=["node04"]), timeout=60)
+        assert resp.min_moves == 8 and list(resp.forced_ranks) == [13]
+        least = resp.answers[0]
+        assert least.moved_ranks == 8 and {m.rank for m in least.moves} == set(range(8, 16))
+        assert all(m.to_device.startswith(("node03", "node04")) for m in least.moves)
+        assert len(least.mapping) == 16 and least.cost.step_seconds > 0
+        assert resp.before.step_seconds > 0 and resp.replace.moved_ranks >= 8
+        bad = [*cur[:15], "node09/gpu0"]
+        err = rpc_error(lambda: r.stub.Repair(_repair_request(bad, []), timeout=60))
+        v = field_violations(err)
+        assert "current[15]" in v and "node09/gpu0" in v["current[15]"]
+        err = rpc_error(lambda: r.stub.Repair(_repair_request(cur, ["node02/gpu5"], budget={"max_moved_ranks": 4}), timeout=60))
+        assert err.code() is grpc.StatusCode.FAILED_PRECONDITION and "allows 4" in (err.details() or "")
+
+
+def test_cli_repair_and_whatif_defrag(tmp_path: object) -> None:
+    import json
+    from pathlib import Path
+
+    from typer.testing import CliRunner
+
+    from placement.cli import app
+
+    root = Path(__file__).resolve().parents[1] / "examples"
+    tmp = Path(str(tmp_path))
+    (tmp / "state.yaml").write_text("occupied:\n- job: tp8-dp4\n  devices: [node01, node02, node03, node04]\n"
+                                    "- job: other\n  devices: [node05, node06/gpu0]\nfailed: [node02/gpu3]\n")
+    res = CliRunner().invoke(app, ["repair", str(root / "h100-256.yaml"), str(root / "tp8-dp4.yaml"),
+                                   str(root / "mapping-tp8-contiguous.json"), "--state", str(tmp / "state.yaml"),
+                                   "--time-limit", "3", "--output", "json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.output)
+    assert doc["min_moves"] == 8 and doc["forced_ranks"] == [11]
+    assert {m["from"] for m in doc["answers"][0]["moves"]} == {f"node02/gpu{i}" for i in range(8)}
+    res = CliRunner().invoke(app, ["repair", str(root / "h100-256.yaml"), str(root / "tp8-dp4.yaml"),
+                                   str(root / "mapping-tp8-contiguous.json"), "--state", str(tmp / "state.yaml"),
+                                   "--drain", "nowhere"])
+    assert res.exit_code == 2 and "drain[0]" in res.output
+    res = CliRunner().invoke(app, ["whatif", "defrag", str(root / "h100-256.yaml"), "--state",
+                                   str(root / "h100-256-busy.yaml"), "--level", "leaf", "--hosts", "8", "--output", "json"])
+    assert res.exit_code == 0, res.output
+    d = json.loads(res.output)
+    assert not d["fits_today"] and d["answers"][0]["moved_ranks"] == sum(d["answers"][0]["jobs"].values())
