@@ -148,6 +148,7 @@ class _Batch:
         self.solo: list[list[str]] = [explain_infeasible(topology, state, bj.job, t) for bj, t in zip(jobs, self.traffic, strict=True)]
         self.feasible = [i for i, r in enumerate(self.solo) if not r]
         self.placements = 0
+        self.seen: dict[int, dict[tuple[int, ...], CostReport]] = {}  # every placement found per job, any state
 
     def remaining(self) -> float:
         if self.options.deterministic:
@@ -191,6 +192,7 @@ class _Batch:
             return None
         if res.mapping is None or res.report is None or validate(self.topology, state, job, res.mapping, traffic=self.traffic[j]):
             return None
+        self.seen.setdefault(j, {})[tuple(res.mapping)] = res.report
         return list(res.mapping), res.report
 
     def sequential(self, order: Sequence[int], budget_s: float, assign: Assign | None = None,
@@ -220,6 +222,7 @@ class _Batch:
             m = kueue_tas(self.topology, st, job, traffic)
             if m is not None and not validate(self.topology, st, job, m, traffic=traffic):
                 out[j] = (m, evaluate(self.topology, st, job, m, traffic=traffic, check=False))
+                self.seen.setdefault(j, {})[tuple(m)] = out[j][1]
         return out
 
     def key(self, assign: Assign) -> tuple[float, float, float]:
@@ -277,6 +280,42 @@ class _Batch:
                 return out, moves
 
 
+def _swap(b: _Batch, assign: Assign, budget_s: float) -> tuple[Assign, int]:
+    """Give a job a better placement found earlier (on another state) by moving the admitted jobs that hold those
+    devices: they are placed again after it. Kept when every job stays admitted and the weighted step falls.
+    Jobs with the most to gain (weight x seconds above their best placement seen) first."""
+    out = dict(assign)
+    moves = 0
+    end = time.perf_counter() + budget_s
+
+    def gain(j: int) -> float:
+        best = min((r.step_seconds for r in b.seen.get(j, {}).values()), default=math.inf)
+        return b.jobs[j].weight * (out[j][1].step_seconds - best)
+
+    for j in sorted(out, key=lambda j: -gain(j)):
+        if j not in out or gain(j) <= 1e-12 or b.stopped() or (not b.options.deterministic and time.perf_counter() >= end):
+            break
+        cur = out[j][1]
+        for mapping, rep in sorted(b.seen[j].items(), key=lambda kv: (kv[1].step_seconds, kv[1].comm_seconds)):
+            if rep.step_seconds >= cur.step_seconds - 1e-12:
+                break
+            owner = {d: k for k, (m, _) in out.items() if k != j for d in m}
+            blockers = sorted({owner[d] for d in mapping if d in owner}, key=lambda k: -b.jobs[k].job.ranks)
+            if len(blockers) > 3:
+                continue
+            trial: Assign = {k: v for k, v in out.items() if k != j and k not in blockers}
+            if validate(b.topology, b.state_with(trial), b.jobs[j].job, list(mapping), traffic=b.traffic[j]):
+                continue
+            trial[j] = (list(mapping), rep)
+            share = (end - time.perf_counter()) / 4 if not b.options.deterministic else budget_s / max(len(out), 1)
+            trial = b.sequential(blockers, max(0.05, share), assign=trial)
+            if all(k in trial for k in blockers) and b.key(trial) < b.key(out):
+                out = trial
+                moves += 1
+                break
+    return out, moves
+
+
 def _order(b: _Batch, admitted: Sequence[int], demands: Mapping[int, Demand]) -> list[int]:
     """Jobs with units that must share a host (largest unit, then most ranks) first: they need whole fragments;
     then the rest by ranks. Heavier and higher-priority jobs first among equals."""
@@ -327,19 +366,23 @@ def place_batch(topology: Topology, state: ClusterState, jobs: Sequence[BatchJob
     chosen = adm.admitted if adm.admitted else list(b.feasible)
     order = _order(b, chosen, demands)
     ours = b.sequential(order, 0.3 * limit)
-    if len(ours) < len(order) and adm.admitted and not b.stopped():
+    if len(ours) < len(order) and adm.hosts and not b.stopped():
         packed = b.sequential(order, 0.15 * limit, allowed=b.reserved(adm, order))
         stats["packed"] = len(packed)
         if b.key(packed) < b.key(ours):
             ours = packed
-    bound = adm.bound if adm.optimal else None
-    if bound is None or sum(b.jobs[j].weight for j in ours) < bound - 1e-9:
+    if adm.bound is None or sum(b.jobs[j].weight for j in ours) < adm.bound - 5e-4 * len(jobs):
         rest = sorted((j for j in b.feasible if j not in ours), key=lambda j: (-b.jobs[j].weight, -b.jobs[j].priority, j))
         ours = b.sequential(rest, 0.1 * limit, assign=ours)
     stats["batch_s"] = time.perf_counter() - t
+    stats["knapsack_admitted"] = len(adm.admitted)
+    stats["batch_admitted_before_improve"] = len(ours)
 
     t = time.perf_counter()
     budget = limit - (time.perf_counter() - b.t0) if not opts.deterministic else 0.3 * limit
+    ours, swaps = _swap(b, ours, max(0.0, 0.5 * budget - 0.05))
+    stats["swaps"] = swaps
+    budget = limit - (time.perf_counter() - b.t0) if not opts.deterministic else 0.15 * limit
     ours, moves = b.improve(ours, max(0.0, budget - 0.1))
     stats["improve_s"] = time.perf_counter() - t
     stats["improved_jobs"] = moves
@@ -355,6 +398,5 @@ def place_batch(topology: Topology, state: ClusterState, jobs: Sequence[BatchJob
         raise PlacementError("internal: the batch answer breaks a rule: " + "; ".join(bad[:5]))
     stats["chosen"] = best
     stats["wall_s"] = time.perf_counter() - b.t0
-    optimal = adm.optimal and adm.bound is not None and plan.admitted_weight >= adm.bound - 5e-4 * len(jobs)
-    return BatchResult(plan, {FIFO: plans[FIFO], PRIORITY: plans[PRIORITY]}, adm.bound if adm.optimal else None,
-                       optimal, stats)
+    optimal = adm.bound is not None and plan.admitted_weight >= adm.bound - 5e-4 * len(jobs)
+    return BatchResult(plan, {FIFO: plans[FIFO], PRIORITY: plans[PRIORITY]}, adm.bound, optimal, stats)
