@@ -379,6 +379,10 @@ def place_batch(topology: Topology, state: ClusterState, jobs: Sequence[BatchJob
     stats["batch_admitted_before_improve"] = len(ours)
 
     t = time.perf_counter()
+    # improve the best answer so far, ours or a baseline's (re-placing a baseline's jobs by cpsat often helps)
+    start = min(((BATCH, ours), (PRIORITY, prio), (FIFO, fifo)), key=lambda na: b.key(na[1]))
+    stats["improved_from"] = start[0]
+    ours = dict(start[1])
     budget = limit - (time.perf_counter() - b.t0) if not opts.deterministic else 0.3 * limit
     ours, swaps = _swap(b, ours, max(0.0, 0.5 * budget - 0.05))
     stats["swaps"] = swaps
