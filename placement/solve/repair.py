@@ -19,7 +19,7 @@ from placement.job import Job
 from placement.solve.construct import HostPool
 from placement.solve.cpsat.model import build_model, build_units
 from placement.solve.problem import Problem as Request
-from placement.solve.repair_model import MoveProgram, MoveSolve
+from placement.solve.repair_model import MoveProgram, MoveSolve, relabel_keeping
 from placement.solve.run import explain_infeasible, place, request_problems
 from placement.solve.types import SolveOptions
 from placement.state import ClusterState
@@ -244,6 +244,11 @@ def repair(topology: Topology, state: ClusterState, job: Job, current: Sequence[
         replaced = _answer(topology, rstate, job, "re-place", full.mapping, current, False)
         if replaced is not None:
             answers.append(replaced)
+            kept = _answer(topology, rstate, job, "re-place, relabeled", relabel_keeping(topology, job, full.mapping, current),
+                           current, False)
+            # the same placement up to symmetry: kept only where the evaluator agrees it is no slower
+            if kept is not None and kept.report.step_seconds <= replaced.report.step_seconds * (1 + 1e-9):
+                answers.append(kept)
     except InfeasibleError:
         raise
     units = build_units(request)
@@ -256,7 +261,7 @@ def repair(topology: Topology, state: ClusterState, job: Job, current: Sequence[
     else:
         unit_ranks, units_exact = units.ranks, units.exact
     def left(share: float) -> float:
-        return max(0.05, (opts.time_limit_s - (time.perf_counter() - t0)) * share)
+        return max(0.05, (0.95 * opts.time_limit_s - 0.05 - (time.perf_counter() - t0)) * share)
 
     # the local program: units whole on a usable current host stay; the rest (the forced ones) are placed
     host_of = [d.host_index for d in topology.devices]
@@ -321,6 +326,8 @@ def repair(topology: Topology, state: ClusterState, job: Job, current: Sequence[
         a.within_budget = ((budget.max_moved_ranks is None or a.moved_ranks <= budget.max_moved_ranks)
                            and (budget.max_moved_hosts is None or a.moved_hosts <= budget.max_moved_hosts))
     front = _pareto(answers)
+    if front[0].moved_ranks == min_moves and front[0].name != "re-place":
+        front[0].name = "least"
     ok = [i for i, a in enumerate(front) if a.within_budget] or list(range(len(front)))
     rec = min(ok, key=lambda i: budget.horizon_steps * front[i].report.step_seconds + budget.move_cost_s * front[i].moved_ranks)
     stats["wall_s"] = time.perf_counter() - t0

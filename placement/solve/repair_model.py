@@ -13,13 +13,15 @@ from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
+from placement.job import Job
 from placement.solve.cpsat.model import build_model
 from placement.solve.cpsat.program import Slots, UnitProgram, spread_terms
 from placement.solve.cpsat.slots import host_chains
 from placement.solve.params import configure, run_cpsat
 from placement.solve.problem import Problem
+from placement.topology import Topology
 
-__all__ = ["MoveProgram", "MoveSolve", "realize_keeping"]
+__all__ = ["MoveProgram", "MoveSolve", "realize_keeping", "relabel_keeping"]
 
 MAX_VARS = 20_000  # beyond this many unit x slot variables, interchangeable free hosts are pruned further
 
@@ -133,7 +135,7 @@ class MoveProgram:
         return expr
 
     def solve(self, objective: str, time_limit: float, hint: dict[int, int] | None = None, *,
-              presolve: bool = True) -> MoveSolve:
+              presolve: bool = False) -> MoveSolve:
         """`objective`: ``moves`` (then spares), ``hosts`` or ``surrogate`` (then moves and spares)."""
         if self.prog.infeasible:
             return MoveSolve(None, self.prog.infeasible, False)
@@ -195,4 +197,46 @@ def realize_keeping(problem: Problem, units: Sequence[tuple[int, ...]], assign: 
         taken.add(free[0])
     if any(d < 0 for d in out):
         return None
+    return out
+
+
+def relabel_keeping(topology: Topology, job: Job, mapping: Sequence[int], current: Sequence[int]) -> list[int]:
+    """The same placement with fewer moves, where the cost model cannot tell the difference: data-parallel
+    replicas of a structured job swapped as wholes (greedily, most ranks back on their current host first), then
+    inside each host the ranks that stay on it keep their current device. The caller checks the cost."""
+    out = list(mapping)
+    host = [d.host_index for d in topology.devices]
+    par = job.parallel
+    if par is not None and par.size("dp") > 1:
+        n = par.size("dp")
+        coords = [par.coords(r) for r in range(job.ranks)]
+
+        def moved_rank(r: int, i: int) -> int:
+            c = dict(coords[r])
+            c["dp"] = i
+            return par.rank_of(c)
+
+        gain = [[0] * n for _ in range(n)]  # gain[j][i]: replica j's ranks on the hosts replica i uses now
+        for r in range(job.ranks):
+            j = coords[r]["dp"]
+            for i in range(n):
+                if host[mapping[moved_rank(r, i)]] == host[current[r]]:
+                    gain[j][i] += 1
+        pairs = sorted(((gain[j][i], -abs(i - j), j, i) for j in range(n) for i in range(n)), reverse=True)
+        sigma: dict[int, int] = {}
+        used: set[int] = set()
+        for _, _, j, i in pairs:
+            if j not in sigma and i not in used:
+                sigma[j] = i
+                used.add(i)
+        out = [mapping[moved_rank(r, sigma[coords[r]["dp"]])] for r in range(job.ranks)]
+    by_host: dict[int, list[int]] = defaultdict(list)
+    for r, d in enumerate(out):
+        by_host[host[d]].append(r)
+    for ranks in by_host.values():
+        devs = {out[r] for r in ranks}
+        keep = {r for r in ranks if current[r] in devs}
+        rest = sorted(devs - {current[r] for r in keep})
+        for r in ranks:
+            out[r] = current[r] if r in keep else rest.pop(0)
     return out
