@@ -19,7 +19,7 @@ from placement.job import Job
 from placement.solve.construct import HostPool
 from placement.solve.cpsat.model import build_model, build_units
 from placement.solve.problem import Problem as Request
-from placement.solve.repair_model import MoveProgram, MoveSolve, relabel_keeping
+from placement.solve.repair_model import MoveProgram, MoveSolve, greedy_assignment, relabel_keeping
 from placement.solve.run import explain_infeasible, place, request_problems
 from placement.solve.types import SolveOptions
 from placement.state import ClusterState
@@ -261,7 +261,9 @@ def repair(topology: Topology, state: ClusterState, job: Job, current: Sequence[
     else:
         unit_ranks, units_exact = units.ranks, units.exact
     def left(share: float) -> float:
-        return max(0.05, (0.95 * opts.time_limit_s - 0.05 - (time.perf_counter() - t0)) * share)
+        return max(0.05, (0.95 * opts.time_limit_s - reserve - (time.perf_counter() - t0)) * share)
+
+    reserve = 0.05 + 4e-4 * job.ranks  # scoring and validating the answers afterwards
 
     # the local program: units whole on a usable current host stay; the rest (the forced ones) are placed
     host_of = [d.host_index for d in topology.devices]
@@ -272,11 +274,14 @@ def repair(topology: Topology, state: ClusterState, job: Job, current: Sequence[
         if len(on) == 1 and not any(r in forced_set or r in request.pinned for r in ranks):
             fixed[u] = on.pop()
     local = MoveProgram(request, unit_ranks, units_exact, current, spare_devs, fixed)
-    loc = local.solve("moves", left(0.15))
+    greedy = greedy_assignment(local)
+    loc = local.solve("moves", left(0.2), greedy)
+    if loc.assignment is None and greedy is not None:
+        loc = MoveSolve(greedy, "GREEDY", False, sum(local.move.get((u, s), 0) for u, s in greedy.items()))
     hint = loc.assignment
     if loc.assignment is not None and loc.moves is not None:
         local.cap_moves(loc.moves)
-        ls = local.solve("surrogate", left(0.15), loc.assignment)
+        ls = local.solve("surrogate", left(0.2), loc.assignment)
         hint = ls.assignment or loc.assignment
     pool_hosts = sum(1 for devs in request.pool.devices.values() if len(devs) >= min(map(len, unit_ranks)))
     whole = len(unit_ranks) * pool_hosts <= GLOBAL_VARS
@@ -313,10 +318,12 @@ def repair(topology: Topology, state: ClusterState, job: Job, current: Sequence[
         solves = _sweep(prog, least, min_moves, budget, points, left)
     else:
         solves = _neighbourhoods(request, unit_ranks, units_exact, current, spare_devs, fixed, least, budget, left, stats)
+    seen: set[tuple[int, ...]] = {tuple(a.mapping) for a in answers}
     for name, assign, optimal in solves:
         mp = host_prog.realize(assign)
-        if mp is None:
+        if mp is None or (tuple(mp) in seen and not optimal):
             continue
+        seen.add(tuple(mp))
         a = _answer(topology, rstate, job, name, mp, current, optimal)
         if a is not None:
             answers.append(a)

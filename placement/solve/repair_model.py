@@ -21,7 +21,7 @@ from placement.solve.params import configure, run_cpsat
 from placement.solve.problem import Problem
 from placement.topology import Topology
 
-__all__ = ["MoveProgram", "MoveSolve", "realize_keeping", "relabel_keeping"]
+__all__ = ["MoveProgram", "MoveSolve", "greedy_assignment", "realize_keeping", "relabel_keeping"]
 
 MAX_VARS = 20_000  # beyond this many unit x slot variables, interchangeable free hosts are pruned further
 
@@ -239,4 +239,29 @@ def relabel_keeping(topology: Topology, job: Job, mapping: Sequence[int], curren
         rest = sorted(devs - {current[r] for r in keep})
         for r in ranks:
             out[r] = current[r] if r in keep else rest.pop(0)
+    return out
+
+
+def greedy_assignment(prog: MoveProgram) -> dict[int, int] | None:
+    """A quick answer (and a hint) for a program: each free unit, largest first, to the slot with room that moves
+    the fewest of its ranks, then a spare, then the nearest to where it runs now. None when one does not fit."""
+    p, units, topo = prog.p, prog.units, prog.p.topology
+    room = dict(prog.prog.room)
+    out = dict(prog.fixed)
+    free = sorted({u for u, _ in prog.prog.x}, key=lambda u: (-len(units[u]), u))
+    for u in free:
+        size = len(units[u])
+        here = prog.current[units[u][0]]
+        options = [s for s in prog.prog.by_unit[u] if room.get(s, 0) >= size]
+        if not options:
+            return None
+
+        def key(s: int, u: int = u, here: int = here) -> tuple[int, int, int, int]:
+            spare = sum(1 for d in p.pool.devices[s] if d in prog.spare)
+            near = topo.lca_level(here, p.pool.devices[s][0]) if here >= 0 else 0
+            return (prog.move[u, s], 0 if spare >= prog.move[u, s] else 1, near, s)
+
+        s = min(options, key=key)
+        out[u] = s
+        room[s] -= size
     return out
