@@ -28,6 +28,11 @@ _out = Console()
 def load_batch(path: Path) -> list[BatchJob]:
     """A batch file: ``jobs:`` a list of ``{job: {...} | job_file: PATH, weight: 1, priority: 0}`` (the shape of
     PlaceBatchRequest.jobs; job files relative to the batch file). Every problem is reported at once."""
+    return [bj for bj, _ in _read_batch(path)]
+
+
+def _read_batch(path: Path) -> list[tuple[BatchJob, Any]]:
+    """The jobs of a batch file, each with its job document (job files inlined)."""
     from placement.io.native import job_from_dict, load_document
 
     doc = load_document(path)
@@ -38,7 +43,7 @@ def load_batch(path: Path) -> list[BatchJob]:
     unknown = sorted(set(doc) - {"jobs", "description"})
     if unknown:
         ps.add(unknown[0], "unknown field; expected one of ['description', 'jobs']")
-    out: list[BatchJob] = []
+    out: list[tuple[BatchJob, Any]] = []
     for i, entry in enumerate(doc["jobs"]):
         at = f"jobs[{i}]"
         if not isinstance(entry, dict):
@@ -72,7 +77,7 @@ def load_batch(path: Path) -> list[BatchJob]:
         except InputError as e:
             ps.extend(Problem(f"{source}.{p.path}" if p.path else source, p.message) for p in e.problems)
             continue
-        out.append(BatchJob(job, numbers["weight"], numbers["priority"]))
+        out.append((BatchJob(job, numbers["weight"], numbers["priority"]), jdoc))
     ps.raise_if_any()
     return out
 
@@ -107,31 +112,51 @@ def batch_document(topology: Topology, res: BatchResult) -> dict[str, Any]:
     return doc
 
 
-def _print(jobs: list[BatchJob], res: BatchResult, topology: Topology) -> None:
+def _print(jobs: list[BatchJob], doc: dict[str, Any], where: str) -> None:
+    """The answer's tables from its document (local, or a PlaceBatchResponse as a dict: unset fields absent)."""
     con = _out if _out.is_terminal else Console(width=160)
-    plans = [res.plan, *res.baselines.values()]
-    t = Table(title=f"{len(jobs)} queued jobs on {topology.name}: {res.plan.strategy} admits "
-                    f"{len(res.plan.admitted)} (weight {res.plan.admitted_weight:g}"
-                    + (f" of at most {res.weight_bound:g}" if res.weight_bound is not None else "")
-                    + (", optimal" if res.admission_optimal else "") + ")")
+    plan = doc.get("plan", {})
+    bound = doc.get("admitted_weight_bound")
+    t = Table(title=f"{len(jobs)} queued jobs on {where}: {plan.get('strategy', '-')} admits {plan.get('admitted', 0)} "
+                    f"(weight {plan.get('admitted_weight', 0):g}" + (f" of at most {bound:g}" if bound is not None else "")
+                    + (", optimal" if doc.get("admission_optimal") else "") + ")")
     t.add_column("answer")
     for name in ("admitted", "admitted weight", "weighted step s", "weighted comm s"):
         t.add_column(name, justify="right")
-    for p in plans:
-        t.add_row(p.strategy + (" (chosen)" if p is res.plan else ""), str(len(p.admitted)), f"{p.admitted_weight:g}",
-                  f"{p.weighted_step_seconds:.4f}", f"{p.weighted_comm_seconds:.4f}")
+    for i, p in enumerate([plan, *doc.get("baselines", [])]):
+        t.add_row(p.get("strategy", "-") + (" (chosen)" if i == 0 else ""), str(p.get("admitted", 0)),
+                  f"{p.get('admitted_weight', 0):g}", f"{p.get('weighted_step_seconds', 0.0):.4f}",
+                  f"{p.get('weighted_comm_seconds', 0.0):.4f}")
     con.print(t)
-    jt = Table(title=f"jobs in the {res.plan.strategy} answer")
+    jt = Table(title=f"jobs in the {plan.get('strategy', '-')} answer")
     for name, just in (("job", "left"), ("ranks", "right"), ("weight", "right"), ("priority", "right"),
                        ("step s", "right"), ("comm s", "right"), ("why not admitted", "left")):
         jt.add_column(name, justify=just)  # type: ignore[arg-type]
-    for o in res.plan.outcomes:
-        bj = jobs[o.index]
-        rep = o.report
-        why = "" if o.admitted else f"{o.reason}: " + "; ".join(o.explanation)
-        jt.add_row(o.name, str(bj.job.ranks), f"{bj.weight:g}", f"{bj.priority:g}",
-                   f"{rep.step_seconds:.4f}" if rep else "-", f"{rep.comm_seconds:.4f}" if rep else "-", why)
+    for o in plan.get("jobs", []):
+        bj = jobs[int(o.get("job_index", 0))]
+        cost = o.get("cost")
+        why = "" if o.get("admitted") else f"{o.get('reason', '')}: " + "; ".join(o.get("explanation", []))
+        jt.add_row(str(o.get("job", "")), str(bj.job.ranks), f"{bj.weight:g}", f"{bj.priority:g}",
+                   f"{cost.get('step_seconds', 0.0):.4f}" if cost else "-",
+                   f"{cost.get('comm_seconds', 0.0):.4f}" if cost else "-", why)
     con.print(jt)
+
+
+def _request_doc(cluster: Path, state: Path | None, entries: list[tuple[BatchJob, Any]],
+                 options: dict[str, Any]) -> dict[str, Any]:
+    """A PlaceBatchRequest in the protobuf JSON mapping, from the native files (shorthands normalized)."""
+    from placement.io.native import load_document
+    from placement.requests import normalize_cluster, normalize_job
+
+    ps = Problems(str(cluster))
+    doc: dict[str, Any] = {"cluster": normalize_cluster(load_document(cluster), cluster.parent, ps)}
+    ps.raise_if_any()
+    if state is not None:
+        doc["state"] = load_document(state)
+    doc["jobs"] = [{"job": {**normalize_job(jdoc), "name": bj.job.name}, "weight": bj.weight, "priority": bj.priority}
+                   for bj, jdoc in entries]
+    doc["options"] = options
+    return doc
 
 
 @guard
@@ -144,10 +169,14 @@ def place_batch_cmd(
     workers: Annotated[int, typer.Option(help="CP-SAT workers (<= cores)")] = 2,
     deterministic: Annotated[bool, typer.Option(help="budget each search in deterministic time")] = False,
     output: Annotated[str, typer.Option(help="table, json or yaml")] = "table",
+    server: Annotated[str | None, typer.Option(help="HOST:PORT of a placement-server: solve the batch there")] = None,
+    token: Annotated[str | None, typer.Option(envvar="PLACEMENT_TOKEN", help="bearer token for --server")] = None,
     out_file: Annotated[Path | None, typer.Option("--out", help="write the JSON/YAML answer here")] = None,
 ) -> None:
     """Place a queue of jobs jointly: the admitted subset (most admitted weight, then fewest weighted step seconds)
-    with no device shared, why each other job is not admitted, next to FIFO kueue-tas and priority-ordered cpsat."""
+    with no device shared, why each other job is not admitted, next to FIFO kueue-tas and priority-ordered cpsat.
+
+    With --server the same files are sent as a PlaceBatchRequest (the answer is the PlaceBatchResponse)."""
     from placement.io.native import load_cluster, load_state
     from placement.solve import SolveOptions
     from placement.solve.batch import place_batch
@@ -163,12 +192,21 @@ def place_batch_cmd(
         fail(f"--workers: must be in 1..64, got {workers}", 2)
     topo, static = load_cluster(cluster)
     st = load_state(state, topo, static) if state else (static or ClusterState())
-    jobs = load_batch(batch)
-    res = place_batch(topo, st, jobs, SolveOptions(time_limit_s=time_limit, seed=seed, workers=workers,
-                                                   deterministic=deterministic))
-    doc = batch_document(topo, res)
+    entries = _read_batch(batch)
+    jobs = [bj for bj, _ in entries]
+    if server is not None:
+        from placement.cli_remote import place_batch_remote
+
+        options = {"time_limit_s": time_limit, "seed": seed, "deterministic": deterministic}
+        doc = place_batch_remote(_request_doc(cluster, state, entries, options), server, token)
+        where = server
+    else:
+        res = place_batch(topo, st, jobs, SolveOptions(time_limit_s=time_limit, seed=seed, workers=workers,
+                                                       deterministic=deterministic))
+        doc = batch_document(topo, res)
+        where = topo.name
     if output == "table":
-        _print(jobs, res, topo)
+        _print(jobs, doc, where)
         if out_file is not None:
             out_file.write_text(json.dumps(doc, indent=2) + "\n")
             err.print(f"wrote {out_file}")

@@ -241,15 +241,20 @@ def _job_doc(name: str, tp: int, dp: int) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def stub() -> Iterator[pb_grpc.PlacementServiceStub]:
+def served() -> Iterator[tuple[pb_grpc.PlacementServiceStub, str]]:
     server, port = create_server(Settings(host="127.0.0.1", port=0, metrics_port=None, workers=2))
     server.start()
     channel = grpc.insecure_channel(f"127.0.0.1:{port}")
     try:
-        yield pb_grpc.PlacementServiceStub(channel)
+        yield pb_grpc.PlacementServiceStub(channel), f"127.0.0.1:{port}"
     finally:
         channel.close()
         server.stop(None).wait(10)
+
+
+@pytest.fixture
+def stub(served: tuple[pb_grpc.PlacementServiceStub, str]) -> pb_grpc.PlacementServiceStub:
+    return served[0]
 
 
 def test_place_batch_rpc(stub: pb_grpc.PlacementServiceStub) -> None:
@@ -339,3 +344,18 @@ def test_cli_place_batch_bad_file(tmp_path: Path) -> None:
     c2, b2 = _write_inputs(tmp_path, [{"job": _job_doc("a", 2, 1)}, {"job": _job_doc("a", 2, 1), "weight": 0}])
     r2 = CliRunner().invoke(app, ["place-batch", str(c2), str(b2)])
     assert r2.exit_code == 2 and "jobs[1].job.name" in r2.output and "jobs[1].weight" in r2.output
+
+
+def test_cli_place_batch_over_the_server(tmp_path: Path, served: tuple[pb_grpc.PlacementServiceStub, str]) -> None:
+    c, b = _write_inputs(tmp_path, [{"job": _job_doc("a", 2, 2), "weight": 2}, {"job_file": "tp4.yaml", "priority": 3}])
+    r = CliRunner().invoke(app, ["place-batch", str(c), str(b), "--time-limit", "2", "--output", "json",
+                                 "--server", served[1]])
+    assert r.exit_code == 0, r.output
+    plan = json.loads(r.stdout)["plan"]
+    assert plan["admitted"] == 2 and [j["job"] for j in plan["jobs"]] == ["a", "tp4"]
+    assert len({m["device"] for j in plan["jobs"] for m in j["mapping"]}) == 8
+    table = CliRunner().invoke(app, ["place-batch", str(c), str(b), "--time-limit", "2", "--server", served[1]])
+    assert table.exit_code == 0 and "(chosen)" in table.stdout and served[1] in table.stdout
+    c2, b2 = _write_inputs(tmp_path, [{"job": _job_doc("a", 2, 1)}, {"job": _job_doc("a", 2, 1)}])
+    bad = CliRunner().invoke(app, ["place-batch", str(c2), str(b2), "--server", served[1]])
+    assert bad.exit_code == 2 and "INVALID_ARGUMENT" in bad.output and "jobs[1].job.name" in bad.output
