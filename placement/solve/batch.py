@@ -148,6 +148,7 @@ class _Batch:
         self.solo: list[list[str]] = [explain_infeasible(topology, state, bj.job, t) for bj, t in zip(jobs, self.traffic, strict=True)]
         self.feasible = [i for i, r in enumerate(self.solo) if not r]
         self.placements = 0
+        self.cut_short = 0  # sequential passes ended early at the time limit
         self.seen: dict[int, dict[tuple[int, ...], CostReport]] = {}  # every placement found per job, any state
 
     def remaining(self) -> float:
@@ -202,12 +203,19 @@ class _Batch:
         out: Assign = dict(assign or {})
         todo = [j for j in order if j not in out]
         total = sum(max(16, self.jobs[j].job.ranks) for j in todo)
+        end = time.perf_counter() + budget_s
         for j in todo:
             if self.stopped():
                 break
-            share = budget_s * max(16, self.jobs[j].job.ranks) / max(total, 1)
-            if not self.options.deterministic:
-                share = min(share, max(0.05, self.remaining() - 0.05))
+            size = max(16, self.jobs[j].job.ranks)
+            if self.options.deterministic:
+                share = budget_s * size / max(total, 1)
+            else:
+                if self.remaining() < 0.05:  # the whole limit is spent (a loaded machine): leave the rest out
+                    self.cut_short += 1
+                    break
+                share = min(max(0.0, end - time.perf_counter()) * size / max(total, 1), self.remaining() - 0.05)
+            total -= size
             got = self.place_one(j, self.state_with(out), share, None if allowed is None else allowed.get(j))
             if got is not None:
                 out[j] = got
@@ -391,6 +399,8 @@ def place_batch(topology: Topology, state: ClusterState, jobs: Sequence[BatchJob
     stats["improve_s"] = time.perf_counter() - t
     stats["improved_jobs"] = moves
     stats["placements"] = b.placements
+    if b.cut_short:
+        stats["cut_short"] = b.cut_short
 
     explainer = Explainer(topology, state, [bj.job for bj in jobs], [bj.weight for bj in jobs],
                           [bj.priority for bj in jobs], b.traffic, b.solo)
