@@ -239,3 +239,30 @@ def test_cli_repair_and_whatif_defrag(tmp_path: object) -> None:
     assert res.exit_code == 0, res.output
     d = json.loads(res.output)
     assert not d["fits_today"] and d["answers"][0]["moved_ranks"] == sum(d["answers"][0]["jobs"].values())
+
+
+def test_moves_off_a_slow_device_when_it_pays() -> None:
+    topo = tree(2, 2, 2)
+    job = _job(tp=2, dp=1)
+    st, cur = _running(topo, job, ["h0/gpu0", "h0/gpu1"], [])
+    st = dataclasses.replace(st, device_slowdown={topo.device_index("h0/gpu1"): 50.0})  # type: ignore[dict-item]
+    res = repair(topo, st, job, cur, options=OPTS)
+    assert res.forced == [] and res.min_moves == 0
+    assert res.answers[0].moved_ranks == 0
+    faster = [a for a in res.answers if a.moved_ranks > 0]
+    assert faster and faster[-1].report.step_seconds < res.answers[0].report.step_seconds
+    assert res.answers[res.recommended].moved_ranks > 0  # no move cost: the faster answer
+    dear = repair(topo, st, job, cur, budget=RepairBudget(move_cost_s=1e9), options=OPTS)
+    assert dear.answers[dear.recommended].moved_ranks == 0
+
+
+def test_relabel_keeps_ranks_where_symmetry_allows() -> None:
+    from placement.solve.repair_model import relabel_keeping
+
+    topo = tree(2, 2, 2)
+    job = _job(tp=2, dp=4)
+    cur = list(range(8))
+    swapped = [cur[(r + 2) % 8] for r in range(8)]  # every dp replica moved to the next one's host
+    assert relabel_keeping(topo, job, swapped, cur) == cur
+    inside = [1, 0, 3, 2, 5, 4, 7, 6]  # the same hosts, devices swapped inside each
+    assert relabel_keeping(topo, job, inside, cur) == cur

@@ -279,10 +279,23 @@ def repair(topology: Topology, state: ClusterState, job: Job, current: Sequence[
     if loc.assignment is None and greedy is not None:
         loc = MoveSolve(greedy, "GREEDY", False, sum(local.move.get((u, s), 0) for u, s in greedy.items()))
     hint = loc.assignment
+    extra: list[tuple[str, dict[int, int], bool]] = []  # more candidates for the front, scored by the evaluator
     if loc.assignment is not None and loc.moves is not None:
         local.cap_moves(loc.moves)
         ls = local.solve("surrogate", left(0.2), loc.assignment)
         hint = ls.assignment or loc.assignment
+        extra.append(("least", hint, False))
+        # the unit program does not see slow devices: a candidate that also moves the units on them
+        slow_hosts = {up.domain for up, f in rstate.uplink_slowdown.items() if up.level == 0 and f > 1.0}
+        slow = {u for u in fixed if any(rstate.device_slowdown.get(current[r], 1.0) > 1.0
+                                        or host_of[current[r]] in slow_hosts for r in unit_ranks[u])}
+        if slow and left(1.0) > 0.5:
+            off = MoveProgram(request, unit_ranks, units_exact, current, spare_devs,
+                              {u: h for u, h in fixed.items() if u not in slow})
+            _budget_caps(off, budget)
+            so = off.solve("surrogate", left(0.2), hint)
+            if so.assignment is not None:
+                extra.append(("off slow devices", so.assignment, False))
     pool_hosts = sum(1 for devs in request.pool.devices.values() if len(devs) >= min(map(len, unit_ranks)))
     whole = len(unit_ranks) * pool_hosts <= GLOBAL_VARS
     stats.update({"units": len(unit_ranks), "local_status": loc.status, "model": "whole" if whole else "neighbourhoods"})
@@ -319,7 +332,7 @@ def repair(topology: Topology, state: ClusterState, job: Job, current: Sequence[
     else:
         solves = _neighbourhoods(request, unit_ranks, units_exact, current, spare_devs, fixed, least, budget, left, stats)
     seen: set[tuple[int, ...]] = {tuple(a.mapping) for a in answers}
-    for name, assign, optimal in solves:
+    for name, assign, optimal in solves + extra:
         mp = host_prog.realize(assign)
         if mp is None or (tuple(mp) in seen and not optimal):
             continue
