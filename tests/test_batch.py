@@ -140,15 +140,20 @@ def test_knapsack_beats_priority_order_when_one_heavy_job_blocks_two() -> None:
     assert any("needs 8" in line and "0 are usable" in line for line in big.explanation)
 
 
-def test_order_matters_and_the_batch_admits_what_fifo_fragments() -> None:
-    # hosts free 4, 2: FIFO puts the 2-rank tp2 job on the 4-host first and the tp4 job no longer fits
+def test_fifo_and_priority_baselines_follow_their_orders() -> None:
+    # two empty 4-GPU hosts: "a" (tp2 dp2) arrives first and takes one host; the 8-rank "big" no longer fits
     topo = cluster(2)
-    state = occupied(topo, {1: 2})
-    jobs = [BatchJob(job("small", 2)), BatchJob(job("tp4", 4))]
+    state = ClusterState()
+    jobs = [BatchJob(job("a", 2, 2), 1.0, 1.0), BatchJob(job("big", 4, 2), 3.0, 0.0)]
     res = place_batch(topo, state, jobs, OPTS)
     check_answer(topo, state, jobs, res)
-    assert len(res.plan.admitted) == 2
-    assert len(res.baselines[FIFO].admitted) <= 2
+    assert [o.name for o in res.baselines[FIFO].admitted] == ["a"]
+    assert [o.name for o in res.baselines[PRIORITY].admitted] == ["a"]
+    assert [o.name for o in res.plan.admitted] == ["big"] and res.plan.strategy == "batch"
+    a = res.plan.outcomes[0]
+    assert a.reason == "conflict" and a.conflicts_with == ["big"] and "admitted job(s) big" in a.explanation[0]
+    big = res.baselines[PRIORITY].outcomes[1]
+    assert big.reason == "conflict" and "higher-priority job(s) a (priority 1" in big.explanation[0]
 
 
 def test_reasons_capacity_rule_and_conflict_with_higher_priority() -> None:
