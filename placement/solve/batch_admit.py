@@ -104,7 +104,7 @@ def admit(topology: Topology, state: ClusterState, demands: Sequence[Demand], op
     _relaxed(m0, a0, topology, free, demands)
     m0.maximize(sum(scaled[i] * a0[i] for i in a0))
     s0 = cp_model.CpSolver()
-    configure(s0, options, 0.3 * time_limit_s)
+    configure(s0, options, max(1.0, 0.3 * time_limit_s))  # it solves in milliseconds; the floor is for a loaded machine
     st0 = run_cpsat(s0, m0, options.stop)
     ok0 = st0 in (cp_model.OPTIMAL, cp_model.FEASIBLE)
     bound0 = float(s0.best_objective_bound) if ok0 else math.inf
