@@ -61,7 +61,7 @@ def scenarios(quick: bool) -> list[Scenario]:
     out = []
     for gpus, occ, jobs in ((1024, 0.3, 10), (1024, 0.6, 10), (1024, 0.45, 25), (2048, 0.3, 25), (2048, 0.6, 25),
                             (2048, 0.45, 50), (4096, 0.3, 50), (4096, 0.45, 50), (4096, 0.6, 50)):
-        limit = {10: 8.0, 25: 14.0, 50: 22.0}[jobs]
+        limit = {10: 8.0, 25: 14.0, 50: 20.0}[jobs]
         out.append(Scenario(gpus, occ, jobs, 1, limit))
     return out[:3] if quick else out
 

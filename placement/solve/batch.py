@@ -407,7 +407,7 @@ def place_batch(topology: Topology, state: ClusterState, jobs: Sequence[BatchJob
     ours, swaps = _swap(b, ours, max(0.0, 0.5 * budget - 0.05))
     stats["swaps"] = swaps
     budget = limit - (time.perf_counter() - b.t0) if not opts.deterministic else 0.15 * limit
-    ours, moves = b.improve(ours, max(0.0, budget - 0.1))
+    ours, moves = b.improve(ours, max(0.0, budget - max(0.1, 0.05 * limit)))  # a reserve for the reasons and checks
     stats["improve_s"] = time.perf_counter() - t
     stats["improved_jobs"] = moves
     stats["placements"] = b.placements
