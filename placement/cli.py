@@ -354,6 +354,12 @@ __import__("placement.cli_importers").cli_importers.register(import_app)  # nccl
 from placement.cli_replay import register as _register_replay  # noqa: E402  (adds `placement replay`)
 
 _register_replay(app)
+from placement.cli_batch import register as _register_batch  # noqa: E402  (adds `placement place-batch`)
+
+_register_batch(app)
+from placement.cli_repair import register as _register_repair  # noqa: E402  (adds `placement repair`)
+
+_register_repair(app)
 
 
 def main() -> None:

@@ -13,7 +13,7 @@ from typing import Any
 from placement.cli_errors import escape, fail
 from placement.cli_tables import headline, print_report
 
-__all__ = ["place_request", "print_result", "serve_main"]
+__all__ = ["place_batch_remote", "place_request", "print_result", "serve_main"]
 
 
 def place_request(request: Path, server: str | None, token: str | None, output: str, out_file: Path | None,
@@ -74,6 +74,32 @@ def print_result(result: Any) -> None:
     status = type(result).DESCRIPTOR.fields_by_name["status"].enum_type.values_by_number[result.status].name.removeprefix("SOLVE_STATUS_")
     title = f"{result.job} ({len(result.mapping)} ranks): {status}, {headline(rep)}, surrogate bound {bound}, gap {gap}"
     print_report(title, rep, result.strategy, costs)
+
+
+def place_batch_remote(doc: dict[str, Any], server: str, token: str | None) -> dict[str, Any]:
+    """`place-batch --server`: send a PlaceBatchRequest (as a dict in the protobuf JSON mapping); the response as a
+    dict (proto field names; unset fields absent)."""
+    from google.protobuf import json_format
+
+    from placement.errors import InputError, Problem
+    from placement.v1 import placement_pb2 as pb
+    from server.client import PlacementClient, PlacementRpcError
+
+    req = pb.PlaceBatchRequest()
+    try:
+        json_format.ParseDict(doc, req)
+    except json_format.ParseError as e:
+        raise InputError("request", [Problem("", str(e))]) from None
+    try:
+        with PlacementClient(server, token=token) as client:
+            resp = client.place_batch(req)
+    except PlacementRpcError as e:
+        lines = [f"{server}: {e.code.name}: {escape(e.message)}"]
+        lines += [f"  - {f}: {escape(d)}" for f, d in e.field_violations]
+        fail("\n".join(lines), 2 if e.code.name == "INVALID_ARGUMENT" else 4)
+        raise AssertionError("fail exits") from None
+    out: dict[str, Any] = json_format.MessageToDict(resp, preserving_proto_field_name=True)
+    return out
 
 
 def serve_main(argv: list[str]) -> int:

@@ -128,5 +128,7 @@ def whatif(
 
 
 def register(app: typer.Typer) -> None:
-    """Add the `whatif` command to `app`."""
-    app.command("whatif")(whatif)
+    """Add the `whatif` group to `app`: `whatif SWEEP` (this sweep) and `whatif defrag` (`placement.cli_repair`)."""
+    from placement.cli_repair import whatif_group
+
+    app.add_typer(whatif_group(whatif), name="whatif")

@@ -148,6 +148,16 @@ class PlacementClient:
         response: pb.CompareResponse = self._call(self._stub.Compare, request, timeout_s, request_id)  # grpc is untyped
         return response
 
+    def place_batch(self, request: pb.PlaceBatchRequest, *, timeout_s: float | None = None,
+                    request_id: str | None = None) -> pb.PlaceBatchResponse:
+        response: pb.PlaceBatchResponse = self._call(self._stub.PlaceBatch, request, timeout_s, request_id)  # grpc is untyped
+        return response
+
+    def repair(self, request: pb.RepairRequest, *, timeout_s: float | None = None,
+               request_id: str | None = None) -> pb.RepairResponse:
+        response: pb.RepairResponse = self._call(self._stub.Repair, request, timeout_s, request_id)  # grpc is untyped
+        return response
+
     def health(self, service: str = "", *, timeout_s: float = 5.0) -> str:
         """The server's health status name for `service` ("" = the whole server): SERVING, NOT_SERVING..."""
         try:

@@ -16,8 +16,12 @@ from typing import Any, TypeVar
 
 from placement.cost import CostReport, evaluate
 from placement.errors import InfeasibleError
+from placement.messages import batch as convert_batch
 from placement.messages import domain as convert
+from placement.messages import repair as convert_repair
 from placement.solve import PlacementResult, SolveOptions, StopEvent, compare, place
+from placement.solve.batch import place_batch
+from placement.solve.repair import repair
 from placement.v1 import placement_pb2 as pb
 from placement.v1 import placement_pb2_grpc as pb_grpc
 from server.errors import Cancelled, DeadlineError, LimitExceeded, status_for
@@ -74,6 +78,12 @@ class PlacementServicer(pb_grpc.PlacementServiceServicer):
     def Compare(self, request: pb.CompareRequest, context: Any) -> pb.CompareResponse:
         return self._call(request, context, self._compare)
 
+    def PlaceBatch(self, request: pb.PlaceBatchRequest, context: Any) -> pb.PlaceBatchResponse:
+        return self._call(request, context, self._place_batch)
+
+    def Repair(self, request: pb.RepairRequest, context: Any) -> pb.RepairResponse:
+        return self._call(request, context, self._repair)
+
     def stop_all(self) -> None:
         """Ask every running solve to return its best answer now (shutdown)."""
         with self._lock:
@@ -106,7 +116,8 @@ class PlacementServicer(pb_grpc.PlacementServiceServicer):
     def _check_limits(self, request: object) -> None:
         """Server limits checked on the message, before anything is built or queued."""
         s = self._settings
-        if isinstance(request, pb.PlaceRequest | pb.EvaluateRequest | pb.CompareRequest) and request.HasField("cluster"):
+        if isinstance(request, pb.PlaceRequest | pb.EvaluateRequest | pb.CompareRequest | pb.PlaceBatchRequest
+                      | pb.RepairRequest) and request.HasField("cluster"):
             n = convert.estimate_devices(request.cluster)
             if n > s.max_devices:
                 raise self._reject("devices", f"the cluster has {n} devices; this server accepts at most {s.max_devices}")
@@ -119,12 +130,18 @@ class PlacementServicer(pb_grpc.PlacementServiceServicer):
             if len(request.jobs) > s.max_jobs:
                 raise self._reject("jobs", f"{len(request.jobs)} jobs to compare; this server accepts at most {s.max_jobs}")
             jobs = [(f"jobs[{i}]", j) for i, j in enumerate(request.jobs)]
-        elif isinstance(request, pb.PlaceRequest | pb.EvaluateRequest) and request.HasField("job"):
+        elif isinstance(request, pb.PlaceBatchRequest):
+            if len(request.jobs) > s.max_jobs:
+                raise self._reject("jobs", f"{len(request.jobs)} jobs in the batch; this server accepts at most {s.max_jobs}")
+            jobs = [(f"jobs[{i}].job", bj.job) for i, bj in enumerate(request.jobs)]
+        elif isinstance(request, pb.PlaceRequest | pb.EvaluateRequest | pb.RepairRequest) and request.HasField("job"):
             jobs = [("job", request.job)]
         for where, job in jobs:
             ranks = convert.estimate_ranks(job)
             if ranks > s.max_ranks:
                 raise self._reject("ranks", f"{where} has {ranks} ranks; this server accepts at most {s.max_ranks}")
+        if isinstance(request, pb.RepairRequest) and len(request.current) > s.max_ranks:
+            raise self._reject("ranks", f"the current mapping has {len(request.current)} entries; at most {s.max_ranks}")
         if isinstance(request, pb.EvaluateRequest) and len(request.mapping) > s.max_ranks:
             raise self._reject("ranks", f"the mapping has {len(request.mapping)} entries; at most {s.max_ranks}")
 
@@ -232,3 +249,41 @@ class PlacementServicer(pb_grpc.PlacementServiceServicer):
         self._metrics.solve_seconds.labels(method="Compare").observe(elapsed)
         _log.info("compared", extra={"fields": {"jobs": len(inputs.jobs), "solve_s": round(elapsed, 4)}})
         return out
+
+    def _place_batch(self, request: pb.PlaceBatchRequest, context: Any, stop: threading.Event) -> pb.PlaceBatchResponse:
+        self._started(context, stop)
+        inputs = convert_batch.batch_inputs(request, self._settings.default_time_limit_s)
+        budget = self._budget(inputs.options.time_limit_s, context, 1)  # the limit covers the whole batch
+        opts = self._options(inputs.options, budget, stop)
+        t0 = time.perf_counter()
+        with self._watchdog(budget, stop):
+            res = place_batch(inputs.topology, inputs.state, inputs.jobs, opts)
+        elapsed = time.perf_counter() - t0
+        self._observe("PlaceBatch", "OPTIMAL" if res.admission_optimal else "FEASIBLE", None)
+        self._metrics.solve_seconds.labels(method="PlaceBatch").observe(elapsed)
+        _log.info("placed batch", extra={"fields": {
+            "jobs": len(inputs.jobs), "admitted": len(res.plan.admitted), "chosen": res.plan.strategy,
+            "admitted_weight": res.plan.admitted_weight, "weighted_step_seconds": res.plan.weighted_step_seconds,
+            "solve_s": round(elapsed, 4), "time_limit_s": budget.limit_s, "deadline_limited": budget.deadline_limited,
+        }})
+        return convert_batch.batch_response(inputs.topology, res, time_limit_s=budget.limit_s,
+                                            deadline_limited=budget.deadline_limited)
+
+    def _repair(self, request: pb.RepairRequest, context: Any, stop: threading.Event) -> pb.RepairResponse:
+        self._started(context, stop)
+        inputs = convert_repair.repair_inputs(request, self._settings.default_time_limit_s)
+        budget = self._budget(inputs.options.time_limit_s, context, 1)  # the limit covers the whole repair
+        opts = self._options(inputs.options, budget, stop)
+        t0 = time.perf_counter()
+        with self._watchdog(budget, stop):
+            res = repair(inputs.topology, inputs.state, inputs.job, inputs.current, drain=inputs.drain,
+                         spares=inputs.spares, spares_only=inputs.spares_only, budget=inputs.budget, options=opts)
+        elapsed = time.perf_counter() - t0
+        self._observe("Repair", "FEASIBLE", None)
+        self._metrics.solve_seconds.labels(method="Repair").observe(elapsed)
+        _log.info("repaired", extra={"fields": {
+            "job": inputs.job.name, "ranks": inputs.job.ranks, "forced": len(res.forced), "min_moves": res.min_moves,
+            "answers": len(res.answers), "solve_s": round(elapsed, 4), "time_limit_s": budget.limit_s,
+        }})
+        return convert_repair.repair_response(inputs.topology, res, time_limit_s=budget.limit_s,
+                                              deadline_limited=budget.deadline_limited)

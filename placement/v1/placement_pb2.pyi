@@ -1956,3 +1956,464 @@ class CompareResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___CompareResponse: _TypeAlias = CompareResponse  # noqa: Y015
+
+@_typing.final
+class BatchJob(_message.Message):
+    """---- PlaceBatch: joint placement of a queue (placement.solve.batch) ------------------------------------------
+
+    A queued job with its weight and priority.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_FIELD_NUMBER: _builtins.int
+    WEIGHT_FIELD_NUMBER: _builtins.int
+    PRIORITY_FIELD_NUMBER: _builtins.int
+    weight: _builtins.float
+    """> 0 (at most 1e6), default 1: counts toward the admitted weight and multiplies the job's step seconds."""
+    priority: _builtins.float
+    """Default 0; higher first: the order of the priority-cpsat baseline, and who wins a tie."""
+    @_builtins.property
+    def job(self) -> Global___Job: ...
+    def __init__(
+        self,
+        *,
+        job: Global___Job | None = ...,
+        weight: _builtins.float | None = ...,
+        priority: _builtins.float | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_priority", b"_priority", "_weight", b"_weight", "job", b"job", "priority", b"priority", "weight", b"weight"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_priority", b"_priority", "_weight", b"_weight", "job", b"job", "priority", b"priority", "weight", b"weight"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__priority: _TypeAlias = _typing.Literal["priority"]  # noqa: Y015
+    _WhichOneofArgType__priority: _TypeAlias = _typing.Literal["_priority", b"_priority"]  # noqa: Y015
+    _WhichOneofReturnType__weight: _TypeAlias = _typing.Literal["weight"]  # noqa: Y015
+    _WhichOneofArgType__weight: _TypeAlias = _typing.Literal["_weight", b"_weight"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__priority) -> _WhichOneofReturnType__priority | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__weight) -> _WhichOneofReturnType__weight | None: ...
+
+Global___BatchJob: _TypeAlias = BatchJob  # noqa: Y015
+
+@_typing.final
+class PlaceBatchRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CLUSTER_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    JOBS_FIELD_NUMBER: _builtins.int
+    OPTIONS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def cluster(self) -> Global___Cluster: ...
+    @_builtins.property
+    def state(self) -> Global___State: ...
+    @_builtins.property
+    def jobs(self) -> _containers.RepeatedCompositeFieldContainer[Global___BatchJob]:
+        """The queue in arrival order (the FIFO baseline's order). Job names must be unique and not name a running job."""
+
+    @_builtins.property
+    def options(self) -> Global___Options:
+        """strategy is ignored; time_limit_s covers the whole batch."""
+
+    def __init__(
+        self,
+        *,
+        cluster: Global___Cluster | None = ...,
+        state: Global___State | None = ...,
+        jobs: _abc.Iterable[Global___BatchJob] | None = ...,
+        options: Global___Options | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["cluster", b"cluster", "options", b"options", "state", b"state"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster", b"cluster", "jobs", b"jobs", "options", b"options", "state", b"state"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PlaceBatchRequest: _TypeAlias = PlaceBatchRequest  # noqa: Y015
+
+@_typing.final
+class BatchJobResult(_message.Message):
+    """One job in one answer."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_INDEX_FIELD_NUMBER: _builtins.int
+    JOB_FIELD_NUMBER: _builtins.int
+    ADMITTED_FIELD_NUMBER: _builtins.int
+    MAPPING_FIELD_NUMBER: _builtins.int
+    COST_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    EXPLANATION_FIELD_NUMBER: _builtins.int
+    CONFLICTS_WITH_FIELD_NUMBER: _builtins.int
+    job_index: _builtins.int
+    """Position of the job in PlaceBatchRequest.jobs."""
+    job: _builtins.str
+    admitted: _builtins.bool
+    reason: _builtins.str
+    """Not admitted: "capacity" (not enough free devices or whole domains), "rule" (its own rules cannot hold on
+    the state) or "conflict" (it fits alone, not next to the admitted jobs in `conflicts_with`).
+    """
+    @_builtins.property
+    def mapping(self) -> _containers.RepeatedCompositeFieldContainer[Global___Assignment]:
+        """Admitted: one entry per rank (empty in baselines' results), and its modeled step."""
+
+    @_builtins.property
+    def cost(self) -> Global___StepCost: ...
+    @_builtins.property
+    def explanation(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The reason with its numbers."""
+
+    @_builtins.property
+    def conflicts_with(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        job_index: _builtins.int = ...,
+        job: _builtins.str = ...,
+        admitted: _builtins.bool = ...,
+        mapping: _abc.Iterable[Global___Assignment] | None = ...,
+        cost: Global___StepCost | None = ...,
+        reason: _builtins.str = ...,
+        explanation: _abc.Iterable[_builtins.str] | None = ...,
+        conflicts_with: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["cost", b"cost"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["admitted", b"admitted", "conflicts_with", b"conflicts_with", "cost", b"cost", "explanation", b"explanation", "job", b"job", "job_index", b"job_index", "mapping", b"mapping", "reason", b"reason"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___BatchJobResult: _TypeAlias = BatchJobResult  # noqa: Y015
+
+@_typing.final
+class BatchPlan(_message.Message):
+    """One answer to a batch: the joint one or a baseline's."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STRATEGY_FIELD_NUMBER: _builtins.int
+    ADMITTED_FIELD_NUMBER: _builtins.int
+    ADMITTED_WEIGHT_FIELD_NUMBER: _builtins.int
+    WEIGHTED_STEP_SECONDS_FIELD_NUMBER: _builtins.int
+    WEIGHTED_COMM_SECONDS_FIELD_NUMBER: _builtins.int
+    JOBS_FIELD_NUMBER: _builtins.int
+    strategy: _builtins.str
+    """"batch" (the joint placement), "fifo-kueue-tas" or "priority-cpsat"."""
+    admitted: _builtins.int
+    admitted_weight: _builtins.float
+    weighted_step_seconds: _builtins.float
+    """Sums over the admitted jobs of weight x cost.step_seconds, and of weight x cost.comm_seconds."""
+    weighted_comm_seconds: _builtins.float
+    @_builtins.property
+    def jobs(self) -> _containers.RepeatedCompositeFieldContainer[Global___BatchJobResult]:
+        """One entry per job of the request, in request order."""
+
+    def __init__(
+        self,
+        *,
+        strategy: _builtins.str = ...,
+        admitted: _builtins.int = ...,
+        admitted_weight: _builtins.float = ...,
+        weighted_step_seconds: _builtins.float = ...,
+        weighted_comm_seconds: _builtins.float = ...,
+        jobs: _abc.Iterable[Global___BatchJobResult] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["admitted", b"admitted", "admitted_weight", b"admitted_weight", "jobs", b"jobs", "strategy", b"strategy", "weighted_comm_seconds", b"weighted_comm_seconds", "weighted_step_seconds", b"weighted_step_seconds"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___BatchPlan: _TypeAlias = BatchPlan  # noqa: Y015
+
+@_typing.final
+class PlaceBatchResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PLAN_FIELD_NUMBER: _builtins.int
+    BASELINES_FIELD_NUMBER: _builtins.int
+    ADMITTED_WEIGHT_BOUND_FIELD_NUMBER: _builtins.int
+    ADMISSION_OPTIMAL_FIELD_NUMBER: _builtins.int
+    STATS_FIELD_NUMBER: _builtins.int
+    admitted_weight_bound: _builtins.float
+    """The admission knapsack's proven bound on the admitted weight (weights rounded to 1/1000); unset when not
+    proven within the time limit.
+    """
+    admission_optimal: _builtins.bool
+    """True when plan.admitted_weight reaches that bound: no answer admits more weight."""
+    @_builtins.property
+    def plan(self) -> Global___BatchPlan:
+        """The answer: never worse than a baseline (more admitted weight, then fewer weighted step seconds); its
+        strategy names the answer it is (a baseline when none better was found).
+        """
+
+    @_builtins.property
+    def baselines(self) -> _containers.RepeatedCompositeFieldContainer[Global___BatchPlan]:
+        """The FIFO kueue-tas and the priority-ordered cpsat answers on the same state (mappings left out)."""
+
+    @_builtins.property
+    def stats(self) -> Global___SolveStats: ...
+    def __init__(
+        self,
+        *,
+        plan: Global___BatchPlan | None = ...,
+        baselines: _abc.Iterable[Global___BatchPlan] | None = ...,
+        admitted_weight_bound: _builtins.float | None = ...,
+        admission_optimal: _builtins.bool = ...,
+        stats: Global___SolveStats | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_admitted_weight_bound", b"_admitted_weight_bound", "admitted_weight_bound", b"admitted_weight_bound", "plan", b"plan", "stats", b"stats"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_admitted_weight_bound", b"_admitted_weight_bound", "admission_optimal", b"admission_optimal", "admitted_weight_bound", b"admitted_weight_bound", "baselines", b"baselines", "plan", b"plan", "stats", b"stats"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__admitted_weight_bound: _TypeAlias = _typing.Literal["admitted_weight_bound"]  # noqa: Y015
+    _WhichOneofArgType__admitted_weight_bound: _TypeAlias = _typing.Literal["_admitted_weight_bound", b"_admitted_weight_bound"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__admitted_weight_bound) -> _WhichOneofReturnType__admitted_weight_bound | None: ...
+
+Global___PlaceBatchResponse: _TypeAlias = PlaceBatchResponse  # noqa: Y015
+
+@_typing.final
+class RepairBudget(_message.Message):
+    """---- Repair: a running job after failures (placement.solve.repair) ------------------------------------------
+
+    How much may move; every unset field is unlimited.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MAX_MOVED_RANKS_FIELD_NUMBER: _builtins.int
+    MAX_MOVED_HOSTS_FIELD_NUMBER: _builtins.int
+    MOVE_COST_S_FIELD_NUMBER: _builtins.int
+    HORIZON_STEPS_FIELD_NUMBER: _builtins.int
+    max_moved_ranks: _builtins.int
+    max_moved_hosts: _builtins.int
+    """Hosts that receive a moved rank."""
+    move_cost_s: _builtins.float
+    """Seconds one moved rank costs (its checkpoint restore); weighed against horizon_steps x step seconds to
+    pick the recommended answer.
+    """
+    horizon_steps: _builtins.float
+    """Steps the job still runs (default 1000)."""
+    def __init__(
+        self,
+        *,
+        max_moved_ranks: _builtins.int | None = ...,
+        max_moved_hosts: _builtins.int | None = ...,
+        move_cost_s: _builtins.float | None = ...,
+        horizon_steps: _builtins.float | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_horizon_steps", b"_horizon_steps", "_max_moved_hosts", b"_max_moved_hosts", "_max_moved_ranks", b"_max_moved_ranks", "_move_cost_s", b"_move_cost_s", "horizon_steps", b"horizon_steps", "max_moved_hosts", b"max_moved_hosts", "max_moved_ranks", b"max_moved_ranks", "move_cost_s", b"move_cost_s"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_horizon_steps", b"_horizon_steps", "_max_moved_hosts", b"_max_moved_hosts", "_max_moved_ranks", b"_max_moved_ranks", "_move_cost_s", b"_move_cost_s", "horizon_steps", b"horizon_steps", "max_moved_hosts", b"max_moved_hosts", "max_moved_ranks", b"max_moved_ranks", "move_cost_s", b"move_cost_s"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__horizon_steps: _TypeAlias = _typing.Literal["horizon_steps"]  # noqa: Y015
+    _WhichOneofArgType__horizon_steps: _TypeAlias = _typing.Literal["_horizon_steps", b"_horizon_steps"]  # noqa: Y015
+    _WhichOneofReturnType__max_moved_hosts: _TypeAlias = _typing.Literal["max_moved_hosts"]  # noqa: Y015
+    _WhichOneofArgType__max_moved_hosts: _TypeAlias = _typing.Literal["_max_moved_hosts", b"_max_moved_hosts"]  # noqa: Y015
+    _WhichOneofReturnType__max_moved_ranks: _TypeAlias = _typing.Literal["max_moved_ranks"]  # noqa: Y015
+    _WhichOneofArgType__max_moved_ranks: _TypeAlias = _typing.Literal["_max_moved_ranks", b"_max_moved_ranks"]  # noqa: Y015
+    _WhichOneofReturnType__move_cost_s: _TypeAlias = _typing.Literal["move_cost_s"]  # noqa: Y015
+    _WhichOneofArgType__move_cost_s: _TypeAlias = _typing.Literal["_move_cost_s", b"_move_cost_s"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__horizon_steps) -> _WhichOneofReturnType__horizon_steps | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__max_moved_hosts) -> _WhichOneofReturnType__max_moved_hosts | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__max_moved_ranks) -> _WhichOneofReturnType__max_moved_ranks | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__move_cost_s) -> _WhichOneofReturnType__move_cost_s | None: ...
+
+Global___RepairBudget: _TypeAlias = RepairBudget  # noqa: Y015
+
+@_typing.final
+class RepairRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CLUSTER_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    JOB_FIELD_NUMBER: _builtins.int
+    CURRENT_FIELD_NUMBER: _builtins.int
+    DRAIN_FIELD_NUMBER: _builtins.int
+    SPARES_FIELD_NUMBER: _builtins.int
+    SPARES_ONLY_FIELD_NUMBER: _builtins.int
+    BUDGET_FIELD_NUMBER: _builtins.int
+    OPTIONS_FIELD_NUMBER: _builtins.int
+    spares_only: _builtins.bool
+    """Move ranks only onto spares."""
+    @_builtins.property
+    def cluster(self) -> Global___Cluster: ...
+    @_builtins.property
+    def state(self) -> Global___State:
+        """The new state: failed and degraded devices and links, other jobs' occupancy. The job's own devices may be
+        free or occupied by its own name.
+        """
+
+    @_builtins.property
+    def job(self) -> Global___Job:
+        """The running job."""
+
+    @_builtins.property
+    def current(self) -> _containers.RepeatedCompositeFieldContainer[Global___Assignment]:
+        """Its current mapping: one entry per rank (an entry without `rank` is rank = its position in the list)."""
+
+    @_builtins.property
+    def drain(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Hosts or domains drained for maintenance (selectors: device ids, hosts, domains, level:domain)."""
+
+    @_builtins.property
+    def spares(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Spare devices, hosts or domains: preferred targets (they win ties)."""
+
+    @_builtins.property
+    def budget(self) -> Global___RepairBudget: ...
+    @_builtins.property
+    def options(self) -> Global___Options: ...
+    def __init__(
+        self,
+        *,
+        cluster: Global___Cluster | None = ...,
+        state: Global___State | None = ...,
+        job: Global___Job | None = ...,
+        current: _abc.Iterable[Global___Assignment] | None = ...,
+        drain: _abc.Iterable[_builtins.str] | None = ...,
+        spares: _abc.Iterable[_builtins.str] | None = ...,
+        spares_only: _builtins.bool = ...,
+        budget: Global___RepairBudget | None = ...,
+        options: Global___Options | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["budget", b"budget", "cluster", b"cluster", "job", b"job", "options", b"options", "state", b"state"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["budget", b"budget", "cluster", b"cluster", "current", b"current", "drain", b"drain", "job", b"job", "options", b"options", "spares", b"spares", "spares_only", b"spares_only", "state", b"state"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RepairRequest: _TypeAlias = RepairRequest  # noqa: Y015
+
+@_typing.final
+class RankMove(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RANK_FIELD_NUMBER: _builtins.int
+    FROM_DEVICE_FIELD_NUMBER: _builtins.int
+    TO_DEVICE_FIELD_NUMBER: _builtins.int
+    rank: _builtins.int
+    from_device: _builtins.str
+    to_device: _builtins.str
+    def __init__(
+        self,
+        *,
+        rank: _builtins.int = ...,
+        from_device: _builtins.str = ...,
+        to_device: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["from_device", b"from_device", "rank", b"rank", "to_device", b"to_device"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RankMove: _TypeAlias = RankMove  # noqa: Y015
+
+@_typing.final
+class RepairAnswer(_message.Message):
+    """One point of the trade-off."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    MOVED_RANKS_FIELD_NUMBER: _builtins.int
+    MOVED_HOSTS_FIELD_NUMBER: _builtins.int
+    MOVES_FIELD_NUMBER: _builtins.int
+    MAPPING_FIELD_NUMBER: _builtins.int
+    COST_FIELD_NUMBER: _builtins.int
+    OPTIMAL_FIELD_NUMBER: _builtins.int
+    WITHIN_BUDGET_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """"least" (the fewest moves), "best" (the least surrogate whatever moves), "moves<=K" (a move cap),
+    "neighbourhood N" (N units re-solved, large jobs) or "re-place" (a full `Place` on the new state).
+    """
+    moved_ranks: _builtins.int
+    moved_hosts: _builtins.int
+    optimal: _builtins.bool
+    """Proven: no mapping (of whole units) moving at most moved_ranks ranks has a lower surrogate."""
+    within_budget: _builtins.bool
+    @_builtins.property
+    def moves(self) -> _containers.RepeatedCompositeFieldContainer[Global___RankMove]: ...
+    @_builtins.property
+    def mapping(self) -> _containers.RepeatedCompositeFieldContainer[Global___Assignment]:
+        """The whole mapping after the repair, in rank order."""
+
+    @_builtins.property
+    def cost(self) -> Global___StepCost: ...
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        moved_ranks: _builtins.int = ...,
+        moved_hosts: _builtins.int = ...,
+        moves: _abc.Iterable[Global___RankMove] | None = ...,
+        mapping: _abc.Iterable[Global___Assignment] | None = ...,
+        cost: Global___StepCost | None = ...,
+        optimal: _builtins.bool = ...,
+        within_budget: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["cost", b"cost"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cost", b"cost", "mapping", b"mapping", "moved_hosts", b"moved_hosts", "moved_ranks", b"moved_ranks", "moves", b"moves", "name", b"name", "optimal", b"optimal", "within_budget", b"within_budget"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RepairAnswer: _TypeAlias = RepairAnswer  # noqa: Y015
+
+@_typing.final
+class RepairResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ANSWERS_FIELD_NUMBER: _builtins.int
+    RECOMMENDED_FIELD_NUMBER: _builtins.int
+    BEFORE_FIELD_NUMBER: _builtins.int
+    FORCED_RANKS_FIELD_NUMBER: _builtins.int
+    MIN_MOVES_FIELD_NUMBER: _builtins.int
+    REPLACE_FIELD_NUMBER: _builtins.int
+    STATS_FIELD_NUMBER: _builtins.int
+    recommended: _builtins.int
+    """Index into answers: the least horizon_steps x step seconds + move_cost_s x moved ranks within the budget."""
+    min_moves: _builtins.int
+    @_builtins.property
+    def answers(self) -> _containers.RepeatedCompositeFieldContainer[Global___RepairAnswer]:
+        """Fewest moves first; each later answer is faster (a Pareto front of moved ranks and step seconds)."""
+
+    @_builtins.property
+    def before(self) -> Global___StepCost:
+        """The current mapping's modeled step on the new state (as if its failed devices still ran)."""
+
+    @_builtins.property
+    def forced_ranks(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """Ranks on failed or drained devices."""
+
+    @_builtins.property
+    def replace(self) -> Global___RepairAnswer:
+        """The full re-place, also when the front dominates it."""
+
+    @_builtins.property
+    def stats(self) -> Global___SolveStats: ...
+    def __init__(
+        self,
+        *,
+        answers: _abc.Iterable[Global___RepairAnswer] | None = ...,
+        recommended: _builtins.int = ...,
+        before: Global___StepCost | None = ...,
+        forced_ranks: _abc.Iterable[_builtins.int] | None = ...,
+        min_moves: _builtins.int = ...,
+        replace: Global___RepairAnswer | None = ...,
+        stats: Global___SolveStats | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["before", b"before", "replace", b"replace", "stats", b"stats"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["answers", b"answers", "before", b"before", "forced_ranks", b"forced_ranks", "min_moves", b"min_moves", "recommended", b"recommended", "replace", b"replace", "stats", b"stats"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RepairResponse: _TypeAlias = RepairResponse  # noqa: Y015

@@ -50,6 +50,16 @@ class PlacementServiceStub:
                 request_serializer=placement_dot_v1_dot_placement__pb2.CompareRequest.SerializeToString,
                 response_deserializer=placement_dot_v1_dot_placement__pb2.CompareResponse.FromString,
                 _registered_method=True)
+        self.PlaceBatch = channel.unary_unary(
+                '/placement.v1.PlacementService/PlaceBatch',
+                request_serializer=placement_dot_v1_dot_placement__pb2.PlaceBatchRequest.SerializeToString,
+                response_deserializer=placement_dot_v1_dot_placement__pb2.PlaceBatchResponse.FromString,
+                _registered_method=True)
+        self.Repair = channel.unary_unary(
+                '/placement.v1.PlacementService/Repair',
+                request_serializer=placement_dot_v1_dot_placement__pb2.RepairRequest.SerializeToString,
+                response_deserializer=placement_dot_v1_dot_placement__pb2.RepairResponse.FromString,
+                _registered_method=True)
 
 
 class PlacementServiceServicer:
@@ -80,6 +90,25 @@ class PlacementServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PlaceBatch(self, request, context):
+        """Place a queue of jobs jointly on one state: the admitted subset (most admitted weight, then fewest weighted
+        modeled step seconds) with no device in two jobs, why each other job is not admitted, and two baselines
+        (FIFO kueue-tas, priority-ordered cpsat). Atomic: every mapping is valid next to the others, or the call
+        fails. options.time_limit_s covers the whole batch.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Repair(self, request, context):
+        """Repair a running job after failures, drains or degradations with few moves: a Pareto set of (moved ranks,
+        modeled step seconds) answers from the least repair to a full re-place. Ranks on failed or drained devices
+        must move; others move only where that is faster. options.time_limit_s covers the whole repair.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_PlacementServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -97,6 +126,16 @@ def add_PlacementServiceServicer_to_server(servicer, server):
                     servicer.Compare,
                     request_deserializer=placement_dot_v1_dot_placement__pb2.CompareRequest.FromString,
                     response_serializer=placement_dot_v1_dot_placement__pb2.CompareResponse.SerializeToString,
+            ),
+            'PlaceBatch': grpc.unary_unary_rpc_method_handler(
+                    servicer.PlaceBatch,
+                    request_deserializer=placement_dot_v1_dot_placement__pb2.PlaceBatchRequest.FromString,
+                    response_serializer=placement_dot_v1_dot_placement__pb2.PlaceBatchResponse.SerializeToString,
+            ),
+            'Repair': grpc.unary_unary_rpc_method_handler(
+                    servicer.Repair,
+                    request_deserializer=placement_dot_v1_dot_placement__pb2.RepairRequest.FromString,
+                    response_serializer=placement_dot_v1_dot_placement__pb2.RepairResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -181,6 +220,60 @@ class PlacementService:
             '/placement.v1.PlacementService/Compare',
             placement_dot_v1_dot_placement__pb2.CompareRequest.SerializeToString,
             placement_dot_v1_dot_placement__pb2.CompareResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PlaceBatch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/placement.v1.PlacementService/PlaceBatch',
+            placement_dot_v1_dot_placement__pb2.PlaceBatchRequest.SerializeToString,
+            placement_dot_v1_dot_placement__pb2.PlaceBatchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Repair(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/placement.v1.PlacementService/Repair',
+            placement_dot_v1_dot_placement__pb2.RepairRequest.SerializeToString,
+            placement_dot_v1_dot_placement__pb2.RepairResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -68,6 +68,17 @@ class PlacementServiceStub:
     modeled step seconds (then exposed communication), best first; infeasible ones last with their reasons.
     The deadline is shared.
     """
+    PlaceBatch: _grpc.UnaryUnaryMultiCallable[_placement_pb2.PlaceBatchRequest, _placement_pb2.PlaceBatchResponse]
+    """Place a queue of jobs jointly on one state: the admitted subset (most admitted weight, then fewest weighted
+    modeled step seconds) with no device in two jobs, why each other job is not admitted, and two baselines
+    (FIFO kueue-tas, priority-ordered cpsat). Atomic: every mapping is valid next to the others, or the call
+    fails. options.time_limit_s covers the whole batch.
+    """
+    Repair: _grpc.UnaryUnaryMultiCallable[_placement_pb2.RepairRequest, _placement_pb2.RepairResponse]
+    """Repair a running job after failures, drains or degradations with few moves: a Pareto set of (moved ranks,
+    modeled step seconds) answers from the least repair to a full re-place. Ranks on failed or drained devices
+    must move; others move only where that is faster. options.time_limit_s covers the whole repair.
+    """
 
 @_typing.type_check_only
 class PlacementServiceAsyncStub(PlacementServiceStub):
@@ -84,6 +95,17 @@ class PlacementServiceAsyncStub(PlacementServiceStub):
     """Place several jobs (or several shapes of one job) on the same state, each independently, ranked by
     modeled step seconds (then exposed communication), best first; infeasible ones last with their reasons.
     The deadline is shared.
+    """
+    PlaceBatch: _aio.UnaryUnaryMultiCallable[_placement_pb2.PlaceBatchRequest, _placement_pb2.PlaceBatchResponse]  # type: ignore[assignment]
+    """Place a queue of jobs jointly on one state: the admitted subset (most admitted weight, then fewest weighted
+    modeled step seconds) with no device in two jobs, why each other job is not admitted, and two baselines
+    (FIFO kueue-tas, priority-ordered cpsat). Atomic: every mapping is valid next to the others, or the call
+    fails. options.time_limit_s covers the whole batch.
+    """
+    Repair: _aio.UnaryUnaryMultiCallable[_placement_pb2.RepairRequest, _placement_pb2.RepairResponse]  # type: ignore[assignment]
+    """Repair a running job after failures, drains or degradations with few moves: a Pareto set of (moved ranks,
+    modeled step seconds) answers from the least repair to a full re-place. Ranks on failed or drained devices
+    must move; others move only where that is faster. options.time_limit_s covers the whole repair.
     """
 
 class PlacementServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -116,6 +138,29 @@ class PlacementServiceServicer(metaclass=_abc_1.ABCMeta):
         """Place several jobs (or several shapes of one job) on the same state, each independently, ranked by
         modeled step seconds (then exposed communication), best first; infeasible ones last with their reasons.
         The deadline is shared.
+        """
+
+    @_abc_1.abstractmethod
+    def PlaceBatch(
+        self,
+        request: _placement_pb2.PlaceBatchRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_placement_pb2.PlaceBatchResponse, _abc.Awaitable[_placement_pb2.PlaceBatchResponse]]:
+        """Place a queue of jobs jointly on one state: the admitted subset (most admitted weight, then fewest weighted
+        modeled step seconds) with no device in two jobs, why each other job is not admitted, and two baselines
+        (FIFO kueue-tas, priority-ordered cpsat). Atomic: every mapping is valid next to the others, or the call
+        fails. options.time_limit_s covers the whole batch.
+        """
+
+    @_abc_1.abstractmethod
+    def Repair(
+        self,
+        request: _placement_pb2.RepairRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_placement_pb2.RepairResponse, _abc.Awaitable[_placement_pb2.RepairResponse]]:
+        """Repair a running job after failures, drains or degradations with few moves: a Pareto set of (moved ranks,
+        modeled step seconds) answers from the least repair to a full re-place. Ranks on failed or drained devices
+        must move; others move only where that is faster. options.time_limit_s covers the whole repair.
         """
 
 def add_PlacementServiceServicer_to_server(servicer: PlacementServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
