@@ -349,6 +349,7 @@ def serve(
 from placement.cli_whatif import register as _register_whatif  # noqa: E402  (adds `placement whatif`)
 
 _register_whatif(app)
+__import__("placement.cli_slurm").cli_slurm.register(import_app)  # adds `placement import slurm-live`
 
 
 def main() -> None:
