@@ -264,16 +264,11 @@ def parse_jobs(text: str, source: str = "squeue --json") -> list[LiveJob]:
         path = f"jobs[{i}]"
         if not isinstance(job, dict):
             raise InputError(source, [Problem(path, "must be an object")])
-        jid = job.get("job_id")
-        if isinstance(jid, dict):  # data_parser NO_VAL wrapper {"set": true, "number": 7}
-            jid = jid.get("number")
-        if not isinstance(jid, int | str) or isinstance(jid, bool):
-            raise InputError(source, [Problem(f"{path}.job_id", f"must be the job id, got {jid!r}")])
-        array_task = job.get("array_task_id")
-        if isinstance(array_task, dict):
-            array_task = array_task.get("number") if array_task.get("set") else None
-        name = f"{job.get('array_job_id')}_{array_task}" if isinstance(array_task, int) and job.get("array_job_id") \
-            else str(jid)
+        jid = _number(job.get("job_id"))
+        if jid is None:
+            raise InputError(source, [Problem(f"{path}.job_id", f"must be the job id, got {job.get('job_id')!r}")])
+        array_job, array_task = _number(job.get("array_job_id")), _number(job.get("array_task_id"))
+        name = f"{array_job}_{array_task}" if array_job and array_task is not None else str(jid)
         details = job.get("gres_detail") or []
         if not isinstance(details, list):
             raise InputError(source, [Problem(f"{path}.gres_detail", "must be a list of strings, one per node")])
@@ -287,6 +282,17 @@ def parse_jobs(text: str, source: str = "squeue --json") -> list[LiveJob]:
                 by_node[node] = parse_gres(str(detail), source=source, path=f"{path}.gres_detail[{k}]")
         out.append(LiveJob(f"slurm-{name}", _state_words(job.get("job_state")), by_node))
     return out
+
+
+def _number(value: Any) -> int | None:
+    """A plain number, or data_parser's ``{"set": true, "number": N}`` (None when unset)."""
+    if isinstance(value, dict):
+        return _number(value.get("number")) if value.get("set", True) else None
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.isdigit():
+        return int(value)
+    return None
 
 
 def _job_nodes(job: Mapping[str, Any], source: str, path: str) -> list[str]:
