@@ -1,0 +1,59 @@
+"""Slurm launch script: `#SBATCH` resources (nodes, tasks, node list, GPUs per node) and one `srun` with
+``--distribution=arbitrary`` over a SLURM_HOSTFILE in rank order, each task running `placement bind`."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from placement.io.export.common import ExportOptions, bind_command, by_host, ranges, shell_join
+from placement.io.export.document import Seat
+
+__all__ = ["slurm_script", "srun_argv"]
+
+
+def srun_argv(seats: Sequence[Seat], opts: ExportOptions) -> list[str]:
+    """The srun command (without the user's command); SLURM_HOSTFILE must name the hostfile."""
+    hosts = by_host(seats)
+    gpn = max(len(v) for v in hosts.values())
+    return ["srun", f"--ntasks={len(seats)}", f"--nodes={len(hosts)}", f"--nodelist={','.join(hosts)}",
+            "--distribution=arbitrary", f"--gpus-per-node={gpn}", "--gpu-bind=none", *bind_command(opts)]
+
+
+def slurm_script(seats: Sequence[Seat], opts: ExportOptions) -> str:
+    """A bash script for ``sbatch SCRIPT CMD [ARGS...]`` (or ``bash SCRIPT CMD ...`` inside an allocation).
+
+    `--gpus-per-node` is one number for every node (Slurm has no per-node GPU count in one step): the largest
+    count of ranks on a node. Slurm picks which GPUs; `placement bind` then checks the planned GPU is among them
+    (SLURM_STEP_GPUS) and fails otherwise, so a plan Slurm did not honour never runs on the wrong device.
+    """
+    hosts = by_host(seats)
+    gpn = max(len(v) for v in hosts.values())
+    name = re.sub(r"[^A-Za-z0-9_.-]", "_", opts.job) or "job"
+    srun = shell_join(srun_argv(seats, opts))
+    lines = [
+        "#!/bin/bash",
+        f"# Slurm launch of job {opts.job}: {len(seats)} ranks on {len(hosts)} nodes. srun puts task i on line i of",
+        "# SLURM_HOSTFILE (--distribution=arbitrary); `placement bind` gives each task its planned GPU and CPUs.",
+        "# Usage: sbatch THIS_SCRIPT CMD [ARGS...]   (or: bash THIS_SCRIPT CMD [ARGS...] inside salloc)",
+    ]
+    for h, ss in hosts.items():
+        lines.append(f"#   {h}: ranks {ranges([s.rank for s in ss])}, GPUs {','.join(str(s.index) for s in ss)}")
+    if len({len(v) for v in hosts.values()}) > 1:
+        lines.append(f"# Nodes hold different rank counts; --gpus-per-node={gpn} (the largest) is requested on each.")
+    lines += [
+        f"#SBATCH --job-name={name}",
+        f"#SBATCH --nodes={len(hosts)}",
+        f"#SBATCH --ntasks={len(seats)}",
+        f"#SBATCH --nodelist={','.join(hosts)}",
+        f"#SBATCH --gpus-per-node={gpn}",
+        "set -euo pipefail",
+        'if [ "$#" -eq 0 ]; then echo "usage: sbatch $0 CMD [ARGS...]" >&2; exit 2; fi',
+        'hostfile="$(mktemp "${TMPDIR:-/tmp}/placement-hosts.XXXXXX")"',
+        "trap 'rm -f \"$hostfile\"' EXIT",
+        "cat > \"$hostfile\" <<'PLACEMENT_HOSTS'",
+        *[s.host for s in seats],
+        "PLACEMENT_HOSTS",
+        f'SLURM_HOSTFILE="$hostfile" {srun} "$@"',
+    ]
+    return "\n".join(lines) + "\n"
