@@ -9,7 +9,8 @@
 # With N >= 2 each node is a network namespace (ip netns) with its own address on a bridge and its own
 # hostname (a UTS namespace), running its own slurmd; slurmctld and munged run in the root namespace.
 # With N = 1 (or when namespaces cannot be made) there is one node named after this host.
-# Environment: PLC_SLURM_PORT (slurmctld port, default 16817; slurmd uses +1), PLC_SLURM_NET (default 10.211.0).
+# Environment: PLC_SLURM_PORT (slurmctld port, default 16817; slurmd uses +1), PLC_SLURM_NET (the nodes' /24,
+# default 10.211.0), PLC_SLURM_PREFIX (node and interface names, default plc: nodes plc-n1, plc-n2, ...).
 set -euo pipefail
 
 log() { echo "slurm.sh: $*" >&2; }
@@ -248,8 +249,8 @@ cmd=${1:-}
 DIR=${2:-}
 PORT=${PLC_SLURM_PORT:-16817}
 NET=${PLC_SLURM_NET:-10.211.0}
-PREFIX=plc
-BRIDGE=plc-br0
+PREFIX=${PLC_SLURM_PREFIX:-plc}
+BRIDGE=$PREFIX-br0
 case $cmd in
     install) install_slurm ;;
     start)
