@@ -171,6 +171,10 @@ def place(
                  f"surrogate bound {bound_s}, gap {gap_s}, "
                  f"{res.stats.get('wall_s', 0):.2f} s")
         print_report(title, rep, res.strategy.value, baseline_costs(rep, res.baselines, res.baseline_reports))
+        if res.stats.get("launcher") == "torchrun":  # the price of contiguous host blocks
+            free = float(res.stats["launcher_free_step_seconds"])
+            out.print(f"launcher torchrun (each host's ranks one contiguous block): step {rep.step_seconds:.4f} s "
+                      f"against {free:.4f} s for the free mapping ({100 * (rep.step_seconds / free - 1):+.2f}%)", soft_wrap=True)
         if out_file is not None:
             _write(export("json", [], document=doc), out_file)
         return

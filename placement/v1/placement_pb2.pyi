@@ -258,7 +258,7 @@ class LinkState(_message.Message):
     def __init__(self, between: _Optional[_Iterable[str]] = ..., uplink: _Optional[str] = ..., failed: _Optional[bool] = ..., slowdown: _Optional[float] = ...) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ("name", "description", "ranks", "device_kind", "parallel", "model", "exposure", "groups", "edges", "constraints")
+    __slots__ = ("name", "description", "ranks", "device_kind", "parallel", "model", "exposure", "groups", "edges", "constraints", "launcher")
     class ExposureEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -276,6 +276,7 @@ class Job(_message.Message):
     GROUPS_FIELD_NUMBER: _ClassVar[int]
     EDGES_FIELD_NUMBER: _ClassVar[int]
     CONSTRAINTS_FIELD_NUMBER: _ClassVar[int]
+    LAUNCHER_FIELD_NUMBER: _ClassVar[int]
     name: str
     description: str
     ranks: int
@@ -286,7 +287,8 @@ class Job(_message.Message):
     groups: _containers.RepeatedCompositeFieldContainer[Group]
     edges: _containers.RepeatedCompositeFieldContainer[Edge]
     constraints: Constraints
-    def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., ranks: _Optional[int] = ..., device_kind: _Optional[str] = ..., parallel: _Optional[_Union[Parallel, _Mapping]] = ..., model: _Optional[_Union[Model, _Mapping]] = ..., exposure: _Optional[_Mapping[str, float]] = ..., groups: _Optional[_Iterable[_Union[Group, _Mapping]]] = ..., edges: _Optional[_Iterable[_Union[Edge, _Mapping]]] = ..., constraints: _Optional[_Union[Constraints, _Mapping]] = ...) -> None: ...
+    launcher: str
+    def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., ranks: _Optional[int] = ..., device_kind: _Optional[str] = ..., parallel: _Optional[_Union[Parallel, _Mapping]] = ..., model: _Optional[_Union[Model, _Mapping]] = ..., exposure: _Optional[_Mapping[str, float]] = ..., groups: _Optional[_Iterable[_Union[Group, _Mapping]]] = ..., edges: _Optional[_Iterable[_Union[Edge, _Mapping]]] = ..., constraints: _Optional[_Union[Constraints, _Mapping]] = ..., launcher: _Optional[str] = ...) -> None: ...
 
 class Parallel(_message.Message):
     __slots__ = ("tp", "cp", "ep", "dp", "pp", "order")
