@@ -148,17 +148,35 @@ def _occupy(c: Cluster, node: str, first: int, keep: int) -> str:
     return busy
 
 
-def test_import_place_and_run_with_bind(cluster: Cluster) -> None:
-    c = cluster
-    work = c.dir / "e2e"
-    work.mkdir()
-    # fragment the GPUs: node 1 keeps 2-3 busy, node 2 keeps 5-6 busy (6 free GPUs each, not the lowest ones)
-    layout = [(c.nodes[0], 2, 2)] + ([(c.nodes[1], 5, 2)] if len(c.nodes) > 1 else [])
-    busy_jobs = {node: _occupy(c, node, first, keep) for node, first, keep in layout}
-    expected_busy = {node: frozenset(range(first, first + keep)) for node, first, keep in layout}
-    c.wait("GresUsed to show the busy GPUs", lambda: c.gres_used() == expected_busy)
+PROBE = ("import os, socket; e = os.environ; print('RANK', e['SLURM_PROCID'], e['SLURMD_NODENAME'], "
+         "socket.gethostname(), e['CUDA_VISIBLE_DEVICES'], e['LOCAL_RANK'], e['PLACEMENT_DEVICE'], flush=True)")
 
-    # 1. live cluster and state
+
+@dataclass
+class Placed:
+    work: Path
+    busy_jobs: dict[str, str]  # node -> id of the job sleeping on its busy GPUs
+    busy: dict[str, frozenset[int]]
+    result: Path
+    seats: list[tuple[str, int]]  # rank -> (host, GPU index)
+
+
+@pytest.fixture(scope="module")
+def busy(cluster: Cluster) -> tuple[dict[str, str], dict[str, frozenset[int]]]:
+    """Fragment the GPUs: node 1 keeps 2-3 busy, node 2 keeps 5-6 busy (6 free each, not the lowest ones)."""
+    c = cluster
+    layout = [(c.nodes[0], 2, 2)] + ([(c.nodes[1], 5, 2)] if len(c.nodes) > 1 else [])
+    jobs = {node: _occupy(c, node, first, keep) for node, first, keep in layout}
+    expected = {node: frozenset(range(first, first + keep)) for node, first, keep in layout}
+    c.wait("GresUsed to show the busy GPUs", lambda: c.gres_used() == expected)
+    return jobs, expected
+
+
+def _import_and_place(c: Cluster, busy: tuple[dict[str, str], dict[str, frozenset[int]]], name: str) -> Placed:
+    busy_jobs, expected_busy = busy
+    work = c.dir / name
+    work.mkdir()
+    # 1. live cluster and state, from the running Slurm
     cluster_yaml, state_yaml = work / "cluster.yaml", work / "state.yaml"
     c.placement("import", "slurm-live", "--levels", "leaf,spine", "--out", str(cluster_yaml),
                 "--state-out", str(state_yaml), "--save", str(work / "saved"))
@@ -177,7 +195,7 @@ def test_import_place_and_run_with_bind(cluster: Cluster) -> None:
     assert ranks <= free
     job_yaml = work / "job.yaml"
     job_yaml.write_text(yaml.safe_dump({
-        "name": "e2e", "device_kind": "H100", "parallel": {"tp": 2, "dp": ranks // 2},
+        "name": name, "device_kind": "H100", "parallel": {"tp": 2, "dp": ranks // 2},
         "model": {"parameters": 1.0e9, "hidden": 2048, "layers": 8, "seq_len": 2048, "micro_batch": 1,
                   "micro_batches": 4, "bytes_per_element": 2},
     }))
@@ -186,36 +204,15 @@ def test_import_place_and_run_with_bind(cluster: Cluster) -> None:
                 "--time-limit", "5")
     mapping = json.loads(result.read_text())["mapping"]
     assert [m["rank"] for m in mapping] == list(range(ranks))
-    placed = [(m["host"], int(m["local_index"])) for m in mapping]
-    assert not {(n, k) for n, ks in expected_busy.items() for k in ks} & set(placed), "placed on a busy GPU"
+    seats = [(m["host"], int(m["local_index"])) for m in mapping]
+    assert not {(n, k) for n, ks in expected_busy.items() for k in ks} & set(seats), "placed on a busy GPU"
+    return Placed(work, busy_jobs, expected_busy, result, seats)
 
-    # 3. the launch files: SLURM_HOSTFILE (line i = host of rank i)
-    hostfile = work / "hostfile"
-    c.placement("export", str(result), "--format", "hostfile", "--out", str(hostfile))
-    assert hostfile.read_text().split() == [h for h, _ in placed]
 
-    # 4. sbatch + srun --distribution=arbitrary + placement bind. The allocation asks every free GPU of each
-    # node (--gres=gpu:6), so Slurm's own accounting holds exactly the GPUs the placement may use.
-    per_node = {h: sum(1 for x, _ in placed if x == h) for h in c.nodes}
-    used_nodes = [h for h in c.nodes if per_node[h]]
-    probe = ("import os, socket; e = os.environ; print('RANK', e['SLURM_PROCID'], e['SLURMD_NODENAME'], "
-             "socket.gethostname(), e['CUDA_VISIBLE_DEVICES'], e['LOCAL_RANK'], e['PLACEMENT_DEVICE'], flush=True)")
-    script = work / "job.sh"
-    script.write_text("\n".join([
-        "#!/bin/bash",
-        "set -euo pipefail",
-        f"export SLURM_HOSTFILE={hostfile}",
-        f"export PLACEMENT_FILE={result}",
-        'scontrol -d show job "$SLURM_JOB_ID" | grep -o "Nodes=[^ ]* CPU_IDs=.*GRES=[^ ]*" | sed "s/^/ALLOC /"',
-        f"srun --ntasks={ranks} --distribution=arbitrary {sys.executable} -m placement.cli bind -- "
-        f"{sys.executable} -c \"{probe}\"",
-        "",
-    ]))
-    out = work / "job.out"
-    # (not sbatch --wait: it polls at growing intervals, up to half a minute after the job ended)
-    job = c.submit(f"--nodes={len(used_nodes)}", f"--nodelist={','.join(used_nodes)}",
-                   f"--ntasks-per-node={max(per_node.values())}",
-                   f"--gres=gpu:{min(8 - len(expected_busy[h]) for h in used_nodes)}", "-o", str(out), str(script))
+def _run_job(c: Cluster, out: Path, *sbatch_args: str) -> list[str]:
+    """Submit and wait by polling `scontrol show job` (sbatch --wait polls at growing intervals, up to half a
+    minute after the job ended); the job must complete with exit 0. Returns the output lines."""
+    job = c.submit("-o", str(out), *sbatch_args)
     final: dict[str, str] = {}
 
     def finished() -> bool:
@@ -224,19 +221,54 @@ def test_import_place_and_run_with_bind(cluster: Cluster) -> None:
         return final.get("JobState") not in ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING")
 
     c.wait(f"job {job} to finish", finished, limit=180)
-    assert (final["JobState"], final["ExitCode"]) == ("COMPLETED", "0:0"), out.read_text()
-    lines = out.read_text().splitlines()
+    text = out.read_text() if out.is_file() else "(no output)"
+    assert (final["JobState"], final["ExitCode"]) == ("COMPLETED", "0:0"), text
+    return text.splitlines()
+
+
+def _check_ranks(lines: list[str], p: Placed) -> None:
+    """Every rank printed once, on its placed host (Slurm's node name and the node's hostname), with its GPU."""
     rows = [line.split()[1:] for line in lines if line.startswith("RANK ")]
-    assert len(rows) == ranks, "\n".join(lines)
+    assert len(rows) == len(p.seats), "\n".join(lines)
     seen = {}
     for rank_s, nodename, hostname, cvd, local_rank, device in rows:
         rank = int(rank_s)
-        host, index = placed[rank]
+        host, index = p.seats[rank]
         assert (nodename, hostname) == (host, host), f"rank {rank} ran on {nodename}/{hostname}, placed on {host}"
         assert cvd == str(index), f"rank {rank}: CUDA_VISIBLE_DEVICES={cvd}, placed on GPU {index}"
         assert local_rank == "0" and device == f"{host}/gpu{index}"
         seen[rank] = (host, index)
-    assert sorted(seen) == list(range(ranks))
+    assert sorted(seen) == list(range(len(p.seats)))
+
+
+def test_import_place_and_run_with_hostfile_and_bind(cluster: Cluster, busy: tuple[dict[str, str],
+                                                     dict[str, frozenset[int]]]) -> None:
+    c = cluster
+    p = _import_and_place(c, busy, "hostfile")
+    # 3. the launch file: SLURM_HOSTFILE (line i = host of rank i)
+    hostfile = p.work / "hostfile"
+    c.placement("export", str(p.result), "--format", "hostfile", "--out", str(hostfile))
+    assert hostfile.read_text().split() == [h for h, _ in p.seats]
+
+    # 4. sbatch + srun --distribution=arbitrary + placement bind. The allocation asks every free GPU of each
+    # node (--gres=gpu:6), so Slurm's own accounting holds exactly the GPUs the placement may use.
+    per_node = {h: sum(1 for x, _ in p.seats if x == h) for h in c.nodes}
+    used_nodes = [h for h in c.nodes if per_node[h]]
+    script = p.work / "job.sh"
+    script.write_text("\n".join([
+        "#!/bin/bash",
+        "set -euo pipefail",
+        f"export SLURM_HOSTFILE={hostfile}",
+        f"export PLACEMENT_FILE={p.result}",
+        'scontrol -d show job "$SLURM_JOB_ID" | grep -o "Nodes=[^ ]* CPU_IDs=.*GRES=[^ ]*" | sed "s/^/ALLOC /"',
+        f"srun --ntasks={len(p.seats)} --distribution=arbitrary {sys.executable} -m placement.cli bind -- "
+        f"{sys.executable} -c \"{PROBE}\"",
+        "",
+    ]))
+    lines = _run_job(c, p.work / "job.out", f"--nodes={len(used_nodes)}", f"--nodelist={','.join(used_nodes)}",
+                     f"--ntasks-per-node={max(per_node.values())}",
+                     f"--gres=gpu:{min(8 - len(p.busy[h]) for h in used_nodes)}", str(script))
+    _check_ranks(lines, p)
 
     # Slurm's allocation for the job held every GPU a rank used (none of the sleeping jobs' GPUs)
     alloc: dict[str, frozenset[int]] = {}
@@ -247,7 +279,21 @@ def test_import_place_and_run_with_bind(cluster: Cluster) -> None:
             idx = frozenset().union(*(e.indices or frozenset() for e in parse_gres(m.group(2))))
             for name in expand_hostlist(m.group(1)):
                 alloc[name] = idx
-    for host, index in placed:
+    for host, index in p.seats:
         assert index in alloc.get(host, frozenset()), f"{host}/gpu{index} is not in the job's allocation {alloc}"
     # the sleeping jobs still run: nothing was taken from them
-    assert all(c.job_state(j) == "RUNNING" for j in busy_jobs.values())
+    assert all(c.job_state(j) == "RUNNING" for j in p.busy_jobs.values())
+
+
+def test_exported_slurm_script_runs_as_is(cluster: Cluster, busy: tuple[dict[str, str],
+                                                                  dict[str, frozenset[int]]]) -> None:
+    """`placement export --format slurm` writes a script for `sbatch SCRIPT CMD...`; run it unchanged."""
+    c = cluster
+    p = _import_and_place(c, busy, "script")
+    script = p.work / "job.sh"
+    c.placement("export", str(p.result), "--format", "slurm", "--out", str(script))
+    env_bin = str(Path(sys.executable).parent)  # `placement` of this venv, running this checkout (PYTHONPATH)
+    c.env["PATH"] = f"{env_bin}{os.pathsep}{c.env.get('PATH', '')}"
+    lines = _run_job(c, p.work / "job.out", str(script), sys.executable, "-c", PROBE)
+    _check_ranks(lines, p)
+    assert all(c.job_state(j) == "RUNNING" for j in p.busy_jobs.values())
