@@ -29,6 +29,7 @@ def export_cmd(
     command: Annotated[str | None, typer.Option(help="k8s: the command each Pod runs, e.g. 'python train.py'")] = None,
     label: Annotated[list[str] | None, typer.Option(help="k8s: LEVEL=NODE_LABEL_KEY for each level above the host, repeatable")] = None,
     gpu_resource: Annotated[str | None, typer.Option(help="k8s: the GPU resource name (default nvidia.com/gpu, amd.com/gpu for AMD kinds)")] = None,
+    gpus_per_node: Annotated[int | None, typer.Option(help="slurm: GPUs to request per node when more than its ranks (e.g. all free ones, so the allocation covers the plan)")] = None,
 ) -> None:
     """Turn a placement into what a launcher reads: an OpenMPI rankfile, a SLURM_HOSTFILE, a Slurm script, a
     torchrun script, per-rank dotenv files or Kubernetes manifests. Launched tasks run `placement bind`."""
@@ -49,6 +50,8 @@ def export_cmd(
         fail(f"--format: {RETIRED[format]}", 2)
     if format not in FORMATS:
         fail(f"--format: unknown value {format!r}; use one of {', '.join(FORMATS)}", 2)
+    if gpus_per_node is not None and gpus_per_node < 1:
+        fail(f"--gpus-per-node: must be >= 1, got {gpus_per_node}", 2)
     if not 1 <= master_port <= 65535:
         fail(f"--master-port: must be in 1..65535, got {master_port}", 2)
     doc = load_document(mapping)
@@ -69,7 +72,7 @@ def export_cmd(
     job = str(doc.get("job", mapping.stem)) if isinstance(doc, dict) else mapping.stem
     opts = ExportOptions(job=job, placement_path=placement_path or str(mapping.resolve()), master_port=master_port,
                          bind=bind_cmd, command=tuple(shlex.split(command)) if command else (), image=image,
-                         level_labels=labels, gpu_resource=gpu_resource)
+                         level_labels=labels, gpu_resource=gpu_resource, gpus_per_node=gpus_per_node)
     document = doc if isinstance(doc, dict) else None
     try:
         if format in MULTI_FILE and out_file is not None:

@@ -23,7 +23,8 @@ class ExportOptions:
 
     `placement_path`: where `placement bind` finds the result on the compute nodes (None: the bind command reads
     ``PLACEMENT_FILE``); `bind`: the `placement` executable there; `command`: the program a Kubernetes Pod runs;
-    `image`, `level_labels` (level name -> node-label key), `gpu_resource`: Kubernetes only.
+    `image`, `level_labels` (level name -> node-label key), `gpu_resource`: Kubernetes only; `gpus_per_node`:
+    Slurm's per-node GPU request when more than the ranks on a node (so that the allocation covers the plan).
     """
 
     job: str = "job"
@@ -34,6 +35,7 @@ class ExportOptions:
     image: str | None = None
     level_labels: Mapping[str, str] = field(default_factory=dict)
     gpu_resource: str | None = None
+    gpus_per_node: int | None = None
 
 
 def is_amd(kind: str | None) -> bool:

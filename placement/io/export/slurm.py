@@ -12,23 +12,31 @@ from placement.io.export.document import Seat
 __all__ = ["slurm_script", "srun_argv"]
 
 
+def _gpus_per_node(seats: Sequence[Seat], opts: ExportOptions) -> int:
+    need = max(len(v) for v in by_host(seats).values())
+    return max(need, opts.gpus_per_node or 0)
+
+
 def srun_argv(seats: Sequence[Seat], opts: ExportOptions) -> list[str]:
-    """The srun command (without the user's command); SLURM_HOSTFILE must name the hostfile."""
+    """The srun command (without the user's command); SLURM_HOSTFILE must name the hostfile. No --nodelist: with
+    --distribution=arbitrary srun takes the nodes from SLURM_HOSTFILE, and a node list shorter than the task count
+    makes Slurm 22.05 refuse the step ("You asked for N tasks but hostlist specified M nodes")."""
     hosts = by_host(seats)
-    gpn = max(len(v) for v in hosts.values())
-    return ["srun", f"--ntasks={len(seats)}", f"--nodes={len(hosts)}", f"--nodelist={','.join(hosts)}",
-            "--distribution=arbitrary", f"--gpus-per-node={gpn}", "--gpu-bind=none", *bind_command(opts)]
+    return ["srun", f"--ntasks={len(seats)}", f"--nodes={len(hosts)}", "--distribution=arbitrary",
+            f"--gpus-per-node={_gpus_per_node(seats, opts)}", "--gpu-bind=none", *bind_command(opts)]
 
 
 def slurm_script(seats: Sequence[Seat], opts: ExportOptions) -> str:
     """A bash script for ``sbatch SCRIPT CMD [ARGS...]`` (or ``bash SCRIPT CMD ...`` inside an allocation).
 
     `--gpus-per-node` is one number for every node (Slurm has no per-node GPU count in one step): the largest
-    count of ranks on a node. Slurm picks which GPUs; `placement bind` then checks the planned GPU is among them
-    (SLURM_STEP_GPUS) and fails otherwise, so a plan Slurm did not honour never runs on the wrong device.
+    count of ranks on a node, or `opts.gpus_per_node` when larger. Slurm picks which GPUs (lowest free indices
+    first); `placement bind` then checks the planned GPU is among them (SLURM_STEP_GPUS) and fails otherwise, so a
+    plan Slurm did not honour never runs on the wrong device. Asking for every free GPU of the nodes
+    (``--gpus-per-node`` of the export) makes the allocation cover the plan.
     """
     hosts = by_host(seats)
-    gpn = max(len(v) for v in hosts.values())
+    gpn = _gpus_per_node(seats, opts)
     name = re.sub(r"[^A-Za-z0-9_.-]", "_", opts.job) or "job"
     srun = shell_join(srun_argv(seats, opts))
     lines = [
@@ -39,8 +47,11 @@ def slurm_script(seats: Sequence[Seat], opts: ExportOptions) -> str:
     ]
     for h, ss in hosts.items():
         lines.append(f"#   {h}: ranks {ranges([s.rank for s in ss])}, GPUs {','.join(str(s.index) for s in ss)}")
-    if len({len(v) for v in hosts.values()}) > 1:
-        lines.append(f"# Nodes hold different rank counts; --gpus-per-node={gpn} (the largest) is requested on each.")
+    if len({len(v) for v in hosts.values()}) > 1 or opts.gpus_per_node:
+        lines.append(f"# --gpus-per-node={gpn} on every node (Slurm takes one count for all nodes of a step).")
+    lines += ["# Slurm picks WHICH GPUs (lowest free index first); `placement bind` refuses a task whose planned GPU",
+              "# is not among them. To be sure the allocation covers the plan, ask for every free GPU of these",
+              "# nodes: placement export ... --format slurm --gpus-per-node N."]
     lines += [
         f"#SBATCH --job-name={name}",
         f"#SBATCH --nodes={len(hosts)}",
