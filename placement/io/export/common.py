@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from placement.errors import InputError, Problem
 from placement.io.export.document import Seat
 
-__all__ = ["ExportOptions", "bind_command", "by_host", "device_env", "is_amd", "ranges", "refuse", "shell_join"]
+__all__ = ["ExportOptions", "bind_command", "by_host", "device_env", "is_amd", "plural", "ranges", "refuse", "shell_join"]
 
 _AMD_RE = re.compile(r"(?:AMD|MI\d|GFX\d|INSTINCT|RADEON)", re.IGNORECASE)
 
@@ -69,6 +69,10 @@ def bind_command(opts: ExportOptions) -> list[str]:
     if opts.placement_path is not None:
         argv += ["--placement", opts.placement_path]
     return [*argv, "--"]
+
+
+def plural(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
 
 
 def shell_join(argv: Sequence[str]) -> str:

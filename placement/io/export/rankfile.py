@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from placement.io.export.common import ExportOptions, bind_command, by_host, refuse, shell_join
+from placement.io.export.common import ExportOptions, bind_command, by_host, plural, refuse, shell_join
 from placement.io.export.document import Seat
 
 __all__ = ["hostfile", "rankfile"]
@@ -27,7 +27,7 @@ def rankfile(seats: Sequence[Seat], opts: ExportOptions) -> str:
     hosts = by_host(seats)
     cmd = shell_join(["mpirun", "--mca", "rmaps_rank_file_physical", "1", "--rankfile", "RANKFILE",
                       *bind_command(opts)]) + " CMD..."
-    lines = [f"# OpenMPI rankfile: job {opts.job}, {len(seats)} ranks on {len(hosts)} hosts; slot = the CPUs close to the",
+    lines = [f"# OpenMPI rankfile: job {opts.job}, {plural(len(seats), 'rank')} on {plural(len(hosts), 'host')}; slot = the CPUs close to the",
              "# rank's GPU (OS CPU ids); `placement bind` sets the GPU. Run:",
              f"#   {cmd}"]
     lines += [f"rank {s.rank}={s.host} slot={s.cpus}" for s in seats]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from placement.io.export.common import ExportOptions, bind_command, by_host, ranges, shell_join
+from placement.io.export.common import ExportOptions, bind_command, by_host, plural, ranges, shell_join
 from placement.io.export.document import Seat
 
 __all__ = ["slurm_script", "srun_argv"]
@@ -41,7 +41,7 @@ def slurm_script(seats: Sequence[Seat], opts: ExportOptions) -> str:
     srun = shell_join(srun_argv(seats, opts))
     lines = [
         "#!/bin/bash",
-        f"# Slurm launch of job {opts.job}: {len(seats)} ranks on {len(hosts)} nodes. srun puts task i on line i of",
+        f"# Slurm launch of job {opts.job}: {plural(len(seats), 'rank')} on {plural(len(hosts), 'node')}. srun puts task i on line i of",
         "# SLURM_HOSTFILE (--distribution=arbitrary); `placement bind` gives each task its planned GPU and CPUs.",
         "# Usage: sbatch THIS_SCRIPT CMD [ARGS...]   (or: bash THIS_SCRIPT CMD [ARGS...] inside salloc)",
     ]

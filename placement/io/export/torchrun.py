@@ -6,7 +6,7 @@ from __future__ import annotations
 import shlex
 from collections.abc import Sequence
 
-from placement.io.export.common import ExportOptions, bind_command, refuse, shell_join
+from placement.io.export.common import ExportOptions, bind_command, plural, refuse, shell_join
 from placement.io.export.document import Seat
 from placement.job import host_blocks
 
@@ -36,7 +36,7 @@ def torchrun_script(seats: Sequence[Seat], opts: ExportOptions) -> str:
     hosts = [h for h, _ in cmds]
     lines = [
         "#!/bin/sh",
-        f"# torchrun launch of job {opts.job}: {len(seats)} ranks on {len(cmds)} hosts, one torchrun per host;",
+        f"# torchrun launch of job {opts.job}: {plural(len(seats), 'rank')} on {plural(len(cmds), 'host')}, one torchrun per host;",
         "# torchrun numbers ranks host by host, so node rank k runs the k-th contiguous block of ranks.",
         "# Run on every host: sh THIS_SCRIPT CMD [ARGS...]   (the host is $PLACEMENT_HOST, else `hostname -s`)",
     ]
