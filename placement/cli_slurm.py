@@ -146,7 +146,16 @@ def slurm_live(
     if level_names is not None and topo is None:
         fail("--levels renames the levels of a topology; Slurm gave none (flat cluster): drop --levels or give "
              "--topology-file", 2)
-    _finish_import(cluster, warnings, tier or [], None, kind, node_topo, out_file)
+    gres_counts = {h["name"]: h["devices"] for h in cluster["hosts"]}
+    kinds = {h["kind"] for h in cluster["hosts"]}
+    _finish_import(cluster, warnings, tier or [], None, kind or (kinds.pop() if len(kinds) == 1 else None),
+                   node_topo, out_file)
+    if node_topo is not None:
+        per_node = cluster["node_types"][0]["devices"]
+        other = sorted(n for n, c in gres_counts.items() if c != per_node)
+        if other:
+            err.print(f"[yellow]warning:[/] {escape(str(node_topo))} has {per_node} GPUs but Slurm's gres gives "
+                      f"another count on {len(other)} node(s): {escape(', '.join(other[:8]))}")
     topology_obj, _ = cluster_from_dict(cluster, "<imported>")
     state_from_dict(state, topology_obj, "<imported state>")  # every reference resolves before we write it
     text = yaml.safe_dump(state, sort_keys=False, default_flow_style=None)

@@ -149,7 +149,7 @@ def _occupy(c: Cluster, node: str, first: int, keep: int) -> str:
 
 
 PROBE = ("import os, socket; e = os.environ; print('RANK', e['SLURM_PROCID'], e['SLURMD_NODENAME'], "
-         "socket.gethostname(), e['CUDA_VISIBLE_DEVICES'], e['LOCAL_RANK'], e['PLACEMENT_DEVICE'], flush=True)")
+         "socket.gethostname().split('.')[0], e['CUDA_VISIBLE_DEVICES'], e['LOCAL_RANK'], e['PLACEMENT_DEVICE'], flush=True)")
 
 
 @dataclass

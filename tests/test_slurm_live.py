@@ -28,7 +28,7 @@ from placement.io.slurm_live import (
 )
 from placement.io.slurm_live_state import build_live
 from placement.state import DeviceStatus
-from tests.conftest import FIXTURES
+from tests.conftest import FIXTURES, shared_file
 
 LIVE = FIXTURES / "slurm_live"
 
@@ -268,6 +268,21 @@ def test_cli_reads_topology_conf_and_yaml_with_the_existing_importer(tmp_path: P
     doc = yaml.safe_load(r.stdout.split("---\n")[0])
     assert {h["name"]: h["domains"]["leaf"] for h in doc["hosts"]} == {"gpu01": "s1", "gpu02": "s1", "gpu03": "s2",
                                                                       "gpu04": "s2"}
+
+
+def test_cli_node_topo_keeps_the_gres_kind_and_warns_on_other_counts(tmp_path: Path) -> None:
+    topo = shared_file("topologies/nvidia_smi_topo/hgx_h100_8gpu_8nic_rail_pix__sglang_issue30401.txt")
+    cluster = tmp_path / "cluster.yaml"
+    r = run("--nodes", LIVE / "dp0044-nodes.json", "--node-topo", topo, "--out", cluster)
+    assert r.exit_code == 0, r.output
+    doc = yaml.safe_load(cluster.read_text())
+    assert doc["node_types"][0]["kind"] == "A100" and doc["node_types"][0]["devices"] == 8
+    assert all(h["node_type"] == doc["node_types"][0]["name"] for h in doc["hosts"])
+    assert "another count" not in r.output
+    four = tmp_path / "four.json"
+    four.write_text('{"nodes": [{"name": "g1", "state": ["IDLE"], "gres": "gpu:4"}]}')
+    r = run("--nodes", four, "--node-topo", topo, "--out", tmp_path / "c4.yaml")
+    assert "has 8 GPUs but Slurm's gres gives another count on 1 node(s): g1" in " ".join(r.output.split())
 
 
 @pytest.mark.parametrize(("args", "message"), [
