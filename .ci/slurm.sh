@@ -172,7 +172,7 @@ start() {
         host=$(hostname -s)
         names=("$host")
         node_lines="NodeName=$host NodeAddr=127.0.0.1 CPUs=16 Gres=gpu:h100:8 State=UNKNOWN"
-        write_conf "$host" 127.0.0.1 "$node_lines" "SwitchName=leaf1 Nodes=$host"
+        write_conf "$host" 127.0.0.1 "$node_lines" "SwitchName=leaf1 Nodes=$host"$'\n'"SwitchName=spine Switches=leaf1"
     fi
     echo "$mode ${names[*]}" >"$DIR/nodes"
 
