@@ -416,3 +416,22 @@ def test_export_command_writes_dotenv_directories_and_executable_scripts(tmp_pat
     assert res.returncode == 2 and "CPU affinity of node01/gpu3, node02/gpu1" in res.stderr and "Traceback" not in res.stderr
     res = _cli("export", str(result), "--format", "env")
     assert res.returncode == 2 and "use --format dotenv" in res.stderr
+
+
+def test_nvidia_smi_affinity_reaches_the_rankfile(tmp_path: Path) -> None:
+    """`import nvidia-smi` keeps the CPU/NUMA Affinity columns; a placement on that node carries them to the
+    result and the rankfile."""
+    from tests.conftest import shared_file
+
+    topo_txt = shared_file("topologies/nvidia_smi_topo/hgx_h100_8gpu_8nic_rail_pix__sglang_issue30401.txt")
+    cluster = tmp_path / "node.yaml"
+    res = _cli("import", "nvidia-smi", str(topo_txt), "--host", "node02", "--kind", "H100", "--out", str(cluster))
+    assert res.returncode == 0, res.stderr
+    nt = yaml.safe_load(cluster.read_text())["node_types"][0]
+    assert nt["cpu_affinity"] == [S0] * 4 + [S1] * 4 and nt["numa_affinity"] == [0, 0, 0, 0, 1, 1, 1, 1]
+    result = tmp_path / "r.json"
+    result.write_text(json.dumps(["node02/gpu0", "node02/gpu4", "node02/gpu5"]))
+    res = _cli("export", str(result), "--format", "rankfile", "--cluster", str(cluster))
+    assert res.returncode == 0, res.stderr
+    assert [line for line in res.stdout.splitlines() if line.startswith("rank")] == [
+        f"rank 0=node02 slot={S0}", f"rank 1=node02 slot={S1}", f"rank 2=node02 slot={S1}"]
