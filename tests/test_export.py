@@ -247,6 +247,13 @@ def test_slurm_script_runs_srun_with_the_hostfile_in_rank_order(tmp_path: Path) 
     assert not list(tmp_path.glob("placement-hosts.*"))  # the temporary hostfile is removed
     res = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=60)
     assert res.returncode == 2 and "usage: sbatch" in res.stderr
+    # without a placement path (place --output slurm) the script needs PLACEMENT_FILE, and says so
+    script.write_text(export("slurm", SEATS, options=ExportOptions(job="j")))
+    env.pop("PLACEMENT_FILE", None)
+    res = subprocess.run(["bash", str(script), "true"], env=env, capture_output=True, text=True, timeout=60)
+    assert res.returncode != 0 and "set PLACEMENT_FILE to the placement result" in res.stderr
+    res = subprocess.run(["bash", str(script), "true"], env={**env, "PLACEMENT_FILE": "/r.json"}, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0 and res.stdout.splitlines()[-2:] == ["--", "true"]
 
 
 # ---- torchrun -----------------------------------------------------------------------------------------------------

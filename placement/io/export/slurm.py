@@ -60,6 +60,8 @@ def slurm_script(seats: Sequence[Seat], opts: ExportOptions) -> str:
         f"#SBATCH --gpus-per-node={gpn}",
         "set -euo pipefail",
         'if [ "$#" -eq 0 ]; then echo "usage: sbatch $0 CMD [ARGS...]" >&2; exit 2; fi',
+        *([] if opts.placement_path else [': "${PLACEMENT_FILE:?set PLACEMENT_FILE to the placement result (placement place --out)}"',
+                                         "export PLACEMENT_FILE"]),
         'hostfile="$(mktemp "${TMPDIR:-/tmp}/placement-hosts.XXXXXX")"',
         "trap 'rm -f \"$hostfile\"' EXIT",
         "cat > \"$hostfile\" <<'PLACEMENT_HOSTS'",

@@ -49,6 +49,8 @@ def torchrun_script(seats: Sequence[Seat], opts: ExportOptions) -> str:
     lines += [
         "set -eu",
         '[ "$#" -gt 0 ] || { echo "usage: sh $0 CMD [ARGS...]" >&2; exit 2; }',
+        *([] if opts.placement_path else [': "${PLACEMENT_FILE:?set PLACEMENT_FILE to the placement result (placement place --out)}"',
+                                         "export PLACEMENT_FILE"]),
         'host="${PLACEMENT_HOST:-$(hostname -s)}"',
         'case "$host" in',
     ]
