@@ -47,8 +47,11 @@ def slurm_script(seats: Sequence[Seat], opts: ExportOptions) -> str:
     ]
     for h, ss in hosts.items():
         lines.append(f"#   {h}: ranks {ranges([s.rank for s in ss])}, GPUs {','.join(str(s.index) for s in ss)}")
-    if len({len(v) for v in hosts.values()}) > 1 or opts.gpus_per_node:
+    counts = sorted({len(v) for v in hosts.values()})
+    if len(counts) > 1 or opts.gpus_per_node:
         lines.append(f"# --gpus-per-node={gpn} on every node (Slurm takes one count for all nodes of a step).")
+    if len(counts) > 1:
+        lines.append(f"# The nodes hold {counts[0]} to {counts[-1]} ranks: a node with fewer than {gpn} free GPUs keeps the job pending.")
     lines += ["# Slurm picks WHICH GPUs (lowest free index first); `placement bind` refuses a task whose planned GPU",
               "# is not among them. To be sure the allocation covers the plan, ask for every free GPU of these",
               "# nodes: placement export ... --format slurm --gpus-per-node N."]
