@@ -103,3 +103,15 @@ def test_place_table_shows_the_price_of_torchrun(tmp_path: Path) -> None:
                                    "--output", "json"])
     doc = json.loads(res.stdout)
     assert doc["stats"]["launcher"] == "torchrun" and doc["stats"]["launcher_step_ratio"] > 1.0
+
+
+def test_the_grpc_result_carries_the_price() -> None:
+    from server import convert
+
+    topo, static = cluster_from_dict(CLUSTER)
+    job = job_from_dict({**JOB, "launcher": "torchrun"})
+    res = place(topo, static or ClusterState(), job, OPTS)
+    msg = convert.result_to_proto(topo, job, res, time_limit_s=2.0, deadline_limited=False)
+    assert msg.stats.notes["launcher"] == "torchrun"
+    assert msg.stats.values["launcher_step_ratio"] == pytest.approx(res.stats["launcher_step_ratio"])
+    assert msg.stats.values["launcher_free_step_seconds"] == pytest.approx(res.stats["launcher_free_step_seconds"])
