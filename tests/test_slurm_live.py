@@ -4,6 +4,7 @@ from Debian's Slurm 22.05.8 and hand-written ones in the documented shapes of ne
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import textwrap
@@ -244,8 +245,6 @@ def test_cli_saved_outputs_then_place_avoids_busy_and_failed(tmp_path: Path) -> 
     placed = CliRunner().invoke(app, ["place", str(cluster), str(job), "--state", str(state), "--out", str(result),
                                       "--time-limit", "2"])
     assert placed.exit_code == 0, placed.output
-    import json
-
     devices = [m["device"] for m in json.loads(result.read_text())["mapping"]]
     busy = {d for o in yaml.safe_load(state.read_text())["occupied"] for d in o["devices"]}
     assert len(devices) == 8 and not busy & set(devices)
@@ -268,6 +267,22 @@ def test_cli_reads_topology_conf_and_yaml_with_the_existing_importer(tmp_path: P
     doc = yaml.safe_load(r.stdout.split("---\n")[0])
     assert {h["name"]: h["domains"]["leaf"] for h in doc["hosts"]} == {"gpu01": "s1", "gpu02": "s1", "gpu03": "s2",
                                                                       "gpu04": "s2"}
+
+
+def test_cli_topology_yaml_picks_an_entry(tmp_path: Path) -> None:
+    topo = shared_file("topologies/slurm/topology.yaml.example__slurm_man5.yaml")
+    nodes = tmp_path / "nodes.json"
+    nodes.write_text(json.dumps({"nodes": [{"name": f"node{i:02d}", "state": ["IDLE"], "gres": "gpu:h100:8",
+                                            "gres_used": "gpu:h100:0(IDX:N/A)"} for i in range(1, 17)]}))
+    r = run("--nodes", nodes, "--topology-file", topo, "--topology", "topo2")
+    assert r.exit_code == 0, r.output
+    doc = yaml.safe_load(r.stdout.split("---\n")[0])
+    assert [lv["name"] for lv in doc["levels"]] == ["node", "block", "block_x4"]
+    assert len(doc["hosts"]) == 16 and doc["hosts"][4]["domains"]["block"] == "b2"
+    r = run("--nodes", nodes, "--topology-file", topo)  # cluster_default: topo1, a tree over node[01-04]
+    assert r.exit_code == 0, r.output
+    assert [h["name"] for h in yaml.safe_load(r.stdout.split("---\n")[0])["hosts"]] == [f"node0{i}" for i in range(1, 5)]
+    assert "12 GPU node(s) are not in the topology and are left out" in " ".join(r.output.split())
 
 
 def test_cli_node_topo_keeps_the_gres_kind_and_warns_on_other_counts(tmp_path: Path) -> None:
