@@ -37,7 +37,7 @@ cat "$out/rankfile"
 root=()
 if [ "$(id -u)" -eq 0 ]; then root=(--allow-run-as-root); fi
 probe='echo "rank $OMPI_COMM_WORLD_RANK: CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES LOCAL_RANK=$LOCAL_RANK CPUs $(taskset -pc $$ | sed "s/.*: //")"'
-echo "\$ mpirun --mca rmaps_rank_file_physical 1 --rankfile $out/rankfile placement bind --placement $out/result.json -- sh -c '...'"
+echo "\$ mpirun --mca rmaps_rank_file_physical 1 --rankfile $out/rankfile -x PLACEMENT_HOST=localhost placement bind --placement $out/result.json -- sh -c '...'"
 mpirun "${root[@]}" --mca rmaps_rank_file_physical 1 --rankfile "$out/rankfile" -x PLACEMENT_HOST=localhost \
   "$P" bind --placement "$out/result.json" -- sh -c "$probe" | sort
 
