@@ -140,7 +140,8 @@ def visible_device(seat: Seat, env: Mapping[str, str]) -> tuple[str, str]:
     """
     phys = seat.index
     vis_vars = ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES") if is_amd(seat.kind) else ("CUDA_VISIBLE_DEVICES",)
-    vis_var = next((v for v in vis_vars if env.get(v, "").strip()), None)
+    # Slurm writes NoDevFiles when its gres has no device files: no restriction it knows of
+    vis_var = next((v for v in vis_vars if env.get(v, "").strip() not in ("", "NoDevFiles")), None)
     current = [x.strip() for x in env[vis_var].split(",")] if vis_var else None
     slurm_var = next((v for v in ("SLURM_STEP_GPUS", "SLURM_JOB_GPUS") if env.get(v, "").strip()), None)
     if slurm_var is not None:
@@ -234,6 +235,8 @@ def plan(command: Sequence[str], env: Mapping[str, str], *, placement: str | Non
         _check_host(seat, env, machine)
     value, how = visible_device(seat, env)
     out: dict[str, str] = dict(device_env(seat.kind, value))
+    if is_amd(seat.kind) and env.get("GPU_DEVICE_ORDINAL"):
+        out["GPU_DEVICE_ORDINAL"] = "0"  # Slurm's list of ordinals; within ROCr's one device it is 0
     out["LOCAL_RANK"] = "0"
     for key, default in (("RANK", str(r)), ("WORLD_SIZE", str(len(seats))), ("MASTER_ADDR", seats[0].host),
                          ("MASTER_PORT", str(master_port))):

@@ -103,6 +103,8 @@ def test_a_device_that_is_not_visible_fails() -> None:
     with pytest.raises(BindError, match="names devices by UUID or MIG id"):
         visible_device(seat, {"CUDA_VISIBLE_DEVICES": "GPU-8a1b"})
     assert visible_device(seat, {}) == ("5", "all devices visible")
+    # Slurm's marker for a gres without device files is no restriction
+    assert visible_device(seat, {"CUDA_VISIBLE_DEVICES": "NoDevFiles"}) == ("5", "all devices visible")
 
 
 def test_amd_kinds_use_rocr_visible_devices(tmp_path: Path) -> None:
@@ -115,6 +117,9 @@ def test_amd_kinds_use_rocr_visible_devices(tmp_path: Path) -> None:
     p = plan(["train"], {"RANK": "1", "SLURM_STEP_GPUS": "1,2", "ROCR_VISIBLE_DEVICES": "0,1"}, placement=str(f),
              machine=machine("mi"))
     assert p.env["ROCR_VISIBLE_DEVICES"] == "1" and p.env["LOCAL_RANK"] == "0"
+    p = plan(["train"], {"RANK": "1", "SLURM_STEP_GPUS": "1,2", "ROCR_VISIBLE_DEVICES": "0,1", "GPU_DEVICE_ORDINAL": "0,1"},
+             placement=str(f), machine=machine("mi"))
+    assert p.env["GPU_DEVICE_ORDINAL"] == "0"
     with pytest.raises(BindError, match=r"GPU 2 of mi, which is not visible here \(ROCR_VISIBLE_DEVICES=0,1\)"):
         plan(["train"], {"RANK": "1", "ROCR_VISIBLE_DEVICES": "0,1"}, placement=str(f), machine=machine("mi"))
 
