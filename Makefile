@@ -13,19 +13,25 @@ $(BIN)/.installed: pyproject.toml
 	touch $@
 
 # The main job: place a 64-rank Megatron job on a fragmented 256-GPU H100 cluster, next to the baselines,
-# and write the launcher files (OpenMPI rankfile, SLURM_HOSTFILE, per-rank environment) to out/.
+# and write launch files to out/ (docs/launch.md): an OpenMPI rankfile with each rank's CPU set
+# (mpirun --mca rmaps_rank_file_physical 1 --rankfile out/rankfile placement bind -- CMD), the SLURM_HOSTFILE and a
+# Slurm script (sbatch out/slurm.sh CMD), and one dotenv file per rank; `placement bind` pins each task to its GPU.
 run: $(BIN)/.installed
 	mkdir -p out
 	$(BIN)/placement place examples/h100-256.yaml examples/llama-13b-tp8-pp2-dp4.yaml --state examples/h100-256-busy.yaml --time-limit 5 --out out/result.json
 	$(BIN)/placement export out/result.json --format rankfile --out out/rankfile
 	$(BIN)/placement export out/result.json --format hostfile --out out/slurm_hostfile
-	$(BIN)/placement export out/result.json --format env --out out/env.txt
+	$(BIN)/placement export out/result.json --format slurm --out out/slurm.sh
+	$(BIN)/placement export out/result.json --format dotenv --out out/env
 
+# Under CI=true the Slurm end-to-end test must run, so Debian's Slurm is installed first (as root; .ci/slurm.sh);
+# elsewhere it runs when Slurm is installed and this is root, and skips with the reason otherwise.
 test: $(BIN)/.installed
 	$(BIN)/python -m pip check
 	$(BIN)/ruff check placement server tests bench scripts
 	$(BIN)/mypy placement server
 	$(BIN)/lint-imports
+	if [ "$${CI:-}" = true ]; then .ci/slurm.sh install; fi
 	$(BIN)/python -m pytest
 
 # The suite in a random order (pytest-randomly), SEED=N to repeat one order.

@@ -16,7 +16,6 @@ from rich.console import Console
 from placement.cli_errors import err, escape, fail, guard
 from placement.cli_remote import place_request, serve_main
 from placement.cli_tables import headline, print_report
-from placement.errors import InputError, Problem
 from placement.io.defaults import DEFAULT_DEVICES_PER_NODE, DEFAULT_TIERS, TIERS_NOTE, default_tiers
 
 if TYPE_CHECKING:
@@ -91,7 +90,7 @@ def evaluate(
 
 # ---- place --------------------------------------------------------------------------------------------------
 
-PLACE_OUTPUTS = ("table", "json", "yaml", "rankfile", "hostfile", "env", "kueue")
+PLACE_OUTPUTS = ("table", "json", "yaml", "rankfile", "hostfile", "slurm", "torchrun")
 
 
 @app.command()
@@ -109,7 +108,7 @@ def place(
     seed: Annotated[int, typer.Option(help="random seed (same seed and workers: same answer)")] = 0,
     workers: Annotated[int, typer.Option(help="CP-SAT workers (<= cores)")] = 2,
     deterministic: Annotated[bool, typer.Option(help="budget the search in deterministic time: the same answer whatever the machine's load")] = False,
-    output: Annotated[str, typer.Option(help="table, json, yaml, rankfile, hostfile, env or kueue")] = "table",
+    output: Annotated[str, typer.Option(help="table, json, yaml, rankfile, hostfile, slurm or torchrun (more: placement export)")] = "table",
     out_file: Annotated[Path | None, typer.Option("--out", help="write the output here")] = None,
     picture: Annotated[Path | None, typer.Option(help="also draw the placement (SVG or PNG by suffix)")] = None,
 ) -> None:
@@ -118,7 +117,7 @@ def place(
     Give CLUSTER JOB [--state], or --request FILE; with --server the request is solved by a placement-server.
     """
     from placement.io.export import baseline_costs, export
-    from placement.messages import domain, dump_message
+    from placement.messages import domain, dump_message, message_to_dict
     from placement.solve import SolveOptions, Strategy
     from placement.solve import place as run_place
     from placement.v1 import placement_pb2 as pb
@@ -169,6 +168,10 @@ def place(
                  f"surrogate bound {bound_s}, gap {gap_s}, "
                  f"{res.stats.get('wall_s', 0):.2f} s")
         print_report(title, rep, res.strategy.value, baseline_costs(rep, res.baselines, res.baseline_reports))
+        if res.stats.get("launcher") == "torchrun":  # the price of contiguous host blocks
+            free = float(res.stats["launcher_free_step_seconds"])
+            out.print(f"launcher torchrun (each host's ranks one contiguous block): step {rep.step_seconds:.4f} s "
+                      f"against {free:.4f} s for the free mapping ({100 * (rep.step_seconds / free - 1):+.2f}%)", soft_wrap=True)
         if out_file is not None:
             _write(dump_message(response, "json"), out_file)
         return
@@ -176,41 +179,7 @@ def place(
         _write(dump_message(response, output), out_file)
         return
     seats = [(topo.devices[d].host, topo.devices[d].local_index) for d in res.mapping]
-    _write(export(output, seats, topology=topo), out_file)
-
-
-# ---- export -------------------------------------------------------------------------------------------------
-
-
-@app.command("export")
-@guard
-def export_cmd(
-    mapping: Annotated[Path, typer.Argument(help="a result JSON/YAML or a mapping")],
-    format: Annotated[str, typer.Option("--format", help="json, yaml, rankfile, hostfile, env or kueue")] = "rankfile",
-    cluster: Annotated[Path | None, typer.Option(help="cluster file (needed for kueue)")] = None,
-    out_file: Annotated[Path | None, typer.Option("--out", help="write the output here")] = None,
-) -> None:
-    """Turn a placement into what a launcher reads."""
-    from placement.io.export import FORMATS, export, is_legacy_result, seats_from_document
-    from placement.io.native import load_cluster, load_document
-
-    if format not in FORMATS:
-        fail(f"--format: unknown value {format!r}; use one of {', '.join(FORMATS)}", 2)
-    doc = load_document(mapping)
-    if is_legacy_result(doc):
-        err.print(f"[yellow]deprecated:[/] {escape(str(mapping))} is a native result of an earlier release; it is read "
-                  "for one more release. Results are now the PlaceResponse JSON mapping (`placement place --output json`).")
-    seats = seats_from_document(doc, str(mapping))
-    topo = None
-    if cluster is not None:
-        topo, _ = load_cluster(cluster)
-        known = set(topo.host_names)
-        bad = sorted({h for h, _ in seats if h not in known})
-        if bad:
-            raise InputError(str(mapping), [Problem("mapping", f"hosts {bad[:5]} are not in {cluster}")])
-    elif format == "kueue":
-        fail("--cluster is required for --format kueue (the level values of each host)", 2)
-    _write(export(format, seats, document=doc if isinstance(doc, dict) else None, topology=topo), out_file)
+    _write(export(output, seats, document=message_to_dict(response), topology=topo), out_file)
 
 
 # ---- import -------------------------------------------------------------------------------------------------
@@ -245,8 +214,11 @@ def _finish_import(doc: dict[str, Any], warnings: list[str], tiers: list[str], g
 
         nt = read_nvidia_smi(node_topo)
         warnings.extend(nt.warnings)
+        from placement.io.affinity import affinity_fields
+
         doc["node_types"] = [{"name": node_topo.stem, "devices": len(nt.gpus), "kind": kind or "gpu",
-                              "matrix": [" ".join(r) for r in nt.matrix], "rails": list(nt.rails)}]
+                              "matrix": [" ".join(r) for r in nt.matrix], "rails": list(nt.rails),
+                              **affinity_fields(nt.cpu_affinity, nt.numa_affinity)}]
     for h in doc["hosts"]:
         if node_topo is not None:
             h.pop("devices", None)
@@ -275,6 +247,7 @@ def import_nvidia_smi(
     out_file: Annotated[Path | None, typer.Option("--out", help="write the cluster YAML here")] = None,
 ) -> None:
     """A one-node cluster file with the node's intra-node matrix and rails."""
+    from placement.io.affinity import affinity_fields
     from placement.io.nvidia_smi import read_nvidia_smi
 
     nt = read_nvidia_smi(file, table=table, allow_partial=partial)
@@ -284,7 +257,8 @@ def import_nvidia_smi(
         "name": host,
         "levels": [{"name": "node", "bandwidth_gbps": DEFAULT_TIERS[0][0], "latency_us": DEFAULT_TIERS[0][1]}],
         "node_types": [{"name": file.stem, "devices": len(nt.gpus), "kind": kind,
-                        "matrix": [" ".join(r) for r in nt.matrix], "rails": list(nt.rails)}],
+                        "matrix": [" ".join(r) for r in nt.matrix], "rails": list(nt.rails),
+                        **affinity_fields(nt.cpu_affinity, nt.numa_affinity)}],
         "hosts": [{"name": host, "node_type": file.stem}],
     }
     from placement.io.native import cluster_from_dict
@@ -360,6 +334,13 @@ _register_batch(app)
 from placement.cli_repair import register as _register_repair  # noqa: E402  (adds `placement repair`)
 
 _register_repair(app)
+
+from placement.cli_bind import register as _register_bind  # noqa: E402  (adds `placement bind`)
+from placement.cli_export import register as _register_export  # noqa: E402  (adds `placement export`)
+
+_register_bind(app)
+_register_export(app)
+__import__("placement.cli_slurm").cli_slurm.register(import_app)  # adds `placement import slurm-live`
 
 
 def main() -> None:

@@ -5,12 +5,13 @@ Also the request's constraints (required and preferred levels, fault-domain spre
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
 __all__ = [
     "DIMENSIONS",
+    "LAUNCHERS",
     "CollectiveKind",
     "Constraints",
     "Edge",
@@ -19,10 +20,39 @@ __all__ = [
     "ModelShape",
     "ParallelSpec",
     "SpreadRule",
+    "host_blocks",
 ]
 
 DIMENSIONS: tuple[str, ...] = ("tp", "cp", "ep", "dp", "pp")
 """The parallel dimensions, in Megatron-LM's default order (fastest varying first)."""
+
+LAUNCHERS: tuple[str, ...] = ("any", "torchrun")
+"""What starts the ranks. ``any``: a launcher that takes a rank -> host list (mpirun --rankfile, srun
+--distribution=arbitrary), no constraint. ``torchrun``: ranks are numbered host by host, so each host's ranks
+must be one contiguous block (`host_blocks`)."""
+
+
+def host_blocks(hosts: Sequence[str]) -> list[tuple[str, int, int]]:
+    """(host, first rank, rank count) per host, in rank order, when every host's ranks are one contiguous block
+    (what torchrun can launch); ValueError naming the first rank that breaks it.
+
+    >>> host_blocks(["a", "a", "b"])
+    [('a', 0, 2), ('b', 2, 1)]
+    """
+    blocks: list[tuple[str, int, int]] = []
+    where: dict[str, int] = {}
+    for r, h in enumerate(hosts):
+        if blocks and blocks[-1][0] == h:
+            blocks[-1] = (h, blocks[-1][1], blocks[-1][2] + 1)
+            continue
+        if h in where:
+            _, first, n = blocks[where[h]]
+            raise ValueError(f"rank {r} is on {h}, but {h}'s block of ranks {first}-{first + n - 1} ended at rank "
+                             f"{first + n - 1} ({hosts[first + n]} came between); torchrun numbers ranks host by host, "
+                             "so each host's ranks must be one contiguous block")
+        where[h] = len(blocks)
+        blocks.append((h, r, 1))
+    return blocks
 
 
 class CollectiveKind(Enum):
@@ -178,6 +208,8 @@ class Job:
     groups: tuple[Group, ...] = ()
     edges: tuple[Edge, ...] = ()
     constraints: Constraints = field(default_factory=Constraints)
+    launcher: str = "any"
+    """One of `LAUNCHERS`: ``torchrun`` makes every host's ranks one contiguous block."""
 
     @property
     def structured(self) -> bool:

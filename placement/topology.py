@@ -121,6 +121,10 @@ class NodeType:
     nics: int | None = None
     nic_gbps: float | None = None
     mesh_link_gbps: float | None = None
+    cpu_affinity: tuple[str | None, ...] | None = None
+    """Per device: the CPUs close to it (nvidia-smi's "CPU Affinity", e.g. ``0-47,96-143``); None: unknown."""
+    numa_affinity: tuple[int | None, ...] | None = None
+    """Per device: its NUMA node (nvidia-smi's "NUMA Affinity"); None: unknown."""
 
 
 @dataclass(frozen=True)

@@ -164,7 +164,7 @@ def test_evaluate_table_and_json(tmp_path: Path, example: tuple[Path, Path]) -> 
     assert {"compute_seconds", "bubble_seconds", "tokens_per_s", "mfu", "surrogate_seconds"} <= set(cost)
     assert [p["name"] for p in cost["phases"]] == [p.name for p in rep.phases]
     assert set(doc["breakdown"]["by_label_s"]) == {"tp", "dp"}
-    assert doc["mapping"][9] == {"rank": 9, "device": "node02/gpu1", "host": "node02"}
+    assert doc["mapping"][9] == {"rank": 9, "device": "node02/gpu1", "host": "node02", "kind": "H100"}
 
 
 def test_evaluate_prints_every_phase_and_the_compute_side(tmp_path: Path, example: tuple[Path, Path],
@@ -245,12 +245,14 @@ def test_place_json_and_rankfile(tmp_path: Path, small: tuple[Path, Path]) -> No
     # never worse than a baseline on the same state (in exposed communication, the part a placement changes)
     assert all(b.get("comm_seconds") is None or b["comm_seconds"] >= rep.comm_seconds - 1e-12
                for b in result["baselines"])
-    out = tmp_path / "ranks.txt"
-    res = run("place", cluster, job, "--time-limit", "2", "--output", "rankfile", "--out", out)
+    out = tmp_path / "hosts.txt"
+    res = run("place", cluster, job, "--time-limit", "2", "--output", "hostfile", "--out", out)
     assert res.exit_code == 0, res.output
     lines = out.read_text().splitlines()
-    assert len(lines) == 8 and all(line.startswith(f"rank {r}=node0") for r, line in enumerate(lines))
-    assert {line.split("slot=")[1] for line in lines} == {"0", "1", "2", "3"}
+    assert len(lines) == 8 and all(line.startswith("node0") for line in lines)
+    # without the CPU affinity of the GPUs there is no rankfile (a slot is a CPU, not a GPU)
+    res = run("place", cluster, job, "--time-limit", "2", "--output", "rankfile")
+    assert res.exit_code == 2 and "is unknown, and a rankfile slot is a CPU, not a GPU" in res.stderr
 
 
 def test_place_table_with_a_baseline_strategy(small: tuple[Path, Path]) -> None:
@@ -274,7 +276,7 @@ def test_place_table_with_a_baseline_strategy(small: tuple[Path, Path]) -> None:
 def test_place_option_errors(small: tuple[Path, Path]) -> None:
     cluster, job = small
     assert_input_error(run("place", cluster, job, "--output", "xml"),
-                       "--output: unknown value 'xml'; use one of table, json, yaml, rankfile, hostfile, env, kueue")
+                       "--output: unknown value 'xml'; use one of table, json, yaml, rankfile, hostfile, slurm, torchrun")
     from placement.solve import Strategy
 
     assert_input_error(run("place", cluster, job, "--strategy", "magic"),
@@ -300,14 +302,14 @@ def test_export_formats(tmp_path: Path, small: tuple[Path, Path]) -> None:
     result.write_text(json.dumps({"job": "x", "mapping": [{"rank": 0, "device": "node02/gpu1"},
                                                          {"rank": 1, "device": "node01/gpu3"},
                                                          {"rank": 2, "device": "node02/gpu0"}]}))
-    assert run("export", result).stdout == "rank 0=node02 slot=1\nrank 1=node01 slot=3\nrank 2=node02 slot=0\n"
     assert run("export", result, "--format", "hostfile").stdout == "node02\nnode01\nnode02\n"
-    env = run("export", result, "--format", "env").stdout.splitlines()
-    assert env[1] == "node02 RANK=0 LOCAL_RANK=0 LOCAL_WORLD_SIZE=2 WORLD_SIZE=3 CUDA_VISIBLE_DEVICES=1 MASTER_ADDR=node02"
-    assert env[2] == "node02 RANK=2 LOCAL_RANK=1 LOCAL_WORLD_SIZE=2 WORLD_SIZE=3 CUDA_VISIBLE_DEVICES=0 MASTER_ADDR=node02"
-    kueue = yaml.safe_load(run("export", result, "--format", "kueue", "--cluster", cluster).stdout)
-    assert kueue == {"topologyAssignment": {"levels": ["leaf", "node"], "domains": [
-        {"values": ["leaf", "node02"], "count": 2}, {"values": ["leaf", "node01"], "count": 1}]}}
+    env = run("export", result, "--format", "dotenv").stdout.splitlines()
+    assert env[:2] == ["# ==> rank-0.env <==", "# job x, rank 0 of 3: runs on node02, GPU 1"]
+    assert "CUDA_VISIBLE_DEVICES=1" in env and "LOCAL_RANK=0" in env and "MASTER_PORT=29500" in env
+    k8s = list(yaml.safe_load_all(run("export", result, "--format", "k8s", "--cluster", cluster, "--image", "img",
+                                      "--label", "leaf=example.com/leaf").stdout))
+    assert k8s[0]["spec"]["levels"] == [{"nodeLabel": "example.com/leaf"}, {"nodeLabel": "kubernetes.io/hostname"}]
+    assert [d["spec"]["nodeSelector"] for d in k8s[2:]] == [{"kubernetes.io/hostname": h} for h in ("node02", "node01", "node02")]
     assert json.loads(run("export", result, "--format", "json").stdout)["job"] == "x"
     assert yaml.safe_load(run("export", result, "--format", "yaml").stdout)["mapping"][0]["device"] == "node02/gpu1"
     out = tmp_path / "hosts"
@@ -320,9 +322,10 @@ def test_export_errors(tmp_path: Path, small: tuple[Path, Path]) -> None:
     plain = tmp_path / "m.json"
     plain.write_text(json.dumps(["node01/gpu0", "elsewhere/gpu1"]))
     assert_input_error(run("export", plain, "--format", "kueue"),
-                       "--cluster is required for --format kueue (the level values of each host)")
+                       "--format: --format kueue wrote a status field Kueue sets itself; use --format k8s (a Kueue "
+                       "Topology and per-rank Pods)")
     assert_input_error(run("export", plain, "--format", "mpi"),
-                       "--format: unknown value 'mpi'; use one of json, yaml, rankfile, hostfile, env, kueue")
+                       "--format: unknown value 'mpi'; use one of json, yaml, rankfile, hostfile, slurm, torchrun, dotenv, k8s")
     assert_input_error(run("export", plain, "--cluster", cluster),
                        f"{plain}: mapping: hosts ['elsewhere'] are not in {cluster}")
     bad = tmp_path / "bad.json"

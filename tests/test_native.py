@@ -258,8 +258,8 @@ def test_several_errors_of_one_file_are_reported_together(tmp_path: Path) -> Non
     assert [str(p) for p in info.value.problems] == [
         "levels[0].latency_us: must be >= 0, got -1",
         "levels[1].bandwidth_gbps: must be > 0, got -5",
-        "node_types[0].colour: unknown field; expected one of ['devices', 'kind', 'matrix', 'mesh_link_gbps', 'name', "
-        "'nic_gbps', 'nics', 'nvidia_smi', 'nvidia_smi_table', 'rails']",
+        "node_types[0].colour: unknown field; expected one of ['cpu_affinity', 'devices', 'kind', 'matrix', "
+        "'mesh_link_gbps', 'name', 'nic_gbps', 'nics', 'numa_affinity', 'nvidia_smi', 'nvidia_smi_table', 'rails']",
         "generate.fanout.leaf: must be >= 1, got 0",
         "hosts[0].node_type: unknown node type 'u'; defined: ['t']",
     ]

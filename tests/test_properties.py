@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from placement.cost import InvalidMappingError, evaluate, surrogate_report
 from placement.errors import InputError
-from placement.io.export import export, result_document, seats_from_document
+from placement.io.export import export, export_files, result_document, seats_from_document
 from placement.io.native import cluster_from_dict, job_from_dict, mapping_from_obj, state_from_dict
 from placement.job import (
     DIMENSIONS,
@@ -283,15 +283,11 @@ def test_exported_seats_round_trip(data: st.DataObject) -> None:
     doc = result_document(topo, "j", mapping)
     seats = seats_from_document(doc)
     assert [f"{h}/gpu{k}" for h, k in seats] == [topo.devices[d].id for d in mapping]
-    lines = export("rankfile", seats).splitlines()
-    assert lines == [f"rank {r}={topo.devices[d].host} slot={topo.devices[d].local_index}" for r, d in enumerate(mapping)]
-    env = [line for line in export("env", seats).splitlines() if not line.startswith("#")]
-    by_host = {h: [r for r, (hh, _) in enumerate(seats) if hh == h] for h, _ in seats}
-    for line in env:
-        fields = dict(kv.split("=") for kv in line.split()[1:])
-        host = line.split()[0]
-        assert by_host[host].index(int(fields["RANK"])) == int(fields["LOCAL_RANK"])
-        assert int(fields["LOCAL_WORLD_SIZE"]) == len(by_host[host])
+    assert export("hostfile", seats).splitlines() == [topo.devices[d].host for d in mapping]
+    files = export_files("dotenv", seats)
+    for r, d in enumerate(mapping):  # each rank sees only its GPU, as device 0
+        fields = dict(line.split("=", 1) for line in files[f"rank-{r}.env"].splitlines() if not line.startswith("#"))
+        assert (fields["RANK"], fields["LOCAL_RANK"], fields["CUDA_VISIBLE_DEVICES"]) == (str(r), "0", str(topo.devices[d].local_index))
 
 
 @FAST

@@ -16,6 +16,7 @@ from typing import Any
 from placement.cost import CostReport, PhaseCost
 from placement.errors import InputError, Problem, Problems
 from placement.io.export import baseline_costs
+from placement.io.export.document import device_affinity
 from placement.io.native import (
     cluster_from_dict,
     job_from_dict,
@@ -302,9 +303,18 @@ def compare_inputs(req: pb.CompareRequest, default_time_limit_s: float = 10.0) -
 
 
 def assignments(topo: Topology, mapping: Sequence[int]) -> list[pb.Assignment]:
-    """One Assignment per rank, in rank order."""
+    """One Assignment per rank, in rank order, with the device's kind and CPU/NUMA affinity where known."""
     devs = topo.devices
-    return [pb.Assignment(rank=r, device=devs[d].id, host=devs[d].host) for r, d in enumerate(mapping)]
+    out = []
+    for r, d in enumerate(mapping):
+        a = pb.Assignment(rank=r, device=devs[d].id, host=devs[d].host, kind=devs[d].kind)
+        cpus, numa = device_affinity(topo, d)
+        if cpus is not None:
+            a.cpus = cpus
+        if numa is not None:
+            a.numa_node = numa
+        out.append(a)
+    return out
 
 
 def breakdown(report: CostReport) -> pb.Breakdown:

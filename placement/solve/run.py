@@ -19,6 +19,7 @@ from placement.solve.cpsat import (  # imported here: ortools takes ~1 s to impo
     solve_cpsat,
 )
 from placement.solve.cpsat.model import build_units
+from placement.solve.launcher import contiguous
 from placement.solve.multilevel import multilevel_candidates
 from placement.solve.problem import Problem as Request
 from placement.solve.types import PlacementResult, SolveOptions, SolveStatus, Strategy
@@ -183,6 +184,8 @@ def place(topology: Topology, state: ClusterState, job: Job, options: SolveOptio
     if reasons:
         raise InfeasibleError(reasons)
     request = Request.prepare(topology, state, job, opts, traffic=traffic, t0=t0)
+    reserve = 0.2 * opts.time_limit_s if job.launcher == "torchrun" else 0.0  # for the contiguous search
+    request.deadline -= reserve
     score = _Scorer(request)
     found: dict[str, tuple[list[int], CostReport]] = {}
     baselines: dict[str, float | None] = {}
@@ -212,6 +215,10 @@ def place(topology: Topology, state: ClusterState, job: Job, options: SolveOptio
         mapping, rep = found[strategy.value]
     else:
         mapping, rep, lower, stats = _optimize(request, score, found, baselines)
+    request.deadline += reserve
+    if job.launcher == "torchrun":
+        mapping, rep, extra = contiguous(request, score, (mapping, rep), [m for m, _ in found.values()])
+        stats.update(extra)
     if unscored:
         stats["unscored"] = ",".join(unscored)
     status = SolveStatus.FEASIBLE

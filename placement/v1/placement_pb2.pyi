@@ -876,12 +876,18 @@ class Job(_message.Message):
     GROUPS_FIELD_NUMBER: _builtins.int
     EDGES_FIELD_NUMBER: _builtins.int
     CONSTRAINTS_FIELD_NUMBER: _builtins.int
+    LAUNCHER_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     description: _builtins.str
     ranks: _builtins.int
     """Structured jobs: default tp*cp*ep*dp*pp. Explicit jobs: required."""
     device_kind: _builtins.str
     """The device kind every rank needs (NodeType.kind); unset: any."""
+    launcher: _builtins.str
+    """What starts the ranks: "any" (default; mpirun --rankfile, srun --distribution=arbitrary) or "torchrun"
+    (ranks numbered host by host: each host's ranks one contiguous block; the result's stats compare the cost
+    with the free mapping: launcher_free_step_seconds, launcher_step_ratio).
+    """
     @_builtins.property
     def parallel(self) -> Global___Parallel: ...
     @_builtins.property
@@ -909,10 +915,11 @@ class Job(_message.Message):
         groups: _abc.Iterable[Global___Group] | None = ...,
         edges: _abc.Iterable[Global___Edge] | None = ...,
         constraints: Global___Constraints | None = ...,
+        launcher: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_ranks", b"_ranks", "constraints", b"constraints", "model", b"model", "parallel", b"parallel", "ranks", b"ranks"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_ranks", b"_ranks", "constraints", b"constraints", "description", b"description", "device_kind", b"device_kind", "edges", b"edges", "exposure", b"exposure", "groups", b"groups", "model", b"model", "name", b"name", "parallel", b"parallel", "ranks", b"ranks"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_ranks", b"_ranks", "constraints", b"constraints", "description", b"description", "device_kind", b"device_kind", "edges", b"edges", "exposure", b"exposure", "groups", b"groups", "launcher", b"launcher", "model", b"model", "name", b"name", "parallel", b"parallel", "ranks", b"ranks"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__ranks: _TypeAlias = _typing.Literal["ranks"]  # noqa: Y015
     _WhichOneofArgType__ranks: _TypeAlias = _typing.Literal["_ranks", b"_ranks"]  # noqa: Y015
@@ -1377,24 +1384,45 @@ class Assignment(_message.Message):
     RANK_FIELD_NUMBER: _builtins.int
     DEVICE_FIELD_NUMBER: _builtins.int
     HOST_FIELD_NUMBER: _builtins.int
+    KIND_FIELD_NUMBER: _builtins.int
+    CPUS_FIELD_NUMBER: _builtins.int
+    NUMA_NODE_FIELD_NUMBER: _builtins.int
     rank: _builtins.int
     device: _builtins.str
     """device id "host/gpuK" """
     host: _builtins.str
     """output only; ignored in requests"""
+    kind: _builtins.str
+    """Output only (ignored in requests), for the launch files and `placement bind`: the device kind, and the CPUs
+    (a Linux CPU list, nvidia-smi's "CPU Affinity") and NUMA node close to the device, unset where unknown.
+    """
+    cpus: _builtins.str
+    numa_node: _builtins.int
     def __init__(
         self,
         *,
         rank: _builtins.int | None = ...,
         device: _builtins.str = ...,
         host: _builtins.str = ...,
+        kind: _builtins.str = ...,
+        cpus: _builtins.str | None = ...,
+        numa_node: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_rank", b"_rank", "rank", b"rank"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_cpus", b"_cpus", "_numa_node", b"_numa_node", "_rank", b"_rank", "cpus", b"cpus", "numa_node", b"numa_node", "rank", b"rank"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_rank", b"_rank", "device", b"device", "host", b"host", "rank", b"rank"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_cpus", b"_cpus", "_numa_node", b"_numa_node", "_rank", b"_rank", "cpus", b"cpus", "device", b"device", "host", b"host", "kind", b"kind", "numa_node", b"numa_node", "rank", b"rank"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__cpus: _TypeAlias = _typing.Literal["cpus"]  # noqa: Y015
+    _WhichOneofArgType__cpus: _TypeAlias = _typing.Literal["_cpus", b"_cpus"]  # noqa: Y015
+    _WhichOneofReturnType__numa_node: _TypeAlias = _typing.Literal["numa_node"]  # noqa: Y015
+    _WhichOneofArgType__numa_node: _TypeAlias = _typing.Literal["_numa_node", b"_numa_node"]  # noqa: Y015
     _WhichOneofReturnType__rank: _TypeAlias = _typing.Literal["rank"]  # noqa: Y015
     _WhichOneofArgType__rank: _TypeAlias = _typing.Literal["_rank", b"_rank"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__cpus) -> _WhichOneofReturnType__cpus | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__numa_node) -> _WhichOneofReturnType__numa_node | None: ...
+    @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__rank) -> _WhichOneofReturnType__rank | None: ...
 
 Global___Assignment: _TypeAlias = Assignment  # noqa: Y015

@@ -10,6 +10,7 @@ from typing import Any
 
 from placement.compute import DeviceKind
 from placement.errors import InputError, Problem, Problems
+from placement.io.affinity import node_type_affinity
 from placement.io.native.document import (
     MAX_BANDWIDTH_GBPS,
     MAX_LATENCY_US,
@@ -53,10 +54,11 @@ def _matrix(r: _Reader, rows: Any, path: str, base_dir: Path | None) -> tuple[tu
 
 def _node_type(r: _Reader, d: Mapping[str, Any], path: str, name: str, base_dir: Path | None) -> NodeType:
     r.keys(d, ["name", "devices", "kind", "matrix", "rails", "nvidia_smi", "nvidia_smi_table", "nics", "nic_gbps",
-               "mesh_link_gbps"], path)
+               "mesh_link_gbps", "cpu_affinity", "numa_affinity"], path)
     matrix = _matrix(r, d.get("matrix"), f"{path}.matrix", base_dir)
     rails_raw = d.get("rails")
     rails: tuple[int | None, ...] | None = None
+    smi_aff: tuple[tuple[str | None, ...], tuple[int | None, ...]] | None = None
     if d.get("nvidia_smi") is not None:
         from placement.io.nvidia_smi import read_nvidia_smi
 
@@ -67,6 +69,7 @@ def _node_type(r: _Reader, d: Mapping[str, Any], path: str, name: str, base_dir:
             topo = read_nvidia_smi(f, table=d.get("nvidia_smi_table"))
             matrix = tuple(tuple(row) for row in topo.matrix)
             rails = tuple(topo.rails)
+            smi_aff = (topo.cpu_affinity, topo.numa_affinity)
         except InputError as e:
             for p in e.problems:
                 r.ps.add(f"{path}.nvidia_smi ({e.source}) {p.path}".rstrip(), p.message)
@@ -91,7 +94,8 @@ def _node_type(r: _Reader, d: Mapping[str, Any], path: str, name: str, base_dir:
     nics = r.int_(d, "nics", path, minimum=1)
     nic_gbps = _gbps(r, d, "nic_gbps", path)
     mesh = _gbps(r, d, "mesh_link_gbps", path)
-    return NodeType(name, n, kind, matrix, rails, nics, nic_gbps, mesh)
+    cpu, numa = node_type_affinity(r, d, path, n, smi_aff)
+    return NodeType(name, n, kind, matrix, rails, nics, nic_gbps, mesh, cpu, numa)
 
 
 def _gbps(r: _Reader, d: Mapping[str, Any], key: str, path: str) -> float | None:

@@ -14,6 +14,7 @@ from placement.errors import Problems
 from placement.io.native.document import MAX_BYTES, MAX_COUNT, _Reader, load_document
 from placement.job import (
     DIMENSIONS,
+    LAUNCHERS,
     CollectiveKind,
     Constraints,
     Edge,
@@ -53,7 +54,8 @@ def job_from_dict(doc: Any, source: str = "<job>") -> Job:
     ps = Problems(source)
     r = _Reader(ps)
     d = r.obj(doc, "")
-    r.keys(d, ["name", "ranks", "device_kind", "parallel", "model", "exposure", "groups", "edges", "constraints", "description"], "")
+    r.keys(d, ["name", "ranks", "device_kind", "parallel", "model", "exposure", "groups", "edges", "constraints", "description",
+               "launcher"], "")
     name = r.str_(d, "name", "", default=Path(source).stem) or "job"
     kind = r.str_(d, "device_kind", "")
     par: ParallelSpec | None = None
@@ -173,8 +175,12 @@ def job_from_dict(doc: Any, source: str = "<job>") -> Job:
         elif f is not None:
             exposure[str(lab)] = f
     cons = _constraints(r, d.get("constraints"), ranks)
+    launcher = r.str_(d, "launcher", "", default="any") or "any"
+    if launcher not in LAUNCHERS:
+        ps.add("launcher", f"unknown launcher {launcher!r}; use one of {', '.join(LAUNCHERS)} (torchrun: each host's ranks one contiguous block)")
+        launcher = "any"
     ps.raise_if_any()
-    return Job(name, ranks, kind, par, model, exposure, tuple(groups), tuple(edges), cons)
+    return Job(name, ranks, kind, par, model, exposure, tuple(groups), tuple(edges), cons, launcher)
 
 
 def _exposed(r: _Reader, d: Mapping[str, Any], path: str) -> float:

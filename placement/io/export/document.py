@@ -1,23 +1,36 @@
-"""Outputs for the launchers people use: canonical JSON result, OpenMPI rankfile, SLURM_HOSTFILE, per-rank
-environment (CUDA_VISIBLE_DEVICES, RANK, LOCAL_RANK, WORLD_SIZE) and a Kueue-style topology assignment.
+"""The canonical result document (who runs where, what it costs) and reading it back: `seats_from_document` and
+`launch_seats`, the per-rank facts (host, GPU index, kind, CPU and NUMA affinity) every launch format is built from.
 """
 
 from __future__ import annotations
 
-import json
-from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
-
-import yaml
 
 from placement.cost import CostReport
 from placement.errors import InputError, Problem
 from placement.topology import Topology
 
-__all__ = ["FORMATS", "baseline_costs", "export", "is_legacy_result", "result_document", "seats_from_document"]
+__all__ = ["Seat", "baseline_costs", "is_legacy_result", "launch_seats", "result_body", "result_document",
+           "seats_from_document"]
 
-FORMATS = ("json", "yaml", "rankfile", "hostfile", "env", "kueue")
+
+@dataclass(frozen=True)
+class Seat:
+    """Where one rank runs: `host`, the physical GPU `index` on it, the device `kind`, and the CPUs (`cpus`, a
+    Linux CPU list) and NUMA node (`numa`) close to that GPU when the cluster knows them (None: unknown)."""
+
+    rank: int
+    host: str
+    index: int
+    kind: str | None = None
+    cpus: str | None = None
+    numa: int | None = None
+
+    @property
+    def device(self) -> str:
+        return f"{self.host}/gpu{self.index}"
 
 
 def _seat(device_id: str) -> tuple[str, int]:
@@ -74,12 +87,43 @@ def result_document(topology: Topology, job_name: str, mapping: Sequence[int], r
         reports = doc.pop("baseline_reports", None)
         if isinstance(extra.get("baselines"), Mapping):
             doc["baseline_costs"] = baseline_costs(report, extra["baselines"], reports)
-    doc["mapping"] = [
-        {"rank": r, "device": topology.devices[d].id, "host": topology.devices[d].host,
-         "local_index": topology.devices[d].local_index}
-        for r, d in enumerate(mapping)
-    ]
+    doc["mapping"] = [_entry(topology, r, d) for r, d in enumerate(mapping)]
     return doc
+
+
+def _entry(topology: Topology, rank: int, d: int) -> dict[str, Any]:
+    dev = topology.devices[d]
+    out: dict[str, Any] = {"rank": rank, "device": dev.id, "host": dev.host, "local_index": dev.local_index,
+                           "kind": dev.kind}
+    cpus, numa = device_affinity(topology, d)
+    if cpus is not None:
+        out["cpus"] = cpus
+    if numa is not None:
+        out["numa_node"] = numa
+    return out
+
+
+def device_affinity(topology: Topology, d: int) -> tuple[str | None, int | None]:
+    """(CPU list, NUMA node) of device `d` from its node type; None where unknown."""
+    dev = topology.devices[d]
+    nt = topology.host_types[dev.host_index]
+    cpus = nt.cpu_affinity[dev.local_index] if nt.cpu_affinity is not None else None
+    numa = nt.numa_affinity[dev.local_index] if nt.numa_affinity is not None else None
+    return cpus, numa
+
+
+def result_body(doc: Any) -> Any:
+    """The part of a result that names the job and its mapping: a PlaceResponse's ``result`` (the result schema,
+    docs/results.md); any other document (an EvaluateResponse, a native result, a plain mapping) as it is."""
+    if isinstance(doc, dict) and isinstance(doc.get("result"), dict):
+        return doc["result"]
+    return doc
+
+
+def is_legacy_result(doc: Any) -> bool:
+    """A native result document of earlier releases (``{job, cluster, status, cost, mapping}``), which `export`
+    and `bind` still read for one release: the result schema is now the PlaceResponse JSON mapping."""
+    return isinstance(doc, dict) and "result" not in doc and "cluster" in doc and "mapping" in doc
 
 
 def seats_from_document(doc: Any, source: str = "<mapping>") -> list[tuple[str, int]]:
@@ -88,8 +132,7 @@ def seats_from_document(doc: Any, source: str = "<mapping>") -> list[tuple[str, 
     A result is the protobuf JSON mapping of a PlaceResponse (``result.mapping``) or an EvaluateResponse
     (``mapping``), or the native result of earlier releases (`is_legacy_result`).
     """
-    if isinstance(doc, dict) and isinstance(doc.get("result"), dict):  # PlaceResponse
-        doc = doc["result"]
+    doc = result_body(doc)
     items = doc.get("mapping", doc) if isinstance(doc, dict) else doc
     pairs: list[tuple[int, str, str]] = []
     problems: list[Problem] = []
@@ -135,50 +178,30 @@ def seats_from_document(doc: Any, source: str = "<mapping>") -> list[tuple[str, 
     return [seats[r] for r in range(n)]
 
 
-def is_legacy_result(doc: Any) -> bool:
-    """A native result document of earlier releases (``{job, cluster, status, cost, mapping}``), which `export`
-    still reads for one release: the result schema is now the PlaceResponse JSON mapping."""
-    return isinstance(doc, dict) and "result" not in doc and "cluster" in doc and "mapping" in doc
-
-
-def export(fmt: str, seats: Sequence[tuple[str, int]], *, document: dict[str, Any] | None = None,
-           topology: Topology | None = None) -> str:
-    """Render one output format. `kueue` needs the topology for the level values of each host."""
-    if fmt == "json":
-        return json.dumps(document if document is not None else [f"{h}/gpu{k}" for h, k in seats], indent=2) + "\n"
-    if fmt == "yaml":
-        return yaml.safe_dump(document if document is not None else [f"{h}/gpu{k}" for h, k in seats], sort_keys=False)
-    if fmt == "rankfile":
-        # OpenMPI rankfile (mpirun --rankfile): one line per rank; slot is the GPU's local index on that host.
-        return "".join(f"rank {r}={h} slot={k}\n" for r, (h, k) in enumerate(seats))
-    if fmt == "hostfile":
-        # SLURM_HOSTFILE with srun --distribution=arbitrary: line i is the host of task i.
-        return "".join(f"{h}\n" for h, _ in seats)
-    if fmt == "env":
-        world = len(seats)
-        local: dict[str, list[int]] = defaultdict(list)
-        for r, (h, _) in enumerate(seats):
-            local[h].append(r)
-        master = seats[0][0] if seats else ""
-        lines = []
-        for h in sorted(local, key=lambda h: local[h][0]):
-            lines.append(f"# host {h}: {len(local[h])} ranks")
-            for lr, r in enumerate(local[h]):
-                lines.append(
-                    f"{h} RANK={r} LOCAL_RANK={lr} LOCAL_WORLD_SIZE={len(local[h])} WORLD_SIZE={world} "
-                    f"CUDA_VISIBLE_DEVICES={seats[r][1]} MASTER_ADDR={master}"
-                )
-        return "\n".join(lines) + "\n"
-    if fmt == "kueue":
-        if topology is None:
-            raise ValueError("the kueue format needs the cluster (--cluster) for the level values")
-        counts = Counter(h for h, _ in seats)
-        names = [lv.name for lv in reversed(topology.levels)]
-        domains = []
-        for h in sorted(counts, key=lambda h: next(r for r, s in enumerate(seats) if s[0] == h)):
-            hi = topology.host_names.index(h)
-            d0 = topology.devices_in_domain[0][hi][0]
-            values = [topology.domain_names[li][topology.domain_of(d0, li)] for li in reversed(range(len(topology.levels)))]
-            domains.append({"values": values, "count": counts[h]})
-        return yaml.safe_dump({"topologyAssignment": {"levels": names, "domains": domains}}, sort_keys=False)
-    raise ValueError(f"unknown format {fmt!r}; formats: {', '.join(FORMATS)}")
+def launch_seats(seats: Sequence[tuple[str, int]], document: Any = None, topology: Topology | None = None) -> list[Seat]:
+    """Each rank's `Seat`: kind, CPUs and NUMA node from the document's mapping entries (what `result_document`
+    wrote), else from `topology` when the host is in it; unknown stays None."""
+    entries: dict[int, Mapping[str, Any]] = {}
+    document = result_body(document)
+    items = document.get("mapping") if isinstance(document, dict) else document
+    if isinstance(items, list):
+        for i, it in enumerate(items):
+            if isinstance(it, dict):
+                r = _rank(it.get("rank", i))
+                if r is not None:
+                    entries[r] = it
+    out: list[Seat] = []
+    for r, (host, k) in enumerate(seats):
+        e = entries.get(r, {})
+        kind = e.get("kind") if isinstance(e.get("kind"), str) else None
+        cpus = e.get("cpus") if isinstance(e.get("cpus"), str) else None
+        numa = _rank(e.get("numa_node")) if e.get("numa_node") is not None else None
+        if topology is not None:
+            d = topology.device_index(f"{host}/gpu{k}")
+            if d is not None:
+                tc, tn = device_affinity(topology, d)
+                kind = kind or topology.devices[d].kind
+                cpus = cpus if cpus is not None else tc
+                numa = numa if numa is not None else tn
+        out.append(Seat(r, host, k, kind, cpus, numa))
+    return out
