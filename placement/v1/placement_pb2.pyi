@@ -19,16 +19,18 @@ SOLVE_STATUS_FEASIBLE: SolveStatus
 SOLVE_STATUS_INFEASIBLE: SolveStatus
 
 class PlaceRequest(_message.Message):
-    __slots__ = ("cluster", "state", "job", "options")
+    __slots__ = ("cluster", "state", "job", "options", "cluster_id")
     CLUSTER_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     JOB_FIELD_NUMBER: _ClassVar[int]
     OPTIONS_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
     cluster: Cluster
     state: State
     job: Job
     options: Options
-    def __init__(self, cluster: _Optional[_Union[Cluster, _Mapping]] = ..., state: _Optional[_Union[State, _Mapping]] = ..., job: _Optional[_Union[Job, _Mapping]] = ..., options: _Optional[_Union[Options, _Mapping]] = ...) -> None: ...
+    cluster_id: str
+    def __init__(self, cluster: _Optional[_Union[Cluster, _Mapping]] = ..., state: _Optional[_Union[State, _Mapping]] = ..., job: _Optional[_Union[Job, _Mapping]] = ..., options: _Optional[_Union[Options, _Mapping]] = ..., cluster_id: _Optional[str] = ...) -> None: ...
 
 class EvaluateRequest(_message.Message):
     __slots__ = ("cluster", "state", "job", "mapping")
@@ -43,16 +45,18 @@ class EvaluateRequest(_message.Message):
     def __init__(self, cluster: _Optional[_Union[Cluster, _Mapping]] = ..., state: _Optional[_Union[State, _Mapping]] = ..., job: _Optional[_Union[Job, _Mapping]] = ..., mapping: _Optional[_Iterable[_Union[Assignment, _Mapping]]] = ...) -> None: ...
 
 class CompareRequest(_message.Message):
-    __slots__ = ("cluster", "state", "jobs", "options")
+    __slots__ = ("cluster", "state", "jobs", "options", "cluster_id")
     CLUSTER_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     JOBS_FIELD_NUMBER: _ClassVar[int]
     OPTIONS_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
     cluster: Cluster
     state: State
     jobs: _containers.RepeatedCompositeFieldContainer[Job]
     options: Options
-    def __init__(self, cluster: _Optional[_Union[Cluster, _Mapping]] = ..., state: _Optional[_Union[State, _Mapping]] = ..., jobs: _Optional[_Iterable[_Union[Job, _Mapping]]] = ..., options: _Optional[_Union[Options, _Mapping]] = ...) -> None: ...
+    cluster_id: str
+    def __init__(self, cluster: _Optional[_Union[Cluster, _Mapping]] = ..., state: _Optional[_Union[State, _Mapping]] = ..., jobs: _Optional[_Iterable[_Union[Job, _Mapping]]] = ..., options: _Optional[_Union[Options, _Mapping]] = ..., cluster_id: _Optional[str] = ...) -> None: ...
 
 class Options(_message.Message):
     __slots__ = ("strategy", "time_limit_s", "relative_gap", "seed", "deterministic")
