@@ -17,6 +17,8 @@ from typing import Any, TypeVar
 from placement.cost import CostReport, evaluate
 from placement.errors import InfeasibleError
 from placement.solve import PlacementResult, SolveOptions, StopEvent, compare, place
+from placement.state import ClusterState
+from placement.topology import Topology
 from placement.v1 import placement_pb2 as pb
 from placement.v1 import placement_pb2_grpc as pb_grpc
 from server import convert
@@ -56,8 +58,10 @@ class _Budget:
 class PlacementServicer(pb_grpc.PlacementServiceServicer):
     """Place, Evaluate and Compare. Each call runs on the solve pool; the gRPC thread waits for it."""
 
-    def __init__(self, settings: Settings, pool: SolvePool, metrics: Metrics) -> None:
+    def __init__(self, settings: Settings, pool: SolvePool, metrics: Metrics,
+                 resolve: Callable[[Any], tuple[Topology, ClusterState] | None] | None = None) -> None:
         self._settings = settings
+        self._resolve = resolve or (lambda _request: None)  # cluster_id -> the registry's cluster and state
         self._pool = pool
         self._metrics = metrics
         self._lock = threading.Lock()
@@ -174,7 +178,7 @@ class PlacementServicer(pb_grpc.PlacementServiceServicer):
 
     def _place(self, request: pb.PlaceRequest, context: Any, stop: threading.Event) -> pb.PlaceResponse:
         self._started(context, stop)
-        inputs = convert.place_inputs(request, self._settings.default_time_limit_s)
+        inputs = convert.place_inputs(request, self._settings.default_time_limit_s, self._resolve(request))
         budget = self._budget(inputs.options.time_limit_s, context, 1)
         opts = self._options(inputs.options, budget, stop)
         t0 = time.perf_counter()
@@ -211,7 +215,7 @@ class PlacementServicer(pb_grpc.PlacementServiceServicer):
 
     def _compare(self, request: pb.CompareRequest, context: Any, stop: threading.Event) -> pb.CompareResponse:
         self._started(context, stop)
-        inputs = convert.compare_inputs(request, self._settings.default_time_limit_s)
+        inputs = convert.compare_inputs(request, self._settings.default_time_limit_s, self._resolve(request))
         budget = self._budget(inputs.options.time_limit_s, context, len(inputs.jobs))
         opts = self._options(inputs.options, budget, stop)
         t0 = time.perf_counter()

@@ -29,7 +29,13 @@ from placement.registry.model import (
     Reservation,
     ReservationStatus,
 )
-from placement.registry.statedoc import DiffChange, build_state, parse_diff, rows_from_snapshot, state_document
+from placement.registry.statedoc import (
+    DiffChange,
+    build_state,
+    parse_diff,
+    rows_from_snapshot,
+    state_document,
+)
 from placement.registry.store import Store
 from placement.solve import PlacementResult, SolveOptions
 from placement.state import ClusterState

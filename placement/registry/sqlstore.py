@@ -201,9 +201,9 @@ class SqlStore(Store):
             head = tx.q("SELECT generation FROM clusters WHERE id = ?", (cluster_id,))
             if not head:
                 raise NotFound(f"unknown cluster {cluster_id!r}; PutCluster it first")
-            current = int(head[0][0])
-            if generation <= current:
-                raise StaleGeneration(cluster_id, generation, current)
+            stored = int(head[0][0])
+            if generation <= stored:
+                raise StaleGeneration(cluster_id, generation, stored)
             current: dict[str, DeviceRow] = {}
             if replace:
                 tx.x("DELETE FROM device_state WHERE cluster_id = ?", (cluster_id,))
