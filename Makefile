@@ -25,7 +25,7 @@ test: $(BIN)/.installed
 	$(BIN)/python -m pip check
 	$(BIN)/ruff check placement server tests bench scripts
 	$(BIN)/mypy placement server
-	$(BIN)/python -m pytest
+	.ci/postgres.sh exec $(BIN)/python -m pytest
 
 bench: $(BIN)/.installed
 	$(BIN)/python bench/solver.py
