@@ -349,6 +349,9 @@ def serve(
 from placement.cli_whatif import register as _register_whatif  # noqa: E402  (adds `placement whatif`)
 
 _register_whatif(app)
+from placement.cli_registry import register as _register_registry  # noqa: E402  (adds `placement registry ...`)
+
+_register_registry(app)
 
 
 def main() -> None:
