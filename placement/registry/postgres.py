@@ -82,6 +82,15 @@ class PostgresStore(SqlStore):
                 cur.execute("SELECT 1 FROM clusters WHERE id = %s FOR UPDATE", (lock,))
             yield Tx(cur, postgres=True)
 
+    @contextmanager
+    def solve_turn(self, cluster_id: str) -> Iterator[None]:
+        with self._conn() as conn:
+            conn.execute("SELECT pg_advisory_lock(hashtextextended(%s, 0))", (f"solve:{cluster_id}",))
+            try:
+                yield
+            finally:
+                conn.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", (f"solve:{cluster_id}",))
+
     def _migration_lock(self, tx: Tx) -> None:
         tx.q("SELECT pg_advisory_xact_lock(?)", (_MIGRATION_LOCK,))
 

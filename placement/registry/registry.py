@@ -219,11 +219,12 @@ class Registry:
 
     @contextmanager
     def _serial(self, cluster_id: str) -> Iterator[None]:
-        """Solves of one cluster take turns in this process (they would pick the same devices); replicas race
-        and the losers retry."""
+        """Solves of one cluster take turns (they would pick the same devices): in this process, then across the
+        replicas sharing the database (Store.solve_turn). State updates never wait for a solve: the commit's
+        generation check catches them."""
         with self._lock:
             lock = self._cluster_locks.setdefault(cluster_id, threading.Lock())
-        with lock:
+        with lock, self.store.solve_turn(cluster_id):
             yield
 
     def reserve(self, cluster_id: str, job: Job, options: SolveOptions, *, ttl_s: float, key: str | None,

@@ -33,6 +33,8 @@ MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 _CHUNK = 500  # bound parameters per IN (...) list
 RowChange = Callable[[Mapping[str, DeviceRow]], Mapping[str, DeviceRow | None]]
 """Given the current rows of the touched devices (read under the write lock), their new rows (None: no row)."""
+_DEV_COLS = ("cluster_id", "device", "job", "failed", "slowdown")
+_DEV_TYPES = ("text", "text", "text", "bigint", "float8")
 _RES_COLS = ("id, cluster_id, job, status, devices, idem_key, request_hash, created_at, expires_at, ended_at, "
              "generation, cluster_version, payload")
 
@@ -71,6 +73,28 @@ class Tx:
     def many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         if rows:
             self._cur.executemany(self._sql(sql), [tuple(r) for r in rows])
+
+    def devices_in(self, devices: Sequence[str]) -> Iterator[tuple[str, tuple[Any, ...]]]:
+        """(`device IN (...)` condition, its parameters) per chunk; PostgreSQL: one `device = ANY(array)`."""
+        if self._pg:
+            if devices:
+                yield "device = ANY(?)", (list(devices),)
+            return
+        for part in _chunks(devices):
+            yield f"device IN ({','.join('?' * len(part))})", tuple(part)
+
+    def insert_rows(self, table: str, cols: Sequence[str], pg_types: Sequence[str], rows: Sequence[Sequence[Any]],
+                    conflict: str = "") -> None:
+        """Insert many rows in one statement on PostgreSQL (unnest of one array per column), else executemany."""
+        if not rows:
+            return
+        if self._pg:
+            arrays = [list(col) for col in zip(*rows, strict=True)]
+            unnest = ", ".join(f"?::{t}[]" for t in pg_types)
+            self.x(f"INSERT INTO {table} ({', '.join(cols)}) SELECT * FROM unnest({unnest}) {conflict}", arrays)
+        else:
+            marks = ", ".join("?" * len(cols))
+            self.many(f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({marks}) {conflict}", rows)
 
 
 def _chunks(items: Sequence[str]) -> Iterator[Sequence[str]]:
@@ -208,22 +232,21 @@ class SqlStore(Store):
             if replace:
                 tx.x("DELETE FROM device_state WHERE cluster_id = ?", (cluster_id,))
             else:
-                for part in _chunks(list(touched)):
+                for cond, params in tx.devices_in(list(touched)):
                     for d, job, failed, slow in tx.q(
-                            "SELECT device, job, failed, slowdown FROM device_state WHERE cluster_id = ? AND device IN "
-                            f"({','.join('?' * len(part))})", (cluster_id, *part)):
+                            f"SELECT device, job, failed, slowdown FROM device_state WHERE cluster_id = ? AND {cond}",
+                            (cluster_id, *params)):
                         current[str(d)] = DeviceRow(job, bool(failed), None if slow is None else float(slow))
             rows = change(current)
             gone = [d for d, r in rows.items() if r is None or r.empty]
             if gone and not replace:
-                for part in _chunks(gone):
-                    tx.x(f"DELETE FROM device_state WHERE cluster_id = ? AND device IN ({','.join('?' * len(part))})",
-                         (cluster_id, *part))
+                for cond, params in tx.devices_in(gone):
+                    tx.x(f"DELETE FROM device_state WHERE cluster_id = ? AND {cond}", (cluster_id, *params))
             put = [(cluster_id, d, r.job, int(r.failed), r.slowdown) for d, r in rows.items()
                    if r is not None and not r.empty]
-            tx.many("INSERT INTO device_state (cluster_id, device, job, failed, slowdown) VALUES (?, ?, ?, ?, ?) "
-                    "ON CONFLICT (cluster_id, device) DO UPDATE SET job = excluded.job, failed = excluded.failed, "
-                    "slowdown = excluded.slowdown", put)
+            tx.insert_rows("device_state", _DEV_COLS, _DEV_TYPES, put,
+                           "ON CONFLICT (cluster_id, device) DO UPDATE SET job = excluded.job, failed = excluded.failed, "
+                           "slowdown = excluded.slowdown")
             if extras is not None:
                 tx.x("UPDATE clusters SET extras = ? WHERE id = ?", (json.dumps(extras, sort_keys=True), cluster_id))
             tx.x("UPDATE clusters SET generation = ? WHERE id = ?", (generation, cluster_id))
@@ -241,13 +264,12 @@ class SqlStore(Store):
 
     def _busy(self, tx: Tx, cluster_id: str, devices: Sequence[str], now: float) -> list[str]:
         busy: list[str] = []
-        for part in _chunks(list(devices)):
-            marks = ",".join("?" * len(part))
+        for cond, params in tx.devices_in(list(devices)):
             busy += [str(r[0]) for r in tx.q(
-                f"SELECT device FROM device_state WHERE cluster_id = ? AND device IN ({marks}) "
-                "AND (job IS NOT NULL OR failed <> 0)", (cluster_id, *part))]
-            busy += [str(r[0]) for r in tx.q(
-                f"SELECT device FROM holds WHERE cluster_id = ? AND device IN ({marks})", (cluster_id, *part))]
+                f"SELECT device FROM device_state WHERE cluster_id = ? AND {cond} AND (job IS NOT NULL OR failed <> 0)",
+                (cluster_id, *params))]
+            busy += [str(r[0]) for r in tx.q(f"SELECT device FROM holds WHERE cluster_id = ? AND {cond}",
+                                             (cluster_id, *params))]
         return busy
 
     def insert_reservation(self, res: Reservation, expected_generation: int, expected_version: int,
@@ -273,8 +295,9 @@ class SqlStore(Store):
                      (res.id, res.cluster_id, res.job, res.status.value, json.dumps(list(res.devices)),
                       res.idempotency_key, res.request_hash, res.created_at, res.expires_at, res.ended_at,
                       res.generation, res.cluster_version, res.payload))
-                tx.many("INSERT INTO holds (cluster_id, device, reservation_id, expires_at) VALUES (?, ?, ?, ?)",
-                        [(res.cluster_id, d, res.id, res.expires_at) for d in res.devices])
+                tx.insert_rows("holds", ("cluster_id", "device", "reservation_id", "expires_at"),
+                               ("text", "text", "text", "float8"),
+                               [(res.cluster_id, d, res.id, res.expires_at) for d in res.devices])
                 self._event(tx, res.cluster_id, "RESERVED", expected_generation, reservation_event(res), now)
                 return res, True
         except Exception as e:
@@ -319,9 +342,8 @@ class SqlStore(Store):
                     return_kind = "expired" if status is ReservationStatus.EXPIRED else "wrong-status"
                     raise refuse(return_kind, "only a held reservation can be committed; reserve again")
                 tx.x("DELETE FROM holds WHERE reservation_id = ?", (rid,))
-                tx.many("INSERT INTO device_state (cluster_id, device, job, failed, slowdown) VALUES (?, ?, ?, 0, NULL) "
-                        "ON CONFLICT (cluster_id, device) DO UPDATE SET job = excluded.job",
-                        [(cid, d, res.job) for d in res.devices])
+                tx.insert_rows("device_state", _DEV_COLS, _DEV_TYPES, [(cid, d, res.job, 0, None) for d in res.devices],
+                               "ON CONFLICT (cluster_id, device) DO UPDATE SET job = excluded.job")
                 tx.x("UPDATE reservations SET status = 'COMMITTED' WHERE id = ?", (rid,))
                 new_status, kind = ReservationStatus.COMMITTED, "COMMITTED"
                 after = _replace(res, status=new_status)
@@ -330,9 +352,9 @@ class SqlStore(Store):
                     return res
                 tx.x("DELETE FROM holds WHERE reservation_id = ?", (rid,))
                 if status is ReservationStatus.COMMITTED:
-                    for part in _chunks(list(res.devices)):
-                        tx.x(f"UPDATE device_state SET job = NULL WHERE cluster_id = ? AND job = ? AND device IN "
-                             f"({','.join('?' * len(part))})", (cid, res.job, *part))
+                    for cond, params in tx.devices_in(list(res.devices)):
+                        tx.x(f"UPDATE device_state SET job = NULL WHERE cluster_id = ? AND job = ? AND {cond}",
+                             (cid, res.job, *params))
                     tx.x("DELETE FROM device_state WHERE cluster_id = ? AND job IS NULL AND failed = 0 AND "
                          "(slowdown IS NULL OR slowdown <= 1)", (cid,))
                 tx.x("UPDATE reservations SET status = 'RELEASED', ended_at = ? WHERE id = ?", (now, rid))

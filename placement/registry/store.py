@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +84,11 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def sweep(self, now: float) -> list[Reservation]:
         """Mark every held reservation whose lease ran out EXPIRED and free its devices; returns them."""
+
+    def solve_turn(self, cluster_id: str) -> AbstractContextManager[None]:
+        """Held while a Reserve of `cluster_id` solves: replicas sharing the database take turns (PostgreSQL: a
+        session advisory lock, released by the database if the replica dies). Default: no lock (one process)."""
+        return nullcontext()
 
     # ---- events ------------------------------------------------------------------------------------------
 
