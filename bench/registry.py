@@ -46,6 +46,7 @@ from placement.v1 import registry_pb2 as rpb  # noqa: E402
 from placement.v1 import registry_pb2_grpc as rpb_grpc  # noqa: E402
 
 TIME_LIMIT_S = 2.0
+STORM_OPTIONS = pb.Options(time_limit_s=1.0)
 
 
 def cluster(nodes: int, per_leaf: int = 16) -> dict[str, Any]:
@@ -182,6 +183,7 @@ def concurrency(url: str, replicas: int, tmp: Path, label: str) -> dict[str, Any
 def crash(url: str, rounds: int, tmp: Path, seed: int = 100) -> dict[str, Any]:
     rng = random.Random(seed)
     acked: dict[str, tuple[str, tuple[str, ...]]] = {}
+    sizes: dict[str, int] = {}
     lock = threading.Lock()
     lost = doubled = half = replay_fail = 0
     first = True
@@ -192,18 +194,20 @@ def crash(url: str, rounds: int, tmp: Path, seed: int = 100) -> dict[str, Any]:
                 cluster(128), pb.Cluster())), timeout=60)
             first = False
         for key, (rid, devs) in list(acked.items())[-64:]:  # a sample of acknowledged keys replays unchanged
-            out = srv.reg.Reserve(rpb.ReserveRequest(cluster_id="crash", job=job(8, key), ttl_s=3600,
-                                                     idempotency_key=key), timeout=120)
+            out = srv.reg.Reserve(rpb.ReserveRequest(cluster_id="crash", job=job(sizes[key], key), ttl_s=3600,
+                                                     idempotency_key=key, options=STORM_OPTIONS), timeout=120)
             replay_fail += int(not (out.replayed and out.reservation_id == rid and tuple(out.reservation.devices) == devs))
 
         def storm(w: int, srv: Server = srv, rnd: int = rnd) -> None:
             r = random.Random(rnd * 100 + w)
             for i in range(1000):
                 key = f"c{rnd}-{w}-{i}"
+                size = 8 * r.randint(1, 4)
+                with lock:
+                    sizes[key] = size
                 try:
-                    out = srv.reg.Reserve(rpb.ReserveRequest(cluster_id="crash", job=job(8 * r.randint(1, 4), key),
-                                                             ttl_s=3600, idempotency_key=key,
-                                                             options=pb.Options(time_limit_s=1.0)), timeout=60)
+                    out = srv.reg.Reserve(rpb.ReserveRequest(cluster_id="crash", job=job(size, key), ttl_s=3600,
+                                                             idempotency_key=key, options=STORM_OPTIONS), timeout=60)
                 except grpc.RpcError as e:
                     if e.code() is grpc.StatusCode.FAILED_PRECONDITION:
                         continue  # full for now: releases make room
