@@ -269,3 +269,29 @@ def test_concurrent_reserves_on_two_replicas_never_share_a_device(url: str, cloc
     assert audit(replicas[1], "c") == []
     for r in replicas:
         r.close()
+
+
+def test_a_replica_sees_the_other_replicas_writes_and_events(url: str, clock: Clock) -> None:
+    a, b = _open(url, clock), _open(url, clock)
+    a.put_cluster("c", cluster_doc(4))
+    assert b.view("c").generation == 0
+    a.update_state("c", 1, diff={"fail": ["node01/gpu0"]})
+    assert b.view("c").rows["node01/gpu0"].failed  # b's cache is keyed by the change counter
+    res = _reserve(a, 8).reservation
+    assert [e.kind for e in b.events("c", 1)] == ["STATE_DIFF", "RESERVED"]
+    assert b.events("c", 2)[0].payload["id"] == res.id
+    a.close()
+    b.close()
+
+
+def test_store_urls_and_the_default_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from placement.registry import default_url
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    assert default_url() == f"sqlite://{tmp_path}/placement/registry.db"
+    store = open_store(default_url())
+    assert (tmp_path / "placement" / "registry.db").is_file()
+    store.close()
+    for bad in ("mysql://x", "sqlite://", "sqlite:///tmp/"):
+        with pytest.raises(ValueError, match="registry url"):
+            open_store(bad)

@@ -306,3 +306,28 @@ def test_kill_9_during_a_reservation_storm_loses_nothing_and_doubles_nothing(tmp
         reg.close()
     print(f"{len(acked)} reservations acknowledged over {rounds} kills")
     assert len(acked) >= rounds  # the storm got through before the kills
+
+
+def test_the_sweeper_expires_leases_and_tells_watchers(tmp_path: Path) -> None:
+    with _server(tmp_path, lease_sweep_s=0.05) as (_, reg, _p, _port):
+        reg.PutCluster(rpb.PutClusterRequest(cluster_id="c", cluster=_cluster(2)), timeout=30)
+        out = reg.Reserve(rpb.ReserveRequest(cluster_id="c", job=_job(16), ttl_s=0.2), timeout=60)
+        # events: CLUSTER_PUT (seq 1), RESERVED (2); resume after them and wait for the sweeper's EXPIRED
+        stream = reg.WatchState(rpb.WatchStateRequest(cluster_id="c", after_seq=2), timeout=30)
+        kinds = []
+        for ev in stream:
+            kinds.append(ev.kind)
+            if ev.kind == rpb.STATE_EVENT_KIND_EXPIRED:
+                stream.cancel()
+                break
+        assert kinds[-1] == rpb.STATE_EVENT_KIND_EXPIRED
+        listed = reg.ListReservations(rpb.ListReservationsRequest(cluster_id="c"), timeout=30).reservations
+        assert [r.status for r in listed] == [rpb.RESERVATION_STATUS_EXPIRED]
+        again = reg.Reserve(rpb.ReserveRequest(cluster_id="c", job=_job(16)), timeout=60)  # the devices are free
+        assert len(again.reservation.devices) == 16
+
+
+def test_settings_check_the_registry_url() -> None:
+    with pytest.raises(ValueError, match="registry must be"):
+        Settings(registry="mysql://db")
+    assert Settings(registry="off").registry == "off"
