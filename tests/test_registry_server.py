@@ -312,6 +312,7 @@ def test_the_sweeper_expires_leases_and_tells_watchers(tmp_path: Path) -> None:
     with _server(tmp_path, lease_sweep_s=0.05) as (_, reg, _p, _port):
         reg.PutCluster(rpb.PutClusterRequest(cluster_id="c", cluster=_cluster(2)), timeout=30)
         out = reg.Reserve(rpb.ReserveRequest(cluster_id="c", job=_job(16), ttl_s=0.2), timeout=60)
+        assert out.expires_unix_s - out.reservation.created_unix_s == pytest.approx(0.2)
         # events: CLUSTER_PUT (seq 1), RESERVED (2); resume after them and wait for the sweeper's EXPIRED
         stream = reg.WatchState(rpb.WatchStateRequest(cluster_id="c", after_seq=2), timeout=30)
         kinds = []
