@@ -101,6 +101,12 @@ class RegistryHolder:
             reg.close()
 
 
+def _gone(context: Any) -> bool:
+    """The caller cancelled, or its deadline passed: a reservation now would never reach it."""
+    remaining = context.time_remaining()
+    return not context.is_active() or (remaining is not None and remaining <= 0)
+
+
 def _redacted(url: str) -> str:
     """A store URL without its password."""
     if "@" in url and "://" in url:
@@ -247,7 +253,8 @@ class RegistryServicer(rpb_grpc.ClusterRegistryServicer):
         t0 = time.perf_counter()
         with self._placement._watchdog(budget, stop):
             out = reg.reserve(request.cluster_id, job, opts, ttl_s=ttl, key=request.idempotency_key or None,
-                              fingerprint=fingerprint, render=render)
+                              fingerprint=fingerprint, render=render,
+                              gone=lambda: _gone(context))
         res = out.reservation
         _log.info("reserved", extra={"fields": {
             "reservation": res.id, "job": res.job, "ranks": len(res.devices), "replayed": out.replayed,

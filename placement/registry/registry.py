@@ -228,10 +228,10 @@ class Registry:
             yield
 
     def reserve(self, cluster_id: str, job: Job, options: SolveOptions, *, ttl_s: float, key: str | None,
-                fingerprint: str, render: Render) -> ReserveOutcome:
+                fingerprint: str, render: Render, gone: Callable[[], bool] | None = None) -> ReserveOutcome:
         """Place `job` on the current state and hold its devices for `ttl_s`. A key already used returns that
         reservation (Refused if it was for another request). InfeasibleError when the job does not fit; Aborted
-        when the state moved under every attempt."""
+        when the state moved under every attempt, or when `gone()` says the caller left before the commit."""
         if not (0 < ttl_s <= MAX_TTL_S):
             raise InputError("request", [Problem("ttl_s", f"must be in (0, {MAX_TTL_S:g}] seconds, got {ttl_s}")])
         if key:
@@ -247,6 +247,8 @@ class Registry:
                 result = self._solve(view.topology, state, job, options)
                 assert result.mapping is not None
                 devices = tuple(view.topology.devices[i].id for i in result.mapping)
+                if gone is not None and gone():
+                    raise Aborted("the caller went away before the devices were held; nothing is reserved")
                 now = self.clock()
                 res = Reservation(id=uuid.uuid4().hex, cluster_id=cluster_id, job=job.name,
                                   status=ReservationStatus.HELD, devices=devices, idempotency_key=key or None,
