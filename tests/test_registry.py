@@ -295,3 +295,9 @@ def test_store_urls_and_the_default_path(tmp_path: Path, monkeypatch: pytest.Mon
     for bad in ("mysql://x", "sqlite://", "sqlite:///tmp/"):
         with pytest.raises(ValueError, match="registry url"):
             open_store(bad)
+
+
+def test_a_caller_that_left_gets_nothing_held(reg: Registry) -> None:
+    with pytest.raises(Aborted, match="went away"):
+        reg.reserve("c", job(8), OPTS, ttl_s=60, key="gone", fingerprint="8", render=_render, gone=lambda: True)
+    assert reg.reservations("c") == [] and reg.view("c").holds == {}
