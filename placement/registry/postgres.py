@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -90,6 +90,11 @@ class PostgresStore(SqlStore):
                 yield
             finally:
                 conn.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", (f"solve:{cluster_id}",))
+
+    def _one(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        with self._conn() as conn, conn.cursor() as cur:  # autocommit: one round trip
+            cur.execute(sql.replace("?", "%s"), tuple(params))
+            return list(cur.fetchall())
 
     def _migration_lock(self, tx: Tx) -> None:
         tx.q("SELECT pg_advisory_xact_lock(?)", (_MIGRATION_LOCK,))

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from placement.registry.sqlstore import SqlStore, Tx
 
@@ -51,6 +52,10 @@ class SqliteStore(SqlStore):
                 cur.execute("COMMIT")
             finally:
                 cur.close()
+
+    def _one(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        with self._lock:  # autocommit mode: the statement is its own transaction
+            return list(self._conn.execute(sql, tuple(params)).fetchall())
 
     def _unique_violation(self, exc: BaseException) -> bool:
         return isinstance(exc, sqlite3.IntegrityError) and "UNIQUE" in str(exc)

@@ -131,6 +131,11 @@ class SqlStore(Store):
     @abc.abstractmethod
     def _unique_violation(self, exc: BaseException) -> bool: ...
 
+    def _one(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """The rows of one read statement (atomic by itself: no explicit transaction needed)."""
+        with self._tx(write=False) as tx:
+            return tx.q(sql, params)
+
     # ---- migrations ------------------------------------------------------------------------------------------
 
     def migrate(self) -> int:
@@ -153,15 +158,15 @@ class SqlStore(Store):
         """Replicas migrating at once take turns (PostgreSQL: an advisory lock; SQLite's write lock suffices)."""
 
     def schema_version(self) -> int:
-        with self._tx(write=False) as tx:
-            rows = tx.q("SELECT MAX(version) FROM schema_version")
+        rows = self._one("SELECT MAX(version) FROM schema_version")
         return int(rows[0][0] or 0)
 
     # ---- clusters and state --------------------------------------------------------------------------------
 
     def _event(self, tx: Tx, cluster_id: str, kind: str, generation: int, payload: dict[str, Any], now: float) -> int:
-        seq = int(tx.q("UPDATE clusters SET last_seq = last_seq + 1, updated_at = ? WHERE id = ? RETURNING last_seq",
-                       (now, cluster_id))[0][0])
+        """Append the next event of the cluster; `generation` is the cluster's generation after the change."""
+        seq = int(tx.q("UPDATE clusters SET last_seq = last_seq + 1, updated_at = ?, generation = ? WHERE id = ? "
+                       "RETURNING last_seq", (now, generation, cluster_id))[0][0])
         tx.x("INSERT INTO events (cluster_id, seq, kind, generation, payload, at) VALUES (?, ?, ?, ?, ?, ?)",
              (cluster_id, seq, kind, generation, json.dumps(payload, separators=(",", ":")), now))
         return seq
@@ -190,20 +195,17 @@ class SqlStore(Store):
         raise AssertionError("unreachable")
 
     def cluster(self, cluster_id: str) -> ClusterRecord | None:
-        with self._tx(write=False) as tx:
-            rows = tx.q("SELECT version, doc, generation, last_seq FROM clusters WHERE id = ?", (cluster_id,))
+        rows = self._one("SELECT version, doc, generation, last_seq FROM clusters WHERE id = ?", (cluster_id,))
         if not rows:
             return None
         v, doc, g, seq = rows[0]
         return ClusterRecord(cluster_id, int(v), json.loads(doc), int(g), int(seq))
 
     def cluster_ids(self) -> list[str]:
-        with self._tx(write=False) as tx:
-            return [str(r[0]) for r in tx.q("SELECT id FROM clusters ORDER BY id")]
+        return [str(r[0]) for r in self._one("SELECT id FROM clusters ORDER BY id")]
 
     def last_seq(self, cluster_id: str) -> int | None:
-        with self._tx(write=False) as tx:
-            rows = tx.q("SELECT last_seq FROM clusters WHERE id = ?", (cluster_id,))
+        rows = self._one("SELECT last_seq FROM clusters WHERE id = ?", (cluster_id,))
         return int(rows[0][0]) if rows else None
 
     def snapshot(self, cluster_id: str, now: float) -> Snapshot | None:
@@ -249,7 +251,6 @@ class SqlStore(Store):
                            "slowdown = excluded.slowdown")
             if extras is not None:
                 tx.x("UPDATE clusters SET extras = ? WHERE id = ?", (json.dumps(extras, sort_keys=True), cluster_id))
-            tx.x("UPDATE clusters SET generation = ? WHERE id = ?", (generation, cluster_id))
             return self._event(tx, cluster_id, "STATE_REPLACED" if replace else "STATE_DIFF", generation, event, now)
 
     # ---- reservations --------------------------------------------------------------------------------------
@@ -259,8 +260,8 @@ class SqlStore(Store):
         return _reservation(rows[0]) if rows else None
 
     def by_key(self, cluster_id: str, key: str) -> Reservation | None:
-        with self._tx(write=False) as tx:
-            return self._by_key(tx, cluster_id, key)
+        rows = self._one(f"SELECT {_RES_COLS} FROM reservations WHERE cluster_id = ? AND idem_key = ?", (cluster_id, key))
+        return _reservation(rows[0]) if rows else None
 
     def _busy(self, tx: Tx, cluster_id: str, devices: Sequence[str], now: float) -> list[str]:
         busy: list[str] = []
@@ -306,8 +307,7 @@ class SqlStore(Store):
             raise
 
     def reservation(self, reservation_id: str) -> Reservation | None:
-        with self._tx(write=False) as tx:
-            rows = tx.q(f"SELECT {_RES_COLS} FROM reservations WHERE id = ?", (reservation_id,))
+        rows = self._one(f"SELECT {_RES_COLS} FROM reservations WHERE id = ?", (reservation_id,))
         return _reservation(rows[0]) if rows else None
 
     def reservations(self, cluster_id: str | None, statuses: Sequence[str] | None) -> list[Reservation]:
@@ -318,8 +318,7 @@ class SqlStore(Store):
         if statuses:
             sql += f" AND status IN ({','.join('?' * len(statuses))})"
             params += list(statuses)
-        with self._tx(write=False) as tx:
-            return [_reservation(r) for r in tx.q(sql + " ORDER BY created_at, id", params)]
+        return [_reservation(r) for r in self._one(sql + " ORDER BY created_at, id", params)]
 
     def transition(self, reservation_id: str, action: str, now: float, ttl_s: float | None = None) -> Reservation:
         found = self.reservation(reservation_id)
@@ -392,9 +391,8 @@ class SqlStore(Store):
         return out
 
     def sweep(self, now: float) -> list[Reservation]:
-        with self._tx(write=False) as tx:
-            ids = [str(r[0]) for r in tx.q(
-                "SELECT DISTINCT cluster_id FROM reservations WHERE status = 'HELD' AND expires_at <= ?", (now,))]
+        ids = [str(r[0]) for r in self._one(
+            "SELECT DISTINCT cluster_id FROM reservations WHERE status = 'HELD' AND expires_at <= ?", (now,))]
         out: list[Reservation] = []
         for cid in ids:
             with self._tx(write=True, lock=cid) as tx:
@@ -404,9 +402,8 @@ class SqlStore(Store):
     # ---- events ------------------------------------------------------------------------------------------
 
     def events(self, cluster_id: str, after_seq: int, limit: int = 1000) -> list[Event]:
-        with self._tx(write=False) as tx:
-            rows = tx.q("SELECT seq, kind, generation, payload, at FROM events WHERE cluster_id = ? AND seq > ? "
-                        "ORDER BY seq LIMIT ?", (cluster_id, after_seq, limit))
+        rows = self._one("SELECT seq, kind, generation, payload, at FROM events WHERE cluster_id = ? AND seq > ? "
+                         "ORDER BY seq LIMIT ?", (cluster_id, after_seq, limit))
         return [Event(cluster_id, int(s), str(k), int(g), json.loads(p), float(a)) for s, k, g, p, a in rows]
 
 
