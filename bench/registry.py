@@ -223,7 +223,7 @@ def crash(url: str, rounds: int, tmp: Path, seed: int = 100) -> dict[str, Any]:
         threads = [threading.Thread(target=storm, args=(w,)) for w in range(4)]
         for t in threads:
             t.start()
-        time.sleep(rng.uniform(0.1, 1.5))
+        time.sleep(rng.uniform(0.2, 2.0))
         srv.kill9()
         for t in threads:
             t.join(120)
@@ -336,7 +336,7 @@ def main(argv: list[str] | None = None) -> int:
                       f"| {c['rounds']} | {c['acked']} | {c['lost']} | {c['doubled']} | {c['half']} | {c['replay_fail']} |",
                       "", "Each round starts a server on the same file, replays up to 64 acknowledged idempotency keys "
                       "(the same reservation must come back), runs 4 clients reserving 8-32 ranks and releasing 60% of "
-                      "them, kills the process with SIGKILL after 0.1-1.5 s, and audits the file.", ""]
+                      "them, kills the process with SIGKILL after 0.2-2 s, and audits the file.", ""]
         if "scale" not in skip:
             rows = [scale(f"sqlite://{tmp / 'scale.db'}", tmp, "SQLite")]
             if args.postgres:
