@@ -57,10 +57,12 @@ def _status(res: Any) -> str:
 
 def _table(reservations: Any, title: str) -> None:
     t = Table(title=title)
-    for col in ("id", "cluster", "job", "status", "devices", "expires", "key"):
+    t.add_column("id", no_wrap=True)  # whole: commit, release and renew take it
+    for col in ("cluster", "job", "status", "devices", "expires", "key"):
         t.add_column(col)
     for r in reservations:
-        t.add_row(r.id, r.cluster_id, r.job, _status(r), str(len(r.devices)), _when(r.expires_unix_s),
+        held = _status(r) == "HELD"
+        t.add_row(r.id, r.cluster_id, r.job, _status(r), str(len(r.devices)), _when(r.expires_unix_s) if held else "-",
                   r.idempotency_key or "-")
     out.print(t)
 
