@@ -32,7 +32,7 @@ test: $(BIN)/.installed
 	$(BIN)/mypy placement server
 	$(BIN)/lint-imports
 	if [ "$${CI:-}" = true ]; then .ci/slurm.sh install; fi
-	$(BIN)/python -m pytest
+	.ci/postgres.sh exec $(BIN)/python -m pytest
 
 # The suite in a random order (pytest-randomly), SEED=N to repeat one order.
 test-random: $(BIN)/.installed

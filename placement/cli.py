@@ -341,6 +341,9 @@ from placement.cli_export import register as _register_export  # noqa: E402  (ad
 _register_bind(app)
 _register_export(app)
 __import__("placement.cli_slurm").cli_slurm.register(import_app)  # adds `placement import slurm-live`
+from placement.cli_registry import register as _register_registry  # noqa: E402  (adds `placement registry ...`)
+
+_register_registry(app)
 
 
 def main() -> None:

@@ -6,14 +6,14 @@ the rest of the CLI and the library never do.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from placement.cli_errors import escape, fail
 from placement.cli_tables import headline, print_report
 
-__all__ = ["place_batch_remote", "place_request", "print_result", "serve_main"]
+__all__ = ["place_batch_remote", "place_request", "print_result", "registry_call", "registry_watch", "serve_main"]
 
 
 def place_request(request: Path, server: str | None, token: str | None, output: str, out_file: Path | None,
@@ -56,6 +56,38 @@ def place_request(request: Path, server: str | None, token: str | None, output: 
     if output == "kueue":
         fail("--output kueue needs the cluster file: use `placement export RESULT --format kueue --cluster FILE`", 2)
     write(export(output, seats), out_file)
+
+
+def _rpc_failure(server: str, e: Any) -> None:
+    lines = [f"{server}: {e.code.name}: {escape(e.message)}"]
+    lines += [f"  - {f}: {escape(d)}" for f, d in e.field_violations]
+    lines += [f"  - {escape(d)}" for _, _, d in e.precondition_violations if d not in e.message]
+    fail("\n".join(lines), 3 if e.code.name == "FAILED_PRECONDITION" else 2 if e.code.name == "INVALID_ARGUMENT" else 4)
+
+
+def registry_call(server: str, token: str | None, method: str, request: Any, timeout_s: float = 120.0) -> Any:
+    """One ClusterRegistry call (`placement registry ...`); a failed call exits with its status and details."""
+    from server.client import PlacementRpcError
+    from server.registry_client import RegistryClient
+
+    try:
+        with RegistryClient(server, token=token) as client:
+            return client.call(method, request, timeout_s=timeout_s)
+    except PlacementRpcError as e:
+        _rpc_failure(server, e)
+    raise AssertionError("unreachable")
+
+
+def registry_watch(server: str, token: str | None, request: Any, timeout_s: float | None) -> Iterator[Any]:
+    """WatchState events until `timeout_s` (None: until interrupted)."""
+    from server.client import PlacementRpcError
+    from server.registry_client import RegistryClient
+
+    try:
+        with RegistryClient(server, token=token) as client:
+            yield from client.watch(request, timeout_s=timeout_s)
+    except PlacementRpcError as e:
+        _rpc_failure(server, e)
 
 
 def print_result(result: Any) -> None:

@@ -16,6 +16,7 @@ from grpc_status import rpc_status
 
 from placement.cost import InvalidMappingError
 from placement.errors import InfeasibleError, InputError, PlacementError, Problem
+from placement.registry.model import Aborted, NotFound, Refused
 from server.telemetry import current_request_id
 
 __all__ = [
@@ -137,6 +138,12 @@ def status_for(exc: BaseException) -> grpc.Status:
         return _status(code_pb2.UNAVAILABLE, "the server is shutting down; retry")
     if isinstance(exc, Cancelled):
         return _status(code_pb2.CANCELLED, str(exc) or "cancelled by the caller")
+    if isinstance(exc, NotFound):
+        return _status(code_pb2.NOT_FOUND, str(exc))
+    if isinstance(exc, Aborted):
+        return _status(code_pb2.ABORTED, str(exc))
+    if isinstance(exc, Refused):
+        return precondition_failed(exc.kind, exc.subject, [str(exc)], "refused")
     if isinstance(exc, PlacementError) and not str(exc).startswith("internal"):
         # raised on purpose by the domain: a rule of the request that cannot hold
         return precondition_failed("rule", "request", [str(exc)], "the request breaks a rule")

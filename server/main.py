@@ -1,6 +1,6 @@
 """Server assembly and process entry: `create_server(settings) -> (server, port)`, `serve(settings)`, `main()`.
 
-Registers PlacementService, health and reflection; SIGTERM turns health NOT_SERVING, drains and exits 0.
+Registers PlacementService, ClusterRegistry, health and reflection; SIGTERM turns health NOT_SERVING, drains and exits 0.
 """
 
 from __future__ import annotations
@@ -21,8 +21,10 @@ from grpc_reflection.v1alpha import reflection
 
 from placement.v1 import placement_pb2 as pb
 from placement.v1 import placement_pb2_grpc as pb_grpc
+from placement.v1 import registry_pb2_grpc as rpb_grpc
 from server.interceptors import TelemetryInterceptor, TokenAuthInterceptor
 from server.pool import SolvePool
+from server.registry_service import REGISTRY_SERVICE_NAME, RegistryHolder, RegistryServicer
 from server.servicer import PlacementServicer
 from server.settings import Settings, parse_settings
 from server.telemetry import Metrics, configure_logging
@@ -42,8 +44,9 @@ class PlacementServer:
     """
 
     def __init__(self, settings: Settings, server: Any, servicer: PlacementServicer, pool: SolvePool,
-                 health_servicer: Any, metrics: Metrics) -> None:
+                 health_servicer: Any, metrics: Metrics, registry: RegistryHolder | None = None) -> None:
         self.settings = settings
+        self.registry = registry or RegistryHolder(settings.replace(registry="off"))
         self.grpc_server = server
         self.servicer = servicer
         self.health = health_servicer
@@ -61,7 +64,7 @@ class PlacementServer:
 
     def start(self) -> None:
         self.grpc_server.start()
-        for name in ("", SERVICE_NAME):
+        for name in ("", SERVICE_NAME, REGISTRY_SERVICE_NAME):
             self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
         if self.settings.metrics_port is not None:
             self.metrics_port = self.metrics.serve(self.settings.metrics_port, self.settings.metrics_host)
@@ -98,6 +101,7 @@ class PlacementServer:
                 timer.cancel()
             self.servicer.stop_all()
             self._pool.shutdown(wait=False)
+            self.registry.close()
             self.metrics.close()
             _log.info("stopped")
             done.set()
@@ -123,7 +127,8 @@ def create_server(settings: Settings) -> tuple[PlacementServer, int]:
     """
     metrics = Metrics()
     pool = SolvePool(settings.workers, settings.queue_limit, metrics)
-    servicer = PlacementServicer(settings, pool, metrics)
+    registry = RegistryHolder(settings)
+    servicer = PlacementServicer(settings, pool, metrics, registry.resolve)
     health_servicer = health.HealthServicer(
         experimental_non_blocking=True, experimental_thread_pool=ThreadPoolExecutor(max_workers=1)
     )
@@ -142,11 +147,14 @@ def create_server(settings: Settings) -> tuple[PlacementServer, int]:
         ],
     )
     pb_grpc.add_PlacementServiceServicer_to_server(servicer, server)
+    if registry.enabled:
+        rpb_grpc.add_ClusterRegistryServicer_to_server(RegistryServicer(settings, registry, servicer), server)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(
-        (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME), server
+        (SERVICE_NAME, *([REGISTRY_SERVICE_NAME] if registry.enabled else []),
+         health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME), server
     )
-    wrapped = PlacementServer(settings, server, servicer, pool, health_servicer, metrics)
+    wrapped = PlacementServer(settings, server, servicer, pool, health_servicer, metrics, registry)
     address = f"{settings.host}:{settings.port}"
     try:
         port = (wrapped.add_secure_port(address, _credentials(settings)) if settings.tls_cert
@@ -165,6 +173,11 @@ def create_server(settings: Settings) -> tuple[PlacementServer, int]:
 def serve(settings: Settings) -> int:
     """Run until SIGTERM or SIGINT, then shut down gracefully (settings.grace_s); returns the exit code 0."""
     server, port = create_server(settings)
+    try:
+        server.registry.open()  # a wrong --registry fails here, at startup, not on the first call
+    except Exception as e:
+        server.stop(None)
+        raise OSError(f"cannot open the registry {settings.registry or 'default'}: {e}") from e
     server.start()
     _log.info("serving", extra={"fields": {
         "port": port, "metrics_port": server.metrics_port, "tls": settings.tls_cert is not None,

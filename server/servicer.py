@@ -22,6 +22,8 @@ from placement.messages import repair as convert_repair
 from placement.solve import PlacementResult, SolveOptions, StopEvent, compare, place
 from placement.solve.batch import place_batch
 from placement.solve.repair import repair
+from placement.state import ClusterState
+from placement.topology import Topology
 from placement.v1 import placement_pb2 as pb
 from placement.v1 import placement_pb2_grpc as pb_grpc
 from server.errors import Cancelled, DeadlineError, LimitExceeded, status_for
@@ -60,8 +62,10 @@ class _Budget:
 class PlacementServicer(pb_grpc.PlacementServiceServicer):
     """Place, Evaluate and Compare. Each call runs on the solve pool; the gRPC thread waits for it."""
 
-    def __init__(self, settings: Settings, pool: SolvePool, metrics: Metrics) -> None:
+    def __init__(self, settings: Settings, pool: SolvePool, metrics: Metrics,
+                 resolve: Callable[[Any], tuple[Topology, ClusterState] | None] | None = None) -> None:
         self._settings = settings
+        self._resolve = resolve or (lambda _request: None)  # cluster_id -> the registry's cluster and state
         self._pool = pool
         self._metrics = metrics
         self._lock = threading.Lock()
@@ -191,7 +195,7 @@ class PlacementServicer(pb_grpc.PlacementServiceServicer):
 
     def _place(self, request: pb.PlaceRequest, context: Any, stop: threading.Event) -> pb.PlaceResponse:
         self._started(context, stop)
-        inputs = convert.place_inputs(request, self._settings.default_time_limit_s)
+        inputs = convert.place_inputs(request, self._settings.default_time_limit_s, self._resolve(request))
         budget = self._budget(inputs.options.time_limit_s, context, 1)
         opts = self._options(inputs.options, budget, stop)
         t0 = time.perf_counter()
@@ -228,7 +232,7 @@ class PlacementServicer(pb_grpc.PlacementServiceServicer):
 
     def _compare(self, request: pb.CompareRequest, context: Any, stop: threading.Event) -> pb.CompareResponse:
         self._started(context, stop)
-        inputs = convert.compare_inputs(request, self._settings.default_time_limit_s)
+        inputs = convert.compare_inputs(request, self._settings.default_time_limit_s, self._resolve(request))
         budget = self._budget(inputs.options.time_limit_s, context, len(inputs.jobs))
         opts = self._options(inputs.options, budget, stop)
         t0 = time.perf_counter()
@@ -252,7 +256,7 @@ class PlacementServicer(pb_grpc.PlacementServiceServicer):
 
     def _place_batch(self, request: pb.PlaceBatchRequest, context: Any, stop: threading.Event) -> pb.PlaceBatchResponse:
         self._started(context, stop)
-        inputs = convert_batch.batch_inputs(request, self._settings.default_time_limit_s)
+        inputs = convert_batch.batch_inputs(request, self._settings.default_time_limit_s, self._resolve(request))
         budget = self._budget(inputs.options.time_limit_s, context, 1)  # the limit covers the whole batch
         opts = self._options(inputs.options, budget, stop)
         t0 = time.perf_counter()
@@ -271,7 +275,7 @@ class PlacementServicer(pb_grpc.PlacementServiceServicer):
 
     def _repair(self, request: pb.RepairRequest, context: Any, stop: threading.Event) -> pb.RepairResponse:
         self._started(context, stop)
-        inputs = convert_repair.repair_inputs(request, self._settings.default_time_limit_s)
+        inputs = convert_repair.repair_inputs(request, self._settings.default_time_limit_s, self._resolve(request))
         budget = self._budget(inputs.options.time_limit_s, context, 1)  # the limit covers the whole repair
         opts = self._options(inputs.options, budget, stop)
         t0 = time.perf_counter()

@@ -51,6 +51,10 @@ class Settings:
     token_file: str | None = field(default=None, metadata={"help": "file holding the bearer token"})
     metrics_port: int | None = field(default=9464, metadata={"help": "Prometheus port (0: free one, -1: off)"})
     metrics_host: str = field(default="0.0.0.0", metadata={"help": "Prometheus address"})
+    registry: str = field(default="", metadata={
+        "help": "ClusterRegistry store: sqlite:///PATH, postgresql://USER@HOST:PORT/DB, or off "
+                "(default: an SQLite file under ~/.local/state/placement)"})
+    lease_sweep_s: float = field(default=1.0, metadata={"help": "how often expired reservation leases are swept"})
 
     def __post_init__(self) -> None:
         problems: list[str] = []
@@ -62,6 +66,11 @@ class Settings:
         for name in ("default_time_limit_s", "max_time_limit_s"):
             if not getattr(self, name) > 0:
                 problems.append(f"{name} must be > 0, got {getattr(self, name)}")
+        if not self.lease_sweep_s > 0:
+            problems.append(f"lease_sweep_s must be > 0, got {self.lease_sweep_s}")
+        if self.registry and self.registry != "off" and not self.registry.startswith(
+                ("sqlite://", "postgresql://", "postgres://")):
+            problems.append(f"registry must be sqlite:///PATH, postgresql://... or off, got {self.registry!r}")
         for name in ("deadline_margin_s", "grace_s", "drain_s", "solver_threads"):
             if getattr(self, name) < 0:
                 problems.append(f"{name} must be >= 0, got {getattr(self, name)}")

@@ -42,8 +42,8 @@ def test_job_file_launcher_field() -> None:
 
 
 def test_proto_job_carries_the_launcher() -> None:
-    from placement.v1 import placement_pb2 as pb
     from placement.messages import domain as convert
+    from placement.v1 import placement_pb2 as pb
 
     msg = pb.Job(name="pairs", ranks=4, launcher="torchrun")
     g = msg.groups.add()

@@ -24,11 +24,12 @@ class BatchInputs:
     options: SolveOptions
 
 
-def batch_inputs(req: pb.PlaceBatchRequest, default_time_limit_s: float = 10.0) -> BatchInputs:
+def batch_inputs(req: pb.PlaceBatchRequest, default_time_limit_s: float = 10.0,
+                 resolved: tuple[Topology, ClusterState] | None = None) -> BatchInputs:
     """The domain view of a PlaceBatchRequest; InputError (source "request") with every problem, paths under
     ``jobs[i]`` (``jobs[i].weight``, ``jobs[i].job.name``, ``jobs[i].job.parallel.tp``...)."""
     ps = _Problems()
-    built = _topology(req, ps)
+    built = _topology(req, ps, resolved)
     if not req.jobs:
         ps.add("jobs", "give at least one job")
     queue: list[BatchJob] = []

@@ -160,8 +160,12 @@ def _cluster_dict(cluster: pb.Cluster, ps: _Problems) -> dict[str, Any]:
     return d
 
 
-def _topology(req: Any, ps: _Problems) -> tuple[Topology, ClusterState] | None:
-    """The cluster and the state of a request (the cluster's static fault domains merged into the state)."""
+def _topology(req: Any, ps: _Problems,
+              resolved: tuple[Topology, ClusterState] | None = None) -> tuple[Topology, ClusterState] | None:
+    """The cluster and the state of a request (the cluster's static fault domains merged into the state), or
+    `resolved`: what its cluster_id names in the registry (placement.messages.registry.resolve_cluster)."""
+    if resolved is not None:
+        return resolved
     if not req.HasField("cluster"):
         ps.add("cluster", "is required")
         return None
@@ -251,10 +255,11 @@ class CompareInputs:
     options: SolveOptions
 
 
-def place_inputs(req: pb.PlaceRequest, default_time_limit_s: float = 10.0) -> PlaceInputs:
+def place_inputs(req: pb.PlaceRequest, default_time_limit_s: float = 10.0,
+                 resolved: tuple[Topology, ClusterState] | None = None) -> PlaceInputs:
     """The domain view of a PlaceRequest; InputError (source "request") with every problem."""
     ps = _Problems()
-    built = _topology(req, ps)
+    built = _topology(req, ps, resolved)
     job = _required_job(req, ps)
     options = _options(req.options, default_time_limit_s, ps)
     if built is not None and job is not None:
@@ -282,10 +287,11 @@ def evaluate_inputs(req: pb.EvaluateRequest) -> EvaluateInputs:
     return EvaluateInputs(built[0], built[1], job, mapping)
 
 
-def compare_inputs(req: pb.CompareRequest, default_time_limit_s: float = 10.0) -> CompareInputs:
+def compare_inputs(req: pb.CompareRequest, default_time_limit_s: float = 10.0,
+                   resolved: tuple[Topology, ClusterState] | None = None) -> CompareInputs:
     """The domain view of a CompareRequest; problems of job i are under ``jobs[i]``."""
     ps = _Problems()
-    built = _topology(req, ps)
+    built = _topology(req, ps, resolved)
     if not req.jobs:
         ps.add("jobs", "give at least one job")
     jobs = [_job(j, f"jobs[{i}]", ps) for i, j in enumerate(req.jobs)]

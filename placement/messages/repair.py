@@ -39,11 +39,12 @@ class RepairInputs:
     spares_only: bool = False
 
 
-def repair_inputs(req: pb.RepairRequest, default_time_limit_s: float = 5.0) -> RepairInputs:
+def repair_inputs(req: pb.RepairRequest, default_time_limit_s: float = 5.0,
+                  resolved: tuple[Topology, ClusterState] | None = None) -> RepairInputs:
     """The domain view of a RepairRequest; InputError (source "request") with every problem, the current
     mapping's under ``current[i]`` (a list in rank order) or ``current.R`` (entries with ranks)."""
     ps = _Problems()
-    built = _topology(req, ps)
+    built = _topology(req, ps, resolved)
     job = None
     if not req.HasField("job"):
         ps.add("job", "is required: the running job")

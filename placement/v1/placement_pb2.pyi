@@ -88,6 +88,11 @@ class PlaceRequest(_message.Message):
     STATE_FIELD_NUMBER: _builtins.int
     JOB_FIELD_NUMBER: _builtins.int
     OPTIONS_FIELD_NUMBER: _builtins.int
+    CLUSTER_ID_FIELD_NUMBER: _builtins.int
+    cluster_id: _builtins.str
+    """Instead of cluster and state: a cluster held by the ClusterRegistry (registry.proto), on its current
+    state, with the devices of live reservations occupied. Give cluster_id or cluster, not both.
+    """
     @_builtins.property
     def cluster(self) -> Global___Cluster: ...
     @_builtins.property
@@ -105,10 +110,11 @@ class PlaceRequest(_message.Message):
         state: Global___State | None = ...,
         job: Global___Job | None = ...,
         options: Global___Options | None = ...,
+        cluster_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["cluster", b"cluster", "job", b"job", "options", b"options", "state", b"state"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster", b"cluster", "job", b"job", "options", b"options", "state", b"state"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster", b"cluster", "cluster_id", b"cluster_id", "job", b"job", "options", b"options", "state", b"state"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -156,6 +162,9 @@ class CompareRequest(_message.Message):
     STATE_FIELD_NUMBER: _builtins.int
     JOBS_FIELD_NUMBER: _builtins.int
     OPTIONS_FIELD_NUMBER: _builtins.int
+    CLUSTER_ID_FIELD_NUMBER: _builtins.int
+    cluster_id: _builtins.str
+    """Instead of cluster and state: a registry cluster on its current state (as PlaceRequest.cluster_id)."""
     @_builtins.property
     def cluster(self) -> Global___Cluster: ...
     @_builtins.property
@@ -175,10 +184,11 @@ class CompareRequest(_message.Message):
         state: Global___State | None = ...,
         jobs: _abc.Iterable[Global___Job] | None = ...,
         options: Global___Options | None = ...,
+        cluster_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["cluster", b"cluster", "options", b"options", "state", b"state"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster", b"cluster", "jobs", b"jobs", "options", b"options", "state", b"state"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster", b"cluster", "cluster_id", b"cluster_id", "jobs", b"jobs", "options", b"options", "state", b"state"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2033,6 +2043,9 @@ class PlaceBatchRequest(_message.Message):
     STATE_FIELD_NUMBER: _builtins.int
     JOBS_FIELD_NUMBER: _builtins.int
     OPTIONS_FIELD_NUMBER: _builtins.int
+    CLUSTER_ID_FIELD_NUMBER: _builtins.int
+    cluster_id: _builtins.str
+    """Instead of cluster and state: a registry cluster on its current state (as PlaceRequest.cluster_id)."""
     @_builtins.property
     def cluster(self) -> Global___Cluster: ...
     @_builtins.property
@@ -2052,10 +2065,11 @@ class PlaceBatchRequest(_message.Message):
         state: Global___State | None = ...,
         jobs: _abc.Iterable[Global___BatchJob] | None = ...,
         options: Global___Options | None = ...,
+        cluster_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["cluster", b"cluster", "options", b"options", "state", b"state"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster", b"cluster", "jobs", b"jobs", "options", b"options", "state", b"state"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster", b"cluster", "cluster_id", b"cluster_id", "jobs", b"jobs", "options", b"options", "state", b"state"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2268,8 +2282,13 @@ class RepairRequest(_message.Message):
     SPARES_ONLY_FIELD_NUMBER: _builtins.int
     BUDGET_FIELD_NUMBER: _builtins.int
     OPTIONS_FIELD_NUMBER: _builtins.int
+    CLUSTER_ID_FIELD_NUMBER: _builtins.int
     spares_only: _builtins.bool
     """Move ranks only onto spares."""
+    cluster_id: _builtins.str
+    """Instead of cluster and state: a registry cluster on its current state (as PlaceRequest.cluster_id). The
+    job's own live reservation there counts as its own occupancy.
+    """
     @_builtins.property
     def cluster(self) -> Global___Cluster: ...
     @_builtins.property
@@ -2310,10 +2329,11 @@ class RepairRequest(_message.Message):
         spares_only: _builtins.bool = ...,
         budget: Global___RepairBudget | None = ...,
         options: Global___Options | None = ...,
+        cluster_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["budget", b"budget", "cluster", b"cluster", "job", b"job", "options", b"options", "state", b"state"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["budget", b"budget", "cluster", b"cluster", "current", b"current", "drain", b"drain", "job", b"job", "options", b"options", "spares", b"spares", "spares_only", b"spares_only", "state", b"state"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["budget", b"budget", "cluster", b"cluster", "cluster_id", b"cluster_id", "current", b"current", "drain", b"drain", "job", b"job", "options", b"options", "spares", b"spares", "spares_only", b"spares_only", "state", b"state"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

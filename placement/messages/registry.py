@@ -1,0 +1,91 @@
+"""Proto <-> registry: reservations, state documents and events as messages, and `resolve_cluster`, the one place
+that turns a request's `cluster_id` into the (topology, state) a solve runs on.
+
+It imports no grpc; request field paths prefix every input problem as in placement.messages.domain.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from google.protobuf import json_format
+
+from placement.errors import InputError, Problem
+from placement.registry import Registry, Reservation, ReservationStatus
+from placement.registry.model import Event
+from placement.state import ClusterState
+from placement.topology import Topology
+from placement.v1 import placement_pb2 as pb
+from placement.v1 import registry_pb2 as rpb
+
+__all__ = ["event_to_proto", "prefixed", "reservation_to_proto", "resolve_cluster", "state_message"]
+
+_STATUS = {
+    ReservationStatus.HELD: rpb.RESERVATION_STATUS_HELD,
+    ReservationStatus.COMMITTED: rpb.RESERVATION_STATUS_COMMITTED,
+    ReservationStatus.RELEASED: rpb.RESERVATION_STATUS_RELEASED,
+    ReservationStatus.EXPIRED: rpb.RESERVATION_STATUS_EXPIRED,
+}
+
+
+def resolve_cluster(request: Any, registry: Registry | None) -> tuple[Topology, ClusterState] | None:
+    """The registry cluster a request names by `cluster_id` (None when it names none: inline cluster and
+    state). INVALID_ARGUMENT when it names one and also carries a cluster or state, or the server has no
+    registry; NotFound for an unknown id. Any request message with `cluster_id` (Place, Compare, ...) works."""
+    cid = getattr(request, "cluster_id", "")
+    if not cid:
+        return None
+    both = [f for f in ("cluster", "state") if request.HasField(f)]
+    if both:
+        raise InputError("request", [Problem("cluster_id", f"give cluster_id or an inline {' and '.join(both)}, not both")])
+    if registry is None:
+        raise InputError("request", [Problem("cluster_id", "this server runs without a registry (--registry off)")])
+    return registry.resolve(cid)
+
+
+def prefixed(e: InputError, prefix: str) -> InputError:
+    """The same problems under a request field (``cluster.levels[0]...``, ``diff.occupy[1]...``)."""
+    def join(path: str) -> str:
+        return prefix if not path else prefix + path if path.startswith("[") else f"{prefix}.{path}"
+
+    return InputError("request", [Problem(join(p.path), p.message) for p in e.problems])
+
+
+def reservation_to_proto(res: Reservation) -> rpb.Reservation:
+    out = rpb.Reservation(id=res.id, cluster_id=res.cluster_id, job=res.job, status=_STATUS[res.status],
+                          devices=list(res.devices), idempotency_key=res.idempotency_key or "",
+                          created_unix_s=res.created_at, expires_unix_s=res.expires_at, generation=res.generation,
+                          cluster_version=res.cluster_version)
+    if res.ended_at is not None:
+        out.ended_unix_s = res.ended_at
+    return out
+
+
+def _reservation_from_payload(cluster_id: str, p: dict[str, Any]) -> rpb.Reservation:
+    return reservation_to_proto(Reservation(
+        id=p["id"], cluster_id=cluster_id, job=p["job"], status=ReservationStatus(p["status"]),
+        devices=tuple(p["devices"]), idempotency_key=p.get("idempotency_key"), request_hash="",
+        created_at=p["created_at"], expires_at=p["expires_at"], ended_at=p.get("ended_at"),
+        generation=p["generation"], cluster_version=p["cluster_version"]))
+
+
+def state_message(doc: dict[str, Any]) -> pb.State:
+    """A native state document as a State message (the formats share their key names)."""
+    msg = pb.State()
+    json_format.ParseDict(doc, msg)
+    return msg
+
+
+def event_to_proto(ev: Event) -> rpb.StateEvent:
+    out = rpb.StateEvent(cluster_id=ev.cluster_id, seq=ev.seq, kind=rpb.StateEventKind.Value(f"STATE_EVENT_KIND_{ev.kind}"),
+                         generation=ev.generation, at_unix_s=ev.at)
+    p = ev.payload
+    if ev.kind == "STATE_REPLACED":
+        out.state.CopyFrom(state_message(p["state"]))
+    elif ev.kind == "STATE_DIFF":
+        json_format.ParseDict(p["diff"], out.diff)
+    elif ev.kind == "CLUSTER_PUT":
+        out.cluster_version = int(p["version"])
+    else:
+        out.reservation.CopyFrom(_reservation_from_payload(ev.cluster_id, p))
+    return out

@@ -1,0 +1,284 @@
+"""The ClusterRegistry servicer, and `RegistryHolder`: the store opened on first use and the lease sweeper.
+
+It only translates: placement.registry holds the rules; Reserve's solve runs on the server's solve pool with the
+same deadline and limits as Place.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+from placement.errors import InputError, Problem
+from placement.messages import domain as convert
+from placement.messages.registry import (
+    event_to_proto,
+    prefixed,
+    reservation_to_proto,
+    resolve_cluster,
+    state_message,
+)
+from placement.registry import Registry, default_url, open_store, request_hash
+from placement.registry.registry import MAX_TTL_S
+from placement.solve import PlacementResult
+from placement.state import ClusterState
+from placement.topology import Topology
+from placement.v1 import placement_pb2 as pb
+from placement.v1 import registry_pb2 as rpb
+from placement.v1 import registry_pb2_grpc as rpb_grpc
+from server.errors import LimitExceeded, status_for
+from server.servicer import PlacementServicer
+from server.settings import Settings
+
+__all__ = ["REGISTRY_SERVICE_NAME", "RegistryHolder", "RegistryServicer"]
+
+_log = logging.getLogger("placement.server")
+
+REGISTRY_SERVICE_NAME: str = rpb.DESCRIPTOR.services_by_name["ClusterRegistry"].full_name
+DEFAULT_TTL_S = 60.0
+_WATCH_POLL_S = 0.5  # other replicas' writes reach a watcher within this
+
+R = TypeVar("R")
+
+
+class RegistryHolder:
+    """The registry of a server: opened on first use (or by `open()` at startup), swept while open."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.url = settings.registry or default_url()
+        self.enabled = settings.registry != "off"
+        self._sweep_s = settings.lease_sweep_s
+        self._lock = threading.Lock()
+        self._registry: Registry | None = None
+        self._stop = threading.Event()
+        self._sweeper: threading.Thread | None = None
+
+    def open(self) -> Registry | None:
+        """The registry (None when disabled); the store is opened and migrated on the first call."""
+        if not self.enabled:
+            return None
+        with self._lock:
+            if self._registry is None:
+                if self._stop.is_set():
+                    raise RuntimeError("the registry is closed")
+                self._registry = Registry(open_store(self.url))
+                self._registry.sweep()  # leases that ran out while no server was up
+                self._sweeper = threading.Thread(target=self._sweep_loop, name="placement-lease-sweeper", daemon=True)
+                self._sweeper.start()
+                _log.info("registry open", extra={"fields": {"store": _redacted(self.url),
+                                                             "schema": self._registry.store.schema_version()}})
+            return self._registry
+
+    def _sweep_loop(self) -> None:
+        while not self._stop.wait(self._sweep_s):
+            reg = self._registry
+            if reg is None:
+                return
+            try:
+                expired = reg.sweep()
+            except Exception as e:  # a database hiccup: the next sweep retries; reads never trust a stale lease
+                _log.warning("lease sweep failed", extra={"fields": {"error": str(e)}})
+                continue
+            for res in expired:
+                _log.info("lease expired", extra={"fields": {"reservation": res.id, "job": res.job}})
+
+    def resolve(self, request: Any) -> tuple[Topology, ClusterState] | None:
+        """placement.messages.registry.resolve_cluster with this server's registry (opened only if needed)."""
+        if not getattr(request, "cluster_id", ""):
+            return None
+        return resolve_cluster(request, self.open())
+
+    def close(self) -> None:
+        self._stop.set()
+        with self._lock:
+            reg, self._registry = self._registry, None
+        if self._sweeper is not None:
+            self._sweeper.join(timeout=5)
+        if reg is not None:
+            reg.close()
+
+
+def _gone(context: Any) -> bool:
+    """The caller cancelled, or its deadline passed: a reservation now would never reach it."""
+    remaining = context.time_remaining()
+    return not context.is_active() or (remaining is not None and remaining <= 0)
+
+
+def _redacted(url: str) -> str:
+    """A store URL without its password."""
+    if "@" in url and "://" in url:
+        scheme, rest = url.split("://", 1)
+        cred, host = rest.rsplit("@", 1)
+        return f"{scheme}://{cred.split(':', 1)[0]}@{host}"
+    return url
+
+
+class RegistryServicer(rpb_grpc.ClusterRegistryServicer):
+    """Each RPC translates a message into a Registry call; Reserve solves on the PlacementServicer's pool."""
+
+    def __init__(self, settings: Settings, holder: RegistryHolder, placement: PlacementServicer) -> None:
+        self._settings = settings
+        self._holder = holder
+        self._placement = placement
+
+    def _registry(self) -> Registry:
+        reg = self._holder.open()
+        if reg is None:
+            raise InputError("request", [Problem("cluster_id", "this server runs without a registry (--registry off)")])
+        return reg
+
+    def _run(self, context: Any, fn: Callable[[], R]) -> R:
+        try:
+            return fn()
+        except Exception as exc:
+            context.abort_with_status(status_for(exc))
+            raise AssertionError("abort_with_status returns by raising") from exc
+
+    # ---- clusters and state --------------------------------------------------------------------------------
+
+    def PutCluster(self, request: rpb.PutClusterRequest, context: Any) -> rpb.PutClusterResponse:
+        def work() -> rpb.PutClusterResponse:
+            if not request.HasField("cluster"):
+                raise InputError("request", [Problem("cluster", "is required")])
+            n = convert.estimate_devices(request.cluster)
+            if n > self._settings.max_devices:
+                raise LimitExceeded("devices", f"the cluster has {n} devices; this server accepts at most "
+                                    f"{self._settings.max_devices}")
+            ps = convert._Problems()
+            doc = convert._cluster_dict(request.cluster, ps)
+            ps.raise_if_any()
+            try:
+                version, changed = self._registry().put_cluster(request.cluster_id, doc)
+            except InputError as e:
+                raise (prefixed(e, "cluster") if e.source == "cluster" else e) from None
+            topo = self._registry().view(request.cluster_id).topology
+            return rpb.PutClusterResponse(cluster_id=request.cluster_id, version=version, changed=changed,
+                                          devices=topo.num_devices)
+
+        return self._run(context, work)
+
+    def UpdateState(self, request: rpb.UpdateStateRequest, context: Any) -> rpb.UpdateStateResponse:
+        def work() -> rpb.UpdateStateResponse:
+            which = request.WhichOneof("change")
+            if which is None:
+                raise InputError("request", [Problem("change", "give a full `state` or a `diff`")])
+            doc = convert.message_dict(getattr(request, which))
+            try:
+                if which == "state":
+                    gen = self._registry().update_state(request.cluster_id, request.generation, snapshot=doc)
+                else:
+                    gen = self._registry().update_state(request.cluster_id, request.generation, diff=doc)
+            except InputError as e:
+                raise (prefixed(e, which) if e.source in ("state", "diff") else e) from None
+            return rpb.UpdateStateResponse(cluster_id=request.cluster_id, generation=gen)
+
+        return self._run(context, work)
+
+    def GetState(self, request: rpb.GetStateRequest, context: Any) -> rpb.GetStateResponse:
+        def work() -> rpb.GetStateResponse:
+            reg = self._registry()
+            view = reg.view(request.cluster_id)
+            now = reg.clock()
+            out = rpb.GetStateResponse(cluster_id=request.cluster_id, cluster_version=view.record.version,
+                                       generation=view.generation, seq=view.record.last_seq,
+                                       state=state_message(view.document()))
+            holders = {rid for rid, exp in view.holds.values() if exp > now}
+            for rid in sorted(holders):
+                out.holds.append(reservation_to_proto(reg.get(rid)))
+            if request.include_cluster:
+                json_doc = dict(view.record.doc)
+                for nt in json_doc.get("node_types", []):
+                    if "rails" in nt:
+                        nt["rails"] = [-1 if x is None else x for x in nt["rails"]]
+                from google.protobuf import json_format
+
+                json_format.ParseDict(json_doc, out.cluster)
+            return out
+
+        return self._run(context, work)
+
+    def WatchState(self, request: rpb.WatchStateRequest, context: Any) -> Iterator[rpb.StateEvent]:
+        try:
+            reg = self._registry()
+            seq = request.after_seq
+            if seq <= 0:
+                first = self.GetState(rpb.GetStateRequest(cluster_id=request.cluster_id), context)
+                seq = first.seq
+                yield rpb.StateEvent(cluster_id=request.cluster_id, seq=seq, kind=rpb.STATE_EVENT_KIND_SNAPSHOT,
+                                     generation=first.generation, at_unix_s=reg.clock(), state=first.state,
+                                     holds=first.holds, cluster_version=first.cluster_version)
+            elif reg.store.last_seq(request.cluster_id) is None:
+                reg.view(request.cluster_id)  # NotFound
+            while context.is_active() and not self._holder._stop.is_set():
+                for ev in reg.events(request.cluster_id, seq, wait_s=_WATCH_POLL_S):
+                    seq = ev.seq
+                    yield event_to_proto(ev)
+        except Exception as exc:
+            context.abort_with_status(status_for(exc))
+
+    # ---- reservations --------------------------------------------------------------------------------------
+
+    def Reserve(self, request: rpb.ReserveRequest, context: Any) -> rpb.ReserveResponse:
+        return self._placement._call(request, context, self._reserve)
+
+    def _reserve(self, request: rpb.ReserveRequest, context: Any, stop: threading.Event) -> rpb.ReserveResponse:
+        self._placement._started(context, stop)
+        reg = self._registry()
+        if not request.cluster_id:
+            raise InputError("request", [Problem("cluster_id", "is required")])
+        if not request.HasField("job"):
+            raise InputError("request", [Problem("job", "is required")])
+        ranks = convert.estimate_ranks(request.job)
+        if ranks > self._settings.max_ranks:
+            raise LimitExceeded("ranks", f"job has {ranks} ranks; this server accepts at most {self._settings.max_ranks}")
+        ttl = request.ttl_s if request.HasField("ttl_s") else DEFAULT_TTL_S
+        if not (0 < ttl <= MAX_TTL_S):
+            raise InputError("request", [Problem("ttl_s", f"must be in (0, {MAX_TTL_S:g}] seconds, got {ttl}")])
+        place_req = pb.PlaceRequest(cluster_id=request.cluster_id, job=request.job, options=request.options)
+        inputs = convert.place_inputs(place_req, self._settings.default_time_limit_s, reg.resolve(request.cluster_id))
+        budget = self._placement._budget(inputs.options.time_limit_s, context, 1)
+        opts = self._placement._options(inputs.options, budget, stop)
+        job = inputs.job
+
+        def render(topo: Topology, res: PlacementResult) -> bytes:
+            msg = convert.result_to_proto(topo, job, res, time_limit_s=budget.limit_s,
+                                          deadline_limited=budget.deadline_limited)
+            return bytes(msg.SerializeToString())
+
+        fingerprint = request_hash(request.job.SerializeToString(deterministic=True),
+                                   request.options.SerializeToString(deterministic=True))
+        t0 = time.perf_counter()
+        with self._placement._watchdog(budget, stop):
+            out = reg.reserve(request.cluster_id, job, opts, ttl_s=ttl, key=request.idempotency_key or None,
+                              fingerprint=fingerprint, render=render,
+                              gone=lambda: _gone(context))
+        res = out.reservation
+        _log.info("reserved", extra={"fields": {
+            "reservation": res.id, "job": res.job, "ranks": len(res.devices), "replayed": out.replayed,
+            "attempts": out.attempts, "status": res.status.value, "solve_s": round(time.perf_counter() - t0, 4)}})
+        result = pb.PlacementResult()
+        result.ParseFromString(res.payload)
+        return rpb.ReserveResponse(result=result, reservation_id=res.id, expires_unix_s=res.expires_at,
+                                   reservation=reservation_to_proto(res), replayed=out.replayed,
+                                   attempts=out.attempts)
+
+    def Commit(self, request: rpb.ReservationRequest, context: Any) -> rpb.ReservationResponse:
+        return self._run(context, lambda: rpb.ReservationResponse(
+            reservation=reservation_to_proto(self._registry().commit(request.reservation_id))))
+
+    def Release(self, request: rpb.ReservationRequest, context: Any) -> rpb.ReservationResponse:
+        return self._run(context, lambda: rpb.ReservationResponse(
+            reservation=reservation_to_proto(self._registry().release(request.reservation_id))))
+
+    def Renew(self, request: rpb.ReservationRequest, context: Any) -> rpb.ReservationResponse:
+        ttl = request.ttl_s if request.HasField("ttl_s") else DEFAULT_TTL_S
+        return self._run(context, lambda: rpb.ReservationResponse(
+            reservation=reservation_to_proto(self._registry().renew(request.reservation_id, ttl))))
+
+    def ListReservations(self, request: rpb.ListReservationsRequest, context: Any) -> rpb.ListReservationsResponse:
+        return self._run(context, lambda: rpb.ListReservationsResponse(reservations=[
+            reservation_to_proto(r) for r in self._registry().reservations(
+                request.cluster_id or None, live_only=request.live_only)]))
