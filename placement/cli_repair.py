@@ -18,7 +18,7 @@ from placement.cli_errors import err, fail, guard
 from placement.job import Job
 from placement.solve.repair import RepairResult
 from placement.topology import Topology
-from placement.whatif_defrag import DefragResult
+from placement.whatif.defrag import DefragResult
 
 __all__ = ["register", "repair_document", "whatif_group"]
 
@@ -131,8 +131,8 @@ def defrag(
     --level for a job that does not fit today (a Pareto set of moved ranks against jobs touched)."""
     from placement.io.native import load_cluster, load_job, load_state
     from placement.state import ClusterState
-    from placement.whatif_defrag import defrag as run_defrag
-    from placement.whatif_defrag import hosts_needed
+    from placement.whatif.defrag import defrag as run_defrag
+    from placement.whatif.defrag import hosts_needed
 
     if output not in ("table", "json"):
         fail(f"--output: unknown value {output!r}; use table or json", 2)

@@ -9,7 +9,7 @@ import pytest
 
 from placement.errors import InputError
 from placement.state import ClusterState
-from placement.whatif_defrag import defrag
+from placement.whatif.defrag import defrag
 from tests.conftest import tree
 
 

@@ -1,4 +1,4 @@
-"""Ranked tables and plots of a what-if sweep's results: shapes ranked by modeled step seconds (then exposed
+"""Ranked tables of a what-if sweep's results: shapes ranked by modeled step seconds (then exposed
 communication), each strategy's step, MFU, tokens/s and the optimizer's savings. Owns `ranked_tables`
 (`placement.whatif.plots` draws the same numbers); `placement.whatif` re-exports it.
 """
