@@ -8,6 +8,7 @@ one file is also a valid request body in the protobuf JSON mapping. See ``exampl
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -19,10 +20,13 @@ from placement.io.native_job import job_from_dict, load_job
 from placement.io.native_read import (
     MAX_BANDWIDTH_GBPS,
     MAX_LATENCY_US,
+    MAX_SLOWDOWN,
     MIN_BANDWIDTH_GBPS,
     _Reader,
     load_document,
+    short,
 )
+from placement.limits import LimitError, current_limits, tick
 from placement.state import ClusterState, Uplink
 from placement.topology import DEFAULT_INTRA_NODE_TIERS, HostSpec, Level, NodeType, RailPolicy, Tier, Topology
 
@@ -54,14 +58,23 @@ def _tier(r: _Reader, d: Mapping[str, Any], path: str, allowed_extra: Sequence[s
 
 def _matrix(r: _Reader, rows: Any, path: str, base_dir: Path | None) -> tuple[tuple[str, ...], ...] | None:
     out: list[tuple[str, ...]] = []
-    for i, row in enumerate(r.lst(rows, path)):
+    lim = current_limits()
+    row_list = r.lst(rows, path)
+    lim.check("max_matrix_side", len(row_list), f"{path} (rows)")
+    known: dict[str, bool] = {}  # a code seen once is not matched again
+    for i, row in enumerate(row_list):
+        tick(i, "reading a matrix")
         cells = row.split() if isinstance(row, str) else row if isinstance(row, list) else None
         if cells is None:
-            r.ps.add(f"{path}[{i}]", f"must be a row of link codes, got {row!r}")
+            r.ps.add(f"{path}[{i}]", f"must be a row of link codes, got {short(row)}")
             return None
+        lim.check("max_matrix_side", len(cells), f"{path}[{i}] (columns)")
         for j, c in enumerate(cells):
-            if not isinstance(c, str) or not _KNOWN_CODES.match(c):
-                r.ps.add(f"{path}[{i}][{j}]", f"unknown link code {c!r}; known: X, NV#, PIX, PXB, PHB, NODE, SYS, SOC")
+            ok = known.get(c) if isinstance(c, str) else False
+            if ok is None:
+                ok = known[c] = bool(_KNOWN_CODES.match(c))
+            if not ok:
+                r.ps.add(f"{path}[{i}][{j}]", f"unknown link code {short(c)}; known: X, NV#, PIX, PXB, PHB, NODE, SYS, SOC")
         out.append(tuple(str(c) for c in cells))
     return tuple(out) if out else None
 
@@ -92,8 +105,8 @@ def _node_type(r: _Reader, d: Mapping[str, Any], path: str, name: str, base_dir:
         if all(x is None or (isinstance(x, int) and not isinstance(x, bool) and x >= 0) for x in rl):
             rails = tuple(rl)
         else:
-            r.ps.add(f"{path}.rails", f"must be non-negative integers or null, got {rl!r}")
-    n = r.int_(d, "devices", path, minimum=1, default=None)
+            r.ps.add(f"{path}.rails", f"must be non-negative integers or null, got {short(rl)}")
+    n = r.int_(d, "devices", path, minimum=1, default=None, maximum=current_limits().max_devices)
     if n is None:
         if matrix is not None:
             n = len(matrix)
@@ -129,10 +142,47 @@ def _device_kinds(r: _Reader, v: Any) -> dict[str, DeviceKind]:
         tflops = r.num(kd, "tflops", p, minimum=0, exclusive=True, required=True, maximum=1e6)
         mem = r.num(kd, "memory_gb", p, minimum=0, exclusive=True, required=True, maximum=1e6)
         if name is not None and name in out:
-            r.ps.add(f"{p}.name", f"device kind {name!r} is defined twice")
+            r.ps.add(f"{p}.name", f"device kind {short(name)} is defined twice")
         if name is not None and tflops is not None and mem is not None:
             out[name] = DeviceKind(name, tflops, mem)
     return out
+
+
+def _host_budget(r: _Reader, gens: Sequence[Any], hosts: Sequence[Any], node_types: Mapping[str, NodeType],
+                 single: str | None) -> None:
+    """LimitError before any host is built: hosts, devices and matrix cells of every generate entry and host."""
+    lim = current_limits()
+    n_hosts, n_devices, cells = len(hosts), 0, 0
+
+    def size(entry: Mapping[str, Any]) -> tuple[int, int]:
+        nt = node_types.get(str(entry.get("node_type"))) if entry.get("node_type") is not None else None
+        if nt is not None:
+            return nt.devices, len(nt.matrix) ** 2 if nt.matrix else 0
+        dv = entry.get("devices")
+        return (dv if isinstance(dv, int) and not isinstance(dv, bool) and dv > 0 else 1), 0
+
+    for gi, g in enumerate(gens):
+        if not isinstance(g, dict):
+            continue
+        nodes = g.get("nodes")
+        if isinstance(nodes, float) and math.isfinite(nodes) and nodes.is_integer():
+            nodes = int(nodes)
+        if not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 1:
+            continue  # reported by the reader
+        where = single or f"generate[{gi}]"
+        lim.check("max_hosts", nodes, f"{where}.nodes")
+        n_hosts += nodes
+        per, c = size(g)
+        n_devices += nodes * per
+        cells += nodes * c
+    for h in hosts:
+        if isinstance(h, dict):
+            per, c = size(h)
+            n_devices += per
+            cells += c
+    lim.check("max_hosts", n_hosts, "the cluster's hosts")
+    lim.check("max_devices", n_devices, "the cluster's devices")
+    lim.check("max_matrix_cells", cells, "the cluster's intra-node matrix cells")
 
 
 def cluster_from_dict(doc: Any, source: str = "<cluster>", base_dir: Path | None = None) -> tuple[Topology, ClusterState | None]:
@@ -164,8 +214,8 @@ def cluster_from_dict(doc: Any, source: str = "<cluster>", base_dir: Path | None
         rp = r.obj(d["rail_policy"], "rail_policy")
         r.keys(rp, ["extra_latency_us", "bandwidth_factor"], "rail_policy")
         rail_policy = RailPolicy(
-            r.num(rp, "extra_latency_us", "rail_policy", default=2.0, minimum=0) or 0.0,
-            r.num(rp, "bandwidth_factor", "rail_policy", default=1.0, minimum=0, exclusive=True) or 1.0,
+            r.num(rp, "extra_latency_us", "rail_policy", default=2.0, minimum=0, maximum=MAX_LATENCY_US) or 0.0,
+            r.num(rp, "bandwidth_factor", "rail_policy", default=1.0, minimum=0, exclusive=True, maximum=1.0) or 1.0,
         )
     kinds = _device_kinds(r, d.get("device_kinds"))
     node_types: dict[str, NodeType] = {}
@@ -173,7 +223,7 @@ def cluster_from_dict(doc: Any, source: str = "<cluster>", base_dir: Path | None
         ntd = r.obj(nt, f"node_types[{i}]")
         ntn = r.str_(ntd, "name", f"node_types[{i}]", required=True) or f"type{i}"
         if ntn in node_types:
-            ps.add(f"node_types[{i}].name", f"node type {ntn!r} is defined twice")
+            ps.add(f"node_types[{i}].name", f"node type {short(ntn)} is defined twice")
         node_types[ntn] = _node_type(r, ntd, f"node_types[{i}]", ntn, base_dir)
     level_names = [lv.name for lv in levels]
 
@@ -181,10 +231,10 @@ def cluster_from_dict(doc: Any, source: str = "<cluster>", base_dir: Path | None
         tname = hd.get("node_type")
         if tname is not None:
             if not isinstance(tname, str | int) or str(tname) not in node_types:
-                ps.add(f"{path}.node_type", f"unknown node type {tname!r}; defined: {sorted(node_types)}")
+                ps.add(f"{path}.node_type", f"unknown node type {short(tname)}; defined: {sorted(node_types)}")
                 return NodeType("?", 1)
             return node_types[str(tname)]
-        n = r.int_(hd, "devices", path, minimum=1, default=None)
+        n = r.int_(hd, "devices", path, minimum=1, default=None, maximum=current_limits().max_devices)
         if n is None:
             if "devices" not in hd:
                 ps.add(f"{path}.devices", "is required (or a node_type)")
@@ -194,11 +244,12 @@ def cluster_from_dict(doc: Any, source: str = "<cluster>", base_dir: Path | None
     hosts: list[HostSpec] = []
     gens = d.get("generate")
     gen_list = [gens] if isinstance(gens, dict) else r.lst(gens, "generate")
+    _host_budget(r, gen_list, r.lst(d.get("hosts"), "hosts"), node_types, "generate" if isinstance(gens, dict) else None)
     gen_src: list[str] = []  # the generate entry of each generated host, to name it in structural errors
     complete = bool(levels)  # every host was built: structural checks of the whole cluster are meaningful
     for gi, g in enumerate(gen_list):
         gp = "generate" if isinstance(gens, dict) else f"generate[{gi}]"
-        entry_start = len(ps.items)
+        entry_start = len(ps)
         gd = r.obj(g, gp)
         r.keys(gd, ["nodes", "node_type", "devices", "kind", "fanout", "prefix", "host_format"], gp)
         nodes = r.int_(gd, "nodes", gp, minimum=1, required=True) or 0
@@ -230,12 +281,13 @@ def cluster_from_dict(doc: Any, source: str = "<cluster>", base_dir: Path | None
             try:
                 str(hfmt).format(1)
             except (KeyError, IndexError, ValueError) as e:
-                ps.add(f"{gp}.host_format", f"{hfmt!r} is not a format with one positional field like 'gpu-{{:03d}}': {e}")
-        if len(ps.items) > entry_start or not levels:
+                ps.add(f"{gp}.host_format", f"{short(hfmt)} is not a format with one positional field like 'gpu-{{:03d}}': {e}")
+        if len(ps) > entry_start or not levels:
             complete = False
             continue
         width = max(2, len(str(nodes)))
         for h in range(nodes):
+            tick(h, "building the hosts")
             hname = str(hfmt).format(h + 1) if hfmt else f"{prefix}{level_names[0]}{h + 1:0{width}d}"
             doms: dict[str, str] = {}
             idx = h
@@ -246,6 +298,7 @@ def cluster_from_dict(doc: Any, source: str = "<cluster>", base_dir: Path | None
             hosts.append(HostSpec(hname, doms, nt))
             gen_src.append(gp)
     for hi, h in enumerate(r.lst(d.get("hosts"), "hosts")):
+        tick(hi, "reading the hosts")
         hp = f"hosts[{hi}]"
         hd = r.obj(h, hp)
         r.keys(hd, ["name", "domains", "node_type", "devices", "kind"], hp)
@@ -290,20 +343,40 @@ def load_cluster(path: str | Path) -> tuple[Topology, ClusterState | None]:
 # ---- state --------------------------------------------------------------------------------------------------
 
 
-def _resolve(topo: Topology, sel: Any, path: str, ps: Problems) -> tuple[int, ...]:
+class _Budget:
+    """Devices named by the selectors of one state so far: bounded (a selector may name the whole cluster, and a
+    state may repeat it), and a checkpoint for the current call every few hundred selectors."""
+
+    def __init__(self, topo: Topology) -> None:
+        self.limit = 8 * max(topo.num_devices, 1) + current_limits().max_state_entries
+        self.used = 0
+        self.calls = 0
+
+    def take(self, devices: tuple[int, ...], path: str) -> tuple[int, ...]:
+        self.used += len(devices)
+        self.calls += 1
+        tick(self.calls, "reading the state")
+        if self.used > self.limit:
+            raise LimitError(f"{path} (devices named by the state's selectors so far)", self.used,
+                             "8 x devices + max_state_entries", self.limit)
+        return devices
+
+
+def _resolve(topo: Topology, sel: Any, path: str, ps: Problems, budget: _Budget | None = None) -> tuple[int, ...]:
     if not isinstance(sel, str):
-        ps.add(path, f"must be a device, host or domain name, got {sel!r}")
+        ps.add(path, f"must be a device, host or domain name, got {short(sel)}")
         return ()
     try:
-        return topo.resolve(sel)
+        devs = topo.resolve(sel)
     except KeyError as e:
-        ps.add(path, str(e.args[0]))
+        ps.add(path, str(e.args[0])[:300])
         return ()
+    return budget.take(devs, path) if budget is not None else devs
 
 
 def _uplink(topo: Topology, sel: Any, path: str, ps: Problems) -> Uplink | None:
     if not isinstance(sel, str):
-        ps.add(path, f"must be a host or domain name, got {sel!r}")
+        ps.add(path, f"must be a host or domain name, got {short(sel)}")
         return None
     if ":" in sel:
         lname, dname = sel.split(":", 1)
@@ -316,14 +389,14 @@ def _uplink(topo: Topology, sel: Any, path: str, ps: Problems) -> Uplink | None:
     else:
         cands = [(li, k) for li, names in enumerate(topo.domain_names) for k, n in enumerate(names) if n == sel]
     if not cands:
-        ps.add(path, f"unknown host or domain {sel!r}")
+        ps.add(path, f"unknown host or domain {short(sel)}")
         return None
     if len(cands) > 1:
-        ps.add(path, f"{sel!r} names domains at several levels; write level:name")
+        ps.add(path, f"{short(sel)} names domains at several levels; write level:name")
         return None
     li, k = cands[0]
     if li == len(topo.levels) - 1:
-        ps.add(path, f"{sel!r} is the top domain; it has no uplink")
+        ps.add(path, f"{short(sel)} is the top domain; it has no uplink")
         return None
     return Uplink(li, k)
 
@@ -334,25 +407,32 @@ def state_from_dict(doc: Any, topo: Topology, source: str = "<state>") -> Cluste
     r = _Reader(ps)
     d = r.obj(doc, "")
     r.keys(d, ["occupied", "failed", "degraded", "links", "fault_domains", "description"], "")
+    lim = current_limits()
+    for key in ("occupied", "failed", "degraded", "links"):
+        v = d.get(key)
+        lim.check("max_state_entries", len(v) if isinstance(v, list) else 0, key)
+    fd_list = d.get("fault_domains")
+    lim.check("max_fault_domains", len(fd_list) if isinstance(fd_list, list) else 0, "fault_domains")
+    budget = _Budget(topo)
     occupied: dict[int, str] = {}
     for i, o in enumerate(r.lst(d.get("occupied"), "occupied")):
         od = r.obj(o, f"occupied[{i}]")
         r.keys(od, ["job", "devices"], f"occupied[{i}]")
         job = r.str_(od, "job", f"occupied[{i}]", required=True) or "?"
         for j, sel in enumerate(r.lst(od.get("devices"), f"occupied[{i}].devices")):
-            for dv in _resolve(topo, sel, f"occupied[{i}].devices[{j}]", ps):
+            for dv in _resolve(topo, sel, f"occupied[{i}].devices[{j}]", ps, budget):
                 if dv in occupied and occupied[dv] != job:
-                    ps.add(f"occupied[{i}].devices[{j}]", f"{topo.devices[dv].id} is already occupied by job {occupied[dv]!r}")
+                    ps.add(f"occupied[{i}].devices[{j}]", f"{topo.devices[dv].id} is already occupied by job {short(occupied[dv])}")
                 occupied[dv] = job
     failed: set[int] = set()
     for j, sel in enumerate(r.lst(d.get("failed"), "failed")):
-        failed.update(_resolve(topo, sel, f"failed[{j}]", ps))
+        failed.update(_resolve(topo, sel, f"failed[{j}]", ps, budget))
     slow: dict[int, float] = {}
     for i, g in enumerate(r.lst(d.get("degraded"), "degraded")):
         gd = r.obj(g, f"degraded[{i}]")
         r.keys(gd, ["device", "slowdown"], f"degraded[{i}]")
-        f = r.num(gd, "slowdown", f"degraded[{i}]", minimum=1, required=True)
-        for dv in _resolve(topo, gd.get("device"), f"degraded[{i}].device", ps):
+        f = r.num(gd, "slowdown", f"degraded[{i}]", minimum=1, required=True, maximum=MAX_SLOWDOWN)
+        for dv in _resolve(topo, gd.get("device"), f"degraded[{i}].device", ps, budget):
             if f is not None:
                 slow[dv] = max(slow.get(dv, 1.0), f)
     failed_pairs: set[tuple[int, int]] = set()
@@ -364,7 +444,7 @@ def state_from_dict(doc: Any, topo: Topology, source: str = "<state>") -> Cluste
         ld = r.obj(lk, lp)
         r.keys(ld, ["between", "uplink", "failed", "slowdown"], lp)
         is_failed = bool(ld.get("failed", False))
-        f = r.num(ld, "slowdown", lp, minimum=1, default=None)
+        f = r.num(ld, "slowdown", lp, minimum=1, default=None, maximum=MAX_SLOWDOWN)
         if not is_failed and f is None:
             ps.add(lp, "a link entry needs failed: true or a slowdown >= 1")
         if ("between" in ld) == ("uplink" in ld):
@@ -377,11 +457,11 @@ def state_from_dict(doc: Any, topo: Topology, source: str = "<state>") -> Cluste
                 continue
             ab = [topo.device_index(str(x)) for x in ends]
             if ab[0] is None or ab[1] is None:
-                ps.add(f"{lp}.between", f"unknown device in {ends!r}; devices are named host/gpuK")
+                ps.add(f"{lp}.between", f"unknown device in {short(ends)}; devices are named host/gpuK")
                 continue
             a, b = sorted((ab[0], ab[1]))
             if a == b or topo.devices[a].host_index != topo.devices[b].host_index:
-                ps.add(f"{lp}.between", f"{ends!r} is not a link between two devices of one host; use uplink: for network links")
+                ps.add(f"{lp}.between", f"{short(ends)} is not a link between two devices of one host; use uplink: for network links")
                 continue
             if is_failed:
                 failed_pairs.add((a, b))
@@ -396,7 +476,9 @@ def state_from_dict(doc: Any, topo: Topology, source: str = "<state>") -> Cluste
             elif f is not None:
                 up_slow[up] = f
     fds: dict[str, dict[str, frozenset[int]]] = {}
+    owner: dict[str, dict[int, str]] = {}  # kind -> device -> its domain: overlaps found in linear time
     for i, fdo in enumerate(r.lst(d.get("fault_domains"), "fault_domains")):
+        tick(i, "reading the fault domains")
         fp = f"fault_domains[{i}]"
         fdd = r.obj(fdo, fp)
         r.keys(fdd, ["kind", "name", "members"], fp)
@@ -404,13 +486,18 @@ def state_from_dict(doc: Any, topo: Topology, source: str = "<state>") -> Cluste
         nm = r.str_(fdd, "name", fp, required=True) or "?"
         devs: set[int] = set()
         for j, sel in enumerate(r.lst(fdd.get("members"), f"{fp}.members")):
-            devs.update(_resolve(topo, sel, f"{fp}.members[{j}]", ps))
+            devs.update(_resolve(topo, sel, f"{fp}.members[{j}]", ps, budget))
         bucket = fds.setdefault(kind, {})
-        for other, odevs in bucket.items():
-            both = devs & odevs
-            if both:
-                ps.add(f"{fp}.members", f"{kind} domains {other!r} and {nm!r} share {len(both)} device(s), e.g. {topo.devices[min(both)].id}; a device is in one domain of a kind")
-                break
+        own = owner.setdefault(kind, {})
+        shared: dict[str, list[int]] = {}
+        for dv in devs:
+            other = own.get(dv)
+            if other is not None:
+                shared.setdefault(other, []).append(dv)
+        for other, both in list(shared.items())[:1]:
+            ps.add(f"{fp}.members", f"{kind[:80]} domains {short(other)} and {short(nm)} share {len(both)} device(s), e.g. {topo.devices[min(both)].id}; a device is in one domain of a kind")
+        for dv in devs:
+            own.setdefault(dv, nm)
         bucket[nm] = frozenset(devs)
     ps.raise_if_any()
     return ClusterState(occupied, frozenset(failed), slow, frozenset(failed_pairs), pair_slow, frozenset(failed_up), up_slow, fds)
@@ -442,30 +529,43 @@ def mapping_from_obj(doc: Any, topo: Topology, source: str = "<mapping>") -> lis
     else:
         base = ""
     pairs: list[tuple[int, Any, str]] = []
+    if isinstance(doc, list | dict):
+        current_limits().check("max_mapping_entries", len(doc), base or "mapping")
+    max_rank = current_limits().max_index
     if isinstance(doc, list):
         for i, item in enumerate(doc):
             p = f"{base}[{i}]"
             if isinstance(item, dict):
                 rk = item.get("rank", i)
                 if not isinstance(rk, int) or isinstance(rk, bool):
-                    ps.add(f"{p}.rank", f"must be an integer, got {rk!r}")
+                    ps.add(f"{p}.rank", f"must be an integer, got {short(rk)}")
+                    continue
+                if rk > max_rank:
+                    ps.add(f"{p}.rank", f"rank {short(rk)} is above the limit max_index={max_rank}")
                     continue
                 pairs.append((rk, item.get("device"), f"{p}.device"))
             else:
                 pairs.append((i, item, p))
     elif isinstance(doc, dict):
         for k, dev in doc.items():
+            where = f"{base}.{str(k)[:80]}" if base else str(k)[:80]
             try:
-                pairs.append((int(k), dev, f"{base}.{k}" if base else str(k)))
-            except (TypeError, ValueError):
-                ps.add(f"{base}.{k}" if base else str(k), "keys are rank numbers")
+                rk = int(k)
+            except (TypeError, ValueError, OverflowError):
+                ps.add(where, "keys are rank numbers")
+                continue
+            if rk > max_rank:
+                ps.add(where, f"rank {short(rk)} is above the limit max_index={max_rank}")
+                continue
+            pairs.append((rk, dev, where))
     else:
         ps.add(base, "a mapping is a list of device ids, {rank: device}, or [{rank, device}]")
     ps.raise_if_any()
     n = max((rk for rk, _, _ in pairs), default=-1) + 1
-    out: list[int] = [-1] * n
+    got: dict[int, int] = {}  # rank -> device: nothing proportional to the largest rank is allocated
     seen: dict[int, str] = {}
-    for rk, dev, p in pairs:
+    for i, (rk, dev, p) in enumerate(pairs):
+        tick(i, "reading the mapping")
         if rk < 0:
             ps.add(p, f"rank {rk} is negative")
             continue
@@ -475,14 +575,16 @@ def mapping_from_obj(doc: Any, topo: Topology, source: str = "<mapping>") -> lis
         seen[rk] = p
         di = topo.device_index(str(dev)) if isinstance(dev, str) else None
         if di is None:
-            ps.add(p, f"unknown device {dev!r}; devices are named host/gpuK, e.g. {topo.devices[0].id}")
+            ps.add(p, f"unknown device {short(dev)}; devices are named host/gpuK, e.g. {topo.devices[0].id}")
             continue
-        out[rk] = di
-    missing = [i for i, x in enumerate(out) if x == -1 and i not in seen]
+        got[rk] = di
+    missing: list[int] = []
+    if len(seen) < n:  # some rank below the largest has no entry: name the first few
+        missing = [i for i in range(min(n, len(pairs) + 8)) if i not in seen][:8]
     if missing:
         ps.add(base, f"ranks {missing[:8]} have no device; a mapping names a device for every rank 0..{n - 1}")
     ps.raise_if_any()
-    return out
+    return [got[i] for i in range(n)]
 
 
 def load_mapping(path: str | Path, topo: Topology) -> list[int]:
