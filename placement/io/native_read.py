@@ -95,15 +95,18 @@ class _BoundedLoader(yaml.SafeLoader):
         self._aliases = 0
         self._sizes: dict[int, int] = {}
 
+    def _next_event(self) -> Any:
+        return self.peek_event()  # type: ignore[no-untyped-call]
+
     def compose_node(self, parent: Any, index: Any) -> Any:
         if self.check_event(yaml.AliasEvent):
             self._aliases += 1
             if self._aliases > self.max_aliases:
-                raise _DocumentTooBig(_mark(self.peek_event()), f"more than {self.max_aliases} YAML aliases")
+                raise _DocumentTooBig(_mark(self._next_event()), f"more than {self.max_aliases} YAML aliases")
             return super().compose_node(parent, index)
         self._depth += 1
         if self._depth > self.max_depth:
-            raise _DocumentTooBig(_mark(self.peek_event()), f"nested deeper than {self.max_depth} levels")
+            raise _DocumentTooBig(_mark(self._next_event()), f"nested deeper than {self.max_depth} levels")
         try:
             return super().compose_node(parent, index)
         finally:
