@@ -28,6 +28,7 @@ __all__ = [
     "current_call",
     "current_limits",
     "parse_limit_overrides",
+    "set_process_limits",
     "tick",
     "use_call",
     "use_limits",
@@ -119,12 +120,21 @@ def _env_limits() -> Limits:
 
 
 _limits: contextvars.ContextVar[Limits | None] = contextvars.ContextVar("placement_limits", default=None)
+_process_limits: list[Limits] = []
+
+
+def set_process_limits(limits: Limits | None) -> None:
+    """The limits of this process (the CLI's ``--limits``) where no `use_limits` is active; None: the defaults."""
+    _process_limits[:] = [] if limits is None else [limits]
 
 
 def current_limits() -> Limits:
-    """The limits in force: those of `use_limits`, else the defaults with PLACEMENT_LIMITS applied."""
+    """The limits in force: those of `use_limits`, else `set_process_limits`, else the defaults with
+    PLACEMENT_LIMITS applied."""
     v = _limits.get()
-    return v if v is not None else _env_limits()
+    if v is not None:
+        return v
+    return _process_limits[0] if _process_limits else _env_limits()
 
 
 @contextmanager
