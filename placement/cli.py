@@ -154,7 +154,7 @@ def place(
     except ValueError:
         fail(f"--strategy: unknown value {strategy!r}; use one of {', '.join(s.value for s in Strategy)}", 2)
     if not (math.isfinite(time_limit) and time_limit > 0):
-        fail(f"--time-limit: must be a finite number > 0, got {time_limit:g}", 2)
+        fail(f"--time-limit: must be > 0, got {time_limit:g}" if math.isfinite(time_limit) else f"--time-limit: must be a finite number > 0, got {time_limit:g}", 2)
     if not (math.isfinite(gap) and 0 <= gap < 1):
         fail(f"--gap: must be in [0, 1), got {gap:g}", 2)
     if not 0 <= seed < 2**31:
