@@ -215,7 +215,8 @@ def cluster_from_dict(doc: Any, source: str = "<cluster>", base_dir: Path | None
         r.keys(rp, ["extra_latency_us", "bandwidth_factor"], "rail_policy")
         rail_policy = RailPolicy(
             r.num(rp, "extra_latency_us", "rail_policy", default=2.0, minimum=0, maximum=MAX_LATENCY_US) or 0.0,
-            r.num(rp, "bandwidth_factor", "rail_policy", default=1.0, minimum=0, exclusive=True, maximum=1.0) or 1.0,
+            r.num(rp, "bandwidth_factor", "rail_policy", default=1.0, minimum=1 / MAX_SLOWDOWN,
+                  maximum=1.0) or 1.0,
         )
     kinds = _device_kinds(r, d.get("device_kinds"))
     node_types: dict[str, NodeType] = {}
