@@ -177,10 +177,10 @@ class Call:
 
     def state(self) -> str | None:
         """``cancelled``, ``deadline`` or None (still running)."""
+        if self.deadline is not None and time.monotonic() >= self.deadline:
+            return "deadline"  # first: grpc also ends (cancels) a call whose deadline passed
         if self.cancelled.is_set():
             return "cancelled"
-        if self.deadline is not None and time.monotonic() >= self.deadline:
-            return "deadline"
         return None
 
     def check(self, where: str = "") -> None:

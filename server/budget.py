@@ -41,6 +41,8 @@ _REPEATED_LIMIT = {
 _COUNT_LIMIT = {"ranks": "max_ranks", "nodes": "max_hosts", "devices": "max_devices",
                 "tp": "max_ranks", "cp": "max_ranks", "ep": "max_ranks", "dp": "max_ranks", "pp": "max_ranks"}
 """Integer fields that size an allocation -> their limit (RESOURCE_EXHAUSTED above it)."""
+_INT_TYPES = frozenset({FieldDescriptor.CPPTYPE_INT32, FieldDescriptor.CPPTYPE_INT64, FieldDescriptor.CPPTYPE_UINT32,
+                        FieldDescriptor.CPPTYPE_UINT64})
 _INDEX_FIELDS = frozenset({"rank", "src", "dst", "job_index"})
 """Integer fields that index something -> at most max_index (INVALID_ARGUMENT above it)."""
 
@@ -67,7 +69,7 @@ def check_message(msg: Any, limits: Limits) -> None:
             where = _join(path, fd.name)
             if fd.label == FieldDescriptor.LABEL_REPEATED:
                 limits.check(_REPEATED_LIMIT.get(fd.name, "max_state_entries"), len(value), where)
-                if fd.name == "members" and fd.type != FieldDescriptor.TYPE_MESSAGE:
+                if fd.name == "members" and fd.cpp_type in _INT_TYPES:
                     big = next((v for v in value if v > limits.max_index), None)
                     if big is not None:
                         bad.append(Problem(where, f"rank {big} is above the limit max_index={limits.max_index}"))

@@ -165,6 +165,8 @@ class TelemetryInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]  # grp
             context.abort_with_status(status_for(e))
         except (InputError, Interrupted) as e:
             context.abort_with_status(status_for(e))
+        except Exception as e:  # a bug in the check: INTERNAL with the request id, logged, never UNKNOWN
+            context.abort_with_status(status_for(e))
 
 
 class _Unparsed:
