@@ -48,7 +48,7 @@ class Limits:
     max_pins: int = field(default=32_768, metadata={"help": "pinned ranks of one job"})
     max_fault_domains: int = field(default=50_000, metadata={"help": "fault domains (and their members) of a state"})
     max_matrix_cells: int = field(default=50_000_000, metadata={"help": "intra-node matrix cells over all hosts"})
-    max_matrix_side: int = field(default=1_024, metadata={"help": "rows of one intra-node matrix"})
+    max_matrix_side: int = field(default=256, metadata={"help": "rows of one intra-node matrix"})
     max_mapping_entries: int = field(default=32_768, metadata={"help": "entries of one mapping"})
     max_group_members: int = field(default=4_000_000, metadata={"help": "group members summed over a job's groups"})
     max_groups: int = field(default=1_000_000, metadata={"help": "groups plus edges of one explicit job"})

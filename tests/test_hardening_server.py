@@ -33,6 +33,7 @@ from placement.limits import checkpoint
 from placement.requests import request_from_dict
 from placement.v1 import placement_pb2 as pb
 from placement.v1 import placement_pb2_grpc as pb_grpc
+from server.client import PlacementClient
 from server.errors import MAX_DETAIL_ITEMS
 from server.interceptors import give_back_memory
 from server.main import create_server, main
@@ -282,6 +283,9 @@ def test_f4_mtls_requires_a_client_certificate_signed_by_the_ca(tmp_path: Path) 
                 return pb_grpc.PlacementServiceStub(ch).Place(place_request(), timeout=30)
 
         assert health(grpc.ssl_channel_credentials(rd("ca.pem"), rd("client.key"), rd("client.pem"))).result.mapping
+        with PlacementClient(f"localhost:{port}", root_certificates=rd("ca.pem"), client_certificate=rd("client.pem"),
+                             client_key=rd("client.key")) as client:
+            assert client.health(timeout_s=10) == "SERVING"
         for creds in (grpc.ssl_channel_credentials(rd("ca.pem")),  # no client certificate
                       grpc.ssl_channel_credentials(rd("ca.pem"), rd("rogue.key"), rd("rogue.pem"))):  # not the CA's
             with pytest.raises(grpc.RpcError) as ei:
