@@ -140,7 +140,7 @@ def create_server(settings: Settings) -> tuple[PlacementServer, int]:
     token = settings.bearer_token()
     credentials = _credentials(settings) if settings.tls_cert else None
     metrics = Metrics()
-    pool = SolvePool(settings.workers, settings.queue_limit, metrics)
+    pool = SolvePool(settings.workers, settings.queue_limit, metrics, settings.max_queued_bytes)
     servicer = PlacementServicer(settings, pool, metrics)
     health_servicer = health.HealthServicer(
         experimental_non_blocking=True, experimental_thread_pool=ThreadPoolExecutor(max_workers=1)

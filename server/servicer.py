@@ -91,7 +91,8 @@ class PlacementServicer(pb_grpc.PlacementServiceServicer):
             self._active.add(stop)
         try:
             self._check_limits(request)
-            future = self._pool.submit(lambda: work(request, context, stop))
+            size = request.ByteSize() if hasattr(request, "ByteSize") else 0
+            future = self._pool.submit(lambda: work(request, context, stop), size)
             result = future.result()
             checkpoint("sending the answer")
             return result

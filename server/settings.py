@@ -38,6 +38,8 @@ class Settings:
     solver_threads: int = field(default=0, metadata={"help": "CP-SAT threads per solve (0: cores / workers)"})
     queue_limit: int = field(default=64, metadata={"help": "requests waiting for a solver beyond `workers`"})
     max_message_bytes: int = field(default=32 * 1024 * 1024, metadata={"help": "largest request accepted"})
+    max_queued_bytes: int = field(default=256 * 1024 * 1024, metadata={
+        "help": "request bytes the running and waiting calls may hold together (memory bound)"})
     max_devices: int = field(default=200_000, metadata={"help": "largest cluster (devices) accepted"})
     max_ranks: int = field(default=32_768, metadata={"help": "largest job (ranks) accepted"})
     max_jobs: int = field(default=64, metadata={"help": "most jobs in one Compare"})
@@ -62,7 +64,8 @@ class Settings:
 
     def __post_init__(self) -> None:
         problems: list[str] = []
-        for name in ("workers", "queue_limit", "max_message_bytes", "max_devices", "max_ranks", "max_jobs"):
+        for name in ("workers", "queue_limit", "max_message_bytes", "max_devices", "max_ranks", "max_jobs",
+                     "max_queued_bytes"):
             if getattr(self, name) < (0 if name == "queue_limit" else 1):
                 problems.append(f"{name} must be >= {0 if name == 'queue_limit' else 1}, got {getattr(self, name)}")
         if not 0 <= self.port <= 65535:

@@ -176,6 +176,26 @@ def test_f2_sixteen_thousand_pins_convert_and_a_duplicate_is_found(srv: Running)
     assert "pinned to more than one rank" in (err.details() or "")
 
 
+def test_f7_waiting_requests_hold_bounded_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    gate, started = threading.Event(), threading.Event()
+
+    def gated_place(topology: Any, state: Any, job: Any, options: Any) -> Any:
+        started.set()
+        gate.wait(20)
+        return fake_result(list(range(job.ranks)))
+
+    monkeypatch.setattr("server.servicer.place", gated_place)
+    size = place_request().ByteSize()
+    with running(workers=1, queue_limit=8, max_queued_bytes=size + size // 2) as r:
+        first = r.stub.Place.future(place_request(), timeout=30)
+        assert started.wait(10)
+        err = rpc_error(lambda: r.stub.Place(place_request(), timeout=10))
+        assert err.code() is grpc.StatusCode.RESOURCE_EXHAUSTED and "queued bytes" in (err.details() or "")
+        gate.set()
+        assert first.result(timeout=30).result.mapping
+        assert r.stub.Place(place_request(), timeout=30).result.mapping  # the bytes were released
+
+
 def test_f7_freed_memory_is_given_back() -> None:
     give_back_memory()  # glibc malloc_trim, rate limited; a no-op elsewhere
     give_back_memory()
