@@ -161,6 +161,9 @@ class Interrupted(PlacementError):
         super().__init__(f"{what}{' during ' + where if where else ''}; the work was stopped")
 
 
+_DEADLINE_SLACK_S = 0.25
+
+
 class Call:
     """The deadline (a `time.monotonic` value or None) and the cancel flag of one call, shared with its worker."""
 
@@ -177,10 +180,12 @@ class Call:
 
     def state(self) -> str | None:
         """``cancelled``, ``deadline`` or None (still running)."""
-        if self.deadline is not None and time.monotonic() >= self.deadline:
+        now = time.monotonic()
+        if self.deadline is not None and now >= self.deadline:
             return "deadline"  # first: grpc also ends (cancels) a call whose deadline passed
         if self.cancelled.is_set():
-            return "cancelled"
+            # grpc's own timer may end the call a moment before this clock reaches the deadline
+            return "deadline" if self.deadline is not None and now >= self.deadline - _DEADLINE_SLACK_S else "cancelled"
         return None
 
     def check(self, where: str = "") -> None:
