@@ -24,6 +24,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import grpc  # noqa: E402
+from google.rpc import error_details_pb2  # noqa: E402
+from grpc_status import rpc_status  # noqa: E402
 
 from placement.requests import request_from_dict  # noqa: E402
 from placement.v1 import placement_pb2 as pb  # noqa: E402
@@ -104,6 +106,19 @@ def hostile() -> dict[str, Any]:
 MIX = {"valid_place": 30, "valid_evaluate_bad_rank": 6, "huge_parallel": 6, "pins_16384": 4,
        "fault_domains_12000": 3, "matrix_700_bad_code": 3, "violations_3000": 6, "nan_values": 6, "garbage_bytes": 6,
        "heavy_short_deadline": 10, "heavy_cancelled": 10}
+
+
+def quota_subject(err: grpc.RpcError) -> str:
+    """The QuotaFailure subject of a RESOURCE_EXHAUSTED (the limit: queue, ranks, pins...), or grpc's own."""
+    try:
+        st = rpc_status.from_call(err)  # type: ignore[arg-type]
+    except ValueError:
+        st = None
+    for d in st.details if st is not None else ():
+        qf = error_details_pb2.QuotaFailure()
+        if d.Unpack(qf) and qf.violations:
+            return str(qf.violations[0].subject)
+    return "grpc"
 
 
 def rss_mb(pid: int) -> float:
@@ -198,6 +213,8 @@ def main(argv: list[str] | None = None) -> int:
                             code = "CANCELLED"
             except grpc.RpcError as e:
                 code = e.code().name
+                if e.code() is grpc.StatusCode.RESOURCE_EXHAUSTED:
+                    code += f" ({quota_subject(e)})"
             with lock:
                 records.append((kind, code, time.monotonic() - t0, deadline))
 
@@ -228,6 +245,10 @@ def main(argv: list[str] | None = None) -> int:
     worst = max(over, default=0.0)
     bad = codes.get("INTERNAL", 0) + codes.get("UNKNOWN", 0)
     peak = max(r for _, r in rss)
+    from server.settings import Settings
+
+    budget_mb = Settings().max_queued_bytes / 2**20
+    bound = base_rss + budget_mb
     load = os.getloadavg()
     lines = [
         "# Soak: mixed valid and hostile gRPC traffic",
@@ -246,11 +267,18 @@ def main(argv: list[str] | None = None) -> int:
         "|---|---|",
         f"| 0 INTERNAL and 0 UNKNOWN | {bad} ({'met' if bad == 0 else 'NOT met'}) |",
         f"| no call waits > 1 s beyond its deadline | worst {worst:+.3f} s ({'met' if worst <= 1.0 else 'NOT met'}) |",
-        f"| RSS bounded | start {base_rss:.0f} MB, peak {peak:.0f} MB, end {rss[-1][1]:.0f} MB |",
+        f"| RSS bounded | start {base_rss:.0f} MB, peak {peak:.0f} MB, end {rss[-1][1]:.0f} MB; bound: base + the "
+        f"request-byte budget of the running and waiting calls ({budget_mb:.0f} MiB, `max_queued_bytes`) = "
+        f"{bound:.0f} MB: {'met' if peak <= bound else 'NOT met'} |",
         f"| a valid Place answers correctly at the end | {'yes' if final_ok else 'NO'} "
         f"({len(devices)} ranks on {len(set(devices))} distinct devices) |",
         "",
         "## Status codes",
+        "",
+        "RESOURCE_EXHAUSTED is split by its QuotaFailure subject: `queue` and `queued bytes` are the solve pool "
+        f"refusing work beyond {args.workers} running + 64 waiting calls ({args.clients} clients keep it full), the "
+        "others are "
+        "request limits.",
         "",
         "| code | calls |",
         "|---|---:|",
