@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,11 +32,20 @@ from placement.limits import (
     checkpoint,
     current_limits,
     parse_limit_overrides,
+    set_process_limits,
     use_call,
     use_limits,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(autouse=True)
+def _default_limits() -> Iterator[None]:
+    """`placement --limits` sets the process's limits; the in-process CLI runs of this module must not leak them."""
+    yield
+    set_process_limits(None)
+
 EXAMPLES = ROOT / "examples"
 runner = CliRunner()
 
