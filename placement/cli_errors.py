@@ -36,6 +36,8 @@ def guard(fn: F) -> F:
     def wrapper(*a: Any, **k: Any) -> Any:
         try:
             return fn(*a, **k)
+        except LimitError as e:
+            fail(escape(str(e)) + f" (raise it with --limits {e.limit_name}=N or {ENV_LIMITS})", 2)
         except InputError as e:
             fail(escape(e.render()), 2)
         except InfeasibleError as e:
@@ -43,8 +45,6 @@ def guard(fn: F) -> F:
             more = f"\n  ... and {len(e.reasons) - len(reasons)} more" if len(e.reasons) > len(reasons) else ""
             fail("no placement satisfies the hard rules:\n" + "\n".join(f"  - {escape(r[:500])}" for r in reasons)
                  + more, 3)
-        except LimitError as e:
-            fail(escape(str(e)) + f" (raise it with --limits {e.limit_name}=N or {ENV_LIMITS})", 2)
         except PlacementError as e:
             fail(escape(str(e)[:2000]), 2)
         except FileNotFoundError as e:

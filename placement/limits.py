@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from placement.errors import PlacementError
+from placement.errors import InputError, PlacementError, Problem
 
 __all__ = [
     "ENV_LIMITS",
@@ -76,8 +76,9 @@ class Limits:
             raise LimitError(what, value, name, limit)
 
 
-class LimitError(PlacementError):
-    """A count in an input is above a limit: the server answers RESOURCE_EXHAUSTED, the CLI exits 2."""
+class LimitError(InputError):
+    """A count in an input is above a limit: the server answers RESOURCE_EXHAUSTED, the CLI exits 2. An input
+    error (readers raise input errors only), raised at once: nothing proportional to the count is built."""
 
     def __init__(self, field_path: str, value: int | float, limit_name: str, limit: int) -> None:
         self.field = field_path
@@ -85,7 +86,7 @@ class LimitError(PlacementError):
         self.limit_name = limit_name
         self.limit = limit
         shown = f"{value:.3g}" if isinstance(value, float) or value >= 10**12 else str(value)
-        super().__init__(f"{field_path}: {shown} is above the limit {limit_name}={limit}")
+        super().__init__(field_path, [Problem("", f"{shown} is above the limit {limit_name}={limit}")])
 
 
 def parse_limit_overrides(text: str, base: Limits | None = None) -> Limits:

@@ -26,7 +26,7 @@ from placement.io.native import (
     state_from_dict,
 )
 from placement.job import Job
-from placement.limits import checkpoint
+from placement.limits import LimitError, checkpoint
 from placement.solve import PlacementResult, SolveOptions, SolveStatus, Strategy
 from placement.solve.run import request_problems
 from placement.state import ClusterState
@@ -99,6 +99,8 @@ class _Problems:
         """`fn(*args)`, or None after recording its InputError's problems under `prefix`."""
         try:
             return fn(*args)
+        except LimitError:  # RESOURCE_EXHAUSTED, not one problem among others
+            raise
         except InputError as e:
             for p in e.problems:
                 self.add(_join(prefix, p.path), p.message)

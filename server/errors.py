@@ -168,10 +168,10 @@ def unauthenticated() -> grpc.Status:
 
 def status_for(exc: BaseException) -> grpc.Status:
     """The status a failed call answers with. Unknown exceptions are logged and become a bare INTERNAL."""
+    if isinstance(exc, LimitError):  # an InputError too: first
+        return resource_exhausted(exc.limit_name.removeprefix("max_"), str(exc))
     if isinstance(exc, InputError):
         return bad_request(exc.problems, exc.omitted)
-    if isinstance(exc, LimitError):
-        return resource_exhausted(exc.limit_name.removeprefix("max_"), str(exc))
     if isinstance(exc, Interrupted):
         code = code_pb2.CANCELLED if exc.reason == "cancelled" else code_pb2.DEADLINE_EXCEEDED
         return _status(code, str(exc))
