@@ -5,6 +5,7 @@ Domain errors become a message on stderr and exit code 2 (input) or 3 (infeasibl
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -32,6 +33,21 @@ out = Console()
 # node (NVLink 4 through NVSwitch) on a 400G NDR fat-tree, each tier above the leaf 2:1 oversubscribed.
 
 
+
+
+@app.callback()
+def _options(
+    limits: Annotated[str | None, typer.Option(
+        "--limits", envvar="PLACEMENT_LIMITS",
+        help="raise (or lower) input limits, e.g. max_ranks=65536,max_devices=400000 (placement.limits)")] = None,
+) -> None:
+    """Topology- and traffic-aware GPU placement."""
+    from placement.limits import parse_limit_overrides, set_process_limits
+
+    try:
+        set_process_limits(parse_limit_overrides(limits) if limits else None)
+    except ValueError as e:
+        fail(f"--limits: {escape(str(e))}", 2)
 
 
 def _write(text: str, dest: Path | None) -> None:
@@ -137,8 +153,10 @@ def place(
         strat = Strategy(strategy)
     except ValueError:
         fail(f"--strategy: unknown value {strategy!r}; use one of {', '.join(s.value for s in Strategy)}", 2)
-    if time_limit <= 0:
-        fail(f"--time-limit: must be > 0, got {time_limit:g}", 2)
+    if not (math.isfinite(time_limit) and time_limit > 0):
+        fail(f"--time-limit: must be > 0, got {time_limit:g}" if math.isfinite(time_limit) else f"--time-limit: must be a finite number > 0, got {time_limit:g}", 2)
+    if not (math.isfinite(gap) and 0 <= gap < 1):
+        fail(f"--gap: must be in [0, 1), got {gap:g}", 2)
     if not 0 <= seed < 2**31:
         fail(f"--seed: must be in 0..{2**31 - 1}, got {seed}", 2)
     if not 1 <= workers <= 64:
@@ -299,11 +317,9 @@ def import_k8s(
 ) -> None:
     """A cluster file from Kubernetes node labels."""
     from placement.io.k8s import parse_k8s_nodes
+    from placement.io.native.document import read_text
 
-    try:
-        text = file.read_text()
-    except OSError as e:
-        fail(f"{file}: {e.strerror}", 2)
+    text = read_text(file)
     doc, warnings = parse_k8s_nodes(text, str(file), levels=levels.split(","),
                                     level_names=level_names.split(",") if level_names else None, gpu_resource=gpu_resource)
     _finish_import(doc, list(warnings), tier or [], None, None, node_topo, out_file)

@@ -1,6 +1,7 @@
 """How every `placement` command reports failure: `error: ...` on stderr and an exit code, never a traceback.
 
-Exit codes: 2 for bad input (file, field, flag), 3 for an infeasible request.
+Exit codes: 2 for bad input (file, field, flag, a limit of `placement.limits`), 3 for an infeasible request.
+Whatever the input (binary, deep, huge, absurd numbers), the answer is a message, never a traceback.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from placement.errors import InfeasibleError, InputError, PlacementError
+from placement.errors import RENDER_LIMIT, InfeasibleError, InputError, PlacementError
+from placement.limits import ENV_LIMITS, LimitError
 
 __all__ = ["err", "escape", "fail", "guard"]
 
@@ -34,14 +36,32 @@ def guard(fn: F) -> F:
     def wrapper(*a: Any, **k: Any) -> Any:
         try:
             return fn(*a, **k)
+        except LimitError as e:
+            fail(escape(str(e)) + f" (raise it with --limits {e.limit_name}=N or {ENV_LIMITS})", 2)
         except InputError as e:
             fail(escape(e.render()), 2)
         except InfeasibleError as e:
-            fail("no placement satisfies the hard rules:\n" + "\n".join(f"  - {escape(r)}" for r in e.reasons), 3)
+            reasons = e.reasons[:RENDER_LIMIT]
+            more = f"\n  ... and {len(e.reasons) - len(reasons)} more" if len(e.reasons) > len(reasons) else ""
+            fail("no placement satisfies the hard rules:\n" + "\n".join(f"  - {escape(r[:500])}" for r in reasons)
+                 + more, 3)
         except PlacementError as e:
-            fail(escape(str(e)), 2)
+            fail(escape(str(e)[:2000]), 2)
         except FileNotFoundError as e:
             fail(f"{escape(str(e.filename))}: no such file", 2)
+        except IsADirectoryError as e:
+            fail(f"{escape(str(e.filename))}: is a directory, not a file", 2)
+        except PermissionError as e:
+            fail(f"{escape(str(e.filename))}: permission denied", 2)
+        except UnicodeDecodeError as e:
+            fail(f"an input is not UTF-8 text: byte 0x{e.object[e.start]:02x} at byte offset {e.start} "
+                 f"({escape(e.reason)}); save it as UTF-8", 2)
+        except RecursionError:
+            fail("an input is nested too deeply to read", 2)
+        except MemoryError:
+            fail("an input needs more memory than this machine has; make it smaller or lower a limit", 2)
+        except OverflowError as e:
+            fail(f"a number in the input is too large: {escape(str(e)[:200])}", 2)
         return None
 
     return wrapper  # type: ignore[return-value]

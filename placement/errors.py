@@ -8,7 +8,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-__all__ = ["InfeasibleError", "InputError", "PlacementError", "Problem", "Problems"]
+__all__ = ["KEEP_LIMIT", "RENDER_LIMIT", "InfeasibleError", "InputError", "PlacementError", "Problem", "Problems"]
+
+RENDER_LIMIT = 20
+"""Problems an InputError prints (then ``... and N more``)."""
+KEEP_LIMIT = 1000
+"""Problems one `Problems` keeps; the rest are counted, not stored (a hostile input cannot grow the list)."""
 
 
 class PlacementError(Exception):
@@ -33,16 +38,27 @@ class Problem:
 class InputError(PlacementError):
     """An input (file, request, flag) breaks one or more rules. Carries every problem found."""
 
-    def __init__(self, source: str, problems: Iterable[Problem]) -> None:
+    def __init__(self, source: str, problems: Iterable[Problem], omitted: int = 0) -> None:
         self.source = source
         self.problems = list(problems)
+        self.omitted = omitted
+        """Problems found beyond those kept (a reader keeps a bounded number)."""
         super().__init__(self.render())
 
-    def render(self) -> str:
-        head = f"{self.source}: {len(self.problems)} error(s)" if len(self.problems) != 1 else f"{self.source}:"
-        if len(self.problems) == 1:
-            return f"{head} {self.problems[0]}"
-        return head + "".join(f"\n  - {p}" for p in self.problems)
+    @property
+    def total(self) -> int:
+        """Every problem found, kept or not."""
+        return len(self.problems) + self.omitted
+
+    def render(self, limit: int = RENDER_LIMIT) -> str:
+        """The source and the first `limit` problems, one a line, then ``... and N more``."""
+        n = self.total
+        if n == 1 and self.problems:
+            return f"{self.source}: {self.problems[0]}"
+        head = f"{self.source}: {n} error(s)"
+        shown = self.problems[:limit]
+        tail = f"\n  ... and {n - len(shown)} more" if n > len(shown) else ""
+        return head + "".join(f"\n  - {p}" for p in shown) + tail
 
 
 class InfeasibleError(PlacementError):
@@ -67,16 +83,26 @@ class Problems:
 
     source: str
     items: list[Problem] = field(default_factory=list)
+    omitted: int = 0
+    keep: int = KEEP_LIMIT
 
     def add(self, path: str, message: str) -> None:
-        self.items.append(Problem(path, message))
+        if len(self.items) < self.keep:
+            self.items.append(Problem(path, message))
+        else:
+            self.omitted += 1
 
-    def extend(self, problems: Iterable[Problem]) -> None:
-        self.items.extend(problems)
+    def extend(self, problems: Iterable[Problem], omitted: int = 0) -> None:
+        for p in problems:
+            self.add(p.path, p.message)
+        self.omitted += omitted
 
     def __bool__(self) -> bool:
-        return bool(self.items)
+        return bool(self.items) or self.omitted > 0
+
+    def __len__(self) -> int:
+        return len(self.items) + self.omitted
 
     def raise_if_any(self) -> None:
-        if self.items:
-            raise InputError(self.source, self.items)
+        if self:
+            raise InputError(self.source, self.items, self.omitted)

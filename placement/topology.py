@@ -22,6 +22,7 @@ from functools import cached_property
 
 from placement.compute import DeviceKind
 from placement.errors import Problems
+from placement.limits import checkpoint
 
 __all__ = [
     "DEFAULT_INTRA_NODE_TIERS",
@@ -254,6 +255,7 @@ class Topology:
         for hi, h in enumerate(hosts):
             nt = h.node_type
             if nt.matrix is not None:
+                checkpoint("checking the intra-node matrices")  # a cancelled call stops between hosts
                 if len(nt.matrix) != nt.devices or any(len(r) != nt.devices for r in nt.matrix):
                     ps.add(f"hosts[{hi}].matrix", f"must be {nt.devices}x{nt.devices} for {nt.devices} devices")
                 else:

@@ -100,6 +100,8 @@ class PlacementClient:
         token: str | None = None,
         root_certificates: bytes | None = None,
         tls: bool = False,
+        client_certificate: bytes | None = None,
+        client_key: bytes | None = None,
         timeout_s: float = 60.0,
         retries: int = 4,
         backoff_s: float = 0.1,
@@ -111,8 +113,10 @@ class PlacementClient:
                    ("grpc.max_receive_message_length", max_message_bytes)]
         if channel is not None:
             self._channel = channel
-        elif tls or root_certificates is not None:
-            creds = grpc.ssl_channel_credentials(root_certificates=root_certificates)
+        elif tls or root_certificates is not None or client_certificate is not None:
+            # client_certificate/client_key (PEM): mTLS, for a server started with --tls-client-ca
+            creds = grpc.ssl_channel_credentials(root_certificates=root_certificates, private_key=client_key,
+                                                 certificate_chain=client_certificate)
             self._channel = grpc.secure_channel(target, creds, options=options)
         else:
             self._channel = grpc.insecure_channel(target, options=options)

@@ -67,7 +67,8 @@ class PlacementServer:
         for name in ("", SERVICE_NAME, REGISTRY_SERVICE_NAME):
             self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
         if self.settings.metrics_port is not None:
-            self.metrics_port = self.metrics.serve(self.settings.metrics_port, self.settings.metrics_host)
+            token = self.settings.bearer_token() if self.settings.metrics_require_token else None
+            self.metrics_port = self.metrics.serve(self.settings.metrics_port, self.settings.metrics_host, token)
 
     def wait_for_termination(self, timeout: float | None = None) -> bool:
         return bool(self.grpc_server.wait_for_termination(timeout))
@@ -113,27 +114,43 @@ class PlacementServer:
         return done
 
 
+def _read(name: str, path: str) -> bytes:
+    try:
+        data = Path(path).read_bytes()
+    except OSError as e:
+        raise OSError(f"{name} {path}: cannot read it ({e.strerror})") from None
+    if not data.strip():
+        raise OSError(f"{name} {path} is empty")
+    return data
+
+
 def _credentials(settings: Settings) -> Any:
+    """TLS server credentials; with `tls_client_ca`, clients must present a certificate signed by it (mTLS)."""
     assert settings.tls_cert is not None and settings.tls_key is not None
-    key = Path(settings.tls_key).read_bytes()
-    cert = Path(settings.tls_cert).read_bytes()
-    return grpc.ssl_server_credentials([(key, cert)])
+    key = _read("tls_key", settings.tls_key)
+    cert = _read("tls_cert", settings.tls_cert)
+    if settings.tls_client_ca is None:
+        return grpc.ssl_server_credentials([(key, cert)])
+    ca = _read("tls_client_ca", settings.tls_client_ca)
+    return grpc.ssl_server_credentials([(key, cert)], root_certificates=ca, require_client_auth=True)
 
 
 def create_server(settings: Settings) -> tuple[PlacementServer, int]:
     """Build (not start) the server bound to settings.host:settings.port; returns it and the bound port.
 
-    Raises OSError when the address cannot be bound.
+    Raises OSError when the address cannot be bound or a TLS file cannot be read, ValueError when the token file
+    is unreadable or empty (auth fails closed: the server does not start).
     """
+    token = settings.bearer_token()
+    credentials = _credentials(settings) if settings.tls_cert else None
     metrics = Metrics()
-    pool = SolvePool(settings.workers, settings.queue_limit, metrics)
+    pool = SolvePool(settings.workers, settings.queue_limit, metrics, settings.max_queued_bytes)
     registry = RegistryHolder(settings)
     servicer = PlacementServicer(settings, pool, metrics, registry.resolve)
     health_servicer = health.HealthServicer(
         experimental_non_blocking=True, experimental_thread_pool=ThreadPoolExecutor(max_workers=1)
     )
-    interceptors: list[Any] = [TelemetryInterceptor(metrics)]
-    token = settings.bearer_token()
+    interceptors: list[Any] = [TelemetryInterceptor(metrics, settings.request_limits())]
     if token:
         interceptors.append(TokenAuthInterceptor(token))
     threads = settings.workers + settings.queue_limit + _SPARE_GRPC_THREADS
@@ -157,7 +174,7 @@ def create_server(settings: Settings) -> tuple[PlacementServer, int]:
     wrapped = PlacementServer(settings, server, servicer, pool, health_servicer, metrics, registry)
     address = f"{settings.host}:{settings.port}"
     try:
-        port = (wrapped.add_secure_port(address, _credentials(settings)) if settings.tls_cert
+        port = (wrapped.add_secure_port(address, credentials) if credentials is not None
                 else wrapped.add_insecure_port(address))
     except RuntimeError as e:  # grpc raises RuntimeError when it cannot bind
         port = 0
@@ -180,8 +197,10 @@ def serve(settings: Settings) -> int:
         raise OSError(f"cannot open the registry {settings.registry or 'default'}: {e}") from e
     server.start()
     _log.info("serving", extra={"fields": {
-        "port": port, "metrics_port": server.metrics_port, "tls": settings.tls_cert is not None,
-        "auth": settings.bearer_token() is not None, "workers": settings.workers, "queue_limit": settings.queue_limit,
+        "port": port, "metrics_port": server.metrics_port, "metrics_host": settings.metrics_host,
+        "metrics_auth": settings.metrics_require_token, "tls": settings.tls_cert is not None,
+        "mtls": settings.tls_client_ca is not None, "auth": settings.bearer_token() is not None,
+        "workers": settings.workers, "queue_limit": settings.queue_limit,
     }})
     stop = threading.Event()
 
@@ -212,8 +231,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging(settings.log_level)
     try:
         return serve(settings)
-    except OSError as e:
+    except (OSError, ValueError) as e:
         _log.error("cannot start", extra={"fields": {"error": str(e)}})
+        print(f"placement-server: cannot start: {e}", file=sys.stderr)
         return 1
 
 

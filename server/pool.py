@@ -22,9 +22,12 @@ T = TypeVar("T")
 class SolvePool:
     """Runs solves on a fixed number of threads; admits at most `workers + queue_limit` at a time."""
 
-    def __init__(self, workers: int, queue_limit: int, metrics: Metrics | None = None) -> None:
+    def __init__(self, workers: int, queue_limit: int, metrics: Metrics | None = None,
+                 max_bytes: int | None = None) -> None:
         self.workers = workers
         self.queue_limit = queue_limit
+        self.max_bytes = max_bytes
+        self._bytes = 0
         self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="placement-solve")
         self._metrics = metrics
         self._lock = threading.Lock()
@@ -43,11 +46,22 @@ class SolvePool:
             self._metrics.running.set(self._running)
             self._metrics.queued.set(self._admitted - self._running)
 
-    def submit(self, fn: Callable[[], T]) -> Future[T]:
-        """Queue `fn` (run in the caller's context vars); LimitExceeded when the queue is full."""
+    def submit(self, fn: Callable[[], T], cost_bytes: int = 0) -> Future[T]:
+        """Queue `fn` (run in the caller's context vars); LimitExceeded when the queue is full, or when the
+        requests admitted would hold more than `max_bytes` (their messages stay in memory while they wait)."""
         with self._lock:
             if self._closed:
                 raise ShuttingDown("the server is shutting down")
+            if self.max_bytes is not None and self._admitted and self._bytes + cost_bytes > self.max_bytes:
+                if self._metrics is not None:
+                    self._metrics.rejected.labels(limit="queued_bytes").inc()
+                raise LimitExceeded(
+                    "queued bytes",
+                    f"the admitted requests hold {self._bytes} bytes and this one {cost_bytes}; the server keeps at "
+                    f"most {self.max_bytes}; retry later",
+                    retry_after_s=1.0,
+                )
+            self._bytes += cost_bytes
             if self._admitted >= self.workers + self.queue_limit:
                 if self._metrics is not None:
                     self._metrics.rejected.labels(limit="queue").inc()
@@ -60,6 +74,10 @@ class SolvePool:
             self._gauges()
         ctx = contextvars.copy_context()
 
+        def release() -> None:
+            with self._lock:
+                self._bytes -= cost_bytes
+
         def run() -> T:
             with self._lock:
                 self._running += 1
@@ -71,6 +89,7 @@ class SolvePool:
                     self._running -= 1
                     self._admitted -= 1
                     self._gauges()
+                release()
 
         try:
             return self._executor.submit(run)
@@ -78,6 +97,7 @@ class SolvePool:
             with self._lock:
                 self._admitted -= 1
                 self._gauges()
+            release()
             raise ShuttingDown("the server is shutting down") from None
 
     def shutdown(self, wait: bool = False) -> None:

@@ -29,6 +29,7 @@ from placement.topology import Topology
 from placement.v1 import placement_pb2 as pb
 from placement.v1 import registry_pb2 as rpb
 from placement.v1 import registry_pb2_grpc as rpb_grpc
+from server import budget as request_budget
 from server.errors import LimitExceeded, status_for
 from server.servicer import PlacementServicer
 from server.settings import Settings
@@ -143,7 +144,7 @@ class RegistryServicer(rpb_grpc.ClusterRegistryServicer):
         def work() -> rpb.PutClusterResponse:
             if not request.HasField("cluster"):
                 raise InputError("request", [Problem("cluster", "is required")])
-            n = convert.estimate_devices(request.cluster)
+            n = request_budget.estimate_devices(request.cluster)
             if n > self._settings.max_devices:
                 raise LimitExceeded("devices", f"the cluster has {n} devices; this server accepts at most "
                                     f"{self._settings.max_devices}")
@@ -231,7 +232,7 @@ class RegistryServicer(rpb_grpc.ClusterRegistryServicer):
             raise InputError("request", [Problem("cluster_id", "is required")])
         if not request.HasField("job"):
             raise InputError("request", [Problem("job", "is required")])
-        ranks = convert.estimate_ranks(request.job)
+        ranks = request_budget.estimate_ranks(request.job)
         if ranks > self._settings.max_ranks:
             raise LimitExceeded("ranks", f"job has {ranks} ranks; this server accepts at most {self._settings.max_ranks}")
         ttl = request.ttl_s if request.HasField("ttl_s") else DEFAULT_TTL_S

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 from placement.cost import CostReport, evaluate
 from placement.errors import InfeasibleError
+from placement.limits import checkpoint
 from placement.messages import batch as convert_batch
 from placement.messages import domain as convert
 from placement.messages import repair as convert_repair
@@ -31,12 +32,9 @@ from server.pool import SolvePool
 from server.settings import Settings
 from server.telemetry import Metrics
 
-__all__ = ["MAX_MATRIX_CELLS", "PlacementServicer"]
+__all__ = ["PlacementServicer"]
 
 _log = logging.getLogger("placement.server")
-
-MAX_MATRIX_CELLS = 50_000_000
-"""Intra-node matrix cells (devices squared, summed over hosts) a request may make the server check."""
 
 _NO_DEADLINE_S = 1e7  # time_remaining() beyond this: the call has no deadline
 _DEADLINE_SHARE = 0.9  # of the remaining time the solver may use (before the fixed margin)
@@ -98,14 +96,20 @@ class PlacementServicer(pb_grpc.PlacementServiceServicer):
     # ---- plumbing -----------------------------------------------------------------------------------------
 
     def _call(self, request: Req, context: Any, work: Callable[[Req, Any, threading.Event], R]) -> R:
+        """Run `work` on the solve pool: the one line every RPC method needs. The interceptor has checked the
+        request against the limits and set the call's deadline/cancellation (`placement.limits.current_call`),
+        which the pool's thread inherits; an answer that comes after the call ended is not sent as OK."""
         stop = StopEvent()  # sets stop CP-SAT at once (no polling delay)
         context.add_callback(stop.set)  # the call ended (cancelled, deadline, done): stop the search
         with self._lock:
             self._active.add(stop)
         try:
             self._check_limits(request)
-            future = self._pool.submit(lambda: work(request, context, stop))
-            return future.result()
+            size = request.ByteSize() if hasattr(request, "ByteSize") else 0
+            future = self._pool.submit(lambda: work(request, context, stop), size)
+            result = future.result()
+            checkpoint("sending the answer")
+            return result
         except Exception as exc:
             context.abort_with_status(status_for(exc))
             raise AssertionError("abort_with_status returns by raising") from exc
@@ -118,39 +122,14 @@ class PlacementServicer(pb_grpc.PlacementServiceServicer):
         return LimitExceeded(limit, description)
 
     def _check_limits(self, request: object) -> None:
-        """Server limits checked on the message, before anything is built or queued."""
+        """Limits of this servicer beyond the generic budget (server.budget, run by the interceptor)."""
         s = self._settings
-        if isinstance(request, pb.PlaceRequest | pb.EvaluateRequest | pb.CompareRequest | pb.PlaceBatchRequest
-                      | pb.RepairRequest) and request.HasField("cluster"):
-            n = convert.estimate_devices(request.cluster)
-            if n > s.max_devices:
-                raise self._reject("devices", f"the cluster has {n} devices; this server accepts at most {s.max_devices}")
-            cells = convert.estimate_matrix_cells(request.cluster)
-            if cells > MAX_MATRIX_CELLS:
-                raise self._reject("matrix cells", f"the intra-node matrices hold {cells} cells over all hosts; "
-                                   f"this server accepts at most {MAX_MATRIX_CELLS}")
-        jobs: list[tuple[str, pb.Job]] = []
-        if isinstance(request, pb.CompareRequest):
-            if len(request.jobs) > s.max_jobs:
-                raise self._reject("jobs", f"{len(request.jobs)} jobs to compare; this server accepts at most {s.max_jobs}")
-            jobs = [(f"jobs[{i}]", j) for i, j in enumerate(request.jobs)]
-        elif isinstance(request, pb.PlaceBatchRequest):
-            if len(request.jobs) > s.max_jobs:
-                raise self._reject("jobs", f"{len(request.jobs)} jobs in the batch; this server accepts at most {s.max_jobs}")
-            jobs = [(f"jobs[{i}].job", bj.job) for i, bj in enumerate(request.jobs)]
-        elif isinstance(request, pb.PlaceRequest | pb.EvaluateRequest | pb.RepairRequest) and request.HasField("job"):
-            jobs = [("job", request.job)]
-        for where, job in jobs:
-            ranks = convert.estimate_ranks(job)
-            if ranks > s.max_ranks:
-                raise self._reject("ranks", f"{where} has {ranks} ranks; this server accepts at most {s.max_ranks}")
-        if isinstance(request, pb.RepairRequest) and len(request.current) > s.max_ranks:
-            raise self._reject("ranks", f"the current mapping has {len(request.current)} entries; at most {s.max_ranks}")
-        if isinstance(request, pb.EvaluateRequest) and len(request.mapping) > s.max_ranks:
-            raise self._reject("ranks", f"the mapping has {len(request.mapping)} entries; at most {s.max_ranks}")
+        if isinstance(request, pb.CompareRequest | pb.PlaceBatchRequest) and len(request.jobs) > s.max_jobs:
+            raise self._reject("jobs", f"{len(request.jobs)} jobs in the request; this server accepts at most {s.max_jobs}")
 
     def _started(self, context: Any, stop: threading.Event) -> None:
         """At the start of the work: refuse it if the caller left or the deadline passed while it waited."""
+        checkpoint("waiting for a solver")
         if stop.is_set() or not context.is_active():
             raise Cancelled("the call ended while it waited for a solver")
         if context.time_remaining() <= 0.001:
@@ -196,6 +175,7 @@ class PlacementServicer(pb_grpc.PlacementServiceServicer):
     def _place(self, request: pb.PlaceRequest, context: Any, stop: threading.Event) -> pb.PlaceResponse:
         self._started(context, stop)
         inputs = convert.place_inputs(request, self._settings.default_time_limit_s, self._resolve(request))
+        checkpoint("converting the request")
         budget = self._budget(inputs.options.time_limit_s, context, 1)
         opts = self._options(inputs.options, budget, stop)
         t0 = time.perf_counter()
@@ -225,14 +205,17 @@ class PlacementServicer(pb_grpc.PlacementServiceServicer):
     def _evaluate(self, request: pb.EvaluateRequest, context: Any, stop: threading.Event) -> pb.EvaluateResponse:
         self._started(context, stop)
         inputs = convert.evaluate_inputs(request)
+        checkpoint("converting the request")
         t0 = time.perf_counter()
         report = evaluate(inputs.topology, inputs.state, inputs.job, inputs.mapping)  # InvalidMappingError
+        checkpoint("evaluating the mapping")
         self._metrics.solve_seconds.labels(method="Evaluate").observe(time.perf_counter() - t0)
         return convert.evaluate_response(inputs.topology, inputs.job, inputs.mapping, report)
 
     def _compare(self, request: pb.CompareRequest, context: Any, stop: threading.Event) -> pb.CompareResponse:
         self._started(context, stop)
         inputs = convert.compare_inputs(request, self._settings.default_time_limit_s, self._resolve(request))
+        checkpoint("converting the request")
         budget = self._budget(inputs.options.time_limit_s, context, len(inputs.jobs))
         opts = self._options(inputs.options, budget, stop)
         t0 = time.perf_counter()
@@ -257,6 +240,7 @@ class PlacementServicer(pb_grpc.PlacementServiceServicer):
     def _place_batch(self, request: pb.PlaceBatchRequest, context: Any, stop: threading.Event) -> pb.PlaceBatchResponse:
         self._started(context, stop)
         inputs = convert_batch.batch_inputs(request, self._settings.default_time_limit_s, self._resolve(request))
+        checkpoint("converting the request")
         budget = self._budget(inputs.options.time_limit_s, context, 1)  # the limit covers the whole batch
         opts = self._options(inputs.options, budget, stop)
         t0 = time.perf_counter()
@@ -276,6 +260,7 @@ class PlacementServicer(pb_grpc.PlacementServiceServicer):
     def _repair(self, request: pb.RepairRequest, context: Any, stop: threading.Event) -> pb.RepairResponse:
         self._started(context, stop)
         inputs = convert_repair.repair_inputs(request, self._settings.default_time_limit_s, self._resolve(request))
+        checkpoint("converting the request")
         budget = self._budget(inputs.options.time_limit_s, context, 1)  # the limit covers the whole repair
         opts = self._options(inputs.options, budget, stop)
         t0 = time.perf_counter()

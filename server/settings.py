@@ -12,6 +12,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from placement.limits import Limits, parse_limit_overrides
+
 __all__ = ["ENV_PREFIX", "Settings", "parse_settings"]
 
 ENV_PREFIX = "PLACEMENT_"
@@ -36,6 +38,8 @@ class Settings:
     solver_threads: int = field(default=0, metadata={"help": "CP-SAT threads per solve (0: cores / workers)"})
     queue_limit: int = field(default=64, metadata={"help": "requests waiting for a solver beyond `workers`"})
     max_message_bytes: int = field(default=32 * 1024 * 1024, metadata={"help": "largest request accepted"})
+    max_queued_bytes: int = field(default=256 * 1024 * 1024, metadata={
+        "help": "request bytes the running and waiting calls may hold together (memory bound)"})
     max_devices: int = field(default=200_000, metadata={"help": "largest cluster (devices) accepted"})
     max_ranks: int = field(default=32_768, metadata={"help": "largest job (ranks) accepted"})
     max_jobs: int = field(default=64, metadata={"help": "most jobs in one Compare"})
@@ -49,8 +53,14 @@ class Settings:
     tls_key: str | None = field(default=None, metadata={"help": "PEM private key file"})
     token: str | None = field(default=None, metadata={"help": "bearer token callers must send (prefer the env)"})
     token_file: str | None = field(default=None, metadata={"help": "file holding the bearer token"})
+    tls_client_ca: str | None = field(default=None, metadata={
+        "help": "PEM CA bundle: require client certificates signed by it (mTLS; needs TLS)"})
     metrics_port: int | None = field(default=9464, metadata={"help": "Prometheus port (0: free one, -1: off)"})
-    metrics_host: str = field(default="0.0.0.0", metadata={"help": "Prometheus address"})
+    metrics_host: str = field(default="127.0.0.1", metadata={"help": "Prometheus address (default: localhost only)"})
+    metrics_require_token: bool = field(default=False, metadata={
+        "help": "metrics also require the bearer token (true/false)"})
+    limits: str = field(default="", metadata={
+        "help": "request limits, e.g. max_pins=65536,max_hosts=100000 (see placement.limits.Limits)"})
     registry: str = field(default="", metadata={
         "help": "ClusterRegistry store: sqlite:///PATH, postgresql://USER@HOST:PORT/DB, or off "
                 "(default: an SQLite file under ~/.local/state/placement)"})
@@ -58,7 +68,8 @@ class Settings:
 
     def __post_init__(self) -> None:
         problems: list[str] = []
-        for name in ("workers", "queue_limit", "max_message_bytes", "max_devices", "max_ranks", "max_jobs"):
+        for name in ("workers", "queue_limit", "max_message_bytes", "max_devices", "max_ranks", "max_jobs",
+                     "max_queued_bytes"):
             if getattr(self, name) < (0 if name == "queue_limit" else 1):
                 problems.append(f"{name} must be >= {0 if name == 'queue_limit' else 1}, got {getattr(self, name)}")
         if not 0 <= self.port <= 65535:
@@ -76,10 +87,23 @@ class Settings:
                 problems.append(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.log_level.upper() not in _LOG_LEVELS:
             problems.append(f"log_level must be one of {', '.join(_LOG_LEVELS)}, got {self.log_level!r}")
+        for name in ("tls_cert", "tls_key", "tls_client_ca", "token_file"):
+            if getattr(self, name) == "":
+                problems.append(f"{name} is empty: give a file, or leave it unset")
         if (self.tls_cert is None) != (self.tls_key is None):
             problems.append("tls_cert and tls_key go together")
         if self.token is not None and self.token_file is not None:
             problems.append("give token or token_file, not both")
+        if self.token is not None and not self.token.strip():
+            problems.append("token is empty: give a token, or leave it unset to run without auth")
+        if self.tls_client_ca is not None and self.tls_cert is None:
+            problems.append("tls_client_ca (mTLS) needs tls_cert and tls_key")
+        if self.metrics_require_token and self.token is None and self.token_file is None:
+            problems.append("metrics_require_token needs a token or token_file")
+        try:
+            self.request_limits()
+        except ValueError as e:
+            problems.append(f"limits: {e}")
         if problems:
             raise ValueError("invalid settings: " + "; ".join(problems))
 
@@ -89,10 +113,32 @@ class Settings:
         return self.solver_threads or max(1, _cores() // self.workers)
 
     def bearer_token(self) -> str | None:
-        """The token callers must present, from `token` or `token_file` (stripped)."""
+        """The token callers must present, from `token` or `token_file` (stripped); None: auth off.
+
+        Fails closed: an unreadable or empty token file raises ValueError naming it (the server refuses to start).
+        """
         if self.token_file is not None:
-            return Path(self.token_file).read_text().strip() or None
-        return self.token or None
+            try:
+                text = Path(self.token_file).read_text(encoding="utf-8").strip()
+            except (OSError, UnicodeDecodeError) as e:
+                raise ValueError(f"token_file {self.token_file}: cannot read it ({getattr(e, 'strerror', None) or e})"
+                                 "; the server does not start without the token it was told to require") from None
+            if not text:
+                raise ValueError(f"token_file {self.token_file} is empty; the server does not start without the "
+                                 "token it was told to require")
+            return text
+        if self.token is not None:
+            if not self.token.strip():
+                raise ValueError("token is empty; the server does not start without the token it was told to require")
+            return self.token.strip()
+        return None
+
+    def request_limits(self) -> Limits:
+        """The per-request limits: the defaults, max_devices and max_ranks, then the `limits` overrides."""
+        base = Limits().replace(max_devices=self.max_devices, max_ranks=self.max_ranks,
+                                max_pins=min(Limits().max_pins, self.max_ranks),
+                                max_mapping_entries=max(Limits().max_mapping_entries, self.max_ranks))
+        return parse_limit_overrides(self.limits, base) if self.limits else base
 
     def replace(self, **changes: object) -> Settings:
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
@@ -100,8 +146,16 @@ class Settings:
 
 def _convert(f: dataclasses.Field[object], raw: str) -> object:
     kind = str(f.type)
+    if f.name in ("token", "token_file", "tls_cert", "tls_key", "tls_client_ca"):
+        return raw  # an empty value is an error (checked by Settings), never a silent "off"
     if raw == "" and "None" in kind:
         return None
+    if kind.startswith("bool"):
+        if raw.lower() in ("1", "true", "yes", "on"):
+            return True
+        if raw.lower() in ("0", "false", "no", "off"):
+            return False
+        raise ValueError(raw)
     if kind.startswith("int"):
         return int(raw)
     if kind.startswith("float"):

@@ -5,16 +5,20 @@ Metrics live in a registry per server (tests start many) and are served on their
 
 from __future__ import annotations
 
+import hmac
 import json
 import logging
+import socket
 import sys
 import threading
 import time
 import uuid
 from contextvars import ContextVar
 from typing import IO, Any
+from wsgiref.simple_server import make_server
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
+from prometheus_client.exposition import ThreadingWSGIServer, _SilentHandler
 
 __all__ = [
     "REQUEST_ID_KEY",
@@ -97,10 +101,26 @@ class Metrics:
         self._http: Any = None
         self._lock = threading.Lock()
 
-    def serve(self, port: int, host: str = "0.0.0.0") -> int:
-        """Expose /metrics on `port` (0: a free one); returns the bound port."""
+    def serve(self, port: int, host: str = "127.0.0.1", token: str | None = None) -> int:
+        """Expose /metrics on `host`:`port` (0: a free port); returns the bound port. With `token`, every
+        scrape must send ``Authorization: Bearer <token>`` (compared in constant time), else 401."""
+        app = make_wsgi_app(self.registry)
+        expected = None if token is None else f"Bearer {token}".encode()
+
+        def guarded(environ: dict[str, Any], start_response: Any) -> Any:
+            given = str(environ.get("HTTP_AUTHORIZATION", "")).encode()
+            if expected is not None and not hmac.compare_digest(given, expected):
+                start_response("401 Unauthorized", [("Content-Type", "text/plain"),
+                                                    ("WWW-Authenticate", 'Bearer realm="placement-metrics"')])
+                return [b"missing or wrong bearer token\n"]
+            return app(environ, start_response)
+
+        class Server(ThreadingWSGIServer):
+            address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
+
         with self._lock:
-            httpd, _ = start_http_server(port, addr=host, registry=self.registry)
+            httpd = make_server(host.strip("[]"), port, guarded, Server, handler_class=_SilentHandler)
+            threading.Thread(target=httpd.serve_forever, name="placement-metrics", daemon=True).start()
             self._http = httpd
             return int(httpd.server_port)
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from placement.cost import CostReport, PhaseCost
-from placement.errors import InputError, Problem, Problems
+from placement.errors import InputError, Problems
 from placement.io.export import baseline_costs
 from placement.io.export.document import device_affinity
 from placement.io.native import (
@@ -25,6 +25,7 @@ from placement.io.native import (
     state_from_dict,
 )
 from placement.job import Job
+from placement.limits import LimitError, checkpoint
 from placement.messages.files import message_to_dict
 from placement.solve import PlacementResult, SolveOptions, SolveStatus, Strategy
 from placement.solve.run import request_problems
@@ -40,9 +41,6 @@ __all__ = [
     "assignments",
     "breakdown",
     "compare_inputs",
-    "estimate_devices",
-    "estimate_matrix_cells",
-    "estimate_ranks",
     "evaluate_inputs",
     "evaluate_response",
     "infeasible_result",
@@ -85,45 +83,18 @@ class _Problems(Problems):
         """`fn(*args)`, or None after recording its InputError's problems under `prefix`."""
         try:
             return fn(*args)
+        except LimitError:  # RESOURCE_EXHAUSTED, not one problem among others
+            raise
         except InputError as e:
-            self.items.extend(Problem(_join(prefix, p.path), p.message) for p in e.problems)
+            for p in e.problems:
+                self.add(_join(prefix, p.path), p.message)
+            self.omitted += e.omitted
             return None
 
 
 # ---- size estimates (before anything is built) ------------------------------------------------------------
 
 
-def _type_sizes(cluster: pb.Cluster) -> dict[str, int]:
-    return {nt.name: max(nt.devices if nt.HasField("devices") else len(nt.matrix), 1) for nt in cluster.node_types}
-
-
-def estimate_devices(cluster: pb.Cluster) -> int:
-    """An upper bound of the devices the cluster message describes (a server limit applies before building)."""
-    sizes = _type_sizes(cluster)
-    total = 0
-    for g in cluster.generate:
-        per = sizes.get(g.node_type, 1) if g.node_type else max(g.devices, 1)
-        total += max(g.nodes, 0) * per
-    for h in cluster.hosts:
-        total += sizes.get(h.node_type, 1) if h.node_type else max(h.devices, 1)
-    return total
-
-
-def estimate_matrix_cells(cluster: pb.Cluster) -> int:
-    """Matrix cells checked when building: per host with a matrix, devices squared."""
-    sides = {nt.name: max(len(nt.matrix), nt.devices) for nt in cluster.node_types if nt.matrix}
-    with_matrix = {name: n * n for name, n in sides.items()}
-    cells = sum(max(g.nodes, 0) * with_matrix[g.node_type] for g in cluster.generate if g.node_type in with_matrix)
-    return int(cells) + int(sum(with_matrix[h.node_type] for h in cluster.hosts if h.node_type in with_matrix))
-
-
-def estimate_ranks(job: pb.Job) -> int:
-    """The ranks a job message asks for: the larger of `ranks` and tp*cp*ep*dp*pp."""
-    p = job.parallel
-    world = 1
-    for dim in ("tp", "cp", "ep", "dp", "pp"):
-        world *= max(int(getattr(p, dim)), 1)
-    return max(job.ranks, world if job.HasField("parallel") else 1)
 
 
 # ---- inputs -------------------------------------------------------------------------------------------------
@@ -169,12 +140,14 @@ def _topology(req: Any, ps: _Problems,
     if not req.HasField("cluster"):
         ps.add("cluster", "is required")
         return None
-    guarded = len(ps.items)
+    guarded = len(ps)
+    checkpoint("converting the cluster")
     doc = _cluster_dict(req.cluster, ps)
     built = ps.read("cluster", cluster_from_dict, doc, "cluster")
-    if built is None or len(ps.items) > guarded:
+    if built is None or len(ps) > guarded:
         return None
     topo, base = built
+    checkpoint("converting the state")
     state_doc = message_dict(req.state) if req.HasField("state") else {}
     state = ps.read("state", state_from_dict, state_doc, topo, "state")
     if state is None:
@@ -183,6 +156,7 @@ def _topology(req: Any, ps: _Problems,
 
 
 def _job(msg: pb.Job, prefix: str, ps: _Problems) -> Job | None:
+    checkpoint(f"converting {prefix}")
     doc = message_dict(msg)
     for g in doc.get("groups", []):
         g.setdefault("members", [])  # an empty repeated field is absent in the dict; the reader checks a present one
@@ -199,6 +173,7 @@ def _required_job(req: pb.PlaceRequest | pb.EvaluateRequest, ps: _Problems) -> J
 
 def _references(topo: Topology, state: ClusterState, job: Job, prefix: str, ps: _Problems) -> None:
     """Names in the job that must exist in the cluster (the domain's rules), with request field paths."""
+    checkpoint(f"checking {prefix}")
     for p in request_problems(topo, state, job):
         ps.add(f"{prefix}.{p.path}", p.message)
 
@@ -218,8 +193,8 @@ def _options(msg: pb.Options, default_time_limit_s: float, ps: _Problems, prefix
             limit = msg.time_limit_s
     gap = 0.0
     if msg.HasField("relative_gap"):
-        if not (math.isfinite(msg.relative_gap) and 0 <= msg.relative_gap <= 1):
-            ps.add(f"{prefix}.relative_gap", f"must be in [0, 1], got {msg.relative_gap}")
+        if not (math.isfinite(msg.relative_gap) and 0 <= msg.relative_gap < 1):
+            ps.add(f"{prefix}.relative_gap", f"must be in [0, 1), got {msg.relative_gap}")
         else:
             gap = msg.relative_gap
     return SolveOptions(

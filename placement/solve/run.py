@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from placement.cost import CostReport, evaluate
 from placement.errors import InfeasibleError, InputError, PlacementError, Problem
 from placement.job import Job
+from placement.limits import checkpoint
 from placement.solve.baselines import BASELINES
 from placement.solve.cpsat import (  # imported here: ortools takes ~1 s to import, not per call
     CpsatOutcome,
@@ -180,6 +181,7 @@ def place(topology: Topology, state: ClusterState, job: Job, options: SolveOptio
     problems = request_problems(topology, state, job, traffic)
     if problems:
         raise InputError(f"job {job.name}", problems)
+    checkpoint("checking the request")
     reasons = explain_infeasible(topology, state, job, traffic)
     if reasons:
         raise InfeasibleError(reasons)
@@ -195,6 +197,7 @@ def place(topology: Topology, state: ClusterState, job: Job, options: SolveOptio
     # the chosen baseline first, then the strongest topology-aware ones: what a tight limit scores
     order = sorted(BASELINES, key=lambda n: (n != strategy.value, n == "first-fit", list(BASELINES).index(n)))
     for name in order:
+        checkpoint(f"the {name} baseline")  # the call ended (cancelled, deadline passed): nobody awaits the answer
         mapping = BASELINES[name](topology, state, job, traffic)
         if mapping is not None and tuple(mapping) not in score.memo and found and not score.affordable():
             baselines[name] = None
@@ -214,6 +217,7 @@ def place(topology: Topology, state: ClusterState, job: Job, options: SolveOptio
                                    "try the cpsat strategy"])
         mapping, rep = found[strategy.value]
     else:
+        checkpoint("the search")
         mapping, rep, lower, stats = _optimize(request, score, found, baselines)
     request.deadline += reserve
     if job.launcher == "torchrun":

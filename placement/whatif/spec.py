@@ -11,7 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from placement.errors import InputError, Problems
+from placement.io.native.document import short
 from placement.job import DIMENSIONS, Job
+from placement.limits import current_limits
 from placement.topology import Topology
 from placement.whatif.run import DEFAULT_TIME_LIMIT, digest
 from placement.whatif.shapes import Shape, parse_shapes, shape_job_doc
@@ -253,8 +255,8 @@ def sweep_from_dict(doc: Any, source: str = "<sweep>", base_dir: Path | None = N
         ps.add("solver.seed", f"must be an integer, got {s_seed!r}")
         s_seed = 0
     s_gap = solver.get("relative_gap", 0.0)
-    if not (_is_num(s_gap) and s_gap >= 0):
-        ps.add("solver.relative_gap", f"must be a number >= 0, got {s_gap!r}")
+    if not (_is_num(s_gap) and 0 <= s_gap < 1):
+        ps.add("solver.relative_gap", f"must be a number in [0, 1), got {short(s_gap)}")
         s_gap = 0.0
     s_det = solver.get("deterministic", False)
     if not isinstance(s_det, bool):
@@ -267,7 +269,10 @@ def sweep_from_dict(doc: Any, source: str = "<sweep>", base_dir: Path | None = N
         keep_batch = True
     gpus = doc.get("gpus")
     if gpus is not None and not (_is_int(gpus) and gpus >= 1):
-        ps.add("gpus", f"must be an integer >= 1, got {gpus!r}")
+        ps.add("gpus", f"must be an integer >= 1, got {short(gpus)}")
+        gpus = None
+    elif gpus is not None and gpus > current_limits().max_ranks:
+        ps.add("gpus", f"{gpus} is above the limit max_ranks={current_limits().max_ranks}")
         gpus = None
 
     axes = doc.get("axes") or {}
@@ -379,8 +384,9 @@ def sweep_from_dict(doc: Any, source: str = "<sweep>", base_dir: Path | None = N
         sum(len(time_limits) if s == "cpsat" else 1 for s in strategies))
     if total == 0:
         ps.add("axes", "the grid is empty: every axis needs at least one value")
-    elif total > MAX_POINTS:
-        ps.add("axes", f"the grid has {total} points; the limit is {MAX_POINTS}: narrow an axis")
+    elif total > min(MAX_POINTS, current_limits().max_sweep_points):
+        ps.add("axes", f"the grid has {total} points; the limit is max_sweep_points="
+               f"{min(MAX_POINTS, current_limits().max_sweep_points)}: narrow an axis")
     ps.raise_if_any()
     for vi, shapes in enumerate(shapes_per_variant):
         for shape, occ, mode, seed, fail, strat in product(shapes, occupancy, modes, seeds, failed, strategies):

@@ -3,6 +3,7 @@ and NICs, read into a Topology (and the static part of a ClusterState)."""
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -14,11 +15,14 @@ from placement.io.affinity import node_type_affinity
 from placement.io.native.document import (
     MAX_BANDWIDTH_GBPS,
     MAX_LATENCY_US,
+    MAX_SLOWDOWN,
     MIN_BANDWIDTH_GBPS,
     _Reader,
     load_document,
+    short,
 )
 from placement.io.native.state import state_from_dict
+from placement.limits import current_limits, tick
 from placement.state import ClusterState
 from placement.topology import DEFAULT_INTRA_NODE_TIERS, HostSpec, Level, NodeType, RailPolicy, Tier, Topology
 
@@ -40,14 +44,23 @@ def _tier(r: _Reader, d: Mapping[str, Any], path: str, allowed_extra: Sequence[s
 
 def _matrix(r: _Reader, rows: Any, path: str, base_dir: Path | None) -> tuple[tuple[str, ...], ...] | None:
     out: list[tuple[str, ...]] = []
-    for i, row in enumerate(r.lst(rows, path)):
+    lim = current_limits()
+    row_list = r.lst(rows, path)
+    lim.check("max_matrix_side", len(row_list), f"{path} (rows)")
+    known: dict[str, bool] = {}  # a code seen once is not matched again
+    for i, row in enumerate(row_list):
+        tick(i, "reading a matrix")
         cells = row.split() if isinstance(row, str) else row if isinstance(row, list) else None
         if cells is None:
-            r.ps.add(f"{path}[{i}]", f"must be a row of link codes, got {row!r}")
+            r.ps.add(f"{path}[{i}]", f"must be a row of link codes, got {short(row)}")
             return None
+        lim.check("max_matrix_side", len(cells), f"{path}[{i}] (columns)")
         for j, c in enumerate(cells):
-            if not isinstance(c, str) or not _KNOWN_CODES.match(c):
-                r.ps.add(f"{path}[{i}][{j}]", f"unknown link code {c!r}; known: X, NV#, PIX, PXB, PHB, NODE, SYS, SOC")
+            ok = known.get(c) if isinstance(c, str) else False
+            if ok is None:
+                ok = known[c] = bool(_KNOWN_CODES.match(c))
+            if not ok:
+                r.ps.add(f"{path}[{i}][{j}]", f"unknown link code {short(c)}; known: X, NV#, PIX, PXB, PHB, NODE, SYS, SOC")
         out.append(tuple(str(c) for c in cells))
     return tuple(out) if out else None
 
@@ -80,8 +93,8 @@ def _node_type(r: _Reader, d: Mapping[str, Any], path: str, name: str, base_dir:
         if all(x is None or (isinstance(x, int) and not isinstance(x, bool) and x >= 0) for x in rl):
             rails = tuple(rl)
         else:
-            r.ps.add(f"{path}.rails", f"must be non-negative integers or null, got {rl!r}")
-    n = r.int_(d, "devices", path, minimum=1, default=None)
+            r.ps.add(f"{path}.rails", f"must be non-negative integers or null, got {short(rl)}")
+    n = r.int_(d, "devices", path, minimum=1, default=None, maximum=current_limits().max_devices)
     if n is None:
         if matrix is not None:
             n = len(matrix)
@@ -118,10 +131,47 @@ def _device_kinds(r: _Reader, v: Any) -> dict[str, DeviceKind]:
         tflops = r.num(kd, "tflops", p, minimum=0, exclusive=True, required=True, maximum=1e6)
         mem = r.num(kd, "memory_gb", p, minimum=0, exclusive=True, required=True, maximum=1e6)
         if name is not None and name in out:
-            r.ps.add(f"{p}.name", f"device kind {name!r} is defined twice")
+            r.ps.add(f"{p}.name", f"device kind {short(name)} is defined twice")
         if name is not None and tflops is not None and mem is not None:
             out[name] = DeviceKind(name, tflops, mem)
     return out
+
+
+def _host_budget(r: _Reader, gens: Sequence[Any], hosts: Sequence[Any], node_types: Mapping[str, NodeType],
+                 single: str | None) -> None:
+    """LimitError before any host is built: hosts, devices and matrix cells of every generate entry and host."""
+    lim = current_limits()
+    n_hosts, n_devices, cells = len(hosts), 0, 0
+
+    def size(entry: Mapping[str, Any]) -> tuple[int, int]:
+        nt = node_types.get(str(entry.get("node_type"))) if entry.get("node_type") is not None else None
+        if nt is not None:
+            return nt.devices, len(nt.matrix) ** 2 if nt.matrix else 0
+        dv = entry.get("devices")
+        return (dv if isinstance(dv, int) and not isinstance(dv, bool) and dv > 0 else 1), 0
+
+    for gi, g in enumerate(gens):
+        if not isinstance(g, dict):
+            continue
+        nodes = g.get("nodes")
+        if isinstance(nodes, float) and math.isfinite(nodes) and nodes.is_integer():
+            nodes = int(nodes)
+        if not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 1:
+            continue  # reported by the reader
+        where = single or f"generate[{gi}]"
+        lim.check("max_hosts", nodes, f"{where}.nodes")
+        n_hosts += nodes
+        per, c = size(g)
+        n_devices += nodes * per
+        cells += nodes * c
+    for h in hosts:
+        if isinstance(h, dict):
+            per, c = size(h)
+            n_devices += per
+            cells += c
+    lim.check("max_hosts", n_hosts, "the cluster's hosts")
+    lim.check("max_devices", n_devices, "the cluster's devices")
+    lim.check("max_matrix_cells", cells, "the cluster's intra-node matrix cells")
 
 
 def cluster_from_dict(doc: Any, source: str = "<cluster>", base_dir: Path | None = None) -> tuple[Topology, ClusterState | None]:
@@ -153,8 +203,9 @@ def cluster_from_dict(doc: Any, source: str = "<cluster>", base_dir: Path | None
         rp = r.obj(d["rail_policy"], "rail_policy")
         r.keys(rp, ["extra_latency_us", "bandwidth_factor"], "rail_policy")
         rail_policy = RailPolicy(
-            r.num(rp, "extra_latency_us", "rail_policy", default=2.0, minimum=0) or 0.0,
-            r.num(rp, "bandwidth_factor", "rail_policy", default=1.0, minimum=0, exclusive=True) or 1.0,
+            r.num(rp, "extra_latency_us", "rail_policy", default=2.0, minimum=0, maximum=MAX_LATENCY_US) or 0.0,
+            r.num(rp, "bandwidth_factor", "rail_policy", default=1.0, minimum=1 / MAX_SLOWDOWN,
+                  maximum=1.0) or 1.0,
         )
     kinds = _device_kinds(r, d.get("device_kinds"))
     node_types: dict[str, NodeType] = {}
@@ -162,7 +213,7 @@ def cluster_from_dict(doc: Any, source: str = "<cluster>", base_dir: Path | None
         ntd = r.obj(nt, f"node_types[{i}]")
         ntn = r.str_(ntd, "name", f"node_types[{i}]", required=True) or f"type{i}"
         if ntn in node_types:
-            ps.add(f"node_types[{i}].name", f"node type {ntn!r} is defined twice")
+            ps.add(f"node_types[{i}].name", f"node type {short(ntn)} is defined twice")
         node_types[ntn] = _node_type(r, ntd, f"node_types[{i}]", ntn, base_dir)
     level_names = [lv.name for lv in levels]
 
@@ -170,10 +221,10 @@ def cluster_from_dict(doc: Any, source: str = "<cluster>", base_dir: Path | None
         tname = hd.get("node_type")
         if tname is not None:
             if not isinstance(tname, str | int) or str(tname) not in node_types:
-                ps.add(f"{path}.node_type", f"unknown node type {tname!r}; defined: {sorted(node_types)}")
+                ps.add(f"{path}.node_type", f"unknown node type {short(tname)}; defined: {sorted(node_types)}")
                 return NodeType("?", 1)
             return node_types[str(tname)]
-        n = r.int_(hd, "devices", path, minimum=1, default=None)
+        n = r.int_(hd, "devices", path, minimum=1, default=None, maximum=current_limits().max_devices)
         if n is None:
             if "devices" not in hd:
                 ps.add(f"{path}.devices", "is required (or a node_type)")
@@ -183,11 +234,12 @@ def cluster_from_dict(doc: Any, source: str = "<cluster>", base_dir: Path | None
     hosts: list[HostSpec] = []
     gens = d.get("generate")
     gen_list = [gens] if isinstance(gens, dict) else r.lst(gens, "generate")
+    _host_budget(r, gen_list, r.lst(d.get("hosts"), "hosts"), node_types, "generate" if isinstance(gens, dict) else None)
     gen_src: list[str] = []  # the generate entry of each generated host, to name it in structural errors
     complete = bool(levels)  # every host was built: structural checks of the whole cluster are meaningful
     for gi, g in enumerate(gen_list):
         gp = "generate" if isinstance(gens, dict) else f"generate[{gi}]"
-        entry_start = len(ps.items)
+        entry_start = len(ps)
         gd = r.obj(g, gp)
         r.keys(gd, ["nodes", "node_type", "devices", "kind", "fanout", "prefix", "host_format"], gp)
         nodes = r.int_(gd, "nodes", gp, minimum=1, required=True) or 0
@@ -219,12 +271,13 @@ def cluster_from_dict(doc: Any, source: str = "<cluster>", base_dir: Path | None
             try:
                 str(hfmt).format(1)
             except (KeyError, IndexError, ValueError) as e:
-                ps.add(f"{gp}.host_format", f"{hfmt!r} is not a format with one positional field like 'gpu-{{:03d}}': {e}")
-        if len(ps.items) > entry_start or not levels:
+                ps.add(f"{gp}.host_format", f"{short(hfmt)} is not a format with one positional field like 'gpu-{{:03d}}': {e}")
+        if len(ps) > entry_start or not levels:
             complete = False
             continue
         width = max(2, len(str(nodes)))
         for h in range(nodes):
+            tick(h, "building the hosts")
             hname = str(hfmt).format(h + 1) if hfmt else f"{prefix}{level_names[0]}{h + 1:0{width}d}"
             doms: dict[str, str] = {}
             idx = h
@@ -235,6 +288,7 @@ def cluster_from_dict(doc: Any, source: str = "<cluster>", base_dir: Path | None
             hosts.append(HostSpec(hname, doms, nt))
             gen_src.append(gp)
     for hi, h in enumerate(r.lst(d.get("hosts"), "hosts")):
+        tick(hi, "reading the hosts")
         hp = f"hosts[{hi}]"
         hd = r.obj(h, hp)
         r.keys(hd, ["name", "domains", "node_type", "devices", "kind"], hp)

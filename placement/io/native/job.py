@@ -4,14 +4,16 @@ exposure and constraints of the request, read into a `placement.job.Job` with ev
 
 from __future__ import annotations
 
+import math
 import re
+from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from placement.compute import DEFAULT_MFU
 from placement.errors import Problems
-from placement.io.native.document import MAX_BYTES, MAX_COUNT, _Reader, load_document
+from placement.io.native.document import MAX_BYTES, MAX_COUNT, MAX_PARAMETERS, _Reader, load_document, short
 from placement.job import (
     DIMENSIONS,
     LAUNCHERS,
@@ -24,25 +26,39 @@ from placement.job import (
     ParallelSpec,
     SpreadRule,
 )
+from placement.limits import LimitError, current_limits, tick
 
 __all__ = ["job_from_dict", "load_job"]
 
-def _members(r: _Reader, v: Any, path: str) -> tuple[int, ...]:
-    """Members as a list of ints or a range string ``"0-7"`` / ``"0-7,16-23"``."""
+def _members(r: _Reader, v: Any, path: str, budget: list[int]) -> tuple[int, ...]:
+    """Members as a list of ints or a range string ``"0-7"`` / ``"0-7,16-23"``. `budget` holds the members
+    still allowed (limit max_group_members over the job): a range is sized before it is expanded."""
+    lim = current_limits()
     if isinstance(v, str):
         out: list[int] = []
         for part in v.split(","):
-            m = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", part)
+            m = re.fullmatch(r"\s*(\d{1,18})\s*(?:-\s*(\d{1,18})\s*)?", part)
             if not m:
-                r.ps.add(path, f"bad rank range {part!r}; write e.g. \"0-7,16-23\"")
+                r.ps.add(path, f"bad rank range {short(part)}; write e.g. \"0-7,16-23\"")
                 return ()
             lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
             if hi < lo:
-                r.ps.add(path, f"bad rank range {part!r}: {hi} < {lo}")
+                r.ps.add(path, f"bad rank range {short(part)}: {hi} < {lo}")
                 return ()
+            if hi > lim.max_index:
+                r.ps.add(path, f"rank {hi} in {short(part)} is above the limit max_index={lim.max_index}")
+                return ()
+            budget[0] -= hi - lo + 1
+            if budget[0] < 0:
+                raise LimitError(f"{path} (group members over the job)", lim.max_group_members - budget[0],
+                                 "max_group_members", lim.max_group_members)
             out.extend(range(lo, hi + 1))
         return tuple(out)
     items = r.lst(v, path)
+    budget[0] -= len(items)
+    if budget[0] < 0:
+        raise LimitError(f"{path} (group members over the job)", lim.max_group_members - budget[0],
+                         "max_group_members", lim.max_group_members)
     if not all(isinstance(x, int) and not isinstance(x, bool) for x in items):
         r.ps.add(path, "members must be rank numbers")
         return ()
@@ -57,13 +73,20 @@ def job_from_dict(doc: Any, source: str = "<job>") -> Job:
     r.keys(d, ["name", "ranks", "device_kind", "parallel", "model", "exposure", "groups", "edges", "constraints", "description",
                "launcher"], "")
     name = r.str_(d, "name", "", default=Path(source).stem) or "job"
+    lim = current_limits()
+    if isinstance(d.get("ranks"), int | float) and not isinstance(d.get("ranks"), bool) and math.isfinite(d["ranks"]):
+        lim.check("max_ranks", int(d["ranks"]), "ranks")
+    for key in ("groups", "edges"):
+        lim.check("max_groups", len(d[key]) if isinstance(d.get(key), list) else 0, key)
     kind = r.str_(d, "device_kind", "")
     par: ParallelSpec | None = None
     model: ModelShape | None = None
     if d.get("parallel") is not None:
         pd = r.obj(d["parallel"], "parallel")
         r.keys(pd, [*DIMENSIONS, "order"], "parallel")
-        sizes = {k: r.int_(pd, k, "parallel", minimum=1, default=1) or 1 for k in DIMENSIONS}
+        sizes = {k: r.int_(pd, k, "parallel", minimum=1, default=1, maximum=lim.max_ranks) or 1 for k in DIMENSIONS}
+        world = math.prod(sizes.values())
+        lim.check("max_ranks", world, "tp*cp*ep*dp*pp")
         order = r.str_(pd, "order", "parallel", default="tp-cp-ep-dp-pp") or "tp-cp-ep-dp-pp"
         dims = order.split("-")
         missing = [x for x in DIMENSIONS if x not in dims]
@@ -77,7 +100,7 @@ def job_from_dict(doc: Any, source: str = "<job>") -> Job:
                 what.append(f"has unknown {', '.join(repr(u) for u in unknown)}")
             if dup:
                 what.append(f"repeats {', '.join(dup)}")
-            ps.add("parallel.order", f"{order!r} {' and '.join(what)}; it must name each of tp, cp, ep, dp, pp once, e.g. 'tp-cp-ep-dp-pp'")
+            ps.add("parallel.order", f"{short(order)} {' and '.join(what)}; it must name each of tp, cp, ep, dp, pp once, e.g. 'tp-cp-ep-dp-pp'")
             order = "tp-cp-ep-dp-pp"
         par = ParallelSpec(order=order, **sizes)
         md = r.obj(d.get("model"), "model")
@@ -89,24 +112,27 @@ def job_from_dict(doc: Any, source: str = "<job>") -> Job:
                         "recompute", "mfu", "heads"], "model")
             recompute = md.get("recompute", False)
             if not isinstance(recompute, bool):
-                ps.add("model.recompute", f"must be true or false, got {recompute!r}")
+                ps.add("model.recompute", f"must be true or false, got {short(recompute)}")
                 recompute = False
             model = ModelShape(
-                parameters=r.num(md, "parameters", "model", minimum=0, exclusive=True, required=True) or 1.0,
-                hidden=r.int_(md, "hidden", "model", minimum=1, required=True) or 1,
-                layers=r.int_(md, "layers", "model", minimum=1, required=True) or 1,
-                seq_len=r.int_(md, "seq_len", "model", minimum=1, required=True) or 1,
-                micro_batch=r.int_(md, "micro_batch", "model", minimum=1, default=1) or 1,
-                micro_batches=r.int_(md, "micro_batches", "model", minimum=1, default=1) or 1,
-                bytes_per_element=r.int_(md, "bytes_per_element", "model", minimum=1, default=2) or 2,
-                grad_bytes_per_element=r.int_(md, "grad_bytes_per_element", "model", minimum=1),
-                experts=r.int_(md, "experts", "model", minimum=0, default=0) or 0,
-                top_k=r.int_(md, "top_k", "model", minimum=0, default=0) or 0,
-                expert_parameters=r.num(md, "expert_parameters", "model", minimum=0, default=0.0) or 0.0,
-                kv_fraction=r.num(md, "kv_fraction", "model", minimum=0, exclusive=True, default=1.0) or 1.0,
+                parameters=r.num(md, "parameters", "model", minimum=0, exclusive=True, required=True,
+                                 maximum=MAX_PARAMETERS) or 1.0,
+                hidden=r.int_(md, "hidden", "model", minimum=1, required=True, maximum=10**7) or 1,
+                layers=r.int_(md, "layers", "model", minimum=1, required=True, maximum=10**6) or 1,
+                seq_len=r.int_(md, "seq_len", "model", minimum=1, required=True, maximum=10**9) or 1,
+                micro_batch=r.int_(md, "micro_batch", "model", minimum=1, default=1, maximum=10**6) or 1,
+                micro_batches=r.int_(md, "micro_batches", "model", minimum=1, default=1, maximum=10**6) or 1,
+                bytes_per_element=r.int_(md, "bytes_per_element", "model", minimum=1, default=2, maximum=64) or 2,
+                grad_bytes_per_element=r.int_(md, "grad_bytes_per_element", "model", minimum=1, maximum=64),
+                experts=r.int_(md, "experts", "model", minimum=0, default=0, maximum=10**6) or 0,
+                top_k=r.int_(md, "top_k", "model", minimum=0, default=0, maximum=10**6) or 0,
+                expert_parameters=r.num(md, "expert_parameters", "model", minimum=0, default=0.0,
+                                        maximum=MAX_PARAMETERS) or 0.0,
+                kv_fraction=r.num(md, "kv_fraction", "model", minimum=0, exclusive=True, default=1.0,
+                                  maximum=1.0) or 1.0,
                 recompute=recompute,
                 mfu=r.num(md, "mfu", "model", minimum=0, exclusive=True, maximum=1.0, default=DEFAULT_MFU) or DEFAULT_MFU,
-                heads=r.int_(md, "heads", "model", minimum=1, default=0) or 0,
+                heads=r.int_(md, "heads", "model", minimum=1, default=0, maximum=10**6) or 0,
             )
             if model.layers % par.pp:
                 ps.add("model.layers", f"{model.layers} layers do not split evenly over pp={par.pp} stages")
@@ -116,27 +142,29 @@ def job_from_dict(doc: Any, source: str = "<job>") -> Job:
                 ps.add("model.experts", f"{model.experts} experts do not split evenly over ep={sizes['ep']}")
             if model.expert_parameters >= model.parameters:
                 ps.add("model.expert_parameters", f"{model.expert_parameters:g} must be < parameters {model.parameters:g}")
-        ranks = r.int_(d, "ranks", "", minimum=1, default=par.world_size) or par.world_size
+        ranks = r.int_(d, "ranks", "", minimum=1, default=par.world_size, maximum=lim.max_ranks) or par.world_size
         if ranks != par.world_size:
             ps.add("ranks", f"{ranks} does not equal tp*cp*ep*dp*pp = {'*'.join(str(sizes[k]) for k in DIMENSIONS)} = {par.world_size}")
         if d.get("groups") or d.get("edges"):
             ps.add("groups", "a job is structured (parallel + model) or explicit (groups/edges), not both")
     else:
-        ranks = r.int_(d, "ranks", "", minimum=1, required=True) or 1
+        ranks = r.int_(d, "ranks", "", minimum=1, required=True, maximum=lim.max_ranks) or 1
         if d.get("groups") is None and d.get("edges") is None and "ranks" in d:
             ps.add("", "an explicit job needs `groups` and/or `edges` (or give `parallel` and `model`)")
     groups: list[Group] = []
     kinds = {k.value: k for k in CollectiveKind}
+    budget = [lim.max_group_members]
     for i, g in enumerate(r.lst(d.get("groups"), "groups")):
+        tick(i, "reading the groups")
         gp = f"groups[{i}]"
         gd = r.obj(g, gp)
         r.keys(gd, ["label", "kind", "members", "bytes", "count", "exposed"], gp)
         kname = r.str_(gd, "kind", gp, default="all_reduce") or "all_reduce"
         if kname not in kinds:
-            ps.add(f"{gp}.kind", f"unknown collective {kname!r}; known: {sorted(kinds)}")
+            ps.add(f"{gp}.kind", f"unknown collective {short(kname)}; known: {sorted(kinds)}")
             kname = "all_reduce"
-        mem = _members(r, gd.get("members"), f"{gp}.members")
-        bad = [m for m in mem if not 0 <= m < ranks]
+        mem = _members(r, gd.get("members"), f"{gp}.members", budget)
+        bad = [m for m in mem if not 0 <= m < ranks][:5]
         if bad:
             ps.add(f"{gp}.members", f"rank(s) {bad[:5]} outside 0..{ranks - 1}")
         if len(set(mem)) != len(mem):
@@ -151,6 +179,7 @@ def job_from_dict(doc: Any, source: str = "<job>") -> Job:
         ))
     edges: list[Edge] = []
     for i, e in enumerate(r.lst(d.get("edges"), "edges")):
+        tick(i, "reading the edges")
         ep = f"edges[{i}]"
         ed = r.obj(e, ep)
         r.keys(ed, ["label", "src", "dst", "bytes", "count", "exposed"], ep)
@@ -214,20 +243,30 @@ def _constraints(r: _Reader, v: Any, ranks: int) -> Constraints:
             r.ps.add(sp, "give min_domains and/or max_ranks_per_domain")
         spread.append(rule)
     pins: dict[int, str] = {}
-    for k, dev in r.obj(cd.get("pins"), "constraints.pins").items():
+    raw_pins = r.obj(cd.get("pins"), "constraints.pins")
+    lim = current_limits()
+    lim.check("max_pins", len(raw_pins), "constraints.pins")
+    for i, (k, dev) in enumerate(raw_pins.items()):
+        tick(i, "reading the pins")
         try:
             rk = int(k)
-        except (TypeError, ValueError):
-            r.ps.add(f"constraints.pins.{k}", "keys are rank numbers")
+        except (TypeError, ValueError, OverflowError):
+            r.ps.add(f"constraints.pins.{str(k)[:80]}", "keys are rank numbers")
             continue
         if not 0 <= rk < ranks:
-            r.ps.add(f"constraints.pins.{k}", f"rank {rk} outside 0..{ranks - 1}")
+            r.ps.add(f"constraints.pins.{str(k)[:80]}", f"rank {short(rk)} outside 0..{ranks - 1}")
+            continue
+        if not isinstance(dev, str | int) or isinstance(dev, bool):
+            r.ps.add(f"constraints.pins.{rk}", f"must be a device name, got {short(dev)}")
             continue
         pins[rk] = str(dev)
-    dup = sorted({x for x in pins.values() if list(pins.values()).count(x) > 1})
+    counts = Counter(pins.values())  # linear: a device pinned to several ranks
+    dup = sorted(x for x, c in counts.items() if c > 1)
     if dup:
-        r.ps.add("constraints.pins", f"device(s) {dup} pinned to more than one rank")
-    excl = [str(x) for x in r.lst(cd.get("exclude"), "constraints.exclude")]
+        r.ps.add("constraints.pins", f"device(s) {short(dup)} pinned to more than one rank")
+    excl_raw = r.lst(cd.get("exclude"), "constraints.exclude")
+    lim.check("max_state_entries", len(excl_raw), "constraints.exclude")
+    excl = [str(x) for x in excl_raw]
     return Constraints(req, pref, tuple(spread), pins, tuple(excl))
 
 
