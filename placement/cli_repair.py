@@ -16,38 +16,22 @@ from typer.core import TyperGroup
 
 from placement.cli_errors import err, fail, guard
 from placement.job import Job
-from placement.solve.repair import RepairResult
 from placement.topology import Topology
 from placement.whatif.defrag import DefragResult
 
-__all__ = ["register", "repair_document", "whatif_group"]
+__all__ = ["register", "whatif_group"]
 
 _out = Console()
 
 
-def repair_document(topology: Topology, job: Job, res: RepairResult) -> dict[str, Any]:
-    """The repair answer as plain data (the same fields as the gRPC RepairResponse)."""
-    def answer(a: Any) -> dict[str, Any]:
-        return {"name": a.name, "moved_ranks": a.moved_ranks, "moved_hosts": a.moved_hosts,
-                "step_seconds": a.report.step_seconds, "comm_seconds": a.report.comm_seconds, "optimal": a.optimal,
-                "within_budget": a.within_budget,
-                "moves": [{"rank": m.rank, "from": topology.devices[m.src].id, "to": topology.devices[m.dst].id} for m in a.moves],
-                "mapping": [topology.devices[d].id for d in a.mapping]}
-
-    return {"job": job.name, "step_seconds_before": res.before.step_seconds,
-            "forced_ranks": res.forced, "min_moves": res.min_moves, "recommended": res.recommended,
-            "answers": [answer(a) for a in res.answers],
-            "replace": answer(res.replace) if res.replace is not None else None,
-            "stats": dict(res.stats)}
-
-
 def _load_current(path: Path, topo: Topology, job: Job) -> list[int]:
-    from placement.io.native import load_document, load_mapping
+    from placement.io.export.document import result_body
+    from placement.io.native import load_document, mapping_from_obj
     from placement.solve.repair import resolve_current
 
-    doc = load_document(path)
+    doc = result_body(load_document(path))  # a PlaceResponse (what `placement place --out` writes) or its result
     if isinstance(doc, dict) and "mapping" in doc:
-        return load_mapping(path, topo)
+        return mapping_from_obj(doc, topo, str(path))
     if not isinstance(doc, (list, dict)):
         fail(f"{path}: a mapping is a list of device ids, a {{rank: device}} map, or a result document", 2)
     return resolve_current(topo, job, doc, "current")
@@ -92,8 +76,11 @@ def repair(
     res = run_repair(topo, st, jb, cur, drain=drain or [], spares=spare or [], spares_only=spares_only,
                      budget=RepairBudget(max_moved_ranks, max_moved_hosts, move_cost, horizon),
                      options=SolveOptions(time_limit_s=time_limit, workers=workers, seed=seed))
-    if output == "json":
-        sys.stdout.write(json.dumps(repair_document(topo, jb, res), indent=2) + "\n")
+    if output == "json":  # the RepairResponse JSON mapping, as the Repair RPC answers (docs/results.md)
+        from placement.messages import dump_message
+        from placement.messages.repair import repair_response
+
+        sys.stdout.write(dump_message(repair_response(topo, res, time_limit_s=time_limit, deadline_limited=False)))
         return
     title = (f"{jb.name}: {len(res.forced)} rank(s) on failed or drained devices; step before "
              f"{res.before.step_seconds:.4f} s; least repair {res.min_moves} moves; {res.stats.get('wall_s', 0):.2f} s")

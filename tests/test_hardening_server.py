@@ -107,13 +107,13 @@ def _slow_conversion(monkeypatch: pytest.MonkeyPatch, started: threading.Event, 
 
     real = convert.place_inputs
 
-    def slow(request: Any, default: float = 10.0) -> Any:
+    def slow(request: Any, default: float = 10.0, resolved: Any = None) -> Any:
         started.set()
         end = time.monotonic() + seconds
         while time.monotonic() < end:
             checkpoint("converting")
             time.sleep(0.005)
-        return real(request, default)
+        return real(request, default, resolved)
 
     monkeypatch.setattr("server.servicer.convert.place_inputs", slow)
 

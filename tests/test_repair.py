@@ -227,9 +227,19 @@ def test_cli_repair_and_whatif_defrag(tmp_path: object) -> None:
                                    str(root / "mapping-tp8-contiguous.json"), "--state", str(tmp / "state.yaml"),
                                    "--time-limit", "3", "--output", "json"])
     assert res.exit_code == 0, res.output
-    doc = json.loads(res.output)
+    doc = json.loads(res.output)  # the RepairResponse JSON mapping
     assert doc["min_moves"] == 8 and doc["forced_ranks"] == [11]
-    assert {m["from"] for m in doc["answers"][0]["moves"]} == {f"node02/gpu{i}" for i in range(8)}
+    assert {m["from_device"] for m in doc["answers"][0]["moves"]} == {f"node02/gpu{i}" for i in range(8)}
+    # the current mapping may be what `placement place --out` wrote (a PlaceResponse)
+    placed = tmp / "placed.json"
+    res = CliRunner().invoke(app, ["place", str(root / "h100-256.yaml"), str(root / "tp8-dp4.yaml"), "--strategy",
+                                   "kueue-tas", "--out", str(placed)])
+    assert res.exit_code == 0, res.output
+    (tmp / "failed.yaml").write_text(f"failed: [{json.loads(placed.read_text())['result']['mapping'][5]['device']}]\n")
+    res = CliRunner().invoke(app, ["repair", str(root / "h100-256.yaml"), str(root / "tp8-dp4.yaml"), str(placed),
+                                   "--state", str(tmp / "failed.yaml"), "--time-limit", "3", "--output", "json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output)["forced_ranks"] == [5]
     res = CliRunner().invoke(app, ["repair", str(root / "h100-256.yaml"), str(root / "tp8-dp4.yaml"),
                                    str(root / "mapping-tp8-contiguous.json"), "--state", str(tmp / "state.yaml"),
                                    "--drain", "nowhere"])

@@ -389,11 +389,12 @@ def test_a_deadline_shorter_than_the_solve_returns_the_best_answer_so_far(srv: R
     res = srv.stub.Place(req, timeout=3.0).result
     assert time.monotonic() - t0 < 3.0
     assert res.stats.deadline_limited and 0 < res.stats.time_limit_s < 3.0
-    assert len(res.mapping) == 256
-    if res.status == pb.SOLVE_STATUS_FEASIBLE:
-        assert res.HasField("gap") and res.gap > 0
-    else:
-        assert res.status == pb.SOLVE_STATUS_OPTIMAL
+    assert len(res.mapping) == 256 and len({a.device for a in res.mapping}) == 256
+    # the best answer so far: never worse than any scheduler baseline computed before the deadline
+    baselines = [b.comm_seconds for b in res.baselines if b.HasField("comm_seconds")]
+    assert baselines and res.cost.comm_seconds <= min(baselines) + 1e-9
+    # its status and gap agree, whichever it is when the deadline falls
+    assert res.HasField("gap") and (res.status == pb.SOLVE_STATUS_OPTIMAL) == (res.gap == 0)
 
 
 def test_the_deadline_stops_the_search_and_its_best_answer_comes_back_with_its_gap(
@@ -729,6 +730,13 @@ def test_fuzzed_bytes_never_get_internal(srv: Running, data: bytes) -> None:
                               grpc.StatusCode.RESOURCE_EXHAUSTED}, (err.code(), err.details())
 
 
-def test_the_server_still_serves_after_the_fuzz(srv: Running) -> None:
-    assert srv.health.Check(health_pb2.HealthCheckRequest(), timeout=5).status == health_pb2.HealthCheckResponse.SERVING
-    assert len(srv.stub.Place(example_request(), timeout=30).result.mapping) == 32
+def test_the_server_still_serves_after_hostile_calls() -> None:
+    """Self-contained (its own server and its own hostile calls), so it holds in any test order."""
+    with running() as r:
+        raw = r.channel.unary_unary("/placement.v1.PlacementService/Place")
+        for k in range(0, len(_BASE_BYTES), max(len(_BASE_BYTES) // 40, 1)):  # every truncation step of a request
+            with contextlib.suppress(grpc.RpcError):
+                raw(_BASE_BYTES[:k] + b"\xff" * (k % 7), timeout=20)
+        assert r.health.Check(health_pb2.HealthCheckRequest(), timeout=5).status == \
+            health_pb2.HealthCheckResponse.SERVING
+        assert len(r.stub.Place(example_request(), timeout=30).result.mapping) == 32
