@@ -15,7 +15,8 @@ import yaml
 
 from placement.cli_errors import err, escape, fail, guard
 from placement.io.detect import refuse_other_format, sniff
-from placement.io.nccl_xml import NodeTopology, merge_warnings, read_text
+from placement.io.nccl_xml import NodeTopology, merge_warnings
+from placement.io.text import read_text
 from placement.topology import intra_node_tier
 
 __all__ = ["build_cluster", "read_node_file", "register"]
@@ -56,30 +57,44 @@ def read_node_file(path: Path, *, model: str = "MI300X", nvlink: int | None = No
                         cpu_affinity=nt.cpu_affinity, warnings=nt.warnings)
 
 
-def _node_tier(nt: NodeTopology, nv_gbps: float | None) -> tuple[float, float]:
+def _node_tier(nt: NodeTopology | None, nv_gbps: float | None) -> tuple[tuple[float, float], str]:
+    """The node level's default tier, and where it comes from (for the tiers note)."""
+    if nt is None:
+        return NODE_TIER, "no node file: an H100-class host"
     if nt.mesh_link_gbps is not None:
-        return (max(len(nt.gpus) - 1, 1) * nt.mesh_link_gbps, 1.0)
+        links = max(len(nt.gpus) - 1, 1)
+        return (links * nt.mesh_link_gbps, 1.0), f"xGMI mesh: {links} links of {nt.mesh_link_gbps:g} GB/s"
     if nt.matrix is not None and len(nt.gpus) > 1:
         from placement.topology import DEFAULT_INTRA_NODE_TIERS, Tier
 
         table = dict(DEFAULT_INTRA_NODE_TIERS) | ({"NV": Tier(nv_gbps, 1.0)} if nv_gbps else {})
-        best = max(intra_node_tier(c, table).bandwidth_gbps for r in nt.matrix for c in r if c != "X")
-        return (best, NODE_TIER[1])
-    return NODE_TIER
+        best = max((c for r in nt.matrix for c in r if c != "X"),
+                   key=lambda c: intra_node_tier(c, table).bandwidth_gbps)
+        why = f"the node matrix's best GPU pair, {best}"
+        if not best.startswith("NV"):
+            why += ": PCIe only, the node file lists no NVLink"
+        return (intra_node_tier(best, table).bandwidth_gbps, NODE_TIER[1]), why
+    return NODE_TIER, "a one-GPU node: an H100-class host"
 
 
-def _tiers(names: list[str], roles: list[str], specs: list[str], node: tuple[float, float],
-           leaf_gbps: float | None) -> tuple[list[dict[str, Any]], bool]:
+def _tiers(names: list[str], roles: list[str], specs: list[str], node: tuple[float, float], node_source: str,
+           leaf_gbps: float | None) -> tuple[list[dict[str, Any]], list[str]]:
+    """The levels with their tiers, and a description of each tier left at its default (for the note)."""
     out: dict[str, tuple[float, float]] = {}
+    why: dict[str, str] = {}
     k = 0
     for name, role in zip(names, roles, strict=True):
         if role == "node":
             out[name] = node
+            why[name] = node_source
         elif role == "accel":
             out[name] = ACCEL_TIER
+            why[name] = "NVLink domain default"
         else:
             bw, lat = SWITCH_TIERS[min(k, len(SWITCH_TIERS) - 1)]
             out[name] = (leaf_gbps, lat) if k == 0 and leaf_gbps else (bw, lat)
+            why[name] = ("leaf: the fabric's link speed" if k == 0 and leaf_gbps else
+                         "leaf: a 400G link" if k == 0 else "a 400G fat-tree tapered 2:1 per level")
             k += 1
     for spec in specs:
         name, _, val = spec.partition("=")
@@ -93,7 +108,9 @@ def _tiers(names: list[str], roles: list[str], specs: list[str], node: tuple[flo
         if b <= 0 or lat < 0:
             fail(f"--tier {escape(spec)!r}: bandwidth must be > 0 and latency >= 0", 2)
         out[name] = (b, lat)
-    return [{"name": n, "bandwidth_gbps": out[n][0], "latency_us": out[n][1]} for n in names], bool(specs)
+        why.pop(name, None)
+    defaults = [f"{n} {out[n][0]:g} GB/s ({w})" for n, w in why.items()]
+    return [{"name": n, "bandwidth_gbps": out[n][0], "latency_us": out[n][1]} for n in names], defaults
 
 
 def _hca_rails(devices: int, rails: list[int]) -> list[int | None]:
@@ -123,7 +140,7 @@ def build_cluster(name: str, levels: list[str], roles: list[str], hosts: list[di
     if host_nics:
         speeds = [g for v in host_nics.values() for _, g in v if g]
         leaf = min(speeds) if speeds else None
-    level_list, custom = _tiers(levels, roles, tiers, _node_tier(first, nv_gbps) if first else NODE_TIER, leaf)
+    level_list, defaults = _tiers(levels, roles, tiers, *_node_tier(first, nv_gbps), leaf)
     doc["levels"] = level_list
     if nv_gbps:
         doc["intra_node_tiers"] = {"NV": {"bandwidth_gbps": nv_gbps, "latency_us": 1.0}}
@@ -169,9 +186,8 @@ def build_cluster(name: str, levels: list[str], roles: list[str], hosts: list[di
     doc["node_types"] = types
     doc["hosts"] = out_hosts
     cluster_from_dict(doc, "<imported>")
-    if not custom and len(levels) > 1:
-        notes.append("link tiers above the node are defaults (NVLink domain 450 GB/s; leaf: the fabric's link speed "
-                     "or 400G; 2:1 per tier above); set them with --tier LEVEL=GBPS:US")
+    if defaults:
+        notes.append(f"link tiers are defaults: {'; '.join(defaults)}; set them with --tier LEVEL=GBPS:US")
     return doc, notes
 
 
@@ -223,9 +239,7 @@ def _node_files_cmd(files: list[Path], host: str | None, hosts: str | None, leve
     for f, h in zip(files, names, strict=True):
         nt = read_node_file(f, **read)
         per_host.append((h, nt))
-        same = next((k for k, v in tops.items() if v == nt or (v.matrix, v.gpus, v.rails, v.nics, v.nic_gbps,
-                     v.mesh_link_gbps) == (nt.matrix, nt.gpus, nt.rails, nt.nics, nt.nic_gbps, nt.mesh_link_gbps)),
-                    None)
+        same = next((k for k, v in tops.items() if v == nt or v.node_type("") == nt.node_type("")), None)
         if same is None:
             same = f.stem if f.stem not in tops else f"{f.stem}-{len(tops)}"
             tops[same] = nt

@@ -56,11 +56,9 @@ def _live_topology() -> str:
 
 
 def _read(path: Path) -> str:
-    try:
-        return path.read_text()
-    except OSError as e:
-        fail(f"{escape(str(path))}: {escape(e.strerror or str(e))}", 2)
-        raise AssertionError("unreachable") from None  # pragma: no cover
+    from placement.io.text import read_text
+
+    return read_text(path)
 
 
 def _looks_like_scontrol_topology(text: str) -> bool:

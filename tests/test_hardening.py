@@ -180,7 +180,7 @@ def test_f5_a_latin1_file_names_the_byte_offset(tmp_path: Path) -> None:
     with pytest.raises(InputError) as ei:
         load_document(p)
     (prob,) = ei.value.problems
-    assert prob.path == "byte 12 (line 2)" and "0xb5" in prob.message and str(p) in ei.value.render()
+    assert prob.path == "byte 12 (line 2, column 5)" and "0xb5" in prob.message and str(p) in ei.value.render()
     p.write_bytes(b"\x00\x01binary")
     with pytest.raises(InputError, match="NUL byte"):
         read_text(p)

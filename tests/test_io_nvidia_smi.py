@@ -543,10 +543,10 @@ def test_read_errors_name_the_file(tmp_path: Path) -> None:
     missing = tmp_path / "nope.txt"
     with pytest.raises(InputError) as e:
         read_nvidia_smi(missing)
-    assert e.value.source == str(missing) and str(e.value.problems[0]).startswith("file: cannot be read")
+    assert e.value.source == str(missing) and str(e.value.problems[0]).startswith("cannot read the file")
     bad = tmp_path / "bad.txt"
     bad.write_bytes(b"\tGPU0\nGPU0\t\xff\n")
-    with pytest.raises(InputError, match=r"line 2, column 6: byte 0xff is not valid UTF-8"):
+    with pytest.raises(InputError, match=r"byte 11 \(line 2, column 6\): not UTF-8 text: byte 0xff"):
         read_nvidia_smi(bad)
     utf16 = tmp_path / "ps.txt"
     utf16.write_bytes("\tGPU0\tGPU1\r\nGPU0\t X \tNV1\r\nGPU1\tNV1\t X \r\n".encode("utf-16"))

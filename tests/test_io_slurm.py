@@ -230,7 +230,8 @@ def test_read_slurm_missing_file_is_an_input_error(tmp_path: Path) -> None:
     bad.write_bytes(b"SwitchName=s0 Nodes=n1\n\xff\xfe\n")
     with pytest.raises(InputError) as info:
         read_slurm(bad)
-    assert _problems(info) == ["line 2: is not UTF-8 text"]
+    assert _problems(info) == ["byte 23 (line 2, column 1): not UTF-8 text: byte 0xff (invalid start byte); "
+                               "save the file as UTF-8"]
 
 
 # ------------------------------------------------------------------------------------ synthetic inputs

@@ -180,7 +180,7 @@ def test_node_type_nvidia_smi_file_missing(tmp_path: Path) -> None:
         hosts: [{name: a, node_type: box}]
     """)
     msg = error_of(load_cluster, cluster)
-    assert msg.startswith(f"{cluster}: node_types[0].nvidia_smi ({tmp_path / 'nope.txt'}) file: cannot be read")
+    assert msg.startswith(f"{cluster}: node_types[0].nvidia_smi ({tmp_path / 'nope.txt'}): cannot read the file")
 
 
 def test_fault_domains_in_the_cluster_file() -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 import networkx as nx
 
 from placement.errors import InputError, Problem, Problems
+from placement.io.text import read_text
 from placement.job import Edge, Job
 from placement.topology import Tier, Topology
 
@@ -82,10 +83,7 @@ def read_qaplib(dat: str | Path, sln: str | Path | None = None) -> QapInstance:
     """Read a QAPLIB ``.dat`` (n, A, B; line breaks not significant) and optionally its ``.sln``. Some ``.sln``
     files store the inverse permutation; the one that reproduces the stated value is kept."""
     p = Path(dat)
-    try:
-        tokens = p.read_text().split()
-    except OSError as e:
-        raise InputError(str(dat), [Problem("", f"cannot read: {e.strerror}")]) from None
+    tokens = read_text(p).split()
     try:
         nums = [int(t) for t in tokens]
     except ValueError:
@@ -100,7 +98,7 @@ def read_qaplib(dat: str | Path, sln: str | Path | None = None) -> QapInstance:
     b = tuple(tuple(flat[n * n + i * n:n * n + (i + 1) * n]) for i in range(n))
     best = perm = None
     if sln is not None:
-        st = Path(sln).read_text().split()
+        st = read_text(sln).split()
         sn, sval = int(st[0]), int(st[1])
         raw = [int(x) - 1 for x in st[2:2 + sn]]
         inv = [0] * sn

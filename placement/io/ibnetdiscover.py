@@ -36,7 +36,7 @@ import networkx as nx
 
 from placement.errors import InputError, Problem, Problems
 from placement.io.detect import refuse_other_format
-from placement.io.nccl_xml import read_text
+from placement.io.text import read_text
 from placement.io.topograph import Fabric, _fabric
 
 __all__ = ["IbFabric", "fabric_graph", "parse_ibnetdiscover", "read_ibnetdiscover"]

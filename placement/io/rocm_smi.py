@@ -24,7 +24,8 @@ from pathlib import Path
 
 from placement.errors import InputError, Problem, Problems
 from placement.io.detect import refuse_other_format
-from placement.io.nccl_xml import NodeTopology, read_text
+from placement.io.nccl_xml import NodeTopology
+from placement.io.text import read_text
 
 __all__ = ["MODELS", "RocmModel", "parse_rocm_smi", "read_rocm_smi"]
 

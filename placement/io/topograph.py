@@ -31,7 +31,7 @@ from placement.errors import InputError, Problem, Problems
 from placement.io.detect import refuse_other_format
 from placement.io.hostlist import expand_hostlist
 from placement.io.levels import check_level_names
-from placement.io.nccl_xml import read_text
+from placement.io.text import read_text
 
 __all__ = ["Fabric", "nest_levels", "parse_topograph", "read_topograph"]
 

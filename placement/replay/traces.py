@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from placement.errors import InputError, Problem
+from placement.io.text import read_text
 from placement.whatif.shapes import Shape
 
 __all__ = ["FORMATS", "Trace", "TraceJob", "read_trace"]
@@ -54,6 +55,9 @@ class _Bad(Exception):
     def __init__(self, col: str, message: str) -> None:
         super().__init__(f"{col}: {message}")
         self.col, self.message = col, message
+
+_CHECK_TEXT_BYTES = 512 * 1024 * 1024
+"""Trace files up to this size are checked to be UTF-8 text as a whole before they are read row by row."""
 
 
 def _time(v: Any, col: str) -> float:
@@ -193,7 +197,7 @@ def _pai2020(path: Path, has_header: bool) -> Iterator[tuple[int, Row | _Bad]]:
 
 def _philly(path: Path) -> Iterator[tuple[int, Row | _Bad]]:
     """cluster_job_log: GPUs of the first attempt, run time the sum of the attempts; the entry's line number."""
-    text = path.read_text()
+    text = read_text(path)
     dec = json.JSONDecoder()
     i = text.index("[") + 1
     line, pos = 1, 0
@@ -268,7 +272,9 @@ def read_trace(path: str | Path, fmt: str = "auto", *, cluster_gpus: int, strict
     if fmt not in FORMATS:
         raise InputError("--format", [Problem("", f"unknown trace format {fmt!r}; formats are {list(FORMATS)}")])
     if not p.is_file():
-        raise InputError(str(p), [Problem("", "no such file")])
+        read_text(p)  # the one "cannot read" message (missing, a directory, no permission)
+    if p.stat().st_size <= _CHECK_TEXT_BYTES:
+        read_text(p)  # not text: the byte offset, before a reader meets it mid-file
     if fmt == "auto":
         with p.open(newline="") as f:
             first = f.readline()

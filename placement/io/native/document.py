@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 import yaml
 
 from placement.errors import InputError, Problem, Problems
+from placement.io.text import read_text
 from placement.limits import current_limits
 
 __all__ = ["MAX_BYTES", "MAX_COUNT", "MAX_INT", "load_document", "parse_document", "read_text", "short"]
@@ -46,28 +47,6 @@ def short(value: Any) -> str:
         return _SHORT.repr(value)
     except Exception:  # a value whose repr fails is named by its type
         return f"<{type(value).__name__}>"
-
-
-def read_text(path: str | Path, source: str | None = None) -> str:
-    """The UTF-8 text of a file; InputError naming the file (and the byte offset of a bad byte) otherwise."""
-    src = source or str(path)
-    try:
-        data = Path(path).read_bytes()
-    except IsADirectoryError:
-        raise InputError(src, [Problem("", "is a directory, not a file")]) from None
-    except OSError as e:
-        raise InputError(src, [Problem("", f"cannot read the file: {e.strerror}")]) from None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = data.count(b"\n", 0, e.start) + 1
-        raise InputError(src, [Problem(f"byte {e.start} (line {line})",
-                                       f"not UTF-8 text: byte 0x{data[e.start]:02x} ({e.reason}); "
-                                       "save the file as UTF-8")]) from None
-    if "\x00" in text:
-        at = len(text[: text.index("\x00")].encode())
-        raise InputError(src, [Problem(f"byte {at}", "a NUL byte: this is a binary file, not YAML or JSON text")])
-    return text.removeprefix("\ufeff")
 
 
 class _DocumentTooBig(Exception):

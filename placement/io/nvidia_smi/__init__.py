@@ -33,6 +33,7 @@ from placement.io.detect import refuse_other_format
 from placement.io.nvidia_smi.build import _build
 from placement.io.nvidia_smi.scan import _attach_legends, _scan, _split_lines
 from placement.io.nvidia_smi.table import NvidiaSmiTopology, nvlink_count
+from placement.io.text import read_text
 
 # ------------------------------------------------------------------------------------------ public API
 
@@ -89,32 +90,9 @@ def parse_nvidia_smi(
     return _build(tables[table], ps, allow_partial, warnings)
 
 
-def _decode(data: bytes, source: str) -> str:
-    if data.startswith((b"\xff\xfe", b"\xfe\xff")):  # PowerShell `>` writes UTF-16
-        try:
-            return data.decode("utf-16")
-        except UnicodeDecodeError as exc:
-            problem = Problem(f"byte {exc.start}", f"not valid UTF-16: {exc.reason}")
-            raise InputError(source, [problem]) from None
-    try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        head = data[: exc.start]
-        line = head.count(b"\n") + 1
-        col = exc.start - (head.rfind(b"\n") + 1) + 1
-        raise InputError(
-            source,
-            [Problem(f"line {line}, column {col}", f"byte 0x{data[exc.start]:02x} is not valid UTF-8")],
-        ) from None
-
-
 def read_nvidia_smi(
     path: str | Path, *, table: int | None = None, allow_partial: bool = False
 ) -> NvidiaSmiTopology:
     """Read and parse a file holding `nvidia-smi topo -m` output; errors name the file as their source."""
     source = str(path)
-    try:
-        data = Path(path).read_bytes()
-    except OSError as exc:
-        raise InputError(source, [Problem("file", f"cannot be read: {exc.strerror or exc}")]) from None
-    return parse_nvidia_smi(_decode(data, source), source, table=table, allow_partial=allow_partial)
+    return parse_nvidia_smi(read_text(path, source), source, table=table, allow_partial=allow_partial)

@@ -55,7 +55,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from placement.errors import InputError, Problem, Problems
+from placement.errors import Problems
 from placement.io.detect import refuse_other_format
 from placement.io.slurm.block import _build_blocks
 from placement.io.slurm.common import (
@@ -73,6 +73,7 @@ from placement.io.slurm.conf import _conf_block_sizes, _conf_statements, _pick_k
 from placement.io.slurm.ring import _build_rings
 from placement.io.slurm.tree import _build_tree
 from placement.io.slurm.yaml import _yaml_block, _yaml_pick, _yaml_tree, _YamlDoc
+from placement.io.text import read_text
 
 # ---------------------------------------------------------------------------------------------------------
 # Public API
@@ -175,15 +176,7 @@ def read_slurm(
 ) -> Result:
     """Read a topology.conf or topology.yaml file, chosen by suffix (.yaml, .yml, .conf) or by content."""
     source = str(path)
-    try:
-        raw = Path(path).read_bytes()
-    except OSError as err:
-        raise InputError(source, [Problem("", f"cannot read the file: {err.strerror or err}")]) from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as err:
-        line = raw[: err.start].count(b"\n") + 1
-        raise InputError(source, [Problem(f"line {line}", "is not UTF-8 text")]) from None
+    text = read_text(path, source)
     suffix = Path(path).suffix.lower()
     if suffix in (".yaml", ".yml") or (suffix != ".conf" and _looks_like_yaml(text)):
         return parse_topology_yaml(text, source, topology=topology, level_names=level_names, name=name)
