@@ -9,6 +9,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from placement.whatif.plots import save_figure
+
 if TYPE_CHECKING:
     from placement.replay.sim import ReplayResult
 
@@ -104,14 +106,6 @@ def markdown_table(rows: Sequence[Mapping[str, str]]) -> str:
     return "\n".join(out)
 
 
-def _save(fig: Any, out: Path, stem: str) -> list[Path]:
-    png, svg = out / f"{stem}.png", out / f"{stem}.svg"
-    fig.savefig(png, dpi=100)
-    fig.set_layout_engine("none")
-    fig.savefig(svg, metadata={"Date": None})
-    return [png, svg]
-
-
 def plot_replays(jobs: Sequence[Mapping[str, str]], series: Sequence[Mapping[str, str]], out_dir: str | Path,
                  title: str = "") -> list[Path]:
     """``jct_cdf``: the JCT CDF per replay; ``utilization`` and ``fragmentation``: over time. PNG and SVG."""
@@ -134,7 +128,7 @@ def plot_replays(jobs: Sequence[Mapping[str, str]], series: Sequence[Mapping[str
     ax.set_title(f"JCT CDF{': ' + title if title else ''}")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    written += _save(fig, out, "jct_cdf")
+    written += save_figure(fig, out, "jct_cdf")
     pts: dict[str, list[tuple[float, float, float]]] = {}
     for r in series:
         u = float(r["usable"])
@@ -151,5 +145,5 @@ def plot_replays(jobs: Sequence[Mapping[str, str]], series: Sequence[Mapping[str
         ax.set_title(f"{stem}{': ' + title if title else ''}")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-        written += _save(fig, out, stem)
+        written += save_figure(fig, out, stem)
     return written

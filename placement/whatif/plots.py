@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 
 from placement.whatif.report import _FEASIBLE, _layout, _mean, _metric, _num, _optimizer, _step
 
-__all__ = ["plot_sweep"]
+__all__ = ["plot_sweep", "save_figure"]
 
 
 def _grid(n: int, max_cols: int = 3) -> tuple[int, int]:
@@ -21,7 +21,7 @@ def _grid(n: int, max_cols: int = 3) -> tuple[int, int]:
     return math.ceil(n / cols), cols
 
 
-def _save(fig: Any, out: Path, stem: str) -> list[Path]:
+def save_figure(fig: Any, out: Path, stem: str) -> list[Path]:
     """PNG then SVG; the constrained layout is computed once (by the first save) and then frozen."""
     png, svg = out / f"{stem}.png", out / f"{stem}.svg"
     fig.savefig(png, dpi=100)
@@ -74,7 +74,7 @@ def plot_sweep(sweep: Sweep, rows: Mapping[str, Mapping[str, str]], out_dir: str
         xticks(ax)
         ax.legend(fontsize=8)
     fig.suptitle(f"{sweep.name}: modeled step seconds (compute + bubble + exposed comm){more}")
-    written += _save(fig, out, "step_seconds")
+    written += save_figure(fig, out, "step_seconds")
 
     # 2. stacked breakdown per tier: a row of panels per strategy
     tiers = [t for t in [*sweep.tiers, "other"]
@@ -102,7 +102,7 @@ def plot_sweep(sweep: Sweep, rows: Mapping[str, Mapping[str, str]], out_dir: str
         fig.legend(handles, labels, title="tier", loc="outside right upper")
     fig.suptitle(f"{sweep.name}: exposed communication seconds per step by bottleneck tier"
                  f"{more if len(lay.facet_labels) > 4 else ''}")
-    written += _save(fig, out, "tier_breakdown")
+    written += save_figure(fig, out, "tier_breakdown")
 
     # 3. improvement of the optimizer over the baselines (the baselines on the same state, from its rows)
     opt = _optimizer(lay)
@@ -123,5 +123,5 @@ def plot_sweep(sweep: Sweep, rows: Mapping[str, Mapping[str, str]], out_dir: str
             xticks(ax)
             ax.legend(fontsize=8)
         fig.suptitle(f"{sweep.name}: modeled step time {opt} saves over each baseline on the same state{more}")
-        written += _save(fig, out, "improvement")
+        written += save_figure(fig, out, "improvement")
     return written

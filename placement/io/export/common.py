@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from placement.errors import InputError, Problem
+from placement.io.affinity import cpu_list
 from placement.io.export.document import Seat
 
 __all__ = ["ExportOptions", "bind_command", "by_host", "device_env", "is_amd", "plural", "ranges", "refuse", "shell_join"]
@@ -80,14 +81,5 @@ def shell_join(argv: Sequence[str]) -> str:
 
 
 def ranges(xs: Sequence[int]) -> str:
-    """[0, 1, 2, 5] -> "0-2,5"."""
-    parts: list[str] = []
-    i = 0
-    ys = sorted(xs)
-    while i < len(ys):
-        j = i
-        while j + 1 < len(ys) and ys[j + 1] == ys[j] + 1:
-            j += 1
-        parts.append(str(ys[i]) if i == j else f"{ys[i]}-{ys[j]}")
-        i = j + 1
-    return ",".join(parts)
+    """[0, 1, 2, 5] -> "0-2,5" (the Linux list form, `placement.io.affinity.cpu_list`)."""
+    return cpu_list(xs)
