@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from placement.errors import InputError
 from placement.io.k8s import parse_k8s_nodes, short_level_name
+from tests.conftest import shared_file
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "k8s"
 GKE_LEVELS = [
@@ -300,6 +301,21 @@ def test_cluster_is_a_reserved_name_when_the_top_needs_it() -> None:
 )
 def test_document_errors(text: str, expected: list[str]) -> None:
     assert _error(text) == expected
+
+
+def test_another_format_is_refused_in_one_line_naming_its_importer() -> None:
+    """An ibnetdiscover dump is not "neither JSON nor valid YAML" but a fabric dump: one line, the right command."""
+    dump = shared_file("topologies/cluster_fabric/nvidia_topograph/tests/output/ibnetdiscover/example.out")
+    assert _error(dump.read_text()) == [
+        "this is an `ibnetdiscover` InfiniBand fabric dump, not a Kubernetes node list (kubectl get nodes -o json); "
+        "use `placement import ibnetdiscover nodes.json`"]
+    from typer.testing import CliRunner
+
+    from placement.cli import app
+
+    res = CliRunner().invoke(app, ["import", "k8s", str(dump), "--levels", ",".join(GKE_LEVELS)])
+    lines = [x for x in res.output.splitlines() if x.strip()]
+    assert res.exit_code == 2 and len(lines) == 1 and "placement import ibnetdiscover" in res.output, res.output
 
 
 def test_item_shape_errors() -> None:

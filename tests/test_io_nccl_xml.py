@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from placement.cli import app
@@ -56,6 +57,77 @@ def test_aws_p5_four_efa_per_gpu() -> None:
     assert t.kind == "H100" and len(t.gpus) == 8
     assert len(t.nics) == 32 and t.nic_gbps == 12.5  # speed="100000" Mb/s
     assert t.rails == tuple(range(8))  # GPU k's first EFA is NIC 4k: rail k
+    # each GPU under its own host bridge of the one CPU, and no <nvlink> in the file: PCIe paths only ...
+    assert t.matrix is not None
+    assert {t.matrix[i][j] for i in range(8) for j in range(8) if i != j} == {"PHB"}
+    assert t.numa == (0,) * 8 and t.cpu_affinity == ("0-47",) * 8
+    # ... so the import says so, and names the fix for H100 SXM on NVSwitches (the file has <gpu> elements)
+    [warning] = [w for w in t.warnings if "no NVLinks" in w]
+    assert "pass --nvlink 18" in warning and "H100 SXM" in warning
+
+
+def test_aws_p5_import_warns_and_nvlink_18_gives_the_nvswitch_node(tmp_path: Path) -> None:
+    x = shared_file(f"{XML}/aws/p5.48xl-topo.xml")
+    res = run("import", "nccl-xml", x, "--out", tmp_path / "pcie.yaml")
+    assert res.exit_code == 0, res.output  # type: ignore[attr-defined]
+    said = " ".join(res.output.split())  # type: ignore[attr-defined]
+    assert "warning: node0: the file lists no NVLinks" in said and "pass --nvlink 18" in said
+    assert "node 16 GB/s (the node matrix's best GPU pair, PHB: PCIe only" in said
+    topo, _ = load_cluster(tmp_path / "pcie.yaml")
+    assert topo.levels[0].tier.bandwidth_gbps == 16.0
+    res = run("import", "nccl-xml", x, "--nvlink", "18", "--out", tmp_path / "nv.yaml")
+    assert res.exit_code == 0 and "no NVLinks" not in res.output, res.output  # type: ignore[attr-defined]
+    topo, _ = load_cluster(tmp_path / "nv.yaml")
+    assert topo.levels[0].tier.bandwidth_gbps == 18 * 25.0  # NV18 at the default 25 GB/s per link
+    assert {c for r in topo.host_types[0].matrix or () for c in r} == {"X", "NV18"}
+
+
+def test_no_link_warning_names_the_kind_or_xgmi() -> None:
+    pcie_h100 = """<system version="1"><cpu numaid="0" affinity="ff">
+      <pci busid="0000:01:00.0" class="0x030200"><gpu dev="0" sm="90"/></pci>
+      <pci busid="0000:02:00.0" class="0x030200"><gpu dev="1" sm="90"/></pci></cpu></system>"""
+    assert any("H100 SXM GPUs on NVSwitches, pass --nvlink 18" in w for w in parse_nccl_xml(pcie_h100).warnings)
+    unknown = pcie_h100.replace('sm="90"', 'sm="75"')
+    assert any("pass --nvlink N (N = NVLinks per GPU" in w for w in parse_nccl_xml(unknown).warnings)
+    one = """<system version="1"><cpu numaid="0" affinity="ff">
+      <pci busid="0000:01:00.0" class="0x030200"><gpu dev="0" sm="90"/></pci></cpu></system>"""
+    assert not any("no NVLinks" in w for w in parse_nccl_xml(one).warnings)  # one GPU: nothing to link
+    t = read_nccl_xml(shared_file(f"{XML}/rccl_topo_expl/topo_8p_pcie.xml"))  # MI50 PCIe cards
+    assert any(w.startswith("the file lists no xGMI links") for w in t.warnings)
+    assert not any("--nvlink" in w for w in t.warnings)
+
+
+def test_ndv4_import_writes_affinity_and_a_true_tiers_note(tmp_path: Path) -> None:
+    x = shared_file(f"{XML}/azure/ndv4-topo.xml")
+    out = tmp_path / "c.yaml"
+    res = run("import", "nccl-xml", x, x, "--hosts", "a,b", "--levels", "rack:1,cluster", "--out", out)
+    assert res.exit_code == 0, res.output  # type: ignore[attr-defined]
+    said = " ".join(res.output.split())  # type: ignore[attr-defined]
+    # the note states the tiers written: a PCIe node level (no NVLink in the file), then the switch defaults
+    assert ("note: link tiers are defaults: node 24 GB/s (the node matrix's best GPU pair, PIX: PCIe only, the node "
+            "file lists no NVLink); rack 50 GB/s (leaf: a 400G link); cluster 25 GB/s") in said
+    assert "NVLink domain" not in said
+    cpus = ["24-47", "24-47", "0-23", "0-23", "72-95", "72-95", "48-71", "48-71"]
+    numa = [1, 1, 0, 0, 3, 3, 2, 2]
+    [nt_doc] = yaml.safe_load(out.read_text())["node_types"]
+    assert nt_doc["cpu_affinity"] == cpus and nt_doc["numa_affinity"] == numa
+    topo, _ = load_cluster(out)
+    assert topo.levels[0].tier.bandwidth_gbps == 24.0
+    assert topo.host_types[0].cpu_affinity == tuple(cpus) and topo.host_types[0].numa_affinity == tuple(numa)
+    # the rankfile export binds each rank to its GPU's CPUs
+    job = tmp_path / "job.yaml"
+    job.write_text(JOB)
+    placed = run("place", out, job, "--output", "json", "--out", tmp_path / "r.json")
+    assert placed.exit_code == 0, placed.output  # type: ignore[attr-defined]
+    ranks = run("export", tmp_path / "r.json", "--format", "rankfile", "--cluster", out)
+    assert ranks.exit_code == 0, ranks.output  # type: ignore[attr-defined]
+    lines = ranks.output.splitlines()  # type: ignore[attr-defined]
+    slots = [ln.split("slot=")[1] for ln in lines if ln.startswith("rank ")]
+    assert len(slots) == 2 and all(s in cpus for s in slots)
+    # --tier on a level takes it out of the note; with every level set there is no note
+    res = run("import", "nccl-xml", x, x, "--hosts", "a,b", "--levels", "rack:1,cluster", "--tier", "node=300:1",
+              "--tier", "rack=50:5", "--tier", "cluster=25:7")
+    assert res.exit_code == 0 and "note:" not in res.output, res.output  # type: ignore[attr-defined]
 
 
 def test_amd_mi300x_full_xgmi_mesh() -> None:

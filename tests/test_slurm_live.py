@@ -300,9 +300,27 @@ def test_cli_node_topo_keeps_the_gres_kind_and_warns_on_other_counts(tmp_path: P
     assert "has 8 GPUs but Slurm's gres gives another count on 1 node(s): g1" in " ".join(r.output.split())
 
 
+def test_another_format_is_refused_in_one_line_naming_its_importer() -> None:
+    """An ibnetdiscover dump given as --nodes: not "expected `scontrol -d show node` output" but what it is."""
+    dump = shared_file("topologies/cluster_fabric/nvidia_topograph/tests/output/ibnetdiscover/example.out")
+    with pytest.raises(InputError) as e:
+        parse_nodes(dump.read_text(), "fabric.out")
+    assert e.value.render() == ("fabric.out: this is an `ibnetdiscover` InfiniBand fabric dump, not `scontrol -d show "
+                                "node` output (or its --json, or sinfo --json); use `placement import ibnetdiscover "
+                                "fabric.out`")
+    r = run("--nodes", dump)
+    lines = [x for x in r.output.splitlines() if x.strip()]
+    assert r.exit_code == 2 and len(lines) == 1 and "placement import ibnetdiscover" in r.output, r.output
+    # a topology.conf is Slurm's too, but it belongs in --topology-file
+    conf = shared_file("topologies/slurm/topology.conf.tree.example__slurm_man5.conf")
+    with pytest.raises(InputError, match="give it with --topology-file"):
+        parse_nodes(conf.read_text(), str(conf))
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (["--jobs", LIVE / "dp0044-squeue.json"], "--jobs needs --nodes"),
-    (["--nodes", LIVE / "block-topology.txt"], 'comes before the first NodeName='),
+    (["--nodes", LIVE / "block-topology.txt"], "`scontrol show topology` output), not `scontrol -d show node` "
+                                                "output; give it with --topology-file"),
     (["--nodes", LIVE / "dp0044-squeue.json"], 'nodes: is missing'),
     (["--nodes", LIVE / "dp0044-nodes.json", "--levels", "a,b"], "--levels renames the levels of a topology"),
     (["--nodes", LIVE / "missing.txt"], "missing.txt"),

@@ -26,6 +26,9 @@ FORMATS: dict[str, tuple[str, str]] = {
     "slurm-conf": ("a Slurm topology.conf", "placement import slurm"),
     "slurm-yaml": ("a Slurm topology.yaml", "placement import slurm"),
     "k8s-nodes": ("a Kubernetes node list (kubectl get nodes -o json)", "placement import k8s"),
+    # only ever asked for, not sniffed: slurm.conf's NodeName= lines look alike
+    "slurm-nodes": ("`scontrol -d show node` output (or its --json, or sinfo --json)",
+                    "placement import slurm-live --nodes"),
     "native": ("a native placement cluster file", "(no import needed: pass it to place/evaluate)"),
 }
 

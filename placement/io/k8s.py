@@ -45,6 +45,7 @@ from typing import Any
 import yaml
 
 from placement.errors import InputError, Problem, Problems
+from placement.io.detect import refuse_other_format
 from placement.io.levels import check_level_names
 
 __all__ = ["HOSTNAME_LABEL", "parse_k8s_nodes", "short_level_name"]
@@ -268,6 +269,7 @@ def _load(text_or_obj: str | bytes | Mapping[str, Any], problems: Problems) -> A
     if not text.strip():
         problems.add("", "is empty; expected the output of kubectl get nodes -o json")
         return None
+    refuse_other_format(text, problems.source, "k8s-nodes")  # e.g. an ibnetdiscover dump: one line
     try:
         return json.loads(text)
     except json.JSONDecodeError as err:

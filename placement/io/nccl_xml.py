@@ -34,7 +34,9 @@ from pathlib import Path
 from typing import Any
 
 from placement.errors import InputError, Problem, Problems
+from placement.io.affinity import affinity_fields
 from placement.io.detect import refuse_other_format
+from placement.io.text import read_text
 
 __all__ = ["XGMI_GBPS", "NodeTopology", "parse_nccl_xml", "read_nccl_xml", "read_text"]
 
@@ -74,7 +76,8 @@ class NodeTopology:
     warnings: tuple[str, ...] = ()
 
     def node_type(self, name: str, kind: str | None = None) -> dict[str, Any]:
-        """The native ``node_types`` entry for this host (matrix rows as strings, like `import nvidia-smi`)."""
+        """The native ``node_types`` entry for this host (matrix rows as strings, like `import nvidia-smi`), with
+        ``cpu_affinity`` / ``numa_affinity`` when the source gave them (`export --format rankfile` binds to them)."""
         d: dict[str, Any] = {"name": name, "devices": len(self.gpus), "kind": kind or self.kind}
         if self.matrix is not None:
             d["matrix"] = [" ".join(r) for r in self.matrix]
@@ -86,6 +89,7 @@ class NodeTopology:
             d["nic_gbps"] = self.nic_gbps
         if self.mesh_link_gbps is not None:
             d["mesh_link_gbps"] = self.mesh_link_gbps
+        d.update(affinity_fields(self.cpu_affinity, self.numa))  # cpu_affinity / numa_affinity, when known
         return d
 
 
@@ -253,6 +257,24 @@ def _gpu_kind(gpus: list[_Dev]) -> tuple[str, str | None]:
     return _NV_KIND.get(el.get("sm") or "", "gpu"), None
 
 
+# --nvlink to suggest per GPU kind when a file lists no NVLinks: links per GPU to the NVSwitches of the SXM
+# (HGX/DGX) boards, i.e. the NV# nvidia-smi prints for every pair there.
+_SXM_NVLINKS = {"A100": 12, "H100": 18, "B200": 18}
+
+
+def _no_links_warning(kind: str, gcn: str | None) -> str:
+    """The warning for a multi-GPU file without any NVLink or xGMI link: its matrix holds PCIe paths only."""
+    if gcn is not None:
+        return ("the file lists no xGMI links: the matrix holds PCIe paths only, and placement treats the GPUs as "
+                "PCIe cards; if they are xGMI-connected, use a topology dumped on the machine "
+                "(NCCL_TOPO_DUMP_FILE), which lists the links")
+    links = _SXM_NVLINKS.get(kind)
+    fix = (f"if these are {kind} SXM GPUs on NVSwitches, pass --nvlink {links}" if links is not None else
+           "if the GPUs are on NVSwitches, pass --nvlink N (N = NVLinks per GPU: 12 for A100 SXM, 18 for H100 SXM)")
+    return ("the file lists no NVLinks (static NCCL_TOPO_FILEs omit them: NCCL finds NVLink at run time): the "
+            f"matrix holds PCIe paths only, so the node level gets a PCIe bandwidth; {fix}")
+
+
 def parse_nccl_xml(text: str, source: str = "<nccl-xml>", *, nvlink: int | None = None,
                    xgmi_gbps: float | None = None) -> NodeTopology:
     """Parse one NCCL/RCCL topology XML. `nvlink` (a link count, e.g. 18) states that every GPU pair is
@@ -328,10 +350,8 @@ def parse_nccl_xml(text: str, source: str = "<nccl-xml>", *, nvlink: int | None 
             for j in range(n):
                 if i != j:
                     matrix[i][j] = f"NV{nvlink}"
-    elif n > 1 and all(not c.startswith("NV") for r in matrix for c in r) and gpus[0].elem is None:
-        warnings.append("the file lists no NVLinks (a static NCCL_TOPO_FILE; NCCL finds NVLink at run time): the "
-                        "matrix holds PCIe paths only; pass --nvlink 12 (A100 SXM) or 18 (H100 SXM) when the GPUs "
-                        "are on NVSwitches")
+    elif n > 1 and all(not c.startswith("NV") for r in matrix for c in r):
+        warnings.append(_no_links_warning(kind, gcn))
     codes = [[_pcie_code(g, nic) for nic in nics] for g in gpus]
     rails = _rails(gpus, nics, codes, warnings)
     odd = sorted({nic.name for nic in nics if nic.speed and nic.speed > _MAX_NIC_MBPS})
@@ -357,20 +377,6 @@ def parse_nccl_xml(text: str, source: str = "<nccl-xml>", *, nvlink: int | None 
         cpu_affinity=tuple(g.affinity for g in gpus),
         warnings=tuple(warnings),
     )
-
-
-def read_text(path: str | Path) -> str:
-    """A text file's content, or an `InputError` naming the file (unreadable, not UTF-8)."""
-    source = str(path)
-    try:
-        data = Path(path).read_bytes()
-    except OSError as exc:
-        raise InputError(source, [Problem("file", f"cannot be read: {exc.strerror or exc}")]) from None
-    try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = data[: exc.start].count(b"\n") + 1
-        raise InputError(source, [Problem(f"line {line}", "is not UTF-8 text")]) from None
 
 
 def read_nccl_xml(path: str | Path, *, nvlink: int | None = None, xgmi_gbps: float | None = None) -> NodeTopology:

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from placement.errors import InputError, Problem
+from placement.io.detect import refuse_other_format, sniff
 from placement.io.hostlist import expand_hostlist
 from placement.io.slurm import parse_topology_conf
 
@@ -172,10 +173,15 @@ def _state_words(*values: Any) -> tuple[str, ...]:
 def parse_nodes(text: str, source: str = "scontrol show node") -> list[LiveNode]:
     """Nodes from ``scontrol -d show node`` text, or the JSON of ``scontrol --json show node`` / ``sinfo --json``."""
     stripped = text.lstrip()
-    if stripped.startswith("{"):
-        return _nodes_json(_load_json(text, source), source)
     if not stripped:
         raise InputError(source, [Problem("", "is empty: expected `scontrol -d show node` output")])
+    if sniff(text) in ("slurm-conf", "slurm-yaml"):  # `import slurm` would not read `scontrol show topology` lines
+        raise InputError(source, [Problem("", "this is a Slurm topology (topology.conf, topology.yaml or `scontrol "
+                                              "show topology` output), not `scontrol -d show node` output; give it "
+                                              "with --topology-file")])
+    refuse_other_format(text, source, "slurm-nodes")  # e.g. an ibnetdiscover dump: one line, the right command
+    if stripped.startswith("{"):
+        return _nodes_json(_load_json(text, source), source)
     return _nodes_text(text, source)
 
 
