@@ -120,6 +120,8 @@ def _cluster_dict(cluster: pb.Cluster, ps: _Problems) -> dict[str, Any]:
     for nt in d.get("node_types", []):
         if "rails" in nt:  # -1 in the message is null (no rail NIC) in the native format
             nt["rails"] = [None if x == -1 else x for x in nt["rails"]]
+        # cpu_affinity / numa_affinity pass as they are: the reader takes "" / -1 as unknown (null), and the
+        # registry keeps this document, which GetState parses back into a message (null is not a list element)
     for i, g in enumerate(d.get("generate", [])):
         if g.get("nodes", 0) < 1:  # the reader divides by it
             ps.add(f"cluster.generate[{i}].nodes", f"must be >= 1, got {g['nodes']}" if "nodes" in g else "is required")

@@ -5,8 +5,8 @@ A request file holds ``{cluster, state, job (Compare: jobs), options (Evaluate: 
 may name a native file, relative to the request file: ``cluster_file``, ``state_file``, ``job_file``,
 ``job_files`` (Compare, a list), ``mapping_file`` (Evaluate; a mapping or a result file). Native shorthands are
 normalized first so every native file is a valid message: a single ``generate`` block, matrix rows as lists,
-``null`` rails (-1), an ``nvidia_smi`` file (inlined as matrix and rails), rank ranges ``"0-7,16-23"``, and
-mappings as a list of devices or ``{rank: device}``.
+``null`` rails (-1) and ``null`` CPU/NUMA affinity entries ("" / -1), an ``nvidia_smi`` file (inlined as matrix,
+rails and affinity), rank ranges ``"0-7,16-23"``, and mappings as a list of devices or ``{rank: device}``.
 
 >>> from placement.v1 import placement_pb2 as pb
 >>> req = request_from_dict({"job": {"ranks": 2, "groups": [{"members": "0-1", "bytes": 1e6}]}}, pb.PlaceRequest)
@@ -26,6 +26,7 @@ import yaml
 from google.protobuf import json_format
 
 from placement.errors import InputError, Problem, Problems
+from placement.io.affinity import affinity_fields
 from placement.io.native import load_document
 from placement.v1 import placement_pb2 as pb
 
@@ -87,12 +88,18 @@ def _normalize_node_type(nt: Any, base_dir: Path | None, ps: Problems | None, pa
         else:
             nt.setdefault("matrix", [list(row) for row in topo.matrix])
             nt.setdefault("rails", list(topo.rails))
+            for key, val in affinity_fields(topo.cpu_affinity, topo.numa_affinity).items():
+                nt.setdefault(key, val)
     rows = nt.get("matrix")
     if isinstance(rows, list):
         nt["matrix"] = [" ".join(str(c) for c in row) if isinstance(row, list) else row for row in rows]
     rails = nt.get("rails")
     if isinstance(rails, list):
         nt["rails"] = [-1 if x is None else x for x in rails]
+    for key, unknown in (("cpu_affinity", ""), ("numa_affinity", -1)):  # one entry per device, null = unknown
+        vals = nt.get(key)
+        if isinstance(vals, list):
+            nt[key] = [unknown if x is None else x for x in vals]
     return nt
 
 

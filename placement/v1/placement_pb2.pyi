@@ -502,6 +502,8 @@ class NodeType(_message.Message):
     NICS_FIELD_NUMBER: _builtins.int
     NIC_GBPS_FIELD_NUMBER: _builtins.int
     MESH_LINK_GBPS_FIELD_NUMBER: _builtins.int
+    CPU_AFFINITY_FIELD_NUMBER: _builtins.int
+    NUMA_AFFINITY_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     devices: _builtins.int
     """Devices per host; default: the matrix size."""
@@ -524,6 +526,16 @@ class NodeType(_message.Message):
     def rails(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
         """The rail (NIC index) of each device; -1 (null in native files): the device has no rail NIC."""
 
+    @_builtins.property
+    def cpu_affinity(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """CPU affinity of each device, one entry per device, as a Linux CPU list ("0-47,96-143"); "" = unknown
+        (null in native files). Empty: not known for any device.
+        """
+
+    @_builtins.property
+    def numa_affinity(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """NUMA node of each device, one entry per device; -1 = unknown (null in native files). Empty: not known."""
+
     def __init__(
         self,
         *,
@@ -535,10 +547,12 @@ class NodeType(_message.Message):
         nics: _builtins.int | None = ...,
         nic_gbps: _builtins.float | None = ...,
         mesh_link_gbps: _builtins.float | None = ...,
+        cpu_affinity: _abc.Iterable[_builtins.str] | None = ...,
+        numa_affinity: _abc.Iterable[_builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_devices", b"_devices", "_mesh_link_gbps", b"_mesh_link_gbps", "_nic_gbps", b"_nic_gbps", "_nics", b"_nics", "devices", b"devices", "mesh_link_gbps", b"mesh_link_gbps", "nic_gbps", b"nic_gbps", "nics", b"nics"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_devices", b"_devices", "_mesh_link_gbps", b"_mesh_link_gbps", "_nic_gbps", b"_nic_gbps", "_nics", b"_nics", "devices", b"devices", "kind", b"kind", "matrix", b"matrix", "mesh_link_gbps", b"mesh_link_gbps", "name", b"name", "nic_gbps", b"nic_gbps", "nics", b"nics", "rails", b"rails"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_devices", b"_devices", "_mesh_link_gbps", b"_mesh_link_gbps", "_nic_gbps", b"_nic_gbps", "_nics", b"_nics", "cpu_affinity", b"cpu_affinity", "devices", b"devices", "kind", b"kind", "matrix", b"matrix", "mesh_link_gbps", b"mesh_link_gbps", "name", b"name", "nic_gbps", b"nic_gbps", "nics", b"nics", "numa_affinity", b"numa_affinity", "rails", b"rails"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__devices: _TypeAlias = _typing.Literal["devices"]  # noqa: Y015
     _WhichOneofArgType__devices: _TypeAlias = _typing.Literal["_devices", b"_devices"]  # noqa: Y015
