@@ -73,7 +73,8 @@ def running_job(occ: float, ranks: int) -> tuple[Topology, ClusterState, Job, li
     return _PLACED[key]
 
 
-def run_row(occ: float, ranks: int, n_failed: int, with_spares: bool, limit: float, workers: int) -> Row:
+def run_row(occ: float, ranks: int, n_failed: int, with_spares: bool, limit: float, workers: int) -> Row | None:
+    """One row; None for a row with spares when no whole node is free to be one (it would repeat the row without)."""
     topo, st, job, cur = running_job(occ, ranks)
     rng = random.Random(1000 * ranks + n_failed)
     failed = set(rng.sample(cur, n_failed))
@@ -84,6 +85,8 @@ def run_row(occ: float, ranks: int, n_failed: int, with_spares: bool, limit: flo
         free_hosts = [h for h, devs in enumerate(topo.devices_in_domain[0])
                       if all(d not in state.occupied and d not in state.failed for d in devs)]
         spares = [topo.host_names[h] for h in free_hosts[:1 + len(failed_hosts)]]
+        if not spares:
+            return None
     t0 = time.perf_counter()
     res: RepairResult = repair(topo, state, job, cur, spares=spares,
                                options=SolveOptions(time_limit_s=limit, seed=0, workers=workers))
@@ -142,6 +145,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             if not (args.quick and ranks > 64)]
     for i, (occ, ranks, nf, sp) in enumerate(plan, 1):
         r = run_row(occ, ranks, nf, sp, args.time_limit, args.workers)
+        if r is None:
+            print(f"[{i}/{len(plan)}] {round(100 * occ)}% occupancy, {ranks} ranks, {nf} failed: no whole node is free "
+                  "to be a spare; the row with spares is left out", file=sys.stderr, flush=True)
+            continue
         if args.only and args.only not in r.name:
             continue
         rows.append(r)

@@ -194,6 +194,10 @@ class RegistryServicer(rpb_grpc.ClusterRegistryServicer):
                 for nt in json_doc.get("node_types", []):
                     if "rails" in nt:
                         nt["rails"] = [-1 if x is None else x for x in nt["rails"]]
+                    if "cpu_affinity" in nt:  # unknown entries: "" and -1 in the message, as rails
+                        nt["cpu_affinity"] = ["" if x is None else x for x in nt["cpu_affinity"]]
+                    if "numa_affinity" in nt:
+                        nt["numa_affinity"] = [-1 if x is None else x for x in nt["numa_affinity"]]
                 from google.protobuf import json_format
 
                 json_format.ParseDict(json_doc, out.cluster)

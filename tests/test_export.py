@@ -87,10 +87,10 @@ def test_cluster_affinity_lists_are_checked() -> None:
     base = {"levels": [{"name": "node", "bandwidth_gbps": 450}], "hosts": [{"name": "a", "node_type": "t"}]}
     with pytest.raises(InputError) as e:
         cluster_from_dict({**base, "node_types": [{"name": "t", "devices": 2, "cpu_affinity": ["0-3", "x"],
-                                                   "numa_affinity": [0, -1, 2]}]}, "c.yaml")
+                                                   "numa_affinity": [0, -2, 2]}]}, "c.yaml")
     text = str(e.value)
     assert "node_types[0].cpu_affinity[1]: 'x' is not a CPU list like 0-47,96-143" in text
-    assert "node_types[0].numa_affinity: must be NUMA node numbers (>= 0) or null, got [0, -1, 2]" in text
+    assert "node_types[0].numa_affinity: must be NUMA node numbers (>= 0), or null / -1 for unknown, got [0, -2, 2]" in text
 
 
 def test_baseline_costs_add_the_answers_compute_to_each_baselines_exposed_comm() -> None:
