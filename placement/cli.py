@@ -17,7 +17,13 @@ from rich.console import Console
 from placement.cli_errors import err, escape, fail, guard
 from placement.cli_remote import place_request, serve_main
 from placement.cli_tables import headline, print_report
-from placement.io.defaults import DEFAULT_DEVICES_PER_NODE, DEFAULT_TIERS, TIERS_NOTE, default_tiers
+from placement.io.defaults import (
+    DEFAULT_DEVICES_PER_NODE,
+    DEFAULT_TIERS,
+    TIERS_NOTE,
+    apply_tier_specs,
+    default_tiers,
+)
 
 if TYPE_CHECKING:
     pass
@@ -205,18 +211,7 @@ def place(
 
 def _parse_tiers(tiers: list[str], level_names: list[str]) -> dict[str, tuple[float, float]]:
     out = default_tiers(level_names)
-    for spec in tiers:
-        name, _, val = spec.partition("=")
-        bw, _, lat = val.partition(":")
-        try:
-            b, l_ = float(bw), float(lat or 0)
-        except ValueError:
-            fail(f"--tier {spec!r}: write LEVEL=BANDWIDTH_GBPS:LATENCY_US, e.g. leaf=50:5", 2)
-        if name not in out:
-            fail(f"--tier {spec!r}: unknown level {name!r}; levels are {level_names}", 2)
-        if b <= 0 or l_ < 0:
-            fail(f"--tier {spec!r}: bandwidth must be > 0 and latency >= 0", 2)
-        out[name] = (b, l_)
+    apply_tier_specs(tiers, out)
     return out
 
 

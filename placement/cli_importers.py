@@ -14,6 +14,7 @@ import typer
 import yaml
 
 from placement.cli_errors import err, escape, fail, guard
+from placement.io.defaults import apply_tier_specs
 from placement.io.detect import refuse_other_format, sniff
 from placement.io.nccl_xml import NodeTopology, merge_warnings
 from placement.io.text import read_text
@@ -96,18 +97,7 @@ def _tiers(names: list[str], roles: list[str], specs: list[str], node: tuple[flo
             why[name] = ("leaf: the fabric's link speed" if k == 0 and leaf_gbps else
                          "leaf: a 400G link" if k == 0 else "a 400G fat-tree tapered 2:1 per level")
             k += 1
-    for spec in specs:
-        name, _, val = spec.partition("=")
-        bw_s, _, lat_s = val.partition(":")
-        try:
-            b, lat = float(bw_s), float(lat_s or 0)
-        except ValueError:
-            fail(f"--tier {escape(spec)!r}: write LEVEL=BANDWIDTH_GBPS:LATENCY_US, e.g. leaf=50:5", 2)
-        if name not in out:
-            fail(f"--tier {escape(spec)!r}: unknown level {escape(name)!r}; levels are {names}", 2)
-        if b <= 0 or lat < 0:
-            fail(f"--tier {escape(spec)!r}: bandwidth must be > 0 and latency >= 0", 2)
-        out[name] = (b, lat)
+    for name in apply_tier_specs(specs, out):
         why.pop(name, None)
     defaults = [f"{n} {out[n][0]:g} GB/s ({w})" for n, w in why.items()]
     return [{"name": n, "bandwidth_gbps": out[n][0], "latency_us": out[n][1]} for n in names], defaults
