@@ -80,7 +80,7 @@ class PlacementRpcError(Exception):
                         any_msg.Unpack(d)
                         details.append(d)
                         break
-        trailing = dict(err.trailing_metadata() or ())
+        trailing = {m.key: m.value for m in (err.trailing_metadata() or ())}
         rid = trailing.get("x-request-id")
         return cls(err.code(), err.details() or "", details, str(rid) if rid is not None else None)
 

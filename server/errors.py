@@ -84,7 +84,8 @@ def _status(code: int, message: str, details: Sequence[Any] = ()) -> grpc.Status
                 _cut(d, room)
                 packed.Pack(d)
             room -= packed.ByteSize() + 4
-    return rpc_status.to_status(st)
+    status: grpc.Status = rpc_status.to_status(st)  # grpc_status ships no types
+    return status
 
 
 def _cut(detail: Any, room: int) -> None:

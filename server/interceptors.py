@@ -94,7 +94,7 @@ def _ended_code(call: Call, context: Any) -> grpc.StatusCode | None:
     return grpc.StatusCode.CANCELLED
 
 
-class TelemetryInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]  # grpc ships no type hints
+class TelemetryInterceptor(grpc.ServerInterceptor):
     """Per unary call: the request id (from `x-request-id` or new) in a context var and the trailing metadata,
     the request checked against the limits before any work (`server.budget`), the call's deadline and
     cancellation as a `placement.limits.Call` that every checkpoint of the work sees, the call counted and timed
@@ -200,7 +200,7 @@ def _deny(handler: Any, status: grpc.Status) -> Any:
     return grpc.unary_unary_rpc_method_handler(unary, **kw)
 
 
-class TokenAuthInterceptor(grpc.ServerInterceptor):  # type: ignore[misc]  # grpc ships no type hints
+class TokenAuthInterceptor(grpc.ServerInterceptor):
     """Calls must carry ``authorization: Bearer <token>``, compared in constant time; health stays open."""
 
     def __init__(self, token: str) -> None:

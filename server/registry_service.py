@@ -12,6 +12,8 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
+import grpc
+
 from placement.errors import InputError, Problem
 from placement.messages import domain as convert
 from placement.messages.registry import (
@@ -102,7 +104,7 @@ class RegistryHolder:
             reg.close()
 
 
-def _gone(context: Any) -> bool:
+def _gone(context: grpc.ServicerContext) -> bool:
     """The caller cancelled, or its deadline passed: a reservation now would never reach it."""
     remaining = context.time_remaining()
     return not context.is_active() or (remaining is not None and remaining <= 0)
@@ -131,7 +133,7 @@ class RegistryServicer(rpb_grpc.ClusterRegistryServicer):
             raise InputError("request", [Problem("cluster_id", "this server runs without a registry (--registry off)")])
         return reg
 
-    def _run(self, context: Any, fn: Callable[[], R]) -> R:
+    def _run(self, context: grpc.ServicerContext, fn: Callable[[], R]) -> R:
         try:
             return fn()
         except Exception as exc:
@@ -140,7 +142,7 @@ class RegistryServicer(rpb_grpc.ClusterRegistryServicer):
 
     # ---- clusters and state --------------------------------------------------------------------------------
 
-    def PutCluster(self, request: rpb.PutClusterRequest, context: Any) -> rpb.PutClusterResponse:
+    def PutCluster(self, request: rpb.PutClusterRequest, context: grpc.ServicerContext) -> rpb.PutClusterResponse:
         def work() -> rpb.PutClusterResponse:
             if not request.HasField("cluster"):
                 raise InputError("request", [Problem("cluster", "is required")])
@@ -161,7 +163,7 @@ class RegistryServicer(rpb_grpc.ClusterRegistryServicer):
 
         return self._run(context, work)
 
-    def UpdateState(self, request: rpb.UpdateStateRequest, context: Any) -> rpb.UpdateStateResponse:
+    def UpdateState(self, request: rpb.UpdateStateRequest, context: grpc.ServicerContext) -> rpb.UpdateStateResponse:
         def work() -> rpb.UpdateStateResponse:
             which = request.WhichOneof("change")
             if which is None:
@@ -178,7 +180,7 @@ class RegistryServicer(rpb_grpc.ClusterRegistryServicer):
 
         return self._run(context, work)
 
-    def GetState(self, request: rpb.GetStateRequest, context: Any) -> rpb.GetStateResponse:
+    def GetState(self, request: rpb.GetStateRequest, context: grpc.ServicerContext) -> rpb.GetStateResponse:
         def work() -> rpb.GetStateResponse:
             reg = self._registry()
             view = reg.view(request.cluster_id)
@@ -205,7 +207,7 @@ class RegistryServicer(rpb_grpc.ClusterRegistryServicer):
 
         return self._run(context, work)
 
-    def WatchState(self, request: rpb.WatchStateRequest, context: Any) -> Iterator[rpb.StateEvent]:
+    def WatchState(self, request: rpb.WatchStateRequest, context: grpc.ServicerContext) -> Iterator[rpb.StateEvent]:
         try:
             reg = self._registry()
             seq = request.after_seq
@@ -226,10 +228,10 @@ class RegistryServicer(rpb_grpc.ClusterRegistryServicer):
 
     # ---- reservations --------------------------------------------------------------------------------------
 
-    def Reserve(self, request: rpb.ReserveRequest, context: Any) -> rpb.ReserveResponse:
+    def Reserve(self, request: rpb.ReserveRequest, context: grpc.ServicerContext) -> rpb.ReserveResponse:
         return self._placement._call(request, context, self._reserve)
 
-    def _reserve(self, request: rpb.ReserveRequest, context: Any, stop: threading.Event) -> rpb.ReserveResponse:
+    def _reserve(self, request: rpb.ReserveRequest, context: grpc.ServicerContext, stop: threading.Event) -> rpb.ReserveResponse:
         self._placement._started(context, stop)
         reg = self._registry()
         if not request.cluster_id:
@@ -270,20 +272,20 @@ class RegistryServicer(rpb_grpc.ClusterRegistryServicer):
                                    reservation=reservation_to_proto(res), replayed=out.replayed,
                                    attempts=out.attempts)
 
-    def Commit(self, request: rpb.ReservationRequest, context: Any) -> rpb.ReservationResponse:
+    def Commit(self, request: rpb.ReservationRequest, context: grpc.ServicerContext) -> rpb.ReservationResponse:
         return self._run(context, lambda: rpb.ReservationResponse(
             reservation=reservation_to_proto(self._registry().commit(request.reservation_id))))
 
-    def Release(self, request: rpb.ReservationRequest, context: Any) -> rpb.ReservationResponse:
+    def Release(self, request: rpb.ReservationRequest, context: grpc.ServicerContext) -> rpb.ReservationResponse:
         return self._run(context, lambda: rpb.ReservationResponse(
             reservation=reservation_to_proto(self._registry().release(request.reservation_id))))
 
-    def Renew(self, request: rpb.ReservationRequest, context: Any) -> rpb.ReservationResponse:
+    def Renew(self, request: rpb.ReservationRequest, context: grpc.ServicerContext) -> rpb.ReservationResponse:
         ttl = request.ttl_s if request.HasField("ttl_s") else DEFAULT_TTL_S
         return self._run(context, lambda: rpb.ReservationResponse(
             reservation=reservation_to_proto(self._registry().renew(request.reservation_id, ttl))))
 
-    def ListReservations(self, request: rpb.ListReservationsRequest, context: Any) -> rpb.ListReservationsResponse:
+    def ListReservations(self, request: rpb.ListReservationsRequest, context: grpc.ServicerContext) -> rpb.ListReservationsResponse:
         return self._run(context, lambda: rpb.ListReservationsResponse(reservations=[
             reservation_to_proto(r) for r in self._registry().reservations(
                 request.cluster_id or None, live_only=request.live_only)]))

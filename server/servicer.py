@@ -14,6 +14,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+import grpc
+
 from placement.cost import CostReport, evaluate
 from placement.errors import InfeasibleError
 from placement.limits import checkpoint
@@ -71,19 +73,19 @@ class PlacementServicer(pb_grpc.PlacementServiceServicer):
 
     # ---- rpc methods --------------------------------------------------------------------------------------
 
-    def Place(self, request: pb.PlaceRequest, context: Any) -> pb.PlaceResponse:
+    def Place(self, request: pb.PlaceRequest, context: grpc.ServicerContext) -> pb.PlaceResponse:
         return self._call(request, context, self._place)
 
-    def Evaluate(self, request: pb.EvaluateRequest, context: Any) -> pb.EvaluateResponse:
+    def Evaluate(self, request: pb.EvaluateRequest, context: grpc.ServicerContext) -> pb.EvaluateResponse:
         return self._call(request, context, self._evaluate)
 
-    def Compare(self, request: pb.CompareRequest, context: Any) -> pb.CompareResponse:
+    def Compare(self, request: pb.CompareRequest, context: grpc.ServicerContext) -> pb.CompareResponse:
         return self._call(request, context, self._compare)
 
-    def PlaceBatch(self, request: pb.PlaceBatchRequest, context: Any) -> pb.PlaceBatchResponse:
+    def PlaceBatch(self, request: pb.PlaceBatchRequest, context: grpc.ServicerContext) -> pb.PlaceBatchResponse:
         return self._call(request, context, self._place_batch)
 
-    def Repair(self, request: pb.RepairRequest, context: Any) -> pb.RepairResponse:
+    def Repair(self, request: pb.RepairRequest, context: grpc.ServicerContext) -> pb.RepairResponse:
         return self._call(request, context, self._repair)
 
     def stop_all(self) -> None:
@@ -95,7 +97,7 @@ class PlacementServicer(pb_grpc.PlacementServiceServicer):
 
     # ---- plumbing -----------------------------------------------------------------------------------------
 
-    def _call(self, request: Req, context: Any, work: Callable[[Req, Any, threading.Event], R]) -> R:
+    def _call(self, request: Req, context: grpc.ServicerContext, work: Callable[[Req, Any, threading.Event], R]) -> R:
         """Run `work` on the solve pool: the one line every RPC method needs. The interceptor has checked the
         request against the limits and set the call's deadline/cancellation (`placement.limits.current_call`),
         which the pool's thread inherits; an answer that comes after the call ended is not sent as OK."""
@@ -127,7 +129,7 @@ class PlacementServicer(pb_grpc.PlacementServiceServicer):
         if isinstance(request, pb.CompareRequest | pb.PlaceBatchRequest) and len(request.jobs) > s.max_jobs:
             raise self._reject("jobs", f"{len(request.jobs)} jobs in the request; this server accepts at most {s.max_jobs}")
 
-    def _started(self, context: Any, stop: threading.Event) -> None:
+    def _started(self, context: grpc.ServicerContext, stop: threading.Event) -> None:
         """At the start of the work: refuse it if the caller left or the deadline passed while it waited."""
         checkpoint("waiting for a solver")
         if stop.is_set() or not context.is_active():
@@ -135,7 +137,7 @@ class PlacementServicer(pb_grpc.PlacementServiceServicer):
         if context.time_remaining() <= 0.001:
             raise DeadlineError("the deadline passed while the request waited for a solver")
 
-    def _budget(self, requested_s: float, context: Any, jobs: int) -> _Budget:
+    def _budget(self, requested_s: float, context: grpc.ServicerContext, jobs: int) -> _Budget:
         """The request's time limit (per job), capped by the server's maximum and the deadline's share."""
         limit = min(requested_s, self._settings.max_time_limit_s)
         remaining = context.time_remaining()
@@ -172,7 +174,7 @@ class PlacementServicer(pb_grpc.PlacementServiceServicer):
 
     # ---- work (on the solve pool) -------------------------------------------------------------------------
 
-    def _place(self, request: pb.PlaceRequest, context: Any, stop: threading.Event) -> pb.PlaceResponse:
+    def _place(self, request: pb.PlaceRequest, context: grpc.ServicerContext, stop: threading.Event) -> pb.PlaceResponse:
         self._started(context, stop)
         inputs = convert.place_inputs(request, self._settings.default_time_limit_s, self._resolve(request))
         checkpoint("converting the request")
@@ -202,7 +204,7 @@ class PlacementServicer(pb_grpc.PlacementServiceServicer):
         }})
         return pb.PlaceResponse(result=result)
 
-    def _evaluate(self, request: pb.EvaluateRequest, context: Any, stop: threading.Event) -> pb.EvaluateResponse:
+    def _evaluate(self, request: pb.EvaluateRequest, context: grpc.ServicerContext, stop: threading.Event) -> pb.EvaluateResponse:
         self._started(context, stop)
         inputs = convert.evaluate_inputs(request)
         checkpoint("converting the request")
@@ -212,7 +214,7 @@ class PlacementServicer(pb_grpc.PlacementServiceServicer):
         self._metrics.solve_seconds.labels(method="Evaluate").observe(time.perf_counter() - t0)
         return convert.evaluate_response(inputs.topology, inputs.job, inputs.mapping, report)
 
-    def _compare(self, request: pb.CompareRequest, context: Any, stop: threading.Event) -> pb.CompareResponse:
+    def _compare(self, request: pb.CompareRequest, context: grpc.ServicerContext, stop: threading.Event) -> pb.CompareResponse:
         self._started(context, stop)
         inputs = convert.compare_inputs(request, self._settings.default_time_limit_s, self._resolve(request))
         checkpoint("converting the request")
@@ -237,7 +239,7 @@ class PlacementServicer(pb_grpc.PlacementServiceServicer):
         _log.info("compared", extra={"fields": {"jobs": len(inputs.jobs), "solve_s": round(elapsed, 4)}})
         return out
 
-    def _place_batch(self, request: pb.PlaceBatchRequest, context: Any, stop: threading.Event) -> pb.PlaceBatchResponse:
+    def _place_batch(self, request: pb.PlaceBatchRequest, context: grpc.ServicerContext, stop: threading.Event) -> pb.PlaceBatchResponse:
         self._started(context, stop)
         inputs = convert_batch.batch_inputs(request, self._settings.default_time_limit_s, self._resolve(request))
         checkpoint("converting the request")
@@ -257,7 +259,7 @@ class PlacementServicer(pb_grpc.PlacementServiceServicer):
         return convert_batch.batch_response(inputs.topology, res, time_limit_s=budget.limit_s,
                                             deadline_limited=budget.deadline_limited)
 
-    def _repair(self, request: pb.RepairRequest, context: Any, stop: threading.Event) -> pb.RepairResponse:
+    def _repair(self, request: pb.RepairRequest, context: grpc.ServicerContext, stop: threading.Event) -> pb.RepairResponse:
         self._started(context, stop)
         inputs = convert_repair.repair_inputs(request, self._settings.default_time_limit_s, self._resolve(request))
         checkpoint("converting the request")
