@@ -29,6 +29,7 @@ run: $(BIN)/.installed
 test: $(BIN)/.installed
 	$(BIN)/python -m pip check
 	$(BIN)/ruff check placement server tests bench scripts
+	$(BIN)/ruff format --check placement server tests bench scripts
 	$(BIN)/mypy placement server
 	$(BIN)/lint-imports
 	if [ "$${CI:-}" = true ]; then .ci/slurm.sh install; fi

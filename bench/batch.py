@@ -24,8 +24,23 @@ from placement.solve.batch import FIFO, PRIORITY, BatchJob, BatchPlan, place_bat
 from placement.state import ClusterState
 from placement.topology import Topology
 
-SHAPES = ((8, 1, 1), (4, 1, 2), (2, 2, 2), (2, 2, 4), (8, 2, 2), (4, 2, 4), (8, 4, 2), (2, 4, 8), (8, 2, 8),
-          (4, 4, 8), (2, 8, 8), (8, 4, 8), (4, 8, 8), (8, 8, 8), (4, 8, 16))
+SHAPES = (
+    (8, 1, 1),
+    (4, 1, 2),
+    (2, 2, 2),
+    (2, 2, 4),
+    (8, 2, 2),
+    (4, 2, 4),
+    (8, 4, 2),
+    (2, 4, 8),
+    (8, 2, 8),
+    (4, 4, 8),
+    (2, 8, 8),
+    (8, 4, 8),
+    (4, 8, 8),
+    (8, 8, 8),
+    (4, 8, 16),
+)
 """(tp, pp, dp): 8 to 512 ranks."""
 
 
@@ -51,16 +66,33 @@ def queue(n: int, seed: int) -> list[BatchJob]:
         tp, pp, dp = rng.choice(SHAPES)
         ranks = tp * pp * dp
         hidden, layers = (5120, 40) if ranks <= 64 else (8192, 80)
-        job = megatron_job(f"q{i:02d}-tp{tp}pp{pp}dp{dp}", tp=tp, pp=pp, dp=dp, hidden=hidden, layers=layers,
-                           micro_batches=8, require_tp_node=True)
+        job = megatron_job(
+            f"q{i:02d}-tp{tp}pp{pp}dp{dp}",
+            tp=tp,
+            pp=pp,
+            dp=dp,
+            hidden=hidden,
+            layers=layers,
+            micro_batches=8,
+            require_tp_node=True,
+        )
         out.append(BatchJob(job, float(rng.randint(1, 4)), float(rng.randint(0, 3))))
     return out
 
 
 def scenarios(quick: bool) -> list[Scenario]:
     out = []
-    for gpus, occ, jobs in ((1024, 0.3, 10), (1024, 0.6, 10), (1024, 0.45, 25), (2048, 0.3, 25), (2048, 0.6, 25),
-                            (2048, 0.45, 50), (4096, 0.3, 50), (4096, 0.45, 50), (4096, 0.6, 50)):
+    for gpus, occ, jobs in (
+        (1024, 0.3, 10),
+        (1024, 0.6, 10),
+        (1024, 0.45, 25),
+        (2048, 0.3, 25),
+        (2048, 0.6, 25),
+        (2048, 0.45, 50),
+        (4096, 0.3, 50),
+        (4096, 0.45, 50),
+        (4096, 0.6, 50),
+    ):
         limit = {10: 8.0, 25: 14.0, 50: 20.0}[jobs]
         out.append(Scenario(gpus, occ, jobs, 1, limit))
     return out[:3] if quick else out
@@ -78,8 +110,10 @@ def alone(topo: Topology, state: ClusterState, jobs: list[BatchJob], a: BatchPla
     """Weighted step seconds of the jobs `a` and `b` both admit, each placed alone on `state` by cpsat (1 s), over
     `b`'s: what the jobs would cost with the cluster to themselves."""
     both = {o.index for o in a.admitted} & {o.index for o in b.admitted}
-    solo = sum(jobs[i].weight * place(topo, state, jobs[i].job, SolveOptions(time_limit_s=1.0)).report.step_seconds  # type: ignore[union-attr]
-               for i in both)
+    solo = sum(
+        jobs[i].weight * place(topo, state, jobs[i].job, SolveOptions(time_limit_s=1.0)).report.step_seconds  # type: ignore[union-attr]
+        for i in both
+    )
     base = sum(b.weights[o.index] * o.report.step_seconds for o in b.admitted if o.index in both and o.report)
     return solo / base if base > 0 else math.nan
 
@@ -92,12 +126,20 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     load_start = os.getloadavg()[0]
     rows: list[str] = []
-    ratios: dict[str, list[float]] = {FIFO: [], PRIORITY: [], "comm " + FIFO: [], "comm " + PRIORITY: [], "alone": []}
+    ratios: dict[str, list[float]] = {
+        FIFO: [],
+        PRIORITY: [],
+        "comm " + FIFO: [],
+        "comm " + PRIORITY: [],
+        "alone": [],
+    }
     never_fewer = True
     worst_wall = 0.0
-    head = ("| scenario | free GPUs | queued ranks | admitted batch / fifo / prio | weight batch / fifo / prio "
-            "| bound | chosen | w. step s batch | w. step s fifo | w. step s prio | common jobs vs fifo | batch / fifo "
-            "| comm batch / fifo | alone / fifo | common jobs vs prio | batch / prio | comm batch / prio | wall s | limit s |")
+    head = (
+        "| scenario | free GPUs | queued ranks | admitted batch / fifo / prio | weight batch / fifo / prio "
+        "| bound | chosen | w. step s batch | w. step s fifo | w. step s prio | common jobs vs fifo | batch / fifo "
+        "| comm batch / fifo | alone / fifo | common jobs vs prio | batch / prio | comm batch / prio | wall s | limit s |"
+    )
     sep = "|---|---:|---:|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     print(head)
     print(sep)
@@ -112,7 +154,9 @@ def main(argv: list[str] | None = None) -> int:
         wall = time.perf_counter() - t0
         worst_wall = max(worst_wall, wall) if sc.jobs == 50 else worst_wall
         plan, fifo, prio = res.plan, res.baselines[FIFO], res.baselines[PRIORITY]
-        assert not validate_batch(topo, state, [bj.job for bj in jobs], {o.index: o.mapping for o in plan.admitted})
+        assert not validate_batch(
+            topo, state, [bj.job for bj in jobs], {o.index: o.mapping for o in plan.admitted}
+        )
         never_fewer &= len(plan.admitted) >= len(fifo.admitted)
         cells = []
         for name, base in ((FIFO, fifo), (PRIORITY, prio)):
@@ -132,10 +176,12 @@ def main(argv: list[str] | None = None) -> int:
                     ratios["alone"].append(ra)
         free = sum(1 for d in range(topo.num_devices) if d not in state.occupied)
         bound = "-" if res.weight_bound is None else f"{res.weight_bound:g}"
-        row = (f"| {sc.name} | {free} | {sum(bj.job.ranks for bj in jobs)} | {len(plan.admitted)} / {len(fifo.admitted)} / "
-               f"{len(prio.admitted)} | {plan.admitted_weight:g} / {fifo.admitted_weight:g} / {prio.admitted_weight:g} | "
-               f"{bound} | {plan.strategy} | {plan.weighted_step_seconds:.2f} | {fifo.weighted_step_seconds:.2f} | "
-               f"{prio.weighted_step_seconds:.2f} | {' | '.join(cells)} | {wall:.1f} | {sc.time_limit:g} |")
+        row = (
+            f"| {sc.name} | {free} | {sum(bj.job.ranks for bj in jobs)} | {len(plan.admitted)} / {len(fifo.admitted)} / "
+            f"{len(prio.admitted)} | {plan.admitted_weight:g} / {fifo.admitted_weight:g} / {prio.admitted_weight:g} | "
+            f"{bound} | {plan.strategy} | {plan.weighted_step_seconds:.2f} | {fifo.weighted_step_seconds:.2f} | "
+            f"{prio.weighted_step_seconds:.2f} | {' | '.join(cells)} | {wall:.1f} | {sc.time_limit:g} |"
+        )
         rows.append(row)
         print(row, flush=True)
 
@@ -156,30 +202,42 @@ def main(argv: list[str] | None = None) -> int:
     ]
     print("\n".join(summary))
     if args.write:
-        cmd = "python bench/batch.py" + (" --quick" if args.quick else "") + (f" --only '{args.only}'" if args.only else "")
-        text = "\n".join([
-            "# Batch benchmark (PlaceBatch)", "",
-            f"Command: `nice -n 10 {cmd} --write {args.write}`  ",
-            f"Machine: {os.cpu_count()} cores (shared with other jobs: wall times are noisy), {platform.machine()}, "
-            f"Python {platform.python_version()}, {time.strftime('%Y-%m-%d')}. 2 CP-SAT workers, seed 0, wall-clock limits. "
-            f"Load average (1 min) {load_start:.1f} at the start and {os.getloadavg()[0]:.1f} at the end: other work "
-            "shared the cores, and a loaded machine shows in `wall s` (the limit is checked on the wall clock; a single "
-            "placement's floor is not).",
-            "",
-            "Each queue: Megatron jobs of random shapes from 8 to 512 ranks (TP required within a node; 13B shape up to "
-            "64 ranks, 70B above), weights 1-4, priorities 0-3 (`bench/batch.py queue`, seed 1), on `fat_tree(gpus)` "
-            "with `occupy(..., mode='mixed-random', seed=1)`. The queues ask for more GPUs than are free, so admission "
-            "matters. `batch` is `place_batch`'s joint answer; `fifo` is the queue in arrival order placed by kueue-tas "
-            "(a job that does not fit is skipped); `prio` is the queue by priority placed by cpsat. `chosen` is the answer "
-            "returned (never worse than a baseline: more admitted weight, then fewer weighted step seconds). `bound` is "
-            "the admission knapsack's proven bound on the admitted weight. Weighted step seconds (sum of weight x "
-            "modeled step seconds) are compared on the jobs both answers admit; `batch / fifo` is their ratio, `comm batch / "
-            "fifo` the same for exposed communication seconds (the part of a step a placement changes), and `alone / fifo` "
-            "the ratio had each of those jobs the state to itself (each placed alone by cpsat, 1 s): the most a joint "
-            "answer could gain on them. Modeled steps are mostly compute and pipeline bubble, which no placement changes.",
-            "",
-            head, sep, *rows, "", *summary, "",
-        ])
+        cmd = (
+            "python bench/batch.py"
+            + (" --quick" if args.quick else "")
+            + (f" --only '{args.only}'" if args.only else "")
+        )
+        text = "\n".join(
+            [
+                "# Batch benchmark (PlaceBatch)",
+                "",
+                f"Command: `nice -n 10 {cmd} --write {args.write}`  ",
+                f"Machine: {os.cpu_count()} cores (shared with other jobs: wall times are noisy), {platform.machine()}, "
+                f"Python {platform.python_version()}, {time.strftime('%Y-%m-%d')}. 2 CP-SAT workers, seed 0, wall-clock limits. "
+                f"Load average (1 min) {load_start:.1f} at the start and {os.getloadavg()[0]:.1f} at the end: other work "
+                "shared the cores, and a loaded machine shows in `wall s` (the limit is checked on the wall clock; a single "
+                "placement's floor is not).",
+                "",
+                "Each queue: Megatron jobs of random shapes from 8 to 512 ranks (TP required within a node; 13B shape up to "
+                "64 ranks, 70B above), weights 1-4, priorities 0-3 (`bench/batch.py queue`, seed 1), on `fat_tree(gpus)` "
+                "with `occupy(..., mode='mixed-random', seed=1)`. The queues ask for more GPUs than are free, so admission "
+                "matters. `batch` is `place_batch`'s joint answer; `fifo` is the queue in arrival order placed by kueue-tas "
+                "(a job that does not fit is skipped); `prio` is the queue by priority placed by cpsat. `chosen` is the answer "
+                "returned (never worse than a baseline: more admitted weight, then fewer weighted step seconds). `bound` is "
+                "the admission knapsack's proven bound on the admitted weight. Weighted step seconds (sum of weight x "
+                "modeled step seconds) are compared on the jobs both answers admit; `batch / fifo` is their ratio, `comm batch / "
+                "fifo` the same for exposed communication seconds (the part of a step a placement changes), and `alone / fifo` "
+                "the ratio had each of those jobs the state to itself (each placed alone by cpsat, 1 s): the most a joint "
+                "answer could gain on them. Modeled steps are mostly compute and pipeline bubble, which no placement changes.",
+                "",
+                head,
+                sep,
+                *rows,
+                "",
+                *summary,
+                "",
+            ]
+        )
         args.write.write_text(text)
         print(f"wrote {args.write}", file=sys.stderr)
     return 0

@@ -42,17 +42,25 @@ def request_64_ranks() -> pb.PlaceRequest:
     """TP=8 x DP=4 x PP=2 (64 ranks) on 16 DGX-like nodes (128 GPUs, 4 per leaf), 2 nodes partly busy."""
     cluster = {
         "name": "bench-128",
-        "levels": [{"name": "node", "bandwidth_gbps": 450, "latency_us": 2},
-                   {"name": "leaf", "bandwidth_gbps": 50, "latency_us": 5},
-                   {"name": "spine", "bandwidth_gbps": 25, "latency_us": 10}],
+        "levels": [
+            {"name": "node", "bandwidth_gbps": 450, "latency_us": 2},
+            {"name": "leaf", "bandwidth_gbps": 50, "latency_us": 5},
+            {"name": "spine", "bandwidth_gbps": 25, "latency_us": 10},
+        ],
         "generate": [{"nodes": 16, "devices": 8, "kind": "H100", "fanout": {"leaf": 4}}],
     }
-    job = {"name": "tp8-dp4-pp2", "device_kind": "H100", "parallel": {"tp": 8, "dp": 4, "pp": 2},
-           "model": {"parameters": 7e9, "hidden": 4096, "layers": 32, "seq_len": 4096, "micro_batches": 8},
-           "constraints": {"require": {"tp": "node"}}}
+    job = {
+        "name": "tp8-dp4-pp2",
+        "device_kind": "H100",
+        "parallel": {"tp": 8, "dp": 4, "pp": 2},
+        "model": {"parameters": 7e9, "hidden": 4096, "layers": 32, "seq_len": 4096, "micro_batches": 8},
+        "constraints": {"require": {"tp": "node"}},
+    }
     state = {"occupied": [{"job": "other", "devices": ["node03/gpu0", "node03/gpu1", "node09/gpu7"]}]}
-    return request_from_dict({"cluster": cluster, "state": state, "job": job,
-                              "options": {"time_limit_s": 10, "seed": 0}}, pb.PlaceRequest)
+    return request_from_dict(
+        {"cluster": cluster, "state": state, "job": job, "options": {"time_limit_s": 10, "seed": 0}},
+        pb.PlaceRequest,
+    )
 
 
 def _pct(xs: list[float], q: float) -> float:
@@ -66,9 +74,11 @@ def in_process_once(req: pb.PlaceRequest, workers: int) -> float:
     inputs = convert.place_inputs(req)
     inputs.options.workers = workers
     res = place(inputs.topology, inputs.state, inputs.job, inputs.options)
-    pb.PlaceResponse(result=convert.result_to_proto(inputs.topology, inputs.job, res,
-                                                   time_limit_s=inputs.options.time_limit_s,
-                                                   deadline_limited=False)).SerializeToString()
+    pb.PlaceResponse(
+        result=convert.result_to_proto(
+            inputs.topology, inputs.job, res, time_limit_s=inputs.options.time_limit_s, deadline_limited=False
+        )
+    ).SerializeToString()
     return time.perf_counter() - t0
 
 
@@ -79,8 +89,13 @@ class Server:
         env = {**os.environ, "PLACEMENT_PORT": "0", "PLACEMENT_METRICS_PORT": "-1"}
         if workers:
             env["PLACEMENT_WORKERS"] = str(workers)
-        self.proc = subprocess.Popen([sys.executable, "-m", "server.main", "--host", "127.0.0.1"],
-                                     cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "server.main", "--host", "127.0.0.1"],
+            cwd=ROOT,
+            env=env,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         self.solve_s: dict[str, float] = {}
         self.statuses: dict[str, int] = {}
         assert self.proc.stderr is not None
@@ -109,7 +124,9 @@ class Server:
         self._reader.join(timeout=5)
 
 
-def paired(target: str, req: pb.PlaceRequest, pairs: int, workers: int) -> tuple[list[float], list[tuple[str, float]]]:
+def paired(
+    target: str, req: pb.PlaceRequest, pairs: int, workers: int
+) -> tuple[list[float], list[tuple[str, float]]]:
     """Alternate one in-process solve and one call (one client), so both see the same background load."""
     local: list[float] = []
     remote: list[tuple[str, float]] = []
@@ -124,8 +141,9 @@ def paired(target: str, req: pb.PlaceRequest, pairs: int, workers: int) -> tuple
     return local, remote
 
 
-def load(target: str, req: pb.PlaceRequest, clients: int, seconds: float,
-         max_calls: int) -> tuple[list[float], int, float]:
+def load(
+    target: str, req: pb.PlaceRequest, clients: int, seconds: float, max_calls: int
+) -> tuple[list[float], int, float]:
     """`clients` threads, each with its own channel, calling Place back to back until the time or call budget
     is spent. Returns latencies, errors and the wall time."""
     latencies: list[float] = []
@@ -167,13 +185,23 @@ def _ms(x: float) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    ap.add_argument("--clients", type=int, default=4, help="concurrent clients of the load run (default 4, max 64)")
-    ap.add_argument("--seconds", type=float, default=5.0, help="duration of each load run (default 5, max 60)")
+    ap.add_argument(
+        "--clients", type=int, default=4, help="concurrent clients of the load run (default 4, max 64)"
+    )
+    ap.add_argument(
+        "--seconds", type=float, default=5.0, help="duration of each load run (default 5, max 60)"
+    )
     ap.add_argument("--max-calls", type=int, default=2000, help="call budget of each load run (default 2000)")
-    ap.add_argument("--pairs", type=int, default=40, help="alternating in-process/gRPC pairs (default 40, max 500)")
+    ap.add_argument(
+        "--pairs", type=int, default=40, help="alternating in-process/gRPC pairs (default 40, max 500)"
+    )
     ap.add_argument("--workers", type=int, help="PLACEMENT_WORKERS of the server (default: the cores)")
     args = ap.parse_args(argv)
-    seconds, clients, pairs = min(args.seconds, 60.0), max(1, min(args.clients, 64)), max(1, min(args.pairs, 500))
+    seconds, clients, pairs = (
+        min(args.seconds, 60.0),
+        max(1, min(args.clients, 64)),
+        max(1, min(args.pairs, 500)),
+    )
     req = request_64_ranks()
     server = Server(args.workers)
     threads = Settings(workers=server.workers).threads_per_solve  # CP-SAT threads per solve, as in the server
@@ -190,21 +218,33 @@ def main(argv: list[str] | None = None) -> int:
     solve_s = [server.solve_s[rid] for rid, _ in remote if rid in server.solve_s]
     per_call = [s - server.solve_s[rid] for rid, s in remote if rid in server.solve_s]
     diffs = [r - loc for loc, r in zip(local, remote_s, strict=True)]
-    print(f"64-rank Place (tp8-dp4-pp2 on 128 GPUs), loopback, {os.cpu_count()} cores, server workers "
-          f"{server.workers} x {threads} CP-SAT thread(s), load runs of {seconds:g} s")
+    print(
+        f"64-rank Place (tp8-dp4-pp2 on 128 GPUs), loopback, {os.cpu_count()} cores, server workers "
+        f"{server.workers} x {threads} CP-SAT thread(s), load runs of {seconds:g} s"
+    )
     print()
     print("| measure | calls | p50 (ms) | p99 (ms) |")
     print("|---------|------:|---------:|---------:|")
-    print(f"| in-process: convert, place, result message | {len(local)} | {_ms(_pct(local, .5))} | "
-          f"{_ms(_pct(local, .99))} |")
-    print(f"| gRPC call, 1 client (alternating with the row above) | {len(remote_s)} | {_ms(_pct(remote_s, .5))} | "
-          f"{_ms(_pct(remote_s, .99))} |")
-    print(f"| server-side `place` of those calls | {len(solve_s)} | {_ms(_pct(solve_s, .5))} | "
-          f"{_ms(_pct(solve_s, .99))} |")
-    print(f"| **overhead per call: latency - its server-side place** | {len(per_call)} | "
-          f"**{_ms(statistics.median(per_call))}** | {_ms(_pct(per_call, .99))} |")
-    print(f"| overhead paired: call - in-process (noisier) | {len(diffs)} | {_ms(statistics.median(diffs))} | "
-          f"{_ms(_pct(diffs, .99))} |")
+    print(
+        f"| in-process: convert, place, result message | {len(local)} | {_ms(_pct(local, 0.5))} | "
+        f"{_ms(_pct(local, 0.99))} |"
+    )
+    print(
+        f"| gRPC call, 1 client (alternating with the row above) | {len(remote_s)} | {_ms(_pct(remote_s, 0.5))} | "
+        f"{_ms(_pct(remote_s, 0.99))} |"
+    )
+    print(
+        f"| server-side `place` of those calls | {len(solve_s)} | {_ms(_pct(solve_s, 0.5))} | "
+        f"{_ms(_pct(solve_s, 0.99))} |"
+    )
+    print(
+        f"| **overhead per call: latency - its server-side place** | {len(per_call)} | "
+        f"**{_ms(statistics.median(per_call))}** | {_ms(_pct(per_call, 0.99))} |"
+    )
+    print(
+        f"| overhead paired: call - in-process (noisier) | {len(diffs)} | {_ms(statistics.median(diffs))} | "
+        f"{_ms(_pct(diffs, 0.99))} |"
+    )
     print()
     print("| clients | calls | errors | throughput (calls/s) | p50 (ms) | p99 (ms) |")
     print("|--------:|------:|-------:|---------------------:|---------:|---------:|")

@@ -57,12 +57,22 @@ def main(argv: list[str] | None = None) -> int:
     summary = f"{total - misses} of {total} limits met within +10% + 50 ms."
     print("\n" + summary)
     if args.write:
-        args.write.write_text("\n".join([
-            "# Time-limit benchmark", "",
-            f"Command: `python bench/limits.py --write {args.write}`  ",
-            f"Machine: {os.cpu_count()} cores, {platform.machine()}, Python {platform.python_version()}, "
-            f"{time.strftime('%Y-%m-%d')}. Solver: 2 CP-SAT workers, seed 0.", "",
-            *rows, "", summary, ""]))
+        args.write.write_text(
+            "\n".join(
+                [
+                    "# Time-limit benchmark",
+                    "",
+                    f"Command: `python bench/limits.py --write {args.write}`  ",
+                    f"Machine: {os.cpu_count()} cores, {platform.machine()}, Python {platform.python_version()}, "
+                    f"{time.strftime('%Y-%m-%d')}. Solver: 2 CP-SAT workers, seed 0.",
+                    "",
+                    *rows,
+                    "",
+                    summary,
+                    "",
+                ]
+            )
+        )
     return 0
 
 

@@ -31,11 +31,15 @@ A100_PAIRS_FILE = "topologies/nvidia_smi_topo/a100_pcie_8gpu_nvlink_bridge_pairs
 
 # The one set of link constants (GB/s per direction, latency µs), each a property of a link technology:
 CONSTANTS: dict[str, Tier] = {
-    "nvlink": Tier(20.0, 1.0),  # per NVLink (V100 NVLink2 and A100 NVLink3): NCCL src/graph/topo.h SM70/SM80_NVLINK_BW
+    "nvlink": Tier(
+        20.0, 1.0
+    ),  # per NVLink (V100 NVLink2 and A100 NVLink3): NCCL src/graph/topo.h SM70/SM80_NVLINK_BW
     "pcie4": Tier(24.0, 3.5),  # PCIe Gen4 x16 path inside a socket (PIX..NODE): ~24 of 31.5 GB/s raw
     "sys": Tier(10.0, 4.0),  # across the socket interconnect (placement's default SYS tier)
     "xgmi": Tier(64.0, 1.0),  # AMD MI300X XGMI, per peer link (stas00/ml-engineering peer-to-peer table)
-    "ib100": Tier(12.0, 5.0),  # one 100 Gb/s InfiniBand NIC (EDR): NCCL src/graph/topo.h NET_BW 12.0 ("100 Gbit")
+    "ib100": Tier(
+        12.0, 5.0
+    ),  # one 100 Gb/s InfiniBand NIC (EDR): NCCL src/graph/topo.h NET_BW 12.0 ("100 Gbit")
 }
 
 
@@ -56,13 +60,23 @@ class Row:
 
 def _intra_tiers() -> dict[str, Tier]:
     c = CONSTANTS
-    return {"NV": c["nvlink"], "PIX": c["pcie4"], "PXB": c["pcie4"], "PHB": c["pcie4"], "NODE": c["pcie4"],
-            "SYS": c["sys"]}
+    return {
+        "NV": c["nvlink"],
+        "PIX": c["pcie4"],
+        "PXB": c["pcie4"],
+        "PHB": c["pcie4"],
+        "NODE": c["pcie4"],
+        "SYS": c["sys"],
+    }
 
 
 def _one_host(name: str, nt: NodeType, node_tier: Tier) -> Topology:
-    return Topology.build(name, [Level("node", node_tier), Level("leaf", CONSTANTS["ib100"])],
-                          [HostSpec("h0", {}, nt)], intra_node_tiers=_intra_tiers())
+    return Topology.build(
+        name,
+        [Level("node", node_tier), Level("leaf", CONSTANTS["ib100"])],
+        [HostSpec("h0", {}, nt)],
+        intra_node_tiers=_intra_tiers(),
+    )
 
 
 def all_reduce_seconds(topology: Topology, devices: Sequence[int], size: float) -> float:
@@ -90,15 +104,27 @@ def mi300x() -> Topology:
     return _one_host("mi300x", nt, Tier(7 * x.bandwidth_gbps, x.latency_us))
 
 
-def dgx1_cluster(data: Path, nodes: int = 8, *, file: str = DGX1_FILE, nic_gbps: float | None = None) -> Topology:
+def dgx1_cluster(
+    data: Path, nodes: int = 8, *, file: str = DGX1_FILE, nic_gbps: float | None = None
+) -> Topology:
     """`nodes` DGX-1 V100 hosts of the `nvidia-smi topo -m` `file` (its NICs, EDR unless `nic_gbps`) on one switch."""
     smi = read_nvidia_smi(data / file)
     ib = CONSTANTS["ib100"]
-    nt = NodeType("dgx1", 8, "V100", tuple(tuple(r) for r in smi.matrix), nics=len(smi.nics),
-                  nic_gbps=nic_gbps or ib.bandwidth_gbps)
+    nt = NodeType(
+        "dgx1",
+        8,
+        "V100",
+        tuple(tuple(r) for r in smi.matrix),
+        nics=len(smi.nics),
+        nic_gbps=nic_gbps or ib.bandwidth_gbps,
+    )
     hosts = [HostSpec(f"dgx{h}", {"leaf": "ib"}, nt) for h in range(nodes)]
-    return Topology.build("dgx1-x8", [Level("node", CONSTANTS["nvlink"]), Level("leaf", ib)], hosts,
-                          intra_node_tiers=_intra_tiers())
+    return Topology.build(
+        "dgx1-x8",
+        [Level("node", CONSTANTS["nvlink"]), Level("leaf", ib)],
+        hosts,
+        intra_node_tiers=_intra_tiers(),
+    )
 
 
 # ---- the rows ---------------------------------------------------------------------------------------------------
@@ -114,8 +140,16 @@ DDP = {
 def rows_2c(data: Path) -> list[Row]:
     t = a100_pairs(data)
     return [
-        Row("2c", "A100 PCIe, 2 ranks on an NVLink pair (GPU0-1)", "busbw GB/s", 208.0, bus_bandwidth(t, [0, 1], GIB)),
-        Row("2c", "A100 PCIe, 3 ranks: the pair + GPU2", "busbw GB/s", 20.0, bus_bandwidth(t, [0, 1, 2], GIB)),
+        Row(
+            "2c",
+            "A100 PCIe, 2 ranks on an NVLink pair (GPU0-1)",
+            "busbw GB/s",
+            208.0,
+            bus_bandwidth(t, [0, 1], GIB),
+        ),
+        Row(
+            "2c", "A100 PCIe, 3 ranks: the pair + GPU2", "busbw GB/s", 20.0, bus_bandwidth(t, [0, 1, 2], GIB)
+        ),
     ]
 
 
@@ -136,7 +170,15 @@ def rows_2e(data: Path) -> list[Row]:
         for n in (2, 4, 8, 16):
             modeled = all_reduce_seconds(t, list(range(n)), 4 * params)
             where = f"{n} GPUs" + (" (2 machines)" if n > 8 else "")
-            out.append(Row("2e", f"DDP {model}, {where}", "overhead ms vs 1 GPU", (p50[n] - p50[1]) * 1e3, modeled * 1e3))
+            out.append(
+                Row(
+                    "2e",
+                    f"DDP {model}, {where}",
+                    "overhead ms vs 1 GPU",
+                    (p50[n] - p50[1]) * 1e3,
+                    modeled * 1e3,
+                )
+            )
     return out
 
 
@@ -146,7 +188,14 @@ def rows_2e(data: Path) -> list[Row]:
 # 16 heads, 336 M parameters; phase-1 sequence 128, 32 sequences per GPU (V100 16 GB), fp32 gradients (AMP keeps
 # fp32 master gradients; PyTorch DDP reduces them while the backward runs).
 GPT = {"hidden": 1536, "layers": 16, "heads": 16, "seq_len": 2048, "micro_batch": 8, "vocab": 50257}
-BERT_LARGE = {"parameters": 336e6, "hidden": 1024, "layers": 24, "heads": 16, "seq_len": 128, "micro_batch": 32}
+BERT_LARGE = {
+    "parameters": 336e6,
+    "hidden": 1024,
+    "layers": 24,
+    "heads": 16,
+    "seq_len": 128,
+    "micro_batch": 32,
+}
 CLIFF_MEASURED = 7.5  # issue 9: TP8 in one node -> TP16 across the NIC, step time
 BERT_MEASURED = 144.0  # issue 9: BERT 1 node -> 2 nodes, +% overhead
 
@@ -156,8 +205,14 @@ def gpt_step(topology: Topology, tp: int, dp: int = 1, pp: int = 1) -> float:
     g = GPT
     h, layers = g["hidden"], g["layers"]
     params = 12.0 * h * h * layers + (g["vocab"] + g["seq_len"]) * h
-    model = ModelShape(parameters=params, hidden=h, layers=layers, seq_len=g["seq_len"],
-                       micro_batch=g["micro_batch"], heads=g["heads"])
+    model = ModelShape(
+        parameters=params,
+        hidden=h,
+        layers=layers,
+        seq_len=g["seq_len"],
+        micro_batch=g["micro_batch"],
+        heads=g["heads"],
+    )
     par = ParallelSpec(tp=tp, dp=dp, pp=pp)
     job = Job("gpt", par.world_size, "V100", par, model)
     return evaluate(topology, ClusterState(), job, list(range(par.world_size))).step_seconds
@@ -166,9 +221,15 @@ def gpt_step(topology: Topology, tp: int, dp: int = 1, pp: int = 1) -> float:
 def bert_step(topology: Topology, dp: int) -> float:
     """Modeled step seconds of BERT-large pretraining (phase 1) data parallel over `dp` GPUs."""
     b = BERT_LARGE
-    model = ModelShape(parameters=b["parameters"], hidden=int(b["hidden"]), layers=int(b["layers"]),
-                       seq_len=int(b["seq_len"]), micro_batch=int(b["micro_batch"]), heads=int(b["heads"]),
-                       grad_bytes_per_element=4)
+    model = ModelShape(
+        parameters=b["parameters"],
+        hidden=int(b["hidden"]),
+        layers=int(b["layers"]),
+        seq_len=int(b["seq_len"]),
+        micro_batch=int(b["micro_batch"]),
+        heads=int(b["heads"]),
+        grad_bytes_per_element=4,
+    )
     job = Job("bert", dp, "V100", ParallelSpec(dp=dp), model)
     return evaluate(topology, ClusterState(), job, list(range(dp))).step_seconds
 
@@ -186,9 +247,20 @@ def bert_overhead(topology: Topology) -> float:
 def rows_9(data: Path) -> list[Row]:
     t = dgx1_cluster(data, 4, file=DGX1_1NIC_FILE)
     return [
-        Row("9a", "GPT h1536 L16, TP16 over 2 nodes vs TP8 in 1 (1 EDR NIC/node)", "step ratio", CLIFF_MEASURED,
-            cliff(t)),
-        Row("9b", "BERT-large DP, 2 nodes vs 1 (1 EDR NIC/node)", "step overhead %", BERT_MEASURED, bert_overhead(t)),
+        Row(
+            "9a",
+            "GPT h1536 L16, TP16 over 2 nodes vs TP8 in 1 (1 EDR NIC/node)",
+            "step ratio",
+            CLIFF_MEASURED,
+            cliff(t),
+        ),
+        Row(
+            "9b",
+            "BERT-large DP, 2 nodes vs 1 (1 EDR NIC/node)",
+            "step overhead %",
+            BERT_MEASURED,
+            bert_overhead(t),
+        ),
     ]
 
 
@@ -212,9 +284,14 @@ def all_rows(data: Path) -> list[Row]:
 
 
 def table(rows: Sequence[Row]) -> str:
-    lines = ["| case | setup | metric | measured | modeled | modeled/measured |", "|---|---|---|---:|---:|---:|"]
+    lines = [
+        "| case | setup | metric | measured | modeled | modeled/measured |",
+        "|---|---|---|---:|---:|---:|",
+    ]
     for r in rows:
-        lines.append(f"| {r.case} | {r.setup} | {r.metric} | {r.measured:.3g} | {r.modeled:.3g} | {r.ratio:.2f} |")
+        lines.append(
+            f"| {r.case} | {r.setup} | {r.metric} | {r.measured:.3g} | {r.modeled:.3g} | {r.ratio:.2f} |"
+        )
     return "\n".join(lines)
 
 
@@ -259,10 +336,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.nic and (args.data / DGX1_1NIC_FILE).is_file():
         print()
         print("NIC GB/s at which the model meets issue 9's ratios (diagnostic; EDR line rate is 12.5):")
-        print(f"- cliff {CLIFF_MEASURED}x: {nic_for(args.data, cliff, CLIFF_MEASURED):.2f}; "
-              f"2x short of it ({CLIFF_MEASURED / 2}x): {nic_for(args.data, cliff, CLIFF_MEASURED / 2):.2f}")
-        print(f"- BERT +{BERT_MEASURED:.0f}%: {nic_for(args.data, bert_overhead, BERT_MEASURED):.2f}; "
-              f"half of it: {nic_for(args.data, bert_overhead, BERT_MEASURED / 2):.2f}")
+        print(
+            f"- cliff {CLIFF_MEASURED}x: {nic_for(args.data, cliff, CLIFF_MEASURED):.2f}; "
+            f"2x short of it ({CLIFF_MEASURED / 2}x): {nic_for(args.data, cliff, CLIFF_MEASURED / 2):.2f}"
+        )
+        print(
+            f"- BERT +{BERT_MEASURED:.0f}%: {nic_for(args.data, bert_overhead, BERT_MEASURED):.2f}; "
+            f"half of it: {nic_for(args.data, bert_overhead, BERT_MEASURED / 2):.2f}"
+        )
     if args.timing:
         print()
         print(timing())

@@ -21,9 +21,36 @@ from placement.solve import SolveOptions, place
 from placement.state import ClusterState
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "qaplib"
-DEFAULT = ["chr12a", "esc16a", "had12", "had14", "nug12", "nug15", "rou12", "rou15", "scr12", "scr15", "tai12a",
-           "tai15a", "tai15b", "chr15a", "had20", "nug20", "rou20", "scr20", "tai20a", "chr25a", "nug25", "tai25a",
-           "kra30a", "lipa30a", "nug30", "tai30a", "tai30b", "tho30"]
+DEFAULT = [
+    "chr12a",
+    "esc16a",
+    "had12",
+    "had14",
+    "nug12",
+    "nug15",
+    "rou12",
+    "rou15",
+    "scr12",
+    "scr15",
+    "tai12a",
+    "tai15a",
+    "tai15b",
+    "chr15a",
+    "had20",
+    "nug20",
+    "rou20",
+    "scr20",
+    "tai20a",
+    "chr25a",
+    "nug25",
+    "tai25a",
+    "kra30a",
+    "lipa30a",
+    "nug30",
+    "tai30a",
+    "tai30b",
+    "tho30",
+]
 
 
 def main() -> int:
@@ -60,7 +87,9 @@ def main() -> int:
         wall = time.perf_counter() - t0
         # the QAP objective is the solver's surrogate (a sum over rank pairs; the distance matrix is in ns per byte):
         # its best mapping's value, not the step model's (which prices concurrent transfers as a phase)
-        ours = round(float(res.stats.get("surrogate_best", res.report.surrogate_seconds if res.report else 0.0)) * 1e9)
+        ours = round(
+            float(res.stats.get("surrogate_best", res.report.surrogate_seconds if res.report else 0.0)) * 1e9
+        )
         gap = (ours - best) / best if best else (0.0 if ours == 0 else float("inf"))
         total += 1
         within2 += gap <= 0.02
@@ -71,16 +100,30 @@ def main() -> int:
         line = f"| {name} | {inst.n} | {best} | {row['is_optimal']} | {ours} | {100 * gap:.2f}% | {lb} | {wall:.1f} |"
         rows.append(line)
         print(line, flush=True)
-    summary = (f"{within2}/{total} instances within 2% of the best-known value in {args.time_limit:g} s; "
-               f"{matched_small}/{small} instances with n <= 15 reach the proven optimum (found, not proven: "
-               "the Gilmore-Lawler bound does not close the gap).")
+    summary = (
+        f"{within2}/{total} instances within 2% of the best-known value in {args.time_limit:g} s; "
+        f"{matched_small}/{small} instances with n <= 15 reach the proven optimum (found, not proven: "
+        "the Gilmore-Lawler bound does not close the gap)."
+    )
     print("\n" + summary)
     if args.write:
-        args.write.write_text("\n".join([
-            "# QAPLIB on the explicit path", "",
-            f"Command: `python bench/qaplib.py{' --all' if args.all else ''} --time-limit {args.time_limit:g} --write {args.write}`  ",
-            f"Machine: {os.cpu_count()} cores, {platform.machine()}, Python {platform.python_version()}, {time.strftime('%Y-%m-%d')}.",
-            "", header, sep, *rows, "", summary, ""]))
+        args.write.write_text(
+            "\n".join(
+                [
+                    "# QAPLIB on the explicit path",
+                    "",
+                    f"Command: `python bench/qaplib.py{' --all' if args.all else ''} --time-limit {args.time_limit:g} --write {args.write}`  ",
+                    f"Machine: {os.cpu_count()} cores, {platform.machine()}, Python {platform.python_version()}, {time.strftime('%Y-%m-%d')}.",
+                    "",
+                    header,
+                    sep,
+                    *rows,
+                    "",
+                    summary,
+                    "",
+                ]
+            )
+        )
     return 0
 
 

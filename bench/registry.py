@@ -51,18 +51,28 @@ STORM_TTL_S = 3.0  # leases run out during and across the crashes, so the cluste
 
 
 def cluster(nodes: int, per_leaf: int = 16) -> dict[str, Any]:
-    return {"name": f"fat-tree-{nodes * 8}", "levels": [
-        {"name": "node", "bandwidth_gbps": 450, "latency_us": 2},
-        {"name": "leaf", "bandwidth_gbps": 50, "latency_us": 5},
-        {"name": "spine", "bandwidth_gbps": 25, "latency_us": 10}],
-        "generate": [{"nodes": nodes, "devices": 8, "kind": "H100", "fanout": {"leaf": per_leaf}}]}
+    return {
+        "name": f"fat-tree-{nodes * 8}",
+        "levels": [
+            {"name": "node", "bandwidth_gbps": 450, "latency_us": 2},
+            {"name": "leaf", "bandwidth_gbps": 50, "latency_us": 5},
+            {"name": "spine", "bandwidth_gbps": 25, "latency_us": 10},
+        ],
+        "generate": [{"nodes": nodes, "devices": 8, "kind": "H100", "fanout": {"leaf": per_leaf}}],
+    }
 
 
 def job(ranks: int, name: str) -> pb.Job:
-    return json_format.ParseDict({
-        "name": name, "device_kind": "H100", "parallel": {"tp": 8, "dp": ranks // 8},
-        "model": {"parameters": 7e9, "hidden": 4096, "layers": 32, "seq_len": 4096, "micro_batches": 8},
-        "constraints": {"require": {"tp": "node"}}}, pb.Job())
+    return json_format.ParseDict(
+        {
+            "name": name,
+            "device_kind": "H100",
+            "parallel": {"tp": 8, "dp": ranks // 8},
+            "model": {"parameters": 7e9, "hidden": 4096, "layers": 32, "seq_len": 4096, "micro_batches": 8},
+            "constraints": {"require": {"tp": "node"}},
+        },
+        pb.Job(),
+    )
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -88,11 +98,40 @@ class Server:
         self.log = log
         with log.open("ab") as f:
             self.proc = subprocess.Popen(
-                ["nice", "-n", "10", sys.executable, "-m", "server.main", "--host", "127.0.0.1", "--port", str(self.port),
-                 "--metrics-port", "-1", "--workers", str(workers), "--log-level", "WARNING", "--registry", url,
-                 "--max-time-limit-s", "30"], cwd=ROOT, env=env, stdout=f, stderr=f)
-        self.channel = grpc.insecure_channel(f"127.0.0.1:{self.port}", options=[
-            ("grpc.max_send_message_length", 64 << 20), ("grpc.max_receive_message_length", 64 << 20)])
+                [
+                    "nice",
+                    "-n",
+                    "10",
+                    sys.executable,
+                    "-m",
+                    "server.main",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(self.port),
+                    "--metrics-port",
+                    "-1",
+                    "--workers",
+                    str(workers),
+                    "--log-level",
+                    "WARNING",
+                    "--registry",
+                    url,
+                    "--max-time-limit-s",
+                    "30",
+                ],
+                cwd=ROOT,
+                env=env,
+                stdout=f,
+                stderr=f,
+            )
+        self.channel = grpc.insecure_channel(
+            f"127.0.0.1:{self.port}",
+            options=[
+                ("grpc.max_send_message_length", 64 << 20),
+                ("grpc.max_receive_message_length", 64 << 20),
+            ],
+        )
         self.reg = rpb_grpc.ClusterRegistryStub(self.channel)
         self.place = pb_grpc.PlacementServiceStub(self.channel)
         deadline = time.monotonic() + 120
@@ -135,16 +174,31 @@ def concurrency(url: str, replicas: int, tmp: Path, label: str) -> dict[str, Any
     servers = [Server(url, tmp / f"{label}-{i}.log") for i in range(replicas)]
     try:
         s0 = servers[0]
-        s0.reg.PutCluster(rpb.PutClusterRequest(cluster_id="c4096", cluster=json_format.ParseDict(
-            cluster(nodes), pb.Cluster())), timeout=60)
-        s0.reg.UpdateState(rpb.UpdateStateRequest(cluster_id="c4096", generation=1, state=pb.State(
-            occupied=[pb.Occupancy(job="running", devices=busy)])), timeout=60)
+        s0.reg.PutCluster(
+            rpb.PutClusterRequest(
+                cluster_id="c4096", cluster=json_format.ParseDict(cluster(nodes), pb.Cluster())
+            ),
+            timeout=60,
+        )
+        s0.reg.UpdateState(
+            rpb.UpdateStateRequest(
+                cluster_id="c4096",
+                generation=1,
+                state=pb.State(occupied=[pb.Occupancy(job="running", devices=busy)]),
+            ),
+            timeout=60,
+        )
         barrier = threading.Barrier(64)
 
         def one(i: int) -> tuple[int, str, float, list[str]]:
             srv = servers[i % replicas]
-            req = rpb.ReserveRequest(cluster_id="c4096", job=job(sizes[i], f"j{i}"), ttl_s=3600,
-                                     idempotency_key=f"bench-{i}", options=pb.Options(time_limit_s=TIME_LIMIT_S))
+            req = rpb.ReserveRequest(
+                cluster_id="c4096",
+                job=job(sizes[i], f"j{i}"),
+                ttl_s=3600,
+                idempotency_key=f"bench-{i}",
+                options=pb.Options(time_limit_s=TIME_LIMIT_S),
+            )
             barrier.wait()
             t0 = time.perf_counter()
             try:
@@ -170,12 +224,23 @@ def concurrency(url: str, replicas: int, tmp: Path, label: str) -> dict[str, Any
     wrongly_failed = [r for r in failed if r[1] != "FAILED_PRECONDITION" or sizes[r[0]] <= free_end]
     devices = [d for r in ok for d in r[3]]
     lat = [r[2] for r in rows]
-    return {"setup": label, "replicas": replicas, "calls": len(rows), "ok": len(ok), "failed": len(failed),
-            "capacity": capacity_nodes * 8, "used": used, "free_end": free_end,
-            "exact": not wrongly_failed and used <= capacity_nodes * 8,
-            "doubled": len(devices) - len(set(devices)), "audit": len(problems),
-            "codes": ",".join(sorted({r[1] for r in failed})) or "-",
-            "p50": pct(lat, 0.5), "p99": pct(lat, 0.99), "wall": wall}
+    return {
+        "setup": label,
+        "replicas": replicas,
+        "calls": len(rows),
+        "ok": len(ok),
+        "failed": len(failed),
+        "capacity": capacity_nodes * 8,
+        "used": used,
+        "free_end": free_end,
+        "exact": not wrongly_failed and used <= capacity_nodes * 8,
+        "doubled": len(devices) - len(set(devices)),
+        "audit": len(problems),
+        "codes": ",".join(sorted({r[1] for r in failed})) or "-",
+        "p50": pct(lat, 0.5),
+        "p99": pct(lat, 0.99),
+        "wall": wall,
+    }
 
 
 # ---- crash ---------------------------------------------------------------------------------------------------
@@ -191,13 +256,27 @@ def crash(url: str, rounds: int, tmp: Path, seed: int = 100) -> dict[str, Any]:
     for rnd in range(rounds):
         srv = Server(url, tmp / "crash.log")
         if first:
-            srv.reg.PutCluster(rpb.PutClusterRequest(cluster_id="crash", cluster=json_format.ParseDict(
-                cluster(128), pb.Cluster())), timeout=60)
+            srv.reg.PutCluster(
+                rpb.PutClusterRequest(
+                    cluster_id="crash", cluster=json_format.ParseDict(cluster(128), pb.Cluster())
+                ),
+                timeout=60,
+            )
             first = False
         for key, (rid, devs) in list(acked.items())[-64:]:  # a sample of acknowledged keys replays unchanged
-            out = srv.reg.Reserve(rpb.ReserveRequest(cluster_id="crash", job=job(sizes[key], key), ttl_s=3600,
-                                                     idempotency_key=key, options=STORM_OPTIONS), timeout=120)
-            replay_fail += int(not (out.replayed and out.reservation_id == rid and tuple(out.reservation.devices) == devs))
+            out = srv.reg.Reserve(
+                rpb.ReserveRequest(
+                    cluster_id="crash",
+                    job=job(sizes[key], key),
+                    ttl_s=3600,
+                    idempotency_key=key,
+                    options=STORM_OPTIONS,
+                ),
+                timeout=120,
+            )
+            replay_fail += int(
+                not (out.replayed and out.reservation_id == rid and tuple(out.reservation.devices) == devs)
+            )
 
         def storm(w: int, srv: Server = srv, rnd: int = rnd) -> None:
             r = random.Random(rnd * 100 + w)
@@ -207,8 +286,16 @@ def crash(url: str, rounds: int, tmp: Path, seed: int = 100) -> dict[str, Any]:
                 with lock:
                     sizes[key] = size
                 try:
-                    out = srv.reg.Reserve(rpb.ReserveRequest(cluster_id="crash", job=job(size, key), ttl_s=STORM_TTL_S,
-                                                             idempotency_key=key, options=STORM_OPTIONS), timeout=60)
+                    out = srv.reg.Reserve(
+                        rpb.ReserveRequest(
+                            cluster_id="crash",
+                            job=job(size, key),
+                            ttl_s=STORM_TTL_S,
+                            idempotency_key=key,
+                            options=STORM_OPTIONS,
+                        ),
+                        timeout=60,
+                    )
                 except grpc.RpcError as e:
                     if e.code() is grpc.StatusCode.FAILED_PRECONDITION:
                         continue  # full for now: releases make room
@@ -235,10 +322,18 @@ def crash(url: str, rounds: int, tmp: Path, seed: int = 100) -> dict[str, Any]:
         lost += sum(1 for k, v in acked.items() if stored.get(k) != v)
         doubled += sum(1 for p in problems if "two live" in p or "one-rank-per-device" in p)
         half += sum(1 for p in problems if "hold" in p)
-        print(f"  crash round {rnd + 1}/{rounds}: {len(acked)} acknowledged, {len(problems)} audit problems",
-              file=sys.stderr)
-    return {"rounds": rounds, "acked": len(acked), "lost": lost, "doubled": doubled, "half": half,
-            "replay_fail": replay_fail}
+        print(
+            f"  crash round {rnd + 1}/{rounds}: {len(acked)} acknowledged, {len(problems)} audit problems",
+            file=sys.stderr,
+        )
+    return {
+        "rounds": rounds,
+        "acked": len(acked),
+        "lost": lost,
+        "doubled": doubled,
+        "half": half,
+        "replay_fail": replay_fail,
+    }
 
 
 # ---- scale ---------------------------------------------------------------------------------------------------
@@ -251,7 +346,9 @@ def scale(url: str, tmp: Path, label: str) -> dict[str, Any]:
         cl = json_format.ParseDict(cluster(nodes, per_leaf=32), pb.Cluster())
         srv.reg.PutCluster(rpb.PutClusterRequest(cluster_id="c32k", cluster=cl), timeout=120)
         rng = random.Random(32768)
-        busy_nodes = [f"node{n + 1:04d}" for n in range(0, nodes, 2)]  # half the nodes fully busy, so TP=8 fits
+        busy_nodes = [
+            f"node{n + 1:04d}" for n in range(0, nodes, 2)
+        ]  # half the nodes fully busy, so TP=8 fits
         state = pb.State(occupied=[pb.Occupancy(job="running", devices=busy_nodes)])
         srv.reg.UpdateState(rpb.UpdateStateRequest(cluster_id="c32k", generation=1, state=state), timeout=120)
         occupied = {f"{h}/gpu{g}" for h in busy_nodes for g in range(8)}
@@ -263,7 +360,9 @@ def scale(url: str, tmp: Path, label: str) -> dict[str, Any]:
             fre = [d for d in flip if d in occupied]
             diff = rpb.StateDiff(occupy=[pb.Occupancy(job=f"j{gen}", devices=occ)], free=fre)
             t0 = time.perf_counter()
-            srv.reg.UpdateState(rpb.UpdateStateRequest(cluster_id="c32k", generation=gen, diff=diff), timeout=60)
+            srv.reg.UpdateState(
+                rpb.UpdateStateRequest(cluster_id="c32k", generation=gen, diff=diff), timeout=60
+            )
             diff_ms.append(1000 * (time.perf_counter() - t0))
             occupied = (occupied | set(occ)) - set(fre)
         # Reserve against an inline Place of the same job on the same state (fetched from the registry)
@@ -276,13 +375,21 @@ def scale(url: str, tmp: Path, label: str) -> dict[str, Any]:
             srv.place.Place(pb.PlaceRequest(cluster=cl, state=got.state, job=jb, options=opts), timeout=300)
             place_s.append(time.perf_counter() - t0)
             t0 = time.perf_counter()
-            out = srv.reg.Reserve(rpb.ReserveRequest(cluster_id="c32k", job=jb, options=opts, ttl_s=600), timeout=300)
+            out = srv.reg.Reserve(
+                rpb.ReserveRequest(cluster_id="c32k", job=jb, options=opts, ttl_s=600), timeout=300
+            )
             reserve_s.append(time.perf_counter() - t0)
             srv.reg.Release(rpb.ReservationRequest(reservation_id=out.reservation_id), timeout=60)
     finally:
         srv.stop()
-    return {"setup": label, "diff_p50": statistics.median(diff_ms), "diff_max": max(diff_ms), "diffs": len(diff_ms),
-            "reserve": statistics.median(reserve_s), "place": statistics.median(place_s)}
+    return {
+        "setup": label,
+        "diff_p50": statistics.median(diff_ms),
+        "diff_max": max(diff_ms),
+        "diffs": len(diff_ms),
+        "reserve": statistics.median(reserve_s),
+        "place": statistics.median(place_s),
+    }
 
 
 # ---- report --------------------------------------------------------------------------------------------------
@@ -305,54 +412,82 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--write", type=Path)
     args = ap.parse_args(argv)
     skip = set(filter(None, args.skip.split(",")))
-    lines = ["# Registry benchmark", "",
-             f"Command: `{' '.join(['python', 'bench/registry.py', *(argv if argv is not None else sys.argv[1:])])}` "
-             f"(through `PLACEMENT_PG_FSYNC=on .ci/postgres.sh exec nice -n 10 ...`). Machine: {platform.machine()}, "
-             f"{os.cpu_count()} cores shared with other jobs (timings are noisy), Python {platform.python_version()}, "
-             f"SQLite WAL synchronous=FULL, PostgreSQL {'fsync ' + os.environ.get('PLACEMENT_PG_FSYNC', 'off') if args.postgres else 'absent'}. "
-             f"Each server process runs 2 solve workers under `nice -n 10`; Reserve solves with time_limit_s={TIME_LIMIT_S}.", ""]
+    lines = [
+        "# Registry benchmark",
+        "",
+        f"Command: `{' '.join(['python', 'bench/registry.py', *(argv if argv is not None else sys.argv[1:])])}` "
+        f"(through `PLACEMENT_PG_FSYNC=on .ci/postgres.sh exec nice -n 10 ...`). Machine: {platform.machine()}, "
+        f"{os.cpu_count()} cores shared with other jobs (timings are noisy), Python {platform.python_version()}, "
+        f"SQLite WAL synchronous=FULL, PostgreSQL {'fsync ' + os.environ.get('PLACEMENT_PG_FSYNC', 'off') if args.postgres else 'absent'}. "
+        f"Each server process runs 2 solve workers under `nice -n 10`; Reserve solves with time_limit_s={TIME_LIMIT_S}.",
+        "",
+    ]
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         if "concurrency" not in skip:
             rows = [concurrency(f"sqlite://{tmp / 'conc.db'}", 1, tmp, "SQLite")]
             if args.postgres:
                 rows.append(concurrency(fresh_pg(args.postgres), 2, tmp, "PostgreSQL"))
-            lines += ["## Concurrency: 64 Reserve calls at once, jobs of 8-64 ranks, 4,096-GPU cluster", "",
-                      "| store | replicas | calls | ok | failed (codes) | capacity / used / free at end | exactly the jobs that fit | "
-                      "double-booked devices | audit problems | p50 s | p99 s | wall s |",
-                      "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+            lines += [
+                "## Concurrency: 64 Reserve calls at once, jobs of 8-64 ranks, 4,096-GPU cluster",
+                "",
+                "| store | replicas | calls | ok | failed (codes) | capacity / used / free at end | exactly the jobs that fit | "
+                "double-booked devices | audit problems | p50 s | p99 s | wall s |",
+                "|---|---|---|---|---|---|---|---|---|---|---|---|",
+            ]
             for r in rows:
-                lines.append(f"| {r['setup']} | {r['replicas']} | {r['calls']} | {r['ok']} | {r['failed']} ({r['codes']}) | "
-                             f"{r['capacity']} / {r['used']} / {r['free_end']} | {'yes' if r['exact'] else 'NO'} | "
-                             f"{r['doubled']} | {r['audit']} | {r['p50']:.2f} | {r['p99']:.2f} | {r['wall']:.1f} |")
-            lines += ["", "A failure counts as right only when it is FAILED_PRECONDITION (does not fit) and the job is "
-                      "larger than what is still free at the end; `audit` runs the validator over the union of all "
-                      "held reservations and checks holds against reservations in the database.", ""]
+                lines.append(
+                    f"| {r['setup']} | {r['replicas']} | {r['calls']} | {r['ok']} | {r['failed']} ({r['codes']}) | "
+                    f"{r['capacity']} / {r['used']} / {r['free_end']} | {'yes' if r['exact'] else 'NO'} | "
+                    f"{r['doubled']} | {r['audit']} | {r['p50']:.2f} | {r['p99']:.2f} | {r['wall']:.1f} |"
+                )
+            lines += [
+                "",
+                "A failure counts as right only when it is FAILED_PRECONDITION (does not fit) and the job is "
+                "larger than what is still free at the end; `audit` runs the validator over the union of all "
+                "held reservations and checks holds against reservations in the database.",
+                "",
+            ]
             print("\n".join(lines[-8:]), file=sys.stderr)
         if "crash" not in skip:
             c = crash(f"sqlite://{tmp / 'crash.db'}", args.crashes, tmp)
-            lines += [f"## Crash: kill -9 during a reservation storm (SQLite, {c['rounds']} kills)", "",
-                      "| kills | reservations acknowledged | lost | doubled devices | half-written | replays changed |",
-                      "|---|---|---|---|---|---|",
-                      f"| {c['rounds']} | {c['acked']} | {c['lost']} | {c['doubled']} | {c['half']} | {c['replay_fail']} |",
-                      "", "Each round starts a server on the same file, replays up to 64 acknowledged idempotency keys "
-                      "(the same reservation must come back), runs 4 clients reserving 8-32 ranks with 3 s leases and "
-                      "releasing 60% of them, kills the process with SIGKILL after 0.2-2 s, and audits the file "
-                      "(placement.registry.audit: no device in two live reservations, the validator over the union, "
-                      "holds match reservations) and every acknowledged reservation (same id and devices).", ""]
+            lines += [
+                f"## Crash: kill -9 during a reservation storm (SQLite, {c['rounds']} kills)",
+                "",
+                "| kills | reservations acknowledged | lost | doubled devices | half-written | replays changed |",
+                "|---|---|---|---|---|---|",
+                f"| {c['rounds']} | {c['acked']} | {c['lost']} | {c['doubled']} | {c['half']} | {c['replay_fail']} |",
+                "",
+                "Each round starts a server on the same file, replays up to 64 acknowledged idempotency keys "
+                "(the same reservation must come back), runs 4 clients reserving 8-32 ranks with 3 s leases and "
+                "releasing 60% of them, kills the process with SIGKILL after 0.2-2 s, and audits the file "
+                "(placement.registry.audit: no device in two live reservations, the validator over the union, "
+                "holds match reservations) and every acknowledged reservation (same id and devices).",
+                "",
+            ]
         if "scale" not in skip:
             rows = [scale(f"sqlite://{tmp / 'scale.db'}", tmp, "SQLite")]
             if args.postgres:
                 rows.append(scale(fresh_pg(args.postgres), tmp, "PostgreSQL"))
-            lines += ["## Scale: 32,768-GPU registry", "",
-                      "| store | 1% diff (328 devices) p50 ms | max ms | diffs | Reserve 64 ranks s | inline Place s | "
-                      "Reserve <= Place |", "|---|---|---|---|---|---|---|"]
+            lines += [
+                "## Scale: 32,768-GPU registry",
+                "",
+                "| store | 1% diff (328 devices) p50 ms | max ms | diffs | Reserve 64 ranks s | inline Place s | "
+                "Reserve <= Place |",
+                "|---|---|---|---|---|---|---|",
+            ]
             for r in rows:
-                lines.append(f"| {r['setup']} | {r['diff_p50']:.1f} | {r['diff_max']:.1f} | {r['diffs']} | "
-                             f"{r['reserve']:.2f} | {r['place']:.2f} | {'yes' if r['reserve'] <= r['place'] else 'NO'} |")
-            lines += ["", "Diff times are UpdateState calls as the client sees them (validation, one transaction, the "
-                      "event); Reserve and Place use the same job and options (deterministic, 5 s), medians of 3; "
-                      "Place carries the whole cluster and state in the request.", ""]
+                lines.append(
+                    f"| {r['setup']} | {r['diff_p50']:.1f} | {r['diff_max']:.1f} | {r['diffs']} | "
+                    f"{r['reserve']:.2f} | {r['place']:.2f} | {'yes' if r['reserve'] <= r['place'] else 'NO'} |"
+                )
+            lines += [
+                "",
+                "Diff times are UpdateState calls as the client sees them (validation, one transaction, the "
+                "event); Reserve and Place use the same job and options (deterministic, 5 s), medians of 3; "
+                "Place carries the whole cluster and state in the request.",
+                "",
+            ]
     text = "\n".join(lines) + "\n"
     print(text)
     if args.write:

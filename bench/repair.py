@@ -73,7 +73,9 @@ def running_job(occ: float, ranks: int) -> tuple[Topology, ClusterState, Job, li
     return _PLACED[key]
 
 
-def run_row(occ: float, ranks: int, n_failed: int, with_spares: bool, limit: float, workers: int) -> Row | None:
+def run_row(
+    occ: float, ranks: int, n_failed: int, with_spares: bool, limit: float, workers: int
+) -> Row | None:
     """One row; None for a row with spares when no whole node is free to be one (it would repeat the row without)."""
     topo, st, job, cur = running_job(occ, ranks)
     rng = random.Random(1000 * ranks + n_failed)
@@ -82,14 +84,23 @@ def run_row(occ: float, ranks: int, n_failed: int, with_spares: bool, limit: flo
     spares: list[str] = []
     if with_spares:
         failed_hosts = {topo.devices[d].host_index for d in failed}
-        free_hosts = [h for h, devs in enumerate(topo.devices_in_domain[0])
-                      if all(d not in state.occupied and d not in state.failed for d in devs)]
-        spares = [topo.host_names[h] for h in free_hosts[:1 + len(failed_hosts)]]
+        free_hosts = [
+            h
+            for h, devs in enumerate(topo.devices_in_domain[0])
+            if all(d not in state.occupied and d not in state.failed for d in devs)
+        ]
+        spares = [topo.host_names[h] for h in free_hosts[: 1 + len(failed_hosts)]]
         if not spares:
             return None
     t0 = time.perf_counter()
-    res: RepairResult = repair(topo, state, job, cur, spares=spares,
-                               options=SolveOptions(time_limit_s=limit, seed=0, workers=workers))
+    res: RepairResult = repair(
+        topo,
+        state,
+        job,
+        cur,
+        spares=spares,
+        options=SolveOptions(time_limit_s=limit, seed=0, workers=workers),
+    )
     wall = time.perf_counter() - t0
     rep = res.replace
     close = None
@@ -97,8 +108,19 @@ def run_row(occ: float, ranks: int, n_failed: int, with_spares: bool, limit: flo
         ok = [a for a in res.answers if a.report.step_seconds <= TARGET_STEP * rep.report.step_seconds]
         close = min(ok, key=lambda a: (a.moved_ranks, a.report.step_seconds)) if ok else None
     name = f"4096 GPUs {round(100 * occ)}% mixed-random, tp{SHAPES[ranks][0]} pp{SHAPES[ranks][1]} dp{SHAPES[ranks][2]}"
-    return Row(name, ranks, n_failed, len(spares), len(res.forced), res.answers[0], close, rep, len(res.answers), wall,
-               str(res.stats.get("model", "")))
+    return Row(
+        name,
+        ranks,
+        n_failed,
+        len(spares),
+        len(res.forced),
+        res.answers[0],
+        close,
+        rep,
+        len(res.answers),
+        wall,
+        str(res.stats.get("model", "")),
+    )
 
 
 def _cell(a: RepairAnswer | None) -> str:
@@ -106,16 +128,28 @@ def _cell(a: RepairAnswer | None) -> str:
 
 
 def table(rows: Sequence[Row]) -> list[str]:
-    out = ["| scenario | ranks | failed | spares | forced | least repair (moves / step s) | "
-           "fewest moves within 5% (moves / step s) | re-place (moves / step s) | step vs re-place | "
-           "moves vs re-place | target | answers | model | wall s |",
-           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|:---:|---:|---|---:|"]
+    out = [
+        "| scenario | ranks | failed | spares | forced | least repair (moves / step s) | "
+        "fewest moves within 5% (moves / step s) | re-place (moves / step s) | step vs re-place | "
+        "moves vs re-place | target | answers | model | wall s |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|:---:|---:|---|---:|",
+    ]
     for r in rows:
-        ratio = "-" if r.close is None or r.replace is None else f"{r.close.report.step_seconds / r.replace.report.step_seconds:.3f}"
-        mv = "-" if r.close is None or r.replace is None or r.replace.moved_ranks == 0 else f"{r.close.moved_ranks / r.replace.moved_ranks:.3f}"
+        ratio = (
+            "-"
+            if r.close is None or r.replace is None
+            else f"{r.close.report.step_seconds / r.replace.report.step_seconds:.3f}"
+        )
+        mv = (
+            "-"
+            if r.close is None or r.replace is None or r.replace.moved_ranks == 0
+            else f"{r.close.moved_ranks / r.replace.moved_ranks:.3f}"
+        )
         met = "-" if r.met is None else ("yes" if r.met else "no")
-        out.append(f"| {r.name} | {r.ranks} | {r.failed} | {r.spares} | {r.forced} | {_cell(r.least)} | {_cell(r.close)} | "
-                   f"{_cell(r.replace)} | {ratio} | {mv} | {met} | {r.points} | {r.model} | {r.wall:.2f} |")
+        out.append(
+            f"| {r.name} | {r.ranks} | {r.failed} | {r.spares} | {r.forced} | {_cell(r.least)} | {_cell(r.close)} | "
+            f"{_cell(r.replace)} | {ratio} | {mv} | {met} | {r.points} | {r.model} | {r.wall:.2f} |"
+        )
     return out
 
 
@@ -123,13 +157,20 @@ def summary(rows: Sequence[Row]) -> list[str]:
     with_sp = [r for r in rows if r.spares]
     met = sum(1 for r in with_sp if r.met)
     big = [r.wall for r in rows if r.ranks >= 1024]
-    ratios = [r.close.moved_ranks / r.replace.moved_ranks for r in rows if r.close and r.replace and r.replace.moved_ranks]
+    ratios = [
+        r.close.moved_ranks / r.replace.moved_ranks
+        for r in rows
+        if r.close and r.replace and r.replace.moved_ranks
+    ]
     gm = math.exp(sum(math.log(max(x, 1e-9)) for x in ratios) / len(ratios)) if ratios else float("nan")
-    return [f"Target (within 5% of the re-place's step seconds with at most 1/4 of its moves) met on {met} of "
-            f"{len(with_sp)} rows with spares; on {sum(1 for r in rows if r.met)} of {len(rows)} rows in all.",
-            f"Moves of the fewest-moves answer within 5% over the re-place's moves, geometric mean: {gm:.3f}.",
-            f"1,024-rank repairs: wall time max {max(big):.2f} s, mean {sum(big) / len(big):.2f} s (target <= 5 s)."
-            if big else "No 1,024-rank rows."]
+    return [
+        f"Target (within 5% of the re-place's step seconds with at most 1/4 of its moves) met on {met} of "
+        f"{len(with_sp)} rows with spares; on {sum(1 for r in rows if r.met)} of {len(rows)} rows in all.",
+        f"Moves of the fewest-moves answer within 5% over the re-place's moves, geometric mean: {gm:.3f}.",
+        f"1,024-rank repairs: wall time max {max(big):.2f} s, mean {sum(big) / len(big):.2f} s (target <= 5 s)."
+        if big
+        else "No 1,024-rank rows.",
+    ]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -141,26 +182,43 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--write", type=Path, help="also write the table to this Markdown file")
     args = ap.parse_args(argv)
     rows: list[Row] = []
-    plan = [(occ, ranks, nf, sp) for occ in (0.3, 0.6) for ranks in (64, 1024) for nf in (1, 4, 16) for sp in (False, True)
-            if not (args.quick and ranks > 64)]
+    plan = [
+        (occ, ranks, nf, sp)
+        for occ in (0.3, 0.6)
+        for ranks in (64, 1024)
+        for nf in (1, 4, 16)
+        for sp in (False, True)
+        if not (args.quick and ranks > 64)
+    ]
     for i, (occ, ranks, nf, sp) in enumerate(plan, 1):
         r = run_row(occ, ranks, nf, sp, args.time_limit, args.workers)
         if r is None:
-            print(f"[{i}/{len(plan)}] {round(100 * occ)}% occupancy, {ranks} ranks, {nf} failed: no whole node is free "
-                  "to be a spare; the row with spares is left out", file=sys.stderr, flush=True)
+            print(
+                f"[{i}/{len(plan)}] {round(100 * occ)}% occupancy, {ranks} ranks, {nf} failed: no whole node is free "
+                "to be a spare; the row with spares is left out",
+                file=sys.stderr,
+                flush=True,
+            )
             continue
         if args.only and args.only not in r.name:
             continue
         rows.append(r)
-        print(f"[{i}/{len(plan)}] {r.name}, {nf} failed, spares {r.spares}: least {_cell(r.least)}, "
-              f"re-place {_cell(r.replace)}, {r.wall:.2f} s", file=sys.stderr, flush=True)
+        print(
+            f"[{i}/{len(plan)}] {r.name}, {nf} failed, spares {r.spares}: least {_cell(r.least)}, "
+            f"re-place {_cell(r.replace)}, {r.wall:.2f} s",
+            file=sys.stderr,
+            flush=True,
+        )
     lines, summ = table(rows), summary(rows)
     print("\n".join(lines))
     print("\n" + "\n\n".join(summ))
     if args.write:
-        flags = (" --quick" if args.quick else "") + (f" --only '{args.only}'" if args.only else "") + (
-            f" --time-limit {args.time_limit:g}" if args.time_limit != 5.0 else "") + (
-            f" --workers {args.workers}" if args.workers != 2 else "")
+        flags = (
+            (" --quick" if args.quick else "")
+            + (f" --only '{args.only}'" if args.only else "")
+            + (f" --time-limit {args.time_limit:g}" if args.time_limit != 5.0 else "")
+            + (f" --workers {args.workers}" if args.workers != 2 else "")
+        )
         text = [
             "# Repair benchmark",
             "",

@@ -50,8 +50,14 @@ def main(argv: list[str] | None = None) -> int:
     cluster = Path(args.cluster)
     doc = load_document(cluster)
     topo, _ = cluster_from_dict(doc, str(cluster), cluster.parent)
-    tr = read_trace(args.trace, cluster_gpus=topo.num_devices, limit=args.jobs, acme_cluster=args.acme_cluster,
-                    load=args.load, seed=0)
+    tr = read_trace(
+        args.trace,
+        cluster_gpus=topo.num_devices,
+        limit=args.jobs,
+        acme_cluster=args.acme_cluster,
+        load=args.load,
+        seed=0,
+    )
     jobs = tuple(tr.jobs)
     rule = ShapeRule()
 
@@ -91,8 +97,12 @@ def main(argv: list[str] | None = None) -> int:
         f"({os.cpu_count()} cores, shared with other jobs: wall times are noisy), {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.",
         "",
         f"Trace: {len(jobs)} jobs, format `{tr.format}`"
-        + (f" (sampled from the published {args.acme_cluster} row of `acme/cluster_summary.csv`: GPU counts, run times "
-           f"and Poisson arrivals at load {args.load:g}; see docs/replay.md)" if tr.format == "acme-summary" else "")
+        + (
+            f" (sampled from the published {args.acme_cluster} row of `acme/cluster_summary.csv`: GPU counts, run times "
+            f"and Poisson arrivals at load {args.load:g}; see docs/replay.md)"
+            if tr.format == "acme-summary"
+            else ""
+        )
         + f"; {len(tr.bad)} bad rows skipped. Cluster: `{cluster.name}`, {topo.num_devices} GPUs. Shapes: {rule.describe()}. "
         f"FIFO queue, no backfill, no failures; cpsat: {args.time_limit:g} s deterministic time per job, 1 thread.",
         "",
@@ -125,7 +135,9 @@ def main(argv: list[str] | None = None) -> int:
         f"| local process pool | 2 | {pool_wall:.1f} | {serial_wall / pool_wall:.2f} |",
         f"| local Ray head | 2 | {ray_wall:.1f} | {serial_wall / ray_wall:.2f} |",
         "",
-        "Per replay in this process: " + ", ".join(f"{r['policy']} {float(r['wall_s']):.1f} s" for r in serial) + ".",
+        "Per replay in this process: "
+        + ", ".join(f"{r['policy']} {float(r['wall_s']):.1f} s" for r in serial)
+        + ".",
         "",
         f"All four policies on the local Ray head (2 workers): {all_wall:.1f} s wall, against "
         f"{sum(float(r['wall_s']) for r in summary):.1f} s for the replays one after another (sum of their wall s): "
@@ -137,9 +149,12 @@ def main(argv: list[str] | None = None) -> int:
     print(text)
     if args.plots:
         keys = {r["key"] for r in summary}
-        plot_replays([r for r in read_csv(out / "ray-all" / "jobs.csv") if r["key"] in keys],
-                     [r for r in read_csv(out / "ray-all" / "series.csv") if r["key"] in keys], out / "ray-all",
-                     title=f"{len(jobs)} jobs on {topo.num_devices} GPUs")
+        plot_replays(
+            [r for r in read_csv(out / "ray-all" / "jobs.csv") if r["key"] in keys],
+            [r for r in read_csv(out / "ray-all" / "series.csv") if r["key"] in keys],
+            out / "ray-all",
+            title=f"{len(jobs)} jobs on {topo.num_devices} GPUs",
+        )
         img = ROOT / "docs" / "img"
         shutil.copy(out / "ray-all" / "jct_cdf.png", img / "replay-jct-cdf.png")
         shutil.copy(out / "ray-all" / "utilization.png", img / "replay-utilization.png")

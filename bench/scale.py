@@ -26,24 +26,32 @@ def main(argv: list[str] | None = None) -> int:
     topo = fat_tree(args.gpus)
     state = occupy(topo, args.occupancy, seed=1, mode="partial")
     job = megatron_job("scale", tp=8, pp=8, dp=dp)
-    print(f"{job.ranks} ranks (tp8 pp8 dp{dp}) on {args.gpus} GPUs at {100 * args.occupancy:g}% partial occupancy; "
-          f"cluster built in {time.perf_counter() - t0:.1f} s")
+    print(
+        f"{job.ranks} ranks (tp8 pp8 dp{dp}) on {args.gpus} GPUs at {100 * args.occupancy:g}% partial occupancy; "
+        f"cluster built in {time.perf_counter() - t0:.1f} s"
+    )
     t0 = time.perf_counter()
     res = place(topo, state, job, SolveOptions(time_limit_s=args.limit, seed=0, workers=2))
     wall = time.perf_counter() - t0
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     assert res.report is not None
-    print(f"wall {wall:.2f} s for a {args.limit:g} s limit (allowed {1.1 * args.limit + 0.05:.2f}); peak RSS {rss:.0f} MiB")
-    print(f"answer: exposed comm {res.report.comm_seconds:.4f} s, step {res.report.step_seconds:.4f} s, "
-          f"surrogate {res.report.surrogate_seconds:.1f}, chosen from {res.stats.get('fallback', 'cpsat')}")
+    print(
+        f"wall {wall:.2f} s for a {args.limit:g} s limit (allowed {1.1 * args.limit + 0.05:.2f}); peak RSS {rss:.0f} MiB"
+    )
+    print(
+        f"answer: exposed comm {res.report.comm_seconds:.4f} s, step {res.report.step_seconds:.4f} s, "
+        f"surrogate {res.report.surrogate_seconds:.1f}, chosen from {res.stats.get('fallback', 'cpsat')}"
+    )
     print("| baseline or candidate | exposed comm s | answer / it |")
     print("|---|---:|---:|")
     for name, v in res.baselines.items():
         ratio = "-" if not v else f"{res.report.comm_seconds / v:.3f}"
         print(f"| {name} | {'no placement' if v is None else f'{v:.4f}'} | {ratio} |")
-    print(f"search: {res.stats.get('lns_rounds', 0)} neighbourhoods, {res.stats.get('lns_improved', 0)} improved the "
-          f"surrogate; best surrogate {float(res.stats.get('surrogate_best', 0.0)):.1f}, bound "
-          f"{res.lower_bound if res.lower_bound is None else f'{res.lower_bound:.1f}'} ({res.stats.get('bound_source')})")
+    print(
+        f"search: {res.stats.get('lns_rounds', 0)} neighbourhoods, {res.stats.get('lns_improved', 0)} improved the "
+        f"surrogate; best surrogate {float(res.stats.get('surrogate_best', 0.0)):.1f}, bound "
+        f"{res.lower_bound if res.lower_bound is None else f'{res.lower_bound:.1f}'} ({res.stats.get('bound_source')})"
+    )
     return 0
 
 

@@ -95,8 +95,11 @@ def free_devices(topology: Topology, state: ClusterState, job: Job) -> list[int]
     """Devices a rank of `job` may use, in cluster order: usable, of the job's kind, not excluded."""
     excl, _ = excluded_devices(topology, job)
     kind = job.device_kind
-    return [d.index for d in topology.devices
-            if state.usable(d.index, job.name) and d.index not in excl and (kind is None or d.kind == kind)]
+    return [
+        d.index
+        for d in topology.devices
+        if state.usable(d.index, job.name) and d.index not in excl and (kind is None or d.kind == kind)
+    ]
 
 
 def traffic_weights(traffic: Traffic, *, groups: str = "clique") -> dict[tuple[int, int], float]:
@@ -123,7 +126,7 @@ def traffic_weights(traffic: Traffic, *, groups: str = "clique") -> dict[tuple[i
         vol = per_member * g.count * g.exposed
         if groups == "clique":
             for i, a in enumerate(g.members):
-                for b in g.members[i + 1:]:
+                for b in g.members[i + 1 :]:
                     add(a, b, 2.0 * vol / (n - 1))
         else:
             for i, a in enumerate(g.members):
@@ -133,7 +136,9 @@ def traffic_weights(traffic: Traffic, *, groups: str = "clique") -> dict[tuple[i
     return out
 
 
-def graph_text(vertices: int, weights: Mapping[tuple[int, int], float], *, max_weight: int = MAX_WEIGHT) -> str:
+def graph_text(
+    vertices: int, weights: Mapping[tuple[int, int], float], *, max_weight: int = MAX_WEIGHT
+) -> str:
     """A Scotch source graph (format 0, base 0, edge weights only): `vertices` vertices, symmetric arcs.
 
     Weights scale so the heaviest edge is `max_weight`; every edge keeps at least 1. Vertices beyond the
@@ -145,7 +150,9 @@ def graph_text(vertices: int, weights: Mapping[tuple[int, int], float], *, max_w
     adj: list[list[tuple[int, int]]] = [[] for _ in range(vertices)]
     for (a, b), w in sorted(weights.items()):
         if not (0 <= a < vertices and 0 <= b < vertices) or a == b:
-            raise ValueError(f"graph_text: edge ({a}, {b}) is not between two distinct vertices of 0..{vertices - 1}")
+            raise ValueError(
+                f"graph_text: edge ({a}, {b}) is not between two distinct vertices of 0..{vertices - 1}"
+            )
         iw = max(1, round(w / top * max_weight)) if top > 0 else 1
         adj[a].append((b, iw))
         adj[b].append((a, iw))
@@ -177,8 +184,10 @@ def tleaf_levels(topology: Topology) -> list[tuple[int, int]]:
     for li in range(top, 0, -1):
         sizes = {len(c) for c in topology.children[li]}
         if len(sizes) != 1:
-            raise ValueError(f"tleaf needs a uniform tree: {topology.levels[li].name} domains have "
-                             f"{sorted(sizes)} children")
+            raise ValueError(
+                f"tleaf needs a uniform tree: {topology.levels[li].name} domains have "
+                f"{sorted(sizes)} children"
+            )
         size = sizes.pop()
         if size > 1:
             out.append((size, _link_cost(fastest, topology.levels[li].tier.bandwidth_gbps)))
@@ -197,7 +206,9 @@ def terminal_numbers(topology: Topology) -> list[int]:
     """The tleaf terminal number of every device: its path of child positions, root first, in mixed radix."""
     tleaf_levels(topology)  # uniformity check
     top = len(topology.levels) - 1
-    pos: list[dict[int, int]] = [{} for _ in topology.levels]  # pos[l][domain] = its position under its parent
+    pos: list[dict[int, int]] = [
+        {} for _ in topology.levels
+    ]  # pos[l][domain] = its position under its parent
     radix: list[int] = [0 for _ in topology.levels]
     for li in range(1, top + 1):
         for kids in topology.children[li]:
@@ -264,9 +275,17 @@ def _repair(topology: Topology, mapping: list[int], devices: Sequence[int]) -> i
     return len(extra)
 
 
-def scotch_map(topology: Topology, state: ClusterState, job: Job, *, time_limit_s: float = 60.0,
-               groups: str = "best", repair: bool = False, strategy: str | None = None,
-               workdir: Path | None = None) -> ScotchResult:
+def scotch_map(
+    topology: Topology,
+    state: ClusterState,
+    job: Job,
+    *,
+    time_limit_s: float = 60.0,
+    groups: str = "best",
+    repair: bool = False,
+    strategy: str | None = None,
+    workdir: Path | None = None,
+) -> ScotchResult:
     """Map `job` with scotch_gmap on the free devices and score it with `placement.cost.evaluate`.
 
     `groups` encodes collectives as ``"clique"`` or ``"ring"`` edges (`traffic_weights`); ``"best"`` (the
@@ -279,16 +298,32 @@ def scotch_map(topology: Topology, state: ClusterState, job: Job, *, time_limit_
     """
     if groups == "best":
         t0 = time.perf_counter()
-        runs = [scotch_map(topology, state, job, time_limit_s=time_limit_s, groups=g, repair=repair,
-                           strategy=strategy, workdir=None if workdir is None else workdir / g)
-                for g in ("ring", "clique")]
+        runs = [
+            scotch_map(
+                topology,
+                state,
+                job,
+                time_limit_s=time_limit_s,
+                groups=g,
+                repair=repair,
+                strategy=strategy,
+                workdir=None if workdir is None else workdir / g,
+            )
+            for g in ("ring", "clique")
+        ]
         wall = time.perf_counter() - t0
-        scored = [(r.seconds, g, r) for g, r in zip(("ring", "clique"), runs, strict=True) if r.seconds is not None]
+        scored = [
+            (r.seconds, g, r) for g, r in zip(("ring", "clique"), runs, strict=True) if r.seconds is not None
+        ]
         if not scored:
             r = runs[0]
-            return ScotchResult(r.status, None, r.mapping, wall, f"ring: {r.detail}; clique: {runs[1].detail}")
+            return ScotchResult(
+                r.status, None, r.mapping, wall, f"ring: {r.detail}; clique: {runs[1].detail}"
+            )
         _, g, r = min(scored, key=lambda x: (x[0], x[1]))
-        return ScotchResult(r.status, r.seconds, r.mapping, wall, "; ".join(x for x in (f"{g} groups", r.detail) if x))
+        return ScotchResult(
+            r.status, r.seconds, r.mapping, wall, "; ".join(x for x in (f"{g} groups", r.detail) if x)
+        )
     t0 = time.perf_counter()
     binary = scotch_binary()
     if binary is None:
@@ -302,15 +337,19 @@ def scotch_map(topology: Topology, state: ClusterState, job: Job, *, time_limit_
         return ScotchResult("unsupported", None, None, time.perf_counter() - t0, str(e))
     traffic = job_traffic(job)
     big = binary.endswith("-int64")
-    graph = graph_text(len(devices), traffic_weights(traffic, groups=groups),
-                       max_weight=MAX_WEIGHT if big else 10_000)
+    graph = graph_text(
+        len(devices), traffic_weights(traffic, groups=groups), max_weight=MAX_WEIGHT if big else 10_000
+    )
     with tempfile.TemporaryDirectory(prefix="scotch-") as tmp:
         where = workdir or Path(tmp)
         where.mkdir(parents=True, exist_ok=True)
         (where / "job.grf").write_text(graph)
         (where / "free.tgt").write_text(target)
-        cmd = [binary, "-Cf", "-b0"] + ([f"-m{strategy}"] if strategy else []) + [
-            str(where / "job.grf"), str(where / "free.tgt"), str(where / "job.map")]
+        cmd = (
+            [binary, "-Cf", "-b0"]
+            + ([f"-m{strategy}"] if strategy else [])
+            + [str(where / "job.grf"), str(where / "free.tgt"), str(where / "job.map")]
+        )
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=time_limit_s, check=False)
         except subprocess.TimeoutExpired:
@@ -327,8 +366,13 @@ def scotch_map(topology: Topology, state: ClusterState, job: Job, *, time_limit_
     shared = job.ranks - len(set(mapping))
     if shared:
         if not repair:
-            return ScotchResult("invalid", None, tuple(mapping), time.perf_counter() - t0,
-                                f"{shared} rank(s) share a device with another rank")
+            return ScotchResult(
+                "invalid",
+                None,
+                tuple(mapping),
+                time.perf_counter() - t0,
+                f"{shared} rank(s) share a device with another rank",
+            )
         moved = _repair(topology, mapping, devices)
         status, detail = "repaired", f"{moved} rank(s) moved off a shared device"
     try:

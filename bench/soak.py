@@ -36,26 +36,38 @@ __all__ = ["main"]
 
 
 def _cluster(nodes: int, gpus: int = 8) -> dict[str, Any]:
-    return {"name": f"c{nodes}", "levels": [{"name": "node", "bandwidth_gbps": 450, "latency_us": 2},
-                                            {"name": "leaf", "bandwidth_gbps": 50, "latency_us": 5},
-                                            {"name": "spine", "bandwidth_gbps": 25, "latency_us": 10}],
-            "generate": [{"nodes": nodes, "devices": gpus, "kind": "H100", "fanout": {"leaf": 4}}]}
+    return {
+        "name": f"c{nodes}",
+        "levels": [
+            {"name": "node", "bandwidth_gbps": 450, "latency_us": 2},
+            {"name": "leaf", "bandwidth_gbps": 50, "latency_us": 5},
+            {"name": "spine", "bandwidth_gbps": 25, "latency_us": 10},
+        ],
+        "generate": [{"nodes": nodes, "devices": gpus, "kind": "H100", "fanout": {"leaf": 4}}],
+    }
 
 
 def _job(tp: int, dp: int) -> dict[str, Any]:
-    return {"name": f"tp{tp}-dp{dp}", "device_kind": "H100", "parallel": {"tp": tp, "dp": dp},
-            "model": {"parameters": 7e9, "hidden": 4096, "layers": 32, "seq_len": 4096, "micro_batches": 8},
-            "constraints": {"require": {"tp": "node"}}}
+    return {
+        "name": f"tp{tp}-dp{dp}",
+        "device_kind": "H100",
+        "parallel": {"tp": tp, "dp": dp},
+        "model": {"parameters": 7e9, "hidden": 4096, "layers": 32, "seq_len": 4096, "micro_batches": 8},
+        "constraints": {"require": {"tp": "node"}},
+    }
 
 
 def valid_place() -> pb.PlaceRequest:
-    return request_from_dict({"cluster": _cluster(4), "job": _job(4, 2), "options": {"time_limit_s": 1.0}},
-                             pb.PlaceRequest)
+    return request_from_dict(
+        {"cluster": _cluster(4), "job": _job(4, 2), "options": {"time_limit_s": 1.0}}, pb.PlaceRequest
+    )
 
 
 def pins_place(n: int = 16_384) -> pb.PlaceRequest:
-    req = request_from_dict({"cluster": _cluster(n // 8), "job": _job(8, n // 8), "options": {"time_limit_s": 1.0}},
-                            pb.PlaceRequest)
+    req = request_from_dict(
+        {"cluster": _cluster(n // 8), "job": _job(8, n // 8), "options": {"time_limit_s": 1.0}},
+        pb.PlaceRequest,
+    )
     for r in range(n):
         req.job.constraints.pins[r] = f"node{r // 8 + 1:04d}/gpu{r % 8}"
     return req
@@ -64,8 +76,9 @@ def pins_place(n: int = 16_384) -> pb.PlaceRequest:
 def hostile() -> dict[str, Any]:
     """Request builders by kind: (method, request or raw bytes, deadline s, cancel after s or None)."""
     base = valid_place()
-    ev = pb.EvaluateRequest(cluster=base.cluster, job=base.job,
-                            mapping=[pb.Assignment(rank=30_000_000, device="node01/gpu0")])
+    ev = pb.EvaluateRequest(
+        cluster=base.cluster, job=base.job, mapping=[pb.Assignment(rank=30_000_000, device="node01/gpu0")]
+    )
     big_rank = pb.PlaceRequest()
     big_rank.CopyFrom(base)
     big_rank.job.parallel.dp = 2**31 - 1
@@ -80,14 +93,26 @@ def hostile() -> dict[str, Any]:
     nt = matrix.cluster.node_types.add(name="big", matrix=[row.replace("NV4", "QQQ", 1)] + [row] * 699)
     matrix.cluster.generate[0].node_type = nt.name
     matrix.cluster.generate[0].ClearField("devices")
-    violations = request_from_dict({"cluster": _cluster(4), "job": {"name": "v", "ranks": 8, "groups": [
-        {"label": f"g{i}", "kind": "nope", "members": [0, 1], "bytes": -1} for i in range(3000)]}}, pb.PlaceRequest)
+    violations = request_from_dict(
+        {
+            "cluster": _cluster(4),
+            "job": {
+                "name": "v",
+                "ranks": 8,
+                "groups": [
+                    {"label": f"g{i}", "kind": "nope", "members": [0, 1], "bytes": -1} for i in range(3000)
+                ],
+            },
+        },
+        pb.PlaceRequest,
+    )
     nan = pb.PlaceRequest()
     nan.CopyFrom(base)
     nan.job.model.parameters = float("nan")
     nan.options.time_limit_s = float("inf")
-    heavy = request_from_dict({"cluster": _cluster(64), "job": _job(8, 32), "options": {"time_limit_s": 30.0}},
-                              pb.PlaceRequest)
+    heavy = request_from_dict(
+        {"cluster": _cluster(64), "job": _job(8, 32), "options": {"time_limit_s": 30.0}}, pb.PlaceRequest
+    )
     return {
         "valid_place": ("Place", base, 10.0, None),
         "valid_evaluate_bad_rank": ("Evaluate", ev, 5.0, None),
@@ -103,9 +128,19 @@ def hostile() -> dict[str, Any]:
     }
 
 
-MIX = {"valid_place": 30, "valid_evaluate_bad_rank": 6, "huge_parallel": 6, "pins_16384": 4,
-       "fault_domains_12000": 3, "matrix_700_bad_code": 3, "violations_3000": 6, "nan_values": 6, "garbage_bytes": 6,
-       "heavy_short_deadline": 10, "heavy_cancelled": 10}
+MIX = {
+    "valid_place": 30,
+    "valid_evaluate_bad_rank": 6,
+    "huge_parallel": 6,
+    "pins_16384": 4,
+    "fault_domains_12000": 3,
+    "matrix_700_bad_code": 3,
+    "violations_3000": 6,
+    "nan_values": 6,
+    "garbage_bytes": 6,
+    "heavy_short_deadline": 10,
+    "heavy_cancelled": 10,
+}
 
 
 def quota_subject(err: grpc.RpcError) -> str:
@@ -171,9 +206,26 @@ def main(argv: list[str] | None = None) -> int:
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     log = open(os.devnull, "w")  # noqa: SIM115
-    proc = subprocess.Popen([sys.executable, "-m", "server.main", "--host", "127.0.0.1", "--port", str(port),
-                             "--workers", str(args.workers), "--metrics-port", "-1", "--log-level", "WARNING"],
-                            env=env, stdout=log, stderr=log)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "server.main",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            str(args.workers),
+            "--metrics-port",
+            "-1",
+            "--log-level",
+            "WARNING",
+        ],
+        env=env,
+        stdout=log,
+        stderr=log,
+    )
     channel = grpc.insecure_channel(f"127.0.0.1:{port}", options=[("grpc.max_send_message_length", 64 << 20)])
     grpc.channel_ready_future(channel).result(timeout=60)
     stub = pb_grpc.PlacementServiceStub(channel)
@@ -230,8 +282,11 @@ def main(argv: list[str] | None = None) -> int:
     rss.append((time.monotonic() - t_start, rss_mb(proc.pid)))
     final = stub.Place(valid_place(), timeout=60).result
     devices = [a.device for a in final.mapping]
-    final_ok = len(devices) == 8 and len(set(devices)) == 8 and final.status in (
-        pb.SOLVE_STATUS_OPTIMAL, pb.SOLVE_STATUS_FEASIBLE)
+    final_ok = (
+        len(devices) == 8
+        and len(set(devices)) == 8
+        and final.status in (pb.SOLVE_STATUS_OPTIMAL, pb.SOLVE_STATUS_FEASIBLE)
+    )
     channel.close()
     proc.terminate()
     rc = proc.wait(timeout=60)
@@ -294,20 +349,31 @@ def main(argv: list[str] | None = None) -> int:
         lats = [lat for _, lat, _ in rows]
         kc = Counter(c for c, _, _ in rows)
         past = max((lat - dl for _, lat, dl in rows), default=0.0)
-        lines.append(f"| {k} | {len(rows)} | {kinds[k][2]:g} | "
-                     + ", ".join(f"{c} {n}" for c, n in kc.most_common())
-                     + f" | {pct(lats, 0.5):.3f} | {pct(lats, 0.99):.3f} | {past:+.3f} |")
+        lines.append(
+            f"| {k} | {len(rows)} | {kinds[k][2]:g} | "
+            + ", ".join(f"{c} {n}" for c, n in kc.most_common())
+            + f" | {pct(lats, 0.5):.3f} | {pct(lats, 0.99):.3f} | {past:+.3f} |"
+        )
     lines += ["", "## Server RSS over time", "", "| t (s) | RSS (MB) |", "|---:|---:|"]
     step = max(1, len(rss) // 20)
     lines += [f"| {t:.0f} | {r:.0f} |" for t, r in rss[::step]]
     if rss[-1] not in rss[::step]:
         lines.append(f"| {rss[-1][0]:.0f} | {rss[-1][1]:.0f} |")
-    lines += ["", "## Conversion in process (before the soak, same machine)", "", "| request | seconds |",
-              "|---|---:|", *[f"| {n} | {s:.3f} |" for n, s in conv], ""]
+    lines += [
+        "",
+        "## Conversion in process (before the soak, same machine)",
+        "",
+        "| request | seconds |",
+        "|---|---:|",
+        *[f"| {n} | {s:.3f} |" for n, s in conv],
+        "",
+    ]
     text = "\n".join(lines)
     print(text)
     args.out.write_text(text)
-    print(f"wrote {args.out}; mean latency {statistics.fmean([r[2] for r in records]):.3f} s" if records else "")
+    print(
+        f"wrote {args.out}; mean latency {statistics.fmean([r[2] for r in records]):.3f} s" if records else ""
+    )
     return 0 if bad == 0 and worst <= 1.0 and final_ok else 1
 
 

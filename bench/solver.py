@@ -68,10 +68,15 @@ def ft(gpus: int, occ: float, mode: str, tp: int, pp: int, dp: int, seed: int = 
         t = fat_tree(gpus)
         s = occupy(t, occ, seed=seed, mode=mode) if occ else ClusterState()
         return t, s, megatron_job(f"tp{tp}-pp{pp}-dp{dp}", tp=tp, pp=pp, dp=dp)
+
     return build
 
 
-FORMS: dict[str, Callable[[Job], Job]] = {"structured": lambda j: j, "explicit": explicit_twin, "p2p-ring": p2p_ring_job}
+FORMS: dict[str, Callable[[Job], Job]] = {
+    "structured": lambda j: j,
+    "explicit": explicit_twin,
+    "p2p-ring": p2p_ring_job,
+}
 """Issue 8's three forms of one job: structured, its explicit twin (same traffic), p2p ring edges only."""
 ISSUE8_SHAPES = ((8, 4, 4), (4, 4, 8), (2, 4, 16), (8, 4, 32), (4, 4, 64), (2, 8, 64))
 """(tp, pp, dp): tp8, tp4 and tp2 shapes at 128 and at 1,024 ranks."""
@@ -80,11 +85,13 @@ ISSUE8_SHAPES = ((8, 4, 4), (4, 4, 8), (2, 4, 16), (8, 4, 32), (4, 4, 64), (2, 8
 def issue8(occ: float, tp: int, pp: int, dp: int, form: str) -> Build:
     """4,096 GPUs (8/node, 16 nodes/leaf, 8 leaves/spine, 4 spines; 450/50/25/12.5 GB/s), mixed-random
     occupancy (seed 1), a 13B-shaped Megatron job (h 5120, 40 layers) in the given form."""
+
     def build() -> tuple[Topology, ClusterState, Job]:
         t = fat_tree(4096)
         s = occupy(t, occ, seed=1, mode="mixed-random")
         job = megatron_job(f"tp{tp}-pp{pp}-dp{dp}", tp=tp, pp=pp, dp=dp, hidden=5120, layers=40)
         return t, s, FORMS[form](job)
+
     return build
 
 
@@ -102,22 +109,50 @@ def scenarios() -> list[Scenario]:
         Scenario("fat-tree 4096, 60% mixed, tp2 pp8 dp64", ft(4096, 0.6, "mixed", 2, 8, 64), 1.0, True),
         Scenario("fat-tree 4096, 30% partial, tp8 pp8 dp32", ft(4096, 0.3, "partial", 8, 8, 32), 3.0, True),
         Scenario("NVL72 x8, 30% partial, tp8 pp4 dp8", _nvl72(8, 0.3, "partial", 8, 4, 8), 2.0, True),
-        Scenario("rail-optimized 512, 30% partial, tp4 pp2 dp16", _rail(64, 0.3, "partial", 4, 2, 16), 2.0, True),
+        Scenario(
+            "rail-optimized 512, 30% partial, tp4 pp2 dp16", _rail(64, 0.3, "partial", 4, 2, 16), 2.0, True
+        ),
         Scenario("DGX-1 cube mesh x2, 0%, tp4 dp2", _dgx1(2, 0.0, 4, 1, 2), 1.0, False),
         Scenario("DGX-1 cube mesh x2, 30% partial, tp2 dp4", _dgx1(2, 0.3, 2, 1, 4), 1.0, True),
-        Scenario("A100 PCIe pairs x2, 0%, tp2 dp4", _dgx1(2, 0.0, 2, 1, 4, matrix=A100_PCIE_PAIRS, kind="A100"), 1.0, False),
+        Scenario(
+            "A100 PCIe pairs x2, 0%, tp2 dp4",
+            _dgx1(2, 0.0, 2, 1, 4, matrix=A100_PCIE_PAIRS, kind="A100"),
+            1.0,
+            False,
+        ),
     ]
     for occ in (0.3, 0.6):
         for tp, pp, dp in ISSUE8_SHAPES:
             ranks = tp * pp * dp
             for form in FORMS:
                 name = f"fat-tree 4096, {round(100 * occ)}% mixed-random, tp{tp} pp{pp} dp{dp}, {form}"
-                out.append(Scenario(name, issue8(occ, tp, pp, dp, form), 2.0 if ranks <= 128 else 4.0, True,
-                                    explicit=form != "structured"))
+                out.append(
+                    Scenario(
+                        name,
+                        issue8(occ, tp, pp, dp, form),
+                        2.0 if ranks <= 128 else 4.0,
+                        True,
+                        explicit=form != "structured",
+                    )
+                )
     out += [
-        Scenario("fat-tree 32768, 0%, tp8 pp8 dp256", ft(32768, 0.0, "whole", 8, 8, 256), 10.0, False, big=True),
-        Scenario("fat-tree 32768, 30% whole, tp8 pp8 dp256", ft(32768, 0.3, "whole", 8, 8, 256), 10.0, True, big=True),
-        Scenario("fat-tree 32768, 30% partial, tp8 pp4 dp256", ft(32768, 0.3, "partial", 8, 4, 256), 10.0, True, big=True),
+        Scenario(
+            "fat-tree 32768, 0%, tp8 pp8 dp256", ft(32768, 0.0, "whole", 8, 8, 256), 10.0, False, big=True
+        ),
+        Scenario(
+            "fat-tree 32768, 30% whole, tp8 pp8 dp256",
+            ft(32768, 0.3, "whole", 8, 8, 256),
+            10.0,
+            True,
+            big=True,
+        ),
+        Scenario(
+            "fat-tree 32768, 30% partial, tp8 pp4 dp256",
+            ft(32768, 0.3, "partial", 8, 4, 256),
+            10.0,
+            True,
+            big=True,
+        ),
     ]
     return out
 
@@ -126,6 +161,7 @@ def _nvl72(racks: int, occ: float, mode: str, tp: int, pp: int, dp: int) -> Buil
     def build() -> tuple[Topology, ClusterState, Job]:
         t = nvl72(racks)
         return t, occupy(t, occ, seed=1, mode=mode), megatron_job("nvl", tp=tp, pp=pp, dp=dp, kind="GB200")
+
     return build
 
 
@@ -133,15 +169,24 @@ def _rail(nodes: int, occ: float, mode: str, tp: int, pp: int, dp: int) -> Build
     def build() -> tuple[Topology, ClusterState, Job]:
         t = rail_optimized(nodes)
         return t, occupy(t, occ, seed=1, mode=mode), megatron_job("rail", tp=tp, pp=pp, dp=dp)
+
     return build
 
 
-def _dgx1(nodes: int, occ: float, tp: int, pp: int, dp: int, matrix: tuple[str, ...] | None = None,
-          kind: str = "V100") -> Build:
+def _dgx1(
+    nodes: int,
+    occ: float,
+    tp: int,
+    pp: int,
+    dp: int,
+    matrix: tuple[str, ...] | None = None,
+    kind: str = "V100",
+) -> Build:
     def build() -> tuple[Topology, ClusterState, Job]:
         t = dgx1_node(nodes, matrix, kind) if matrix else dgx1_node(nodes, kind=kind)
         s = occupy(t, occ, seed=3, mode="partial") if occ else ClusterState()
         return t, s, megatron_job("small", tp=tp, pp=pp, dp=dp, kind=kind, hidden=4096, layers=32)
+
     return build
 
 
@@ -181,8 +226,9 @@ class Row:
         """Baselines and candidates that beat cpsat on this row (the never-worse rule says: none)."""
         if self.cpsat is None:
             return []
-        return sorted(k for k, v in self.baselines.items()
-                      if v is not None and self.cpsat > v * (1 + 1e-9) + 1e-12)
+        return sorted(
+            k for k, v in self.baselines.items() if v is not None and self.cpsat > v * (1 + 1e-9) + 1e-12
+        )
 
 
 def options(limit: float, workers: int, deterministic: bool) -> SolveOptions:
@@ -204,18 +250,41 @@ def run_row(sc: Scenario, workers: int, deterministic: bool, use_scotch: bool) -
     try:
         res = place(topo, state, job, options(sc.time_limit, workers, deterministic))
     except InfeasibleError as e:
-        return Row(sc, job.ranks, free, {}, scotch, None, None, "-", "INFEASIBLE: " + "; ".join(e.reasons)[:80],
-                   time.perf_counter() - t0)
-    except Exception as e:  # a crash in the solver: the row says so, the traceback goes to stderr, exit code 1
+        return Row(
+            sc,
+            job.ranks,
+            free,
+            {},
+            scotch,
+            None,
+            None,
+            "-",
+            "INFEASIBLE: " + "; ".join(e.reasons)[:80],
+            time.perf_counter() - t0,
+        )
+    except (
+        Exception
+    ) as e:  # a crash in the solver: the row says so, the traceback goes to stderr, exit code 1
         traceback.print_exc(file=sys.stderr)
         why = re.sub(r"\x1b\[[0-9;]*m", "", f"{type(e).__name__}: {e}").replace("|", "/")
-        return Row(sc, job.ranks, free, {}, scotch, None, None, "-", f"CRASH: {why}"[:100],
-                   time.perf_counter() - t0)
+        return Row(
+            sc, job.ranks, free, {}, scotch, None, None, "-", f"CRASH: {why}"[:100], time.perf_counter() - t0
+        )
     wall = time.perf_counter() - t0
     bound = res.stats.get("bound_source")
-    return Row(sc, job.ranks, free, dict(res.baselines), scotch, res.seconds, res.gap,
-               "-" if bound is None else str(bound), str(getattr(res.status, "value", res.status)), wall,
-               None if res.report is None else res.report.surrogate_seconds)
+    return Row(
+        sc,
+        job.ranks,
+        free,
+        dict(res.baselines),
+        scotch,
+        res.seconds,
+        res.gap,
+        "-" if bound is None else str(bound),
+        str(getattr(res.status, "value", res.status)),
+        wall,
+        None if res.report is None else res.report.surrogate_seconds,
+    )
 
 
 # ---- table and summary ------------------------------------------------------------------------------------------
@@ -231,10 +300,36 @@ def columns(rows: Sequence[Row]) -> list[str]:
 
 def table(rows: Sequence[Row], scotch_note: str | None) -> list[str]:
     cols = columns(rows)
-    head = ["scenario", "ranks", "free", *cols, "scotch", "cpsat", "cpsat / best baseline", "best baseline", "gap", "bound", "status",
-            "wall s", "limit s"]
-    align = ["---", "---:", "---:", *["---:"] * len(cols), "---:", "---:", "---:", "---", "---:", "---", "---",
-             "---:", "---:"]
+    head = [
+        "scenario",
+        "ranks",
+        "free",
+        *cols,
+        "scotch",
+        "cpsat",
+        "cpsat / best baseline",
+        "best baseline",
+        "gap",
+        "bound",
+        "status",
+        "wall s",
+        "limit s",
+    ]
+    align = [
+        "---",
+        "---:",
+        "---:",
+        *["---:"] * len(cols),
+        "---:",
+        "---:",
+        "---:",
+        "---",
+        "---:",
+        "---",
+        "---",
+        "---:",
+        "---:",
+    ]
     out = ["| " + " | ".join(head) + " |", "|" + "|".join(align) + "|"]
     for r in rows:
         best = r.best
@@ -245,10 +340,21 @@ def table(rows: Sequence[Row], scotch_note: str | None) -> list[str]:
             sc_cell = "n/a" if scotch_note else "-"
         else:
             sc_cell = r.scotch.cell()
-        cells = [r.sc.name, str(r.ranks), str(r.free), *[fmt(r.baselines.get(k)) for k in cols], sc_cell,
-                 fmt(r.cpsat), fmt(ratio), best[0] if best else "-",
-                 "-" if r.gap is None else f"{100 * r.gap:.2f}%", r.bound, r.status, f"{r.wall:.2f}",
-                 f"{r.sc.time_limit:g}"]
+        cells = [
+            r.sc.name,
+            str(r.ranks),
+            str(r.free),
+            *[fmt(r.baselines.get(k)) for k in cols],
+            sc_cell,
+            fmt(r.cpsat),
+            fmt(ratio),
+            best[0] if best else "-",
+            "-" if r.gap is None else f"{100 * r.gap:.2f}%",
+            r.bound,
+            r.status,
+            f"{r.wall:.2f}",
+            f"{r.sc.time_limit:g}",
+        ]
         out.append("| " + " | ".join(cells) + " |")
     return out
 
@@ -262,65 +368,121 @@ def summary(rows: Sequence[Row], scotch_note: str | None) -> list[str]:
     lines: list[str] = []
     ref = next((k for k in REFERENCE if any(r.baselines.get(k) for r in rows)), None)
     if ref is not None:
-        ratios = [r.cpsat / v for r in rows if r.sc.fragmented and r.cpsat is not None and r.cpsat > 0
-                  and (v := r.baselines.get(ref)) is not None and v > 0]
+        ratios = [
+            r.cpsat / v
+            for r in rows
+            if r.sc.fragmented
+            and r.cpsat is not None
+            and r.cpsat > 0
+            and (v := r.baselines.get(ref)) is not None
+            and v > 0
+        ]
         if ratios:
             gm = geo_mean(ratios)
-            lines.append(f"Geometric mean of cpsat / {ref} over the {len(ratios)} fragmented rows: {gm:.3f} "
-                         f"({100 * (1 - gm):.1f}% less exposed communication; issue 8's target <= 0.80).")
-        structured = [r.cpsat / v for r in rows if r.sc.fragmented and not r.sc.explicit and r.cpsat is not None
-                      and r.cpsat > 0 and (v := r.baselines.get(ref)) is not None and v > 0]
+            lines.append(
+                f"Geometric mean of cpsat / {ref} over the {len(ratios)} fragmented rows: {gm:.3f} "
+                f"({100 * (1 - gm):.1f}% less exposed communication; issue 8's target <= 0.80)."
+            )
+        structured = [
+            r.cpsat / v
+            for r in rows
+            if r.sc.fragmented
+            and not r.sc.explicit
+            and r.cpsat is not None
+            and r.cpsat > 0
+            and (v := r.baselines.get(ref)) is not None
+            and v > 0
+        ]
         if structured:
-            lines.append(f"The same over the {len(structured)} fragmented structured rows only (where {ref} keeps TP "
-                         f"groups whole as its slices): {geo_mean(structured):.3f}. Rows where {ref} places nothing "
-                         "are left out of both.")
-        best = [r.cpsat / b[1] for r in rows if r.sc.fragmented and r.cpsat is not None and r.cpsat > 0
-                and (b := r.best) is not None and b[1] > 0]
+            lines.append(
+                f"The same over the {len(structured)} fragmented structured rows only (where {ref} keeps TP "
+                f"groups whole as its slices): {geo_mean(structured):.3f}. Rows where {ref} places nothing "
+                "are left out of both."
+            )
+        best = [
+            r.cpsat / b[1]
+            for r in rows
+            if r.sc.fragmented
+            and r.cpsat is not None
+            and r.cpsat > 0
+            and (b := r.best) is not None
+            and b[1] > 0
+        ]
         if best:
-            lines.append(f"Geometric mean of cpsat / the best scheduler baseline of each fragmented row: "
-                         f"{geo_mean(best):.3f} over {len(best)} rows.")
+            lines.append(
+                f"Geometric mean of cpsat / the best scheduler baseline of each fragmented row: "
+                f"{geo_mean(best):.3f} over {len(best)} rows."
+            )
     losers = [(r, r.worse_than()) for r in rows]
     losers = [(r, w) for r, w in losers if w]
-    lines.append(f"Rows where cpsat is worse than a baseline or candidate: {len(losers)} (must be 0)"
-                 + (": " + "; ".join(f"{r.sc.name} (beaten by {', '.join(w)})" for r, w in losers) if losers else "."))
+    lines.append(
+        f"Rows where cpsat is worse than a baseline or candidate: {len(losers)} (must be 0)"
+        + (": " + "; ".join(f"{r.sc.name} (beaten by {', '.join(w)})" for r, w in losers) if losers else ".")
+    )
     sc_rows = [r for r in rows if r.sc.explicit]
     if scotch_note:
         lines.append(f"Scotch: n/a on the {len(sc_rows)} explicit rows: {scotch_note}.")
     elif sc_rows:
-        pairs = [(r, r.cpsat, r.scotch.seconds) for r in sc_rows
-                 if r.scotch is not None and r.scotch.seconds is not None and r.cpsat is not None]
+        pairs = [
+            (r, r.cpsat, r.scotch.seconds)
+            for r in sc_rows
+            if r.scotch is not None and r.scotch.seconds is not None and r.cpsat is not None
+        ]
         worse = [r for r, c, v in pairs if c > v * (1 + 1e-9)]
         bad = [r for r in sc_rows if r.scotch is None or r.scotch.seconds is None]
-        line = (f"Rows where cpsat is worse than Scotch: {len(worse)} of the {len(pairs)} explicit rows both answered "
-                f"(target 0)" + (": " + "; ".join(r.sc.name for r in worse) if worse else "."))
+        line = (
+            f"Rows where cpsat is worse than Scotch: {len(worse)} of the {len(pairs)} explicit rows both answered "
+            f"(target 0)" + (": " + "; ".join(r.sc.name for r in worse) if worse else ".")
+        )
         if bad:
-            line += " Scotch gave no valid answer on " + "; ".join(
-                f"{r.sc.name} ({r.scotch.status}: {r.scotch.detail})" if r.scotch else r.sc.name for r in bad) + "."
+            line += (
+                " Scotch gave no valid answer on "
+                + "; ".join(
+                    f"{r.sc.name} ({r.scotch.status}: {r.scotch.detail})" if r.scotch else r.sc.name
+                    for r in bad
+                )
+                + "."
+            )
         lines.append(line)
         if pairs:
-            lines.append(f"Geometric mean of cpsat / Scotch over those {len(pairs)} rows: "
-                         f"{geo_mean([c / v for _, c, v in pairs if c > 0 and v > 0]):.3f}.")
+            lines.append(
+                f"Geometric mean of cpsat / Scotch over those {len(pairs)} rows: "
+                f"{geo_mean([c / v for _, c, v in pairs if c > 0 and v > 0]):.3f}."
+            )
     crashed = [r for r in rows if r.status.startswith("CRASH")]
     if crashed:
-        lines.append(f"Rows where the solver crashed: {len(crashed)}: " + "; ".join(r.sc.name for r in crashed) + ".")
-    gaps = [r.gap for r in rows if r.sc.fragmented and r.ranks >= 1024 and "4096" in r.sc.name and r.gap is not None]
+        lines.append(
+            f"Rows where the solver crashed: {len(crashed)}: " + "; ".join(r.sc.name for r in crashed) + "."
+        )
+    gaps = [
+        r.gap
+        for r in rows
+        if r.sc.fragmented and r.ranks >= 1024 and "4096" in r.sc.name and r.gap is not None
+    ]
     if gaps:
         ok = sum(1 for g in gaps if g <= 0.15)
-        lines.append(f"Fragmented 1,024-rank rows on 4,096 GPUs with gap <= 15%: {ok} of {len(gaps)} "
-                     f"(largest gap {100 * max(gaps):.1f}%).")
+        lines.append(
+            f"Fragmented 1,024-rank rows on 4,096 GPUs with gap <= 15%: {ok} of {len(gaps)} "
+            f"(largest gap {100 * max(gaps):.1f}%)."
+        )
     by_base: dict[str, dict[str, Row]] = {}
     for r in rows:
         base, _, form = r.sc.name.rpartition(", ")
         if form in FORMS:
             by_base.setdefault(base, {})[form] = r
-    twins = [(d["structured"].surrogate, d["explicit"].surrogate) for d in by_base.values()
-             if "structured" in d and "explicit" in d]
+    twins = [
+        (d["structured"].surrogate, d["explicit"].surrogate)
+        for d in by_base.values()
+        if "structured" in d and "explicit" in d
+    ]
     if twins:
-        lines.append(f"Explicit twin vs structured job (same groups and edges): geometric mean of the answers' "
-                     f"surrogate, explicit / structured, over {len(twins)} pairs: "
-                     f"{geo_mean([e / s for s, e in twins if s and e]):.3f} (1.000: the generic path loses nothing; "
-                     "the step model prices the two forms differently, since an explicit job has no compute to "
-                     "hide its DP reduce behind).")
+        lines.append(
+            f"Explicit twin vs structured job (same groups and edges): geometric mean of the answers' "
+            f"surrogate, explicit / structured, over {len(twins)} pairs: "
+            f"{geo_mean([e / s for s, e in twins if s and e]):.3f} (1.000: the generic path loses nothing; "
+            "the step model prices the two forms differently, since an explicit job has no compute to "
+            "hide its DP reduce behind)."
+        )
     return lines
 
 
@@ -330,33 +492,54 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--write", type=Path, help="also write the table to this Markdown file")
     ap.add_argument("--only", help="run scenarios whose name contains this text")
     ap.add_argument("--workers", type=int, default=2, help="CP-SAT workers (default 2)")
-    ap.add_argument("--deterministic", action="store_true",
-                    help="deterministic-time search, where SolveOptions offers it (ignored otherwise)")
+    ap.add_argument(
+        "--deterministic",
+        action="store_true",
+        help="deterministic-time search, where SolveOptions offers it (ignored otherwise)",
+    )
     ap.add_argument("--no-scotch", action="store_true", help="do not run Scotch on the explicit rows")
     args = ap.parse_args(argv)
     if args.workers < 1:
         ap.error(f"--workers {args.workers}: must be >= 1")
     binary = scotch_peer.scotch_binary()
-    scotch_note = ("scotch_gmap is not installed (Debian package `scotch`: apt-get install scotch)" if binary is None
-                   else "skipped (--no-scotch)" if args.no_scotch else None)
-    chosen = [sc for sc in scenarios() if not (args.quick and sc.big) and (not args.only or args.only in sc.name)]
+    scotch_note = (
+        "scotch_gmap is not installed (Debian package `scotch`: apt-get install scotch)"
+        if binary is None
+        else "skipped (--no-scotch)"
+        if args.no_scotch
+        else None
+    )
+    chosen = [
+        sc for sc in scenarios() if not (args.quick and sc.big) and (not args.only or args.only in sc.name)
+    ]
     rows: list[Row] = []
     for i, sc in enumerate(chosen, 1):
         r = run_row(sc, args.workers, args.deterministic, scotch_note is None)
         rows.append(r)
         sc_txt = f", scotch {r.scotch.cell()}" if r.scotch else ""
-        print(f"[{i}/{len(chosen)}] {sc.name}: cpsat {fmt(r.cpsat)}, best {r.best}{sc_txt}, {r.status}, "
-              f"{r.wall:.2f} s", file=sys.stderr, flush=True)
+        print(
+            f"[{i}/{len(chosen)}] {sc.name}: cpsat {fmt(r.cpsat)}, best {r.best}{sc_txt}, {r.status}, "
+            f"{r.wall:.2f} s",
+            file=sys.stderr,
+            flush=True,
+        )
     lines = table(rows, scotch_note)
     summ = summary(rows, scotch_note)
     print("\n".join(lines))
     for line in summ:
         print("\n" + line)
     if args.write:
-        det = "deterministic time" if args.deterministic and "deterministic" in {
-            f.name for f in dataclasses.fields(SolveOptions)} else "wall-clock limits"
-        flags = (" --quick" if args.quick else "") + (f" --only '{args.only}'" if args.only else "") + (
-            f" --workers {args.workers}" if args.workers != 2 else "") + (" --deterministic" if args.deterministic else "")
+        det = (
+            "deterministic time"
+            if args.deterministic and "deterministic" in {f.name for f in dataclasses.fields(SolveOptions)}
+            else "wall-clock limits"
+        )
+        flags = (
+            (" --quick" if args.quick else "")
+            + (f" --only '{args.only}'" if args.only else "")
+            + (f" --workers {args.workers}" if args.workers != 2 else "")
+            + (" --deterministic" if args.deterministic else "")
+        )
         text = [
             "# Solver benchmark",
             "",

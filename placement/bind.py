@@ -22,13 +22,26 @@ from placement.io.affinity import cpu_list, parse_cpu_list
 from placement.io.export.common import device_env, is_amd
 from placement.io.export.document import Seat, launch_seats, seats_from_document
 
-__all__ = ["RANK_VARS", "BindError", "BindPlan", "Machine", "execute", "find_rank", "load_placement", "plan",
-           "visible_device"]
+__all__ = [
+    "RANK_VARS",
+    "BindError",
+    "BindPlan",
+    "Machine",
+    "execute",
+    "find_rank",
+    "load_placement",
+    "plan",
+    "visible_device",
+]
 
 RANK_VARS = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID")
 """Where the rank comes from, first set wins: torchrun / env://, OpenMPI, MPICH and Intel MPI (PMI), Slurm."""
-_SIZE_VARS = {"RANK": ("WORLD_SIZE",), "OMPI_COMM_WORLD_RANK": ("OMPI_COMM_WORLD_SIZE",), "PMI_RANK": ("PMI_SIZE",),
-              "SLURM_PROCID": ("SLURM_STEP_NUM_TASKS", "SLURM_NTASKS")}
+_SIZE_VARS = {
+    "RANK": ("WORLD_SIZE",),
+    "OMPI_COMM_WORLD_RANK": ("OMPI_COMM_WORLD_SIZE",),
+    "PMI_RANK": ("PMI_SIZE",),
+    "SLURM_PROCID": ("SLURM_STEP_NUM_TASKS", "SLURM_NTASKS"),
+}
 PLACEMENT_FILE_VAR = "PLACEMENT_FILE"
 CPU_BIND_MODES = ("auto", "off", "strict")
 
@@ -76,8 +89,14 @@ class BindPlan:
     affinity: frozenset[int] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"rank": self.rank, "rank_var": self.rank_var, "device": self.seat.device, "env": self.env,
-                "argv": self.argv, "notes": self.notes}
+        return {
+            "rank": self.rank,
+            "rank_var": self.rank_var,
+            "device": self.seat.device,
+            "env": self.env,
+            "argv": self.argv,
+            "notes": self.notes,
+        }
 
 
 def find_rank(env: Mapping[str, str], override: int | None = None) -> tuple[int, str]:
@@ -91,7 +110,9 @@ def find_rank(env: Mapping[str, str], override: int | None = None) -> tuple[int,
         if not raw.strip().isdigit():
             raise BindError(f"{var}={raw!r} is not a rank number")
         return int(raw), var
-    raise BindError(f"no rank: none of {', '.join(RANK_VARS)} is set (run under mpirun, srun or torchrun, or give --rank)")
+    raise BindError(
+        f"no rank: none of {', '.join(RANK_VARS)} is set (run under mpirun, srun or torchrun, or give --rank)"
+    )
 
 
 def load_placement(path: str | None, env: Mapping[str, str]) -> tuple[list[Seat], str]:
@@ -100,7 +121,9 @@ def load_placement(path: str | None, env: Mapping[str, str]) -> tuple[list[Seat]
 
     src = path or env.get(PLACEMENT_FILE_VAR)
     if not src:
-        raise BindError(f"no placement: give --placement FILE or set {PLACEMENT_FILE_VAR} (the result of `placement place --out`)")
+        raise BindError(
+            f"no placement: give --placement FILE or set {PLACEMENT_FILE_VAR} (the result of `placement place --out`)"
+        )
     try:
         doc = load_document(src)
         return launch_seats(seats_from_document(doc, src), doc), src
@@ -118,9 +141,11 @@ def _check_host(seat: Seat, env: Mapping[str, str], machine: Machine) -> None:
         names, where = machine.hostnames, f"hostname {' / '.join(machine.hostnames)}"
     short = {n.split(".")[0] for n in names}
     if seat.host not in names and seat.host.split(".")[0] not in short:
-        raise BindError(f"rank {seat.rank} is placed on {seat.host}, but this is {where}: the launcher started it "
-                        "on another host (check the hostfile / rankfile order), or set PLACEMENT_HOST if the "
-                        "names differ (--no-host-check skips this check)")
+        raise BindError(
+            f"rank {seat.rank} is placed on {seat.host}, but this is {where}: the launcher started it "
+            "on another host (check the hostfile / rankfile order), or set PLACEMENT_HOST if the "
+            "names differ (--no-host-check skips this check)"
+        )
 
 
 def _gpu_list(var: str, raw: str) -> list[int]:
@@ -139,7 +164,11 @@ def visible_device(seat: Seat, env: Mapping[str, str]) -> tuple[str, str]:
     set must contain the index. Else the value is the index.
     """
     phys = seat.index
-    vis_vars = ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES") if is_amd(seat.kind) else ("CUDA_VISIBLE_DEVICES",)
+    vis_vars = (
+        ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
+        if is_amd(seat.kind)
+        else ("CUDA_VISIBLE_DEVICES",)
+    )
     # Slurm writes NoDevFiles when its gres has no device files: no restriction it knows of
     vis_var = next((v for v in vis_vars if env.get(v, "").strip() not in ("", "NoDevFiles")), None)
     current = [x.strip() for x in env[vis_var].split(",")] if vis_var else None
@@ -147,31 +176,43 @@ def visible_device(seat: Seat, env: Mapping[str, str]) -> tuple[str, str]:
     if slurm_var is not None:
         gpus = _gpu_list(slurm_var, env[slurm_var])
         if phys not in gpus:
-            raise BindError(f"rank {seat.rank} needs GPU {phys} of {seat.host}, but Slurm gave this step GPUs "
-                            f"{slurm_var}={env[slurm_var]}: the allocation differs from the plan (other jobs took "
-                            "the planned GPUs, or Slurm chose others); re-place on the current state")
+            raise BindError(
+                f"rank {seat.rank} needs GPU {phys} of {seat.host}, but Slurm gave this step GPUs "
+                f"{slurm_var}={env[slurm_var]}: the allocation differs from the plan (other jobs took "
+                "the planned GPUs, or Slurm chose others); re-place on the current state"
+            )
         pos = gpus.index(phys)
         if current is None:
-            raise BindError(f"{slurm_var}={env[slurm_var]} is set but {vis_vars[0]} is not: cannot tell whether "
-                            f"GPU {phys} is visible as ordinal {pos} (cgroup device limits) or {phys}")
+            raise BindError(
+                f"{slurm_var}={env[slurm_var]} is set but {vis_vars[0]} is not: cannot tell whether "
+                f"GPU {phys} is visible as ordinal {pos} (cgroup device limits) or {phys}"
+            )
         assert vis_var is not None
         if len(current) != len(gpus):
-            raise BindError(f"cannot pair {vis_var}={env[vis_var]} with {slurm_var}={env[slurm_var]}: "
-                            f"{len(current)} entries against {len(gpus)}")
+            raise BindError(
+                f"cannot pair {vis_var}={env[vis_var]} with {slurm_var}={env[slurm_var]}: "
+                f"{len(current)} entries against {len(gpus)}"
+            )
         return current[pos], f"{slurm_var}={env[slurm_var]}, {vis_var}={env[vis_var]}"
     if current is not None and vis_var is not None:
         ints = [x for x in current if x.isdigit()]
         if len(ints) != len(current):
-            raise BindError(f"{vis_var}={env[vis_var]} names devices by UUID or MIG id: cannot tell which is GPU "
-                            f"{phys}; unset it or run under Slurm's GPU allocation")
+            raise BindError(
+                f"{vis_var}={env[vis_var]} names devices by UUID or MIG id: cannot tell which is GPU "
+                f"{phys}; unset it or run under Slurm's GPU allocation"
+            )
         if str(phys) not in [str(int(x)) for x in current]:
-            raise BindError(f"rank {seat.rank} needs GPU {phys} of {seat.host}, which is not visible here "
-                            f"({vis_var}={env[vis_var]})")
+            raise BindError(
+                f"rank {seat.rank} needs GPU {phys} of {seat.host}, which is not visible here "
+                f"({vis_var}={env[vis_var]})"
+            )
         return str(phys), f"{vis_var}={env[vis_var]}"
     return str(phys), "all devices visible"
 
 
-def _cpu_binding(seat: Seat, mode: str, machine: Machine) -> tuple[list[str], frozenset[int] | None, list[str]]:
+def _cpu_binding(
+    seat: Seat, mode: str, machine: Machine
+) -> tuple[list[str], frozenset[int] | None, list[str]]:
     """(command prefix, CPUs for sched_setaffinity, notes) binding to the GPU's NUMA node or CPUs."""
     notes: list[str] = []
     if mode == "off":
@@ -180,26 +221,38 @@ def _cpu_binding(seat: Seat, mode: str, machine: Machine) -> tuple[list[str], fr
     if seat.numa is not None:
         node = machine.numa_cpus.get(seat.numa)
         if node is None:
-            notes.append(f"NUMA node {seat.numa} of {seat.device} does not exist here (nodes {sorted(machine.numa_cpus)})")
+            notes.append(
+                f"NUMA node {seat.numa} of {seat.device} does not exist here (nodes {sorted(machine.numa_cpus)})"
+            )
         elif allowed and not node & allowed:
-            notes.append(f"NUMA node {seat.numa}'s CPUs are outside this task's allowed CPUs {cpu_list(sorted(allowed))}")
+            notes.append(
+                f"NUMA node {seat.numa}'s CPUs are outside this task's allowed CPUs {cpu_list(sorted(allowed))}"
+            )
         elif machine.which("numactl"):
             return ["numactl", f"--cpunodebind={seat.numa}", f"--membind={seat.numa}", "--"], None, notes
         else:
             notes.append("numactl is not installed: memory is not bound, CPUs are")
             if seat.cpus is None:
                 cpus = node & allowed if allowed else node
-                return _cpus_prefix(frozenset(cpus), machine), (None if machine.which("taskset") else frozenset(cpus)), notes
+                return (
+                    _cpus_prefix(frozenset(cpus), machine),
+                    (None if machine.which("taskset") else frozenset(cpus)),
+                    notes,
+                )
     if seat.cpus is not None:
         want = frozenset(parse_cpu_list(seat.cpus))
         cpus = want & allowed if allowed else want
         if not cpus:
-            notes.append(f"the CPUs of {seat.device} ({seat.cpus}) are outside this task's allowed CPUs "
-                         f"{cpu_list(sorted(allowed))}")
+            notes.append(
+                f"the CPUs of {seat.device} ({seat.cpus}) are outside this task's allowed CPUs "
+                f"{cpu_list(sorted(allowed))}"
+            )
         else:
             return _cpus_prefix(cpus, machine), (None if machine.which("taskset") else cpus), notes
     elif seat.numa is None:
-        notes.append(f"the CPU and NUMA affinity of {seat.device} are unknown (the cluster's node type has no cpu_affinity)")
+        notes.append(
+            f"the CPU and NUMA affinity of {seat.device} are unknown (the cluster's node type has no cpu_affinity)"
+        )
     if mode == "strict":
         raise BindError("cannot bind CPUs (--cpu-bind strict): " + "; ".join(notes))
     return [], None, notes
@@ -209,9 +262,17 @@ def _cpus_prefix(cpus: frozenset[int], machine: Machine) -> list[str]:
     return ["taskset", "-c", cpu_list(sorted(cpus))] if machine.which("taskset") else []
 
 
-def plan(command: Sequence[str], env: Mapping[str, str], *, placement: str | None = None, rank: int | None = None,
-         host_check: bool = True, cpu_bind: str = "auto", master_port: int = 29500,
-         machine: Machine | None = None) -> BindPlan:
+def plan(
+    command: Sequence[str],
+    env: Mapping[str, str],
+    *,
+    placement: str | None = None,
+    rank: int | None = None,
+    host_check: bool = True,
+    cpu_bind: str = "auto",
+    master_port: int = 29500,
+    machine: Machine | None = None,
+) -> BindPlan:
     """Everything `placement bind` will do, without doing it."""
     if not command:
         raise BindError("no command: write `placement bind [OPTIONS] -- CMD [ARGS...]`")
@@ -223,12 +284,16 @@ def plan(command: Sequence[str], env: Mapping[str, str], *, placement: str | Non
     r, var = find_rank(env, rank)
     seats, src = load_placement(placement, env)
     if not 0 <= r < len(seats):
-        raise BindError(f"rank {r} (from {var}) is not in the placement {src}: it has ranks 0..{len(seats) - 1}")
+        raise BindError(
+            f"rank {r} (from {var}) is not in the placement {src}: it has ranks 0..{len(seats) - 1}"
+        )
     for size_var in _SIZE_VARS.get(var, ()):
         if env.get(size_var, "").strip():
             if env[size_var].strip() != str(len(seats)):
-                raise BindError(f"{size_var}={env[size_var]} tasks were launched, but the placement {src} has "
-                                f"{len(seats)} ranks")
+                raise BindError(
+                    f"{size_var}={env[size_var]} tasks were launched, but the placement {src} has "
+                    f"{len(seats)} ranks"
+                )
             break
     seat = seats[r]
     if host_check:
@@ -238,8 +303,12 @@ def plan(command: Sequence[str], env: Mapping[str, str], *, placement: str | Non
     if is_amd(seat.kind) and env.get("GPU_DEVICE_ORDINAL"):
         out["GPU_DEVICE_ORDINAL"] = "0"  # Slurm's list of ordinals; within ROCr's one device it is 0
     out["LOCAL_RANK"] = "0"
-    for key, default in (("RANK", str(r)), ("WORLD_SIZE", str(len(seats))), ("MASTER_ADDR", seats[0].host),
-                         ("MASTER_PORT", str(master_port))):
+    for key, default in (
+        ("RANK", str(r)),
+        ("WORLD_SIZE", str(len(seats))),
+        ("MASTER_ADDR", seats[0].host),
+        ("MASTER_PORT", str(master_port)),
+    ):
         if not env.get(key):
             out[key] = default
     out.update(PLACEMENT_RANK=str(r), PLACEMENT_DEVICE=seat.device, PLACEMENT_HOST=seat.host)

@@ -30,7 +30,9 @@ if TYPE_CHECKING:
 
 __all__ = ["app", "main"]
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, help="Topology- and traffic-aware GPU placement.")
+app = typer.Typer(
+    no_args_is_help=True, add_completion=False, help="Topology- and traffic-aware GPU placement."
+)
 import_app = typer.Typer(no_args_is_help=True, help="Read real topology descriptions into a cluster file.")
 app.add_typer(import_app, name="import")
 out = Console()
@@ -39,13 +41,16 @@ out = Console()
 # node (NVLink 4 through NVSwitch) on a 400G NDR fat-tree, each tier above the leaf 2:1 oversubscribed.
 
 
-
-
 @app.callback()
 def _options(
-    limits: Annotated[str | None, typer.Option(
-        "--limits", envvar="PLACEMENT_LIMITS",
-        help="raise (or lower) input limits, e.g. max_ranks=65536,max_devices=400000 (placement.limits)")] = None,
+    limits: Annotated[
+        str | None,
+        typer.Option(
+            "--limits",
+            envvar="PLACEMENT_LIMITS",
+            help="raise (or lower) input limits, e.g. max_ranks=65536,max_devices=400000 (placement.limits)",
+        ),
+    ] = None,
 ) -> None:
     """Topology- and traffic-aware GPU placement."""
     from placement.limits import parse_limit_overrides, set_process_limits
@@ -82,10 +87,14 @@ def _load_all(cluster: Path, job: Path | None, state: Path | None):  # type: ign
 def evaluate(
     cluster: Annotated[Path, typer.Argument(help="cluster file (YAML/JSON)")],
     job: Annotated[Path, typer.Argument(help="job file")],
-    mapping: Annotated[Path, typer.Argument(help="mapping: result JSON, list of device ids, or {rank: device}")],
+    mapping: Annotated[
+        Path, typer.Argument(help="mapping: result JSON, list of device ids, or {rank: device}")
+    ],
     state: Annotated[Path | None, typer.Option(help="state file: occupancy, failures, fault domains")] = None,
     output: Annotated[str, typer.Option(help="table or json")] = "table",
-    picture: Annotated[Path | None, typer.Option(help="also draw the placement (SVG or PNG by suffix)")] = None,
+    picture: Annotated[
+        Path | None, typer.Option(help="also draw the placement (SVG or PNG by suffix)")
+    ] = None,
 ) -> None:
     """The modeled step of a given mapping: step, exposed and total communication, compute, MFU, tokens/s, and
     the breakdown per phase and per group kind and tier."""
@@ -121,18 +130,42 @@ def place(
     cluster: Annotated[Path | None, typer.Argument(help="cluster file")] = None,
     job: Annotated[Path | None, typer.Argument(help="job file")] = None,
     state: Annotated[Path | None, typer.Option(help="state file")] = None,
-    request: Annotated[Path | None, typer.Option(help="a PlaceRequest file (YAML/JSON, protobuf JSON mapping) instead of CLUSTER JOB")] = None,
-    server: Annotated[str | None, typer.Option(help="HOST:PORT of a placement-server: send the request there")] = None,
-    token: Annotated[str | None, typer.Option(envvar="PLACEMENT_TOKEN", help="bearer token for --server")] = None,
-    strategy: Annotated[str, typer.Option(help="cpsat (the optimizer), or a baseline: first-fit, kueue-tas, slurm-tree, slurm-block")] = "cpsat",
+    request: Annotated[
+        Path | None,
+        typer.Option(help="a PlaceRequest file (YAML/JSON, protobuf JSON mapping) instead of CLUSTER JOB"),
+    ] = None,
+    server: Annotated[
+        str | None, typer.Option(help="HOST:PORT of a placement-server: send the request there")
+    ] = None,
+    token: Annotated[
+        str | None, typer.Option(envvar="PLACEMENT_TOKEN", help="bearer token for --server")
+    ] = None,
+    strategy: Annotated[
+        str,
+        typer.Option(
+            help="cpsat (the optimizer), or a baseline: first-fit, kueue-tas, slurm-tree, slurm-block"
+        ),
+    ] = "cpsat",
     time_limit: Annotated[float, typer.Option(help="solver time limit in seconds")] = 10.0,
     gap: Annotated[float, typer.Option(help="stop at this relative gap")] = 0.0,
     seed: Annotated[int, typer.Option(help="random seed (same seed and workers: same answer)")] = 0,
     workers: Annotated[int, typer.Option(help="CP-SAT workers (<= cores)")] = 2,
-    deterministic: Annotated[bool, typer.Option(help="budget the search in deterministic time: the same answer whatever the machine's load")] = False,
-    output: Annotated[str, typer.Option(help="table, json, yaml, rankfile, hostfile, slurm or torchrun (more: placement export)")] = "table",
+    deterministic: Annotated[
+        bool,
+        typer.Option(
+            help="budget the search in deterministic time: the same answer whatever the machine's load"
+        ),
+    ] = False,
+    output: Annotated[
+        str,
+        typer.Option(
+            help="table, json, yaml, rankfile, hostfile, slurm or torchrun (more: placement export)"
+        ),
+    ] = "table",
     out_file: Annotated[Path | None, typer.Option("--out", help="write the output here")] = None,
-    picture: Annotated[Path | None, typer.Option(help="also draw the placement (SVG or PNG by suffix)")] = None,
+    picture: Annotated[
+        Path | None, typer.Option(help="also draw the placement (SVG or PNG by suffix)")
+    ] = None,
 ) -> None:
     """Place a job on a cluster state and show what it costs, next to the baselines.
 
@@ -160,7 +193,12 @@ def place(
     except ValueError:
         fail(f"--strategy: unknown value {strategy!r}; use one of {', '.join(s.value for s in Strategy)}", 2)
     if not (math.isfinite(time_limit) and time_limit > 0):
-        fail(f"--time-limit: must be > 0, got {time_limit:g}" if math.isfinite(time_limit) else f"--time-limit: must be a finite number > 0, got {time_limit:g}", 2)
+        fail(
+            f"--time-limit: must be > 0, got {time_limit:g}"
+            if math.isfinite(time_limit)
+            else f"--time-limit: must be a finite number > 0, got {time_limit:g}",
+            2,
+        )
     if not (math.isfinite(gap) and 0 <= gap < 1):
         fail(f"--gap: must be in [0, 1), got {gap:g}", 2)
     if not 0 <= seed < 2**31:
@@ -169,15 +207,27 @@ def place(
         fail(f"--workers: must be in 1..64, got {workers}", 2)
     topo, st, jb = _load_all(cluster, job, state)
     assert jb is not None
-    res = run_place(topo, st, jb, SolveOptions(strategy=strat, time_limit_s=time_limit, relative_gap=gap, seed=seed, workers=workers,
-                                                deterministic=deterministic))
+    res = run_place(
+        topo,
+        st,
+        jb,
+        SolveOptions(
+            strategy=strat,
+            time_limit_s=time_limit,
+            relative_gap=gap,
+            seed=seed,
+            workers=workers,
+            deterministic=deterministic,
+        ),
+    )
     from placement.cost import CostReport
 
     rep = res.report
     assert res.mapping is not None and isinstance(rep, CostReport)
     # the one result schema: the protobuf JSON mapping of PlaceResponse, as `place --request [--server]` writes it
-    response = pb.PlaceResponse(result=domain.result_to_proto(topo, jb, res, time_limit_s=time_limit,
-                                                              deadline_limited=False))
+    response = pb.PlaceResponse(
+        result=domain.result_to_proto(topo, jb, res, time_limit_s=time_limit, deadline_limited=False)
+    )
     if picture is not None:
         from placement.cli_whatif import render_picture
 
@@ -188,14 +238,19 @@ def place(
         bound_s = "-" if res.lower_bound is None else f"{res.lower_bound:.4f}"
         if res.lower_bound is not None and "bound_source" in res.stats:
             bound_s += f" ({res.stats['bound_source']})"  # the bound that binds
-        title = (f"{jb.name} ({jb.ranks} ranks) on {topo.name}: {res.status.value}, {headline(rep)}, "
-                 f"surrogate bound {bound_s}, gap {gap_s}, "
-                 f"{res.stats.get('wall_s', 0):.2f} s")
+        title = (
+            f"{jb.name} ({jb.ranks} ranks) on {topo.name}: {res.status.value}, {headline(rep)}, "
+            f"surrogate bound {bound_s}, gap {gap_s}, "
+            f"{res.stats.get('wall_s', 0):.2f} s"
+        )
         print_report(title, rep, res.strategy.value, baseline_costs(rep, res.baselines, res.baseline_reports))
         if res.stats.get("launcher") == "torchrun":  # the price of contiguous host blocks
             free = float(res.stats["launcher_free_step_seconds"])
-            out.print(f"launcher torchrun (each host's ranks one contiguous block): step {rep.step_seconds:.4f} s "
-                      f"against {free:.4f} s for the free mapping ({100 * (rep.step_seconds / free - 1):+.2f}%)", soft_wrap=True)
+            out.print(
+                f"launcher torchrun (each host's ranks one contiguous block): step {rep.step_seconds:.4f} s "
+                f"against {free:.4f} s for the free mapping ({100 * (rep.step_seconds / free - 1):+.2f}%)",
+                soft_wrap=True,
+            )
         if out_file is not None:
             _write(dump_message(response, "json"), out_file)
         return
@@ -215,8 +270,15 @@ def _parse_tiers(tiers: list[str], level_names: list[str]) -> dict[str, tuple[fl
     return out
 
 
-def _finish_import(doc: dict[str, Any], warnings: list[str], tiers: list[str], gpus_per_node: int | None,
-                   kind: str | None, node_topo: Path | None, out_file: Path | None) -> None:
+def _finish_import(
+    doc: dict[str, Any],
+    warnings: list[str],
+    tiers: list[str],
+    gpus_per_node: int | None,
+    kind: str | None,
+    node_topo: Path | None,
+    out_file: Path | None,
+) -> None:
     from placement.io.native import cluster_from_dict
 
     names = [lv["name"] for lv in doc["levels"]]
@@ -229,9 +291,16 @@ def _finish_import(doc: dict[str, Any], warnings: list[str], tiers: list[str], g
         warnings.extend(nt.warnings)
         from placement.io.affinity import affinity_fields
 
-        doc["node_types"] = [{"name": node_topo.stem, "devices": len(nt.gpus), "kind": kind or "gpu",
-                              "matrix": [" ".join(r) for r in nt.matrix], "rails": list(nt.rails),
-                              **affinity_fields(nt.cpu_affinity, nt.numa_affinity)}]
+        doc["node_types"] = [
+            {
+                "name": node_topo.stem,
+                "devices": len(nt.gpus),
+                "kind": kind or "gpu",
+                "matrix": [" ".join(r) for r in nt.matrix],
+                "rails": list(nt.rails),
+                **affinity_fields(nt.cpu_affinity, nt.numa_affinity),
+            }
+        ]
     for h in doc["hosts"]:
         if node_topo is not None:
             h.pop("devices", None)
@@ -255,7 +324,9 @@ def import_nvidia_smi(
     file: Annotated[Path, typer.Argument(help="output of `nvidia-smi topo -m`")],
     host: Annotated[str, typer.Option(help="host name for the node")] = "node0",
     kind: Annotated[str, typer.Option(help="device kind, e.g. H100")] = "gpu",
-    table: Annotated[int | None, typer.Option(help="which table, when the file holds several (0-based)")] = None,
+    table: Annotated[
+        int | None, typer.Option(help="which table, when the file holds several (0-based)")
+    ] = None,
     partial: Annotated[bool, typer.Option(help="accept a truncated table, filling missing pairs")] = False,
     out_file: Annotated[Path | None, typer.Option("--out", help="write the cluster YAML here")] = None,
 ) -> None:
@@ -268,10 +339,19 @@ def import_nvidia_smi(
         err.print(f"[yellow]warning:[/] {escape(w)}")
     doc = {
         "name": host,
-        "levels": [{"name": "node", "bandwidth_gbps": DEFAULT_TIERS[0][0], "latency_us": DEFAULT_TIERS[0][1]}],
-        "node_types": [{"name": file.stem, "devices": len(nt.gpus), "kind": kind,
-                        "matrix": [" ".join(r) for r in nt.matrix], "rails": list(nt.rails),
-                        **affinity_fields(nt.cpu_affinity, nt.numa_affinity)}],
+        "levels": [
+            {"name": "node", "bandwidth_gbps": DEFAULT_TIERS[0][0], "latency_us": DEFAULT_TIERS[0][1]}
+        ],
+        "node_types": [
+            {
+                "name": file.stem,
+                "devices": len(nt.gpus),
+                "kind": kind,
+                "matrix": [" ".join(r) for r in nt.matrix],
+                "rails": list(nt.rails),
+                **affinity_fields(nt.cpu_affinity, nt.numa_affinity),
+            }
+        ],
         "hosts": [{"name": host, "node_type": file.stem}],
     }
     from placement.io.native import cluster_from_dict
@@ -285,11 +365,15 @@ def import_nvidia_smi(
 def import_slurm(
     file: Annotated[Path, typer.Argument(help="topology.conf or topology.yaml")],
     levels: Annotated[str | None, typer.Option(help="level names bottom-up, e.g. leaf,spine,core")] = None,
-    topology: Annotated[str | None, typer.Option(help="which topology (topology.yaml) or plugin (tree/block/ring)")] = None,
+    topology: Annotated[
+        str | None, typer.Option(help="which topology (topology.yaml) or plugin (tree/block/ring)")
+    ] = None,
     tier: Annotated[list[str] | None, typer.Option(help="LEVEL=GBPS:US, repeatable")] = None,
     gpus_per_node: Annotated[int, typer.Option(help="GPUs per node")] = 8,
     kind: Annotated[str | None, typer.Option(help="device kind")] = None,
-    node_topo: Annotated[Path | None, typer.Option(help="nvidia-smi topo -m of one node, applied to every node")] = None,
+    node_topo: Annotated[
+        Path | None, typer.Option(help="nvidia-smi topo -m of one node, applied to every node")
+    ] = None,
     out_file: Annotated[Path | None, typer.Option("--out", help="write the cluster YAML here")] = None,
 ) -> None:
     """A cluster file from Slurm's topology.conf (tree, block, ring) or topology.yaml."""
@@ -305,7 +389,9 @@ def import_k8s(
     file: Annotated[Path, typer.Argument(help="kubectl get nodes -o json")],
     levels: Annotated[str, typer.Option(help="topology label keys, coarse to fine (Kueue TAS order)")],
     level_names: Annotated[str | None, typer.Option(help="names for those levels")] = None,
-    gpu_resource: Annotated[str, typer.Option(help="extended resource holding the GPU count")] = "nvidia.com/gpu",
+    gpu_resource: Annotated[
+        str, typer.Option(help="extended resource holding the GPU count")
+    ] = "nvidia.com/gpu",
     tier: Annotated[list[str] | None, typer.Option(help="LEVEL=GBPS:US, repeatable")] = None,
     node_topo: Annotated[Path | None, typer.Option(help="nvidia-smi topo -m applied to every node")] = None,
     out_file: Annotated[Path | None, typer.Option("--out", help="write the cluster YAML here")] = None,
@@ -315,8 +401,13 @@ def import_k8s(
     from placement.io.native.document import read_text
 
     text = read_text(file)
-    doc, warnings = parse_k8s_nodes(text, str(file), levels=levels.split(","),
-                                    level_names=level_names.split(",") if level_names else None, gpu_resource=gpu_resource)
+    doc, warnings = parse_k8s_nodes(
+        text,
+        str(file),
+        levels=levels.split(","),
+        level_names=level_names.split(",") if level_names else None,
+        gpu_resource=gpu_resource,
+    )
     _finish_import(doc, list(warnings), tier or [], None, None, node_topo, out_file)
 
 
@@ -335,7 +426,9 @@ def serve(
 from placement.cli_whatif import register as _register_whatif  # noqa: E402  (adds `placement whatif`)
 
 _register_whatif(app)
-__import__("placement.cli_importers").cli_importers.register(import_app)  # nccl-xml, rocm-smi, ibnetdiscover, topograph
+__import__("placement.cli_importers").cli_importers.register(
+    import_app
+)  # nccl-xml, rocm-smi, ibnetdiscover, topograph
 from placement.cli_replay import register as _register_replay  # noqa: E402  (adds `placement replay`)
 
 _register_replay(app)

@@ -47,7 +47,9 @@ def _read_batch(path: Path) -> list[tuple[BatchJob, Any]]:
     for i, entry in enumerate(doc["jobs"]):
         at = f"jobs[{i}]"
         if not isinstance(entry, dict):
-            ps.add(at, f"must be a mapping of job (or job_file), weight, priority; got {type(entry).__name__}")
+            ps.add(
+                at, f"must be a mapping of job (or job_file), weight, priority; got {type(entry).__name__}"
+            )
             continue
         for key in sorted(set(entry) - {"job", "job_file", "weight", "priority"}):
             ps.add(f"{at}.{key}", "unknown field; expected one of ['job', 'job_file', 'priority', 'weight']")
@@ -62,7 +64,10 @@ def _read_batch(path: Path) -> list[tuple[BatchJob, Any]]:
             try:
                 jdoc = load_document(ref)
             except InputError as e:
-                ps.extend(Problem(f"{at}.job_file ({e.source})" + (f" {p.path}" if p.path else ""), p.message) for p in e.problems)
+                ps.extend(
+                    Problem(f"{at}.job_file ({e.source})" + (f" {p.path}" if p.path else ""), p.message)
+                    for p in e.problems
+                )
                 continue
             source = f"{at}.job_file ({ref})"
         numbers: dict[str, float] = {}
@@ -90,22 +95,31 @@ def _plan_doc(topology: Topology, plan: BatchPlan, mappings: bool) -> dict[str, 
             d["cost"] = {"step_seconds": o.report.step_seconds, "comm_seconds": o.report.comm_seconds}
         if mappings and o.mapping is not None:
             devs = topology.devices
-            d["mapping"] = [{"rank": r, "device": devs[x].id, "host": devs[x].host} for r, x in enumerate(o.mapping)]
+            d["mapping"] = [
+                {"rank": r, "device": devs[x].id, "host": devs[x].host} for r, x in enumerate(o.mapping)
+            ]
         if not o.admitted:
             d.update(reason=o.reason, explanation=list(o.explanation))
             if o.conflicts_with:
                 d["conflicts_with"] = list(o.conflicts_with)
         jobs.append(d)
-    return {"strategy": plan.strategy, "admitted": len(plan.admitted), "admitted_weight": plan.admitted_weight,
-            "weighted_step_seconds": plan.weighted_step_seconds,
-            "weighted_comm_seconds": plan.weighted_comm_seconds, "jobs": jobs}
+    return {
+        "strategy": plan.strategy,
+        "admitted": len(plan.admitted),
+        "admitted_weight": plan.admitted_weight,
+        "weighted_step_seconds": plan.weighted_step_seconds,
+        "weighted_comm_seconds": plan.weighted_comm_seconds,
+        "jobs": jobs,
+    }
 
 
 def batch_document(topology: Topology, res: BatchResult) -> dict[str, Any]:
     """The answer as plain data, with the field names of PlaceBatchResponse."""
-    doc: dict[str, Any] = {"plan": _plan_doc(topology, res.plan, True),
-                           "baselines": [_plan_doc(topology, p, False) for p in res.baselines.values()],
-                           "admission_optimal": res.admission_optimal}
+    doc: dict[str, Any] = {
+        "plan": _plan_doc(topology, res.plan, True),
+        "baselines": [_plan_doc(topology, p, False) for p in res.baselines.values()],
+        "admission_optimal": res.admission_optimal,
+    }
     if res.weight_bound is not None:
         doc["admitted_weight_bound"] = res.weight_bound
     doc["stats"] = {k: v for k, v in res.stats.items() if not isinstance(v, float) or math.isfinite(v)}
@@ -117,33 +131,55 @@ def _print(jobs: list[BatchJob], doc: dict[str, Any], where: str) -> None:
     con = _out if _out.is_terminal else Console(width=160)
     plan = doc.get("plan", {})
     bound = doc.get("admitted_weight_bound")
-    t = Table(title=f"{len(jobs)} queued jobs on {where}: {plan.get('strategy', '-')} admits {plan.get('admitted', 0)} "
-                    f"(weight {plan.get('admitted_weight', 0):g}" + (f" of at most {bound:g}" if bound is not None else "")
-                    + (", optimal" if doc.get("admission_optimal") else "") + ")")
+    t = Table(
+        title=f"{len(jobs)} queued jobs on {where}: {plan.get('strategy', '-')} admits {plan.get('admitted', 0)} "
+        f"(weight {plan.get('admitted_weight', 0):g}"
+        + (f" of at most {bound:g}" if bound is not None else "")
+        + (", optimal" if doc.get("admission_optimal") else "")
+        + ")"
+    )
     t.add_column("answer")
     for name in ("admitted", "admitted weight", "weighted step s", "weighted comm s"):
         t.add_column(name, justify="right")
     for i, p in enumerate([plan, *doc.get("baselines", [])]):
-        t.add_row(p.get("strategy", "-") + (" (chosen)" if i == 0 else ""), str(p.get("admitted", 0)),
-                  f"{p.get('admitted_weight', 0):g}", f"{p.get('weighted_step_seconds', 0.0):.4f}",
-                  f"{p.get('weighted_comm_seconds', 0.0):.4f}")
+        t.add_row(
+            p.get("strategy", "-") + (" (chosen)" if i == 0 else ""),
+            str(p.get("admitted", 0)),
+            f"{p.get('admitted_weight', 0):g}",
+            f"{p.get('weighted_step_seconds', 0.0):.4f}",
+            f"{p.get('weighted_comm_seconds', 0.0):.4f}",
+        )
     con.print(t)
     jt = Table(title=f"jobs in the {plan.get('strategy', '-')} answer")
-    for name, just in (("job", "left"), ("ranks", "right"), ("weight", "right"), ("priority", "right"),
-                       ("step s", "right"), ("comm s", "right"), ("why not admitted", "left")):
+    for name, just in (
+        ("job", "left"),
+        ("ranks", "right"),
+        ("weight", "right"),
+        ("priority", "right"),
+        ("step s", "right"),
+        ("comm s", "right"),
+        ("why not admitted", "left"),
+    ):
         jt.add_column(name, justify=just)  # type: ignore[arg-type]
     for o in plan.get("jobs", []):
         bj = jobs[int(o.get("job_index", 0))]
         cost = o.get("cost")
         why = "" if o.get("admitted") else f"{o.get('reason', '')}: " + "; ".join(o.get("explanation", []))
-        jt.add_row(str(o.get("job", "")), str(bj.job.ranks), f"{bj.weight:g}", f"{bj.priority:g}",
-                   f"{cost.get('step_seconds', 0.0):.4f}" if cost else "-",
-                   f"{cost.get('comm_seconds', 0.0):.4f}" if cost else "-", why)
+        jt.add_row(
+            str(o.get("job", "")),
+            str(bj.job.ranks),
+            f"{bj.weight:g}",
+            f"{bj.priority:g}",
+            f"{cost.get('step_seconds', 0.0):.4f}" if cost else "-",
+            f"{cost.get('comm_seconds', 0.0):.4f}" if cost else "-",
+            why,
+        )
     con.print(jt)
 
 
-def _request_doc(cluster: Path, state: Path | None, entries: list[tuple[BatchJob, Any]],
-                 options: dict[str, Any]) -> dict[str, Any]:
+def _request_doc(
+    cluster: Path, state: Path | None, entries: list[tuple[BatchJob, Any]], options: dict[str, Any]
+) -> dict[str, Any]:
     """A PlaceBatchRequest in the protobuf JSON mapping, from the native files (shorthands normalized)."""
     from placement.io.native import load_document
     from placement.messages.files import normalize_cluster, normalize_job
@@ -153,8 +189,10 @@ def _request_doc(cluster: Path, state: Path | None, entries: list[tuple[BatchJob
     ps.raise_if_any()
     if state is not None:
         doc["state"] = load_document(state)
-    doc["jobs"] = [{"job": {**normalize_job(jdoc), "name": bj.job.name}, "weight": bj.weight, "priority": bj.priority}
-                   for bj, jdoc in entries]
+    doc["jobs"] = [
+        {"job": {**normalize_job(jdoc), "name": bj.job.name}, "weight": bj.weight, "priority": bj.priority}
+        for bj, jdoc in entries
+    ]
     doc["options"] = options
     return doc
 
@@ -169,8 +207,12 @@ def place_batch_cmd(
     workers: Annotated[int, typer.Option(help="CP-SAT workers (<= cores)")] = 2,
     deterministic: Annotated[bool, typer.Option(help="budget each search in deterministic time")] = False,
     output: Annotated[str, typer.Option(help="table, json or yaml")] = "table",
-    server: Annotated[str | None, typer.Option(help="HOST:PORT of a placement-server: solve the batch there")] = None,
-    token: Annotated[str | None, typer.Option(envvar="PLACEMENT_TOKEN", help="bearer token for --server")] = None,
+    server: Annotated[
+        str | None, typer.Option(help="HOST:PORT of a placement-server: solve the batch there")
+    ] = None,
+    token: Annotated[
+        str | None, typer.Option(envvar="PLACEMENT_TOKEN", help="bearer token for --server")
+    ] = None,
     out_file: Annotated[Path | None, typer.Option("--out", help="write the JSON/YAML answer here")] = None,
 ) -> None:
     """Place a queue of jobs jointly: the admitted subset (most admitted weight, then fewest weighted step seconds)
@@ -201,8 +243,12 @@ def place_batch_cmd(
         doc = place_batch_remote(_request_doc(cluster, state, entries, options), server, token)
         where = server
     else:
-        res = place_batch(topo, st, jobs, SolveOptions(time_limit_s=time_limit, seed=seed, workers=workers,
-                                                       deterministic=deterministic))
+        res = place_batch(
+            topo,
+            st,
+            jobs,
+            SolveOptions(time_limit_s=time_limit, seed=seed, workers=workers, deterministic=deterministic),
+        )
         doc = batch_document(topo, res)
         where = topo.name
     if output == "table":

@@ -17,13 +17,29 @@ __all__ = ["register"]
 
 def bind(
     command: Annotated[list[str], typer.Argument(help="the command to run, after --")],
-    placement: Annotated[str | None, typer.Option(help="the placement result (JSON/YAML); default: $PLACEMENT_FILE")] = None,
-    rank: Annotated[int | None, typer.Option(help="this task's rank (default: RANK, OMPI_COMM_WORLD_RANK, PMI_RANK or SLURM_PROCID)")] = None,
-    host_check: Annotated[bool, typer.Option(help="check the rank runs on its planned host (PLACEMENT_HOST, SLURMD_NODENAME or the hostname)")] = True,
-    cpu_bind: Annotated[str, typer.Option(help="auto (bind where known and possible), off, or strict (fail if not possible)")] = "auto",
+    placement: Annotated[
+        str | None, typer.Option(help="the placement result (JSON/YAML); default: $PLACEMENT_FILE")
+    ] = None,
+    rank: Annotated[
+        int | None,
+        typer.Option(help="this task's rank (default: RANK, OMPI_COMM_WORLD_RANK, PMI_RANK or SLURM_PROCID)"),
+    ] = None,
+    host_check: Annotated[
+        bool,
+        typer.Option(
+            help="check the rank runs on its planned host (PLACEMENT_HOST, SLURMD_NODENAME or the hostname)"
+        ),
+    ] = True,
+    cpu_bind: Annotated[
+        str, typer.Option(help="auto (bind where known and possible), off, or strict (fail if not possible)")
+    ] = "auto",
     master_port: Annotated[int, typer.Option(help="MASTER_PORT when it is not set")] = 29500,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="print the plan as JSON instead of running the command")] = False,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="say on stderr what the task gets")] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="print the plan as JSON instead of running the command")
+    ] = False,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="say on stderr what the task gets")
+    ] = False,
 ) -> None:
     """Run CMD as this task's rank of the placement: only its planned GPU visible (CUDA_VISIBLE_DEVICES, or
     ROCR_VISIBLE_DEVICES for AMD), LOCAL_RANK=0, CPUs and memory on the GPU's NUMA node.
@@ -36,8 +52,15 @@ def bind(
 
     env = dict(os.environ)
     try:
-        p = plan(command, env, placement=placement, rank=rank, host_check=host_check, cpu_bind=cpu_bind,
-                 master_port=master_port)
+        p = plan(
+            command,
+            env,
+            placement=placement,
+            rank=rank,
+            host_check=host_check,
+            cpu_bind=cpu_bind,
+            master_port=master_port,
+        )
         for note in p.notes[1:]:
             err.print(f"[yellow]placement bind: note:[/] {escape(note)}", highlight=False, soft_wrap=True)
         if verbose:
@@ -53,4 +76,6 @@ def bind(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("bind", context_settings={"allow_interspersed_args": False, "ignore_unknown_options": True})(bind)
+    app.command("bind", context_settings={"allow_interspersed_args": False, "ignore_unknown_options": True})(
+        bind
+    )

@@ -42,9 +42,15 @@ def guard(fn: F) -> F:
             fail(escape(e.render()), 2)
         except InfeasibleError as e:
             reasons = e.reasons[:RENDER_LIMIT]
-            more = f"\n  ... and {len(e.reasons) - len(reasons)} more" if len(e.reasons) > len(reasons) else ""
-            fail("no placement satisfies the hard rules:\n" + "\n".join(f"  - {escape(r[:500])}" for r in reasons)
-                 + more, 3)
+            more = (
+                f"\n  ... and {len(e.reasons) - len(reasons)} more" if len(e.reasons) > len(reasons) else ""
+            )
+            fail(
+                "no placement satisfies the hard rules:\n"
+                + "\n".join(f"  - {escape(r[:500])}" for r in reasons)
+                + more,
+                3,
+            )
         except PlacementError as e:
             fail(escape(str(e)[:2000]), 2)
         except FileNotFoundError as e:
@@ -54,8 +60,11 @@ def guard(fn: F) -> F:
         except PermissionError as e:
             fail(f"{escape(str(e.filename))}: permission denied", 2)
         except UnicodeDecodeError as e:
-            fail(f"an input is not UTF-8 text: byte 0x{e.object[e.start]:02x} at byte offset {e.start} "
-                 f"({escape(e.reason)}); save it as UTF-8", 2)
+            fail(
+                f"an input is not UTF-8 text: byte 0x{e.object[e.start]:02x} at byte offset {e.start} "
+                f"({escape(e.reason)}); save it as UTF-8",
+                2,
+            )
         except RecursionError:
             fail("an input is nested too deeply to read", 2)
         except MemoryError:

@@ -19,17 +19,44 @@ __all__ = ["export_cmd", "register"]
 @guard
 def export_cmd(
     mapping: Annotated[Path, typer.Argument(help="a result JSON/YAML (placement place --out) or a mapping")],
-    format: Annotated[str, typer.Option("--format", help="rankfile, hostfile, slurm, torchrun, dotenv, k8s, json or yaml")] = "rankfile",
-    cluster: Annotated[Path | None, typer.Option(help="cluster file: CPU/NUMA affinity and kinds of the devices (k8s: the levels)")] = None,
-    out_file: Annotated[Path | None, typer.Option("--out", help="write here (dotenv: a directory, one file per rank)")] = None,
-    placement_path: Annotated[str | None, typer.Option(help="where `placement bind` finds the result on the compute nodes (default: MAPPING's absolute path)")] = None,
-    bind_cmd: Annotated[str, typer.Option(help="the placement executable on the compute nodes")] = "placement",
+    format: Annotated[
+        str, typer.Option("--format", help="rankfile, hostfile, slurm, torchrun, dotenv, k8s, json or yaml")
+    ] = "rankfile",
+    cluster: Annotated[
+        Path | None,
+        typer.Option(help="cluster file: CPU/NUMA affinity and kinds of the devices (k8s: the levels)"),
+    ] = None,
+    out_file: Annotated[
+        Path | None, typer.Option("--out", help="write here (dotenv: a directory, one file per rank)")
+    ] = None,
+    placement_path: Annotated[
+        str | None,
+        typer.Option(
+            help="where `placement bind` finds the result on the compute nodes (default: MAPPING's absolute path)"
+        ),
+    ] = None,
+    bind_cmd: Annotated[
+        str, typer.Option(help="the placement executable on the compute nodes")
+    ] = "placement",
     master_port: Annotated[int, typer.Option(help="MASTER_PORT (torchrun, dotenv, k8s)")] = 29500,
     image: Annotated[str | None, typer.Option(help="k8s: container image of the rank Pods")] = None,
-    command: Annotated[str | None, typer.Option(help="k8s: the command each Pod runs, e.g. 'python train.py'")] = None,
-    label: Annotated[list[str] | None, typer.Option(help="k8s: LEVEL=NODE_LABEL_KEY for each level above the host, repeatable")] = None,
-    gpu_resource: Annotated[str | None, typer.Option(help="k8s: the GPU resource name (default nvidia.com/gpu, amd.com/gpu for AMD kinds)")] = None,
-    gpus_per_node: Annotated[int | None, typer.Option(help="slurm: GPUs to request per node when more than its ranks (e.g. all free ones, so the allocation covers the plan)")] = None,
+    command: Annotated[
+        str | None, typer.Option(help="k8s: the command each Pod runs, e.g. 'python train.py'")
+    ] = None,
+    label: Annotated[
+        list[str] | None,
+        typer.Option(help="k8s: LEVEL=NODE_LABEL_KEY for each level above the host, repeatable"),
+    ] = None,
+    gpu_resource: Annotated[
+        str | None,
+        typer.Option(help="k8s: the GPU resource name (default nvidia.com/gpu, amd.com/gpu for AMD kinds)"),
+    ] = None,
+    gpus_per_node: Annotated[
+        int | None,
+        typer.Option(
+            help="slurm: GPUs to request per node when more than its ranks (e.g. all free ones, so the allocation covers the plan)"
+        ),
+    ] = None,
 ) -> None:
     """Turn a placement into what a launcher reads: an OpenMPI rankfile, a SLURM_HOSTFILE, a Slurm script, a
     torchrun script, per-rank dotenv files or Kubernetes manifests. Launched tasks run `placement bind`."""
@@ -58,8 +85,10 @@ def export_cmd(
         fail(f"--master-port: must be in 1..65535, got {master_port}", 2)
     doc = load_document(mapping)
     if is_legacy_result(doc):
-        err.print(f"[yellow]deprecated:[/] {escape(str(mapping))} is a native result of an earlier release; it is read "
-                  "for one more release. Results are now the PlaceResponse JSON mapping (`placement place --output json`).")
+        err.print(
+            f"[yellow]deprecated:[/] {escape(str(mapping))} is a native result of an earlier release; it is read "
+            "for one more release. Results are now the PlaceResponse JSON mapping (`placement place --output json`)."
+        )
     seats = seats_from_document(doc, str(mapping))
     topo = None
     if cluster is not None:
@@ -76,9 +105,17 @@ def export_cmd(
         labels[lvl] = key
     body = result_body(doc)
     job = str(body.get("job", mapping.stem)) if isinstance(body, dict) else mapping.stem
-    opts = ExportOptions(job=job, placement_path=placement_path or str(mapping.resolve()), master_port=master_port,
-                         bind=bind_cmd, command=tuple(shlex.split(command)) if command else (), image=image,
-                         level_labels=labels, gpu_resource=gpu_resource, gpus_per_node=gpus_per_node)
+    opts = ExportOptions(
+        job=job,
+        placement_path=placement_path or str(mapping.resolve()),
+        master_port=master_port,
+        bind=bind_cmd,
+        command=tuple(shlex.split(command)) if command else (),
+        image=image,
+        level_labels=labels,
+        gpu_resource=gpu_resource,
+        gpus_per_node=gpus_per_node,
+    )
     document = doc if isinstance(doc, dict) else None
     try:
         if format in MULTI_FILE and out_file is not None:

@@ -38,8 +38,9 @@ def _say(warnings: Sequence[str]) -> None:
         err.print(f"[yellow]warning:[/] ... and {len(warnings) - MAX_WARNINGS} more warning(s)")
 
 
-def read_node_file(path: Path, *, model: str = "MI300X", nvlink: int | None = None,
-                   xgmi_gbps: float | None = None) -> NodeTopology:
+def read_node_file(
+    path: Path, *, model: str = "MI300X", nvlink: int | None = None, xgmi_gbps: float | None = None
+) -> NodeTopology:
     """One host's topology from nvidia-smi, rocm-smi or NCCL XML output, chosen by content."""
     text = read_text(path)
     kind = sniff(text)
@@ -54,8 +55,16 @@ def read_node_file(path: Path, *, model: str = "MI300X", nvlink: int | None = No
     from placement.io.nvidia_smi import parse_nvidia_smi
 
     nt = parse_nvidia_smi(text, str(path))
-    return NodeTopology(nt.gpus, "gpu", nt.matrix, nt.rails, nics=nt.nics, numa=nt.numa_affinity,
-                        cpu_affinity=nt.cpu_affinity, warnings=nt.warnings)
+    return NodeTopology(
+        nt.gpus,
+        "gpu",
+        nt.matrix,
+        nt.rails,
+        nics=nt.nics,
+        numa=nt.numa_affinity,
+        cpu_affinity=nt.cpu_affinity,
+        warnings=nt.warnings,
+    )
 
 
 def _node_tier(nt: NodeTopology | None, nv_gbps: float | None) -> tuple[tuple[float, float], str]:
@@ -69,8 +78,10 @@ def _node_tier(nt: NodeTopology | None, nv_gbps: float | None) -> tuple[tuple[fl
         from placement.topology import DEFAULT_INTRA_NODE_TIERS, Tier
 
         table = dict(DEFAULT_INTRA_NODE_TIERS) | ({"NV": Tier(nv_gbps, 1.0)} if nv_gbps else {})
-        best = max((c for r in nt.matrix for c in r if c != "X"),
-                   key=lambda c: intra_node_tier(c, table).bandwidth_gbps)
+        best = max(
+            (c for r in nt.matrix for c in r if c != "X"),
+            key=lambda c: intra_node_tier(c, table).bandwidth_gbps,
+        )
         why = f"the node matrix's best GPU pair, {best}"
         if not best.startswith("NV"):
             why += ": PCIe only, the node file lists no NVLink"
@@ -78,8 +89,14 @@ def _node_tier(nt: NodeTopology | None, nv_gbps: float | None) -> tuple[tuple[fl
     return NODE_TIER, "a one-GPU node: an H100-class host"
 
 
-def _tiers(names: list[str], roles: list[str], specs: list[str], node: tuple[float, float], node_source: str,
-           leaf_gbps: float | None) -> tuple[list[dict[str, Any]], list[str]]:
+def _tiers(
+    names: list[str],
+    roles: list[str],
+    specs: list[str],
+    node: tuple[float, float],
+    node_source: str,
+    leaf_gbps: float | None,
+) -> tuple[list[dict[str, Any]], list[str]]:
     """The levels with their tiers, and a description of each tier left at its default (for the note)."""
     out: dict[str, tuple[float, float]] = {}
     why: dict[str, str] = {}
@@ -94,8 +111,13 @@ def _tiers(names: list[str], roles: list[str], specs: list[str], node: tuple[flo
         else:
             bw, lat = SWITCH_TIERS[min(k, len(SWITCH_TIERS) - 1)]
             out[name] = (leaf_gbps, lat) if k == 0 and leaf_gbps else (bw, lat)
-            why[name] = ("leaf: the fabric's link speed" if k == 0 and leaf_gbps else
-                         "leaf: a 400G link" if k == 0 else "a 400G fat-tree tapered 2:1 per level")
+            why[name] = (
+                "leaf: the fabric's link speed"
+                if k == 0 and leaf_gbps
+                else "leaf: a 400G link"
+                if k == 0
+                else "a 400G fat-tree tapered 2:1 per level"
+            )
             k += 1
     for name in apply_tier_specs(specs, out):
         why.pop(name, None)
@@ -111,10 +133,19 @@ def _hca_rails(devices: int, rails: list[int]) -> list[int | None]:
     return [rails[k * len(rails) // devices] for k in range(devices)]
 
 
-def build_cluster(name: str, levels: list[str], roles: list[str], hosts: list[dict[str, Any]],
-                  node_types: dict[str, NodeTopology], *, kind: str | None, tiers: list[str],
-                  host_nics: dict[str, list[tuple[int | None, float | None]]] | None = None,
-                  gpus_per_node: int = 8, rail_optimized: bool = False) -> tuple[dict[str, Any], list[str]]:
+def build_cluster(
+    name: str,
+    levels: list[str],
+    roles: list[str],
+    hosts: list[dict[str, Any]],
+    node_types: dict[str, NodeTopology],
+    *,
+    kind: str | None,
+    tiers: list[str],
+    host_nics: dict[str, list[tuple[int | None, float | None]]] | None = None,
+    gpus_per_node: int = 8,
+    rail_optimized: bool = False,
+) -> tuple[dict[str, Any], list[str]]:
     """The native cluster dict: levels with tiers, node types (from node files, or from the fabric's HCAs),
     hosts referring to them; validated with `cluster_from_dict`. Returns it and the notes to print."""
     from placement.io.native import cluster_from_dict
@@ -124,7 +155,9 @@ def build_cluster(name: str, levels: list[str], roles: list[str], hosts: list[di
     nv = {nt.nv_link_gbps for nt in node_types.values() if nt.nv_link_gbps}
     nv_gbps = max(nv) if nv else None
     if len(nv) > 1:
-        notes.append(f"node files state NV links of {sorted(nv)} GB/s; the cluster has one NV tier: {nv_gbps:g}")
+        notes.append(
+            f"node files state NV links of {sorted(nv)} GB/s; the cluster has one NV tier: {nv_gbps:g}"
+        )
     first = next(iter(node_types.values()), None)
     leaf = None
     if host_nics:
@@ -202,9 +235,16 @@ def _level_spec(spec: str | None, hosts: int) -> tuple[list[str], list[int]]:
     parts = spec.split(",")
     for i, part in enumerate(parts):
         m = re.fullmatch(r"\s*([A-Za-z_][\w-]*)\s*(?::\s*(\d+))?\s*", part)
-        if m is None or (m.group(2) is None and i < len(parts) - 1) or (m.group(2) is not None and int(m.group(2)) < 1):
-            fail(f"--levels {escape(spec)!r}: write NAME:FANOUT,... bottom up (hosts per domain, then domains per "
-                 "domain), the last NAME may omit its fan-out, e.g. rack:4,cluster", 2)
+        if (
+            m is None
+            or (m.group(2) is None and i < len(parts) - 1)
+            or (m.group(2) is not None and int(m.group(2)) < 1)
+        ):
+            fail(
+                f"--levels {escape(spec)!r}: write NAME:FANOUT,... bottom up (hosts per domain, then domains per "
+                "domain), the last NAME may omit its fan-out, e.g. rack:4,cluster",
+                2,
+            )
         assert m is not None
         if m.group(1) == "node" or m.group(1) in names:
             fail(f"--levels {escape(spec)!r}: level {m.group(1)!r} is the host level or repeated", 2)
@@ -213,14 +253,31 @@ def _level_spec(spec: str | None, hosts: int) -> tuple[list[str], list[int]]:
     return names, fans
 
 
-def _node_files_cmd(files: list[Path], host: str | None, hosts: str | None, levels: str | None, kind: str | None,
-                    tier: list[str] | None, out_file: Path | None, expect: str, **read: Any) -> None:
+def _node_files_cmd(
+    files: list[Path],
+    host: str | None,
+    hosts: str | None,
+    levels: str | None,
+    kind: str | None,
+    tier: list[str] | None,
+    out_file: Path | None,
+    expect: str,
+    **read: Any,
+) -> None:
     for f in files:
         refuse_other_format(read_text(f), str(f), expect)
-    names = [h.strip() for h in hosts.split(",")] if hosts else [host] if host else (
-        [f.stem for f in files] if len(files) > 1 else ["node0"])
+    names = (
+        [h.strip() for h in hosts.split(",")]
+        if hosts
+        else [host]
+        if host
+        else ([f.stem for f in files] if len(files) > 1 else ["node0"])
+    )
     if len(names) != len(files):
-        fail(f"--hosts names {len(names)} host(s) for {len(files)} file(s); give one name per file, in order", 2)
+        fail(
+            f"--hosts names {len(names)} host(s) for {len(files)} file(s); give one name per file, in order",
+            2,
+        )
     if len(set(names)) != len(names):
         fail("--hosts: each host needs its own name", 2)
     tops: dict[str, NodeTopology] = {}
@@ -246,11 +303,21 @@ def _node_files_cmd(files: list[Path], host: str | None, hosts: str | None, leve
         host_docs.append({"name": h, "domains": doms, "node_file": key_of[h]})
     tops_top = {d["domains"][lv_names[-1]] for d in host_docs} if lv_names else set()
     if len(tops_top) > 1:
-        fail(f"--levels {escape(levels or '')!r}: the top level {lv_names[-1]!r} has {len(tops_top)} domains; end with "
-             "a level without fan-out (it holds everything), e.g. rack:4,cluster", 2)
+        fail(
+            f"--levels {escape(levels or '')!r}: the top level {lv_names[-1]!r} has {len(tops_top)} domains; end with "
+            "a level without fan-out (it holds everything), e.g. rack:4,cluster",
+            2,
+        )
     name = names[0] if len(names) == 1 else Path(files[0]).parent.name or "cluster"
-    doc, notes = build_cluster(name, ["node", *lv_names], ["node", *(["switch"] * len(lv_names))], host_docs, tops,
-                               kind=kind, tiers=tier or [])
+    doc, notes = build_cluster(
+        name,
+        ["node", *lv_names],
+        ["node", *(["switch"] * len(lv_names))],
+        host_docs,
+        tops,
+        kind=kind,
+        tiers=tier or [],
+    )
     _write(doc, merge_warnings(per_host), notes, out_file)
 
 
@@ -267,8 +334,16 @@ def _node_specs(specs: list[str]) -> list[tuple[str, Path]]:
     return out
 
 
-def _fabric_cmd(fabric: Any, node_topo: list[str] | None, kind: str | None, tier: list[str] | None,
-                gpus_per_node: int, out_file: Path | None, *, use_rails: bool = True) -> None:
+def _fabric_cmd(
+    fabric: Any,
+    node_topo: list[str] | None,
+    kind: str | None,
+    tier: list[str] | None,
+    gpus_per_node: int,
+    out_file: Path | None,
+    *,
+    use_rails: bool = True,
+) -> None:
     from fnmatch import fnmatchcase
 
     if gpus_per_node < 1:
@@ -293,9 +368,18 @@ def _fabric_cmd(fabric: Any, node_topo: list[str] | None, kind: str | None, tier
     unused = [f"{p}={k}" for p, k in keys if k not in used]
     if unused:
         warnings.append(f"--node-topo {', '.join(unused)} matched no host")
-    doc, notes = build_cluster(fabric.doc["name"], names, fabric.roles, hosts, node_types, kind=kind, tiers=tier or [],
-                               host_nics=fabric.host_nics, gpus_per_node=gpus_per_node,
-                               rail_optimized=fabric.rail_optimized and use_rails)
+    doc, notes = build_cluster(
+        fabric.doc["name"],
+        names,
+        fabric.roles,
+        hosts,
+        node_types,
+        kind=kind,
+        tiers=tier or [],
+        host_nics=fabric.host_nics,
+        gpus_per_node=gpus_per_node,
+        rail_optimized=fabric.rail_optimized and use_rails,
+    )
     _write(doc, warnings, notes, out_file)
 
 
@@ -308,10 +392,22 @@ def register(import_app: typer.Typer) -> None:
         files: Annotated[list[Path], typer.Argument(help="NCCL/RCCL topology XML, one per host")],
         host: Annotated[str | None, typer.Option(help="host name (one file)")] = None,
         hosts: Annotated[str | None, typer.Option(help="host names, one per file, comma-separated")] = None,
-        levels: Annotated[str | None, typer.Option(help="levels above the hosts, NAME:FANOUT bottom up, e.g. rack:4,cluster")] = None,
-        kind: Annotated[str | None, typer.Option(help="device kind (default: from the XML, e.g. MI300X)")] = None,
-        nvlink: Annotated[int | None, typer.Option(help="NVLinks per GPU pair through NVSwitch, for files that list none (12: A100, 18: H100)")] = None,
-        xgmi_gbps: Annotated[float | None, typer.Option(help="xGMI GB/s per link and direction (default by GPU arch)")] = None,
+        levels: Annotated[
+            str | None,
+            typer.Option(help="levels above the hosts, NAME:FANOUT bottom up, e.g. rack:4,cluster"),
+        ] = None,
+        kind: Annotated[
+            str | None, typer.Option(help="device kind (default: from the XML, e.g. MI300X)")
+        ] = None,
+        nvlink: Annotated[
+            int | None,
+            typer.Option(
+                help="NVLinks per GPU pair through NVSwitch, for files that list none (12: A100, 18: H100)"
+            ),
+        ] = None,
+        xgmi_gbps: Annotated[
+            float | None, typer.Option(help="xGMI GB/s per link and direction (default by GPU arch)")
+        ] = None,
         tier: Annotated[list[str] | None, typer.Option(help="LEVEL=GBPS:US, repeatable")] = None,
         out_file: Annotated[Path | None, typer.Option("--out", help="write the cluster YAML here")] = None,
     ) -> None:
@@ -320,8 +416,9 @@ def register(import_app: typer.Typer) -> None:
             fail(f"--nvlink: must be >= 1, got {nvlink}", 2)
         if xgmi_gbps is not None and xgmi_gbps <= 0:
             fail(f"--xgmi-gbps: must be > 0, got {xgmi_gbps:g}", 2)
-        _node_files_cmd(files, host, hosts, levels, kind, tier, out_file, "nccl-xml", nvlink=nvlink,
-                        xgmi_gbps=xgmi_gbps)
+        _node_files_cmd(
+            files, host, hosts, levels, kind, tier, out_file, "nccl-xml", nvlink=nvlink, xgmi_gbps=xgmi_gbps
+        )
 
     @import_app.command("rocm-smi")
     @guard
@@ -329,8 +426,12 @@ def register(import_app: typer.Typer) -> None:
         files: Annotated[list[Path], typer.Argument(help="output of `rocm-smi --showtopo`, one per host")],
         host: Annotated[str | None, typer.Option(help="host name (one file)")] = None,
         hosts: Annotated[str | None, typer.Option(help="host names, one per file, comma-separated")] = None,
-        model: Annotated[str, typer.Option(help="GPU model for link defaults: MI300X, MI250, MI100, MI355X")] = "MI300X",
-        levels: Annotated[str | None, typer.Option(help="levels above the hosts, NAME:FANOUT bottom up")] = None,
+        model: Annotated[
+            str, typer.Option(help="GPU model for link defaults: MI300X, MI250, MI100, MI355X")
+        ] = "MI300X",
+        levels: Annotated[
+            str | None, typer.Option(help="levels above the hosts, NAME:FANOUT bottom up")
+        ] = None,
         kind: Annotated[str | None, typer.Option(help="device kind (default: the model)")] = None,
         tier: Annotated[list[str] | None, typer.Option(help="LEVEL=GBPS:US, repeatable")] = None,
         out_file: Annotated[Path | None, typer.Option("--out", help="write the cluster YAML here")] = None,
@@ -342,11 +443,20 @@ def register(import_app: typer.Typer) -> None:
     @guard
     def import_ibnetdiscover(
         file: Annotated[Path, typer.Argument(help="output of `ibnetdiscover`")],
-        levels: Annotated[str | None, typer.Option(help="names for the switch levels bottom up (default leaf,spine,core)")] = None,
+        levels: Annotated[
+            str | None, typer.Option(help="names for the switch levels bottom up (default leaf,spine,core)")
+        ] = None,
         gpus_per_node: Annotated[int, typer.Option(help="GPUs per host (without --node-topo)")] = 8,
         kind: Annotated[str | None, typer.Option(help="device kind")] = None,
-        node_topo: Annotated[list[str] | None, typer.Option(help="FILE or HOST_GLOB=FILE (nvidia-smi, rocm-smi or NCCL XML); repeatable, first match wins")] = None,
-        rail_policy: Annotated[bool, typer.Option(help="add a rail policy when the fabric is rail-optimized")] = True,
+        node_topo: Annotated[
+            list[str] | None,
+            typer.Option(
+                help="FILE or HOST_GLOB=FILE (nvidia-smi, rocm-smi or NCCL XML); repeatable, first match wins"
+            ),
+        ] = None,
+        rail_policy: Annotated[
+            bool, typer.Option(help="add a rail policy when the fabric is rail-optimized")
+        ] = True,
         tier: Annotated[list[str] | None, typer.Option(help="LEVEL=GBPS:US, repeatable")] = None,
         out_file: Annotated[Path | None, typer.Option("--out", help="write the cluster YAML here")] = None,
     ) -> None:
@@ -360,10 +470,17 @@ def register(import_app: typer.Typer) -> None:
     @guard
     def import_topograph(
         file: Annotated[Path, typer.Argument(help="a topograph model (YAML) or request payload (JSON)")],
-        levels: Annotated[str | None, typer.Option(help="names for the levels above the hosts, bottom up")] = None,
+        levels: Annotated[
+            str | None, typer.Option(help="names for the levels above the hosts, bottom up")
+        ] = None,
         gpus_per_node: Annotated[int, typer.Option(help="GPUs per host (without --node-topo)")] = 8,
         kind: Annotated[str | None, typer.Option(help="device kind")] = None,
-        node_topo: Annotated[list[str] | None, typer.Option(help="FILE or HOST_GLOB=FILE (nvidia-smi, rocm-smi or NCCL XML); repeatable, first match wins")] = None,
+        node_topo: Annotated[
+            list[str] | None,
+            typer.Option(
+                help="FILE or HOST_GLOB=FILE (nvidia-smi, rocm-smi or NCCL XML); repeatable, first match wins"
+            ),
+        ] = None,
         tier: Annotated[list[str] | None, typer.Option(help="LEVEL=GBPS:US, repeatable")] = None,
         out_file: Annotated[Path | None, typer.Option("--out", help="write the cluster YAML here")] = None,
     ) -> None:

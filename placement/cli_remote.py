@@ -13,11 +13,24 @@ from typing import Any
 from placement.cli_errors import escape, fail
 from placement.cli_tables import headline, print_report
 
-__all__ = ["place_batch_remote", "place_request", "print_result", "registry_call", "registry_watch", "serve_main"]
+__all__ = [
+    "place_batch_remote",
+    "place_request",
+    "print_result",
+    "registry_call",
+    "registry_watch",
+    "serve_main",
+]
 
 
-def place_request(request: Path, server: str | None, token: str | None, output: str, out_file: Path | None,
-                  write: Callable[[str, Path | None], None]) -> None:
+def place_request(
+    request: Path,
+    server: str | None,
+    token: str | None,
+    output: str,
+    out_file: Path | None,
+    write: Callable[[str, Path | None], None],
+) -> None:
     """`place --request`: offline through the same conversion the server uses, or over the wire."""
     from placement.io.export import export
     from placement.messages.files import dump_message, read_request
@@ -34,7 +47,10 @@ def place_request(request: Path, server: str | None, token: str | None, output: 
             lines = [f"{server}: {e.code.name}: {escape(e.message)}"]
             lines += [f"  - {f}: {escape(d)}" for f, d in e.field_violations]
             lines += [f"  - {escape(d)}" for _, _, d in e.precondition_violations]
-            fail("\n".join(lines), 3 if e.code.name == "FAILED_PRECONDITION" else 2 if e.code.name == "INVALID_ARGUMENT" else 4)
+            fail(
+                "\n".join(lines),
+                3 if e.code.name == "FAILED_PRECONDITION" else 2 if e.code.name == "INVALID_ARGUMENT" else 4,
+            )
             return
     else:
         from placement.messages import domain as convert
@@ -42,8 +58,9 @@ def place_request(request: Path, server: str | None, token: str | None, output: 
 
         inputs = convert.place_inputs(req)
         res = run_place(inputs.topology, inputs.state, inputs.job, inputs.options)
-        result = convert.result_to_proto(inputs.topology, inputs.job, res, time_limit_s=inputs.options.time_limit_s,
-                                         deadline_limited=False)
+        result = convert.result_to_proto(
+            inputs.topology, inputs.job, res, time_limit_s=inputs.options.time_limit_s, deadline_limited=False
+        )
     if output in ("json", "yaml"):
         write(dump_message(pb.PlaceResponse(result=result), output), out_file)
         return
@@ -54,7 +71,10 @@ def place_request(request: Path, server: str | None, token: str | None, output: 
         return
     seats = [(a.host, int(a.device.rpartition("/gpu")[2])) for a in result.mapping]
     if output == "kueue":
-        fail("--output kueue needs the cluster file: use `placement export RESULT --format kueue --cluster FILE`", 2)
+        fail(
+            "--output kueue needs the cluster file: use `placement export RESULT --format kueue --cluster FILE`",
+            2,
+        )
     write(export(output, seats), out_file)
 
 
@@ -62,7 +82,10 @@ def _rpc_failure(server: str, e: Any) -> None:
     lines = [f"{server}: {e.code.name}: {escape(e.message)}"]
     lines += [f"  - {f}: {escape(d)}" for f, d in e.field_violations]
     lines += [f"  - {escape(d)}" for _, _, d in e.precondition_violations if d not in e.message]
-    fail("\n".join(lines), 3 if e.code.name == "FAILED_PRECONDITION" else 2 if e.code.name == "INVALID_ARGUMENT" else 4)
+    fail(
+        "\n".join(lines),
+        3 if e.code.name == "FAILED_PRECONDITION" else 2 if e.code.name == "INVALID_ARGUMENT" else 4,
+    )
 
 
 def registry_call(server: str, token: str | None, method: str, request: Any, timeout_s: float = 120.0) -> Any:
@@ -95,15 +118,24 @@ def print_result(result: Any) -> None:
     from placement.messages.domain import report_from_proto
 
     rep = report_from_proto(result.cost, result.breakdown)
-    costs = {b.strategy: {"step_seconds": b.step_seconds if b.HasField("step_seconds") else None,
-                          "comm_seconds": b.comm_seconds if b.HasField("comm_seconds") else None}
-             for b in result.baselines}
+    costs = {
+        b.strategy: {
+            "step_seconds": b.step_seconds if b.HasField("step_seconds") else None,
+            "comm_seconds": b.comm_seconds if b.HasField("comm_seconds") else None,
+        }
+        for b in result.baselines
+    }
     gap = f"{100 * result.gap:.2f}%" if result.HasField("gap") else "-"
     bound = f"{result.lower_bound_s:.4f}" if result.HasField("lower_bound_s") else "-"
     source = result.stats.notes.get("bound_source") if result.HasField("stats") else None
     if source and result.HasField("lower_bound_s"):
         bound += f" ({source})"
-    status = type(result).DESCRIPTOR.fields_by_name["status"].enum_type.values_by_number[result.status].name.removeprefix("SOLVE_STATUS_")
+    status = (
+        type(result)
+        .DESCRIPTOR.fields_by_name["status"]
+        .enum_type.values_by_number[result.status]
+        .name.removeprefix("SOLVE_STATUS_")
+    )
     title = f"{result.job} ({len(result.mapping)} ranks): {status}, {headline(rep)}, surrogate bound {bound}, gap {gap}"
     print_report(title, rep, result.strategy, costs)
 

@@ -29,7 +29,9 @@ def _load_current(path: Path, topo: Topology, job: Job) -> list[int]:
     from placement.io.native import load_document, mapping_from_obj
     from placement.solve.repair import resolve_current
 
-    doc = result_body(load_document(path))  # a PlaceResponse (what `placement place --out` writes) or its result
+    doc = result_body(
+        load_document(path)
+    )  # a PlaceResponse (what `placement place --out` writes) or its result
     if isinstance(doc, dict) and "mapping" in doc:
         return mapping_from_obj(doc, topo, str(path))
     if not isinstance(doc, (list, dict)):
@@ -41,15 +43,27 @@ def _load_current(path: Path, topo: Topology, job: Job) -> list[int]:
 def repair(
     cluster: Annotated[Path, typer.Argument(help="cluster file")],
     job: Annotated[Path, typer.Argument(help="job file of the running job")],
-    current: Annotated[Path, typer.Argument(help="its current mapping: result JSON, list of device ids, or {rank: device}")],
-    state: Annotated[Path | None, typer.Option(help="the new state: failed/degraded devices and links, occupancy")] = None,
-    drain: Annotated[list[str] | None, typer.Option(help="a host or domain drained for maintenance (repeatable)")] = None,
-    spare: Annotated[list[str] | None, typer.Option(help="a spare device, host or domain: preferred target (repeatable)")] = None,
+    current: Annotated[
+        Path, typer.Argument(help="its current mapping: result JSON, list of device ids, or {rank: device}")
+    ],
+    state: Annotated[
+        Path | None, typer.Option(help="the new state: failed/degraded devices and links, occupancy")
+    ] = None,
+    drain: Annotated[
+        list[str] | None, typer.Option(help="a host or domain drained for maintenance (repeatable)")
+    ] = None,
+    spare: Annotated[
+        list[str] | None, typer.Option(help="a spare device, host or domain: preferred target (repeatable)")
+    ] = None,
     spares_only: Annotated[bool, typer.Option(help="move ranks only onto spares")] = False,
     max_moved_ranks: Annotated[int | None, typer.Option(help="move budget in ranks")] = None,
-    max_moved_hosts: Annotated[int | None, typer.Option(help="move budget in hosts that receive moved ranks")] = None,
+    max_moved_hosts: Annotated[
+        int | None, typer.Option(help="move budget in hosts that receive moved ranks")
+    ] = None,
     move_cost: Annotated[float, typer.Option(help="seconds one moved rank costs (checkpoint restore)")] = 0.0,
-    horizon: Annotated[float, typer.Option(help="steps the job still runs (weighs step seconds against move cost)")] = 1000.0,
+    horizon: Annotated[
+        float, typer.Option(help="steps the job still runs (weighs step seconds against move cost)")
+    ] = 1000.0,
     time_limit: Annotated[float, typer.Option(help="seconds for the whole repair")] = 5.0,
     workers: Annotated[int, typer.Option(help="CP-SAT workers")] = 2,
     seed: Annotated[int, typer.Option(help="random seed")] = 0,
@@ -73,17 +87,29 @@ def repair(
     st = load_state(state, topo, static) if state else (static or ClusterState())
     jb = load_job(job)
     cur = _load_current(current, topo, jb)
-    res = run_repair(topo, st, jb, cur, drain=drain or [], spares=spare or [], spares_only=spares_only,
-                     budget=RepairBudget(max_moved_ranks, max_moved_hosts, move_cost, horizon),
-                     options=SolveOptions(time_limit_s=time_limit, workers=workers, seed=seed))
+    res = run_repair(
+        topo,
+        st,
+        jb,
+        cur,
+        drain=drain or [],
+        spares=spare or [],
+        spares_only=spares_only,
+        budget=RepairBudget(max_moved_ranks, max_moved_hosts, move_cost, horizon),
+        options=SolveOptions(time_limit_s=time_limit, workers=workers, seed=seed),
+    )
     if output == "json":  # the RepairResponse JSON mapping, as the Repair RPC answers (docs/results.md)
         from placement.messages import dump_message
         from placement.messages.repair import repair_response
 
-        sys.stdout.write(dump_message(repair_response(topo, res, time_limit_s=time_limit, deadline_limited=False)))
+        sys.stdout.write(
+            dump_message(repair_response(topo, res, time_limit_s=time_limit, deadline_limited=False))
+        )
         return
-    title = (f"{jb.name}: {len(res.forced)} rank(s) on failed or drained devices; step before "
-             f"{res.before.step_seconds:.4f} s; least repair {res.min_moves} moves; {res.stats.get('wall_s', 0):.2f} s")
+    title = (
+        f"{jb.name}: {len(res.forced)} rank(s) on failed or drained devices; step before "
+        f"{res.before.step_seconds:.4f} s; least repair {res.min_moves} moves; {res.stats.get('wall_s', 0):.2f} s"
+    )
     t = Table(title=title)
     for c in ("", "answer", "moved ranks", "moved hosts", "step s", "vs before", "proven"):
         t.add_column(c, justify="left" if c in ("", "answer") else "right")
@@ -93,9 +119,15 @@ def repair(
     for i, a in enumerate(rows):
         mark = "*" if i == res.recommended and a in res.answers else ("x" if not a.within_budget else "")
         name = a.name if a is not res.replace or a in res.answers else "re-place (dominated)"
-        t.add_row(mark, name, str(a.moved_ranks), str(a.moved_hosts), f"{a.report.step_seconds:.4f}",
-                  f"{a.report.step_seconds / res.before.step_seconds - 1:+.1%}" if res.before.step_seconds else "-",
-                  "yes" if a.optimal else "")
+        t.add_row(
+            mark,
+            name,
+            str(a.moved_ranks),
+            str(a.moved_hosts),
+            f"{a.report.step_seconds:.4f}",
+            f"{a.report.step_seconds / res.before.step_seconds - 1:+.1%}" if res.before.step_seconds else "-",
+            "yes" if a.optimal else "",
+        )
     _out.print(t)
     rec = res.answers[res.recommended]
     for m in rec.moves[:16]:
@@ -110,7 +142,9 @@ def defrag(
     state: Annotated[Path | None, typer.Option(help="state file with the running jobs' occupancy")] = None,
     level: Annotated[str, typer.Option(help="the level of the domain to free, e.g. leaf")] = "leaf",
     hosts: Annotated[int | None, typer.Option(help="whole hosts the waiting job needs")] = None,
-    job: Annotated[Path | None, typer.Option(help="the waiting job (its ranks give --hosts and its device kind)")] = None,
+    job: Annotated[
+        Path | None, typer.Option(help="the waiting job (its ranks give --hosts and its device kind)")
+    ] = None,
     keep: Annotated[list[str] | None, typer.Option(help="a job id that must not move (repeatable)")] = None,
     output: Annotated[str, typer.Option(help="table or json")] = "table",
 ) -> None:
@@ -139,16 +173,30 @@ def defrag(
 
 
 def _defrag_document(res: DefragResult) -> dict[str, Any]:
-    return {"level": res.level, "hosts_needed": res.hosts_needed, "fits_today": res.fits_today,
-            "reasons": res.reasons,
-            "answers": [{"domain": a.domain, "hosts": a.hosts, "moved_ranks": a.moved_ranks, "jobs": a.jobs,
-                         "room_elsewhere": a.room_elsewhere,
-                         "moves": [{"job": j, "device": d} for j, d in a.devices]} for a in res.answers]}
+    return {
+        "level": res.level,
+        "hosts_needed": res.hosts_needed,
+        "fits_today": res.fits_today,
+        "reasons": res.reasons,
+        "answers": [
+            {
+                "domain": a.domain,
+                "hosts": a.hosts,
+                "moved_ranks": a.moved_ranks,
+                "jobs": a.jobs,
+                "room_elsewhere": a.room_elsewhere,
+                "moves": [{"job": j, "device": d} for j, d in a.devices],
+            }
+            for a in res.answers
+        ],
+    }
 
 
 def _print_defrag(res: DefragResult) -> None:
     head = "fits today" if res.fits_today else "does not fit today"
-    t = Table(title=f"{res.hosts_needed} whole hosts under one {res.level}: {head}; {res.considered} {res.level} domain(s) could be cleared")
+    t = Table(
+        title=f"{res.hosts_needed} whole hosts under one {res.level}: {head}; {res.considered} {res.level} domain(s) could be cleared"
+    )
     for c in ("domain", "moved ranks", "jobs touched", "jobs (ranks that move)", "hosts"):
         t.add_column(c)
     for a in res.answers:
@@ -171,8 +219,11 @@ class _WhatifGroup(TyperGroup):
 
 def whatif_group(sweep: Any) -> typer.Typer:
     """The `whatif` group: `sweep` (also the default: `whatif SWEEP`) and `defrag`."""
-    grp = typer.Typer(cls=_WhatifGroup, no_args_is_help=True,
-                      help="What-if studies: `whatif SWEEP` (a sweep file) or `whatif defrag CLUSTER`.")
+    grp = typer.Typer(
+        cls=_WhatifGroup,
+        no_args_is_help=True,
+        help="What-if studies: `whatif SWEEP` (a sweep file) or `whatif defrag CLUSTER`.",
+    )
     grp.command("sweep")(sweep)
     grp.command("defrag")(defrag)
     return grp

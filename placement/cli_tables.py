@@ -51,13 +51,26 @@ def _phase_table(report: CostReport) -> Table:
     t.add_column("seconds", justify="right")
     t.add_column("exposed", justify="right")
     for p in report.phases:
-        t.add_row(p.name, p.tier, p.algorithm or "-", p.critical or "-", f"{p.seconds:.4f}", f"{p.exposed_seconds:.4f}")
+        t.add_row(
+            p.name,
+            p.tier,
+            p.algorithm or "-",
+            p.critical or "-",
+            f"{p.seconds:.4f}",
+            f"{p.exposed_seconds:.4f}",
+        )
     if not report.phases:
         t.add_row("[dim]none[/]", "", "", "", "", "")
     else:
         t.add_section()
-        t.add_row("[bold]total[/]", "", "", "", f"{sum(p.seconds for p in report.phases):.4f}",
-                  f"{sum(p.exposed_seconds for p in report.phases):.4f}")
+        t.add_row(
+            "[bold]total[/]",
+            "",
+            "",
+            "",
+            f"{sum(p.seconds for p in report.phases):.4f}",
+            f"{sum(p.exposed_seconds for p in report.phases):.4f}",
+        )
     return t
 
 
@@ -85,7 +98,12 @@ def _baseline_table(strategy: str, report: CostReport, costs: dict[str, dict[str
     t.add_column("step s", justify="right")
     t.add_column("exposed comm s", justify="right")
     t.add_column("step vs answer", justify="right")
-    t.add_row(f"[bold]{strategy} (answer)[/]", f"[bold]{report.step_seconds:.4f}[/]", f"{report.comm_seconds:.4f}", "x1.00")
+    t.add_row(
+        f"[bold]{strategy} (answer)[/]",
+        f"[bold]{report.step_seconds:.4f}[/]",
+        f"{report.comm_seconds:.4f}",
+        "x1.00",
+    )
     for name, c in costs.items():
         step, comm = c["step_seconds"], c["comm_seconds"]
         ratio = "" if step is None or not report.step_seconds else f"x{step / report.step_seconds:.2f}"
@@ -93,8 +111,12 @@ def _baseline_table(strategy: str, report: CostReport, costs: dict[str, dict[str
     return t
 
 
-def print_report(title: str, report: CostReport, strategy: str | None = None,
-                  costs: dict[str, dict[str, float | None]] | None = None) -> None:
+def print_report(
+    title: str,
+    report: CostReport,
+    strategy: str | None = None,
+    costs: dict[str, dict[str, float | None]] | None = None,
+) -> None:
     out.print(title, highlight=False, soft_wrap=True)
     out.print(_step_table("the modeled step", report))
     out.print(_phase_table(report))

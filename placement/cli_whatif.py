@@ -35,8 +35,6 @@ _out = Console()
 _err = err
 
 
-
-
 class _RateColumn(ProgressColumn):
     """Points per second."""
 
@@ -45,9 +43,17 @@ class _RateColumn(ProgressColumn):
         return Text("-- pts/s" if speed is None else f"{speed:.2f} pts/s", style="progress.data.speed")
 
 
-def render_picture(topology: Topology, state: ClusterState, job: Job, mapping: Sequence[int],
-                   report: CostReport | None, path: str | Path, *, color_by: str | None = None,
-                   console: Console | None = None) -> Path:
+def render_picture(
+    topology: Topology,
+    state: ClusterState,
+    job: Job,
+    mapping: Sequence[int],
+    report: CostReport | None,
+    path: str | Path,
+    *,
+    color_by: str | None = None,
+    console: Console | None = None,
+) -> Path:
     """Draw the placement to `path` (SVG, PNG or PDF by suffix); returns the path. With `console`, say so there.
 
     For `place` and `evaluate`: ``if picture: render_picture(topo, st, jb, mapping, report, picture)``. A bad
@@ -66,14 +72,27 @@ def render_picture(topology: Topology, state: ClusterState, job: Job, mapping: S
 
 @guard
 def whatif(
-    sweep: Annotated[Path, typer.Argument(help="sweep file (YAML/JSON): base cluster and job, and the axes to vary")],
-    workers: Annotated[int | None, typer.Option(help="local worker processes (default: the usable cores)")] = None,
-    out_dir: Annotated[Path | None, typer.Option("--out", help="directory for results.csv and the plots (default: whatif-NAME)")] = None,
-    resume: Annotated[bool, typer.Option(help="keep finished points of an earlier run in the CSV and skip them")] = False,
+    sweep: Annotated[
+        Path, typer.Argument(help="sweep file (YAML/JSON): base cluster and job, and the axes to vary")
+    ],
+    workers: Annotated[
+        int | None, typer.Option(help="local worker processes (default: the usable cores)")
+    ] = None,
+    out_dir: Annotated[
+        Path | None,
+        typer.Option("--out", help="directory for results.csv and the plots (default: whatif-NAME)"),
+    ] = None,
+    resume: Annotated[
+        bool, typer.Option(help="keep finished points of an earlier run in the CSV and skip them")
+    ] = False,
     top: Annotated[int, typer.Option(help="rows per ranked table")] = 10,
     plots: Annotated[bool, typer.Option(help="draw the PNG/SVG plots")] = True,
-    executor: Annotated[str, typer.Option(help="where points run: local (worker processes) or ray")] = "local",
-    address: Annotated[str | None, typer.Option(help="Ray cluster address (--executor ray; default: start a local head)")] = None,
+    executor: Annotated[
+        str, typer.Option(help="where points run: local (worker processes) or ray")
+    ] = "local",
+    address: Annotated[
+        str | None, typer.Option(help="Ray cluster address (--executor ray; default: start a local head)")
+    ] = None,
 ) -> None:
     """Run a what-if sweep: shapes x occupancy x cluster variants x strategies, ranked by modeled step time (with
     exposed comm, MFU and tokens/s), plotted, in a CSV."""
@@ -89,9 +108,16 @@ def whatif(
     out = out_dir if out_dir is not None else Path(f"whatif-{sw.name}")
     n_workers = workers if workers is not None else default_workers()
     progress = Progress(
-        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), _RateColumn(),
-        TextColumn("elapsed"), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
-        console=_err, transient=False,
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        _RateColumn(),
+        TextColumn("elapsed"),
+        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+        console=_err,
+        transient=False,
     )
     state: dict[str, Any] = {}
 
@@ -112,8 +138,11 @@ def whatif(
         n_workers = ex.workers
     with progress:
         run = run_sweep(sw, out, workers=n_workers, resume=resume, progress=on_progress, executor=ex)
-    _err.print(f"{run.total} points: {run.executed} run now on {n_workers} {'Ray ' if ex else ''}worker(s), {run.skipped} from an earlier run"
-               + (" [yellow](interrupted)[/]" if run.interrupted else ""), highlight=False)
+    _err.print(
+        f"{run.total} points: {run.executed} run now on {n_workers} {'Ray ' if ex else ''}worker(s), {run.skipped} from an earlier run"
+        + (" [yellow](interrupted)[/]" if run.interrupted else ""),
+        highlight=False,
+    )
     con = _out if _out.is_terminal else Console(width=150)  # a file or pipe gets whole tables, not 80 columns
     for t in ranked_tables(sw, run.rows, top=top):
         con.print(t)
@@ -122,8 +151,11 @@ def whatif(
         for p in plot_sweep(sw, run.rows, out):
             _err.print(f"wrote {p}", highlight=False)
     if run.interrupted:
-        _err.print(f"[yellow]interrupted:[/] {len(run.rows)} of {run.total} points are in {run.csv_path} (no plots); "
-                   f"run again with --resume to finish the rest", highlight=False)
+        _err.print(
+            f"[yellow]interrupted:[/] {len(run.rows)} of {run.total} points are in {run.csv_path} (no plots); "
+            f"run again with --resume to finish the rest",
+            highlight=False,
+        )
         raise typer.Exit(130)
 
 

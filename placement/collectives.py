@@ -61,8 +61,17 @@ from placement.job import CollectiveKind
 from placement.state import ClusterState, Uplink
 from placement.topology import Topology, intra_node_tier
 
-__all__ = ["MAX_NVLINKS", "TREE_EFFICIENCY", "Fabric", "Plan", "Stage", "best_ring", "matrix_ring", "nvswitch",
-           "phase_seconds"]
+__all__ = [
+    "MAX_NVLINKS",
+    "TREE_EFFICIENCY",
+    "Fabric",
+    "Plan",
+    "Stage",
+    "best_ring",
+    "matrix_ring",
+    "nvswitch",
+    "phase_seconds",
+]
 
 TREE_EFFICIENCY = 0.92  # share of the link rate NCCL's tree reaches (busBw * .92 in src/graph/tuning.cc)
 _SEARCH_BUDGET = 200_000  # DFS nodes per ring search; exact for any host NCCL sees (<= 16 devices, pruned)
@@ -102,7 +111,9 @@ def best_ring(cap: Sequence[Sequence[float]]) -> tuple[float, tuple[int, ...]]:
     if k == 2:
         b = min(cap[0][1], cap[1][0])
         return (b, (0, 1)) if b > 0 else (0.0, ())
-    order_of = [sorted((j for j in range(k) if j != i), key=cap[i].__getitem__, reverse=True) for i in range(k)]
+    order_of = [
+        sorted((j for j in range(k) if j != i), key=cap[i].__getitem__, reverse=True) for i in range(k)
+    ]
     best_b = 0.0
     best_order: tuple[int, ...] = ()
     path, used = [0], [False] * k
@@ -140,8 +151,12 @@ def _hops(order: Sequence[int]) -> list[tuple[int, int]]:
 
 
 @lru_cache(maxsize=4096)
-def matrix_ring(matrix: tuple[tuple[str, ...], ...], tiers: tuple[tuple[str, float, float], ...],
-                members: tuple[int, ...], slow: tuple[tuple[int, int, float], ...] = ()) -> tuple[float, float, str]:
+def matrix_ring(
+    matrix: tuple[tuple[str, ...], ...],
+    tiers: tuple[tuple[str, float, float], ...],
+    members: tuple[int, ...],
+    slow: tuple[tuple[int, int, float], ...] = (),
+) -> tuple[float, float, str]:
     """Ring bandwidth (GB/s), per-step latency (µs) and bottleneck code of `members` (local indices) of a host.
 
     `tiers` are ``(code, bandwidth, latency)`` of the cluster's intra-node table, `slow` degraded pairs
@@ -152,7 +167,10 @@ def matrix_ring(matrix: tuple[tuple[str, ...], ...], tiers: tuple[tuple[str, flo
     table = {c: Tier(bw, lat) for c, bw, lat in tiers}
     k = len(members)
     codes = [[matrix[a][b] for b in members] for a in members]
-    tier = [[intra_node_tier(codes[i][j], table) if i != j else Tier(math.inf, 0.0) for j in range(k)] for i in range(k)]
+    tier = [
+        [intra_node_tier(codes[i][j], table) if i != j else Tier(math.inf, 0.0) for j in range(k)]
+        for i in range(k)
+    ]
     cap = [[tier[i][j].bandwidth_gbps for j in range(k)] for i in range(k)]
     for i, j, f in slow:
         cap[i][j] /= f
@@ -188,7 +206,9 @@ def nvswitch(matrix: tuple[tuple[str, ...], ...]) -> bool:
     NVLink bridges) add up to at most `MAX_NVLINKS` per device.
     """
     for a, row in enumerate(matrix):
-        total = sum(int(c[2:]) for b, c in enumerate(row) if b != a and c.startswith("NV") and c[2:].isdigit())
+        total = sum(
+            int(c[2:]) for b, c in enumerate(row) if b != a and c.startswith("NV") and c[2:].isdigit()
+        )
         if total > MAX_NVLINKS:
             return True
     return False
@@ -220,7 +240,9 @@ class Fabric:
         self._edges: dict[tuple[int, int, float, float, bool], Plan] = {}
         self._single: dict[tuple[int, tuple[int, ...], CollectiveKind, float], Plan] = {}
         self.local_of = tuple(d.local_index for d in topology.devices)
-        self.tiers_key = tuple(sorted((c, t.bandwidth_gbps, t.latency_us) for c, t in topology.intra_node_tiers.items()))
+        self.tiers_key = tuple(
+            sorted((c, t.bandwidth_gbps, t.latency_us) for c, t in topology.intra_node_tiers.items())
+        )
         nic_default = lv[1].tier.bandwidth_gbps if len(lv) > 1 else lv[0].tier.bandwidth_gbps
         up_slow = state.uplink_slowdown
         # resource r = base[l] + 2 * domain + direction (0 out/up, 1 in/down); caps in GB/s
@@ -240,7 +262,9 @@ class Fabric:
                     f = up_slow.get(Uplink(0, h), 1.0) if up_slow else 1.0
                     self.nics.append(nics)
                     self.nic_gbps.append(per / f)
-                    plain = nt.matrix is None and not nt.mesh_link_gbps  # the level-0 tier is the device's host link
+                    plain = (
+                        nt.matrix is None and not nt.mesh_link_gbps
+                    )  # the level-0 tier is the device's host link
                     self.dev_link.append(lv[0].tier.bandwidth_gbps if plain else math.inf)
                     caps += [nics * per / lv[0].oversubscription / f] * 2
             else:
@@ -282,8 +306,11 @@ class Fabric:
         pos = {self.local_of[d]: i for i, d in enumerate(sorted(devices, key=lambda d: self.local_of[d]))}
         sl: tuple[tuple[int, int, float], ...] = ()
         if slow:
-            sl = tuple((pos[self.local_of[a]], pos[self.local_of[b]], f) for a, b, f in slow
-                       if self.local_of[a] in pos and self.local_of[b] in pos and self.host_of[b] == host)
+            sl = tuple(
+                (pos[self.local_of[a]], pos[self.local_of[b]], f)
+                for a, b, f in slow
+                if self.local_of[a] in pos and self.local_of[b] in pos and self.host_of[b] == host
+            )
         bw, lat, code = matrix_ring(nt.matrix, self.tiers_key, locs, sl)
         out = (bw, lat, f"{t.levels[0].name}:{code}")
         if not slow:
@@ -312,7 +339,9 @@ class Fabric:
 
             path = group_path(t, self.state, devices)
             vol, steps = _volume(kind, n, size)
-            return Plan("ring", steps * path.latency_us * 1e-6, (Stage(vol / (path.bandwidth_gbps * 1e9), "graph"),))
+            return Plan(
+                "ring", steps * path.latency_us * 1e-6, (Stage(vol / (path.bandwidth_gbps * 1e9), "graph"),)
+            )
         by_host: dict[int, list[int]] = {}
         host_of = self.host_of
         for d in devices:
@@ -321,7 +350,12 @@ class Fabric:
             ((h, devs),) = by_host.items()
             nt = t.host_types[h]
             cacheable = slow == 1.0 and h not in self._pair_slow
-            key = (id(nt), tuple(sorted(self.local_of[d] for d in devs)) if nt.matrix is not None else (n,), kind, size)
+            key = (
+                id(nt),
+                tuple(sorted(self.local_of[d] for d in devs)) if nt.matrix is not None else (n,),
+                kind,
+                size,
+            )
             if cacheable and key in self._single:
                 return self._single[key]
             bw, lat, name = self.host_ring(h, devs)
@@ -343,8 +377,9 @@ class Fabric:
             ups += [(li, k) for k in sorted({col[r] for r in reps})]
         return lca, ups
 
-    def _multi_host(self, kind: CollectiveKind, by_host: Mapping[int, list[int]], n: int, size: float,
-                    slow: float) -> Plan:
+    def _multi_host(
+        self, kind: CollectiveKind, by_host: Mapping[int, list[int]], n: int, size: float, slow: float
+    ) -> Plan:
         t = self.topology
         hosts = list(by_host)
         reps = [by_host[h][0] for h in hosts]
@@ -353,7 +388,10 @@ class Fabric:
         rf = 1.0
         rp = t.rail_policy
         if rp is not None:
-            rails = {tuple(sorted(-1 if (x := t.devices[d].rail) is None else x for d in by_host[h])) for h in hosts}
+            rails = {
+                tuple(sorted(-1 if (x := t.devices[d].rail) is None else x for d in by_host[h]))
+                for h in hosts
+            }
             if len(rails) > 1:
                 rf, a_inter = rp.bandwidth_factor, a_inter + rp.extra_latency_us
         rings = {h: self.host_ring(h, by_host[h]) for h in hosts if len(by_host[h]) > 1}
@@ -362,13 +400,20 @@ class Fabric:
         intra_name = min(rings.values(), key=lambda r: r[0])[2] if rings else t.levels[0].name
         b0, caps = self.base[0], self.caps
         cap_tier = self.tier_min[lca]
-        flow = {h: min(self.nic_gbps[h] * min(len(by_host[h]), self.nics[h]),
-                       min(self.dev_link[h], cap_tier) * len(by_host[h])) * rf * 1e9 for h in hosts}
+        flow = {
+            h: min(
+                self.nic_gbps[h] * min(len(by_host[h]), self.nics[h]),
+                min(self.dev_link[h], cap_tier) * len(by_host[h]),
+            )
+            * rf
+            * 1e9
+            for h in hosts
+        }
         host_res = [(h, b0 + 2 * h) for h in hosts]
         up_res = [self.base[li] + 2 * k for li, k in ups]
         min_flow = min(flow.values())
         h_min = min(flow, key=flow.__getitem__)
-        nic_name = (self.tier_min_name[lca] if cap_tier < self.nic_gbps[h_min] else self.names[b0])
+        nic_name = self.tier_min_name[lca] if cap_tier < self.nic_gbps[h_min] else self.names[b0]
         min_host = min(caps[r] for _, r in host_res) * 1e9
         min_up = min((caps[r] for r in up_res), default=math.inf) * 1e9
 
@@ -384,7 +429,9 @@ class Fabric:
                 m = sum(len(v) for v in by_host.values() if col[v[0]] == k)
                 r = self.base[li] + 2 * k
                 loads += [(r, m * size * (n - m) / n), (r + 1, m * size * (n - m) / n)]
-            intra = max(((len(by_host[h]) - 1) / n * size / (r[0] * 1e9) for h, r in rings.items()), default=0.0)
+            intra = max(
+                ((len(by_host[h]) - 1) / n * size / (r[0] * 1e9) for h, r in rings.items()), default=0.0
+            )
             nic = max(x / flow[h] for h, x in per_host.items())
             st = Stage(max(intra, nic), intra_name if intra >= nic else nic_name, tuple(loads))
             return Plan("direct", (n - 1) * max(a_inter, a_intra) * 1e-6, (st,), slow)
@@ -392,7 +439,8 @@ class Fabric:
         # candidates: (algorithm, latency s, seconds on the group's own links and the tier that sets them, bytes
         # out of every host and crossed domain); a ring step waits for its slowest hop (network or intra-host)
         cands: list[tuple[str, float, float, str, float]] = [
-            ("ring", steps * max(a_inter, a_intra) * 1e-6, vol / intra_bw, intra_name, vol)]
+            ("ring", steps * max(a_inter, a_intra) * 1e-6, vol / intra_bw, intra_name, vol)
+        ]
         h = len(hosts)
         if kind is CollectiveKind.ALL_REDUCE:
             # NCCL's double binary tree: 2 S through the chain, S (2 hosts) or 2 S out of each host (module doc)
@@ -401,7 +449,9 @@ class Fabric:
             chain = 2 * size / (intra_bw * TREE_EFFICIENCY)
             channels = size / self._tree_cap(by_host, h)
             nic_vol = (size if h == 2 else 2 * size) / TREE_EFFICIENCY
-            cands.append(("tree", lat, max(chain, channels), intra_name if chain >= channels else nic_name, nic_vol))
+            cands.append(
+                ("tree", lat, max(chain, channels), intra_name if chain >= channels else nic_name, nic_vol)
+            )
 
         def alone(c: tuple[str, float, float, str, float]) -> float:
             v = c[4]
@@ -463,8 +513,18 @@ class Fabric:
         rf = 1.0
         if rp is not None and not same_rail:
             rf, lat = rp.bandwidth_factor, lat + rp.extra_latency_us
-        flow = min(self.nic_gbps[ha], self.nic_gbps[hb], self.dev_link[ha], self.dev_link[hb], self.tier_min[lca]) * rf * 1e9
-        name = self.tier_min_name[lca] if self.tier_min[lca] < min(self.nic_gbps[ha], self.nic_gbps[hb]) else self.names[b0]
+        flow = (
+            min(
+                self.nic_gbps[ha], self.nic_gbps[hb], self.dev_link[ha], self.dev_link[hb], self.tier_min[lca]
+            )
+            * rf
+            * 1e9
+        )
+        name = (
+            self.tier_min_name[lca]
+            if self.tier_min[lca] < min(self.nic_gbps[ha], self.nic_gbps[hb])
+            else self.names[b0]
+        )
         plan = Plan("p2p", lat * 1e-6, (Stage(size / flow, name, tuple(loads)),), slow)
         self._edges[key] = plan
         return plan

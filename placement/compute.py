@@ -112,7 +112,9 @@ _TREE_CHANNEL_GBPS: Mapping[str, tuple[float, float, float]] = {
 }
 
 
-def tree_channel_gbps(kind: str | None, topology: Topology | None = None) -> tuple[float, float, float] | None:
+def tree_channel_gbps(
+    kind: str | None, topology: Topology | None = None
+) -> tuple[float, float, float] | None:
     """NCCL's per-channel tree bus bandwidth cap (1, 2, more hosts) for devices of `kind`; None when NCCL's table
     has no row for it (AMD, user kinds): `placement.collectives` prices their trees by links alone."""
     dk = device_kind(kind, topology)
@@ -153,7 +155,10 @@ def model_flops(model: ModelShape, parallel: ParallelSpec, *, executed: bool = F
     """FLOPs per step: ``6 N T + 12 L s h T``; with `executed` and recomputation ``8 N T + 16 L s h T``."""
     t = tokens_per_step(model, parallel)
     factor = 8.0 if executed and model.recompute else 6.0
-    return factor * _active_parameters(model) * t + 2.0 * factor * model.layers * model.seq_len * model.hidden * t
+    return (
+        factor * _active_parameters(model) * t
+        + 2.0 * factor * model.layers * model.seq_len * model.hidden * t
+    )
 
 
 @dataclass(frozen=True)

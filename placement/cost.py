@@ -71,7 +71,9 @@ class Path:
     level: int
 
 
-def collective_seconds(kind: CollectiveKind, n: int, size: float, count: float, exposed: float, path: Path) -> float:
+def collective_seconds(
+    kind: CollectiveKind, n: int, size: float, count: float, exposed: float, path: Path
+) -> float:
     """Seconds per step of `count` collectives of `size` bytes over `n` members on `path`."""
     if n <= 1 or count == 0 or exposed == 0:
         return 0.0
@@ -120,7 +122,7 @@ def group_path(topology: Topology, state: ClusterState, devices: Sequence[int]) 
         pp = topology.pair_paths
         bw, lat = math.inf, 0.0
         for i, a in enumerate(devices):
-            for b in devices[i + 1:]:
+            for b in devices[i + 1 :]:
                 for t in (pp[a][b], pp[b][a]):
                     bw, lat = min(bw, t.bandwidth_gbps), max(lat, t.latency_us)
         return Path(bw / _slowdown(topology, state, devices), lat, "graph", 1 if len(devices) > 1 else 0)
@@ -141,11 +143,13 @@ def group_path(topology: Topology, state: ClusterState, devices: Sequence[int]) 
                 continue
             for i, a in enumerate(members):
                 la = topology.devices[a].local_index
-                for b in members[i + 1:]:
+                for b in members[i + 1 :]:
                     code = mat[la][topology.devices[b].local_index]
                     t = intra_node_tier(code, topology.intra_node_tiers)
-                    if best is None or t.bandwidth_gbps < best.bandwidth_gbps or (
-                        t.bandwidth_gbps == best.bandwidth_gbps and t.latency_us > best.latency_us
+                    if (
+                        best is None
+                        or t.bandwidth_gbps < best.bandwidth_gbps
+                        or (t.bandwidth_gbps == best.bandwidth_gbps and t.latency_us > best.latency_us)
                     ):
                         best, best_name = t, f"{topology.levels[0].name}:{code}"
                     found_matrix = True
@@ -208,8 +212,14 @@ class PhaseCost:
     algorithm: str = ""
 
     def to_dict(self) -> dict[str, object]:
-        return {"name": self.name, "seconds": self.seconds, "exposed_seconds": self.exposed_seconds,
-                "tier": self.tier, "critical": self.critical, "algorithm": self.algorithm}
+        return {
+            "name": self.name,
+            "seconds": self.seconds,
+            "exposed_seconds": self.exposed_seconds,
+            "tier": self.tier,
+            "critical": self.critical,
+            "algorithm": self.algorithm,
+        }
 
 
 @dataclass
@@ -275,7 +285,9 @@ class CostReport:
         }
 
 
-def _check(topology: Topology, state: ClusterState, job: Job, mapping: Sequence[int], traffic: Traffic) -> None:
+def _check(
+    topology: Topology, state: ClusterState, job: Job, mapping: Sequence[int], traffic: Traffic
+) -> None:
     from placement.validate import validate  # local: validate imports cost's helpers
 
     violations = validate(topology, state, job, mapping, traffic=traffic)
@@ -283,7 +295,9 @@ def _check(topology: Topology, state: ClusterState, job: Job, mapping: Sequence[
         raise InvalidMappingError(violations)
 
 
-def surrogate_seconds(topology: Topology, state: ClusterState, mapping: Sequence[int], traffic: Traffic) -> float:
+def surrogate_seconds(
+    topology: Topology, state: ClusterState, mapping: Sequence[int], traffic: Traffic
+) -> float:
     """The solver's linear objective (v1): the serial sum of every group's and edge's cost on its slowest path.
 
     Not a step time (concurrent groups are added up); it ranks mappings the way the CP-SAT level model does,
@@ -293,12 +307,21 @@ def surrogate_seconds(topology: Topology, state: ClusterState, mapping: Sequence
     for g in traffic.groups:
         total += group_seconds(g, group_path(topology, state, [mapping[r] for r in g.members]))
     for e in traffic.edges:
-        total += p2p_seconds(e.bytes, e.count, e.exposed, pair_path(topology, state, mapping[e.src], mapping[e.dst]))
+        total += p2p_seconds(
+            e.bytes, e.count, e.exposed, pair_path(topology, state, mapping[e.src], mapping[e.dst])
+        )
     return total
 
 
-def surrogate_report(topology: Topology, state: ClusterState, job: Job, mapping: Sequence[int], *,
-                     traffic: Traffic | None = None, check: bool = True) -> CostReport:
+def surrogate_report(
+    topology: Topology,
+    state: ClusterState,
+    job: Job,
+    mapping: Sequence[int],
+    *,
+    traffic: Traffic | None = None,
+    check: bool = True,
+) -> CostReport:
     """The v1 model as a report: every group and edge priced alone and summed (the solver's surrogate)."""
     traffic = traffic if traffic is not None else job_traffic(job)
     if check:
@@ -351,7 +374,9 @@ def evaluate(
     return report
 
 
-def preference_misses(topology: Topology, job: Job, mapping: Sequence[int], traffic: Traffic) -> dict[str, int]:
+def preference_misses(
+    topology: Topology, job: Job, mapping: Sequence[int], traffic: Traffic
+) -> dict[str, int]:
     """Groups and edges per label that leave the level the job prefers for that label (`Constraints.prefer`)."""
     prefer = job.constraints.prefer
     pref_levels = {lab: topology.level_index(lv) for lab, lv in prefer.items() if lv in topology.level_names}
@@ -359,9 +384,15 @@ def preference_misses(topology: Topology, job: Job, mapping: Sequence[int], traf
     if not pref_levels:
         return out
     for g in traffic.groups:
-        if g.label in pref_levels and topology.group_lca_level([mapping[r] for r in g.members]) > pref_levels[g.label]:
+        if (
+            g.label in pref_levels
+            and topology.group_lca_level([mapping[r] for r in g.members]) > pref_levels[g.label]
+        ):
             out[g.label] = out.get(g.label, 0) + 1
     for e in traffic.edges:
-        if e.label in pref_levels and topology.lca_level(mapping[e.src], mapping[e.dst]) > pref_levels[e.label]:
+        if (
+            e.label in pref_levels
+            and topology.lca_level(mapping[e.src], mapping[e.dst]) > pref_levels[e.label]
+        ):
             out[e.label] = out.get(e.label, 0) + 1
     return out

@@ -8,7 +8,15 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-__all__ = ["KEEP_LIMIT", "RENDER_LIMIT", "InfeasibleError", "InputError", "PlacementError", "Problem", "Problems"]
+__all__ = [
+    "KEEP_LIMIT",
+    "RENDER_LIMIT",
+    "InfeasibleError",
+    "InputError",
+    "PlacementError",
+    "Problem",
+    "Problems",
+]
 
 RENDER_LIMIT = 20
 """Problems an InputError prints (then ``... and N more``)."""

@@ -25,7 +25,9 @@ class Executor(Protocol):
     name: str
     workers: int
 
-    def run(self, fn: Callable[[Any], Any], tasks: Sequence[Any], on_done: OnDone, on_fail: OnFail) -> None: ...
+    def run(
+        self, fn: Callable[[Any], Any], tasks: Sequence[Any], on_done: OnDone, on_fail: OnFail
+    ) -> None: ...
 
 
 def _describe(e: BaseException) -> str:
@@ -79,10 +81,19 @@ class LocalExecutor:
         while todo:
             todo = self._round(fn, tasks, todo, attempts, on_done, on_fail)
 
-    def _round(self, fn: Callable[[Any], Any], tasks: Sequence[Any], todo: list[int], attempts: list[int],
-               on_done: OnDone, on_fail: OnFail) -> list[int]:
+    def _round(
+        self,
+        fn: Callable[[Any], Any],
+        tasks: Sequence[Any],
+        todo: list[int],
+        attempts: list[int],
+        on_done: OnDone,
+        on_fail: OnFail,
+    ) -> list[int]:
         ctx = multiprocessing.get_context("spawn")
-        ex = ProcessPoolExecutor(max_workers=min(self.workers, len(todo)), mp_context=ctx, initializer=_worker_init)
+        ex = ProcessPoolExecutor(
+            max_workers=min(self.workers, len(todo)), mp_context=ctx, initializer=_worker_init
+        )
         pending: dict[Future[Any], int] = {}
         again: list[int] = []
         clean = False
@@ -208,4 +219,3 @@ def make_executor(name: str, workers: int | None, address: str | None = None) ->
     if name == "ray":
         return RayExecutor(address, workers)
     raise ValueError(f"executor {name!r} is not one of {list(EXECUTORS)}")
-

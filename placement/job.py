@@ -47,9 +47,11 @@ def host_blocks(hosts: Sequence[str]) -> list[tuple[str, int, int]]:
             continue
         if h in where:
             _, first, n = blocks[where[h]]
-            raise ValueError(f"rank {r} is on {h}, but {h}'s block of ranks {first}-{first + n - 1} ended at rank "
-                             f"{first + n - 1} ({hosts[first + n]} came between); torchrun numbers ranks host by host, "
-                             "so each host's ranks must be one contiguous block")
+            raise ValueError(
+                f"rank {r} is on {h}, but {h}'s block of ranks {first}-{first + n - 1} ended at rank "
+                f"{first + n - 1} ({hosts[first + n]} came between); torchrun numbers ranks host by host, "
+                "so each host's ranks must be one contiguous block"
+            )
         where[h] = len(blocks)
         blocks.append((h, r, 1))
     return blocks

@@ -46,15 +46,23 @@ class Limits:
     max_devices: int = field(default=200_000, metadata={"help": "devices of one cluster"})
     max_hosts: int = field(default=50_000, metadata={"help": "hosts of one cluster"})
     max_pins: int = field(default=32_768, metadata={"help": "pinned ranks of one job"})
-    max_fault_domains: int = field(default=50_000, metadata={"help": "fault domains (and their members) of a state"})
-    max_matrix_cells: int = field(default=50_000_000, metadata={"help": "intra-node matrix cells over all hosts"})
+    max_fault_domains: int = field(
+        default=50_000, metadata={"help": "fault domains (and their members) of a state"}
+    )
+    max_matrix_cells: int = field(
+        default=50_000_000, metadata={"help": "intra-node matrix cells over all hosts"}
+    )
     max_matrix_side: int = field(default=256, metadata={"help": "rows of one intra-node matrix"})
     max_mapping_entries: int = field(default=32_768, metadata={"help": "entries of one mapping"})
-    max_group_members: int = field(default=4_000_000, metadata={"help": "group members summed over a job's groups"})
+    max_group_members: int = field(
+        default=4_000_000, metadata={"help": "group members summed over a job's groups"}
+    )
     max_groups: int = field(default=1_000_000, metadata={"help": "groups plus edges of one explicit job"})
     max_sweep_points: int = field(default=100_000, metadata={"help": "points of one what-if sweep"})
     max_index: int = field(default=1_000_000, metadata={"help": "largest rank or index anywhere"})
-    max_state_entries: int = field(default=200_000, metadata={"help": "occupied/failed/degraded/link entries"})
+    max_state_entries: int = field(
+        default=200_000, metadata={"help": "occupied/failed/degraded/link entries"}
+    )
     max_depth: int = field(default=64, metadata={"help": "nesting depth of a document"})
     max_aliases: int = field(default=1_000, metadata={"help": "YAML aliases in one document"})
     max_nodes: int = field(default=20_000_000, metadata={"help": "values of one document, aliases expanded"})
@@ -186,7 +194,11 @@ class Call:
             return "deadline"  # first: grpc also ends (cancels) a call whose deadline passed
         if self.cancelled.is_set():
             # grpc's own timer may end the call a moment before this clock reaches the deadline
-            return "deadline" if self.deadline is not None and now >= self.deadline - _DEADLINE_SLACK_S else "cancelled"
+            return (
+                "deadline"
+                if self.deadline is not None and now >= self.deadline - _DEADLINE_SLACK_S
+                else "cancelled"
+            )
         return None
 
     def check(self, where: str = "") -> None:

@@ -61,7 +61,7 @@ def _shelf(children: Sequence[_Box], cols: int) -> tuple[float, float, list[tupl
     offs: list[tuple[float, float]] = []
     width = height = 0.0
     for r in range(0, len(children), cols):
-        row = children[r:r + cols]
+        row = children[r : r + cols]
         x = 0.0
         for c in row:
             offs.append((x, height))
@@ -116,9 +116,17 @@ def _build(topo: Topology, state: ClusterState, level: int, index: int, used_hos
     if idle_hosts:
         devs = [d for h in idle_hosts for d in topo.devices_in_domain[0][h]]
         n = len(idle_hosts)
-        idle = _Box("idle", level - 1, -1, f"{n} idle node{'s' if n != 1 else ''}", w=IDLE_W, h=IDLE_H,
-                    idle_nodes=n, idle_busy=sum(1 for d in devs if d in state.occupied and d not in state.failed),
-                    idle_failed=sum(1 for d in devs if d in state.failed))
+        idle = _Box(
+            "idle",
+            level - 1,
+            -1,
+            f"{n} idle node{'s' if n != 1 else ''}",
+            w=IDLE_W,
+            h=IDLE_H,
+            idle_nodes=n,
+            idle_busy=sum(1 for d in devs if d in state.occupied and d not in state.failed),
+            idle_failed=sum(1 for d in devs if d in state.failed),
+        )
         box.children.append(idle)
     _pack(box, DOMAIN_LABEL)
     return box
@@ -145,12 +153,16 @@ def _palette(n: int) -> list[Any]:
 def _check(topology: Topology, job: Job, mapping: Sequence[int], path: Path, color_by: str | None) -> str:
     problems: list[Problem] = []
     if path.suffix.lower() not in FORMATS:
-        problems.append(Problem("path", f"unknown picture format {path.suffix or '(none)'!r}; use {', '.join(FORMATS)}"))
+        problems.append(
+            Problem("path", f"unknown picture format {path.suffix or '(none)'!r}; use {', '.join(FORMATS)}")
+        )
     if len(mapping) != job.ranks:
         problems.append(Problem("mapping", f"has {len(mapping)} devices for {job.ranks} ranks"))
     bad = [d for d in mapping if not 0 <= d < topology.num_devices]
     if bad:
-        problems.append(Problem("mapping", f"device indices {bad[:5]} are outside 0..{topology.num_devices - 1}"))
+        problems.append(
+            Problem("mapping", f"device indices {bad[:5]} are outside 0..{topology.num_devices - 1}")
+        )
     if len(set(mapping)) != len(mapping):
         problems.append(Problem("mapping", "maps two ranks to one device"))
     if color_by is not None and color_by not in COLOR_BY:
@@ -159,24 +171,40 @@ def _check(topology: Topology, job: Job, mapping: Sequence[int], path: Path, col
         raise InputError(str(path), problems)
     par = job.parallel
     if color_by is None:  # pipeline stage, else the first dimension that varies
-        color_by = next((d for d in ("pp", "dp", "tp", "cp", "ep") if par is not None and par.size(d) > 1), "none")
+        color_by = next(
+            (d for d in ("pp", "dp", "tp", "cp", "ep") if par is not None and par.size(d) > 1), "none"
+        )
     return color_by if par is not None else "none"
 
 
 def _cost_lines(report: CostReport) -> list[str]:
     """The legend's cost lines: the modeled step, its exposed communication, then each group kind's exposed
     seconds with its main tiers."""
-    lines = [f"step {report.step_seconds:.4f} s" + ("" if report.mfu is None else f" (MFU {100 * report.mfu:.0f}%)"),
-             f"exposed comm {report.comm_seconds:.4f} s (of {report.comm_seconds_total:.4f} s)"]
+    lines = [
+        f"step {report.step_seconds:.4f} s"
+        + ("" if report.mfu is None else f" (MFU {100 * report.mfu:.0f}%)"),
+        f"exposed comm {report.comm_seconds:.4f} s (of {report.comm_seconds_total:.4f} s)",
+    ]
     for label, s in sorted(report.by_label.items(), key=lambda kv: -kv[1]):
-        tiers = sorted(((t, v) for (lab, t), v in report.by_label_tier.items() if lab == label), key=lambda tv: -tv[1])
+        tiers = sorted(
+            ((t, v) for (lab, t), v in report.by_label_tier.items() if lab == label), key=lambda tv: -tv[1]
+        )
         where = ", ".join(f"{t} {100 * v / s:.0f}%" for t, v in tiers[:2] if s > 0)
         lines.append(f"{label}: {s:.4f} s" + (f" ({where})" if where else ""))
     return lines
 
 
-def render(topology: Topology, state: ClusterState, job: Job, mapping: Sequence[int], report: CostReport | None,
-           path: str | Path, *, color_by: str | None = None, title: str | None = None) -> Path:
+def render(
+    topology: Topology,
+    state: ClusterState,
+    job: Job,
+    mapping: Sequence[int],
+    report: CostReport | None,
+    path: str | Path,
+    *,
+    color_by: str | None = None,
+    title: str | None = None,
+) -> Path:
     """Draw `job` placed by `mapping` (rank -> device index) on `topology` / `state` to `path`.
 
     Ranks are coloured by `color_by` (a dimension of `COLOR_BY`; default: pipeline stage, or the first dimension
@@ -228,25 +256,64 @@ def render(topology: Topology, state: ClusterState, job: Job, mapping: Sequence[
         for b in boxes:
             y = H - b.y - b.h
             if b.kind == "domain":
-                ax.add_artist(Rectangle((b.x, y), b.w, b.h, facecolor=LEVEL_FILLS[b.level % len(LEVEL_FILLS)],
-                                       edgecolor="#7a7a7a", lw=0.8))
-                ax.text(b.x + PAD * 0.6, y + b.h - DOMAIN_LABEL * 0.55, b.label, fontsize=fs_dom, va="center",
-                        ha="left", color="#333333", clip_on=False)
+                ax.add_artist(
+                    Rectangle(
+                        (b.x, y),
+                        b.w,
+                        b.h,
+                        facecolor=LEVEL_FILLS[b.level % len(LEVEL_FILLS)],
+                        edgecolor="#7a7a7a",
+                        lw=0.8,
+                    )
+                )
+                ax.text(
+                    b.x + PAD * 0.6,
+                    y + b.h - DOMAIN_LABEL * 0.55,
+                    b.label,
+                    fontsize=fs_dom,
+                    va="center",
+                    ha="left",
+                    color="#333333",
+                    clip_on=False,
+                )
             elif b.kind == "idle":
-                ax.add_artist(Rectangle((b.x, y), b.w, b.h, facecolor="#fafafa", edgecolor="#9a9a9a", lw=0.6,
-                                       linestyle=(0, (3, 2))))
+                ax.add_artist(
+                    Rectangle(
+                        (b.x, y),
+                        b.w,
+                        b.h,
+                        facecolor="#fafafa",
+                        edgecolor="#9a9a9a",
+                        lw=0.6,
+                        linestyle=(0, (3, 2)),
+                    )
+                )
                 extra = []
                 if b.idle_busy:
                     extra.append(f"{b.idle_busy} GPUs busy")
                 if b.idle_failed:
                     extra.append(f"{b.idle_failed} failed")
                 text = b.label + ("\n" + ", ".join(extra) if extra else "")
-                ax.text(b.x + b.w / 2, y + b.h / 2, text, fontsize=fs_host * 1.1, ha="center", va="center",
-                        color="#555555")
+                ax.text(
+                    b.x + b.w / 2,
+                    y + b.h / 2,
+                    text,
+                    fontsize=fs_host * 1.1,
+                    ha="center",
+                    va="center",
+                    color="#555555",
+                )
             else:
                 ax.add_artist(Rectangle((b.x, y), b.w, b.h, facecolor="#ffffff", edgecolor="#555555", lw=0.7))
-                ax.text(b.x + PAD * 0.5, y + b.h - HOST_LABEL * 0.5, b.label, fontsize=fs_host, va="center",
-                        ha="left", color="#333333")
+                ax.text(
+                    b.x + PAD * 0.5,
+                    y + b.h - HOST_LABEL * 0.5,
+                    b.label,
+                    fontsize=fs_host,
+                    va="center",
+                    ha="left",
+                    color="#333333",
+                )
                 for k, d in enumerate(topology.devices_in_domain[0][b.index]):
                     row, col = divmod(k, b.cols)
                     cx = b.x + PAD + col * (CELL + GAP)
@@ -262,15 +329,24 @@ def render(topology: Topology, state: ClusterState, job: Job, mapping: Sequence[
                         face, hatch = BUSY, None
                     else:
                         face, hatch = FREE, ("...." if slow else None)
-                    patch = Rectangle((cx, cy), CELL, CELL, facecolor=face, edgecolor="#444444", lw=0.4, hatch=hatch)
+                    patch = Rectangle(
+                        (cx, cy), CELL, CELL, facecolor=face, edgecolor="#444444", lw=0.4, hatch=hatch
+                    )
                     if r is not None:
                         patch.set_gid(f"rank-{r}")
                     ax.add_artist(patch)
                     if r is not None and fs_rank >= 2.5:
                         rgb = face[:3] if isinstance(face, tuple) else (1.0, 1.0, 1.0)
                         dark = 0.299 * rgb[0] + 0.587 * rgb[1] + 0.114 * rgb[2] < 0.55
-                        ax.text(cx + CELL / 2, cy + CELL / 2, str(r), fontsize=fs_rank, ha="center", va="center",
-                                color="white" if dark else "black")
+                        ax.text(
+                            cx + CELL / 2,
+                            cy + CELL / 2,
+                            str(r),
+                            fontsize=fs_rank,
+                            ha="center",
+                            va="center",
+                            color="white" if dark else "black",
+                        )
 
         # TP groups: one outline per run of adjacent members on one host
         lw = max(0.8, 2.2 * scale / 0.42)
@@ -285,27 +361,52 @@ def render(topology: Topology, state: ClusterState, job: Job, mapping: Sequence[
             split = len(by_host) > 1
             split_any |= split
             inside_any |= not split
-            style: Mapping[str, Any] = {"edgecolor": "#d62728", "linestyle": (0, (2, 1.2))} if split else {"edgecolor": "black"}
+            style: Mapping[str, Any] = (
+                {"edgecolor": "#d62728", "linestyle": (0, (2, 1.2))} if split else {"edgecolor": "black"}
+            )
             for hdevs in by_host.values():
                 pos = sorted(cell_xy[d] for d in hdevs)
                 runs: list[list[tuple[float, float]]] = []
                 for p in sorted(pos, key=lambda q: (-q[1], q[0])):
                     last = runs[-1][-1] if runs else None
-                    if last is not None and abs(last[1] - p[1]) < 1e-9 and abs(p[0] - last[0] - CELL - GAP) < 1e-9:
+                    if (
+                        last is not None
+                        and abs(last[1] - p[1]) < 1e-9
+                        and abs(p[0] - last[0] - CELL - GAP) < 1e-9
+                    ):
                         runs[-1].append(p)
                     else:
                         runs.append([p])
                 for run in runs:
                     x0, y0 = run[0]
-                    ax.add_artist(Rectangle((x0 - GAP * 0.4, y0 - GAP * 0.4), run[-1][0] - x0 + CELL + GAP * 0.8,
-                                           CELL + GAP * 0.8, facecolor="none", lw=lw, zorder=3, **style))
+                    ax.add_artist(
+                        Rectangle(
+                            (x0 - GAP * 0.4, y0 - GAP * 0.4),
+                            run[-1][0] - x0 + CELL + GAP * 0.8,
+                            CELL + GAP * 0.8,
+                            facecolor="none",
+                            lw=lw,
+                            zorder=3,
+                            **style,
+                        )
+                    )
 
         # legend: colours, device states, outlines, cost per group kind
         handles: list[Any] = []
         labels: list[str] = []
         if par is not None and dim != "none":
-            name = {"pp": "pipeline stage", "dp": "DP replica", "tp": "TP rank", "cp": "CP rank", "ep": "EP rank"}[dim]
-            shown = list(range(n_col)) if n_col <= 16 else sorted({*range(0, n_col, math.ceil(n_col / 12)), n_col - 1})
+            name = {
+                "pp": "pipeline stage",
+                "dp": "DP replica",
+                "tp": "TP rank",
+                "cp": "CP rank",
+                "ep": "EP rank",
+            }[dim]
+            shown = (
+                list(range(n_col))
+                if n_col <= 16
+                else sorted({*range(0, n_col, math.ceil(n_col / 12)), n_col - 1})
+            )
             for v in shown:
                 handles.append(Patch(facecolor=colors[v], edgecolor="#444444"))
                 labels.append(f"{name} {v}")
@@ -321,10 +422,12 @@ def render(topology: Topology, state: ClusterState, job: Job, mapping: Sequence[
             present["busy"] |= d in state.occupied and d not in state.failed
             present["free"] |= d not in state.failed and d not in state.occupied
             present["degraded"] |= state.device_slowdown.get(d, 1.0) > 1.0
-        for key, h, lab in (("free", Patch(facecolor=FREE, edgecolor="#444444"), "free device"),
-                            ("busy", Patch(facecolor=BUSY, edgecolor="#444444"), "held by another job"),
-                            ("failed", Patch(facecolor=FAILED_C, edgecolor="#444444", hatch="xxxx"), "failed"),
-                            ("degraded", Patch(facecolor=FREE, edgecolor="#444444", hatch="...."), "degraded")):
+        for key, h, lab in (
+            ("free", Patch(facecolor=FREE, edgecolor="#444444"), "free device"),
+            ("busy", Patch(facecolor=BUSY, edgecolor="#444444"), "held by another job"),
+            ("failed", Patch(facecolor=FAILED_C, edgecolor="#444444", hatch="xxxx"), "failed"),
+            ("degraded", Patch(facecolor=FREE, edgecolor="#444444", hatch="...."), "degraded"),
+        ):
             if present[key]:
                 handles.append(h)
                 labels.append(lab)
@@ -340,8 +443,16 @@ def render(topology: Topology, state: ClusterState, job: Job, mapping: Sequence[
             for line in _cost_lines(report):
                 handles.append(Line2D([], [], linestyle="none"))
                 labels.append("  " + line)
-        ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False,
-                  handlelength=1.4, borderaxespad=0.0)
+        ax.legend(
+            handles,
+            labels,
+            loc="upper left",
+            bbox_to_anchor=(1.01, 1.0),
+            fontsize=8,
+            frameon=False,
+            handlelength=1.4,
+            borderaxespad=0.0,
+        )
         head = title or f"{job.name}: {job.ranks} ranks on {topology.name}"
         if report is not None and title is None:
             head += f" | step {report.step_seconds:.4f} s, exposed comm {report.comm_seconds:.4f} s"

@@ -69,10 +69,19 @@ SPINE_TIER = Tier(25.0, 7.0)  # 2:1 oversubscribed
 CORE_TIER = Tier(12.5, 10.0)  # 2:1 again
 
 
-def fat_tree(gpus: int, *, gpus_per_node: int = 8, nodes_per_leaf: int = 16, leaves_per_spine: int = 8,
-             kind: str = "H100", node_tier: Tier = NODE_TIER, leaf_tier: Tier = LEAF_TIER,
-             spine_tier: Tier = SPINE_TIER, core_tier: Tier = CORE_TIER,
-             matrix: Sequence[str] | None = None) -> Topology:
+def fat_tree(
+    gpus: int,
+    *,
+    gpus_per_node: int = 8,
+    nodes_per_leaf: int = 16,
+    leaves_per_spine: int = 8,
+    kind: str = "H100",
+    node_tier: Tier = NODE_TIER,
+    leaf_tier: Tier = LEAF_TIER,
+    spine_tier: Tier = SPINE_TIER,
+    core_tier: Tier = CORE_TIER,
+    matrix: Sequence[str] | None = None,
+) -> Topology:
     """A three-tier fat-tree: node < leaf < spine < core, upper tiers oversubscribed 2:1 per tier by default."""
     nodes = gpus // gpus_per_node
     nt = NodeType(f"{kind}x{gpus_per_node}", gpus_per_node, kind, _matrix(matrix) if matrix else None)
@@ -81,8 +90,17 @@ def fat_tree(gpus: int, *, gpus_per_node: int = 8, nodes_per_leaf: int = 16, lea
     for h in range(nodes):
         leaf = h // nodes_per_leaf
         spine = leaf // leaves_per_spine
-        hosts.append(HostSpec(f"n{h:0{w}d}", {"leaf": f"leaf{leaf:03d}", "spine": f"spine{spine:02d}", "core": "core"}, nt))
-    levels = [Level("node", node_tier), Level("leaf", leaf_tier), Level("spine", spine_tier), Level("core", core_tier)]
+        hosts.append(
+            HostSpec(
+                f"n{h:0{w}d}", {"leaf": f"leaf{leaf:03d}", "spine": f"spine{spine:02d}", "core": "core"}, nt
+            )
+        )
+    levels = [
+        Level("node", node_tier),
+        Level("leaf", leaf_tier),
+        Level("spine", spine_tier),
+        Level("core", core_tier),
+    ]
     return Topology.build(f"fat-tree-{gpus}", levels, hosts)
 
 
@@ -92,18 +110,40 @@ def nvl72(racks: int, *, kind: str = "GB200") -> Topology:
     hosts = []
     for r in range(racks):
         for t in range(18):
-            hosts.append(HostSpec(f"r{r:02d}t{t:02d}", {"nvl_domain": f"nvl{r:02d}", "leaf": f"leaf{r // 8:02d}", "spine": "spine"}, nt))
-    levels = [Level("node", Tier(900.0, 1.5)), Level("nvl_domain", Tier(900.0, 2.0)),
-              Level("leaf", Tier(50.0, 5.0)), Level("spine", Tier(25.0, 8.0))]
+            hosts.append(
+                HostSpec(
+                    f"r{r:02d}t{t:02d}",
+                    {"nvl_domain": f"nvl{r:02d}", "leaf": f"leaf{r // 8:02d}", "spine": "spine"},
+                    nt,
+                )
+            )
+    levels = [
+        Level("node", Tier(900.0, 1.5)),
+        Level("nvl_domain", Tier(900.0, 2.0)),
+        Level("leaf", Tier(50.0, 5.0)),
+        Level("spine", Tier(25.0, 8.0)),
+    ]
     return Topology.build(f"nvl72-x{racks}", levels, hosts)
 
 
 def rail_optimized(nodes: int, *, nodes_per_group: int = 32) -> Topology:
     """Rail-optimized fabric: GPU k of every node on rail switch k; crossing rails takes an extra hop."""
     nt = NodeType("hgx-h100", 8, "H100", rails=tuple(range(8)))
-    hosts = [HostSpec(f"h{h:04d}", {"rail_group": f"rg{h // nodes_per_group:02d}", "spine": "spine"}, nt) for h in range(nodes)]
-    levels = [Level("node", Tier(450.0, 2.0)), Level("rail_group", Tier(50.0, 4.0)), Level("spine", Tier(25.0, 8.0))]
-    return Topology.build(f"rail-opt-{nodes * 8}", levels, hosts, rail_policy=RailPolicy(extra_latency_us=3.0, bandwidth_factor=0.5))
+    hosts = [
+        HostSpec(f"h{h:04d}", {"rail_group": f"rg{h // nodes_per_group:02d}", "spine": "spine"}, nt)
+        for h in range(nodes)
+    ]
+    levels = [
+        Level("node", Tier(450.0, 2.0)),
+        Level("rail_group", Tier(50.0, 4.0)),
+        Level("spine", Tier(25.0, 8.0)),
+    ]
+    return Topology.build(
+        f"rail-opt-{nodes * 8}",
+        levels,
+        hosts,
+        rail_policy=RailPolicy(extra_latency_us=3.0, bandwidth_factor=0.5),
+    )
 
 
 def dgx1_node(nodes: int = 2, matrix: Sequence[str] = DGX1_MATRIX, kind: str = "V100") -> Topology:
@@ -144,7 +184,11 @@ def occupy(topology: Topology, fraction: float, *, seed: int = 0, mode: str = "w
         while len(occupied) < target and free_hosts:
             h = rng.choice(free_hosts)
             devs = [d for d in per_host[h] if d not in occupied]
-            k = min(len(devs) - 1 if len(devs) > 1 else 1, rng.randint(1, max(1, len(per_host[h]) - 1)), target - len(occupied))
+            k = min(
+                len(devs) - 1 if len(devs) > 1 else 1,
+                rng.randint(1, max(1, len(per_host[h]) - 1)),
+                target - len(occupied),
+            )
             job += 1
             for d in rng.sample(devs, k):
                 occupied[d] = f"other-{job}"
@@ -153,17 +197,39 @@ def occupy(topology: Topology, fraction: float, *, seed: int = 0, mode: str = "w
     return ClusterState(occupied=occupied)
 
 
-def megatron_job(name: str, *, tp: int, pp: int, dp: int, cp: int = 1, ep: int = 1, kind: str | None = "H100",
-                 parameters: float | None = None, hidden: int = 8192, layers: int = 80, seq_len: int = 4096,
-                 micro_batches: int = 16, require_tp_node: bool = False, exposure: dict[str, float] | None = None) -> Job:
+def megatron_job(
+    name: str,
+    *,
+    tp: int,
+    pp: int,
+    dp: int,
+    cp: int = 1,
+    ep: int = 1,
+    kind: str | None = "H100",
+    parameters: float | None = None,
+    hidden: int = 8192,
+    layers: int = 80,
+    seq_len: int = 4096,
+    micro_batches: int = 16,
+    require_tp_node: bool = False,
+    exposure: dict[str, float] | None = None,
+) -> Job:
     """A Megatron-style structured job; the parameter count defaults to 12*h^2*L (a dense transformer)."""
     from placement.job import Constraints
 
     params = parameters if parameters is not None else 12.0 * hidden * hidden * layers
     par = ParallelSpec(tp=tp, cp=cp, ep=ep, dp=dp, pp=pp)
-    model = ModelShape(parameters=params, hidden=hidden, layers=layers, seq_len=seq_len, micro_batch=1,
-                       micro_batches=micro_batches, bytes_per_element=2, experts=max(ep, 1) * 8 if ep > 1 else 0,
-                       top_k=2 if ep > 1 else 0)
+    model = ModelShape(
+        parameters=params,
+        hidden=hidden,
+        layers=layers,
+        seq_len=seq_len,
+        micro_batch=1,
+        micro_batches=micro_batches,
+        bytes_per_element=2,
+        experts=max(ep, 1) * 8 if ep > 1 else 0,
+        top_k=2 if ep > 1 else 0,
+    )
     cons = Constraints(require={"tp": "node"}) if require_tp_node else Constraints(prefer={"tp": "node"})
     return Job(name, par.world_size, kind, par, model, dict(exposure or {}), constraints=cons)
 
@@ -215,8 +281,14 @@ def explicit_twin(job: Job, *, name: str | None = None) -> Job:
     from placement.traffic import job_traffic
 
     t = job_traffic(job)
-    return Job(name or job.name, job.ranks, job.device_kind, groups=t.groups, edges=t.edges,
-               constraints=job.constraints)
+    return Job(
+        name or job.name,
+        job.ranks,
+        job.device_kind,
+        groups=t.groups,
+        edges=t.edges,
+        constraints=job.constraints,
+    )
 
 
 def p2p_ring_job(job: Job, *, name: str | None = None) -> Job:

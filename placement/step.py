@@ -87,8 +87,9 @@ def _name(label: str, op: _Op) -> str:
     return f"{label}[{index}] ranks {ranks} ({len(members)})"
 
 
-def model_step(topology: Topology, state: ClusterState, job: Job, mapping: Sequence[int],
-               traffic: Traffic) -> CostReport:
+def model_step(
+    topology: Topology, state: ClusterState, job: Job, mapping: Sequence[int], traffic: Traffic
+) -> CostReport:
     """The modeled step of `job` under `mapping` (see the module docstring); `evaluate` adds the surrogate."""
     fabric = Fabric(topology, state)
     groups: dict[str, list[_Op]] = {}

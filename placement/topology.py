@@ -198,7 +198,10 @@ class Topology:
             if lv.tier.latency_us < 0:
                 ps.add(f"levels[{i}].latency_us", f"must be >= 0, got {lv.tier.latency_us:g}")
             if not lv.oversubscription > 0:
-                ps.add(f"levels[{i}].oversubscription", f"must be > 0 (1.0 = non-blocking), got {lv.oversubscription:g}")
+                ps.add(
+                    f"levels[{i}].oversubscription",
+                    f"must be > 0 (1.0 = non-blocking), got {lv.oversubscription:g}",
+                )
         if not hosts:
             ps.add("hosts", "the cluster has no hosts")
         upper = [lv.name for lv in levels[1:]]
@@ -208,7 +211,10 @@ class Topology:
         dom_parent: list[dict[int, int]] = [{} for _ in levels]
         for hi, h in enumerate(hosts):
             if h.name in host_seen:
-                ps.add(f"hosts[{hi}].name", f"host {h.name!r} is listed twice (first at hosts[{host_seen[h.name]}])")
+                ps.add(
+                    f"hosts[{hi}].name",
+                    f"host {h.name!r} is listed twice (first at hosts[{host_seen[h.name]}])",
+                )
                 continue
             host_seen[h.name] = hi
             if "/" in h.name or not h.name:
@@ -217,7 +223,9 @@ class Topology:
                 ps.add(f"hosts[{hi}].devices", f"must be >= 1, got {h.node_type.devices}")
             extra = sorted(set(h.domains) - set(upper))
             if extra:
-                ps.add(f"hosts[{hi}].domains", f"unknown level(s) {extra}; the levels above the host are {upper}")
+                ps.add(
+                    f"hosts[{hi}].domains", f"unknown level(s) {extra}; the levels above the host are {upper}"
+                )
             chain: list[str] = []
             for li, lname in enumerate(upper, start=1):
                 dname = h.domains.get(lname)
@@ -225,7 +233,10 @@ class Topology:
                     if li == len(levels) - 1:
                         dname = lname  # the single top domain may be left implicit
                     else:
-                        ps.add(f"hosts[{hi}].domains.{lname}", "missing; every host names its domain at each level")
+                        ps.add(
+                            f"hosts[{hi}].domains.{lname}",
+                            "missing; every host names its domain at each level",
+                        )
                         dname = f"?{lname}"
                 chain.append(dname)
             # register chain
@@ -257,7 +268,9 @@ class Topology:
             if nt.matrix is not None:
                 checkpoint("checking the intra-node matrices")  # a cancelled call stops between hosts
                 if len(nt.matrix) != nt.devices or any(len(r) != nt.devices for r in nt.matrix):
-                    ps.add(f"hosts[{hi}].matrix", f"must be {nt.devices}x{nt.devices} for {nt.devices} devices")
+                    ps.add(
+                        f"hosts[{hi}].matrix", f"must be {nt.devices}x{nt.devices} for {nt.devices} devices"
+                    )
                 else:
                     tbl = dict(DEFAULT_INTRA_NODE_TIERS) | dict(intra_node_tiers or {})
                     for a in range(nt.devices):
@@ -266,11 +279,17 @@ class Topology:
                             if a == b:
                                 continue
                             if code != nt.matrix[b][a]:
-                                ps.add(f"hosts[{hi}].matrix[{a}][{b}]", f"{code!r} differs from [{b}][{a}] {nt.matrix[b][a]!r}; the matrix must be symmetric")
+                                ps.add(
+                                    f"hosts[{hi}].matrix[{a}][{b}]",
+                                    f"{code!r} differs from [{b}][{a}] {nt.matrix[b][a]!r}; the matrix must be symmetric",
+                                )
                             try:
                                 intra_node_tier(code, tbl)
                             except KeyError:
-                                ps.add(f"hosts[{hi}].matrix[{a}][{b}]", f"unknown link code {code!r}; known: NV#, PIX, PXB, PHB, NODE, SYS, SOC")
+                                ps.add(
+                                    f"hosts[{hi}].matrix[{a}][{b}]",
+                                    f"unknown link code {code!r}; known: NV#, PIX, PXB, PHB, NODE, SYS, SOC",
+                                )
             if nt.nics is not None and nt.nics < 1:
                 ps.add(f"hosts[{hi}].nics", f"must be >= 1, got {nt.nics}")
             for fname in ("nic_gbps", "mesh_link_gbps"):
@@ -455,8 +474,14 @@ class Topology:
         return tuple(out)
 
     @staticmethod
-    def from_pair_paths(name: str, paths: Sequence[Sequence[Tier]], *, kind: str = "gpu",
-                        device_names: Sequence[str] | None = None, source: str = "<graph>") -> Topology:
+    def from_pair_paths(
+        name: str,
+        paths: Sequence[Sequence[Tier]],
+        *,
+        kind: str = "gpu",
+        device_names: Sequence[str] | None = None,
+        source: str = "<graph>",
+    ) -> Topology:
         """A topology given as all-pairs paths (n x n tiers) instead of a tree: each device is its own host,
         under one top domain. `placement.io.graph` builds the matrix from a networkx graph or distances."""
         n = len(paths)
@@ -468,15 +493,32 @@ class Topology:
                 ps.add(f"paths[{i}]", f"has {len(row)} entries for {n} devices")
             for j, t in enumerate(row):
                 if i != j and not t.bandwidth_gbps > 0:
-                    ps.add(f"paths[{i}][{j}]", f"bandwidth must be > 0, got {t.bandwidth_gbps:g} (the devices are not connected)")
+                    ps.add(
+                        f"paths[{i}][{j}]",
+                        f"bandwidth must be > 0, got {t.bandwidth_gbps:g} (the devices are not connected)",
+                    )
         ps.raise_if_any()
         names = list(device_names) if device_names is not None else [f"d{i}" for i in range(n)]
         nt = NodeType("single", 1, kind)
         hosts = [HostSpec(names[i], {}, nt) for i in range(n)]
-        worst = min((t.bandwidth_gbps for i, r in enumerate(paths) for j, t in enumerate(r) if i != j), default=1.0)
-        base = Topology.build(name, [Level("device", Tier(1e12, 0.0)), Level("graph", Tier(worst, 0.0))], hosts, source=source)
-        return Topology(base.name, base.levels, base.devices, base.host_names, base.host_types, base.domain_names,
-                        base.parent, base.intra_node_tiers, None, tuple(tuple(r) for r in paths))
+        worst = min(
+            (t.bandwidth_gbps for i, r in enumerate(paths) for j, t in enumerate(r) if i != j), default=1.0
+        )
+        base = Topology.build(
+            name, [Level("device", Tier(1e12, 0.0)), Level("graph", Tier(worst, 0.0))], hosts, source=source
+        )
+        return Topology(
+            base.name,
+            base.levels,
+            base.devices,
+            base.host_names,
+            base.host_types,
+            base.domain_names,
+            base.parent,
+            base.intra_node_tiers,
+            None,
+            tuple(tuple(r) for r in paths),
+        )
 
     def kinds(self) -> tuple[str, ...]:
         return tuple(sorted({d.kind for d in self.devices}))

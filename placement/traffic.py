@@ -81,10 +81,14 @@ def job_traffic(job: Job) -> Traffic:
     """The traffic of a job per step (structured: from the formulas in the module docstring)."""
     if job.parallel is None or job.model is None:
         return Traffic(
-            tuple(Group(g.label, g.kind, g.members, g.bytes, g.count, job.exposure.get(g.label, g.exposed))
-                  for g in job.groups),
-            tuple(Edge(e.label, e.src, e.dst, e.bytes, e.count, job.exposure.get(e.label, e.exposed))
-                  for e in job.edges),
+            tuple(
+                Group(g.label, g.kind, g.members, g.bytes, g.count, job.exposure.get(g.label, g.exposed))
+                for g in job.groups
+            ),
+            tuple(
+                Edge(e.label, e.src, e.dst, e.bytes, e.count, job.exposure.get(e.label, e.exposed))
+                for e in job.edges
+            ),
         )
     par, mod = job.parallel, job.model
     ex = job.exposure
@@ -92,22 +96,51 @@ def job_traffic(job: Job) -> Traffic:
     G = mod.grad_bytes_per_element or B
     layers_per_stage = mod.layers / par.pp
     tokens = mod.micro_batch * mod.seq_len / par.cp  # tokens a rank holds per micro-batch
-    fwd = 2 if mod.recompute else 1  # forward passes per micro-batch (recomputation repeats it in the backward)
+    fwd = (
+        2 if mod.recompute else 1
+    )  # forward passes per micro-batch (recomputation repeats it in the backward)
     groups: list[Group] = []
     edges: list[Edge] = []
 
     if par.tp > 1:
         s_tp = tokens * mod.hidden * B
         for members in dimension_groups(par, ("tp",)):
-            groups.append(Group("tp", CollectiveKind.ALL_REDUCE, members, s_tp, (2 * fwd + 2) * layers_per_stage * mod.micro_batches, ex.get("tp", 1.0)))
+            groups.append(
+                Group(
+                    "tp",
+                    CollectiveKind.ALL_REDUCE,
+                    members,
+                    s_tp,
+                    (2 * fwd + 2) * layers_per_stage * mod.micro_batches,
+                    ex.get("tp", 1.0),
+                )
+            )
     if par.cp > 1:
         s_cp = par.cp * 2 * tokens * (mod.hidden / par.tp) * mod.kv_fraction * B
         for members in dimension_groups(par, ("cp",)):
-            groups.append(Group("cp", CollectiveKind.ALL_GATHER, members, s_cp, (fwd + 2) * layers_per_stage * mod.micro_batches, ex.get("cp", 1.0)))
+            groups.append(
+                Group(
+                    "cp",
+                    CollectiveKind.ALL_GATHER,
+                    members,
+                    s_cp,
+                    (fwd + 2) * layers_per_stage * mod.micro_batches,
+                    ex.get("cp", 1.0),
+                )
+            )
     if par.ep > 1:
         s_ep = tokens * max(mod.top_k, 1) * mod.hidden * B
         for members in dimension_groups(par, ("ep",)):
-            groups.append(Group("ep", CollectiveKind.ALL_TO_ALL, members, s_ep, (2 * fwd + 2) * layers_per_stage * mod.micro_batches, ex.get("ep", 1.0)))
+            groups.append(
+                Group(
+                    "ep",
+                    CollectiveKind.ALL_TO_ALL,
+                    members,
+                    s_ep,
+                    (2 * fwd + 2) * layers_per_stage * mod.micro_batches,
+                    ex.get("ep", 1.0),
+                )
+            )
     if par.pp > 1:
         s_pp = tokens * mod.hidden * B / par.tp
         for members in dimension_groups(par, ("pp",)):

@@ -79,9 +79,18 @@ def validate(
         if d in state.failed:
             v.append(Violation("failed", f"rank {r}: device {dev[d].id} has failed"))
         elif not state.usable(d, job.name):
-            v.append(Violation("occupied", f"rank {r}: device {dev[d].id} is occupied by job {state.occupied[d]!r}"))
+            v.append(
+                Violation(
+                    "occupied", f"rank {r}: device {dev[d].id} is occupied by job {state.occupied[d]!r}"
+                )
+            )
         if job.device_kind is not None and dev[d].kind != job.device_kind:
-            v.append(Violation("kind", f"rank {r}: device {dev[d].id} is a {dev[d].kind}; the job needs {job.device_kind}"))
+            v.append(
+                Violation(
+                    "kind",
+                    f"rank {r}: device {dev[d].id} is a {dev[d].kind}; the job needs {job.device_kind}",
+                )
+            )
     excl, bad = excluded_devices(topology, job)
     v.extend(bad)
     for r, d in enumerate(mapping):
@@ -111,38 +120,74 @@ def validate(
             doms = {col[mapping[r]] for r in g.members}
             if len(doms) > 1:
                 shown = ", ".join(sorted(names[k] for k in doms)[:4])
-                v.append(Violation("required-level", f"{label} group of ranks {_fmt_ranks(list(g.members))} spans {len(doms)} {level_name} domains ({shown}); {label} requires one {level_name}"))
+                v.append(
+                    Violation(
+                        "required-level",
+                        f"{label} group of ranks {_fmt_ranks(list(g.members))} spans {len(doms)} {level_name} domains ({shown}); {label} requires one {level_name}",
+                    )
+                )
         for e in traffic.edges:
             if e.label == label and col[mapping[e.src]] != col[mapping[e.dst]]:
-                v.append(Violation("required-level", f"{label} edge {e.src}->{e.dst} crosses {level_name} domains {names[col[mapping[e.src]]]} and {names[col[mapping[e.dst]]]}; {label} requires one {level_name}"))
+                v.append(
+                    Violation(
+                        "required-level",
+                        f"{label} edge {e.src}->{e.dst} crosses {level_name} domains {names[col[mapping[e.src]]]} and {names[col[mapping[e.dst]]]}; {label} requires one {level_name}",
+                    )
+                )
 
     for i, rule in enumerate(job.constraints.spread):
         try:
             fd = state.fault_domain_of(rule.kind, topology)
         except KeyError:
-            v.append(Violation("spread", f"constraints.spread[{i}].kind: unknown fault-domain kind {rule.kind!r}; known: {list(state.fault_kinds(topology))}"))
+            v.append(
+                Violation(
+                    "spread",
+                    f"constraints.spread[{i}].kind: unknown fault-domain kind {rule.kind!r}; known: {list(state.fault_kinds(topology))}",
+                )
+            )
             continue
         if rule.scope == "job":
             scopes: list[tuple[str, tuple[int, ...]]] = [("the job", tuple(range(job.ranks)))]
         else:
-            scopes = [(f"{rule.scope} group of ranks {_fmt_ranks(list(g.members), 4)}", g.members) for g in traffic.groups if g.label == rule.scope]
+            scopes = [
+                (f"{rule.scope} group of ranks {_fmt_ranks(list(g.members), 4)}", g.members)
+                for g in traffic.groups
+                if g.label == rule.scope
+            ]
             if not scopes:
-                v.append(Violation("spread", f"constraints.spread[{i}].scope: the job has no {rule.scope!r} groups; scopes are 'job' or one of {list(traffic.labels)}"))
+                v.append(
+                    Violation(
+                        "spread",
+                        f"constraints.spread[{i}].scope: the job has no {rule.scope!r} groups; scopes are 'job' or one of {list(traffic.labels)}",
+                    )
+                )
         for what, scope_ranks in scopes:
             counts = Counter(fd.get(mapping[r], "<none>") for r in scope_ranks)
             if rule.min_domains is not None and len(counts) < rule.min_domains:
-                v.append(Violation("spread", f"{what} covers {len(counts)} {rule.kind} domain(s) ({', '.join(sorted(counts))}); at least {rule.min_domains} required"))
+                v.append(
+                    Violation(
+                        "spread",
+                        f"{what} covers {len(counts)} {rule.kind} domain(s) ({', '.join(sorted(counts))}); at least {rule.min_domains} required",
+                    )
+                )
             if rule.max_ranks_per_domain is not None:
                 for name, c in sorted(counts.items()):
                     if c > rule.max_ranks_per_domain:
-                        v.append(Violation("spread", f"{what} puts {c} ranks in {rule.kind} {name}; at most {rule.max_ranks_per_domain} allowed"))
+                        v.append(
+                            Violation(
+                                "spread",
+                                f"{what} puts {c} ranks in {rule.kind} {name}; at most {rule.max_ranks_per_domain} allowed",
+                            )
+                        )
 
     if state.failed_pairs or state.failed_uplinks:
         v.extend(_failed_link_violations(topology, state, mapping, traffic))
     return v
 
 
-def _failed_link_violations(topology: Topology, state: ClusterState, mapping: Sequence[int], traffic: Traffic) -> list[Violation]:
+def _failed_link_violations(
+    topology: Topology, state: ClusterState, mapping: Sequence[int], traffic: Traffic
+) -> list[Violation]:
     out: list[Violation] = []
     dev = topology.devices
 
@@ -151,13 +196,23 @@ def _failed_link_violations(topology: Topology, state: ClusterState, mapping: Se
         dset = set(devs)
         for a, b in state.failed_pairs:
             if a in dset and b in dset:
-                out.append(Violation("failed-link", f"{label} traffic of ranks {_fmt_ranks(list(ranks))} needs the failed link {dev[a].id}<->{dev[b].id}"))
+                out.append(
+                    Violation(
+                        "failed-link",
+                        f"{label} traffic of ranks {_fmt_ranks(list(ranks))} needs the failed link {dev[a].id}<->{dev[b].id}",
+                    )
+                )
         for up in state.failed_uplinks:
             col = topology.domain_column(up.level)
             inside = sum(1 for d in devs if col[d] == up.domain)
             if 0 < inside < len(devs):
                 name = topology.domain_names[up.level][up.domain]
-                out.append(Violation("failed-link", f"{label} traffic of ranks {_fmt_ranks(list(ranks))} crosses the failed uplink of {topology.levels[up.level].name} {name}"))
+                out.append(
+                    Violation(
+                        "failed-link",
+                        f"{label} traffic of ranks {_fmt_ranks(list(ranks))} crosses the failed uplink of {topology.levels[up.level].name} {name}",
+                    )
+                )
 
     for g in traffic.groups:
         check(g.label, g.members)

@@ -21,6 +21,7 @@ PROTO_ROOT = ROOT / "protos"
 PACKAGE_DIR = Path("placement") / "v1"
 GENERATED_SUFFIXES = ("_pb2.py", "_pb2.pyi", "_pb2_grpc.py", "_pb2_grpc.pyi")
 
+
 def generate(out: Path) -> list[Path]:
     """Write the stubs of every proto under protos/placement/v1 into `out`/placement/v1; returns the files."""
     import grpc_tools
@@ -54,13 +55,17 @@ def generate(out: Path) -> list[Path]:
         written += [target / f"{stem}{s}" for s in GENERATED_SUFFIXES]
     init = target / "__init__.py"
     if not init.exists():
-        init.write_text('"""Generated protobuf and gRPC stubs of protos/placement/v1 (scripts/gen_protos.py)."""\n')
+        init.write_text(
+            '"""Generated protobuf and gRPC stubs of protos/placement/v1 (scripts/gen_protos.py)."""\n'
+        )
     return written
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    ap.add_argument("--out", type=Path, default=ROOT, help="root to write placement/v1 under (default: the repo)")
+    ap.add_argument(
+        "--out", type=Path, default=ROOT, help="root to write placement/v1 under (default: the repo)"
+    )
     args = ap.parse_args(argv)
     for p in generate(args.out):
         print(p.relative_to(args.out) if p.is_relative_to(args.out) else p)

@@ -38,11 +38,25 @@ _REPEATED_LIMIT = {
 }
 """Repeated and map fields by name -> the limit on their length; any other repeated field: max_state_entries."""
 
-_COUNT_LIMIT = {"ranks": "max_ranks", "nodes": "max_hosts", "devices": "max_devices",
-                "tp": "max_ranks", "cp": "max_ranks", "ep": "max_ranks", "dp": "max_ranks", "pp": "max_ranks"}
+_COUNT_LIMIT = {
+    "ranks": "max_ranks",
+    "nodes": "max_hosts",
+    "devices": "max_devices",
+    "tp": "max_ranks",
+    "cp": "max_ranks",
+    "ep": "max_ranks",
+    "dp": "max_ranks",
+    "pp": "max_ranks",
+}
 """Integer fields that size an allocation -> their limit (RESOURCE_EXHAUSTED above it)."""
-_INT_TYPES = frozenset({FieldDescriptor.CPPTYPE_INT32, FieldDescriptor.CPPTYPE_INT64, FieldDescriptor.CPPTYPE_UINT32,
-                        FieldDescriptor.CPPTYPE_UINT64})
+_INT_TYPES = frozenset(
+    {
+        FieldDescriptor.CPPTYPE_INT32,
+        FieldDescriptor.CPPTYPE_INT64,
+        FieldDescriptor.CPPTYPE_UINT32,
+        FieldDescriptor.CPPTYPE_UINT64,
+    }
+)
 _INDEX_FIELDS = frozenset({"rank", "src", "dst", "job_index"})
 """Integer fields that index something -> at most max_index (INVALID_ARGUMENT above it)."""
 
@@ -72,14 +86,24 @@ def check_message(msg: Any, limits: Limits) -> None:
                 if fd.name == "members" and fd.cpp_type in _INT_TYPES:
                     big = next((v for v in value if v > limits.max_index), None)
                     if big is not None:
-                        bad.append(Problem(where, f"rank {big} is above the limit max_index={limits.max_index}"))
+                        bad.append(
+                            Problem(where, f"rank {big} is above the limit max_index={limits.max_index}")
+                        )
                 if fd.name == "pins":  # map<int32, string>
                     big = next((k for k in value if k > limits.max_index), None)
                     if big is not None:
-                        bad.append(Problem(f"{where}.{big}", f"rank {big} is above the limit max_index={limits.max_index}"))
+                        bad.append(
+                            Problem(
+                                f"{where}.{big}",
+                                f"rank {big} is above the limit max_index={limits.max_index}",
+                            )
+                        )
                 if fd.message_type is not None and not fd.message_type.GetOptions().map_entry:
                     stack.extend((v, f"{where}[{i}]") for i, v in enumerate(value))
-                elif fd.message_type is not None and fd.message_type.fields_by_name["value"].message_type is not None:
+                elif (
+                    fd.message_type is not None
+                    and fd.message_type.fields_by_name["value"].message_type is not None
+                ):
                     stack.extend((v, f"{where}.{k}") for k, v in value.items())
             elif fd.type == FieldDescriptor.TYPE_MESSAGE:
                 stack.append((value, where))
@@ -100,15 +124,21 @@ def _check_cluster(cluster: pb.Cluster, path: str, limits: Limits) -> None:
     hosts = len(cluster.hosts) + sum(max(g.nodes, 0) for g in cluster.generate)
     limits.check("max_hosts", hosts, f"{path} hosts (generate nodes + hosts)")
     limits.check("max_devices", estimate_devices(cluster), f"{path} devices")
-    limits.check("max_matrix_cells", estimate_matrix_cells(cluster), f"{path} intra-node matrix cells over all hosts")
+    limits.check(
+        "max_matrix_cells", estimate_matrix_cells(cluster), f"{path} intra-node matrix cells over all hosts"
+    )
     for i, nt in enumerate(cluster.node_types):
         for j, row in enumerate(nt.matrix):
             if len(row) > 8 * limits.max_matrix_side:  # a row of codes: "NV18 " per cell, ~5 characters
-                limits.check("max_matrix_side", len(row.split()), f"{path}.node_types[{i}].matrix[{j}] (columns)")
+                limits.check(
+                    "max_matrix_side", len(row.split()), f"{path}.node_types[{i}].matrix[{j}] (columns)"
+                )
 
 
 def _type_sizes(cluster: pb.Cluster) -> dict[str, int]:
-    return {nt.name: max(nt.devices if nt.HasField("devices") else len(nt.matrix), 1) for nt in cluster.node_types}
+    return {
+        nt.name: max(nt.devices if nt.HasField("devices") else len(nt.matrix), 1) for nt in cluster.node_types
+    }
 
 
 def estimate_devices(cluster: pb.Cluster) -> int:
@@ -127,8 +157,12 @@ def estimate_matrix_cells(cluster: pb.Cluster) -> int:
     """Matrix cells checked when building: per host with a matrix, devices squared."""
     sides = {nt.name: max(len(nt.matrix), nt.devices) for nt in cluster.node_types if nt.matrix}
     with_matrix = {name: n * n for name, n in sides.items()}
-    cells = sum(max(g.nodes, 0) * with_matrix[g.node_type] for g in cluster.generate if g.node_type in with_matrix)
-    return int(cells) + int(sum(with_matrix[h.node_type] for h in cluster.hosts if h.node_type in with_matrix))
+    cells = sum(
+        max(g.nodes, 0) * with_matrix[g.node_type] for g in cluster.generate if g.node_type in with_matrix
+    )
+    return int(cells) + int(
+        sum(with_matrix[h.node_type] for h in cluster.hosts if h.node_type in with_matrix)
+    )
 
 
 def estimate_ranks(job: pb.Job) -> int:

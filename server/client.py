@@ -53,20 +53,32 @@ class PlacementRpcError(Exception):
     @property
     def field_violations(self) -> list[tuple[str, str]]:
         """(field path, description) of every BadRequest violation."""
-        return [(v.field, v.description) for d in self.details if isinstance(d, error_details_pb2.BadRequest)
-                for v in d.field_violations]
+        return [
+            (v.field, v.description)
+            for d in self.details
+            if isinstance(d, error_details_pb2.BadRequest)
+            for v in d.field_violations
+        ]
 
     @property
     def precondition_violations(self) -> list[tuple[str, str, str]]:
         """(type, subject, description) of every PreconditionFailure violation."""
-        return [(v.type, v.subject, v.description) for d in self.details
-                if isinstance(d, error_details_pb2.PreconditionFailure) for v in d.violations]
+        return [
+            (v.type, v.subject, v.description)
+            for d in self.details
+            if isinstance(d, error_details_pb2.PreconditionFailure)
+            for v in d.violations
+        ]
 
     @property
     def quota_violations(self) -> list[tuple[str, str]]:
         """(subject, description) of every QuotaFailure violation."""
-        return [(v.subject, v.description) for d in self.details if isinstance(d, error_details_pb2.QuotaFailure)
-                for v in d.violations]
+        return [
+            (v.subject, v.description)
+            for d in self.details
+            if isinstance(d, error_details_pb2.QuotaFailure)
+            for v in d.violations
+        ]
 
     @classmethod
     def from_rpc_error(cls, err: grpc.RpcError) -> PlacementRpcError:
@@ -109,14 +121,19 @@ class PlacementClient:
         max_message_bytes: int = 32 * 1024 * 1024,
         channel: Any = None,
     ) -> None:
-        options = [("grpc.max_send_message_length", max_message_bytes),
-                   ("grpc.max_receive_message_length", max_message_bytes)]
+        options = [
+            ("grpc.max_send_message_length", max_message_bytes),
+            ("grpc.max_receive_message_length", max_message_bytes),
+        ]
         if channel is not None:
             self._channel = channel
         elif tls or root_certificates is not None or client_certificate is not None:
             # client_certificate/client_key (PEM): mTLS, for a server started with --tls-client-ca
-            creds = grpc.ssl_channel_credentials(root_certificates=root_certificates, private_key=client_key,
-                                                 certificate_chain=client_certificate)
+            creds = grpc.ssl_channel_credentials(
+                root_certificates=root_certificates,
+                private_key=client_key,
+                certificate_chain=client_certificate,
+            )
             self._channel = grpc.secure_channel(target, creds, options=options)
         else:
             self._channel = grpc.insecure_channel(target, options=options)
@@ -137,29 +154,44 @@ class PlacementClient:
     def close(self) -> None:
         self._channel.close()
 
-    def place(self, request: pb.PlaceRequest, *, timeout_s: float | None = None,
-              request_id: str | None = None) -> pb.PlaceResponse:
-        response: pb.PlaceResponse = self._call(self._stub.Place, request, timeout_s, request_id)  # grpc is untyped
+    def place(
+        self, request: pb.PlaceRequest, *, timeout_s: float | None = None, request_id: str | None = None
+    ) -> pb.PlaceResponse:
+        response: pb.PlaceResponse = self._call(
+            self._stub.Place, request, timeout_s, request_id
+        )  # grpc is untyped
         return response
 
-    def evaluate(self, request: pb.EvaluateRequest, *, timeout_s: float | None = None,
-                 request_id: str | None = None) -> pb.EvaluateResponse:
-        response: pb.EvaluateResponse = self._call(self._stub.Evaluate, request, timeout_s, request_id)  # grpc is untyped
+    def evaluate(
+        self, request: pb.EvaluateRequest, *, timeout_s: float | None = None, request_id: str | None = None
+    ) -> pb.EvaluateResponse:
+        response: pb.EvaluateResponse = self._call(
+            self._stub.Evaluate, request, timeout_s, request_id
+        )  # grpc is untyped
         return response
 
-    def compare(self, request: pb.CompareRequest, *, timeout_s: float | None = None,
-                request_id: str | None = None) -> pb.CompareResponse:
-        response: pb.CompareResponse = self._call(self._stub.Compare, request, timeout_s, request_id)  # grpc is untyped
+    def compare(
+        self, request: pb.CompareRequest, *, timeout_s: float | None = None, request_id: str | None = None
+    ) -> pb.CompareResponse:
+        response: pb.CompareResponse = self._call(
+            self._stub.Compare, request, timeout_s, request_id
+        )  # grpc is untyped
         return response
 
-    def place_batch(self, request: pb.PlaceBatchRequest, *, timeout_s: float | None = None,
-                    request_id: str | None = None) -> pb.PlaceBatchResponse:
-        response: pb.PlaceBatchResponse = self._call(self._stub.PlaceBatch, request, timeout_s, request_id)  # grpc is untyped
+    def place_batch(
+        self, request: pb.PlaceBatchRequest, *, timeout_s: float | None = None, request_id: str | None = None
+    ) -> pb.PlaceBatchResponse:
+        response: pb.PlaceBatchResponse = self._call(
+            self._stub.PlaceBatch, request, timeout_s, request_id
+        )  # grpc is untyped
         return response
 
-    def repair(self, request: pb.RepairRequest, *, timeout_s: float | None = None,
-               request_id: str | None = None) -> pb.RepairResponse:
-        response: pb.RepairResponse = self._call(self._stub.Repair, request, timeout_s, request_id)  # grpc is untyped
+    def repair(
+        self, request: pb.RepairRequest, *, timeout_s: float | None = None, request_id: str | None = None
+    ) -> pb.RepairResponse:
+        response: pb.RepairResponse = self._call(
+            self._stub.Repair, request, timeout_s, request_id
+        )  # grpc is untyped
         return response
 
     def health(self, service: str = "", *, timeout_s: float = 5.0) -> str:
@@ -176,8 +208,9 @@ class PlacementClient:
             md.append(("authorization", f"Bearer {self._token}"))
         return md
 
-    def _call(self, method: Callable[..., Resp], request: Any, timeout_s: float | None,
-              request_id: str | None) -> Resp:
+    def _call(
+        self, method: Callable[..., Resp], request: Any, timeout_s: float | None, request_id: str | None
+    ) -> Resp:
         deadline = time.monotonic() + (timeout_s if timeout_s is not None else self.timeout_s)
         metadata = self._metadata(request_id)  # one id for every attempt
         delay = self.backoff_s

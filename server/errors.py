@@ -95,7 +95,7 @@ def _cut(detail: Any, room: int) -> None:
     items = getattr(detail, field)
     total = len(items)
     while len(items) > 1 and detail.ByteSize() + 120 > room:
-        del items[len(items) // 2 if detail.ByteSize() > 2 * room else len(items) - 1:]
+        del items[len(items) // 2 if detail.ByteSize() > 2 * room else len(items) - 1 :]
     _more(detail, field, total - len(items))
 
 
@@ -112,8 +112,14 @@ def _more(detail: Any, field: str, n: int) -> None:
 
 
 def _shorten(text: str) -> str:
-    text = text if text.isascii() else text.encode("ascii", "backslashreplace").decode()  # percent-encoding: 1x
-    return text if len(text) <= _MAX_MESSAGE_CHARS else text[: _MAX_MESSAGE_CHARS - 40] + " ... (see the status details)"
+    text = (
+        text if text.isascii() else text.encode("ascii", "backslashreplace").decode()
+    )  # percent-encoding: 1x
+    return (
+        text
+        if len(text) <= _MAX_MESSAGE_CHARS
+        else text[: _MAX_MESSAGE_CHARS - 40] + " ... (see the status details)"
+    )
 
 
 def _summary(head: str, lines: Sequence[str], total: int | None = None) -> str:
@@ -130,11 +136,16 @@ def bad_request(problems: Iterable[Problem], omitted: int = 0) -> grpc.Status:
     """INVALID_ARGUMENT with a BadRequest field violation per problem (at most MAX_DETAIL_ITEMS, then a count)."""
     ps = list(problems)
     total = len(ps) + omitted
-    br = error_details_pb2.BadRequest(field_violations=[
-        error_details_pb2.BadRequest.FieldViolation(field=_clip(p.path), description=_clip(p.message))
-        for p in ps[:MAX_DETAIL_ITEMS]])
+    br = error_details_pb2.BadRequest(
+        field_violations=[
+            error_details_pb2.BadRequest.FieldViolation(field=_clip(p.path), description=_clip(p.message))
+            for p in ps[:MAX_DETAIL_ITEMS]
+        ]
+    )
     _more(br, "field_violations", total - len(br.field_violations))
-    return _status(code_pb2.INVALID_ARGUMENT, _summary("invalid request", [str(p) for p in ps[:5]], total), [br])
+    return _status(
+        code_pb2.INVALID_ARGUMENT, _summary("invalid request", [str(p) for p in ps[:5]], total), [br]
+    )
 
 
 def precondition_failed(kind: str, subject: str, descriptions: Sequence[str], head: str) -> grpc.Status:
@@ -147,14 +158,20 @@ def precondition_failed(kind: str, subject: str, descriptions: Sequence[str], he
         ]
     )
     _more(pf, "violations", len(descriptions) - len(pf.violations))
-    return _status(code_pb2.FAILED_PRECONDITION, _summary(head, list(descriptions[:5]), len(descriptions)), [pf])
+    return _status(
+        code_pb2.FAILED_PRECONDITION, _summary(head, list(descriptions[:5]), len(descriptions)), [pf]
+    )
 
 
 def resource_exhausted(subject: str, description: str, retry_after_s: float | None = None) -> grpc.Status:
     """RESOURCE_EXHAUSTED with a QuotaFailure (and a RetryInfo when waiting helps)."""
     details: list[object] = [
         error_details_pb2.QuotaFailure(
-            violations=[error_details_pb2.QuotaFailure.Violation(subject=_clip(subject), description=_clip(description))]
+            violations=[
+                error_details_pb2.QuotaFailure.Violation(
+                    subject=_clip(subject), description=_clip(description)
+                )
+            ]
         )
     ]
     if retry_after_s is not None:
@@ -165,7 +182,9 @@ def resource_exhausted(subject: str, description: str, retry_after_s: float | No
 
 
 def unauthenticated() -> grpc.Status:
-    return _status(code_pb2.UNAUTHENTICATED, "missing or wrong bearer token (metadata `authorization: Bearer <token>`)")
+    return _status(
+        code_pb2.UNAUTHENTICATED, "missing or wrong bearer token (metadata `authorization: Bearer <token>`)"
+    )
 
 
 def status_for(exc: BaseException) -> grpc.Status:
@@ -183,15 +202,22 @@ def status_for(exc: BaseException) -> grpc.Status:
         msgs = [str(getattr(v, "message", str(v))) for v in vs[:MAX_DETAIL_ITEMS]]
         pf = error_details_pb2.PreconditionFailure(
             violations=[
-                error_details_pb2.PreconditionFailure.Violation(type=r, subject="mapping", description=_clip(m))
+                error_details_pb2.PreconditionFailure.Violation(
+                    type=r, subject="mapping", description=_clip(m)
+                )
                 for r, m in zip(rules, msgs, strict=True)
             ]
         )
         _more(pf, "violations", len(vs) - len(pf.violations))
-        return _status(code_pb2.FAILED_PRECONDITION,
-                       _summary("the mapping breaks hard rules",
-                                [f"[{r}] {m}" for r, m in zip(rules[:5], msgs[:5], strict=True)], len(vs)),
-                       [pf])
+        return _status(
+            code_pb2.FAILED_PRECONDITION,
+            _summary(
+                "the mapping breaks hard rules",
+                [f"[{r}] {m}" for r, m in zip(rules[:5], msgs[:5], strict=True)],
+                len(vs),
+            ),
+            [pf],
+        )
     if isinstance(exc, InfeasibleError):
         return precondition_failed("infeasible", "job", exc.reasons, "no placement satisfies the hard rules")
     if isinstance(exc, LimitExceeded):
@@ -212,7 +238,9 @@ def status_for(exc: BaseException) -> grpc.Status:
         # raised on purpose by the domain: a rule of the request that cannot hold
         return precondition_failed("rule", "request", [str(exc)], "the request breaks a rule")
     if isinstance(exc, MemoryError):
-        return resource_exhausted("memory", "the request needs more memory than this server has; make it smaller")
+        return resource_exhausted(
+            "memory", "the request needs more memory than this server has; make it smaller"
+        )
     if isinstance(exc, RecursionError):
         return bad_request([Problem("", "the request is nested too deeply")])
     rid = current_request_id()

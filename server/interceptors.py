@@ -66,7 +66,9 @@ _TRIM_EVERY_S = 2.0
 _trim_lock = threading.Lock()
 _last_trim = [0.0]
 try:
-    _malloc_trim: Callable[[int], int] | None = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+    _malloc_trim: Callable[[int], int] | None = ctypes.CDLL(
+        ctypes.util.find_library("c") or "libc.so.6"
+    ).malloc_trim
 except (OSError, AttributeError):  # not glibc
     _malloc_trim = None
 
@@ -125,8 +127,15 @@ class TelemetryInterceptor(grpc.ServerInterceptor):
             try:
                 with use_call(call), use_limits(self._limits):
                     if isinstance(request, _Malformed):
-                        context.abort_with_status(bad_request(
-                            [Problem("", f"the bytes are not a valid request of {method}: {request.error}")]))
+                        context.abort_with_status(
+                            bad_request(
+                                [
+                                    Problem(
+                                        "", f"the bytes are not a valid request of {method}: {request.error}"
+                                    )
+                                ]
+                            )
+                        )
                     if not quiet and not isinstance(request, _Unparsed):
                         self._check(request, context)
                     return behavior(request, context)
@@ -135,16 +144,27 @@ class TelemetryInterceptor(grpc.ServerInterceptor):
                 raise
             finally:
                 elapsed = time.perf_counter() - t0
-                code = context.code() or _ended_code(call, context) or (
-                    grpc.StatusCode.UNKNOWN if failed else grpc.StatusCode.OK)
+                code = (
+                    context.code()
+                    or _ended_code(call, context)
+                    or (grpc.StatusCode.UNKNOWN if failed else grpc.StatusCode.OK)
+                )
                 trailing = tuple(context.trailing_metadata() or ())
                 context.set_trailing_metadata((*trailing, (REQUEST_ID_KEY, request_id)))
                 self._metrics.requests.labels(method=short, code=code.name).inc()
                 self._metrics.latency.labels(method=short).observe(elapsed)
-                _log.log(logging.DEBUG if quiet else logging.INFO, "rpc", extra={"fields": {
-                    "method": method, "code": code.name, "duration_ms": round(elapsed * 1000, 3),
-                    "peer": context.peer(),
-                }})
+                _log.log(
+                    logging.DEBUG if quiet else logging.INFO,
+                    "rpc",
+                    extra={
+                        "fields": {
+                            "method": method,
+                            "code": code.name,
+                            "duration_ms": round(elapsed * 1000, 3),
+                            "peer": context.peer(),
+                        }
+                    },
+                )
                 request_id_var.reset(token)
                 if not quiet:
                     give_back_memory()
@@ -154,7 +174,6 @@ class TelemetryInterceptor(grpc.ServerInterceptor):
             request_deserializer=_tolerant(handler.request_deserializer),
             response_serializer=handler.response_serializer,
         )
-
 
     def _check(self, request: Any, context: Any) -> None:
         """The request's counts against the limits, before anything is converted or queued."""

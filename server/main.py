@@ -43,8 +43,16 @@ class PlacementServer:
     It has the methods of `grpc.Server` that callers use (start, stop, wait_for_termination, add_*_port).
     """
 
-    def __init__(self, settings: Settings, server: Any, servicer: PlacementServicer, pool: SolvePool,
-                 health_servicer: Any, metrics: Metrics, registry: RegistryHolder | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        server: Any,
+        servicer: PlacementServicer,
+        pool: SolvePool,
+        health_servicer: Any,
+        metrics: Metrics,
+        registry: RegistryHolder | None = None,
+    ) -> None:
         self.settings = settings
         self.registry = registry or RegistryHolder(settings.replace(registry="off"))
         self.grpc_server = server
@@ -68,7 +76,9 @@ class PlacementServer:
             self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
         if self.settings.metrics_port is not None:
             token = self.settings.bearer_token() if self.settings.metrics_require_token else None
-            self.metrics_port = self.metrics.serve(self.settings.metrics_port, self.settings.metrics_host, token)
+            self.metrics_port = self.metrics.serve(
+                self.settings.metrics_port, self.settings.metrics_host, token
+            )
 
     def wait_for_termination(self, timeout: float | None = None) -> bool:
         return bool(self.grpc_server.wait_for_termination(timeout))
@@ -168,14 +178,22 @@ def create_server(settings: Settings) -> tuple[PlacementServer, int]:
         rpb_grpc.add_ClusterRegistryServicer_to_server(RegistryServicer(settings, registry, servicer), server)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(
-        (SERVICE_NAME, *([REGISTRY_SERVICE_NAME] if registry.enabled else []),
-         health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME), server
+        (
+            SERVICE_NAME,
+            *([REGISTRY_SERVICE_NAME] if registry.enabled else []),
+            health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+            reflection.SERVICE_NAME,
+        ),
+        server,
     )
     wrapped = PlacementServer(settings, server, servicer, pool, health_servicer, metrics, registry)
     address = f"{settings.host}:{settings.port}"
     try:
-        port = (wrapped.add_secure_port(address, credentials) if credentials is not None
-                else wrapped.add_insecure_port(address))
+        port = (
+            wrapped.add_secure_port(address, credentials)
+            if credentials is not None
+            else wrapped.add_insecure_port(address)
+        )
     except RuntimeError as e:  # grpc raises RuntimeError when it cannot bind
         port = 0
         cause: Exception | None = e
@@ -196,12 +214,22 @@ def serve(settings: Settings) -> int:
         server.stop(None)
         raise OSError(f"cannot open the registry {settings.registry or 'default'}: {e}") from e
     server.start()
-    _log.info("serving", extra={"fields": {
-        "port": port, "metrics_port": server.metrics_port, "metrics_host": settings.metrics_host,
-        "metrics_auth": settings.metrics_require_token, "tls": settings.tls_cert is not None,
-        "mtls": settings.tls_client_ca is not None, "auth": settings.bearer_token() is not None,
-        "workers": settings.workers, "queue_limit": settings.queue_limit,
-    }})
+    _log.info(
+        "serving",
+        extra={
+            "fields": {
+                "port": port,
+                "metrics_port": server.metrics_port,
+                "metrics_host": settings.metrics_host,
+                "metrics_auth": settings.metrics_require_token,
+                "tls": settings.tls_cert is not None,
+                "mtls": settings.tls_client_ca is not None,
+                "auth": settings.bearer_token() is not None,
+                "workers": settings.workers,
+                "queue_limit": settings.queue_limit,
+            }
+        },
+    )
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: object) -> None:

@@ -22,8 +22,9 @@ T = TypeVar("T")
 class SolvePool:
     """Runs solves on a fixed number of threads; admits at most `workers + queue_limit` at a time."""
 
-    def __init__(self, workers: int, queue_limit: int, metrics: Metrics | None = None,
-                 max_bytes: int | None = None) -> None:
+    def __init__(
+        self, workers: int, queue_limit: int, metrics: Metrics | None = None, max_bytes: int | None = None
+    ) -> None:
         self.workers = workers
         self.queue_limit = queue_limit
         self.max_bytes = max_bytes

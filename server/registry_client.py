@@ -16,7 +16,16 @@ from server.client import PlacementClient, PlacementRpcError
 
 __all__ = ["RegistryClient"]
 
-_UNARY = ("PutCluster", "UpdateState", "Reserve", "Commit", "Release", "Renew", "ListReservations", "GetState")
+_UNARY = (
+    "PutCluster",
+    "UpdateState",
+    "Reserve",
+    "Commit",
+    "Release",
+    "Renew",
+    "ListReservations",
+    "GetState",
+)
 
 
 class RegistryClient(PlacementClient):
@@ -35,7 +44,9 @@ class RegistryClient(PlacementClient):
             raise ValueError(f"unknown ClusterRegistry method {method!r}; known: {', '.join(_UNARY)}")
         return self._call(getattr(self._registry, method), request, timeout_s, None)
 
-    def watch(self, request: rpb.WatchStateRequest, *, timeout_s: float | None = None) -> Iterator[rpb.StateEvent]:
+    def watch(
+        self, request: rpb.WatchStateRequest, *, timeout_s: float | None = None
+    ) -> Iterator[rpb.StateEvent]:
         """WatchState events; PlacementRpcError when the stream fails (not when `timeout_s` ends it)."""
         stream = self._registry.WatchState(request, timeout=timeout_s, metadata=self._metadata(None))
         try:

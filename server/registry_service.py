@@ -69,10 +69,19 @@ class RegistryHolder:
                     raise RuntimeError("the registry is closed")
                 self._registry = Registry(open_store(self.url))
                 self._registry.sweep()  # leases that ran out while no server was up
-                self._sweeper = threading.Thread(target=self._sweep_loop, name="placement-lease-sweeper", daemon=True)
+                self._sweeper = threading.Thread(
+                    target=self._sweep_loop, name="placement-lease-sweeper", daemon=True
+                )
                 self._sweeper.start()
-                _log.info("registry open", extra={"fields": {"store": _redacted(self.url),
-                                                             "schema": self._registry.store.schema_version()}})
+                _log.info(
+                    "registry open",
+                    extra={
+                        "fields": {
+                            "store": _redacted(self.url),
+                            "schema": self._registry.store.schema_version(),
+                        }
+                    },
+                )
             return self._registry
 
     def _sweep_loop(self) -> None:
@@ -82,7 +91,9 @@ class RegistryHolder:
                 return
             try:
                 expired = reg.sweep()
-            except Exception as e:  # a database hiccup: the next sweep retries; reads never trust a stale lease
+            except (
+                Exception
+            ) as e:  # a database hiccup: the next sweep retries; reads never trust a stale lease
                 _log.warning("lease sweep failed", extra={"fields": {"error": str(e)}})
                 continue
             for res in expired:
@@ -130,7 +141,9 @@ class RegistryServicer(rpb_grpc.ClusterRegistryServicer):
     def _registry(self) -> Registry:
         reg = self._holder.open()
         if reg is None:
-            raise InputError("request", [Problem("cluster_id", "this server runs without a registry (--registry off)")])
+            raise InputError(
+                "request", [Problem("cluster_id", "this server runs without a registry (--registry off)")]
+            )
         return reg
 
     def _run(self, context: grpc.ServicerContext, fn: Callable[[], R]) -> R:
@@ -142,14 +155,18 @@ class RegistryServicer(rpb_grpc.ClusterRegistryServicer):
 
     # ---- clusters and state --------------------------------------------------------------------------------
 
-    def PutCluster(self, request: rpb.PutClusterRequest, context: grpc.ServicerContext) -> rpb.PutClusterResponse:
+    def PutCluster(
+        self, request: rpb.PutClusterRequest, context: grpc.ServicerContext
+    ) -> rpb.PutClusterResponse:
         def work() -> rpb.PutClusterResponse:
             if not request.HasField("cluster"):
                 raise InputError("request", [Problem("cluster", "is required")])
             n = request_budget.estimate_devices(request.cluster)
             if n > self._settings.max_devices:
-                raise LimitExceeded("devices", f"the cluster has {n} devices; this server accepts at most "
-                                    f"{self._settings.max_devices}")
+                raise LimitExceeded(
+                    "devices",
+                    f"the cluster has {n} devices; this server accepts at most {self._settings.max_devices}",
+                )
             ps = convert._Problems()
             doc = convert._cluster_dict(request.cluster, ps)
             ps.raise_if_any()
@@ -158,12 +175,15 @@ class RegistryServicer(rpb_grpc.ClusterRegistryServicer):
             except InputError as e:
                 raise (prefixed(e, "cluster") if e.source == "cluster" else e) from None
             topo = self._registry().view(request.cluster_id).topology
-            return rpb.PutClusterResponse(cluster_id=request.cluster_id, version=version, changed=changed,
-                                          devices=topo.num_devices)
+            return rpb.PutClusterResponse(
+                cluster_id=request.cluster_id, version=version, changed=changed, devices=topo.num_devices
+            )
 
         return self._run(context, work)
 
-    def UpdateState(self, request: rpb.UpdateStateRequest, context: grpc.ServicerContext) -> rpb.UpdateStateResponse:
+    def UpdateState(
+        self, request: rpb.UpdateStateRequest, context: grpc.ServicerContext
+    ) -> rpb.UpdateStateResponse:
         def work() -> rpb.UpdateStateResponse:
             which = request.WhichOneof("change")
             if which is None:
@@ -185,9 +205,13 @@ class RegistryServicer(rpb_grpc.ClusterRegistryServicer):
             reg = self._registry()
             view = reg.view(request.cluster_id)
             now = reg.clock()
-            out = rpb.GetStateResponse(cluster_id=request.cluster_id, cluster_version=view.record.version,
-                                       generation=view.generation, seq=view.record.last_seq,
-                                       state=state_message(view.document()))
+            out = rpb.GetStateResponse(
+                cluster_id=request.cluster_id,
+                cluster_version=view.record.version,
+                generation=view.generation,
+                seq=view.record.last_seq,
+                state=state_message(view.document()),
+            )
             holders = {rid for rid, exp in view.holds.values() if exp > now}
             for rid in sorted(holders):
                 out.holds.append(reservation_to_proto(reg.get(rid)))
@@ -207,16 +231,25 @@ class RegistryServicer(rpb_grpc.ClusterRegistryServicer):
 
         return self._run(context, work)
 
-    def WatchState(self, request: rpb.WatchStateRequest, context: grpc.ServicerContext) -> Iterator[rpb.StateEvent]:
+    def WatchState(
+        self, request: rpb.WatchStateRequest, context: grpc.ServicerContext
+    ) -> Iterator[rpb.StateEvent]:
         try:
             reg = self._registry()
             seq = request.after_seq
             if seq <= 0:
                 first = self.GetState(rpb.GetStateRequest(cluster_id=request.cluster_id), context)
                 seq = first.seq
-                yield rpb.StateEvent(cluster_id=request.cluster_id, seq=seq, kind=rpb.STATE_EVENT_KIND_SNAPSHOT,
-                                     generation=first.generation, at_unix_s=reg.clock(), state=first.state,
-                                     holds=first.holds, cluster_version=first.cluster_version)
+                yield rpb.StateEvent(
+                    cluster_id=request.cluster_id,
+                    seq=seq,
+                    kind=rpb.STATE_EVENT_KIND_SNAPSHOT,
+                    generation=first.generation,
+                    at_unix_s=reg.clock(),
+                    state=first.state,
+                    holds=first.holds,
+                    cluster_version=first.cluster_version,
+                )
             elif reg.store.last_seq(request.cluster_id) is None:
                 reg.view(request.cluster_id)  # NotFound
             while context.is_active() and not self._holder._stop.is_set():
@@ -231,7 +264,9 @@ class RegistryServicer(rpb_grpc.ClusterRegistryServicer):
     def Reserve(self, request: rpb.ReserveRequest, context: grpc.ServicerContext) -> rpb.ReserveResponse:
         return self._placement._call(request, context, self._reserve)
 
-    def _reserve(self, request: rpb.ReserveRequest, context: grpc.ServicerContext, stop: threading.Event) -> rpb.ReserveResponse:
+    def _reserve(
+        self, request: rpb.ReserveRequest, context: grpc.ServicerContext, stop: threading.Event
+    ) -> rpb.ReserveResponse:
         self._placement._started(context, stop)
         reg = self._registry()
         if not request.cluster_id:
@@ -240,52 +275,112 @@ class RegistryServicer(rpb_grpc.ClusterRegistryServicer):
             raise InputError("request", [Problem("job", "is required")])
         ranks = request_budget.estimate_ranks(request.job)
         if ranks > self._settings.max_ranks:
-            raise LimitExceeded("ranks", f"job has {ranks} ranks; this server accepts at most {self._settings.max_ranks}")
+            raise LimitExceeded(
+                "ranks", f"job has {ranks} ranks; this server accepts at most {self._settings.max_ranks}"
+            )
         ttl = request.ttl_s if request.HasField("ttl_s") else DEFAULT_TTL_S
         if not (0 < ttl <= MAX_TTL_S):
-            raise InputError("request", [Problem("ttl_s", f"must be in (0, {MAX_TTL_S:g}] seconds, got {ttl}")])
+            raise InputError(
+                "request", [Problem("ttl_s", f"must be in (0, {MAX_TTL_S:g}] seconds, got {ttl}")]
+            )
         place_req = pb.PlaceRequest(cluster_id=request.cluster_id, job=request.job, options=request.options)
-        inputs = convert.place_inputs(place_req, self._settings.default_time_limit_s, reg.resolve(request.cluster_id))
+        inputs = convert.place_inputs(
+            place_req, self._settings.default_time_limit_s, reg.resolve(request.cluster_id)
+        )
         budget = self._placement._budget(inputs.options.time_limit_s, context, 1)
         opts = self._placement._options(inputs.options, budget, stop)
         job = inputs.job
 
         def render(topo: Topology, res: PlacementResult) -> bytes:
-            msg = convert.result_to_proto(topo, job, res, time_limit_s=budget.limit_s,
-                                          deadline_limited=budget.deadline_limited)
+            msg = convert.result_to_proto(
+                topo, job, res, time_limit_s=budget.limit_s, deadline_limited=budget.deadline_limited
+            )
             return bytes(msg.SerializeToString())
 
-        fingerprint = request_hash(request.job.SerializeToString(deterministic=True),
-                                   request.options.SerializeToString(deterministic=True))
+        fingerprint = request_hash(
+            request.job.SerializeToString(deterministic=True),
+            request.options.SerializeToString(deterministic=True),
+        )
         t0 = time.perf_counter()
         with self._placement._watchdog(budget, stop):
-            out = reg.reserve(request.cluster_id, job, opts, ttl_s=ttl, key=request.idempotency_key or None,
-                              fingerprint=fingerprint, render=render,
-                              gone=lambda: _gone(context))
+            out = reg.reserve(
+                request.cluster_id,
+                job,
+                opts,
+                ttl_s=ttl,
+                key=request.idempotency_key or None,
+                fingerprint=fingerprint,
+                render=render,
+                gone=lambda: _gone(context),
+            )
         res = out.reservation
-        _log.info("reserved", extra={"fields": {
-            "reservation": res.id, "job": res.job, "ranks": len(res.devices), "replayed": out.replayed,
-            "attempts": out.attempts, "status": res.status.value, "solve_s": round(time.perf_counter() - t0, 4)}})
+        _log.info(
+            "reserved",
+            extra={
+                "fields": {
+                    "reservation": res.id,
+                    "job": res.job,
+                    "ranks": len(res.devices),
+                    "replayed": out.replayed,
+                    "attempts": out.attempts,
+                    "status": res.status.value,
+                    "solve_s": round(time.perf_counter() - t0, 4),
+                }
+            },
+        )
         result = pb.PlacementResult()
         result.ParseFromString(res.payload)
-        return rpb.ReserveResponse(result=result, reservation_id=res.id, expires_unix_s=res.expires_at,
-                                   reservation=reservation_to_proto(res), replayed=out.replayed,
-                                   attempts=out.attempts)
+        return rpb.ReserveResponse(
+            result=result,
+            reservation_id=res.id,
+            expires_unix_s=res.expires_at,
+            reservation=reservation_to_proto(res),
+            replayed=out.replayed,
+            attempts=out.attempts,
+        )
 
-    def Commit(self, request: rpb.ReservationRequest, context: grpc.ServicerContext) -> rpb.ReservationResponse:
-        return self._run(context, lambda: rpb.ReservationResponse(
-            reservation=reservation_to_proto(self._registry().commit(request.reservation_id))))
+    def Commit(
+        self, request: rpb.ReservationRequest, context: grpc.ServicerContext
+    ) -> rpb.ReservationResponse:
+        return self._run(
+            context,
+            lambda: rpb.ReservationResponse(
+                reservation=reservation_to_proto(self._registry().commit(request.reservation_id))
+            ),
+        )
 
-    def Release(self, request: rpb.ReservationRequest, context: grpc.ServicerContext) -> rpb.ReservationResponse:
-        return self._run(context, lambda: rpb.ReservationResponse(
-            reservation=reservation_to_proto(self._registry().release(request.reservation_id))))
+    def Release(
+        self, request: rpb.ReservationRequest, context: grpc.ServicerContext
+    ) -> rpb.ReservationResponse:
+        return self._run(
+            context,
+            lambda: rpb.ReservationResponse(
+                reservation=reservation_to_proto(self._registry().release(request.reservation_id))
+            ),
+        )
 
-    def Renew(self, request: rpb.ReservationRequest, context: grpc.ServicerContext) -> rpb.ReservationResponse:
+    def Renew(
+        self, request: rpb.ReservationRequest, context: grpc.ServicerContext
+    ) -> rpb.ReservationResponse:
         ttl = request.ttl_s if request.HasField("ttl_s") else DEFAULT_TTL_S
-        return self._run(context, lambda: rpb.ReservationResponse(
-            reservation=reservation_to_proto(self._registry().renew(request.reservation_id, ttl))))
+        return self._run(
+            context,
+            lambda: rpb.ReservationResponse(
+                reservation=reservation_to_proto(self._registry().renew(request.reservation_id, ttl))
+            ),
+        )
 
-    def ListReservations(self, request: rpb.ListReservationsRequest, context: grpc.ServicerContext) -> rpb.ListReservationsResponse:
-        return self._run(context, lambda: rpb.ListReservationsResponse(reservations=[
-            reservation_to_proto(r) for r in self._registry().reservations(
-                request.cluster_id or None, live_only=request.live_only)]))
+    def ListReservations(
+        self, request: rpb.ListReservationsRequest, context: grpc.ServicerContext
+    ) -> rpb.ListReservationsResponse:
+        return self._run(
+            context,
+            lambda: rpb.ListReservationsResponse(
+                reservations=[
+                    reservation_to_proto(r)
+                    for r in self._registry().reservations(
+                        request.cluster_id or None, live_only=request.live_only
+                    )
+                ]
+            ),
+        )

@@ -62,8 +62,13 @@ class _Budget:
 class PlacementServicer(pb_grpc.PlacementServiceServicer):
     """Place, Evaluate and Compare. Each call runs on the solve pool; the gRPC thread waits for it."""
 
-    def __init__(self, settings: Settings, pool: SolvePool, metrics: Metrics,
-                 resolve: Callable[[Any], tuple[Topology, ClusterState] | None] | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        pool: SolvePool,
+        metrics: Metrics,
+        resolve: Callable[[Any], tuple[Topology, ClusterState] | None] | None = None,
+    ) -> None:
         self._settings = settings
         self._resolve = resolve or (lambda _request: None)  # cluster_id -> the registry's cluster and state
         self._pool = pool
@@ -82,7 +87,9 @@ class PlacementServicer(pb_grpc.PlacementServiceServicer):
     def Compare(self, request: pb.CompareRequest, context: grpc.ServicerContext) -> pb.CompareResponse:
         return self._call(request, context, self._compare)
 
-    def PlaceBatch(self, request: pb.PlaceBatchRequest, context: grpc.ServicerContext) -> pb.PlaceBatchResponse:
+    def PlaceBatch(
+        self, request: pb.PlaceBatchRequest, context: grpc.ServicerContext
+    ) -> pb.PlaceBatchResponse:
         return self._call(request, context, self._place_batch)
 
     def Repair(self, request: pb.RepairRequest, context: grpc.ServicerContext) -> pb.RepairResponse:
@@ -97,7 +104,9 @@ class PlacementServicer(pb_grpc.PlacementServiceServicer):
 
     # ---- plumbing -----------------------------------------------------------------------------------------
 
-    def _call(self, request: Req, context: grpc.ServicerContext, work: Callable[[Req, Any, threading.Event], R]) -> R:
+    def _call(
+        self, request: Req, context: grpc.ServicerContext, work: Callable[[Req, Any, threading.Event], R]
+    ) -> R:
         """Run `work` on the solve pool: the one line every RPC method needs. The interceptor has checked the
         request against the limits and set the call's deadline/cancellation (`placement.limits.current_call`),
         which the pool's thread inherits; an answer that comes after the call ended is not sent as OK."""
@@ -127,7 +136,9 @@ class PlacementServicer(pb_grpc.PlacementServiceServicer):
         """Limits of this servicer beyond the generic budget (server.budget, run by the interceptor)."""
         s = self._settings
         if isinstance(request, pb.CompareRequest | pb.PlaceBatchRequest) and len(request.jobs) > s.max_jobs:
-            raise self._reject("jobs", f"{len(request.jobs)} jobs in the request; this server accepts at most {s.max_jobs}")
+            raise self._reject(
+                "jobs", f"{len(request.jobs)} jobs in the request; this server accepts at most {s.max_jobs}"
+            )
 
     def _started(self, context: grpc.ServicerContext, stop: threading.Event) -> None:
         """At the start of the work: refuse it if the caller left or the deadline passed while it waited."""
@@ -174,7 +185,9 @@ class PlacementServicer(pb_grpc.PlacementServiceServicer):
 
     # ---- work (on the solve pool) -------------------------------------------------------------------------
 
-    def _place(self, request: pb.PlaceRequest, context: grpc.ServicerContext, stop: threading.Event) -> pb.PlaceResponse:
+    def _place(
+        self, request: pb.PlaceRequest, context: grpc.ServicerContext, stop: threading.Event
+    ) -> pb.PlaceResponse:
         self._started(context, stop)
         inputs = convert.place_inputs(request, self._settings.default_time_limit_s, self._resolve(request))
         checkpoint("converting the request")
@@ -193,18 +206,37 @@ class PlacementServicer(pb_grpc.PlacementServiceServicer):
                 ) from None
             raise
         elapsed = time.perf_counter() - t0
-        result = convert.result_to_proto(inputs.topology, inputs.job, res, time_limit_s=budget.limit_s,
-                                         deadline_limited=budget.deadline_limited)
+        result = convert.result_to_proto(
+            inputs.topology,
+            inputs.job,
+            res,
+            time_limit_s=budget.limit_s,
+            deadline_limited=budget.deadline_limited,
+        )
         self._observe("Place", res.status.value, res.gap)
         self._metrics.solve_seconds.labels(method="Place").observe(elapsed)
-        _log.info("placed", extra={"fields": {
-            "job": inputs.job.name, "ranks": inputs.job.ranks, "devices": inputs.topology.num_devices,
-            "status": res.status.value, "step_seconds": _step(res), "comm_seconds": res.seconds, "gap": res.gap,
-            "solve_s": round(elapsed, 4), "time_limit_s": budget.limit_s, "deadline_limited": budget.deadline_limited,
-        }})
+        _log.info(
+            "placed",
+            extra={
+                "fields": {
+                    "job": inputs.job.name,
+                    "ranks": inputs.job.ranks,
+                    "devices": inputs.topology.num_devices,
+                    "status": res.status.value,
+                    "step_seconds": _step(res),
+                    "comm_seconds": res.seconds,
+                    "gap": res.gap,
+                    "solve_s": round(elapsed, 4),
+                    "time_limit_s": budget.limit_s,
+                    "deadline_limited": budget.deadline_limited,
+                }
+            },
+        )
         return pb.PlaceResponse(result=result)
 
-    def _evaluate(self, request: pb.EvaluateRequest, context: grpc.ServicerContext, stop: threading.Event) -> pb.EvaluateResponse:
+    def _evaluate(
+        self, request: pb.EvaluateRequest, context: grpc.ServicerContext, stop: threading.Event
+    ) -> pb.EvaluateResponse:
         self._started(context, stop)
         inputs = convert.evaluate_inputs(request)
         checkpoint("converting the request")
@@ -214,7 +246,9 @@ class PlacementServicer(pb_grpc.PlacementServiceServicer):
         self._metrics.solve_seconds.labels(method="Evaluate").observe(time.perf_counter() - t0)
         return convert.evaluate_response(inputs.topology, inputs.job, inputs.mapping, report)
 
-    def _compare(self, request: pb.CompareRequest, context: grpc.ServicerContext, stop: threading.Event) -> pb.CompareResponse:
+    def _compare(
+        self, request: pb.CompareRequest, context: grpc.ServicerContext, stop: threading.Event
+    ) -> pb.CompareResponse:
         self._started(context, stop)
         inputs = convert.compare_inputs(request, self._settings.default_time_limit_s, self._resolve(request))
         checkpoint("converting the request")
@@ -227,11 +261,18 @@ class PlacementServicer(pb_grpc.PlacementServiceServicer):
         out = pb.CompareResponse()
         for job, res, reason in rows:
             if res is None:
-                result = convert.infeasible_result(job, [reason or "no placement satisfies the hard rules"], opts.strategy)
+                result = convert.infeasible_result(
+                    job, [reason or "no placement satisfies the hard rules"], opts.strategy
+                )
                 self._observe("Compare", "INFEASIBLE", None)
             else:
-                result = convert.result_to_proto(inputs.topology, job, res, time_limit_s=budget.limit_s,
-                                                 deadline_limited=budget.deadline_limited)
+                result = convert.result_to_proto(
+                    inputs.topology,
+                    job,
+                    res,
+                    time_limit_s=budget.limit_s,
+                    deadline_limited=budget.deadline_limited,
+                )
                 self._observe("Compare", res.status.value, res.gap)
             out.ranking.add(job_index=index[id(job)], result=result)
         elapsed = time.perf_counter() - t0
@@ -239,9 +280,13 @@ class PlacementServicer(pb_grpc.PlacementServiceServicer):
         _log.info("compared", extra={"fields": {"jobs": len(inputs.jobs), "solve_s": round(elapsed, 4)}})
         return out
 
-    def _place_batch(self, request: pb.PlaceBatchRequest, context: grpc.ServicerContext, stop: threading.Event) -> pb.PlaceBatchResponse:
+    def _place_batch(
+        self, request: pb.PlaceBatchRequest, context: grpc.ServicerContext, stop: threading.Event
+    ) -> pb.PlaceBatchResponse:
         self._started(context, stop)
-        inputs = convert_batch.batch_inputs(request, self._settings.default_time_limit_s, self._resolve(request))
+        inputs = convert_batch.batch_inputs(
+            request, self._settings.default_time_limit_s, self._resolve(request)
+        )
         checkpoint("converting the request")
         budget = self._budget(inputs.options.time_limit_s, context, 1)  # the limit covers the whole batch
         opts = self._options(inputs.options, budget, stop)
@@ -251,30 +296,65 @@ class PlacementServicer(pb_grpc.PlacementServiceServicer):
         elapsed = time.perf_counter() - t0
         self._observe("PlaceBatch", "OPTIMAL" if res.admission_optimal else "FEASIBLE", None)
         self._metrics.solve_seconds.labels(method="PlaceBatch").observe(elapsed)
-        _log.info("placed batch", extra={"fields": {
-            "jobs": len(inputs.jobs), "admitted": len(res.plan.admitted), "chosen": res.plan.strategy,
-            "admitted_weight": res.plan.admitted_weight, "weighted_step_seconds": res.plan.weighted_step_seconds,
-            "solve_s": round(elapsed, 4), "time_limit_s": budget.limit_s, "deadline_limited": budget.deadline_limited,
-        }})
-        return convert_batch.batch_response(inputs.topology, res, time_limit_s=budget.limit_s,
-                                            deadline_limited=budget.deadline_limited)
+        _log.info(
+            "placed batch",
+            extra={
+                "fields": {
+                    "jobs": len(inputs.jobs),
+                    "admitted": len(res.plan.admitted),
+                    "chosen": res.plan.strategy,
+                    "admitted_weight": res.plan.admitted_weight,
+                    "weighted_step_seconds": res.plan.weighted_step_seconds,
+                    "solve_s": round(elapsed, 4),
+                    "time_limit_s": budget.limit_s,
+                    "deadline_limited": budget.deadline_limited,
+                }
+            },
+        )
+        return convert_batch.batch_response(
+            inputs.topology, res, time_limit_s=budget.limit_s, deadline_limited=budget.deadline_limited
+        )
 
-    def _repair(self, request: pb.RepairRequest, context: grpc.ServicerContext, stop: threading.Event) -> pb.RepairResponse:
+    def _repair(
+        self, request: pb.RepairRequest, context: grpc.ServicerContext, stop: threading.Event
+    ) -> pb.RepairResponse:
         self._started(context, stop)
-        inputs = convert_repair.repair_inputs(request, self._settings.default_time_limit_s, self._resolve(request))
+        inputs = convert_repair.repair_inputs(
+            request, self._settings.default_time_limit_s, self._resolve(request)
+        )
         checkpoint("converting the request")
         budget = self._budget(inputs.options.time_limit_s, context, 1)  # the limit covers the whole repair
         opts = self._options(inputs.options, budget, stop)
         t0 = time.perf_counter()
         with self._watchdog(budget, stop):
-            res = repair(inputs.topology, inputs.state, inputs.job, inputs.current, drain=inputs.drain,
-                         spares=inputs.spares, spares_only=inputs.spares_only, budget=inputs.budget, options=opts)
+            res = repair(
+                inputs.topology,
+                inputs.state,
+                inputs.job,
+                inputs.current,
+                drain=inputs.drain,
+                spares=inputs.spares,
+                spares_only=inputs.spares_only,
+                budget=inputs.budget,
+                options=opts,
+            )
         elapsed = time.perf_counter() - t0
         self._observe("Repair", "FEASIBLE", None)
         self._metrics.solve_seconds.labels(method="Repair").observe(elapsed)
-        _log.info("repaired", extra={"fields": {
-            "job": inputs.job.name, "ranks": inputs.job.ranks, "forced": len(res.forced), "min_moves": res.min_moves,
-            "answers": len(res.answers), "solve_s": round(elapsed, 4), "time_limit_s": budget.limit_s,
-        }})
-        return convert_repair.repair_response(inputs.topology, res, time_limit_s=budget.limit_s,
-                                              deadline_limited=budget.deadline_limited)
+        _log.info(
+            "repaired",
+            extra={
+                "fields": {
+                    "job": inputs.job.name,
+                    "ranks": inputs.job.ranks,
+                    "forced": len(res.forced),
+                    "min_moves": res.min_moves,
+                    "answers": len(res.answers),
+                    "solve_s": round(elapsed, 4),
+                    "time_limit_s": budget.limit_s,
+                }
+            },
+        )
+        return convert_repair.repair_response(
+            inputs.topology, res, time_limit_s=budget.limit_s, deadline_limited=budget.deadline_limited
+        )

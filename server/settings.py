@@ -38,40 +38,72 @@ class Settings:
     solver_threads: int = field(default=0, metadata={"help": "CP-SAT threads per solve (0: cores / workers)"})
     queue_limit: int = field(default=64, metadata={"help": "requests waiting for a solver beyond `workers`"})
     max_message_bytes: int = field(default=32 * 1024 * 1024, metadata={"help": "largest request accepted"})
-    max_queued_bytes: int = field(default=256 * 1024 * 1024, metadata={
-        "help": "request bytes the running and waiting calls may hold together (memory bound)"})
+    max_queued_bytes: int = field(
+        default=256 * 1024 * 1024,
+        metadata={"help": "request bytes the running and waiting calls may hold together (memory bound)"},
+    )
     max_devices: int = field(default=200_000, metadata={"help": "largest cluster (devices) accepted"})
     max_ranks: int = field(default=32_768, metadata={"help": "largest job (ranks) accepted"})
     max_jobs: int = field(default=64, metadata={"help": "most jobs in one Compare"})
     default_time_limit_s: float = field(default=10.0, metadata={"help": "solver time limit when unset"})
     max_time_limit_s: float = field(default=120.0, metadata={"help": "cap on a request's time limit"})
-    deadline_margin_s: float = field(default=0.05, metadata={"help": "kept free before a deadline (plus 10%%)"})
+    deadline_margin_s: float = field(
+        default=0.05, metadata={"help": "kept free before a deadline (plus 10%%)"}
+    )
     grace_s: float = field(default=10.0, metadata={"help": "SIGTERM: time for in-flight calls to finish"})
     drain_s: float = field(default=0.0, metadata={"help": "SIGTERM: NOT_SERVING this long before closing"})
     log_level: str = field(default="INFO", metadata={"help": "DEBUG, INFO, WARNING or ERROR"})
     tls_cert: str | None = field(default=None, metadata={"help": "PEM certificate chain file (enables TLS)"})
     tls_key: str | None = field(default=None, metadata={"help": "PEM private key file"})
-    token: str | None = field(default=None, metadata={"help": "bearer token callers must send (prefer the env)"})
+    token: str | None = field(
+        default=None, metadata={"help": "bearer token callers must send (prefer the env)"}
+    )
     token_file: str | None = field(default=None, metadata={"help": "file holding the bearer token"})
-    tls_client_ca: str | None = field(default=None, metadata={
-        "help": "PEM CA bundle: require client certificates signed by it (mTLS; needs TLS)"})
-    metrics_port: int | None = field(default=9464, metadata={"help": "Prometheus port (0: free one, -1: off)"})
-    metrics_host: str = field(default="127.0.0.1", metadata={"help": "Prometheus address (default: localhost only)"})
-    metrics_require_token: bool = field(default=False, metadata={
-        "help": "metrics also require the bearer token (true/false)"})
-    limits: str = field(default="", metadata={
-        "help": "request limits, e.g. max_pins=65536,max_hosts=100000 (see placement.limits.Limits)"})
-    registry: str = field(default="", metadata={
-        "help": "ClusterRegistry store: sqlite:///PATH, postgresql://USER@HOST:PORT/DB, or off "
-                "(default: an SQLite file under ~/.local/state/placement)"})
-    lease_sweep_s: float = field(default=1.0, metadata={"help": "how often expired reservation leases are swept"})
+    tls_client_ca: str | None = field(
+        default=None,
+        metadata={"help": "PEM CA bundle: require client certificates signed by it (mTLS; needs TLS)"},
+    )
+    metrics_port: int | None = field(
+        default=9464, metadata={"help": "Prometheus port (0: free one, -1: off)"}
+    )
+    metrics_host: str = field(
+        default="127.0.0.1", metadata={"help": "Prometheus address (default: localhost only)"}
+    )
+    metrics_require_token: bool = field(
+        default=False, metadata={"help": "metrics also require the bearer token (true/false)"}
+    )
+    limits: str = field(
+        default="",
+        metadata={
+            "help": "request limits, e.g. max_pins=65536,max_hosts=100000 (see placement.limits.Limits)"
+        },
+    )
+    registry: str = field(
+        default="",
+        metadata={
+            "help": "ClusterRegistry store: sqlite:///PATH, postgresql://USER@HOST:PORT/DB, or off "
+            "(default: an SQLite file under ~/.local/state/placement)"
+        },
+    )
+    lease_sweep_s: float = field(
+        default=1.0, metadata={"help": "how often expired reservation leases are swept"}
+    )
 
     def __post_init__(self) -> None:
         problems: list[str] = []
-        for name in ("workers", "queue_limit", "max_message_bytes", "max_devices", "max_ranks", "max_jobs",
-                     "max_queued_bytes"):
+        for name in (
+            "workers",
+            "queue_limit",
+            "max_message_bytes",
+            "max_devices",
+            "max_ranks",
+            "max_jobs",
+            "max_queued_bytes",
+        ):
             if getattr(self, name) < (0 if name == "queue_limit" else 1):
-                problems.append(f"{name} must be >= {0 if name == 'queue_limit' else 1}, got {getattr(self, name)}")
+                problems.append(
+                    f"{name} must be >= {0 if name == 'queue_limit' else 1}, got {getattr(self, name)}"
+                )
         if not 0 <= self.port <= 65535:
             problems.append(f"port must be in 0..65535, got {self.port}")
         for name in ("default_time_limit_s", "max_time_limit_s"):
@@ -79,9 +111,14 @@ class Settings:
                 problems.append(f"{name} must be > 0, got {getattr(self, name)}")
         if not self.lease_sweep_s > 0:
             problems.append(f"lease_sweep_s must be > 0, got {self.lease_sweep_s}")
-        if self.registry and self.registry != "off" and not self.registry.startswith(
-                ("sqlite://", "postgresql://", "postgres://")):
-            problems.append(f"registry must be sqlite:///PATH, postgresql://... or off, got {self.registry!r}")
+        if (
+            self.registry
+            and self.registry != "off"
+            and not self.registry.startswith(("sqlite://", "postgresql://", "postgres://"))
+        ):
+            problems.append(
+                f"registry must be sqlite:///PATH, postgresql://... or off, got {self.registry!r}"
+            )
         for name in ("deadline_margin_s", "grace_s", "drain_s", "solver_threads"):
             if getattr(self, name) < 0:
                 problems.append(f"{name} must be >= 0, got {getattr(self, name)}")
@@ -121,23 +158,32 @@ class Settings:
             try:
                 text = Path(self.token_file).read_text(encoding="utf-8").strip()
             except (OSError, UnicodeDecodeError) as e:
-                raise ValueError(f"token_file {self.token_file}: cannot read it ({getattr(e, 'strerror', None) or e})"
-                                 "; the server does not start without the token it was told to require") from None
+                raise ValueError(
+                    f"token_file {self.token_file}: cannot read it ({getattr(e, 'strerror', None) or e})"
+                    "; the server does not start without the token it was told to require"
+                ) from None
             if not text:
-                raise ValueError(f"token_file {self.token_file} is empty; the server does not start without the "
-                                 "token it was told to require")
+                raise ValueError(
+                    f"token_file {self.token_file} is empty; the server does not start without the "
+                    "token it was told to require"
+                )
             return text
         if self.token is not None:
             if not self.token.strip():
-                raise ValueError("token is empty; the server does not start without the token it was told to require")
+                raise ValueError(
+                    "token is empty; the server does not start without the token it was told to require"
+                )
             return self.token.strip()
         return None
 
     def request_limits(self) -> Limits:
         """The per-request limits: the defaults, max_devices and max_ranks, then the `limits` overrides."""
-        base = Limits().replace(max_devices=self.max_devices, max_ranks=self.max_ranks,
-                                max_pins=min(Limits().max_pins, self.max_ranks),
-                                max_mapping_entries=max(Limits().max_mapping_entries, self.max_ranks))
+        base = Limits().replace(
+            max_devices=self.max_devices,
+            max_ranks=self.max_ranks,
+            max_pins=min(Limits().max_pins, self.max_ranks),
+            max_mapping_entries=max(Limits().max_mapping_entries, self.max_ranks),
+        )
         return parse_limit_overrides(self.limits, base) if self.limits else base
 
     def replace(self, **changes: object) -> Settings:
@@ -172,8 +218,13 @@ def parse_settings(argv: Sequence[str] | None = None, environ: Mapping[str, str]
         description="The placement gRPC server. Every flag also reads PLACEMENT_<FLAG> from the environment.",
     )
     for name, f in fields.items():
-        ap.add_argument(f"--{name.replace('_', '-')}", dest=name, default=None, metavar=name.split("_")[-1].upper(),
-                        help=f"{f.metadata.get('help', '')} [env {ENV_PREFIX}{name.upper()}]")
+        ap.add_argument(
+            f"--{name.replace('_', '-')}",
+            dest=name,
+            default=None,
+            metavar=name.split("_")[-1].upper(),
+            help=f"{f.metadata.get('help', '')} [env {ENV_PREFIX}{name.upper()}]",
+        )
     args = vars(ap.parse_args(argv))
     values: dict[str, object] = {}
     for name, f in fields.items():

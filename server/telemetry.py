@@ -52,7 +52,8 @@ class JsonFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         out: dict[str, Any] = {
-            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
+            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+            + f".{int(record.msecs):03d}Z",
             "level": record.levelname,
             "logger": record.name,
             "msg": record.getMessage(),
@@ -85,19 +86,37 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
-        self.requests = Counter("placement_grpc_requests", "Finished calls by method and status code",
-                                ["method", "code"], registry=r)
-        self.latency = Histogram("placement_grpc_request_seconds", "Call latency by method", ["method"],
-                                 buckets=_LATENCY_BUCKETS, registry=r)
-        self.solves = Counter("placement_solves", "Answered solves by method and solve status",
-                              ["method", "status"], registry=r)
-        self.gap = Histogram("placement_solve_gap", "Relative gap of returned placements", buckets=_GAP_BUCKETS,
-                             registry=r)
-        self.solve_seconds = Histogram("placement_solve_seconds", "Time in the solver per call", ["method"],
-                                       buckets=_LATENCY_BUCKETS, registry=r)
+        self.requests = Counter(
+            "placement_grpc_requests",
+            "Finished calls by method and status code",
+            ["method", "code"],
+            registry=r,
+        )
+        self.latency = Histogram(
+            "placement_grpc_request_seconds",
+            "Call latency by method",
+            ["method"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.solves = Counter(
+            "placement_solves", "Answered solves by method and solve status", ["method", "status"], registry=r
+        )
+        self.gap = Histogram(
+            "placement_solve_gap", "Relative gap of returned placements", buckets=_GAP_BUCKETS, registry=r
+        )
+        self.solve_seconds = Histogram(
+            "placement_solve_seconds",
+            "Time in the solver per call",
+            ["method"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
         self.running = Gauge("placement_solves_running", "Solves running now", registry=r)
         self.queued = Gauge("placement_solves_queued", "Requests waiting for a solver", registry=r)
-        self.rejected = Counter("placement_rejected", "Requests refused by a server limit", ["limit"], registry=r)
+        self.rejected = Counter(
+            "placement_rejected", "Requests refused by a server limit", ["limit"], registry=r
+        )
         self._http: Any = None
         self._lock = threading.Lock()
 
@@ -110,8 +129,13 @@ class Metrics:
         def guarded(environ: dict[str, Any], start_response: Any) -> Any:
             given = str(environ.get("HTTP_AUTHORIZATION", "")).encode()
             if expected is not None and not hmac.compare_digest(given, expected):
-                start_response("401 Unauthorized", [("Content-Type", "text/plain"),
-                                                    ("WWW-Authenticate", 'Bearer realm="placement-metrics"')])
+                start_response(
+                    "401 Unauthorized",
+                    [
+                        ("Content-Type", "text/plain"),
+                        ("WWW-Authenticate", 'Bearer realm="placement-metrics"'),
+                    ],
+                )
                 return [b"missing or wrong bearer token\n"]
             return app(environ, start_response)
 

@@ -31,22 +31,45 @@ def shared_file(relative: str) -> Path:
     return path
 
 
-def tree(hosts_per_leaf: int = 2, leaves: int = 2, gpus: int = 4, *, kind: str = "gpu",
-         matrix: Sequence[str] | None = None, rails: Sequence[int | None] | None = None,
-         rail_policy: RailPolicy | None = None, node_tier: Tier = NODE_TIER, leaf_tier: Tier = LEAF_TIER,
-         spine_tier: Tier = SPINE_TIER) -> Topology:
+def tree(
+    hosts_per_leaf: int = 2,
+    leaves: int = 2,
+    gpus: int = 4,
+    *,
+    kind: str = "gpu",
+    matrix: Sequence[str] | None = None,
+    rails: Sequence[int | None] | None = None,
+    rail_policy: RailPolicy | None = None,
+    node_tier: Tier = NODE_TIER,
+    leaf_tier: Tier = LEAF_TIER,
+    spine_tier: Tier = SPINE_TIER,
+) -> Topology:
     """node < leaf < spine; hosts ``h0``, ``h1``... in leaves ``l0``, ``l1``...; devices ``hK/gpuJ``."""
-    nt = NodeType("t", gpus, kind, tuple(tuple(r.split()) for r in matrix) if matrix else None,
-                  tuple(rails) if rails is not None else None)
-    hosts = [HostSpec(f"h{h}", {"leaf": f"l{h // hosts_per_leaf}"}, nt) for h in range(hosts_per_leaf * leaves)]
+    nt = NodeType(
+        "t",
+        gpus,
+        kind,
+        tuple(tuple(r.split()) for r in matrix) if matrix else None,
+        tuple(rails) if rails is not None else None,
+    )
+    hosts = [
+        HostSpec(f"h{h}", {"leaf": f"l{h // hosts_per_leaf}"}, nt) for h in range(hosts_per_leaf * leaves)
+    ]
     levels = [Level("node", node_tier), Level("leaf", leaf_tier), Level("spine", spine_tier)]
     return Topology.build("tree", levels, hosts, rail_policy=rail_policy)
 
 
 def model(**kw: float) -> ModelShape:
     """A small model whose volumes are easy to compute by hand (defaults: h=1024, L=4, s=2048, B=2)."""
-    base: dict[str, float] = {"parameters": 1e9, "hidden": 1024, "layers": 4, "seq_len": 2048, "micro_batch": 1,
-                              "micro_batches": 2, "bytes_per_element": 2}
+    base: dict[str, float] = {
+        "parameters": 1e9,
+        "hidden": 1024,
+        "layers": 4,
+        "seq_len": 2048,
+        "micro_batch": 1,
+        "micro_batches": 2,
+        "bytes_per_element": 2,
+    }
     base.update(kw)
     return ModelShape(**base)  # type: ignore[arg-type]
 

@@ -38,7 +38,11 @@ SMI = Path("/work/shared/data/topologies/nvidia_smi_topo/hgx_h100_8gpu_8nic_rail
 
 
 def _job(ranks: int = 16) -> dict[str, Any]:
-    return {"name": "aff", "ranks": ranks, "groups": [{"kind": "all_reduce", "members": f"0-{ranks - 1}", "bytes": 1e8}]}
+    return {
+        "name": "aff",
+        "ranks": ranks,
+        "groups": [{"kind": "all_reduce", "members": f"0-{ranks - 1}", "bytes": 1e8}],
+    }
 
 
 def _affinity(topo: Topology) -> list[tuple[Any, Any]]:
@@ -57,7 +61,9 @@ def _check_assignments(topo: Topology, mapping: Any, ranks: int) -> None:
 
 def _request_file(tmp_path: Path) -> Path:
     f = tmp_path / "req.yaml"
-    f.write_text(yaml.safe_dump({"cluster_file": str(H100), "job": _job(), "options": {"time_limit_s": 5, "seed": 0}}))
+    f.write_text(
+        yaml.safe_dump({"cluster_file": str(H100), "job": _job(), "options": {"time_limit_s": 5, "seed": 0}})
+    )
     return f
 
 
@@ -84,10 +90,19 @@ def test_a_place_request_with_affinity_reads_to_load_clusters_topology(tmp_path:
 
 
 def test_null_entries_become_empty_and_minus_one_and_read_back_as_unknown() -> None:
-    doc = {"name": "n", "levels": [{"name": "node", "bandwidth_gbps": 450}],
-           "node_types": [{"name": "t", "devices": 4, "cpu_affinity": ["0-3", None, "8-11", None],
-                           "numa_affinity": [0, None, 1, None]}],
-           "hosts": [{"name": "a", "node_type": "t"}]}
+    doc = {
+        "name": "n",
+        "levels": [{"name": "node", "bandwidth_gbps": 450}],
+        "node_types": [
+            {
+                "name": "t",
+                "devices": 4,
+                "cpu_affinity": ["0-3", None, "8-11", None],
+                "numa_affinity": [0, None, 1, None],
+            }
+        ],
+        "hosts": [{"name": "a", "node_type": "t"}],
+    }
     native, _ = cluster_from_dict(doc, "n.yaml")
     req = request_from_dict({"cluster": normalize_cluster(doc), "job": _job(4)}, pb.PlaceRequest)
     nt = req.cluster.node_types[0]
@@ -97,15 +112,21 @@ def test_null_entries_become_empty_and_minus_one_and_read_back_as_unknown() -> N
 
 
 def test_a_cluster_without_affinity_leaves_the_fields_empty() -> None:
-    req = request_from_dict({"cluster_file": "dgx-h100-4node.yaml", "job_file": "tp8-dp4.yaml"}, pb.PlaceRequest,
-                            base_dir=EXAMPLES)
+    req = request_from_dict(
+        {"cluster_file": "dgx-h100-4node.yaml", "job_file": "tp8-dp4.yaml"},
+        pb.PlaceRequest,
+        base_dir=EXAMPLES,
+    )
     assert all(not nt.cpu_affinity and not nt.numa_affinity for nt in req.cluster.node_types)
 
 
 def test_affinity_errors_still_name_the_field() -> None:
-    doc = {"name": "n", "levels": [{"name": "node", "bandwidth_gbps": 450}],
-           "node_types": [{"name": "t", "devices": 2, "cpu_affinity": ["0-3"], "numa_affinity": [0, -2]}],
-           "hosts": [{"name": "a", "node_type": "t"}]}
+    doc = {
+        "name": "n",
+        "levels": [{"name": "node", "bandwidth_gbps": 450}],
+        "node_types": [{"name": "t", "devices": 2, "cpu_affinity": ["0-3"], "numa_affinity": [0, -2]}],
+        "hosts": [{"name": "a", "node_type": "t"}],
+    }
     req = request_from_dict({"cluster": normalize_cluster(doc), "job": _job(2)}, pb.PlaceRequest)
     with pytest.raises(InputError) as e:
         place_inputs(req)
@@ -135,10 +156,16 @@ def test_place_over_a_live_server_answers_with_cpus(tmp_path: Path) -> None:
 
 
 @contextlib.contextmanager
-def _registry_server(tmp_path: Path) -> Iterator[tuple[rpb_grpc.ClusterRegistryStub, pb_grpc.PlacementServiceStub,
-                                                       int]]:
-    settings = Settings(host="127.0.0.1", port=0, metrics_port=None, workers=2,
-                        registry=f"sqlite://{tmp_path / 'registry.db'}")
+def _registry_server(
+    tmp_path: Path,
+) -> Iterator[tuple[rpb_grpc.ClusterRegistryStub, pb_grpc.PlacementServiceStub, int]]:
+    settings = Settings(
+        host="127.0.0.1",
+        port=0,
+        metrics_port=None,
+        workers=2,
+        registry=f"sqlite://{tmp_path / 'registry.db'}",
+    )
     server, port = create_server(settings)
     server.start()
     channel = grpc.insecure_channel(f"127.0.0.1:{port}")
@@ -166,15 +193,21 @@ def test_registry_put_cluster_get_state_and_place_by_cluster_id_keep_the_affinit
 
 def test_cli_registry_put_cluster_of_a_cluster_file_with_affinity(tmp_path: Path) -> None:
     with _registry_server(tmp_path) as (_reg, _placement, port):
-        out = CliRunner().invoke(app, ["registry", "put-cluster", str(H100), "-c", "h100", "-s", f"127.0.0.1:{port}"])
+        out = CliRunner().invoke(
+            app, ["registry", "put-cluster", str(H100), "-c", "h100", "-s", f"127.0.0.1:{port}"]
+        )
     assert out.exit_code == 0, out.output
     assert "cluster h100: version 1 (changed), 256 devices" in out.output
 
 
 @pytest.mark.skipif(not SMI.exists(), reason="the shared nvidia-smi tables are not on this machine")
 def test_an_nvidia_smi_file_inlines_its_affinity_too() -> None:
-    doc = {"name": "s", "levels": [{"name": "node", "bandwidth_gbps": 450}],
-           "node_types": [{"name": "t", "nvidia_smi": str(SMI)}], "hosts": [{"name": "a", "node_type": "t"}]}
+    doc = {
+        "name": "s",
+        "levels": [{"name": "node", "bandwidth_gbps": 450}],
+        "node_types": [{"name": "t", "nvidia_smi": str(SMI)}],
+        "hosts": [{"name": "a", "node_type": "t"}],
+    }
     req = request_from_dict({"cluster": doc, "job": _job(8)}, pb.PlaceRequest)
     assert list(req.cluster.node_types[0].cpu_affinity) == [SOCKET0] * 4 + [SOCKET1] * 4
     assert list(req.cluster.node_types[0].numa_affinity) == [0] * 4 + [1] * 4
@@ -182,9 +215,14 @@ def test_an_nvidia_smi_file_inlines_its_affinity_too() -> None:
 
 
 def test_a_server_rejects_cpu_lists_beyond_max_cpu_and_reads_long_ones_in_linear_time() -> None:
-    doc = {"name": "n", "levels": [{"name": "node", "bandwidth_gbps": 450}],
-           "node_types": [{"name": "t", "devices": 2, "cpu_affinity": ["0-4000000000", ",".join(["0-65535"] * 20000)]}],
-           "hosts": [{"name": "a", "node_type": "t"}]}
+    doc = {
+        "name": "n",
+        "levels": [{"name": "node", "bandwidth_gbps": 450}],
+        "node_types": [
+            {"name": "t", "devices": 2, "cpu_affinity": ["0-4000000000", ",".join(["0-65535"] * 20000)]}
+        ],
+        "hosts": [{"name": "a", "node_type": "t"}],
+    }
     req = request_from_dict({"cluster": normalize_cluster(doc), "job": _job(2)}, pb.PlaceRequest)
     with running() as live, pytest.raises(grpc.RpcError) as e:
         live.stub.Place(req, timeout=30)

@@ -32,12 +32,18 @@ from placement.validate import validate
 SCHEDULERS = ("kueue-tas", "slurm-tree", "slurm-block")
 
 
-def cluster(hosts: Sequence[tuple[Mapping[str, str], int]], levels: Sequence[str], gpus: int = 4,
-            kinds: Sequence[str] | None = None) -> tuple[Topology, ClusterState]:
+def cluster(
+    hosts: Sequence[tuple[Mapping[str, str], int]],
+    levels: Sequence[str],
+    gpus: int = 4,
+    kinds: Sequence[str] | None = None,
+) -> tuple[Topology, ClusterState]:
     """Hosts given as (domains, free devices); the last devices of each host are busy."""
     lv = [Level(n, Tier(400.0 / (i + 1), 1.0 + i)) for i, n in enumerate(levels)]
-    specs = [HostSpec(f"h{i:02d}", doms, NodeType(k, gpus, k))
-             for i, ((doms, _), k) in enumerate(zip(hosts, kinds or ["H100"] * len(hosts), strict=True))]
+    specs = [
+        HostSpec(f"h{i:02d}", doms, NodeType(k, gpus, k))
+        for i, ((doms, _), k) in enumerate(zip(hosts, kinds or ["H100"] * len(hosts), strict=True))
+    ]
     topo = Topology.build("t", lv, specs)
     busy = {d: "other" for h, (_, free) in enumerate(hosts) for d in topo.devices_in_domain[0][h][free:]}
     return topo, ClusterState(occupied=busy)
@@ -58,8 +64,10 @@ def hosts_of(topo: Topology, mapping: Sequence[int]) -> list[int]:
 
 def tp_groups_whole(topo: Topology, job: Job, mapping: Sequence[int]) -> bool:
     assert job.parallel is not None
-    return all(len({topo.devices[mapping[r]].host_index for r in g}) == 1
-               for g in dimension_groups(job.parallel, ("tp",)))
+    return all(
+        len({topo.devices[mapping[r]].host_index for r in g}) == 1
+        for g in dimension_groups(job.parallel, ("tp",))
+    )
 
 
 def domain_names(topo: Topology, mapping: Sequence[int], level: str) -> set[str]:
@@ -88,8 +96,15 @@ def test_slice_size_rules() -> None:
     assert slice_size(topo, big, job_traffic(big)) == 1
     req = job_of(16, tp=16, cons=Constraints(require={"tp": "leaf"}))  # required above the host: not a slice
     assert slice_size(topo, req, job_traffic(req)) == 1
-    explicit = Job("e", 4, "H100", groups=(Group("x", CollectiveKind.ALL_REDUCE, (0, 1), 1e6, 1.0),
-                                           Group("x", CollectiveKind.ALL_REDUCE, (2, 3), 1e6, 1.0)))
+    explicit = Job(
+        "e",
+        4,
+        "H100",
+        groups=(
+            Group("x", CollectiveKind.ALL_REDUCE, (0, 1), 1e6, 1.0),
+            Group("x", CollectiveKind.ALL_REDUCE, (2, 3), 1e6, 1.0),
+        ),
+    )
     assert slice_size(topo, explicit, job_traffic(explicit)) == 1
     pinned_host = Job("e", 4, "H100", groups=explicit.groups, constraints=Constraints(require={"x": "node"}))
     assert slice_size(topo, pinned_host, job_traffic(pinned_host)) == 2
@@ -196,8 +211,11 @@ def test_kueue_required_level_for_the_whole_job_caps_the_search() -> None:
 
 def three_leaves(usable: Sequence[int], per_leaf: int = 4) -> tuple[Topology, ClusterState]:
     """3 leaf switches of `per_leaf` 4-device hosts under one root; `usable[i]` hosts of leaf i are free."""
-    hosts = [({"leaf": f"leaf{i}", "root": "root"}, 4 if h < n else 0)
-             for i, n in enumerate(usable) for h in range(per_leaf)]
+    hosts = [
+        ({"leaf": f"leaf{i}", "root": "root"}, 4 if h < n else 0)
+        for i, n in enumerate(usable)
+        for h in range(per_leaf)
+    ]
     return cluster(hosts, ["node", "leaf", "root"], gpus=4)
 
 
@@ -224,8 +242,13 @@ def test_slurm_tree_switches_one_refuses_to_span_leaves() -> None:
     whole = Group("all", CollectiveKind.ALL_REDUCE, tuple(range(20)), 1e6, 1.0)
     job = Job("e", 20, "H100", groups=(whole,), constraints=Constraints(require={"all": "leaf"}))
     assert slurm_tree(topo, state, job, job_traffic(job)) is None
-    small = Job("e", 8, "H100", groups=(Group("all", CollectiveKind.ALL_REDUCE, tuple(range(8)), 1e6, 1.0),),
-                constraints=Constraints(require={"all": "leaf"}))
+    small = Job(
+        "e",
+        8,
+        "H100",
+        groups=(Group("all", CollectiveKind.ALL_REDUCE, tuple(range(8)), 1e6, 1.0),),
+        constraints=Constraints(require={"all": "leaf"}),
+    )
     m = slurm_tree(topo, state, small, job_traffic(small))
     assert m is not None and not validate(topo, state, small, m)
 
@@ -233,11 +256,16 @@ def test_slurm_tree_switches_one_refuses_to_span_leaves() -> None:
 # ---- Slurm block ---------------------------------------------------------------------------------------------
 
 
-def block_cluster(usable: Sequence[int], free: int = 4, sizes: str = "4,8,16") -> tuple[Topology, ClusterState]:
+def block_cluster(
+    usable: Sequence[int], free: int = 4, sizes: str = "4,8,16"
+) -> tuple[Topology, ClusterState]:
     """Blocks of 4 hosts from a topology.conf read by the Slurm importer; `usable[i]` hosts of block i have
     `free` of 4 devices free, the others none."""
     n = len(usable)
-    text = "".join(f"BlockName=b{i + 1} Nodes=n[{4 * i + 1}-{4 * i + 4}]\n" for i in range(n)) + f"BlockSizes={sizes}\n"
+    text = (
+        "".join(f"BlockName=b{i + 1} Nodes=n[{4 * i + 1}-{4 * i + 4}]\n" for i in range(n))
+        + f"BlockSizes={sizes}\n"
+    )
     doc: dict[str, Any] = parse_topology_conf(text, "blocks.conf")[0]
     for i, lv in enumerate(doc["levels"]):
         lv["bandwidth_gbps"] = 400.0 / (i + 1)
@@ -249,7 +277,7 @@ def block_cluster(usable: Sequence[int], free: int = 4, sizes: str = "4,8,16") -
     for b, k in enumerate(usable):
         for j in range(4):
             devs = topo.devices_in_domain[0][4 * b + j]
-            for d in devs[(free if j < k else 0):]:
+            for d in devs[(free if j < k else 0) :]:
                 busy[d] = "other"
     return topo, ClusterState(occupied=busy)
 
@@ -269,7 +297,9 @@ def test_slurm_block_picks_the_tightest_base_block() -> None:
 
 def test_slurm_block_spans_the_tightest_aggregate_block() -> None:
     topo, state = block_cluster([4, 2, 3, 4])
-    job = job_of(24, tp=4)  # 6 nodes: 2 base blocks; b[1-2] has 6 usable nodes, b[3-4] 7: the tightest is b[1-2]
+    job = job_of(
+        24, tp=4
+    )  # 6 nodes: 2 base blocks; b[1-2] has 6 usable nodes, b[3-4] 7: the tightest is b[1-2]
     m = slurm_block(topo, state, job, job_traffic(job))
     assert m is not None and not validate(topo, state, job, m)
     assert domain_names(topo, m, "block") == {"b1", "b2"}
@@ -316,10 +346,19 @@ def test_pins_exclusions_and_kind_are_honoured() -> None:
     pin=st.booleans(),
     exclude=st.integers(-1, 15),
 )
-def test_every_baseline_mapping_is_valid_on_fragmented_states(occ: float, mode: str, seed: int,
-                                                              shape: tuple[int, int, int], blocks: bool,
-                                                              require: bool, pin: bool, exclude: int) -> None:
-    topo = block_cluster([4] * 8, free=4)[0] if blocks else fat_tree(128, nodes_per_leaf=4, leaves_per_spine=2)
+def test_every_baseline_mapping_is_valid_on_fragmented_states(
+    occ: float,
+    mode: str,
+    seed: int,
+    shape: tuple[int, int, int],
+    blocks: bool,
+    require: bool,
+    pin: bool,
+    exclude: int,
+) -> None:
+    topo = (
+        block_cluster([4] * 8, free=4)[0] if blocks else fat_tree(128, nodes_per_leaf=4, leaves_per_spine=2)
+    )
     state = occupy(topo, occ, seed=seed, mode=mode)
     tp, pp, dp = shape
     usable = [d.index for d in topo.devices if state.usable(d.index)]

@@ -39,16 +39,23 @@ OPTS = SolveOptions(time_limit_s=2.0, deterministic=True)
 
 
 def cluster(nodes: int, gpus: int = 4, per_leaf: int = 2) -> Topology:
-    doc = {"name": f"c{nodes}", "levels": [{"name": "node", "bandwidth_gbps": 450, "latency_us": 2},
-                                          {"name": "leaf", "bandwidth_gbps": 50, "latency_us": 5},
-                                          {"name": "spine", "bandwidth_gbps": 25, "latency_us": 8}],
-           "generate": [{"nodes": nodes, "devices": gpus, "kind": "H100", "fanout": {"leaf": per_leaf}}]}
+    doc = {
+        "name": f"c{nodes}",
+        "levels": [
+            {"name": "node", "bandwidth_gbps": 450, "latency_us": 2},
+            {"name": "leaf", "bandwidth_gbps": 50, "latency_us": 5},
+            {"name": "spine", "bandwidth_gbps": 25, "latency_us": 8},
+        ],
+        "generate": [{"nodes": nodes, "devices": gpus, "kind": "H100", "fanout": {"leaf": per_leaf}}],
+    }
     topo, _ = cluster_from_dict(doc, "test")
     return topo
 
 
 def job(name: str, tp: int, dp: int = 1, pp: int = 1, require: bool = True) -> Job:
-    return megatron_job(name, tp=tp, dp=dp, pp=pp, hidden=1024, layers=4, micro_batches=2, require_tp_node=require)
+    return megatron_job(
+        name, tp=tp, dp=dp, pp=pp, hidden=1024, layers=4, micro_batches=2, require_tp_node=require
+    )
 
 
 def occupied(topo: Topology, busy: dict[int, int]) -> ClusterState:
@@ -102,7 +109,12 @@ def best_weight(jobs: Sequence[BatchJob], free: list[int]) -> float:
     best = 0.0
     for k in range(len(jobs) + 1):
         for subset in itertools.combinations(jobs, k):
-            units = [bj.job.parallel.tp for bj in subset if bj.job.parallel for _ in range(bj.job.ranks // bj.job.parallel.tp)]
+            units = [
+                bj.job.parallel.tp
+                for bj in subset
+                if bj.job.parallel
+                for _ in range(bj.job.ranks // bj.job.parallel.tp)
+            ]
             if sum(units) <= sum(free) and packable(units, free):
                 best = max(best, sum(bj.weight for bj in subset))
     return best
@@ -151,7 +163,9 @@ def test_fifo_and_priority_baselines_follow_their_orders() -> None:
     assert [o.name for o in res.baselines[PRIORITY].admitted] == ["a"]
     assert [o.name for o in res.plan.admitted] == ["big"] and res.plan.strategy == "batch"
     a = res.plan.outcomes[0]
-    assert a.reason == "conflict" and a.conflicts_with == ["big"] and "admitted job(s) big" in a.explanation[0]
+    assert (
+        a.reason == "conflict" and a.conflicts_with == ["big"] and "admitted job(s) big" in a.explanation[0]
+    )
     big = res.baselines[PRIORITY].outcomes[1]
     assert big.reason == "conflict" and "higher-priority job(s) a (priority 1" in big.explanation[0]
 
@@ -160,12 +174,20 @@ def test_reasons_capacity_rule_and_conflict_with_higher_priority() -> None:
     topo = cluster(2)
     state = ClusterState(failed=frozenset({0}))
     pinned = Job("pinned", 2, "H100", constraints=Constraints(pins={0: "node01/gpu0"}))
-    jobs = [BatchJob(job("first", 4), 1.0, 2.0), BatchJob(job("huge", 4, 4), 5.0), BatchJob(pinned),
-            BatchJob(job("second", 4), 1.0, 0.0)]
+    jobs = [
+        BatchJob(job("first", 4), 1.0, 2.0),
+        BatchJob(job("huge", 4, 4), 5.0),
+        BatchJob(pinned),
+        BatchJob(job("second", 4), 1.0, 0.0),
+    ]
     res = place_batch(topo, state, jobs, OPTS)
     check_answer(topo, state, jobs, res)
     by = {o.name: o for o in res.plan.outcomes}
-    assert by["huge"].reason == "capacity" and "needs 16" in by["huge"].explanation[0] and "7 are usable" in by["huge"].explanation[0]
+    assert (
+        by["huge"].reason == "capacity"
+        and "needs 16" in by["huge"].explanation[0]
+        and "7 are usable" in by["huge"].explanation[0]
+    )
     assert by["pinned"].reason == "rule" and "failed" in by["pinned"].explanation[0]
     assert by["first"].admitted and not by["second"].admitted
     assert by["second"].reason == "conflict" and by["second"].conflicts_with == ["first"]
@@ -189,14 +211,23 @@ def test_validate_batch_finds_a_shared_device_and_an_occupied_one() -> None:
     assert validate_batch(topo, state, jobs, {0: [1, 2], 1: [4, 5]}) == []
 
 
-@pytest.mark.parametrize(("weight", "priority", "path"), [
-    (0.0, 0.0, "jobs[1].weight"), (-1.0, 0.0, "jobs[1].weight"), (float("nan"), 0.0, "jobs[1].weight"),
-    (float("inf"), 0.0, "jobs[1].weight"), (2e6, 0.0, "jobs[1].weight"), (1.0, float("nan"), "jobs[1].priority"),
-])
+@pytest.mark.parametrize(
+    ("weight", "priority", "path"),
+    [
+        (0.0, 0.0, "jobs[1].weight"),
+        (-1.0, 0.0, "jobs[1].weight"),
+        (float("nan"), 0.0, "jobs[1].weight"),
+        (float("inf"), 0.0, "jobs[1].weight"),
+        (2e6, 0.0, "jobs[1].weight"),
+        (1.0, float("nan"), "jobs[1].priority"),
+    ],
+)
 def test_bad_weights_name_the_field(weight: float, priority: float, path: str) -> None:
     topo = cluster(2)
     with pytest.raises(InputError) as info:
-        place_batch(topo, ClusterState(), [BatchJob(job("a", 2)), BatchJob(job("b", 2), weight, priority)], OPTS)
+        place_batch(
+            topo, ClusterState(), [BatchJob(job("a", 2)), BatchJob(job("b", 2), weight, priority)], OPTS
+        )
     assert [p.path for p in info.value.problems] == [path]
 
 
@@ -221,10 +252,16 @@ def test_bigger_batch_never_worse_than_baselines_and_jointly_valid() -> None:
     topo = fat_tree(256)
     state = occupy(topo, 0.4, seed=3, mode="mixed-random")
     rng = random.Random(7)
-    jobs = [BatchJob(megatron_job(f"j{i}", tp=tp, pp=pp, dp=dp, hidden=2048, layers=8, require_tp_node=True),
-                     float(rng.randint(1, 3)), float(rng.randint(0, 2)))
-            for i, (tp, pp, dp) in enumerate(rng.choice([(8, 1, 2), (4, 2, 2), (2, 2, 4), (1, 1, 8), (8, 2, 4)])
-                                             for _ in range(8))]
+    jobs = [
+        BatchJob(
+            megatron_job(f"j{i}", tp=tp, pp=pp, dp=dp, hidden=2048, layers=8, require_tp_node=True),
+            float(rng.randint(1, 3)),
+            float(rng.randint(0, 2)),
+        )
+        for i, (tp, pp, dp) in enumerate(
+            rng.choice([(8, 1, 2), (4, 2, 2), (2, 2, 4), (1, 1, 8), (8, 2, 4)]) for _ in range(8)
+        )
+    ]
     res = place_batch(topo, state, jobs, SolveOptions(time_limit_s=4.0, deterministic=True))
     check_answer(topo, state, jobs, res)
     assert len(res.plan.admitted) >= len(res.baselines[FIFO].admitted)
@@ -234,15 +271,23 @@ def test_bigger_batch_never_worse_than_baselines_and_jointly_valid() -> None:
 
 
 def _cluster_doc() -> dict[str, Any]:
-    return {"name": "c2", "levels": [{"name": "node", "bandwidth_gbps": 450, "latency_us": 2},
-                                     {"name": "leaf", "bandwidth_gbps": 50, "latency_us": 5}],
-            "generate": [{"nodes": 2, "devices": 4, "kind": "H100"}]}
+    return {
+        "name": "c2",
+        "levels": [
+            {"name": "node", "bandwidth_gbps": 450, "latency_us": 2},
+            {"name": "leaf", "bandwidth_gbps": 50, "latency_us": 5},
+        ],
+        "generate": [{"nodes": 2, "devices": 4, "kind": "H100"}],
+    }
 
 
 def _job_doc(name: str, tp: int, dp: int) -> dict[str, Any]:
-    return {"name": name, "parallel": {"tp": tp, "dp": dp},
-            "model": {"parameters": 1e9, "hidden": 1024, "layers": 4, "seq_len": 2048},
-            "constraints": {"require": {"tp": "node"}}}
+    return {
+        "name": name,
+        "parallel": {"tp": tp, "dp": dp},
+        "model": {"parameters": 1e9, "hidden": 1024, "layers": 4, "seq_len": 2048},
+        "constraints": {"require": {"tp": "node"}},
+    }
 
 
 @pytest.fixture(scope="module")
@@ -263,17 +308,27 @@ def stub(served: tuple[pb_grpc.PlacementServiceStub, str]) -> pb_grpc.PlacementS
 
 
 def test_place_batch_rpc(stub: pb_grpc.PlacementServiceStub) -> None:
-    req = json_format.ParseDict({
-        "cluster": _cluster_doc(),
-        "state": {"occupied": [{"job": "other", "devices": ["node02/gpu0", "node02/gpu1"]}]},
-        "jobs": [{"job": _job_doc("small", 2, 1)}, {"job": _job_doc("tp4", 4, 1), "weight": 2, "priority": 1},
-                 {"job": _job_doc("wide", 4, 2), "weight": 1}],
-        "options": {"time_limit_s": 3},
-    }, pb.PlaceBatchRequest())
+    req = json_format.ParseDict(
+        {
+            "cluster": _cluster_doc(),
+            "state": {"occupied": [{"job": "other", "devices": ["node02/gpu0", "node02/gpu1"]}]},
+            "jobs": [
+                {"job": _job_doc("small", 2, 1)},
+                {"job": _job_doc("tp4", 4, 1), "weight": 2, "priority": 1},
+                {"job": _job_doc("wide", 4, 2), "weight": 1},
+            ],
+            "options": {"time_limit_s": 3},
+        },
+        pb.PlaceBatchRequest(),
+    )
     resp = stub.PlaceBatch(req, timeout=30)
     plan = resp.plan
     assert plan.strategy in ("batch", FIFO, PRIORITY)
-    assert [j.job for j in plan.jobs] == ["small", "tp4", "wide"] and [j.job_index for j in plan.jobs] == [0, 1, 2]
+    assert [j.job for j in plan.jobs] == ["small", "tp4", "wide"] and [j.job_index for j in plan.jobs] == [
+        0,
+        1,
+        2,
+    ]
     admitted = [j for j in plan.jobs if j.admitted]
     assert plan.admitted == len(admitted) == 2 and plan.admitted_weight == 3.0
     devices = [a.device for j in admitted for a in j.mapping]
@@ -288,9 +343,13 @@ def test_place_batch_rpc(stub: pb_grpc.PlacementServiceStub) -> None:
 
 
 def test_place_batch_rpc_bad_input_names_the_fields(stub: pb_grpc.PlacementServiceStub) -> None:
-    req = json_format.ParseDict({"cluster": _cluster_doc(),
-                                 "jobs": [{"job": _job_doc("a", 2, 1)}, {"job": _job_doc("a", 2, 1), "weight": -2},
-                                          {"weight": 1}]}, pb.PlaceBatchRequest())
+    req = json_format.ParseDict(
+        {
+            "cluster": _cluster_doc(),
+            "jobs": [{"job": _job_doc("a", 2, 1)}, {"job": _job_doc("a", 2, 1), "weight": -2}, {"weight": 1}],
+        },
+        pb.PlaceBatchRequest(),
+    )
     with pytest.raises(grpc.RpcError) as info:
         stub.PlaceBatch(req, timeout=30)
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
@@ -322,8 +381,14 @@ def _write_inputs(tmp_path: Path, jobs: list[dict[str, Any]]) -> tuple[Path, Pat
 
 
 def test_cli_place_batch_json(tmp_path: Path) -> None:
-    c, b = _write_inputs(tmp_path, [{"job": _job_doc("a", 2, 2), "weight": 2}, {"job_file": "tp4.yaml", "priority": 3},
-                                    {"job": _job_doc("b", 4, 1)}])
+    c, b = _write_inputs(
+        tmp_path,
+        [
+            {"job": _job_doc("a", 2, 2), "weight": 2},
+            {"job_file": "tp4.yaml", "priority": 3},
+            {"job": _job_doc("b", 4, 1)},
+        ],
+    )
     r = CliRunner().invoke(app, ["place-batch", str(c), str(b), "--time-limit", "2", "--output", "json"])
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
@@ -339,27 +404,48 @@ def test_cli_place_batch_json(tmp_path: Path) -> None:
 
 
 def test_cli_place_batch_bad_file(tmp_path: Path) -> None:
-    c, b = _write_inputs(tmp_path, [{"job": _job_doc("a", 2, 1), "weight": "heavy"}, {"job_file": "nope.yaml"},
-                                    {"job": _job_doc("a", 2, 1), "job_file": "tp4.yaml"}, {"job": {"name": "x", "ranks": -1}}])
+    c, b = _write_inputs(
+        tmp_path,
+        [
+            {"job": _job_doc("a", 2, 1), "weight": "heavy"},
+            {"job_file": "nope.yaml"},
+            {"job": _job_doc("a", 2, 1), "job_file": "tp4.yaml"},
+            {"job": {"name": "x", "ranks": -1}},
+        ],
+    )
     r = CliRunner().invoke(app, ["place-batch", str(c), str(b)])
     assert r.exit_code == 2
     text = r.output
-    assert "jobs[0].weight" in text and "jobs[1].job_file" in text and "jobs[2]" in text and "jobs[3].job" in text
+    assert (
+        "jobs[0].weight" in text
+        and "jobs[1].job_file" in text
+        and "jobs[2]" in text
+        and "jobs[3].job" in text
+    )
     assert "Traceback" not in text
-    c2, b2 = _write_inputs(tmp_path, [{"job": _job_doc("a", 2, 1)}, {"job": _job_doc("a", 2, 1), "weight": 0}])
+    c2, b2 = _write_inputs(
+        tmp_path, [{"job": _job_doc("a", 2, 1)}, {"job": _job_doc("a", 2, 1), "weight": 0}]
+    )
     r2 = CliRunner().invoke(app, ["place-batch", str(c2), str(b2)])
     assert r2.exit_code == 2 and "jobs[1].job.name" in r2.output and "jobs[1].weight" in r2.output
 
 
-def test_cli_place_batch_over_the_server(tmp_path: Path, served: tuple[pb_grpc.PlacementServiceStub, str]) -> None:
-    c, b = _write_inputs(tmp_path, [{"job": _job_doc("a", 2, 2), "weight": 2}, {"job_file": "tp4.yaml", "priority": 3}])
-    r = CliRunner().invoke(app, ["place-batch", str(c), str(b), "--time-limit", "2", "--output", "json",
-                                 "--server", served[1]])
+def test_cli_place_batch_over_the_server(
+    tmp_path: Path, served: tuple[pb_grpc.PlacementServiceStub, str]
+) -> None:
+    c, b = _write_inputs(
+        tmp_path, [{"job": _job_doc("a", 2, 2), "weight": 2}, {"job_file": "tp4.yaml", "priority": 3}]
+    )
+    r = CliRunner().invoke(
+        app, ["place-batch", str(c), str(b), "--time-limit", "2", "--output", "json", "--server", served[1]]
+    )
     assert r.exit_code == 0, r.output
     plan = json.loads(r.stdout)["plan"]
     assert plan["admitted"] == 2 and [j["job"] for j in plan["jobs"]] == ["a", "tp4"]
     assert len({m["device"] for j in plan["jobs"] for m in j["mapping"]}) == 8
-    table = CliRunner().invoke(app, ["place-batch", str(c), str(b), "--time-limit", "2", "--server", served[1]])
+    table = CliRunner().invoke(
+        app, ["place-batch", str(c), str(b), "--time-limit", "2", "--server", served[1]]
+    )
     assert table.exit_code == 0 and "(chosen)" in table.stdout and served[1] in table.stdout
     c2, b2 = _write_inputs(tmp_path, [{"job": _job_doc("a", 2, 1)}, {"job": _job_doc("a", 2, 1)}])
     bad = CliRunner().invoke(app, ["place-batch", str(c2), str(b2), "--server", served[1]])

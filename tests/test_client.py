@@ -50,7 +50,9 @@ def test_place_evaluate_compare_and_health(client: PlacementClient) -> None:
     assert ev.seconds_per_step == pytest.approx(placed.seconds_per_step)
     assert ev.cost.step_seconds == pytest.approx(placed.cost.step_seconds) and ev.cost.step_seconds > 0
     assert len(ev.cost.phases) == len(placed.cost.phases)
-    cmp = client.compare(pb.CompareRequest(cluster=req.cluster, jobs=[req.job, place_request(nodes=4, dp=2).job]))
+    cmp = client.compare(
+        pb.CompareRequest(cluster=req.cluster, jobs=[req.job, place_request(nodes=4, dp=2).job])
+    )
     assert len(cmp.ranking) == 2
     keys = [(e.result.cost.step_seconds, e.result.cost.comm_seconds) for e in cmp.ranking]
     assert keys == sorted(keys)  # ranked by modeled step, then exposed comm
@@ -90,10 +92,13 @@ class _Flaky:
         self.calls = 0
         self.server = grpc.server(futures.ThreadPoolExecutor(4))
         handler = grpc.unary_unary_rpc_method_handler(
-            self._place, request_deserializer=pb.PlaceRequest.FromString,
-            response_serializer=pb.PlaceResponse.SerializeToString)
+            self._place,
+            request_deserializer=pb.PlaceRequest.FromString,
+            response_serializer=pb.PlaceResponse.SerializeToString,
+        )
         self.server.add_generic_rpc_handlers(
-            (grpc.method_handlers_generic_handler("placement.v1.PlacementService", {"Place": handler}),))
+            (grpc.method_handlers_generic_handler("placement.v1.PlacementService", {"Place": handler}),)
+        )
         self.port = self.server.add_insecure_port("127.0.0.1:0")
         self.server.start()
 
@@ -125,18 +130,28 @@ def test_unavailable_is_retried_with_backoff(flaky: Callable[[list[grpc.StatusCo
 
 
 def test_other_codes_are_not_retried(flaky: Callable[[list[grpc.StatusCode]], _Flaky]) -> None:
-    for code in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.INTERNAL):
+    for code in (
+        grpc.StatusCode.INVALID_ARGUMENT,
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        grpc.StatusCode.INTERNAL,
+    ):
         f = flaky([code] * 3)
-        with PlacementClient(f"127.0.0.1:{f.port}", retries=4, backoff_s=0.02) as c, \
-                pytest.raises(PlacementRpcError) as info:
+        with (
+            PlacementClient(f"127.0.0.1:{f.port}", retries=4, backoff_s=0.02) as c,
+            pytest.raises(PlacementRpcError) as info,
+        ):
             c.place(pb.PlaceRequest(), timeout_s=10)
         assert info.value.code is code and f.calls == 1
 
 
-def test_retries_stop_at_the_retry_count_and_the_deadline(flaky: Callable[[list[grpc.StatusCode]], _Flaky]) -> None:
+def test_retries_stop_at_the_retry_count_and_the_deadline(
+    flaky: Callable[[list[grpc.StatusCode]], _Flaky],
+) -> None:
     f = flaky([grpc.StatusCode.UNAVAILABLE] * 100)
-    with PlacementClient(f"127.0.0.1:{f.port}", retries=2, backoff_s=0.01) as c, \
-            pytest.raises(PlacementRpcError) as info:
+    with (
+        PlacementClient(f"127.0.0.1:{f.port}", retries=2, backoff_s=0.01) as c,
+        pytest.raises(PlacementRpcError) as info,
+    ):
         c.place(pb.PlaceRequest(), timeout_s=10)
     assert info.value.code is grpc.StatusCode.UNAVAILABLE and f.calls == 3
     f2 = flaky([grpc.StatusCode.UNAVAILABLE] * 100)
@@ -175,7 +190,8 @@ def test_a_server_that_starts_late_is_reached_by_retries() -> None:
 
 
 def test_the_example_request_file_reads_native_files_and_works_offline_and_over_the_wire(
-        client: PlacementClient) -> None:
+    client: PlacementClient,
+) -> None:
     req = read_request(EXAMPLES / "request-place.yaml", pb.PlaceRequest)
     assert req.cluster.name == "dgx-h100-4node" and len(req.cluster.generate) == 1
     assert req.job.name == "tp8-dp4" and req.state.occupied[0].job == "tp8-dp4"
@@ -192,11 +208,14 @@ def test_cli_place_request_prints_the_same_step_tables_offline_and_over_the_wire
 
     request = EXAMPLES / "request-place.yaml"
     runner = CliRunner()
-    remote = runner.invoke(app, ["place", "--request", str(request), "--server", f"127.0.0.1:{live.port}",
-                                 "--token", "tok"])
+    remote = runner.invoke(
+        app, ["place", "--request", str(request), "--server", f"127.0.0.1:{live.port}", "--token", "tok"]
+    )
     offline = runner.invoke(app, ["place", "--request", str(request)])
-    placed = json_format.Parse(runner.invoke(app, ["place", "--request", str(request), "--output", "json"]).stdout,
-                               pb.PlaceResponse()).result
+    placed = json_format.Parse(
+        runner.invoke(app, ["place", "--request", str(request), "--output", "json"]).stdout,
+        pb.PlaceResponse(),
+    ).result
     rep = report_from_proto(placed.cost, placed.breakdown)
     for res in (remote, offline):
         assert res.exit_code == 0, res.output
@@ -228,7 +247,10 @@ def test_request_file_errors_name_the_file_and_the_field(tmp_path: Path) -> None
             read_request(f, pb.PlaceRequest)
         err = info.value
         assert err.source == str(f), name
-        assert any(p.path.startswith(path) and words in p.message + p.path for p in err.problems), (name, err.problems)
+        assert any(p.path.startswith(path) and words in p.message + p.path for p in err.problems), (
+            name,
+            err.problems,
+        )
     broken = tmp_path / "broken.json"
     broken.write_text('{"cluster": ')
     with pytest.raises(InputError, match="line 1"):
@@ -236,9 +258,12 @@ def test_request_file_errors_name_the_file_and_the_field(tmp_path: Path) -> None
 
 
 def test_native_shorthands_become_message_fields(tmp_path: Path) -> None:
-    cluster = {"name": "m", "levels": [{"name": "node", "bandwidth_gbps": 100}],
-               "node_types": [{"name": "t", "matrix": [["X", "NV4"], ["NV4", "X"]], "rails": [0, None]}],
-               "generate": {"nodes": 1, "node_type": "t"}}
+    cluster = {
+        "name": "m",
+        "levels": [{"name": "node", "bandwidth_gbps": 100}],
+        "node_types": [{"name": "t", "matrix": [["X", "NV4"], ["NV4", "X"]], "rails": [0, None]}],
+        "generate": {"nodes": 1, "node_type": "t"},
+    }
     job = {"ranks": 2, "groups": [{"members": "0-1", "bytes": 1e6}]}
     req = request_from_dict({"cluster": cluster, "job": job}, pb.PlaceRequest)
     assert list(req.cluster.node_types[0].matrix) == ["X NV4", "NV4 X"]
@@ -249,9 +274,16 @@ def test_native_shorthands_become_message_fields(tmp_path: Path) -> None:
 @pytest.mark.skipif(not SMI.exists(), reason="shared nvidia-smi samples are absent (../shared/data)")
 def test_an_nvidia_smi_file_in_a_cluster_file_is_inlined(tmp_path: Path) -> None:
     (tmp_path / "topo.txt").write_text(SMI.read_text())
-    (tmp_path / "cluster.yaml").write_text(yaml.safe_dump({
-        "name": "hgx", "levels": [{"name": "node", "bandwidth_gbps": 450}, {"name": "leaf", "bandwidth_gbps": 50}],
-        "node_types": [{"name": "hgx", "nvidia_smi": "topo.txt"}], "generate": {"nodes": 2, "node_type": "hgx"}}))
+    (tmp_path / "cluster.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "name": "hgx",
+                "levels": [{"name": "node", "bandwidth_gbps": 450}, {"name": "leaf", "bandwidth_gbps": 50}],
+                "node_types": [{"name": "hgx", "nvidia_smi": "topo.txt"}],
+                "generate": {"nodes": 2, "node_type": "hgx"},
+            }
+        )
+    )
     (tmp_path / "req.yaml").write_text(yaml.safe_dump({"cluster_file": "cluster.yaml"}))
     req = read_request(tmp_path / "req.yaml", pb.PlaceRequest)
     nt = req.cluster.node_types[0]
@@ -259,10 +291,17 @@ def test_an_nvidia_smi_file_in_a_cluster_file_is_inlined(tmp_path: Path) -> None
 
 
 def test_compare_job_files_and_evaluate_mapping_file_from_a_written_result(
-        tmp_path: Path, client: PlacementClient) -> None:
-    (tmp_path / "cmp.yaml").write_text(yaml.safe_dump({
-        "cluster_file": str(EXAMPLES / "dgx-h100-4node.yaml"),
-        "job_files": [str(EXAMPLES / "tp8-dp4.yaml")], "jobs": [job_doc(8, 2)]}))
+    tmp_path: Path, client: PlacementClient
+) -> None:
+    (tmp_path / "cmp.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "cluster_file": str(EXAMPLES / "dgx-h100-4node.yaml"),
+                "job_files": [str(EXAMPLES / "tp8-dp4.yaml")],
+                "jobs": [job_doc(8, 2)],
+            }
+        )
+    )
     creq = read_request(tmp_path / "cmp.yaml", pb.CompareRequest)
     assert [j.name for j in creq.jobs] == ["tp8-dp2-pp1", "tp8-dp4"]
 
@@ -271,15 +310,27 @@ def test_compare_job_files_and_evaluate_mapping_file_from_a_written_result(
     write_message(placed, tmp_path / "placed.json")
     assert json.loads((tmp_path / "placed.json").read_text())["result"]["job"] == "tp8-dp4"
     for name in ("placed.yaml", "placed.json"):
-        (tmp_path / "ev.yaml").write_text(yaml.safe_dump({
-            "cluster_file": str(EXAMPLES / "dgx-h100-4node.yaml"), "job_file": str(EXAMPLES / "tp8-dp4.yaml"),
-            "mapping_file": name}))
+        (tmp_path / "ev.yaml").write_text(
+            yaml.safe_dump(
+                {
+                    "cluster_file": str(EXAMPLES / "dgx-h100-4node.yaml"),
+                    "job_file": str(EXAMPLES / "tp8-dp4.yaml"),
+                    "mapping_file": name,
+                }
+            )
+        )
         ereq = read_request(tmp_path / "ev.yaml", pb.EvaluateRequest)
         assert client.evaluate(ereq).seconds_per_step == pytest.approx(placed.result.seconds_per_step)
     # a plain list of devices is a mapping too
-    ereq = request_from_dict({"cluster_file": "dgx-h100-4node.yaml", "job_file": "tp8-dp4.yaml",
-                              "mapping": [a.device for a in placed.result.mapping]}, pb.EvaluateRequest,
-                             base_dir=EXAMPLES)
+    ereq = request_from_dict(
+        {
+            "cluster_file": "dgx-h100-4node.yaml",
+            "job_file": "tp8-dp4.yaml",
+            "mapping": [a.device for a in placed.result.mapping],
+        },
+        pb.EvaluateRequest,
+        base_dir=EXAMPLES,
+    )
     assert client.evaluate(ereq).seconds_per_step == pytest.approx(placed.result.seconds_per_step)
 
 
@@ -290,49 +341,110 @@ def test_results_round_trip_through_json_and_yaml(client: PlacementClient) -> No
         text = dump_message(placed, fmt)
         parsed = json_format.ParseDict(yaml.safe_load(text), pb.PlaceResponse())
         assert parsed == placed
-        assert "step_seconds" in text and "comm_seconds_total" in text  # the protobuf JSON names, as in the proto
+        assert (
+            "step_seconds" in text and "comm_seconds_total" in text
+        )  # the protobuf JSON names, as in the proto
     with pytest.raises(ValueError):
         dump_message(placed, "xml")
 
 
-@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command to make a test certificate")
+@pytest.mark.skipif(
+    shutil.which("openssl") is None, reason="needs the openssl command to make a test certificate"
+)
 def test_tls_with_a_token(tmp_path: Path) -> None:
     key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
-                    "-days", "1", "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+            "-days",
+            "1",
+            "-subj",
+            "/CN=localhost",
+            "-addext",
+            "subjectAltName=DNS:localhost,IP:127.0.0.1",
+        ],
+        check=True,
+        capture_output=True,
+    )
     with running(tls_cert=str(cert), tls_key=str(key), token="tok") as r:
         with PlacementClient(f"localhost:{r.port}", root_certificates=cert.read_bytes(), token="tok") as c:
             assert c.place(place_request()).result.mapping
-        with PlacementClient(f"localhost:{r.port}", token="tok", retries=0) as plain, \
-                pytest.raises(PlacementRpcError) as info:
+        with (
+            PlacementClient(f"localhost:{r.port}", token="tok", retries=0) as plain,
+            pytest.raises(PlacementRpcError) as info,
+        ):
             plain.place(place_request(), timeout_s=5)
         assert info.value.code is grpc.StatusCode.UNAVAILABLE  # a plaintext client cannot talk to it
 
 
 def test_place_json_is_one_schema_offline_from_files_from_a_request_and_over_the_wire(
-        live: Running, tmp_path: Path) -> None:
+    live: Running, tmp_path: Path
+) -> None:
     """`place --output json` writes the PlaceResponse JSON mapping whichever way the job arrives: native files,
     a request file offline, or the same request over the wire. Deterministic time: the same answer each way."""
     from typer.testing import CliRunner
 
     from placement.cli import app
 
-    state = {"occupied": [{"job": "tp8-dp4", "devices": ["node01", "node02"]}],
-             "degraded": [{"device": "node02/gpu3", "slowdown": 1.5}]}
+    state = {
+        "occupied": [{"job": "tp8-dp4", "devices": ["node01", "node02"]}],
+        "degraded": [{"device": "node02/gpu3", "slowdown": 1.5}],
+    }
     (tmp_path / "state.yaml").write_text(yaml.safe_dump(state))
     request = tmp_path / "request.yaml"
-    request.write_text(yaml.safe_dump({
-        "cluster_file": str(EXAMPLES / "dgx-h100-4node.yaml"), "job_file": str(EXAMPLES / "tp8-dp4.yaml"),
-        "state": state, "options": {"time_limit_s": 2, "seed": 0, "deterministic": True}}))
+    request.write_text(
+        yaml.safe_dump(
+            {
+                "cluster_file": str(EXAMPLES / "dgx-h100-4node.yaml"),
+                "job_file": str(EXAMPLES / "tp8-dp4.yaml"),
+                "state": state,
+                "options": {"time_limit_s": 2, "seed": 0, "deterministic": True},
+            }
+        )
+    )
     runner = CliRunner()
     outputs = {
-        "files": runner.invoke(app, ["place", str(EXAMPLES / "dgx-h100-4node.yaml"), str(EXAMPLES / "tp8-dp4.yaml"),
-                                     "--state", str(tmp_path / "state.yaml"), "--time-limit", "2", "--seed", "0", "--deterministic",
-                                     "--output", "json"]),
+        "files": runner.invoke(
+            app,
+            [
+                "place",
+                str(EXAMPLES / "dgx-h100-4node.yaml"),
+                str(EXAMPLES / "tp8-dp4.yaml"),
+                "--state",
+                str(tmp_path / "state.yaml"),
+                "--time-limit",
+                "2",
+                "--seed",
+                "0",
+                "--deterministic",
+                "--output",
+                "json",
+            ],
+        ),
         "request": runner.invoke(app, ["place", "--request", str(request), "--output", "json"]),
-        "remote": runner.invoke(app, ["place", "--request", str(request), "--server", f"127.0.0.1:{live.port}",
-                                      "--token", "tok", "--output", "json"]),
+        "remote": runner.invoke(
+            app,
+            [
+                "place",
+                "--request",
+                str(request),
+                "--server",
+                f"127.0.0.1:{live.port}",
+                "--token",
+                "tok",
+                "--output",
+                "json",
+            ],
+        ),
     }
     docs = {}
     for how, res in outputs.items():
@@ -340,7 +452,9 @@ def test_place_json_is_one_schema_offline_from_files_from_a_request_and_over_the
         doc = json.loads(res.stdout)
         json_format.ParseDict(doc, pb.PlaceResponse())  # the schema: it parses back as a PlaceResponse
         assert set(doc) == {"result"}, how
-        stats = doc["result"]["stats"]  # wall times measure the machine, not the answer: the only fields left out
+        stats = doc["result"][
+            "stats"
+        ]  # wall times measure the machine, not the answer: the only fields left out
         stats.pop("wall_s")
         stats["values"] = {k: v for k, v in stats["values"].items() if not k.endswith("wall_s")}
         docs[how] = doc

@@ -30,8 +30,12 @@ from placement.traffic import job_traffic
 from placement.validate import validate
 from tests.conftest import EXAMPLES, tree
 
-AR, AG, RS, A2A = (CollectiveKind.ALL_REDUCE, CollectiveKind.ALL_GATHER, CollectiveKind.REDUCE_SCATTER,
-                   CollectiveKind.ALL_TO_ALL)
+AR, AG, RS, A2A = (
+    CollectiveKind.ALL_REDUCE,
+    CollectiveKind.ALL_GATHER,
+    CollectiveKind.REDUCE_SCATTER,
+    CollectiveKind.ALL_TO_ALL,
+)
 P100 = Path(100.0, 10.0, "x", 1)  # 100 GB/s, 10 us
 EMPTY = ClusterState()
 
@@ -201,21 +205,35 @@ def _explicit_job(**cons: object) -> Job:
 
 def test_surrogate_report_breakdown_by_hand(small_tree: Topology) -> None:
     job = _explicit_job(prefer={"tp": "node", "pp": "node"})
-    rep = surrogate_report(small_tree, EMPTY, job, [0, 1, 4, 8])  # tp (0,1) on h0; tp (2,3) on h1 + h2 (spine)
+    rep = surrogate_report(
+        small_tree, EMPTY, job, [0, 1, 4, 8]
+    )  # tp (0,1) on h0; tp (2,3) on h1 + h2 (spine)
     tp_node = 2 * (2e-6 + 4e8 / 400e9)
     tp_spine = 2 * (2 * 10e-6 + 4e8 / 10e9)
     dp_leaf = 0.5 * (4e-6 + 0.5e9 / 40e9)
     pp_spine = 3 * (10e-6 + 2e8 / 10e9)
-    assert rep.by_label_tier == {("tp", "node"): approx(tp_node), ("tp", "spine"): approx(tp_spine),
-                                 ("dp", "leaf"): approx(dp_leaf), ("pp", "spine"): approx(pp_spine)}
+    assert rep.by_label_tier == {
+        ("tp", "node"): approx(tp_node),
+        ("tp", "spine"): approx(tp_spine),
+        ("dp", "leaf"): approx(dp_leaf),
+        ("pp", "spine"): approx(pp_spine),
+    }
     assert rep.by_label == {"tp": approx(tp_node + tp_spine), "dp": approx(dp_leaf), "pp": approx(pp_spine)}
-    assert rep.by_tier == {"node": approx(tp_node), "spine": approx(tp_spine + pp_spine), "leaf": approx(dp_leaf)}
+    assert rep.by_tier == {
+        "node": approx(tp_node),
+        "spine": approx(tp_spine + pp_spine),
+        "leaf": approx(dp_leaf),
+    }
     assert rep.seconds == approx(tp_node + tp_spine + dp_leaf + pp_spine)
     assert rep.preference_misses == {"tp": 1, "pp": 1}
     d = rep.to_dict()
     assert d["seconds_per_step"] == rep.seconds
     assert list(d["by_label"]) == ["dp", "pp", "tp"]  # type: ignore[call-overload]
-    assert d["by_label_tier"][0] == {"label": "dp", "tier": "leaf", "seconds": rep.by_label_tier[("dp", "leaf")]}  # type: ignore[index]
+    assert d["by_label_tier"][0] == {
+        "label": "dp",
+        "tier": "leaf",
+        "seconds": rep.by_label_tier[("dp", "leaf")],
+    }  # type: ignore[index]
     assert d["preference_misses"] == {"pp": 1, "tp": 1}
     assert rep.surrogate_seconds == rep.seconds == rep.step_seconds == rep.comm_seconds_total
 
@@ -239,11 +257,16 @@ def test_evaluate_v2_breakdown_by_hand(small_tree: Topology) -> None:
     # pp 1->3 across the spine: 3 transfers of 2e8 bytes at 10 GB/s, 10 us each
     pp = 3 * (10e-6 + 2e8 / 10e9)
     assert [(p.name, p.algorithm, p.tier) for p in rep.phases] == [
-        ("tp", "ring", "spine"), ("pp", "p2p", "spine"), ("dp", "ring", "leaf")]
+        ("tp", "ring", "spine"),
+        ("pp", "p2p", "spine"),
+        ("dp", "ring", "leaf"),
+    ]
     assert [p.seconds for p in rep.phases] == [approx(max(tp_node, tp_spine)), approx(pp), approx(dp)]
     assert [p.exposed_seconds for p in rep.phases] == [approx(tp_spine), approx(pp), approx(0.5 * dp)]
     assert rep.phases[0].critical == "tp[1] ranks 2,3 (2)"
-    assert rep.comm_seconds == approx(tp_spine + pp + 0.5 * dp) == rep.step_seconds  # no model shape: no compute
+    assert (
+        rep.comm_seconds == approx(tp_spine + pp + 0.5 * dp) == rep.step_seconds
+    )  # no model shape: no compute
     assert rep.comm_seconds_total == approx(tp_spine + pp + dp)
     assert rep.by_label == {"tp": approx(tp_spine), "pp": approx(pp), "dp": approx(0.5 * dp)}
     assert (rep.compute_seconds, rep.bubble_seconds, rep.tokens_per_s, rep.mfu) == (None, None, None, None)
@@ -271,7 +294,11 @@ def test_cost_report_add() -> None:
     rep.add("tp", "node", 1.0)
     rep.add("tp", "leaf", 2.0)
     rep.add("dp", "leaf", 4.0)
-    assert (rep.seconds, rep.by_label, rep.by_tier) == (7.0, {"tp": 3.0, "dp": 4.0}, {"node": 1.0, "leaf": 6.0})
+    assert (rep.seconds, rep.by_label, rep.by_tier) == (
+        7.0,
+        {"tp": 3.0, "dp": 4.0},
+        {"node": 1.0, "leaf": 6.0},
+    )
     assert rep.by_label_tier == {("tp", "node"): 1.0, ("tp", "leaf"): 2.0, ("dp", "leaf"): 4.0}
 
 
@@ -279,7 +306,8 @@ def test_cost_report_add() -> None:
 
 
 def test_showcase_dgx_h100_tp8_split_over_two_nodes_costs_more_than_three_times(
-        capsys: pytest.CaptureFixture[str]) -> None:
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     cluster, job_file = EXAMPLES / "dgx-h100-4node.yaml", EXAMPLES / "tp8-dp4.yaml"
     if not (cluster.is_file() and job_file.is_file()):
         pytest.skip("examples/dgx-h100-4node.yaml or examples/tp8-dp4.yaml is not in this checkout")

@@ -15,11 +15,25 @@ from tests.conftest import tree
 
 def _state(topo: object, occ: dict[str, str], failed: tuple[str, ...] = ()) -> ClusterState:
     idx = topo.device_index  # type: ignore[attr-defined]
-    return ClusterState(occupied={idx(d): j for d, j in occ.items()}, failed=frozenset(idx(f) for f in failed))
+    return ClusterState(
+        occupied={idx(d): j for d, j in occ.items()}, failed=frozenset(idx(f) for f in failed)
+    )
 
 
-OCC = {"h0/gpu0": "a", "h0/gpu1": "a", "h1/gpu0": "b", "h2/gpu0": "c", "h2/gpu1": "c", "h2/gpu2": "c",
-       "h3/gpu1": "d", "h4/gpu0": "e", "h5/gpu2": "f", "h5/gpu3": "f", "h6/gpu0": "g", "h7/gpu3": "a"}
+OCC = {
+    "h0/gpu0": "a",
+    "h0/gpu1": "a",
+    "h1/gpu0": "b",
+    "h2/gpu0": "c",
+    "h2/gpu1": "c",
+    "h2/gpu2": "c",
+    "h3/gpu1": "d",
+    "h4/gpu0": "e",
+    "h5/gpu2": "f",
+    "h5/gpu3": "f",
+    "h6/gpu0": "g",
+    "h7/gpu3": "a",
+}
 
 
 def test_least_moves_match_brute_force() -> None:

@@ -46,19 +46,29 @@ def _default_limits() -> Iterator[None]:
     yield
     set_process_limits(None)
 
+
 EXAMPLES = ROOT / "examples"
 runner = CliRunner()
 
 
 def cluster(nodes: int = 4, gpus: int = 8) -> dict[str, Any]:
-    return {"name": "c", "levels": [{"name": "node", "bandwidth_gbps": 450}, {"name": "leaf", "bandwidth_gbps": 50},
-                                    {"name": "spine", "bandwidth_gbps": 25}],
-            "generate": [{"nodes": nodes, "devices": gpus, "kind": "H100", "fanout": {"leaf": 4}}]}
+    return {
+        "name": "c",
+        "levels": [
+            {"name": "node", "bandwidth_gbps": 450},
+            {"name": "leaf", "bandwidth_gbps": 50},
+            {"name": "spine", "bandwidth_gbps": 25},
+        ],
+        "generate": [{"nodes": nodes, "devices": gpus, "kind": "H100", "fanout": {"leaf": 4}}],
+    }
 
 
 def job(**over: Any) -> dict[str, Any]:
-    doc: dict[str, Any] = {"name": "j", "parallel": {"tp": 8, "dp": 2},
-                           "model": {"parameters": 7e9, "hidden": 4096, "layers": 32, "seq_len": 4096}}
+    doc: dict[str, Any] = {
+        "name": "j",
+        "parallel": {"tp": 8, "dp": 2},
+        "model": {"parameters": 7e9, "hidden": 4096, "layers": 32, "seq_len": 4096},
+    }
     doc.update(over)
     return doc
 
@@ -110,7 +120,9 @@ def test_f1_hosts_and_devices_are_bounded_before_hosts_are_built() -> None:
 def test_f1_ranks_1e29_is_a_clear_error_not_an_overflow() -> None:
     with pytest.raises(LimitError, match=r"ranks: 1e\+29 is above the limit max_ranks=32768"):
         job_from_dict({"name": "j", "ranks": 1e29, "groups": [{"members": [0, 1], "bytes": 1}]}, "j")
-    msgs = problems_of(job_from_dict, job(model={"parameters": 1, "hidden": 1e29, "layers": 1, "seq_len": 1}), "j")
+    msgs = problems_of(
+        job_from_dict, job(model={"parameters": 1, "hidden": 1e29, "layers": 1, "seq_len": 1}), "j"
+    )
     assert "must be <=" in msgs["model.hidden"]
 
 
@@ -180,7 +192,9 @@ def test_f5_a_latin1_file_names_the_byte_offset(tmp_path: Path) -> None:
     with pytest.raises(InputError) as ei:
         load_document(p)
     (prob,) = ei.value.problems
-    assert prob.path == "byte 12 (line 2, column 5)" and "0xb5" in prob.message and str(p) in ei.value.render()
+    assert (
+        prob.path == "byte 12 (line 2, column 5)" and "0xb5" in prob.message and str(p) in ei.value.render()
+    )
     p.write_bytes(b"\x00\x01binary")
     with pytest.raises(InputError, match="NUL byte"):
         read_text(p)
@@ -218,7 +232,9 @@ def test_f5_error_texts_never_expand_a_document() -> None:
         cluster_from_dict(doc, "c")
     assert len(ei.value.render()) < 20_000
     with pytest.raises(InputError) as ei:
-        job_from_dict({"name": doc["levels"], "ranks": 2, "groups": [{"members": doc["levels"], "bytes": 1}]}, "j")
+        job_from_dict(
+            {"name": doc["levels"], "ranks": 2, "groups": [{"members": doc["levels"], "bytes": 1}]}, "j"
+        )
     assert len(ei.value.render()) < 20_000
 
 
@@ -231,15 +247,27 @@ def test_input_error_prints_20_problems_then_a_count() -> None:
     e = ei.value
     assert e.total == 1500 and len(e.problems) == 1000 and e.omitted == 500
     text = e.render()
-    assert text.count("\n  - ") == 20 and text.endswith("... and 1480 more") and text.startswith("x: 1500 error(s)")
+    assert (
+        text.count("\n  - ") == 20
+        and text.endswith("... and 1480 more")
+        and text.startswith("x: 1500 error(s)")
+    )
     assert InputError("y", [Problem("a", "b")]).render() == "y: a: b"
 
 
 # ---- F6: values without caps -----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("field", "value"), [("parameters", 1e308), ("parameters", 2e15), ("kv_fraction", 1e308),
-                                              ("kv_fraction", 1.5), ("expert_parameters", 1e300)])
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("parameters", 1e308),
+        ("parameters", 2e15),
+        ("kv_fraction", 1e308),
+        ("kv_fraction", 1.5),
+        ("expert_parameters", 1e300),
+    ],
+)
 def test_f6_model_values_have_ranges(field: str, value: float) -> None:
     doc = job()
     doc["model"][field] = value
@@ -249,8 +277,15 @@ def test_f6_model_values_have_ranges(field: str, value: float) -> None:
 
 def test_f6_slowdowns_and_factors_have_ranges() -> None:
     topo, _ = cluster_from_dict(cluster(), "c")
-    got = problems_of(state_from_dict, {"degraded": [{"device": "node01/gpu0", "slowdown": 1e308}],
-                                        "links": [{"uplink": "node01", "slowdown": 2e6}]}, topo, "s")
+    got = problems_of(
+        state_from_dict,
+        {
+            "degraded": [{"device": "node01/gpu0", "slowdown": 1e308}],
+            "links": [{"uplink": "node01", "slowdown": 2e6}],
+        },
+        topo,
+        "s",
+    )
     assert "<= 1e+06" in got["degraded[0].slowdown"] and "<= 1e+06" in got["links[0].slowdown"]
     doc = cluster()
     doc["rail_policy"] = {"bandwidth_factor": 1e-300}
@@ -292,8 +327,13 @@ def test_f5_cli_bad_files_exit_2_without_traceback(tmp_path: Path) -> None:
 
 def test_f5_cli_time_limit_and_gap_are_checked() -> None:
     c, j = str(EXAMPLES / "h100-256.yaml"), str(EXAMPLES / "tp8-dp4.yaml")
-    for args, needle in ((["--time-limit", "nan"], "--time-limit"), (["--time-limit", "inf"], "--time-limit"),
-                         (["--gap", "5"], "--gap"), (["--gap", "nan"], "--gap"), (["--gap", "1"], "--gap")):
+    for args, needle in (
+        (["--time-limit", "nan"], "--time-limit"),
+        (["--time-limit", "inf"], "--time-limit"),
+        (["--gap", "5"], "--gap"),
+        (["--gap", "nan"], "--gap"),
+        (["--gap", "1"], "--gap"),
+    ):
         code, text = _cli("place", c, j, *args)
         assert code == 2 and needle in text, text
 
@@ -311,7 +351,9 @@ def test_cli_limits_flag_raises_and_lowers_limits() -> None:
 
 @hsettings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.binary(max_size=400) | st.text(alphabet="[]{}:,-&*! \n\"'abc0189e.", max_size=400))
-def test_fuzzed_documents_give_input_errors_only(tmp_path_factory: pytest.TempPathFactory, data: bytes | str) -> None:
+def test_fuzzed_documents_give_input_errors_only(
+    tmp_path_factory: pytest.TempPathFactory, data: bytes | str
+) -> None:
     raw = data if isinstance(data, bytes) else data.encode()
     for suffix in (".yaml", ".json"):
         p = tmp_path_factory.mktemp("fz") / f"f{suffix}"
@@ -326,14 +368,49 @@ def test_fuzzed_documents_give_input_errors_only(tmp_path_factory: pytest.TempPa
                 reader(doc)
 
 
-_HOSTILE_NUMBERS = st.sampled_from([0, -1, 1, 2**31 - 1, 2**63, 10**20, 1e29, 1e308, -1e308, float("nan"),
-                                    float("inf"), 1e-300, "1e9", "0-100000000000", None, [], {}, True])
+_HOSTILE_NUMBERS = st.sampled_from(
+    [
+        0,
+        -1,
+        1,
+        2**31 - 1,
+        2**63,
+        10**20,
+        1e29,
+        1e308,
+        -1e308,
+        float("nan"),
+        float("inf"),
+        1e-300,
+        "1e9",
+        "0-100000000000",
+        None,
+        [],
+        {},
+        True,
+    ]
+)
 
 
 @hsettings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(where=st.sampled_from(["ranks", "parallel.tp", "parallel.dp", "model.parameters", "model.kv_fraction",
-                              "model.layers", "model.hidden", "model.mfu", "constraints.pins.0",
-                              "groups", "exposure.dp"]), value=_HOSTILE_NUMBERS)
+@given(
+    where=st.sampled_from(
+        [
+            "ranks",
+            "parallel.tp",
+            "parallel.dp",
+            "model.parameters",
+            "model.kv_fraction",
+            "model.layers",
+            "model.hidden",
+            "model.mfu",
+            "constraints.pins.0",
+            "groups",
+            "exposure.dp",
+        ]
+    ),
+    value=_HOSTILE_NUMBERS,
+)
 def test_fuzzed_job_values_give_clear_errors(where: str, value: Any) -> None:
     doc = job()
     node = doc
@@ -342,8 +419,9 @@ def test_fuzzed_job_values_give_clear_errors(where: str, value: Any) -> None:
         node = node.setdefault(k, {})
     node[keys[-1]] = value
     try:
-        j = job_from_dict(yaml.safe_load(yaml.safe_dump(doc)) if isinstance(value, float) and value != value else doc,
-                          "j")
+        j = job_from_dict(
+            yaml.safe_load(yaml.safe_dump(doc)) if isinstance(value, float) and value != value else doc, "j"
+        )
     except (InputError, LimitError) as e:
         assert len(str(e)) < 5000
     else:

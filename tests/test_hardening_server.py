@@ -74,22 +74,32 @@ def wait_until(cond: Any, timeout: float = 5.0) -> bool:
 
 @pytest.mark.parametrize("rank", [30_000_000, 2**31 - 1])
 def test_f1_a_huge_rank_in_an_evaluate_mapping_is_invalid_argument(srv: Running, rank: int) -> None:
-    req = pb.EvaluateRequest(cluster=place_request().cluster, job=place_request().job,
-                             mapping=[pb.Assignment(rank=rank, device="node01/gpu0")])
+    req = pb.EvaluateRequest(
+        cluster=place_request().cluster,
+        job=place_request().job,
+        mapping=[pb.Assignment(rank=rank, device="node01/gpu0")],
+    )
     assert req.ByteSize() < 1000
     err = rpc_error(lambda: srv.stub.Evaluate(req, timeout=10))
     assert err.code() is grpc.StatusCode.INVALID_ARGUMENT, err.details()
     (br,) = details_of(err, error_details_pb2.BadRequest)
-    assert br.field_violations[0].field == "mapping[0].rank" and "max_index" in br.field_violations[0].description
+    assert (
+        br.field_violations[0].field == "mapping[0].rank"
+        and "max_index" in br.field_violations[0].description
+    )
 
 
-@pytest.mark.parametrize(("mutate", "subject"), [
-    (lambda r: setattr(r.job.parallel, "dp", 2**31 - 1), "ranks"),
-    (lambda r: setattr(r.cluster.generate[0], "nodes", 1_000_000_000), "hosts"),
-    (lambda r: r.job.constraints.pins.update({i: "node01/gpu0" for i in range(40_000)}), "pins"),
-])
+@pytest.mark.parametrize(
+    ("mutate", "subject"),
+    [
+        (lambda r: setattr(r.job.parallel, "dp", 2**31 - 1), "ranks"),
+        (lambda r: setattr(r.cluster.generate[0], "nodes", 1_000_000_000), "hosts"),
+        (lambda r: r.job.constraints.pins.update({i: "node01/gpu0" for i in range(40_000)}), "pins"),
+    ],
+)
 def test_f1_counts_above_the_limits_are_resource_exhausted_naming_field_and_limit(
-        srv: Running, mutate: Any, subject: str) -> None:
+    srv: Running, mutate: Any, subject: str
+) -> None:
     req = place_request()
     mutate(req)
     err = rpc_error(lambda: srv.stub.Place(req, timeout=10))
@@ -101,7 +111,9 @@ def test_f1_counts_above_the_limits_are_resource_exhausted_naming_field_and_limi
 # ---- F2 / F7: deadlines and cancellation free the worker and are counted as such -------------------------------
 
 
-def _slow_conversion(monkeypatch: pytest.MonkeyPatch, started: threading.Event, seconds: float = 30.0) -> None:
+def _slow_conversion(
+    monkeypatch: pytest.MonkeyPatch, started: threading.Event, seconds: float = 30.0
+) -> None:
     """Conversion that takes `seconds` unless a checkpoint stops it (stands for a super-linear request)."""
     from placement.messages import domain as convert
 
@@ -118,7 +130,9 @@ def _slow_conversion(monkeypatch: pytest.MonkeyPatch, started: threading.Event, 
     monkeypatch.setattr("server.servicer.convert.place_inputs", slow)
 
 
-def test_f2_an_expired_call_frees_its_worker_and_is_deadline_exceeded(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_f2_an_expired_call_frees_its_worker_and_is_deadline_exceeded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     started = threading.Event()
     _slow_conversion(monkeypatch, started)
     with running(workers=1, metrics_port=0) as r:
@@ -131,7 +145,9 @@ def test_f2_an_expired_call_frees_its_worker_and_is_deadline_exceeded(monkeypatc
         assert 'code="OK",method="Place"' not in metrics_text(r)
 
 
-def test_f2_a_cancelled_call_frees_its_worker_and_is_counted_cancelled(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_f2_a_cancelled_call_frees_its_worker_and_is_counted_cancelled(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     started = threading.Event()
     _slow_conversion(monkeypatch, started)
     with running(workers=1, metrics_port=0) as r:
@@ -205,10 +221,17 @@ def test_f7_freed_memory_is_given_back() -> None:
 
 
 def test_f3_thousands_of_violations_fit_a_default_clients_metadata_limit(srv: Running) -> None:
-    doc: dict[str, Any] = {"cluster": cluster_doc(4), "job": {
-        "name": "many", "ranks": 8,
-        "groups": [{"label": f"g{i}", "kind": "no-such-collective", "members": [0, 1], "bytes": -1}
-                   for i in range(3000)]}}
+    doc: dict[str, Any] = {
+        "cluster": cluster_doc(4),
+        "job": {
+            "name": "many",
+            "ranks": 8,
+            "groups": [
+                {"label": f"g{i}", "kind": "no-such-collective", "members": [0, 1], "bytes": -1}
+                for i in range(3000)
+            ],
+        },
+    }
     req = request_from_dict(doc, pb.PlaceRequest)
     channel = grpc.insecure_channel(f"127.0.0.1:{srv.port}")  # default options: a 16 KB metadata limit
     try:
@@ -229,7 +252,9 @@ def test_f3_a_mapping_breaking_thousands_of_rules_is_bounded_too(srv: Running) -
     mapping = [pb.Assignment(rank=r, device="node001/gpu0") for r in range(2048)]
     req = pb.EvaluateRequest(cluster=base.cluster, job=base.job, mapping=mapping)
     err = rpc_error(lambda: srv.stub.Evaluate(req, timeout=60))
-    assert err.code() in (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.INVALID_ARGUMENT), err.details()
+    assert err.code() in (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.INVALID_ARGUMENT), (
+        err.details()
+    )
     assert trailer_bytes(err) < TRAILER_LIMIT
 
 
@@ -278,36 +303,93 @@ def _openssl(*args: str, cwd: Path) -> None:
 
 def _certs(d: Path) -> None:
     ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
-    _openssl("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.pem", "-days", "1", "-subj", "/CN=test-ca", cwd=d)
+    _openssl(
+        "req",
+        "-x509",
+        *ec,
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-days",
+        "1",
+        "-subj",
+        "/CN=test-ca",
+        cwd=d,
+    )
     (d / "san.ext").write_text("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
     for name in ("server", "client"):
         _openssl("req", *ec, "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN={name}", cwd=d)
-        _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
-                 "-out", f"{name}.pem", "-days", "1", "-extfile", "san.ext", cwd=d)
-    _openssl("req", "-x509", *ec, "-keyout", "rogue.key", "-out", "rogue.pem", "-days", "1", "-subj", "/CN=rogue",
-             cwd=d)
+        _openssl(
+            "x509",
+            "-req",
+            "-in",
+            f"{name}.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            f"{name}.pem",
+            "-days",
+            "1",
+            "-extfile",
+            "san.ext",
+            cwd=d,
+        )
+    _openssl(
+        "req",
+        "-x509",
+        *ec,
+        "-keyout",
+        "rogue.key",
+        "-out",
+        "rogue.pem",
+        "-days",
+        "1",
+        "-subj",
+        "/CN=rogue",
+        cwd=d,
+    )
 
 
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="the openssl CLI makes the test certificates")
 def test_f4_mtls_requires_a_client_certificate_signed_by_the_ca(tmp_path: Path) -> None:
     _certs(tmp_path)
     rd = lambda n: (tmp_path / n).read_bytes()  # noqa: E731
-    settings = Settings(host="127.0.0.1", port=0, metrics_port=None, workers=1, tls_cert=str(tmp_path / "server.pem"),
-                        tls_key=str(tmp_path / "server.key"), tls_client_ca=str(tmp_path / "ca.pem"))
+    settings = Settings(
+        host="127.0.0.1",
+        port=0,
+        metrics_port=None,
+        workers=1,
+        tls_cert=str(tmp_path / "server.pem"),
+        tls_key=str(tmp_path / "server.key"),
+        tls_client_ca=str(tmp_path / "ca.pem"),
+    )
     server, port = create_server(settings)
     server.start()
     opts = [("grpc.ssl_target_name_override", "localhost")]
     try:
+
         def health(creds: Any) -> Any:
             with grpc.secure_channel(f"127.0.0.1:{port}", creds, options=opts) as ch:
                 return pb_grpc.PlacementServiceStub(ch).Place(place_request(), timeout=30)
 
-        assert health(grpc.ssl_channel_credentials(rd("ca.pem"), rd("client.key"), rd("client.pem"))).result.mapping
-        with PlacementClient(f"localhost:{port}", root_certificates=rd("ca.pem"), client_certificate=rd("client.pem"),
-                             client_key=rd("client.key")) as client:
+        assert health(
+            grpc.ssl_channel_credentials(rd("ca.pem"), rd("client.key"), rd("client.pem"))
+        ).result.mapping
+        with PlacementClient(
+            f"localhost:{port}",
+            root_certificates=rd("ca.pem"),
+            client_certificate=rd("client.pem"),
+            client_key=rd("client.key"),
+        ) as client:
             assert client.health(timeout_s=10) == "SERVING"
-        for creds in (grpc.ssl_channel_credentials(rd("ca.pem")),  # no client certificate
-                      grpc.ssl_channel_credentials(rd("ca.pem"), rd("rogue.key"), rd("rogue.pem"))):  # not the CA's
+        for creds in (
+            grpc.ssl_channel_credentials(rd("ca.pem")),  # no client certificate
+            grpc.ssl_channel_credentials(rd("ca.pem"), rd("rogue.key"), rd("rogue.pem")),
+        ):  # not the CA's
             with pytest.raises(grpc.RpcError) as ei:
                 health(creds)
             assert ei.value.code() is grpc.StatusCode.UNAVAILABLE
@@ -319,8 +401,9 @@ def test_f4_mtls_requires_a_client_certificate_signed_by_the_ca(tmp_path: Path) 
 
 # ---- fuzz: hostile values, counts and sizes never give INTERNAL/UNKNOWN, and the trailer stays small -----------
 
-_BASE = json_format.MessageToDict(place_request(nodes=4, tp=4, dp=2, time_limit_s=1.0),
-                                  preserving_proto_field_name=True)
+_BASE = json_format.MessageToDict(
+    place_request(nodes=4, tp=4, dp=2, time_limit_s=1.0), preserving_proto_field_name=True
+)
 
 
 def _slots(doc: Any) -> Iterator[tuple[Any, Any]]:
@@ -352,10 +435,13 @@ def hostile_requests(draw: st.DrawFn) -> pb.PlaceRequest:
     extra = draw(st.sampled_from(["none", "pins", "fault_domains", "mapping_rank"]))
     job = doc.setdefault("job", {})
     if extra == "pins":
-        job.setdefault("constraints", {})["pins"] = {str(r): f"node{r % 4 + 1:02d}/gpu{r % 8}" for r in range(5000)}
+        job.setdefault("constraints", {})["pins"] = {
+            str(r): f"node{r % 4 + 1:02d}/gpu{r % 8}" for r in range(5000)
+        }
     elif extra == "fault_domains":
         doc.setdefault("state", {})["fault_domains"] = [
-            {"kind": "power", "name": f"p{i}", "members": ["node01/gpu0"]} for i in range(3000)]
+            {"kind": "power", "name": f"p{i}", "members": ["node01/gpu0"]} for i in range(3000)
+        ]
     elif extra == "mapping_rank":
         job["ranks"] = 2**31 - 1
     msg = pb.PlaceRequest()
@@ -364,9 +450,19 @@ def hostile_requests(draw: st.DrawFn) -> pb.PlaceRequest:
     return msg
 
 
-_FUZZ = hsettings(max_examples=60, deadline=None, database=None, derandomize=True, print_blob=False,
-                  suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
-                                         HealthCheck.data_too_large, HealthCheck.large_base_example])
+_FUZZ = hsettings(
+    max_examples=60,
+    deadline=None,
+    database=None,
+    derandomize=True,
+    print_blob=False,
+    suppress_health_check=[
+        HealthCheck.function_scoped_fixture,
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+        HealthCheck.large_base_example,
+    ],
+)
 
 
 @_FUZZ
@@ -376,12 +472,17 @@ def test_fuzzed_hostile_requests_fail_cleanly(srv: Running, req: pb.PlaceRequest
     try:
         srv.stub.Place(req, timeout=5)
     except grpc.RpcError as err:
-        assert err.code() in {grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILED_PRECONDITION,
-                              grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.DEADLINE_EXCEEDED}, (
-            err.code(), err.details())
+        assert err.code() in {
+            grpc.StatusCode.INVALID_ARGUMENT,
+            grpc.StatusCode.FAILED_PRECONDITION,
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            grpc.StatusCode.DEADLINE_EXCEEDED,
+        }, (err.code(), err.details())
         assert "Traceback" not in (err.details() or "")
         assert trailer_bytes(err) < TRAILER_LIMIT
-    assert time.monotonic() - t0 < 5 + 1 + 5  # never far beyond the deadline (generous: the machine is shared)
+    assert (
+        time.monotonic() - t0 < 5 + 1 + 5
+    )  # never far beyond the deadline (generous: the machine is shared)
 
 
 def test_the_server_still_answers_correctly_after_the_hostile_fuzz(srv: Running) -> None:

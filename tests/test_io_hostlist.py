@@ -40,8 +40,11 @@ def test_expand_keeps_zero_padding_over_a_long_range() -> None:
 @pytest.mark.parametrize(
     ("expr", "message"),
     [
-        ("node[5-3]", 'hostlist "node[5-3]": range "5-3" at character 6 runs backwards; write the lower '
-                      'bound first ("3-5")'),
+        (
+            "node[5-3]",
+            'hostlist "node[5-3]": range "5-3" at character 6 runs backwards; write the lower '
+            'bound first ("3-5")',
+        ),
         ("node[1-3", 'hostlist "node[1-3": "[" at character 5 is never closed with "]"'),
         ("node1-3]", 'hostlist "node1-3]": "]" at character 8 has no matching "["'),
         ("a[[1]]", 'hostlist "a[[1]]": nested "[" at character 3; brackets do not nest'),

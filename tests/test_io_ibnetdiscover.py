@@ -81,16 +81,34 @@ def test_cli_with_per_host_node_files(tmp_path: Path) -> None:
     ndv5 = shared_file("topologies/nccl_xml/azure/ndv5-topo.xml")
     p5 = shared_file("topologies/nccl_xml/aws/p5.48xl-topo.xml")
     out = tmp_path / "c.yaml"
-    res = CliRunner().invoke(app, ["import", "ibnetdiscover", str(dump), "--node-topo", f"a0*={ndv5}",
-                                   "--node-topo", str(p5), "--out", str(out)])
+    res = CliRunner().invoke(
+        app,
+        [
+            "import",
+            "ibnetdiscover",
+            str(dump),
+            "--node-topo",
+            f"a0*={ndv5}",
+            "--node-topo",
+            str(p5),
+            "--out",
+            str(out),
+        ],
+    )
     assert res.exit_code == 0, res.output
     topo, _ = load_cluster(out)
     types = {topo.host_names[i]: t for i, t in enumerate(topo.host_types)}
-    assert types["a05-p1-dgx-01-c01"].name == "ndv5-topo" and types["b05-p1-dgx-05-c01"].name == "p5.48xl-topo"
+    assert (
+        types["a05-p1-dgx-01-c01"].name == "ndv5-topo" and types["b05-p1-dgx-05-c01"].name == "p5.48xl-topo"
+    )
     assert types["a05-p1-dgx-01-c01"].nic_gbps == 50.0  # the XML has no NIC speed: the dump's 4xNDR
-    assert types["b05-p1-dgx-05-c01"].nic_gbps == 12.5 and types["b05-p1-dgx-05-c01"].nics == 32  # the XML's EFA
+    assert (
+        types["b05-p1-dgx-05-c01"].nic_gbps == 12.5 and types["b05-p1-dgx-05-c01"].nics == 32
+    )  # the XML's EFA
     assert topo.rail_policy is not None and topo.levels[1].tier.bandwidth_gbps == 50.0
-    plain = CliRunner().invoke(app, ["import", "ibnetdiscover", str(dump), "--no-rail-policy", "--out", str(out)])
+    plain = CliRunner().invoke(
+        app, ["import", "ibnetdiscover", str(dump), "--no-rail-policy", "--out", str(out)]
+    )
     assert plain.exit_code == 0 and load_cluster(out)[0].rail_policy is None
     # without a node file, device k sits on the fabric's rail k * 4 // 8 of rails (0, 1, 4, 5)
     assert load_cluster(out)[0].host_types[0].rails == (0, 0, 1, 1, 4, 4, 5, 5)

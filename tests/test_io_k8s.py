@@ -98,8 +98,12 @@ def test_gke_block_subblock_host() -> None:
 
 
 def test_gke_without_hostname_key_uses_metadata_name_and_a_host_level() -> None:
-    cluster, _ = parse_k8s_nodes(_load("gke-a3mega-nodes.json"), "gke", levels=GKE_LEVELS[:3],
-                                 level_names=["nvl_block", "rack", "machine"])
+    cluster, _ = parse_k8s_nodes(
+        _load("gke-a3mega-nodes.json"),
+        "gke",
+        levels=GKE_LEVELS[:3],
+        level_names=["nvl_block", "rack", "machine"],
+    )
     _check_common(cluster)
     assert _levels(cluster) == ["node", "machine", "rack", "nvl_block", "cluster"]
     assert cluster["hosts"][0]["name"] == _load("gke-a3mega-nodes.json")["items"][1]["metadata"]["name"]
@@ -136,8 +140,13 @@ def test_eks_network_node_layers() -> None:
 
 
 def test_eks_level_names_follow_the_levels_order() -> None:
-    cluster, _ = parse_k8s_nodes(_load("eks-p5-nodes.json"), "eks", levels=EKS_LEVELS,
-                                 level_names=["spine", "aggregation", "leaf"], name="p5-cb")
+    cluster, _ = parse_k8s_nodes(
+        _load("eks-p5-nodes.json"),
+        "eks",
+        levels=EKS_LEVELS,
+        level_names=["spine", "aggregation", "leaf"],
+        name="p5-cb",
+    )
     assert cluster["name"] == "p5-cb"
     assert _levels(cluster) == ["node", "leaf", "aggregation", "spine", "cluster"]
 
@@ -145,8 +154,11 @@ def test_eks_level_names_follow_the_levels_order() -> None:
 def test_eks_one_spine_needs_no_cluster_level() -> None:
     doc = _load("eks-p5-nodes.json")
     spine = doc["items"][1]["metadata"]["labels"]["topology.k8s.aws/network-node-layer-1"]
-    doc["items"] = [i for i in doc["items"]
-                    if i["metadata"]["labels"].get("topology.k8s.aws/network-node-layer-1") == spine]
+    doc["items"] = [
+        i
+        for i in doc["items"]
+        if i["metadata"]["labels"].get("topology.k8s.aws/network-node-layer-1") == spine
+    ]
     cluster, _ = parse_k8s_nodes(doc, "eks", levels=EKS_LEVELS)
     assert _levels(cluster) == ["node", "layer3", "layer2", "layer1"]
     assert len(cluster["hosts"]) == 6
@@ -180,7 +192,7 @@ def test_amd_resource_name() -> None:
     assert len(info.value.problems) == 11
     assert _problems(info)[0] == (
         'items[1].status.allocatable: node "ip-10-1-20-18.us-west-2.compute.internal" has level labels but '
-        'no '
+        "no "
         '"nvidia.com/gpu" in allocatable or capacity and no label "nvidia.com/gpu.count"; check gpu_resource'
     )
 
@@ -235,15 +247,15 @@ def test_broken_fixture_reports_every_problem_with_its_item_path() -> None:
     assert info.value.source == "broken-nodes.json"
     assert _problems(info) == [
         f'items[1].{sub_key}: missing on node "gke-train-a3mega-pool-6b1d2e7f-bbbb"; every GPU node needs '
-        f'all 2 '
+        f"all 2 "
         "level labels",
         "items[2].status.allocatable[\"nvidia.com/gpu\"]: 'eight' on node "
-        "\"gke-train-a3mega-pool-6b1d2e7f-cccc\" "
+        '"gke-train-a3mega-pool-6b1d2e7f-cccc" '
         "is not a whole number of GPUs",
         f'items[3].{sub_key}: subblock "{sub}" is under block "{block3}" here but under block "{block0}" at '
         f"items[0].{sub_key}; label values must be global ids (one parent each)",
         'items[4].metadata.labels["kubernetes.io/hostname"]: host "gke-train-a3mega-pool-6b1d2e7f-aaaa" '
-        'appears '
+        "appears "
         "twice (first at items[0]); host names must be unique",
         "items[5].kind: expected \"Node\", got 'Pod'; list nodes only (kubectl get nodes -o json)",
     ]
@@ -252,26 +264,52 @@ def test_broken_fixture_reports_every_problem_with_its_item_path() -> None:
 @pytest.mark.parametrize(
     ("levels", "level_names", "expected"),
     [
-        (["a.example/rack", "b.example/rack", "kubernetes.io/hostname"], None,
-         ['levels: "a.example/rack" and "b.example/rack" both shorten to the level name "rack"; pass '
-          'level_names '
-          "with 2 unique names, coarse -> fine"]),
-        (["x.example/node"], None, ['levels: "x.example/node" shortens to "node", the name of the host '
-                                    'level; '
-                                    "pass level_names"]),
-        (["kubernetes.io/hostname", "cloud.google.com/gce-topology-block"], None,
-         ['levels: "kubernetes.io/hostname" must be the finest (last) key, as in Kueue TAS']),
-        ([], None, ["levels: is empty; give the topology label keys coarse -> fine, e.g. "
-                    "cloud.google.com/gce-topology-block,...,kubernetes.io/hostname"]),
-        (GKE_LEVELS, ["block", "subblock"],
-         ["level_names: has 2 name(s) but there are 3 level key(s) to name "
-          "(cloud.google.com/gce-topology-block, "
-          "cloud.google.com/gce-topology-subblock, cloud.google.com/gce-topology-host); give one name per "
-          "key, "
-          "coarse -> fine (kubernetes.io/hostname names the host and gets none)"]),
-        (GKE_LEVELS, ["a", "a", "node"],
-         ['level_names[1]: "a" is used twice; level names must be unique',
-          'level_names[2]: "node" is the host level; choose another name']),
+        (
+            ["a.example/rack", "b.example/rack", "kubernetes.io/hostname"],
+            None,
+            [
+                'levels: "a.example/rack" and "b.example/rack" both shorten to the level name "rack"; pass '
+                "level_names "
+                "with 2 unique names, coarse -> fine"
+            ],
+        ),
+        (
+            ["x.example/node"],
+            None,
+            ['levels: "x.example/node" shortens to "node", the name of the host level; pass level_names'],
+        ),
+        (
+            ["kubernetes.io/hostname", "cloud.google.com/gce-topology-block"],
+            None,
+            ['levels: "kubernetes.io/hostname" must be the finest (last) key, as in Kueue TAS'],
+        ),
+        (
+            [],
+            None,
+            [
+                "levels: is empty; give the topology label keys coarse -> fine, e.g. "
+                "cloud.google.com/gce-topology-block,...,kubernetes.io/hostname"
+            ],
+        ),
+        (
+            GKE_LEVELS,
+            ["block", "subblock"],
+            [
+                "level_names: has 2 name(s) but there are 3 level key(s) to name "
+                "(cloud.google.com/gce-topology-block, "
+                "cloud.google.com/gce-topology-subblock, cloud.google.com/gce-topology-host); give one name per "
+                "key, "
+                "coarse -> fine (kubernetes.io/hostname names the host and gets none)"
+            ],
+        ),
+        (
+            GKE_LEVELS,
+            ["a", "a", "node"],
+            [
+                'level_names[1]: "a" is used twice; level names must be unique',
+                'level_names[2]: "node" is the host level; choose another name',
+            ],
+        ),
     ],
 )
 def test_level_argument_errors(levels: list[str], level_names: list[str] | None, expected: list[str]) -> None:
@@ -280,8 +318,12 @@ def test_level_argument_errors(levels: list[str], level_names: list[str] | None,
 
 def test_cluster_is_a_reserved_name_when_the_top_needs_it() -> None:
     with pytest.raises(InputError, match='the name "cluster" is taken'):
-        parse_k8s_nodes(_load("gke-a3mega-nodes.json"), "gke", levels=GKE_LEVELS,
-                        level_names=["cluster", "subblock", "host"])
+        parse_k8s_nodes(
+            _load("gke-a3mega-nodes.json"),
+            "gke",
+            levels=GKE_LEVELS,
+            level_names=["cluster", "subblock", "host"],
+        )
 
 
 @pytest.mark.parametrize(
@@ -292,11 +334,14 @@ def test_cluster_is_a_reserved_name_when_the_top_needs_it() -> None:
         ("[1, 2]", ["expected a Node list (kubectl get nodes -o json) or one Node, got a list"]),
         ('{"kind": "Pod"}', ["kind: expected a List/NodeList with items or a Node, got kind 'Pod'"]),
         ('{"items": {}}', ["items: must be a list of Nodes, got a mapping"]),
-        ('{"items": []}', ['items: no node has a "nvidia.com/gpu" count above 0 and the level labels; '
-                           "nothing to import"]),
-        ("items: [a: b: c]", ["line 1, column 13: is neither JSON nor valid YAML: expected ',' or ']', but "
-                              "got "
-                              "':'"]),
+        (
+            '{"items": []}',
+            ['items: no node has a "nvidia.com/gpu" count above 0 and the level labels; nothing to import'],
+        ),
+        (
+            "items: [a: b: c]",
+            ["line 1, column 13: is neither JSON nor valid YAML: expected ',' or ']', but got ':'"],
+        ),
     ],
 )
 def test_document_errors(text: str, expected: list[str]) -> None:
@@ -308,14 +353,17 @@ def test_another_format_is_refused_in_one_line_naming_its_importer() -> None:
     dump = shared_file("topologies/cluster_fabric/nvidia_topograph/tests/output/ibnetdiscover/example.out")
     assert _error(dump.read_text()) == [
         "this is an `ibnetdiscover` InfiniBand fabric dump, not a Kubernetes node list (kubectl get nodes -o json); "
-        "use `placement import ibnetdiscover nodes.json`"]
+        "use `placement import ibnetdiscover nodes.json`"
+    ]
     from typer.testing import CliRunner
 
     from placement.cli import app
 
     res = CliRunner().invoke(app, ["import", "k8s", str(dump), "--levels", ",".join(GKE_LEVELS)])
     lines = [x for x in res.output.splitlines() if x.strip()]
-    assert res.exit_code == 2 and len(lines) == 1 and "placement import ibnetdiscover" in res.output, res.output
+    assert res.exit_code == 2 and len(lines) == 1 and "placement import ibnetdiscover" in res.output, (
+        res.output
+    )
 
 
 def test_item_shape_errors() -> None:
@@ -334,27 +382,50 @@ def test_item_shape_errors() -> None:
         "items[1].metadata: must be a mapping with name and labels, got nothing",
         "items[2].metadata.labels: must be a mapping of label key to value, got a list",
         f'items[3].status.allocatable["nvidia.com/gpu"]: -1 on node "{node["metadata"]["name"]}" is not a '
-        f'whole '
+        f"whole "
         "number of GPUs",
-        f'items[4].metadata.labels["cloud.google.com/gce-topology-block"]: empty or not a string (\'\') on '
-        f'node '
+        f"items[4].metadata.labels[\"cloud.google.com/gce-topology-block\"]: empty or not a string ('') on "
+        f"node "
         f'"{node["metadata"]["name"]}"; every GPU node needs all 3 level labels',
     ]
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.recursive(
-    st.none() | st.booleans() | st.integers(-2, 9) | st.sampled_from(["8", "Node", "List", "x", ""]),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
-        st.sampled_from(["kind", "items", "metadata", "name", "labels", "status", "allocatable", "capacity",
-                         "nvidia.com/gpu", "kubernetes.io/hostname", "cloud.google.com/gce-topology-block"]),
-        inner, max_size=4),
-    max_leaves=25,
-))
+@given(
+    st.recursive(
+        st.none() | st.booleans() | st.integers(-2, 9) | st.sampled_from(["8", "Node", "List", "x", ""]),
+        lambda inner: (
+            st.lists(inner, max_size=3)
+            | st.dictionaries(
+                st.sampled_from(
+                    [
+                        "kind",
+                        "items",
+                        "metadata",
+                        "name",
+                        "labels",
+                        "status",
+                        "allocatable",
+                        "capacity",
+                        "nvidia.com/gpu",
+                        "kubernetes.io/hostname",
+                        "cloud.google.com/gce-topology-block",
+                    ]
+                ),
+                inner,
+                max_size=4,
+            )
+        ),
+        max_leaves=25,
+    )
+)
 def test_never_leaks_a_raw_exception(doc: Any) -> None:
     try:
-        cluster, _ = parse_k8s_nodes(json.dumps(doc), "fuzz.json",
-                                     levels=["cloud.google.com/gce-topology-block", "kubernetes.io/hostname"])
+        cluster, _ = parse_k8s_nodes(
+            json.dumps(doc),
+            "fuzz.json",
+            levels=["cloud.google.com/gce-topology-block", "kubernetes.io/hostname"],
+        )
     except InputError as err:
         assert err.problems
     else:

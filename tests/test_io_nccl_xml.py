@@ -48,8 +48,12 @@ def test_aws_p4d_two_gpus_per_efa() -> None:
     t = read_nccl_xml(shared_file(f"{XML}/aws/p4d-24xl-topo.xml"))
     assert t.matrix is not None
     assert t.matrix[0] == ("X", "PIX", "PHB", "PHB", "SYS", "SYS", "SYS", "SYS")
-    assert t.rails == (0, 0, 1, 1, 2, 2, 3, 3) and t.nics == ("0000:10:1b.0", "0000:20:1b.0", "0000:90:1b.0",
-                                                              "0000:a0:1b.0")
+    assert t.rails == (0, 0, 1, 1, 2, 2, 3, 3) and t.nics == (
+        "0000:10:1b.0",
+        "0000:20:1b.0",
+        "0000:90:1b.0",
+        "0000:a0:1b.0",
+    )
 
 
 def test_aws_p5_four_efa_per_gpu() -> None:
@@ -86,7 +90,9 @@ def test_no_link_warning_names_the_kind_or_xgmi() -> None:
     pcie_h100 = """<system version="1"><cpu numaid="0" affinity="ff">
       <pci busid="0000:01:00.0" class="0x030200"><gpu dev="0" sm="90"/></pci>
       <pci busid="0000:02:00.0" class="0x030200"><gpu dev="1" sm="90"/></pci></cpu></system>"""
-    assert any("H100 SXM GPUs on NVSwitches, pass --nvlink 18" in w for w in parse_nccl_xml(pcie_h100).warnings)
+    assert any(
+        "H100 SXM GPUs on NVSwitches, pass --nvlink 18" in w for w in parse_nccl_xml(pcie_h100).warnings
+    )
     unknown = pcie_h100.replace('sm="90"', 'sm="75"')
     assert any("pass --nvlink N (N = NVLinks per GPU" in w for w in parse_nccl_xml(unknown).warnings)
     one = """<system version="1"><cpu numaid="0" affinity="ff">
@@ -104,8 +110,10 @@ def test_ndv4_import_writes_affinity_and_a_true_tiers_note(tmp_path: Path) -> No
     assert res.exit_code == 0, res.output  # type: ignore[attr-defined]
     said = " ".join(res.output.split())  # type: ignore[attr-defined]
     # the note states the tiers written: a PCIe node level (no NVLink in the file), then the switch defaults
-    assert ("note: link tiers are defaults: node 24 GB/s (the node matrix's best GPU pair, PIX: PCIe only, the node "
-            "file lists no NVLink); rack 50 GB/s (leaf: a 400G link); cluster 25 GB/s") in said
+    assert (
+        "note: link tiers are defaults: node 24 GB/s (the node matrix's best GPU pair, PIX: PCIe only, the node "
+        "file lists no NVLink); rack 50 GB/s (leaf: a 400G link); cluster 25 GB/s"
+    ) in said
     assert "NVLink domain" not in said
     cpus = ["24-47", "24-47", "0-23", "0-23", "72-95", "72-95", "48-71", "48-71"]
     numa = [1, 1, 0, 0, 3, 3, 2, 2]
@@ -125,8 +133,22 @@ def test_ndv4_import_writes_affinity_and_a_true_tiers_note(tmp_path: Path) -> No
     slots = [ln.split("slot=")[1] for ln in lines if ln.startswith("rank ")]
     assert len(slots) == 2 and all(s in cpus for s in slots)
     # --tier on a level takes it out of the note; with every level set there is no note
-    res = run("import", "nccl-xml", x, x, "--hosts", "a,b", "--levels", "rack:1,cluster", "--tier", "node=300:1",
-              "--tier", "rack=50:5", "--tier", "cluster=25:7")
+    res = run(
+        "import",
+        "nccl-xml",
+        x,
+        x,
+        "--hosts",
+        "a,b",
+        "--levels",
+        "rack:1,cluster",
+        "--tier",
+        "node=300:1",
+        "--tier",
+        "rack=50:5",
+        "--tier",
+        "cluster=25:7",
+    )
     assert res.exit_code == 0 and "note:" not in res.output, res.output  # type: ignore[attr-defined]
 
 
@@ -156,11 +178,14 @@ def test_nvswitch_links_give_nv_count() -> None:
     assert t.matrix == (("X", "NV18"), ("NV18", "X")) and t.kind == "H100"
 
 
-@pytest.mark.parametrize(("name", "needle"), [
-    ("azure/ncv4-graph.xml", "NCCL graph XML"),
-    ("aws/g5.48xl-topo.xml", "carry no class attribute"),
-    ("aws/p5.48xl-topo.2023-8807ce1.xml", "carry no class attribute"),
-])
+@pytest.mark.parametrize(
+    ("name", "needle"),
+    [
+        ("azure/ncv4-graph.xml", "NCCL graph XML"),
+        ("aws/g5.48xl-topo.xml", "carry no class attribute"),
+        ("aws/p5.48xl-topo.2023-8807ce1.xml", "carry no class attribute"),
+    ],
+)
 def test_refusals_are_one_line(name: str, needle: str) -> None:
     with pytest.raises(InputError) as e:
         read_nccl_xml(shared_file(f"{XML}/{name}"))
@@ -218,7 +243,9 @@ def test_round_trip_import_place_evaluate(command: str, path: Path, tmp_path: Pa
 def test_several_files_make_a_cluster_with_levels(tmp_path: Path) -> None:
     x = shared_file(f"{XML}/rccl_topo_expl/topo_8p_940.xml")
     out = tmp_path / "c.yaml"
-    res = run("import", "nccl-xml", x, x, x, x, "--hosts", "a,b,c,d", "--levels", "rack:2,cluster", "--out", out)
+    res = run(
+        "import", "nccl-xml", x, x, x, x, "--hosts", "a,b,c,d", "--levels", "rack:2,cluster", "--out", out
+    )
     assert res.exit_code == 0, res.output  # type: ignore[attr-defined]
     topo, _ = load_cluster(out)
     assert topo.level_names == ("node", "rack", "cluster") and topo.host_names == ("a", "b", "c", "d")

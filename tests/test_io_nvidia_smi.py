@@ -627,8 +627,10 @@ def test_garbage_never_raises_a_raw_exception(text: str) -> None:
         assert_well_formed(t)
 
 
-@pytest.mark.parametrize("text", ["GPU1\nGPU1X", "\tGPU1\tGPU2\nGPU1\tX\tNV1\nGPU2\tNV1\tX",
-                                  "\tGPU1\tGPU0\nGPU1\tX\tNV1\nGPU0\tNV1\tX"])
+@pytest.mark.parametrize(
+    "text",
+    ["GPU1\nGPU1X", "\tGPU1\tGPU2\nGPU1\tX\tNV1\nGPU2\tNV1\tX", "\tGPU1\tGPU0\nGPU1\tX\tNV1\nGPU0\tNV1\tX"],
+)
 def test_gpu_columns_that_skip_or_reorder_numbers_are_refused(text: str) -> None:
     """A device's index is its position: a table of GPU1 alone must not become gpu0 (found by the fuzz)."""
     with pytest.raises(InputError, match=r"nvidia-smi numbers the GPUs it sees GPU0\.\.GPU\d in order"):

@@ -52,17 +52,27 @@ def test_mixed_xgmi_and_pcie_map_onto_codes() -> None:
     t = parse_rocm_smi(MIXED, model="MI250")
     assert t.kind == "MI250" and t.nv_link_gbps == 50.0 and t.mesh_link_gbps is None
     # XGMI 1 hop -> NV1; PCIe on one NUMA node at 2 hops -> PIX; across NUMA nodes -> SYS
-    assert t.matrix == (("X", "NV1", "PIX", "SYS"), ("NV1", "X", "SYS", "PIX"),
-                        ("PIX", "SYS", "X", "NV1"), ("SYS", "PIX", "NV1", "X"))
+    assert t.matrix == (
+        ("X", "NV1", "PIX", "SYS"),
+        ("NV1", "X", "SYS", "PIX"),
+        ("PIX", "SYS", "X", "NV1"),
+        ("SYS", "PIX", "NV1", "X"),
+    )
 
 
 def test_refusals() -> None:
     with pytest.raises(InputError, match="placement import nvidia-smi"):
-        parse_rocm_smi("        GPU0    GPU1    CPU Affinity\nGPU0     X      NV18    0-55\nGPU1    NV18     X      0-55\n")
+        parse_rocm_smi(
+            "        GPU0    GPU1    CPU Affinity\nGPU0     X      NV18    0-55\nGPU1    NV18     X      0-55\n"
+        )
     with pytest.raises(InputError, match="no `Link Type between two GPUs` table"):
-        parse_rocm_smi(MIXED.split("=====")[0] + "========== Weight between two GPUs ==========\n  GPU0\nGPU0 0\n")
+        parse_rocm_smi(
+            MIXED.split("=====")[0] + "========== Weight between two GPUs ==========\n  GPU0\nGPU0 0\n"
+        )
     with pytest.raises(InputError, match="must be symmetric"):
-        parse_rocm_smi(MIXED.replace("GPU3   PCIE         PCIE         XGMI", "GPU3   PCIE         PCIE         PCIE"))
+        parse_rocm_smi(
+            MIXED.replace("GPU3   PCIE         PCIE         XGMI", "GPU3   PCIE         PCIE         PCIE")
+        )
     with pytest.raises(InputError, match="unknown GPU model"):
         parse_rocm_smi(MIXED, model="MI999")
 

@@ -1,5 +1,5 @@
 """Tests of placement.io.slurm on the real topology.conf/topology.yaml examples and on synthetic broken "
-  "inputs."""
+"inputs."""
 
 from __future__ import annotations
 
@@ -27,8 +27,9 @@ def _data_files() -> list[Path]:
 
 def _need_data() -> None:
     if not SLURM.is_dir():
-        pytest.skip(f"shared topology data not found at {SLURM} (expected next to the repo, "
-                    f"/work/shared/data)")
+        pytest.skip(
+            f"shared topology data not found at {SLURM} (expected next to the repo, /work/shared/data)"
+        )
 
 
 def _level_names(cluster: dict[str, Any]) -> list[str]:
@@ -71,7 +72,10 @@ def _expect_tree_3tier(cluster: dict[str, Any], warnings: list[str]) -> None:
     assert len(spines) == 6 and set(spines.values()) == {16}
     assert cores == Counter({"switch.3.1": 96})
     assert _host(cluster, "srv1101")["domains"] == {
-        "switch1": "switch.1.1", "switch2": "switch.2.1", "switch3": "switch.3.1"}
+        "switch1": "switch.1.1",
+        "switch2": "switch.2.1",
+        "switch3": "switch.3.1",
+    }
     assert _host(cluster, "srv6208")["domains"]["switch1"] == "switch.1.12"
     assert _host(cluster, "srv6208")["domains"]["switch2"] == "switch.2.6"
     # leaf-2-1 (switch.1.3) hangs off spine-2 (switch.2.2)
@@ -87,9 +91,14 @@ def _expect_nvl_blocks(cluster: dict[str, Any], warnings: list[str]) -> None:
     assert len(blocks) == 12 and set(blocks.values()) == {8}
     assert _domains(cluster, "block_x2") == Counter({f"rack[{r}1-{r}2]": 16 for r in range(1, 7)})
     assert _domains(cluster, "block_x4") == Counter(
-        {"rack[11-12,21-22]": 32, "rack[31-32,41-42]": 32, "rack[51-52,61-62]": 32})
+        {"rack[11-12,21-22]": 32, "rack[31-32,41-42]": 32, "rack[51-52,61-62]": 32}
+    )
     assert _host(cluster, "srv3205")["domains"] == {
-        "block": "rack32", "block_x2": "rack[31-32]", "block_x4": "rack[31-32,41-42]", "cluster": "cluster"}
+        "block": "rack32",
+        "block_x2": "rack[31-32]",
+        "block_x4": "rack[31-32,41-42]",
+        "cluster": "cluster",
+    }
     assert warnings == []
 
 
@@ -169,18 +178,24 @@ def test_cluster_name_defaults_to_the_file_stem() -> None:
 
 def test_3tier_level_names() -> None:
     _need_data()
-    cluster, _ = read_slurm(SLURM / "topology.conf.tree.3tier__nvidia_topograph_expected.conf",
-                            level_names=["leaf", "spine", "core"])
+    cluster, _ = read_slurm(
+        SLURM / "topology.conf.tree.3tier__nvidia_topograph_expected.conf",
+        level_names=["leaf", "spine", "core"],
+    )
     assert _level_names(cluster) == ["node", "leaf", "spine", "core"]
     assert _host(cluster, "srv4203")["domains"] == {
-        "leaf": "switch.1.8", "spine": "switch.2.4", "core": "switch.3.1"}
+        "leaf": "switch.1.8",
+        "spine": "switch.2.4",
+        "core": "switch.3.1",
+    }
 
 
 def test_3tier_level_names_count_mismatch_names_both_counts() -> None:
     _need_data()
     with pytest.raises(InputError) as info:
-        read_slurm(SLURM / "topology.conf.tree.3tier__nvidia_topograph_expected.conf",
-                   level_names=["leaf", "spine"])
+        read_slurm(
+            SLURM / "topology.conf.tree.3tier__nvidia_topograph_expected.conf", level_names=["leaf", "spine"]
+        )
     assert _problems(info) == [
         "level_names: has 2 name(s) (leaf, spine) but the topology has 3 level(s) above the hosts "
         "(switch1, switch2, switch3), named bottom-up"
@@ -209,8 +224,9 @@ def test_yaml_flat_and_unknown_topologies_are_errors() -> None:
     ]
     with pytest.raises(InputError) as info:
         parse_topology_yaml(text, "topology.yaml", topology="topo9")
-    assert _problems(info) == ['topology: "topo9" is not defined here; the topologies are "topo1", "topo2", '
-                               '"topo3"']
+    assert _problems(info) == [
+        'topology: "topo9" is not defined here; the topologies are "topo1", "topo2", "topo3"'
+    ]
 
 
 def test_read_slurm_sniffs_the_format_without_a_known_suffix(tmp_path: Path) -> None:
@@ -230,8 +246,9 @@ def test_read_slurm_missing_file_is_an_input_error(tmp_path: Path) -> None:
     bad.write_bytes(b"SwitchName=s0 Nodes=n1\n\xff\xfe\n")
     with pytest.raises(InputError) as info:
         read_slurm(bad)
-    assert _problems(info) == ["byte 23 (line 2, column 1): not UTF-8 text: byte 0xff (invalid start byte); "
-                               "save the file as UTF-8"]
+    assert _problems(info) == [
+        "byte 23 (line 2, column 1): not UTF-8 text: byte 0xff (invalid start byte); save the file as UTF-8"
+    ]
 
 
 # ------------------------------------------------------------------------------------ synthetic inputs
@@ -247,7 +264,7 @@ def _conf_error(text: str, **kw: Any) -> list[str]:
 def test_node_under_two_switches() -> None:
     assert _conf_error("SwitchName=s0 Nodes=dev[0-5]\nSwitchName=s1 Nodes=dev[5-8]\n") == [
         'line 2, column 21: node "dev5" is under switch "s1" but already under switch "s0" (line 1, column '
-        '21); '
+        "21); "
         "a node hangs off exactly one leaf switch"
     ]
     assert _conf_error("SwitchName=s0 Nodes=dev[0-5]\nSwitchName=s1 Nodes=dev[3-8]\n") == [
@@ -285,11 +302,13 @@ def test_bad_hostlist_range() -> None:
         ),
         pytest.param(
             "SwitchName=s0 Nodes=n1 Foo=3\nFrob=1\nNodes=n2\nInclude /etc/slurm/more.conf\n",
-            ['line 1, column 24: unknown key "Foo"; a SwitchName= line takes Switches=, Nodes=, LinkSpeed=',
-             'line 2, column 1: unknown key "Frob"; a line starts with SwitchName=, BlockName=, RingName= or '
-             "BlockSizes=",
-             'line 3, column 1: "Nodes=" must follow SwitchName=, BlockName= or RingName= on the same line',
-             "line 4, column 1: Include lines are not supported; paste the included lines here"],
+            [
+                'line 1, column 24: unknown key "Foo"; a SwitchName= line takes Switches=, Nodes=, LinkSpeed=',
+                'line 2, column 1: unknown key "Frob"; a line starts with SwitchName=, BlockName=, RingName= or '
+                "BlockSizes=",
+                'line 3, column 1: "Nodes=" must follow SwitchName=, BlockName= or RingName= on the same line',
+                "line 4, column 1: Include lines are not supported; paste the included lines here",
+            ],
             id="unknown-keys",
         ),
         pytest.param(
@@ -298,11 +317,13 @@ def test_bad_hostlist_range() -> None:
             id="wrong-key-for-kind",
         ),
         pytest.param(
-            "SwitchName=s0 Nodes= LinkSpeed=100\nSwitchName=s1 Nodes=\"\"\n",
-            ['line 1, column 21: Nodes= is empty for switch "s0"; list its nodes as a hostlist, e.g. '
-             "Nodes=node[01-08]",
-             'line 2, column 21: Nodes= is empty for switch "s1"; list its nodes as a hostlist, e.g. '
-             "Nodes=node[01-08]"],
+            'SwitchName=s0 Nodes= LinkSpeed=100\nSwitchName=s1 Nodes=""\n',
+            [
+                'line 1, column 21: Nodes= is empty for switch "s0"; list its nodes as a hostlist, e.g. '
+                "Nodes=node[01-08]",
+                'line 2, column 21: Nodes= is empty for switch "s1"; list its nodes as a hostlist, e.g. '
+                "Nodes=node[01-08]",
+            ],
             id="empty-nodes",
         ),
         pytest.param(
@@ -312,48 +333,62 @@ def test_bad_hostlist_range() -> None:
         ),
         pytest.param(
             "SwitchName=s0 Nodes=n1 Switches=s1\nSwitchName=s1 Nodes=n2\n",
-            ['line 1, column 12: switch "s0" has both Nodes= and Switches=; a switch holds either nodes or '
-             "switches"],
+            [
+                'line 1, column 12: switch "s0" has both Nodes= and Switches=; a switch holds either nodes or '
+                "switches"
+            ],
             id="both-children",
         ),
         pytest.param(
             "SwitchName=s0 Nodes=n1\nSwitchName=s0 Nodes=n2\n",
-            ['line 2, column 12: switch "s0" is defined twice (first at line 1, column 12); each switch name '
-             "must be unique"],
+            [
+                'line 2, column 12: switch "s0" is defined twice (first at line 1, column 12); each switch name '
+                "must be unique"
+            ],
             id="duplicate-switch",
         ),
         pytest.param(
             "SwitchName=l Nodes=n1\nSwitchName=a Switches=l\nSwitchName=b Switches=l\n",
-            ['line 3, column 23: switch "l" is under switch "b" but already under switch "a" (line 2, '
-             'column 23); '
-             "a switch has one parent"],
+            [
+                'line 3, column 23: switch "l" is under switch "b" but already under switch "a" (line 2, '
+                "column 23); "
+                "a switch has one parent"
+            ],
             id="two-parents",
         ),
         pytest.param(
             "BlockName=b1 Nodes=n[1-8]\nBlockName=b2 Nodes=n[9-16]\nBlockSizes=8,20\n",
-            ["line 3, column 12: BlockSizes entry 20 is not a multiple of the base block size 8 (the first "
-             "entry)"],
+            [
+                "line 3, column 12: BlockSizes entry 20 is not a multiple of the base block size 8 (the first "
+                "entry)"
+            ],
             id="blocksize-not-multiple",
         ),
         pytest.param(
             "BlockName=b1 Nodes=n[1-8]\nBlockName=b2 Nodes=n[9-16]\nBlockSizes=8,24\n",
-            ["line 3, column 12: BlockSizes entry 24 is 3 x the base block size 8; each later size must be "
-             "the "
-             "base size times 2, 4, 8, ... (e.g. 16, 32)"],
+            [
+                "line 3, column 12: BlockSizes entry 24 is 3 x the base block size 8; each later size must be "
+                "the "
+                "base size times 2, 4, 8, ... (e.g. 16, 32)"
+            ],
             id="blocksize-not-power-of-two",
         ),
         pytest.param(
             "BlockName=b1 Nodes=n[1-8]\nBlockName=b2 Nodes=n[9-14]\nBlockSizes=8,16\n",
-            ['line 2, column 11: block "b2" has 6 nodes, fewer than the base block size 8 (the first '
-             'BlockSizes '
-             "entry); every block needs at least that many"],
+            [
+                'line 2, column 11: block "b2" has 6 nodes, fewer than the base block size 8 (the first '
+                "BlockSizes "
+                "entry); every block needs at least that many"
+            ],
             id="block-smaller-than-base",
         ),
         pytest.param(
             "BlockName=b1 Nodes=n[1-8]\nBlockName=b2 Nodes=n[8-15]\n",
-            ['line 2, column 20: node "n8" is under block "b2" but already under block "b1" (line 1, column '
-             '20); '
-             "a node belongs to one block"],
+            [
+                'line 2, column 20: node "n8" is under block "b2" but already under block "b1" (line 1, column '
+                "20); "
+                "a node belongs to one block"
+            ],
             id="node-in-two-blocks",
         ),
         pytest.param(
@@ -368,22 +403,31 @@ def test_bad_hostlist_range() -> None:
         ),
         pytest.param(
             "RingName=r0 Nodes=n[1-4]\nRingName=r1 Nodes=n[4-5]\n",
-            ['line 2, column 19: node "n4" is under ring "r1" but already under ring "r0" (line 1, column '
-             '19); '
-             "a node belongs to one ring"],
+            [
+                'line 2, column 19: node "n4" is under ring "r1" but already under ring "r0" (line 1, column '
+                "19); "
+                "a node belongs to one ring"
+            ],
             id="node-in-two-rings",
         ),
         pytest.param(
             "SwitchName=s0 Nodes=n1\nBlockName=b Nodes=n1\n",
-            ['the file mixes tree (line 1) and block (line 2) definitions; pass topology="tree" or '
-             'topology="block"'],
+            [
+                'the file mixes tree (line 1) and block (line 2) definitions; pass topology="tree" or '
+                'topology="block"'
+            ],
             id="mixed-kinds",
         ),
-        pytest.param("# only a comment\n\n", ["no SwitchName=, BlockName= or RingName= lines: nothing to "
-                                              "import"],
-                     id="empty"),
-        pytest.param('SwitchName=s0 Nodes="n1\n',
-                     ['line 1, column 21: the quote opened after "Nodes=" is never closed'], id="open-quote"),
+        pytest.param(
+            "# only a comment\n\n",
+            ["no SwitchName=, BlockName= or RingName= lines: nothing to import"],
+            id="empty",
+        ),
+        pytest.param(
+            'SwitchName=s0 Nodes="n1\n',
+            ['line 1, column 21: the quote opened after "Nodes=" is never closed'],
+            id="open-quote",
+        ),
     ],
 )
 def test_conf_errors(text: str, expected: list[str]) -> None:
@@ -413,7 +457,7 @@ def test_conf_syntax_oddities() -> None:
         "   NODES=n[1-2,\\\n"
         "3-4]   # trailing comment\n"
         "  SwitchName = s1   nodes = m1 LinkSpeed=garbage\n"
-        "\tSwitchName=top\tSwitches=\"s[0-1]\"\n"
+        '\tSwitchName=top\tSwitches="s[0-1]"\n'
         "SwitchName=s2 Nodes=x\\#1\n"
         "SwitchName=s2top Switches=s2 linkspeed=100\n"
     )
@@ -425,7 +469,7 @@ def test_conf_syntax_oddities() -> None:
     assert _level_names(cluster) == ["node", "switch1", "switch2", "cluster"]
     assert warnings == [
         '2 top switches ("top", "s2top") are not connected to each other; added the level "cluster" above '
-        'them '
+        "them "
         "(Slurm never spans one job across unconnected switches)"
     ]
 
@@ -485,8 +529,9 @@ def test_blocksizes_larger_than_the_cluster_are_dropped() -> None:
 
 def test_level_names_rules() -> None:
     text = "SwitchName=s0 Nodes=n1\nSwitchName=s1 Nodes=n2\n"
-    assert _conf_error(text, level_names=["node"]) == ['level_names[0]: "node" is the host level; choose '
-                                                       'another name']
+    assert _conf_error(text, level_names=["node"]) == [
+        'level_names[0]: "node" is the host level; choose another name'
+    ]
     with pytest.raises(InputError, match='the name "cluster" is taken'):
         parse_topology_conf(text, "t.conf", level_names=["cluster"])
     cluster, _ = parse_topology_conf(text, "t.conf", level_names=["tor"])
@@ -549,14 +594,15 @@ def test_yaml_errors_name_path_and_line() -> None:
       - block: b1
         nodes: n[1-4]
 """
-    assert _yaml_error(text) == ['topology: no entry has cluster_default: true; pass topology= one of "a", '
-                                 '"b"']
+    assert _yaml_error(text) == [
+        'topology: no entry has cluster_default: true; pass topology= one of "a", "b"'
+    ]
     assert _yaml_error(text, topology="a") == [
         '[0].tree.switches[1].color (line 9): unknown key "color"; expected switch, children, nodes',
         '[0].tree.switches[1].nodes (line 8): node "n4" is under switch "s1" but already under switch "s0" '
         "([0].tree.switches[0].nodes (line 6)); a node hangs off exactly one leaf switch",
         '[0].tree.switches[2].children (line 11): switch "s2" is listed in children of "top" but never '
-        'defined; '
+        "defined; "
         'add a "- switch: s2" entry',
     ]
     assert _yaml_error(text, topology="b") == [
@@ -571,20 +617,34 @@ def test_yaml_errors_name_path_and_line() -> None:
     [
         ("", ["is empty; expected a list of topologies (- topology: NAME ...)"]),
         ("topology: a\n", ["line 1: expected a list of topologies (- topology: NAME ...), got a mapping"]),
-        ("- topology: [\n", ["line 2, column 1: is not valid YAML: expected the node content, but found "
-                             "'<stream end>'"]),
-        ("- topology: a\n  tree: {switches: []}\n", ["[0].tree.switches (line 2): switches must be a "
-                                                     "non-empty "
-                                                     "list, got a list"]),
-        ("- topology: a\n  flat: true\n  block: {}\n", ['[0] (line 1): topology "a" must define exactly one '
-                                                        'of '
-                                                        "tree, block, flat: true (got block, flat)"]),
-        ("- topology: a\n  tree: {switches: [{switch: s, nodes: n1}]}\n- topology: a\n  flat: true\n",
-         ['[1].topology (line 3): topology "a" is defined twice (first at [0].topology (line 1))']),
-        ("- topology: a\n  cluster_default: yes please\n  tree: {switches: [{switch: s, nodes: n1}]}\n",
-         ['[0].cluster_default (line 2): must be true or false, got the string "yes please"']),
-        ("- topology: d\n  when: 2024-02-30\n  flat: true\n", ["is not valid YAML: day is out of range for "
-                                                               "month"]),
+        (
+            "- topology: [\n",
+            ["line 2, column 1: is not valid YAML: expected the node content, but found '<stream end>'"],
+        ),
+        (
+            "- topology: a\n  tree: {switches: []}\n",
+            ["[0].tree.switches (line 2): switches must be a non-empty list, got a list"],
+        ),
+        (
+            "- topology: a\n  flat: true\n  block: {}\n",
+            [
+                '[0] (line 1): topology "a" must define exactly one '
+                "of "
+                "tree, block, flat: true (got block, flat)"
+            ],
+        ),
+        (
+            "- topology: a\n  tree: {switches: [{switch: s, nodes: n1}]}\n- topology: a\n  flat: true\n",
+            ['[1].topology (line 3): topology "a" is defined twice (first at [0].topology (line 1))'],
+        ),
+        (
+            "- topology: a\n  cluster_default: yes please\n  tree: {switches: [{switch: s, nodes: n1}]}\n",
+            ['[0].cluster_default (line 2): must be true or false, got the string "yes please"'],
+        ),
+        (
+            "- topology: d\n  when: 2024-02-30\n  flat: true\n",
+            ["is not valid YAML: day is out of range for month"],
+        ),
     ],
 )
 def test_yaml_structure_errors(text: str, expected: list[str]) -> None:
@@ -595,8 +655,31 @@ def test_yaml_structure_errors(text: str, expected: list[str]) -> None:
 
 
 _conf_alphabet = st.sampled_from(
-    ["SwitchName=", "Switches=", "Nodes=", "BlockName=", "BlockSizes=", "RingName=", "LinkSpeed=",
-     "s0", "s1", "n[1-4]", "n[4-1]", "[", "]", ",", " ", "\n", "#", "\\", '"', "8", "16", "=", "x"]
+    [
+        "SwitchName=",
+        "Switches=",
+        "Nodes=",
+        "BlockName=",
+        "BlockSizes=",
+        "RingName=",
+        "LinkSpeed=",
+        "s0",
+        "s1",
+        "n[1-4]",
+        "n[4-1]",
+        "[",
+        "]",
+        ",",
+        " ",
+        "\n",
+        "#",
+        "\\",
+        '"',
+        "8",
+        "16",
+        "=",
+        "x",
+    ]
 )
 
 
@@ -612,13 +695,37 @@ def test_conf_never_leaks_a_raw_exception(text: str) -> None:
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.recursive(
-    st.none() | st.booleans() | st.integers(-3, 40) | st.sampled_from(["n[1-4]", "s0", "tree", "block", ""]),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(
-        st.sampled_from(["topology", "cluster_default", "tree", "block", "flat", "switches", "switch",
-                         "children", "nodes", "blocks", "block_sizes"]), inner, max_size=4),
-    max_leaves=20,
-))
+@given(
+    st.recursive(
+        st.none()
+        | st.booleans()
+        | st.integers(-3, 40)
+        | st.sampled_from(["n[1-4]", "s0", "tree", "block", ""]),
+        lambda inner: (
+            st.lists(inner, max_size=4)
+            | st.dictionaries(
+                st.sampled_from(
+                    [
+                        "topology",
+                        "cluster_default",
+                        "tree",
+                        "block",
+                        "flat",
+                        "switches",
+                        "switch",
+                        "children",
+                        "nodes",
+                        "blocks",
+                        "block_sizes",
+                    ]
+                ),
+                inner,
+                max_size=4,
+            )
+        ),
+        max_leaves=20,
+    )
+)
 def test_yaml_never_leaks_a_raw_exception(doc: Any) -> None:
     import yaml
 

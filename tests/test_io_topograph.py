@@ -44,7 +44,9 @@ def test_payloads_import_their_model_or_are_refused() -> None:
 
 
 def test_model_rule_violations() -> None:
-    two_parents = "switches:\n  a: {switches: [c]}\n  b: {switches: [c]}\nblocks:\n- switch: c\n  nodes: [n1]\n"
+    two_parents = (
+        "switches:\n  a: {switches: [c]}\n  b: {switches: [c]}\nblocks:\n- switch: c\n  nodes: [n1]\n"
+    )
     with pytest.raises(InputError, match="has two parents"):
         parse_topograph(two_parents)
     twice = "switches:\n  a: {switches: [c, d]}\nblocks:\n- {switch: c, nodes: [n1]}\n- {switch: d, nodes: ['n[1-2]']}\n"

@@ -38,18 +38,32 @@ def tp_units(topology: Topology, state: ClusterState, job: Job) -> list[tuple[in
     return groups if par.tp > 1 and whole >= len(groups) else [(r,) for r in range(job.ranks)]
 
 
-def run(topology: Topology, state: ClusterState, job: Job, units: Sequence[tuple[int, ...]] | None = None,
-        seed: int = 0, budget: float = 20.0) -> tuple[Traffic, list[int], list[tuple[str, list[int]]]]:
+def run(
+    topology: Topology,
+    state: ClusterState,
+    job: Job,
+    units: Sequence[tuple[int, ...]] | None = None,
+    seed: int = 0,
+    budget: float = 20.0,
+) -> tuple[Traffic, list[int], list[tuple[str, list[int]]]]:
     traffic = job_traffic(job)
     cands = candidate_devices(topology, state, job)
     units = tp_units(topology, state, job) if units is None else units
-    out = multilevel_candidates(topology, state, job, traffic, cands, units, seed=seed,
-                                deadline=time.perf_counter() + budget)
+    out = multilevel_candidates(
+        topology, state, job, traffic, cands, units, seed=seed, deadline=time.perf_counter() + budget
+    )
     return traffic, cands, out
 
 
-def check_mapping(topology: Topology, state: ClusterState, job: Job, traffic: Traffic, cands: Sequence[int],
-                  units: Sequence[tuple[int, ...]], mapping: list[int]) -> None:
+def check_mapping(
+    topology: Topology,
+    state: ClusterState,
+    job: Job,
+    traffic: Traffic,
+    cands: Sequence[int],
+    units: Sequence[tuple[int, ...]],
+    mapping: list[int],
+) -> None:
     assert validate(topology, state, job, mapping, traffic=traffic) == []
     assert len(set(mapping)) == job.ranks
     assert set(mapping) <= set(cands)
@@ -57,14 +71,18 @@ def check_mapping(topology: Topology, state: ClusterState, job: Job, traffic: Tr
         assert len({topology.devices[mapping[r]].host_index for r in u}) == 1, f"unit {u} straddles hosts"
 
 
-@pytest.mark.parametrize(("gpus", "fraction", "mode", "shape"), [
-    (256, 0.3, "partial", (2, 2, 4)),
-    (256, 0.5, "mixed", (4, 2, 2)),
-    (1024, 0.6, "mixed", (8, 2, 4)),
-    (1024, 0.3, "partial", (4, 4, 8)),
-])
-def test_every_candidate_is_valid_and_keeps_units_whole(gpus: int, fraction: float, mode: str,
-                                                        shape: tuple[int, int, int]) -> None:
+@pytest.mark.parametrize(
+    ("gpus", "fraction", "mode", "shape"),
+    [
+        (256, 0.3, "partial", (2, 2, 4)),
+        (256, 0.5, "mixed", (4, 2, 2)),
+        (1024, 0.6, "mixed", (8, 2, 4)),
+        (1024, 0.3, "partial", (4, 4, 8)),
+    ],
+)
+def test_every_candidate_is_valid_and_keeps_units_whole(
+    gpus: int, fraction: float, mode: str, shape: tuple[int, int, int]
+) -> None:
     topo = fat_tree(gpus)
     state = occupy(topo, fraction, seed=3, mode=mode)
     tp, pp, dp = shape
@@ -122,8 +140,11 @@ def test_keeps_tp_groups_on_hosts_when_only_some_fit_whole() -> None:
 def ring_twin(job: Job) -> Job:
     """The job as explicit p2p edges only: each group a ring in member order, its pipeline edges kept."""
     t = job_traffic(job)
-    edges = [Edge(g.label, a, g.members[(i + 1) % len(g.members)], g.bytes, g.count, g.exposed)
-             for g in t.groups for i, a in enumerate(g.members)]
+    edges = [
+        Edge(g.label, a, g.members[(i + 1) % len(g.members)], g.bytes, g.count, g.exposed)
+        for g in t.groups
+        for i, a in enumerate(g.members)
+    ]
     return Job(job.name, job.ranks, job.device_kind, edges=(*edges, *t.edges))
 
 
@@ -151,16 +172,39 @@ def test_explicit_ring_job_keeps_tp_rings_on_hosts() -> None:
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(gpn=st.sampled_from([2, 4, 8]), nodes=st.integers(2, 6), leaves=st.integers(1, 4), spines=st.integers(1, 3),
-       fraction=st.sampled_from([0.0, 0.3, 0.6]), mode=st.sampled_from(["whole", "partial", "mixed"]),
-       tp=st.sampled_from([1, 2, 4]), pp=st.integers(1, 3), dp=st.integers(1, 4), kind=st.integers(0, 2),
-       budget=st.sampled_from([0.0, 5.0]), seed=st.integers(0, 3))
-def test_random_trees_and_units_give_valid_mappings(gpn: int, nodes: int, leaves: int, spines: int, fraction: float,
-                                                   mode: str, tp: int, pp: int, dp: int, kind: int, budget: float,
-                                                   seed: int) -> None:
+@given(
+    gpn=st.sampled_from([2, 4, 8]),
+    nodes=st.integers(2, 6),
+    leaves=st.integers(1, 4),
+    spines=st.integers(1, 3),
+    fraction=st.sampled_from([0.0, 0.3, 0.6]),
+    mode=st.sampled_from(["whole", "partial", "mixed"]),
+    tp=st.sampled_from([1, 2, 4]),
+    pp=st.integers(1, 3),
+    dp=st.integers(1, 4),
+    kind=st.integers(0, 2),
+    budget=st.sampled_from([0.0, 5.0]),
+    seed=st.integers(0, 3),
+)
+def test_random_trees_and_units_give_valid_mappings(
+    gpn: int,
+    nodes: int,
+    leaves: int,
+    spines: int,
+    fraction: float,
+    mode: str,
+    tp: int,
+    pp: int,
+    dp: int,
+    kind: int,
+    budget: float,
+    seed: int,
+) -> None:
     """Random fat trees, occupancy, shapes and units (single ranks, TP groups, or both mixed; structured or
     p2p rings), with or without time: every candidate is valid and keeps units whole (and nothing crashes)."""
-    topo = fat_tree(gpn * nodes * leaves * spines, gpus_per_node=gpn, nodes_per_leaf=nodes, leaves_per_spine=leaves)
+    topo = fat_tree(
+        gpn * nodes * leaves * spines, gpus_per_node=gpn, nodes_per_leaf=nodes, leaves_per_spine=leaves
+    )
     state = occupy(topo, fraction, seed=seed, mode=mode)
     job = megatron_job("j", tp=tp, pp=pp, dp=dp, hidden=1024, layers=4)
     groups = dimension_groups(job.parallel, ("tp",))  # type: ignore[arg-type]
@@ -191,7 +235,9 @@ def test_past_deadline_still_returns_a_valid_mapping() -> None:
     traffic = job_traffic(job)
     cands = candidate_devices(topo, state, job)
     units = tp_units(topo, state, job)
-    out = multilevel_candidates(topo, state, job, traffic, cands, units, seed=0, deadline=time.perf_counter() - 1.0)
+    out = multilevel_candidates(
+        topo, state, job, traffic, cands, units, seed=0, deadline=time.perf_counter() - 1.0
+    )
     assert len(out) == 1
     check_mapping(topo, state, job, traffic, cands, units, out[0][1])
 
@@ -205,7 +251,9 @@ def test_not_applicable_returns_empty() -> None:
     state = ClusterState()
     job = megatron_job("j", tp=2, pp=2, dp=2, hidden=2048, layers=8)
     assert run(topo, state, _with(job, pins={0: topo.devices[0].id}))[2] == []
-    assert run(topo, state, _with(job, spread=(SpreadRule(kind="leaf", scope="job", min_domains=2),)))[2] == []
+    assert (
+        run(topo, state, _with(job, spread=(SpreadRule(kind="leaf", scope="job", min_domains=2),)))[2] == []
+    )
     assert run(topo, state, job, units=[(r,) for r in range(job.ranks - 1)])[2] == []  # a rank left out
     assert run(topo, state, job, units=[(0, 1), (1, 2), *((r,) for r in range(3, job.ranks))])[2] == []
     big = megatron_job("big", tp=8, pp=4, dp=16)  # 512 ranks on 256 devices
@@ -229,5 +277,7 @@ def test_repair_moves_least_tied_vertex_and_fails_when_nothing_fits() -> None:
     assert part == [0, 0, 1, 1]
     assert multilevel._repair([0, 0, 0, 1], [1, 1, 1, 1], [2, 1], [[0, 1]], [5], [True] * 4) is None
     # fixed vertices are never moved
-    part = multilevel._repair([0, 0, 0, 1], [1, 1, 1, 1], [2, 2], [[0, 1], [2, 3]], [5, 5], [True, True, False, True])
+    part = multilevel._repair(
+        [0, 0, 0, 1], [1, 1, 1, 1], [2, 2], [[0, 1], [2, 3]], [5, 5], [True, True, False, True]
+    )
     assert part is not None and part[2] == 0

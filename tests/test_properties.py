@@ -66,17 +66,39 @@ def cases(draw: st.DrawFn) -> Case:
     gpus = draw(st.sampled_from([2, 4]))
     hpl = draw(st.integers(2, 3))
     matrix = uniform_matrix(gpus, draw(st.sampled_from(["NV4", "NV18"]))) if draw(st.booleans()) else None
-    topo = tree(hosts_per_leaf=hpl, leaves=2, gpus=gpus, matrix=matrix, node_tier=draw(tiers()),
-                leaf_tier=draw(tiers()), spine_tier=draw(tiers()))
+    topo = tree(
+        hosts_per_leaf=hpl,
+        leaves=2,
+        gpus=gpus,
+        matrix=matrix,
+        node_tier=draw(tiers()),
+        leaf_tier=draw(tiers()),
+        spine_tier=draw(tiers()),
+    )
     n_dev = topo.num_devices
     ranks = draw(st.integers(2, min(10, n_dev)))
     mapping = draw(st.permutations(range(n_dev)))[:ranks]
     member_sets = st.lists(st.integers(0, ranks - 1), min_size=2, max_size=ranks, unique=True).map(tuple)
-    groups = draw(st.lists(st.builds(Group, st.sampled_from(["tp", "dp", "cp"]), st.sampled_from(KINDS), member_sets,
-                                     st.floats(1e3, 1e9), st.integers(1, 8).map(float), st.sampled_from([1.0, 0.5])),
-                           min_size=1, max_size=4))
+    groups = draw(
+        st.lists(
+            st.builds(
+                Group,
+                st.sampled_from(["tp", "dp", "cp"]),
+                st.sampled_from(KINDS),
+                member_sets,
+                st.floats(1e3, 1e9),
+                st.integers(1, 8).map(float),
+                st.sampled_from([1.0, 0.5]),
+            ),
+            min_size=1,
+            max_size=4,
+        )
+    )
     pairs = st.tuples(st.integers(0, ranks - 1), st.integers(0, ranks - 1)).filter(lambda p: p[0] != p[1])
-    edges = [Edge("pp", a, b, size) for (a, b), size in draw(st.lists(st.tuples(pairs, st.floats(1e3, 1e8)), max_size=3))]
+    edges = [
+        Edge("pp", a, b, size)
+        for (a, b), size in draw(st.lists(st.tuples(pairs, st.floats(1e3, 1e8)), max_size=3))
+    ]
     devices = st.integers(0, n_dev - 1)
     slow = draw(st.dictionaries(devices, st.floats(1.0, 4.0), max_size=3))
     pair_slow: dict[tuple[int, int], float] = {}
@@ -84,8 +106,10 @@ def cases(draw: st.DrawFn) -> Case:
         a = draw(devices)
         b = topo.devices_in_domain[0][topo.devices[a].host_index][(topo.devices[a].local_index + 1) % gpus]
         pair_slow[(min(a, b), max(a, b))] = draw(st.floats(1.0, 4.0))
-    up_slow = {Uplink(lv, draw(st.integers(0, len(topo.domain_names[lv]) - 1))): draw(st.floats(1.0, 4.0))
-               for lv in draw(st.sets(st.sampled_from([0, 1]), max_size=2))}
+    up_slow = {
+        Uplink(lv, draw(st.integers(0, len(topo.domain_names[lv]) - 1))): draw(st.floats(1.0, 4.0))
+        for lv in draw(st.sets(st.sampled_from([0, 1]), max_size=2))
+    }
     state = ClusterState(device_slowdown=slow, pair_slowdown=pair_slow, uplink_slowdown=up_slow)
     return Case(topo, state, Job("j", ranks, groups=tuple(groups), edges=tuple(edges)), list(mapping))
 
@@ -96,8 +120,10 @@ def renamed(case: Case, perm: dict[int, int], host_perm: dict[int, int]) -> Case
     state = ClusterState(
         device_slowdown={perm[d]: f for d, f in s.device_slowdown.items()},
         pair_slowdown={tuple(sorted((perm[a], perm[b]))): f for (a, b), f in s.pair_slowdown.items()},  # type: ignore[misc]
-        uplink_slowdown={Uplink(u.level, host_perm.get(u.domain, u.domain) if u.level == 0 else u.domain): f
-                         for u, f in s.uplink_slowdown.items()},
+        uplink_slowdown={
+            Uplink(u.level, host_perm.get(u.domain, u.domain) if u.level == 0 else u.domain): f
+            for u, f in s.uplink_slowdown.items()
+        },
     )
     return Case(case.topo, state, case.job, [perm[d] for d in case.mapping])
 
@@ -116,7 +142,9 @@ def assert_same_cost(a: Case, b: Case) -> None:
 
 @FAST
 @given(cases(), st.data())
-def test_cost_is_invariant_under_permuting_devices_inside_a_uniform_host(case: Case, data: st.DataObject) -> None:
+def test_cost_is_invariant_under_permuting_devices_inside_a_uniform_host(
+    case: Case, data: st.DataObject
+) -> None:
     topo = case.topo
     h = data.draw(st.integers(0, len(topo.host_names) - 1), label="host")
     assert topo.uniform_hosts[h]
@@ -128,12 +156,20 @@ def test_cost_is_invariant_under_permuting_devices_inside_a_uniform_host(case: C
 
 @FAST
 @given(cases(), st.data())
-def test_cost_is_invariant_under_swapping_two_identical_hosts_of_one_leaf(case: Case, data: st.DataObject) -> None:
+def test_cost_is_invariant_under_swapping_two_identical_hosts_of_one_leaf(
+    case: Case, data: st.DataObject
+) -> None:
     topo = case.topo
     leaf = data.draw(st.integers(0, len(topo.domain_names[1]) - 1), label="leaf")
-    a, b = data.draw(st.lists(st.sampled_from(topo.children[1][leaf]), min_size=2, max_size=2, unique=True), label="hosts")
+    a, b = data.draw(
+        st.lists(st.sampled_from(topo.children[1][leaf]), min_size=2, max_size=2, unique=True), label="hosts"
+    )
     da, db = topo.devices_in_domain[0][a], topo.devices_in_domain[0][b]
-    perm = {d: d for d in range(topo.num_devices)} | dict(zip(da, db, strict=True)) | dict(zip(db, da, strict=True))
+    perm = (
+        {d: d for d in range(topo.num_devices)}
+        | dict(zip(da, db, strict=True))
+        | dict(zip(db, da, strict=True))
+    )
     assert_same_cost(case, renamed(case, perm, {a: b, b: a}))
 
 
@@ -141,7 +177,10 @@ def test_renaming_is_not_vacuous() -> None:
     # the same group on a *different* kind of position does change cost: the check above can fail
     topo = tree()
     job = Job("j", 2, groups=(Group("tp", CollectiveKind.ALL_REDUCE, (0, 1), 1e8, 1),))
-    assert evaluate(topo, ClusterState(), job, [0, 1]).seconds < evaluate(topo, ClusterState(), job, [0, 4]).seconds
+    assert (
+        evaluate(topo, ClusterState(), job, [0, 1]).seconds
+        < evaluate(topo, ClusterState(), job, [0, 4]).seconds
+    )
 
 
 # ---- law 2: a TP group on one node is never dearer than split over two nodes ---------------------------------------
@@ -149,29 +188,60 @@ def test_renaming_is_not_vacuous() -> None:
 
 @FAST
 @given(
-    node=tiers(), nv=st.sampled_from([None, "NV2", "NV18", "PIX", "SYS"]),
-    slower=st.tuples(st.floats(0.01, 1.0), st.floats(0.01, 1.0)), later=st.tuples(st.floats(0, 20), st.floats(0, 20)),
-    gpus=st.sampled_from([2, 4, 8]), cross_leaf=st.booleans(), rails=st.booleans(), data=st.data(),
-    hidden=st.sampled_from([1024, 4096, 8192]), layers=st.integers(1, 8), micro_batches=st.integers(1, 8),
+    node=tiers(),
+    nv=st.sampled_from([None, "NV2", "NV18", "PIX", "SYS"]),
+    slower=st.tuples(st.floats(0.01, 1.0), st.floats(0.01, 1.0)),
+    later=st.tuples(st.floats(0, 20), st.floats(0, 20)),
+    gpus=st.sampled_from([2, 4, 8]),
+    cross_leaf=st.booleans(),
+    rails=st.booleans(),
+    data=st.data(),
+    hidden=st.sampled_from([1024, 4096, 8192]),
+    layers=st.integers(1, 8),
+    micro_batches=st.integers(1, 8),
 )
 def test_moving_a_tp_group_onto_one_node_never_raises_its_cost(
-        node: Tier, nv: str | None, slower: tuple[float, float], later: tuple[float, float], gpus: int,
-        cross_leaf: bool, rails: bool, data: st.DataObject, hidden: int, layers: int, micro_batches: int) -> None:
+    node: Tier,
+    nv: str | None,
+    slower: tuple[float, float],
+    later: tuple[float, float],
+    gpus: int,
+    cross_leaf: bool,
+    rails: bool,
+    data: st.DataObject,
+    hidden: int,
+    layers: int,
+    micro_batches: int,
+) -> None:
     # any hierarchy in which a host's own links (its tier, or its uniform matrix code) are at least as fast as
     # the network tiers above it, which may be in any order among themselves
     inside = intra_node_tier(nv, DEFAULT_INTRA_NODE_TIERS) if nv else node
-    leaf, spine = (Tier(inside.bandwidth_gbps * f, inside.latency_us + d) for f, d in zip(slower, later, strict=True))
-    topo = tree(hosts_per_leaf=2, leaves=2, gpus=gpus, node_tier=node, leaf_tier=leaf, spine_tier=spine,
-                matrix=uniform_matrix(gpus, nv) if nv else None, rails=list(range(gpus)) if rails else None,
-                rail_policy=RailPolicy(3.0, 0.5) if rails else None)
+    leaf, spine = (
+        Tier(inside.bandwidth_gbps * f, inside.latency_us + d) for f, d in zip(slower, later, strict=True)
+    )
+    topo = tree(
+        hosts_per_leaf=2,
+        leaves=2,
+        gpus=gpus,
+        node_tier=node,
+        leaf_tier=leaf,
+        spine_tier=spine,
+        matrix=uniform_matrix(gpus, nv) if nv else None,
+        rails=list(range(gpus)) if rails else None,
+        rail_policy=RailPolicy(3.0, 0.5) if rails else None,
+    )
     tp = data.draw(st.integers(2, gpus), label="tp")
     on_a = data.draw(st.integers(1, tp - 1), label="members on the first node")
     host_a, host_b = 0, (2 if cross_leaf else 1)
     devs = topo.devices_in_domain[0]
     split = [*devs[host_a][:on_a], *devs[host_b][: tp - on_a]]
     one = list(devs[3][:tp])
-    job = Job("tp", tp, parallel=ParallelSpec(tp=tp),
-              model=ModelShape(1e9, hidden, layers, 2048, micro_batches=micro_batches))
+    job = Job(
+        "tp",
+        tp,
+        parallel=ParallelSpec(tp=tp),
+        model=ModelShape(1e9, hidden, layers, 2048, micro_batches=micro_batches),
+    )
     # a law of the slowest-path surrogate; the step model picks NCCL's tree across hosts where it is faster, and with
     # equal tiers a latency-bound tree over two hosts can beat a ring on one by a few microseconds
     cost_one = surrogate_report(topo, ClusterState(), job, one).by_label["tp"]
@@ -185,8 +255,9 @@ def test_moving_a_tp_group_onto_one_node_never_raises_its_cost(
 
 @FAST
 @given(node=tiers(), leaf=tiers(), gpus=st.sampled_from([4, 8]), data=st.data())
-def test_a_split_keeping_pairs_on_each_host_never_beats_one_host(node: Tier, leaf: Tier, gpus: int,
-                                                                 data: st.DataObject) -> None:
+def test_a_split_keeping_pairs_on_each_host_never_beats_one_host(
+    node: Tier, leaf: Tier, gpus: int, data: st.DataObject
+) -> None:
     # whatever the tiers (PCIe hosts under a faster NIC included): a group with >= 2 members on some host spans
     # the host tier as well, so it is never cheaper than the same group on one host
     topo = tree(hosts_per_leaf=2, leaves=1, gpus=gpus, node_tier=node, leaf_tier=leaf)
@@ -218,14 +289,24 @@ def maybe_invalid(draw: st.DrawFn) -> Case:
     )
     cons = Constraints(
         require={"tp": "node"} if draw(st.booleans()) else {},
-        spread=(SpreadRule("leaf", max_ranks_per_domain=draw(st.integers(1, 4))),) if draw(st.booleans()) else (),
+        spread=(SpreadRule("leaf", max_ranks_per_domain=draw(st.integers(1, 4))),)
+        if draw(st.booleans())
+        else (),
         pins={0: "h0/gpu0"} if draw(st.booleans()) else {},
         exclude=("h3",) if draw(st.booleans()) else (),
     )
-    groups = (Group("tp", CollectiveKind.ALL_REDUCE, (0, 1), 1e7, 2.0),
-              Group("dp", CollectiveKind.ALL_GATHER, tuple(range(ranks)), 1e8, 1.0))
-    job = Job("j", ranks, draw(st.sampled_from([None, "H100"])), groups=groups, edges=(Edge("pp", 0, ranks - 1, 1e6),),
-              constraints=cons)
+    groups = (
+        Group("tp", CollectiveKind.ALL_REDUCE, (0, 1), 1e7, 2.0),
+        Group("dp", CollectiveKind.ALL_GATHER, tuple(range(ranks)), 1e8, 1.0),
+    )
+    job = Job(
+        "j",
+        ranks,
+        draw(st.sampled_from([None, "H100"])),
+        groups=groups,
+        edges=(Edge("pp", 0, ranks - 1, 1e6),),
+        constraints=cons,
+    )
     length = draw(st.sampled_from([ranks, ranks, ranks, ranks - 1, ranks + 1]))
     if draw(st.booleans()):
         mapping = draw(st.lists(devices, min_size=length, max_size=length))  # duplicates likely
@@ -251,8 +332,10 @@ def test_evaluate_refuses_exactly_the_mappings_validate_rejects(case: Case) -> N
 
 
 @FAST
-@given(sizes=st.fixed_dictionaries({d: st.sampled_from([1, 2, 3]) for d in DIMENSIONS}),
-       order=st.permutations(DIMENSIONS))
+@given(
+    sizes=st.fixed_dictionaries({d: st.sampled_from([1, 2, 3]) for d in DIMENSIONS}),
+    order=st.permutations(DIMENSIONS),
+)
 def test_every_dimension_partitions_the_ranks(sizes: dict[str, int], order: list[str]) -> None:
     par = ParallelSpec(order="-".join(order), **sizes)
     mod = ModelShape(1e9, 512, 6 * sizes["pp"], 1024, experts=3 * sizes["ep"], top_k=1, expert_parameters=1e8)
@@ -286,17 +369,28 @@ def test_exported_seats_round_trip(data: st.DataObject) -> None:
     assert export("hostfile", seats).splitlines() == [topo.devices[d].host for d in mapping]
     files = export_files("dotenv", seats)
     for r, d in enumerate(mapping):  # each rank sees only its GPU, as device 0
-        fields = dict(line.split("=", 1) for line in files[f"rank-{r}.env"].splitlines() if not line.startswith("#"))
-        assert (fields["RANK"], fields["LOCAL_RANK"], fields["CUDA_VISIBLE_DEVICES"]) == (str(r), "0", str(topo.devices[d].local_index))
+        fields = dict(
+            line.split("=", 1) for line in files[f"rank-{r}.env"].splitlines() if not line.startswith("#")
+        )
+        assert (fields["RANK"], fields["LOCAL_RANK"], fields["CUDA_VISIBLE_DEVICES"]) == (
+            str(r),
+            "0",
+            str(topo.devices[d].local_index),
+        )
 
 
 @FAST
 @given(case=cases(), extra=st.floats(1.0, 8.0), data=st.data())
-def test_degrading_a_used_device_never_makes_the_step_faster(case: Case, extra: float, data: st.DataObject) -> None:
+def test_degrading_a_used_device_never_makes_the_step_faster(
+    case: Case, extra: float, data: st.DataObject
+) -> None:
     d = data.draw(st.sampled_from(case.mapping), label="device")
     s = case.state
-    worse = ClusterState(device_slowdown=dict(s.device_slowdown) | {d: max(extra, s.device_slowdown.get(d, 1.0))},
-                         pair_slowdown=s.pair_slowdown, uplink_slowdown=s.uplink_slowdown)
+    worse = ClusterState(
+        device_slowdown=dict(s.device_slowdown) | {d: max(extra, s.device_slowdown.get(d, 1.0))},
+        pair_slowdown=s.pair_slowdown,
+        uplink_slowdown=s.uplink_slowdown,
+    )
     before = evaluate(case.topo, s, case.job, case.mapping).seconds
     after = evaluate(case.topo, worse, case.job, case.mapping).seconds
     assert after >= before * (1 - 1e-12)
@@ -305,9 +399,13 @@ def test_degrading_a_used_device_never_makes_the_step_faster(case: Case, extra: 
 # ---- readers: any malformed document is an InputError, never another exception ------------------------------------
 
 _CLUSTER = {
-    "levels": [{"name": "node", "bandwidth_gbps": 450, "latency_us": 2}, {"name": "leaf", "bandwidth_gbps": 50}],
+    "levels": [
+        {"name": "node", "bandwidth_gbps": 450, "latency_us": 2},
+        {"name": "leaf", "bandwidth_gbps": 50},
+    ],
     "node_types": [{"name": "t", "devices": 2, "matrix": ["X NV2", "NV2 X"], "rails": [0, 1]}],
-    "rail_policy": {"extra_latency_us": 1}, "intra_node_tiers": {"SYS": {"bandwidth_gbps": 5}},
+    "rail_policy": {"extra_latency_us": 1},
+    "intra_node_tiers": {"SYS": {"bandwidth_gbps": 5}},
     "generate": {"nodes": 2, "node_type": "t", "fanout": {"leaf": 2}, "prefix": "p"},
     "hosts": [{"name": "x", "devices": 2, "domains": {"leaf": "leaf"}}],
     "fault_domains": [{"kind": "power", "name": "a", "members": ["x"]}],
@@ -316,18 +414,36 @@ _JOB = {
     "parallel": {"tp": 2, "ep": 2, "order": "tp-cp-ep-dp-pp"},
     "model": {"parameters": 1e9, "hidden": 64, "layers": 2, "seq_len": 16, "experts": 2, "top_k": 1},
     "exposure": {"ep": 0.5},
-    "constraints": {"require": {"tp": "node"}, "spread": [{"kind": "leaf", "min_domains": 1}], "pins": {"0": "x/gpu0"},
-                    "exclude": ["x"]},
+    "constraints": {
+        "require": {"tp": "node"},
+        "spread": [{"kind": "leaf", "min_domains": 1}],
+        "pins": {"0": "x/gpu0"},
+        "exclude": ["x"],
+    },
 }
-_EXPLICIT = {"ranks": 4, "groups": [{"label": "tp", "kind": "all_reduce", "members": "0-1", "bytes": 10, "exposed": 0.5}],
-             "edges": [{"src": 0, "dst": 3, "bytes": 5, "count": 2}]}
-_STATE = {"occupied": [{"job": "a", "devices": ["x"]}], "failed": ["pnode01/gpu0"],
-          "degraded": [{"device": "pnode02", "slowdown": 2}],
-          "links": [{"between": ["pnode01/gpu0", "pnode01/gpu1"], "failed": True}, {"uplink": "pnode02", "slowdown": 2}],
-          "fault_domains": [{"kind": "p", "name": "a", "members": ["pnode01"]}]}
+_EXPLICIT = {
+    "ranks": 4,
+    "groups": [{"label": "tp", "kind": "all_reduce", "members": "0-1", "bytes": 10, "exposed": 0.5}],
+    "edges": [{"src": 0, "dst": 3, "bytes": 5, "count": 2}],
+}
+_STATE = {
+    "occupied": [{"job": "a", "devices": ["x"]}],
+    "failed": ["pnode01/gpu0"],
+    "degraded": [{"device": "pnode02", "slowdown": 2}],
+    "links": [
+        {"between": ["pnode01/gpu0", "pnode01/gpu1"], "failed": True},
+        {"uplink": "pnode02", "slowdown": 2},
+    ],
+    "fault_domains": [{"kind": "p", "name": "a", "members": ["pnode01"]}],
+}
 _JUNK = st.one_of(
-    st.none(), st.booleans(), st.integers(-3, 3), st.floats(allow_nan=True), st.text(max_size=4),
-    st.lists(st.integers(-1, 3), max_size=3), st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
+    st.none(),
+    st.booleans(),
+    st.integers(-3, 3),
+    st.floats(allow_nan=True),
+    st.text(max_size=4),
+    st.lists(st.integers(-1, 3), max_size=3),
+    st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
     st.sampled_from(["0-1", "3-1", "X", "node", "leaf:leaf", "x/gpu0", "{}", "{x}", "-5", "1e400"]),
 )
 
@@ -340,8 +456,11 @@ def mutated(draw: st.DrawFn, base: Any) -> Any:
         node: Any = doc
         slot: tuple[Any, Any] | None = None
         while isinstance(node, dict | list) and node:
-            key = draw(st.sampled_from(sorted(node, key=str)) if isinstance(node, dict)
-                       else st.integers(0, len(node) - 1))
+            key = draw(
+                st.sampled_from(sorted(node, key=str))
+                if isinstance(node, dict)
+                else st.integers(0, len(node) - 1)
+            )
             slot = (node, key)
             node = node[key]
             if draw(st.booleans()):
@@ -381,8 +500,14 @@ def test_state_reader_reports_input_errors_only(doc: object) -> None:
 
 
 @READERS
-@given(st.one_of(_JUNK, st.lists(_JUNK, max_size=3), st.dictionaries(st.text(max_size=3), _JUNK, max_size=3),
-                 st.lists(st.fixed_dictionaries({"rank": _JUNK, "device": _JUNK}), max_size=3)))
+@given(
+    st.one_of(
+        _JUNK,
+        st.lists(_JUNK, max_size=3),
+        st.dictionaries(st.text(max_size=3), _JUNK, max_size=3),
+        st.lists(st.fixed_dictionaries({"rank": _JUNK, "device": _JUNK}), max_size=3),
+    )
+)
 def test_mapping_readers_report_input_errors_only(doc: object) -> None:
     _only_input_errors(mapping_from_obj, doc, cluster_from_dict(_CLUSTER)[0])
     _only_input_errors(seats_from_document, doc)

@@ -10,13 +10,22 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-GENERATED = ("_pb2.py", "_pb2.pyi", "_pb2_grpc.py", "_pb2_grpc.pyi")  # scripts/gen_protos.py GENERATED_SUFFIXES
+GENERATED = (
+    "_pb2.py",
+    "_pb2.pyi",
+    "_pb2_grpc.py",
+    "_pb2_grpc.pyi",
+)  # scripts/gen_protos.py GENERATED_SUFFIXES
 
 
 def test_committed_stubs_equal_a_fresh_generation(tmp_path: Path) -> None:
     # a subprocess: protoc's C++ extension aborts the interpreter when ortools' protobuf is loaded already
-    subprocess.run([sys.executable, str(ROOT / "scripts" / "gen_protos.py"), "--out", str(tmp_path)], cwd=ROOT,
-                   check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "gen_protos.py"), "--out", str(tmp_path)],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+    )
     fresh = sorted(p for p in (tmp_path / "placement" / "v1").iterdir() if p.name.endswith(GENERATED))
     assert fresh, "no stubs generated"
     stale = []
@@ -24,10 +33,15 @@ def test_committed_stubs_equal_a_fresh_generation(tmp_path: Path) -> None:
         committed = ROOT / f.relative_to(tmp_path)
         if not committed.exists() or committed.read_text() != f.read_text():
             stale.append(str(committed.relative_to(ROOT)))
-    assert not stale, f"stale generated stubs {stale}: run `python scripts/gen_protos.py` and commit the result"
+    assert not stale, (
+        f"stale generated stubs {stale}: run `python scripts/gen_protos.py` and commit the result"
+    )
     generated_names = {f.name for f in fresh}
-    leftovers = [p.name for p in (ROOT / "placement" / "v1").iterdir()
-                 if p.name.endswith(GENERATED) and p.name not in generated_names]
+    leftovers = [
+        p.name
+        for p in (ROOT / "placement" / "v1").iterdir()
+        if p.name.endswith(GENERATED) and p.name not in generated_names
+    ]
     assert not leftovers, f"stubs of a removed .proto are still committed: {leftovers}"
 
 
@@ -46,9 +60,10 @@ def test_stubs_import_as_placement_v1_without_grpc_in_the_messages() -> None:
 
 def test_placement_never_imports_grpc() -> None:
     offenders = [
-        str(p.relative_to(ROOT)) for p in (ROOT / "placement").rglob("*.py")
-        if "v1" not in p.parts and any(line.lstrip().startswith(("import grpc", "from grpc"))
-                                       for line in p.read_text().splitlines())
+        str(p.relative_to(ROOT))
+        for p in (ROOT / "placement").rglob("*.py")
+        if "v1" not in p.parts
+        and any(line.lstrip().startswith(("import grpc", "from grpc")) for line in p.read_text().splitlines())
     ]
     assert not offenders
     assert not (ROOT / "placement" / "client.py").exists(), "the client lives in server/client.py"

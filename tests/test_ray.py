@@ -30,8 +30,11 @@ if ray is None:
 
 CLUSTER = {
     "name": "ft-64",
-    "levels": [{"name": "node", "bandwidth_gbps": 450, "latency_us": 2}, {"name": "leaf", "bandwidth_gbps": 50, "latency_us": 5},
-               {"name": "spine", "bandwidth_gbps": 25, "latency_us": 7}],
+    "levels": [
+        {"name": "node", "bandwidth_gbps": 450, "latency_us": 2},
+        {"name": "leaf", "bandwidth_gbps": 50, "latency_us": 5},
+        {"name": "spine", "bandwidth_gbps": 25, "latency_us": 7},
+    ],
     "node_types": [{"name": "hgx", "devices": 8, "kind": "H100"}],
     "generate": {"nodes": 8, "node_type": "hgx", "fanout": {"leaf": 2}},
 }
@@ -71,13 +74,24 @@ def replay_tasks() -> list[ReplayTask]:
     import random
 
     rng = random.Random(3)
-    jobs = tuple(TraceJob(f"t{i}", i * rng.uniform(5, 60), rng.choice([1, 2, 4, 8, 16, 32]), rng.uniform(50, 900), i + 2)
-                 for i in range(24))
+    jobs = tuple(
+        TraceJob(
+            f"t{i}", i * rng.uniform(5, 60), rng.choice([1, 2, 4, 8, 16, 32]), rng.uniform(50, 900), i + 2
+        )
+        for i in range(24)
+    )
     rule = ShapeRule()
     out = []
     for policy in ("kueue-tas", "cpsat"):
-        cfg = SimConfig(policy, seed=1, time_limit_s=0.2, deterministic=True, failure_rate=1.0, failure_mode="repair",
-                        repair_hours=0.5)
+        cfg = SimConfig(
+            policy,
+            seed=1,
+            time_limit_s=0.2,
+            deterministic=True,
+            failure_rate=1.0,
+            failure_mode="repair",
+            repair_hours=0.5,
+        )
         out.append(ReplayTask(task_key(CLUSTER, jobs, cfg, rule), CLUSTER, ".", jobs, cfg, rule))
     return out
 
@@ -88,7 +102,9 @@ def test_replay_on_ray_equals_local(ray_head: RayExecutor, tmp_path: Path) -> No
     remote = run_replays(tasks, tmp_path / "ray", executor=ray_head)
     assert remote.executed == local.executed == 2 and remote.failed == 0
     for name in ("summary.csv", "jobs.csv", "series.csv"):
-        assert rows(tmp_path / "local" / name, ("wall_s",)) == rows(tmp_path / "ray" / name, ("wall_s",)), name
+        assert rows(tmp_path / "local" / name, ("wall_s",)) == rows(tmp_path / "ray" / name, ("wall_s",)), (
+            name
+        )
     inline = run_replays(tasks, tmp_path / "inline", executor=InlineExecutor())
     assert rows(tmp_path / "inline" / "jobs.csv", ()) == rows(tmp_path / "ray" / "jobs.csv", ())
     assert inline.executed == 2

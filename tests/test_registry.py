@@ -58,14 +58,20 @@ def reg(url: str, clock: Clock) -> Iterator[Registry]:
     r.close()
 
 
-def _reserve(reg: Registry, ranks: int, key: str | None = None, ttl: float = 60.0, name: str | None = None) -> Any:
-    return reg.reserve("c", job(ranks, name), OPTS, ttl_s=ttl, key=key, fingerprint=f"{ranks}", render=_render)
+def _reserve(
+    reg: Registry, ranks: int, key: str | None = None, ttl: float = 60.0, name: str | None = None
+) -> Any:
+    return reg.reserve(
+        "c", job(ranks, name), OPTS, ttl_s=ttl, key=key, fingerprint=f"{ranks}", render=_render
+    )
 
 
 def test_migrations_are_recorded_and_not_applied_twice(url: str, clock: Clock) -> None:
     r1 = _open(url, clock)
     r2 = _open(url, clock)  # a second replica opens the migrated database
-    assert r1.store.schema_version() == r2.store.schema_version() == max(v for v, _ in migration_files("sqlite"))
+    assert (
+        r1.store.schema_version() == r2.store.schema_version() == max(v for v, _ in migration_files("sqlite"))
+    )
     r1.close()
     r2.close()
 
@@ -88,15 +94,27 @@ def test_a_new_cluster_version_must_keep_the_devices_the_state_names(reg: Regist
 
 
 def test_generations_refuse_stale_updates_and_diffs_apply_in_order(reg: Registry) -> None:
-    reg.update_state("c", 5, snapshot={"occupied": [{"job": "a", "devices": ["node01"]}], "failed": ["node02/gpu1"]})
+    reg.update_state(
+        "c", 5, snapshot={"occupied": [{"job": "a", "devices": ["node01"]}], "failed": ["node02/gpu1"]}
+    )
     with pytest.raises(StaleGeneration) as e:
         reg.update_state("c", 5, diff={"free": ["node01"]})
     assert (e.value.given, e.value.current) == (5, 5)
-    reg.update_state("c", 6, diff={"free": ["node01"], "occupy": [{"job": "b", "devices": ["node01/gpu0"]}],
-                                   "recover": ["node02/gpu1"], "degrade": [{"device": "node03/gpu2", "slowdown": 2}]})
+    reg.update_state(
+        "c",
+        6,
+        diff={
+            "free": ["node01"],
+            "occupy": [{"job": "b", "devices": ["node01/gpu0"]}],
+            "recover": ["node02/gpu1"],
+            "degrade": [{"device": "node03/gpu2", "slowdown": 2}],
+        },
+    )
     doc = reg.view("c").document()
-    assert doc == {"occupied": [{"job": "b", "devices": ["node01/gpu0"]}],
-                   "degraded": [{"device": "node03/gpu2", "slowdown": 2.0}]}
+    assert doc == {
+        "occupied": [{"job": "b", "devices": ["node01/gpu0"]}],
+        "degraded": [{"device": "node03/gpu2", "slowdown": 2.0}],
+    }
     assert reg.view("c").generation == 6
     with pytest.raises(InputError) as bad:
         reg.update_state("c", 7, diff={"fail": ["node99"], "occupy": [{"devices": ["node01"]}]})
@@ -184,9 +202,16 @@ def test_a_held_device_expiring_needs_no_sweep_to_be_free_again(reg: Registry, c
 def test_restart_restores_state_and_reservations_exactly(url: str, clock: Clock) -> None:
     reg = _open(url, clock)
     reg.put_cluster("c", cluster_doc(8))
-    reg.update_state("c", 3, snapshot={"occupied": [{"job": "x", "devices": ["node01"]}], "failed": ["node02/gpu0"],
-                                       "degraded": [{"device": "node03/gpu1", "slowdown": 1.5}],
-                                       "links": [{"uplink": "node04", "slowdown": 2}]})
+    reg.update_state(
+        "c",
+        3,
+        snapshot={
+            "occupied": [{"job": "x", "devices": ["node01"]}],
+            "failed": ["node02/gpu0"],
+            "degraded": [{"device": "node03/gpu1", "slowdown": 1.5}],
+            "links": [{"uplink": "node04", "slowdown": 2}],
+        },
+    )
     a = _reserve(reg, 8, key="a").reservation
     b = _reserve(reg, 16, key="b").reservation
     reg.commit(b.id)
@@ -203,13 +228,18 @@ def test_an_update_during_the_solve_makes_reserve_solve_again(url: str, clock: C
     calls: list[list[int]] = []
     holder: dict[str, Registry] = {}
 
-    def solve_then_update(topo: Topology, state: ClusterState, jb: Any, opts: SolveOptions) -> PlacementResult:
+    def solve_then_update(
+        topo: Topology, state: ClusterState, jb: Any, opts: SolveOptions
+    ) -> PlacementResult:
         res = place(topo, state, jb, opts)
         assert res.mapping is not None
         calls.append(list(res.mapping))
         if len(calls) == 1:  # the scheduler occupies exactly the chosen devices while we solved
-            holder["reg"].update_state("c", 2, diff={"occupy": [{"job": "sneaky", "devices": [
-                topo.devices[i].id for i in res.mapping]}]})
+            holder["reg"].update_state(
+                "c",
+                2,
+                diff={"occupy": [{"job": "sneaky", "devices": [topo.devices[i].id for i in res.mapping]}]},
+            )
         return res
 
     reg = _open(url, clock, solve=solve_then_update)
@@ -230,7 +260,9 @@ def test_reserve_aborts_when_every_attempt_loses(url: str, clock: Clock) -> None
 
     def always_moving(topo: Topology, state: ClusterState, jb: Any, opts: SolveOptions) -> PlacementResult:
         res = place(topo, state, jb, opts)
-        holder["reg"].update_state("c", next(gen), diff={"degrade": [{"device": "node08/gpu7", "slowdown": 1.1}]})
+        holder["reg"].update_state(
+            "c", next(gen), diff={"degrade": [{"device": "node08/gpu7", "slowdown": 1.1}]}
+        )
         return res
 
     reg = _open(url, clock, solve=always_moving, max_attempts=3)
@@ -299,5 +331,7 @@ def test_store_urls_and_the_default_path(tmp_path: Path, monkeypatch: pytest.Mon
 
 def test_a_caller_that_left_gets_nothing_held(reg: Registry) -> None:
     with pytest.raises(Aborted, match="went away"):
-        reg.reserve("c", job(8), OPTS, ttl_s=60, key="gone", fingerprint="8", render=_render, gone=lambda: True)
+        reg.reserve(
+            "c", job(8), OPTS, ttl_s=60, key="gone", fingerprint="8", render=_render, gone=lambda: True
+        )
     assert reg.reservations("c") == [] and reg.view("c").holds == {}

@@ -49,8 +49,16 @@ def _job(ranks: int, name: str | None = None) -> pb.Job:
 
 @contextlib.contextmanager
 def _server(tmp_path: Path, **overrides: Any) -> Iterator[tuple[Any, rpb_grpc.ClusterRegistryStub, Any, int]]:
-    settings = Settings(**{"host": "127.0.0.1", "port": 0, "metrics_port": None, "workers": 2,
-                           "registry": f"sqlite://{tmp_path / 'registry.db'}", **overrides})
+    settings = Settings(
+        **{
+            "host": "127.0.0.1",
+            "port": 0,
+            "metrics_port": None,
+            "workers": 2,
+            "registry": f"sqlite://{tmp_path / 'registry.db'}",
+            **overrides,
+        }
+    )
     server, port = create_server(settings)
     server.start()
     channel = grpc.insecure_channel(f"127.0.0.1:{port}")
@@ -79,28 +87,50 @@ def test_registry_rpcs_and_their_errors(tmp_path: Path) -> None:
     with _server(tmp_path) as (_, reg, placement, _port):
         put = reg.PutCluster(rpb.PutClusterRequest(cluster_id="c", cluster=_cluster(8)), timeout=30)
         assert (put.version, put.changed, put.devices) == (1, True, 64)
-        code, msg, _ = _error(reg.PutCluster, rpb.PutClusterRequest(cluster_id="bad", cluster=pb.Cluster(name="x")))
+        code, msg, _ = _error(
+            reg.PutCluster, rpb.PutClusterRequest(cluster_id="bad", cluster=pb.Cluster(name="x"))
+        )
         assert code is grpc.StatusCode.INVALID_ARGUMENT and "cluster.levels" in msg
-        reg.UpdateState(rpb.UpdateStateRequest(cluster_id="c", generation=4, state=pb.State(
-            occupied=[pb.Occupancy(job="x", devices=["node01"])])), timeout=30)
-        code, msg, details = _error(reg.UpdateState, rpb.UpdateStateRequest(
-            cluster_id="c", generation=3, diff=rpb.StateDiff(free=["node01"])))
+        reg.UpdateState(
+            rpb.UpdateStateRequest(
+                cluster_id="c",
+                generation=4,
+                state=pb.State(occupied=[pb.Occupancy(job="x", devices=["node01"])]),
+            ),
+            timeout=30,
+        )
+        code, msg, details = _error(
+            reg.UpdateState,
+            rpb.UpdateStateRequest(cluster_id="c", generation=3, diff=rpb.StateDiff(free=["node01"])),
+        )
         assert code is grpc.StatusCode.FAILED_PRECONDITION and "stale" in msg
         assert details[0].violations[0].type == "stale-generation"
-        code, _, details = _error(reg.UpdateState, rpb.UpdateStateRequest(
-            cluster_id="c", generation=5, diff=rpb.StateDiff(fail=["node77"])))
+        code, _, details = _error(
+            reg.UpdateState,
+            rpb.UpdateStateRequest(cluster_id="c", generation=5, diff=rpb.StateDiff(fail=["node77"])),
+        )
         assert code is grpc.StatusCode.INVALID_ARGUMENT
         assert details[0].field_violations[0].field == "diff.fail[0]"
         code, _, _ = _error(reg.GetState, rpb.GetStateRequest(cluster_id="nope"))
         assert code is grpc.StatusCode.NOT_FOUND
 
-        first = reg.Reserve(rpb.ReserveRequest(cluster_id="c", job=_job(16), ttl_s=30, idempotency_key="a"), timeout=60)
+        first = reg.Reserve(
+            rpb.ReserveRequest(cluster_id="c", job=_job(16), ttl_s=30, idempotency_key="a"), timeout=60
+        )
         assert len(first.result.mapping) == 16 and first.reservation.status == rpb.RESERVATION_STATUS_HELD
         assert first.expires_unix_s == first.reservation.expires_unix_s
-        again = reg.Reserve(rpb.ReserveRequest(cluster_id="c", job=_job(16), ttl_s=30, idempotency_key="a"), timeout=60)
-        assert again.replayed and again.reservation_id == first.reservation_id and again.result == first.result
-        code, _, details = _error(reg.Reserve, rpb.ReserveRequest(cluster_id="c", job=_job(8), idempotency_key="a"))
-        assert code is grpc.StatusCode.FAILED_PRECONDITION and details[0].violations[0].type == "idempotency-key"
+        again = reg.Reserve(
+            rpb.ReserveRequest(cluster_id="c", job=_job(16), ttl_s=30, idempotency_key="a"), timeout=60
+        )
+        assert (
+            again.replayed and again.reservation_id == first.reservation_id and again.result == first.result
+        )
+        code, _, details = _error(
+            reg.Reserve, rpb.ReserveRequest(cluster_id="c", job=_job(8), idempotency_key="a")
+        )
+        assert (
+            code is grpc.StatusCode.FAILED_PRECONDITION and details[0].violations[0].type == "idempotency-key"
+        )
         code, _, _ = _error(reg.Reserve, rpb.ReserveRequest(cluster_id="c", job=_job(64)))
         assert code is grpc.StatusCode.FAILED_PRECONDITION  # 64 - 8 occupied - 16 held devices left
 
@@ -110,8 +140,13 @@ def test_registry_rpcs_and_their_errors(tmp_path: Path) -> None:
         taken = {a.device for a in placed.result.mapping}
         assert not taken & held and not any(d.startswith("node01/") for d in taken)
         ranked = placement.Compare(pb.CompareRequest(cluster_id="c", jobs=[_job(8), _job(48)]), timeout=60)
-        assert {e.result.status for e in ranked.ranking} == {pb.SOLVE_STATUS_OPTIMAL, pb.SOLVE_STATUS_INFEASIBLE}
-        code, msg, _ = _error(placement.Place, pb.PlaceRequest(cluster_id="c", cluster=_cluster(2), job=_job(8)))
+        assert {e.result.status for e in ranked.ranking} == {
+            pb.SOLVE_STATUS_OPTIMAL,
+            pb.SOLVE_STATUS_INFEASIBLE,
+        }
+        code, msg, _ = _error(
+            placement.Place, pb.PlaceRequest(cluster_id="c", cluster=_cluster(2), job=_job(8))
+        )
         assert code is grpc.StatusCode.INVALID_ARGUMENT and "cluster_id" in msg
         code, _, _ = _error(placement.Place, pb.PlaceRequest(cluster_id="nope", job=_job(8)))
         assert code is grpc.StatusCode.NOT_FOUND
@@ -119,15 +154,19 @@ def test_registry_rpcs_and_their_errors(tmp_path: Path) -> None:
         rid = first.reservation_id
         renewed = reg.Renew(rpb.ReservationRequest(reservation_id=rid, ttl_s=100), timeout=30).reservation
         assert renewed.expires_unix_s > first.expires_unix_s
-        assert reg.Commit(rpb.ReservationRequest(reservation_id=rid), timeout=30).reservation.status == \
-            rpb.RESERVATION_STATUS_COMMITTED
+        assert (
+            reg.Commit(rpb.ReservationRequest(reservation_id=rid), timeout=30).reservation.status
+            == rpb.RESERVATION_STATUS_COMMITTED
+        )
         state = reg.GetState(rpb.GetStateRequest(cluster_id="c", include_cluster=True), timeout=30)
         assert {o.job: len(o.devices) for o in state.state.occupied} == {"x": 8, "job16": 16}
         assert state.generation == 4 and not state.holds and state.cluster.name == "c8"
         live = reg.ListReservations(rpb.ListReservationsRequest(cluster_id="c", live_only=True), timeout=30)
         assert [r.id for r in live.reservations] == [rid]
-        assert reg.Release(rpb.ReservationRequest(reservation_id=rid), timeout=30).reservation.status == \
-            rpb.RESERVATION_STATUS_RELEASED
+        assert (
+            reg.Release(rpb.ReservationRequest(reservation_id=rid), timeout=30).reservation.status
+            == rpb.RESERVATION_STATUS_RELEASED
+        )
         code, _, details = _error(reg.Renew, rpb.ReservationRequest(reservation_id=rid))
         assert code is grpc.StatusCode.FAILED_PRECONDITION and details[0].violations[0].type == "wrong-status"
         code, _, _ = _error(reg.Commit, rpb.ReservationRequest(reservation_id="nope"))
@@ -152,8 +191,10 @@ def test_watch_state_streams_a_snapshot_then_every_change_in_order(tmp_path: Pat
         deadline = time.monotonic() + 10
         while not events and time.monotonic() < deadline:
             time.sleep(0.02)
-        reg.UpdateState(rpb.UpdateStateRequest(cluster_id="c", generation=1, diff=rpb.StateDiff(fail=["node01/gpu0"])),
-                        timeout=30)
+        reg.UpdateState(
+            rpb.UpdateStateRequest(cluster_id="c", generation=1, diff=rpb.StateDiff(fail=["node01/gpu0"])),
+            timeout=30,
+        )
         out = reg.Reserve(rpb.ReserveRequest(cluster_id="c", job=_job(8)), timeout=60)
         reg.Release(rpb.ReservationRequest(reservation_id=out.reservation_id), timeout=30)
         t.join(20)
@@ -178,7 +219,9 @@ def test_reserve_answers_aborted_when_the_state_moves_under_every_solve(tmp_path
         def moving(*args: Any) -> Any:
             res = place(*args)
             assert registry is not None
-            registry.update_state("c", next(gens), diff={"degrade": [{"device": "node04/gpu7", "slowdown": 1.2}]})
+            registry.update_state(
+                "c", next(gens), diff={"degrade": [{"device": "node04/gpu7", "slowdown": 1.2}]}
+            )
             return res
 
         registry._solve = moving
@@ -205,7 +248,9 @@ def test_cli_registry_commands(tmp_path: Path) -> None:
             return str(res.output)
 
         assert "version 1 (changed), 32 devices" in run("put-cluster", str(cluster_file), "--cluster", "c")
-        assert "generation 1" in run("update-state", "--cluster", "c", "--generation", "1", "--diff", str(diff_file))
+        assert "generation 1" in run(
+            "update-state", "--cluster", "c", "--generation", "1", "--diff", str(diff_file)
+        )
         out = run("reserve", str(job_file), "--cluster", "c", "--key", "k", "--ttl", "120")
         rid = out.split("reservation ")[1].split(":")[0]
         assert "HELD" in out and len(rid) == 32
@@ -214,8 +259,21 @@ def test_cli_registry_commands(tmp_path: Path) -> None:
         assert rid in run("list", "--cluster", "c", "--live", "--output", "json")
         state = run("state", "--cluster", "c")
         assert "job: train" in state and "job: other" in state
-        bad = runner.invoke(cli_app, ["registry", "update-state", "--cluster", "c", "--generation", "1", "--diff",
-                                      str(diff_file), "--server", s])
+        bad = runner.invoke(
+            cli_app,
+            [
+                "registry",
+                "update-state",
+                "--cluster",
+                "c",
+                "--generation",
+                "1",
+                "--diff",
+                str(diff_file),
+                "--server",
+                s,
+            ],
+        )
         assert bad.exit_code == 3 and "stale" in bad.output
 
 
@@ -231,9 +289,29 @@ def _free_port() -> int:
 def _spawn(db: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     with log.open("ab") as f:
-        return subprocess.Popen([sys.executable, "-m", "server.main", "--host", "127.0.0.1", "--port", str(port),
-                                 "--metrics-port", "-1", "--workers", "2", "--log-level", "WARNING",
-                                 "--registry", f"sqlite://{db}"], cwd=ROOT, env=env, stdout=f, stderr=f)
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "server.main",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--metrics-port",
+                "-1",
+                "--workers",
+                "2",
+                "--log-level",
+                "WARNING",
+                "--registry",
+                f"sqlite://{db}",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=f,
+            stderr=f,
+        )
 
 
 def _wait_ready(channel: Any, proc: subprocess.Popen[bytes], log: Path) -> None:
@@ -266,23 +344,35 @@ def test_kill_9_during_a_reservation_storm_loses_nothing_and_doubles_nothing(tmp
                     stub.PutCluster(rpb.PutClusterRequest(cluster_id="c", cluster=_cluster(64)), timeout=30)
                 before = stub.GetState(rpb.GetStateRequest(cluster_id="c"), timeout=30)
                 for key, (rid, devices) in acked.items():  # everything answered before the kill is there
-                    again = stub.Reserve(rpb.ReserveRequest(cluster_id="c", job=_job(8, key), ttl_s=3600,
-                                                            idempotency_key=key), timeout=60)
-                    assert again.replayed and again.reservation_id == rid and tuple(again.reservation.devices) == devices
+                    again = stub.Reserve(
+                        rpb.ReserveRequest(cluster_id="c", job=_job(8, key), ttl_s=3600, idempotency_key=key),
+                        timeout=60,
+                    )
+                    assert (
+                        again.replayed
+                        and again.reservation_id == rid
+                        and tuple(again.reservation.devices) == devices
+                    )
 
                 def storm(worker: int, stub: Any = stub, rnd: int = rnd) -> None:
                     for i in range(100):
                         key = f"r{rnd}-w{worker}-{i}"
                         try:
-                            out = stub.Reserve(rpb.ReserveRequest(cluster_id="c", job=_job(8, key), ttl_s=3600,
-                                                                  idempotency_key=key), timeout=60)
+                            out = stub.Reserve(
+                                rpb.ReserveRequest(
+                                    cluster_id="c", job=_job(8, key), ttl_s=3600, idempotency_key=key
+                                ),
+                                timeout=60,
+                            )
                         except grpc.RpcError:
                             return  # the server died (or the cluster is full)
                         with lock:
                             acked[key] = (out.reservation_id, tuple(out.reservation.devices))
                         if i % 2:  # churn: the cluster never fills up
                             try:
-                                stub.Release(rpb.ReservationRequest(reservation_id=out.reservation_id), timeout=30)
+                                stub.Release(
+                                    rpb.ReservationRequest(reservation_id=out.reservation_id), timeout=30
+                                )
                             except grpc.RpcError:
                                 return
 
@@ -302,7 +392,9 @@ def test_kill_9_during_a_reservation_storm_loses_nothing_and_doubles_nothing(tmp
         reg = Registry(open_store(f"sqlite://{db}"))
         assert audit(reg, "c") == [], f"round {rnd}"
         stored = {r.idempotency_key: (r.id, r.devices) for r in reg.reservations("c")}
-        assert all(stored.get(k) == v for k, v in acked.items()), f"round {rnd}: an acknowledged reservation is lost"
+        assert all(stored.get(k) == v for k, v in acked.items()), (
+            f"round {rnd}: an acknowledged reservation is lost"
+        )
         reg.close()
     print(f"{len(acked)} reservations acknowledged over {rounds} kills")
     assert len(acked) >= rounds  # the storm got through before the kills
@@ -324,7 +416,9 @@ def test_the_sweeper_expires_leases_and_tells_watchers(tmp_path: Path) -> None:
         assert kinds[-1] == rpb.STATE_EVENT_KIND_EXPIRED
         listed = reg.ListReservations(rpb.ListReservationsRequest(cluster_id="c"), timeout=30).reservations
         assert [r.status for r in listed] == [rpb.RESERVATION_STATUS_EXPIRED]
-        again = reg.Reserve(rpb.ReserveRequest(cluster_id="c", job=_job(16)), timeout=60)  # the devices are free
+        again = reg.Reserve(
+            rpb.ReserveRequest(cluster_id="c", job=_job(16)), timeout=60
+        )  # the devices are free
         assert len(again.reservation.devices) == 16
 
 
@@ -337,34 +431,51 @@ def test_settings_check_the_registry_url() -> None:
 def test_place_batch_and_repair_take_a_registry_cluster_by_id(tmp_path: Path) -> None:
     with _server(tmp_path) as (_, reg, placement, _port):
         reg.PutCluster(rpb.PutClusterRequest(cluster_id="c", cluster=_cluster(8)), timeout=30)
-        reg.UpdateState(rpb.UpdateStateRequest(cluster_id="c", generation=1, state=pb.State(
-            occupied=[pb.Occupancy(job="x", devices=["node01"])])), timeout=30)
+        reg.UpdateState(
+            rpb.UpdateStateRequest(
+                cluster_id="c",
+                generation=1,
+                state=pb.State(occupied=[pb.Occupancy(job="x", devices=["node01"])]),
+            ),
+            timeout=30,
+        )
         first = reg.Reserve(rpb.ReserveRequest(cluster_id="c", job=_job(16), ttl_s=60), timeout=60)
         held = {a.device for a in first.result.mapping}
 
         # PlaceBatch on the registry's state: node01 (8) and the hold (16) are occupied, so of 64 GPUs 40 are free:
         # jobs of 24 and 8 ranks fit together, one of 40 more does not
-        batch = placement.PlaceBatch(pb.PlaceBatchRequest(cluster_id="c", jobs=[
-            pb.BatchJob(job=_job(24)), pb.BatchJob(job=_job(8)), pb.BatchJob(job=_job(40))]), timeout=120)
+        batch = placement.PlaceBatch(
+            pb.PlaceBatchRequest(
+                cluster_id="c",
+                jobs=[pb.BatchJob(job=_job(24)), pb.BatchJob(job=_job(8)), pb.BatchJob(job=_job(40))],
+            ),
+            timeout=120,
+        )
         used = [a.device for j in batch.plan.jobs if j.admitted for a in j.mapping]
         assert batch.plan.admitted == 2 and len(used) == len(set(used)) == 32
         assert not set(used) & held and not any(d.startswith("node01/") for d in used)
-        code, msg, _ = _error(placement.PlaceBatch, pb.PlaceBatchRequest(
-            cluster_id="c", cluster=_cluster(2), jobs=[pb.BatchJob(job=_job(8))]))
+        code, msg, _ = _error(
+            placement.PlaceBatch,
+            pb.PlaceBatchRequest(cluster_id="c", cluster=_cluster(2), jobs=[pb.BatchJob(job=_job(8))]),
+        )
         assert code is grpc.StatusCode.INVALID_ARGUMENT and "cluster_id" in msg
 
         # Repair of the committed job after one of its devices fails: the registry's state says which
         reg.Commit(rpb.ReservationRequest(reservation_id=first.reservation_id), timeout=30)
         broken = first.result.mapping[3].device
-        reg.UpdateState(rpb.UpdateStateRequest(cluster_id="c", generation=2, diff=rpb.StateDiff(fail=[broken])),
-                        timeout=30)
-        fixed = placement.Repair(pb.RepairRequest(cluster_id="c", job=_job(16), current=first.result.mapping),
-                                 timeout=120)
+        reg.UpdateState(
+            rpb.UpdateStateRequest(cluster_id="c", generation=2, diff=rpb.StateDiff(fail=[broken])),
+            timeout=30,
+        )
+        fixed = placement.Repair(
+            pb.RepairRequest(cluster_id="c", job=_job(16), current=first.result.mapping), timeout=120
+        )
         assert 3 in fixed.forced_ranks and fixed.answers
         for answer in fixed.answers:
             devices = [a.device for a in answer.mapping]
             assert broken not in devices and len(set(devices)) == 16
             assert not any(d.startswith("node01/") for d in devices)
-        code, _, _ = _error(placement.Repair, pb.RepairRequest(cluster_id="nope", job=_job(16),
-                                                              current=first.result.mapping))
+        code, _, _ = _error(
+            placement.Repair, pb.RepairRequest(cluster_id="nope", job=_job(16), current=first.result.mapping)
+        )
         assert code is grpc.StatusCode.NOT_FOUND

@@ -28,7 +28,9 @@ def _job(tp: int = 2, dp: int = 2, require: bool = False) -> Job:
     return Job("run", tp * dp, None, spec(tp=tp, dp=dp), model(), constraints=cons)
 
 
-def _running(topo: Topology, job: Job, ids: list[str], failed: list[str], other: dict[str, str] | None = None) -> tuple[ClusterState, list[int]]:
+def _running(
+    topo: Topology, job: Job, ids: list[str], failed: list[str], other: dict[str, str] | None = None
+) -> tuple[ClusterState, list[int]]:
     cur = [topo.device_index(i) for i in ids]
     assert all(d is not None for d in cur)
     occ = {topo.device_index(k): v for k, v in (other or {}).items()}
@@ -107,7 +109,10 @@ def test_spares_win_ties() -> None:
     assert all(topo.devices[m.dst].host_index == topo.host_names.index("h3") for m in least.moves)
     only = repair(topo, st, job, cur, spares=["h2/gpu0", "h2/gpu1"], spares_only=True, options=OPTS)
     for a in only.answers:
-        assert {topo.devices[d].host_index for d in a.mapping} <= {topo.host_names.index("h2"), topo.host_names.index("h0")}
+        assert {topo.devices[d].host_index for d in a.mapping} <= {
+            topo.host_names.index("h2"),
+            topo.host_names.index("h0"),
+        }
 
 
 def test_budget_too_small_says_why_with_numbers() -> None:
@@ -130,7 +135,9 @@ def test_move_cost_picks_the_least_repair() -> None:
     st, cur = _running(topo, job, CASES[1][3], CASES[1][4], CASES[1][5])
     cheap = repair(topo, st, job, cur, budget=RepairBudget(move_cost_s=0.0), options=OPTS)
     dear = repair(topo, st, job, cur, budget=RepairBudget(move_cost_s=1e6), options=OPTS)
-    assert cheap.answers[cheap.recommended].report.step_seconds == min(a.report.step_seconds for a in cheap.answers)
+    assert cheap.answers[cheap.recommended].report.step_seconds == min(
+        a.report.step_seconds for a in cheap.answers
+    )
     assert dear.answers[dear.recommended].moved_ranks == dear.min_moves
 
 
@@ -163,7 +170,9 @@ def test_tp8_job_on_a_fragmented_cluster_moves_one_node() -> None:
     first = place(topo, base, job, SolveOptions(time_limit_s=2.0, workers=1))
     assert first.mapping is not None
     cur = first.mapping
-    st = dataclasses.replace(base, occupied={**base.occupied, **{d: job.name for d in cur}}, failed=frozenset({cur[3]}))
+    st = dataclasses.replace(
+        base, occupied={**base.occupied, **{d: job.name for d in cur}}, failed=frozenset({cur[3]})
+    )
     res = repair(topo, st, job, cur, spares=[], options=SolveOptions(time_limit_s=3.0, workers=1))
     assert res.forced == [3]
     assert res.min_moves == 8
@@ -182,9 +191,12 @@ def _repair_request(current: list[str], failed: list[str], **extra: object) -> o
     from tests.test_server import cluster_doc, job_doc
 
     doc: dict[str, object] = {
-        "cluster": cluster_doc(4), "job": job_doc(8, 2, name="run"),
+        "cluster": cluster_doc(4),
+        "job": job_doc(8, 2, name="run"),
         "state": {"occupied": [{"job": "run", "devices": ["node01", "node02"]}], "failed": failed},
-        "current": [{"device": d} for d in current], "options": {"time_limit_s": 3.0}, **extra,
+        "current": [{"device": d} for d in current],
+        "options": {"time_limit_s": 3.0},
+        **extra,
     }
     return request_from_dict(doc, pb.RepairRequest)
 
@@ -207,7 +219,11 @@ def test_repair_over_grpc_and_its_errors() -> None:
         err = rpc_error(lambda: r.stub.Repair(_repair_request(bad, []), timeout=60))
         v = field_violations(err)
         assert "current[15]" in v and "node09/gpu0" in v["current[15]"]
-        err = rpc_error(lambda: r.stub.Repair(_repair_request(cur, ["node02/gpu5"], budget={"max_moved_ranks": 4}), timeout=60))
+        err = rpc_error(
+            lambda: r.stub.Repair(
+                _repair_request(cur, ["node02/gpu5"], budget={"max_moved_ranks": 4}), timeout=60
+            )
+        )
         assert err.code() is grpc.StatusCode.FAILED_PRECONDITION and "allows 4" in (err.details() or "")
 
 
@@ -221,31 +237,94 @@ def test_cli_repair_and_whatif_defrag(tmp_path: object) -> None:
 
     root = Path(__file__).resolve().parents[1] / "examples"
     tmp = Path(str(tmp_path))
-    (tmp / "state.yaml").write_text("occupied:\n- job: tp8-dp4\n  devices: [node01, node02, node03, node04]\n"
-                                    "- job: other\n  devices: [node05, node06/gpu0]\nfailed: [node02/gpu3]\n")
-    res = CliRunner().invoke(app, ["repair", str(root / "h100-256.yaml"), str(root / "tp8-dp4.yaml"),
-                                   str(root / "mapping-tp8-contiguous.json"), "--state", str(tmp / "state.yaml"),
-                                   "--time-limit", "3", "--output", "json"])
+    (tmp / "state.yaml").write_text(
+        "occupied:\n- job: tp8-dp4\n  devices: [node01, node02, node03, node04]\n"
+        "- job: other\n  devices: [node05, node06/gpu0]\nfailed: [node02/gpu3]\n"
+    )
+    res = CliRunner().invoke(
+        app,
+        [
+            "repair",
+            str(root / "h100-256.yaml"),
+            str(root / "tp8-dp4.yaml"),
+            str(root / "mapping-tp8-contiguous.json"),
+            "--state",
+            str(tmp / "state.yaml"),
+            "--time-limit",
+            "3",
+            "--output",
+            "json",
+        ],
+    )
     assert res.exit_code == 0, res.output
     doc = json.loads(res.output)  # the RepairResponse JSON mapping
     assert doc["min_moves"] == 8 and doc["forced_ranks"] == [11]
     assert {m["from_device"] for m in doc["answers"][0]["moves"]} == {f"node02/gpu{i}" for i in range(8)}
     # the current mapping may be what `placement place --out` wrote (a PlaceResponse)
     placed = tmp / "placed.json"
-    res = CliRunner().invoke(app, ["place", str(root / "h100-256.yaml"), str(root / "tp8-dp4.yaml"), "--strategy",
-                                   "kueue-tas", "--out", str(placed)])
+    res = CliRunner().invoke(
+        app,
+        [
+            "place",
+            str(root / "h100-256.yaml"),
+            str(root / "tp8-dp4.yaml"),
+            "--strategy",
+            "kueue-tas",
+            "--out",
+            str(placed),
+        ],
+    )
     assert res.exit_code == 0, res.output
-    (tmp / "failed.yaml").write_text(f"failed: [{json.loads(placed.read_text())['result']['mapping'][5]['device']}]\n")
-    res = CliRunner().invoke(app, ["repair", str(root / "h100-256.yaml"), str(root / "tp8-dp4.yaml"), str(placed),
-                                   "--state", str(tmp / "failed.yaml"), "--time-limit", "3", "--output", "json"])
+    (tmp / "failed.yaml").write_text(
+        f"failed: [{json.loads(placed.read_text())['result']['mapping'][5]['device']}]\n"
+    )
+    res = CliRunner().invoke(
+        app,
+        [
+            "repair",
+            str(root / "h100-256.yaml"),
+            str(root / "tp8-dp4.yaml"),
+            str(placed),
+            "--state",
+            str(tmp / "failed.yaml"),
+            "--time-limit",
+            "3",
+            "--output",
+            "json",
+        ],
+    )
     assert res.exit_code == 0, res.output
     assert json.loads(res.output)["forced_ranks"] == [5]
-    res = CliRunner().invoke(app, ["repair", str(root / "h100-256.yaml"), str(root / "tp8-dp4.yaml"),
-                                   str(root / "mapping-tp8-contiguous.json"), "--state", str(tmp / "state.yaml"),
-                                   "--drain", "nowhere"])
+    res = CliRunner().invoke(
+        app,
+        [
+            "repair",
+            str(root / "h100-256.yaml"),
+            str(root / "tp8-dp4.yaml"),
+            str(root / "mapping-tp8-contiguous.json"),
+            "--state",
+            str(tmp / "state.yaml"),
+            "--drain",
+            "nowhere",
+        ],
+    )
     assert res.exit_code == 2 and "drain[0]" in res.output
-    res = CliRunner().invoke(app, ["whatif", "defrag", str(root / "h100-256.yaml"), "--state",
-                                   str(root / "h100-256-busy.yaml"), "--level", "leaf", "--hosts", "8", "--output", "json"])
+    res = CliRunner().invoke(
+        app,
+        [
+            "whatif",
+            "defrag",
+            str(root / "h100-256.yaml"),
+            "--state",
+            str(root / "h100-256-busy.yaml"),
+            "--level",
+            "leaf",
+            "--hosts",
+            "8",
+            "--output",
+            "json",
+        ],
+    )
     assert res.exit_code == 0, res.output
     d = json.loads(res.output)
     assert not d["fits_today"] and d["answers"][0]["moved_ranks"] == sum(d["answers"][0]["jobs"].values())

@@ -45,23 +45,29 @@ def mixed_jobs(n: int, gpus: int = 64, seed: int = 1) -> list[TraceJob]:
 
     rng = random.Random(seed)
     sizes = [1, 2, 4, 8, 8, 16, 32, gpus]
-    return [TraceJob(f"t{i}", i * rng.uniform(5, 60), rng.choice(sizes), rng.uniform(50, 900), i + 2) for i in range(n)]
+    return [
+        TraceJob(f"t{i}", i * rng.uniform(5, 60), rng.choice(sizes), rng.uniform(50, 900), i + 2)
+        for i in range(n)
+    ]
 
 
 # ---- traces ---------------------------------------------------------------------------------------------------
 
 
 def test_plain_csv_bad_rows_are_reported_by_line_and_skipped_or_refused(tmp_path: Path) -> None:
-    p = write_csv(tmp_path / "t.csv", [
-        ["submit_time", "gpus", "duration", "tp", "pp", "dp"],
-        [0, 8, 100, 8, 1, 1],      # line 2: good, own shape
-        [10, 4, -5, "", "", ""],   # line 3: negative duration
-        [20, 0, 100, "", "", ""],  # line 4: zero GPUs
-        [30, 128, 100, "", "", ""],  # line 5: more than the cluster
-        [40, 16, "", "", "", ""],  # line 6: no duration
-        [50, 16, 60, 8, 1, 1],     # line 7: shape does not multiply to the GPUs
-        [5, 16, 60, "", "", ""],   # line 8: good
-    ])
+    p = write_csv(
+        tmp_path / "t.csv",
+        [
+            ["submit_time", "gpus", "duration", "tp", "pp", "dp"],
+            [0, 8, 100, 8, 1, 1],  # line 2: good, own shape
+            [10, 4, -5, "", "", ""],  # line 3: negative duration
+            [20, 0, 100, "", "", ""],  # line 4: zero GPUs
+            [30, 128, 100, "", "", ""],  # line 5: more than the cluster
+            [40, 16, "", "", "", ""],  # line 6: no duration
+            [50, 16, 60, 8, 1, 1],  # line 7: shape does not multiply to the GPUs
+            [5, 16, 60, "", "", ""],  # line 8: good
+        ],
+    )
     tr = read_trace(p, cluster_gpus=64)
     assert tr.format == "csv"
     assert [j.line for j in tr.jobs] == [2, 8] and tr.jobs[0].shape is not None and tr.jobs[0].shape.tp == 8
@@ -79,9 +85,18 @@ def test_plain_csv_bad_rows_are_reported_by_line_and_skipped_or_refused(tmp_path
 
 def test_philly_json_lines_and_pai2020_jobs(tmp_path: Path) -> None:
     jobs = [
-        {"status": "Pass", "jobid": "a", "submitted_time": "2017-10-07 01:11:39",
-         "attempts": [{"start_time": "2017-10-07 01:12:09", "end_time": "2017-10-07 01:13:23",
-                       "detail": [{"ip": "m1", "gpus": ["gpu0", "gpu1"]}]}]},
+        {
+            "status": "Pass",
+            "jobid": "a",
+            "submitted_time": "2017-10-07 01:11:39",
+            "attempts": [
+                {
+                    "start_time": "2017-10-07 01:12:09",
+                    "end_time": "2017-10-07 01:13:23",
+                    "detail": [{"ip": "m1", "gpus": ["gpu0", "gpu1"]}],
+                }
+            ],
+        },
         {"status": "Killed", "jobid": "b", "submitted_time": "2017-10-07 01:20:00", "attempts": []},
     ]
     p = tmp_path / "cluster_job_log"
@@ -92,19 +107,24 @@ def test_philly_json_lines_and_pai2020_jobs(tmp_path: Path) -> None:
     assert tr.jobs[0].line == opening[0] and len(tr.bad) == 1 and tr.bad[0].path == f"line {opening[1]}"
     assert "attempts" in tr.bad[0].message
     # PAI 2020 task table without its header: one job = its tasks (2 x 50% + 1 x 100% GPUs -> 2 GPUs)
-    q = write_csv(tmp_path / "pai_task_table.csv", [
-        ["j1", "worker", 2, "Terminated", 100, 400, 600, 29, 50, "V100"],
-        ["j1", "ps", 1, "Terminated", 90, 410, 600, 29, "", ""],
-        ["j1", "evaluator", 1, "Terminated", 95, 300, 600, 29, 100, "V100"],
-        ["j2", "worker", 1, "Terminated", 200, 100, 600, 29, 100, "V100"],
-    ])
+    q = write_csv(
+        tmp_path / "pai_task_table.csv",
+        [
+            ["j1", "worker", 2, "Terminated", 100, 400, 600, 29, 50, "V100"],
+            ["j1", "ps", 1, "Terminated", 90, 410, 600, 29, "", ""],
+            ["j1", "evaluator", 1, "Terminated", 95, 300, 600, 29, 100, "V100"],
+            ["j2", "worker", 1, "Terminated", 200, 100, 600, 29, 100, "V100"],
+        ],
+    )
     tr = read_trace(q, cluster_gpus=64)
     assert tr.format == "pai2020"
     assert [(j.name, j.gpus, j.duration, j.line) for j in tr.jobs] == [("j1", 2, 320.0, 1)]
     assert tr.bad[0].path == "line 4" and "negative" in tr.bad[0].message
 
 
-@pytest.mark.skipif(not (TRACES / "alibaba_gpu_v2023").is_dir(), reason="shared trace data absent (../shared/data/traces)")
+@pytest.mark.skipif(
+    not (TRACES / "alibaba_gpu_v2023").is_dir(), reason="shared trace data absent (../shared/data/traces)"
+)
 def test_public_samples_read() -> None:
     tr = read_trace(TRACES / "alibaba_gpu_v2023" / "openb_pod_list_default.first3000.csv", cluster_gpus=4096)
     assert tr.format == "openb" and len(tr.jobs) + len(tr.bad) == 3000
@@ -183,15 +203,22 @@ def test_max_slowdown_waits_for_better_placements() -> None:
     for idx, _, a, _ in picky.segments:
         if picky.records[idx]["slowdown"] > 1.05 + 1e-9:
             assert not any(j != idx and a2 < a < b2 for j, _, a2, b2 in picky.segments)
-    assert sum(r["slowdown"] > 1.05 + 1e-9 for r in picky.records) < sum(r["slowdown"] > 1.05 + 1e-9 for r in free.records)
+    assert sum(r["slowdown"] > 1.05 + 1e-9 for r in picky.records) < sum(
+        r["slowdown"] > 1.05 + 1e-9 for r in free.records
+    )
 
 
 @pytest.mark.parametrize("mode", ["kill", "repair"])
 def test_failures_kill_or_repair_and_every_job_ends(mode: str) -> None:
     topo = fat_tree(64, nodes_per_leaf=2, leaves_per_spine=2)
     jobs = mixed_jobs(40, seed=2)
-    res = simulate(topo, jobs, SimConfig("kueue-tas", seed=5, failure_rate=2.0, failure_mode=mode, repair_hours=0.2,
-                                         keep_segments=True))
+    res = simulate(
+        topo,
+        jobs,
+        SimConfig(
+            "kueue-tas", seed=5, failure_rate=2.0, failure_mode=mode, repair_hours=0.2, keep_segments=True
+        ),
+    )
     check_invariants(res, jobs, 64)
     assert any(u < 64 for _, _, u, _ in res.series)  # devices did fail
     hit = sum(r["restarts"] + r["repairs"] for r in res.records)
@@ -274,15 +301,28 @@ def test_cli_replay_resume_and_strict(tmp_path: Path) -> None:
     rows.append([999, 0, 10])  # line 32: zero GPUs
     trace = write_csv(tmp_path / "trace.csv", rows)
     out = tmp_path / "out"
-    args = ["replay", str(trace), str(cluster), "--policy", "first-fit", "--policy", "kueue-tas", "--workers", "0",
-            "--out", str(out)]
+    args = [
+        "replay",
+        str(trace),
+        str(cluster),
+        "--policy",
+        "first-fit",
+        "--policy",
+        "kueue-tas",
+        "--workers",
+        "0",
+        "--out",
+        str(out),
+    ]
     res = CliRunner().invoke(cli(), args)
     assert res.exit_code == 0, res.output
     assert "skipped 1 bad row" in res.stderr and "line 32: GPUs is 0" in res.stderr
     assert "2 replay(s): 2 run now" in res.stderr
     assert "kueue-tas" in res.stdout and "first-fit" in res.stdout
     summary = read(out / "summary.csv")
-    assert [r["policy"] for r in summary] == ["first-fit", "kueue-tas"] and all(r["status"] == "OK" for r in summary)
+    assert [r["policy"] for r in summary] == ["first-fit", "kueue-tas"] and all(
+        r["status"] == "OK" for r in summary
+    )
     assert len(read(out / "jobs.csv")) == 60
     for name in ("jct_cdf.png", "utilization.svg", "fragmentation.png"):
         assert (out / name).is_file()

@@ -89,8 +89,9 @@ def test_occupy_names_the_modes_and_mixed_random_checks_the_fraction() -> None:
 
 
 def _job13b(tp: int, pp: int, dp: int) -> Job:
-    return megatron_job(f"tp{tp}-pp{pp}-dp{dp}", tp=tp, pp=pp, dp=dp, hidden=5120, layers=40,
-                        exposure={"dp": 0.5})
+    return megatron_job(
+        f"tp{tp}-pp{pp}-dp{dp}", tp=tp, pp=pp, dp=dp, hidden=5120, layers=40, exposure={"dp": 0.5}
+    )
 
 
 @pytest.mark.parametrize("shape", [(8, 4, 4), (4, 4, 8), (2, 8, 4)])
@@ -122,8 +123,12 @@ def test_p2p_ring_job_turns_each_group_into_its_ring() -> None:
         out = {e.src: e for e in rt.edges if e.label == g.label and e.src in g.members and e.dst in g.members}
         assert sorted(out) == sorted(g.members)  # every member sends once, to the next one
         assert {out[m].dst for m in g.members} == set(g.members)
-        assert all(out[m].bytes == pytest.approx(per_member) and out[m].count == g.count
-                   and out[m].exposed == g.exposed for m in g.members)
+        assert all(
+            out[m].bytes == pytest.approx(per_member)
+            and out[m].count == g.count
+            and out[m].exposed == g.exposed
+            for m in g.members
+        )
     assert [e for e in rt.edges if e.label == "pp"] == list(t.edges)
 
 

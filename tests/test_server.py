@@ -79,10 +79,19 @@ def job_doc(tp: int, dp: int, pp: int = 1, name: str | None = None) -> dict[str,
     }
 
 
-def place_request(nodes: int = 4, tp: int = 8, dp: int = 2, pp: int = 1, occupied: tuple[str, ...] = (),
-                  time_limit_s: float = 5.0) -> pb.PlaceRequest:
-    doc: dict[str, Any] = {"cluster": cluster_doc(nodes), "job": job_doc(tp, dp, pp),
-                           "options": {"time_limit_s": time_limit_s}}
+def place_request(
+    nodes: int = 4,
+    tp: int = 8,
+    dp: int = 2,
+    pp: int = 1,
+    occupied: tuple[str, ...] = (),
+    time_limit_s: float = 5.0,
+) -> pb.PlaceRequest:
+    doc: dict[str, Any] = {
+        "cluster": cluster_doc(nodes),
+        "job": job_doc(tp, dp, pp),
+        "options": {"time_limit_s": time_limit_s},
+    }
     if occupied:
         doc["state"] = {"occupied": [{"job": "other", "devices": list(occupied)}]}
     return request_from_dict(doc, pb.PlaceRequest)
@@ -90,8 +99,11 @@ def place_request(nodes: int = 4, tp: int = 8, dp: int = 2, pp: int = 1, occupie
 
 def example_request() -> pb.PlaceRequest:
     """examples/tp8-dp4.yaml on examples/dgx-h100-4node.yaml, empty state."""
-    return request_from_dict({"cluster_file": "dgx-h100-4node.yaml", "job_file": "tp8-dp4.yaml"},
-                             pb.PlaceRequest, base_dir=EXAMPLES)
+    return request_from_dict(
+        {"cluster_file": "dgx-h100-4node.yaml", "job_file": "tp8-dp4.yaml"},
+        pb.PlaceRequest,
+        base_dir=EXAMPLES,
+    )
 
 
 # ---- servers ------------------------------------------------------------------------------------------------
@@ -114,8 +126,9 @@ def running(**overrides: Any) -> Iterator[Running]:
     server.start()
     channel = grpc.insecure_channel(f"127.0.0.1:{port}")
     try:
-        yield Running(server, port, channel, pb_grpc.PlacementServiceStub(channel),
-                      health_pb2_grpc.HealthStub(channel))
+        yield Running(
+            server, port, channel, pb_grpc.PlacementServiceStub(channel), health_pb2_grpc.HealthStub(channel)
+        )
     finally:
         channel.close()
         server.stop(None).wait(10)
@@ -151,7 +164,11 @@ def details_of(err: grpc.RpcError, kind: Any) -> list[Any]:
 
 def field_violations(err: grpc.RpcError) -> dict[str, str]:
     assert err.code() is grpc.StatusCode.INVALID_ARGUMENT, err.details()
-    return {v.field: v.description for d in details_of(err, error_details_pb2.BadRequest) for v in d.field_violations}
+    return {
+        v.field: v.description
+        for d in details_of(err, error_details_pb2.BadRequest)
+        for v in d.field_violations
+    }
 
 
 def fake_result(mapping: list[int], seconds: float = 1.0, bound: float | None = None) -> PlacementResult:
@@ -187,7 +204,9 @@ def test_place_returns_a_valid_mapping_its_cost_and_the_request_id(srv: Running)
     assert res.cost.comm_seconds == pytest.approx(report.comm_seconds)
     assert res.cost.comm_seconds_total == pytest.approx(report.comm_seconds_total)
     assert [p.name for p in res.cost.phases] == [p.name for p in report.phases]
-    assert res.seconds_per_step == pytest.approx(report.comm_seconds)  # the deprecated field keeps its meaning
+    assert res.seconds_per_step == pytest.approx(
+        report.comm_seconds
+    )  # the deprecated field keeps its meaning
     assert sum(res.breakdown.by_label_s.values()) == pytest.approx(report.comm_seconds)
     assert "first-fit" in {b.strategy for b in res.baselines}
     rest = report.step_seconds - report.comm_seconds  # compute and bubble do not depend on the mapping
@@ -210,24 +229,35 @@ def test_a_request_id_is_generated_when_none_is_sent(srv: Running) -> None:
 def test_evaluate_scores_the_placed_mapping_and_a_running_job(srv: Running) -> None:
     req = place_request(nodes=4, tp=8, dp=2)
     placed = srv.stub.Place(req, timeout=30).result
-    ev = srv.stub.Evaluate(pb.EvaluateRequest(cluster=req.cluster, job=req.job, mapping=placed.mapping), timeout=30)
+    ev = srv.stub.Evaluate(
+        pb.EvaluateRequest(cluster=req.cluster, job=req.job, mapping=placed.mapping), timeout=30
+    )
     assert ev.seconds_per_step == pytest.approx(placed.seconds_per_step)
     assert ev.cost.step_seconds == pytest.approx(placed.cost.step_seconds)
-    assert ev.cost.comm_seconds == pytest.approx(placed.cost.comm_seconds) == pytest.approx(ev.seconds_per_step)
+    assert (
+        ev.cost.comm_seconds == pytest.approx(placed.cost.comm_seconds) == pytest.approx(ev.seconds_per_step)
+    )
     assert [(p.name, p.tier) for p in ev.cost.phases] == [(p.name, p.tier) for p in placed.cost.phases]
     assert ev.job == req.job.name and len(ev.mapping) == 16
     # the same job running on its own (occupied) devices is valid
     state = pb.State(occupied=[pb.Occupancy(job=req.job.name, devices=[a.device for a in placed.mapping])])
-    ev2 = srv.stub.Evaluate(pb.EvaluateRequest(cluster=req.cluster, state=state, job=req.job, mapping=placed.mapping))
+    ev2 = srv.stub.Evaluate(
+        pb.EvaluateRequest(cluster=req.cluster, state=state, job=req.job, mapping=placed.mapping)
+    )
     assert ev2.seconds_per_step == pytest.approx(placed.seconds_per_step)
 
 
-def test_evaluate_of_a_rule_breaking_mapping_is_failed_precondition_with_every_violation(srv: Running) -> None:
+def test_evaluate_of_a_rule_breaking_mapping_is_failed_precondition_with_every_violation(
+    srv: Running,
+) -> None:
     req = place_request(nodes=4, tp=8, dp=2)
     mapping = [pb.Assignment(rank=r, device=f"node01/gpu{r % 8}") for r in range(16)]  # every device twice
     state = pb.State(occupied=[pb.Occupancy(job="other", devices=["node01/gpu0"])])
-    err = rpc_error(lambda: srv.stub.Evaluate(
-        pb.EvaluateRequest(cluster=req.cluster, state=state, job=req.job, mapping=mapping), timeout=30))
+    err = rpc_error(
+        lambda: srv.stub.Evaluate(
+            pb.EvaluateRequest(cluster=req.cluster, state=state, job=req.job, mapping=mapping), timeout=30
+        )
+    )
     assert err.code() is grpc.StatusCode.FAILED_PRECONDITION
     violations = [v for d in details_of(err, error_details_pb2.PreconditionFailure) for v in d.violations]
     kinds = {v.type for v in violations}
@@ -237,10 +267,15 @@ def test_evaluate_of_a_rule_breaking_mapping_is_failed_precondition_with_every_v
 
 
 def test_compare_ranks_jobs_by_step_seconds_with_infeasible_last(srv: Running) -> None:
-    jobs = [job_doc(8, 4, name="tp8-dp4"), job_doc(8, 8, name="too-big"), job_doc(4, 4, 2, name="tp4-dp4-pp2"),
-            job_doc(8, 2, name="tp8-dp2")]
-    req = request_from_dict({"cluster": cluster_doc(4), "jobs": jobs, "options": {"time_limit_s": 5}},
-                            pb.CompareRequest)
+    jobs = [
+        job_doc(8, 4, name="tp8-dp4"),
+        job_doc(8, 8, name="too-big"),
+        job_doc(4, 4, 2, name="tp4-dp4-pp2"),
+        job_doc(8, 2, name="tp8-dp2"),
+    ]
+    req = request_from_dict(
+        {"cluster": cluster_doc(4), "jobs": jobs, "options": {"time_limit_s": 5}}, pb.CompareRequest
+    )
     ranking = srv.stub.Compare(req, timeout=30).ranking
     assert sorted(e.job_index for e in ranking) == [0, 1, 2, 3]
     assert [req.jobs[e.job_index].name for e in ranking] == [e.result.job for e in ranking]
@@ -263,11 +298,18 @@ def test_invalid_argument_lists_every_violation_with_request_field_paths(srv: Ru
     job = job_doc(8, 2)
     job["parallel"]["order"] = "tp-dp"
     del job["model"]["layers"]
-    req = request_from_dict({"cluster": cluster, "job": job, "options": {"strategy": "magic", "time_limit_s": -1}},
-                            pb.PlaceRequest)
+    req = request_from_dict(
+        {"cluster": cluster, "job": job, "options": {"strategy": "magic", "time_limit_s": -1}},
+        pb.PlaceRequest,
+    )
     fields = field_violations(rpc_error(lambda: srv.stub.Place(req, timeout=30)))
-    assert {"cluster.levels[0].bandwidth_gbps", "job.parallel.order", "job.model.layers", "options.strategy",
-            "options.time_limit_s"} <= set(fields)
+    assert {
+        "cluster.levels[0].bandwidth_gbps",
+        "job.parallel.order",
+        "job.model.layers",
+        "options.strategy",
+        "options.time_limit_s",
+    } <= set(fields)
     assert "tp-cp-ep-dp-pp" in fields["job.parallel.order"]
 
 
@@ -282,8 +324,9 @@ def test_invalid_argument_for_state_mapping_compare_jobs_and_missing_parts(srv: 
     creq = request_from_dict({"cluster": cluster_doc(4), "jobs": [job_doc(8, 2), bad_job]}, pb.CompareRequest)
     assert "jobs[1].parallel.order" in field_violations(rpc_error(lambda: srv.stub.Compare(creq, timeout=30)))
 
-    ereq = pb.EvaluateRequest(cluster=req.cluster, job=req.job,
-                              mapping=[pb.Assignment(device="nope/gpu0")] + [pb.Assignment()] * 15)
+    ereq = pb.EvaluateRequest(
+        cluster=req.cluster, job=req.job, mapping=[pb.Assignment(device="nope/gpu0")] + [pb.Assignment()] * 15
+    )
     fields = field_violations(rpc_error(lambda: srv.stub.Evaluate(ereq, timeout=30)))
     assert "mapping[0].device" in fields
     fields = field_violations(rpc_error(lambda: srv.stub.Evaluate(pb.EvaluateRequest(), timeout=30)))
@@ -295,12 +338,23 @@ def test_invalid_argument_for_state_mapping_compare_jobs_and_missing_parts(srv: 
 def test_names_the_cluster_lacks_are_invalid_argument(srv: Running) -> None:
     job = job_doc(8, 2)
     job["device_kind"] = "A100"
-    job["constraints"] = {"require": {"tp": "rack"}, "prefer": {"dp": "pod"}, "pins": {"0": "node99/gpu0"},
-                          "exclude": ["node01", "leaf77"], "spread": [{"kind": "power", "min_domains": 2}]}
+    job["constraints"] = {
+        "require": {"tp": "rack"},
+        "prefer": {"dp": "pod"},
+        "pins": {"0": "node99/gpu0"},
+        "exclude": ["node01", "leaf77"],
+        "spread": [{"kind": "power", "min_domains": 2}],
+    }
     req = request_from_dict({"cluster": cluster_doc(4), "job": job}, pb.PlaceRequest)
     fields = field_violations(rpc_error(lambda: srv.stub.Place(req, timeout=30)))
-    assert set(fields) == {"job.device_kind", "job.constraints.require.tp", "job.constraints.prefer.dp",
-                           "job.constraints.pins.0", "job.constraints.exclude[1]", "job.constraints.spread[0].kind"}
+    assert set(fields) == {
+        "job.device_kind",
+        "job.constraints.require.tp",
+        "job.constraints.prefer.dp",
+        "job.constraints.pins.0",
+        "job.constraints.exclude[1]",
+        "job.constraints.spread[0].kind",
+    }
 
 
 def test_malformed_bytes_are_invalid_argument_not_internal(srv: Running) -> None:
@@ -322,6 +376,7 @@ def test_infeasible_is_failed_precondition_with_the_binding_rule_and_numbers(srv
 
 def test_server_limits_are_resource_exhausted_with_quota_failure() -> None:
     with running(max_devices=256, max_ranks=64, max_jobs=2, max_message_bytes=64 * 1024) as r:
+
         def subject(call: Callable[[], Any]) -> str:
             err = rpc_error(call)
             assert err.code() is grpc.StatusCode.RESOURCE_EXHAUSTED, err.details()
@@ -340,7 +395,8 @@ def test_server_limits_are_resource_exhausted_with_quota_failure() -> None:
 
 
 def test_a_full_solver_queue_is_resource_exhausted_and_health_stays_responsive(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     gate = threading.Event()
 
     def blocked_place(topology: Any, state: Any, job: Any, options: Any) -> PlacementResult:
@@ -361,7 +417,10 @@ def test_a_full_solver_queue_is_resource_exhausted_and_health_stays_responsive(
         (retry,) = details_of(err, error_details_pb2.RetryInfo)
         assert retry.retry_delay.seconds == 1
         t0 = time.monotonic()
-        assert r.health.Check(health_pb2.HealthCheckRequest(), timeout=2).status == health_pb2.HealthCheckResponse.SERVING
+        assert (
+            r.health.Check(health_pb2.HealthCheckRequest(), timeout=2).status
+            == health_pb2.HealthCheckResponse.SERVING
+        )
         assert time.monotonic() - t0 < 1.0
         gate.set()
         assert all(f.result(timeout=20).result.mapping for f in futures)
@@ -373,7 +432,9 @@ def test_an_unexpected_error_is_internal_without_a_traceback(monkeypatch: pytest
 
     monkeypatch.setattr("server.servicer.place", broken_place)
     with running() as r:
-        err = rpc_error(lambda: r.stub.Place(place_request(), timeout=10, metadata=[("x-request-id", "rid-int")]))
+        err = rpc_error(
+            lambda: r.stub.Place(place_request(), timeout=10, metadata=[("x-request-id", "rid-int")])
+        )
         assert err.code() is grpc.StatusCode.INTERNAL
         assert "secret" not in (err.details() or "") and "rid-int" in (err.details() or "")
 
@@ -383,8 +444,9 @@ def test_an_unexpected_error_is_internal_without_a_traceback(monkeypatch: pytest
 
 def test_a_deadline_shorter_than_the_solve_returns_the_best_answer_so_far(srv: Running) -> None:
     # 256 ranks on 512 GPUs: the optimizer needs several seconds to prove optimality; the deadline is 3 s
-    req = place_request(nodes=64, tp=4, dp=16, pp=4, occupied=tuple(f"node{i:02d}" for i in range(1, 10)),
-                        time_limit_s=30)
+    req = place_request(
+        nodes=64, tp=4, dp=16, pp=4, occupied=tuple(f"node{i:02d}" for i in range(1, 10)), time_limit_s=30
+    )
     t0 = time.monotonic()
     res = srv.stub.Place(req, timeout=3.0).result
     assert time.monotonic() - t0 < 3.0
@@ -398,7 +460,8 @@ def test_a_deadline_shorter_than_the_solve_returns_the_best_answer_so_far(srv: R
 
 
 def test_the_deadline_stops_the_search_and_its_best_answer_comes_back_with_its_gap(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     seen: dict[str, float] = {}
 
     def anytime_place(topology: Any, state: Any, job: Any, options: Any) -> PlacementResult:
@@ -453,13 +516,17 @@ def test_32_concurrent_calls_of_mixed_sizes_all_succeed(srv: Running) -> None:
     def one(i: int) -> int:
         if i % 8 == 7:  # some Evaluate calls in the mix
             placed = srv.stub.Place(evaluate_req, timeout=60).result
-            ev = pb.EvaluateRequest(cluster=evaluate_req.cluster, job=evaluate_req.job, mapping=placed.mapping)
+            ev = pb.EvaluateRequest(
+                cluster=evaluate_req.cluster, job=evaluate_req.job, mapping=placed.mapping
+            )
             return len(srv.stub.Evaluate(ev, timeout=60).mapping)
         return len(srv.stub.Place(requests[i % len(requests)], timeout=60).result.mapping)
 
     with ThreadPoolExecutor(32) as ex:
         sizes = list(ex.map(one, range(32)))
-    expected = [16 if i % 8 == 7 else (lambda s: s[1] * s[2] * s[3])(shapes[i % len(shapes)]) for i in range(32)]
+    expected = [
+        16 if i % 8 == 7 else (lambda s: s[1] * s[2] * s[3])(shapes[i % len(shapes)]) for i in range(32)
+    ]
     assert sizes == expected
 
 
@@ -471,13 +538,16 @@ def test_health_and_reflection_are_registered(srv: Running) -> None:
         resp = srv.health.Check(health_pb2.HealthCheckRequest(service=name), timeout=5)
         assert resp.status == health_pb2.HealthCheckResponse.SERVING
     refl = reflection_pb2_grpc.ServerReflectionStub(srv.channel)
-    (answer,) = list(refl.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(list_services="")]),
-                                               timeout=5))
+    (answer,) = list(
+        refl.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=5)
+    )
     names = {s.name for s in answer.list_services_response.service}
     assert {SERVICE_NAME, "grpc.health.v1.Health"} <= names
 
 
-def test_shutdown_turns_health_not_serving_and_lets_in_flight_calls_finish(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_shutdown_turns_health_not_serving_and_lets_in_flight_calls_finish(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     started = threading.Event()
 
     def slow_place(topology: Any, state: Any, job: Any, options: Any) -> PlacementResult:
@@ -509,10 +579,18 @@ def test_a_token_is_required_except_for_health() -> None:
             assert err.code() is grpc.StatusCode.UNAUTHENTICATED
             assert any(k == "x-request-id" for k, _ in err.trailing_metadata())
         refl = reflection_pb2_grpc.ServerReflectionStub(r.channel)
-        err = rpc_error(lambda: list(refl.ServerReflectionInfo(
-            iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=5)))
+        err = rpc_error(
+            lambda: list(
+                refl.ServerReflectionInfo(
+                    iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=5
+                )
+            )
+        )
         assert err.code() is grpc.StatusCode.UNAUTHENTICATED
-        assert r.health.Check(health_pb2.HealthCheckRequest(), timeout=5).status == health_pb2.HealthCheckResponse.SERVING
+        assert (
+            r.health.Check(health_pb2.HealthCheckRequest(), timeout=5).status
+            == health_pb2.HealthCheckResponse.SERVING
+        )
         ok = r.stub.Place(place_request(), timeout=30, metadata=[("authorization", "Bearer s3cret")])
         assert ok.result.mapping
 
@@ -521,7 +599,11 @@ def test_metrics_count_requests_by_method_and_code_and_observe_gap(srv: Running)
     srv.stub.Place(place_request(), timeout=30)
     rpc_error(lambda: srv.stub.Place(pb.PlaceRequest(), timeout=30))
     assert srv.server.metrics_port
-    text = urllib.request.urlopen(f"http://127.0.0.1:{srv.server.metrics_port}/metrics", timeout=5).read().decode()
+    text = (
+        urllib.request.urlopen(f"http://127.0.0.1:{srv.server.metrics_port}/metrics", timeout=5)
+        .read()
+        .decode()
+    )
     assert 'placement_grpc_requests_total{code="OK",method="Place"}' in text
     assert 'placement_grpc_requests_total{code="INVALID_ARGUMENT",method="Place"}' in text
     assert 'placement_grpc_request_seconds_bucket{le="0.1",method="Place"}' in text
@@ -552,8 +634,13 @@ def test_logs_are_json_lines_with_the_request_id(srv: Running) -> None:
 
 def test_sigterm_drains_and_exits_0() -> None:
     env = {**os.environ, "PLACEMENT_PORT": "0", "PLACEMENT_METRICS_PORT": "-1", "PLACEMENT_GRACE_S": "5"}
-    proc = subprocess.Popen([sys.executable, "-m", "server.main", "--host", "127.0.0.1"], cwd=ROOT, env=env,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "server.main", "--host", "127.0.0.1"],
+        cwd=ROOT,
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert proc.stderr is not None
         port = None
@@ -581,8 +668,10 @@ def test_sigterm_drains_and_exits_0() -> None:
 
 
 def test_settings_read_flags_over_environment() -> None:
-    s = parse_settings(["--port", "7000", "--metrics-port", "-1"], {"PLACEMENT_PORT": "6000", "PLACEMENT_WORKERS": "3",
-                                                                   "PLACEMENT_TOKEN": "t"})
+    s = parse_settings(
+        ["--port", "7000", "--metrics-port", "-1"],
+        {"PLACEMENT_PORT": "6000", "PLACEMENT_WORKERS": "3", "PLACEMENT_TOKEN": "t"},
+    )
     assert (s.port, s.workers, s.metrics_port, s.bearer_token()) == (7000, 3, None, "t")
     with pytest.raises(SystemExit):
         parse_settings([], {"PLACEMENT_WORKERS": "0"})
@@ -613,8 +702,9 @@ def test_the_step_models_cluster_and_model_fields_are_messages_too() -> None:
     cluster = cluster_doc(4)
     cluster["levels"][1]["oversubscription"] = 2.0
     cluster["device_kinds"] = [{"name": "X1", "tflops": 500.0, "memory_gb": 96.0}]
-    cluster["node_types"] = [{"name": "box", "devices": 8, "kind": "X1", "nics": 4, "nic_gbps": 50.0,
-                              "mesh_link_gbps": 64.0}]
+    cluster["node_types"] = [
+        {"name": "box", "devices": 8, "kind": "X1", "nics": 4, "nic_gbps": 50.0, "mesh_link_gbps": 64.0}
+    ]
     cluster["generate"] = [{"nodes": 4, "node_type": "box", "fanout": {"leaf": 4}}]
     job = job_doc(8, 4)
     job["model"].update(recompute=True, mfu=0.45, heads=32)
@@ -626,17 +716,30 @@ def test_the_step_models_cluster_and_model_fields_are_messages_too() -> None:
     assert inputs.topology.host_types == topo.host_types and inputs.topology.host_types[0].nics == 4
     assert dict(inputs.topology.device_kinds) == dict(topo.device_kinds) and "X1" in topo.device_kinds
     assert inputs.job == job_from_dict(job)
-    assert inputs.job.model is not None and (inputs.job.model.recompute, inputs.job.model.mfu,
-                                             inputs.job.model.heads) == (True, 0.45, 32)
+    assert inputs.job.model is not None and (
+        inputs.job.model.recompute,
+        inputs.job.model.mfu,
+        inputs.job.model.heads,
+    ) == (True, 0.45, 32)
 
 
 def test_step_cost_carries_every_field_and_phase_through_json_and_bytes() -> None:
     from placement.cost import CostReport, PhaseCost
 
-    report = CostReport(step_seconds=1.5, comm_seconds=0.25, comm_seconds_total=0.75, compute_seconds=1.0,
-                        bubble_seconds=0.25, tokens_per_s=1234.5, mfu=0.38, surrogate_seconds=2.0, phases=[
-                            PhaseCost("tp", 0.5, 0.2, "node:NV18", "tp[3]", "ring"),
-                            PhaseCost("dp", 0.25, 0.05, "leaf", "dp[0]", "hierarchical")])
+    report = CostReport(
+        step_seconds=1.5,
+        comm_seconds=0.25,
+        comm_seconds_total=0.75,
+        compute_seconds=1.0,
+        bubble_seconds=0.25,
+        tokens_per_s=1234.5,
+        mfu=0.38,
+        surrogate_seconds=2.0,
+        phases=[
+            PhaseCost("tp", 0.5, 0.2, "node:NV18", "tp[3]", "ring"),
+            PhaseCost("dp", 0.25, 0.05, "leaf", "dp[0]", "hierarchical"),
+        ],
+    )
     msg = convert.step_cost(report)
     again = pb.StepCost.FromString(msg.SerializeToString())
     parsed = json_format.Parse(json_format.MessageToJson(again), pb.StepCost())
@@ -644,8 +747,12 @@ def test_step_cost_carries_every_field_and_phase_through_json_and_bytes() -> Non
         assert (m.step_seconds, m.comm_seconds, m.comm_seconds_total) == (1.5, 0.25, 0.75)
         assert (m.compute_seconds, m.bubble_seconds, m.tokens_per_s, m.mfu) == (1.0, 0.25, 1234.5, 0.38)
         assert m.surrogate_seconds == 2.0
-        assert [(p.name, p.seconds, p.exposed_seconds, p.tier, p.critical, p.algorithm) for p in m.phases] == [
-            ("tp", 0.5, 0.2, "node:NV18", "tp[3]", "ring"), ("dp", 0.25, 0.05, "leaf", "dp[0]", "hierarchical")]
+        assert [
+            (p.name, p.seconds, p.exposed_seconds, p.tier, p.critical, p.algorithm) for p in m.phases
+        ] == [
+            ("tp", 0.5, 0.2, "node:NV18", "tp[3]", "ring"),
+            ("dp", 0.25, 0.05, "leaf", "dp[0]", "hierarchical"),
+        ]
     # a job without a model shape has no compute: the optional fields stay unset, not 0
     bare = convert.step_cost(CostReport(step_seconds=0.1, comm_seconds=0.1, comm_seconds_total=0.1))
     assert not any(bare.HasField(f) for f in ("compute_seconds", "bubble_seconds", "tokens_per_s", "mfu"))
@@ -656,16 +763,18 @@ def test_rails_minus_one_is_a_device_without_a_rail() -> None:
     doc["generate"][0] = {"nodes": 2, "node_type": "t"}
     doc["node_types"] = [{"name": "t", "devices": 2, "rails": [0, None]}]
     doc["levels"] = doc["levels"][:2]
-    req = request_from_dict({"cluster": doc, "job": {"ranks": 2, "edges": [{"src": 0, "dst": 1, "bytes": 1}]}},
-                            pb.PlaceRequest)
+    req = request_from_dict(
+        {"cluster": doc, "job": {"ranks": 2, "edges": [{"src": 0, "dst": 1, "bytes": 1}]}}, pb.PlaceRequest
+    )
     assert list(req.cluster.node_types[0].rails) == [0, -1]
     assert [d.rail for d in convert.place_inputs(req).topology.devices] == [0, None, 0, None]
 
 
 # ---- fuzzing ------------------------------------------------------------------------------------------------
 
-_BASE = json_format.MessageToDict(place_request(nodes=4, tp=4, dp=2, time_limit_s=1.0),
-                                  preserving_proto_field_name=True)
+_BASE = json_format.MessageToDict(
+    place_request(nodes=4, tp=4, dp=2, time_limit_s=1.0), preserving_proto_field_name=True
+)
 _BASE_BYTES = place_request(nodes=4, tp=4, dp=2, time_limit_s=1.0).SerializeToString()
 
 
@@ -692,20 +801,30 @@ def mutated_requests(draw: st.DrawFn) -> pb.PlaceRequest:
         elif op == "truncate" and isinstance(value, list | str):
             container[key] = value[: draw(st.integers(0, max(len(value) - 1, 0)))]
         elif op == "number" and isinstance(value, int) and not isinstance(value, bool):
-            container[key] = draw(st.sampled_from([0, -1, 1, 2**31 - 1, -(2**31)]) | st.integers(-(2**31), 2**31 - 1))
+            container[key] = draw(
+                st.sampled_from([0, -1, 1, 2**31 - 1, -(2**31)]) | st.integers(-(2**31), 2**31 - 1)
+            )
         elif op == "number" and isinstance(value, float):
-            container[key] = draw(st.floats(allow_nan=True, allow_infinity=True)
-                                  | st.sampled_from([0.0, -1.0, 1e308, 5e-324]))
+            container[key] = draw(
+                st.floats(allow_nan=True, allow_infinity=True) | st.sampled_from([0.0, -1.0, 1e308, 5e-324])
+            )
         elif op == "text" and isinstance(value, str):
-            container[key] = draw(st.text(max_size=12) | st.sampled_from(["", "{", "{:>99999999}", "node01", "X"]))
+            container[key] = draw(
+                st.text(max_size=12) | st.sampled_from(["", "{", "{:>99999999}", "node01", "X"])
+            )
     msg = pb.PlaceRequest()
     with contextlib.suppress(json_format.ParseError):  # the mutation broke a type; send the part that parsed
         json_format.ParseDict(doc, msg)
     return msg
 
 
-_FUZZ = hsettings(max_examples=120, deadline=None, database=None, derandomize=True,
-                  suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+_FUZZ = hsettings(
+    max_examples=120,
+    deadline=None,
+    database=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 
 
 @_FUZZ
@@ -714,8 +833,11 @@ def test_fuzzed_requests_never_get_internal(srv: Running, req: pb.PlaceRequest) 
     try:
         srv.stub.Place(req, timeout=20)
     except grpc.RpcError as err:
-        assert err.code() in {grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILED_PRECONDITION,
-                              grpc.StatusCode.RESOURCE_EXHAUSTED}, (err.code(), err.details())
+        assert err.code() in {
+            grpc.StatusCode.INVALID_ARGUMENT,
+            grpc.StatusCode.FAILED_PRECONDITION,
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+        }, (err.code(), err.details())
         assert "Traceback" not in (err.details() or "")
 
 
@@ -726,17 +848,24 @@ def test_fuzzed_bytes_never_get_internal(srv: Running, data: bytes) -> None:
     try:
         raw(data, timeout=20)
     except grpc.RpcError as err:
-        assert err.code() in {grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILED_PRECONDITION,
-                              grpc.StatusCode.RESOURCE_EXHAUSTED}, (err.code(), err.details())
+        assert err.code() in {
+            grpc.StatusCode.INVALID_ARGUMENT,
+            grpc.StatusCode.FAILED_PRECONDITION,
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+        }, (err.code(), err.details())
 
 
 def test_the_server_still_serves_after_hostile_calls() -> None:
     """Self-contained (its own server and its own hostile calls), so it holds in any test order."""
     with running() as r:
         raw = r.channel.unary_unary("/placement.v1.PlacementService/Place")
-        for k in range(0, len(_BASE_BYTES), max(len(_BASE_BYTES) // 40, 1)):  # every truncation step of a request
+        for k in range(
+            0, len(_BASE_BYTES), max(len(_BASE_BYTES) // 40, 1)
+        ):  # every truncation step of a request
             with contextlib.suppress(grpc.RpcError):
                 raw(_BASE_BYTES[:k] + b"\xff" * (k % 7), timeout=20)
-        assert r.health.Check(health_pb2.HealthCheckRequest(), timeout=5).status == \
-            health_pb2.HealthCheckResponse.SERVING
+        assert (
+            r.health.Check(health_pb2.HealthCheckRequest(), timeout=5).status
+            == health_pb2.HealthCheckResponse.SERVING
+        )
         assert len(r.stub.Place(example_request(), timeout=30).result.mapping) == 32

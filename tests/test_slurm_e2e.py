@@ -59,8 +59,15 @@ class Cluster:
     nodes: list[str]
 
     def run(self, *argv: str, timeout: float = 60, check: bool = True) -> subprocess.CompletedProcess[str]:
-        done = subprocess.run(list(argv), env=self.env, cwd=self.dir, capture_output=True, text=True,
-                              timeout=timeout, check=False)
+        done = subprocess.run(
+            list(argv),
+            env=self.env,
+            cwd=self.dir,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
         if check and done.returncode != 0:
             raise AssertionError(f"{' '.join(argv)} -> exit {done.returncode}\n{done.stdout}\n{done.stderr}")
         return done
@@ -97,29 +104,54 @@ class Cluster:
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     if not SLURM_SH.is_file():
         pytest.fail(f"{SLURM_SH} is missing")
-    missing = [c for c in ("slurmctld", "slurmd", "sbatch", "srun", "scontrol", "squeue", "munged")
-               if shutil.which(c) is None]
+    missing = [
+        c
+        for c in ("slurmctld", "slurmd", "sbatch", "srun", "scontrol", "squeue", "munged")
+        if shutil.which(c) is None
+    ]
     if missing:
-        _unavailable(f"Slurm is not installed ({', '.join(missing)} not on PATH); `.ci/slurm.sh install` as root "
-                     "installs Debian's slurmctld slurmd slurm-client munge")
+        _unavailable(
+            f"Slurm is not installed ({', '.join(missing)} not on PATH); `.ci/slurm.sh install` as root "
+            "installs Debian's slurmctld slurmd slurm-client munge"
+        )
     if os.geteuid() != 0:
         _unavailable("the local Slurm runs its daemons (and network namespaces) as root; this is not root")
     base = tmp_path_factory.mktemp("slurm")
     tag = os.getpid() % 100000
-    env = dict(os.environ, PYTHONPATH=str(ROOT), PLC_SLURM_PORT=str(_free_port_pair()),
-               PLC_SLURM_PREFIX=f"pt{tag}", PLC_SLURM_NET=f"10.{200 + tag % 50}.{tag % 250}")
-    start = subprocess.run([str(SLURM_SH), "start", str(base), str(NODES)], env=env, capture_output=True,
-                           text=True, timeout=300, check=False)
+    env = dict(
+        os.environ,
+        PYTHONPATH=str(ROOT),
+        PLC_SLURM_PORT=str(_free_port_pair()),
+        PLC_SLURM_PREFIX=f"pt{tag}",
+        PLC_SLURM_NET=f"10.{200 + tag % 50}.{tag % 250}",
+    )
+    start = subprocess.run(
+        [str(SLURM_SH), "start", str(base), str(NODES)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     try:
         assert start.returncode == 0, f".ci/slurm.sh start failed:\n{start.stdout}\n{start.stderr}"
         env["SLURM_CONF"] = str(base / "slurm.conf")
         mode, *names = (base / "nodes").read_text().split()
         yield Cluster(base, env, mode, names)
     finally:
-        pids = [int(line.split()[1]) for line in (base / "pids").read_text().splitlines()] \
-            if (base / "pids").is_file() else []
-        stop = subprocess.run([str(SLURM_SH), "stop", str(base)], env=env, capture_output=True, text=True,
-                              timeout=180, check=False)
+        pids = (
+            [int(line.split()[1]) for line in (base / "pids").read_text().splitlines()]
+            if (base / "pids").is_file()
+            else []
+        )
+        stop = subprocess.run(
+            [str(SLURM_SH), "stop", str(base)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=180,
+            check=False,
+        )
         alive = [p for p in pids if _alive(p)]
         assert stop.returncode == 0 and not alive, f"stop left {alive} running:\n{stop.stderr}"
 
@@ -148,8 +180,10 @@ def _occupy(c: Cluster, node: str, first: int, keep: int) -> str:
     return busy
 
 
-PROBE = ("import os, socket; e = os.environ; print('RANK', e['SLURM_PROCID'], e['SLURMD_NODENAME'], "
-         "socket.gethostname().split('.')[0], e['CUDA_VISIBLE_DEVICES'], e['LOCAL_RANK'], e['PLACEMENT_DEVICE'], flush=True)")
+PROBE = (
+    "import os, socket; e = os.environ; print('RANK', e['SLURM_PROCID'], e['SLURMD_NODENAME'], "
+    "socket.gethostname().split('.')[0], e['CUDA_VISIBLE_DEVICES'], e['LOCAL_RANK'], e['PLACEMENT_DEVICE'], flush=True)"
+)
 
 
 @dataclass
@@ -172,21 +206,35 @@ def busy(cluster: Cluster) -> tuple[dict[str, str], dict[str, frozenset[int]]]:
     return jobs, expected
 
 
-def _import_and_place(c: Cluster, busy: tuple[dict[str, str], dict[str, frozenset[int]]], name: str) -> Placed:
+def _import_and_place(
+    c: Cluster, busy: tuple[dict[str, str], dict[str, frozenset[int]]], name: str
+) -> Placed:
     busy_jobs, expected_busy = busy
     work = c.dir / name
     work.mkdir()
     # 1. live cluster and state, from the running Slurm
     cluster_yaml, state_yaml = work / "cluster.yaml", work / "state.yaml"
-    c.placement("import", "slurm-live", "--levels", "leaf,spine", "--out", str(cluster_yaml),
-                "--state-out", str(state_yaml), "--save", str(work / "saved"))
+    c.placement(
+        "import",
+        "slurm-live",
+        "--levels",
+        "leaf,spine",
+        "--out",
+        str(cluster_yaml),
+        "--state-out",
+        str(state_yaml),
+        "--save",
+        str(work / "saved"),
+    )
     doc = yaml.safe_load(cluster_yaml.read_text())
     assert [h["name"] for h in doc["hosts"]] == c.nodes
     assert [lv["name"] for lv in doc["levels"]][:3] == ["node", "leaf", "spine"]
     state = yaml.safe_load(state_yaml.read_text())
     occupied = {o["job"]: sorted(o["devices"]) for o in state["occupied"]}
-    assert occupied == {f"slurm-{busy_jobs[node]}": sorted(f"{node}/gpu{k}" for k in expected_busy[node])
-                        for node in busy_jobs}
+    assert occupied == {
+        f"slurm-{busy_jobs[node]}": sorted(f"{node}/gpu{k}" for k in expected_busy[node])
+        for node in busy_jobs
+    }
     assert "failed" not in state
 
     # 2. place a job on more GPUs than one node has free
@@ -194,14 +242,36 @@ def _import_and_place(c: Cluster, busy: tuple[dict[str, str], dict[str, frozense
     ranks = 10 if len(c.nodes) > 1 else 6
     assert ranks <= free
     job_yaml = work / "job.yaml"
-    job_yaml.write_text(yaml.safe_dump({
-        "name": name, "device_kind": "H100", "parallel": {"tp": 2, "dp": ranks // 2},
-        "model": {"parameters": 1.0e9, "hidden": 2048, "layers": 8, "seq_len": 2048, "micro_batch": 1,
-                  "micro_batches": 4, "bytes_per_element": 2},
-    }))
+    job_yaml.write_text(
+        yaml.safe_dump(
+            {
+                "name": name,
+                "device_kind": "H100",
+                "parallel": {"tp": 2, "dp": ranks // 2},
+                "model": {
+                    "parameters": 1.0e9,
+                    "hidden": 2048,
+                    "layers": 8,
+                    "seq_len": 2048,
+                    "micro_batch": 1,
+                    "micro_batches": 4,
+                    "bytes_per_element": 2,
+                },
+            }
+        )
+    )
     result = work / "result.json"
-    c.placement("place", str(cluster_yaml), str(job_yaml), "--state", str(state_yaml), "--out", str(result),
-                "--time-limit", "5")
+    c.placement(
+        "place",
+        str(cluster_yaml),
+        str(job_yaml),
+        "--state",
+        str(state_yaml),
+        "--out",
+        str(result),
+        "--time-limit",
+        "5",
+    )
     mapping = json.loads(result.read_text())["result"]["mapping"]
     assert [m["rank"] for m in mapping] == list(range(ranks))
     seats = [(m["host"], int(m["device"].rpartition("/gpu")[2])) for m in mapping]
@@ -234,15 +304,18 @@ def _check_ranks(lines: list[str], p: Placed) -> None:
     for rank_s, nodename, hostname, cvd, local_rank, device in rows:
         rank = int(rank_s)
         host, index = p.seats[rank]
-        assert (nodename, hostname) == (host, host), f"rank {rank} ran on {nodename}/{hostname}, placed on {host}"
+        assert (nodename, hostname) == (host, host), (
+            f"rank {rank} ran on {nodename}/{hostname}, placed on {host}"
+        )
         assert cvd == str(index), f"rank {rank}: CUDA_VISIBLE_DEVICES={cvd}, placed on GPU {index}"
         assert local_rank == "0" and device == f"{host}/gpu{index}"
         seen[rank] = (host, index)
     assert sorted(seen) == list(range(len(p.seats)))
 
 
-def test_import_place_and_run_with_hostfile_and_bind(cluster: Cluster, busy: tuple[dict[str, str],
-                                                     dict[str, frozenset[int]]]) -> None:
+def test_import_place_and_run_with_hostfile_and_bind(
+    cluster: Cluster, busy: tuple[dict[str, str], dict[str, frozenset[int]]]
+) -> None:
     c = cluster
     p = _import_and_place(c, busy, "hostfile")
     # 3. the launch file: SLURM_HOSTFILE (line i = host of rank i)
@@ -255,19 +328,29 @@ def test_import_place_and_run_with_hostfile_and_bind(cluster: Cluster, busy: tup
     per_node = {h: sum(1 for x, _ in p.seats if x == h) for h in c.nodes}
     used_nodes = [h for h in c.nodes if per_node[h]]
     script = p.work / "job.sh"
-    script.write_text("\n".join([
-        "#!/bin/bash",
-        "set -euo pipefail",
-        f"export SLURM_HOSTFILE={hostfile}",
-        f"export PLACEMENT_FILE={p.result}",
-        'scontrol -d show job "$SLURM_JOB_ID" | grep -o "Nodes=[^ ]* CPU_IDs=.*GRES=[^ ]*" | sed "s/^/ALLOC /"',
-        f"srun --ntasks={len(p.seats)} --distribution=arbitrary {sys.executable} -m placement.cli bind -- "
-        f"{sys.executable} -c \"{PROBE}\"",
-        "",
-    ]))
-    lines = _run_job(c, p.work / "job.out", f"--nodes={len(used_nodes)}", f"--nodelist={','.join(used_nodes)}",
-                     f"--ntasks-per-node={max(per_node.values())}",
-                     f"--gres=gpu:{min(8 - len(p.busy[h]) for h in used_nodes)}", str(script))
+    script.write_text(
+        "\n".join(
+            [
+                "#!/bin/bash",
+                "set -euo pipefail",
+                f"export SLURM_HOSTFILE={hostfile}",
+                f"export PLACEMENT_FILE={p.result}",
+                'scontrol -d show job "$SLURM_JOB_ID" | grep -o "Nodes=[^ ]* CPU_IDs=.*GRES=[^ ]*" | sed "s/^/ALLOC /"',
+                f"srun --ntasks={len(p.seats)} --distribution=arbitrary {sys.executable} -m placement.cli bind -- "
+                f'{sys.executable} -c "{PROBE}"',
+                "",
+            ]
+        )
+    )
+    lines = _run_job(
+        c,
+        p.work / "job.out",
+        f"--nodes={len(used_nodes)}",
+        f"--nodelist={','.join(used_nodes)}",
+        f"--ntasks-per-node={max(per_node.values())}",
+        f"--gres=gpu:{min(8 - len(p.busy[h]) for h in used_nodes)}",
+        str(script),
+    )
     _check_ranks(lines, p)
 
     # Slurm's allocation for the job held every GPU a rank used (none of the sleeping jobs' GPUs)
@@ -280,13 +363,16 @@ def test_import_place_and_run_with_hostfile_and_bind(cluster: Cluster, busy: tup
             for name in expand_hostlist(m.group(1)):
                 alloc[name] = idx
     for host, index in p.seats:
-        assert index in alloc.get(host, frozenset()), f"{host}/gpu{index} is not in the job's allocation {alloc}"
+        assert index in alloc.get(host, frozenset()), (
+            f"{host}/gpu{index} is not in the job's allocation {alloc}"
+        )
     # the sleeping jobs still run: nothing was taken from them
     assert all(c.job_state(j) == "RUNNING" for j in p.busy_jobs.values())
 
 
-def test_exported_slurm_script_runs_as_is(cluster: Cluster, busy: tuple[dict[str, str],
-                                                                  dict[str, frozenset[int]]]) -> None:
+def test_exported_slurm_script_runs_as_is(
+    cluster: Cluster, busy: tuple[dict[str, str], dict[str, frozenset[int]]]
+) -> None:
     """`placement export --format slurm` writes a script for `sbatch SCRIPT CMD...`; run it unchanged."""
     c = cluster
     p = _import_and_place(c, busy, "script")

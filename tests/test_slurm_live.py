@@ -45,29 +45,40 @@ def text(name: str) -> str:
 # ---- syntax -------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("spec", "expected"), [
-    ("gpu:h100:8", [GresEntry("gpu", "h100", 8, None)]),
-    ("gpu:8(S:0-1)", [GresEntry("gpu", None, 8, None)]),
-    ("gpu:h100:3(IDX:0-2)", [GresEntry("gpu", "h100", 3, frozenset({0, 1, 2}))]),
-    ("gpu:(null):2(IDX:0,3)", [GresEntry("gpu", None, 2, frozenset({0, 3}))]),
-    ("gpu:(null):0(IDX:N/A)", [GresEntry("gpu", None, 0, frozenset())]),
-    ("gpu:4(IDX:0-1,4-5),nic:mlx5:1", [GresEntry("gpu", None, 4, frozenset({0, 1, 4, 5})),
-                                       GresEntry("nic", "mlx5", 1, None)]),
-    ("gpu:a100:4(S:0),gpu:a100:4(S:1)", [GresEntry("gpu", "a100", 4, None), GresEntry("gpu", "a100", 4, None)]),
-    ("gpu:h100(CNT:3)", [GresEntry("gpu", "h100", 3, None)]),
-    ("gpu:1", [GresEntry("gpu", None, 1, None)]),
-    ("(null)", []),
-    ("", []),
-])
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        ("gpu:h100:8", [GresEntry("gpu", "h100", 8, None)]),
+        ("gpu:8(S:0-1)", [GresEntry("gpu", None, 8, None)]),
+        ("gpu:h100:3(IDX:0-2)", [GresEntry("gpu", "h100", 3, frozenset({0, 1, 2}))]),
+        ("gpu:(null):2(IDX:0,3)", [GresEntry("gpu", None, 2, frozenset({0, 3}))]),
+        ("gpu:(null):0(IDX:N/A)", [GresEntry("gpu", None, 0, frozenset())]),
+        (
+            "gpu:4(IDX:0-1,4-5),nic:mlx5:1",
+            [GresEntry("gpu", None, 4, frozenset({0, 1, 4, 5})), GresEntry("nic", "mlx5", 1, None)],
+        ),
+        (
+            "gpu:a100:4(S:0),gpu:a100:4(S:1)",
+            [GresEntry("gpu", "a100", 4, None), GresEntry("gpu", "a100", 4, None)],
+        ),
+        ("gpu:h100(CNT:3)", [GresEntry("gpu", "h100", 3, None)]),
+        ("gpu:1", [GresEntry("gpu", None, 1, None)]),
+        ("(null)", []),
+        ("", []),
+    ],
+)
 def test_gres_strings_as_slurm_writes_them(spec: str, expected: list[GresEntry]) -> None:
     assert list(parse_gres(spec)) == expected
 
 
-@pytest.mark.parametrize(("spec", "words"), [
-    ("gpu:3(IDX:2-0)", "IDX:2-0"),
-    ("gpu:3(IDX:a)", "IDX:a"),
-    ("gpu:3(FOO:1)", "unknown detail"),
-])
+@pytest.mark.parametrize(
+    ("spec", "words"),
+    [
+        ("gpu:3(IDX:2-0)", "IDX:2-0"),
+        ("gpu:3(IDX:a)", "IDX:a"),
+        ("gpu:3(FOO:1)", "unknown detail"),
+    ],
+)
 def test_bad_gres_names_the_string(spec: str, words: str) -> None:
     with pytest.raises(InputError) as e:
         parse_gres(spec, source="nodes.txt", path="line 7 GresUsed")
@@ -89,8 +100,13 @@ def test_real_2205_text_and_sinfo_json_agree() -> None:
     from_json = parse_nodes(text("local-2205-sinfo-drain.json"))
     assert [n.name for n in from_text] == ["plc-n1", "plc-n2"]
     for a, b in zip(from_text, from_json, strict=True):
-        assert (a.name, a.states, a.gres, a.gres_used, a.partitions) == (b.name, b.states, b.gres, b.gres_used,
-                                                                          b.partitions)
+        assert (a.name, a.states, a.gres, a.gres_used, a.partitions) == (
+            b.name,
+            b.states,
+            b.gres,
+            b.gres_used,
+            b.partitions,
+        )
     assert from_text[1].states == ("MIXED", "DRAIN")
     assert from_text[0].gres_used == (GresEntry("gpu", "h100", 3, frozenset({0, 1, 2})),)
     assert from_text[1].reason.startswith("fixture capture")
@@ -166,8 +182,9 @@ def test_real_2205_state_names_jobs_and_fails_the_drained_node() -> None:
 
 
 def test_newer_json_state() -> None:
-    cluster, state, warnings = build_live(parse_nodes(text("dp0044-nodes.json")),
-                                          parse_jobs(text("dp0044-squeue.json")), None)
+    cluster, state, warnings = build_live(
+        parse_nodes(text("dp0044-nodes.json")), parse_jobs(text("dp0044-squeue.json")), None
+    )
     assert [h["name"] for h in cluster["hosts"]] == ["gpu01", "gpu02", "gpu03", "gpu04"]  # login1: no GPUs
     assert cluster["hosts"][0]["devices"] == 8 and cluster["hosts"][0]["kind"] == "A100"
     occupied = {o["job"]: o["devices"] for o in state["occupied"]}
@@ -194,8 +211,9 @@ def test_busy_gpus_without_indices_are_assumed_lowest_and_said() -> None:
 
 
 def test_a_job_s_indices_win_over_an_assumption() -> None:
-    jobs = parse_jobs('{"jobs": [{"job_id": 9, "job_state": "RUNNING", "nodes": "dgx2", '
-                      '"gres_detail": ["gpu:1(IDX:6)"]}]}')
+    jobs = parse_jobs(
+        '{"jobs": [{"job_id": 9, "job_state": "RUNNING", "nodes": "dgx2", "gres_detail": ["gpu:1(IDX:6)"]}]}'
+    )
     _, state, warnings = build_live(parse_nodes(text("untyped-2205-nodes.txt")), jobs, None)
     occupied = {o["job"]: o["devices"] for o in state["occupied"]}
     assert occupied["slurm-9"] == ["dgx2/gpu6"]
@@ -205,8 +223,9 @@ def test_a_job_s_indices_win_over_an_assumption() -> None:
 
 def test_nodes_outside_the_topology_are_left_out_with_a_warning() -> None:
     topo = topology_from_scontrol("SwitchName=leaf1 Level=0 LinkSpeed=1 Nodes=plc-n1\n", "topo")
-    cluster, state, warnings = build_live(parse_nodes(text("local-2205-nodes.txt")),
-                                          parse_jobs(text("local-2205-squeue.json")), topo)
+    cluster, state, warnings = build_live(
+        parse_nodes(text("local-2205-nodes.txt")), parse_jobs(text("local-2205-squeue.json")), topo
+    )
     assert [h["name"] for h in cluster["hosts"]] == ["plc-n1"]
     assert all(d.startswith("plc-n1/") for o in state["occupied"] for d in o["devices"])
     assert any("not in the topology" in w and "plc-n2" in w for w in warnings)
@@ -225,25 +244,42 @@ def test_partition_filter_and_empty_result() -> None:
 
 def test_cli_saved_outputs_then_place_avoids_busy_and_failed(tmp_path: Path) -> None:
     cluster, state = tmp_path / "cluster.yaml", tmp_path / "state.yaml"
-    r = run("--nodes", LIVE / "local-2205-nodes.txt", "--jobs", LIVE / "local-2205-squeue.json",
-            "--topology-file", LIVE / "local-2205-topology.txt", "--levels", "leaf,spine",
-            "--tier", "leaf=50:5", "--out", cluster, "--state-out", state)
+    r = run(
+        "--nodes",
+        LIVE / "local-2205-nodes.txt",
+        "--jobs",
+        LIVE / "local-2205-squeue.json",
+        "--topology-file",
+        LIVE / "local-2205-topology.txt",
+        "--levels",
+        "leaf,spine",
+        "--tier",
+        "leaf=50:5",
+        "--out",
+        cluster,
+        "--state-out",
+        state,
+    )
     assert r.exit_code == 0, r.output
     doc = yaml.safe_load(cluster.read_text())
     assert [lv["name"] for lv in doc["levels"]] == ["node", "leaf", "spine"]
     assert doc["levels"][1]["bandwidth_gbps"] == 50.0
     assert "2 node(s), 16 GPU(s): 5 occupied by 2 job(s), 0 node(s) failed" in " ".join(r.output.split())
     job = tmp_path / "job.yaml"
-    job.write_text(textwrap.dedent("""\
+    job.write_text(
+        textwrap.dedent("""\
         name: small
         device_kind: H100
         parallel: {tp: 4, dp: 2}
         model: {parameters: 1.0e9, hidden: 2048, layers: 8, seq_len: 2048, micro_batch: 1, micro_batches: 4,
                 bytes_per_element: 2}
-        """))
+        """)
+    )
     result = tmp_path / "result.json"
-    placed = CliRunner().invoke(app, ["place", str(cluster), str(job), "--state", str(state), "--out", str(result),
-                                      "--time-limit", "2"])
+    placed = CliRunner().invoke(
+        app,
+        ["place", str(cluster), str(job), "--state", str(state), "--out", str(result), "--time-limit", "2"],
+    )
     assert placed.exit_code == 0, placed.output
     devices = [m["device"] for m in json.loads(result.read_text())["result"]["mapping"]]
     busy = {d for o in yaml.safe_load(state.read_text())["occupied"] for d in o["devices"]}
@@ -261,19 +297,38 @@ def test_cli_block_topology_and_flat_default(tmp_path: Path) -> None:
 
 def test_cli_reads_topology_conf_and_yaml_with_the_existing_importer(tmp_path: Path) -> None:
     conf = tmp_path / "topology.conf"
-    conf.write_text("SwitchName=s1 Nodes=gpu[01-02]\nSwitchName=s2 Nodes=gpu[03-04]\nSwitchName=top Switches=s[1-2]\n")
+    conf.write_text(
+        "SwitchName=s1 Nodes=gpu[01-02]\nSwitchName=s2 Nodes=gpu[03-04]\nSwitchName=top Switches=s[1-2]\n"
+    )
     r = run("--nodes", LIVE / "dp0044-nodes.json", "--topology-file", conf, "--levels", "leaf,spine")
     assert r.exit_code == 0, r.output
     doc = yaml.safe_load(r.stdout.split("---\n")[0])
-    assert {h["name"]: h["domains"]["leaf"] for h in doc["hosts"]} == {"gpu01": "s1", "gpu02": "s1", "gpu03": "s2",
-                                                                      "gpu04": "s2"}
+    assert {h["name"]: h["domains"]["leaf"] for h in doc["hosts"]} == {
+        "gpu01": "s1",
+        "gpu02": "s1",
+        "gpu03": "s2",
+        "gpu04": "s2",
+    }
 
 
 def test_cli_topology_yaml_picks_an_entry(tmp_path: Path) -> None:
     topo = shared_file("topologies/slurm/topology.yaml.example__slurm_man5.yaml")
     nodes = tmp_path / "nodes.json"
-    nodes.write_text(json.dumps({"nodes": [{"name": f"node{i:02d}", "state": ["IDLE"], "gres": "gpu:h100:8",
-                                            "gres_used": "gpu:h100:0(IDX:N/A)"} for i in range(1, 17)]}))
+    nodes.write_text(
+        json.dumps(
+            {
+                "nodes": [
+                    {
+                        "name": f"node{i:02d}",
+                        "state": ["IDLE"],
+                        "gres": "gpu:h100:8",
+                        "gres_used": "gpu:h100:0(IDX:N/A)",
+                    }
+                    for i in range(1, 17)
+                ]
+            }
+        )
+    )
     r = run("--nodes", nodes, "--topology-file", topo, "--topology", "topo2")
     assert r.exit_code == 0, r.output
     doc = yaml.safe_load(r.stdout.split("---\n")[0])
@@ -281,7 +336,9 @@ def test_cli_topology_yaml_picks_an_entry(tmp_path: Path) -> None:
     assert len(doc["hosts"]) == 16 and doc["hosts"][4]["domains"]["block"] == "b2"
     r = run("--nodes", nodes, "--topology-file", topo)  # cluster_default: topo1, a tree over node[01-04]
     assert r.exit_code == 0, r.output
-    assert [h["name"] for h in yaml.safe_load(r.stdout.split("---\n")[0])["hosts"]] == [f"node0{i}" for i in range(1, 5)]
+    assert [h["name"] for h in yaml.safe_load(r.stdout.split("---\n")[0])["hosts"]] == [
+        f"node0{i}" for i in range(1, 5)
+    ]
     assert "12 GPU node(s) are not in the topology and are left out" in " ".join(r.output.split())
 
 
@@ -305,9 +362,11 @@ def test_another_format_is_refused_in_one_line_naming_its_importer() -> None:
     dump = shared_file("topologies/cluster_fabric/nvidia_topograph/tests/output/ibnetdiscover/example.out")
     with pytest.raises(InputError) as e:
         parse_nodes(dump.read_text(), "fabric.out")
-    assert e.value.render() == ("fabric.out: this is an `ibnetdiscover` InfiniBand fabric dump, not `scontrol -d show "
-                                "node` output (or its --json, or sinfo --json); use `placement import ibnetdiscover "
-                                "fabric.out`")
+    assert e.value.render() == (
+        "fabric.out: this is an `ibnetdiscover` InfiniBand fabric dump, not `scontrol -d show "
+        "node` output (or its --json, or sinfo --json); use `placement import ibnetdiscover "
+        "fabric.out`"
+    )
     r = run("--nodes", dump)
     lines = [x for x in r.output.splitlines() if x.strip()]
     assert r.exit_code == 2 and len(lines) == 1 and "placement import ibnetdiscover" in r.output, r.output
@@ -317,14 +376,23 @@ def test_another_format_is_refused_in_one_line_naming_its_importer() -> None:
         parse_nodes(conf.read_text(), str(conf))
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["--jobs", LIVE / "dp0044-squeue.json"], "--jobs needs --nodes"),
-    (["--nodes", LIVE / "block-topology.txt"], "`scontrol show topology` output), not `scontrol -d show node` "
-                                                "output; give it with --topology-file"),
-    (["--nodes", LIVE / "dp0044-squeue.json"], 'nodes: is missing'),
-    (["--nodes", LIVE / "dp0044-nodes.json", "--levels", "a,b"], "--levels renames the levels of a topology"),
-    (["--nodes", LIVE / "missing.txt"], "missing.txt"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--jobs", LIVE / "dp0044-squeue.json"], "--jobs needs --nodes"),
+        (
+            ["--nodes", LIVE / "block-topology.txt"],
+            "`scontrol show topology` output), not `scontrol -d show node` "
+            "output; give it with --topology-file",
+        ),
+        (["--nodes", LIVE / "dp0044-squeue.json"], "nodes: is missing"),
+        (
+            ["--nodes", LIVE / "dp0044-nodes.json", "--levels", "a,b"],
+            "--levels renames the levels of a topology",
+        ),
+        (["--nodes", LIVE / "missing.txt"], "missing.txt"),
+    ],
+)
 def test_cli_errors_are_messages(args: list[str | Path], message: str) -> None:
     r = run(*args)
     assert r.exit_code == 2, r.output
@@ -338,16 +406,18 @@ def _fake_slurm(bin_dir: Path, *, json_nodes: bool) -> None:
     no_json = "echo \"scontrol: unrecognized option '--json'\" >&2; exit 1"
     json_answer = f"cat {nodes}" if json_nodes else no_json
     topology = "true" if json_nodes else f"cat {LIVE / 'local-2205-topology.txt'}"
-    scontrol = "\n".join([
-        "#!/bin/sh",
-        'case "$*" in',
-        f'  "-d --json show node") {json_answer} ;;',
-        f'  "-d show node") cat {LIVE / "local-2205-nodes.txt"} ;;',
-        f'  "show topology") {topology} ;;',
-        '  *) echo "unexpected: $*" >&2; exit 9 ;;',
-        "esac",
-        "",
-    ])
+    scontrol = "\n".join(
+        [
+            "#!/bin/sh",
+            'case "$*" in',
+            f'  "-d --json show node") {json_answer} ;;',
+            f'  "-d show node") cat {LIVE / "local-2205-nodes.txt"} ;;',
+            f'  "show topology") {topology} ;;',
+            '  *) echo "unexpected: $*" >&2; exit 9 ;;',
+            "esac",
+            "",
+        ]
+    )
     for name, body in (("scontrol", scontrol), ("squeue", f"#!/bin/sh\ncat {squeue}\n")):
         path = bin_dir / name
         path.write_text(body)
@@ -355,20 +425,28 @@ def _fake_slurm(bin_dir: Path, *, json_nodes: bool) -> None:
 
 
 @pytest.mark.parametrize("json_nodes", [False, True])
-def test_cli_live_commands_fall_back_to_text_and_save_outputs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                             json_nodes: bool) -> None:
+def test_cli_live_commands_fall_back_to_text_and_save_outputs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, json_nodes: bool
+) -> None:
     _fake_slurm(tmp_path, json_nodes=json_nodes)
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
     saved = tmp_path / "saved"
     r = run("--save", saved, "--state-out", tmp_path / "state.yaml")
     assert r.exit_code == 0, r.output
     assert sorted(p.name for p in saved.iterdir()) == sorted(
-        ["nodes.json" if json_nodes else "nodes.txt", "squeue.json", "topology.txt"])
+        ["nodes.json" if json_nodes else "nodes.txt", "squeue.json", "topology.txt"]
+    )
     state = yaml.safe_load((tmp_path / "state.yaml").read_text())
     expected_jobs = {"slurm-4101", "slurm-4118_2"} if json_nodes else {"slurm-2", "slurm-3"}
     assert {o["job"] for o in state["occupied"]} == expected_jobs
-    again = run("--nodes", saved / ("nodes.json" if json_nodes else "nodes.txt"), "--jobs", saved / "squeue.json",
-                "--state-out", tmp_path / "again.yaml")
+    again = run(
+        "--nodes",
+        saved / ("nodes.json" if json_nodes else "nodes.txt"),
+        "--jobs",
+        saved / "squeue.json",
+        "--state-out",
+        tmp_path / "again.yaml",
+    )
     assert again.exit_code == 0, again.output
     assert yaml.safe_load((tmp_path / "again.yaml").read_text()) == state
 
@@ -378,4 +456,3 @@ def test_cli_without_slurm_says_what_to_do(tmp_path: Path, monkeypatch: pytest.M
     r = run()
     assert r.exit_code == 2
     assert "`scontrol` is not on PATH" in " ".join(r.output.split())
-

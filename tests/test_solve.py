@@ -53,7 +53,9 @@ def test_cpsat_matches_brute_force(occupied: tuple[int, ...], shape: tuple[int, 
     assert res.stats["surrogate_best"] == pytest.approx(best, rel=1e-9)
     assert res.lower_bound is not None and res.lower_bound <= best + 1e-12
     assert res.report.surrogate_seconds >= best - 1e-12
-    assert all(res.seconds is not None and res.seconds <= v + 1e-12 for v in res.baselines.values() if v is not None)
+    assert all(
+        res.seconds is not None and res.seconds <= v + 1e-12 for v in res.baselines.values() if v is not None
+    )
 
 
 def test_cpsat_beats_greedy_on_fragmented_cluster_and_reports_baselines() -> None:
@@ -76,7 +78,9 @@ def test_cpsat_beats_greedy_on_fragmented_cluster_and_reports_baselines() -> Non
     shape=st.sampled_from([(2, 1, 4), (4, 2, 2), (8, 1, 2), (1, 1, 8), (2, 2, 2)]),
     strategy=st.sampled_from(list(Strategy)),
 )
-def test_every_returned_mapping_is_valid(occ: float, mode: str, seed: int, shape: tuple[int, int, int], strategy: Strategy) -> None:
+def test_every_returned_mapping_is_valid(
+    occ: float, mode: str, seed: int, shape: tuple[int, int, int], strategy: Strategy
+) -> None:
     topo = fat_tree(256, nodes_per_leaf=4, leaves_per_spine=4)
     state = occupy(topo, occ, seed=seed, mode=mode)
     tp, pp, dp = shape
@@ -150,7 +154,9 @@ def test_spread_binds() -> None:
     assert plain.mapping is not None
     assert len({"pa" if d < 4 else "pb" for d in plain.mapping}) == 1  # cheapest: one leaf, one feed
     spread = _job()
-    spread = type(spread)(**{**spread.__dict__, "constraints": Constraints(spread=(SpreadRule("power", "dp", min_domains=2),))})
+    spread = type(spread)(
+        **{**spread.__dict__, "constraints": Constraints(spread=(SpreadRule("power", "dp", min_domains=2),))}
+    )
     res = place(topo, state, spread)
     assert res.mapping is not None and validate(topo, state, spread, res.mapping) == []
     assert len({"pa" if d < 4 else "pb" for d in res.mapping}) == 2
@@ -189,7 +195,9 @@ def test_kind_binds() -> None:
 
 def test_infeasible_tp_node_explained() -> None:
     topo = fat_tree(64, nodes_per_leaf=4, leaves_per_spine=2)  # 8 nodes
-    state = ClusterState(occupied={d: "x" for d in range(0, 64) if d % 8 == 0 and d >= 24})  # nodes 3..7 lose one GPU
+    state = ClusterState(
+        occupied={d: "x" for d in range(0, 64) if d % 8 == 0 and d >= 24}
+    )  # nodes 3..7 lose one GPU
     job = megatron_job("j", tp=8, pp=1, dp=4, require_tp_node=True)
     with pytest.raises(InfeasibleError) as ei:
         place(topo, state, job)
@@ -206,7 +214,9 @@ def test_infeasible_spread_explained() -> None:
         fault_domains={"power": {"pdu-a": frozenset(range(4)), "pdu-b": frozenset(range(4, 8))}},
     )
     base = _job()
-    job = type(base)(**{**base.__dict__, "constraints": Constraints(spread=(SpreadRule("power", "job", min_domains=2),))})
+    job = type(base)(
+        **{**base.__dict__, "constraints": Constraints(spread=(SpreadRule("power", "job", min_domains=2),))}
+    )
     with pytest.raises(InfeasibleError) as ei:
         place(topo, state, job)
     assert ei.value.reasons == ["spread over >= 2 power domains: the usable devices are in 1 (pdu-a (4))"]
@@ -241,10 +251,19 @@ def test_device_graph_with_groups_is_not_falsely_optimal() -> None:
     from placement.job import CollectiveKind, Group, Job
 
     close = {(0, 3), (1, 4), (2, 5)}  # three fast pairs; every other pair is 9x slower
-    dist = [[0.0 if i == j else (1.0 if (min(i, j), max(i, j)) in close else 9.0) for j in range(6)] for i in range(6)]
+    dist = [
+        [0.0 if i == j else (1.0 if (min(i, j), max(i, j)) in close else 9.0) for j in range(6)]
+        for i in range(6)
+    ]
     topo = topology_from_distances(dist)
-    job = Job("j", 4, groups=(Group("tp", CollectiveKind.ALL_REDUCE, (0, 1), 1e9, 1.0),
-                              Group("tp", CollectiveKind.ALL_REDUCE, (2, 3), 1e9, 1.0)))
+    job = Job(
+        "j",
+        4,
+        groups=(
+            Group("tp", CollectiveKind.ALL_REDUCE, (0, 1), 1e9, 1.0),
+            Group("tp", CollectiveKind.ALL_REDUCE, (2, 3), 1e9, 1.0),
+        ),
+    )
     best = brute_force(topo, ClusterState(), job)
     res = place(topo, ClusterState(), job, SolveOptions(time_limit_s=2))
     assert res.lower_bound is not None and res.lower_bound <= best + 1e-12
@@ -256,8 +275,11 @@ def test_bound_counts_rank_pairs_not_parallel_edges() -> None:
     from placement.solve.bound import lower_bound
     from placement.traffic import job_traffic
 
-    topo = Topology.build("t", [Level("node", Tier(100, 1)), Level("leaf", Tier(10, 5))],
-                          [HostSpec("h0", {"leaf": "l"}, NodeType("a", 2)), HostSpec("h1", {"leaf": "l"}, NodeType("b", 1))])
+    topo = Topology.build(
+        "t",
+        [Level("node", Tier(100, 1)), Level("leaf", Tier(10, 5))],
+        [HostSpec("h0", {"leaf": "l"}, NodeType("a", 2)), HostSpec("h1", {"leaf": "l"}, NodeType("b", 1))],
+    )
     job = Job("j", 2, edges=(Edge("pp", 0, 1, 1e9), Edge("pp", 1, 0, 1e9)))
     best = brute_force(topo, ClusterState(), job)
     assert lower_bound(topo, ClusterState(), job_traffic(job), [0, 1, 2]) <= best + 1e-12
@@ -269,10 +291,14 @@ def test_bound_takes_the_lowest_latency_of_the_node_level() -> None:
     from placement.traffic import job_traffic
 
     nt = NodeType("m", 2, "gpu", (("X", "NV4"), ("NV4", "X")))  # NV4: 100 GB/s at 1 us, the node tier 5 us
-    topo = Topology.build("t", [Level("node", Tier(100, 5)), Level("leaf", Tier(10, 5))],
-                          [HostSpec("h0", {"leaf": "l"}, nt)])
+    topo = Topology.build(
+        "t", [Level("node", Tier(100, 5)), Level("leaf", Tier(10, 5))], [HostSpec("h0", {"leaf": "l"}, nt)]
+    )
     job = Job("j", 2, edges=(Edge("pp", 0, 1, 1e3, 1000.0),))
-    assert lower_bound(topo, ClusterState(), job_traffic(job), [0, 1]) <= brute_force(topo, ClusterState(), job) + 1e-12
+    assert (
+        lower_bound(topo, ClusterState(), job_traffic(job), [0, 1])
+        <= brute_force(topo, ClusterState(), job) + 1e-12
+    )
 
 
 def test_unknown_names_in_constraints_are_input_errors() -> None:
@@ -280,8 +306,11 @@ def test_unknown_names_in_constraints_are_input_errors() -> None:
 
     topo = small_cluster()
     base = _job()
-    for cons in (Constraints(require={"tp": "rack"}), Constraints(spread=(SpreadRule("power", "job", min_domains=2),)),
-                 Constraints(spread=(SpreadRule("leaf", "ep", min_domains=2),))):
+    for cons in (
+        Constraints(require={"tp": "rack"}),
+        Constraints(spread=(SpreadRule("power", "job", min_domains=2),)),
+        Constraints(spread=(SpreadRule("leaf", "ep", min_domains=2),)),
+    ):
         job = type(base)(**{**base.__dict__, "constraints": cons})
         with pytest.raises(PlacementError) as ei:
             place(topo, ClusterState(), job)
@@ -291,7 +320,9 @@ def test_unknown_names_in_constraints_are_input_errors() -> None:
 def test_spread_wider_than_the_scope_is_explained() -> None:
     topo = small_cluster()
     job = megatron_job("j", tp=2, pp=1, dp=1, hidden=1024, layers=4)
-    job = type(job)(**{**job.__dict__, "constraints": Constraints(spread=(SpreadRule("node", "job", min_domains=3),))})
+    job = type(job)(
+        **{**job.__dict__, "constraints": Constraints(spread=(SpreadRule("node", "job", min_domains=3),))}
+    )
     with pytest.raises(InfeasibleError) as ei:
         place(topo, ClusterState(), job)
     assert ei.value.reasons == ["spread over >= 3 node domains needs >= 3 ranks, but the job has 2"]

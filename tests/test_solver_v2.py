@@ -51,8 +51,9 @@ def _never_worse(res) -> None:  # type: ignore[no-untyped-def]
     form=st.sampled_from(["structured", "twin", "p2p"]),
     degraded=st.booleans(),
 )
-def test_never_worse_than_any_baseline_or_candidate(workers: int, occ: float, seed: int, shape: tuple[int, int, int],
-                                                    form: str, degraded: bool) -> None:
+def test_never_worse_than_any_baseline_or_candidate(
+    workers: int, occ: float, seed: int, shape: tuple[int, int, int], form: str, degraded: bool
+) -> None:
     topo = fat_tree(256, nodes_per_leaf=4, leaves_per_spine=4)
     state = occupy_mixed_random(topo, occ, seed=seed) if occ else ClusterState()
     if degraded:
@@ -68,7 +69,11 @@ def test_never_worse_than_any_baseline_or_candidate(workers: int, occ: float, se
         return
     assert res.mapping is not None and validate(topo, state, job, res.mapping) == []
     _never_worse(res)
-    assert res.lower_bound is None or res.report is None or res.lower_bound <= res.report.surrogate_seconds + 1e-9
+    assert (
+        res.lower_bound is None
+        or res.report is None
+        or res.lower_bound <= res.report.surrogate_seconds + 1e-9
+    )
 
 
 @pytest.mark.parametrize("workers", [1, 2])
@@ -113,7 +118,11 @@ def test_units_split_inside_a_leaf_when_too_few_hosts_hold_them_whole() -> None:
     topo = fat_tree(1024)
     state = occupy_mixed_random(topo, 0.6, seed=1)
     job = megatron_job("j", tp=8, pp=2, dp=16, hidden=5120, layers=40)
-    whole = sum(1 for h in range(len(topo.host_names)) if all(state.usable(d.index) for d in topo.devices if d.host_index == h))
+    whole = sum(
+        1
+        for h in range(len(topo.host_names))
+        if all(state.usable(d.index) for d in topo.devices if d.host_index == h)
+    )
     assert whole < job.ranks // 8
     res = place(topo, state, job, SolveOptions(time_limit_s=3))
     assert res.stats.get("units_split") == "leaf model"
@@ -127,7 +136,9 @@ def test_units_split_inside_a_leaf_when_too_few_hosts_hold_them_whole() -> None:
 def _small() -> Topology:
     nt = NodeType("t", 2, "H100")
     hs = [HostSpec(f"h{i}", {"leaf": f"l{i // 2}", "spine": "s"}, nt) for i in range(4)]
-    return Topology.build("small", [Level("node", Tier(400, 1)), Level("leaf", Tier(50, 5)), Level("spine", Tier(10, 10))], hs)
+    return Topology.build(
+        "small", [Level("node", Tier(400, 1)), Level("leaf", Tier(50, 5)), Level("spine", Tier(10, 10))], hs
+    )
 
 
 @pytest.mark.parametrize("occupied", [(), (0, 3), (1, 2, 5), (0, 2, 4)])
@@ -182,7 +193,9 @@ def test_deterministic_time_gives_the_same_answer() -> None:
 
 
 @settings(max_examples=30, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
-@given(occupied=st.sets(st.integers(0, 7), max_size=2), shape=st.sampled_from([(2, 2, 1), (2, 1, 2), (2, 2, 2)]))
+@given(
+    occupied=st.sets(st.integers(0, 7), max_size=2), shape=st.sampled_from([(2, 2, 1), (2, 1, 2), (2, 2, 2)])
+)
 def test_host_filling_unit_bound_is_valid_and_binds(occupied: set[int], shape: tuple[int, int, int]) -> None:
     """TP groups that fill a host (TP2 on 2-GPU hosts): PP edges and DP groups that cross TP groups can share a
     host only with split TP groups. The joint bound stays below brute force and is never below the per-label one."""
@@ -203,7 +216,9 @@ def test_host_filling_unit_bound_is_valid_and_binds(occupied: set[int], shape: t
     free = []
     for li in range(len(topo.levels)):
         col = topo.domain_column(li)
-        free.append(sorted((sum(1 for d in cands if col[d] == k) for k in set(col[d] for d in cands)), reverse=True))
+        free.append(
+            sorted((sum(1 for d in cands if col[d] == k) for k in set(col[d] for d in cands)), reverse=True)
+        )
     joint = _joint_bound(_populations(traffic, level_paths(topo, state), free, len(topo.levels)), free)
     assert 0 < joint <= best + 1e-12
     assert lower_bounds(topo, state, traffic, cands).value <= best + 1e-12

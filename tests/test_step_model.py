@@ -42,16 +42,28 @@ NODE100 = Tier(100.0, 1.0)  # a switch inside the host, 100 GB/s per device
 EDR = Tier(12.5, 5.0)  # a 100 Gb/s NIC
 
 
-def two_level(hosts: int, gpus: int, *, node: Tier = NODE100, leaf: Tier = EDR,
-              nics: int | None = None, nic_gbps: float | None = None, per_leaf: int | None = None,
-              spine: Tier | None = None, oversubscription: float = 1.0) -> Topology:
+def two_level(
+    hosts: int,
+    gpus: int,
+    *,
+    node: Tier = NODE100,
+    leaf: Tier = EDR,
+    nics: int | None = None,
+    nic_gbps: float | None = None,
+    per_leaf: int | None = None,
+    spine: Tier | None = None,
+    oversubscription: float = 1.0,
+) -> Topology:
     """`hosts` hosts of `gpus` switch-connected devices on one leaf (or `per_leaf` hosts per leaf under a spine)."""
     nt = NodeType("t", gpus, "gpu", nics=nics, nic_gbps=nic_gbps)
     if per_leaf is None:
-        return Topology.build("t", [Level("node", node), Level("leaf", leaf)],
-                              [HostSpec(f"h{h}", {}, nt) for h in range(hosts)])
+        return Topology.build(
+            "t", [Level("node", node), Level("leaf", leaf)], [HostSpec(f"h{h}", {}, nt) for h in range(hosts)]
+        )
     levels = [Level("node", node), Level("leaf", leaf, oversubscription), Level("spine", spine or leaf)]
-    return Topology.build("t", levels, [HostSpec(f"h{h}", {"leaf": f"l{h // per_leaf}"}, nt) for h in range(hosts)])
+    return Topology.build(
+        "t", levels, [HostSpec(f"h{h}", {"leaf": f"l{h // per_leaf}"}, nt) for h in range(hosts)]
+    )
 
 
 def one_group(n: int, size: float, count: float = 1.0) -> Job:
@@ -83,15 +95,22 @@ def test_dgx1_ring_packs_all_six_nvlinks_and_never_pays_sys() -> None:
     assert rep.phases[0].tier == "node:NV1" and rep.phases[0].algorithm == "ring"
     assert rep.step_seconds == approx(14 * 1e-6 + 2 * 7 / 8 * 1e9 / 150e9)
     # v1 priced the same group at its slowest pair (SYS, 10 GB/s)
-    assert surrogate_report(t, EMPTY, one_group(8, 1e9), list(range(8))).by_tier == {"node:SYS": pytest.approx(
-        14 * 4e-6 + 2 * 7 / 8 * 1e9 / 10e9)}
+    assert surrogate_report(t, EMPTY, one_group(8, 1e9), list(range(8))).by_tier == {
+        "node:SYS": pytest.approx(14 * 4e-6 + 2 * 7 / 8 * 1e9 / 10e9)
+    }
 
 
 def test_nvswitch_codes_are_device_bandwidth_not_links_per_pair() -> None:
     tiers = Fabric(dgx1_node(1), EMPTY).tiers_key
-    h100 = tuple(tuple("X" if i == j else "NV18" for j in range(8)) for i in range(8))  # HGX H100 through NVSwitch
-    v100x4 = tuple(tuple("X" if i == j else "NV2" for j in range(4)) for i in range(4))  # direct links, 6 per GPU
-    assert nvswitch(h100) and not nvswitch(v100x4) and not nvswitch(tuple(tuple(r.split()) for r in DGX1_MATRIX))
+    h100 = tuple(
+        tuple("X" if i == j else "NV18" for j in range(8)) for i in range(8)
+    )  # HGX H100 through NVSwitch
+    v100x4 = tuple(
+        tuple("X" if i == j else "NV2" for j in range(4)) for i in range(4)
+    )  # direct links, 6 per GPU
+    assert (
+        nvswitch(h100) and not nvswitch(v100x4) and not nvswitch(tuple(tuple(r.split()) for r in DGX1_MATRIX))
+    )
     assert matrix_ring(h100, tiers, tuple(range(8)))[0] == 18 * 25.0  # one ring at one device's bandwidth
     # 4 fully linked GPUs: two opposite Hamiltonian rings of 50 GB/s (K4 has no third one)
     assert matrix_ring(v100x4, tiers, (0, 1, 2, 3))[0] == 100.0
@@ -135,14 +154,18 @@ def test_tree_channels_cap_volta_at_nccls_per_channel_bandwidth() -> None:
     # V100 hosts, one NIC each: one tree channel of at most 18.5 bus GB/s on 2 hosts (NCCL perChMaxTreeBws), so the
     # tree's algorithm bandwidth is 9.25 GB/s, below what the NIC allows; the tree still beats the ring's 1.875 S
     nt = NodeType("v", 8, "V100", nics=1)
-    t = Topology.build("v", [Level("node", NODE100), Level("leaf", EDR)], [HostSpec(f"h{h}", {}, nt) for h in range(2)])
+    t = Topology.build(
+        "v", [Level("node", NODE100), Level("leaf", EDR)], [HostSpec(f"h{h}", {}, nt) for h in range(2)]
+    )
     S = 1e9
     rep = evaluate(t, EMPTY, one_group(16, S), list(range(16)))
     assert rep.phases[0].algorithm == "tree" and rep.phases[0].tier == "leaf"  # one channel per NIC binds
     assert rep.step_seconds == approx(S / 9.25e9 + 2 * (5e-6 + 7e-6))
     # with 4 NICs a host feeds 4 channels: the NIC binds again
     nt4 = NodeType("v", 8, "V100", nics=4)
-    t4 = Topology.build("v", [Level("node", NODE100), Level("leaf", EDR)], [HostSpec(f"h{h}", {}, nt4) for h in range(2)])
+    t4 = Topology.build(
+        "v", [Level("node", NODE100), Level("leaf", EDR)], [HostSpec(f"h{h}", {}, nt4) for h in range(2)]
+    )
     rep4 = evaluate(t4, EMPTY, one_group(16, S), list(range(16)))
     assert rep4.step_seconds == approx(max(S / (0.92 * 50e9), 2 * S / (0.92 * 100e9), S / 37e9) + 24e-6)
 
@@ -153,7 +176,9 @@ def test_tree_for_latency_bound_sizes() -> None:
     large = evaluate(t, EMPTY, one_group(16, 1e9), list(range(16)))
     # 8 bytes: 2 ceil(log2 16) = 8 tree steps of 10 us against 30 ring steps
     assert small.phases[0].algorithm == "tree"
-    assert small.step_seconds == approx(8 * 10e-6 + 2 * 8.0 / (0.92 * 12.5e9))  # 16 hosts: 2 S out of each, at 92%
+    assert small.step_seconds == approx(
+        8 * 10e-6 + 2 * 8.0 / (0.92 * 12.5e9)
+    )  # 16 hosts: 2 S out of each, at 92%
     assert large.phases[0].algorithm == "ring"
     assert large.step_seconds == approx(30 * 10e-6 + 2 * 15 / 16 * 1e9 / 12.5e9)
 
@@ -203,7 +228,9 @@ def test_degraded_device_and_uplink_divide_bandwidth() -> None:
     assert base == approx(5e-6 + 1e9 / 12.5e9)
     slow_dev = evaluate(t, ClusterState(device_slowdown={8: 2.0}), job, list(range(16))).step_seconds
     assert slow_dev == approx(5e-6 + 2 * 1e9 / 12.5e9)
-    slow_nic = evaluate(t, ClusterState(uplink_slowdown={Uplink(0, 0): 4.0}), job, list(range(16))).step_seconds
+    slow_nic = evaluate(
+        t, ClusterState(uplink_slowdown={Uplink(0, 0): 4.0}), job, list(range(16))
+    ).step_seconds
     assert slow_nic == approx(5e-6 + 4 * 1e9 / 12.5e9)
 
 
@@ -249,8 +276,12 @@ def test_structured_step_compute_bubble_overlap_and_mfu() -> None:
     assert rep.mfu == approx(c.model_flops / (rep.step_seconds * 64 * 989e12)) and 0 < rep.mfu < 0.4
     assert rep.tokens_per_s == approx(4096 * 8 * 4 / rep.step_seconds)
     # an explicit dp exposure overrides the overlap model
-    fixed = evaluate(t, EMPTY, megatron_job("j", tp=8, pp=2, dp=4, hidden=4096, layers=8, micro_batches=8,
-                                            exposure={"dp": 1.0}), list(range(64)))
+    fixed = evaluate(
+        t,
+        EMPTY,
+        megatron_job("j", tp=8, pp=2, dp=4, hidden=4096, layers=8, micro_batches=8, exposure={"dp": 1.0}),
+        list(range(64)),
+    )
     assert next(p for p in fixed.phases if p.name == "dp").exposed_seconds == approx(dp.seconds)
 
 
@@ -259,8 +290,9 @@ def test_unknown_device_kind_has_no_compute() -> None:
     rep = evaluate(t, EMPTY, megatron_job("j", tp=8, pp=1, dp=2, kind=None, layers=8), list(range(16)))
     assert rep.compute_seconds is None and rep.mfu is None and rep.step_seconds == rep.comm_seconds > 0
     # the job's own device kind stands in for devices of an unknown kind
-    named = evaluate(t, EMPTY, megatron_job("j", tp=8, pp=1, dp=2, kind="A100", layers=8), list(range(16)),
-                     check=False)  # validation refuses the kinds; the solver scores such mappings unchecked
+    named = evaluate(
+        t, EMPTY, megatron_job("j", tp=8, pp=1, dp=2, kind="A100", layers=8), list(range(16)), check=False
+    )  # validation refuses the kinds; the solver scores such mappings unchecked
     assert named.compute_seconds is not None and named.step_seconds > named.comm_seconds
     assert named.comm_seconds_total == rep.comm_seconds_total  # the DP reduce now hides behind the backward
 
@@ -270,7 +302,9 @@ def test_device_kinds_and_memory() -> None:
     # NCCL's per-channel tree caps follow the device generation; kinds NCCL's table lacks have none
     assert tree_channel_gbps("V100-SXM2")[1] == 18.5 and tree_channel_gbps("MI300X") is None  # type: ignore[index]
     assert device_memory_bytes("MI300X") == 192e9
-    m = ModelShape(parameters=1e9, hidden=4096, layers=8, seq_len=4096, micro_batch=1, micro_batches=8, heads=32)
+    m = ModelShape(
+        parameters=1e9, hidden=4096, layers=8, seq_len=4096, micro_batch=1, micro_batches=8, heads=32
+    )
     par = ParallelSpec(tp=4, pp=2)
     # Korthikanti et al. eq. 2 with TP + SP: L/pp * s b h (34 + 5 a s / h) / t
     assert activation_bytes_per_microbatch(m, par) == 4 * 4096 * 4096 * (34 + 5 * 32 * 4096 / 4096) / 4
@@ -283,11 +317,16 @@ def test_device_kinds_and_memory() -> None:
 
 
 def test_cluster_file_fields_and_defaults() -> None:
-    doc = {"levels": [{"name": "node", "bandwidth_gbps": 100}, {"name": "leaf", "bandwidth_gbps": 12.5},
-                      {"name": "spine", "bandwidth_gbps": 12.5, "oversubscription": 3}],
-           "device_kinds": [{"name": "X1", "tflops": 500, "memory_gb": 96}],
-           "node_types": [{"name": "t", "devices": 8, "kind": "X1", "nics": 2, "nic_gbps": 25}],
-           "generate": {"nodes": 4, "node_type": "t", "fanout": {"leaf": 2}}}
+    doc = {
+        "levels": [
+            {"name": "node", "bandwidth_gbps": 100},
+            {"name": "leaf", "bandwidth_gbps": 12.5},
+            {"name": "spine", "bandwidth_gbps": 12.5, "oversubscription": 3},
+        ],
+        "device_kinds": [{"name": "X1", "tflops": 500, "memory_gb": 96}],
+        "node_types": [{"name": "t", "devices": 8, "kind": "X1", "nics": 2, "nic_gbps": 25}],
+        "generate": {"nodes": 4, "node_type": "t", "fanout": {"leaf": 2}},
+    }
     topo, _ = cluster_from_dict(doc)
     assert topo.levels[2].oversubscription == 3.0 and topo.levels[1].oversubscription == 1.0
     assert (topo.host_types[0].nics, topo.host_types[0].nic_gbps) == (2, 25.0)
@@ -298,16 +337,24 @@ def test_cluster_file_fields_and_defaults() -> None:
 
 
 def test_cluster_file_errors_name_field_value_and_rule() -> None:
-    doc = {"levels": [{"name": "node", "bandwidth_gbps": 100}, {"name": "leaf", "bandwidth_gbps": 12.5,
-                                                                "oversubscription": 0}],
-           "device_kinds": [{"name": "X1", "tflops": -1, "memory_gb": 96}],
-           "node_types": [{"name": "t", "devices": 8, "nics": 0, "nic_gbps": "fast"}],
-           "generate": {"nodes": 2, "node_type": "t"}}
+    doc = {
+        "levels": [
+            {"name": "node", "bandwidth_gbps": 100},
+            {"name": "leaf", "bandwidth_gbps": 12.5, "oversubscription": 0},
+        ],
+        "device_kinds": [{"name": "X1", "tflops": -1, "memory_gb": 96}],
+        "node_types": [{"name": "t", "devices": 8, "nics": 0, "nic_gbps": "fast"}],
+        "generate": {"nodes": 2, "node_type": "t"},
+    }
     with pytest.raises(InputError) as info:
         cluster_from_dict(doc, "c.yaml")
     text = str(info.value)
-    for piece in ("levels[1].oversubscription: must be > 0, got 0", "device_kinds[0].tflops: must be > 0, got -1",
-                  "node_types[0].nics: must be >= 1, got 0", "node_types[0].nic_gbps: must be a number, got 'fast'"):
+    for piece in (
+        "levels[1].oversubscription: must be > 0, got 0",
+        "device_kinds[0].tflops: must be > 0, got -1",
+        "node_types[0].nics: must be >= 1, got 0",
+        "node_types[0].nic_gbps: must be a number, got 'fast'",
+    ):
         assert piece in text
 
 
@@ -358,7 +405,9 @@ def test_2e_ddp_scaling_overhead_across_two_dgx1_within_2x(validation: ModuleTyp
     assert len(rows) == 2
     for row in rows:
         assert 0.5 <= row.ratio <= 2.0, row
-    assert math.isclose(rows[1].modeled / rows[0].modeled, 44.549 / 25.557, rel_tol=0.05)  # bandwidth-bound: by size
+    assert math.isclose(
+        rows[1].modeled / rows[0].modeled, 44.549 / 25.557, rel_tol=0.05
+    )  # bandwidth-bound: by size
 
 
 def test_issue9_rows_tp16_across_one_nic_and_bert_on_two_nodes(validation: ModuleType) -> None:

@@ -31,7 +31,15 @@ def test_devices_ids_and_indices(small_tree: Topology) -> None:
     assert t.num_devices == 16
     assert [d.id for d in t.devices[:5]] == ["h0/gpu0", "h0/gpu1", "h0/gpu2", "h0/gpu3", "h1/gpu0"]
     d = t.devices[13]
-    assert (d.index, d.id, d.host, d.host_index, d.local_index, d.kind, d.rail) == (13, "h3/gpu1", "h3", 3, 1, "gpu", None)
+    assert (d.index, d.id, d.host, d.host_index, d.local_index, d.kind, d.rail) == (
+        13,
+        "h3/gpu1",
+        "h3",
+        3,
+        1,
+        "gpu",
+        None,
+    )
     assert t.level_names == ("node", "leaf", "spine")
     assert t.device_index("h2/gpu0") == 8 and t.device_index("h9/gpu0") is None
     assert t.kinds() == ("gpu",)
@@ -118,10 +126,20 @@ def test_pair_tier_with_and_without_matrix() -> None:
 
 
 def test_uniform_hosts() -> None:
-    uniform = NodeType("nvs", 4, matrix=tuple(tuple(r.split()) for r in ("X NV18 NV18 NV18", "NV18 X NV18 NV18",
-                                                                          "NV18 NV18 X NV18", "NV18 NV18 NV18 X")))
+    uniform = NodeType(
+        "nvs",
+        4,
+        matrix=tuple(
+            tuple(r.split())
+            for r in ("X NV18 NV18 NV18", "NV18 X NV18 NV18", "NV18 NV18 X NV18", "NV18 NV18 NV18 X")
+        ),
+    )
     mixed = NodeType("dgx1", 8, matrix=tuple(tuple(r.split()) for r in DGX1_MATRIX))
-    t = Topology.build("c", LEVELS[:2], [HostSpec("a", {}, uniform), HostSpec("b", {}, mixed), HostSpec("c", {}, NodeType("p", 2))])
+    t = Topology.build(
+        "c",
+        LEVELS[:2],
+        [HostSpec("a", {}, uniform), HostSpec("b", {}, mixed), HostSpec("c", {}, NodeType("p", 2))],
+    )
     assert t.uniform_hosts == (True, False, True)
     assert dgx1_node(2).uniform_hosts == (False, False)
 
@@ -131,8 +149,13 @@ def test_tier_scaled() -> None:
 
 
 def test_intra_node_tiers_override_is_merged_with_defaults() -> None:
-    t = Topology.build("c", LEVELS[:1], [HostSpec("a", {}, NodeType("t", 2))], intra_node_tiers={"SYS": Tier(8.0, 6.0)})
-    assert t.intra_node_tiers["SYS"] == Tier(8.0, 6.0) and t.intra_node_tiers["PIX"] == DEFAULT_INTRA_NODE_TIERS["PIX"]
+    t = Topology.build(
+        "c", LEVELS[:1], [HostSpec("a", {}, NodeType("t", 2))], intra_node_tiers={"SYS": Tier(8.0, 6.0)}
+    )
+    assert (
+        t.intra_node_tiers["SYS"] == Tier(8.0, 6.0)
+        and t.intra_node_tiers["PIX"] == DEFAULT_INTRA_NODE_TIERS["PIX"]
+    )
 
 
 # ---- structural errors: message per rule, and all of them at once ----------------------------------------------
@@ -148,8 +171,10 @@ def test_error_single_level_with_several_hosts() -> None:
     # with one level the hosts are the top domains: cross-host pairs would otherwise be priced at the host tier
     nt = NodeType("t", 8)
     msg = _build_error(LEVELS[:1], [HostSpec("a", {}, nt), HostSpec("b", {}, nt)])
-    assert msg == ("c.yaml: levels[0]: the top level 'node' has 2 domains (a, b); "
-                   "the top level must be one domain: add a level above it")
+    assert msg == (
+        "c.yaml: levels[0]: the top level 'node' has 2 domains (a, b); "
+        "the top level must be one domain: add a level above it"
+    )
     one = Topology.build("c", LEVELS[:1], [HostSpec("a", {}, nt)])
     assert one.num_devices == 8
 
@@ -158,8 +183,10 @@ def test_error_top_level_with_several_domains() -> None:
     nt = NodeType("t", 1)
     hosts = [HostSpec(f"h{i}", {"leaf": f"l{i}", "spine": f"s{i}"}, nt) for i in range(5)]
     msg = _build_error(LEVELS, hosts)
-    assert msg == ("c.yaml: levels[2]: the top level 'spine' has 5 domains (s0, s1, s2, s3...); "
-                   "the top level must be one domain: add a level above it")
+    assert msg == (
+        "c.yaml: levels[2]: the top level 'spine' has 5 domains (s0, s1, s2, s3...); "
+        "the top level must be one domain: add a level above it"
+    )
 
 
 def test_error_domain_with_two_parents() -> None:
@@ -167,9 +194,13 @@ def test_error_domain_with_two_parents() -> None:
     hosts = [HostSpec("a", {"leaf": "l0", "spine": "s"}, nt), HostSpec("b", {"leaf": "l0", "spine": "t"}, nt)]
     levels = [*LEVELS, Level("core", Tier(5.0, 20.0))]
     with pytest.raises(InputError) as info:
-        Topology.build("c", levels, [HostSpec(h.name, {**h.domains, "core": "core"}, nt) for h in hosts], source="c.yaml")
-    assert str(info.value) == ("c.yaml: hosts[1].domains.spine: leaf 'l0' is placed under spine 't' here but under 's' "
-                               "elsewhere; a domain has one parent")
+        Topology.build(
+            "c", levels, [HostSpec(h.name, {**h.domains, "core": "core"}, nt) for h in hosts], source="c.yaml"
+        )
+    assert str(info.value) == (
+        "c.yaml: hosts[1].domains.spine: leaf 'l0' is placed under spine 't' here but under 's' "
+        "elsewhere; a domain has one parent"
+    )
 
 
 def test_all_structural_errors_are_reported_together() -> None:
@@ -203,7 +234,9 @@ def test_all_structural_errors_are_reported_together() -> None:
         "hosts[3].matrix[1][0]: unknown link code 'QPI'; known: NV#, PIX, PXB, PHB, NODE, SYS, SOC",
         "hosts[4].matrix: must be 2x2 for 2 devices",
     ]
-    assert str(info.value).startswith("c.yaml: 15 error(s)\n  - levels[0].bandwidth_gbps: must be > 0, got 0\n")
+    assert str(info.value).startswith(
+        "c.yaml: 15 error(s)\n  - levels[0].bandwidth_gbps: must be > 0, got 0\n"
+    )
 
 
 def test_errors_no_levels_and_no_hosts() -> None:

@@ -20,14 +20,22 @@ ROOT = Path(__file__).resolve().parents[1]
 # the PlaceResponse JSON mapping that `placement place --out` writes (docs/results.md), cut to what export reads:
 # host A holds ranks 0-1 on GPUs 5 and 2 (not in index order), host B ranks 2-3 on GPUs 0 and 7
 MAPPING = [("A", 5), ("A", 2), ("B", 0), ("B", 7)]
-RESULT = {"result": {"job": "pair2", "mapping": [{"rank": r, "device": f"{h}/gpu{k}", "host": h, "kind": "H100"}
-                                                 for r, (h, k) in enumerate(MAPPING)]}}
+RESULT = {
+    "result": {
+        "job": "pair2",
+        "mapping": [
+            {"rank": r, "device": f"{h}/gpu{k}", "host": h, "kind": "H100"}
+            for r, (h, k) in enumerate(MAPPING)
+        ],
+    }
+}
 PROBE = "echo rank=$RANK cvd=$CUDA_VISIBLE_DEVICES local=$LOCAL_RANK world=$WORLD_SIZE node=$GROUP_RANK"
 
 
 def _need_torch() -> None:
     try:
         import torch.distributed.run  # noqa: F401
+
         return
     except ImportError as e:
         why = f"torch is not importable ({e}); `pip install torch==2.13.0` (the dev extra) installs the CPU build"
@@ -56,17 +64,46 @@ def test_exported_torchrun_lines_run_under_real_torchrun(tmp_path: Path) -> None
     bin_dir.mkdir()
     _wrapper(bin_dir / "torchrun", "torch.distributed.run")
     _wrapper(bin_dir / "placement", "placement.cli")
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}",
-           "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
-    for var in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "CUDA_VISIBLE_DEVICES",
-                "PLACEMENT_FILE", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"):
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]),
+    }
+    for var in (
+        "RANK",
+        "LOCAL_RANK",
+        "WORLD_SIZE",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "CUDA_VISIBLE_DEVICES",
+        "PLACEMENT_FILE",
+        "OMPI_COMM_WORLD_RANK",
+        "PMI_RANK",
+        "SLURM_PROCID",
+    ):
         env.pop(var, None)
 
     port = _free_port()
     script = tmp_path / "torchrun.sh"
-    res = subprocess.run([sys.executable, "-m", "placement.cli", "export", str(result), "--format", "torchrun",
-                          "--out", str(script), "--master-port", str(port)],
-                         env=env, capture_output=True, text=True, timeout=60)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "placement.cli",
+            "export",
+            str(result),
+            "--format",
+            "torchrun",
+            "--out",
+            str(script),
+            "--master-port",
+            str(port),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert res.returncode == 0, res.stderr
     text = script.read_text()
     assert "--nnodes=2 --node-rank=0 --nproc-per-node=2 --master-addr=A" in text
@@ -75,10 +112,17 @@ def test_exported_torchrun_lines_run_under_real_torchrun(tmp_path: Path) -> None
     assert text.count("--master-addr=A ") == 2
     script.write_text(text.replace("--master-addr=A ", "--master-addr=127.0.0.1 "))
 
-    procs = {host: subprocess.Popen(["sh", str(script), "sh", "-c", PROBE], env={**env, "PLACEMENT_HOST": host},
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                    start_new_session=True)
-             for host in ("A", "B")}
+    procs = {
+        host: subprocess.Popen(
+            ["sh", str(script), "sh", "-c", PROBE],
+            env={**env, "PLACEMENT_HOST": host},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        for host in ("A", "B")
+    }
     outs: dict[str, tuple[int, str, str]] = {}
     try:
         for host, p in procs.items():
@@ -87,11 +131,15 @@ def test_exported_torchrun_lines_run_under_real_torchrun(tmp_path: Path) -> None
     finally:
         for p in procs.values():
             if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)  # the session of the torchrun started above, with its workers
+                os.killpg(
+                    p.pid, signal.SIGKILL
+                )  # the session of the torchrun started above, with its workers
                 p.wait()
 
     for node, (host, (rc, out, err)) in enumerate(outs.items()):
         assert rc == 0, f"torchrun on {host} exited {rc}:\n{err}"
         got = sorted(out.splitlines())
-        want = [f"rank={r} cvd={k} local=0 world=4 node={node}" for r, (h, k) in enumerate(MAPPING) if h == host]
+        want = [
+            f"rank={r} cvd={k} local=0 world=4 node={node}" for r, (h, k) in enumerate(MAPPING) if h == host
+        ]
         assert got == want, err

@@ -42,14 +42,19 @@ def test_parallel_spec_coords_and_rank_of() -> None:
 def test_dimension_groups() -> None:
     assert dimension_groups(ParallelSpec(tp=2, dp=2), ("tp",)) == [(0, 1), (2, 3)]
     assert dimension_groups(ParallelSpec(tp=2, dp=2), ("dp",)) == [(0, 2), (1, 3)]
-    assert dimension_groups(ParallelSpec(tp=2, dp=3, pp=2), ("dp", "tp")) == [(0, 1, 2, 3, 4, 5), (6, 7, 8, 9, 10, 11)]
+    assert dimension_groups(ParallelSpec(tp=2, dp=3, pp=2), ("dp", "tp")) == [
+        (0, 1, 2, 3, 4, 5),
+        (6, 7, 8, 9, 10, 11),
+    ]
 
 
 def test_group_counts_and_sizes_for_all_dimensions_two() -> None:
     t = job_traffic(_job())
     by = _by_label(t)
     assert {k: Counter(len(g.members) for g in v) for k, v in by.items()} == {
-        "tp": Counter({2: 16}), "cp": Counter({2: 16}), "ep": Counter({2: 16}),
+        "tp": Counter({2: 16}),
+        "cp": Counter({2: 16}),
+        "ep": Counter({2: 16}),
         # dense gradients over cp*ep*dp = 8 ranks (4 groups) and expert gradients over cp*dp = 4 ranks (8 groups)
         "dp": Counter({8: 4, 4: 8}),
     }
@@ -65,7 +70,12 @@ def test_bytes_and_counts_by_hand() -> None:
     by = _by_label(t)
     tokens = 1 * 2048 / 2  # b * s / cp
     tp = by["tp"][0]
-    assert (tp.kind, tp.bytes, tp.count, tp.exposed) == (CollectiveKind.ALL_REDUCE, tokens * 1024 * 2, 4 * (4 / 2) * 2, 1.0)
+    assert (tp.kind, tp.bytes, tp.count, tp.exposed) == (
+        CollectiveKind.ALL_REDUCE,
+        tokens * 1024 * 2,
+        4 * (4 / 2) * 2,
+        1.0,
+    )
     assert tp.bytes == 2_097_152 and tp.count == 16
     cp = by["cp"][0]
     # cp * 2 * b * (s/cp) * (h/tp) * kv_fraction * B
@@ -150,8 +160,21 @@ def test_tp8_dp4_example_by_hand() -> None:
 
 def test_recomputation_repeats_the_forward_traffic() -> None:
     base = job_traffic(_job())
-    again = job_traffic(Job("moe", 32, parallel=spec(**ALL2), model=model(
-        expert_parameters=4e8, experts=4, top_k=2, kv_fraction=0.25, grad_bytes_per_element=4, recompute=True)))
+    again = job_traffic(
+        Job(
+            "moe",
+            32,
+            parallel=spec(**ALL2),
+            model=model(
+                expert_parameters=4e8,
+                experts=4,
+                top_k=2,
+                kv_fraction=0.25,
+                grad_bytes_per_element=4,
+                recompute=True,
+            ),
+        )
+    )
     counts = {g.label: g.count for g in base.groups}
     counts_rc = {g.label: g.count for g in again.groups}
     # per layer and micro-batch: TP 4 -> 6 all-reduces, CP 3 -> 4 exchanges, EP 4 -> 6 all-to-alls; L/pp * m = 4

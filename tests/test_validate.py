@@ -25,11 +25,12 @@ def job(*, kind: str | None = None, name: str = "j", **cons: object) -> Job:
         Group("dp", CollectiveKind.ALL_REDUCE, (0, 2), 1e6, 1),
         Group("dp", CollectiveKind.ALL_REDUCE, (1, 3), 1e6, 1),
     )
-    return Job(name, 4, kind, groups=groups, edges=(Edge("pp", 1, 3, 1e6),),
-               constraints=Constraints(**cons))  # type: ignore[arg-type]
+    return Job(name, 4, kind, groups=groups, edges=(Edge("pp", 1, 3, 1e6),), constraints=Constraints(**cons))  # type: ignore[arg-type]
 
 
-def check(mapping: Sequence[int], j: Job | None = None, state: ClusterState = EMPTY, topo: Topology = T) -> list[str]:
+def check(
+    mapping: Sequence[int], j: Job | None = None, state: ClusterState = EMPTY, topo: Topology = T
+) -> list[str]:
     return [str(v) for v in validate(topo, state, j or job(), mapping)]
 
 
@@ -80,7 +81,8 @@ def test_degraded_device_is_usable() -> None:
 def test_device_kind() -> None:
     mixed = tree(kind="A100")
     assert check(GOOD, job(kind="H100"), topo=mixed) == [
-        f"[kind] rank {r}: device {mixed.devices[d].id} is a A100; the job needs H100" for r, d in enumerate(GOOD)
+        f"[kind] rank {r}: device {mixed.devices[d].id} is a A100; the job needs H100"
+        for r, d in enumerate(GOOD)
     ]
     assert check(GOOD, job(kind="A100"), topo=mixed) == []
 
@@ -92,8 +94,12 @@ def test_excluded_devices_and_unknown_selectors() -> None:
         "[excluded] rank 3: device h1/gpu1 is excluded by the request",
     ]
     devs, bad = excluded_devices(T, j)
-    assert devs == {5, *range(8, 16)} and bad == [Violation("exclude", "constraints.exclude: unknown device, host or domain 'zz'")]
-    assert check(GOOD, job(exclude=("h0",))) == [f"[excluded] rank {r}: device h0/gpu{r} is excluded by the request" for r in (0, 1)]
+    assert devs == {5, *range(8, 16)} and bad == [
+        Violation("exclude", "constraints.exclude: unknown device, host or domain 'zz'")
+    ]
+    assert check(GOOD, job(exclude=("h0",))) == [
+        f"[excluded] rank {r}: device h0/gpu{r} is excluded by the request" for r in (0, 1)
+    ]
 
 
 def test_pins() -> None:
@@ -137,7 +143,12 @@ def test_spread_group_scope_with_custom_fault_domains() -> None:
     # power feeds cut across the network tree: feed A = h0 + h2, feed B = h1 + h3
     power = {"A": frozenset([*range(0, 4), *range(8, 12)]), "B": frozenset([*range(4, 8), *range(12, 16)])}
     st = ClusterState(fault_domains={"power": power})
-    j = job(spread=(SpreadRule("power", scope="tp", min_domains=2), SpreadRule("power", scope="dp", max_ranks_per_domain=1)))
+    j = job(
+        spread=(
+            SpreadRule("power", scope="tp", min_domains=2),
+            SpreadRule("power", scope="dp", max_ranks_per_domain=1),
+        )
+    )
     assert check(GOOD, j, st) == [
         "[spread] tp group of ranks 0, 1 covers 1 power domain(s) (A); at least 2 required",
         "[spread] tp group of ranks 2, 3 covers 1 power domain(s) (B); at least 2 required",
@@ -163,7 +174,9 @@ def test_spread_unknown_kind_and_scope() -> None:
 def test_failed_link_between_members() -> None:
     st = ClusterState(failed_pairs=frozenset({(0, 1)}))
     assert st.has_link_faults
-    assert check(GOOD, state=st) == ["[failed-link] tp traffic of ranks 0, 1 needs the failed link h0/gpu0<->h0/gpu1"]
+    assert check(GOOD, state=st) == [
+        "[failed-link] tp traffic of ranks 0, 1 needs the failed link h0/gpu0<->h0/gpu1"
+    ]
     assert check([0, 2, 4, 5], state=st) == []  # no group holds both ends
 
 
@@ -185,18 +198,35 @@ def test_failed_uplink_crossed() -> None:
 
 def test_every_violation_is_returned_not_the_first() -> None:
     st = ClusterState(occupied={4: "other"}, failed=frozenset({1}), failed_pairs=frozenset({(8, 9)}))
-    j = job(require={"tp": "node"}, pins={0: "h3/gpu0"}, exclude=("h2/gpu1",),
-            spread=(SpreadRule("leaf", min_domains=3),))
+    j = job(
+        require={"tp": "node"},
+        pins={0: "h3/gpu0"},
+        exclude=("h2/gpu1",),
+        spread=(SpreadRule("leaf", min_domains=3),),
+    )
     got = validate(T, st, j, [1, 4, 8, 9])
-    assert [v.rule for v in got] == ["failed", "occupied", "excluded", "pin", "required-level", "spread",
-                                     "failed-link"]
+    assert [v.rule for v in got] == [
+        "failed",
+        "occupied",
+        "excluded",
+        "pin",
+        "required-level",
+        "spread",
+        "failed-link",
+    ]
     assert str(got[-1]) == "[failed-link] tp traffic of ranks 2, 3 needs the failed link h2/gpu0<->h2/gpu1"
 
 
 @pytest.mark.parametrize("n", [7, 8])
 def test_long_rank_lists_are_shortened(n: int) -> None:
-    j = Job("big", n, groups=(Group("tp", CollectiveKind.ALL_REDUCE, tuple(range(n)), 1.0, 1),),
-            constraints=Constraints(require={"tp": "node"}))
+    j = Job(
+        "big",
+        n,
+        groups=(Group("tp", CollectiveKind.ALL_REDUCE, tuple(range(n)), 1.0, 1),),
+        constraints=Constraints(require={"tp": "node"}),
+    )
     msg = check([0, 1, 2, 3, 4, 5, 6, 7][:n], j)
     head = "0, 1, 2, 3, 4, 5" + (f", ... ({n} in all)" if n > 6 else "")
-    assert msg == [f"[required-level] tp group of ranks {head} spans 2 node domains (h0, h1); tp requires one node"]
+    assert msg == [
+        f"[required-level] tp group of ranks {head} spans 2 node domains (h0, h1); tp requires one node"
+    ]

@@ -68,9 +68,13 @@ def cpu_list(cpus: Sequence[int]) -> str:
     return ",".join(parts)
 
 
-def node_type_affinity(r: _Reader, d: Mapping[str, Any], path: str, devices: int,
-                       from_smi: tuple[Sequence[str | None], Sequence[int | None]] | None
-                       ) -> tuple[tuple[str | None, ...] | None, tuple[int | None, ...] | None]:
+def node_type_affinity(
+    r: _Reader,
+    d: Mapping[str, Any],
+    path: str,
+    devices: int,
+    from_smi: tuple[Sequence[str | None], Sequence[int | None]] | None,
+) -> tuple[tuple[str | None, ...] | None, tuple[int | None, ...] | None]:
     """(`cpu_affinity`, `numa_affinity`) of a node type: the file's lists (one entry per device, null = unknown;
     also "" / -1, what the NodeType message carries for unknown), else what its nvidia_smi table says; None when
     nothing is known."""
@@ -99,10 +103,16 @@ def node_type_affinity(r: _Reader, d: Mapping[str, Any], path: str, devices: int
         if all(x is None or (isinstance(x, int) and not isinstance(x, bool) and x >= -1) for x in items):
             numa = tuple(None if x == -1 else x for x in items)  # -1: unknown in the message
         else:
-            r.ps.add(f"{path}.numa_affinity", f"must be NUMA node numbers (>= 0), or null / -1 for unknown, got {items!r}")
+            r.ps.add(
+                f"{path}.numa_affinity",
+                f"must be NUMA node numbers (>= 0), or null / -1 for unknown, got {items!r}",
+            )
     for key, val in (("cpu_affinity", cpu), ("numa_affinity", numa)):
         if val is not None and len(val) != devices:
-            r.ps.add(f"{path}.{key}", f"has {len(val)} entries for {devices} devices (one per device, null = unknown)")
+            r.ps.add(
+                f"{path}.{key}",
+                f"has {len(val)} entries for {devices} devices (one per device, null = unknown)",
+            )
     return cpu, numa
 
 

@@ -9,17 +9,32 @@ from collections.abc import MutableMapping, Sequence
 
 from placement.errors import InputError, Problem
 
-__all__ = ["DEFAULT_DEVICES_PER_NODE", "DEFAULT_KIND", "DEFAULT_TIERS", "TIERS_NOTE", "apply_tier_specs", "default_tiers"]
+__all__ = [
+    "DEFAULT_DEVICES_PER_NODE",
+    "DEFAULT_KIND",
+    "DEFAULT_TIERS",
+    "TIERS_NOTE",
+    "apply_tier_specs",
+    "default_tiers",
+]
 
-DEFAULT_TIERS: tuple[tuple[float, float], ...] = ((450.0, 2.0), (50.0, 5.0), (25.0, 7.0), (12.5, 10.0), (6.25, 15.0))
+DEFAULT_TIERS: tuple[tuple[float, float], ...] = (
+    (450.0, 2.0),
+    (50.0, 5.0),
+    (25.0, 7.0),
+    (12.5, 10.0),
+    (6.25, 15.0),
+)
 """(bandwidth GB/s, latency µs) bottom-up: an H100 NVLink node, a 400G fabric, then 2:1 per tier above the leaf;
 levels above the fifth keep the last tier."""
 
 DEFAULT_DEVICES_PER_NODE = 8
 DEFAULT_KIND = "gpu"
 
-TIERS_NOTE = ("link tiers are defaults (H100 node, 400G fabric, 2:1 per tier above the leaf); "
-              "set them with --tier LEVEL=GBPS:US")
+TIERS_NOTE = (
+    "link tiers are defaults (H100 node, 400G fabric, 2:1 per tier above the leaf); "
+    "set them with --tier LEVEL=GBPS:US"
+)
 
 
 def default_tiers(level_names: Sequence[str]) -> dict[str, tuple[float, float]]:
@@ -53,7 +68,9 @@ def apply_tier_specs(specs: Sequence[str], tiers: MutableMapping[str, tuple[floa
         try:
             b, l_ = float(bw), float(lat or 0)
         except ValueError:
-            raise InputError(where, [Problem("", "write LEVEL=BANDWIDTH_GBPS:LATENCY_US, e.g. leaf=50:5")]) from None
+            raise InputError(
+                where, [Problem("", "write LEVEL=BANDWIDTH_GBPS:LATENCY_US, e.g. leaf=50:5")]
+            ) from None
         if name not in tiers:
             raise InputError(where, [Problem("", f"unknown level {name!r}; levels are {list(tiers)}")])
         if not (math.isfinite(b) and math.isfinite(l_)) or b <= 0 or l_ < 0:

@@ -17,18 +17,26 @@ __all__ = ["FORMATS", "refuse_other_format", "sniff"]
 FORMATS: dict[str, tuple[str, str]] = {
     "nvidia-smi": ("`nvidia-smi topo -m` output", "placement import nvidia-smi"),
     "rocm-smi": ("`rocm-smi --showtopo` output", "placement import rocm-smi"),
-    "nccl-xml": ("an NCCL/RCCL topology XML (NCCL_TOPO_FILE / NCCL_TOPO_DUMP_FILE)", "placement import nccl-xml"),
+    "nccl-xml": (
+        "an NCCL/RCCL topology XML (NCCL_TOPO_FILE / NCCL_TOPO_DUMP_FILE)",
+        "placement import nccl-xml",
+    ),
     "nccl-graph": ("an NCCL graph XML (NCCL_GRAPH_FILE: rings and trees, no topology)", ""),
     "ibnetdiscover": ("an `ibnetdiscover` InfiniBand fabric dump", "placement import ibnetdiscover"),
     "topograph-model": ("an NVIDIA topograph cluster model (switches/blocks)", "placement import topograph"),
-    "topograph-payload": ("an NVIDIA topograph request payload (provider/engine)", "placement import topograph"),
+    "topograph-payload": (
+        "an NVIDIA topograph request payload (provider/engine)",
+        "placement import topograph",
+    ),
     "netq": ("an NVIDIA NetQ topology graph (topograph's netq provider input)", "placement import topograph"),
     "slurm-conf": ("a Slurm topology.conf", "placement import slurm"),
     "slurm-yaml": ("a Slurm topology.yaml", "placement import slurm"),
     "k8s-nodes": ("a Kubernetes node list (kubectl get nodes -o json)", "placement import k8s"),
     # only ever asked for, not sniffed: slurm.conf's NodeName= lines look alike
-    "slurm-nodes": ("`scontrol -d show node` output (or its --json, or sinfo --json)",
-                    "placement import slurm-live --nodes"),
+    "slurm-nodes": (
+        "`scontrol -d show node` output (or its --json, or sinfo --json)",
+        "placement import slurm-live --nodes",
+    ),
     "native": ("a native placement cluster file", "(no import needed: pass it to place/evaluate)"),
 }
 
@@ -81,8 +89,10 @@ def refuse_other_format(text: str, source: str, expected: str | tuple[str, ...])
     what, command = FORMATS[found]
     asked = FORMATS[wanted[0]][0]
     if found == "nccl-graph":
-        hint = ("it holds NCCL's search result, not the machine; import the <system> topology file "
-                "(NCCL_TOPO_FILE or NCCL_TOPO_DUMP_FILE) with `placement import nccl-xml`")
+        hint = (
+            "it holds NCCL's search result, not the machine; import the <system> topology file "
+            "(NCCL_TOPO_FILE or NCCL_TOPO_DUMP_FILE) with `placement import nccl-xml`"
+        )
     elif command.startswith("placement"):
         hint = f"use `{command} {source}`"
     else:

@@ -17,10 +17,18 @@ from placement.io.text import read_text
 from placement.job import Edge, Job
 from placement.topology import Tier, Topology
 
-__all__ = ["QapInstance", "qap_job_and_topology", "read_qaplib", "topology_from_distances", "topology_from_graph"]
+__all__ = [
+    "QapInstance",
+    "qap_job_and_topology",
+    "read_qaplib",
+    "topology_from_distances",
+    "topology_from_graph",
+]
 
 
-def topology_from_graph(graph: nx.Graph, *, name: str = "graph", kind: str = "gpu", source: str = "<graph>") -> Topology:
+def topology_from_graph(
+    graph: nx.Graph, *, name: str = "graph", kind: str = "gpu", source: str = "<graph>"
+) -> Topology:
     """Devices are the nodes with ``device=True`` (all nodes when none is marked); every edge carries
     ``bandwidth_gbps`` and ``latency_us``. A pair's path is the lowest-latency route; its bandwidth is that
     route's narrowest link. Switches are plain nodes without ``device``."""
@@ -37,21 +45,38 @@ def topology_from_graph(graph: nx.Graph, *, name: str = "graph", kind: str = "gp
     index = {n: i for i, n in enumerate(devices)}
     paths: list[list[Tier]] = [[Tier(1e12, 0.0)] * len(devices) for _ in devices]
     for src in devices:
-        _lengths, routes = nx.single_source_dijkstra(graph, src, weight=lambda u, v, d: d.get("latency_us", 0.0) + 1e-9)
+        _lengths, routes = nx.single_source_dijkstra(
+            graph, src, weight=lambda u, v, d: d.get("latency_us", 0.0) + 1e-9
+        )
         for dst in devices:
             if dst == src:
                 continue
             if dst not in routes:
-                raise InputError(source, [Problem(f"nodes.{src}", f"device {src!r} cannot reach device {dst!r}; the graph must be connected")])
+                raise InputError(
+                    source,
+                    [
+                        Problem(
+                            f"nodes.{src}",
+                            f"device {src!r} cannot reach device {dst!r}; the graph must be connected",
+                        )
+                    ],
+                )
             route = routes[dst]
             bw = min(graph.edges[u, v]["bandwidth_gbps"] for u, v in itertools.pairwise(route))
             lat = sum(graph.edges[u, v].get("latency_us", 0.0) for u, v in itertools.pairwise(route))
             paths[index[src]][index[dst]] = Tier(float(bw), float(lat))
-    return Topology.from_pair_paths(name, paths, kind=kind, device_names=[str(d).replace("/", "_") for d in devices], source=source)
+    return Topology.from_pair_paths(
+        name, paths, kind=kind, device_names=[str(d).replace("/", "_") for d in devices], source=source
+    )
 
 
-def topology_from_distances(distance: Sequence[Sequence[float]], *, name: str = "distance", kind: str = "gpu",
-                            source: str = "<distance>") -> Topology:
+def topology_from_distances(
+    distance: Sequence[Sequence[float]],
+    *,
+    name: str = "distance",
+    kind: str = "gpu",
+    source: str = "<distance>",
+) -> Topology:
     """A distance matrix as seconds per byte (x 1e-9): moving S bytes from a to b costs ``S * distance[a][b]``
     nanoseconds. A zero distance between different devices costs nothing (an effectively infinite link)."""
     ps = Problems(source)
@@ -91,16 +116,18 @@ def read_qaplib(dat: str | Path, sln: str | Path | None = None) -> QapInstance:
     if not nums or nums[0] < 1 or len(nums) < 1 + 2 * nums[0] ** 2:
         have = max(0, len(nums) - 1)
         n0 = nums[0] if nums else 0
-        raise InputError(str(dat), [Problem("", f"n = {n0} needs 2*n*n = {2 * n0 * n0} matrix entries, found {have}")])
+        raise InputError(
+            str(dat), [Problem("", f"n = {n0} needs 2*n*n = {2 * n0 * n0} matrix entries, found {have}")]
+        )
     n = nums[0]
-    flat = nums[1:1 + 2 * n * n]
-    a = tuple(tuple(flat[i * n:(i + 1) * n]) for i in range(n))
-    b = tuple(tuple(flat[n * n + i * n:n * n + (i + 1) * n]) for i in range(n))
+    flat = nums[1 : 1 + 2 * n * n]
+    a = tuple(tuple(flat[i * n : (i + 1) * n]) for i in range(n))
+    b = tuple(tuple(flat[n * n + i * n : n * n + (i + 1) * n]) for i in range(n))
     best = perm = None
     if sln is not None:
         st = read_text(sln).split()
         sn, sval = int(st[0]), int(st[1])
-        raw = [int(x) - 1 for x in st[2:2 + sn]]
+        raw = [int(x) - 1 for x in st[2 : 2 + sn]]
         inv = [0] * sn
         for i, k in enumerate(raw):
             inv[k] = i
@@ -123,10 +150,15 @@ def qap_job_and_topology(inst: QapInstance) -> tuple[Job, Topology]:
     matrices (bur26*) carry per-rank unary costs that a traffic model has no place for; they are refused.
     """
     if any(inst.a[i][i] for i in range(inst.n)) and any(inst.b[i][i] for i in range(inst.n)):
-        raise InputError(inst.name, [Problem("A, B", "both diagonals are non-zero: unary (rank, device) costs are not traffic")])
+        raise InputError(
+            inst.name,
+            [Problem("A, B", "both diagonals are non-zero: unary (rank, device) costs are not traffic")],
+        )
     edges = tuple(
         Edge("qap", i, j, float(inst.a[i][j]), 1.0)
-        for i in range(inst.n) for j in range(inst.n) if i != j and inst.a[i][j]
+        for i in range(inst.n)
+        for j in range(inst.n)
+        if i != j and inst.a[i][j]
     )
     job = Job(inst.name, inst.n, None, edges=edges)
     topo = topology_from_distances([[float(x) for x in row] for row in inst.b], name=inst.name)

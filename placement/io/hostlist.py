@@ -75,8 +75,10 @@ def compress_hostlist(names: Iterable[str], *, sort: bool = False) -> str:
     items = list(names)
     for name in items:
         if not name or any(c in _FORBIDDEN or c.isspace() for c in name):
-            raise ValueError(f"cannot write {name!r} in a hostlist: names must be non-empty and free of "
-                             "brackets, commas and whitespace")
+            raise ValueError(
+                f"cannot write {name!r} in a hostlist: names must be non-empty and free of "
+                "brackets, commas and whitespace"
+            )
     if sort:
         items.sort(key=_sort_key)
 
@@ -142,8 +144,10 @@ def _expand(expr: str) -> list[str]:
         offset = start + (len(element) - len(element.lstrip()))
         for i, char in enumerate(stripped):
             if char.isspace():
-                raise _Syntax(f"whitespace inside a name at character {offset + i + 1}; "
-                              "separate names with commas", offset + i + 1)
+                raise _Syntax(
+                    f"whitespace inside a name at character {offset + i + 1}; separate names with commas",
+                    offset + i + 1,
+                )
         expanded = _expand_element(stripped, offset)
         if len(names) + len(expanded) > MAX_HOSTS:
             raise _Syntax(f"expands to more than {MAX_HOSTS} names", start + 1)
@@ -213,8 +217,10 @@ def _expand_bracket(body: str, offset: int) -> list[str]:
         if not text:
             raise _Syntax(f"empty entry inside brackets at character {col}", col)
         low_text, dash, high_text = text.partition("-")
-        if not low_text.isdigit() or not low_text.isascii() or (
-            dash and (not high_text.isdigit() or not high_text.isascii())
+        if (
+            not low_text.isdigit()
+            or not low_text.isascii()
+            or (dash and (not high_text.isdigit() or not high_text.isascii()))
         ):
             raise _Syntax(f'"{text}" at character {col} is not a number or a low-high range of numbers', col)
         low = int(low_text)

@@ -42,12 +42,23 @@ from placement.io.topograph import Fabric, _fabric
 __all__ = ["IbFabric", "fabric_graph", "parse_ibnetdiscover", "read_ibnetdiscover"]
 
 _NODE_RE = re.compile(r'^(Switch|Ca|Rt)\s+(\d+)\s+"([SHR]-[0-9a-fA-F]+)"\s*(?:#\s*"([^"]*)")?')
-_PORT_RE = re.compile(r'^\[(\d+)\](?:\([0-9a-fA-F]+\))?\s*"([SHR]-[0-9a-fA-F]+)"\[(\d+)\](?:\([0-9a-fA-F]+\))?\s*(.*)$')
+_PORT_RE = re.compile(
+    r'^\[(\d+)\](?:\([0-9a-fA-F]+\))?\s*"([SHR]-[0-9a-fA-F]+)"\[(\d+)\](?:\([0-9a-fA-F]+\))?\s*(.*)$'
+)
 _RATE_RE = re.compile(r"\b(\d+)x(SDR|DDR|QDR|FDR10|FDR|EDR|HDR|NDR|XDR)\b")
 _HOST_RE = re.compile(r"^(\S+)\s(\S+)$")  # "<host> <hca>", as topograph's reNodeName
 _SWITCH_NAME_RE = re.compile(r"^[^;:]+;([^;:]+):[^;:]+$")  # "MF0;A09-P1-IBLEAF-04-04:MQM9701/U1"
-_LANE_GBPS = {"SDR": 2.5, "DDR": 5.0, "QDR": 10.0, "FDR10": 10.0, "FDR": 14.0625, "EDR": 25.0, "HDR": 50.0,
-              "NDR": 100.0, "XDR": 200.0}
+_LANE_GBPS = {
+    "SDR": 2.5,
+    "DDR": 5.0,
+    "QDR": 10.0,
+    "FDR10": 10.0,
+    "FDR": 14.0625,
+    "EDR": 25.0,
+    "HDR": 50.0,
+    "NDR": 100.0,
+    "XDR": 200.0,
+}
 _LEVEL_NAMES = ("leaf", "spine", "core")
 _RAIL_SHARE = 0.75  # a leaf serves one rail when at least this share of its host HCAs has that rail index
 
@@ -58,7 +69,9 @@ class _Node:
     guid: str
     desc: str
     line: int
-    ports: dict[int, tuple[str, int, float | None]] = field(default_factory=dict)  # port -> (peer, peer port, GB/s)
+    ports: dict[int, tuple[str, int, float | None]] = field(
+        default_factory=dict
+    )  # port -> (peer, peer port, GB/s)
 
 
 @dataclass
@@ -116,7 +129,10 @@ def _parse(text: str, source: str) -> IbFabric:
             gbps = int(rate.group(1)) * _LANE_GBPS[rate.group(2)] / 8 if rate else None
             cur.ports[int(m.group(1))] = (m.group(2), int(m.group(3)), gbps)
             continue
-        ps.add(f"line {no}", f"unexpected line {s[:50]!r}; expected a Switch/Ca header, a [port] line or a blank line")
+        ps.add(
+            f"line {no}",
+            f"unexpected line {s[:50]!r}; expected a Switch/Ca header, a [port] line or a blank line",
+        )
     ps.raise_if_any()
     hca_host: dict[str, tuple[str, str, int | None]] = {}
     skipped: Counter[str] = Counter()
@@ -147,7 +163,9 @@ def fabric_graph(fab: IbFabric, *, gpus_per_host: int = 1) -> nx.Graph:
     for a, b in _links(fab):
         ends = []
         for x in (a, b):
-            ends.append(fab.hca_host[x][0] if x in fab.hca_host else x if fab.nodes[x].kind == "Switch" else None)
+            ends.append(
+                fab.hca_host[x][0] if x in fab.hca_host else x if fab.nodes[x].kind == "Switch" else None
+            )
         if None in ends or ends[0] == ends[1]:
             continue
         bw = next((p[2] for p in fab.nodes[a].ports.values() if p[0] == b and p[2]), 50.0)
@@ -164,8 +182,13 @@ def fabric_graph(fab: IbFabric, *, gpus_per_host: int = 1) -> nx.Graph:
     return g
 
 
-def parse_ibnetdiscover(text: str, source: str = "<ibnetdiscover>", *, level_names: Sequence[str] | None = None,
-                        name: str | None = None) -> tuple[Fabric, IbFabric]:
+def parse_ibnetdiscover(
+    text: str,
+    source: str = "<ibnetdiscover>",
+    *,
+    level_names: Sequence[str] | None = None,
+    name: str | None = None,
+) -> tuple[Fabric, IbFabric]:
     """Read an ibnetdiscover dump into a `Fabric` (tree levels, hosts, NICs per host) and the parsed dump."""
     if not text.strip():
         raise InputError(source, [Problem("", "the file is empty; expected the output of `ibnetdiscover`")])
@@ -175,9 +198,17 @@ def parse_ibnetdiscover(text: str, source: str = "<ibnetdiscover>", *, level_nam
     cas = [n for n in fab.nodes.values() if n.kind == "Ca"]
     if not switches:
         shown = ", ".join(f'"{n.desc}"' for n in cas[:2])
-        raise InputError(source, [Problem("", f"the dump holds no switch ({len(cas)} HCA(s){': ' + shown if shown else ''}"
-                                              "); a fabric needs its switches: run ibnetdiscover on a host cabled "
-                                              "to the fabric")])
+        raise InputError(
+            source,
+            [
+                Problem(
+                    "",
+                    f"the dump holds no switch ({len(cas)} HCA(s){': ' + shown if shown else ''}"
+                    "); a fabric needs its switches: run ibnetdiscover on a host cabled "
+                    "to the fabric",
+                )
+            ],
+        )
     warnings: list[str] = []
     # host -> leaf switches over its HCAs; NICs per host
     host_leaves: dict[str, set[str]] = {}
@@ -185,7 +216,11 @@ def parse_ibnetdiscover(text: str, source: str = "<ibnetdiscover>", *, level_nam
     leaf_rails: dict[str, Counter[int | None]] = {}
     unlinked = 0
     for guid, (host, _, rail) in fab.hca_host.items():
-        ups = [(p, bw) for p, _, bw in fab.nodes[guid].ports.values() if p in fab.nodes and fab.nodes[p].kind == "Switch"]
+        ups = [
+            (p, bw)
+            for p, _, bw in fab.nodes[guid].ports.values()
+            if p in fab.nodes and fab.nodes[p].kind == "Switch"
+        ]
         if not ups:
             unlinked += 1
             continue
@@ -194,12 +229,21 @@ def parse_ibnetdiscover(text: str, source: str = "<ibnetdiscover>", *, level_nam
             host_leaves.setdefault(host, set()).add(sw)
             leaf_rails.setdefault(sw, Counter())[rail] += 1
     if not host_leaves:
-        raise InputError(source, [Problem("", f"no HCA names a host: {len(cas)} HCA(s), none described as "
-                                              "\"<host> <hca>\" and cabled to a switch")])
+        raise InputError(
+            source,
+            [
+                Problem(
+                    "",
+                    f"no HCA names a host: {len(cas)} HCA(s), none described as "
+                    '"<host> <hca>" and cabled to a switch',
+                )
+            ],
+        )
     if fab.skipped:
         top = ", ".join(f'"{d.strip()}" x{c}' for d, c in fab.skipped.most_common(3))
-        warnings.append(f"{sum(fab.skipped.values())} HCA(s) whose description is not \"<host> <hca>\" are not "
-                        f"hosts: {top}")
+        warnings.append(
+            f'{sum(fab.skipped.values())} HCA(s) whose description is not "<host> <hca>" are not hosts: {top}'
+        )
     if unlinked:
         warnings.append(f"{unlinked} host HCA(s) are not cabled to a switch in this dump; skipped")
     # switch levels: BFS over switch-switch links from the leaves
@@ -228,7 +272,8 @@ def parse_ibnetdiscover(text: str, source: str = "<ibnetdiscover>", *, level_nam
         warnings.append(
             f"not a tree: {len(same)} link(s) join switches of the same level (e.g. "
             f"{_switch_name(fab.nodes[a].desc, a)} - {_switch_name(fab.nodes[b].desc, b)}); the levels below "
-            "group hosts by reach, and fabric_graph() gives the pair-path model (placement.io.graph)")
+            "group hosts by reach, and fabric_graph() gives the pair-path model (placement.io.graph)"
+        )
     hosts = sorted({h for h, _, _ in fab.hca_host.values() if h in host_leaves}, key=_natural)
     height = max(level.values())
     candidates: list[tuple[str, str, Mapping[str, str]]] = []
@@ -239,9 +284,9 @@ def parse_ibnetdiscover(text: str, source: str = "<ibnetdiscover>", *, level_nam
     out = _fabric(name or Path(source).stem, hosts, candidates, warnings, level_names, source)
     out.host_nics = {h: sorted(host_nics[h], key=lambda x: (x[0] is None, x[0] or 0)) for h in hosts}
     main_rail = {sw: c.most_common(1)[0] for sw, c in leaf_rails.items()}
-    out.rail_optimized = (all(r is not None and k >= _RAIL_SHARE * sum(leaf_rails[sw].values())
-                              for sw, (r, k) in main_rail.items())
-                          and any(len(v) > 1 for v in host_leaves.values()))
+    out.rail_optimized = all(
+        r is not None and k >= _RAIL_SHARE * sum(leaf_rails[sw].values()) for sw, (r, k) in main_rail.items()
+    ) and any(len(v) > 1 for v in host_leaves.values())
     if out.rail_optimized:
         off = {sw: c for sw, c in leaf_rails.items() if len(c) > 1}
         if off:
@@ -250,15 +295,22 @@ def parse_ibnetdiscover(text: str, source: str = "<ibnetdiscover>", *, level_nam
             warnings.append(
                 f"rail-optimized fabric, but {sum(sum(c.values()) - main_rail[w][1] for w, c in off.items())} HCA(s) "
                 f"sit on a leaf of another rail (e.g. {_switch_name(fab.nodes[sw].desc, sw)} serves rail "
-                f"{main_rail[sw][0]} and has {others})")
+                f"{main_rail[sw][0]} and has {others})"
+            )
     multi = Counter(h for h in host_leaves if len(host_nics[h]) != len({r for r, _ in host_nics[h]}))
     if multi:
         warnings.append(f"{len(multi)} host(s) list two HCAs with one rail index (e.g. {next(iter(multi))})")
     return out, fab
 
 
-def _components(hosts: Sequence[str], host_leaves: dict[str, set[str]], adj: dict[str, set[str]],
-                level: dict[str, int], lv: int, fab: IbFabric) -> dict[str, str]:
+def _components(
+    hosts: Sequence[str],
+    host_leaves: dict[str, set[str]],
+    adj: dict[str, set[str]],
+    level: dict[str, int],
+    lv: int,
+    fab: IbFabric,
+) -> dict[str, str]:
     """Host -> name of its connected part over switches of level <= lv (named by its top switches)."""
     parent: dict[str, str] = {}
 
@@ -293,7 +345,8 @@ def _components(hosts: Sequence[str], host_leaves: dict[str, set[str]], adj: dic
     return {h: names[find("h:" + h)] for h in hosts}
 
 
-def read_ibnetdiscover(path: str | Path, *, level_names: Sequence[str] | None = None,
-                       name: str | None = None) -> tuple[Fabric, IbFabric]:
+def read_ibnetdiscover(
+    path: str | Path, *, level_names: Sequence[str] | None = None, name: str | None = None
+) -> tuple[Fabric, IbFabric]:
     """Read an ibnetdiscover dump file."""
     return parse_ibnetdiscover(read_text(path), str(path), level_names=level_names, name=name)

@@ -119,9 +119,11 @@ def parse_k8s_nodes(
             continue
         if devices is None:
             if any(k in labels for k in level_keys):
-                problems.add(f"{path}.status.allocatable" if path else "status.allocatable",
-                             f'node "{label_name}" has level labels but no "{gpu_resource}" in allocatable '
-                             f'or capacity and no label "{_GPU_COUNT_LABEL}"; check gpu_resource')
+                problems.add(
+                    f"{path}.status.allocatable" if path else "status.allocatable",
+                    f'node "{label_name}" has level labels but no "{gpu_resource}" in allocatable '
+                    f'or capacity and no label "{_GPU_COUNT_LABEL}"; check gpu_resource',
+                )
             else:
                 no_gpu.append(label_name)
             continue
@@ -136,23 +138,27 @@ def parse_k8s_nodes(
             if not isinstance(value, str) or not value.strip():
                 ok = False
                 what = "missing" if value is None else f"empty or not a string ({value!r})"
-                problems.add(_label_path(path, key), f'{what} on node "{label_name}"; every GPU node needs '
-                                                     f"all {len(level_keys)} level labels")
+                problems.add(
+                    _label_path(path, key),
+                    f'{what} on node "{label_name}"; every GPU node needs all {len(level_keys)} level labels',
+                )
             values.append(value if isinstance(value, str) else "")
         if host_key is not None:
             host = labels.get(host_key)
             if not isinstance(host, str) or not host.strip():
                 ok = False
-                problems.add(_label_path(path, host_key),
-                             f'missing on node "{label_name}"; it names the host')
+                problems.add(
+                    _label_path(path, host_key), f'missing on node "{label_name}"; it names the host'
+                )
                 host = ""
         else:
             host = meta_name or ""
         if host and host in first_host:
             ok = False
             where = _label_path(path, host_key) if host_key else _meta_path(path, "name")
-            problems.add(where, f'host "{host}" appears twice (first at {first_host[host]}); host names '
-                                "must be unique")
+            problems.add(
+                where, f'host "{host}" appears twice (first at {first_host[host]}); host names must be unique'
+            )
         elif host:
             first_host[host] = path or "the node"
         if not ok:
@@ -165,9 +171,12 @@ def parse_k8s_nodes(
             if seen is None:
                 parent_of[i][values[i]] = (up, here)
             elif seen[0] != up:
-                problems.add(here, f'{display[i]} "{values[i]}" is under {display[i - 1]} "{up}" here but '
-                                   f'under {display[i - 1]} "{seen[0]}" at {seen[1]}; label values must be '
-                                   "global ids (one parent each)")
+                problems.add(
+                    here,
+                    f'{display[i]} "{values[i]}" is under {display[i - 1]} "{up}" here but '
+                    f'under {display[i - 1]} "{seen[0]}" at {seen[1]}; label values must be '
+                    "global ids (one parent each)",
+                )
 
         entry: dict[str, Any] = {
             "name": host,
@@ -180,21 +189,32 @@ def parse_k8s_nodes(
         hosts.append(entry)
 
     if no_gpu:
-        warnings.append(f'skipped {len(no_gpu)} node(s) without "{gpu_resource}" and without level labels '
-                        f"(CPU/system nodes): {_listing(no_gpu)}")
+        warnings.append(
+            f'skipped {len(no_gpu)} node(s) without "{gpu_resource}" and without level labels '
+            f"(CPU/system nodes): {_listing(no_gpu)}"
+        )
     if zero_gpu:
         warnings.append(f'skipped {len(zero_gpu)} node(s) with 0 "{gpu_resource}": {_listing(zero_gpu)}')
     if not hosts and not problems:
-        problems.add("items", f'no node has a "{gpu_resource}" count above 0 and the level labels; '
-                              "nothing to import")
+        problems.add(
+            "items", f'no node has a "{gpu_resource}" count above 0 and the level labels; nothing to import'
+        )
     problems.raise_if_any()
 
     out_levels: list[dict[str, Any]] = [{"name": "node"}, *({"name": n} for n in reversed(display))]
     tops = {h["domains"][display[0]] for h in hosts} if level_keys else set()
     if len(tops) > 1 or not level_keys:
         if "cluster" in display:
-            raise InputError(source, [Problem("level_names", 'the name "cluster" is taken by the level added '
-                                                             "above several top domains; pick another")])
+            raise InputError(
+                source,
+                [
+                    Problem(
+                        "level_names",
+                        'the name "cluster" is taken by the level added '
+                        "above several top domains; pick another",
+                    )
+                ],
+            )
         out_levels.append({"name": "cluster"})
         for h in hosts:
             h["domains"]["cluster"] = "cluster"
@@ -216,8 +236,11 @@ def _level_keys(levels: Sequence[str] | str, problems: Problems) -> list[str]:
             continue
         keys.append(key.strip())
     if not raw:
-        problems.add("levels", "is empty; give the topology label keys coarse -> fine, e.g. "
-                               f"cloud.google.com/gce-topology-block,...,{HOSTNAME_LABEL}")
+        problems.add(
+            "levels",
+            "is empty; give the topology label keys coarse -> fine, e.g. "
+            f"cloud.google.com/gce-topology-block,...,{HOSTNAME_LABEL}",
+        )
     if HOSTNAME_LABEL in keys[:-1]:
         problems.add("levels", f'"{HOSTNAME_LABEL}" must be the finest (last) key, as in Kueue TAS')
     return keys
@@ -231,22 +254,29 @@ def _level_names(keys: list[str], level_names: Sequence[str] | None, problems: P
         for key, short in zip(keys, names, strict=True):
             if short == "node":
                 ok = False
-                problems.add("levels", f'"{key}" shortens to "node", the name of the host level; '
-                                       "pass level_names")
+                problems.add(
+                    "levels", f'"{key}" shortens to "node", the name of the host level; pass level_names'
+                )
             elif short in first:
                 ok = False
-                problems.add("levels", f'"{first[short]}" and "{key}" both shorten to the level name '
-                                       f'"{short}"; pass level_names with {len(keys)} unique names, '
-                                       "coarse -> fine")
+                problems.add(
+                    "levels",
+                    f'"{first[short]}" and "{key}" both shorten to the level name '
+                    f'"{short}"; pass level_names with {len(keys)} unique names, '
+                    "coarse -> fine",
+                )
             else:
                 first[short] = key
         return names if ok else None
     given = [level_names] if isinstance(level_names, str) else list(level_names)
     if len(given) != len(keys):
         listed = ", ".join(keys) or "none"
-        problems.add("level_names", f"has {len(given)} name(s) but there are {len(keys)} level key(s) to "
-                                    f"name ({listed}); give one name per key, coarse -> fine "
-                                    f"({HOSTNAME_LABEL} names the host and gets none)")
+        problems.add(
+            "level_names",
+            f"has {len(given)} name(s) but there are {len(keys)} level key(s) to "
+            f"name ({listed}); give one name per key, coarse -> fine "
+            f"({HOSTNAME_LABEL} names the host and gets none)",
+        )
         return None
     return check_level_names(given, problems)
 
@@ -304,7 +334,7 @@ def _items(doc: Any, problems: Problems) -> list[tuple[Any, str]]:
         return [(item, f"items[{i}]") for i, item in enumerate(items)]
     if doc.get("kind") == "Node":
         return [(doc, "")]
-    problems.add("kind", f'expected a List/NodeList with items or a Node, got kind {doc.get("kind")!r}')
+    problems.add("kind", f"expected a List/NodeList with items or a Node, got kind {doc.get('kind')!r}")
     return []
 
 
@@ -315,8 +345,9 @@ def _node_view(item: Any, path: str, problems: Problems) -> tuple[str | None, Ma
         return None
     kind = item.get("kind")
     if kind is not None and kind != "Node":
-        problems.add(_join(path, "kind"), f'expected "Node", got {kind!r}; list nodes only '
-                                          "(kubectl get nodes -o json)")
+        problems.add(
+            _join(path, "kind"), f'expected "Node", got {kind!r}; list nodes only (kubectl get nodes -o json)'
+        )
         return None
     meta = item.get("metadata")
     if not isinstance(meta, Mapping):
@@ -330,8 +361,9 @@ def _node_view(item: Any, path: str, problems: Problems) -> tuple[str | None, Ma
     if labels is None:
         labels = {}
     if not isinstance(labels, Mapping):
-        problems.add(_meta_path(path, "labels"),
-                     f"must be a mapping of label key to value, got {_type(labels)}")
+        problems.add(
+            _meta_path(path, "labels"), f"must be a mapping of label key to value, got {_type(labels)}"
+        )
         return None
     return meta_name, labels
 
@@ -364,8 +396,10 @@ def _gpu_count(
     if isinstance(labels, Mapping) and _GPU_COUNT_LABEL in labels:
         count = _quantity(labels[_GPU_COUNT_LABEL])
         if count is None:
-            problems.add(_label_path(path, _GPU_COUNT_LABEL),
-                         f'{labels[_GPU_COUNT_LABEL]!r} on node "{node}" is not a whole number of GPUs')
+            problems.add(
+                _label_path(path, _GPU_COUNT_LABEL),
+                f'{labels[_GPU_COUNT_LABEL]!r} on node "{node}" is not a whole number of GPUs',
+            )
             return None
         return count, ""
     return None

@@ -44,7 +44,14 @@ __all__ = ["XGMI_GBPS", "NodeTopology", "parse_nccl_xml", "read_nccl_xml", "read
 # figures halved): MI50/MI60 and MI100 92 GB/s, MI250/MI250X 100 GB/s, MI300X 128 GB/s, MI355X 153.6 GB/s.
 XGMI_GBPS: dict[str, float] = {"gfx906": 46.0, "gfx908": 46.0, "gfx90a": 50.0, "gfx942": 64.0, "gfx950": 76.8}
 _AMD_KIND = {"gfx906": "MI50", "gfx908": "MI100", "gfx90a": "MI250", "gfx942": "MI300X", "gfx950": "MI355X"}
-_GCN_NUMERIC = {"906": "gfx906", "908": "gfx908", "910": "gfx90a", "940": "gfx942", "941": "gfx942", "942": "gfx942"}
+_GCN_NUMERIC = {
+    "906": "gfx906",
+    "908": "gfx908",
+    "910": "gfx90a",
+    "940": "gfx942",
+    "941": "gfx942",
+    "942": "gfx942",
+}
 _NV_KIND = {"70": "V100", "80": "A100", "86": "A10", "89": "L40S", "90": "H100", "100": "B200"}
 # NVLink per link and direction for NVLink 5 (B200: 1.8 TB/s over 18 links); older generations keep the
 # cluster default (25 GB/s per link, placement.topology.DEFAULT_INTRA_NODE_TIERS).
@@ -156,8 +163,17 @@ def _walk(root: ET.Element) -> _Walk:
                 if gpu is not None:
                     dev = _int(gpu.get("dev"))
                     order = (dev if dev is not None else 1 << 30, busid)
-                    w.gpus.append(_Dev(f"GPU{dev if dev is not None else len(w.gpus)}", busid, chain, numa, aff,
-                                       order, gpu))
+                    w.gpus.append(
+                        _Dev(
+                            f"GPU{dev if dev is not None else len(w.gpus)}",
+                            busid,
+                            chain,
+                            numa,
+                            aff,
+                            order,
+                            gpu,
+                        )
+                    )
                 elif cls.startswith(_GPU_CLASSES):
                     w.class_gpus.append(_Dev("", busid, chain, numa, aff, (1 << 30, busid)))
                 elif cls.startswith("0x02") and child.find("nic") is None:
@@ -169,8 +185,17 @@ def _walk(root: ET.Element) -> _Walk:
                     dev = _int(net.get("dev"))
                     name = net.get("name") or f"net{dev if dev is not None else len(w.nics)}"
                     speed = _int(net.get("speed"))
-                    w.nics.append(_Dev(name, name, own, numa, aff, (dev if dev is not None else 1 << 30, name),
-                                       speed=float(speed) if speed else None))
+                    w.nics.append(
+                        _Dev(
+                            name,
+                            name,
+                            own,
+                            numa,
+                            aff,
+                            (dev if dev is not None else 1 << 30, name),
+                            speed=float(speed) if speed else None,
+                        )
+                    )
 
     visit(root, [], None, None)
     return w
@@ -184,11 +209,13 @@ def _pcie_code(a: _Dev, b: _Dev) -> str:
         k += 1
     if k <= 1:
         return "PHB"  # the lowest shared element is the CPU: through its host bridge
-    bridges = {id(e) for e in a.chain[k - 1:]} | {id(e) for e in b.chain[k - 1:]}
+    bridges = {id(e) for e in a.chain[k - 1 :]} | {id(e) for e in b.chain[k - 1 :]}
     return "PIX" if len(bridges) <= 1 else "PXB"
 
 
-def _links(gpus: list[_Dev], tag: str, warnings: list[str]) -> tuple[dict[tuple[int, int], int], dict[int, int]]:
+def _links(
+    gpus: list[_Dev], tag: str, warnings: list[str]
+) -> tuple[dict[tuple[int, int], int], dict[int, int]]:
     """Direct GPU-GPU link counts and per-GPU counts to NVSwitches, from <nvlink>/<xgmi> elements."""
     index = {g.busid: i for i, g in enumerate(gpus)}
     direct: dict[tuple[int, int], int] = {}
@@ -217,7 +244,9 @@ def _links(gpus: list[_Dev], tag: str, warnings: list[str]) -> tuple[dict[tuple[
     return direct, switch
 
 
-def _rails(gpus: list[_Dev], nics: list[_Dev], codes: list[list[str]], warnings: list[str]) -> list[int | None]:
+def _rails(
+    gpus: list[_Dev], nics: list[_Dev], codes: list[list[str]], warnings: list[str]
+) -> list[int | None]:
     rails: list[int | None] = [None] * len(gpus)
     if not nics:
         return rails
@@ -237,8 +266,10 @@ def _rails(gpus: list[_Dev], nics: list[_Dev], codes: list[list[str]], warnings:
             nic_of.update({g: closest[i * step] for i, g in enumerate(members)})
         else:
             names = ", ".join(gpus[g].name for g in members)
-            warnings.append(f"rails: {names} tie over {len(closest)} NICs "
-                            f"({', '.join(nics[k].name for k in closest)}); rail left as None")
+            warnings.append(
+                f"rails: {names} tie over {len(closest)} NICs "
+                f"({', '.join(nics[k].name for k in closest)}); rail left as None"
+            )
     used = sorted(set(nic_of.values()))
     for g, k in nic_of.items():
         rails[g] = used.index(k)
@@ -265,18 +296,26 @@ _SXM_NVLINKS = {"A100": 12, "H100": 18, "B200": 18}
 def _no_links_warning(kind: str, gcn: str | None) -> str:
     """The warning for a multi-GPU file without any NVLink or xGMI link: its matrix holds PCIe paths only."""
     if gcn is not None:
-        return ("the file lists no xGMI links: the matrix holds PCIe paths only, and placement treats the GPUs as "
-                "PCIe cards; if they are xGMI-connected, use a topology dumped on the machine "
-                "(NCCL_TOPO_DUMP_FILE), which lists the links")
+        return (
+            "the file lists no xGMI links: the matrix holds PCIe paths only, and placement treats the GPUs as "
+            "PCIe cards; if they are xGMI-connected, use a topology dumped on the machine "
+            "(NCCL_TOPO_DUMP_FILE), which lists the links"
+        )
     links = _SXM_NVLINKS.get(kind)
-    fix = (f"if these are {kind} SXM GPUs on NVSwitches, pass --nvlink {links}" if links is not None else
-           "if the GPUs are on NVSwitches, pass --nvlink N (N = NVLinks per GPU: 12 for A100 SXM, 18 for H100 SXM)")
-    return ("the file lists no NVLinks (static NCCL_TOPO_FILEs omit them: NCCL finds NVLink at run time): the "
-            f"matrix holds PCIe paths only, so the node level gets a PCIe bandwidth; {fix}")
+    fix = (
+        f"if these are {kind} SXM GPUs on NVSwitches, pass --nvlink {links}"
+        if links is not None
+        else "if the GPUs are on NVSwitches, pass --nvlink N (N = NVLinks per GPU: 12 for A100 SXM, 18 for H100 SXM)"
+    )
+    return (
+        "the file lists no NVLinks (static NCCL_TOPO_FILEs omit them: NCCL finds NVLink at run time): the "
+        f"matrix holds PCIe paths only, so the node level gets a PCIe bandwidth; {fix}"
+    )
 
 
-def parse_nccl_xml(text: str, source: str = "<nccl-xml>", *, nvlink: int | None = None,
-                   xgmi_gbps: float | None = None) -> NodeTopology:
+def parse_nccl_xml(
+    text: str, source: str = "<nccl-xml>", *, nvlink: int | None = None, xgmi_gbps: float | None = None
+) -> NodeTopology:
     """Parse one NCCL/RCCL topology XML. `nvlink` (a link count, e.g. 18) states that every GPU pair is
     ``NV<nvlink>`` through NVSwitches, for static files that list no NVLinks (NCCL finds them at run time).
     `xgmi_gbps` overrides the per-link xGMI speed. Raises `InputError` with one line per problem."""
@@ -289,9 +328,13 @@ def parse_nccl_xml(text: str, source: str = "<nccl-xml>", *, nvlink: int | None 
     except ET.ParseError as e:
         line, col = e.position
         msg = str(e).split(":")[0]
-        raise InputError(source, [Problem(f"line {line}, column {col + 1}", f"is not well-formed XML: {msg}")]) from None
+        raise InputError(
+            source, [Problem(f"line {line}, column {col + 1}", f"is not well-formed XML: {msg}")]
+        ) from None
     if root.tag != "system":
-        raise InputError(source, [Problem("", f"the root element is <{root.tag}>; an NCCL topology XML has <system>")])
+        raise InputError(
+            source, [Problem("", f"the root element is <{root.tag}>; an NCCL topology XML has <system>")]
+        )
     warnings: list[str] = []
     w = _walk(root)
     gpus = sorted(w.gpus, key=lambda d: d.order)
@@ -299,17 +342,23 @@ def parse_nccl_xml(text: str, source: str = "<nccl-xml>", *, nvlink: int | None 
         gpus = sorted(w.class_gpus, key=lambda d: d.busid)
         for i, g in enumerate(gpus):
             g.name = f"GPU{i}"
-        warnings.append(f"no <gpu> elements: {len(gpus)} GPUs taken from PCIe class codes, numbered in bus-id "
-                        "order (nvidia-smi's and CUDA_DEVICE_ORDER=PCI_BUS_ID order)")
+        warnings.append(
+            f"no <gpu> elements: {len(gpus)} GPUs taken from PCIe class codes, numbered in bus-id "
+            "order (nvidia-smi's and CUDA_DEVICE_ORDER=PCI_BUS_ID order)"
+        )
     if not gpus:
         pcis = list(root.iter("pci"))
         classes = sorted({e.get("class", "") for e in pcis} - {""})
         if pcis and not classes:
-            why = (f"its {len(pcis)} <pci> elements carry no class attribute (a partial static file: NCCL takes the "
-                   "device kinds from the running machine), so nothing identifies a GPU")
+            why = (
+                f"its {len(pcis)} <pci> elements carry no class attribute (a partial static file: NCCL takes the "
+                "device kinds from the running machine), so nothing identifies a GPU"
+            )
         else:
-            why = (f"no <gpu> element and no PCIe function of class {', '.join(_GPU_CLASSES)} "
-                   f"(classes present: {', '.join(classes[:6]) or 'none'})")
+            why = (
+                f"no <gpu> element and no PCIe function of class {', '.join(_GPU_CLASSES)} "
+                f"(classes present: {', '.join(classes[:6]) or 'none'})"
+            )
         raise InputError(source, [Problem("", f"no GPU found: {why}")])
     seen: dict[str, str] = {}
     for g in gpus:
@@ -336,8 +385,10 @@ def parse_nccl_xml(text: str, source: str = "<nccl-xml>", *, nvlink: int | None 
         if xg_direct:
             per = xgmi_gbps or XGMI_GBPS.get(gcn or "", 64.0)
             if gcn not in XGMI_GBPS and xgmi_gbps is None:
-                warnings.append(f"xGMI link speed unknown for arch {gcn or '?'}; assumed 64 GB/s per link "
-                                "(MI300X); set it with --xgmi-gbps")
+                warnings.append(
+                    f"xGMI link speed unknown for arch {gcn or '?'}; assumed 64 GB/s per link "
+                    "(MI300X); set it with --xgmi-gbps"
+                )
             counts = {xg_direct.get((i, j), 0) for i in range(n) for j in range(i + 1, n)}
             if len(counts) == 1 and 0 not in counts and n > 1:
                 mesh = per * counts.pop()
@@ -356,12 +407,16 @@ def parse_nccl_xml(text: str, source: str = "<nccl-xml>", *, nvlink: int | None 
     rails = _rails(gpus, nics, codes, warnings)
     odd = sorted({nic.name for nic in nics if nic.speed and nic.speed > _MAX_NIC_MBPS})
     if odd:
-        warnings.append(f"NIC speed above {_MAX_NIC_MBPS / 1e6:g} Tb/s ignored as implausible on {', '.join(odd)}")
+        warnings.append(
+            f"NIC speed above {_MAX_NIC_MBPS / 1e6:g} Tb/s ignored as implausible on {', '.join(odd)}"
+        )
     speeds = sorted({nic.speed for nic in nics if nic.speed and nic.speed <= _MAX_NIC_MBPS})
     nic_gbps = speeds[0] / 8000.0 if speeds else None
     if len(speeds) > 1:
-        warnings.append(f"NICs of different speeds ({', '.join(f'{s / 1000:g}' for s in speeds)} Gb/s); "
-                        f"nic_gbps is the slowest, {nic_gbps:g} GB/s")
+        warnings.append(
+            f"NICs of different speeds ({', '.join(f'{s / 1000:g}' for s in speeds)} Gb/s); "
+            f"nic_gbps is the slowest, {nic_gbps:g} GB/s"
+        )
     if nics and not speeds:
         warnings.append(f"{len(nics)} NIC(s) without a speed; nic_gbps left unset (the level-1 tier is used)")
     return NodeTopology(
@@ -379,7 +434,9 @@ def parse_nccl_xml(text: str, source: str = "<nccl-xml>", *, nvlink: int | None 
     )
 
 
-def read_nccl_xml(path: str | Path, *, nvlink: int | None = None, xgmi_gbps: float | None = None) -> NodeTopology:
+def read_nccl_xml(
+    path: str | Path, *, nvlink: int | None = None, xgmi_gbps: float | None = None
+) -> NodeTopology:
     """Read and parse one NCCL/RCCL topology XML file."""
     return parse_nccl_xml(read_text(path), str(path), nvlink=nvlink, xgmi_gbps=xgmi_gbps)
 
@@ -390,5 +447,7 @@ def merge_warnings(items: Sequence[tuple[str, NodeTopology]]) -> list[str]:
     for host, nt in items:
         for w in nt.warnings:
             counts.setdefault(w, []).append(host)
-    return [f"{hosts[0]}: {w}" if len(hosts) == 1 else f"{len(hosts)} hosts ({hosts[0]}, ...): {w}"
-            for w, hosts in counts.items()]
+    return [
+        f"{hosts[0]}: {w}" if len(hosts) == 1 else f"{len(hosts)} hosts ({hosts[0]}, ...): {w}"
+        for w, hosts in counts.items()
+    ]

@@ -94,17 +94,29 @@ def parse_rocm_smi(text: str, source: str = "<rocm-smi>", *, model: str = "MI300
     """Parse `rocm-smi --showtopo` output. `model` picks the defaults (`MODELS`) for link counts and speeds."""
     ps = Problems(source)
     if not text.strip():
-        raise InputError(source, [Problem("", "the input is empty; expected the text `rocm-smi --showtopo` prints")])
+        raise InputError(
+            source, [Problem("", "the input is empty; expected the text `rocm-smi --showtopo` prints")]
+        )
     refuse_other_format(text, source, "rocm-smi")
     if model not in MODELS:
-        raise InputError(source, [Problem("model", f"unknown GPU model {model!r}; known: {', '.join(MODELS)}")])
+        raise InputError(
+            source, [Problem("model", f"unknown GPU model {model!r}; known: {', '.join(MODELS)}")]
+        )
     spec = MODELS[model]
     lines = re.split(r"\r\n|\r|\n", text.removeprefix("\ufeff"))
     tables, numa = _scan(lines, ps)
     link = tables.get("link type")
     if link is None or not link.gpus:
-        raise InputError(source, [Problem("", "no `Link Type between two GPUs` table: expected the output of "
-                                              "`rocm-smi --showtopo` (or --showtopotype)")])
+        raise InputError(
+            source,
+            [
+                Problem(
+                    "",
+                    "no `Link Type between two GPUs` table: expected the output of "
+                    "`rocm-smi --showtopo` (or --showtopotype)",
+                )
+            ],
+        )
     gpus = link.gpus
     n = len(gpus)
     grids: dict[str, list[list[str]]] = {}
@@ -112,8 +124,11 @@ def parse_rocm_smi(text: str, source: str = "<rocm-smi>", *, model: str = "MI300
         if key == "access" or not t.gpus:
             continue
         if t.gpus != gpus:
-            ps.add(f"line {t.line}", f"the {t.title} table lists {', '.join(t.gpus)} but the Link Type table lists "
-                                     f"{', '.join(gpus)}; the tables must name the same GPUs")
+            ps.add(
+                f"line {t.line}",
+                f"the {t.title} table lists {', '.join(t.gpus)} but the Link Type table lists "
+                f"{', '.join(gpus)}; the tables must name the same GPUs",
+            )
             continue
         grid: list[list[str]] = []
         for g in gpus:
@@ -136,11 +151,16 @@ def parse_rocm_smi(text: str, source: str = "<rocm-smi>", *, model: str = "MI300
         for j in range(n):
             c = types[i][j].upper()
             if i != j and c not in ("XGMI", "PCIE"):
-                ps.add(f"line {link.rows[gpus[i]][0]}", f"{gpus[i]} -> {gpus[j]} link type {types[i][j]!r}; expected "
-                                                        "XGMI or PCIE")
+                ps.add(
+                    f"line {link.rows[gpus[i]][0]}",
+                    f"{gpus[i]} -> {gpus[j]} link type {types[i][j]!r}; expected XGMI or PCIE",
+                )
             elif i != j and c != types[j][i].upper():
-                ps.add(f"line {link.rows[gpus[i]][0]}", f"{gpus[i]} -> {gpus[j]} is {types[i][j]} but {gpus[j]} -> "
-                                                        f"{gpus[i]} is {types[j][i]}; the table must be symmetric")
+                ps.add(
+                    f"line {link.rows[gpus[i]][0]}",
+                    f"{gpus[i]} -> {gpus[j]} is {types[i][j]} but {gpus[j]} -> "
+                    f"{gpus[i]} is {types[j][i]}; the table must be symmetric",
+                )
             if hops is not None and i != j and not hops[i][j].isdigit():
                 ps.add(f"hops {gpus[i]} -> {gpus[j]}", f"{hops[i][j]!r} is not a whole number of hops")
     ps.raise_if_any()
@@ -163,8 +183,10 @@ def parse_rocm_smi(text: str, source: str = "<rocm-smi>", *, model: str = "MI300
             else:
                 matrix[i][j] = "PXB" if h is None else "PIX" if h <= 2 else "PXB" if h == 3 else "PHB"
     if routed:
-        warnings.append(f"{routed // 2} XGMI pair(s) are more than 1 hop apart (routed through another GPU); "
-                        "taken as one xGMI link")
+        warnings.append(
+            f"{routed // 2} XGMI pair(s) are more than 1 hop apart (routed through another GPU); "
+            "taken as one xGMI link"
+        )
     full = n > 1 and all(matrix[i][j] == f"NV{spec.links}" for i in range(n) for j in range(n) if i != j)
     if not numa:
         warnings.append("no `Numa Nodes` section: PCIe pairs are not split by NUMA node")

@@ -32,16 +32,40 @@ from placement.io.hostlist import expand_hostlist
 from placement.io.slurm import parse_topology_conf
 
 __all__ = [
-    "FAILED_STATES", "HOLDING_STATES", "GresEntry", "LiveJob", "LiveNode", "parse_gres", "parse_index_list",
-    "parse_jobs", "parse_nodes", "topology_conf_from_scontrol", "topology_from_scontrol",
+    "FAILED_STATES",
+    "HOLDING_STATES",
+    "GresEntry",
+    "LiveJob",
+    "LiveNode",
+    "parse_gres",
+    "parse_index_list",
+    "parse_jobs",
+    "parse_nodes",
+    "topology_conf_from_scontrol",
+    "topology_from_scontrol",
 ]
 
-FAILED_STATES = frozenset({"DOWN", "DRAIN", "DRAINED", "DRAINING", "FAIL", "FAILING", "INVAL", "INVALID",
-                           "INVALID_REG", "NOT_RESPONDING", "FUTURE", "NO_RESPOND"})
+FAILED_STATES = frozenset(
+    {
+        "DOWN",
+        "DRAIN",
+        "DRAINED",
+        "DRAINING",
+        "FAIL",
+        "FAILING",
+        "INVAL",
+        "INVALID",
+        "INVALID_REG",
+        "NOT_RESPONDING",
+        "FUTURE",
+        "NO_RESPOND",
+    }
+)
 """Node state words that make every GPU of the node failed (the node takes no new job)."""
 
-HOLDING_STATES = frozenset({"RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING", "STOPPED", "RESIZING", "SIGNALING",
-                      "STAGE_OUT"})
+HOLDING_STATES = frozenset(
+    {"RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING", "STOPPED", "RESIZING", "SIGNALING", "STAGE_OUT"}
+)
 """Job state words under which a job still holds its GPUs."""
 
 _REST_OF_LINE = frozenset({"OS", "Reason", "Comment", "Extra", "AvailableFeatures", "ActiveFeatures"})
@@ -138,11 +162,27 @@ def parse_gres(text: str | None, *, source: str = "gres", path: str = "") -> tup
             elif detail.startswith("CNT:"):
                 count = int(detail[4:])
         except ValueError:
-            raise InputError(source, [Problem(path, f'gres "{part}": "{detail}" is not a list of indices like '
-                                                    "IDX:0-2,5 or a count like CNT:3")]) from None
+            raise InputError(
+                source,
+                [
+                    Problem(
+                        path,
+                        f'gres "{part}": "{detail}" is not a list of indices like '
+                        "IDX:0-2,5 or a count like CNT:3",
+                    )
+                ],
+            ) from None
         if paren and not detail.startswith(("IDX:", "CNT:", "S:")):
-            raise InputError(source, [Problem(path, f'gres "{part}": unknown detail "({detail})"; Slurm writes '
-                                                    "(IDX:...), (CNT:n) or (S:sockets)")])
+            raise InputError(
+                source,
+                [
+                    Problem(
+                        path,
+                        f'gres "{part}": unknown detail "({detail})"; Slurm writes '
+                        "(IDX:...), (CNT:n) or (S:sockets)",
+                    )
+                ],
+            )
         if not name:
             raise InputError(source, [Problem(path, f'gres "{part}" has no name')])
         entries.append(GresEntry(name, gtype, count, indices))
@@ -175,11 +215,24 @@ def parse_nodes(text: str, source: str = "scontrol show node") -> list[LiveNode]
     stripped = text.lstrip()
     if not stripped:
         raise InputError(source, [Problem("", "is empty: expected `scontrol -d show node` output")])
-    if sniff(text) in ("slurm-conf", "slurm-yaml"):  # `import slurm` would not read `scontrol show topology` lines
-        raise InputError(source, [Problem("", "this is a Slurm topology (topology.conf, topology.yaml or `scontrol "
-                                              "show topology` output), not `scontrol -d show node` output; give it "
-                                              "with --topology-file")])
-    refuse_other_format(text, source, "slurm-nodes")  # e.g. an ibnetdiscover dump: one line, the right command
+    if sniff(text) in (
+        "slurm-conf",
+        "slurm-yaml",
+    ):  # `import slurm` would not read `scontrol show topology` lines
+        raise InputError(
+            source,
+            [
+                Problem(
+                    "",
+                    "this is a Slurm topology (topology.conf, topology.yaml or `scontrol "
+                    "show topology` output), not `scontrol -d show node` output; give it "
+                    "with --topology-file",
+                )
+            ],
+        )
+    refuse_other_format(
+        text, source, "slurm-nodes"
+    )  # e.g. an ibnetdiscover dump: one line, the right command
     if stripped.startswith("{"):
         return _nodes_json(_load_json(text, source), source)
     return _nodes_text(text, source)
@@ -189,13 +242,22 @@ def _load_json(text: str, source: str) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:
-        raise InputError(source, [Problem(f"line {e.lineno}, column {e.colno}", f"is not JSON: {e.msg}")]) from None
+        raise InputError(
+            source, [Problem(f"line {e.lineno}, column {e.colno}", f"is not JSON: {e.msg}")]
+        ) from None
 
 
 def _nodes_json(doc: Any, source: str) -> list[LiveNode]:
     if not isinstance(doc, dict) or not isinstance(doc.get("nodes"), list):
-        raise InputError(source, [Problem("nodes", 'is missing: expected {"nodes": [...]} from scontrol --json '
-                                                   "show node or sinfo --json")])
+        raise InputError(
+            source,
+            [
+                Problem(
+                    "nodes",
+                    'is missing: expected {"nodes": [...]} from scontrol --json show node or sinfo --json',
+                )
+            ],
+        )
     out: list[LiveNode] = []
     for i, node in enumerate(doc["nodes"]):
         path = f"nodes[{i}]"
@@ -204,14 +266,16 @@ def _nodes_json(doc: Any, source: str) -> list[LiveNode]:
         parts = node.get("partitions") or []
         if isinstance(parts, str):
             parts = parts.split(",")
-        out.append(LiveNode(
-            name=node["name"],
-            states=_state_words(node.get("state"), node.get("state_flags")),
-            gres=parse_gres(node.get("gres"), source=source, path=f"{path}.gres"),
-            gres_used=parse_gres(node.get("gres_used"), source=source, path=f"{path}.gres_used"),
-            partitions=tuple(str(p) for p in parts if p),
-            reason=str(node.get("reason") or ""),
-        ))
+        out.append(
+            LiveNode(
+                name=node["name"],
+                states=_state_words(node.get("state"), node.get("state_flags")),
+                gres=parse_gres(node.get("gres"), source=source, path=f"{path}.gres"),
+                gres_used=parse_gres(node.get("gres_used"), source=source, path=f"{path}.gres_used"),
+                partitions=tuple(str(p) for p in parts if p),
+                reason=str(node.get("reason") or ""),
+            )
+        )
     return out
 
 
@@ -222,10 +286,10 @@ def _record_fields(lines: Sequence[str]) -> dict[str, str]:
         for k, m in enumerate(matches):
             key = m.group(1)
             if key in _REST_OF_LINE:
-                fields[key] = line[m.end():].strip()
+                fields[key] = line[m.end() :].strip()
                 break
             end = matches[k + 1].start() if k + 1 < len(matches) else len(line)
-            fields[key] = line[m.end():end].strip()
+            fields[key] = line[m.end() : end].strip()
     return fields
 
 
@@ -237,23 +301,35 @@ def _nodes_text(text: str, source: str) -> list[LiveNode]:
         elif line.strip() and records:
             records[-1][1].append(line)
         elif line.strip():
-            raise InputError(source, [Problem(f"line {lineno}", f'"{line.strip()[:60]}" comes before the first '
-                                                                "NodeName=: expected `scontrol -d show node` output")])
+            raise InputError(
+                source,
+                [
+                    Problem(
+                        f"line {lineno}",
+                        f'"{line.strip()[:60]}" comes before the first '
+                        "NodeName=: expected `scontrol -d show node` output",
+                    )
+                ],
+            )
     out: list[LiveNode] = []
     for lineno, lines in records:
         f = _record_fields(lines)
         where = f"line {lineno} (NodeName={f.get('NodeName', '?')})"
         if "State" not in f:
-            raise InputError(source, [Problem(where, "has no State=: expected `scontrol -d show node` output")])
+            raise InputError(
+                source, [Problem(where, "has no State=: expected `scontrol -d show node` output")]
+            )
         used = f.get("GresUsed")
-        out.append(LiveNode(
-            name=f["NodeName"],
-            states=_state_words(f["State"]),
-            gres=parse_gres(f.get("Gres"), source=source, path=f"{where} Gres"),
-            gres_used=parse_gres(used, source=source, path=f"{where} GresUsed"),
-            partitions=tuple(p for p in f.get("Partitions", "").split(",") if p and p != "(null)"),
-            reason=f.get("Reason", ""),
-        ))
+        out.append(
+            LiveNode(
+                name=f["NodeName"],
+                states=_state_words(f["State"]),
+                gres=parse_gres(f.get("Gres"), source=source, path=f"{where} Gres"),
+                gres_used=parse_gres(used, source=source, path=f"{where} GresUsed"),
+                partitions=tuple(p for p in f.get("Partitions", "").split(",") if p and p != "(null)"),
+                reason=f.get("Reason", ""),
+            )
+        )
     return out
 
 
@@ -272,18 +348,29 @@ def parse_jobs(text: str, source: str = "squeue --json") -> list[LiveJob]:
             raise InputError(source, [Problem(path, "must be an object")])
         jid = _number(job.get("job_id"))
         if jid is None:
-            raise InputError(source, [Problem(f"{path}.job_id", f"must be the job id, got {job.get('job_id')!r}")])
+            raise InputError(
+                source, [Problem(f"{path}.job_id", f"must be the job id, got {job.get('job_id')!r}")]
+            )
         array_job, array_task = _number(job.get("array_job_id")), _number(job.get("array_task_id"))
         name = f"{array_job}_{array_task}" if array_job and array_task is not None else str(jid)
         details = job.get("gres_detail") or []
         if not isinstance(details, list):
-            raise InputError(source, [Problem(f"{path}.gres_detail", "must be a list of strings, one per node")])
+            raise InputError(
+                source, [Problem(f"{path}.gres_detail", "must be a list of strings, one per node")]
+            )
         by_node: dict[str, tuple[GresEntry, ...]] = {}
         if details:
             nodes = _job_nodes(job, source, path)
             if len(nodes) != len(details):
-                raise InputError(source, [Problem(f"{path}.gres_detail", f"has {len(details)} entries but the job "
-                                                                         f"runs on {len(nodes)} node(s) {nodes}")])
+                raise InputError(
+                    source,
+                    [
+                        Problem(
+                            f"{path}.gres_detail",
+                            f"has {len(details)} entries but the job runs on {len(nodes)} node(s) {nodes}",
+                        )
+                    ],
+                )
             for k, (node, detail) in enumerate(zip(nodes, details, strict=True)):
                 by_node[node] = parse_gres(str(detail), source=source, path=f"{path}.gres_detail[{k}]")
         out.append(LiveJob(f"slurm-{name}", _state_words(job.get("job_state")), by_node))
@@ -359,8 +446,14 @@ def topology_conf_from_scontrol(text: str) -> str | None:
     return "\n".join(out) + "\n"
 
 
-def topology_from_scontrol(text: str, source: str, *, level_names: Sequence[str] | None = None,
-                           topology: str | None = None, name: str = "slurm") -> tuple[dict[str, Any], list[str]] | None:
+def topology_from_scontrol(
+    text: str,
+    source: str,
+    *,
+    level_names: Sequence[str] | None = None,
+    topology: str | None = None,
+    name: str = "slurm",
+) -> tuple[dict[str, Any], list[str]] | None:
     conf = topology_conf_from_scontrol(text)
     if conf is None:
         return None

@@ -29,9 +29,16 @@ def _gpu_count(entries: Iterable[GresEntry], gres_name: str) -> tuple[int, str |
     return count, (kinds[0] if len(kinds) == 1 else None)
 
 
-def build_live(nodes: Sequence[LiveNode], jobs: Sequence[LiveJob], topology: tuple[dict[str, Any], list[str]] | None,
-               *, gres_name: str = "gpu", partition: str | None = None, kind: str | None = None,
-               name: str = "slurm") -> tuple[dict[str, Any], dict[str, Any], list[str]]:
+def build_live(
+    nodes: Sequence[LiveNode],
+    jobs: Sequence[LiveJob],
+    topology: tuple[dict[str, Any], list[str]] | None,
+    *,
+    gres_name: str = "gpu",
+    partition: str | None = None,
+    kind: str | None = None,
+    name: str = "slurm",
+) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
     """The native cluster dict (levels without tiers), the state dict and warnings, from parsed outputs.
 
     Hosts are the nodes with `gres_name` gres (in `partition` if given); `topology` is an importer result
@@ -53,31 +60,54 @@ def build_live(nodes: Sequence[LiveNode], jobs: Sequence[LiveJob], topology: tup
         gpu_nodes[node.name] = node
         counts[node.name] = (count, gtype)
     if skipped:
-        warnings.append(f"{len(skipped)} node(s) without {gres_name} gres left out: {', '.join(skipped[:8])}"
-                        + (" ..." if len(skipped) > 8 else ""))
+        warnings.append(
+            f"{len(skipped)} node(s) without {gres_name} gres left out: {', '.join(skipped[:8])}"
+            + (" ..." if len(skipped) > 8 else "")
+        )
     if not gpu_nodes:
         where = f" in partition {partition!r}" if partition else ""
-        raise InputError("scontrol show node", [Problem("Gres", f"no node{where} has {gres_name} gres "
-                                                                f"(Gres={gres_name}:N); nothing to place on")])
+        raise InputError(
+            "scontrol show node",
+            [
+                Problem(
+                    "Gres", f"no node{where} has {gres_name} gres (Gres={gres_name}:N); nothing to place on"
+                )
+            ],
+        )
 
     if topology is None:
         levels: list[dict[str, Any]] = [{"name": "node"}, {"name": "cluster"}]
         hosts: list[dict[str, Any]] = [{"name": n, "domains": {"cluster": "cluster"}} for n in gpu_nodes]
-        warnings.append("Slurm reports no topology (topology/none or flat): every node sits in one domain "
-                        "'cluster'; give --topology-file for the switch tree")
+        warnings.append(
+            "Slurm reports no topology (topology/none or flat): every node sits in one domain "
+            "'cluster'; give --topology-file for the switch tree"
+        )
     else:
         tdoc, twarn = topology
         warnings.extend(twarn)
         levels = list(tdoc["levels"])
         known = {h["name"] for h in tdoc["hosts"]}
-        hosts = [{"name": h["name"], "domains": dict(h["domains"])} for h in tdoc["hosts"] if h["name"] in gpu_nodes]
+        hosts = [
+            {"name": h["name"], "domains": dict(h["domains"])}
+            for h in tdoc["hosts"]
+            if h["name"] in gpu_nodes
+        ]
         outside = [n for n in gpu_nodes if n not in known]
         if outside:
-            warnings.append(f"{len(outside)} GPU node(s) are not in the topology and are left out: "
-                            f"{', '.join(outside[:8])}" + (" ..." if len(outside) > 8 else ""))
+            warnings.append(
+                f"{len(outside)} GPU node(s) are not in the topology and are left out: "
+                f"{', '.join(outside[:8])}" + (" ..." if len(outside) > 8 else "")
+            )
         if not hosts:
-            raise InputError("topology", [Problem("", "none of the GPU nodes appears in the topology; check that "
-                                                      "it describes this cluster")])
+            raise InputError(
+                "topology",
+                [
+                    Problem(
+                        "",
+                        "none of the GPU nodes appears in the topology; check that it describes this cluster",
+                    )
+                ],
+            )
     for h in hosts:
         count, gtype = counts[h["name"]]
         h["devices"] = count
@@ -87,8 +117,14 @@ def build_live(nodes: Sequence[LiveNode], jobs: Sequence[LiveJob], topology: tup
     return cluster, state, warnings
 
 
-def _state(gpu_nodes: Mapping[str, LiveNode], counts: Mapping[str, tuple[int, str | None]], jobs: Sequence[LiveJob],
-           hosts: set[str], gres_name: str, warnings: list[str]) -> dict[str, Any]:
+def _state(
+    gpu_nodes: Mapping[str, LiveNode],
+    counts: Mapping[str, tuple[int, str | None]],
+    jobs: Sequence[LiveJob],
+    hosts: set[str],
+    gres_name: str,
+    warnings: list[str],
+) -> dict[str, Any]:
     owner: dict[tuple[str, int], str] = {}
     for job in jobs:
         if not HOLDING_STATES.intersection(job.states):
@@ -101,8 +137,9 @@ def _state(gpu_nodes: Mapping[str, LiveNode], counts: Mapping[str, tuple[int, st
                     continue
                 if e.indices is None:
                     if e.count:
-                        warnings.append(f"job {job.job_id} holds {e.count} {gres_name} on {node_name} without "
-                                        "indices")
+                        warnings.append(
+                            f"job {job.job_id} holds {e.count} {gres_name} on {node_name} without indices"
+                        )
                     continue
                 for k in sorted(e.indices):
                     owner.setdefault((node_name, k), job.job_id)
@@ -133,9 +170,11 @@ def _state(gpu_nodes: Mapping[str, LiveNode], counts: Mapping[str, tuple[int, st
             # free ones, as Slurm's own bitmap allocation does, and say so
             extra = [k for k in range(total) if k not in held][: used_count - len(held)]
             used_idx.update(extra)
-            warnings.append(f"{name}: GresUsed gives {used_count} busy {gres_name} without indices; assumed "
-                            f"{gres_name} {', '.join(map(str, extra))} (run scontrol with -d, and give gres.conf "
-                            "Type= or Cores= so that Slurm reports IDX)")
+            warnings.append(
+                f"{name}: GresUsed gives {used_count} busy {gres_name} without indices; assumed "
+                f"{gres_name} {', '.join(map(str, extra))} (run scontrol with -d, and give gres.conf "
+                "Type= or Cores= so that Slurm reports IDX)"
+            )
         for k in sorted(used_idx - held):
             if k >= total:
                 warnings.append(f"{name}: GresUsed index {k} is beyond its {total} {gres_name}; ignored")

@@ -33,12 +33,21 @@ def decode_text(data: bytes, source: str) -> str:
         try:
             return data.decode("utf-16")
         except UnicodeDecodeError as e:
-            raise InputError(source, [Problem(f"byte {e.start}", f"not valid UTF-16 text: {e.reason}")]) from None
+            raise InputError(
+                source, [Problem(f"byte {e.start}", f"not valid UTF-16 text: {e.reason}")]
+            ) from None
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
-        raise InputError(source, [Problem(_where(data, e.start), f"not UTF-8 text: byte 0x{data[e.start]:02x} "
-                                                                 f"({e.reason}); save the file as UTF-8")]) from None
+        raise InputError(
+            source,
+            [
+                Problem(
+                    _where(data, e.start),
+                    f"not UTF-8 text: byte 0x{data[e.start]:02x} ({e.reason}); save the file as UTF-8",
+                )
+            ],
+        ) from None
     if "\x00" in text:
         at = data.index(b"\x00")
         raise InputError(source, [Problem(_where(data, at), "a NUL byte: this is a binary file, not text")])

@@ -53,8 +53,9 @@ class Fabric:
     rail_optimized: bool = False
 
 
-def nest_levels(hosts: Sequence[str], candidates: Sequence[tuple[str, str, Mapping[str, str]]],
-                warnings: list[str]) -> tuple[list[tuple[str, str]], list[dict[str, str]]]:
+def nest_levels(
+    hosts: Sequence[str], candidates: Sequence[tuple[str, str, Mapping[str, str]]], warnings: list[str]
+) -> tuple[list[tuple[str, str]], list[dict[str, str]]]:
     """Keep the candidate levels (name, role, host -> domain) that nest: every domain of the level below lies
     in one domain of this one. Drops the others and the ones that repeat the partition below, with a warning;
     adds ``cluster`` on top when the top level has several domains. Returns the kept (name, role) and, per
@@ -87,24 +88,36 @@ def nest_levels(hosts: Sequence[str], candidates: Sequence[tuple[str, str, Mappi
     return kept, chains
 
 
-def _fabric(name: str, hosts: Sequence[str], candidates: Sequence[tuple[str, str, Mapping[str, str]]],
-            warnings: list[str], level_names: Sequence[str] | None, source: str) -> Fabric:
+def _fabric(
+    name: str,
+    hosts: Sequence[str],
+    candidates: Sequence[tuple[str, str, Mapping[str, str]]],
+    warnings: list[str],
+    level_names: Sequence[str] | None,
+    source: str,
+) -> Fabric:
     kept, chains = nest_levels(hosts, candidates, warnings)
     names = [n for n, _ in kept]
     if level_names is not None:
         ps = Problems(source)
         given = list(level_names)
         if len(given) != len(names):
-            ps.add("level_names", f"has {len(given)} name(s) but the fabric has {len(names)} level(s) above the "
-                                  f"hosts ({', '.join(names)}), named bottom-up")
+            ps.add(
+                "level_names",
+                f"has {len(given)} name(s) but the fabric has {len(names)} level(s) above the "
+                f"hosts ({', '.join(names)}), named bottom-up",
+            )
         else:
             check_level_names(given, ps)
         ps.raise_if_any()
         rename = dict(zip(names, given, strict=True))
         chains = [{rename[k]: v for k, v in c.items()} for c in chains]
         names = given
-    doc = {"name": name, "levels": [{"name": "node"}, *({"name": n} for n in names)],
-           "hosts": [{"name": h, "domains": c} for h, c in zip(hosts, chains, strict=True)]}
+    doc = {
+        "name": name,
+        "levels": [{"name": "node"}, *({"name": n} for n in names)],
+        "hosts": [{"name": h, "domains": c} for h, c in zip(hosts, chains, strict=True)],
+    }
     return Fabric(doc, ["node", *(r for _, r in kept)], warnings)
 
 
@@ -124,23 +137,29 @@ def _model(data: Any, source: str, name: str, level_names: Sequence[str] | None)
     ps = Problems(source)
     if not isinstance(data, dict) or "blocks" not in data:
         got = type(data).__name__ if not isinstance(data, dict) else f"keys {sorted(data)}"
-        raise InputError(source, [Problem("", f"a topograph model is a mapping with `switches` and `blocks`, "
-                                              f"got {got}")])
+        raise InputError(
+            source, [Problem("", f"a topograph model is a mapping with `switches` and `blocks`, got {got}")]
+        )
     raw_sw = data.get("switches") or {}
     if not isinstance(raw_sw, dict):
         raise InputError(source, [Problem("switches", f"must be a mapping of switch names, got {raw_sw!r}")])
     children: dict[str, list[str]] = {}
     for sname, body in raw_sw.items():
         if not isinstance(body, dict):
-            ps.add(f"switches.{sname}", "has an empty definition" if body is None else f"must be a mapping, got {body!r}")
+            ps.add(
+                f"switches.{sname}",
+                "has an empty definition" if body is None else f"must be a mapping, got {body!r}",
+            )
             continue
         children[str(sname)] = _str_list(body.get("switches"), f"switches.{sname}.switches", ps)
     parent: dict[str, str] = {}
     for sname, kids in children.items():
         for i, kid in enumerate(kids):
             if kid in parent:
-                ps.add(f"switches.{sname}.switches[{i}]", f"switch {kid!r} has two parents, {parent[kid]!r} and "
-                                                          f"{sname!r}; a switch has one parent")
+                ps.add(
+                    f"switches.{sname}.switches[{i}]",
+                    f"switch {kid!r} has two parents, {parent[kid]!r} and {sname!r}; a switch has one parent",
+                )
             parent[kid] = sname
     for kid in list(parent):
         children.setdefault(kid, [])  # leaf switches may be left undeclared, as in topograph
@@ -172,7 +191,9 @@ def _model(data: Any, source: str, name: str, level_names: Sequence[str] | None)
         ann = block.get("annotations") or {}
         for node in nodes:
             if node in owner:
-                ps.add(f"{bp}.nodes", f"node {node!r} is also in blocks[{owner[node]}]; a node is in one block")
+                ps.add(
+                    f"{bp}.nodes", f"node {node!r} is also in blocks[{owner[node]}]; a node is in one block"
+                )
                 continue
             owner[node] = bi
             hosts.append(node)
@@ -188,7 +209,9 @@ def _model(data: Any, source: str, name: str, level_names: Sequence[str] | None)
 
     def h_of(s: str, stack: tuple[str, ...] = ()) -> int:
         if s in stack:
-            raise InputError(source, [Problem(f"switches.{s}", "switches form a cycle: " + " -> ".join([*stack, s]))])
+            raise InputError(
+                source, [Problem(f"switches.{s}", "switches form a cycle: " + " -> ".join([*stack, s]))]
+            )
         if s not in height:
             height[s] = 1 + max((h_of(c, (*stack, s)) for c in children.get(s, [])), default=0)
         return height[s]
@@ -217,8 +240,14 @@ def _model(data: Any, source: str, name: str, level_names: Sequence[str] | None)
     return _fabric(name, hosts, candidates, warnings, level_names, source)
 
 
-def parse_topograph(text: str, source: str = "<topograph>", *, level_names: Sequence[str] | None = None,
-                    name: str | None = None, base_dir: Path | None = None) -> Fabric:
+def parse_topograph(
+    text: str,
+    source: str = "<topograph>",
+    *,
+    level_names: Sequence[str] | None = None,
+    name: str | None = None,
+    base_dir: Path | None = None,
+) -> Fabric:
     """Read a topograph model (YAML) or request payload (JSON) into a `Fabric`."""
     if not text.strip():
         raise InputError(source, [Problem("", "the file is empty; expected a topograph model or payload")])
@@ -229,14 +258,30 @@ def parse_topograph(text: str, source: str = "<topograph>", *, level_names: Sequ
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise InputError(source, [Problem(where, f"is not valid YAML/JSON: {getattr(e, 'problem', e)}")]) from None
+        raise InputError(
+            source, [Problem(where, f"is not valid YAML/JSON: {getattr(e, 'problem', e)}")]
+        ) from None
     if isinstance(data, dict) and "provider" in data:
         return _payload(data, source, stem, level_names, base_dir)
-    if isinstance(data, list) and data and isinstance(data[0], dict) and "nodes" in data[0] and "links" in data[0]:
+    if (
+        isinstance(data, list)
+        and data
+        and isinstance(data[0], dict)
+        and "nodes" in data[0]
+        and "links" in data[0]
+    ):
         return _netq(data, source, stem, level_names)
     if isinstance(data, list) and data and isinstance(data[0], dict) and "DomainUUID" in data[0]:
-        raise InputError(source, [Problem("", "this is NetQ's compute-node list (NVLink domain per GPU tray); it holds no "
-                                              "switches: import the NetQ topology graph (topologyGraph.json) instead")])
+        raise InputError(
+            source,
+            [
+                Problem(
+                    "",
+                    "this is NetQ's compute-node list (NVLink domain per GPU tray); it holds no "
+                    "switches: import the NetQ topology graph (topologyGraph.json) instead",
+                )
+            ],
+        )
     return _model(data, source, stem, level_names)
 
 
@@ -269,14 +314,26 @@ def _netq(data: list[Any], source: str, name: str, level_names: Sequence[str] | 
     hosts = sorted((i for i, t in tier.items() if t < 1), key=lambda i: label[i])
     top = max((t for t in tier.values() if t >= 1), default=0)
     if not hosts or not top:
-        raise InputError(source, [Problem("nodes", f"the graph has {len(hosts)} host(s) (tier < 1) and no switch "
-                                                   "tier >= 1 above them; nothing to import")])
+        raise InputError(
+            source,
+            [
+                Problem(
+                    "nodes",
+                    f"the graph has {len(hosts)} host(s) (tier < 1) and no switch "
+                    "tier >= 1 above them; nothing to import",
+                )
+            ],
+        )
     candidates: list[tuple[str, str, Mapping[str, str]]] = []
     for lv in range(1, top + 1):
         parent = {i: i for i in tier}
         find = partial(_find, parent)
         for a, b in edges:
-            if (tier[a] < 1 or tier[a] <= lv) and (tier[b] < 1 or tier[b] <= lv) and not (tier[a] < 1 and tier[b] < 1):
+            if (
+                (tier[a] < 1 or tier[a] <= lv)
+                and (tier[b] < 1 or tier[b] <= lv)
+                and not (tier[a] < 1 and tier[b] < 1)
+            ):
                 ra, rb = find(a), find(b)
                 if ra != rb:
                     parent[max(ra, rb)] = min(ra, rb)
@@ -289,8 +346,12 @@ def _netq(data: list[Any], source: str, name: str, level_names: Sequence[str] | 
             sws = names.get(find(h), [])
             best = max((tier[s] for s in sws), default=0)
             tops = sorted(label[s] for s in sws if tier[s] == best)
-            col[label[h]] = (tops[0] if len(tops) == 1 else f"{tops[0]}+{len(tops) - 1}") if tops else label[h]
-        candidates.append((_SWITCH_NAMES[lv - 1] if top <= len(_SWITCH_NAMES) else f"switch{lv}", "switch", col))
+            col[label[h]] = (
+                (tops[0] if len(tops) == 1 else f"{tops[0]}+{len(tops) - 1}") if tops else label[h]
+            )
+        candidates.append(
+            (_SWITCH_NAMES[lv - 1] if top <= len(_SWITCH_NAMES) else f"switch{lv}", "switch", col)
+        )
     return _fabric(name, [label[h] for h in hosts], candidates, [], level_names, source)
 
 
@@ -298,35 +359,62 @@ def _dict(v: Any) -> dict[str, Any]:
     return v if isinstance(v, dict) else {}
 
 
-def _payload(data: dict[str, Any], source: str, name: str, level_names: Sequence[str] | None,
-             base_dir: Path | None) -> Fabric:
+def _payload(
+    data: dict[str, Any], source: str, name: str, level_names: Sequence[str] | None, base_dir: Path | None
+) -> Fabric:
     prov = _dict(data.get("provider"))
     params = _dict(prov.get("params"))
     model = params.get("modelFileName")
     pname = prov.get("name", "?")
     if not model:
-        raise InputError(source, [Problem("provider.params.modelFileName", (
-            f"this topograph payload (provider {pname!r}) names no model file: it asks the provider for the "
-            "topology at run time and holds none itself; import the model or the provider's output instead"))])
+        raise InputError(
+            source,
+            [
+                Problem(
+                    "provider.params.modelFileName",
+                    (
+                        f"this topograph payload (provider {pname!r}) names no model file: it asks the provider for the "
+                        "topology at run time and holds none itself; import the model or the provider's output instead"
+                    ),
+                )
+            ],
+        )
     base = base_dir or Path(source).parent
     rel = Path(str(model))
-    tries = [rel] if rel.is_absolute() else (
-        [base.parent / "models" / rel, base / rel] if len(rel.parts) == 1 else [base / rel, base.parent.parent / rel])
+    tries = (
+        [rel]
+        if rel.is_absolute()
+        else (
+            [base.parent / "models" / rel, base / rel]
+            if len(rel.parts) == 1
+            else [base / rel, base.parent.parent / rel]
+        )
+    )
     found = next((p for p in tries if p.is_file()), None)
     if found is None:
-        raise InputError(source, [Problem("provider.params.modelFileName", f"model file {str(model)!r} not found "
-                                  f"(looked at {', '.join(str(p) for p in tries)})")])
+        raise InputError(
+            source,
+            [
+                Problem(
+                    "provider.params.modelFileName",
+                    f"model file {str(model)!r} not found (looked at {', '.join(str(p) for p in tries)})",
+                )
+            ],
+        )
     fab = read_topograph(found, level_names=level_names, name=name)
     ep = _dict(_dict(data.get("engine")).get("params"))
     if ep.get("plugin") or ep.get("blockSizes"):
-        fab.warnings.append(f"engine parameters ({', '.join(sorted(k for k in ep if k in ('plugin', 'blockSizes')))}) "
-                            "shape topograph's Slurm output, not the fabric; they are not used")
+        fab.warnings.append(
+            f"engine parameters ({', '.join(sorted(k for k in ep if k in ('plugin', 'blockSizes')))}) "
+            "shape topograph's Slurm output, not the fabric; they are not used"
+        )
     fab.warnings.insert(0, f"payload for provider {pname!r}: imported its model {found}")
     return fab
 
 
-def read_topograph(path: str | Path, *, level_names: Sequence[str] | None = None,
-                   name: str | None = None) -> Fabric:
+def read_topograph(
+    path: str | Path, *, level_names: Sequence[str] | None = None, name: str | None = None
+) -> Fabric:
     """Read a topograph model or payload file."""
     p = Path(path)
     return parse_topograph(read_text(p), str(path), level_names=level_names, name=name, base_dir=p.parent)

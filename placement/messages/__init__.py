@@ -16,4 +16,12 @@ from placement.messages.files import (
     write_message,
 )
 
-__all__ = ["domain", "dump_message", "files", "message_to_dict", "read_request", "request_from_dict", "write_message"]
+__all__ = [
+    "domain",
+    "dump_message",
+    "files",
+    "message_to_dict",
+    "read_request",
+    "request_from_dict",
+    "write_message",
+]

@@ -24,8 +24,11 @@ class BatchInputs:
     options: SolveOptions
 
 
-def batch_inputs(req: pb.PlaceBatchRequest, default_time_limit_s: float = 10.0,
-                 resolved: tuple[Topology, ClusterState] | None = None) -> BatchInputs:
+def batch_inputs(
+    req: pb.PlaceBatchRequest,
+    default_time_limit_s: float = 10.0,
+    resolved: tuple[Topology, ClusterState] | None = None,
+) -> BatchInputs:
     """The domain view of a PlaceBatchRequest; InputError (source "request") with every problem, paths under
     ``jobs[i]`` (``jobs[i].weight``, ``jobs[i].job.name``, ``jobs[i].job.parallel.tp``...)."""
     ps = _Problems()
@@ -43,8 +46,13 @@ def batch_inputs(req: pb.PlaceBatchRequest, default_time_limit_s: float = 10.0,
         if job is None:
             complete = False
             continue
-        queue.append(BatchJob(job, bj.weight if bj.HasField("weight") else 1.0,
-                              bj.priority if bj.HasField("priority") else 0.0))
+        queue.append(
+            BatchJob(
+                job,
+                bj.weight if bj.HasField("weight") else 1.0,
+                bj.priority if bj.HasField("priority") else 0.0,
+            )
+        )
     options = _options(req.options, default_time_limit_s, ps)
     if built is not None and complete:
         for p in batch_problems(built[0], built[1], queue):
@@ -56,12 +64,22 @@ def batch_inputs(req: pb.PlaceBatchRequest, default_time_limit_s: float = 10.0,
 
 def plan_to_proto(topo: Topology, plan: BatchPlan, *, mappings: bool) -> pb.BatchPlan:
     """A BatchPlan as a message; `mappings=False` leaves the rank lists out (the baselines)."""
-    out = pb.BatchPlan(strategy=plan.strategy, admitted=len(plan.admitted), admitted_weight=plan.admitted_weight,
-                       weighted_step_seconds=plan.weighted_step_seconds,
-                       weighted_comm_seconds=plan.weighted_comm_seconds)
+    out = pb.BatchPlan(
+        strategy=plan.strategy,
+        admitted=len(plan.admitted),
+        admitted_weight=plan.admitted_weight,
+        weighted_step_seconds=plan.weighted_step_seconds,
+        weighted_comm_seconds=plan.weighted_comm_seconds,
+    )
     for o in plan.outcomes:
-        r = out.jobs.add(job_index=o.index, job=o.name, admitted=o.admitted, reason=o.reason,
-                         explanation=list(o.explanation), conflicts_with=list(o.conflicts_with))
+        r = out.jobs.add(
+            job_index=o.index,
+            job=o.name,
+            admitted=o.admitted,
+            reason=o.reason,
+            explanation=list(o.explanation),
+            conflicts_with=list(o.conflicts_with),
+        )
         if mappings and o.mapping is not None:
             r.mapping.extend(assignments(topo, o.mapping))
         if o.report is not None:
@@ -69,10 +87,12 @@ def plan_to_proto(topo: Topology, plan: BatchPlan, *, mappings: bool) -> pb.Batc
     return out
 
 
-def batch_response(topo: Topology, res: BatchResult, *, time_limit_s: float,
-                   deadline_limited: bool) -> pb.PlaceBatchResponse:
-    out = pb.PlaceBatchResponse(plan=plan_to_proto(topo, res.plan, mappings=True),
-                                admission_optimal=res.admission_optimal)
+def batch_response(
+    topo: Topology, res: BatchResult, *, time_limit_s: float, deadline_limited: bool
+) -> pb.PlaceBatchResponse:
+    out = pb.PlaceBatchResponse(
+        plan=plan_to_proto(topo, res.plan, mappings=True), admission_optimal=res.admission_optimal
+    )
     for plan in res.baselines.values():
         out.baselines.append(plan_to_proto(topo, plan, mappings=False))
     if res.weight_bound is not None:

@@ -95,19 +95,24 @@ class _Problems(Problems):
 # ---- size estimates (before anything is built) ------------------------------------------------------------
 
 
-
-
 # ---- inputs -------------------------------------------------------------------------------------------------
 
 
 def _host_format_problem(fmt: str) -> str | None:
     """`host_format` goes through str.format in the reader: one `{}` / `{:03d}`-style field only."""
     try:
-        fields = [(name, spec, conv) for _, name, spec, conv in string.Formatter().parse(fmt) if name is not None]
+        fields = [
+            (name, spec, conv) for _, name, spec, conv in string.Formatter().parse(fmt) if name is not None
+        ]
     except ValueError as e:
         return f"{fmt!r} is not a format: {e}"
-    if (len(fields) == 1 and fields[0][0] in ("", "0") and fields[0][2] is None
-            and set(fields[0][1] or "") <= _FORMAT_SPEC_OK and len(fields[0][1] or "") <= 4):
+    if (
+        len(fields) == 1
+        and fields[0][0] in ("", "0")
+        and fields[0][2] is None
+        and set(fields[0][1] or "") <= _FORMAT_SPEC_OK
+        and len(fields[0][1] or "") <= 4
+    ):
         return None
     return f"{fmt!r}: give one field for the host number, e.g. 'dgx{{:03d}}'"
 
@@ -124,7 +129,10 @@ def _cluster_dict(cluster: pb.Cluster, ps: _Problems) -> dict[str, Any]:
         # registry keeps this document, which GetState parses back into a message (null is not a list element)
     for i, g in enumerate(d.get("generate", [])):
         if g.get("nodes", 0) < 1:  # the reader divides by it
-            ps.add(f"cluster.generate[{i}].nodes", f"must be >= 1, got {g['nodes']}" if "nodes" in g else "is required")
+            ps.add(
+                f"cluster.generate[{i}].nodes",
+                f"must be >= 1, got {g['nodes']}" if "nodes" in g else "is required",
+            )
             g["nodes"] = 1
         problem = _host_format_problem(g["host_format"]) if "host_format" in g else None
         if problem is not None:
@@ -133,8 +141,9 @@ def _cluster_dict(cluster: pb.Cluster, ps: _Problems) -> dict[str, Any]:
     return d
 
 
-def _topology(req: Any, ps: _Problems,
-              resolved: tuple[Topology, ClusterState] | None = None) -> tuple[Topology, ClusterState] | None:
+def _topology(
+    req: Any, ps: _Problems, resolved: tuple[Topology, ClusterState] | None = None
+) -> tuple[Topology, ClusterState] | None:
     """The cluster and the state of a request (the cluster's static fault domains merged into the state), or
     `resolved`: what its cluster_id names in the registry (placement.messages.registry.resolve_cluster)."""
     if resolved is not None:
@@ -161,7 +170,9 @@ def _job(msg: pb.Job, prefix: str, ps: _Problems) -> Job | None:
     checkpoint(f"converting {prefix}")
     doc = message_dict(msg)
     for g in doc.get("groups", []):
-        g.setdefault("members", [])  # an empty repeated field is absent in the dict; the reader checks a present one
+        g.setdefault(
+            "members", []
+        )  # an empty repeated field is absent in the dict; the reader checks a present one
     job: Job | None = ps.read(prefix, job_from_dict, doc, prefix)
     return job
 
@@ -180,13 +191,18 @@ def _references(topo: Topology, state: ClusterState, job: Job, prefix: str, ps: 
         ps.add(f"{prefix}.{p.path}", p.message)
 
 
-def _options(msg: pb.Options, default_time_limit_s: float, ps: _Problems, prefix: str = "options") -> SolveOptions:
+def _options(
+    msg: pb.Options, default_time_limit_s: float, ps: _Problems, prefix: str = "options"
+) -> SolveOptions:
     strategy = Strategy.CPSAT
     if msg.strategy:
         try:
             strategy = Strategy(msg.strategy)
         except ValueError:
-            ps.add(f"{prefix}.strategy", f"unknown strategy {msg.strategy!r}; known: {[s.value for s in Strategy]}")
+            ps.add(
+                f"{prefix}.strategy",
+                f"unknown strategy {msg.strategy!r}; known: {[s.value for s in Strategy]}",
+            )
     limit = default_time_limit_s
     if msg.HasField("time_limit_s"):
         if not (math.isfinite(msg.time_limit_s) and msg.time_limit_s > 0):
@@ -232,8 +248,11 @@ class CompareInputs:
     options: SolveOptions
 
 
-def place_inputs(req: pb.PlaceRequest, default_time_limit_s: float = 10.0,
-                 resolved: tuple[Topology, ClusterState] | None = None) -> PlaceInputs:
+def place_inputs(
+    req: pb.PlaceRequest,
+    default_time_limit_s: float = 10.0,
+    resolved: tuple[Topology, ClusterState] | None = None,
+) -> PlaceInputs:
     """The domain view of a PlaceRequest; InputError (source "request") with every problem."""
     ps = _Problems()
     built = _topology(req, ps, resolved)
@@ -264,8 +283,11 @@ def evaluate_inputs(req: pb.EvaluateRequest) -> EvaluateInputs:
     return EvaluateInputs(built[0], built[1], job, mapping)
 
 
-def compare_inputs(req: pb.CompareRequest, default_time_limit_s: float = 10.0,
-                   resolved: tuple[Topology, ClusterState] | None = None) -> CompareInputs:
+def compare_inputs(
+    req: pb.CompareRequest,
+    default_time_limit_s: float = 10.0,
+    resolved: tuple[Topology, ClusterState] | None = None,
+) -> CompareInputs:
     """The domain view of a CompareRequest; problems of job i are under ``jobs[i]``."""
     ps = _Problems()
     built = _topology(req, ps, resolved)
@@ -304,7 +326,9 @@ def breakdown(report: CostReport) -> pb.Breakdown:
     return pb.Breakdown(
         by_label_s=dict(report.by_label),
         by_tier_s=dict(report.by_tier),
-        by_label_tier=[pb.LabelTier(label=k[0], tier=k[1], seconds=v) for k, v in sorted(report.by_label_tier.items())],
+        by_label_tier=[
+            pb.LabelTier(label=k[0], tier=k[1], seconds=v) for k, v in sorted(report.by_label_tier.items())
+        ],
         preference_misses=dict(report.preference_misses),
     )
 
@@ -321,8 +345,17 @@ def step_cost(report: CostReport) -> pb.StepCost:
         comm_seconds=report.comm_seconds,
         comm_seconds_total=report.comm_seconds_total,
         surrogate_seconds=report.surrogate_seconds,
-        phases=[pb.Phase(name=p.name, seconds=p.seconds, exposed_seconds=p.exposed_seconds, tier=p.tier,
-                         critical=p.critical, algorithm=p.algorithm) for p in report.phases],
+        phases=[
+            pb.Phase(
+                name=p.name,
+                seconds=p.seconds,
+                exposed_seconds=p.exposed_seconds,
+                tier=p.tier,
+                critical=p.critical,
+                algorithm=p.algorithm,
+            )
+            for p in report.phases
+        ],
     )
     for name in ("compute_seconds", "bubble_seconds", "tokens_per_s", "mfu"):
         value = _opt(getattr(report, name))
@@ -334,14 +367,25 @@ def step_cost(report: CostReport) -> pb.StepCost:
 def report_from_proto(cost: pb.StepCost, bd: pb.Breakdown) -> CostReport:
     """A StepCost and its Breakdown back into a CostReport (what `step_cost` and `breakdown` wrote); the CLI
     prints a remote answer with the same tables as a local one."""
-    opt = {name: getattr(cost, name) if cost.HasField(name) else None
-           for name in ("compute_seconds", "bubble_seconds", "tokens_per_s", "mfu")}
+    opt = {
+        name: getattr(cost, name) if cost.HasField(name) else None
+        for name in ("compute_seconds", "bubble_seconds", "tokens_per_s", "mfu")
+    }
     return CostReport(
-        step_seconds=cost.step_seconds, comm_seconds=cost.comm_seconds, comm_seconds_total=cost.comm_seconds_total,
-        compute_seconds=opt["compute_seconds"], bubble_seconds=opt["bubble_seconds"],
-        tokens_per_s=opt["tokens_per_s"], mfu=opt["mfu"], surrogate_seconds=cost.surrogate_seconds,
-        phases=[PhaseCost(p.name, p.seconds, p.exposed_seconds, p.tier, p.critical, p.algorithm) for p in cost.phases],
-        by_label=dict(bd.by_label_s), by_tier=dict(bd.by_tier_s),
+        step_seconds=cost.step_seconds,
+        comm_seconds=cost.comm_seconds,
+        comm_seconds_total=cost.comm_seconds_total,
+        compute_seconds=opt["compute_seconds"],
+        bubble_seconds=opt["bubble_seconds"],
+        tokens_per_s=opt["tokens_per_s"],
+        mfu=opt["mfu"],
+        surrogate_seconds=cost.surrogate_seconds,
+        phases=[
+            PhaseCost(p.name, p.seconds, p.exposed_seconds, p.tier, p.critical, p.algorithm)
+            for p in cost.phases
+        ],
+        by_label=dict(bd.by_label_s),
+        by_tier=dict(bd.by_tier_s),
         by_label_tier={(lt.label, lt.tier): lt.seconds for lt in bd.by_label_tier},
         preference_misses=dict(bd.preference_misses),
     )
@@ -360,11 +404,16 @@ def _stats(stats: dict[str, float | int | str], time_limit_s: float, deadline_li
     return out
 
 
-def result_to_proto(topo: Topology, job: Job, res: PlacementResult, *, time_limit_s: float,
-                    deadline_limited: bool) -> pb.PlacementResult:
+def result_to_proto(
+    topo: Topology, job: Job, res: PlacementResult, *, time_limit_s: float, deadline_limited: bool
+) -> pb.PlacementResult:
     """A domain PlacementResult as a message."""
-    out = pb.PlacementResult(job=job.name, status=_STATUS[res.status], strategy=res.strategy.value,
-                             explanation=list(res.explanation))
+    out = pb.PlacementResult(
+        job=job.name,
+        status=_STATUS[res.status],
+        strategy=res.strategy.value,
+        explanation=list(res.explanation),
+    )
     if res.mapping is not None:
         out.mapping.extend(assignments(topo, res.mapping))
     report = res.report
@@ -377,8 +426,11 @@ def result_to_proto(topo: Topology, job: Job, res: PlacementResult, *, time_limi
     gap = res.gap
     if gap is not None and math.isfinite(gap):
         out.gap = gap
-    costs = baseline_costs(report, res.baselines, res.baseline_reports) if isinstance(report, CostReport) else {
-        name: {"step_seconds": None, "comm_seconds": comm} for name, comm in res.baselines.items()}
+    costs = (
+        baseline_costs(report, res.baselines, res.baseline_reports)
+        if isinstance(report, CostReport)
+        else {name: {"step_seconds": None, "comm_seconds": comm} for name, comm in res.baselines.items()}
+    )
     for name, cost in sorted(costs.items()):
         b = out.baselines.add(strategy=name)
         comm, step = _opt(cost["comm_seconds"]), _opt(cost["step_seconds"])
@@ -393,10 +445,18 @@ def result_to_proto(topo: Topology, job: Job, res: PlacementResult, *, time_limi
 
 def infeasible_result(job: Job, reasons: Iterable[str], strategy: Strategy) -> pb.PlacementResult:
     """A Compare entry for a job no placement fits: status INFEASIBLE with the reasons."""
-    return pb.PlacementResult(job=job.name, status=pb.SOLVE_STATUS_INFEASIBLE, strategy=strategy.value,
-                              explanation=list(reasons))
+    return pb.PlacementResult(
+        job=job.name, status=pb.SOLVE_STATUS_INFEASIBLE, strategy=strategy.value, explanation=list(reasons)
+    )
 
 
-def evaluate_response(topo: Topology, job: Job, mapping: Sequence[int], report: CostReport) -> pb.EvaluateResponse:
-    return pb.EvaluateResponse(job=job.name, seconds_per_step=report.comm_seconds, breakdown=breakdown(report),
-                               mapping=assignments(topo, mapping), cost=step_cost(report))
+def evaluate_response(
+    topo: Topology, job: Job, mapping: Sequence[int], report: CostReport
+) -> pb.EvaluateResponse:
+    return pb.EvaluateResponse(
+        job=job.name,
+        seconds_per_step=report.comm_seconds,
+        breakdown=breakdown(report),
+        mapping=assignments(topo, mapping),
+        cost=step_cost(report),
+    )

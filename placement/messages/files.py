@@ -53,7 +53,9 @@ _UNKNOWN = re.compile(r'Message type "([\w.]+)" has no field named "([^"]+)" at 
 # ---- native shorthands -----------------------------------------------------------------------------------
 
 
-def normalize_cluster(doc: Any, base_dir: Path | None = None, ps: Problems | None = None, path: str = "cluster") -> Any:
+def normalize_cluster(
+    doc: Any, base_dir: Path | None = None, ps: Problems | None = None, path: str = "cluster"
+) -> Any:
     """A native cluster document in the message's shape (see the module docstring); other values unchanged."""
     if not isinstance(doc, dict):
         return doc
@@ -61,8 +63,10 @@ def normalize_cluster(doc: Any, base_dir: Path | None = None, ps: Problems | Non
     if isinstance(d.get("generate"), dict):
         d["generate"] = [d["generate"]]
     if isinstance(d.get("node_types"), list):
-        d["node_types"] = [_normalize_node_type(nt, base_dir, ps, f"{path}.node_types[{i}]")
-                           for i, nt in enumerate(d["node_types"])]
+        d["node_types"] = [
+            _normalize_node_type(nt, base_dir, ps, f"{path}.node_types[{i}]")
+            for i, nt in enumerate(d["node_types"])
+        ]
     return d
 
 
@@ -124,7 +128,10 @@ def normalize_job(doc: Any, ps: Problems | None = None, path: str = "job") -> An
             members = _ranks(g["members"])
             if members is None:
                 if ps is not None:
-                    ps.add(f"{path}.groups[{i}].members", f"bad rank range {g['members']!r}; write e.g. \"0-7,16-23\"")
+                    ps.add(
+                        f"{path}.groups[{i}].members",
+                        f'bad rank range {g["members"]!r}; write e.g. "0-7,16-23"',
+                    )
             else:
                 g = {**g, "members": members}
         groups.append(g)
@@ -174,7 +181,9 @@ def _parse_error(e: json_format.ParseError) -> Problem:
     return Problem(path, message)
 
 
-def request_from_dict(doc: Any, message_type: type[R], source: str = "<request>", base_dir: Path | None = None) -> R:
+def request_from_dict(
+    doc: Any, message_type: type[R], source: str = "<request>", base_dir: Path | None = None
+) -> R:
     """A request message from a parsed document: file references resolved, native shorthands normalized."""
     ps = Problems(source)
     if not isinstance(doc, dict):
@@ -252,8 +261,9 @@ def dump_message(msg: Any, fmt: str = "json") -> str:
     """A message as JSON (indented) or YAML text: the protobuf JSON mapping with proto field names, every field
     without presence printed even at its default (``0``, ``[]``), so that a reader finds each key; unset optional
     fields stay absent (no number)."""
-    data: dict[str, Any] = json_format.MessageToDict(msg, preserving_proto_field_name=True,
-                                                     always_print_fields_with_no_presence=True)
+    data: dict[str, Any] = json_format.MessageToDict(
+        msg, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
+    )
     if fmt == "json":
         return json.dumps(data, indent=2) + "\n"
     if fmt == "yaml":

@@ -37,14 +37,19 @@ def resolve_cluster(request: Any, registry: Registry | None) -> tuple[Topology, 
         return None
     both = [f for f in ("cluster", "state") if request.HasField(f)]
     if both:
-        raise InputError("request", [Problem("cluster_id", f"give cluster_id or an inline {' and '.join(both)}, not both")])
+        raise InputError(
+            "request", [Problem("cluster_id", f"give cluster_id or an inline {' and '.join(both)}, not both")]
+        )
     if registry is None:
-        raise InputError("request", [Problem("cluster_id", "this server runs without a registry (--registry off)")])
+        raise InputError(
+            "request", [Problem("cluster_id", "this server runs without a registry (--registry off)")]
+        )
     return registry.resolve(cid)
 
 
 def prefixed(e: InputError, prefix: str) -> InputError:
     """The same problems under a request field (``cluster.levels[0]...``, ``diff.occupy[1]...``)."""
+
     def join(path: str) -> str:
         return prefix if not path else prefix + path if path.startswith("[") else f"{prefix}.{path}"
 
@@ -52,21 +57,40 @@ def prefixed(e: InputError, prefix: str) -> InputError:
 
 
 def reservation_to_proto(res: Reservation) -> rpb.Reservation:
-    out = rpb.Reservation(id=res.id, cluster_id=res.cluster_id, job=res.job, status=_STATUS[res.status],
-                          devices=list(res.devices), idempotency_key=res.idempotency_key or "",
-                          created_unix_s=res.created_at, expires_unix_s=res.expires_at, generation=res.generation,
-                          cluster_version=res.cluster_version)
+    out = rpb.Reservation(
+        id=res.id,
+        cluster_id=res.cluster_id,
+        job=res.job,
+        status=_STATUS[res.status],
+        devices=list(res.devices),
+        idempotency_key=res.idempotency_key or "",
+        created_unix_s=res.created_at,
+        expires_unix_s=res.expires_at,
+        generation=res.generation,
+        cluster_version=res.cluster_version,
+    )
     if res.ended_at is not None:
         out.ended_unix_s = res.ended_at
     return out
 
 
 def _reservation_from_payload(cluster_id: str, p: dict[str, Any]) -> rpb.Reservation:
-    return reservation_to_proto(Reservation(
-        id=p["id"], cluster_id=cluster_id, job=p["job"], status=ReservationStatus(p["status"]),
-        devices=tuple(p["devices"]), idempotency_key=p.get("idempotency_key"), request_hash="",
-        created_at=p["created_at"], expires_at=p["expires_at"], ended_at=p.get("ended_at"),
-        generation=p["generation"], cluster_version=p["cluster_version"]))
+    return reservation_to_proto(
+        Reservation(
+            id=p["id"],
+            cluster_id=cluster_id,
+            job=p["job"],
+            status=ReservationStatus(p["status"]),
+            devices=tuple(p["devices"]),
+            idempotency_key=p.get("idempotency_key"),
+            request_hash="",
+            created_at=p["created_at"],
+            expires_at=p["expires_at"],
+            ended_at=p.get("ended_at"),
+            generation=p["generation"],
+            cluster_version=p["cluster_version"],
+        )
+    )
 
 
 def state_message(doc: dict[str, Any]) -> pb.State:
@@ -77,8 +101,13 @@ def state_message(doc: dict[str, Any]) -> pb.State:
 
 
 def event_to_proto(ev: Event) -> rpb.StateEvent:
-    out = rpb.StateEvent(cluster_id=ev.cluster_id, seq=ev.seq, kind=rpb.StateEventKind.Value(f"STATE_EVENT_KIND_{ev.kind}"),
-                         generation=ev.generation, at_unix_s=ev.at)
+    out = rpb.StateEvent(
+        cluster_id=ev.cluster_id,
+        seq=ev.seq,
+        kind=rpb.StateEventKind.Value(f"STATE_EVENT_KIND_{ev.kind}"),
+        generation=ev.generation,
+        at_unix_s=ev.at,
+    )
     p = ev.payload
     if ev.kind == "STATE_REPLACED":
         out.state.CopyFrom(state_message(p["state"]))

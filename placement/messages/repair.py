@@ -39,8 +39,11 @@ class RepairInputs:
     spares_only: bool = False
 
 
-def repair_inputs(req: pb.RepairRequest, default_time_limit_s: float = 5.0,
-                  resolved: tuple[Topology, ClusterState] | None = None) -> RepairInputs:
+def repair_inputs(
+    req: pb.RepairRequest,
+    default_time_limit_s: float = 5.0,
+    resolved: tuple[Topology, ClusterState] | None = None,
+) -> RepairInputs:
     """The domain view of a RepairRequest; InputError (source "request") with every problem, the current
     mapping's under ``current[i]`` (a list in rank order) or ``current.R`` (entries with ranks)."""
     ps = _Problems()
@@ -65,10 +68,12 @@ def repair_inputs(req: pb.RepairRequest, default_time_limit_s: float = 5.0,
         else:
             current = ps.read("current", resolve_current, built[0], job, [a.device for a in req.current], "")
     b = req.budget
-    budget = RepairBudget(b.max_moved_ranks if b.HasField("max_moved_ranks") else None,
-                          b.max_moved_hosts if b.HasField("max_moved_hosts") else None,
-                          b.move_cost_s if b.HasField("move_cost_s") else 0.0,
-                          b.horizon_steps if b.HasField("horizon_steps") else 1000.0)
+    budget = RepairBudget(
+        b.max_moved_ranks if b.HasField("max_moved_ranks") else None,
+        b.max_moved_hosts if b.HasField("max_moved_hosts") else None,
+        b.move_cost_s if b.HasField("move_cost_s") else 0.0,
+        b.horizon_steps if b.HasField("horizon_steps") else 1000.0,
+    )
     if budget.horizon_steps <= 0:
         ps.add("budget.horizon_steps", f"must be > 0, got {budget.horizon_steps:g}")
     options = _options(req.options, default_time_limit_s, ps)
@@ -76,13 +81,19 @@ def repair_inputs(req: pb.RepairRequest, default_time_limit_s: float = 5.0,
         _references(*built, job, "job", ps)
     ps.raise_if_any()
     assert built is not None and job is not None and current is not None
-    return RepairInputs(built[0], built[1], job, current, options, budget, list(req.drain), list(req.spares),
-                        req.spares_only)
+    return RepairInputs(
+        built[0], built[1], job, current, options, budget, list(req.drain), list(req.spares), req.spares_only
+    )
 
 
 def answer_to_proto(topo: Topology, a: RepairAnswer) -> pb.RepairAnswer:
-    out = pb.RepairAnswer(name=a.name, moved_ranks=a.moved_ranks, moved_hosts=a.moved_hosts, optimal=a.optimal,
-                          within_budget=a.within_budget)
+    out = pb.RepairAnswer(
+        name=a.name,
+        moved_ranks=a.moved_ranks,
+        moved_hosts=a.moved_hosts,
+        optimal=a.optimal,
+        within_budget=a.within_budget,
+    )
     for m in a.moves:
         out.moves.add(rank=m.rank, from_device=topo.devices[m.src].id, to_device=topo.devices[m.dst].id)
     out.mapping.extend(assignments(topo, a.mapping))
@@ -90,7 +101,9 @@ def answer_to_proto(topo: Topology, a: RepairAnswer) -> pb.RepairAnswer:
     return out
 
 
-def repair_response(topo: Topology, res: RepairResult, *, time_limit_s: float, deadline_limited: bool) -> pb.RepairResponse:
+def repair_response(
+    topo: Topology, res: RepairResult, *, time_limit_s: float, deadline_limited: bool
+) -> pb.RepairResponse:
     out = pb.RepairResponse(recommended=res.recommended, forced_ranks=res.forced, min_moves=res.min_moves)
     for a in res.answers:
         out.answers.append(answer_to_proto(topo, a))

@@ -37,12 +37,16 @@ def audit(registry: Registry, cluster_id: str) -> list[str]:
     for rid, devs in sorted(by_res.items()):
         res = status.get(rid)
         if res is None or res.status.value != "HELD":
-            problems.append(f"{len(devs)} hold(s) of reservation {rid}, which is "
-                            f"{'missing' if res is None else res.status.value}")
+            problems.append(
+                f"{len(devs)} hold(s) of reservation {rid}, which is "
+                f"{'missing' if res is None else res.status.value}"
+            )
     for r in reservations:
         if r.status.value == "HELD" and by_res.get(r.id, set()) != set(r.devices):
-            problems.append(f"held reservation {r.id} holds {len(by_res.get(r.id, set()))} of its "
-                            f"{len(r.devices)} devices")
+            problems.append(
+                f"held reservation {r.id} holds {len(by_res.get(r.id, set()))} of its "
+                f"{len(r.devices)} devices"
+            )
     held = [r for r in live if r.status.value == "HELD"]
     if held:  # the union of the held reservations, as one job, on the stored state (holds left out)
         mapping = []

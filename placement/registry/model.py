@@ -79,7 +79,8 @@ class Reservation:
     def live(self, now: float) -> bool:
         """Holds its devices now: committed, or held with a lease that has not run out."""
         return self.status is ReservationStatus.COMMITTED or (
-            self.status is ReservationStatus.HELD and self.expires_at > now)
+            self.status is ReservationStatus.HELD and self.expires_at > now
+        )
 
     def effective_status(self, now: float) -> ReservationStatus:
         """HELD past its expiry reads as EXPIRED even before the sweeper wrote it."""
@@ -127,9 +128,12 @@ class StaleGeneration(Refused):
     """An UpdateState whose generation is not above the stored one."""
 
     def __init__(self, cluster_id: str, given: int, current: int) -> None:
-        super().__init__("stale-generation", "generation",
-                         f"cluster {cluster_id!r}: generation {given} is not above the stored generation {current}; "
-                         "the update is stale")
+        super().__init__(
+            "stale-generation",
+            "generation",
+            f"cluster {cluster_id!r}: generation {given} is not above the stored generation {current}; "
+            "the update is stale",
+        )
         self.given = given
         self.current = current
 

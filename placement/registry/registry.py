@@ -98,8 +98,14 @@ class ReserveOutcome:
 class Registry:
     """The registry's rules over a store. Thread-safe; several registries (replicas) may share one database."""
 
-    def __init__(self, store: Store, *, clock: Callable[[], float] = time.time, solve: Solve | None = None,
-                 max_attempts: int = 4) -> None:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        clock: Callable[[], float] = time.time,
+        solve: Solve | None = None,
+        max_attempts: int = 4,
+    ) -> None:
         self.store = store
         self.clock = clock
         if solve is None:
@@ -141,9 +147,12 @@ class Registry:
             named = set(view.rows) | {d for d, (_, exp) in view.holds.items() if exp > now}
             missing = sorted(d for d in named if topo.device_index(d) is None)
             if missing:
-                raise Refused("cluster-version", "cluster",
-                              f"the new cluster lacks {len(missing)} device(s) that the state or a reservation "
-                              f"names, e.g. {missing[0]}; update the state first")
+                raise Refused(
+                    "cluster-version",
+                    "cluster",
+                    f"the new cluster lacks {len(missing)} device(s) that the state or a reservation "
+                    f"names, e.g. {missing[0]}; update the state first",
+                )
         out = self.store.put_cluster(cluster_id, doc, self.clock())
         self._notify()
         return out
@@ -176,7 +185,9 @@ class Registry:
         view = self.view(cluster_id)
         return view.topology, view.state(self.clock())
 
-    def update_state(self, cluster_id: str, generation: int, *, snapshot: Any = None, diff: Any = None) -> int:
+    def update_state(
+        self, cluster_id: str, generation: int, *, snapshot: Any = None, diff: Any = None
+    ) -> int:
         """Apply a full state document or a diff (exactly one) as `generation`; StaleGeneration unless it is above
         the stored one. Returns the generation."""
         if (snapshot is None) == (diff is None):
@@ -188,8 +199,16 @@ class Registry:
         if snapshot is not None:
             rows, extras = rows_from_snapshot(snapshot, topo, "state")
             fixed = dict(rows)
-            seq = self.store.update_state(cluster_id, generation, lambda _cur: fixed, [], True, extras,
-                                          {"state": state_document(rows, extras)}, self.clock())
+            seq = self.store.update_state(
+                cluster_id,
+                generation,
+                lambda _cur: fixed,
+                [],
+                True,
+                extras,
+                {"state": state_document(rows, extras)},
+                self.clock(),
+            )
             new_rows: dict[str, DeviceRow] = rows
             new_extras = extras
         else:
@@ -200,8 +219,16 @@ class Registry:
                 applied.update(change.apply(current))
                 return applied
 
-            seq = self.store.update_state(cluster_id, generation, apply, change.touched, False, None,
-                                          {"diff": change.document()}, self.clock())
+            seq = self.store.update_state(
+                cluster_id,
+                generation,
+                apply,
+                change.touched,
+                False,
+                None,
+                {"diff": change.document()},
+                self.clock(),
+            )
             new_rows = dict(view.rows)
             for d, row in applied.items():
                 if row is None:
@@ -227,13 +254,25 @@ class Registry:
         with lock, self.store.solve_turn(cluster_id):
             yield
 
-    def reserve(self, cluster_id: str, job: Job, options: SolveOptions, *, ttl_s: float, key: str | None,
-                fingerprint: str, render: Render, gone: Callable[[], bool] | None = None) -> ReserveOutcome:
+    def reserve(
+        self,
+        cluster_id: str,
+        job: Job,
+        options: SolveOptions,
+        *,
+        ttl_s: float,
+        key: str | None,
+        fingerprint: str,
+        render: Render,
+        gone: Callable[[], bool] | None = None,
+    ) -> ReserveOutcome:
         """Place `job` on the current state and hold its devices for `ttl_s`. A key already used returns that
         reservation (Refused if it was for another request). InfeasibleError when the job does not fit; Aborted
         when the state moved under every attempt, or when `gone()` says the caller left before the commit."""
         if not (0 < ttl_s <= MAX_TTL_S):
-            raise InputError("request", [Problem("ttl_s", f"must be in (0, {MAX_TTL_S:g}] seconds, got {ttl_s}")])
+            raise InputError(
+                "request", [Problem("ttl_s", f"must be in (0, {MAX_TTL_S:g}] seconds, got {ttl_s}")]
+            )
         if key:
             _check_id(key, "idempotency_key")
             earlier = self.store.by_key(cluster_id, key)
@@ -250,13 +289,25 @@ class Registry:
                 if gone is not None and gone():
                     raise Aborted("the caller went away before the devices were held; nothing is reserved")
                 now = self.clock()
-                res = Reservation(id=uuid.uuid4().hex, cluster_id=cluster_id, job=job.name,
-                                  status=ReservationStatus.HELD, devices=devices, idempotency_key=key or None,
-                                  request_hash=fingerprint, created_at=now, expires_at=now + ttl_s, ended_at=None,
-                                  generation=view.generation, cluster_version=view.record.version,
-                                  payload=render(view.topology, result))
+                res = Reservation(
+                    id=uuid.uuid4().hex,
+                    cluster_id=cluster_id,
+                    job=job.name,
+                    status=ReservationStatus.HELD,
+                    devices=devices,
+                    idempotency_key=key or None,
+                    request_hash=fingerprint,
+                    created_at=now,
+                    expires_at=now + ttl_s,
+                    ended_at=None,
+                    generation=view.generation,
+                    cluster_version=view.record.version,
+                    payload=render(view.topology, result),
+                )
                 try:
-                    stored, new = self.store.insert_reservation(res, view.generation, view.record.version, now)
+                    stored, new = self.store.insert_reservation(
+                        res, view.generation, view.record.version, now
+                    )
                 except Conflict as c:
                     conflicts.append(c.reason)
                     continue
@@ -264,14 +315,19 @@ class Registry:
                 if not new:
                     return ReserveOutcome(self._same(stored, fingerprint), True, attempt, tuple(conflicts))
                 return ReserveOutcome(stored, False, attempt, tuple(conflicts))
-        raise Aborted(f"the state of cluster {cluster_id!r} changed during each of {self.max_attempts} solves "
-                      f"({'; '.join(conflicts[-2:])}); retry the call")
+        raise Aborted(
+            f"the state of cluster {cluster_id!r} changed during each of {self.max_attempts} solves "
+            f"({'; '.join(conflicts[-2:])}); retry the call"
+        )
 
     def _same(self, earlier: Reservation, fingerprint: str) -> Reservation:
         if earlier.request_hash != fingerprint:
-            raise Refused("idempotency-key", "idempotency_key",
-                          f"idempotency key {earlier.idempotency_key!r} was used for another request "
-                          f"(reservation {earlier.id} of job {earlier.job!r}); use a new key")
+            raise Refused(
+                "idempotency-key",
+                "idempotency_key",
+                f"idempotency key {earlier.idempotency_key!r} was used for another request "
+                f"(reservation {earlier.id} of job {earlier.job!r}); use a new key",
+            )
         return earlier
 
     def get(self, reservation_id: str) -> Reservation:
@@ -288,7 +344,9 @@ class Registry:
 
     def renew(self, reservation_id: str, ttl_s: float) -> Reservation:
         if not (0 < ttl_s <= MAX_TTL_S):
-            raise InputError("request", [Problem("ttl_s", f"must be in (0, {MAX_TTL_S:g}] seconds, got {ttl_s}")])
+            raise InputError(
+                "request", [Problem("ttl_s", f"must be in (0, {MAX_TTL_S:g}] seconds, got {ttl_s}")]
+            )
         return self._transition(reservation_id, "renew", ttl_s)
 
     def _transition(self, reservation_id: str, action: str, ttl_s: float | None = None) -> Reservation:
@@ -340,4 +398,6 @@ def _effective(res: Reservation, now: float) -> Reservation:
 
 def _check_id(value: str, name: str) -> None:
     if not value or len(value) > 200 or any(c.isspace() for c in value):
-        raise InputError("request", [Problem(name, f"must be 1-200 characters without spaces, got {value!r}")])
+        raise InputError(
+            "request", [Problem(name, f"must be 1-200 characters without spaces, got {value!r}")]
+        )

@@ -30,11 +30,14 @@ class SqliteStore(SqlStore):
         self.url = f"sqlite://{self.path}"
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.RLock()
-        self._conn = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False,
-                                     timeout=_BUSY_TIMEOUT_MS / 1000)
+        self._conn = sqlite3.connect(
+            str(self.path), isolation_level=None, check_same_thread=False, timeout=_BUSY_TIMEOUT_MS / 1000
+        )
         self._conn.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
         self._conn.execute("PRAGMA journal_mode = WAL")
-        self._conn.execute("PRAGMA synchronous = FULL")  # a committed reservation survives a crash of the machine
+        self._conn.execute(
+            "PRAGMA synchronous = FULL"
+        )  # a committed reservation survives a crash of the machine
         self._conn.execute("PRAGMA foreign_keys = ON")
         self.migrate()
 

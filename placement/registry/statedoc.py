@@ -23,13 +23,17 @@ EXTRA_KEYS = ("links", "fault_domains", "description")
 _DIFF_KEYS = ("occupy", "free", "fail", "recover", "degrade")
 
 
-def rows_from_snapshot(doc: Any, topo: Topology, source: str = "state") -> tuple[dict[str, DeviceRow], dict[str, Any]]:
+def rows_from_snapshot(
+    doc: Any, topo: Topology, source: str = "state"
+) -> tuple[dict[str, DeviceRow], dict[str, Any]]:
     """A full native state document: (row per device that is not free and healthy, extras). InputError with
     every problem (the native reader's checks and paths)."""
     st = state_from_dict(doc, topo, source)
     ids = topo.devices
     touched = set(st.occupied) | set(st.failed) | set(st.device_slowdown)
-    rows = {ids[d].id: DeviceRow(st.occupied.get(d), d in st.failed, st.device_slowdown.get(d)) for d in touched}
+    rows = {
+        ids[d].id: DeviceRow(st.occupied.get(d), d in st.failed, st.device_slowdown.get(d)) for d in touched
+    }
     extras = {k: doc[k] for k in EXTRA_KEYS if isinstance(doc, dict) and doc.get(k)}
     return rows, extras
 
@@ -76,7 +80,9 @@ class DiffChange:
             jobs.setdefault(j, []).append(d)
         doc: dict[str, Any] = {
             "occupy": [{"job": j, "devices": ds} for j, ds in sorted(jobs.items())],
-            "free": sorted(self.free), "fail": sorted(self.fail), "recover": sorted(self.recover),
+            "free": sorted(self.free),
+            "fail": sorted(self.fail),
+            "recover": sorted(self.recover),
             "degrade": [{"device": d, "slowdown": s} for d, s in sorted(self.degrade.items())],
         }
         return {k: v for k, v in doc.items() if v}
@@ -112,7 +118,9 @@ def parse_diff(doc: Any, topo: Topology, source: str = "diff") -> DiffChange:
         for j, sel in enumerate(r.lst(od.get("devices"), f"occupy[{i}].devices")):
             for dev in resolve(sel, f"occupy[{i}].devices[{j}]"):
                 if out.occupy.get(dev, job) != job:
-                    ps.add(f"occupy[{i}].devices[{j}]", f"{dev} is given to jobs {out.occupy[dev]!r} and {job!r}")
+                    ps.add(
+                        f"occupy[{i}].devices[{j}]", f"{dev} is given to jobs {out.occupy[dev]!r} and {job!r}"
+                    )
                 out.occupy[dev] = job
     for i, g in enumerate(r.lst(d.get("degrade"), "degrade")):
         gd = r.obj(g, f"degrade[{i}]")
@@ -149,11 +157,18 @@ def state_document(rows: Mapping[str, DeviceRow], extras: Mapping[str, Any]) -> 
     return {k: v for k, v in doc.items() if v}
 
 
-def build_state(topo: Topology, base: ClusterState | None, rows: Mapping[str, DeviceRow], extras: Mapping[str, Any],
-                holds: Mapping[str, str] | None = None) -> ClusterState:
+def build_state(
+    topo: Topology,
+    base: ClusterState | None,
+    rows: Mapping[str, DeviceRow],
+    extras: Mapping[str, Any],
+    holds: Mapping[str, str] | None = None,
+) -> ClusterState:
     """The ClusterState a solve sees: rows, links and fault domains of the extras, the cluster's static fault
     domains, and every held device occupied by ``reservation:<id>``."""
-    linked = state_from_dict({k: extras[k] for k in ("links", "fault_domains") if extras.get(k)}, topo, "state")
+    linked = state_from_dict(
+        {k: extras[k] for k in ("links", "fault_domains") if extras.get(k)}, topo, "state"
+    )
     index = topo.device_index
     occupied: dict[int, str] = {}
     failed: set[int] = set()
@@ -172,6 +187,14 @@ def build_state(topo: Topology, base: ClusterState | None, rows: Mapping[str, De
         i = index(dev)
         if i is not None:
             occupied[i] = f"reservation:{rid}"
-    st = ClusterState(occupied, frozenset(failed), slow, linked.failed_pairs, linked.pair_slowdown,
-                      linked.failed_uplinks, linked.uplink_slowdown, linked.fault_domains)
+    st = ClusterState(
+        occupied,
+        frozenset(failed),
+        slow,
+        linked.failed_pairs,
+        linked.pair_slowdown,
+        linked.failed_uplinks,
+        linked.uplink_slowdown,
+        linked.fault_domains,
+    )
     return merge_states(base, st)

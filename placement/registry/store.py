@@ -52,10 +52,17 @@ class Store(abc.ABC):
         """Cluster, device rows, live holds and extras, read in one transaction."""
 
     @abc.abstractmethod
-    def update_state(self, cluster_id: str, generation: int,
-                     change: Callable[[Mapping[str, DeviceRow]], Mapping[str, DeviceRow | None]],
-                     touched: Sequence[str], replace: bool, extras: dict[str, Any] | None, event: dict[str, Any],
-                     now: float) -> int:
+    def update_state(
+        self,
+        cluster_id: str,
+        generation: int,
+        change: Callable[[Mapping[str, DeviceRow]], Mapping[str, DeviceRow | None]],
+        touched: Sequence[str],
+        replace: bool,
+        extras: dict[str, Any] | None,
+        event: dict[str, Any],
+        now: float,
+    ) -> int:
         """If `generation` is above the stored one (else StaleGeneration): read the rows of `touched` under the
         write lock, write `change(rows)` (None deletes a row; `replace` first clears every row and passes {}),
         and record an event. Returns the event's seq."""
@@ -63,8 +70,9 @@ class Store(abc.ABC):
     # ---- reservations --------------------------------------------------------------------------------------
 
     @abc.abstractmethod
-    def insert_reservation(self, res: Reservation, expected_generation: int, expected_version: int,
-                           now: float) -> tuple[Reservation, bool]:
+    def insert_reservation(
+        self, res: Reservation, expected_generation: int, expected_version: int, now: float
+    ) -> tuple[Reservation, bool]:
         """Hold `res.devices` if the state is still at `expected_generation` and none of them is occupied,
         failed or held (else Conflict). A reservation with the same idempotency key wins: (it, False)."""
 
@@ -78,7 +86,9 @@ class Store(abc.ABC):
     def reservations(self, cluster_id: str | None, statuses: Sequence[str] | None) -> list[Reservation]: ...
 
     @abc.abstractmethod
-    def transition(self, reservation_id: str, action: str, now: float, ttl_s: float | None = None) -> Reservation:
+    def transition(
+        self, reservation_id: str, action: str, now: float, ttl_s: float | None = None
+    ) -> Reservation:
         """commit, release or renew one reservation (rules in placement.registry.sqlstore); returns it after."""
 
     @abc.abstractmethod
@@ -111,9 +121,13 @@ def open_store(url: str) -> Store:
     if url.startswith("sqlite://"):
         from placement.registry.sqlite import SqliteStore
 
-        path = url.removeprefix("sqlite://")  # sqlite:///abs/file.db -> /abs/file.db; sqlite://rel.db -> rel.db
+        path = url.removeprefix(
+            "sqlite://"
+        )  # sqlite:///abs/file.db -> /abs/file.db; sqlite://rel.db -> rel.db
         if not path or path.endswith("/"):
-            raise ValueError(f"registry url {url!r}: give a file, e.g. sqlite:///var/lib/placement/registry.db")
+            raise ValueError(
+                f"registry url {url!r}: give a file, e.g. sqlite:///var/lib/placement/registry.db"
+            )
         return SqliteStore(path)
     if url.startswith(("postgresql://", "postgres://")):
         from placement.registry.postgres import PostgresStore

@@ -6,5 +6,15 @@ from placement.replay.shapes import ShapeRule, parse_shape_rule
 from placement.replay.sim import POLICIES, ReplayResult, SimConfig, simulate
 from placement.replay.traces import FORMATS, Trace, TraceJob, read_trace
 
-__all__ = ["FORMATS", "POLICIES", "ReplayResult", "ShapeRule", "SimConfig", "Trace", "TraceJob", "parse_shape_rule",
-           "read_trace", "simulate"]
+__all__ = [
+    "FORMATS",
+    "POLICIES",
+    "ReplayResult",
+    "ShapeRule",
+    "SimConfig",
+    "Trace",
+    "TraceJob",
+    "parse_shape_rule",
+    "read_trace",
+    "simulate",
+]

@@ -16,12 +16,51 @@ if TYPE_CHECKING:
 
 __all__ = ["JOB_COLUMNS", "SUMMARY_COLUMNS", "plot_replays", "summarize", "summary_table"]
 
-JOB_COLUMNS = ("key", "policy", "seed", "job", "line", "gpus", "shape", "submit_s", "start_s", "end_s", "wait_s",
-               "jct_s", "trace_duration_s", "ideal_step_s", "step_s", "slowdown", "comm_hours", "nodes", "restarts",
-               "repairs", "placed")
-SUMMARY_COLUMNS = ("key", "policy", "seed", "jobs", "placed", "unplaced", "mean_jct_h", "p95_jct_h", "mean_wait_h",
-                   "utilization", "utilization_makespan", "comm_hours", "fragmentation", "mean_slowdown", "makespan_h", "restarts",
-                   "repairs", "wall_s", "status", "error")
+JOB_COLUMNS = (
+    "key",
+    "policy",
+    "seed",
+    "job",
+    "line",
+    "gpus",
+    "shape",
+    "submit_s",
+    "start_s",
+    "end_s",
+    "wait_s",
+    "jct_s",
+    "trace_duration_s",
+    "ideal_step_s",
+    "step_s",
+    "slowdown",
+    "comm_hours",
+    "nodes",
+    "restarts",
+    "repairs",
+    "placed",
+)
+SUMMARY_COLUMNS = (
+    "key",
+    "policy",
+    "seed",
+    "jobs",
+    "placed",
+    "unplaced",
+    "mean_jct_h",
+    "p95_jct_h",
+    "mean_wait_h",
+    "utilization",
+    "utilization_makespan",
+    "comm_hours",
+    "fragmentation",
+    "mean_slowdown",
+    "makespan_h",
+    "restarts",
+    "repairs",
+    "wall_s",
+    "status",
+    "error",
+)
 
 
 def _quantile(vals: Sequence[float], q: float) -> float:
@@ -61,13 +100,21 @@ def summarize(res: ReplayResult, devices: int) -> dict[str, Any]:
     util, frag = time_average(res.series, window)
     util_all, _ = time_average(res.series, end)
     return {
-        "jobs": len(res.records), "placed": len(placed), "unplaced": len(res.records) - len(placed),
-        "mean_jct_h": sum(jct) / len(jct) if jct else math.nan, "p95_jct_h": _quantile(jct, 0.95),
+        "jobs": len(res.records),
+        "placed": len(placed),
+        "unplaced": len(res.records) - len(placed),
+        "mean_jct_h": sum(jct) / len(jct) if jct else math.nan,
+        "p95_jct_h": _quantile(jct, 0.95),
         "mean_wait_h": sum(r["wait_s"] for r in placed) / 3600.0 / len(placed) if placed else math.nan,
-        "utilization": util, "utilization_makespan": util_all, "comm_hours": sum(r["comm_hours"] for r in res.records), "fragmentation": frag,
+        "utilization": util,
+        "utilization_makespan": util_all,
+        "comm_hours": sum(r["comm_hours"] for r in res.records),
+        "fragmentation": frag,
         "mean_slowdown": sum(r["slowdown"] for r in placed) / len(placed) if placed else math.nan,
-        "makespan_h": end / 3600.0, "restarts": sum(r["restarts"] for r in res.records),
-        "repairs": sum(r["repairs"] for r in res.records), "wall_s": res.wall_s,
+        "makespan_h": end / 3600.0,
+        "restarts": sum(r["restarts"] for r in res.records),
+        "repairs": sum(r["repairs"] for r in res.records),
+        "wall_s": res.wall_s,
     }
 
 
@@ -84,14 +131,36 @@ def summary_table(rows: Sequence[Mapping[str, str]], title: str = "replay") -> A
     from rich.table import Table
 
     t = Table(title=title)
-    for c in ("policy", "seed", "mean JCT h", "p95 JCT h", "mean wait h", "GPU util", "comm h", "frag index",
-              "slowdown", "unplaced", "wall s", "status"):
+    for c in (
+        "policy",
+        "seed",
+        "mean JCT h",
+        "p95 JCT h",
+        "mean wait h",
+        "GPU util",
+        "comm h",
+        "frag index",
+        "slowdown",
+        "unplaced",
+        "wall s",
+        "status",
+    ):
         t.add_column(c, justify="left" if c in ("policy", "status") else "right")
     for r in rows:
-        t.add_row(r.get("policy", ""), r.get("seed", ""), _f(r, "mean_jct_h", ".3f"), _f(r, "p95_jct_h", ".3f"),
-                  _f(r, "mean_wait_h", ".3f"), _f(r, "utilization", ".3f"), _f(r, "comm_hours", ".1f"),
-                  _f(r, "fragmentation", ".3f"), _f(r, "mean_slowdown", ".3f"), r.get("unplaced", ""),
-                  _f(r, "wall_s", ".1f"), r.get("status", "") if r.get("status") == "OK" else f"{r.get('status')}: {r.get('error')}")
+        t.add_row(
+            r.get("policy", ""),
+            r.get("seed", ""),
+            _f(r, "mean_jct_h", ".3f"),
+            _f(r, "p95_jct_h", ".3f"),
+            _f(r, "mean_wait_h", ".3f"),
+            _f(r, "utilization", ".3f"),
+            _f(r, "comm_hours", ".1f"),
+            _f(r, "fragmentation", ".3f"),
+            _f(r, "mean_slowdown", ".3f"),
+            r.get("unplaced", ""),
+            _f(r, "wall_s", ".1f"),
+            r.get("status", "") if r.get("status") == "OK" else f"{r.get('status')}: {r.get('error')}",
+        )
     return t
 
 
@@ -100,14 +169,20 @@ def markdown_table(rows: Sequence[Mapping[str, str]]) -> str:
     head = "| policy | mean JCT (h) | p95 JCT (h) | mean wait (h) | GPU util | comm hours | frag index | mean slowdown | unplaced |"
     out = [head, "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
-        out.append(f"| {r.get('policy')} | {_f(r, 'mean_jct_h', '.3f')} | {_f(r, 'p95_jct_h', '.3f')} | "
-                   f"{_f(r, 'mean_wait_h', '.3f')} | {_f(r, 'utilization', '.3f')} | {_f(r, 'comm_hours', '.1f')} | "
-                   f"{_f(r, 'fragmentation', '.3f')} | {_f(r, 'mean_slowdown', '.3f')} | {r.get('unplaced', '')} |")
+        out.append(
+            f"| {r.get('policy')} | {_f(r, 'mean_jct_h', '.3f')} | {_f(r, 'p95_jct_h', '.3f')} | "
+            f"{_f(r, 'mean_wait_h', '.3f')} | {_f(r, 'utilization', '.3f')} | {_f(r, 'comm_hours', '.1f')} | "
+            f"{_f(r, 'fragmentation', '.3f')} | {_f(r, 'mean_slowdown', '.3f')} | {r.get('unplaced', '')} |"
+        )
     return "\n".join(out)
 
 
-def plot_replays(jobs: Sequence[Mapping[str, str]], series: Sequence[Mapping[str, str]], out_dir: str | Path,
-                 title: str = "") -> list[Path]:
+def plot_replays(
+    jobs: Sequence[Mapping[str, str]],
+    series: Sequence[Mapping[str, str]],
+    out_dir: str | Path,
+    title: str = "",
+) -> list[Path]:
     """``jct_cdf``: the JCT CDF per replay; ``utilization`` and ``fragmentation``: over time. PNG and SVG."""
     from matplotlib.figure import Figure
 
@@ -133,8 +208,12 @@ def plot_replays(jobs: Sequence[Mapping[str, str]], series: Sequence[Mapping[str
     for r in series:
         u = float(r["usable"])
         pts.setdefault(f"{r['policy']} (seed {r['seed']})", []).append(
-            (float(r["t_s"]) / 3600.0, float(r["busy"]) / u if u else 0.0, float(r["fragmentation"])))
-    for stem, col, ylabel in (("utilization", 1, "busy / usable GPUs"), ("fragmentation", 2, "free GPUs not in whole free nodes")):
+            (float(r["t_s"]) / 3600.0, float(r["busy"]) / u if u else 0.0, float(r["fragmentation"]))
+        )
+    for stem, col, ylabel in (
+        ("utilization", 1, "busy / usable GPUs"),
+        ("fragmentation", 2, "free GPUs not in whole free nodes"),
+    ):
         fig = Figure(figsize=(8, 4), layout="constrained")
         ax = fig.subplots()
         for label, p in sorted(pts.items()):

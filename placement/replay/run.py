@@ -36,7 +36,9 @@ class ReplayTask:
     rule: ShapeRule
 
 
-def task_key(cluster_doc: Mapping[str, Any], jobs: Sequence[TraceJob], cfg: SimConfig, rule: ShapeRule) -> str:
+def task_key(
+    cluster_doc: Mapping[str, Any], jobs: Sequence[TraceJob], cfg: SimConfig, rule: ShapeRule
+) -> str:
     """What decides a replay's answer: cluster, jobs, the simulation's and the shape rule's settings."""
     c = {k: v for k, v in asdict(cfg).items() if k != "keep_segments"}
     return digest([cluster_doc, [asdict(j) for j in jobs], c, asdict(rule)])[:16]
@@ -59,7 +61,9 @@ def replay_task(task: ReplayTask, progress: Callable[[int, int], None] | None = 
     return {
         "summary": {**head, **summary, "status": "OK", "error": ""},
         "jobs": [{**head, **r} for r in res.records],
-        "series": [{**head, "t_s": t, "busy": b, "usable": u, "fragmentation": f} for t, b, u, f in res.series],
+        "series": [
+            {**head, "t_s": t, "busy": b, "usable": u, "fragmentation": f} for t, b, u, f in res.series
+        ],
     }
 
 
@@ -116,8 +120,14 @@ class ReplayRun:
     summary: list[dict[str, str]] = field(default_factory=list)
 
 
-def run_replays(tasks: Sequence[ReplayTask], out_dir: str | Path, *, executor: Executor | None = None,
-                resume: bool = False, progress: Callable[[int, int], None] | None = None) -> ReplayRun:
+def run_replays(
+    tasks: Sequence[ReplayTask],
+    out_dir: str | Path,
+    *,
+    executor: Executor | None = None,
+    resume: bool = False,
+    progress: Callable[[int, int], None] | None = None,
+) -> ReplayRun:
     """Run the replays not finished already (with `resume`) on `executor` (default: this process).
 
     Each replay's job rows and series go to jobs.csv and series.csv when it finishes, then its row to
@@ -152,8 +162,18 @@ def run_replays(tasks: Sequence[ReplayTask], out_dir: str | Path, *, executor: E
     def on_fail(i: int, error: str) -> None:
         nonlocal count
         t = todo[i]
-        sums.write([{"key": t.key, "policy": t.config.policy, "seed": t.config.seed, "jobs": len(t.jobs),
-                     "status": "ERROR", "error": f"failed twice: {error}"}])
+        sums.write(
+            [
+                {
+                    "key": t.key,
+                    "policy": t.config.policy,
+                    "seed": t.config.seed,
+                    "jobs": len(t.jobs),
+                    "status": "ERROR",
+                    "error": f"failed twice: {error}",
+                }
+            ]
+        )
         run.failed += 1
         count += len(t.jobs)
         if progress is not None:

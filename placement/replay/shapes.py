@@ -83,7 +83,9 @@ def parse_shape_rule(text: str | None) -> ShapeRule:
             for c in val.split("/"):
                 lim, _, model = c.partition(":")
                 if model not in MODELS:
-                    probs.append(Problem("classes", f"unknown model {model!r} in {c!r}; models are {list(MODELS)}"))
+                    probs.append(
+                        Problem("classes", f"unknown model {model!r} in {c!r}; models are {list(MODELS)}")
+                    )
                     continue
                 try:
                     classes.append((1 << 30 if lim in ("inf", "*") else int(lim), model))
@@ -91,14 +93,24 @@ def parse_shape_rule(text: str | None) -> ShapeRule:
                     probs.append(Problem("classes", f"{c!r}: the GPU limit must be an integer or inf"))
             kw["classes"] = tuple(sorted(classes))
         else:
-            probs.append(Problem(key or "<empty>", "unknown key; keys are tp_max, pp, pp_from, classes, micro_batches"))
+            probs.append(
+                Problem(key or "<empty>", "unknown key; keys are tp_max, pp, pp_from, classes, micro_batches")
+            )
     if probs:
         raise InputError("--shape-rule", probs)
     return ShapeRule(**kw)  # type: ignore[arg-type]
 
 
-def job_for(name: str, gpus: int, rule: ShapeRule, *, gpus_per_node: int, kind: str | None,
-            shape: Shape | None = None, model: str | None = None) -> Job:
+def job_for(
+    name: str,
+    gpus: int,
+    rule: ShapeRule,
+    *,
+    gpus_per_node: int,
+    kind: str | None,
+    shape: Shape | None = None,
+    model: str | None = None,
+) -> Job:
     """The structured job a trace row stands for: its own shape and model when the row has them, else the rule's.
     TP prefers one node (a soft rule, as the schedulers ask); the global batch is `micro_batches` x DP."""
     s = shape or rule.shape(gpus, gpus_per_node)
@@ -106,6 +118,15 @@ def job_for(name: str, gpus: int, rule: ShapeRule, *, gpus_per_node: int, kind: 
     if s.pp > 1 and layers % s.pp:
         layers = math.ceil(layers / s.pp) * s.pp
     par = ParallelSpec(tp=s.tp, cp=s.cp, ep=s.ep, dp=s.dp, pp=s.pp)
-    ms = ModelShape(parameters=params, hidden=hidden, layers=layers, seq_len=4096, micro_batch=1,
-                    micro_batches=max(rule.micro_batches, s.pp), bytes_per_element=2)
-    return Job(name, par.world_size, kind, par, ms, {"dp": 0.5}, constraints=Constraints(prefer={"tp": "node"}))
+    ms = ModelShape(
+        parameters=params,
+        hidden=hidden,
+        layers=layers,
+        seq_len=4096,
+        micro_batch=1,
+        micro_batches=max(rule.micro_batches, s.pp),
+        bytes_per_element=2,
+    )
+    return Job(
+        name, par.world_size, kind, par, ms, {"dp": 0.5}, constraints=Constraints(prefer={"tp": "node"})
+    )

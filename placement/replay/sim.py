@@ -121,7 +121,9 @@ class _Cluster:
     def take(self, devs: Sequence[int], owner: str) -> None:
         for d in devs:
             if d in self.occ or d in self.failed:
-                raise AssertionError(f"device {d} is already {'taken by ' + self.occ[d] if d in self.occ else 'failed'}")
+                raise AssertionError(
+                    f"device {d} is already {'taken by ' + self.occ[d] if d in self.occ else 'failed'}"
+                )
             self.occ[d] = owner
             self._adjust(d, -1)
 
@@ -174,14 +176,23 @@ def _ideal_step(topo: Topology, job: Job, traffic: Traffic, key: tuple[Any, ...]
     cache = hit[1]
     if key not in cache:
         empty = ClusterState()
-        steps = [evaluate(topo, empty, job, m, traffic=traffic, check=False).step_seconds
-                 for m in (f(topo, empty, job, traffic) for f in BASELINES.values()) if m is not None]
+        steps = [
+            evaluate(topo, empty, job, m, traffic=traffic, check=False).step_seconds
+            for m in (f(topo, empty, job, traffic) for f in BASELINES.values())
+            if m is not None
+        ]
         cache[key] = min(steps)
     return cache[key]
 
 
-def simulate(topo: Topology, jobs: Sequence[TraceJob], cfg: SimConfig, rule: ShapeRule | None = None, *,
-             progress: Callable[[int, int], None] | None = None) -> ReplayResult:
+def simulate(
+    topo: Topology,
+    jobs: Sequence[TraceJob],
+    cfg: SimConfig,
+    rule: ShapeRule | None = None,
+    *,
+    progress: Callable[[int, int], None] | None = None,
+) -> ReplayResult:
     """Replay `jobs` on `topo` under `cfg`. Every job ends: it runs to completion, or is recorded unplaced when
     it cannot be placed on an otherwise idle cluster."""
     from placement.solve import SolveOptions, Strategy
@@ -196,8 +207,13 @@ def simulate(topo: Topology, jobs: Sequence[TraceJob], cfg: SimConfig, rule: Sha
     kind = topo.devices[0].kind if len(topo.kinds()) == 1 else None
     cl = _Cluster(topo)
     rng = random.Random(f"replay:{cfg.seed}")
-    opts = SolveOptions(strategy=Strategy.CPSAT, time_limit_s=cfg.time_limit_s, workers=1, seed=cfg.seed,
-                        deterministic=cfg.deterministic)
+    opts = SolveOptions(
+        strategy=Strategy.CPSAT,
+        time_limit_s=cfg.time_limit_s,
+        workers=1,
+        seed=cfg.seed,
+        deterministic=cfg.deterministic,
+    )
     ev: list[tuple[float, int, int, int, int]] = []
     seq = 0
 
@@ -272,13 +288,24 @@ def simulate(topo: Topology, jobs: Sequence[TraceJob], cfg: SimConfig, rule: Sha
         tj = r.tj
         start_t = r.first_start if r.first_start is not None else now
         records[r.idx] = {
-            "job": tj.name, "line": tj.line, "gpus": tj.gpus, "shape": _shape(r.job), "submit_s": tj.submit * cfg.arrival_scale,
-            "start_s": start_t if placed else None, "end_s": now if placed else None,
+            "job": tj.name,
+            "line": tj.line,
+            "gpus": tj.gpus,
+            "shape": _shape(r.job),
+            "submit_s": tj.submit * cfg.arrival_scale,
+            "start_s": start_t if placed else None,
+            "end_s": now if placed else None,
             "wait_s": start_t - tj.submit * cfg.arrival_scale if placed else None,
-            "jct_s": now - tj.submit * cfg.arrival_scale if placed else None, "trace_duration_s": tj.duration,
-            "ideal_step_s": r.ideal, "step_s": r.step if placed else None, "slowdown": r.factor if placed else None,
-            "comm_hours": r.comm_s / 3600.0, "nodes": len({cl.host[d] for d in r.mapping}) if placed else None,
-            "restarts": r.restarts, "repairs": r.repairs, "placed": placed,
+            "jct_s": now - tj.submit * cfg.arrival_scale if placed else None,
+            "trace_duration_s": tj.duration,
+            "ideal_step_s": r.ideal,
+            "step_s": r.step if placed else None,
+            "slowdown": r.factor if placed else None,
+            "comm_hours": r.comm_s / 3600.0,
+            "nodes": len({cl.host[d] for d in r.mapping}) if placed else None,
+            "restarts": r.restarts,
+            "repairs": r.repairs,
+            "placed": placed,
         }
         if progress is not None:
             progress(finished, len(runs))
@@ -361,4 +388,3 @@ def _shape(job: Job) -> str:
     p = job.parallel
     assert p is not None
     return f"tp{p.tp}-pp{p.pp}-dp{p.dp}"
-

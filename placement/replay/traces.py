@@ -23,8 +23,18 @@ __all__ = ["FORMATS", "Trace", "TraceJob", "read_trace"]
 FORMATS = ("auto", "csv", "openb", "pai2020", "dlrm2025", "spot2026", "philly", "acme", "acme-summary")
 """Trace formats ``--format`` accepts (``auto``: from the file's suffix and header)."""
 
-PAI2020_TASK_COLUMNS = ("job_name", "task_name", "inst_num", "status", "start_time", "end_time", "plan_cpu",
-                        "plan_mem", "plan_gpu", "gpu_type")
+PAI2020_TASK_COLUMNS = (
+    "job_name",
+    "task_name",
+    "inst_num",
+    "status",
+    "start_time",
+    "end_time",
+    "plan_cpu",
+    "plan_mem",
+    "plan_gpu",
+    "gpu_type",
+)
 
 
 @dataclass(frozen=True)
@@ -55,6 +65,7 @@ class _Bad(Exception):
     def __init__(self, col: str, message: str) -> None:
         super().__init__(f"{col}: {message}")
         self.col, self.message = col, message
+
 
 _CHECK_TEXT_BYTES = 512 * 1024 * 1024
 """Trace files up to this size are checked to be UTF-8 text as a whole before they are read row by row."""
@@ -114,12 +125,17 @@ def _plain(row: Mapping[str, Any], n: int) -> Row:
         dur = _time(row[end], end) - (_time(row[start], start) if start else submit)
     shape = None
     if _first(row, "tp", "pp", "dp"):
-        sizes = {d: int(_num(row, d)) if row.get(d) not in (None, "") else 1 for d in ("tp", "cp", "ep", "dp", "pp")}
+        sizes = {
+            d: int(_num(row, d)) if row.get(d) not in (None, "") else 1
+            for d in ("tp", "cp", "ep", "dp", "pp")
+        }
         shape = Shape(**sizes)
         if shape.world_size != int(gpus):
             raise _Bad("tp", f"tp x cp x ep x dp x pp = {shape.world_size}, but the job has {gpus:g} GPUs")
     model = (row.get("model") or "").strip() or None
-    name = str(row.get("name") or row.get("job_name") or row.get("job_id") or row.get("instance_sn") or f"job-{n}")
+    name = str(
+        row.get("name") or row.get("job_name") or row.get("job_id") or row.get("instance_sn") or f"job-{n}"
+    )
     return name, submit, gpus, dur, shape, model
 
 
@@ -128,18 +144,37 @@ def _openb(row: Mapping[str, Any], n: int) -> Row:
     if gpus == 1 and row.get("gpu_milli") not in (None, "") and _num(row, "gpu_milli") < 1000:
         gpus = 1  # a GPU-sharing pod takes a whole device here
     submit = _time(row.get("creation_time"), "creation_time")
-    start = submit if row.get("scheduled_time") in (None, "") else _time(row["scheduled_time"], "scheduled_time")
-    return str(row.get("name") or f"pod-{n}"), submit, gpus, _time(row.get("deletion_time"), "deletion_time") - start, None, None
+    start = (
+        submit if row.get("scheduled_time") in (None, "") else _time(row["scheduled_time"], "scheduled_time")
+    )
+    return (
+        str(row.get("name") or f"pod-{n}"),
+        submit,
+        gpus,
+        _time(row.get("deletion_time"), "deletion_time") - start,
+        None,
+        None,
+    )
 
 
 def _dlrm(row: Mapping[str, Any], n: int) -> Row:
     submit = _time(row.get("creation_time"), "creation_time")
-    return (str(row.get("instance_sn") or f"inst-{n}"), submit, _num(row, "gpu_request"),
-            _time(row.get("deletion_time"), "deletion_time") - submit, None, None)
+    return (
+        str(row.get("instance_sn") or f"inst-{n}"),
+        submit,
+        _num(row, "gpu_request"),
+        _time(row.get("deletion_time"), "deletion_time") - submit,
+        None,
+        None,
+    )
 
 
 _READERS: dict[str, Callable[[Mapping[str, Any], int], Row]] = {
-    "csv": _plain, "acme": _plain, "spot2026": _plain, "openb": _openb, "dlrm2025": _dlrm,
+    "csv": _plain,
+    "acme": _plain,
+    "spot2026": _plain,
+    "openb": _openb,
+    "dlrm2025": _dlrm,
 }
 
 
@@ -157,8 +192,11 @@ def _detect(path: Path, header: list[str]) -> str:
         return "spot2026"
     if {"gpu_num", "submit_time"} <= cols:
         return "acme"
-    if len(header) == len(PAI2020_TASK_COLUMNS) and (header[0] == "job_name" or not _is_num(header[0])) and \
-            (cols >= set(PAI2020_TASK_COLUMNS) or _is_num(header[2])):
+    if (
+        len(header) == len(PAI2020_TASK_COLUMNS)
+        and (header[0] == "job_name" or not _is_num(header[0]))
+        and (cols >= set(PAI2020_TASK_COLUMNS) or _is_num(header[2]))
+    ):
         return "pai2020"
     return "csv"
 
@@ -183,7 +221,9 @@ def _pai2020(path: Path, has_header: bool) -> Iterator[tuple[int, Row | _Bad]]:
     inst_num x plan_gpu / 100 over tasks, rounded up); the job's line is its first task's."""
     jobs: dict[str, dict[str, Any]] = {}
     for line, row in _csv_rows(path, None if has_header else list(PAI2020_TASK_COLUMNS)):
-        j = jobs.setdefault(row["job_name"], {"line": line, "start": math.inf, "end": -math.inf, "gpu": 0.0, "bad": None})
+        j = jobs.setdefault(
+            row["job_name"], {"line": line, "start": math.inf, "end": -math.inf, "gpu": 0.0, "bad": None}
+        )
         try:
             j["start"] = min(j["start"], _time(row.get("start_time"), "start_time"))
             j["end"] = max(j["end"], _time(row.get("end_time"), "end_time"))
@@ -192,7 +232,11 @@ def _pai2020(path: Path, has_header: bool) -> Iterator[tuple[int, Row | _Bad]]:
         except _Bad as e:
             j["bad"] = j["bad"] or e
     for name, j in jobs.items():
-        yield j["line"], j["bad"] or (name, j["start"], float(math.ceil(j["gpu"] - 1e-9)), j["end"] - j["start"], None, None)
+        yield (
+            j["line"],
+            j["bad"]
+            or (name, j["start"], float(math.ceil(j["gpu"] - 1e-9)), j["end"] - j["start"], None, None),
+        )
 
 
 def _philly(path: Path) -> Iterator[tuple[int, Row | _Bad]]:
@@ -214,16 +258,29 @@ def _philly(path: Path) -> Iterator[tuple[int, Row | _Bad]]:
             if not atts:
                 raise _Bad("attempts", "is empty (the job never ran)")
             gpus = sum(len(d.get("gpus") or []) for d in atts[0].get("detail") or [])
-            dur = sum(_time(a.get("end_time"), "attempts.end_time") - _time(a.get("start_time"), "attempts.start_time")
-                      for a in atts)
-            yield line, (str(obj.get("jobid") or f"job-{line}"), _time(obj.get("submitted_time"), "submitted_time"),
-                         float(gpus), dur, None, None)
+            dur = sum(
+                _time(a.get("end_time"), "attempts.end_time")
+                - _time(a.get("start_time"), "attempts.start_time")
+                for a in atts
+            )
+            yield (
+                line,
+                (
+                    str(obj.get("jobid") or f"job-{line}"),
+                    _time(obj.get("submitted_time"), "submitted_time"),
+                    float(gpus),
+                    dur,
+                    None,
+                    None,
+                ),
+            )
         except _Bad as e:
             yield line, e
 
 
-def _acme_summary(path: Path, cluster: str, jobs: int, cluster_gpus: int, load: float, seed: int
-                  ) -> Iterator[tuple[int, Row | _Bad]]:
+def _acme_summary(
+    path: Path, cluster: str, jobs: int, cluster_gpus: int, load: float, seed: int
+) -> Iterator[tuple[int, Row | _Bad]]:
     """Sample `jobs` jobs from one cluster's published summary (acme/cluster_summary.csv): GPU counts are powers
     of two, half of them 1 GPU (the median is 1), the rest geometric with the ratio that gives the mean, up to the
     maximum; run times log-normal with the median and mean; Poisson arrivals at `load` x the cluster's GPUs."""
@@ -240,20 +297,22 @@ def _acme_summary(path: Path, cluster: str, jobs: int, cluster_gpus: int, load: 
     target = max(2.0, (mean_g - p1) / (1 - p1)) if top > 0 else 1.0
 
     def mean_multi(ratio: float) -> float:
-        w = [float(ratio ** k) for k in range(1, top + 1)]
-        return sum(wk * 2.0 ** k for k, wk in zip(range(1, top + 1), w, strict=True)) / max(sum(w), 1e-300)
+        w = [float(ratio**k) for k in range(1, top + 1)]
+        return sum(wk * 2.0**k for k, wk in zip(range(1, top + 1), w, strict=True)) / max(sum(w), 1e-300)
 
     lo, hi = 1e-3, 4.0
     for _ in range(60):
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if mean_multi(mid) < target else (lo, mid)
     ratio = (lo + hi) / 2
-    sizes = [1] + [2 ** k for k in range(1, top + 1)]
-    wts = [p1] + [(1 - p1) * ratio ** k / sum(ratio ** j for j in range(1, top + 1)) for k in range(1, top + 1)]
+    sizes = [1] + [2**k for k in range(1, top + 1)]
+    wts = [p1] + [(1 - p1) * ratio**k / sum(ratio**j for j in range(1, top + 1)) for k in range(1, top + 1)]
     sigma = math.sqrt(2 * math.log(mean_t / med_t)) if mean_t > med_t > 0 else 0.5
     rng = random.Random(f"acme:{cluster}:{seed}")
-    drawn = [(rng.choices(sizes, wts)[0], min(_num(r, "max_run_time_gpu"), med_t * math.exp(rng.gauss(0, sigma))))
-             for _ in range(jobs)]
+    drawn = [
+        (rng.choices(sizes, wts)[0], min(_num(r, "max_run_time_gpu"), med_t * math.exp(rng.gauss(0, sigma))))
+        for _ in range(jobs)
+    ]
     work = sum(g * d for g, d in drawn) / max(1, len(drawn))
     rate = load * cluster_gpus / work if work > 0 else 1.0
     t = 0.0
@@ -262,15 +321,26 @@ def _acme_summary(path: Path, cluster: str, jobs: int, cluster_gpus: int, load: 
         t += rng.expovariate(rate)
 
 
-def read_trace(path: str | Path, fmt: str = "auto", *, cluster_gpus: int, strict: bool = False,
-               limit: int | None = None, acme_cluster: str = "Kalos", load: float = 0.9, seed: int = 0) -> Trace:
+def read_trace(
+    path: str | Path,
+    fmt: str = "auto",
+    *,
+    cluster_gpus: int,
+    strict: bool = False,
+    limit: int | None = None,
+    acme_cluster: str = "Kalos",
+    load: float = 0.9,
+    seed: int = 0,
+) -> Trace:
     """Read a trace. Bad rows (a field missing or unreadable, duration < 0, GPUs < 1, more GPUs than the
     cluster's `cluster_gpus`) are skipped and listed in `Trace.bad` by line; with `strict` they are an
     `InputError` naming every one. `limit` keeps the first N good jobs in file order; submit times are shifted
     so that the first job arrives at 0. ``acme-summary`` samples `limit` (default 2,000) jobs of `acme_cluster`."""
     p = Path(path)
     if fmt not in FORMATS:
-        raise InputError("--format", [Problem("", f"unknown trace format {fmt!r}; formats are {list(FORMATS)}")])
+        raise InputError(
+            "--format", [Problem("", f"unknown trace format {fmt!r}; formats are {list(FORMATS)}")]
+        )
     if not p.is_file():
         read_text(p)  # the one "cannot read" message (missing, a directory, no permission)
     if p.stat().st_size <= _CHECK_TEXT_BYTES:
@@ -297,6 +367,7 @@ def read_trace(path: str | Path, fmt: str = "auto", *, cluster_gpus: int, strict
                     yield line, reader(row, n)
                 except _Bad as e:
                     yield line, e
+
         src = gen()
     jobs: list[TraceJob] = []
     bad: list[Problem] = []
@@ -316,6 +387,7 @@ def read_trace(path: str | Path, fmt: str = "auto", *, cluster_gpus: int, strict
             why = f"GPUs is {gpus:g}, more than the cluster's {cluster_gpus}"
         elif model is not None:
             from placement.replay.shapes import MODELS
+
             if model not in MODELS:
                 why = f"model {model!r} is not one of {list(MODELS)}"
         if why:

@@ -26,8 +26,19 @@ from placement.topology import Topology
 from placement.traffic import Traffic, job_traffic
 from placement.validate import validate
 
-__all__ = ["BATCH", "FIFO", "MAX_WEIGHT", "PRIORITY", "BatchJob", "BatchPlan", "BatchResult", "JobOutcome",
-           "batch_problems", "place_batch", "validate_batch"]
+__all__ = [
+    "BATCH",
+    "FIFO",
+    "MAX_WEIGHT",
+    "PRIORITY",
+    "BatchJob",
+    "BatchPlan",
+    "BatchResult",
+    "JobOutcome",
+    "batch_problems",
+    "place_batch",
+    "validate_batch",
+]
 
 BATCH = "batch"
 """The joint answer: knapsack admission, placement in a chosen order, then re-placement of each job."""
@@ -87,11 +98,15 @@ class BatchPlan:
 
     @property
     def weighted_step_seconds(self) -> float:
-        return sum(self.weights[o.index] * o.report.step_seconds for o in self.admitted if o.report is not None)
+        return sum(
+            self.weights[o.index] * o.report.step_seconds for o in self.admitted if o.report is not None
+        )
 
     @property
     def weighted_comm_seconds(self) -> float:
-        return sum(self.weights[o.index] * o.report.comm_seconds for o in self.admitted if o.report is not None)
+        return sum(
+            self.weights[o.index] * o.report.comm_seconds for o in self.admitted if o.report is not None
+        )
 
     def key(self) -> tuple[float, float, float]:
         """Smaller is better: more admitted weight, then fewer weighted step seconds, then less communication."""
@@ -125,31 +140,49 @@ def batch_problems(topology: Topology, state: ClusterState, jobs: Sequence[Batch
             out.append(Problem(f"jobs[{i}].priority", f"must be a finite number, got {bj.priority!r}"))
         name = bj.job.name
         if name in first:
-            out.append(Problem(f"jobs[{i}].job.name", f"duplicate job name {name!r} (also jobs[{first[name]}]); "
-                                                       "names in a batch must be unique"))
+            out.append(
+                Problem(
+                    f"jobs[{i}].job.name",
+                    f"duplicate job name {name!r} (also jobs[{first[name]}]); "
+                    "names in a batch must be unique",
+                )
+            )
         else:
             first[name] = i
         if name in running:
             n = sum(1 for v in state.occupied.values() if v == name)
-            out.append(Problem(f"jobs[{i}].job.name", f"{name!r} is a running job in the state ({n} devices); "
-                                                       "a queued job needs a name of its own"))
-        out.extend(Problem(f"jobs[{i}].job.{p.path}", p.message) for p in request_problems(topology, state, bj.job))
+            out.append(
+                Problem(
+                    f"jobs[{i}].job.name",
+                    f"{name!r} is a running job in the state ({n} devices); "
+                    "a queued job needs a name of its own",
+                )
+            )
+        out.extend(
+            Problem(f"jobs[{i}].job.{p.path}", p.message) for p in request_problems(topology, state, bj.job)
+        )
     return out
 
 
 class _Batch:
     """One request: the inputs, the clock, and the single-job placements on a shrinking state."""
 
-    def __init__(self, topology: Topology, state: ClusterState, jobs: Sequence[BatchJob], options: SolveOptions) -> None:
+    def __init__(
+        self, topology: Topology, state: ClusterState, jobs: Sequence[BatchJob], options: SolveOptions
+    ) -> None:
         self.topology, self.state, self.jobs, self.options = topology, state, list(jobs), options
         self.t0 = time.perf_counter()
         self.deadline = self.t0 + options.time_limit_s
         self.traffic: list[Traffic] = [job_traffic(bj.job) for bj in jobs]
-        self.solo: list[list[str]] = [explain_infeasible(topology, state, bj.job, t) for bj, t in zip(jobs, self.traffic, strict=True)]
+        self.solo: list[list[str]] = [
+            explain_infeasible(topology, state, bj.job, t) for bj, t in zip(jobs, self.traffic, strict=True)
+        ]
         self.feasible = [i for i, r in enumerate(self.solo) if not r]
         self.placements = 0
         self.cut_short = 0  # sequential passes ended early at the time limit
-        self.seen: dict[int, dict[tuple[int, ...], CostReport]] = {}  # every placement found per job, any state
+        self.seen: dict[
+            int, dict[tuple[int, ...], CostReport]
+        ] = {}  # every placement found per job, any state
 
     def remaining(self) -> float:
         if self.options.deterministic:
@@ -159,7 +192,9 @@ class _Batch:
     def stopped(self) -> bool:
         return self.options.stop is not None and self.options.stop.is_set()
 
-    def state_with(self, assign: Mapping[int, tuple[list[int], CostReport]], skip: int | None = None) -> ClusterState:
+    def state_with(
+        self, assign: Mapping[int, tuple[list[int], CostReport]], skip: int | None = None
+    ) -> ClusterState:
         """The base state with the devices of every job in `assign` (but `skip`) occupied by that job."""
         occ = dict(self.state.occupied)
         for j, (m, _) in assign.items():
@@ -169,8 +204,9 @@ class _Batch:
                     occ[d] = name
         return replace(self.state, occupied=occ)
 
-    def place_one(self, j: int, state: ClusterState, limit_s: float,
-                  allowed: set[int] | None = None) -> tuple[list[int], CostReport] | None:
+    def place_one(
+        self, j: int, state: ClusterState, limit_s: float, allowed: set[int] | None = None
+    ) -> tuple[list[int], CostReport] | None:
         """Job `j` by the cpsat strategy on `state` (only on `allowed` devices, when given); None if it fails."""
         job = self.jobs[j].job
         if allowed is not None:
@@ -183,21 +219,36 @@ class _Batch:
             solve_state = state
         if explain_infeasible(self.topology, solve_state, job, self.traffic[j]):
             return None
-        opts = SolveOptions(strategy=Strategy.CPSAT, time_limit_s=max(0.05, limit_s), relative_gap=self.options.relative_gap,
-                            seed=self.options.seed, workers=self.options.workers, stop=self.options.stop,
-                            deterministic=self.options.deterministic)
+        opts = SolveOptions(
+            strategy=Strategy.CPSAT,
+            time_limit_s=max(0.05, limit_s),
+            relative_gap=self.options.relative_gap,
+            seed=self.options.seed,
+            workers=self.options.workers,
+            stop=self.options.stop,
+            deterministic=self.options.deterministic,
+        )
         self.placements += 1
         try:
             res = place(self.topology, solve_state, job, opts)
         except InfeasibleError:
             return None
-        if res.mapping is None or res.report is None or validate(self.topology, state, job, res.mapping, traffic=self.traffic[j]):
+        if (
+            res.mapping is None
+            or res.report is None
+            or validate(self.topology, state, job, res.mapping, traffic=self.traffic[j])
+        ):
             return None
         self.seen.setdefault(j, {})[tuple(res.mapping)] = res.report
         return list(res.mapping), res.report
 
-    def sequential(self, order: Sequence[int], budget_s: float, assign: Assign | None = None,
-                   allowed: Mapping[int, set[int]] | None = None) -> Assign:
+    def sequential(
+        self,
+        order: Sequence[int],
+        budget_s: float,
+        assign: Assign | None = None,
+        allowed: Mapping[int, set[int]] | None = None,
+    ) -> Assign:
         """Place `order` one job after the other on what the jobs before left; a job that does not fit is left
         out. Each job's time limit is its share (by ranks, at least 16) of `budget_s`."""
         out: Assign = dict(assign or {})
@@ -214,7 +265,9 @@ class _Batch:
                 if self.remaining() < 0.05:  # the whole limit is spent (a loaded machine): leave the rest out
                     self.cut_short += 1
                     break
-                share = min(max(0.0, end - time.perf_counter()) * size / max(total, 1), self.remaining() - 0.05)
+                share = min(
+                    max(0.0, end - time.perf_counter()) * size / max(total, 1), self.remaining() - 0.05
+                )
             total -= size
             got = self.place_one(j, self.state_with(out), share, None if allowed is None else allowed.get(j))
             if got is not None:
@@ -235,8 +288,11 @@ class _Batch:
 
     def key(self, assign: Assign) -> tuple[float, float, float]:
         w = [bj.weight for bj in self.jobs]
-        return (-round(sum(w[j] for j in assign), 9), sum(w[j] * r.step_seconds for j, (_, r) in assign.items()),
-                sum(w[j] * r.comm_seconds for j, (_, r) in assign.items()))
+        return (
+            -round(sum(w[j] for j in assign), 9),
+            sum(w[j] * r.step_seconds for j, (_, r) in assign.items()),
+            sum(w[j] * r.comm_seconds for j, (_, r) in assign.items()),
+        )
 
     def reserved(self, adm: Admission, order: Sequence[int]) -> dict[int, set[int]]:
         """Concrete devices for the knapsack's host allocation: per host, its free candidates in device order go
@@ -279,8 +335,13 @@ class _Batch:
                 got = self.place_one(j, self.state_with(out, skip=j), share)
                 if got is not None:
                     old, new = out[j][1], got[1]
-                    if (new.step_seconds, new.comm_seconds) < (old.step_seconds - 1e-12, old.comm_seconds) or (
-                            new.step_seconds <= old.step_seconds + 1e-12 and new.comm_seconds < old.comm_seconds - 1e-12):
+                    if (new.step_seconds, new.comm_seconds) < (
+                        old.step_seconds - 1e-12,
+                        old.comm_seconds,
+                    ) or (
+                        new.step_seconds <= old.step_seconds + 1e-12
+                        and new.comm_seconds < old.comm_seconds - 1e-12
+                    ):
                         out[j] = got
                         moves += 1
                         improved = True
@@ -301,10 +362,17 @@ def _swap(b: _Batch, assign: Assign, budget_s: float) -> tuple[Assign, int]:
         return b.jobs[j].weight * (out[j][1].step_seconds - best)
 
     for j in sorted(out, key=lambda j: -gain(j)):
-        if j not in out or gain(j) <= 1e-12 or b.stopped() or (not b.options.deterministic and time.perf_counter() >= end):
+        if (
+            j not in out
+            or gain(j) <= 1e-12
+            or b.stopped()
+            or (not b.options.deterministic and time.perf_counter() >= end)
+        ):
             break
         cur = out[j][1]
-        for mapping, rep in sorted(b.seen[j].items(), key=lambda kv: (kv[1].step_seconds, kv[1].comm_seconds)):
+        for mapping, rep in sorted(
+            b.seen[j].items(), key=lambda kv: (kv[1].step_seconds, kv[1].comm_seconds)
+        ):
             if rep.step_seconds >= cur.step_seconds - 1e-12:
                 break
             owner = {d: k for k, (m, _) in out.items() if k != j for d in m}
@@ -315,7 +383,11 @@ def _swap(b: _Batch, assign: Assign, budget_s: float) -> tuple[Assign, int]:
             if validate(b.topology, b.state_with(trial), b.jobs[j].job, list(mapping), traffic=b.traffic[j]):
                 continue
             trial[j] = (list(mapping), rep)
-            share = (end - time.perf_counter()) / 4 if not b.options.deterministic else budget_s / max(len(out), 1)
+            share = (
+                (end - time.perf_counter()) / 4
+                if not b.options.deterministic
+                else budget_s / max(len(out), 1)
+            )
             trial = b.sequential(blockers, max(0.05, share), assign=trial)
             if all(k in trial for k in blockers) and b.key(trial) < b.key(out):
                 out = trial
@@ -327,6 +399,7 @@ def _swap(b: _Batch, assign: Assign, budget_s: float) -> tuple[Assign, int]:
 def _order(b: _Batch, admitted: Sequence[int], demands: Mapping[int, Demand]) -> list[int]:
     """Jobs with units that must share a host (largest unit, then most ranks) first: they need whole fragments;
     then the rest by ranks. Heavier and higher-priority jobs first among equals."""
+
     def key(j: int) -> tuple[int, int, float, float, int]:
         units = demands[j].units.get(0)
         unit = max(units) if units else 1
@@ -336,8 +409,9 @@ def _order(b: _Batch, admitted: Sequence[int], demands: Mapping[int, Demand]) ->
     return sorted(admitted, key=key)
 
 
-def place_batch(topology: Topology, state: ClusterState, jobs: Sequence[BatchJob],
-                options: SolveOptions | None = None) -> BatchResult:
+def place_batch(
+    topology: Topology, state: ClusterState, jobs: Sequence[BatchJob], options: SolveOptions | None = None
+) -> BatchResult:
     """Admit and place a queue of jobs jointly on `state`. `options.time_limit_s` covers the whole batch.
 
     Raises `InputError` for bad input (duplicate names, bad weights, unknown names in a job). Every admitted
@@ -357,8 +431,18 @@ def place_batch(topology: Topology, state: ClusterState, jobs: Sequence[BatchJob
     prio_order = sorted(b.feasible, key=lambda j: (-b.jobs[j].priority, j))
     ranking = sorted(range(len(b.jobs)), key=lambda j: (b.jobs[j].priority, -j))
     tiebreak = {j: r for r, j in enumerate(ranking)}
-    demands = {j: Demand.of(j, b.jobs[j].job, b.jobs[j].weight, tiebreak[j], topology, b.traffic[j],
-                            candidate_devices(topology, state, b.jobs[j].job)) for j in b.feasible}
+    demands = {
+        j: Demand.of(
+            j,
+            b.jobs[j].job,
+            b.jobs[j].weight,
+            tiebreak[j],
+            topology,
+            b.traffic[j],
+            candidate_devices(topology, state, b.jobs[j].job),
+        )
+        for j in b.feasible
+    }
     t = time.perf_counter()
     adm = admit(topology, state, list(demands.values()), opts, min(2.0, 0.1 * limit))
     stats["admission_s"] = time.perf_counter() - t
@@ -380,7 +464,10 @@ def place_batch(topology: Topology, state: ClusterState, jobs: Sequence[BatchJob
         if b.key(packed) < b.key(ours):
             ours = packed
     if adm.bound is None or sum(b.jobs[j].weight for j in ours) < adm.bound - 5e-4 * len(jobs):
-        rest = sorted((j for j in b.feasible if j not in ours), key=lambda j: (-b.jobs[j].weight, -b.jobs[j].priority, j))
+        rest = sorted(
+            (j for j in b.feasible if j not in ours),
+            key=lambda j: (-b.jobs[j].weight, -b.jobs[j].priority, j),
+        )
         ours = b.sequential(rest, 0.1 * limit, assign=ours)
     if (opts.deterministic or b.remaining() > 0.35 * limit) and not b.stopped():
         # a second order over the same admitted jobs: the most weighted communication first (they gain the most
@@ -389,7 +476,10 @@ def place_batch(topology: Topology, state: ClusterState, jobs: Sequence[BatchJob
             return b.jobs[j].weight * min((r.comm_seconds for r in b.seen.get(j, {}).values()), default=0.0)
 
         second = b.sequential(sorted(ours, key=lambda j: (-comm(j), -b.jobs[j].job.ranks, j)), 0.2 * limit)
-        left = sorted((j for j in b.feasible if j not in second), key=lambda j: (-b.jobs[j].weight, -b.jobs[j].priority, j))
+        left = sorted(
+            (j for j in b.feasible if j not in second),
+            key=lambda j: (-b.jobs[j].weight, -b.jobs[j].priority, j),
+        )
         second = b.sequential(left, 0.05 * limit, assign=second)
         stats["second_order"] = "kept" if b.key(second) < b.key(ours) else "dropped"
         if b.key(second) < b.key(ours):
@@ -407,19 +497,32 @@ def place_batch(topology: Topology, state: ClusterState, jobs: Sequence[BatchJob
     ours, swaps = _swap(b, ours, max(0.0, 0.5 * budget - 0.05))
     stats["swaps"] = swaps
     budget = limit - (time.perf_counter() - b.t0) if not opts.deterministic else 0.15 * limit
-    ours, moves = b.improve(ours, max(0.0, budget - max(0.1, 0.05 * limit)))  # a reserve for the reasons and checks
+    ours, moves = b.improve(
+        ours, max(0.0, budget - max(0.1, 0.05 * limit))
+    )  # a reserve for the reasons and checks
     stats["improve_s"] = time.perf_counter() - t
     stats["improved_jobs"] = moves
     stats["placements"] = b.placements
     if b.cut_short:
         stats["cut_short"] = b.cut_short
 
-    explainer = Explainer(topology, state, [bj.job for bj in jobs], [bj.weight for bj in jobs],
-                          [bj.priority for bj in jobs], b.traffic, b.solo)
-    plans = {name: explainer.plan(name, assign) for name, assign in ((BATCH, ours), (FIFO, fifo), (PRIORITY, prio))}
+    explainer = Explainer(
+        topology,
+        state,
+        [bj.job for bj in jobs],
+        [bj.weight for bj in jobs],
+        [bj.priority for bj in jobs],
+        b.traffic,
+        b.solo,
+    )
+    plans = {
+        name: explainer.plan(name, assign) for name, assign in ((BATCH, ours), (FIFO, fifo), (PRIORITY, prio))
+    }
     best = min((BATCH, FIFO, PRIORITY), key=lambda n: plans[n].key())  # min keeps the first of ties: ours
     plan = plans[best]
-    bad = validate_batch(topology, state, [bj.job for bj in jobs], {o.index: o.mapping for o in plan.admitted if o.mapping})
+    bad = validate_batch(
+        topology, state, [bj.job for bj in jobs], {o.index: o.mapping for o in plan.admitted if o.mapping}
+    )
     if bad:
         raise PlacementError("internal: the batch answer breaks a rule: " + "; ".join(bad[:5]))
     stats["chosen"] = best

@@ -42,8 +42,15 @@ class Demand:
     units: dict[int, Counter[int]] = field(default_factory=dict)  # level -> unit size -> count
 
     @staticmethod
-    def of(index: int, job: Job, weight: float, tiebreak: int, topology: Topology, traffic: Traffic,
-           candidates: list[int]) -> Demand:
+    def of(
+        index: int,
+        job: Job,
+        weight: float,
+        tiebreak: int,
+        topology: Topology,
+        traffic: Traffic,
+        candidates: list[int],
+    ) -> Demand:
         units: dict[int, Counter[int]] = {}
         for level, us in required_units(topology, job, traffic).items():
             sizes = Counter(len(u.ranks) for u in us if len(u.ranks) > 1)
@@ -65,8 +72,13 @@ class Admission:
     status: str
 
 
-def _relaxed(m: cp_model.CpModel, a: dict[int, cp_model.IntVar], topology: Topology, free: Sequence[int],
-             demands: Sequence[Demand]) -> None:
+def _relaxed(
+    m: cp_model.CpModel,
+    a: dict[int, cp_model.IntVar],
+    topology: Topology,
+    free: Sequence[int],
+    demands: Sequence[Demand],
+) -> None:
     """The aggregate constraints: ranks per kind and in total fit the free devices, and per required level and
     unit size s, the admitted units of >= s ranks fit the room for s-sized groups (sum of floor(free / s))."""
     m.add(sum(d.job.ranks * a[d.index] for d in demands) <= len(free))
@@ -79,12 +91,21 @@ def _relaxed(m: cp_model.CpModel, a: dict[int, cp_model.IntVar], topology: Topol
         per = Counter(col[dv] for dv in free)
         for size in sorted({s for d in demands for s in d.units.get(level, {})}):
             room = sum(v // size for v in per.values())
-            need = [(sum(c for s2, c in d.units[level].items() if s2 >= size), d.index) for d in demands if level in d.units]
+            need = [
+                (sum(c for s2, c in d.units[level].items() if s2 >= size), d.index)
+                for d in demands
+                if level in d.units
+            ]
             m.add(sum(k * a[i] for k, i in need if k) <= room)
 
 
-def admit(topology: Topology, state: ClusterState, demands: Sequence[Demand], options: SolveOptions,
-          time_limit_s: float) -> Admission:
+def admit(
+    topology: Topology,
+    state: ClusterState,
+    demands: Sequence[Demand],
+    options: SolveOptions,
+    time_limit_s: float,
+) -> Admission:
     """Maximize the admitted weight (ties: the higher `tiebreak`s) subject to, all necessary for a joint placement:
 
     - per device kind and in total, the admitted ranks fit the free devices (a job's kind or any);
@@ -104,7 +125,9 @@ def admit(topology: Topology, state: ClusterState, demands: Sequence[Demand], op
     _relaxed(m0, a0, topology, free, demands)
     m0.maximize(sum(scaled[i] * a0[i] for i in a0))
     s0 = cp_model.CpSolver()
-    configure(s0, options, max(1.0, 0.3 * time_limit_s))  # it solves in milliseconds; the floor is for a loaded machine
+    configure(
+        s0, options, max(1.0, 0.3 * time_limit_s)
+    )  # it solves in milliseconds; the floor is for a loaded machine
     st0 = run_cpsat(s0, m0, options.stop)
     ok0 = st0 in (cp_model.OPTIMAL, cp_model.FEASIBLE)
     bound0 = float(s0.best_objective_bound) if ok0 else math.inf
@@ -112,10 +135,14 @@ def admit(topology: Topology, state: ClusterState, demands: Sequence[Demand], op
 
     def answer(chosen: list[int], bound: float, hosts: dict[int, dict[int, int]], status: str) -> Admission:
         weight_bound = None if not math.isfinite(bound) else (int(bound + 1e-6) // big) / WEIGHT_SCALE
-        reached = weight_bound is not None and sum(scaled[i] for i in chosen) // big >= round(weight_bound * WEIGHT_SCALE)
+        reached = weight_bound is not None and sum(scaled[i] for i in chosen) // big >= round(
+            weight_bound * WEIGHT_SCALE
+        )
         return Admission(chosen, weight_bound, reached, hosts, status)
 
-    size = sum(len(sizes) for d in demands for sizes in d.units.values()) * max(len(topology.domain_names[0]), 1)
+    size = sum(len(sizes) for d in demands for sizes in d.units.values()) * max(
+        len(topology.domain_names[0]), 1
+    )
     if size > MAX_DETAILED_VARS:  # too large to solve in a share of the limit: the aggregate answer
         return answer(chosen0, bound0, {}, f"aggregate {s0.status_name(st0)}")
     # 2. the detailed model: units per domain

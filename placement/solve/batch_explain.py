@@ -37,8 +37,9 @@ def classify(reasons: Sequence[str]) -> str:
     return RULE
 
 
-def validate_batch(topology: Topology, state: ClusterState, jobs: Sequence[Job],
-                   mappings: Mapping[int, Sequence[int] | None]) -> list[str]:
+def validate_batch(
+    topology: Topology, state: ClusterState, jobs: Sequence[Job], mappings: Mapping[int, Sequence[int] | None]
+) -> list[str]:
     """Every rule a joint answer breaks: each mapping against the state plus the other jobs' devices, and no
     device in two jobs. `mappings`: job index -> mapping (None entries are ignored)."""
     out: list[str] = []
@@ -59,17 +60,32 @@ def validate_batch(topology: Topology, state: ClusterState, jobs: Sequence[Job],
             if k != j and mk is not None:
                 for d in mk:
                     occ[d] = jobs[k].name
-        out.extend(f"{jobs[j].name}: {v}" for v in validate(topology, replace(state, occupied=occ), jobs[j], m))
+        out.extend(
+            f"{jobs[j].name}: {v}" for v in validate(topology, replace(state, occupied=occ), jobs[j], m)
+        )
     return out
 
 
 class Explainer:
     """Builds `BatchPlan`s: admitted jobs with their mapping and report, the others with their reason."""
 
-    def __init__(self, topology: Topology, state: ClusterState, jobs: Sequence[Job], weights: Sequence[float],
-                 priorities: Sequence[float], traffic: Sequence[Traffic], solo: Sequence[list[str]]) -> None:
+    def __init__(
+        self,
+        topology: Topology,
+        state: ClusterState,
+        jobs: Sequence[Job],
+        weights: Sequence[float],
+        priorities: Sequence[float],
+        traffic: Sequence[Traffic],
+        solo: Sequence[list[str]],
+    ) -> None:
         self.topology, self.state, self.jobs = topology, state, list(jobs)
-        self.weights, self.priorities, self.traffic, self.solo = list(weights), list(priorities), list(traffic), list(solo)
+        self.weights, self.priorities, self.traffic, self.solo = (
+            list(weights),
+            list(priorities),
+            list(traffic),
+            list(solo),
+        )
         self._alone: dict[int, list[int] | None] = {}
 
     def alone(self, j: int) -> list[int] | None:
@@ -89,7 +105,11 @@ class Explainer:
                 m, rep = assign[j]
                 outcomes.append(JobOutcome(j, job.name, True, list(m), rep))
             elif self.solo[j]:
-                outcomes.append(JobOutcome(j, job.name, False, reason=classify(self.solo[j]), explanation=list(self.solo[j])))
+                outcomes.append(
+                    JobOutcome(
+                        j, job.name, False, reason=classify(self.solo[j]), explanation=list(self.solo[j])
+                    )
+                )
             else:
                 outcomes.append(self._conflict(j, assign))
         return BatchPlan(strategy, outcomes, self.weights)
@@ -112,20 +132,35 @@ class Explainer:
         blockers = sorted(held, key=lambda k: (-self.priorities[k], -self.weights[k], k))
         higher = bool(blockers) and all(self.priorities[k] > self.priorities[j] for k in blockers)
         kind = f" {job.device_kind}" if job.device_kind else ""
-        names = ", ".join(f"{self.jobs[k].name} (priority {self.priorities[k]:g}, weight {self.weights[k]:g}, "
-                          f"{held[k]} device(s))" for k in blockers[:6])
+        names = ", ".join(
+            f"{self.jobs[k].name} (priority {self.priorities[k]:g}, weight {self.weights[k]:g}, "
+            f"{held[k]} device(s))"
+            for k in blockers[:6]
+        )
         more = f" and {len(blockers) - 6} more" if len(blockers) > 6 else ""
         who = "higher-priority job(s)" if higher else "admitted job(s)"
-        lines = [f"fits alone, but conflicts with {who} {names}{more}"
-                 + (f"; its placement alone would use {sum(held.values())} of their devices" if mine else "")]
+        lines = [
+            f"fits alone, but conflicts with {who} {names}{more}"
+            + (f"; its placement alone would use {sum(held.values())} of their devices" if mine else "")
+        ]
         after = explain_infeasible(self.topology, left, job, self.traffic[j])
         if after:
             lines += [f"next to the admitted jobs: {r}" for r in after]
         else:
-            lines.append(f"next to the admitted jobs {len(cands)}{kind} candidate devices are free and it needs "
-                         f"{job.ranks}, but no valid placement on them was found")
+            lines.append(
+                f"next to the admitted jobs {len(cands)}{kind} candidate devices are free and it needs "
+                f"{job.ranks}, but no valid placement on them was found"
+            )
         if not higher and blockers:
-            lines.append(f"they are kept over it (weight {self.weights[j]:g}, priority {self.priorities[j]:g}): "
-                         "the answer ranks admitted weight first, then weighted step seconds")
-        return JobOutcome(j, job.name, False, reason=CONFLICT, explanation=lines,
-                          conflicts_with=[self.jobs[k].name for k in blockers])
+            lines.append(
+                f"they are kept over it (weight {self.weights[j]:g}, priority {self.priorities[j]:g}): "
+                "the answer ranks admitted weight first, then weighted step seconds"
+            )
+        return JobOutcome(
+            j,
+            job.name,
+            False,
+            reason=CONFLICT,
+            explanation=lines,
+            conflicts_with=[self.jobs[k].name for k in blockers],
+        )

@@ -27,7 +27,9 @@ class BoundReport:
     source: str
 
 
-def lower_bounds(topology: Topology, state: ClusterState, traffic: Traffic, candidates: Sequence[int]) -> BoundReport:
+def lower_bounds(
+    topology: Topology, state: ClusterState, traffic: Traffic, candidates: Sequence[int]
+) -> BoundReport:
     """The best analytic bound: the capacity relaxation (`lower_bound`), with the host-filling unit argument."""
     return BoundReport(lower_bound(topology, state, traffic, candidates), "capacity")
 
@@ -78,7 +80,9 @@ class _Population:
         return max(r - 1, 0) if self.forest else r * (r - 1) // 2
 
 
-def lower_bound(topology: Topology, state: ClusterState, traffic: Traffic, candidates: Sequence[int]) -> float:
+def lower_bound(
+    topology: Topology, state: ClusterState, traffic: Traffic, candidates: Sequence[int]
+) -> float:
     """Seconds per step no valid mapping onto `candidates` can beat (degradation and rails only add cost).
 
     The larger of two relaxations: every label alone (`_populations`), and the same with the host-filling
@@ -98,13 +102,22 @@ def lower_bound(topology: Topology, state: ClusterState, traffic: Traffic, candi
     return max(plain, _joint_bound(pops, free))
 
 
-def _populations(traffic: Traffic, paths: list[Path], free: list[list[int]], n_levels: int) -> list[_Population]:
+def _populations(
+    traffic: Traffic, paths: list[Path], free: list[list[int]], n_levels: int
+) -> list[_Population]:
     out: list[_Population] = []
     by_label: dict[tuple[str, int], list[tuple[list[float], tuple[int, ...]]]] = defaultdict(list)
     for g in traffic.groups:
         n = len(g.members)
-        by_label[(g.label, n)].append(([collective_seconds(g.kind, n, g.bytes, g.count, g.exposed, paths[li])
-                                        for li in range(n_levels)], tuple(g.members)))
+        by_label[(g.label, n)].append(
+            (
+                [
+                    collective_seconds(g.kind, n, g.bytes, g.count, g.exposed, paths[li])
+                    for li in range(n_levels)
+                ],
+                tuple(g.members),
+            )
+        )
     disjoint: dict[tuple[str, int], bool] = {}
     seen: dict[tuple[str, int], set[int]] = defaultdict(set)
     for g in traffic.groups:
@@ -168,7 +181,11 @@ def _joint_bound(pops: list[_Population], free: list[list[int]]) -> float:
     if not free[0]:
         return 0.0
     max_free = free[0][0]
-    anchors = [p for p in pops if p.size >= 2 and p.disjoint and p.size >= max_free and len(p.costs) <= MAX_JOINT_UNITS]
+    anchors = [
+        p
+        for p in pops
+        if p.size >= 2 and p.disjoint and p.size >= max_free and len(p.costs) <= MAX_JOINT_UNITS
+    ]
     best = 0.0
     for a in anchors:
         t, n_a = a.size, len(a.costs)
@@ -180,8 +197,11 @@ def _joint_bound(pops: list[_Population], free: list[list[int]]) -> float:
         for p in pops:
             if p is a:
                 continue
-            span = [i for i, rs in enumerate(p.ranks)
-                    if all(r in group_of for r in rs) and len({group_of[r] for r in rs}) > 1]
+            span = [
+                i
+                for i, rs in enumerate(p.ranks)
+                if all(r in group_of for r in rs) and len({group_of[r] for r in rs}) > 1
+            ]
             span_set = set(span)
             rest = [c for i, c in enumerate(p.costs) if i not in span_set]
             if rest:

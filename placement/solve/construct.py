@@ -47,7 +47,9 @@ def unit_capacity(topology: Topology, pool: HostPool, usize: int) -> list[list[i
     return cap
 
 
-def scope_domains(topology: Topology, cap: list[list[int]], need: int, limit: int = 3) -> list[tuple[int, int]]:
+def scope_domains(
+    topology: Topology, cap: list[list[int]], need: int, limit: int = 3
+) -> list[tuple[int, int]]:
     """Domains that can hold `need` units: the tightest few at the lowest level that fits, and one level up."""
     out: list[tuple[int, int]] = []
     for li in range(len(topology.levels)):
@@ -55,13 +57,17 @@ def scope_domains(topology: Topology, cap: list[list[int]], need: int, limit: in
         if fits:
             out.extend((li, k) for k in fits[:limit])
             if li + 1 < len(topology.levels):
-                up = sorted((k for k, v in enumerate(cap[li + 1]) if v >= need), key=lambda k: (cap[li + 1][k], k))
+                up = sorted(
+                    (k for k, v in enumerate(cap[li + 1]) if v >= need), key=lambda k: (cap[li + 1][k], k)
+                )
                 out.extend((li + 1, k) for k in up[:1])
             break
     return out
 
 
-def host_sequences(topology: Topology, pool: HostPool, cap: list[list[int]], scope: tuple[int, int]) -> list[list[int]]:
+def host_sequences(
+    topology: Topology, pool: HostPool, cap: list[list[int]], scope: tuple[int, int]
+) -> list[list[int]]:
     """Host orders inside a scope domain: depth-first, children by unit capacity (largest first; tightest
     first), hosts that hold more first."""
     seqs: list[list[int]] = []
@@ -73,7 +79,9 @@ def host_sequences(topology: Topology, pool: HostPool, cap: list[list[int]], sco
                 if pool.free(k):
                     seq.append(k)
                 return
-            kids = [c for c in topology.children[li][k] if cap[li - 1][c] > 0 or (li - 1 == 0 and pool.free(c))]
+            kids = [
+                c for c in topology.children[li][k] if cap[li - 1][c] > 0 or (li - 1 == 0 and pool.free(c))
+            ]
             kids.sort(key=lambda c: ((-cap[li - 1][c]) if largest_first else cap[li - 1][c], c))
             for c in kids:
                 dfs(li - 1, c)
@@ -83,8 +91,13 @@ def host_sequences(topology: Topology, pool: HostPool, cap: list[list[int]], sco
     return seqs
 
 
-def pack_units(units: Sequence[tuple[int, ...]], hosts: Sequence[int], pool: HostPool, n_ranks: int,
-               all_hosts: Sequence[int] | None = None) -> list[int] | None:
+def pack_units(
+    units: Sequence[tuple[int, ...]],
+    hosts: Sequence[int],
+    pool: HostPool,
+    n_ranks: int,
+    all_hosts: Sequence[int] | None = None,
+) -> list[int] | None:
     """Whole units onto hosts in sequence; what does not fit whole is split over what is left (in sequence,
     then over `all_hosts`). None when devices run out."""
     left = {h: list(pool.devices.get(h, ())) for h in hosts}
@@ -119,7 +132,9 @@ def pack_units(units: Sequence[tuple[int, ...]], hosts: Sequence[int], pool: Hos
     return out
 
 
-def candidate_orders(job: Job, units: Sequence[tuple[int, ...]], max_orders: int = 24) -> list[list[tuple[int, ...]]]:
+def candidate_orders(
+    job: Job, units: Sequence[tuple[int, ...]], max_orders: int = 24
+) -> list[list[tuple[int, ...]]]:
     """Unit orders to try: the job's own order, then (structured jobs) every order of the non-trivial
     dimensions not already inside a unit, fastest first."""
     orders: list[list[tuple[int, ...]]] = [list(units)]

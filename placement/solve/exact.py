@@ -52,14 +52,19 @@ def _pair_paths(topology: Topology, devices: Sequence[int]) -> dict[tuple[int, i
 
 def exact_applicable(topology: Topology, state: ClusterState, job: Job, candidates: Sequence[int]) -> bool:
     """Small enough to solve at device level, with no rule the device model leaves out."""
-    return (
-        job.ranks <= MAX_RANKS
-        and len(candidates) <= MAX_DEVICES
-    )
+    return job.ranks <= MAX_RANKS and len(candidates) <= MAX_DEVICES
 
 
-def solve_device_level(topology: Topology, state: ClusterState, job: Job, traffic: Traffic, candidates: Sequence[int],
-                       options: SolveOptions, time_limit: float, hint: Sequence[int] | None) -> ExactResult:
+def solve_device_level(
+    topology: Topology,
+    state: ClusterState,
+    job: Job,
+    traffic: Traffic,
+    candidates: Sequence[int],
+    options: SolveOptions,
+    time_limit: float,
+    hint: Sequence[int] | None,
+) -> ExactResult:
     """Solve the whole request at device level (see the module docstring)."""
     t0 = time.perf_counter()
     cands = list(candidates)
@@ -68,7 +73,9 @@ def solve_device_level(topology: Topology, state: ClusterState, job: Job, traffi
     plist = sorted(paths.values(), key=lambda p: (-p.bandwidth_gbps, p.latency_us))
     monotone = all(plist[i].latency_us <= plist[i + 1].latency_us + 1e-12 for i in range(len(plist) - 1))
     cset = set(cands)
-    degraded = any(d in cset for d in state.device_slowdown) or bool(state.pair_slowdown or state.uplink_slowdown)
+    degraded = any(d in cset for d in state.device_slowdown) or bool(
+        state.pair_slowdown or state.uplink_slowdown
+    )
     exact = monotone and not degraded and topology.rail_policy is None  # rail penalties only add cost
     if not monotone:
         # a relaxation: every pair at the smallest latency; the bound stays valid, the objective is not exact
@@ -90,12 +97,15 @@ def solve_device_level(topology: Topology, state: ClusterState, job: Job, traffi
         li = topology.level_index(lname)
         col = topology.domain_column(li)
         members_sets = [g.members for g in traffic.groups if g.label == label] + [
-            (e.src, e.dst) for e in traffic.edges if e.label == label]
+            (e.src, e.dst) for e in traffic.edges if e.label == label
+        ]
         for members in members_sets:
             first = members[0]
             for other in members[1:]:
                 for a in cands:
-                    m.add_bool_or([x[other, b] for b in cands if col[b] == col[a]]).only_enforce_if(x[first, a])
+                    m.add_bool_or([x[other, b] for b in cands if col[b] == col[a]]).only_enforce_if(
+                        x[first, a]
+                    )
     # failed links: members of one group or edge never sit on the two ends of a failed link / across a failed uplink
     objective: list[tuple[int, cp_model.IntVar]] = []
     constant = 0.0
@@ -105,7 +115,9 @@ def solve_device_level(topology: Topology, state: ClusterState, job: Job, traffi
         one = {ab: collective_seconds(g.kind, n, g.bytes, g.count, g.exposed, p) for ab, p in paths.items()}
         terms.append((g.members, {(a, b): max(c, one[b, a]) for (a, b), c in one.items()}))  # both directions
     for e in traffic.edges:
-        terms.append(((e.src, e.dst), {ab: p2p_seconds(e.bytes, e.count, e.exposed, p) for ab, p in paths.items()}))
+        terms.append(
+            ((e.src, e.dst), {ab: p2p_seconds(e.bytes, e.count, e.exposed, p) for ab, p in paths.items()})
+        )
     scale = objective_scale(sum(max(c.values()) - min(c.values()) for _, c in terms if c))
     if scale is None:
         return ExactResult(None, None, None, "COSTS_NOT_FINITE", exact)
@@ -128,8 +140,10 @@ def solve_device_level(topology: Topology, state: ClusterState, job: Job, traffi
 
     for term_members, term_cost in terms:
         add_term(term_members, term_cost)
-    rank_sets: list[tuple[int, ...]] = [g.members for g in traffic.groups] + [(e.src, e.dst) for e in traffic.edges]
-    for (a, b) in state.failed_pairs:
+    rank_sets: list[tuple[int, ...]] = [g.members for g in traffic.groups] + [
+        (e.src, e.dst) for e in traffic.edges
+    ]
+    for a, b in state.failed_pairs:
         if a in cset and b in cset:
             for members in rank_sets:
                 for r in members:
@@ -151,7 +165,11 @@ def solve_device_level(topology: Topology, state: ClusterState, job: Job, traffi
     for i, rule in enumerate(job.constraints.spread):
         fd = state.fault_domain_of(rule.kind, topology)
         names = sorted({fd.get(d, "<none>") for d in cands})
-        scopes = [tuple(range(job.ranks))] if rule.scope == "job" else [g.members for g in traffic.groups if g.label == rule.scope]
+        scopes = (
+            [tuple(range(job.ranks))]
+            if rule.scope == "job"
+            else [g.members for g in traffic.groups if g.label == rule.scope]
+        )
         for members in scopes:
             touched = []
             for name in names:
@@ -178,6 +196,14 @@ def solve_device_level(topology: Topology, state: ClusterState, job: Job, traffi
     mapping = [next(d for d in cands if solver.boolean_value(x[r, d])) for r in range(job.ranks)]
     # the worst member pair is the group's true bottleneck only when no level is faster than the one below it
     tiers = [lv.tier for lv in topology.levels]
-    levels_monotone = all(tiers[i + 1].bandwidth_gbps <= tiers[i].bandwidth_gbps for i in range(len(tiers) - 1))
-    return ExactResult(mapping, constant + solver.objective_value / scale, constant + solver.best_objective_bound / scale,
-                       name, exact, levels_monotone or topology.pair_paths is not None)
+    levels_monotone = all(
+        tiers[i + 1].bandwidth_gbps <= tiers[i].bandwidth_gbps for i in range(len(tiers) - 1)
+    )
+    return ExactResult(
+        mapping,
+        constant + solver.objective_value / scale,
+        constant + solver.best_objective_bound / scale,
+        name,
+        exact,
+        levels_monotone or topology.pair_paths is not None,
+    )

@@ -40,9 +40,11 @@ def _blocks(topology: Topology, mapping: Sequence[int], key: str) -> list[Block]
     by: dict[int, list[tuple[int, int]]] = {}
     for r, d in enumerate(mapping):
         by.setdefault(topology.devices[d].host_index, []).append((r, d))
+
     def order(h: int) -> float:
         rs = [r for r, _ in by[h]]
         return float(rs[0]) if key == "min" else sum(rs) / len(rs)
+
     return [(h, tuple(d for _, d in by[h])) for h in sorted(by, key=lambda h: (order(h), h))]
 
 
@@ -99,8 +101,9 @@ def _neighbours(request: Problem, blocks: list[Block]) -> list[list[Block]]:
     return out
 
 
-def contiguous(request: Problem, score: Score, free: tuple[list[int], CostReport],
-               others: Sequence[list[int]]) -> tuple[list[int], CostReport, dict[str, float | int | str]]:
+def contiguous(
+    request: Problem, score: Score, free: tuple[list[int], CostReport], others: Sequence[list[int]]
+) -> tuple[list[int], CostReport, dict[str, float | int | str]]:
     """The best contiguous mapping found from `free` (the unconstrained answer) and `others`, and the stats that
     compare it with the free answer. Raises `InfeasibleError` when no candidate is valid."""
     topo = request.topology
@@ -131,10 +134,13 @@ def contiguous(request: Problem, score: Score, free: tuple[list[int], CostReport
         for key in ("min", "mean"):
             consider(_blocks(topo, m, key))
     if best is None:
-        raise InfeasibleError([
-            "launcher torchrun: each host's ranks must be one contiguous block, and no such mapping of the candidates "
-            "meets the job's other rules (required levels, pins); relax them or use launcher: any "
-            "(mpirun --rankfile / srun --distribution=arbitrary with placement bind)"])
+        raise InfeasibleError(
+            [
+                "launcher torchrun: each host's ranks must be one contiguous block, and no such mapping of the candidates "
+                "meets the job's other rules (required levels, pins); relax them or use launcher: any "
+                "(mpirun --rankfile / srun --distribution=arbitrary with placement bind)"
+            ]
+        )
     improved = True
     while improved and not out_of_budget():
         improved = False

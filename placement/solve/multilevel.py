@@ -96,14 +96,22 @@ class _Vertices:
     slot: int
 
 
-def _terms(topology: Topology, state: ClusterState, traffic: Traffic, vertex_of: dict[int, int]) -> list[_Term]:
+def _terms(
+    topology: Topology, state: ClusterState, traffic: Traffic, vertex_of: dict[int, int]
+) -> list[_Term]:
     """Groups and edges priced per level (v1 surrogate on the level paths), merged per vertex set."""
     paths = level_paths(topology, state)
     acc: dict[tuple[int, ...], list[float]] = {}
     priced: list[tuple[Sequence[int], list[float]]] = [
-        (g.members, [collective_seconds(g.kind, len(g.members), g.bytes, g.count, g.exposed, p) for p in paths])
-        for g in traffic.groups]
-    priced += [((e.src, e.dst), [p2p_seconds(e.bytes, e.count, e.exposed, p) for p in paths]) for e in traffic.edges]
+        (
+            g.members,
+            [collective_seconds(g.kind, len(g.members), g.bytes, g.count, g.exposed, p) for p in paths],
+        )
+        for g in traffic.groups
+    ]
+    priced += [
+        ((e.src, e.dst), [p2p_seconds(e.bytes, e.count, e.exposed, p) for p in paths]) for e in traffic.edges
+    ]
     for ranks, costs in priced:
         vs = tuple(sorted({vertex_of[r] for r in ranks}))
         if len(vs) > 1:
@@ -111,8 +119,9 @@ def _terms(topology: Topology, state: ClusterState, traffic: Traffic, vertex_of:
     return [_Term(k, tuple(v)) for k, v in sorted(acc.items())]
 
 
-def _label_groups(topology: Topology, state: ClusterState, traffic: Traffic, units: Sequence[tuple[int, ...]],
-                  host_max: int) -> list[tuple[int, ...]]:
+def _label_groups(
+    topology: Topology, state: ClusterState, traffic: Traffic, units: Sequence[tuple[int, ...]], host_max: int
+) -> list[tuple[int, ...]]:
     """The groups of the label that saves the most per rank by staying on a host (TP in Megatron jobs; for
     explicit jobs, the components of a label's p2p edges), when they are disjoint, equal, unions of given
     units, larger than any of them and no larger than `host_max`; [] when no label qualifies."""
@@ -124,8 +133,9 @@ def _label_groups(topology: Topology, state: ClusterState, traffic: Traffic, uni
     saving: dict[str, float] = defaultdict(float)
     for g in traffic.groups:
         by_label[g.label].append(tuple(sorted(g.members)))
-        saving[g.label] += (collective_seconds(g.kind, len(g.members), g.bytes, g.count, g.exposed, paths[1])
-                            - collective_seconds(g.kind, len(g.members), g.bytes, g.count, g.exposed, paths[0]))
+        saving[g.label] += collective_seconds(
+            g.kind, len(g.members), g.bytes, g.count, g.exposed, paths[1]
+        ) - collective_seconds(g.kind, len(g.members), g.bytes, g.count, g.exposed, paths[0])
     parent: dict[tuple[str, int], tuple[str, int]] = {}
 
     def find(x: tuple[str, int]) -> tuple[str, int]:
@@ -139,8 +149,9 @@ def _label_groups(topology: Topology, state: ClusterState, traffic: Traffic, uni
         if e.label in edge_labels:
             a, b = find((e.label, e.src)), find((e.label, e.dst))
             parent[max(a, b)] = min(a, b)
-            saving[e.label] += (p2p_seconds(e.bytes, e.count, e.exposed, paths[1])
-                                - p2p_seconds(e.bytes, e.count, e.exposed, paths[0]))
+            saving[e.label] += p2p_seconds(e.bytes, e.count, e.exposed, paths[1]) - p2p_seconds(
+                e.bytes, e.count, e.exposed, paths[0]
+            )
     comps: dict[tuple[str, int], list[int]] = defaultdict(list)
     for x in list(parent):
         comps[find(x)].append(x[1])
@@ -152,7 +163,11 @@ def _label_groups(topology: Topology, state: ClusterState, traffic: Traffic, uni
     for label, groups in by_label.items():
         ranks = [r for g in groups for r in g]
         size = len(groups[0])
-        if len(set(ranks)) != len(ranks) or any(len(g) != size for g in groups) or not biggest < size <= host_max:
+        if (
+            len(set(ranks)) != len(ranks)
+            or any(len(g) != size for g in groups)
+            or not biggest < size <= host_max
+        ):
             continue
         if any(sum(len(units[u]) for u in {unit_of[r] for r in g}) != size for g in groups):
             continue  # a group that cuts through a given unit
@@ -162,20 +177,30 @@ def _label_groups(topology: Topology, state: ClusterState, traffic: Traffic, uni
     return sorted(set(by_label[best[1]])) if best is not None else []
 
 
-def _coarsen(units: Sequence[tuple[int, ...]], chosen: list[tuple[int, ...]], slots_of: dict[int, int]) -> _Vertices:
+def _coarsen(
+    units: Sequence[tuple[int, ...]], chosen: list[tuple[int, ...]], slots_of: dict[int, int]
+) -> _Vertices:
     """Merge given units into the `chosen` groups, as many as hosts can hold whole (`slots_of`: free devices
     per host), in order; the rest stay as given. Units are never split."""
     sizes = [len(u) for u in units]  # mixed sizes: the largest units need a host slot like merged groups
     biggest, mixed = max(sizes), len(set(sizes)) > 1
     if not chosen:
-        return _Vertices([(i,) for i in range(len(units))], sizes, [mixed and z == biggest for z in sizes], biggest * mixed)
+        return _Vertices(
+            [(i,) for i in range(len(units))], sizes, [mixed and z == biggest for z in sizes], biggest * mixed
+        )
     unit_of = {r: i for i, u in enumerate(units) for r in u}
     size = len(chosen[0])
-    whole = [tuple(sorted({unit_of[r] for r in g})) for g in chosen[: sum(f // size for f in slots_of.values())]]
+    whole = [
+        tuple(sorted({unit_of[r] for r in g})) for g in chosen[: sum(f // size for f in slots_of.values())]
+    ]
     merged = {u for us in whole for u in us}
     rest = [i for i in range(len(units)) if i not in merged]
-    return _Vertices(whole + [(i,) for i in rest], [size] * len(whole) + [sizes[i] for i in rest],
-                     [True] * len(whole) + [False] * len(rest), size)
+    return _Vertices(
+        whole + [(i,) for i in rest],
+        [size] * len(whole) + [sizes[i] for i in rest],
+        [True] * len(whole) + [False] * len(rest),
+        size,
+    )
 
 
 @dataclass
@@ -204,8 +229,12 @@ class _Tree:
                     k = par
                 room[li][k] += r
                 slots[li][k] += r // slot if slot else 0
-        return _Tree(topology, [dict(r) for r in room], [dict(s) for s in slots],
-                     [{d: sorted(v) for d, v in ks.items()} for ks in kids])
+        return _Tree(
+            topology,
+            [dict(r) for r in room],
+            [dict(s) for s in slots],
+            [{d: sorted(v) for d, v in ks.items()} for ks in kids],
+        )
 
     def below(self, level: int, k: int, target: int) -> list[int]:
         """Domains of level `target` < `level` under domain k that have room."""
@@ -224,8 +253,16 @@ class _Tree:
 class _Mapper:
     """One descent from a scope domain to hosts; `steiner` picks the Steiner-tree or the cut-net variant."""
 
-    def __init__(self, tree: _Tree, vx: _Vertices, terms: list[_Term], steiner: bool, seed: int,
-                 deadline: float, threads: int) -> None:
+    def __init__(
+        self,
+        tree: _Tree,
+        vx: _Vertices,
+        terms: list[_Term],
+        steiner: bool,
+        seed: int,
+        deadline: float,
+        threads: int,
+    ) -> None:
         self.tree, self.vx, self.terms = tree, vx, terms
         self.steiner, self.seed, self.deadline, self.threads = steiner, seed, deadline, threads
         self.host_of: dict[int, int] = {}
@@ -243,7 +280,9 @@ class _Mapper:
             return True
         vx, tree = self.vx, self.tree
         if level == 0:
-            if sum(vx.size[v] for v in verts) > tree.room[0].get(k, 0) or sum(vx.whole[v] for v in verts) > tree.slots[0].get(k, 0):
+            if sum(vx.size[v] for v in verts) > tree.room[0].get(k, 0) or sum(
+                vx.whole[v] for v in verts
+            ) > tree.slots[0].get(k, 0):
                 return False
             self.host_of.update((v, k) for v in verts)
             return True
@@ -256,7 +295,9 @@ class _Mapper:
         part: list[int] | None = None
         sizes = sorted(vx.size[v] for v in verts)
         if len(sizes) > 1 and max(tree.room[target][b] for b in blocks) >= sizes[0] + sizes[1]:
-            part = self._split(level, target, blocks, verts, tids)  # (else no term fits a block: any fit is as good)
+            part = self._split(
+                level, target, blocks, verts, tids
+            )  # (else no term fits a block: any fit is as good)
         if part is None:
             return self._greedy(level, k, verts)
         block_of = dict(zip(verts, part, strict=True))
@@ -268,7 +309,9 @@ class _Mapper:
                 sub[bs.pop()].append(t)
         return all(self._descend(target, b, by_block[i], sub[i]) for i, b in enumerate(blocks))
 
-    def _split(self, level: int, target: int, blocks: list[int], verts: list[int], tids: list[int]) -> list[int] | None:
+    def _split(
+        self, level: int, target: int, blocks: list[int], verts: list[int], tids: list[int]
+    ) -> list[int] | None:
         """Whole vertices onto block slots first, then the rest with those fixed; block index per vertex."""
         vx, tree = self.vx, self.tree
         whole = [v for v in verts if vx.whole[v]]
@@ -298,8 +341,17 @@ class _Mapper:
         scale = WEIGHT_BUDGET / s if s > 0 else 0.0
         return [min(2**24, round(w * scale)) for w in raw], dist
 
-    def _partition(self, level: int, target: int, blocks: list[int], caps: list[int], verts: list[int],
-                   tids: list[int], fixed: dict[int, int], grain: int = 1) -> list[int] | None:
+    def _partition(
+        self,
+        level: int,
+        target: int,
+        blocks: list[int],
+        caps: list[int],
+        verts: list[int],
+        tids: list[int],
+        fixed: dict[int, int],
+        grain: int = 1,
+    ) -> list[int] | None:
         """One Mt-KaHyPar call: `verts` onto `blocks` (capacities `caps`), `fixed` vertices held in place; dummies
         of weight `grain` fill the blocks (else its initial partitioning spreads the job in proportion to them)."""
         weights, dist = self._weights(level, target, tids)
@@ -315,7 +367,9 @@ class _Mapper:
         if sum(caps) < sum(vw):
             return None
         if not hes or len(verts) == 1:  # nothing to cut here: fill the blocks
-            return _repair([fixed.get(v, 0) for v in verts], vw, caps, [], [], [v not in fixed for v in verts])
+            return _repair(
+                [fixed.get(v, 0) for v in verts], vw, caps, [], [], [v not in fixed for v in verts]
+            )
         mk = _library()
         assert mk is not None
         kb = len(blocks)
@@ -326,14 +380,18 @@ class _Mapper:
         ws = {vw[i] for i, v in enumerate(verts) if v not in fixed}
         grain = ws.copy().pop() if len(ws) == 1 and not fixed else grain  # dummies as heavy as the vertices
         unit = min(ws) if ws == {grain} and (not fixed or grain == 1) else 0
-        use_target = self.steiner and len(set(dist[target + 1:])) > 1 and kb <= MAX_BLOCKS and unit > 0
+        use_target = self.steiner and len(set(dist[target + 1 :])) > 1 and kb <= MAX_BLOCKS and unit > 0
         if use_target and unit > 1:
             vw, caps, grain = [1] * len(vw), [c // unit for c in caps], 1
         n_dummy = (sum(caps) - sum(vw)) // grain
         n = len(verts) + n_dummy
         use_target = use_target and n >= kb
-        est = (0.01 + SECONDS_PER_VERTEX * len(verts) + SECONDS_PER_VERTEX / 5 * n_dummy
-               + (STEINER_SECONDS_32 * (kb / 32) ** 4 if use_target else 0.0))
+        est = (
+            0.01
+            + SECONDS_PER_VERTEX * len(verts)
+            + SECONDS_PER_VERTEX / 5 * n_dummy
+            + (STEINER_SECONDS_32 * (kb / 32) ** 4 if use_target else 0.0)
+        )
         if time.perf_counter() + est > self.deadline:
             return None
         with _LOCK:
@@ -345,7 +403,9 @@ class _Mapper:
             if use_target:
                 ctx.set_mapping_parameters(kb, 0.03)
             else:
-                ctx.set_partitioning_parameters(kb, 0.03, mk.Objective.KM1 if self.steiner else mk.Objective.CUT)
+                ctx.set_partitioning_parameters(
+                    kb, 0.03, mk.Objective.KM1 if self.steiner else mk.Objective.CUT
+                )
             ctx.set_individual_target_block_weights(caps)
             mk.set_seed(self.seed)
             hg = init.create_hypergraph(ctx, n, len(hes), hes, vw + [grain] * n_dummy, hw)
@@ -372,7 +432,9 @@ class _Mapper:
         for v in sorted(verts, key=lambda v: (not vx.whole[v], -vx.size[v], v)):
             while start < len(hosts) and room[hosts[start]] == 0:
                 start += 1
-            fit = next((h for h in hosts[start:] if room[h] >= vx.size[v] and (slots[h] or not vx.whole[v])), None)
+            fit = next(
+                (h for h in hosts[start:] if room[h] >= vx.size[v] and (slots[h] or not vx.whole[v])), None
+            )
             if fit is None:
                 return False
             room[fit] -= vx.size[v]
@@ -381,8 +443,9 @@ class _Mapper:
         return True
 
 
-def _repair(part: list[int], vw: list[int], caps: list[int], hes: list[list[int]], hw: list[int],
-            movable: list[bool]) -> list[int] | None:
+def _repair(
+    part: list[int], vw: list[int], caps: list[int], hes: list[list[int]], hw: list[int], movable: list[bool]
+) -> list[int] | None:
     """Move the least-connected movable vertices out of over-full blocks into the block they are most tied to
     that has room; None when some vertex fits nowhere."""
     load = [sum(w for w, b in zip(vw, part, strict=True) if b == c) for c in range(len(caps))]
@@ -399,8 +462,10 @@ def _repair(part: list[int], vw: list[int], caps: list[int], hes: list[list[int]
     for b in range(len(caps)):
         if load[b] <= caps[b]:
             continue
-        members = sorted((v for v in range(len(part)) if part[v] == b and movable[v]),
-                         key=lambda v: (ties(v, b), -vw[v], v))
+        members = sorted(
+            (v for v in range(len(part)) if part[v] == b and movable[v]),
+            key=lambda v: (ties(v, b), -vw[v], v),
+        )
         for v in members:
             if load[b] <= caps[b]:
                 break
@@ -437,8 +502,14 @@ def multilevel_candidates(
     [] when not applicable: pins, spread rules, a device graph (`topology.pair_paths`), units that do not cover
     the ranks once, too few devices, or `mtkahypar` not installed.
     """
-    if (_library() is None or job.constraints.pins or job.constraints.spread or topology.pair_paths is not None
-            or not units or sorted(r for u in units for r in u) != list(range(job.ranks))):
+    if (
+        _library() is None
+        or job.constraints.pins
+        or job.constraints.spread
+        or topology.pair_paths is not None
+        or not units
+        or sorted(r for u in units for r in u) != list(range(job.ranks))
+    ):
         return []
     pool = HostPool.of(topology, candidates)
     sizes = [len(u) for u in units]
@@ -452,14 +523,20 @@ def multilevel_candidates(
     scopes = scope_domains(topology, unit_capacity(topology, pool, max(sizes)), len(units), limit=1)
     if chosen:
         g = len(chosen[0])
-        scopes[1:1] = scope_domains(topology, unit_capacity(topology, pool, g),
-                                    min(len(chosen), sum(f // g for f in free.values())), limit=1)[:1]
+        scopes[1:1] = scope_domains(
+            topology,
+            unit_capacity(topology, pool, g),
+            min(len(chosen), sum(f // g for f in free.values())),
+            limit=1,
+        )[:1]
     scopes = list(dict.fromkeys([*scopes, (top, 0)]))
     # (name, scope, Steiner-tree objective, weight of its share of the time): the cut-net variant matches the
     # linear surrogate per level; the Steiner-tree one keeps split groups on fewer hosts, which the step-time
     # model rewards (4,096 GPUs at 60%: 1.82 s against 2.95 s a step), so both get an even share
-    plan: list[tuple[str, tuple[int, int], bool, float]] = [("multilevel-cut", scopes[0], False, 1.0),
-                                                            ("multilevel", scopes[0], True, 1.0)]
+    plan: list[tuple[str, tuple[int, int], bool, float]] = [
+        ("multilevel-cut", scopes[0], False, 1.0),
+        ("multilevel", scopes[0], True, 1.0),
+    ]
     if len(scopes) > 1:
         plan.append(("multilevel-wide", scopes[1], False, 0.25))
     out: list[tuple[str, list[int]]] = []
@@ -473,7 +550,11 @@ def multilevel_candidates(
         if scope not in prepared and sum(in_scope.values()) >= job.ranks:
             vx = _coarsen(units, chosen, in_scope)
             vertex_of = {r: v for v, us in enumerate(vx.units) for u in us for r in units[u]}
-            prepared[scope] = (vx, _Tree.of(topology, in_scope, vx.slot), _terms(topology, state, traffic, vertex_of))
+            prepared[scope] = (
+                vx,
+                _Tree.of(topology, in_scope, vx.slot),
+                _terms(topology, state, traffic, vertex_of),
+            )
         prep = prepared.get(scope)
         if prep is None:
             continue
@@ -485,8 +566,9 @@ def multilevel_candidates(
     return out
 
 
-def _mapping(pool: HostPool, units: Sequence[tuple[int, ...]], vx: _Vertices, host_of: dict[int, int],
-             n_ranks: int) -> list[int]:
+def _mapping(
+    pool: HostPool, units: Sequence[tuple[int, ...]], vx: _Vertices, host_of: dict[int, int], n_ranks: int
+) -> list[int]:
     """Devices of each host to its vertices in order, units in order inside a vertex, ranks in order inside a unit."""
     left = {h: list(devs) for h, devs in pool.devices.items()}
     out = [-1] * n_ranks

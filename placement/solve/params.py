@@ -18,7 +18,9 @@ __all__ = ["SCALE", "configure", "objective_scale", "run_cpsat"]
 
 SCALE = 1e9  # objective units: nanoseconds per step, unless the costs are too large for 64-bit integers
 SHORT_SOLVE_S = 0.5  # below this budget CP-SAT starts searching from the hint at once, without presolve
-DETERMINISTIC_UNITS_PER_S = 1.0  # deterministic-time budget per second of `time_limit_s` (about 1 s on 2 cores)
+DETERMINISTIC_UNITS_PER_S = (
+    1.0  # deterministic-time budget per second of `time_limit_s` (about 1 s on 2 cores)
+)
 
 
 def objective_scale(span: float) -> float | None:
@@ -29,8 +31,14 @@ def objective_scale(span: float) -> float | None:
     return SCALE if span * SCALE < 1e15 else 1e15 / span
 
 
-def configure(solver: cp_model.CpSolver, options: SolveOptions, time_limit: float, *, workers: int | None = None,
-              presolve: bool = True) -> None:
+def configure(
+    solver: cp_model.CpSolver,
+    options: SolveOptions,
+    time_limit: float,
+    *,
+    workers: int | None = None,
+    presolve: bool = True,
+) -> None:
     """Set the request's budget, workers, seed, gap and log on `solver` (see `SolveOptions`). `presolve=False`
     for neighbourhoods: they start from a complete hint, and presolve (not interruptible) can overrun a limit."""
     p = solver.parameters
@@ -40,7 +48,9 @@ def configure(solver: cp_model.CpSolver, options: SolveOptions, time_limit: floa
     else:
         p.max_time_in_seconds = max(0.05, time_limit)
     if not presolve or (not options.deterministic and time_limit < SHORT_SOLVE_S):
-        p.cp_model_presolve = False  # presolve is not interruptible: on a short budget it can overrun the limit
+        p.cp_model_presolve = (
+            False  # presolve is not interruptible: on a short budget it can overrun the limit
+        )
     n = max(1, options.workers if workers is None else workers)
     p.num_workers = n
     p.random_seed = options.seed

@@ -44,8 +44,15 @@ class Problem:
     reports: dict[tuple[int, ...], CostReport] = field(default_factory=dict)  # evaluator reports already made
 
     @staticmethod
-    def prepare(topology: Topology, state: ClusterState, job: Job, options: SolveOptions, *,
-                traffic: Traffic | None = None, t0: float | None = None) -> Problem:
+    def prepare(
+        topology: Topology,
+        state: ClusterState,
+        job: Job,
+        options: SolveOptions,
+        *,
+        traffic: Traffic | None = None,
+        t0: float | None = None,
+    ) -> Problem:
         start = time.perf_counter() if t0 is None else t0
         traffic = traffic if traffic is not None else job_traffic(job)
         cands = candidate_devices(topology, state, job)
@@ -63,8 +70,20 @@ class Problem:
             rank_edges[e.src].append(ei)
             if e.dst != e.src:
                 rank_edges[e.dst].append(ei)
-        return Problem(topology, state, job, traffic, options, cands, HostPool.of(topology, _preferred(topology, state, job, cands, pinned)),
-                       pinned, start, start + options.time_limit_s, rank_groups, rank_edges)
+        return Problem(
+            topology,
+            state,
+            job,
+            traffic,
+            options,
+            cands,
+            HostPool.of(topology, _preferred(topology, state, job, cands, pinned)),
+            pinned,
+            start,
+            start + options.time_limit_s,
+            rank_groups,
+            rank_edges,
+        )
 
     @property
     def constrained(self) -> bool:
@@ -110,17 +129,25 @@ class Problem:
     def valid(self, mapping: Sequence[int] | None) -> bool:
         from placement.validate import validate
 
-        return mapping is not None and not validate(self.topology, self.state, self.job, mapping, traffic=self.traffic)
+        return mapping is not None and not validate(
+            self.topology, self.state, self.job, mapping, traffic=self.traffic
+        )
 
 
-def _preferred(topology: Topology, state: ClusterState, job: Job, candidates: list[int], pinned: dict[int, int]) -> list[int]:
+def _preferred(
+    topology: Topology, state: ClusterState, job: Job, candidates: list[int], pinned: dict[int, int]
+) -> list[int]:
     """The devices the coarse models place on: degraded devices, and hosts behind a degraded NIC path, are left
     out while the healthy ones hold the job (they stay candidates for the bound, the exact model and pins).
     The unit models price hosts, not devices, so they could not otherwise tell a 1000x slower GPU apart."""
     slow_hosts = {up.domain for up, f in state.uplink_slowdown.items() if up.level == 0 and f > 1.0}
     keep = set(pinned.values())
-    avoid = {d for d in candidates if d not in keep and (state.device_slowdown.get(d, 1.0) > 1.0
-                                                          or topology.devices[d].host_index in slow_hosts)}
+    avoid = {
+        d
+        for d in candidates
+        if d not in keep
+        and (state.device_slowdown.get(d, 1.0) > 1.0 or topology.devices[d].host_index in slow_hosts)
+    }
     if not avoid or len(candidates) - len(avoid) < job.ranks:
         return candidates
     return [d for d in candidates if d not in avoid]
@@ -144,7 +171,9 @@ class SurrogateScore:
     def _edge(self, ei: int, mapping: Sequence[int] | Mapping[int, int] | None = None) -> float:
         e = self.p.traffic.edges[ei]
         mp = self.mapping if mapping is None else mapping
-        return p2p_seconds(e.bytes, e.count, e.exposed, pair_path(self.p.topology, self.p.state, mp[e.src], mp[e.dst]))
+        return p2p_seconds(
+            e.bytes, e.count, e.exposed, pair_path(self.p.topology, self.p.state, mp[e.src], mp[e.dst])
+        )
 
     def delta(self, moves: Mapping[int, int]) -> tuple[float, dict[int, float], dict[int, float]]:
         """Change of the total if rank r moved to device moves[r]; with the new costs of the touched terms."""
@@ -153,7 +182,9 @@ class SurrogateScore:
         edges = {ei for r in moves for ei in self.p.rank_edges[r]}
         new_g = {gi: self._group(gi, view) for gi in groups}
         new_e = {ei: self._edge(ei, view) for ei in edges}
-        d = sum(v - self.group_cost[gi] for gi, v in new_g.items()) + sum(v - self.edge_cost[ei] for ei, v in new_e.items())
+        d = sum(v - self.group_cost[gi] for gi, v in new_g.items()) + sum(
+            v - self.edge_cost[ei] for ei, v in new_e.items()
+        )
         return d, new_g, new_e
 
     def apply(self, moves: Mapping[int, int], new_g: Mapping[int, float], new_e: Mapping[int, float]) -> None:

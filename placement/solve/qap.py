@@ -54,7 +54,9 @@ class PairwiseProblem:
         return PairwiseProblem(out, self.dists)
 
     def cost(self, perm: np.ndarray) -> float:
-        return float(sum((f * d[np.ix_(perm, perm)]).sum() for f, d in zip(self.flows, self.dists, strict=True)))
+        return float(
+            sum((f * d[np.ix_(perm, perm)]).sum() for f, d in zip(self.flows, self.dists, strict=True))
+        )
 
 
 def _delta_all(p: PairwiseProblem, perm: np.ndarray) -> np.ndarray:
@@ -85,8 +87,15 @@ def _delta_all(p: PairwiseProblem, perm: np.ndarray) -> np.ndarray:
     return total
 
 
-def tabu_search(problem: PairwiseProblem, start: np.ndarray, *, time_limit: float, seed: int = 0,
-                stop: threading.Event | None = None, target: float | None = None) -> tuple[np.ndarray, float, int]:
+def tabu_search(
+    problem: PairwiseProblem,
+    start: np.ndarray,
+    *,
+    time_limit: float,
+    seed: int = 0,
+    stop: threading.Event | None = None,
+    target: float | None = None,
+) -> tuple[np.ndarray, float, int]:
     """Robust tabu search over swaps from `start` (a permutation of range(m)); returns (best, cost, iterations)."""
     p = problem.padded()
     rng = random.Random(seed)
@@ -173,8 +182,15 @@ def gilmore_lawler(problem: PairwiseProblem) -> float:
     return max(0.0, float(lsa.optimal_cost()) / scale - m / scale)
 
 
-def solve_exact(problem: PairwiseProblem, *, time_limit: float, hint: np.ndarray | None, seed: int, workers: int,
-                stop: threading.Event | None = None) -> tuple[np.ndarray | None, float | None, float | None, str]:
+def solve_exact(
+    problem: PairwiseProblem,
+    *,
+    time_limit: float,
+    hint: np.ndarray | None,
+    seed: int,
+    workers: int,
+    stop: threading.Event | None = None,
+) -> tuple[np.ndarray | None, float | None, float | None, str]:
     """CP-SAT: loc[i] in devices, all different, pair cost through element constraints on the flattened
     (integer-scaled) distance table. Exact when the costs are integers (QAPLIB) or scale without loss."""
     p = problem
@@ -216,10 +232,17 @@ def solve_exact(problem: PairwiseProblem, *, time_limit: float, hint: np.ndarray
     return perm, solver.objective_value * combined_scale, solver.best_objective_bound * combined_scale, name
 
 
-
-def solve_on_graph(topology: Topology, state: ClusterState, job: Job, traffic: Traffic, candidates: list[int],
-                   time_limit: float, seed: int, stop: threading.Event | None,
-                   hint: list[int] | None) -> tuple[list[int] | None, float | None, dict[str, float | int | str]]:
+def solve_on_graph(
+    topology: Topology,
+    state: ClusterState,
+    job: Job,
+    traffic: Traffic,
+    candidates: list[int],
+    time_limit: float,
+    seed: int,
+    stop: threading.Event | None,
+    hint: list[int] | None,
+) -> tuple[list[int] | None, float | None, dict[str, float | int | str]]:
     """Edges-only jobs on a pair-path topology as a QAP over the candidate devices: tabu search from the hint
     (or a seeded random start), Gilmore-Lawler bound. Returns (mapping, lower bound, stats)."""
     n, m = job.ranks, len(candidates)
@@ -253,6 +276,8 @@ def solve_on_graph(topology: Topology, state: ClusterState, job: Job, traffic: T
         start = np.random.default_rng(seed).permutation(m)
     t0 = time.perf_counter()
     bound = gilmore_lawler(prob) if m <= 128 else 0.0
-    perm, _, iters = tabu_search(prob, start, time_limit=max(0.05, time_limit - (time.perf_counter() - t0)), seed=seed, stop=stop)
+    perm, _, iters = tabu_search(
+        prob, start, time_limit=max(0.05, time_limit - (time.perf_counter() - t0)), seed=seed, stop=stop
+    )
     mapping = [candidates[int(perm[r])] for r in range(n)]
     return mapping, bound, {"tabu_iterations": iters, "gilmore_lawler_bound": bound}

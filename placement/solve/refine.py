@@ -22,8 +22,15 @@ __all__ = ["refine_hosts"]
 MAX_ENUMERATION = 20_000
 
 
-def refine_hosts(topology: Topology, state: ClusterState, job: Job, traffic: Traffic, mapping: Sequence[int],
-                 candidates: Sequence[int], deadline: float) -> list[int]:
+def refine_hosts(
+    topology: Topology,
+    state: ClusterState,
+    job: Job,
+    traffic: Traffic,
+    mapping: Sequence[int],
+    candidates: Sequence[int],
+    deadline: float,
+) -> list[int]:
     """A mapping at least as good as `mapping`, with ranks re-seated inside each non-uniform host."""
     out = list(mapping)
     pinned = set(job.constraints.pins)
@@ -59,7 +66,9 @@ def refine_hosts(topology: Topology, state: ClusterState, job: Job, traffic: Tra
                 s += group_seconds(g, group_path(topology, state, [mp[r] for r in g.members]))
             for ei in eids:
                 e = traffic.edges[ei]
-                s += p2p_seconds(e.bytes, e.count, e.exposed, pair_path(topology, state, mp[e.src], mp[e.dst]))
+                s += p2p_seconds(
+                    e.bytes, e.count, e.exposed, pair_path(topology, state, mp[e.src], mp[e.dst])
+                )
             return s
 
         best_cost = local_cost(out)
@@ -80,7 +89,7 @@ def refine_hosts(topology: Topology, state: ClusterState, job: Job, traffic: Tra
                 improved = False
                 for i, r in enumerate(movable):
                     used = {out[x] for x in movable}
-                    options = [out[x] for x in movable[i + 1:]] + [d for d in seats if d not in used]
+                    options = [out[x] for x in movable[i + 1 :]] + [d for d in seats if d not in used]
                     for d in options:
                         other = next((x for x in movable if out[x] == d), None)
                         old = out[r]

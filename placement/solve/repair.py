@@ -85,8 +85,12 @@ class RepairResult:
     stats: dict[str, float | int | str] = field(default_factory=dict)
 
 
-def resolve_current(topology: Topology, job: Job, current: Sequence[str | int] | Mapping[str | int, str | int],
-                    field_name: str = "current") -> list[int]:
+def resolve_current(
+    topology: Topology,
+    job: Job,
+    current: Sequence[str | int] | Mapping[str | int, str | int],
+    field_name: str = "current",
+) -> list[int]:
     """Device index per rank from device ids (or indices): a list in rank order or a {rank: device} map.
     Raises `InputError` naming each bad entry (unknown rank, unknown device, a device given twice, a rank
     without a device)."""
@@ -108,30 +112,50 @@ def resolve_current(topology: Topology, job: Job, current: Sequence[str | int] |
             problems.append(Problem(path, f"unknown rank {key!r}; ranks are 0..{job.ranks - 1}"))
             continue
         if not 0 <= r < job.ranks:
-            problems.append(Problem(path, f"unknown rank {r}; the job {job.name!r} has ranks 0..{job.ranks - 1}"))
+            problems.append(
+                Problem(path, f"unknown rank {r}; the job {job.name!r} has ranks 0..{job.ranks - 1}")
+            )
             continue
-        d = dev if isinstance(dev, int) and 0 <= dev < topology.num_devices else (
-            topology.device_index(dev) if isinstance(dev, str) else None)
+        d = (
+            dev
+            if isinstance(dev, int) and 0 <= dev < topology.num_devices
+            else (topology.device_index(dev) if isinstance(dev, str) else None)
+        )
         if d is None:
-            problems.append(Problem(path, f"device {dev!r} is not in the cluster; devices are named host/gpuK, "
-                                          f"e.g. {topology.devices[0].id}"))
+            problems.append(
+                Problem(
+                    path,
+                    f"device {dev!r} is not in the cluster; devices are named host/gpuK, "
+                    f"e.g. {topology.devices[0].id}",
+                )
+            )
             continue
         if d in owner:
-            problems.append(Problem(path, f"device {topology.devices[d].id} also holds rank {owner[d]}; one rank per device"))
+            problems.append(
+                Problem(
+                    path, f"device {topology.devices[d].id} also holds rank {owner[d]}; one rank per device"
+                )
+            )
             continue
         owner[d] = r
         out[r] = d
     if isinstance(current, Mapping):
         missing = [r for r in range(job.ranks) if out[r] < 0 and all(str(r) != str(k) for k in current)]
         if missing:
-            shown = ", ".join(map(str, missing[:8])) + (f", ... ({len(missing)} in all)" if len(missing) > 8 else "")
-            problems.append(Problem(field_name, f"ranks {shown} have no device; every rank of the running job needs one"))
+            shown = ", ".join(map(str, missing[:8])) + (
+                f", ... ({len(missing)} in all)" if len(missing) > 8 else ""
+            )
+            problems.append(
+                Problem(field_name, f"ranks {shown} have no device; every rank of the running job needs one")
+            )
     if problems:
         raise InputError(f"job {job.name}", problems)
     return out
 
 
-def _resolve_selectors(topology: Topology, selectors: Sequence[str], what: str) -> tuple[set[int], list[Problem]]:
+def _resolve_selectors(
+    topology: Topology, selectors: Sequence[str], what: str
+) -> tuple[set[int], list[Problem]]:
     out: set[int] = set()
     problems: list[Problem] = []
     for i, sel in enumerate(selectors):
@@ -142,22 +166,35 @@ def _resolve_selectors(topology: Topology, selectors: Sequence[str], what: str) 
     return out, problems
 
 
-def repair_state(topology: Topology, state: ClusterState, job: Job, current: Sequence[int],
-                 drained: set[int]) -> tuple[ClusterState, list[Problem]]:
+def repair_state(
+    topology: Topology, state: ClusterState, job: Job, current: Sequence[int], drained: set[int]
+) -> tuple[ClusterState, list[Problem]]:
     """The state the repair places on: drained devices unusable (as failed), the job's current devices its own."""
     problems: list[Problem] = []
     occupied = dict(state.occupied)
     for r, d in enumerate(current):
         other = occupied.get(d)
         if other is not None and other != job.name:
-            problems.append(Problem(f"current[{r}]", f"device {topology.devices[d].id} is occupied by job {other!r}; "
-                                                     f"a running job's devices are free or labelled {job.name!r}"))
+            problems.append(
+                Problem(
+                    f"current[{r}]",
+                    f"device {topology.devices[d].id} is occupied by job {other!r}; "
+                    f"a running job's devices are free or labelled {job.name!r}",
+                )
+            )
         occupied[d] = job.name
     return dataclasses.replace(state, occupied=occupied, failed=frozenset(state.failed | drained)), problems
 
 
-def _answer(topology: Topology, state: ClusterState, job: Job, name: str, mapping: list[int], current: Sequence[int],
-            optimal: bool) -> RepairAnswer | None:
+def _answer(
+    topology: Topology,
+    state: ClusterState,
+    job: Job,
+    name: str,
+    mapping: list[int],
+    current: Sequence[int],
+    optimal: bool,
+) -> RepairAnswer | None:
     traffic = job_traffic(job)
     if validate(topology, state, job, mapping, traffic=traffic):
         return None
@@ -170,7 +207,9 @@ def _answer(topology: Topology, state: ClusterState, job: Job, name: str, mappin
 def _pareto(answers: list[RepairAnswer]) -> list[RepairAnswer]:
     """Fewest moves first; an answer stays when it is faster than every answer with fewer or as many moves."""
     out: list[RepairAnswer] = []
-    for a in sorted(answers, key=lambda a: (a.moved_ranks, a.report.step_seconds, a.report.comm_seconds, not a.optimal)):
+    for a in sorted(
+        answers, key=lambda a: (a.moved_ranks, a.report.step_seconds, a.report.comm_seconds, not a.optimal)
+    ):
         if out and a.report.step_seconds >= out[-1].report.step_seconds * (1 - 1e-12):
             continue
         out.append(a)
@@ -182,13 +221,23 @@ def _caps(low: int, high: int, points: int) -> list[int]:
     if high <= low + 1 or points <= 0:
         return []
     ratio = (high / max(1, low)) ** (1.0 / (points + 1))
-    caps = sorted({round(max(1, low) * ratio ** k) for k in range(1, points + 1)} - {low, high}, reverse=True)
+    caps = sorted({round(max(1, low) * ratio**k) for k in range(1, points + 1)} - {low, high}, reverse=True)
     return [c for c in caps if low < c < high]
 
 
-def repair(topology: Topology, state: ClusterState, job: Job, current: Sequence[int], *, drain: Sequence[str] = (),
-           spares: Sequence[str] = (), spares_only: bool = False, budget: RepairBudget | None = None,
-           options: SolveOptions | None = None, points: int = 3) -> RepairResult:
+def repair(
+    topology: Topology,
+    state: ClusterState,
+    job: Job,
+    current: Sequence[int],
+    *,
+    drain: Sequence[str] = (),
+    spares: Sequence[str] = (),
+    spares_only: bool = False,
+    budget: RepairBudget | None = None,
+    options: SolveOptions | None = None,
+    points: int = 3,
+) -> RepairResult:
     """Repair `job`, running on `current` (device index per rank), on the new `state`.
 
     Ranks on failed or drained devices must move; others move only in answers that are faster. `spares`
@@ -209,11 +258,16 @@ def repair(topology: Topology, state: ClusterState, job: Job, current: Sequence[
     problems += pr
     spare_devs, pr = _resolve_selectors(topology, spares, "spares")
     problems += pr
-    for name, v in (("budget.max_moved_ranks", budget.max_moved_ranks), ("budget.max_moved_hosts", budget.max_moved_hosts)):
+    for name, v in (
+        ("budget.max_moved_ranks", budget.max_moved_ranks),
+        ("budget.max_moved_hosts", budget.max_moved_hosts),
+    ):
         if v is not None and v < 0:
             problems.append(Problem(name, f"must be >= 0, got {v}"))
     if budget.move_cost_s < 0 or not math.isfinite(budget.move_cost_s):
-        problems.append(Problem("budget.move_cost_s", f"must be a finite number >= 0, got {budget.move_cost_s}"))
+        problems.append(
+            Problem("budget.move_cost_s", f"must be a finite number >= 0, got {budget.move_cost_s}")
+        )
     if problems:
         raise InputError(f"job {job.name}", problems)
     rstate, problems = repair_state(topology, state, job, current, drained)
@@ -224,7 +278,9 @@ def repair(topology: Topology, state: ClusterState, job: Job, current: Sequence[
     if spares_only:
         allowed = set(current) | spare_devs
         excl = tuple(d.id for d in topology.devices if d.index not in allowed)
-        job = dataclasses.replace(job, constraints=dataclasses.replace(job.constraints, exclude=job.constraints.exclude + excl))
+        job = dataclasses.replace(
+            job, constraints=dataclasses.replace(job.constraints, exclude=job.constraints.exclude + excl)
+        )
     reasons = explain_infeasible(topology, rstate, job, traffic)
     if reasons:
         raise InfeasibleError(reasons)
@@ -244,8 +300,15 @@ def repair(topology: Topology, state: ClusterState, job: Job, current: Sequence[
         replaced = _answer(topology, rstate, job, "re-place", full.mapping, current, False)
         if replaced is not None:
             answers.append(replaced)
-            kept = _answer(topology, rstate, job, "re-place, relabeled", relabel_keeping(topology, job, full.mapping, current),
-                           current, False)
+            kept = _answer(
+                topology,
+                rstate,
+                job,
+                "re-place, relabeled",
+                relabel_keeping(topology, job, full.mapping, current),
+                current,
+                False,
+            )
             # the same placement up to symmetry: kept only where the evaluator agrees it is no slower
             if kept is not None and kept.report.step_seconds <= replaced.report.step_seconds * (1 + 1e-9):
                 answers.append(kept)
@@ -260,6 +323,7 @@ def repair(topology: Topology, state: ClusterState, job: Job, current: Sequence[
             unit_ranks, units_exact = req.ranks, req.exact
     else:
         unit_ranks, units_exact = units.ranks, units.exact
+
     def left(share: float) -> float:
         return max(0.05, (0.95 * opts.time_limit_s - reserve - (time.perf_counter() - t0)) * share)
 
@@ -279,7 +343,9 @@ def repair(topology: Topology, state: ClusterState, job: Job, current: Sequence[
     if loc.assignment is None and greedy is not None:
         loc = MoveSolve(greedy, "GREEDY", False, sum(local.move.get((u, s), 0) for u, s in greedy.items()))
     hint = loc.assignment
-    extra: list[tuple[str, dict[int, int], bool]] = []  # more candidates for the front, scored by the evaluator
+    extra: list[
+        tuple[str, dict[int, int], bool]
+    ] = []  # more candidates for the front, scored by the evaluator
     if loc.assignment is not None and loc.moves is not None:
         local.cap_moves(loc.moves)
         ls = local.solve("surrogate", left(0.2), loc.assignment)
@@ -287,22 +353,42 @@ def repair(topology: Topology, state: ClusterState, job: Job, current: Sequence[
         extra.append(("least", hint, False))
         # the unit program does not see slow devices: a candidate that also moves the units on them
         slow_hosts = {up.domain for up, f in rstate.uplink_slowdown.items() if up.level == 0 and f > 1.0}
-        slow = {u for u in fixed if any(rstate.device_slowdown.get(current[r], 1.0) > 1.0
-                                        or host_of[current[r]] in slow_hosts for r in unit_ranks[u])}
+        slow = {
+            u
+            for u in fixed
+            if any(
+                rstate.device_slowdown.get(current[r], 1.0) > 1.0 or host_of[current[r]] in slow_hosts
+                for r in unit_ranks[u]
+            )
+        }
         if slow and left(1.0) > 0.5:
-            off = MoveProgram(request, unit_ranks, units_exact, current, spare_devs,
-                              {u: h for u, h in fixed.items() if u not in slow})
+            off = MoveProgram(
+                request,
+                unit_ranks,
+                units_exact,
+                current,
+                spare_devs,
+                {u: h for u, h in fixed.items() if u not in slow},
+            )
             _budget_caps(off, budget)
             so = off.solve("surrogate", left(0.2), hint)
             if so.assignment is not None:
                 extra.append(("off slow devices", so.assignment, False))
     pool_hosts = sum(1 for devs in request.pool.devices.values() if len(devs) >= min(map(len, unit_ranks)))
     whole = len(unit_ranks) * pool_hosts <= GLOBAL_VARS
-    stats.update({"units": len(unit_ranks), "local_status": loc.status, "model": "whole" if whole else "neighbourhoods"})
+    stats.update(
+        {
+            "units": len(unit_ranks),
+            "local_status": loc.status,
+            "model": "whole" if whole else "neighbourhoods",
+        }
+    )
     prog = MoveProgram(request, unit_ranks, units_exact, current, spare_devs) if whole else None
     least = loc
     if prog is not None:
-        stats.update({"model_vars": prog.variables, "slots": len(prog.hosts), "slots_pruned": int(prog.pruned)})
+        stats.update(
+            {"model_vars": prog.variables, "slots": len(prog.hosts), "slots_pruned": int(prog.pruned)}
+        )
         g = prog.solve("moves", left(0.25), hint)
         stats["least_status"] = g.status
         if g.assignment is not None and (loc.moves is None or (g.moves or 0) < loc.moves):
@@ -310,27 +396,57 @@ def repair(topology: Topology, state: ClusterState, job: Job, current: Sequence[
         elif g.assignment is not None and hint is not None:
             least = MoveSolve(hint, g.status, g.optimal, loc.moves)
     if least.assignment is None:
-        raise InfeasibleError([f"no repair keeps the hard rules ({least.status}); a full re-place found "
-                               + (f"one moving {answers[0].moved_ranks} ranks" if answers else "none")])
+        raise InfeasibleError(
+            [
+                f"no repair keeps the hard rules ({least.status}); a full re-place found "
+                + (f"one moving {answers[0].moved_ranks} ranks" if answers else "none")
+            ]
+        )
     min_moves = least.moves or 0
     proven = prog is not None and least.optimal and not prog.pruned
     stats["min_moves"] = min_moves
     stats["min_moves_proven"] = int(proven)
     if budget.max_moved_ranks is not None and min_moves > budget.max_moved_ranks:
-        raise InfeasibleError([_over_budget(topology, current, forced, min_moves, "ranks", budget.max_moved_ranks,
-                                            len(unit_ranks[0]), proven)])
+        raise InfeasibleError(
+            [
+                _over_budget(
+                    topology,
+                    current,
+                    forced,
+                    min_moves,
+                    "ranks",
+                    budget.max_moved_ranks,
+                    len(unit_ranks[0]),
+                    proven,
+                )
+            ]
+        )
     host_prog = prog or local
     if budget.max_moved_hosts is not None:
         hl = host_prog.solve("hosts", left(0.2), least.assignment)
         if hl.assignment is not None:
             hosts_n = _hosts_of(topology, host_prog.realize(hl.assignment), current)
             if hosts_n > budget.max_moved_hosts:
-                raise InfeasibleError([_over_budget(topology, current, forced, hosts_n, "hosts", budget.max_moved_hosts,
-                                                    len(unit_ranks[0]), hl.optimal and prog is not None and not prog.pruned)])
+                raise InfeasibleError(
+                    [
+                        _over_budget(
+                            topology,
+                            current,
+                            forced,
+                            hosts_n,
+                            "hosts",
+                            budget.max_moved_hosts,
+                            len(unit_ranks[0]),
+                            hl.optimal and prog is not None and not prog.pruned,
+                        )
+                    ]
+                )
     if prog is not None:
         solves = _sweep(prog, least, min_moves, budget, points, left)
     else:
-        solves = _neighbourhoods(request, unit_ranks, units_exact, current, spare_devs, fixed, least, budget, left, stats)
+        solves = _neighbourhoods(
+            request, unit_ranks, units_exact, current, spare_devs, fixed, least, budget, left, stats
+        )
     seen: set[tuple[int, ...]] = {tuple(a.mapping) for a in answers}
     for name, assign, optimal in solves + extra:
         mp = host_prog.realize(assign)
@@ -343,13 +459,19 @@ def repair(topology: Topology, state: ClusterState, job: Job, current: Sequence[
     if not answers:
         raise InfeasibleError(["no repair could be realized onto devices that keep every hard rule"])
     for a in answers:
-        a.within_budget = ((budget.max_moved_ranks is None or a.moved_ranks <= budget.max_moved_ranks)
-                           and (budget.max_moved_hosts is None or a.moved_hosts <= budget.max_moved_hosts))
+        a.within_budget = (budget.max_moved_ranks is None or a.moved_ranks <= budget.max_moved_ranks) and (
+            budget.max_moved_hosts is None or a.moved_hosts <= budget.max_moved_hosts
+        )
     front = _pareto(answers)
     if front[0].moved_ranks == min_moves and front[0].name != "re-place":
         front[0].name = "least"
     ok = [i for i, a in enumerate(front) if a.within_budget] or list(range(len(front)))
-    rec = min(ok, key=lambda i: budget.horizon_steps * front[i].report.step_seconds + budget.move_cost_s * front[i].moved_ranks)
+    rec = min(
+        ok,
+        key=lambda i: (
+            budget.horizon_steps * front[i].report.step_seconds + budget.move_cost_s * front[i].moved_ranks
+        ),
+    )
     stats["wall_s"] = time.perf_counter() - t0
     return RepairResult(front, rec, before, forced, min_moves, replaced, stats)
 
@@ -360,11 +482,23 @@ def _hosts_of(topology: Topology, mapping: list[int] | None, current: Sequence[i
     return len({topology.devices[d].host_index for r, d in enumerate(mapping) if d != current[r]})
 
 
-def _over_budget(topology: Topology, current: Sequence[int], forced: list[int], least: int, what: str, allowed: int,
-                 unit: int, proven: bool) -> str:
+def _over_budget(
+    topology: Topology,
+    current: Sequence[int],
+    forced: list[int],
+    least: int,
+    what: str,
+    allowed: int,
+    unit: int,
+    proven: bool,
+) -> str:
     on = sorted({topology.devices[current[r]].id for r in forced})
     shown = ", ".join(on[:6]) + (f", ... ({len(on)} in all)" if len(on) > 6 else "")
-    why = f"{len(forced)} ranks sit on failed or drained devices ({shown})" if forced else "no rank sits on a failed device"
+    why = (
+        f"{len(forced)} ranks sit on failed or drained devices ({shown})"
+        if forced
+        else "no rank sits on a failed device"
+    )
     unit_note = f"; ranks move in units of {unit} that stay in one host" if unit > 1 else ""
     claim = "the least repair moves" if proven else "the least repair found moves"
     return f"{why}{unit_note}: {claim} {least} {what}, the budget allows {allowed}"
@@ -377,8 +511,14 @@ def _budget_caps(prog: MoveProgram, budget: RepairBudget) -> None:
         prog.cap_hosts(budget.max_moved_hosts)
 
 
-def _sweep(prog: MoveProgram, least: MoveSolve, min_moves: int, budget: RepairBudget, points: int,
-           left: Callable[[float], float]) -> list[tuple[str, dict[int, int], bool]]:
+def _sweep(
+    prog: MoveProgram,
+    least: MoveSolve,
+    min_moves: int,
+    budget: RepairBudget,
+    points: int,
+    left: Callable[[float], float],
+) -> list[tuple[str, dict[int, int], bool]]:
     """One program over every unit: the best answer, then move caps down to the least repair (caps only tighten,
     so the program is built once); every solve starts from the least repair."""
     assert least.assignment is not None
@@ -397,13 +537,24 @@ def _sweep(prog: MoveProgram, least: MoveSolve, min_moves: int, budget: RepairBu
             solves.append((f"moves<={cap}", s.assignment, s.optimal and exact))
     prog.cap_moves(min_moves)
     s = prog.solve("surrogate", left(1.0), least.assignment)
-    solves.append(("least", s.assignment if s.assignment is not None else least.assignment, s.optimal and exact))
+    solves.append(
+        ("least", s.assignment if s.assignment is not None else least.assignment, s.optimal and exact)
+    )
     return solves
 
 
-def _neighbourhoods(request: Request, units: list[tuple[int, ...]], units_exact: bool, current: Sequence[int],
-                    spares: set[int], fixed: dict[int, int], least: MoveSolve, budget: RepairBudget,
-                    left: Callable[[float], float], stats: dict[str, float | int | str]) -> list[tuple[str, dict[int, int], bool]]:
+def _neighbourhoods(
+    request: Request,
+    units: list[tuple[int, ...]],
+    units_exact: bool,
+    current: Sequence[int],
+    spares: set[int],
+    fixed: dict[int, int],
+    least: MoveSolve,
+    budget: RepairBudget,
+    left: Callable[[float], float],
+    stats: dict[str, float | int | str],
+) -> list[tuple[str, dict[int, int], bool]]:
     """Large jobs: the least repair, then growing neighbourhoods of it re-solved (the units that must move and
     those that share traffic with them, nearest first, twice as many each round); each is a Pareto candidate."""
     assert least.assignment is not None
@@ -411,7 +562,9 @@ def _neighbourhoods(request: Request, units: list[tuple[int, ...]], units_exact:
     must = [u for u in range(len(units)) if u not in fixed]
     if not must:
         return solves
-    model = build_model(request.topology, request.state, request.traffic, units, units_exact, request.candidates)
+    model = build_model(
+        request.topology, request.state, request.traffic, units, units_exact, request.candidates
+    )
     near: dict[int, set[int]] = {}
     for t in model.terms:
         for u in t.units:
@@ -432,8 +585,10 @@ def _neighbourhoods(request: Request, units: list[tuple[int, ...]], units_exact:
     limit = max(len(must) + 1, NEIGHBOURHOOD_VARS // hosts)
     size, assign, rounds = 2 * len(must), dict(least.assignment), 0
     while size <= min(len(order), limit) * 2 and left(1.0) > 0.3:
-        free = set(order[:min(size, len(order), limit)])
-        prog = MoveProgram(request, units, units_exact, current, spares, {u: h for u, h in fixed.items() if u not in free})
+        free = set(order[: min(size, len(order), limit)])
+        prog = MoveProgram(
+            request, units, units_exact, current, spares, {u: h for u, h in fixed.items() if u not in free}
+        )
         _budget_caps(prog, budget)
         s = prog.solve("surrogate", left(0.4), assign, presolve=False)
         rounds += 1

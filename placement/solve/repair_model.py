@@ -45,8 +45,15 @@ class MoveProgram:
     (`pruned` then says so).
     """
 
-    def __init__(self, problem: Problem, units: list[tuple[int, ...]], units_exact: bool, current: Sequence[int],
-                 spare_devices: set[int], fixed: dict[int, int] | None = None) -> None:
+    def __init__(
+        self,
+        problem: Problem,
+        units: list[tuple[int, ...]],
+        units_exact: bool,
+        current: Sequence[int],
+        spare_devices: set[int],
+        fixed: dict[int, int] | None = None,
+    ) -> None:
         p, topo = problem, problem.topology
         self.fixed = dict(fixed or {})
         self.p, self.units, self.current = p, units, list(current)
@@ -131,11 +138,13 @@ class MoveProgram:
         span = sum(abs(c) for c, _ in terms) + 1
         tie_span = 3 * len(self.current) + 1
         div = max(1, math.ceil(span * tie_span / 1e17))
-        expr: cp_model.LinearExpr = sum((c // div) * tie_span * v for c, v in terms if c // div) + self.tie_expr  # type: ignore[assignment]
+        scaled = sum((c // div) * tie_span * v for c, v in terms if c // div) + self.tie_expr
+        expr: cp_model.LinearExpr = scaled  # type: ignore[assignment]
         return expr
 
-    def solve(self, objective: str, time_limit: float, hint: dict[int, int] | None = None, *,
-              presolve: bool = False) -> MoveSolve:
+    def solve(
+        self, objective: str, time_limit: float, hint: dict[int, int] | None = None, *, presolve: bool = False
+    ) -> MoveSolve:
         """`objective`: ``moves`` (then spares), ``hosts`` or ``surrogate`` (then moves and spares)."""
         if self.prog.infeasible:
             return MoveSolve(None, self.prog.infeasible, False)
@@ -166,8 +175,13 @@ class MoveProgram:
         return realize_keeping(self.p, self.units, assign, self.current, self.spare)
 
 
-def realize_keeping(problem: Problem, units: Sequence[tuple[int, ...]], assign: dict[int, int], current: Sequence[int],
-                    spare: set[int]) -> list[int] | None:
+def realize_keeping(
+    problem: Problem,
+    units: Sequence[tuple[int, ...]],
+    assign: dict[int, int],
+    current: Sequence[int],
+    spare: set[int],
+) -> list[int] | None:
     """Rank -> device for unit -> host: pinned ranks on their pins, ranks whose current device is on their new
     host keep it, the others take the host's free devices (spares first). None when a host runs out."""
     pool = problem.pool
@@ -200,7 +214,9 @@ def realize_keeping(problem: Problem, units: Sequence[tuple[int, ...]], assign: 
     return out
 
 
-def relabel_keeping(topology: Topology, job: Job, mapping: Sequence[int], current: Sequence[int]) -> list[int]:
+def relabel_keeping(
+    topology: Topology, job: Job, mapping: Sequence[int], current: Sequence[int]
+) -> list[int]:
     """The same placement with fewer moves, where the cost model cannot tell the difference: data-parallel
     replicas of a structured job swapped as wholes (greedily, most ranks back on their current host first), then
     inside each host the ranks that stay on it keep their current device. The caller checks the cost."""

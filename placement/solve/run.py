@@ -33,7 +33,9 @@ from placement.validate import excluded_devices, validate
 __all__ = ["compare", "explain_infeasible", "place"]
 
 
-def request_problems(topology: Topology, state: ClusterState, job: Job, traffic: Traffic | None = None) -> list[Problem]:
+def request_problems(
+    topology: Topology, state: ClusterState, job: Job, traffic: Traffic | None = None
+) -> list[Problem]:
     """Names in the job that the cluster or the job itself does not have: levels, pinned devices, excluded
     selectors, fault-domain kinds, spread scopes, the device kind. Input errors, not infeasibility; the gRPC
     server prefixes the paths with the request field."""
@@ -44,11 +46,17 @@ def request_problems(topology: Topology, state: ClusterState, job: Job, traffic:
     for what, table in (("require", cons.require), ("prefer", cons.prefer)):
         for label, level in sorted(table.items()):
             if level not in levels:
-                out.append(Problem(f"constraints.{what}.{label}", f"unknown level {level!r}; levels are {levels}"))
+                out.append(
+                    Problem(f"constraints.{what}.{label}", f"unknown level {level!r}; levels are {levels}")
+                )
     for rank, dev in sorted(cons.pins.items()):
         if topology.device_index(dev) is None:
-            out.append(Problem(f"constraints.pins.{rank}",
-                               f"unknown device {dev!r}; devices are named host/gpuK, e.g. {topology.devices[0].id}"))
+            out.append(
+                Problem(
+                    f"constraints.pins.{rank}",
+                    f"unknown device {dev!r}; devices are named host/gpuK, e.g. {topology.devices[0].id}",
+                )
+            )
     for i, sel in enumerate(cons.exclude):
         try:
             topology.resolve(sel)
@@ -58,12 +66,26 @@ def request_problems(topology: Topology, state: ClusterState, job: Job, traffic:
     labels = sorted(traffic.labels)
     for i, rule in enumerate(cons.spread):
         if rule.kind not in kinds:
-            out.append(Problem(f"constraints.spread[{i}].kind", f"unknown fault-domain kind {rule.kind!r}; known: {kinds}"))
+            out.append(
+                Problem(
+                    f"constraints.spread[{i}].kind",
+                    f"unknown fault-domain kind {rule.kind!r}; known: {kinds}",
+                )
+            )
         if rule.scope != "job" and rule.scope not in labels:
-            out.append(Problem(f"constraints.spread[{i}].scope",
-                               f"the job has no {rule.scope!r} groups; scopes are 'job' or one of {labels}"))
+            out.append(
+                Problem(
+                    f"constraints.spread[{i}].scope",
+                    f"the job has no {rule.scope!r} groups; scopes are 'job' or one of {labels}",
+                )
+            )
     if job.device_kind is not None and job.device_kind not in topology.kinds():
-        out.append(Problem("device_kind", f"no device of kind {job.device_kind!r}; the cluster has {list(topology.kinds())}"))
+        out.append(
+            Problem(
+                "device_kind",
+                f"no device of kind {job.device_kind!r}; the cluster has {list(topology.kinds())}",
+            )
+        )
     return out
 
 
@@ -114,18 +136,28 @@ def explain_infeasible(topology: Topology, state: ClusterState, job: Job, traffi
             reasons.append(f"constraints.spread[{i}]: unknown fault-domain kind {rule.kind!r}")
             continue
         per = Counter(fd.get(d, "<none>") for d in cands)
-        smallest = job.ranks if rule.scope == "job" else min((len(g.members) for g in traffic.groups if g.label == rule.scope), default=0)
+        smallest = (
+            job.ranks
+            if rule.scope == "job"
+            else min((len(g.members) for g in traffic.groups if g.label == rule.scope), default=0)
+        )
         if rule.min_domains is not None and smallest < rule.min_domains:
             what = "the job" if rule.scope == "job" else f"a {rule.scope} group"
-            reasons.append(f"spread over >= {rule.min_domains} {rule.kind} domains needs >= {rule.min_domains} ranks, but {what} has {smallest}")
+            reasons.append(
+                f"spread over >= {rule.min_domains} {rule.kind} domains needs >= {rule.min_domains} ranks, but {what} has {smallest}"
+            )
             continue
         if rule.min_domains is not None and len(per) < rule.min_domains:
             where = ", ".join(f"{k} ({v})" for k, v in sorted(per.items()))
-            reasons.append(f"spread over >= {rule.min_domains} {rule.kind} domains: the usable devices are in {len(per)} ({where or 'none'})")
+            reasons.append(
+                f"spread over >= {rule.min_domains} {rule.kind} domains: the usable devices are in {len(per)} ({where or 'none'})"
+            )
         if rule.max_ranks_per_domain is not None and rule.scope == "job":
             room = sum(min(v, rule.max_ranks_per_domain) for v in per.values())
             if room < job.ranks:
-                reasons.append(f"at most {rule.max_ranks_per_domain} ranks per {rule.kind} domain leaves room for {room} ranks over {len(per)} domains; the job has {job.ranks}")
+                reasons.append(
+                    f"at most {rule.max_ranks_per_domain} ranks per {rule.kind} domain leaves room for {room} ranks over {len(per)} domains; the job has {job.ranks}"
+                )
     return reasons
 
 
@@ -149,14 +181,19 @@ class _Scorer:
             if not r.valid(mapping):
                 self.memo[key] = None
             else:
-                self.memo[key] = known or evaluate(r.topology, r.state, r.job, mapping, traffic=r.traffic, check=False)
+                self.memo[key] = known or evaluate(
+                    r.topology, r.state, r.job, mapping, traffic=r.traffic, check=False
+                )
             if known is None:
                 self.cost_s = max(self.cost_s, time.perf_counter() - t)
         return self.memo[key]
 
     def affordable(self, reserve: float = 1.0) -> bool:
         """One more scoring fits in the time left, keeping `reserve` scorings for the answer."""
-        return self.request.options.deterministic or self.request.remaining() > self.cost_s * (1.0 + reserve) + 0.02
+        return (
+            self.request.options.deterministic
+            or self.request.remaining() > self.cost_s * (1.0 + reserve) + 0.02
+        )
 
 
 def _better(a: CostReport, b: CostReport) -> bool:
@@ -167,7 +204,9 @@ def _better(a: CostReport, b: CostReport) -> bool:
     return abs(a.comm_seconds - b.comm_seconds) <= eps and a.surrogate_seconds < b.surrogate_seconds - 1e-12
 
 
-def place(topology: Topology, state: ClusterState, job: Job, options: SolveOptions | None = None) -> PlacementResult:
+def place(
+    topology: Topology, state: ClusterState, job: Job, options: SolveOptions | None = None
+) -> PlacementResult:
     """Place `job` on `state`. Raises `InfeasibleError` (with reasons and numbers) when no mapping exists.
 
     Every scheduler baseline is computed and scored on the same state (a limit too short to score them all leaves
@@ -197,7 +236,9 @@ def place(topology: Topology, state: ClusterState, job: Job, options: SolveOptio
     # the chosen baseline first, then the strongest topology-aware ones: what a tight limit scores
     order = sorted(BASELINES, key=lambda n: (n != strategy.value, n == "first-fit", list(BASELINES).index(n)))
     for name in order:
-        checkpoint(f"the {name} baseline")  # the call ended (cancelled, deadline passed): nobody awaits the answer
+        checkpoint(
+            f"the {name} baseline"
+        )  # the call ended (cancelled, deadline passed): nobody awaits the answer
         mapping = BASELINES[name](topology, state, job, traffic)
         if mapping is not None and tuple(mapping) not in score.memo and found and not score.affordable():
             baselines[name] = None
@@ -208,13 +249,21 @@ def place(topology: Topology, state: ClusterState, job: Job, options: SolveOptio
         if rep is not None and mapping is not None:
             found[name] = (mapping, rep)
         else:
-            why_not[name] = "no placement" if mapping is None else "breaks " + str(validate(topology, state, job, mapping, traffic=traffic)[0])
+            why_not[name] = (
+                "no placement"
+                if mapping is None
+                else "breaks " + str(validate(topology, state, job, mapping, traffic=traffic)[0])
+            )
     baselines = {name: baselines[name] for name in BASELINES}
     lower: float | None = None
     if strategy is not Strategy.CPSAT:
         if strategy.value not in found:
-            raise InfeasibleError([f"{strategy.value} found no valid mapping ({why_not.get(strategy.value, 'not run')}); "
-                                   "try the cpsat strategy"])
+            raise InfeasibleError(
+                [
+                    f"{strategy.value} found no valid mapping ({why_not.get(strategy.value, 'not run')}); "
+                    "try the cpsat strategy"
+                ]
+            )
         mapping, rep = found[strategy.value]
     else:
         checkpoint("the search")
@@ -226,24 +275,47 @@ def place(topology: Topology, state: ClusterState, job: Job, options: SolveOptio
     if unscored:
         stats["unscored"] = ",".join(unscored)
     status = SolveStatus.FEASIBLE
-    if strategy is Strategy.CPSAT and lower is not None and rep.surrogate_seconds - lower <= 1e-9 * max(1.0, rep.surrogate_seconds):
+    if (
+        strategy is Strategy.CPSAT
+        and lower is not None
+        and rep.surrogate_seconds - lower <= 1e-9 * max(1.0, rep.surrogate_seconds)
+    ):
         status = SolveStatus.OPTIMAL
     stats["wall_s"] = time.perf_counter() - t0
     reports = {name: r for name, (_, r) in found.items() if name in baselines}
     return PlacementResult(status, strategy, mapping, rep, lower, [], stats, baselines, reports)
 
 
-def _optimize(request: Request, score: _Scorer, found: dict[str, tuple[list[int], CostReport]],
-              baselines: dict[str, float | None]) -> tuple[list[int], CostReport, float | None, dict[str, float | int | str]]:
+def _optimize(
+    request: Request,
+    score: _Scorer,
+    found: dict[str, tuple[list[int], CostReport]],
+    baselines: dict[str, float | None],
+) -> tuple[list[int], CostReport, float | None, dict[str, float | int | str]]:
     """The ``cpsat`` strategy around `solve_cpsat`: multilevel candidates, the search, then the best of everything
     by the evaluator (`found` and `baselines` gain the candidates)."""
-    topology, state, job, traffic, opts = request.topology, request.state, request.job, request.traffic, request.options
+    topology, state, job, traffic, opts = (
+        request.topology,
+        request.state,
+        request.job,
+        request.traffic,
+        request.options,
+    )
     starts = [(name, m) for name, (m, _) in found.items()]
     if request.remaining() > 0.2 and score.affordable(2.0):
         units = build_units(request)
         ranks = [(r,) for r in range(job.ranks)] if units.split else units.ranks
-        for name, m in multilevel_candidates(topology, state, job, traffic, request.candidates, ranks, seed=opts.seed,
-                                             deadline=request.until(0.25), threads=1):
+        for name, m in multilevel_candidates(
+            topology,
+            state,
+            job,
+            traffic,
+            request.candidates,
+            ranks,
+            seed=opts.seed,
+            deadline=request.until(0.25),
+            threads=1,
+        ):
             if not score.affordable(2.0):
                 break
             rep = score(m)
@@ -252,7 +324,9 @@ def _optimize(request: Request, score: _Scorer, found: dict[str, tuple[list[int]
                 found[name] = (m, rep)
                 starts.append((name, m))
     if score.affordable() or not found:
-        out = solve_cpsat(request, starts, [(found[n][1].comm_seconds, found[n][1].surrogate_seconds) for n, _ in starts])
+        out = solve_cpsat(
+            request, starts, [(found[n][1].comm_seconds, found[n][1].surrogate_seconds) for n, _ in starts]
+        )
     else:
         out = CpsatOutcome(None, None, {"cpsat_status": "SKIPPED: the time limit is spent on the baselines"})
     lower, stats = out.lower_bound, out.stats
@@ -273,10 +347,18 @@ def _optimize(request: Request, score: _Scorer, found: dict[str, tuple[list[int]
         if name == "constructive":
             baselines[name] = rep.comm_seconds
     if not found:
-        raise InfeasibleError(out.explanation or [
-            f"no valid mapping was found within {opts.time_limit_s:g} s (not proven impossible: each rule alone "
-            "can be met; raise --time-limit or relax a constraint)"])
-    chosen = "cpsat" if "cpsat" in found else min(found, key=lambda k: (found[k][1].comm_seconds, k == "first-fit", k))
+        raise InfeasibleError(
+            out.explanation
+            or [
+                f"no valid mapping was found within {opts.time_limit_s:g} s (not proven impossible: each rule alone "
+                "can be met; raise --time-limit or relax a constraint)"
+            ]
+        )
+    chosen = (
+        "cpsat"
+        if "cpsat" in found
+        else min(found, key=lambda k: (found[k][1].comm_seconds, k == "first-fit", k))
+    )
     mapping, rep = found[chosen]
     for name, (m, r) in sorted(found.items()):
         if _better(r, rep):
@@ -288,7 +370,9 @@ def _optimize(request: Request, score: _Scorer, found: dict[str, tuple[list[int]
     return mapping, rep, lower, stats
 
 
-def compare(topology: Topology, state: ClusterState, jobs: Sequence[Job], options: SolveOptions | None = None) -> list[tuple[Job, PlacementResult | None, str | None]]:
+def compare(
+    topology: Topology, state: ClusterState, jobs: Sequence[Job], options: SolveOptions | None = None
+) -> list[tuple[Job, PlacementResult | None, str | None]]:
     """Place each job on the same state; ranked by modeled step seconds, then exposed communication (infeasible
     ones last, with the reason)."""
     rows: list[tuple[Job, PlacementResult | None, str | None]] = []
@@ -297,6 +381,7 @@ def compare(topology: Topology, state: ClusterState, jobs: Sequence[Job], option
             rows.append((job, place(topology, state, job, options), None))
         except InfeasibleError as e:
             rows.append((job, None, "; ".join(e.reasons)))
+
     def key(row: tuple[Job, PlacementResult | None, str | None]) -> tuple[bool, float, float, str]:
         rep = row[1].report if row[1] is not None else None
         return (rep is None, rep.step_seconds if rep else 0.0, rep.comm_seconds if rep else 0.0, row[0].name)

@@ -80,4 +80,3 @@ def required_units(topology: Topology, job: Job, traffic: Traffic) -> dict[int, 
             comp.setdefault(dsu.find(r), []).append(r)
         out[level] = [Unit(level, tuple(v)) for _, v in sorted(comp.items()) if len(v) > 1 or True]
     return out
-

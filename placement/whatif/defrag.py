@@ -47,12 +47,23 @@ class DefragResult:
 
 def hosts_needed(topology: Topology, job: Job) -> int:
     """Whole hosts a job needs: its ranks over the devices of a host of its kind."""
-    per = max((nt.devices for nt in topology.host_types if job.device_kind is None or nt.kind == job.device_kind), default=1)
+    per = max(
+        (nt.devices for nt in topology.host_types if job.device_kind is None or nt.kind == job.device_kind),
+        default=1,
+    )
     return math.ceil(job.ranks / per)
 
 
-def defrag(topology: Topology, state: ClusterState, level: str, hosts: int, *, kind: str | None = None,
-           keep: tuple[str, ...] = (), limit: int = 5) -> DefragResult:
+def defrag(
+    topology: Topology,
+    state: ClusterState,
+    level: str,
+    hosts: int,
+    *,
+    kind: str | None = None,
+    keep: tuple[str, ...] = (),
+    limit: int = 5,
+) -> DefragResult:
     """Free `hosts` whole hosts (of device `kind`) under one domain of `level`, moving as few ranks of running
     jobs as possible; `keep`: job ids that must not move. Per domain the cheapest hosts (fewest occupied
     devices) are exactly the least-moves answer; a second pick per domain touches the fewest jobs. The answer
@@ -66,7 +77,9 @@ def defrag(topology: Topology, state: ClusterState, level: str, hosts: int, *, k
     if hosts < 1:
         problems.append(Problem("hosts", f"must be >= 1, got {hosts}"))
     if kind is not None and kind not in topology.kinds():
-        problems.append(Problem("kind", f"no device of kind {kind!r}; the cluster has {list(topology.kinds())}"))
+        problems.append(
+            Problem("kind", f"no device of kind {kind!r}; the cluster has {list(topology.kinds())}")
+        )
     if problems:
         raise InputError("whatif defrag", problems)
     host_devs = topology.devices_in_domain[0]
@@ -78,8 +91,13 @@ def defrag(topology: Topology, state: ClusterState, level: str, hosts: int, *, k
             continue
         by_domain.setdefault(col[devs[0]], []).append(h)
     keep_set = set(keep)
-    free_total = sum(1 for d in range(topology.num_devices) if d not in state.failed and d not in state.occupied
-                     and (kind is None or topology.devices[d].kind == kind))
+    free_total = sum(
+        1
+        for d in range(topology.num_devices)
+        if d not in state.failed
+        and d not in state.occupied
+        and (kind is None or topology.devices[d].kind == kind)
+    )
 
     def clear_cost(h: int) -> tuple[int, Counter[str]] | None:
         devs = host_devs[h]
@@ -120,13 +138,23 @@ def defrag(topology: Topology, state: ClusterState, level: str, hosts: int, *, k
             moved: list[tuple[str, str]] = []
             for h, (_, held) in pick:
                 jobs.update(held)
-                moved += [(state.occupied[d], topology.devices[d].id) for d in host_devs[h] if d in state.occupied]
+                moved += [
+                    (state.occupied[d], topology.devices[d].id) for d in host_devs[h] if d in state.occupied
+                ]
             n = sum(jobs.values())
             if n == 0:
                 fits = True
             freed = sum(len(host_devs[h]) - hc[0] for h, hc in pick)
-            answers.append(DefragAnswer(names[k], sorted(topology.host_names[h] for h, _ in pick), dict(sorted(jobs.items())),
-                                        n, free_total - freed, sorted(moved)))
+            answers.append(
+                DefragAnswer(
+                    names[k],
+                    sorted(topology.host_names[h] for h, _ in pick),
+                    dict(sorted(jobs.items())),
+                    n,
+                    free_total - freed,
+                    sorted(moved),
+                )
+            )
     front: list[DefragAnswer] = []
     seen: set[tuple[str, tuple[str, ...]]] = set()
     for a in sorted(answers, key=lambda a: (a.moved_ranks, a.jobs_touched, a.domain)):
@@ -141,9 +169,13 @@ def defrag(topology: Topology, state: ClusterState, level: str, hosts: int, *, k
     if not front:
         lname = topology.levels[li].name
         if considered == 0:
-            reasons.append(f"no {lname} has {hosts} hosts that can be cleared (the best has {best_clearable}; hosts with "
-                           f"a failed device or a kept job cannot)")
+            reasons.append(
+                f"no {lname} has {hosts} hosts that can be cleared (the best has {best_clearable}; hosts with "
+                f"a failed device or a kept job cannot)"
+            )
         else:
-            reasons.append(f"every {lname} that could be cleared needs more free devices elsewhere for the moved ranks "
-                           f"than the cluster has ({free_total} free)")
+            reasons.append(
+                f"every {lname} that could be cleared needs more free devices elsewhere for the moved ranks "
+                f"than the cluster has ({free_total} free)"
+            )
     return DefragResult(topology.levels[li].name, hosts, fits, front[:limit], considered, reasons)

@@ -30,8 +30,9 @@ def save_figure(fig: Any, out: Path, stem: str) -> list[Path]:
     return [png, svg]
 
 
-def plot_sweep(sweep: Sweep, rows: Mapping[str, Mapping[str, str]], out_dir: str | Path, *,
-               max_panels: int = 12) -> list[Path]:
+def plot_sweep(
+    sweep: Sweep, rows: Mapping[str, Mapping[str, str]], out_dir: str | Path, *, max_panels: int = 12
+) -> list[Path]:
     """Three figures, each as PNG and SVG: modeled step seconds per strategy across the swept axis
     (``step_seconds``), the exposed communication stacked per bottleneck tier (``tier_breakdown``), and the step
     time the optimizer saves over each baseline (``improvement``). Returns the files written."""
@@ -41,7 +42,11 @@ def plot_sweep(sweep: Sweep, rows: Mapping[str, Mapping[str, str]], out_dir: str
     out.mkdir(parents=True, exist_ok=True)
     lay = _layout(sweep, rows)
     facets = lay.facet_labels[:max_panels]
-    more = f" (first {len(facets)} of {len(lay.facet_labels)} panels)" if len(lay.facet_labels) > len(facets) else ""
+    more = (
+        f" (first {len(facets)} of {len(lay.facet_labels)} panels)"
+        if len(lay.facet_labels) > len(facets)
+        else ""
+    )
     xi = list(range(len(lay.xs)))
     width = max(5.0, 0.32 * len(lay.xs) + 1.5)
     max_cols = 1 if len(lay.xs) > 12 else 3
@@ -57,8 +62,12 @@ def plot_sweep(sweep: Sweep, rows: Mapping[str, Mapping[str, str]], out_dir: str
 
     def xticks(ax: Any) -> None:
         ax.set_xticks(xi)
-        ax.set_xticklabels(lay.xs, rotation=60 if len(lay.xs) > 4 else 0, ha="right" if len(lay.xs) > 4 else "center",
-                           fontsize=8)
+        ax.set_xticklabels(
+            lay.xs,
+            rotation=60 if len(lay.xs) > 4 else 0,
+            ha="right" if len(lay.xs) > 4 else "center",
+            fontsize=8,
+        )
         ax.set_xlabel(lay.x)
         ax.grid(True, axis="y", alpha=0.3)
 
@@ -77,8 +86,11 @@ def plot_sweep(sweep: Sweep, rows: Mapping[str, Mapping[str, str]], out_dir: str
     written += save_figure(fig, out, "step_seconds")
 
     # 2. stacked breakdown per tier: a row of panels per strategy
-    tiers = [t for t in [*sweep.tiers, "other"]
-             if any(_num(row, f"tier_{t}_s") for cl in lay.cells.values() for row in cl)]
+    tiers = [
+        t
+        for t in [*sweep.tiers, "other"]
+        if any(_num(row, f"tier_{t}_s") for cl in lay.cells.values() for row in cl)
+    ]
     fcols = facets[:4]
     fig = Figure(figsize=(width * len(fcols), 3.6 * len(lay.series)), layout="constrained")
     axs = fig.subplots(len(lay.series), len(fcols), squeeze=False)
@@ -100,8 +112,10 @@ def plot_sweep(sweep: Sweep, rows: Mapping[str, Mapping[str, str]], out_dir: str
     if tiers:
         handles, labels = axs[0][0].get_legend_handles_labels()
         fig.legend(handles, labels, title="tier", loc="outside right upper")
-    fig.suptitle(f"{sweep.name}: exposed communication seconds per step by bottleneck tier"
-                 f"{more if len(lay.facet_labels) > 4 else ''}")
+    fig.suptitle(
+        f"{sweep.name}: exposed communication seconds per step by bottleneck tier"
+        f"{more if len(lay.facet_labels) > 4 else ''}"
+    )
     written += save_figure(fig, out, "tier_breakdown")
 
     # 3. improvement of the optimizer over the baselines (the baselines on the same state, from its rows)
@@ -122,6 +136,8 @@ def plot_sweep(sweep: Sweep, rows: Mapping[str, Mapping[str, str]], out_dir: str
             ax.set_ylabel(f"{opt}: step time saved (%)")
             xticks(ax)
             ax.legend(fontsize=8)
-        fig.suptitle(f"{sweep.name}: modeled step time {opt} saves over each baseline on the same state{more}")
+        fig.suptitle(
+            f"{sweep.name}: modeled step time {opt} saves over each baseline on the same state{more}"
+        )
         written += save_figure(fig, out, "improvement")
     return written

@@ -49,7 +49,10 @@ class _Layout:
 
 def _layout(sweep: Sweep, rows: Mapping[str, Mapping[str, str]]) -> _Layout:
     vals = [(p, p.axis_values(sweep)) for p in sweep.points]
-    distinct = {a: list(dict.fromkeys(v[a] for _, v in vals)) for a in ("variant", "occupancy", "mode", "failed", "shape")}
+    distinct = {
+        a: list(dict.fromkeys(v[a] for _, v in vals))
+        for a in ("variant", "occupancy", "mode", "failed", "shape")
+    }
     tls = list(dict.fromkeys(v["time_limit"] for p, v in vals if p.strategy == "cpsat"))
     varying = [a for a in ("shape", "variant", "occupancy", "failed", "mode") if len(distinct[a]) > 1]
     if len(tls) > 1:
@@ -73,7 +76,13 @@ def _layout(sweep: Sweep, rows: Mapping[str, Mapping[str, str]]) -> _Layout:
         row = rows.get(p.key)
         if row is None:
             continue
-        targets = [v["time_limit"]] if x == "time_limit" and p.strategy == "cpsat" else xs if x == "time_limit" else [v[x]]
+        targets = (
+            [v["time_limit"]]
+            if x == "time_limit" and p.strategy == "cpsat"
+            else xs
+            if x == "time_limit"
+            else [v[x]]
+        )
         for xv in targets:
             cells.setdefault((fl, xv, series_of[p]), []).append(dict(row))
     strat = {s: s.split(" ")[0] for s in series}
@@ -88,13 +97,23 @@ def _metric(rows: Sequence[Mapping[str, str]] | None, col: str) -> float | None:
 def _step(rows: Sequence[Mapping[str, str]] | None) -> float | None:
     """Modeled step seconds of a cell; rows of results files older than the step model carry only
     ``seconds_per_step`` (then communication alone)."""
-    return _mean([_num(r, "step_seconds") if r.get("step_seconds") else _num(r, "seconds_per_step")
-                  for r in rows or () if r.get("status") in _FEASIBLE])
+    return _mean(
+        [
+            _num(r, "step_seconds") if r.get("step_seconds") else _num(r, "seconds_per_step")
+            for r in rows or ()
+            if r.get("status") in _FEASIBLE
+        ]
+    )
 
 
 def _comm(rows: Sequence[Mapping[str, str]] | None) -> float | None:
-    return _mean([_num(r, "comm_seconds") if r.get("comm_seconds") else _num(r, "seconds_per_step")
-                  for r in rows or () if r.get("status") in _FEASIBLE])
+    return _mean(
+        [
+            _num(r, "comm_seconds") if r.get("comm_seconds") else _num(r, "seconds_per_step")
+            for r in rows or ()
+            if r.get("status") in _FEASIBLE
+        ]
+    )
 
 
 def _optimizer(lay: _Layout) -> str | None:
@@ -121,19 +140,33 @@ def ranked_tables(sweep: Sweep, rows: Mapping[str, Mapping[str, str]], *, top: i
                     best = min(best, (st, _comm(cell) or 0.0, xv, s), key=lambda b: (b[0], b[1]))
             ranked.append(best)
         ranked.sort(key=lambda t_: (t_[0], t_[1]))  # stable: grid order breaks ties
-        shown_bases = [b for b in sweep.baselines if opt is not None and any(
-            _metric(lay.cells.get((fl, xv, opt)), f"step_improvement_vs_{b.replace('-', '_')}") is not None
-            for _, _, xv, _ in ranked[:top])]
+        shown_bases = [
+            b
+            for b in sweep.baselines
+            if opt is not None
+            and any(
+                _metric(lay.cells.get((fl, xv, opt)), f"step_improvement_vs_{b.replace('-', '_')}")
+                is not None
+                for _, _, xv, _ in ranked[:top]
+            )
+        ]
         body: list[list[str]] = []
         for i, (step, _, xv, best_s) in enumerate(ranked[:top], start=1):
-            cells = [f"{v:.4f}" if (v := _step(lay.cells.get((fl, xv, s)))) is not None else "-" for s in lay.series]
+            cells = [
+                f"{v:.4f}" if (v := _step(lay.cells.get((fl, xv, s)))) is not None else "-"
+                for s in lay.series
+            ]
             bc = lay.cells.get((fl, xv, best_s)) if best_s is not None else None
             comm, mfu, tok = _comm(bc), _metric(bc, "mfu"), _metric(bc, "tokens_per_s")
             steps = [v for s in lay.series if (v := _step(lay.cells.get((fl, xv, s)))) is not None]
             if len(steps) > 1 and max(steps) - min(steps) <= 1e-9 * max(1.0, max(steps)):
                 best_s = "all tie"
-            cells += [best_s or "-", "-" if comm is None else f"{comm:.4f}", "-" if mfu is None else f"{100 * mfu:.1f}%",
-                      "-" if tok is None else f"{tok:,.0f}"]
+            cells += [
+                best_s or "-",
+                "-" if comm is None else f"{comm:.4f}",
+                "-" if mfu is None else f"{100 * mfu:.1f}%",
+                "-" if tok is None else f"{tok:,.0f}",
+            ]
             if opt is not None:
                 orows = [r for r in lay.cells.get((fl, xv, opt), []) if r.get("status") in _FEASIBLE]
                 gap = _mean([_num(r, "gap") for r in orows])
@@ -141,12 +174,21 @@ def ranked_tables(sweep: Sweep, rows: Mapping[str, Mapping[str, str]], *, top: i
                 for b in shown_bases:
                     imp = _mean([_num(r, f"step_improvement_vs_{b.replace('-', '_')}") for r in orows])
                     cells.append("-" if imp is None else f"{100 * imp:+.1f}%")
-            notes = sorted({(r.get("error") or "")[:90] for s in lay.series for r in lay.cells.get((fl, xv, s), [])
-                            if r.get("status") not in _FEASIBLE and r.get("error")})
+            notes = sorted(
+                {
+                    (r.get("error") or "")[:90]
+                    for s in lay.series
+                    for r in lay.cells.get((fl, xv, s), [])
+                    if r.get("status") not in _FEASIBLE and r.get("error")
+                }
+            )
             body.append([str(i) if math.isfinite(step) else "", xv, *cells, notes[0] if notes else ""])
         head = f"{sweep.name}: {fl}" if fl != "all" else sweep.name
-        t = Table(title=f"{head}: modeled step seconds, ranked by the best strategy", title_justify="left",
-                  caption_justify="left")
+        t = Table(
+            title=f"{head}: modeled step seconds, ranked by the best strategy",
+            title_justify="left",
+            caption_justify="left",
+        )
         t.add_column("#", justify="right")
         t.add_column(lay.x, no_wrap=True)
         for s in lay.series:
@@ -164,9 +206,13 @@ def ranked_tables(sweep: Sweep, rows: Mapping[str, Mapping[str, str]], *, top: i
             t.add_column("why not placed")
         for r in body:
             t.add_row(*(r if with_notes else r[:-1]))
-        caption = ["step s: compute + bubble + exposed comm; comm s, MFU, tokens/s: of the best strategy's answer"]
+        caption = [
+            "step s: compute + bubble + exposed comm; comm s, MFU, tokens/s: of the best strategy's answer"
+        ]
         if opt is not None:
-            caption.append(f"gap: of the solver's surrogate objective; vs X: step time {opt} saves over X on the same state")
+            caption.append(
+                f"gap: of the solver's surrogate objective; vs X: step time {opt} saves over X on the same state"
+            )
         if len(ranked) > len(body):
             caption.append(f"top {len(body)} of {len(ranked)}; every row is in the CSV")
         n_inf = sum(1 for b in ranked if not math.isfinite(b[0]))

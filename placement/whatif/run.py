@@ -49,20 +49,33 @@ TASK_SECONDS = 6.0
 
 def digest(obj: Any) -> str:
     """A stable key of a JSON-able document: SHA-256 of its canonical JSON (sorted keys, no spaces)."""
-    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str, separators=(",", ":")).encode()).hexdigest()
+    return hashlib.sha256(
+        json.dumps(obj, sort_keys=True, default=str, separators=(",", ":")).encode()
+    ).hexdigest()
 
 
 # ---- evaluating points --------------------------------------------------------------------------------------
 
 
-def build_state(topology: Topology, static: ClusterState | None, state_doc: Mapping[str, Any] | None, *,
-                occupancy: float, mode: str, seed: int, failed: float, source: str = "<state>") -> ClusterState:
+def build_state(
+    topology: Topology,
+    static: ClusterState | None,
+    state_doc: Mapping[str, Any] | None,
+    *,
+    occupancy: float,
+    mode: str,
+    seed: int,
+    failed: float,
+    source: str = "<state>",
+) -> ClusterState:
     """The base state (file, plus the cluster's fault domains), other jobs on about `occupancy` of the devices
     (`placement.scenarios.occupy`), and round(`failed` * devices) failed devices drawn with `seed`."""
     from placement.io.native import merge_states, state_from_dict
     from placement.scenarios import occupy
 
-    base = merge_states(static, state_from_dict(state_doc, topology, source) if state_doc is not None else ClusterState())
+    base = merge_states(
+        static, state_from_dict(state_doc, topology, source) if state_doc is not None else ClusterState()
+    )
     occupied = dict(occupy(topology, occupancy, seed=seed, mode=mode).occupied) if occupancy > 0 else {}
     occupied.update(base.occupied)
     dead = set(base.failed)
@@ -128,14 +141,26 @@ def _outputs(res: Any, reason: str | None, free: int) -> dict[str, str]:
     from placement.io.export import baseline_costs
 
     rep = res.report
-    out.update(status=res.status.value, lower_bound=_fmt(res.lower_bound), gap=_fmt(res.gap),
-               wall_s=_fmt(float(res.stats.get("wall_s", 0.0))), error="")
+    out.update(
+        status=res.status.value,
+        lower_bound=_fmt(res.lower_bound),
+        gap=_fmt(res.gap),
+        wall_s=_fmt(float(res.stats.get("wall_s", 0.0))),
+        error="",
+    )
     if not isinstance(rep, CostReport):
         return out
     step, comm = rep.step_seconds, rep.comm_seconds
-    out.update(step_seconds=_fmt(step), comm_seconds=_fmt(comm), comm_seconds_total=_fmt(rep.comm_seconds_total),
-               compute_seconds=_fmt(rep.compute_seconds), bubble_seconds=_fmt(rep.bubble_seconds),
-               mfu=_fmt(rep.mfu), tokens_per_s=_fmt(rep.tokens_per_s), seconds_per_step=_fmt(comm))
+    out.update(
+        step_seconds=_fmt(step),
+        comm_seconds=_fmt(comm),
+        comm_seconds_total=_fmt(rep.comm_seconds_total),
+        compute_seconds=_fmt(rep.compute_seconds),
+        bubble_seconds=_fmt(rep.bubble_seconds),
+        mfu=_fmt(rep.mfu),
+        tokens_per_s=_fmt(rep.tokens_per_s),
+        seconds_per_step=_fmt(comm),
+    )
     for b, cost in baseline_costs(rep, res.baselines, res.baseline_reports).items():
         col = b.replace("-", "_")
         b_comm, b_step = cost["comm_seconds"], cost["step_seconds"]
@@ -163,20 +188,35 @@ def evaluate_task(task: Task) -> list[tuple[str, dict[str, str]]]:
     from placement.solve.run import compare
 
     topo, static = _topology(task)
-    state = build_state(topo, static, task.state_doc, occupancy=task.occupancy, mode=task.mode, seed=task.seed,
-                        failed=task.failed, source=f"{task.source}: state")
+    state = build_state(
+        topo,
+        static,
+        task.state_doc,
+        occupancy=task.occupancy,
+        mode=task.mode,
+        seed=task.seed,
+        failed=task.failed,
+        source=f"{task.source}: state",
+    )
     jobs: list[Job] = []
     key_of: dict[str, str] = {}
     for key, shape in task.points:
-        job = job_from_dict(shape_job_doc(task.job_doc, shape, keep_global_batch=task.keep_global_batch),
-                            f"{task.source}: job")
+        job = job_from_dict(
+            shape_job_doc(task.job_doc, shape, keep_global_batch=task.keep_global_batch),
+            f"{task.source}: job",
+        )
         jobs.append(job)
         key_of[job.name] = key
     kind = jobs[0].device_kind if jobs else None
     free = sum(1 for d in topo.devices if (kind is None or d.kind == kind) and state.usable(d.index))
-    opts = SolveOptions(strategy=Strategy(task.strategy), time_limit_s=task.time_limit_s or DEFAULT_TIME_LIMIT,
-                        relative_gap=task.relative_gap, seed=task.solver_seed, workers=task.solver_workers,
-                        deterministic=task.deterministic)
+    opts = SolveOptions(
+        strategy=Strategy(task.strategy),
+        time_limit_s=task.time_limit_s or DEFAULT_TIME_LIMIT,
+        relative_gap=task.relative_gap,
+        seed=task.solver_seed,
+        workers=task.solver_workers,
+        deterministic=task.deterministic,
+    )
     out: dict[str, dict[str, str]] = {}
     try:
         ranked = compare(topo, state, jobs, opts)
@@ -186,7 +226,11 @@ def evaluate_task(task: Task) -> list[tuple[str, dict[str, str]]]:
             try:
                 ranked.extend(compare(topo, state, [job], opts))
             except Exception as e:
-                out[key_of[job.name]] = {"status": "ERROR", "error": f"{type(e).__name__}: {e}", "free_devices": str(free)}
+                out[key_of[job.name]] = {
+                    "status": "ERROR",
+                    "error": f"{type(e).__name__}: {e}",
+                    "free_devices": str(free),
+                }
     for job, res, reason in ranked:
         out[key_of[job.name]] = _outputs(res, reason, free)
     return [(k, out[k]) for k, _ in task.points if k in out]
@@ -217,15 +261,30 @@ def plan_tasks(sweep: Sweep, todo: set[str], workers: int) -> list[Task]:
         splits = max(1, min(len(pts), math.ceil(target * gw / total_w)))
         size = math.ceil(len(pts) / splits)
         for i in range(0, len(pts), size):
-            chunk = pts[i:i + size]
-            tasks.append(Task(
-                cluster_doc=sweep.variant_docs[vi], cluster_hash=vhash[vi], cluster_dir=sweep.cluster_dir,
-                state_doc=sweep.state_doc, job_doc=sweep.job_doc, source=sweep.source, occupancy=occ, mode=mode,
-                seed=seed, failed=fail, strategy=strat, time_limit_s=tl, solver_workers=sweep.solver_workers,
-                solver_seed=sweep.solver_seed, relative_gap=sweep.relative_gap,
-                points=tuple((p.key, p.shape) for p in chunk), weight=sum(weight(p) for p in chunk),
-                keep_global_batch=sweep.keep_global_batch, deterministic=sweep.solver_deterministic,
-            ))
+            chunk = pts[i : i + size]
+            tasks.append(
+                Task(
+                    cluster_doc=sweep.variant_docs[vi],
+                    cluster_hash=vhash[vi],
+                    cluster_dir=sweep.cluster_dir,
+                    state_doc=sweep.state_doc,
+                    job_doc=sweep.job_doc,
+                    source=sweep.source,
+                    occupancy=occ,
+                    mode=mode,
+                    seed=seed,
+                    failed=fail,
+                    strategy=strat,
+                    time_limit_s=tl,
+                    solver_workers=sweep.solver_workers,
+                    solver_seed=sweep.solver_seed,
+                    relative_gap=sweep.relative_gap,
+                    points=tuple((p.key, p.shape) for p in chunk),
+                    weight=sum(weight(p) for p in chunk),
+                    keep_global_batch=sweep.keep_global_batch,
+                    deterministic=sweep.solver_deterministic,
+                )
+            )
     tasks.sort(key=lambda t: -t.weight)
     return tasks
 
@@ -234,7 +293,13 @@ def plan_tasks(sweep: Sweep, todo: set[str], workers: int) -> list[Task]:
 
 
 OUTPUT_COLUMNS: tuple[str, ...] = (
-    "step_seconds", "comm_seconds", "comm_seconds_total", "compute_seconds", "bubble_seconds", "mfu", "tokens_per_s",
+    "step_seconds",
+    "comm_seconds",
+    "comm_seconds_total",
+    "compute_seconds",
+    "bubble_seconds",
+    "mfu",
+    "tokens_per_s",
     "seconds_per_step",
 )
 """The modeled step of a point's answer (`placement.cost.CostReport`); ``seconds_per_step`` is the deprecated v1
@@ -246,8 +311,26 @@ def csv_columns(sweep: Sweep) -> list[str]:
     cols = ["key", "sweep", "variant", "gpus_per_node", "nodes", "nodes_per_leaf"]
     for lv in sweep.level_names:
         cols += [f"{lv}_bandwidth_gbps", f"{lv}_latency_us"]
-    cols += ["occupancy", "mode", "seed", "failed_fraction", "free_devices", "shape", "tp", "cp", "ep", "dp", "pp",
-             "ranks", "strategy", "time_limit_s", "status", *OUTPUT_COLUMNS, "lower_bound", "gap"]
+    cols += [
+        "occupancy",
+        "mode",
+        "seed",
+        "failed_fraction",
+        "free_devices",
+        "shape",
+        "tp",
+        "cp",
+        "ep",
+        "dp",
+        "pp",
+        "ranks",
+        "strategy",
+        "time_limit_s",
+        "status",
+        *OUTPUT_COLUMNS,
+        "lower_bound",
+        "gap",
+    ]
     names = [b.replace("-", "_") for b in sweep.baselines]
     cols += [f"baseline_{b}_step_s" for b in names]
     cols += [f"baseline_{b}_s" for b in names]
@@ -262,11 +345,20 @@ def csv_columns(sweep: Sweep) -> list[str]:
 def _input_row(sweep: Sweep, p: Point) -> dict[str, str]:
     row = {"key": p.key, "sweep": sweep.name, "variant": sweep.variants[p.variant].label}
     row.update(sweep.variant_info[p.variant])
-    row.update(occupancy=f"{p.occupancy:g}", mode=p.mode, seed=str(p.seed), failed_fraction=f"{p.failed:g}",
-               strategy=p.strategy, time_limit_s="" if p.time_limit_s is None else f"{p.time_limit_s:g}")
+    row.update(
+        occupancy=f"{p.occupancy:g}",
+        mode=p.mode,
+        seed=str(p.seed),
+        failed_fraction=f"{p.failed:g}",
+        strategy=p.strategy,
+        time_limit_s="" if p.time_limit_s is None else f"{p.time_limit_s:g}",
+    )
     if p.shape is not None:
-        row.update(shape=p.shape.key, ranks=str(p.shape.world_size),
-                   **{d: str(getattr(p.shape, d)) for d in ("tp", "cp", "ep", "dp", "pp")})
+        row.update(
+            shape=p.shape.key,
+            ranks=str(p.shape.world_size),
+            **{d: str(getattr(p.shape, d)) for d in ("tp", "cp", "ep", "dp", "pp")},
+        )
     else:
         row.update(shape=sweep.job_name, ranks=str(sweep.gpus or ""))
     return row
@@ -291,8 +383,14 @@ class _Sink:
             with path.open(newline="") as f:
                 old = [dict(r) for r in csv.DictReader(f)]
         # finished: a known final status and every field present (a row cut short by a killed run is not)
-        kept = {r["key"]: r for r in old if r.get("key") and r.get("status") in ("OPTIMAL", "FEASIBLE", "INFEASIBLE")
-                and None not in r.values() and None not in r}
+        kept = {
+            r["key"]: r
+            for r in old
+            if r.get("key")
+            and r.get("status") in ("OPTIMAL", "FEASIBLE", "INFEASIBLE")
+            and None not in r.values()
+            and None not in r
+        }
         self.done = set(kept)
         # start from a clean file holding the finished rows under today's columns, replaced atomically
         tmp = path.with_name(path.name + ".tmp")
@@ -346,8 +444,15 @@ def default_workers() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def run_sweep(sweep: Sweep, out_dir: str | Path, *, workers: int | None = None, resume: bool = False,
-              progress: Callable[[int, int], None] | None = None, executor: Executor | None = None) -> SweepRun:
+def run_sweep(
+    sweep: Sweep,
+    out_dir: str | Path,
+    *,
+    workers: int | None = None,
+    resume: bool = False,
+    progress: Callable[[int, int], None] | None = None,
+    executor: Executor | None = None,
+) -> SweepRun:
     """Run the sweep's points (those not finished already, with `resume`) on `workers` local processes.
 
     Rows go to ``out_dir/results.csv`` as they finish (one write and flush per row). `progress(done, total)` is
@@ -400,7 +505,12 @@ def run_sweep(sweep: Sweep, out_dir: str | Path, *, workers: int | None = None, 
             ex = executor if executor is not None else LocalExecutor(min(n_workers, len(tasks)))
 
             def failed(i: int, error: str) -> None:
-                finish([(k, {"status": "ERROR", "error": f"task failed twice: {error}"}) for k, _ in tasks[i].points])
+                finish(
+                    [
+                        (k, {"status": "ERROR", "error": f"task failed twice: {error}"})
+                        for k, _ in tasks[i].points
+                    ]
+                )
 
             ex.run(evaluate_task, tasks, lambda i, res: finish(res), failed)
     except KeyboardInterrupt:

@@ -32,8 +32,15 @@ __all__ = [
 ]
 
 
-SHAPE_FILTERS = (*DIMENSIONS, *(f"max_{d}" for d in DIMENSIONS), "heads", "tp_within_node", "memory_gb",
-                 "distributed_optimizer", "activations")
+SHAPE_FILTERS = (
+    *DIMENSIONS,
+    *(f"max_{d}" for d in DIMENSIONS),
+    "heads",
+    "tp_within_node",
+    "memory_gb",
+    "distributed_optimizer",
+    "activations",
+)
 """The filters of a generated shapes axis (``shapes: {tp: [1, 2, 4, 8], memory_gb: 80}``)."""
 
 
@@ -91,8 +98,17 @@ def device_memory_gb(kind: str | None, topology: Topology | None = None) -> floa
     return None if dk is None else dk.memory_gb
 
 
-def activation_gb(s: Shape, *, hidden: int, layers: int, seq_len: int, micro_batch: int = 1,
-                  micro_batches: int = 1, heads: int = 0, recompute: bool = False) -> float:
+def activation_gb(
+    s: Shape,
+    *,
+    hidden: int,
+    layers: int,
+    seq_len: int,
+    micro_batch: int = 1,
+    micro_batches: int = 1,
+    heads: int = 0,
+    recompute: bool = False,
+) -> float:
     """GB of activations per device on the first pipeline stage at its peak: `placement.compute.activation_bytes`
     (Korthikanti et al. 2022, eq. 2, under tensor and sequence parallelism: ``s*b*h*(34 + 5*a*s/h) / tp`` bytes
     per layer, s split by cp; full recomputation keeps ``2*s*b*h / tp``; 1F1B holds ``min(pp, micro_batches)``
@@ -107,16 +123,36 @@ def activation_gb(s: Shape, *, hidden: int, layers: int, seq_len: int, micro_bat
     from placement.compute import activation_bytes
     from placement.job import ModelShape, ParallelSpec
 
-    model = ModelShape(parameters=1.0, hidden=hidden, layers=layers, seq_len=seq_len, micro_batch=micro_batch,
-                       micro_batches=micro_batches, recompute=recompute, heads=heads)
+    model = ModelShape(
+        parameters=1.0,
+        hidden=hidden,
+        layers=layers,
+        seq_len=seq_len,
+        micro_batch=micro_batch,
+        micro_batches=micro_batches,
+        recompute=recompute,
+        heads=heads,
+    )
     return activation_bytes(model, ParallelSpec(s.tp, s.cp, s.ep, s.dp, s.pp)) / 1e9
 
 
-def factorizations(gpus: int, filters: Mapping[str, Any] | None = None, *, gpus_per_node: int | None = None,
-                   hidden: int | None = None, layers: int | None = None, seq_len: int | None = None,
-                   experts: int = 0, parameters: float | None = None, micro_batch: int = 1, micro_batches: int = 1,
-                   recompute: bool = False, heads: int = 0, device_memory_gb: float | None = None,
-                   global_micro_batches: int | None = None) -> list[Shape]:
+def factorizations(
+    gpus: int,
+    filters: Mapping[str, Any] | None = None,
+    *,
+    gpus_per_node: int | None = None,
+    hidden: int | None = None,
+    layers: int | None = None,
+    seq_len: int | None = None,
+    experts: int = 0,
+    parameters: float | None = None,
+    micro_batch: int = 1,
+    micro_batches: int = 1,
+    recompute: bool = False,
+    heads: int = 0,
+    device_memory_gb: float | None = None,
+    global_micro_batches: int | None = None,
+) -> list[Shape]:
     """Every (tp, cp, ep, dp, pp) whose product is `gpus` and that passes the filters, sorted by tp, cp, ep, pp.
 
     Filters: allowed values per dimension (``tp: [1, 2, 4, 8]``), ``max_<dim>``, ``heads`` (tp divides it;
@@ -153,7 +189,12 @@ def factorizations(gpus: int, filters: Mapping[str, Any] | None = None, *, gpus_
         if f.get("tp_within_node", True) and gpus_per_node is not None and tp > gpus_per_node:
             continue
         n_heads = f.get("heads") or heads
-        if (n_heads and n_heads % tp) or (hidden and hidden % tp) or (layers and layers % pp) or (seq_len and seq_len % cp):
+        if (
+            (n_heads and n_heads % tp)
+            or (hidden and hidden % tp)
+            or (layers and layers % pp)
+            or (seq_len and seq_len % cp)
+        ):
             continue
         if ep > 1 and (experts < ep or experts % ep):
             continue
@@ -166,8 +207,16 @@ def factorizations(gpus: int, filters: Mapping[str, Any] | None = None, *, gpus_
         if mem is not None and parameters is not None:
             need = model_state_gb(parameters, s, distributed_optimizer=f.get("distributed_optimizer", True))
             if f.get("activations", True) and hidden and layers and seq_len:
-                need += activation_gb(s, hidden=hidden, layers=layers, seq_len=seq_len, micro_batch=micro_batch,
-                                      micro_batches=m, heads=n_heads, recompute=recompute)
+                need += activation_gb(
+                    s,
+                    hidden=hidden,
+                    layers=layers,
+                    seq_len=seq_len,
+                    micro_batch=micro_batch,
+                    micro_batches=m,
+                    heads=n_heads,
+                    recompute=recompute,
+                )
             if need > mem:
                 continue
         out.append(s)
@@ -196,11 +245,15 @@ def batch_problem(job_doc: Mapping[str, Any], shape: Shape) -> str | None:
     g = global_micro_batches(job_doc)
     if g is None or g % shape.dp == 0:
         return None
-    return (f"dp={shape.dp} does not divide the global batch of {g} micro-batches (the base job's dp x "
-            f"micro_batches); pick another dp or set keep_global_batch: false")
+    return (
+        f"dp={shape.dp} does not divide the global batch of {g} micro-batches (the base job's dp x "
+        f"micro_batches); pick another dp or set keep_global_batch: false"
+    )
 
 
-def shape_job_doc(job_doc: Mapping[str, Any], shape: Shape | None, *, keep_global_batch: bool = True) -> dict[str, Any]:
+def shape_job_doc(
+    job_doc: Mapping[str, Any], shape: Shape | None, *, keep_global_batch: bool = True
+) -> dict[str, Any]:
     """The base job document with one shape's parallel sizes (and a name that says the shape). With
     `keep_global_batch` the shape also gets the micro-batches per step that keep the base job's global batch
     (`global_micro_batches`); a shape whose dp does not divide it is a `ValueError` (`batch_problem`)."""
@@ -221,9 +274,17 @@ def shape_job_doc(job_doc: Mapping[str, Any], shape: Shape | None, *, keep_globa
     return d
 
 
-def parse_shapes(ps: Problems, shapes_doc: Any, gpus: int, job_doc: Mapping[str, Any], base_job: Job,
-                 variants: Sequence[Variant], vtopos: Sequence[Topology], source: str,
-                 keep_global_batch: bool = True) -> list[list[Shape | None]]:
+def parse_shapes(
+    ps: Problems,
+    shapes_doc: Any,
+    gpus: int,
+    job_doc: Mapping[str, Any],
+    base_job: Job,
+    variants: Sequence[Variant],
+    vtopos: Sequence[Topology],
+    source: str,
+    keep_global_batch: bool = True,
+) -> list[list[Shape | None]]:
     """The job shapes of each variant (tp <= GPUs per node depends on the variant); problems go to `ps`."""
     from placement.io.native import job_from_dict
 
@@ -235,7 +296,10 @@ def parse_shapes(ps: Problems, shapes_doc: Any, gpus: int, job_doc: Mapping[str,
         shapes_per_variant = [[one] for _ in variants]
     elif isinstance(shapes_doc, list):
         if not shapes_doc:
-            ps.add("axes.shapes", "is empty: the grid would have no points; give at least one shape or drop the axis")
+            ps.add(
+                "axes.shapes",
+                "is empty: the grid would have no points; give at least one shape or drop the axis",
+            )
         explicit: list[Shape | None] = []
         for i, sd in enumerate(shapes_doc):
             sp = f"axes.shapes[{i}]"
@@ -253,7 +317,9 @@ def parse_shapes(ps: Problems, shapes_doc: Any, gpus: int, job_doc: Mapping[str,
             other = sizes["tp"] * sizes["cp"] * sizes["ep"] * sizes["pp"]
             if "dp" not in sd:
                 if gpus % other:
-                    ps.add(sp, f"tp*cp*ep*pp = {other} does not divide the sweep's {gpus} GPUs, so no dp fits")
+                    ps.add(
+                        sp, f"tp*cp*ep*pp = {other} does not divide the sweep's {gpus} GPUs, so no dp fits"
+                    )
                     continue
                 sizes["dp"] = gpus // other
             s = Shape(**sizes)
@@ -269,7 +335,9 @@ def parse_shapes(ps: Problems, shapes_doc: Any, gpus: int, job_doc: Mapping[str,
                 ps.add(sp, problem)
                 continue
             try:
-                job_from_dict(shape_job_doc(job_doc, s, keep_global_batch=keep_global_batch), f"{source}: {sp}")
+                job_from_dict(
+                    shape_job_doc(job_doc, s, keep_global_batch=keep_global_batch), f"{source}: {sp}"
+                )
             except InputError as e:
                 for pr in e.problems:
                     ps.add(f"{sp} ({pr.path})" if pr.path else sp, pr.message)
@@ -307,27 +375,52 @@ def parse_shapes(ps: Problems, shapes_doc: Any, gpus: int, job_doc: Mapping[str,
                 types = [nt for nt in topo.host_types if base_job.device_kind in (None, nt.kind)]
                 kinds = [nt.devices for nt in types]
                 mems = [device_memory_gb(nt.kind, topo) for nt in types]
-                found = factorizations(gpus, filters, gpus_per_node=max(kinds, default=None), hidden=model.hidden,
-                                       layers=model.layers, seq_len=model.seq_len, experts=model.experts,
-                                       parameters=model.parameters, micro_batch=model.micro_batch,
-                                       micro_batches=model.micro_batches, recompute=model.recompute, heads=model.heads,
-                                       device_memory_gb=min((m for m in mems if m is not None), default=None),
-                                       global_micro_batches=global_micro_batches(job_doc) if keep_global_batch else None)
+                found = factorizations(
+                    gpus,
+                    filters,
+                    gpus_per_node=max(kinds, default=None),
+                    hidden=model.hidden,
+                    layers=model.layers,
+                    seq_len=model.seq_len,
+                    experts=model.experts,
+                    parameters=model.parameters,
+                    micro_batch=model.micro_batch,
+                    micro_batches=model.micro_batches,
+                    recompute=model.recompute,
+                    heads=model.heads,
+                    device_memory_gb=min((m for m in mems if m is not None), default=None),
+                    global_micro_batches=global_micro_batches(job_doc) if keep_global_batch else None,
+                )
                 shapes: list[Shape | None] = [*found]
                 if not shapes:
-                    rules = [f"tp <= {max(kinds, default=0)} GPUs per node" if filters.get("tp_within_node", True) else "",
-                             f"tp divides hidden {model.hidden}", f"pp divides layers {model.layers}"]
+                    rules = [
+                        f"tp <= {max(kinds, default=0)} GPUs per node"
+                        if filters.get("tp_within_node", True)
+                        else "",
+                        f"tp divides hidden {model.hidden}",
+                        f"pp divides layers {model.layers}",
+                    ]
                     g = global_micro_batches(job_doc) if keep_global_batch else None
                     if g is not None:
                         rules.append(f"dp divides the global batch of {g} micro-batches")
                     mem = filters.get("memory_gb", min((m for m in mems if m is not None), default=None))
                     if mem is not None:
-                        what = "model states + activations" if filters.get("activations", True) else "model states"
+                        what = (
+                            "model states + activations"
+                            if filters.get("activations", True)
+                            else "model states"
+                        )
                         rules.append(f"{what} <= {mem:g} GB per device")
-                    rules += [f"{k} {filters[k]}" for k in filters
-                              if k not in ("tp_within_node", "distributed_optimizer", "activations", "memory_gb")]
+                    rules += [
+                        f"{k} {filters[k]}"
+                        for k in filters
+                        if k not in ("tp_within_node", "distributed_optimizer", "activations", "memory_gb")
+                    ]
                     where = "" if v.label == "base" else f" (variant {v.label})"
-                    ps.add("axes.shapes", f"no factorization of {gpus} GPUs passes the filters{where}: {'; '.join(r for r in rules if r)}")
+                    ps.add(
+                        "axes.shapes",
+                        f"no factorization of {gpus} GPUs passes the filters{where}: {'; '.join(r for r in rules if r)}",
+                    )
                 shapes_per_variant.append(shapes)
     else:
         ps.add("axes.shapes", f"must be `all`, a mapping of filters, or a list of shapes, got {shapes_doc!r}")

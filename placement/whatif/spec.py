@@ -19,12 +19,31 @@ from placement.whatif.run import DEFAULT_TIME_LIMIT, digest
 from placement.whatif.shapes import Shape, parse_shapes, shape_job_doc
 from placement.whatif.variants import Variant, apply_variant, tier_names, variant_info
 
-__all__ = ["AXES", "MODES", "STRATEGIES", "Point", "Sweep", "canonical_strategy", "known_strategies", "load_sweep", "sweep_from_dict"]
+__all__ = [
+    "AXES",
+    "MODES",
+    "STRATEGIES",
+    "Point",
+    "Sweep",
+    "canonical_strategy",
+    "known_strategies",
+    "load_sweep",
+    "sweep_from_dict",
+]
 
 
 AXES: tuple[str, ...] = (
-    "shapes", "occupancy", "modes", "seeds", "failed", "gpus_per_node", "nodes", "nodes_per_leaf", "tiers",
-    "strategies", "time_limits",
+    "shapes",
+    "occupancy",
+    "modes",
+    "seeds",
+    "failed",
+    "gpus_per_node",
+    "nodes",
+    "nodes_per_leaf",
+    "tiers",
+    "strategies",
+    "time_limits",
 )
 """The axes a sweep file may vary (under ``axes:``)."""
 MODES: tuple[str, ...] = ("whole", "partial", "mixed")
@@ -122,7 +141,9 @@ class Sweep:
         return tuple(dict.fromkeys(p.key for p in self.points))
 
 
-def _sub_document(value: Any, what: str, base_dir: Path, ps: Problems) -> tuple[dict[str, Any] | None, Path, str]:
+def _sub_document(
+    value: Any, what: str, base_dir: Path, ps: Problems
+) -> tuple[dict[str, Any] | None, Path, str]:
     """A sub-document given inline (mapping) or as a path relative to the sweep file."""
     from placement.io.native import load_document
 
@@ -153,15 +174,22 @@ def _where(what: str, ref: str, path: str) -> str:
     return f"{what}.{path}" if path else what
 
 
-def _values(ps: Problems, axes: Mapping[str, Any], key: str, default: list[Any] | None,
-            check: Callable[[Any], str | None]) -> list[Any]:
+def _values(
+    ps: Problems,
+    axes: Mapping[str, Any],
+    key: str,
+    default: list[Any] | None,
+    check: Callable[[Any], str | None],
+) -> list[Any]:
     """An axis as a list (a scalar is a list of one), each value checked; an empty list is an error."""
     if key not in axes or axes[key] is None:
         return list(default or [])
     v = axes[key]
     items = v if isinstance(v, list) else [v]
     if not items:
-        ps.add(f"axes.{key}", "is empty: the grid would have no points; give at least one value or drop the axis")
+        ps.add(
+            f"axes.{key}", "is empty: the grid would have no points; give at least one value or drop the axis"
+        )
         return []
     out: list[Any] = []
     for i, x in enumerate(items):
@@ -245,7 +273,10 @@ def sweep_from_dict(doc: Any, source: str = "<sweep>", base_dir: Path | None = N
         solver = {}
     for k in solver:
         if k not in ("workers", "seed", "relative_gap", "deterministic"):
-            ps.add(f"solver.{k}", "unknown field; expected one of ['deterministic', 'relative_gap', 'seed', 'workers']")
+            ps.add(
+                f"solver.{k}",
+                "unknown field; expected one of ['deterministic', 'relative_gap', 'seed', 'workers']",
+            )
     s_workers = solver.get("workers", 1)
     if not (_is_int(s_workers) and s_workers >= 1):
         ps.add("solver.workers", f"must be an integer >= 1, got {s_workers!r}")
@@ -285,16 +316,36 @@ def sweep_from_dict(doc: Any, source: str = "<sweep>", base_dir: Path | None = N
 
     occupancy = _values(ps, axes, "occupancy", [0.0], _fraction)
     failed = _values(ps, axes, "failed", [0.0], _fraction)
-    modes = _values(ps, axes, "modes", ["whole"], lambda x: None if x in MODES else f"unknown mode {x!r}; known: {', '.join(MODES)}")
-    seeds = _values(ps, axes, "seeds", [0], lambda x: None if _is_int(x) else f"must be an integer, got {x!r}")
+    modes = _values(
+        ps,
+        axes,
+        "modes",
+        ["whole"],
+        lambda x: None if x in MODES else f"unknown mode {x!r}; known: {', '.join(MODES)}",
+    )
+    seeds = _values(
+        ps, axes, "seeds", [0], lambda x: None if _is_int(x) else f"must be an integer, got {x!r}"
+    )
     known = known_strategies()
-    strategies = _values(ps, axes, "strategies", list(known),
-                         lambda x: None if canonical_strategy(x) else f"unknown strategy {x!r}; known: {', '.join(known)}")
+    strategies = _values(
+        ps,
+        axes,
+        "strategies",
+        list(known),
+        lambda x: None if canonical_strategy(x) else f"unknown strategy {x!r}; known: {', '.join(known)}",
+    )
     strategies = [canonical_strategy(x) for x in strategies]
     if len(set(strategies)) != len(strategies):
-        ps.add("axes.strategies", f"names one strategy twice (an alias and its name): {axes.get('strategies')!r}")
-    time_limits = _values(ps, axes, "time_limits", [DEFAULT_TIME_LIMIT],
-                          lambda x: None if _is_num(x) and x > 0 else f"must be a number of seconds > 0, got {x!r}")
+        ps.add(
+            "axes.strategies", f"names one strategy twice (an alias and its name): {axes.get('strategies')!r}"
+        )
+    time_limits = _values(
+        ps,
+        axes,
+        "time_limits",
+        [DEFAULT_TIME_LIMIT],
+        lambda x: None if _is_num(x) and x > 0 else f"must be a number of seconds > 0, got {x!r}",
+    )
     gpn = _values(ps, axes, "gpus_per_node", [None], _positive_int)
     nodes = _values(ps, axes, "nodes", [None], _positive_int)
     npl = _values(ps, axes, "nodes_per_leaf", [None], _positive_int)
@@ -303,7 +354,10 @@ def sweep_from_dict(doc: Any, source: str = "<sweep>", base_dir: Path | None = N
     tiers_doc = axes.get("tiers")
     if tiers_doc is not None:
         if not isinstance(tiers_doc, dict) or not tiers_doc:
-            ps.add("axes.tiers", "must map level names to lists of {bandwidth_gbps, latency_us}, e.g. {leaf: [{bandwidth_gbps: 50}]}")
+            ps.add(
+                "axes.tiers",
+                "must map level names to lists of {bandwidth_gbps, latency_us}, e.g. {leaf: [{bandwidth_gbps: 50}]}",
+            )
         else:
             for lvl, vals in tiers_doc.items():
                 tp_ = f"axes.tiers.{lvl}"
@@ -327,7 +381,9 @@ def sweep_from_dict(doc: Any, source: str = "<sweep>", base_dir: Path | None = N
                     if lat is not None and not (_is_num(lat) and lat >= 0):
                         ps.add(f"{ip}.latency_us", f"must be >= 0, got {lat!r}")
                         continue
-                    opts.append((str(lvl), None if bw is None else float(bw), None if lat is None else float(lat)))
+                    opts.append(
+                        (str(lvl), None if bw is None else float(bw), None if lat is None else float(lat))
+                    )
                 tier_axes.append(opts)
 
     shapes_doc = axes.get("shapes")
@@ -354,14 +410,22 @@ def sweep_from_dict(doc: Any, source: str = "<sweep>", base_dir: Path | None = N
             topo, _ = cluster_from_dict(vd, f"{source}: cluster [{v.label}]", cluster_dir)
         except InputError as e:
             for pr in e.problems:
-                ps.add(_where("cluster", cluster_ref, pr.path) + ("" if v.label == "base" else f" [variant {v.label}]"), pr.message)
+                ps.add(
+                    _where("cluster", cluster_ref, pr.path)
+                    + ("" if v.label == "base" else f" [variant {v.label}]"),
+                    pr.message,
+                )
             continue
         if state_doc is not None:
             try:
                 state_from_dict(state_doc, topo, f"{source}: state")
             except InputError as e:
                 for pr in e.problems:
-                    ps.add(_where("state", state_ref, pr.path) + ("" if v.label == "base" else f" [variant {v.label}]"), pr.message)
+                    ps.add(
+                        _where("state", state_ref, pr.path)
+                        + ("" if v.label == "base" else f" [variant {v.label}]"),
+                        pr.message,
+                    )
                 continue
         variants.append(v)
         vdocs.append(vd)
@@ -369,7 +433,9 @@ def sweep_from_dict(doc: Any, source: str = "<sweep>", base_dir: Path | None = N
         vtopos.append(topo)
     ps.raise_if_any()
 
-    shapes_per_variant = parse_shapes(ps, shapes_doc, gpus, job_doc, base_job, variants, vtopos, source, keep_batch)
+    shapes_per_variant = parse_shapes(
+        ps, shapes_doc, gpus, job_doc, base_job, variants, vtopos, source, keep_batch
+    )
     ps.raise_if_any()
 
     # the points, keyed by their effective inputs
@@ -380,36 +446,83 @@ def sweep_from_dict(doc: Any, source: str = "<sweep>", base_dir: Path | None = N
     vhash = [digest(vd) for vd in vdocs]
     job_hash: dict[Shape | None, str] = {}
     points: list[Point] = []
-    total = sum(len(s) for s in shapes_per_variant) * len(occupancy) * len(modes) * len(seeds) * len(failed) * (
-        sum(len(time_limits) if s == "cpsat" else 1 for s in strategies))
+    total = (
+        sum(len(s) for s in shapes_per_variant)
+        * len(occupancy)
+        * len(modes)
+        * len(seeds)
+        * len(failed)
+        * (sum(len(time_limits) if s == "cpsat" else 1 for s in strategies))
+    )
     if total == 0:
         ps.add("axes", "the grid is empty: every axis needs at least one value")
     elif total > min(MAX_POINTS, current_limits().max_sweep_points):
-        ps.add("axes", f"the grid has {total} points; the limit is max_sweep_points="
-               f"{min(MAX_POINTS, current_limits().max_sweep_points)}: narrow an axis")
+        ps.add(
+            "axes",
+            f"the grid has {total} points; the limit is max_sweep_points="
+            f"{min(MAX_POINTS, current_limits().max_sweep_points)}: narrow an axis",
+        )
     ps.raise_if_any()
     for vi, shapes in enumerate(shapes_per_variant):
-        for shape, occ, mode, seed, fail, strat in product(shapes, occupancy, modes, seeds, failed, strategies):
+        for shape, occ, mode, seed, fail, strat in product(
+            shapes, occupancy, modes, seeds, failed, strategies
+        ):
             if shape not in job_hash:
                 job_hash[shape] = digest(shape_job_doc(job_doc, shape, keep_global_batch=keep_batch))
-            for tl in (time_limits if strat == "cpsat" else [None]):
+            for tl in time_limits if strat == "cpsat" else [None]:
                 key_doc = {
-                    "cluster": vhash[vi], "state": state_hash, "job": job_hash[shape],
-                    "occupancy": float(occ), "failed": float(fail),
+                    "cluster": vhash[vi],
+                    "state": state_hash,
+                    "job": job_hash[shape],
+                    "occupancy": float(occ),
+                    "failed": float(fail),
                     # a mode cannot matter without occupancy, a seed without occupancy or failures
-                    "mode": mode if occ > 0 else "", "seed": seed if occ > 0 or fail > 0 else 0,
-                    "strategy": strat, "time_limit_s": None if tl is None else float(tl),
+                    "mode": mode if occ > 0 else "",
+                    "seed": seed if occ > 0 or fail > 0 else 0,
+                    "strategy": strat,
+                    "time_limit_s": None if tl is None else float(tl),
                     "solver": solver_doc if strat == "cpsat" else None,
                 }
-                points.append(Point(digest(key_doc)[:16], vi, float(occ), str(mode), int(seed), float(fail), shape,
-                                    str(strat), None if tl is None else float(tl)))
-    labels = tuple(DIMENSIONS) if structured else tuple(sorted({g.label for g in base_job.groups} | {e.label for e in base_job.edges}))
+                points.append(
+                    Point(
+                        digest(key_doc)[:16],
+                        vi,
+                        float(occ),
+                        str(mode),
+                        int(seed),
+                        float(fail),
+                        shape,
+                        str(strat),
+                        None if tl is None else float(tl),
+                    )
+                )
+    labels = (
+        tuple(DIMENSIONS)
+        if structured
+        else tuple(sorted({g.label for g in base_job.groups} | {e.label for e in base_job.edges}))
+    )
     tiers = tuple(dict.fromkeys(t for topo in vtopos for t in tier_names(topo)))
     return Sweep(
-        name=name, source=source, cluster_doc=cluster_doc, cluster_dir=str(cluster_dir), job_doc=job_doc,
-        job_name=base_job.name, state_doc=state_doc, gpus=gpus, variants=tuple(variants), variant_docs=tuple(vdocs),
-        variant_info=tuple(vinfo), points=tuple(points), labels=labels, tiers=tiers, level_names=tuple(level_names),
-        solver_workers=int(s_workers), solver_seed=int(s_seed), relative_gap=float(s_gap), solver_deterministic=s_det,
-        strategies=tuple(str(x) for x in strategies), baselines=tuple(x for x in known if x != "cpsat"),
+        name=name,
+        source=source,
+        cluster_doc=cluster_doc,
+        cluster_dir=str(cluster_dir),
+        job_doc=job_doc,
+        job_name=base_job.name,
+        state_doc=state_doc,
+        gpus=gpus,
+        variants=tuple(variants),
+        variant_docs=tuple(vdocs),
+        variant_info=tuple(vinfo),
+        points=tuple(points),
+        labels=labels,
+        tiers=tiers,
+        level_names=tuple(level_names),
+        solver_workers=int(s_workers),
+        solver_seed=int(s_seed),
+        relative_gap=float(s_gap),
+        solver_deterministic=s_det,
+        strategies=tuple(str(x) for x in strategies),
+        baselines=tuple(x for x in known if x != "cpsat"),
         keep_global_batch=keep_batch,
     )

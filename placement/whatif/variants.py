@@ -28,14 +28,23 @@ class Variant:
 
     @property
     def label(self) -> str:
-        parts = [f"{k}={v}" for k, v in (("gpus_per_node", self.gpus_per_node), ("nodes", self.nodes),
-                                         ("nodes_per_leaf", self.nodes_per_leaf)) if v is not None]
+        parts = [
+            f"{k}={v}"
+            for k, v in (
+                ("gpus_per_node", self.gpus_per_node),
+                ("nodes", self.nodes),
+                ("nodes_per_leaf", self.nodes_per_leaf),
+            )
+            if v is not None
+        ]
         for lvl, bw, lat in self.tiers:
             parts.append(f"{lvl}={'' if bw is None else f'{bw:g}'}/{'' if lat is None else f'{lat:g}'}")
         return ", ".join(parts) or "base"
 
 
-def apply_variant(doc: Mapping[str, Any], v: Variant, level_names: Sequence[str], ps: Problems) -> dict[str, Any]:
+def apply_variant(
+    doc: Mapping[str, Any], v: Variant, level_names: Sequence[str], ps: Problems
+) -> dict[str, Any]:
     """The cluster document with the variant's overrides (problems name the axis that cannot apply)."""
     d: dict[str, Any] = copy.deepcopy(dict(doc))
     for lvl, bw, lat in v.tiers:
@@ -53,7 +62,10 @@ def apply_variant(doc: Mapping[str, Any], v: Variant, level_names: Sequence[str]
             if not isinstance(nt, dict):
                 continue
             if nt.get("matrix") is not None or nt.get("nvidia_smi") is not None:
-                ps.add("axes.gpus_per_node", f"node type {nt.get('name')!r} has an intra-node matrix for its own device count; it cannot be resized")
+                ps.add(
+                    "axes.gpus_per_node",
+                    f"node type {nt.get('name')!r} has an intra-node matrix for its own device count; it cannot be resized",
+                )
                 continue
             nt["devices"] = n
             if nt.get("rails") is not None:
@@ -64,7 +76,10 @@ def apply_variant(doc: Mapping[str, Any], v: Variant, level_names: Sequence[str]
     if v.nodes is not None or v.nodes_per_leaf is not None:
         axis = "axes.nodes" if v.nodes is not None else "axes.nodes_per_leaf"
         if len(gen_list) != 1 or not isinstance(gen_list[0], dict) or d.get("hosts"):
-            ps.add(axis, "needs a cluster made by exactly one `generate` entry (hosts listed one by one are not resized)")
+            ps.add(
+                axis,
+                "needs a cluster made by exactly one `generate` entry (hosts listed one by one are not resized)",
+            )
             return d
         g = gen_list[0]
         fan = dict(g.get("fanout") or {})

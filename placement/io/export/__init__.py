@@ -61,8 +61,14 @@ def _check(fmt: str) -> None:
         raise ValueError(f"unknown format {fmt!r}; formats: {', '.join(FORMATS)}")
 
 
-def export(fmt: str, seats: Sequence[tuple[str, int] | Seat], *, document: dict[str, Any] | None = None,
-           topology: Topology | None = None, options: ExportOptions | None = None) -> str:
+def export(
+    fmt: str,
+    seats: Sequence[tuple[str, int] | Seat],
+    *,
+    document: dict[str, Any] | None = None,
+    topology: Topology | None = None,
+    options: ExportOptions | None = None,
+) -> str:
     """Render one format as text (multi-file formats: every file, each after a ``# ==> NAME <==`` line).
 
     `seats` are (host, GPU index) per rank or `Seat`s; the document's mapping entries and the `topology` add the
@@ -71,14 +77,29 @@ def export(fmt: str, seats: Sequence[tuple[str, int] | Seat], *, document: dict[
     _check(fmt)
     opts = options or ExportOptions(job=str((result_body(document) or {}).get("job", "job")))
     if fmt == "json":
-        return json.dumps(document if document is not None else [f"{s[0]}/gpu{s[1]}" if isinstance(s, tuple) else s.device for s in seats], indent=2) + "\n"
+        return (
+            json.dumps(
+                document
+                if document is not None
+                else [f"{s[0]}/gpu{s[1]}" if isinstance(s, tuple) else s.device for s in seats],
+                indent=2,
+            )
+            + "\n"
+        )
     if fmt == "yaml":
-        return yaml.safe_dump(document if document is not None else [f"{s[0]}/gpu{s[1]}" if isinstance(s, tuple) else s.device for s in seats], sort_keys=False)
+        return yaml.safe_dump(
+            document
+            if document is not None
+            else [f"{s[0]}/gpu{s[1]}" if isinstance(s, tuple) else s.device for s in seats],
+            sort_keys=False,
+        )
     ss = _seats(seats, document, topology)
     if not ss:
         raise ValueError("the placement has no ranks")
     if fmt in MULTI_FILE:
-        return "".join(f"# ==> {name} <==\n{text}" for name, text in export_files(fmt, ss, options=opts).items())
+        return "".join(
+            f"# ==> {name} <==\n{text}" for name, text in export_files(fmt, ss, options=opts).items()
+        )
     if fmt == "rankfile":
         from placement.io.export.rankfile import rankfile
 
@@ -100,8 +121,14 @@ def export(fmt: str, seats: Sequence[tuple[str, int] | Seat], *, document: dict[
     return k8s_manifests(ss, opts, topology)
 
 
-def export_files(fmt: str, seats: Sequence[tuple[str, int] | Seat], *, document: dict[str, Any] | None = None,
-                 topology: Topology | None = None, options: ExportOptions | None = None) -> dict[str, str]:
+def export_files(
+    fmt: str,
+    seats: Sequence[tuple[str, int] | Seat],
+    *,
+    document: dict[str, Any] | None = None,
+    topology: Topology | None = None,
+    options: ExportOptions | None = None,
+) -> dict[str, str]:
     """File name -> text for the formats written as a directory (`MULTI_FILE`)."""
     _check(fmt)
     opts = options or ExportOptions(job=str((result_body(document) or {}).get("job", "job")))

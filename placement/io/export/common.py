@@ -13,7 +13,17 @@ from placement.errors import InputError, Problem
 from placement.io.affinity import cpu_list
 from placement.io.export.document import Seat
 
-__all__ = ["ExportOptions", "bind_command", "by_host", "device_env", "is_amd", "plural", "ranges", "refuse", "shell_join"]
+__all__ = [
+    "ExportOptions",
+    "bind_command",
+    "by_host",
+    "device_env",
+    "is_amd",
+    "plural",
+    "ranges",
+    "refuse",
+    "shell_join",
+]
 
 _AMD_RE = re.compile(r"(?:AMD|MI\d|GFX\d|INSTINCT|RADEON)", re.IGNORECASE)
 

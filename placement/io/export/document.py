@@ -12,8 +12,15 @@ from placement.cost import CostReport
 from placement.errors import InputError, Problem
 from placement.topology import Topology
 
-__all__ = ["Seat", "baseline_costs", "is_legacy_result", "launch_seats", "result_body", "result_document",
-           "seats_from_document"]
+__all__ = [
+    "Seat",
+    "baseline_costs",
+    "is_legacy_result",
+    "launch_seats",
+    "result_body",
+    "result_document",
+    "seats_from_document",
+]
 
 
 @dataclass(frozen=True)
@@ -50,8 +57,9 @@ def _rank(v: Any) -> int | None:
     return r if r >= 0 and (not isinstance(v, float) or v == r) else None
 
 
-def baseline_costs(report: CostReport, baselines: Mapping[str, float | None],
-                   reports: Mapping[str, CostReport] | None = None) -> dict[str, dict[str, float | None]]:
+def baseline_costs(
+    report: CostReport, baselines: Mapping[str, float | None], reports: Mapping[str, CostReport] | None = None
+) -> dict[str, dict[str, float | None]]:
     """Each baseline's modeled step and exposed communication seconds, next to the answer's `report`.
 
     `baselines` is what the solver reports per baseline and candidate (`PlacementResult.baselines`): the exposed
@@ -71,8 +79,9 @@ def baseline_costs(report: CostReport, baselines: Mapping[str, float | None],
     return out
 
 
-def result_document(topology: Topology, job_name: str, mapping: Sequence[int], report: CostReport | None = None,
-                    **extra: Any) -> dict[str, Any]:
+def result_document(
+    topology: Topology, job_name: str, mapping: Sequence[int], report: CostReport | None = None, **extra: Any
+) -> dict[str, Any]:
     """The canonical result: who runs where, what it costs, and anything else the caller adds (status...).
 
     With a `report`, ``cost`` holds `CostReport.to_dict` (step, exposed and total communication, compute, MFU,
@@ -93,8 +102,13 @@ def result_document(topology: Topology, job_name: str, mapping: Sequence[int], r
 
 def _entry(topology: Topology, rank: int, d: int) -> dict[str, Any]:
     dev = topology.devices[d]
-    out: dict[str, Any] = {"rank": rank, "device": dev.id, "host": dev.host, "local_index": dev.local_index,
-                           "kind": dev.kind}
+    out: dict[str, Any] = {
+        "rank": rank,
+        "device": dev.id,
+        "host": dev.host,
+        "local_index": dev.local_index,
+        "kind": dev.kind,
+    }
     cpus, numa = device_affinity(topology, d)
     if cpus is not None:
         out["cpus"] = cpus
@@ -141,7 +155,9 @@ def seats_from_document(doc: Any, source: str = "<mapping>") -> list[tuple[str, 
             if isinstance(it, dict):
                 rank = _rank(it.get("rank", i))
                 if rank is None:
-                    problems.append(Problem(f"mapping[{i}].rank", f"must be a rank number, got {it.get('rank')!r}"))
+                    problems.append(
+                        Problem(f"mapping[{i}].rank", f"must be a rank number, got {it.get('rank')!r}")
+                    )
                     continue
                 pairs.append((rank, str(it.get("device")), f"mapping[{i}].device"))
             else:
@@ -167,7 +183,9 @@ def seats_from_document(doc: Any, source: str = "<mapping>") -> list[tuple[str, 
             problems.append(Problem(path, f"{dev!r} is not a device id of the form host/gpuK"))
             continue
         if seats[r] in holder:
-            problems.append(Problem(path, f"{dev} holds ranks {holder[seats[r]]} and {r}; one rank per device"))
+            problems.append(
+                Problem(path, f"{dev} holds ranks {holder[seats[r]]} and {r}; one rank per device")
+            )
         holder.setdefault(seats[r], r)
     n = len(pairs)
     missing = [r for r in range(n) if r not in seats]
@@ -178,7 +196,9 @@ def seats_from_document(doc: Any, source: str = "<mapping>") -> list[tuple[str, 
     return [seats[r] for r in range(n)]
 
 
-def launch_seats(seats: Sequence[tuple[str, int]], document: Any = None, topology: Topology | None = None) -> list[Seat]:
+def launch_seats(
+    seats: Sequence[tuple[str, int]], document: Any = None, topology: Topology | None = None
+) -> list[Seat]:
     """Each rank's `Seat`: kind, CPUs and NUMA node from the document's mapping entries (what `result_document`
     wrote), else from `topology` when the host is in it; unknown stays None."""
     entries: dict[int, Mapping[str, Any]] = {}

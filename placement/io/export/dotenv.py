@@ -16,8 +16,13 @@ _PLAIN = re.compile(r"[A-Za-z0-9_.:/,@%+-]*")
 
 def rank_env(seat: Seat, seats: Sequence[Seat], opts: ExportOptions) -> dict[str, str]:
     """The variables of one rank. Only its GPU is visible, so LOCAL_RANK is 0 (device 0 is the right one)."""
-    env = {"MASTER_ADDR": seats[0].host, "MASTER_PORT": str(opts.master_port), "WORLD_SIZE": str(len(seats)),
-           "RANK": str(seat.rank), "LOCAL_RANK": "0"}
+    env = {
+        "MASTER_ADDR": seats[0].host,
+        "MASTER_PORT": str(opts.master_port),
+        "WORLD_SIZE": str(len(seats)),
+        "RANK": str(seat.rank),
+        "LOCAL_RANK": "0",
+    }
     env.update(device_env(seat.kind, str(seat.index)))
     return env
 

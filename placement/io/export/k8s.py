@@ -18,7 +18,9 @@ __all__ = ["HOSTNAME_LABEL", "k8s_manifests", "kueue_topology"]
 
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 # a qualified label key: optional DNS-subdomain prefix and "/", then a name of <= 63 characters
-_LABEL_KEY_RE = re.compile(r"([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9]")
+_LABEL_KEY_RE = re.compile(
+    r"([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9]"
+)
 
 
 def _slug(name: str, limit: int = 40) -> str:
@@ -39,22 +41,35 @@ def kueue_topology(topology: Topology, opts: ExportOptions) -> dict[str, Any]:
             raise refuse("k8s", f"level {lv.name!r}: {key!r} is not a node-label key", "--label")
         keys.append(key)
     if missing:
-        raise refuse("k8s", f"levels {missing} need the node-label key that holds them on each node: give "
-                     + " ".join(f"--label {m}=KEY" for m in missing) + " (e.g. cloud.provider.com/topology-rack)", "--label")
+        raise refuse(
+            "k8s",
+            f"levels {missing} need the node-label key that holds them on each node: give "
+            + " ".join(f"--label {m}=KEY" for m in missing)
+            + " (e.g. cloud.provider.com/topology-rack)",
+            "--label",
+        )
     if len(set(keys)) != len(keys):
         raise refuse("k8s", f"two levels map to the same node label: {keys}", "--label")
     if len(keys) > 8:
         raise refuse("k8s", f"Kueue allows at most 8 topology levels, the cluster has {len(keys)}", "--label")
-    return {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "Topology",
-            "metadata": {"name": _slug(topology.name, 63)},
-            "spec": {"levels": [{"nodeLabel": k} for k in reversed(keys)]}}
+    return {
+        "apiVersion": "kueue.x-k8s.io/v1beta1",
+        "kind": "Topology",
+        "metadata": {"name": _slug(topology.name, 63)},
+        "spec": {"levels": [{"nodeLabel": k} for k in reversed(keys)]},
+    }
 
 
 def _pod(seat: Seat, seats: Sequence[Seat], opts: ExportOptions, job: str) -> dict[str, Any]:
     name = f"{job}-rank-{seat.rank}"
-    env = [{"name": "MASTER_ADDR", "value": f"{job}-rank-0.{job}"}, {"name": "MASTER_PORT", "value": str(opts.master_port)},
-           {"name": "WORLD_SIZE", "value": str(len(seats))}, {"name": "RANK", "value": str(seat.rank)},
-           {"name": "LOCAL_RANK", "value": "0"}, {"name": "PLACEMENT_DEVICE", "value": seat.device}]
+    env = [
+        {"name": "MASTER_ADDR", "value": f"{job}-rank-0.{job}"},
+        {"name": "MASTER_PORT", "value": str(opts.master_port)},
+        {"name": "WORLD_SIZE", "value": str(len(seats))},
+        {"name": "RANK", "value": str(seat.rank)},
+        {"name": "LOCAL_RANK", "value": "0"},
+        {"name": "PLACEMENT_DEVICE", "value": seat.device},
+    ]
     resource = opts.gpu_resource or ("amd.com/gpu" if is_amd(seat.kind) else "nvidia.com/gpu")
     container: dict[str, Any] = {"name": "rank", "image": opts.image}
     if opts.command:
@@ -63,11 +78,22 @@ def _pod(seat: Seat, seats: Sequence[Seat], opts: ExportOptions, job: str) -> di
     container["resources"] = {"limits": {resource: 1}}
     if seat.rank == 0:
         container["ports"] = [{"name": "rendezvous", "containerPort": opts.master_port}]
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "labels": {"placement/job": job, "placement/rank": str(seat.rank)},
-                         "annotations": {"placement/device": seat.device}},
-            "spec": {"restartPolicy": "Never", "hostname": name, "subdomain": job,
-                     "nodeSelector": {HOSTNAME_LABEL: seat.host}, "containers": [container]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "labels": {"placement/job": job, "placement/rank": str(seat.rank)},
+            "annotations": {"placement/device": seat.device},
+        },
+        "spec": {
+            "restartPolicy": "Never",
+            "hostname": name,
+            "subdomain": job,
+            "nodeSelector": {HOSTNAME_LABEL: seat.host},
+            "containers": [container],
+        },
+    }
 
 
 def k8s_manifests(seats: Sequence[Seat], opts: ExportOptions, topology: Topology | None) -> str:
@@ -82,13 +108,29 @@ def k8s_manifests(seats: Sequence[Seat], opts: ExportOptions, topology: Topology
     docs: list[dict[str, Any]] = []
     if topology is not None:
         docs.append(kueue_topology(topology, opts))
-    docs.append({"apiVersion": "v1", "kind": "Service",
-                 "metadata": {"name": job, "labels": {"placement/job": job}},
-                 "spec": {"clusterIP": "None", "publishNotReadyAddresses": True, "selector": {"placement/job": job},
-                          "ports": [{"name": "rendezvous", "port": opts.master_port}]}})
+    docs.append(
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": job, "labels": {"placement/job": job}},
+            "spec": {
+                "clusterIP": "None",
+                "publishNotReadyAddresses": True,
+                "selector": {"placement/job": job},
+                "ports": [{"name": "rendezvous", "port": opts.master_port}],
+            },
+        }
+    )
     docs += [_pod(s, seats, opts, job) for s in seats]
-    head = (f"# Kubernetes manifests of job {opts.job}: {len(seats)} rank Pods pinned with {HOSTNAME_LABEL}, a headless\n"
-            "# Service for MASTER_ADDR" + (", and the Kueue Topology (levels = node-label keys)" if topology is not None
-                                           else " (pass --cluster for the Kueue Topology)") + ".\n"
-            "# The device plugin picks which GPU of the node a Pod gets; the planned one is annotated placement/device.\n")
+    head = (
+        f"# Kubernetes manifests of job {opts.job}: {len(seats)} rank Pods pinned with {HOSTNAME_LABEL}, a headless\n"
+        "# Service for MASTER_ADDR"
+        + (
+            ", and the Kueue Topology (levels = node-label keys)"
+            if topology is not None
+            else " (pass --cluster for the Kueue Topology)"
+        )
+        + ".\n"
+        "# The device plugin picks which GPU of the node a Pod gets; the planned one is annotated placement/device.\n"
+    )
     return head + yaml.safe_dump_all(docs, sort_keys=False)

@@ -20,16 +20,33 @@ def rankfile(seats: Sequence[Seat], opts: ExportOptions) -> str:
     unknown = [s for s in seats if s.cpus is None]
     if unknown:
         devs = sorted({s.device for s in unknown})
-        raise refuse("rankfile", f"the CPU affinity of {', '.join(devs[:4])}{' ...' if len(devs) > 4 else ''} "
-                     f"(ranks {', '.join(str(s.rank) for s in unknown[:8])}{' ...' if len(unknown) > 8 else ''}) is "
-                     "unknown, and a rankfile slot is a CPU, not a GPU. Give the node type cpu_affinity (import it with "
-                     "--node-topo from `nvidia-smi topo -m`) and pass --cluster, or launch with --format slurm / torchrun")
+        raise refuse(
+            "rankfile",
+            f"the CPU affinity of {', '.join(devs[:4])}{' ...' if len(devs) > 4 else ''} "
+            f"(ranks {', '.join(str(s.rank) for s in unknown[:8])}{' ...' if len(unknown) > 8 else ''}) is "
+            "unknown, and a rankfile slot is a CPU, not a GPU. Give the node type cpu_affinity (import it with "
+            "--node-topo from `nvidia-smi topo -m`) and pass --cluster, or launch with --format slurm / torchrun",
+        )
     hosts = by_host(seats)
-    cmd = shell_join(["mpirun", "--mca", "rmaps_rank_file_physical", "1", "--rankfile", "RANKFILE",
-                      *bind_command(opts)]) + " CMD..."
-    lines = [f"# OpenMPI rankfile: job {opts.job}, {plural(len(seats), 'rank')} on {plural(len(hosts), 'host')}; slot = the CPUs close to the",
-             "# rank's GPU (OS CPU ids); `placement bind` sets the GPU. Run:",
-             f"#   {cmd}"]
+    cmd = (
+        shell_join(
+            [
+                "mpirun",
+                "--mca",
+                "rmaps_rank_file_physical",
+                "1",
+                "--rankfile",
+                "RANKFILE",
+                *bind_command(opts),
+            ]
+        )
+        + " CMD..."
+    )
+    lines = [
+        f"# OpenMPI rankfile: job {opts.job}, {plural(len(seats), 'rank')} on {plural(len(hosts), 'host')}; slot = the CPUs close to the",
+        "# rank's GPU (OS CPU ids); `placement bind` sets the GPU. Run:",
+        f"#   {cmd}",
+    ]
     lines += [f"rank {s.rank}={s.host} slot={s.cpus}" for s in seats]
     return "\n".join(lines) + "\n"
 

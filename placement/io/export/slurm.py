@@ -22,8 +22,15 @@ def srun_argv(seats: Sequence[Seat], opts: ExportOptions) -> list[str]:
     --distribution=arbitrary srun takes the nodes from SLURM_HOSTFILE, and a node list shorter than the task count
     makes Slurm 22.05 refuse the step ("You asked for N tasks but hostlist specified M nodes")."""
     hosts = by_host(seats)
-    return ["srun", f"--ntasks={len(seats)}", f"--nodes={len(hosts)}", "--distribution=arbitrary",
-            f"--gpus-per-node={_gpus_per_node(seats, opts)}", "--gpu-bind=none", *bind_command(opts)]
+    return [
+        "srun",
+        f"--ntasks={len(seats)}",
+        f"--nodes={len(hosts)}",
+        "--distribution=arbitrary",
+        f"--gpus-per-node={_gpus_per_node(seats, opts)}",
+        "--gpu-bind=none",
+        *bind_command(opts),
+    ]
 
 
 def slurm_script(seats: Sequence[Seat], opts: ExportOptions) -> str:
@@ -46,15 +53,23 @@ def slurm_script(seats: Sequence[Seat], opts: ExportOptions) -> str:
         "# Usage: sbatch THIS_SCRIPT CMD [ARGS...]   (or: bash THIS_SCRIPT CMD [ARGS...] inside salloc)",
     ]
     for h, ss in hosts.items():
-        lines.append(f"#   {h}: ranks {ranges([s.rank for s in ss])}, GPUs {','.join(str(s.index) for s in ss)}")
+        lines.append(
+            f"#   {h}: ranks {ranges([s.rank for s in ss])}, GPUs {','.join(str(s.index) for s in ss)}"
+        )
     counts = sorted({len(v) for v in hosts.values()})
     if len(counts) > 1 or opts.gpus_per_node:
-        lines.append(f"# --gpus-per-node={gpn} on every node (Slurm takes one count for all nodes of a step).")
+        lines.append(
+            f"# --gpus-per-node={gpn} on every node (Slurm takes one count for all nodes of a step)."
+        )
     if len(counts) > 1:
-        lines.append(f"# The nodes hold {counts[0]} to {counts[-1]} ranks: a node with fewer than {gpn} free GPUs keeps the job pending.")
-    lines += ["# Slurm picks WHICH GPUs (lowest free index first); `placement bind` refuses a task whose planned GPU",
-              "# is not among them. To be sure the allocation covers the plan, ask for every free GPU of these",
-              "# nodes: placement export ... --format slurm --gpus-per-node N."]
+        lines.append(
+            f"# The nodes hold {counts[0]} to {counts[-1]} ranks: a node with fewer than {gpn} free GPUs keeps the job pending."
+        )
+    lines += [
+        "# Slurm picks WHICH GPUs (lowest free index first); `placement bind` refuses a task whose planned GPU",
+        "# is not among them. To be sure the allocation covers the plan, ask for every free GPU of these",
+        "# nodes: placement export ... --format slurm --gpus-per-node N.",
+    ]
     lines += [
         f"#SBATCH --job-name={name}",
         f"#SBATCH --nodes={len(hosts)}",
@@ -63,8 +78,14 @@ def slurm_script(seats: Sequence[Seat], opts: ExportOptions) -> str:
         f"#SBATCH --gpus-per-node={gpn}",
         "set -euo pipefail",
         'if [ "$#" -eq 0 ]; then echo "usage: sbatch $0 CMD [ARGS...]" >&2; exit 2; fi',
-        *([] if opts.placement_path else [': "${PLACEMENT_FILE:?set PLACEMENT_FILE to the placement result (placement place --out)}"',
-                                         "export PLACEMENT_FILE"]),
+        *(
+            []
+            if opts.placement_path
+            else [
+                ': "${PLACEMENT_FILE:?set PLACEMENT_FILE to the placement result (placement place --out)}"',
+                "export PLACEMENT_FILE",
+            ]
+        ),
         'hostfile="$(mktemp "${TMPDIR:-/tmp}/placement-hosts.XXXXXX")"',
         "trap 'rm -f \"$hostfile\"' EXIT",
         "cat > \"$hostfile\" <<'PLACEMENT_HOSTS'",

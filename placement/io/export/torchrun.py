@@ -23,9 +23,21 @@ def torchrun_argvs(seats: Sequence[Seat], opts: ExportOptions) -> list[tuple[str
     master = seats[0].host
     out = []
     for k, (host, _, n) in enumerate(blocks):
-        out.append((host, ["torchrun", f"--nnodes={len(blocks)}", f"--node-rank={k}", f"--nproc-per-node={n}",
-                           f"--master-addr={master}", f"--master-port={opts.master_port}", "--no-python",
-                           *bind_command(opts)]))
+        out.append(
+            (
+                host,
+                [
+                    "torchrun",
+                    f"--nnodes={len(blocks)}",
+                    f"--node-rank={k}",
+                    f"--nproc-per-node={n}",
+                    f"--master-addr={master}",
+                    f"--master-port={opts.master_port}",
+                    "--no-python",
+                    *bind_command(opts),
+                ],
+            )
+        )
     return out
 
 
@@ -45,12 +57,20 @@ def torchrun_script(seats: Sequence[Seat], opts: ExportOptions) -> str:
         by.setdefault(s.host, []).append(s)
     for k, h in enumerate(hosts):
         ss = by[h]
-        lines.append(f"#   {h}: node rank {k}, ranks {ss[0].rank}-{ss[-1].rank}, GPUs {','.join(str(s.index) for s in ss)}")
+        lines.append(
+            f"#   {h}: node rank {k}, ranks {ss[0].rank}-{ss[-1].rank}, GPUs {','.join(str(s.index) for s in ss)}"
+        )
     lines += [
         "set -eu",
         '[ "$#" -gt 0 ] || { echo "usage: sh $0 CMD [ARGS...]" >&2; exit 2; }',
-        *([] if opts.placement_path else [': "${PLACEMENT_FILE:?set PLACEMENT_FILE to the placement result (placement place --out)}"',
-                                         "export PLACEMENT_FILE"]),
+        *(
+            []
+            if opts.placement_path
+            else [
+                ': "${PLACEMENT_FILE:?set PLACEMENT_FILE to the placement result (placement place --out)}"',
+                "export PLACEMENT_FILE",
+            ]
+        ),
         'host="${PLACEMENT_HOST:-$(hostname -s)}"',
         'case "$host" in',
     ]

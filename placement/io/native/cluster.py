@@ -30,11 +30,15 @@ __all__ = ["cluster_from_dict", "load_cluster"]
 
 _KNOWN_CODES = re.compile(r"^(X|NV\d+|PIX|PXB|PHB|NODE|SYS|SOC)$")
 
+
 def _tier(r: _Reader, d: Mapping[str, Any], path: str, allowed_extra: Sequence[str] = ()) -> Tier:
     bw = r.num(d, "bandwidth_gbps", path, minimum=0, exclusive=True, required=True)
     lat = r.num(d, "latency_us", path, minimum=0, default=0.0)
     if bw is not None and not MIN_BANDWIDTH_GBPS <= bw <= MAX_BANDWIDTH_GBPS:
-        r.ps.add(f"{path}.bandwidth_gbps", f"{bw:g} is outside [{MIN_BANDWIDTH_GBPS:g}, {MAX_BANDWIDTH_GBPS:g}] GB/s")
+        r.ps.add(
+            f"{path}.bandwidth_gbps",
+            f"{bw:g} is outside [{MIN_BANDWIDTH_GBPS:g}, {MAX_BANDWIDTH_GBPS:g}] GB/s",
+        )
         bw = None
     if lat is not None and lat > MAX_LATENCY_US:
         r.ps.add(f"{path}.latency_us", f"{lat:g} is above {MAX_LATENCY_US:g} us")
@@ -60,14 +64,33 @@ def _matrix(r: _Reader, rows: Any, path: str, base_dir: Path | None) -> tuple[tu
             if ok is None:
                 ok = known[c] = bool(_KNOWN_CODES.match(c))
             if not ok:
-                r.ps.add(f"{path}[{i}][{j}]", f"unknown link code {short(c)}; known: X, NV#, PIX, PXB, PHB, NODE, SYS, SOC")
+                r.ps.add(
+                    f"{path}[{i}][{j}]",
+                    f"unknown link code {short(c)}; known: X, NV#, PIX, PXB, PHB, NODE, SYS, SOC",
+                )
         out.append(tuple(str(c) for c in cells))
     return tuple(out) if out else None
 
 
 def _node_type(r: _Reader, d: Mapping[str, Any], path: str, name: str, base_dir: Path | None) -> NodeType:
-    r.keys(d, ["name", "devices", "kind", "matrix", "rails", "nvidia_smi", "nvidia_smi_table", "nics", "nic_gbps",
-               "mesh_link_gbps", "cpu_affinity", "numa_affinity"], path)
+    r.keys(
+        d,
+        [
+            "name",
+            "devices",
+            "kind",
+            "matrix",
+            "rails",
+            "nvidia_smi",
+            "nvidia_smi_table",
+            "nics",
+            "nic_gbps",
+            "mesh_link_gbps",
+            "cpu_affinity",
+            "numa_affinity",
+        ],
+        path,
+    )
     matrix = _matrix(r, d.get("matrix"), f"{path}.matrix", base_dir)
     rails_raw = d.get("rails")
     rails: tuple[int | None, ...] | None = None
@@ -98,7 +121,9 @@ def _node_type(r: _Reader, d: Mapping[str, Any], path: str, name: str, base_dir:
     if n is None:
         if matrix is not None:
             n = len(matrix)
-        elif "devices" not in d and d.get("nvidia_smi") is None:  # an unreadable nvidia_smi file is reported above
+        elif (
+            "devices" not in d and d.get("nvidia_smi") is None
+        ):  # an unreadable nvidia_smi file is reported above
             r.ps.add(f"{path}.devices", "is required (or give a matrix or an nvidia_smi file)")
             n = 1
         else:
@@ -137,8 +162,13 @@ def _device_kinds(r: _Reader, v: Any) -> dict[str, DeviceKind]:
     return out
 
 
-def _host_budget(r: _Reader, gens: Sequence[Any], hosts: Sequence[Any], node_types: Mapping[str, NodeType],
-                 single: str | None) -> None:
+def _host_budget(
+    r: _Reader,
+    gens: Sequence[Any],
+    hosts: Sequence[Any],
+    node_types: Mapping[str, NodeType],
+    single: str | None,
+) -> None:
     """LimitError before any host is built: hosts, devices and matrix cells of every generate entry and host."""
     lim = current_limits()
     n_hosts, n_devices, cells = len(hosts), 0, 0
@@ -174,13 +204,29 @@ def _host_budget(r: _Reader, gens: Sequence[Any], hosts: Sequence[Any], node_typ
     lim.check("max_matrix_cells", cells, "the cluster's intra-node matrix cells")
 
 
-def cluster_from_dict(doc: Any, source: str = "<cluster>", base_dir: Path | None = None) -> tuple[Topology, ClusterState | None]:
+def cluster_from_dict(
+    doc: Any, source: str = "<cluster>", base_dir: Path | None = None
+) -> tuple[Topology, ClusterState | None]:
     """Build a Topology (and the static fault domains, as a state, if the file lists any)."""
     ps = Problems(source)
     r = _Reader(ps)
     d = r.obj(doc, "")
-    r.keys(d, ["name", "levels", "intra_node_tiers", "rail_policy", "node_types", "generate", "hosts", "fault_domains",
-               "device_kinds", "description"], "")
+    r.keys(
+        d,
+        [
+            "name",
+            "levels",
+            "intra_node_tiers",
+            "rail_policy",
+            "node_types",
+            "generate",
+            "hosts",
+            "fault_domains",
+            "device_kinds",
+            "description",
+        ],
+        "",
+    )
     ps.raise_if_any()
     name = r.str_(d, "name", "", default=Path(source).stem) or "cluster"
     levels: list[Level] = []
@@ -188,14 +234,21 @@ def cluster_from_dict(doc: Any, source: str = "<cluster>", base_dir: Path | None
         lvd = r.obj(lv, f"levels[{i}]")
         r.keys(lvd, ["name", "bandwidth_gbps", "latency_us", "oversubscription"], f"levels[{i}]")
         lname = r.str_(lvd, "name", f"levels[{i}]", required=True) or f"level{i}"
-        over = r.num(lvd, "oversubscription", f"levels[{i}]", minimum=0, exclusive=True, default=1.0, maximum=1e3)
+        over = r.num(
+            lvd, "oversubscription", f"levels[{i}]", minimum=0, exclusive=True, default=1.0, maximum=1e3
+        )
         levels.append(Level(lname, _tier(r, lvd, f"levels[{i}]"), over if over is not None else 1.0))
     if "levels" not in d:
-        ps.add("levels", "is required: the domain levels bottom up, e.g. [{name: node, ...}, {name: leaf, ...}]")
+        ps.add(
+            "levels", "is required: the domain levels bottom up, e.g. [{name: node, ...}, {name: leaf, ...}]"
+        )
     tiers: dict[str, Tier] = {}
     for code, td in r.obj(d.get("intra_node_tiers"), "intra_node_tiers").items():
         if code not in DEFAULT_INTRA_NODE_TIERS and code != "SOC":
-            ps.add(f"intra_node_tiers.{code}", f"unknown code; known: {sorted(DEFAULT_INTRA_NODE_TIERS)} (NV is per link)")
+            ps.add(
+                f"intra_node_tiers.{code}",
+                f"unknown code; known: {sorted(DEFAULT_INTRA_NODE_TIERS)} (NV is per link)",
+            )
             continue
         tiers[code] = _tier(r, r.obj(td, f"intra_node_tiers.{code}"), f"intra_node_tiers.{code}")
     rail_policy = None
@@ -203,9 +256,10 @@ def cluster_from_dict(doc: Any, source: str = "<cluster>", base_dir: Path | None
         rp = r.obj(d["rail_policy"], "rail_policy")
         r.keys(rp, ["extra_latency_us", "bandwidth_factor"], "rail_policy")
         rail_policy = RailPolicy(
-            r.num(rp, "extra_latency_us", "rail_policy", default=2.0, minimum=0, maximum=MAX_LATENCY_US) or 0.0,
-            r.num(rp, "bandwidth_factor", "rail_policy", default=1.0, minimum=1 / MAX_SLOWDOWN,
-                  maximum=1.0) or 1.0,
+            r.num(rp, "extra_latency_us", "rail_policy", default=2.0, minimum=0, maximum=MAX_LATENCY_US)
+            or 0.0,
+            r.num(rp, "bandwidth_factor", "rail_policy", default=1.0, minimum=1 / MAX_SLOWDOWN, maximum=1.0)
+            or 1.0,
         )
     kinds = _device_kinds(r, d.get("device_kinds"))
     node_types: dict[str, NodeType] = {}
@@ -221,7 +275,9 @@ def cluster_from_dict(doc: Any, source: str = "<cluster>", base_dir: Path | None
         tname = hd.get("node_type")
         if tname is not None:
             if not isinstance(tname, str | int) or str(tname) not in node_types:
-                ps.add(f"{path}.node_type", f"unknown node type {short(tname)}; defined: {sorted(node_types)}")
+                ps.add(
+                    f"{path}.node_type", f"unknown node type {short(tname)}; defined: {sorted(node_types)}"
+                )
                 return NodeType("?", 1)
             return node_types[str(tname)]
         n = r.int_(hd, "devices", path, minimum=1, default=None, maximum=current_limits().max_devices)
@@ -234,7 +290,13 @@ def cluster_from_dict(doc: Any, source: str = "<cluster>", base_dir: Path | None
     hosts: list[HostSpec] = []
     gens = d.get("generate")
     gen_list = [gens] if isinstance(gens, dict) else r.lst(gens, "generate")
-    _host_budget(r, gen_list, r.lst(d.get("hosts"), "hosts"), node_types, "generate" if isinstance(gens, dict) else None)
+    _host_budget(
+        r,
+        gen_list,
+        r.lst(d.get("hosts"), "hosts"),
+        node_types,
+        "generate" if isinstance(gens, dict) else None,
+    )
     gen_src: list[str] = []  # the generate entry of each generated host, to name it in structural errors
     complete = bool(levels)  # every host was built: structural checks of the whole cluster are meaningful
     for gi, g in enumerate(gen_list):
@@ -261,17 +323,26 @@ def cluster_from_dict(doc: Any, source: str = "<cluster>", base_dir: Path | None
                 elif top:
                     f = max(1, counts[-1])  # nodes may be invalid (0): reported above
                 else:
-                    ps.add(f"{gp}.fanout.{lname}", f"is required: how many {level_names[li - 1]} domains one {lname} holds")
+                    ps.add(
+                        f"{gp}.fanout.{lname}",
+                        f"is required: how many {level_names[li - 1]} domains one {lname} holds",
+                    )
                     f = 1
             fanouts.append(f)
             counts.append(-(-counts[-1] // f))
         if len(level_names) > 1 and counts[-1] > 1 and not bad_fanout:
-            ps.add(f"{gp}.fanout.{level_names[-1]}", f"gives {counts[-1]} {level_names[-1]} domains; the top level must be one domain: raise it to >= {counts[-2]} or add a level above")
+            ps.add(
+                f"{gp}.fanout.{level_names[-1]}",
+                f"gives {counts[-1]} {level_names[-1]} domains; the top level must be one domain: raise it to >= {counts[-2]} or add a level above",
+            )
         if hfmt := gd.get("host_format"):
             try:
                 str(hfmt).format(1)
             except (KeyError, IndexError, ValueError) as e:
-                ps.add(f"{gp}.host_format", f"{short(hfmt)} is not a format with one positional field like 'gpu-{{:03d}}': {e}")
+                ps.add(
+                    f"{gp}.host_format",
+                    f"{short(hfmt)} is not a format with one positional field like 'gpu-{{:03d}}': {e}",
+                )
         if len(ps) > entry_start or not levels:
             complete = False
             continue
@@ -284,7 +355,11 @@ def cluster_from_dict(doc: Any, source: str = "<cluster>", base_dir: Path | None
             for li, lname in enumerate(level_names[1:], start=1):
                 idx //= fanouts[li - 1]
                 w = max(2, len(str(counts[li])))
-                doms[lname] = lname if li == len(level_names) - 1 and counts[li] == 1 else f"{prefix}{lname}{idx + 1:0{w}d}"
+                doms[lname] = (
+                    lname
+                    if li == len(level_names) - 1 and counts[li] == 1
+                    else f"{prefix}{lname}{idx + 1:0{w}d}"
+                )
             hosts.append(HostSpec(hname, doms, nt))
             gen_src.append(gp)
     for hi, h in enumerate(r.lst(d.get("hosts"), "hosts")):
@@ -298,8 +373,15 @@ def cluster_from_dict(doc: Any, source: str = "<cluster>", base_dir: Path | None
     if gens is None and d.get("hosts") is None:
         ps.add("", "the cluster names no hosts: give `generate` (compact) and/or `hosts` (explicit)")
     try:
-        topo = Topology.build(name, levels, hosts, intra_node_tiers=tiers, rail_policy=rail_policy, source=source,
-                              device_kinds=kinds)
+        topo = Topology.build(
+            name,
+            levels,
+            hosts,
+            intra_node_tiers=tiers,
+            rail_policy=rail_policy,
+            source=source,
+            device_kinds=kinds,
+        )
     except InputError as e:
         # structural problems (a host listed twice...) are reported with the reader's, all at once; Topology.build
         # numbers generated and explicit hosts together: name them as the file does
@@ -313,7 +395,9 @@ def cluster_from_dict(doc: Any, source: str = "<cluster>", base_dir: Path | None
     return topo, state
 
 
-def _file_host_paths(problems: Sequence[Problem], gen_src: Sequence[str], hosts: Sequence[HostSpec]) -> list[Problem]:
+def _file_host_paths(
+    problems: Sequence[Problem], gen_src: Sequence[str], hosts: Sequence[HostSpec]
+) -> list[Problem]:
     """Rewrite ``hosts[i]`` of Topology.build (generated hosts first) into the file's own references."""
     if not gen_src:
         return list(problems)
@@ -322,7 +406,10 @@ def _file_host_paths(problems: Sequence[Problem], gen_src: Sequence[str], hosts:
         i = int(m.group(1))
         return f"hosts[{i - len(gen_src)}]" if i >= len(gen_src) else f"{gen_src[i]} (host {hosts[i].name!r})"
 
-    return [Problem(re.sub(r"\bhosts\[(\d+)\]", ref, p.path), re.sub(r"\bhosts\[(\d+)\]", ref, p.message)) for p in problems]
+    return [
+        Problem(re.sub(r"\bhosts\[(\d+)\]", ref, p.path), re.sub(r"\bhosts\[(\d+)\]", ref, p.message))
+        for p in problems
+    ]
 
 
 def load_cluster(path: str | Path) -> tuple[Topology, ClusterState | None]:

@@ -94,7 +94,9 @@ class _BoundedLoader(yaml.SafeLoader):
     def construct_document(self, node: Any) -> Any:
         n = self._expanded(node)
         if n > self.max_nodes:
-            raise _DocumentTooBig("", f"expands to {n} values with its aliases; the limit is {self.max_nodes}")
+            raise _DocumentTooBig(
+                "", f"expands to {n} values with its aliases; the limit is {self.max_nodes}"
+            )
         return super().construct_document(node)
 
     def _expanded(self, root: Any) -> int:
@@ -108,7 +110,9 @@ class _BoundedLoader(yaml.SafeLoader):
             if isinstance(node, yaml.ScalarNode):
                 sizes[key] = 1
                 continue
-            children = [c for kv in node.value for c in kv] if isinstance(node, yaml.MappingNode) else node.value
+            children = (
+                [c for kv in node.value for c in kv] if isinstance(node, yaml.MappingNode) else node.value
+            )
             if done:
                 sizes[key] = min(1 + sum(sizes.get(id(c), 1) for c in children), 1 << 62)
             elif key not in sizes and key not in visiting:  # visiting: a recursive alias counts once
@@ -152,9 +156,13 @@ def parse_document(text: str, source: str, json_only: bool = False) -> Any:
     except _DocumentTooBig as e:
         raise InputError(source, [Problem(e.where, f"{e}; such a document is refused")]) from None
     except RecursionError:
-        raise InputError(source, [Problem("", f"nested too deeply (the limit is {lim.max_depth} levels)")]) from None
+        raise InputError(
+            source, [Problem("", f"nested too deeply (the limit is {lim.max_depth} levels)")]
+        ) from None
     except json.JSONDecodeError as e:
-        raise InputError(source, [Problem(f"line {e.lineno}, column {e.colno}", f"invalid JSON: {e.msg}")]) from None
+        raise InputError(
+            source, [Problem(f"line {e.lineno}, column {e.colno}", f"invalid JSON: {e.msg}")]
+        ) from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
@@ -200,11 +208,22 @@ class _Reader:
     def keys(self, d: Mapping[str, Any], allowed: Sequence[str], path: str) -> None:
         for k in d:
             if k not in allowed:
-                self.ps.add(f"{path}.{k}" if path else str(k), f"unknown field; expected one of {sorted(allowed)}")
+                self.ps.add(
+                    f"{path}.{k}" if path else str(k), f"unknown field; expected one of {sorted(allowed)}"
+                )
 
-    def num(self, d: Mapping[str, Any], key: str, path: str, *, default: float | None = None,
-            minimum: float | None = None, exclusive: bool = False, required: bool = False,
-            maximum: float | None = None) -> float | None:
+    def num(
+        self,
+        d: Mapping[str, Any],
+        key: str,
+        path: str,
+        *,
+        default: float | None = None,
+        minimum: float | None = None,
+        exclusive: bool = False,
+        required: bool = False,
+        maximum: float | None = None,
+    ) -> float | None:
         v = d.get(key)
         where = f"{path}.{key}" if path else key
         if v is None:
@@ -228,8 +247,17 @@ class _Reader:
             return default
         return float(v)
 
-    def int_(self, d: Mapping[str, Any], key: str, path: str, *, default: int | None = None,
-             minimum: int | None = None, required: bool = False, maximum: int = MAX_INT) -> int | None:
+    def int_(
+        self,
+        d: Mapping[str, Any],
+        key: str,
+        path: str,
+        *,
+        default: int | None = None,
+        minimum: int | None = None,
+        required: bool = False,
+        maximum: int = MAX_INT,
+    ) -> int | None:
         v = d.get(key)
         where = f"{path}.{key}" if path else key
         if v is None:
@@ -250,8 +278,9 @@ class _Reader:
             return default
         return int(v)
 
-    def str_(self, d: Mapping[str, Any], key: str, path: str, *, default: str | None = None,
-             required: bool = False) -> str | None:
+    def str_(
+        self, d: Mapping[str, Any], key: str, path: str, *, default: str | None = None, required: bool = False
+    ) -> str | None:
         v = d.get(key)
         where = f"{path}.{key}" if path else key
         if v is None:
@@ -265,5 +294,3 @@ class _Reader:
 
 
 # ---- cluster ------------------------------------------------------------------------------------------------
-
-

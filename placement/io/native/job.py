@@ -30,6 +30,7 @@ from placement.limits import LimitError, current_limits, tick
 
 __all__ = ["job_from_dict", "load_job"]
 
+
 def _members(r: _Reader, v: Any, path: str, budget: list[int]) -> tuple[int, ...]:
     """Members as a list of ints or a range string ``"0-7"`` / ``"0-7,16-23"``. `budget` holds the members
     still allowed (limit max_group_members over the job): a range is sized before it is expanded."""
@@ -39,7 +40,7 @@ def _members(r: _Reader, v: Any, path: str, budget: list[int]) -> tuple[int, ...
         for part in v.split(","):
             m = re.fullmatch(r"\s*(\d{1,18})\s*(?:-\s*(\d{1,18})\s*)?", part)
             if not m:
-                r.ps.add(path, f"bad rank range {short(part)}; write e.g. \"0-7,16-23\"")
+                r.ps.add(path, f'bad rank range {short(part)}; write e.g. "0-7,16-23"')
                 return ()
             lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
             if hi < lo:
@@ -50,15 +51,23 @@ def _members(r: _Reader, v: Any, path: str, budget: list[int]) -> tuple[int, ...
                 return ()
             budget[0] -= hi - lo + 1
             if budget[0] < 0:
-                raise LimitError(f"{path} (group members over the job)", lim.max_group_members - budget[0],
-                                 "max_group_members", lim.max_group_members)
+                raise LimitError(
+                    f"{path} (group members over the job)",
+                    lim.max_group_members - budget[0],
+                    "max_group_members",
+                    lim.max_group_members,
+                )
             out.extend(range(lo, hi + 1))
         return tuple(out)
     items = r.lst(v, path)
     budget[0] -= len(items)
     if budget[0] < 0:
-        raise LimitError(f"{path} (group members over the job)", lim.max_group_members - budget[0],
-                         "max_group_members", lim.max_group_members)
+        raise LimitError(
+            f"{path} (group members over the job)",
+            lim.max_group_members - budget[0],
+            "max_group_members",
+            lim.max_group_members,
+        )
     if not all(isinstance(x, int) and not isinstance(x, bool) for x in items):
         r.ps.add(path, "members must be rank numbers")
         return ()
@@ -70,11 +79,30 @@ def job_from_dict(doc: Any, source: str = "<job>") -> Job:
     ps = Problems(source)
     r = _Reader(ps)
     d = r.obj(doc, "")
-    r.keys(d, ["name", "ranks", "device_kind", "parallel", "model", "exposure", "groups", "edges", "constraints", "description",
-               "launcher"], "")
+    r.keys(
+        d,
+        [
+            "name",
+            "ranks",
+            "device_kind",
+            "parallel",
+            "model",
+            "exposure",
+            "groups",
+            "edges",
+            "constraints",
+            "description",
+            "launcher",
+        ],
+        "",
+    )
     name = r.str_(d, "name", "", default=Path(source).stem) or "job"
     lim = current_limits()
-    if isinstance(d.get("ranks"), int | float) and not isinstance(d.get("ranks"), bool) and math.isfinite(d["ranks"]):
+    if (
+        isinstance(d.get("ranks"), int | float)
+        and not isinstance(d.get("ranks"), bool)
+        and math.isfinite(d["ranks"])
+    ):
         lim.check("max_ranks", int(d["ranks"]), "ranks")
     for key in ("groups", "edges"):
         lim.check("max_groups", len(d[key]) if isinstance(d.get(key), list) else 0, key)
@@ -84,7 +112,9 @@ def job_from_dict(doc: Any, source: str = "<job>") -> Job:
     if d.get("parallel") is not None:
         pd = r.obj(d["parallel"], "parallel")
         r.keys(pd, [*DIMENSIONS, "order"], "parallel")
-        sizes = {k: r.int_(pd, k, "parallel", minimum=1, default=1, maximum=lim.max_ranks) or 1 for k in DIMENSIONS}
+        sizes = {
+            k: r.int_(pd, k, "parallel", minimum=1, default=1, maximum=lim.max_ranks) or 1 for k in DIMENSIONS
+        }
         world = math.prod(sizes.values())
         lim.check("max_ranks", world, "tp*cp*ep*dp*pp")
         order = r.str_(pd, "order", "parallel", default="tp-cp-ep-dp-pp") or "tp-cp-ep-dp-pp"
@@ -100,51 +130,97 @@ def job_from_dict(doc: Any, source: str = "<job>") -> Job:
                 what.append(f"has unknown {', '.join(repr(u) for u in unknown)}")
             if dup:
                 what.append(f"repeats {', '.join(dup)}")
-            ps.add("parallel.order", f"{short(order)} {' and '.join(what)}; it must name each of tp, cp, ep, dp, pp once, e.g. 'tp-cp-ep-dp-pp'")
+            ps.add(
+                "parallel.order",
+                f"{short(order)} {' and '.join(what)}; it must name each of tp, cp, ep, dp, pp once, e.g. 'tp-cp-ep-dp-pp'",
+            )
             order = "tp-cp-ep-dp-pp"
         par = ParallelSpec(order=order, **sizes)
         md = r.obj(d.get("model"), "model")
         if "model" not in d:
             ps.add("model", "is required with `parallel`: parameters, hidden, layers, seq_len, ...")
         else:
-            r.keys(md, ["parameters", "hidden", "layers", "seq_len", "micro_batch", "micro_batches", "bytes_per_element",
-                        "grad_bytes_per_element", "experts", "top_k", "expert_parameters", "kv_fraction",
-                        "recompute", "mfu", "heads"], "model")
+            r.keys(
+                md,
+                [
+                    "parameters",
+                    "hidden",
+                    "layers",
+                    "seq_len",
+                    "micro_batch",
+                    "micro_batches",
+                    "bytes_per_element",
+                    "grad_bytes_per_element",
+                    "experts",
+                    "top_k",
+                    "expert_parameters",
+                    "kv_fraction",
+                    "recompute",
+                    "mfu",
+                    "heads",
+                ],
+                "model",
+            )
             recompute = md.get("recompute", False)
             if not isinstance(recompute, bool):
                 ps.add("model.recompute", f"must be true or false, got {short(recompute)}")
                 recompute = False
             model = ModelShape(
-                parameters=r.num(md, "parameters", "model", minimum=0, exclusive=True, required=True,
-                                 maximum=MAX_PARAMETERS) or 1.0,
+                parameters=r.num(
+                    md,
+                    "parameters",
+                    "model",
+                    minimum=0,
+                    exclusive=True,
+                    required=True,
+                    maximum=MAX_PARAMETERS,
+                )
+                or 1.0,
                 hidden=r.int_(md, "hidden", "model", minimum=1, required=True, maximum=10**7) or 1,
                 layers=r.int_(md, "layers", "model", minimum=1, required=True, maximum=10**6) or 1,
                 seq_len=r.int_(md, "seq_len", "model", minimum=1, required=True, maximum=10**9) or 1,
                 micro_batch=r.int_(md, "micro_batch", "model", minimum=1, default=1, maximum=10**6) or 1,
                 micro_batches=r.int_(md, "micro_batches", "model", minimum=1, default=1, maximum=10**6) or 1,
-                bytes_per_element=r.int_(md, "bytes_per_element", "model", minimum=1, default=2, maximum=64) or 2,
+                bytes_per_element=r.int_(md, "bytes_per_element", "model", minimum=1, default=2, maximum=64)
+                or 2,
                 grad_bytes_per_element=r.int_(md, "grad_bytes_per_element", "model", minimum=1, maximum=64),
                 experts=r.int_(md, "experts", "model", minimum=0, default=0, maximum=10**6) or 0,
                 top_k=r.int_(md, "top_k", "model", minimum=0, default=0, maximum=10**6) or 0,
-                expert_parameters=r.num(md, "expert_parameters", "model", minimum=0, default=0.0,
-                                        maximum=MAX_PARAMETERS) or 0.0,
-                kv_fraction=r.num(md, "kv_fraction", "model", minimum=0, exclusive=True, default=1.0,
-                                  maximum=1.0) or 1.0,
+                expert_parameters=r.num(
+                    md, "expert_parameters", "model", minimum=0, default=0.0, maximum=MAX_PARAMETERS
+                )
+                or 0.0,
+                kv_fraction=r.num(
+                    md, "kv_fraction", "model", minimum=0, exclusive=True, default=1.0, maximum=1.0
+                )
+                or 1.0,
                 recompute=recompute,
-                mfu=r.num(md, "mfu", "model", minimum=0, exclusive=True, maximum=1.0, default=DEFAULT_MFU) or DEFAULT_MFU,
+                mfu=r.num(md, "mfu", "model", minimum=0, exclusive=True, maximum=1.0, default=DEFAULT_MFU)
+                or DEFAULT_MFU,
                 heads=r.int_(md, "heads", "model", minimum=1, default=0, maximum=10**6) or 0,
             )
             if model.layers % par.pp:
                 ps.add("model.layers", f"{model.layers} layers do not split evenly over pp={par.pp} stages")
             if sizes["ep"] > 1 and (model.experts < sizes["ep"] or model.top_k < 1):
-                ps.add("model.experts", f"ep={sizes['ep']} needs experts >= ep and top_k >= 1, got experts={model.experts}, top_k={model.top_k}")
+                ps.add(
+                    "model.experts",
+                    f"ep={sizes['ep']} needs experts >= ep and top_k >= 1, got experts={model.experts}, top_k={model.top_k}",
+                )
             if model.experts and sizes["ep"] > 1 and model.experts % sizes["ep"]:
                 ps.add("model.experts", f"{model.experts} experts do not split evenly over ep={sizes['ep']}")
             if model.expert_parameters >= model.parameters:
-                ps.add("model.expert_parameters", f"{model.expert_parameters:g} must be < parameters {model.parameters:g}")
-        ranks = r.int_(d, "ranks", "", minimum=1, default=par.world_size, maximum=lim.max_ranks) or par.world_size
+                ps.add(
+                    "model.expert_parameters",
+                    f"{model.expert_parameters:g} must be < parameters {model.parameters:g}",
+                )
+        ranks = (
+            r.int_(d, "ranks", "", minimum=1, default=par.world_size, maximum=lim.max_ranks) or par.world_size
+        )
         if ranks != par.world_size:
-            ps.add("ranks", f"{ranks} does not equal tp*cp*ep*dp*pp = {'*'.join(str(sizes[k]) for k in DIMENSIONS)} = {par.world_size}")
+            ps.add(
+                "ranks",
+                f"{ranks} does not equal tp*cp*ep*dp*pp = {'*'.join(str(sizes[k]) for k in DIMENSIONS)} = {par.world_size}",
+            )
         if d.get("groups") or d.get("edges"):
             ps.add("groups", "a job is structured (parallel + model) or explicit (groups/edges), not both")
     else:
@@ -171,12 +247,16 @@ def job_from_dict(doc: Any, source: str = "<job>") -> Job:
             ps.add(f"{gp}.members", "lists a rank twice")
         if len(mem) < 2:
             ps.add(f"{gp}.members", f"a group needs >= 2 members, got {len(mem)}")
-        groups.append(Group(
-            r.str_(gd, "label", gp, default=kname) or kname, kinds[kname], mem,
-            r.num(gd, "bytes", gp, minimum=0, maximum=MAX_BYTES, required=True) or 0.0,
-            r.num(gd, "count", gp, minimum=0, maximum=MAX_COUNT, default=1.0) or 0.0,
-            _exposed(r, gd, gp),
-        ))
+        groups.append(
+            Group(
+                r.str_(gd, "label", gp, default=kname) or kname,
+                kinds[kname],
+                mem,
+                r.num(gd, "bytes", gp, minimum=0, maximum=MAX_BYTES, required=True) or 0.0,
+                r.num(gd, "count", gp, minimum=0, maximum=MAX_COUNT, default=1.0) or 0.0,
+                _exposed(r, gd, gp),
+            )
+        )
     edges: list[Edge] = []
     for i, e in enumerate(r.lst(d.get("edges"), "edges")):
         tick(i, "reading the edges")
@@ -190,12 +270,16 @@ def job_from_dict(doc: Any, source: str = "<job>") -> Job:
                 ps.add(f"{ep}.{k}", f"rank {val} outside 0..{ranks - 1}")
         if src is not None and src == dst:
             ps.add(ep, f"an edge joins two different ranks, got {src}->{dst}")
-        edges.append(Edge(
-            r.str_(ed, "label", ep, default="p2p") or "p2p", src or 0, dst or 0,
-            r.num(ed, "bytes", ep, minimum=0, maximum=MAX_BYTES, required=True) or 0.0,
-            r.num(ed, "count", ep, minimum=0, maximum=MAX_COUNT, default=1.0) or 0.0,
-            _exposed(r, ed, ep),
-        ))
+        edges.append(
+            Edge(
+                r.str_(ed, "label", ep, default="p2p") or "p2p",
+                src or 0,
+                dst or 0,
+                r.num(ed, "bytes", ep, minimum=0, maximum=MAX_BYTES, required=True) or 0.0,
+                r.num(ed, "count", ep, minimum=0, maximum=MAX_COUNT, default=1.0) or 0.0,
+                _exposed(r, ed, ep),
+            )
+        )
     exposure: dict[str, float] = {}
     for lab, val in r.obj(d.get("exposure"), "exposure").items():
         f = r.num({lab: val}, lab, "exposure", minimum=0)
@@ -206,7 +290,10 @@ def job_from_dict(doc: Any, source: str = "<job>") -> Job:
     cons = _constraints(r, d.get("constraints"), ranks)
     launcher = r.str_(d, "launcher", "", default="any") or "any"
     if launcher not in LAUNCHERS:
-        ps.add("launcher", f"unknown launcher {launcher!r}; use one of {', '.join(LAUNCHERS)} (torchrun: each host's ranks one contiguous block)")
+        ps.add(
+            "launcher",
+            f"unknown launcher {launcher!r}; use one of {', '.join(LAUNCHERS)} (torchrun: each host's ranks one contiguous block)",
+        )
         launcher = "any"
     ps.raise_if_any()
     return Job(name, ranks, kind, par, model, exposure, tuple(groups), tuple(edges), cons, launcher)
@@ -275,5 +362,3 @@ def load_job(path: str | Path) -> Job:
 
 
 # ---- mapping ------------------------------------------------------------------------------------------------
-
-

@@ -78,7 +78,9 @@ def mapping_from_obj(doc: Any, topo: Topology, source: str = "<mapping>") -> lis
     if len(seen) < n:  # some rank below the largest has no entry: name the first few
         missing = [i for i in range(min(n, len(pairs) + 8)) if i not in seen][:8]
     if missing:
-        ps.add(base, f"ranks {missing[:8]} have no device; a mapping names a device for every rank 0..{n - 1}")
+        ps.add(
+            base, f"ranks {missing[:8]} have no device; a mapping names a device for every rank 0..{n - 1}"
+        )
     ps.raise_if_any()
     return [got[i] for i in range(n)]
 

@@ -27,12 +27,18 @@ class _Budget:
         self.calls += 1
         tick(self.calls, "reading the state")
         if self.used > self.limit:
-            raise LimitError(f"{path} (devices named by the state's selectors so far)", self.used,
-                             "8 x devices + max_state_entries", self.limit)
+            raise LimitError(
+                f"{path} (devices named by the state's selectors so far)",
+                self.used,
+                "8 x devices + max_state_entries",
+                self.limit,
+            )
         return devices
 
 
-def _resolve(topo: Topology, sel: Any, path: str, ps: Problems, budget: _Budget | None = None) -> tuple[int, ...]:
+def _resolve(
+    topo: Topology, sel: Any, path: str, ps: Problems, budget: _Budget | None = None
+) -> tuple[int, ...]:
     if not isinstance(sel, str):
         ps.add(path, f"must be a device, host or domain name, got {short(sel)}")
         return ()
@@ -57,7 +63,9 @@ def _uplink(topo: Topology, sel: Any, path: str, ps: Problems) -> Uplink | None:
             return None
         cands = [(li, k) for k, n in enumerate(topo.domain_names[li]) if n == dname]
     else:
-        cands = [(li, k) for li, names in enumerate(topo.domain_names) for k, n in enumerate(names) if n == sel]
+        cands = [
+            (li, k) for li, names in enumerate(topo.domain_names) for k, n in enumerate(names) if n == sel
+        ]
     if not cands:
         ps.add(path, f"unknown host or domain {short(sel)}")
         return None
@@ -92,7 +100,10 @@ def state_from_dict(doc: Any, topo: Topology, source: str = "<state>") -> Cluste
         for j, sel in enumerate(r.lst(od.get("devices"), f"occupied[{i}].devices")):
             for dv in _resolve(topo, sel, f"occupied[{i}].devices[{j}]", ps, budget):
                 if dv in occupied and occupied[dv] != job:
-                    ps.add(f"occupied[{i}].devices[{j}]", f"{topo.devices[dv].id} is already occupied by job {short(occupied[dv])}")
+                    ps.add(
+                        f"occupied[{i}].devices[{j}]",
+                        f"{topo.devices[dv].id} is already occupied by job {short(occupied[dv])}",
+                    )
                 occupied[dv] = job
     failed: set[int] = set()
     for j, sel in enumerate(r.lst(d.get("failed"), "failed")):
@@ -131,7 +142,10 @@ def state_from_dict(doc: Any, topo: Topology, source: str = "<state>") -> Cluste
                 continue
             a, b = sorted((ab[0], ab[1]))
             if a == b or topo.devices[a].host_index != topo.devices[b].host_index:
-                ps.add(f"{lp}.between", f"{short(ends)} is not a link between two devices of one host; use uplink: for network links")
+                ps.add(
+                    f"{lp}.between",
+                    f"{short(ends)} is not a link between two devices of one host; use uplink: for network links",
+                )
                 continue
             if is_failed:
                 failed_pairs.add((a, b))
@@ -165,12 +179,24 @@ def state_from_dict(doc: Any, topo: Topology, source: str = "<state>") -> Cluste
             if other is not None:
                 shared.setdefault(other, []).append(dv)
         for other, both in list(shared.items())[:1]:
-            ps.add(f"{fp}.members", f"{kind[:80]} domains {short(other)} and {short(nm)} share {len(both)} device(s), e.g. {topo.devices[min(both)].id}; a device is in one domain of a kind")
+            ps.add(
+                f"{fp}.members",
+                f"{kind[:80]} domains {short(other)} and {short(nm)} share {len(both)} device(s), e.g. {topo.devices[min(both)].id}; a device is in one domain of a kind",
+            )
         for dv in devs:
             own.setdefault(dv, nm)
         bucket[nm] = frozenset(devs)
     ps.raise_if_any()
-    return ClusterState(occupied, frozenset(failed), slow, frozenset(failed_pairs), pair_slow, frozenset(failed_up), up_slow, fds)
+    return ClusterState(
+        occupied,
+        frozenset(failed),
+        slow,
+        frozenset(failed_pairs),
+        pair_slow,
+        frozenset(failed_up),
+        up_slow,
+        fds,
+    )
 
 
 def merge_states(base: ClusterState | None, extra: ClusterState) -> ClusterState:
@@ -178,8 +204,16 @@ def merge_states(base: ClusterState | None, extra: ClusterState) -> ClusterState
     if base is None:
         return extra
     fds = dict(base.fault_domains) | dict(extra.fault_domains)
-    return ClusterState(extra.occupied, extra.failed, extra.device_slowdown, extra.failed_pairs, extra.pair_slowdown,
-                        extra.failed_uplinks, extra.uplink_slowdown, fds)
+    return ClusterState(
+        extra.occupied,
+        extra.failed,
+        extra.device_slowdown,
+        extra.failed_pairs,
+        extra.pair_slowdown,
+        extra.failed_uplinks,
+        extra.uplink_slowdown,
+        fds,
+    )
 
 
 def load_state(path: str | Path, topo: Topology, base: ClusterState | None = None) -> ClusterState:

@@ -22,10 +22,6 @@ from __future__ import annotations
 __all__ = ["NvidiaSmiTopology", "nvlink_count", "parse_nvidia_smi", "read_nvidia_smi"]
 
 
-
-
-
-
 from pathlib import Path
 
 from placement.errors import InputError, Problem, Problems
@@ -55,7 +51,9 @@ def parse_nvidia_smi(
     if not text.strip():
         ps.add("line 1, column 1", "the input is empty; expected the text printed by `nvidia-smi topo -m`")
     ps.raise_if_any()
-    refuse_other_format(text, source, "nvidia-smi")  # rocm-smi, NCCL XML...: one line naming the right importer
+    refuse_other_format(
+        text, source, "nvidia-smi"
+    )  # rocm-smi, NCCL XML...: one line naming the right importer
 
     tables, hints = _scan(lines)
     if not tables:

@@ -222,9 +222,11 @@ def _build(t: _Table, ps: Problems, allow_partial: bool, warnings: list[str]) ->
     gpus = [names[j] for j in gpu_cols]
     if gpus and gpus != [f"GPU{i}" for i in range(len(gpus))]:
         # a device's index is its position: GPU1 alone would become gpu0 and bind ranks to the wrong GPU
-        ps.add(h.devices[gpu_cols[0]].at(h.line),
-               f"the GPU columns are {_ranges(gpus)}; nvidia-smi numbers the GPUs it sees GPU0..GPU{len(gpus) - 1} "
-               "in order, and a placement binds ranks by that number: paste the whole table")
+        ps.add(
+            h.devices[gpu_cols[0]].at(h.line),
+            f"the GPU columns are {_ranges(gpus)}; nvidia-smi numbers the GPUs it sees GPU0..GPU{len(gpus) - 1} "
+            "in order, and a placement binds ranks by that number: paste the whole table",
+        )
     present = [names[j] for j in gpu_cols if names[j] in seen]
     missing = [names[j] for j in gpu_cols if names[j] not in seen]
     truncated = ""

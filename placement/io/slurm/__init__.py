@@ -114,11 +114,18 @@ def parse_topology_conf(
     elif kind == "block":
         if len(sizes) > 1:
             for extra in sizes[1:]:
-                problems.add(extra.where, f'BlockSizes= is given again (first at {sizes[0].where}); '
-                                          "give it once")
+                problems.add(
+                    extra.where, f"BlockSizes= is given again (first at {sizes[0].where}); give it once"
+                )
         size_entries = _conf_block_sizes(sizes[0], problems) if sizes else None
-        layout = _build_blocks(groups["block"], size_entries, "Nodes=", problems, warnings,
-                               sizes_ok=not sizes or size_entries is not None)
+        layout = _build_blocks(
+            groups["block"],
+            size_entries,
+            "Nodes=",
+            problems,
+            warnings,
+            sizes_ok=not sizes or size_entries is not None,
+        )
     elif kind == "ring":
         layout = _build_rings(groups["ring"], "Nodes=", problems, warnings)
     return _finish(layout, name or _stem(source), level_names, problems, warnings)
@@ -158,12 +165,18 @@ def parse_topology_yaml(
             blocks, size_entries, sizes_ok = _yaml_block(doc, body, path, problems)
             layout = _build_blocks(blocks, size_entries, "nodes", problems, warnings, sizes_ok=sizes_ok)
         elif kind == "flat":
-            problems.add(doc.where((index, "flat")), f'topology "{chosen}" is flat: it lists no switches, '
-                                                     "blocks or nodes, so there is nothing to import; "
-                                                     "pick a tree or block topology with topology=")
+            problems.add(
+                doc.where((index, "flat")),
+                f'topology "{chosen}" is flat: it lists no switches, '
+                "blocks or nodes, so there is nothing to import; "
+                "pick a tree or block topology with topology=",
+            )
         else:
-            problems.add(doc.where((index, kind)), f'topology "{chosen}" uses the {kind} plugin, which this '
-                                                   "importer does not read; pick a tree or block topology")
+            problems.add(
+                doc.where((index, kind)),
+                f'topology "{chosen}" uses the {kind} plugin, which this '
+                "importer does not read; pick a tree or block topology",
+            )
     return _finish(layout, name or chosen or _stem(source), level_names, problems, warnings)
 
 

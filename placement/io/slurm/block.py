@@ -26,22 +26,34 @@ def _block_factors(
         previous = base
         for size, where in sizes[1:]:
             if size % base:
-                problems.add(where, f"BlockSizes entry {size} is not a multiple of the base block size "
-                                    f"{base} (the first entry)")
+                problems.add(
+                    where,
+                    f"BlockSizes entry {size} is not a multiple of the base block size "
+                    f"{base} (the first entry)",
+                )
                 return None
             factor = size // base
             if factor & (factor - 1) or factor == 1:
-                problems.add(where, f"BlockSizes entry {size} is {factor} x the base block size {base}; each "
-                                    f"later size must be the base size times 2, 4, 8, ... "
-                                    f"(e.g. {base * 2}, {base * 4})")
+                problems.add(
+                    where,
+                    f"BlockSizes entry {size} is {factor} x the base block size {base}; each "
+                    f"later size must be the base size times 2, 4, 8, ... "
+                    f"(e.g. {base * 2}, {base * 4})",
+                )
                 return None
             if size <= previous:
-                problems.add(where, f"BlockSizes entry {size} does not grow; the sizes must increase "
-                                    f"({previous} comes before it)")
+                problems.add(
+                    where,
+                    f"BlockSizes entry {size} does not grow; the sizes must increase "
+                    f"({previous} comes before it)",
+                )
                 return None
             if factor.bit_length() - 1 > _MAX_BLOCK_LEVEL:
-                problems.add(where, f"BlockSizes entry {size} is {factor} x the base size; Slurm allows at "
-                                    f"most {2 ** _MAX_BLOCK_LEVEL} x")
+                problems.add(
+                    where,
+                    f"BlockSizes entry {size} is {factor} x the base size; Slurm allows at "
+                    f"most {2**_MAX_BLOCK_LEVEL} x",
+                )
                 return None
             previous = size
             candidates.append(factor)
@@ -49,11 +61,13 @@ def _block_factors(
         factors.append(factor)
         if factor >= count:
             break
-    dropped = candidates[len(factors):]
+    dropped = candidates[len(factors) :]
     if dropped and sizes is not None:
         listed = ", ".join(str(f * base) for f in dropped)
-        warnings.append(f"BlockSizes {listed} ignored: {factors[-1] * base} nodes ({factors[-1]} x the base "
-                        f"block) already span all {count} blocks")
+        warnings.append(
+            f"BlockSizes {listed} ignored: {factors[-1] * base} nodes ({factors[-1]} x the base "
+            f"block) already span all {count} blocks"
+        )
     return factors
 
 
@@ -88,14 +102,19 @@ def _build_blocks(
     bigger: list[str] = []
     for block, nodes in members:
         if len(nodes) < base:
-            problems.add(block.where, f'block "{block.name}" has {len(nodes)} nodes, fewer than the base '
-                                      f"block size {base} ({origin}); every block needs at least that many")
+            problems.add(
+                block.where,
+                f'block "{block.name}" has {len(nodes)} nodes, fewer than the base '
+                f"block size {base} ({origin}); every block needs at least that many",
+            )
         elif len(nodes) > base:
             bigger.append(f"{block.name}: {len(nodes)}")
     if bigger:
         shown = ", ".join(bigger[:4]) + (", ..." if len(bigger) > 4 else "")
-        warnings.append(f"{len(bigger)} block(s) have more nodes than the base block size {base} ({shown}); "
-                        "all their nodes are imported, Slurm plans with the base size")
+        warnings.append(
+            f"{len(bigger)} block(s) have more nodes than the base block size {base} ({shown}); "
+            "all their nodes are imported, Slurm plans with the base size"
+        )
 
     factors = _block_factors(sizes, base, len(blocks), problems, warnings)
     if factors is None:
@@ -108,7 +127,8 @@ def _build_blocks(
             label = group[0] if factor == 1 else _group_name(group)
             if len(group) < factor:
                 warnings.append(
-                    f'the last block_x{factor} domain "{label}" has only {len(group)} of {factor} blocks')
+                    f'the last block_x{factor} domain "{label}" has only {len(group)} of {factor} blocks'
+                )
             for b in group:
                 domain_of[b].append(label)
     layout = _Layout(["block" if f == 1 else f"block_x{f}" for f in factors], [])

@@ -68,7 +68,6 @@ class _Layout:
     roots_note: Callable[[list[str]], str] | None = None
 
 
-
 # ---------------------------------------------------------------------------------------------------------
 # Builders: definitions -> layout
 
@@ -86,8 +85,11 @@ def _expand_nodes(group: _Group, key: str, kind: str, problems: Problems) -> lis
     if group.nodes is None:
         return None
     if not group.nodes.text.strip():
-        problems.add(group.nodes.where, f'{key} is empty for {kind} "{group.name}"; list its nodes as a '
-                                        f"hostlist, e.g. {key}{'' if key.endswith('=') else ': '}node[01-08]")
+        problems.add(
+            group.nodes.where,
+            f'{key} is empty for {kind} "{group.name}"; list its nodes as a '
+            f"hostlist, e.g. {key}{'' if key.endswith('=') else ': '}node[01-08]",
+        )
         return None
     return _expand(group.nodes, problems)
 
@@ -98,8 +100,10 @@ def _unique_groups(groups: list[_Group], kind: str, problems: Problems) -> list[
     for group in groups:
         if group.name in seen:
             first = seen[group.name].where
-            problems.add(group.where, f'{kind} "{group.name}" is defined twice (first at {first}); '
-                                      f"each {kind} name must be unique")
+            problems.add(
+                group.where,
+                f'{kind} "{group.name}" is defined twice (first at {first}); each {kind} name must be unique',
+            )
             continue
         seen[group.name] = group
         out.append(group)
@@ -115,8 +119,13 @@ def _group_nodes(group: _Group, key: str, kind: str, problems: Problems) -> list
 
 
 def _claim_nodes(
-    group: _Group, nodes: list[str], kind: str, owner: dict[str, tuple[str, str]], order: list[str],
-    problems: Problems, rule: str,
+    group: _Group,
+    nodes: list[str],
+    kind: str,
+    owner: dict[str, tuple[str, str]],
+    order: list[str],
+    problems: Problems,
+    rule: str,
 ) -> None:
     """Record each node's owner; report nodes listed twice or owned by two groups (one problem per pair)."""
     assert group.nodes is not None
@@ -134,8 +143,11 @@ def _claim_nodes(
     if twice:
         problems.add(group.nodes.where, f'{_nodes_phrase(twice)} listed twice in {kind} "{group.name}"')
     for (other, where), clash in taken.items():
-        problems.add(group.nodes.where, f'{_nodes_phrase(clash)} under {kind} "{group.name}" but already '
-                                        f'under {kind} "{other}" ({where}); {rule}')
+        problems.add(
+            group.nodes.where,
+            f'{_nodes_phrase(clash)} under {kind} "{group.name}" but already '
+            f'under {kind} "{other}" ({where}); {rule}',
+        )
 
 
 def _nodes_phrase(nodes: list[str]) -> str:
@@ -144,13 +156,15 @@ def _nodes_phrase(nodes: list[str]) -> str:
     return f"{len(nodes)} nodes ({_group_name(nodes)}) are"
 
 
-
 # ---------------------------------------------------------------------------------------------------------
 # Assembly
 
 
 def _finish(
-    layout: _Layout | None, name: str, level_names: Sequence[str] | None, problems: Problems,
+    layout: _Layout | None,
+    name: str,
+    level_names: Sequence[str] | None,
+    problems: Problems,
     warnings: list[str],
 ) -> Result:
     names = layout.levels if layout is not None else None
@@ -182,9 +196,12 @@ def _rename(defaults: list[str], level_names: Sequence[str], problems: Problems)
     given = [level_names] if isinstance(level_names, str) else list(level_names)
     if len(given) != len(defaults):
         listed = ", ".join(map(str, given))
-        problems.add("level_names", f"has {len(given)} name(s) ({listed}) but the topology has "
-                                    f"{len(defaults)} level(s) above the hosts ({', '.join(defaults)}), "
-                                    "named bottom-up")
+        problems.add(
+            "level_names",
+            f"has {len(given)} name(s) ({listed}) but the topology has "
+            f"{len(defaults)} level(s) above the hosts ({', '.join(defaults)}), "
+            "named bottom-up",
+        )
         return None
     return check_level_names(given, problems)
 

@@ -31,9 +31,15 @@ _FOLLOW_KEYS = {
     "ringname": ("Nodes",),
     "blocksizes": (),
 }
-_CANONICAL = {"switchname": "SwitchName", "blockname": "BlockName", "ringname": "RingName",
-              "blocksizes": "BlockSizes", "switches": "Switches", "nodes": "Nodes",
-              "linkspeed": "LinkSpeed"}
+_CANONICAL = {
+    "switchname": "SwitchName",
+    "blockname": "BlockName",
+    "ringname": "RingName",
+    "blocksizes": "BlockSizes",
+    "switches": "Switches",
+    "nodes": "Nodes",
+    "linkspeed": "LinkSpeed",
+}
 
 
 def _logical_lines(text: str) -> list[list[tuple[str, int, int]]]:
@@ -127,9 +133,7 @@ def _tokenize(chars: list[tuple[str, int, int]], problems: Problems) -> list[_To
         tokens.append(_Token(chars[start][1], key, value, at(start), where))
 
 
-def _conf_statements(
-    text: str, problems: Problems
-) -> list[tuple[int, str, _Group | None, _Value | None]]:
+def _conf_statements(text: str, problems: Problems) -> list[tuple[int, str, _Group | None, _Value | None]]:
     """(first line, kind, group, BlockSizes value) per meaningful line."""
     out: list[tuple[int, str, _Group | None, _Value | None]] = []
     for chars in _logical_lines(text):
@@ -140,11 +144,16 @@ def _conf_statements(
         lead = head.key.lower()
         if lead not in _FIRST_KEYS:
             if lead in ("nodes", "switches", "linkspeed"):
-                problems.add(head.key_where, f'"{head.key}=" must follow SwitchName=, BlockName= or '
-                                             "RingName= on the same line")
+                problems.add(
+                    head.key_where,
+                    f'"{head.key}=" must follow SwitchName=, BlockName= or RingName= on the same line',
+                )
             else:
-                problems.add(head.key_where, f'unknown key "{head.key}"; a line starts with SwitchName=, '
-                                             "BlockName=, RingName= or BlockSizes=")
+                problems.add(
+                    head.key_where,
+                    f'unknown key "{head.key}"; a line starts with SwitchName=, '
+                    "BlockName=, RingName= or BlockSizes=",
+                )
             continue
         allowed = {k.lower(): k for k in _FOLLOW_KEYS[lead]}
         seen: dict[str, _Token] = {}
@@ -154,13 +163,18 @@ def _conf_statements(
             if low not in allowed:
                 ok = False
                 takes = ", ".join(f"{k}=" for k in _FOLLOW_KEYS[lead])
-                rule = f"a {_CANONICAL[lead]}= line takes {takes}" if takes else (
-                    f"{_CANONICAL[lead]}= stands alone on its line")
+                rule = (
+                    f"a {_CANONICAL[lead]}= line takes {takes}"
+                    if takes
+                    else (f"{_CANONICAL[lead]}= stands alone on its line")
+                )
                 problems.add(token.key_where, f'unknown key "{token.key}"; {rule}')
             elif low in seen:
                 ok = False
-                problems.add(token.key_where, f'"{allowed[low]}=" is given twice on this line '
-                                              f"(first at {seen[low].key_where})")
+                problems.add(
+                    token.key_where,
+                    f'"{allowed[low]}=" is given twice on this line (first at {seen[low].key_where})',
+                )
             else:
                 seen[low] = token
         line = head.line
@@ -176,12 +190,19 @@ def _conf_statements(
             continue
         nodes = seen.get("nodes")
         switches = seen.get("switches")
-        out.append((line, kind, _Group(
-            head.value,
-            head.value_where,
-            _Value(nodes.value, nodes.value_where) if nodes else None,
-            _Value(switches.value, switches.value_where) if switches else None,
-        ), None))
+        out.append(
+            (
+                line,
+                kind,
+                _Group(
+                    head.value,
+                    head.value_where,
+                    _Value(nodes.value, nodes.value_where) if nodes else None,
+                    _Value(switches.value, switches.value_where) if switches else None,
+                ),
+                None,
+            )
+        )
     return out
 
 
@@ -196,8 +217,10 @@ def _pick_kind(
             return None
         if wanted not in first_line:
             has = ", ".join(found) if found else "no definitions at all"
-            problems.add("topology", f'"{topology}" was asked for but the file has no {wanted} '
-                                     f"definitions (it has: {has})")
+            problems.add(
+                "topology",
+                f'"{topology}" was asked for but the file has no {wanted} definitions (it has: {has})',
+            )
             return None
         ignored = [k for k in found if k != wanted]
         if ignored:

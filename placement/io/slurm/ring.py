@@ -16,7 +16,8 @@ def _build_rings(defs: list[_Group], key: str, problems: Problems, warnings: lis
             continue
         if len(nodes) > _RING_MAX:
             warnings.append(
-                f'ring "{ring.name}" has {len(nodes)} nodes; Slurm accepts at most {_RING_MAX} per ring')
+                f'ring "{ring.name}" has {len(nodes)} nodes; Slurm accepts at most {_RING_MAX} per ring'
+            )
         _claim_nodes(ring, nodes, "ring", owner, hosts, problems, "a node belongs to one ring")
     if not hosts:
         if not problems:

@@ -30,22 +30,29 @@ def _build_tree(defs: list[_Group], style: _Style, problems: Problems) -> _Layou
     children: dict[str, list[str]] = {s: [] for s in switches}
     for sw in switches.values():
         if sw.nodes is not None and sw.switches is not None:
-            problems.add(sw.where, f'switch "{sw.name}" has both {style.nodes} and {style.switches}; '
-                                   "a switch holds either nodes or switches")
+            problems.add(
+                sw.where,
+                f'switch "{sw.name}" has both {style.nodes} and {style.switches}; '
+                "a switch holds either nodes or switches",
+            )
         elif sw.nodes is None and sw.switches is None:
-            problems.add(sw.where,
-                         f'switch "{sw.name}" has no children; give {style.nodes} or {style.switches}')
+            problems.add(
+                sw.where, f'switch "{sw.name}" has no children; give {style.nodes} or {style.switches}'
+            )
         if sw.nodes is not None:
             nodes = _expand_nodes(sw, style.nodes, "switch", problems)
             if nodes is not None:
-                _claim_nodes(sw, nodes, "switch", owner, hosts, problems,
-                             "a node hangs off exactly one leaf switch")
+                _claim_nodes(
+                    sw, nodes, "switch", owner, hosts, problems, "a node hangs off exactly one leaf switch"
+                )
             continue
         if sw.switches is None:
             continue
         if not sw.switches.text.strip():
-            problems.add(sw.switches.where, f'{style.switches} is empty for switch "{sw.name}"; '
-                                            "list its child switches as a hostlist")
+            problems.add(
+                sw.switches.where,
+                f'{style.switches} is empty for switch "{sw.name}"; list its child switches as a hostlist',
+            )
             continue
         names = _expand(sw.switches, problems)
         listed: set[str] = set()
@@ -57,12 +64,18 @@ def _build_tree(defs: list[_Group], style: _Style, problems: Problems) -> _Layou
             listed.add(child)
             if child not in switches:
                 hint = style.define_switch.format(name=child)
-                problems.add(where, f'switch "{child}" is listed in {style.switches} of "{sw.name}" but '
-                                    f"never defined; add {hint}")
+                problems.add(
+                    where,
+                    f'switch "{child}" is listed in {style.switches} of "{sw.name}" but '
+                    f"never defined; add {hint}",
+                )
                 continue
             if child in parent:
-                problems.add(where, f'switch "{child}" is under switch "{sw.name}" but already under switch '
-                                    f'"{parent[child][0]}" ({parent[child][1]}); a switch has one parent')
+                problems.add(
+                    where,
+                    f'switch "{child}" is under switch "{sw.name}" but already under switch '
+                    f'"{parent[child][0]}" ({parent[child][1]}); a switch has one parent',
+                )
                 continue
             parent[child] = (sw.name, where)
             children[sw.name].append(child)
@@ -112,18 +125,23 @@ def _build_tree(defs: list[_Group], style: _Style, problems: Problems) -> _Layou
         shown = ", ".join(f'"{r}"' for r in roots[:5]) + (", ..." if len(roots) > 5 else "")
         layout.roots_note = lambda names: (
             f"{len(roots)} top switches ({shown}) are not connected to each other; added the level "
-            '"cluster" above them (Slurm never spans one job across unconnected switches)')
+            '"cluster" above them (Slurm never spans one job across unconnected switches)'
+        )
     return layout
 
 
 def _gap_note(sw: str, low: int, above: str | None, high: int) -> Callable[[list[str]], str]:
     def note(names: list[str]) -> str:
-        skipped = ", ".join(names[low:high - (0 if above is None else 1)])
+        skipped = ", ".join(names[low : high - (0 if above is None else 1)])
         if above is None:
-            return (f'top switch "{sw}" is at level {names[low - 1]}, below the top level {names[high - 1]}; '
-                    f'its hosts use "{sw}" as their domain at {skipped}')
-        return (f'switch "{sw}" (level {names[low - 1]}) hangs directly off "{above}" '
-                f'(level {names[high - 1]}); its hosts use "{sw}" as their domain at {skipped}')
+            return (
+                f'top switch "{sw}" is at level {names[low - 1]}, below the top level {names[high - 1]}; '
+                f'its hosts use "{sw}" as their domain at {skipped}'
+            )
+        return (
+            f'switch "{sw}" (level {names[low - 1]}) hangs directly off "{above}" '
+            f'(level {names[high - 1]}); its hosts use "{sw}" as their domain at {skipped}'
+        )
 
     return note
 
@@ -146,8 +164,9 @@ def _report_cycles(
         if current is None or current in reported:
             reported.update(path)
             continue
-        cycle = path[seen_at[current]:]
+        cycle = path[seen_at[current] :]
         reported.update(path)
         loop = " -> ".join(f'"{s}"' for s in [*cycle, cycle[0]])
-        problems.add(switches[cycle[0]].where,
-                     f"switches form a cycle: {loop}; each lists the next as a child")
+        problems.add(
+            switches[cycle[0]].where, f"switches form a cycle: {loop}; each lists the next as a child"
+        )

@@ -43,8 +43,9 @@ class _YamlDoc:
             problems.add("", "is empty; expected a list of topologies (- topology: NAME ...)")
             return None
         if not isinstance(data, list) or not isinstance(root, yaml.SequenceNode):
-            problems.add("line 1", f"expected a list of topologies (- topology: NAME ...), got "
-                                   f"{_kind_of(data)}")
+            problems.add(
+                "line 1", f"expected a list of topologies (- topology: NAME ...), got {_kind_of(data)}"
+            )
             return None
         return _YamlDoc(data, root)
 
@@ -91,28 +92,36 @@ def _yaml_pick(doc: _YamlDoc, topology: str | None, problems: Problems) -> tuple
     allowed = {"topology", "cluster_default", "tree", "block", "flat", "torus3d"}
     for index, entry in enumerate(doc.data):
         if not isinstance(entry, dict):
-            problems.add(doc.where((index,)),
-                         f"expected a mapping (topology: NAME, ...), got {_kind_of(entry)}")
+            problems.add(
+                doc.where((index,)), f"expected a mapping (topology: NAME, ...), got {_kind_of(entry)}"
+            )
             continue
         label = entry.get("topology")
         if not isinstance(label, str) or not label.strip():
-            problems.add(doc.where((index, "topology")) if "topology" in entry else doc.where((index,)),
-                         f"every entry needs topology: NAME (a non-empty string), got {_kind_of(label)}")
+            problems.add(
+                doc.where((index, "topology")) if "topology" in entry else doc.where((index,)),
+                f"every entry needs topology: NAME (a non-empty string), got {_kind_of(label)}",
+            )
             continue
         if label in names:
             first = doc.where((names[label], "topology"))
-            problems.add(doc.where((index, "topology")),
-                         f'topology "{label}" is defined twice (first at {first})')
+            problems.add(
+                doc.where((index, "topology")), f'topology "{label}" is defined twice (first at {first})'
+            )
             continue
         names[label] = index
         for key in entry:
             if key not in allowed:
-                problems.add(doc.where((index, str(key))), f'unknown key "{key}"; a topology takes topology, '
-                                                           "cluster_default and one of tree, block, flat")
+                problems.add(
+                    doc.where((index, str(key))),
+                    f'unknown key "{key}"; a topology takes topology, '
+                    "cluster_default and one of tree, block, flat",
+                )
         default = entry.get("cluster_default", False)
         if not isinstance(default, bool):
-            problems.add(doc.where((index, "cluster_default")),
-                         f"must be true or false, got {_kind_of(default)}")
+            problems.add(
+                doc.where((index, "cluster_default")), f"must be true or false, got {_kind_of(default)}"
+            )
             default = False
         kinds = [k for k in ("tree", "block", "flat", "torus3d") if k in entry]
         if "flat" in kinds and entry["flat"] is not True:
@@ -122,8 +131,10 @@ def _yaml_pick(doc: _YamlDoc, topology: str | None, problems: Problems) -> tuple
             kind = kinds[0]
         else:
             got = ", ".join(kinds) if kinds else "none"
-            problems.add(doc.where((index,)), f'topology "{label}" must define exactly one of tree, block, '
-                                              f"flat: true (got {got})")
+            problems.add(
+                doc.where((index,)),
+                f'topology "{label}" must define exactly one of tree, block, flat: true (got {got})',
+            )
         entries.append((index, label, kind, default))
 
     if not entries:
@@ -141,8 +152,9 @@ def _yaml_pick(doc: _YamlDoc, topology: str | None, problems: Problems) -> tuple
         chosen = next((e for e in entries if e[3]), None)
         if chosen is None:
             if len(entries) > 1:
-                problems.add("topology",
-                             f"no entry has cluster_default: true; pass topology= one of {listing}")
+                problems.add(
+                    "topology", f"no entry has cluster_default: true; pass topology= one of {listing}"
+                )
                 return None
             chosen = entries[0]
     if chosen[2] is None:
@@ -176,15 +188,22 @@ def _yaml_list(
             problems.add(doc.where((*path, str(extra))), f'unknown key "{extra}"; expected {", ".join(keys)}')
     items = body.get(key)
     if not isinstance(items, list) or not items:
-        problems.add(doc.where((*path, key)) if key in body else doc.where(path),
-                     f"{key} must be a non-empty list, got {_kind_of(items)}")
+        problems.add(
+            doc.where((*path, key)) if key in body else doc.where(path),
+            f"{key} must be a non-empty list, got {_kind_of(items)}",
+        )
         return None
     return items
 
 
 def _yaml_group(
-    doc: _YamlDoc, item: Any, path: tuple[str | int, ...], name_key: str, child_keys: tuple[str, ...],
-    ignored: tuple[str, ...], problems: Problems,
+    doc: _YamlDoc,
+    item: Any,
+    path: tuple[str | int, ...],
+    name_key: str,
+    child_keys: tuple[str, ...],
+    ignored: tuple[str, ...],
+    problems: Problems,
 ) -> _Group | None:
     if not isinstance(item, dict):
         problems.add(doc.where(path), f"expected a mapping ({name_key}: NAME, ...), got {_kind_of(item)}")
@@ -192,14 +211,18 @@ def _yaml_group(
     ok = True
     for key in item:
         if key not in (name_key, *child_keys, *ignored):
-            problems.add(doc.where((*path, str(key))),
-                         f'unknown key "{key}"; expected {", ".join((name_key, *child_keys))}')
+            problems.add(
+                doc.where((*path, str(key))),
+                f'unknown key "{key}"; expected {", ".join((name_key, *child_keys))}',
+            )
     label = item.get(name_key)
     if isinstance(label, int) and not isinstance(label, bool):
         label = str(label)
     if not isinstance(label, str) or not label.strip():
-        problems.add(doc.where((*path, name_key)) if name_key in item else doc.where(path),
-                     f"every entry needs {name_key}: NAME (a non-empty string), got {_kind_of(label)}")
+        problems.add(
+            doc.where((*path, name_key)) if name_key in item else doc.where(path),
+            f"every entry needs {name_key}: NAME (a non-empty string), got {_kind_of(label)}",
+        )
         return None
     values: dict[str, _Value | None] = {}
     for key in child_keys:
@@ -218,8 +241,9 @@ def _yaml_tree(doc: _YamlDoc, body: Any, path: tuple[str | int, ...], problems: 
     items = _yaml_list(doc, body, path, "switches", ("switches",), problems)
     out: list[_Group] = []
     for i, item in enumerate(items or []):
-        group = _yaml_group(doc, item, (*path, "switches", i), "switch", ("children", "nodes"),
-                            ("link_speed",), problems)
+        group = _yaml_group(
+            doc, item, (*path, "switches", i), "switch", ("children", "nodes"), ("link_speed",), problems
+        )
         if group is not None:
             out.append(group)
     return out
@@ -251,8 +275,11 @@ def _yaml_block(
         return blocks, None, False
     sizes: list[tuple[int, str]] = []
     for value, where in listed:
-        number = value if isinstance(value, int) and not isinstance(value, bool) else (
-            int(value) if isinstance(value, str) and value.isdigit() and value.isascii() else None)
+        number = (
+            value
+            if isinstance(value, int) and not isinstance(value, bool)
+            else (int(value) if isinstance(value, str) and value.isdigit() and value.isascii() else None)
+        )
         if number is None or number <= 0:
             problems.add(where, f"block size {_kind_of(value)} is not a positive whole number of nodes")
             return blocks, None, False

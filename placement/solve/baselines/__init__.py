@@ -26,8 +26,16 @@ from placement.state import ClusterState
 from placement.topology import Topology
 from placement.traffic import Traffic
 
-__all__ = ["BASELINES", "Baseline", "first_fit", "kueue_tas", "slice_size", "slurm_block", "slurm_tree",
-           "topology_greedy"]
+__all__ = [
+    "BASELINES",
+    "Baseline",
+    "first_fit",
+    "kueue_tas",
+    "slice_size",
+    "slurm_block",
+    "slurm_tree",
+    "topology_greedy",
+]
 
 Baseline = Callable[[Topology, ClusterState, Job, Traffic], list[int] | None]
 

@@ -166,7 +166,9 @@ def prepare(topology: Topology, state: ClusterState, job: Job, traffic: Traffic)
         left = tuple(r for r in u if r not in pinned)
         if not left:
             continue
-        if len(left) < len(u):  # the rest of a partly pinned slice goes next to its first pin when there is room
+        if len(left) < len(
+            u
+        ):  # the rest of a partly pinned slice goes next to its first pin when there is room
             h = topology.devices[pinned[next(r for r in u if r in pinned)]].host_index
             room = free.get(h, [])
             if len(room) >= len(left):
@@ -176,8 +178,14 @@ def prepare(topology: Topology, state: ClusterState, job: Job, traffic: Traffic)
             if required:
                 return None  # a required unit cannot stay on its pinned rank's host
         slices.append(left)
-    return Prepared(size, tuple(slices), {h: tuple(v) for h, v in free.items()}, fixed,
-                    _cap_level(topology, job, traffic), job.ranks)
+    return Prepared(
+        size,
+        tuple(slices),
+        {h: tuple(v) for h, v in free.items()},
+        fixed,
+        _cap_level(topology, job, traffic),
+        job.ranks,
+    )
 
 
 def _rank_best_fit(topology: Topology, state: ClusterState, job: Job, traffic: Traffic) -> list[int] | None:
@@ -249,8 +257,9 @@ def slurm_request(topology: Topology, job: Job, prep: Prepared) -> tuple[int, in
     --distribution=plane=<slice>``: N is the fewest whole free hosts that hold every slice. None when no host
     holds one slice."""
     kind = job.device_kind
-    per_node = max((nt.devices // prep.size for nt in topology.host_types if kind is None or nt.kind == kind),
-                   default=0)
+    per_node = max(
+        (nt.devices // prep.size for nt in topology.host_types if kind is None or nt.kind == kind), default=0
+    )
     if per_node == 0:
         return None
     need = len(prep.slices)
@@ -281,7 +290,9 @@ def slurm_start(topology: Topology, state: ClusterState, job: Job, traffic: Traf
     return SlurmStart(prep, req[0], req[1])
 
 
-def take_nodes(hosts: Iterable[int], cap: Sequence[int], plan: list[tuple[int, int]], tasks: int, nodes: int) -> tuple[int, int, int]:
+def take_nodes(
+    hosts: Iterable[int], cap: Sequence[int], plan: list[tuple[int, int]], tasks: int, nodes: int
+) -> tuple[int, int, int]:
     """Slurm's allocation of one switch's or block's nodes in order: each usable node takes as many of the remaining
     tasks as it holds (appended to `plan`). Returns the tasks and nodes still wanted and how many nodes it took."""
     taken = 0

@@ -15,7 +15,9 @@ from placement.traffic import Traffic
 __all__ = ["first_fit"]
 
 
-def first_fit(topology: Topology, state: ClusterState, job: Job, traffic: Traffic | None = None) -> list[int] | None:
+def first_fit(
+    topology: Topology, state: ClusterState, job: Job, traffic: Traffic | None = None
+) -> list[int] | None:
     """Ranks in order onto usable devices in cluster order; pins kept; None when there are too few devices.
 
     `traffic` is accepted for the uniform baseline signature and not used.

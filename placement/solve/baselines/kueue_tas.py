@@ -63,7 +63,9 @@ def kueue_tas(topology: Topology, state: ClusterState, job: Job, traffic: Traffi
 
     def best_fit(lv: int, doms: Sequence[int], needed: int) -> int:
         fitting = [k for k in doms if slices[lv][k] >= needed]
-        return min(fitting, key=lambda k: slices[lv][k]) if fitting else doms[0]  # min keeps the first of ties
+        return (
+            min(fitting, key=lambda k: slices[lv][k]) if fitting else doms[0]
+        )  # min keeps the first of ties
 
     last = n_levels - 1 if prep.cap_level is None else prep.cap_level
     chosen: list[tuple[int, int]] | None = None
@@ -90,8 +92,9 @@ def kueue_tas(topology: Topology, state: ClusterState, job: Job, traffic: Traffi
     return prep.fill(plan)
 
 
-def _consume(doms: list[int], count: int, cap: list[int],
-             best_fit: Callable[[list[int], int], int]) -> list[tuple[int, int]] | None:
+def _consume(
+    doms: list[int], count: int, cap: list[int], best_fit: Callable[[list[int], int], int]
+) -> list[tuple[int, int]] | None:
     """``updateCountsToMinimumGeneric`` without leaders: domains in order give all their slices until one can
     hold the rest; that rest goes to the best fit among the remaining domains."""
     out: list[tuple[int, int]] = []

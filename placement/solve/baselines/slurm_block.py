@@ -87,7 +87,7 @@ def slurm_block(topology: Topology, state: ClusterState, job: Job, traffic: Traf
                 ll_counts[i // bb_per_ll] += nodes_bb[i]
             per_block = bb_per_block // bb_per_ll
             offset = blk * per_block
-            mine = sorted(ll_counts[offset:offset + min(per_block, n_ll - offset)], reverse=True)
+            mine = sorted(ll_counts[offset : offset + min(per_block, n_ll - offset)], reverse=True)
             avail = sum(mine[:max_ll])
         else:
             avail = bnc
@@ -134,8 +134,16 @@ class _Pick:
         if same is not None:
             self.same_block = same
 
-    def consider(self, i: int, rem_nodes: int, nodes_bb: list[int], nodes_ll: list[int] | None, ll: int,
-                 required: set[int], n_bb: int) -> None:
+    def consider(
+        self,
+        i: int,
+        rem_nodes: int,
+        nodes_bb: list[int],
+        nodes_ll: list[int] | None,
+        ll: int,
+        required: set[int],
+        n_bb: int,
+    ) -> None:
         fit = nodes_bb[i] >= rem_nodes
         if nodes_ll is not None and (self.best >> ll) != (i >> ll):
             lo, hi = (i >> ll) << ll, min(n_bb, ((i >> ll) + 1) << ll)
@@ -156,17 +164,21 @@ class _Pick:
                     self._set(i, fit, same)
                 return
         best_nodes = nodes_bb[self.best] if self.best >= 0 else 0
-        if (self.best < 0 or (fit and not self.fit) or (not fit and not self.fit and nodes_bb[i] >= best_nodes)
-                or (fit and nodes_bb[i] <= best_nodes)):
+        if (
+            self.best < 0
+            or (fit and not self.fit)
+            or (not fit and not self.fit and nodes_bb[i] >= best_nodes)
+            or (fit and nodes_bb[i] <= best_nodes)
+        ):
             self._set(i, fit)
 
 
 def _aggregate_factors(topology: Topology, b: int) -> list[int]:
     """The k of each ``block_x<k>`` level above the block level (powers of two, as Slurm requires)."""
     out = []
-    for lv in topology.levels[b + 1:]:
-        if lv.name.startswith(f"{BLOCK_LEVEL}_x") and lv.name[len(BLOCK_LEVEL) + 2:].isdigit():
-            k = int(lv.name[len(BLOCK_LEVEL) + 2:])
+    for lv in topology.levels[b + 1 :]:
+        if lv.name.startswith(f"{BLOCK_LEVEL}_x") and lv.name[len(BLOCK_LEVEL) + 2 :].isdigit():
+            k = int(lv.name[len(BLOCK_LEVEL) + 2 :])
             if k > 1 and k & (k - 1) == 0:
                 out.append(k)
     return out

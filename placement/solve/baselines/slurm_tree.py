@@ -83,15 +83,20 @@ def slurm_tree(topology: Topology, state: ClusterState, job: Job, traffic: Traff
     plan: list[tuple[int, int]] = []
     hosts_of_leaf = topology.children[1]
     while rem_tasks > 0 and live:
-        fit = [[node_cnt[u + 1][k] >= rem_nodes and tasks[u + 1][k] >= rem_tasks
-                for k in range(len(node_cnt[u + 1]))] for u in range(depth)]
+        fit = [
+            [
+                node_cnt[u + 1][k] >= rem_nodes and tasks[u + 1][k] >= rem_tasks
+                for k in range(len(node_cnt[u + 1]))
+            ]
+            for u in range(depth)
+        ]
         d = dist.tolist()
         best = live[0]
         for leaf in live[1:]:  # _topo_choose_best_switch over the leaf switches in switch order
             tcs, i_fit = _compare(chain[leaf], chain[best], fit, node_cnt)
             if (d[leaf] < d[best] and i_fit) or (d[leaf] == d[best] and tcs > 0):
                 best = leaf
-        dist += 2 * (up != up[:, best:best + 1]).sum(axis=0)
+        dist += 2 * (up != up[:, best : best + 1]).sum(axis=0)
         rem_tasks, rem_nodes, taken = take_nodes(sorted(hosts_of_leaf[best]), cap, plan, rem_tasks, rem_nodes)
         drop = node_cnt[1][best]
         for u in range(depth):  # _decrement_node_cnt on the leaf and its ancestors
@@ -106,7 +111,9 @@ def slurm_tree(topology: Topology, state: ClusterState, job: Job, traffic: Traff
     return prep.fill(sorted(plan))
 
 
-def _compare(i: list[int], j: list[int], fit: list[list[bool]], node_cnt: list[list[int]]) -> tuple[int, bool]:
+def _compare(
+    i: list[int], j: list[int], fit: list[list[bool]], node_cnt: list[list[int]]
+) -> tuple[int, bool]:
     """``_topo_compare_switches`` for two leaf switches given by their ancestor chains: (1 if i is the better
     fit, -1 if j, 0 if neither; whether i, or the ancestor where the comparison ended, fits)."""
     u = 0

@@ -60,7 +60,9 @@ class _Incumbent:
         self.key: tuple[float, float] = (math.inf, math.inf)
         self.min_surrogate = math.inf
 
-    def offer(self, mapping: list[int], surrogate: float | None = None, *, known: tuple[float, float] | None = None) -> bool:
+    def offer(
+        self, mapping: list[int], surrogate: float | None = None, *, known: tuple[float, float] | None = None
+    ) -> bool:
         """`known`: the mapping's (exposed comm, surrogate) when the caller has scored it already."""
         if known is not None:
             key = known if self.p.evaluator_guided else (known[1], known[1])
@@ -91,27 +93,43 @@ def _hosts_in_one_fault_domain(problem: Problem) -> bool:
     return True
 
 
-def _choose_slots(problem: Problem, units: Units, model: UnitModel, assign: dict[int, int] | None) -> tuple[Slots, bool]:
+def _choose_slots(
+    problem: Problem, units: Units, model: UnitModel, assign: dict[int, int] | None
+) -> tuple[Slots, bool]:
     """The slots of the full model, and whether they lose nothing (a bound on them is a bound on the surrogate)."""
     topo, pool = problem.topology, problem.pool
     sizes = {len(u) for u in units.ranks}
     max_free = max((pool.free(h) for h in pool.devices), default=0)
-    smallest_term = min((sum(len(units.ranks[u]) for u in t.units) for t in model.terms), default=max_free + 1)
+    smallest_term = min(
+        (sum(len(units.ranks[u]) for u in t.units) for t in model.terms), default=max_free + 1
+    )
     n_levels = len(topo.levels)
     if units.split:
         return leaf_slots(topo, pool, max(sizes), len(units.ranks), split=True), False
-    if not problem.constrained and len(sizes) == 1 and n_levels > 2 and (smallest_term > max_free or len(units.ranks) > 64):
+    if (
+        not problem.constrained
+        and len(sizes) == 1
+        and n_levels > 2
+        and (smallest_term > max_free or len(units.ranks) > 64)
+    ):
         # level-1 domains as slots: exact when no term fits in one host, else a coarse start for the host LNS
         return leaf_slots(topo, pool, sizes.pop(), len(units.ranks), split=False), smallest_term > max_free
     max_size = sum(len(u) for u in units.ranks)
-    hosts = sorted(pool.devices) if problem.constrained else host_classes(topo, pool, sorted(pool.devices), max_size, len(units.ranks))
+    hosts = (
+        sorted(pool.devices)
+        if problem.constrained
+        else host_classes(topo, pool, sorted(pool.devices), max_size, len(units.ranks))
+    )
     if assign is not None:
-        hosts = sorted(set(hosts) | set(assign.values()))  # keep the incumbent's hosts: the hint stays feasible
+        hosts = sorted(
+            set(hosts) | set(assign.values())
+        )  # keep the incumbent's hosts: the hint stays feasible
     return host_slots(topo, pool, hosts), True
 
 
-def solve_cpsat(problem: Problem, starts: list[tuple[str, list[int]]],
-                scores: Sequence[tuple[float, float] | None] = ()) -> CpsatOutcome:
+def solve_cpsat(
+    problem: Problem, starts: list[tuple[str, list[int]]], scores: Sequence[tuple[float, float] | None] = ()
+) -> CpsatOutcome:
     """Optimize from `starts` (valid mappings: the baselines and candidates; `scores`, aligned with them, their
     (exposed comm, surrogate) where already known); see the module docstring."""
     from placement.solve.exact import exact_applicable, solve_device_level
@@ -128,7 +146,9 @@ def solve_cpsat(problem: Problem, starts: list[tuple[str, list[int]]],
     if topo.pair_paths is not None and not p.traffic.groups and not p.pinned and not job.constraints.spread:
         from placement.solve.qap import solve_on_graph
 
-        mp, qb, qstats = solve_on_graph(topo, p.state, job, p.traffic, p.candidates, p.remaining(), opts.seed, opts.stop, best)
+        mp, qb, qstats = solve_on_graph(
+            topo, p.state, job, p.traffic, p.candidates, p.remaining(), opts.seed, opts.stop, best
+        )
         stats.update(qstats)
         if mp is not None and p.valid(mp):
             candidates.append(("cpsat", mp))
@@ -152,8 +172,9 @@ def solve_cpsat(problem: Problem, starts: list[tuple[str, list[int]]],
         if p.evaluator_guided and p.remaining() > 0.1:
             # the evaluator sees what the surrogate cannot (hierarchical collectives, shared NICs): its favourite
             # unit order is a candidate of its own
-            ev, _, _ = best_constructive(topo, p.pool, job, units.ranks, lambda m: p.rank(m)[0],
-                                         p.until(share / 2))
+            ev, _, _ = best_constructive(
+                topo, p.pool, job, units.ranks, lambda m: p.rank(m)[0], p.until(share / 2)
+            )
             if ev is not None and ev != cons and p.valid(ev):
                 candidates.append(("constructive", ev))
                 inc.offer(ev)
@@ -162,8 +183,12 @@ def solve_cpsat(problem: Problem, starts: list[tuple[str, list[int]]],
             # explicit job said which ranks form a pod
             from placement.solve.baselines import kueue_tas
 
-            sliced = dataclasses.replace(job, constraints=dataclasses.replace(
-                job.constraints, require={**job.constraints.require, units.label: topo.levels[0].name}))
+            sliced = dataclasses.replace(
+                job,
+                constraints=dataclasses.replace(
+                    job.constraints, require={**job.constraints.require, units.label: topo.levels[0].name}
+                ),
+            )
             kq = kueue_tas(topo, p.state, sliced, p.traffic)
             if kq is not None and p.valid(kq):
                 candidates.append(("constructive", kq))
@@ -178,23 +203,37 @@ def solve_cpsat(problem: Problem, starts: list[tuple[str, list[int]]],
         allowed[unit_of[r]] = allowed.get(unit_of[r], {h}) & {h}
     assign = assignment_from_mapping(topo, units.ranks, best) if best is not None else None
     slots, slots_exact = _choose_slots(p, units, model, assign)
-    slot_assign = (assignment_from_mapping(topo, units.ranks, best, leaf=True, partial=units.split) if slots.leaf and best is not None
-                   else assign)
+    slot_assign = (
+        assignment_from_mapping(topo, units.ranks, best, leaf=True, partial=units.split)
+        if slots.leaf and best is not None
+        else assign
+    )
     room = Counter(slots.room.values())
-    n_vars = sum(cnt * sum(v for r, v in room.items() if r >= size) for size, cnt in Counter(len(u) for u in units.ranks).items())
+    n_vars = sum(
+        cnt * sum(v for r, v in room.items() if r >= size)
+        for size, cnt in Counter(len(u) for u in units.ranks).items()
+    )
     stats["model_vars"] = n_vars
     stats["model_slots"] = "level-1 domains" if slots.leaf else "hosts"
     model_bound: float | None = None
     solved_whole = False
     build_s = n_vars * BUILD_S_PER_VAR  # building the program in Python is not covered by CP-SAT's limit
-    if (n_vars <= MAX_FULL_VARS or (p.constrained and best is None)) and p.remaining() > max(0.1, 3 * build_s):
+    if (n_vars <= MAX_FULL_VARS or (p.constrained and best is None)) and p.remaining() > max(
+        0.1, 3 * build_s
+    ):
         chains = [] if p.constrained or units.split else symmetry_chains(job, units.ranks)
         if chains and slot_assign is not None and len(slot_assign) == len(units.ranks):
             slot_assign = sorted_hint(job, units.ranks, chains[0], slot_assign)
         exact = model.exact and slots_exact
         # where the model cannot prove anything, aim it at the step model's concurrency too (phase = its slowest group)
-        prog = UnitProgram(topo, model, list(range(len(units.ranks))), slots, allowed=allowed or None,
-                           bottleneck=p.evaluator_guided and not exact)
+        prog = UnitProgram(
+            topo,
+            model,
+            list(range(len(units.ranks))),
+            slots,
+            allowed=allowed or None,
+            bottleneck=p.evaluator_guided and not exact,
+        )
         if job.constraints.spread:
             prog.add_spread(spread_terms(topo, p.state, job, p.traffic, units.ranks, p.pool))
         prog.add_symmetry(chains)
@@ -211,24 +250,56 @@ def solve_cpsat(problem: Problem, starts: list[tuple[str, list[int]]],
             if mp is not None and p.valid(mp):
                 candidates.append(("cpsat-model", mp))
                 inc.offer(mp)
-            if res.bound is not None and model.exact and slots_exact and res.status in ("OPTIMAL", "FEASIBLE"):
+            if (
+                res.bound is not None
+                and model.exact
+                and slots_exact
+                and res.status in ("OPTIMAL", "FEASIBLE")
+            ):
                 model_bound = res.bound + model.constant
-        elif res.status == "INFEASIBLE" and units.exact and not slots.leaf and not p.state.failed_pairs and _hosts_in_one_fault_domain(p):
-            return CpsatOutcome(None, None, stats, ["the solver proved that no mapping satisfies the hard rules together "
-                                                    "(each rule alone can be met)"], candidates)
+        elif (
+            res.status == "INFEASIBLE"
+            and units.exact
+            and not slots.leaf
+            and not p.state.failed_pairs
+            and _hosts_in_one_fault_domain(p)
+        ):
+            return CpsatOutcome(
+                None,
+                None,
+                stats,
+                [
+                    "the solver proved that no mapping satisfies the hard rules together "
+                    "(each rule alone can be met)"
+                ],
+                candidates,
+            )
     best = inc.mapping
-    if best is not None and not p.constrained and p.remaining() > 0.15 and not (solved_whole and stats.get("cpsat_status") == "OPTIMAL"):
+    if (
+        best is not None
+        and not p.constrained
+        and p.remaining() > 0.15
+        and not (solved_whole and stats.get("cpsat_status") == "OPTIMAL")
+    ):
         host_assign = assignment_from_mapping(topo, units.ranks, best, partial=True) or {}
         score = SurrogateScore(p, best)
         full_hosts = host_slots(topo, p.pool, sorted(p.pool.devices))
         # leave time to score and validate the answer afterwards (about 50 µs a rank)
         ls = lns(p, model, full_hosts, host_assign, score, p.until(1.0) - 0.05 - job.ranks * 5e-5)
         stats.update(ls.as_stats())
-        if score.total < inc.surrogate - 1e-12 and p.valid(score.mapping) and inc.offer(score.mapping, score.total):
+        if (
+            score.total < inc.surrogate - 1e-12
+            and p.valid(score.mapping)
+            and inc.offer(score.mapping, score.total)
+        ):
             candidates.append(("cpsat-lns", list(score.mapping)))
     exact_bound: float | None = None
     best = inc.mapping
-    if exact_applicable(topo, p.state, job, p.candidates) and p.remaining() > 0.05 and not (model_bound is not None and inc.min_surrogate <= model_bound + 1e-12):
+    if (
+        exact_applicable(topo, p.state, job, p.candidates)
+        and p.remaining() > 0.05
+        and not (model_bound is not None and inc.min_surrogate <= model_bound + 1e-12)
+    ):
         ex = solve_device_level(topo, p.state, job, p.traffic, p.candidates, opts, p.remaining(), best)
         stats["exact_status"] = ex.status
         if ex.mapping is not None and p.valid(ex.mapping):

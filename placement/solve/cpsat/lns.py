@@ -44,8 +44,9 @@ class LnsStats:
         return out
 
 
-def _moves(problem: Problem, score: SurrogateScore, model: UnitModel, assign: dict[int, int],
-           new: dict[int, int]) -> dict[int, int] | None:
+def _moves(
+    problem: Problem, score: SurrogateScore, model: UnitModel, assign: dict[int, int], new: dict[int, int]
+) -> dict[int, int] | None:
     """Rank -> device moves that take the mapping from `assign` to `new` (only changed units move)."""
     changed = {u for u, h in new.items() if assign.get(u) != h}
     if not changed:
@@ -79,8 +80,16 @@ def _held(problem: Problem, model: UnitModel, assign: dict[int, int], mapping: l
     return out
 
 
-def _window(problem: Problem, model: UnitModel, assign: dict[int, int], kind: str, rng: random.Random,
-            dom_hosts: dict[int, list[int]], level: int, term_cost: list[float]) -> tuple[list[int], list[int]]:
+def _window(
+    problem: Problem,
+    model: UnitModel,
+    assign: dict[int, int],
+    kind: str,
+    rng: random.Random,
+    dom_hosts: dict[int, list[int]],
+    level: int,
+    term_cost: list[float],
+) -> tuple[list[int], list[int]]:
     """Units to free and hosts to re-solve them on, for one neighbourhood kind."""
     topo = problem.topology
     col = topo.domain_column(level)
@@ -172,7 +181,9 @@ def _swap_round(problem: Problem, judge: _Judge, rng: random.Random, tries: int,
         hs = rng.choice(pairs)
         a, b = rng.sample(hs, 2)
         ra, rb = by_host[a], by_host[b]
-        moves = {r: score.mapping[s] for r, s in zip(ra, rb, strict=True)} | {s: score.mapping[r] for r, s in zip(ra, rb, strict=True)}
+        moves = {r: score.mapping[s] for r, s in zip(ra, rb, strict=True)} | {
+            s: score.mapping[r] for r, s in zip(ra, rb, strict=True)
+        }
         if judge.offer(moves):
             by_host[a], by_host[b] = rb, ra
             gained += 1
@@ -192,8 +203,14 @@ def _leaf_chain(problem: Problem) -> dict[int, list[int]]:
     return out
 
 
-def _leaf_round(problem: Problem, model: UnitModel, judge: _Judge, rng: random.Random, budget: float,
-                chain: dict[int, list[int]]) -> bool:
+def _leaf_round(
+    problem: Problem,
+    model: UnitModel,
+    judge: _Judge,
+    rng: random.Random,
+    budget: float,
+    chain: dict[int, list[int]],
+) -> bool:
     """One ``leaf`` neighbourhood: free every unit inside three level-1 domains, re-solve them with the leaf
     model on the devices nobody else holds there, re-pack, and offer the moves."""
     topo, score = problem.topology, judge.score
@@ -215,7 +232,11 @@ def _leaf_round(problem: Problem, model: UnitModel, judge: _Judge, rng: random.R
         return False
     free_ranks = {r for u in free_units for r in model.units[u]}
     taken = {d for r, d in enumerate(score.mapping) if r not in free_ranks}
-    sub = {h: [d for d in devs if d not in taken] for h, devs in problem.pool.devices.items() if col[devs[0]] in pick}
+    sub = {
+        h: [d for d in devs if d not in taken]
+        for h, devs in problem.pool.devices.items()
+        if col[devs[0]] in pick
+    }
     pool = HostPool({h: v for h, v in sub.items() if v})
     usize = max(len(model.units[u]) for u in free_units)
     room: dict[int, int] = defaultdict(int)
@@ -238,8 +259,14 @@ def _leaf_round(problem: Problem, model: UnitModel, judge: _Judge, rng: random.R
     return bool(moves) and judge.offer(moves, evaluate_always=True)
 
 
-def lns(problem: Problem, model: UnitModel, slots: Slots, assign: dict[int, int], score: SurrogateScore,
-        deadline: float) -> LnsStats:
+def lns(
+    problem: Problem,
+    model: UnitModel,
+    slots: Slots,
+    assign: dict[int, int],
+    score: SurrogateScore,
+    deadline: float,
+) -> LnsStats:
     """Improve `score` (its mapping is updated in place) until `deadline`, or a fixed number of rounds when the
     options ask for deterministic time. `assign` (unit -> host) describes the mapping's whole units; units that
     span hosts keep their devices (only host swaps move them)."""
@@ -266,7 +293,11 @@ def lns(problem: Problem, model: UnitModel, slots: Slots, assign: dict[int, int]
         kind = kinds[stats.rounds % len(kinds)]
         stats.rounds += 1
         if kind == "swap":
-            until = math.inf if opts.deterministic else time.perf_counter() + min(0.2, 0.1 * max(0.0, deadline - time.perf_counter()))
+            until = (
+                math.inf
+                if opts.deterministic
+                else time.perf_counter() + min(0.2, 0.1 * max(0.0, deadline - time.perf_counter()))
+            )
             n = _swap_round(problem, judge, rng, 200 if job_small else 40, until)
             if n:
                 stats.improved += n
@@ -295,7 +326,9 @@ def lns(problem: Problem, model: UnitModel, slots: Slots, assign: dict[int, int]
         free_set = set(free_units)
         fixed = {u: h for u, h in assign.items() if u not in free_set}
         window = Slots({h: slots.room[h] - held.get(h, 0) for h in hosts if h in slots.room}, slots.chain)
-        prog = UnitProgram(topo, model, free_units, window, fixed, allowed=None, bottleneck=problem.evaluator_guided)
+        prog = UnitProgram(
+            topo, model, free_units, window, fixed, allowed=None, bottleneck=problem.evaluator_guided
+        )
         prog.add_hint(assign)
         res = prog.solve(opts, budget, presolve=False)
         if res.assignment is None:
@@ -311,4 +344,3 @@ def lns(problem: Problem, model: UnitModel, slots: Slots, assign: dict[int, int]
             if log is not None:
                 log(f"lns round {stats.rounds} {kind}: surrogate {score.total:.6f}")
     return stats
-

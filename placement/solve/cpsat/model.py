@@ -26,7 +26,9 @@ class Term:
 
     units: tuple[int, ...]
     cost: list[float]
-    peak: dict[str, list[float]] = field(default_factory=dict)  # per label: its costliest group's or edge's cost
+    peak: dict[str, list[float]] = field(
+        default_factory=dict
+    )  # per label: its costliest group's or edge's cost
 
 
 @dataclass
@@ -38,8 +40,12 @@ class UnitModel:
     constant: float
     exact: bool  # True when the linear form equals the surrogate on every mapping of whole units
     units_exact: bool  # True when units come only from required levels (no heuristic grouping)
-    split_cost: float = 0.0  # extra cost of one unit whose ranks span hosts inside one level-1 domain (heuristic)
-    split_step: float = 0.0  # the least any split unit adds: its cheapest internal term's step from level 0 to 1
+    split_cost: float = (
+        0.0  # extra cost of one unit whose ranks span hosts inside one level-1 domain (heuristic)
+    )
+    split_step: float = (
+        0.0  # the least any split unit adds: its cheapest internal term's step from level 0 to 1
+    )
     label_items: dict[str, int] = field(default_factory=dict)  # groups and edges per label that cross units
 
 
@@ -57,7 +63,9 @@ class Units:
 
 def level_paths_of_tiers(topology: Topology) -> list[Path]:
     """The level tiers as paths (no intra-node codes, no degradation): what the linear level form prices."""
-    return [Path(lv.tier.bandwidth_gbps, lv.tier.latency_us, lv.name, li) for li, lv in enumerate(topology.levels)]
+    return [
+        Path(lv.tier.bandwidth_gbps, lv.tier.latency_us, lv.name, li) for li, lv in enumerate(topology.levels)
+    ]
 
 
 def _label_components(problem: Problem) -> dict[str, list[tuple[int, ...]]]:
@@ -114,11 +122,18 @@ def build_units(problem: Problem) -> Units:
         size = len(units[0])
         if size > host_size:
             continue
-        saving = sum(collective_seconds(g.kind, len(g.members), g.bytes, g.count, g.exposed, paths[1])
-                     - collective_seconds(g.kind, len(g.members), g.bytes, g.count, g.exposed, paths[0])
-                     for g in traffic.groups if g.label == label)
-        saving += sum(p2p_seconds(e.bytes, e.count, e.exposed, paths[1]) - p2p_seconds(e.bytes, e.count, e.exposed, paths[0])
-                      for e in traffic.edges if e.label == label)
+        saving = sum(
+            collective_seconds(g.kind, len(g.members), g.bytes, g.count, g.exposed, paths[1])
+            - collective_seconds(g.kind, len(g.members), g.bytes, g.count, g.exposed, paths[0])
+            for g in traffic.groups
+            if g.label == label
+        )
+        saving += sum(
+            p2p_seconds(e.bytes, e.count, e.exposed, paths[1])
+            - p2p_seconds(e.bytes, e.count, e.exposed, paths[0])
+            for e in traffic.edges
+            if e.label == label
+        )
         if saving > 0 and (best is None or saving / job.ranks > best[0]):
             best = (saving / job.ranks, label)
     if best is None:
@@ -147,8 +162,14 @@ def _degradation_touches(topology: Topology, state: ClusterState, candidates: Se
     return False
 
 
-def build_model(topology: Topology, state: ClusterState, traffic: Traffic, units: list[tuple[int, ...]], units_exact: bool,
-                candidates: Sequence[int] = ()) -> UnitModel:
+def build_model(
+    topology: Topology,
+    state: ClusterState,
+    traffic: Traffic,
+    units: list[tuple[int, ...]],
+    units_exact: bool,
+    candidates: Sequence[int] = (),
+) -> UnitModel:
     """Sum the traffic into terms over units; `exact` says whether the level form equals the surrogate."""
     unit_of: dict[int, int] = {}
     for i, u in enumerate(units):
@@ -163,10 +184,17 @@ def build_model(topology: Topology, state: ClusterState, traffic: Traffic, units
     peaks: dict[tuple[int, ...], dict[str, list[float]]] = {}
     label_items: dict[str, int] = {}
     priced: list[tuple[str, Sequence[int], list[float]]] = [
-        (g.label, g.members, [collective_seconds(g.kind, len(g.members), g.bytes, g.count, g.exposed, p) for p in paths])
+        (
+            g.label,
+            g.members,
+            [collective_seconds(g.kind, len(g.members), g.bytes, g.count, g.exposed, p) for p in paths],
+        )
         for g in traffic.groups
     ]
-    priced += [(e.label, (e.src, e.dst), [p2p_seconds(e.bytes, e.count, e.exposed, p) for p in paths]) for e in traffic.edges]
+    priced += [
+        (e.label, (e.src, e.dst), [p2p_seconds(e.bytes, e.count, e.exposed, p) for p in paths])
+        for e in traffic.edges
+    ]
     for label, ranks, costs in priced:
         us = tuple(sorted({unit_of[r] for r in ranks}))
         if len(us) == 1:  # inside one unit: the same cost wherever the unit goes (whole in a host)
@@ -187,7 +215,8 @@ def build_model(topology: Topology, state: ClusterState, traffic: Traffic, units
     # the linear form prices a term by its lowest common level alone: exact when going up never gets faster
     tiers = [lv.tier for lv in topology.levels]
     monotone = all(
-        tiers[i + 1].bandwidth_gbps <= tiers[i].bandwidth_gbps and tiers[i + 1].latency_us >= tiers[i].latency_us
+        tiers[i + 1].bandwidth_gbps <= tiers[i].bandwidth_gbps
+        and tiers[i + 1].latency_us >= tiers[i].latency_us
         for i in range(n_levels - 1)
     ) and all(tiers[i].bandwidth_gbps <= t0.bandwidth_gbps for i in range(n_levels))
     exact = (
@@ -197,8 +226,18 @@ def build_model(topology: Topology, state: ClusterState, traffic: Traffic, units
         and topology.pair_paths is None  # a device graph is priced per pair, not per level
         and not _degradation_touches(topology, state, candidates)
     )
-    split = min((internal[u][1] - internal[u][0] for u in range(len(units))), default=0.0) if n_levels > 1 else 0.0
-    return UnitModel(units, [Term(k, v, peaks[k]) for k, v in sorted(acc.items())], constant, exact, units_exact,
-                     max(0.0, split), max(0.0, min(steps, default=0.0)), label_items)
-
-
+    split = (
+        min((internal[u][1] - internal[u][0] for u in range(len(units))), default=0.0)
+        if n_levels > 1
+        else 0.0
+    )
+    return UnitModel(
+        units,
+        [Term(k, v, peaks[k]) for k, v in sorted(acc.items())],
+        constant,
+        exact,
+        units_exact,
+        max(0.0, split),
+        max(0.0, min(steps, default=0.0)),
+        label_items,
+    )

@@ -37,8 +37,14 @@ class SpreadTerm:
     max_ranks: int | None
 
 
-def spread_terms(topology: Topology, state: ClusterState, job: Job, traffic: Traffic, units: list[tuple[int, ...]],
-                 pool: HostPool) -> list[SpreadTerm]:
+def spread_terms(
+    topology: Topology,
+    state: ClusterState,
+    job: Job,
+    traffic: Traffic,
+    units: list[tuple[int, ...]],
+    pool: HostPool,
+) -> list[SpreadTerm]:
     """The job's spread rules over host slots (a host belongs to the fault domain of its first free device)."""
     unit_of = {r: i for i, u in enumerate(units) for r in u}
     out: list[SpreadTerm] = []
@@ -47,12 +53,18 @@ def spread_terms(topology: Topology, state: ClusterState, job: Job, traffic: Tra
         slots: dict[str, set[int]] = defaultdict(set)
         for h, devs in pool.devices.items():
             slots[fd.get(devs[0], "<none>")].add(h)
-        scopes = [tuple(range(job.ranks))] if rule.scope == "job" else [g.members for g in traffic.groups if g.label == rule.scope]
+        scopes = (
+            [tuple(range(job.ranks))]
+            if rule.scope == "job"
+            else [g.members for g in traffic.groups if g.label == rule.scope]
+        )
         for members in scopes:
             cnt: dict[int, int] = defaultdict(int)
             for r in members:
                 cnt[unit_of[r]] += 1
-            out.append(SpreadTerm(sorted(cnt.items()), dict(slots), rule.min_domains, rule.max_ranks_per_domain))
+            out.append(
+                SpreadTerm(sorted(cnt.items()), dict(slots), rule.min_domains, rule.max_ranks_per_domain)
+            )
     return out
 
 
@@ -80,9 +92,17 @@ class SubResult:
 class UnitProgram:
     """Place `free_units` on `slots` given `fixed` units (unit -> slot); build, then `solve()`."""
 
-    def __init__(self, topology: Topology, model: UnitModel, free_units: Sequence[int], slots: Slots,
-                 fixed: dict[int, int] | None = None, *, allowed: dict[int, set[int]] | None = None,
-                 bottleneck: bool = False) -> None:
+    def __init__(
+        self,
+        topology: Topology,
+        model: UnitModel,
+        free_units: Sequence[int],
+        slots: Slots,
+        fixed: dict[int, int] | None = None,
+        *,
+        allowed: dict[int, set[int]] | None = None,
+        bottleneck: bool = False,
+    ) -> None:
         self.topology, self.model, self.slots = topology, model, slots
         self.free_units = list(free_units)
         self.free_set = set(free_units)
@@ -100,8 +120,10 @@ class UnitProgram:
         self.const = 0.0
         span = sum(max(t.cost) - min(t.cost) for t in model.terms) + model.split_cost * len(model.units)
         if bottleneck:
-            span += sum(n * max((max(t.peak.get(label, [0.0])) for t in model.terms), default=0.0)
-                        for label, n in model.label_items.items())
+            span += sum(
+                n * max((max(t.peak.get(label, [0.0])) for t in model.terms), default=0.0)
+                for label, n in model.label_items.items()
+            )
         self.scale = objective_scale(span)
         self.infeasible = ""
         self.bottleneck = bottleneck
@@ -178,7 +200,9 @@ class UnitProgram:
             size = sum(len(self.model.units[u]) for u in tf)
             within_prev: cp_model.IntVar | None = None
             for li in range(self.min_level, self.n_levels - 1):
-                fixed_doms = {self._domain(self.fixed[u], li) if li > self.min_level else self.fixed[u] for u in tx}
+                fixed_doms = {
+                    self._domain(self.fixed[u], li) if li > self.min_level else self.fixed[u] for u in tx
+                }
                 if len(fixed_doms) > 1:
                     continue
                 cand: set[int] | None = None
@@ -235,7 +259,9 @@ class UnitProgram:
         for sp in spread:
             used_vars = []
             for _fd, slots_in in sp.slots_by_domain.items():
-                terms = [(wt, self.x[u, s]) for u, wt in sp.units for s in self.by_unit.get(u, ()) if s in slots_in]
+                terms = [
+                    (wt, self.x[u, s]) for u, wt in sp.units for s in self.by_unit.get(u, ()) if s in slots_in
+                ]
                 if not terms:
                     continue
                 if sp.max_ranks is not None:
@@ -306,7 +332,11 @@ class UnitProgram:
                 continue
             peak = self.m.new_int_var(0, top, f"peak_{label}")
             for p_top, steps in rows:
-                self.m.add(peak >= round(p_top * self.scale) - sum(round(d * self.scale) * w for d, w in steps if round(d * self.scale)))
+                self.m.add(
+                    peak
+                    >= round(p_top * self.scale)
+                    - sum(round(d * self.scale) * w for d, w in steps if round(d * self.scale))
+                )
             out.append((self.model.label_items.get(label, 1), peak))
         return out
 

@@ -17,7 +17,9 @@ from placement.topology import Topology
 __all__ = ["assignment_from_mapping", "host_slots", "leaf_slots", "realize", "sorted_hint", "symmetry_chains"]
 
 
-def host_classes(topology: Topology, pool: HostPool, hosts: Sequence[int], max_size: int, keep: int) -> list[int]:
+def host_classes(
+    topology: Topology, pool: HostPool, hosts: Sequence[int], max_size: int, keep: int
+) -> list[int]:
     """Exact symmetry pruning: hosts with the same ancestors and free count are interchangeable; keep `keep`
     of each class. Then leaves (level 1) with the same parent and the same host multiset: keep `keep`."""
     n_levels = len(topology.levels)
@@ -25,8 +27,14 @@ def host_classes(topology: Topology, pool: HostPool, hosts: Sequence[int], max_s
     for h in hosts:
         anc = tuple(topology.domain_of(pool.devices[h][0], li) for li in range(1, n_levels))
         nt = topology.host_types[h]
-        key = (anc, min(pool.free(h), max_size), nt.name if nt.matrix is not None else "",
-               tuple(topology.devices[d].local_index for d in pool.devices[h]) if nt.matrix is not None or topology.rail_policy else ())
+        key = (
+            anc,
+            min(pool.free(h), max_size),
+            nt.name if nt.matrix is not None else "",
+            tuple(topology.devices[d].local_index for d in pool.devices[h])
+            if nt.matrix is not None or topology.rail_policy
+            else (),
+        )
         cls[key].append(h)
     kept = [h for v in cls.values() for h in v[:keep]]
     if n_levels < 3:
@@ -37,7 +45,10 @@ def host_classes(topology: Topology, pool: HostPool, hosts: Sequence[int], max_s
         by_leaf[topology.domain_of(pool.devices[h][0], 1)].append(h)
     leaf_cls: dict[tuple[object, ...], list[int]] = defaultdict(list)
     for leaf, hs in by_leaf.items():
-        sig = (topology.parent[1][leaf], tuple(sorted((min(pool.free(h), max_size), topology.host_types[h].name) for h in hs)))
+        sig = (
+            topology.parent[1][leaf],
+            tuple(sorted((min(pool.free(h), max_size), topology.host_types[h].name) for h in hs)),
+        )
         leaf_cls[sig].append(leaf)
     out: list[int] = []
     for leaves in leaf_cls.values():
@@ -49,7 +60,9 @@ def host_classes(topology: Topology, pool: HostPool, hosts: Sequence[int], max_s
 def host_chains(topology: Topology, pool: HostPool) -> dict[int, list[int]]:
     """Every candidate host's domain chain (chain[h][0] == h)."""
     n_levels = len(topology.levels)
-    return {h: [topology.domain_of(devs[0], li) for li in range(n_levels)] for h, devs in pool.devices.items()}
+    return {
+        h: [topology.domain_of(devs[0], li) for li in range(n_levels)] for h, devs in pool.devices.items()
+    }
 
 
 def host_slots(topology: Topology, pool: HostPool, hosts: Sequence[int]) -> Slots:
@@ -80,8 +93,15 @@ def leaf_slots(topology: Topology, pool: HostPool, usize: int, keep: int, *, spl
     return Slots({k: room[k] for k in kept}, chain, True, {k: whole[k] for k in kept})
 
 
-def realize(topology: Topology, pool: HostPool, units: Sequence[tuple[int, ...]], slots: Slots, assign: dict[int, int],
-            n_ranks: int, pins: dict[int, int] | None = None) -> list[int] | None:
+def realize(
+    topology: Topology,
+    pool: HostPool,
+    units: Sequence[tuple[int, ...]],
+    slots: Slots,
+    assign: dict[int, int],
+    n_ranks: int,
+    pins: dict[int, int] | None = None,
+) -> list[int] | None:
     """Rank -> device for a unit -> slot assignment; None when a leaf slot's devices run out."""
     out = [-1] * n_ranks
     pins = pins or {}
@@ -121,12 +141,20 @@ def realize(topology: Topology, pool: HostPool, units: Sequence[tuple[int, ...]]
     return out
 
 
-def assignment_from_mapping(topology: Topology, units: Sequence[tuple[int, ...]], mapping: Sequence[int], *,
-                            leaf: bool = False, partial: bool = False) -> dict[int, int] | None:
+def assignment_from_mapping(
+    topology: Topology,
+    units: Sequence[tuple[int, ...]],
+    mapping: Sequence[int],
+    *,
+    leaf: bool = False,
+    partial: bool = False,
+) -> dict[int, int] | None:
     """unit -> host (or level-1 domain) of a mapping; None when a unit spans several (`partial`: leave it out)."""
     out: dict[int, int] = {}
     for i, u in enumerate(units):
-        where = {topology.domain_of(mapping[r], 1) if leaf else topology.devices[mapping[r]].host_index for r in u}
+        where = {
+            topology.domain_of(mapping[r], 1) if leaf else topology.devices[mapping[r]].host_index for r in u
+        }
         if len(where) != 1:
             if partial:
                 continue
@@ -135,14 +163,20 @@ def assignment_from_mapping(topology: Topology, units: Sequence[tuple[int, ...]]
     return out
 
 
-def sorted_hint(job: Job, units: list[tuple[int, ...]], chain: list[int], assign: dict[int, int]) -> dict[int, int]:
+def sorted_hint(
+    job: Job, units: list[tuple[int, ...]], chain: list[int], assign: dict[int, int]
+) -> dict[int, int]:
     """Relabel one symmetric dimension of a hint so that the chain's representatives are in slot order."""
     par = job.parallel
     assert par is not None
     unit_of = {r: i for i, u in enumerate(units) for r in u}
     c0 = [par.coords(units[u][0]) for u in chain]
-    dim = next(d for d in ("dp", "cp", "ep") if par.size(d) == len(chain) and len({c[d] for c in c0}) == len(chain))
-    order = sorted(range(len(chain)), key=lambda i: (assign[chain[i]], i))  # new index j takes old index order[j]
+    dim = next(
+        d for d in ("dp", "cp", "ep") if par.size(d) == len(chain) and len({c[d] for c in c0}) == len(chain)
+    )
+    order = sorted(
+        range(len(chain)), key=lambda i: (assign[chain[i]], i)
+    )  # new index j takes old index order[j]
     out: dict[int, int] = {}
     for u, slot in assign.items():
         c = par.coords(units[u][0])
@@ -173,5 +207,3 @@ def symmetry_chains(job: Job, units: list[tuple[int, ...]]) -> list[list[int]]:
         return []  # the dimension lives inside units
     # the symmetry must map units to units: every unit must be a union of whole coordinate lines of tp only
     return [reps]
-
-
