@@ -77,7 +77,7 @@ Global___SolveStatus: _TypeAlias = SolveStatus  # noqa: Y015
 class PlaceRequest(_message.Message):
     """---- requests ----------------------------------------------------------------------------------------------
 
-    A request file (placement.requests) holds these fields as YAML or JSON. It may also name native files
+    A request file (placement.messages.files) holds these fields as YAML or JSON. It may also name native files
     instead: `cluster_file`, `state_file`, `job_file` (Compare: `job_files`), `mapping_file` (Evaluate),
     relative to the request file; the client inlines them before sending.
     """
@@ -488,7 +488,7 @@ Global___RailPolicy: _TypeAlias = RailPolicy  # noqa: Y015
 
 @_typing.final
 class NodeType(_message.Message):
-    """A kind of host. Native files may also name an `nvidia_smi` file; placement.requests inlines it as
+    """A kind of host. Native files may also name an `nvidia_smi` file; placement.messages.files inlines it as
     `matrix` and `rails` (the server reads no files).
     """
 
