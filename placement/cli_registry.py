@@ -63,7 +63,7 @@ def _table(reservations: Any, title: str) -> None:
     t = Table(title=title)
     t.add_column("id", no_wrap=True)  # whole: commit, release and renew take it
     for col in ("cluster", "job", "status", "devices", "expires", "key"):
-        t.add_column(col)
+        t.add_column(col, overflow="fold")  # wrap, never cut: job names and keys are read back
     for r in reservations:
         held = _status(r) == "HELD"
         t.add_row(
