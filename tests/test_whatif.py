@@ -466,7 +466,9 @@ def test_sigint_stops_workers_and_keeps_rows(tmp_path: Path) -> None:
     doc = sweep_doc(
         shapes=[{"tp": 2, "pp": 16, "dp": 8}],
         occupancy=[0.3],
-        seeds=list(range(12)),
+        # 60 points: even when each is proven in a fraction of its second, the run outlasts the first row by
+        # seconds, so the Ctrl-C below lands mid-run on a loaded machine too
+        seeds=list(range(60)),
         strategies=["cpsat"],
         time_limits=[1.0],
     )
@@ -499,7 +501,7 @@ def test_sigint_stops_workers_and_keeps_rows(tmp_path: Path) -> None:
     assert proc.returncode == 130, err
     assert "interrupted:" in err and "--resume" in err and "Traceback" not in err
     done = read_results(out / "results.csv")
-    assert 1 <= len(done) < 12 and all(r["status"] in ("OPTIMAL", "FEASIBLE") for r in done)
+    assert 1 <= len(done) < 60 and all(r["status"] in ("OPTIMAL", "FEASIBLE") for r in done)
     assert not (out / "step_seconds.png").exists()
 
 
