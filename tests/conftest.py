@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -21,6 +21,17 @@ TOPOLOGIES = DATA / "topologies"
 NODE_TIER = Tier(400.0, 1.0)
 LEAF_TIER = Tier(40.0, 4.0)
 SPINE_TIER = Tier(10.0, 10.0)
+
+
+@pytest.fixture(autouse=True)
+def _process_limits_reset() -> Iterator[None]:
+    """The CLI run in process (typer's CliRunner) sets this process's input limits (`--limits`): each test starts
+    and ends with the defaults, so no test depends on the order it runs in."""
+    from placement.limits import set_process_limits
+
+    set_process_limits(None)
+    yield
+    set_process_limits(None)
 
 
 def shared_file(relative: str) -> Path:

@@ -446,7 +446,10 @@ def test_ctrl_c_keeps_finished_rows_and_resume_completes(tmp_path: Path) -> None
 
 
 RUN_CLI = """
-import sys, typer
+import signal, sys, typer
+# Ctrl-C as a terminal gives it: whatever this test process blocked or ignored is not inherited
+signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from placement.cli_whatif import register
 app = typer.Typer()
 app.callback()(lambda: None)
