@@ -27,7 +27,7 @@ _out = Console()
 def _load_current(path: Path, topo: Topology, job: Job) -> list[int]:
     from placement.io.export.document import result_body
     from placement.io.native import load_document, mapping_from_obj
-    from placement.solve.repair import resolve_current
+    from placement.solve.repair_input import resolve_current
 
     doc = result_body(
         load_document(path)

@@ -13,7 +13,8 @@ from placement.errors import InfeasibleError, InputError
 from placement.job import Constraints, Job
 from placement.scenarios import fat_tree, megatron_job, occupy
 from placement.solve import SolveOptions, place
-from placement.solve.repair import RepairBudget, repair, resolve_current
+from placement.solve.repair import RepairBudget, repair
+from placement.solve.repair_input import resolve_current
 from placement.state import ClusterState
 from placement.topology import Topology
 from placement.traffic import job_traffic

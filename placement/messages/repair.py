@@ -18,7 +18,8 @@ from placement.messages.domain import (
     step_cost,
 )
 from placement.solve import SolveOptions
-from placement.solve.repair import RepairAnswer, RepairBudget, RepairResult, resolve_current
+from placement.solve.repair import RepairAnswer, RepairBudget, RepairResult
+from placement.solve.repair_input import resolve_current
 from placement.state import ClusterState
 from placement.topology import Topology
 from placement.v1 import placement_pb2 as pb

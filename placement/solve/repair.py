@@ -3,6 +3,8 @@
 
 The same machinery as `place` (`Problem.prepare`, the unit model, CP-SAT) plus a move term
 (`placement.solve.repair_model`); every answer is scored by `placement.cost.evaluate` and checked by `validate`.
+Its input is resolved by `placement.solve.repair_input`; the move-capped searches are in
+`placement.solve.repair_search`.
 """
 
 from __future__ import annotations
@@ -10,16 +12,18 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from placement.cost import CostReport, evaluate
 from placement.errors import InfeasibleError, InputError, Problem
 from placement.job import Job
 from placement.solve.construct import HostPool
-from placement.solve.cpsat.model import build_model, build_units
+from placement.solve.cpsat.model import build_units
 from placement.solve.problem import Problem as Request
+from placement.solve.repair_input import repair_state, resolve_selectors
 from placement.solve.repair_model import MoveProgram, MoveSolve, greedy_assignment, relabel_keeping
+from placement.solve.repair_search import budget_caps, neighbourhoods, sweep
 from placement.solve.run import explain_infeasible, place, request_problems
 from placement.solve.types import SolveOptions
 from placement.state import ClusterState
@@ -27,11 +31,10 @@ from placement.topology import Topology
 from placement.traffic import job_traffic
 from placement.validate import validate
 
-__all__ = ["Move", "RepairAnswer", "RepairBudget", "RepairResult", "repair", "resolve_current"]
+__all__ = ["Move", "RepairAnswer", "RepairBudget", "RepairResult", "repair"]
 
 SINGLE_RANK_UNITS = 16  # jobs up to this size move rank by rank; larger ones move whole units (TP groups)
 GLOBAL_VARS = 4_000  # units x hosts up to this: one program over every unit (minimum moves proven)
-NEIGHBOURHOOD_VARS = 6_000  # a neighbourhood program's units x hosts, at most
 
 
 @dataclass(frozen=True)
@@ -85,107 +88,6 @@ class RepairResult:
     stats: dict[str, float | int | str] = field(default_factory=dict)
 
 
-def resolve_current(
-    topology: Topology,
-    job: Job,
-    current: Sequence[str | int] | Mapping[str | int, str | int],
-    field_name: str = "current",
-) -> list[int]:
-    """Device index per rank from device ids (or indices): a list in rank order or a {rank: device} map.
-    Raises `InputError` naming each bad entry (unknown rank, unknown device, a device given twice, a rank
-    without a device)."""
-    problems: list[Problem] = []
-    out = [-1] * job.ranks
-    items: list[tuple[str, object, str | int]] = []
-    if isinstance(current, Mapping):
-        for k, v in current.items():
-            items.append((f"{field_name}.{k}" if field_name else str(k), k, v))
-    else:
-        if len(current) != job.ranks:
-            problems.append(Problem(field_name, f"{len(current)} devices for a job of {job.ranks} ranks"))
-        items = [(f"{field_name}[{r}]", r, v) for r, v in enumerate(current)]
-    owner: dict[int, int] = {}
-    for path, key, dev in items:
-        try:
-            r = int(key)  # type: ignore[call-overload]
-        except (TypeError, ValueError):
-            problems.append(Problem(path, f"unknown rank {key!r}; ranks are 0..{job.ranks - 1}"))
-            continue
-        if not 0 <= r < job.ranks:
-            problems.append(
-                Problem(path, f"unknown rank {r}; the job {job.name!r} has ranks 0..{job.ranks - 1}")
-            )
-            continue
-        d = (
-            dev
-            if isinstance(dev, int) and 0 <= dev < topology.num_devices
-            else (topology.device_index(dev) if isinstance(dev, str) else None)
-        )
-        if d is None:
-            problems.append(
-                Problem(
-                    path,
-                    f"device {dev!r} is not in the cluster; devices are named host/gpuK, "
-                    f"e.g. {topology.devices[0].id}",
-                )
-            )
-            continue
-        if d in owner:
-            problems.append(
-                Problem(
-                    path, f"device {topology.devices[d].id} also holds rank {owner[d]}; one rank per device"
-                )
-            )
-            continue
-        owner[d] = r
-        out[r] = d
-    if isinstance(current, Mapping):
-        missing = [r for r in range(job.ranks) if out[r] < 0 and all(str(r) != str(k) for k in current)]
-        if missing:
-            shown = ", ".join(map(str, missing[:8])) + (
-                f", ... ({len(missing)} in all)" if len(missing) > 8 else ""
-            )
-            problems.append(
-                Problem(field_name, f"ranks {shown} have no device; every rank of the running job needs one")
-            )
-    if problems:
-        raise InputError(f"job {job.name}", problems)
-    return out
-
-
-def _resolve_selectors(
-    topology: Topology, selectors: Sequence[str], what: str
-) -> tuple[set[int], list[Problem]]:
-    out: set[int] = set()
-    problems: list[Problem] = []
-    for i, sel in enumerate(selectors):
-        try:
-            out.update(topology.resolve(sel))
-        except KeyError as e:
-            problems.append(Problem(f"{what}[{i}]", str(e.args[0])))
-    return out, problems
-
-
-def repair_state(
-    topology: Topology, state: ClusterState, job: Job, current: Sequence[int], drained: set[int]
-) -> tuple[ClusterState, list[Problem]]:
-    """The state the repair places on: drained devices unusable (as failed), the job's current devices its own."""
-    problems: list[Problem] = []
-    occupied = dict(state.occupied)
-    for r, d in enumerate(current):
-        other = occupied.get(d)
-        if other is not None and other != job.name:
-            problems.append(
-                Problem(
-                    f"current[{r}]",
-                    f"device {topology.devices[d].id} is occupied by job {other!r}; "
-                    f"a running job's devices are free or labelled {job.name!r}",
-                )
-            )
-        occupied[d] = job.name
-    return dataclasses.replace(state, occupied=occupied, failed=frozenset(state.failed | drained)), problems
-
-
 def _answer(
     topology: Topology,
     state: ClusterState,
@@ -214,15 +116,6 @@ def _pareto(answers: list[RepairAnswer]) -> list[RepairAnswer]:
             continue
         out.append(a)
     return out
-
-
-def _caps(low: int, high: int, points: int) -> list[int]:
-    """Move caps between the least repair and the unconstrained answer, geometric, highest first."""
-    if high <= low + 1 or points <= 0:
-        return []
-    ratio = (high / max(1, low)) ** (1.0 / (points + 1))
-    caps = sorted({round(max(1, low) * ratio**k) for k in range(1, points + 1)} - {low, high}, reverse=True)
-    return [c for c in caps if low < c < high]
 
 
 def repair(
@@ -254,9 +147,9 @@ def repair(
     for r, d in enumerate(current):
         if not 0 <= d < topology.num_devices:
             problems.append(Problem(f"current[{r}]", f"device index {d} is not in the cluster"))
-    drained, pr = _resolve_selectors(topology, drain, "drain")
+    drained, pr = resolve_selectors(topology, drain, "drain")
     problems += pr
-    spare_devs, pr = _resolve_selectors(topology, spares, "spares")
+    spare_devs, pr = resolve_selectors(topology, spares, "spares")
     problems += pr
     for name, v in (
         ("budget.max_moved_ranks", budget.max_moved_ranks),
@@ -370,7 +263,7 @@ def repair(
                 spare_devs,
                 {u: h for u, h in fixed.items() if u not in slow},
             )
-            _budget_caps(off, budget)
+            budget_caps(off, budget)
             so = off.solve("surrogate", left(0.2), hint)
             if so.assignment is not None:
                 extra.append(("off slow devices", so.assignment, False))
@@ -442,9 +335,9 @@ def repair(
                     ]
                 )
     if prog is not None:
-        solves = _sweep(prog, least, min_moves, budget, points, left)
+        solves = sweep(prog, least, min_moves, budget, points, left)
     else:
-        solves = _neighbourhoods(
+        solves = neighbourhoods(
             request, unit_ranks, units_exact, current, spare_devs, fixed, least, budget, left, stats
         )
     seen: set[tuple[int, ...]] = {tuple(a.mapping) for a in answers}
@@ -502,101 +395,3 @@ def _over_budget(
     unit_note = f"; ranks move in units of {unit} that stay in one host" if unit > 1 else ""
     claim = "the least repair moves" if proven else "the least repair found moves"
     return f"{why}{unit_note}: {claim} {least} {what}, the budget allows {allowed}"
-
-
-def _budget_caps(prog: MoveProgram, budget: RepairBudget) -> None:
-    if budget.max_moved_ranks is not None:
-        prog.cap_moves(budget.max_moved_ranks)
-    if budget.max_moved_hosts is not None:
-        prog.cap_hosts(budget.max_moved_hosts)
-
-
-def _sweep(
-    prog: MoveProgram,
-    least: MoveSolve,
-    min_moves: int,
-    budget: RepairBudget,
-    points: int,
-    left: Callable[[float], float],
-) -> list[tuple[str, dict[int, int], bool]]:
-    """One program over every unit: the best answer, then move caps down to the least repair (caps only tighten,
-    so the program is built once); every solve starts from the least repair."""
-    assert least.assignment is not None
-    _budget_caps(prog, budget)
-    exact = not prog.pruned
-    solves: list[tuple[str, dict[int, int], bool]] = []
-    free = prog.solve("surrogate", left(0.35), least.assignment)
-    if free.assignment is not None:
-        solves.append(("best", free.assignment, free.optimal and exact))
-    high = free.moves if free.moves is not None else len(prog.current)
-    caps = _caps(min_moves, high, points)
-    for i, cap in enumerate(caps):
-        prog.cap_moves(cap)
-        s = prog.solve("surrogate", left(1.0 / (len(caps) - i + 1)), least.assignment)
-        if s.assignment is not None:
-            solves.append((f"moves<={cap}", s.assignment, s.optimal and exact))
-    prog.cap_moves(min_moves)
-    s = prog.solve("surrogate", left(1.0), least.assignment)
-    solves.append(
-        ("least", s.assignment if s.assignment is not None else least.assignment, s.optimal and exact)
-    )
-    return solves
-
-
-def _neighbourhoods(
-    request: Request,
-    units: list[tuple[int, ...]],
-    units_exact: bool,
-    current: Sequence[int],
-    spares: set[int],
-    fixed: dict[int, int],
-    least: MoveSolve,
-    budget: RepairBudget,
-    left: Callable[[float], float],
-    stats: dict[str, float | int | str],
-) -> list[tuple[str, dict[int, int], bool]]:
-    """Large jobs: the least repair, then growing neighbourhoods of it re-solved (the units that must move and
-    those that share traffic with them, nearest first, twice as many each round); each is a Pareto candidate."""
-    assert least.assignment is not None
-    solves: list[tuple[str, dict[int, int], bool]] = [("least", least.assignment, False)]
-    must = [u for u in range(len(units)) if u not in fixed]
-    if not must:
-        return solves
-    model = build_model(
-        request.topology, request.state, request.traffic, units, units_exact, request.candidates
-    )
-    near: dict[int, set[int]] = {}
-    for t in model.terms:
-        for u in t.units:
-            near.setdefault(u, set()).update(t.units)
-    order: list[int] = list(must)
-    seen = set(must)
-    frontier = list(must)
-    while frontier:
-        nxt: list[int] = []
-        for u in frontier:
-            for v in sorted(near.get(u, ())):
-                if v not in seen:
-                    seen.add(v)
-                    order.append(v)
-                    nxt.append(v)
-        frontier = nxt
-    hosts = max(1, sum(1 for devs in request.pool.devices.values() if len(devs) >= min(map(len, units))))
-    limit = max(len(must) + 1, NEIGHBOURHOOD_VARS // hosts)
-    size, assign, rounds = 2 * len(must), dict(least.assignment), 0
-    while size <= min(len(order), limit) * 2 and left(1.0) > 0.3:
-        free = set(order[: min(size, len(order), limit)])
-        prog = MoveProgram(
-            request, units, units_exact, current, spares, {u: h for u, h in fixed.items() if u not in free}
-        )
-        _budget_caps(prog, budget)
-        s = prog.solve("surrogate", left(0.4), assign, presolve=False)
-        rounds += 1
-        if s.assignment is not None:
-            assign = s.assignment
-            solves.append((f"neighbourhood {len(free)}", s.assignment, False))
-        if len(free) >= min(len(order), limit):
-            break
-        size *= 2
-    stats["neighbourhood_rounds"] = rounds
-    return solves
