@@ -1,8 +1,8 @@
 """Joint placement of a queue of jobs on one state (`place_batch`): which jobs to admit and where, no device in two
 jobs, the admitted weight first and the weighted modeled step seconds second, next to two sequential baselines.
 
-Built on `placement.solve.run.place` (one job on a shrinking state), `batch_admit` (the knapsack) and
-`batch_explain` (why a job is not admitted, and the joint validator).
+Built on `placement.solve.run.place` (one job on a shrinking state), `batch_admit` (the knapsack),
+`batch_improve` (the improvement moves) and `batch_explain` (why a job is not admitted, and the joint validator).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from placement.job import Job
 from placement.solve.baselines import kueue_tas
 from placement.solve.batch_admit import Admission, Demand, admit
 from placement.solve.batch_explain import Explainer, validate_batch
+from placement.solve.batch_improve import improve, swap
 from placement.solve.run import explain_infeasible, place, request_problems
 from placement.solve.types import SolveOptions, Strategy
 from placement.solve.units import candidate_devices
@@ -164,7 +165,7 @@ def batch_problems(topology: Topology, state: ClusterState, jobs: Sequence[Batch
     return out
 
 
-class _Batch:
+class BatchSearch:
     """One request: the inputs, the clock, and the single-job placements on a shrinking state."""
 
     def __init__(
@@ -315,88 +316,8 @@ class _Batch:
             out.setdefault(j, rest)
         return out
 
-    def improve(self, assign: Assign, budget_s: float) -> tuple[Assign, int]:
-        """Re-place each admitted job with the others fixed (costliest first), keeping a placement that lowers its
-        weighted step; passes repeat while one improves and time is left (one pass when deterministic)."""
-        out = dict(assign)
-        moves = 0
-        end = time.perf_counter() + budget_s
-        while True:
-            improved = False
-            order = sorted(out, key=lambda j: -self.jobs[j].weight * out[j][1].comm_seconds)
-            for j in order:
-                if self.stopped() or (not self.options.deterministic and time.perf_counter() >= end - 0.05):
-                    return out, moves
-                if out[j][1].comm_seconds <= 0:
-                    continue
-                share = budget_s / max(len(order), 1)
-                if not self.options.deterministic:
-                    share = min(share, end - time.perf_counter())
-                got = self.place_one(j, self.state_with(out, skip=j), share)
-                if got is not None:
-                    old, new = out[j][1], got[1]
-                    if (new.step_seconds, new.comm_seconds) < (
-                        old.step_seconds - 1e-12,
-                        old.comm_seconds,
-                    ) or (
-                        new.step_seconds <= old.step_seconds + 1e-12
-                        and new.comm_seconds < old.comm_seconds - 1e-12
-                    ):
-                        out[j] = got
-                        moves += 1
-                        improved = True
-            if not improved or self.options.deterministic:
-                return out, moves
 
-
-def _swap(b: _Batch, assign: Assign, budget_s: float) -> tuple[Assign, int]:
-    """Give a job a better placement found earlier (on another state) by moving the admitted jobs that hold those
-    devices: they are placed again after it. Kept when every job stays admitted and the weighted step falls.
-    Jobs with the most to gain (weight x seconds above their best placement seen) first."""
-    out = dict(assign)
-    moves = 0
-    end = time.perf_counter() + budget_s
-
-    def gain(j: int) -> float:
-        best = min((r.step_seconds for r in b.seen.get(j, {}).values()), default=math.inf)
-        return b.jobs[j].weight * (out[j][1].step_seconds - best)
-
-    for j in sorted(out, key=lambda j: -gain(j)):
-        if (
-            j not in out
-            or gain(j) <= 1e-12
-            or b.stopped()
-            or (not b.options.deterministic and time.perf_counter() >= end)
-        ):
-            break
-        cur = out[j][1]
-        for mapping, rep in sorted(
-            b.seen[j].items(), key=lambda kv: (kv[1].step_seconds, kv[1].comm_seconds)
-        ):
-            if rep.step_seconds >= cur.step_seconds - 1e-12:
-                break
-            owner = {d: k for k, (m, _) in out.items() if k != j for d in m}
-            blockers = sorted({owner[d] for d in mapping if d in owner}, key=lambda k: -b.jobs[k].job.ranks)
-            if len(blockers) > 3:
-                continue
-            trial: Assign = {k: v for k, v in out.items() if k != j and k not in blockers}
-            if validate(b.topology, b.state_with(trial), b.jobs[j].job, list(mapping), traffic=b.traffic[j]):
-                continue
-            trial[j] = (list(mapping), rep)
-            share = (
-                (end - time.perf_counter()) / 4
-                if not b.options.deterministic
-                else budget_s / max(len(out), 1)
-            )
-            trial = b.sequential(blockers, max(0.05, share), assign=trial)
-            if all(k in trial for k in blockers) and b.key(trial) < b.key(out):
-                out = trial
-                moves += 1
-                break
-    return out, moves
-
-
-def _order(b: _Batch, admitted: Sequence[int], demands: Mapping[int, Demand]) -> list[int]:
+def _order(b: BatchSearch, admitted: Sequence[int], demands: Mapping[int, Demand]) -> list[int]:
     """Jobs with units that must share a host (largest unit, then most ranks) first: they need whole fragments;
     then the rest by ranks. Heavier and higher-priority jobs first among equals."""
 
@@ -422,7 +343,7 @@ def place_batch(
     problems = batch_problems(topology, state, jobs)
     if problems:
         raise InputError("batch", problems)
-    b = _Batch(topology, state, jobs, opts)
+    b = BatchSearch(topology, state, jobs, opts)
     limit = opts.time_limit_s
     stats: dict[str, float | int | str] = {}
 
@@ -494,11 +415,11 @@ def place_batch(
     stats["improved_from"] = start[0]
     ours = dict(start[1])
     budget = limit - (time.perf_counter() - b.t0) if not opts.deterministic else 0.3 * limit
-    ours, swaps = _swap(b, ours, max(0.0, 0.5 * budget - 0.05))
+    ours, swaps = swap(b, ours, max(0.0, 0.5 * budget - 0.05))
     stats["swaps"] = swaps
     budget = limit - (time.perf_counter() - b.t0) if not opts.deterministic else 0.15 * limit
-    ours, moves = b.improve(
-        ours, max(0.0, budget - max(0.1, 0.05 * limit))
+    ours, moves = improve(
+        b, ours, max(0.0, budget - max(0.1, 0.05 * limit))
     )  # a reserve for the reasons and checks
     stats["improve_s"] = time.perf_counter() - t
     stats["improved_jobs"] = moves
