@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from solver import scenarios
+from solver_scenarios import scenarios
 
 from placement.solve import SolveOptions, place
 

@@ -1,5 +1,5 @@
-"""Improvement moves on a batch answer: re-place each admitted job with the others fixed (`improve`), and give a
-job a better placement seen earlier by re-placing the jobs in its way (`swap`).
+"""Improvement moves on a batch answer: re-place each admitted job with the others fixed (`improve`), and give
+a job a better placement seen earlier by re-placing the jobs in its way (`swap`).
 """
 
 from __future__ import annotations

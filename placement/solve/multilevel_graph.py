@@ -1,5 +1,5 @@
-"""The input of the multilevel mapping: the traffic hypergraph (vertices, merged label groups, terms priced per
-level) and the tree of candidate domains with their room and whole-vertex slots per level.
+"""The input of the multilevel mapping: the traffic hypergraph (vertices, merged label groups, terms priced
+per level) and the tree of candidate domains with their room and whole-vertex slots per level.
 """
 
 from __future__ import annotations

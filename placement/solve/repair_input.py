@@ -1,5 +1,5 @@
-"""Input of a repair: the running job's devices (`resolve_current`), drain and spare selectors, and the state the
-repair places on (drained devices unusable, the job's current devices its own).
+"""Input of a repair: the running job's devices (`resolve_current`), drain and spare selectors, and the state
+the repair places on (drained devices unusable, the job's current devices its own).
 """
 
 from __future__ import annotations

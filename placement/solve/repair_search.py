@@ -1,5 +1,5 @@
 """Move sets of a repair after the least repair: a sweep of move caps over one program of every unit, or, for
-large jobs, growing neighbourhoods of the least repair re-solved; each solve is a candidate for the Pareto front.
+large jobs, growing neighbourhoods of the least repair re-solved; each solve is a Pareto-front candidate.
 """
 
 from __future__ import annotations
