@@ -10,7 +10,7 @@ from types import ModuleType
 
 import pytest
 
-from placement.collectives import Fabric, best_ring, matrix_ring, nvswitch, phase_seconds
+from placement.collectives import Fabric, phase_seconds
 from placement.compute import (
     DEVICE_KINDS,
     activation_bytes,
@@ -23,6 +23,7 @@ from placement.compute import (
 )
 from placement.cost import evaluate, surrogate_report
 from placement.errors import InputError
+from placement.host_rings import best_ring, matrix_ring, nvswitch
 from placement.io.native import cluster_from_dict, job_from_dict
 from placement.job import CollectiveKind, Edge, Group, Job, ModelShape, ParallelSpec
 from placement.scenarios import DGX1_MATRIX, dgx1_node, fat_tree, megatron_job, nvl72
