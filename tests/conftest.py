@@ -98,3 +98,12 @@ def small_tree() -> Topology:
 @pytest.fixture
 def empty_state() -> ClusterState:
     return ClusterState()
+
+
+@pytest.fixture
+def example() -> tuple[Path, Path]:
+    """The 4-node DGX H100 cluster and the TP8 x DP4 job of examples/ (the CLI tests of evaluate and errors)."""
+    cluster, job = EXAMPLES / "dgx-h100-4node.yaml", EXAMPLES / "tp8-dp4.yaml"
+    if not (cluster.is_file() and job.is_file()):
+        pytest.skip("examples/dgx-h100-4node.yaml or examples/tp8-dp4.yaml is not in this checkout")
+    return cluster, job

@@ -16,7 +16,7 @@ from placement.replay import SimConfig, TraceJob
 from placement.replay.run import ReplayTask, run_replays, task_key
 from placement.replay.shapes import ShapeRule
 from placement.whatif import run_sweep, sweep_from_dict
-from tests.test_whatif import sweep_doc
+from tests.support_whatif import sweep_doc
 
 try:
     import ray

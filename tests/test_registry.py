@@ -23,7 +23,7 @@ from placement.registry import (
     open_store,
 )
 from placement.registry.audit import audit
-from placement.registry.sqlstore import migration_files
+from placement.registry.schema import migration_files
 from placement.solve import PlacementResult, SolveOptions, place
 from placement.state import ClusterState
 from placement.topology import Topology

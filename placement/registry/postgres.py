@@ -12,7 +12,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from placement.registry.sqlstore import SqlStore, Tx
+from placement.registry.sqlstore import SqlStore
+from placement.registry.sqltx import Tx
 
 __all__ = ["PostgresStore"]
 

@@ -12,7 +12,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from placement.registry.sqlstore import SqlStore, Tx
+from placement.registry.sqlstore import SqlStore
+from placement.registry.sqltx import Tx
 
 __all__ = ["SqliteStore"]
 

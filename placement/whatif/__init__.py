@@ -1,8 +1,9 @@
 """What-if sweeps: a grid of job shapes, occupancy, cluster variants, strategies and time limits, run in parallel.
 
 One module per concern, re-exported here: the sweep file format, the grid and its stable point keys
-(`placement.whatif.spec`), the job shapes and the memory check (`shapes`), the cluster variants (`variants`), the
-run (`run`: a CSV appended row by row, resumable), the ranked tables (`report`) and the plots (`plots`).
+(`placement.whatif.spec`), the axes (`axes`), the job shapes and the memory check (`shapes`), the cluster variants
+(`variants`), the run (`run`), its CSV appended row by row, resumable (`results`), the ranked tables (`report`)
+and the plots (`plots`).
 
 The file format, the CSV columns and a measured example are in docs/whatif.md. Points of one state and strategy
 are evaluated by `placement.solve.run.compare`, the function behind the gRPC Compare RPC.
@@ -10,19 +11,18 @@ are evaluated by `placement.solve.run.compare`, the function behind the gRPC Com
 
 from __future__ import annotations
 
+from placement.whatif.axes import AXES, MODES, STRATEGIES, canonical_strategy, known_strategies
 from placement.whatif.plots import plot_sweep
 from placement.whatif.report import ranked_tables
+from placement.whatif.results import OUTPUT_COLUMNS, csv_columns, read_results
 from placement.whatif.run import (
-    OUTPUT_COLUMNS,
     TASK_SECONDS,
     SweepRun,
     Task,
     build_state,
-    csv_columns,
     default_workers,
     evaluate_task,
     plan_tasks,
-    read_results,
     run_sweep,
 )
 from placement.whatif.shapes import (
@@ -35,17 +35,7 @@ from placement.whatif.shapes import (
     model_state_gb,
     shape_job_doc,
 )
-from placement.whatif.spec import (
-    AXES,
-    MODES,
-    STRATEGIES,
-    Point,
-    Sweep,
-    canonical_strategy,
-    known_strategies,
-    load_sweep,
-    sweep_from_dict,
-)
+from placement.whatif.spec import Point, Sweep, load_sweep, sweep_from_dict
 from placement.whatif.variants import Variant
 
 __all__ = [

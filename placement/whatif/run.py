@@ -1,11 +1,10 @@
-"""Running a what-if sweep's points: their cluster states, tasks of points that share a state, spawned worker
-processes, and the results CSV (appended row by row, resumable). Owns `run_sweep` and `evaluate_task`;
-`placement.whatif` re-exports them.
+"""Running a what-if sweep's points: their cluster states, tasks of points that share a state, and spawned worker
+processes whose rows go to the results CSV (`placement.whatif.results`: appended row by row, resumable). Owns
+`run_sweep` and `evaluate_task`; `placement.whatif` re-exports them.
 """
 
 from __future__ import annotations
 
-import csv
 import hashlib
 import json
 import math
@@ -20,6 +19,7 @@ from placement.executors import Executor, LocalExecutor
 from placement.job import Job
 from placement.state import ClusterState
 from placement.topology import Topology
+from placement.whatif.results import ResultSink, csv_columns, fmt, fold_unknown, input_row, read_results
 from placement.whatif.shapes import Shape, shape_job_doc
 
 if TYPE_CHECKING:
@@ -27,17 +27,14 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_TIME_LIMIT",
-    "OUTPUT_COLUMNS",
     "TASK_SECONDS",
     "SweepRun",
     "Task",
     "build_state",
-    "csv_columns",
     "default_workers",
     "digest",
     "evaluate_task",
     "plan_tasks",
-    "read_results",
     "run_sweep",
 ]
 
@@ -127,10 +124,6 @@ def _topology(task: Task) -> tuple[Topology, ClusterState | None]:
     return hit
 
 
-def _fmt(x: float | None) -> str:
-    return "" if x is None else format(x, ".9g")
-
-
 def _outputs(res: Any, reason: str | None, free: int) -> dict[str, str]:
     """A point's output columns from a `PlacementResult` (None: infeasible with `reason`)."""
     out: dict[str, str] = {"free_devices": str(free)}
@@ -143,37 +136,37 @@ def _outputs(res: Any, reason: str | None, free: int) -> dict[str, str]:
     rep = res.report
     out.update(
         status=res.status.value,
-        lower_bound=_fmt(res.lower_bound),
-        gap=_fmt(res.gap),
-        wall_s=_fmt(float(res.stats.get("wall_s", 0.0))),
+        lower_bound=fmt(res.lower_bound),
+        gap=fmt(res.gap),
+        wall_s=fmt(float(res.stats.get("wall_s", 0.0))),
         error="",
     )
     if not isinstance(rep, CostReport):
         return out
     step, comm = rep.step_seconds, rep.comm_seconds
     out.update(
-        step_seconds=_fmt(step),
-        comm_seconds=_fmt(comm),
-        comm_seconds_total=_fmt(rep.comm_seconds_total),
-        compute_seconds=_fmt(rep.compute_seconds),
-        bubble_seconds=_fmt(rep.bubble_seconds),
-        mfu=_fmt(rep.mfu),
-        tokens_per_s=_fmt(rep.tokens_per_s),
-        seconds_per_step=_fmt(comm),
+        step_seconds=fmt(step),
+        comm_seconds=fmt(comm),
+        comm_seconds_total=fmt(rep.comm_seconds_total),
+        compute_seconds=fmt(rep.compute_seconds),
+        bubble_seconds=fmt(rep.bubble_seconds),
+        mfu=fmt(rep.mfu),
+        tokens_per_s=fmt(rep.tokens_per_s),
+        seconds_per_step=fmt(comm),
     )
     for b, cost in baseline_costs(rep, res.baselines, res.baseline_reports).items():
         col = b.replace("-", "_")
         b_comm, b_step = cost["comm_seconds"], cost["step_seconds"]
-        out[f"baseline_{col}_s"] = _fmt(b_comm)
-        out[f"baseline_{col}_step_s"] = _fmt(b_step)
+        out[f"baseline_{col}_s"] = fmt(b_comm)
+        out[f"baseline_{col}_step_s"] = fmt(b_step)
         if b_comm is not None and b_comm > 0:
-            out[f"improvement_vs_{col}"] = _fmt((b_comm - comm) / b_comm)
+            out[f"improvement_vs_{col}"] = fmt((b_comm - comm) / b_comm)
         if b_step is not None and b_step > 0:
-            out[f"step_improvement_vs_{col}"] = _fmt((b_step - step) / b_step)
+            out[f"step_improvement_vs_{col}"] = fmt((b_step - step) / b_step)
     for lab, s in rep.by_label.items():
-        out[f"label_{lab}_s"] = _fmt(s)
+        out[f"label_{lab}_s"] = fmt(s)
     for tier, s in rep.by_tier.items():
-        out[f"tier_{tier}_s"] = _fmt(s)
+        out[f"tier_{tier}_s"] = fmt(s)
     return out
 
 
@@ -289,127 +282,6 @@ def plan_tasks(sweep: Sweep, todo: set[str], workers: int) -> list[Task]:
     return tasks
 
 
-# ---- the CSV ------------------------------------------------------------------------------------------------
-
-
-OUTPUT_COLUMNS: tuple[str, ...] = (
-    "step_seconds",
-    "comm_seconds",
-    "comm_seconds_total",
-    "compute_seconds",
-    "bubble_seconds",
-    "mfu",
-    "tokens_per_s",
-    "seconds_per_step",
-)
-"""The modeled step of a point's answer (`placement.cost.CostReport`); ``seconds_per_step`` is the deprecated v1
-name of ``comm_seconds``, kept so that older results files resume."""
-
-
-def csv_columns(sweep: Sweep) -> list[str]:
-    """Every input and output column, in order."""
-    cols = ["key", "sweep", "variant", "gpus_per_node", "nodes", "nodes_per_leaf"]
-    for lv in sweep.level_names:
-        cols += [f"{lv}_bandwidth_gbps", f"{lv}_latency_us"]
-    cols += [
-        "occupancy",
-        "mode",
-        "seed",
-        "failed_fraction",
-        "free_devices",
-        "shape",
-        "tp",
-        "cp",
-        "ep",
-        "dp",
-        "pp",
-        "ranks",
-        "strategy",
-        "time_limit_s",
-        "status",
-        *OUTPUT_COLUMNS,
-        "lower_bound",
-        "gap",
-    ]
-    names = [b.replace("-", "_") for b in sweep.baselines]
-    cols += [f"baseline_{b}_step_s" for b in names]
-    cols += [f"baseline_{b}_s" for b in names]
-    cols += [f"step_improvement_vs_{b}" for b in names]
-    cols += [f"improvement_vs_{b}" for b in names]
-    cols += [f"label_{lab}_s" for lab in sweep.labels]
-    cols += [f"tier_{t}_s" for t in sweep.tiers]
-    cols += ["tier_other_s", "wall_s", "error"]
-    return cols
-
-
-def _input_row(sweep: Sweep, p: Point) -> dict[str, str]:
-    row = {"key": p.key, "sweep": sweep.name, "variant": sweep.variants[p.variant].label}
-    row.update(sweep.variant_info[p.variant])
-    row.update(
-        occupancy=f"{p.occupancy:g}",
-        mode=p.mode,
-        seed=str(p.seed),
-        failed_fraction=f"{p.failed:g}",
-        strategy=p.strategy,
-        time_limit_s="" if p.time_limit_s is None else f"{p.time_limit_s:g}",
-    )
-    if p.shape is not None:
-        row.update(
-            shape=p.shape.key,
-            ranks=str(p.shape.world_size),
-            **{d: str(getattr(p.shape, d)) for d in ("tp", "cp", "ep", "dp", "pp")},
-        )
-    else:
-        row.update(shape=sweep.job_name, ranks=str(sweep.gpus or ""))
-    return row
-
-
-def read_results(path: str | Path) -> list[dict[str, str]]:
-    """The rows of a results CSV (empty when the file does not exist)."""
-    p = Path(path)
-    if not p.is_file():
-        return []
-    with p.open(newline="") as f:
-        return [dict(r) for r in csv.DictReader(f)]
-
-
-class _Sink:
-    """The results CSV, appended and flushed row by row."""
-
-    def __init__(self, path: Path, columns: list[str], resume: bool) -> None:
-        self.columns = columns
-        old: list[dict[str, Any]] = []
-        if resume and path.is_file():
-            with path.open(newline="") as f:
-                old = [dict(r) for r in csv.DictReader(f)]
-        # finished: a known final status and every field present (a row cut short by a killed run is not)
-        kept = {
-            r["key"]: r
-            for r in old
-            if r.get("key")
-            and r.get("status") in ("OPTIMAL", "FEASIBLE", "INFEASIBLE")
-            and None not in r.values()
-            and None not in r
-        }
-        self.done = set(kept)
-        # start from a clean file holding the finished rows under today's columns, replaced atomically
-        tmp = path.with_name(path.name + ".tmp")
-        with tmp.open("w", newline="") as f:
-            w = csv.DictWriter(f, columns, extrasaction="ignore")
-            w.writeheader()
-            w.writerows(kept.values())
-        os.replace(tmp, path)
-        self.file = path.open("a", newline="")
-        self.writer = csv.DictWriter(self.file, columns, extrasaction="ignore")
-
-    def write(self, row: Mapping[str, str]) -> None:
-        self.writer.writerow(row)
-        self.file.flush()
-
-    def close(self) -> None:
-        self.file.close()
-
-
 @dataclass
 class SweepRun:
     """What `run_sweep` did: the CSV, how many distinct points there are, how many ran now and before."""
@@ -421,19 +293,6 @@ class SweepRun:
     interrupted: bool = False
     rows: dict[str, dict[str, str]] = field(default_factory=dict)
     """Finished rows of this sweep's points, by key (those of earlier runs included)."""
-
-
-def _fold_unknown(out: dict[str, str], columns: set[str]) -> dict[str, str]:
-    """Tier or label columns the header does not have go to tier_other_s (the header is fixed up front)."""
-    other = 0.0
-    for k in [k for k in out if k not in columns]:
-        if k.startswith(("tier_", "label_")):
-            if k.startswith("tier_"):
-                other += float(out[k])
-            del out[k]
-    if other:
-        out["tier_other_s"] = _fmt(other)
-    return out
 
 
 def default_workers() -> int:
@@ -470,7 +329,7 @@ def run_sweep(
     path = out / "results.csv"
     columns = csv_columns(sweep)
     colset = set(columns)
-    sink = _Sink(path, columns, resume)
+    sink = ResultSink(path, columns, resume)
     keys = sweep.keys
     first: dict[str, Point] = {}
     for p in sweep.points:
@@ -487,8 +346,8 @@ def run_sweep(
     def finish(results: list[tuple[str, dict[str, str]]]) -> None:
         nonlocal done
         for key, outputs in results:
-            row = _input_row(sweep, first[key])
-            row.update(_fold_unknown(dict(outputs), colset))
+            row = input_row(sweep, first[key])
+            row.update(fold_unknown(dict(outputs), colset))
             sink.write(row)
             run.executed += 1
         done += len(results)

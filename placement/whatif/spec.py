@@ -1,10 +1,9 @@
-"""The sweep file format (`load_sweep`, `sweep_from_dict`), the strategies a sweep may name, and the grid of
-points with their stable keys."""
+"""The sweep file format (`load_sweep`, `sweep_from_dict`): its documents, solver settings and cluster variants,
+and the grid of points with their stable keys; the axes themselves are checked by `placement.whatif.axes`."""
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from itertools import product
 from pathlib import Path
@@ -15,60 +14,17 @@ from placement.io.native.document import short
 from placement.job import DIMENSIONS, Job
 from placement.limits import current_limits
 from placement.topology import Topology
-from placement.whatif.run import DEFAULT_TIME_LIMIT, digest
+from placement.whatif.axes import STRATEGIES, is_int, is_num, known_strategies, parse_axes
+from placement.whatif.run import digest
 from placement.whatif.shapes import Shape, parse_shapes, shape_job_doc
 from placement.whatif.variants import Variant, apply_variant, tier_names, variant_info
 
 __all__ = [
-    "AXES",
-    "MODES",
-    "STRATEGIES",
     "Point",
     "Sweep",
-    "canonical_strategy",
-    "known_strategies",
     "load_sweep",
     "sweep_from_dict",
 ]
-
-
-AXES: tuple[str, ...] = (
-    "shapes",
-    "occupancy",
-    "modes",
-    "seeds",
-    "failed",
-    "gpus_per_node",
-    "nodes",
-    "nodes_per_leaf",
-    "tiers",
-    "strategies",
-    "time_limits",
-)
-"""The axes a sweep file may vary (under ``axes:``)."""
-MODES: tuple[str, ...] = ("whole", "partial", "mixed")
-"""Fragmentation modes of `placement.scenarios.occupy`."""
-STRATEGIES: tuple[str, ...] = ("first-fit", "kueue-tas", "slurm-tree", "slurm-block", "cpsat")
-"""Strategy names, as `placement.solve.Strategy` spells them; the default of the strategies axis is every
-strategy the solver knows (`known_strategies`). ``topology-greedy`` is accepted as an alias of ``kueue-tas``."""
-
-
-def known_strategies() -> tuple[str, ...]:
-    """The strategy names the solver knows (`placement.solve.Strategy`), in its order, aliases left out."""
-    from placement.solve import Strategy
-
-    return tuple(dict.fromkeys(getattr(s, "canonical", s).value for s in Strategy))
-
-
-def canonical_strategy(name: Any) -> str | None:
-    """The solver's name for a strategy axis value (``topology-greedy`` -> ``kueue-tas``), None when unknown."""
-    from placement.solve import Strategy
-
-    try:
-        st = Strategy(name)
-    except ValueError:
-        return None
-    return str(getattr(st, "canonical", st).value)
 
 
 MAX_POINTS = 100_000
@@ -174,51 +130,6 @@ def _where(what: str, ref: str, path: str) -> str:
     return f"{what}.{path}" if path else what
 
 
-def _values(
-    ps: Problems,
-    axes: Mapping[str, Any],
-    key: str,
-    default: list[Any] | None,
-    check: Callable[[Any], str | None],
-) -> list[Any]:
-    """An axis as a list (a scalar is a list of one), each value checked; an empty list is an error."""
-    if key not in axes or axes[key] is None:
-        return list(default or [])
-    v = axes[key]
-    items = v if isinstance(v, list) else [v]
-    if not items:
-        ps.add(
-            f"axes.{key}", "is empty: the grid would have no points; give at least one value or drop the axis"
-        )
-        return []
-    out: list[Any] = []
-    for i, x in enumerate(items):
-        msg = check(x)
-        if msg is not None:
-            ps.add(f"axes.{key}[{i}]" if isinstance(v, list) else f"axes.{key}", msg)
-        else:
-            out.append(x)
-    if len(set(map(repr, out))) != len(out):
-        ps.add(f"axes.{key}", f"lists a value twice: {items!r}")
-    return out
-
-
-def _is_int(x: Any) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
-
-
-def _is_num(x: Any) -> bool:
-    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
-
-
-def _fraction(x: Any) -> str | None:
-    return None if _is_num(x) and 0 <= x < 1 else f"must be a fraction in [0, 1), got {x!r}"
-
-
-def _positive_int(x: Any) -> str | None:
-    return None if _is_int(x) and x >= 1 else f"must be an integer >= 1, got {x!r}"
-
-
 def load_sweep(path: str | Path) -> Sweep:
     """Read and check a sweep file; every problem is raised at once as `InputError` with field paths."""
     from placement.io.native import load_document
@@ -278,15 +189,15 @@ def sweep_from_dict(doc: Any, source: str = "<sweep>", base_dir: Path | None = N
                 "unknown field; expected one of ['deterministic', 'relative_gap', 'seed', 'workers']",
             )
     s_workers = solver.get("workers", 1)
-    if not (_is_int(s_workers) and s_workers >= 1):
+    if not (is_int(s_workers) and s_workers >= 1):
         ps.add("solver.workers", f"must be an integer >= 1, got {s_workers!r}")
         s_workers = 1
     s_seed = solver.get("seed", 0)
-    if not _is_int(s_seed):
+    if not is_int(s_seed):
         ps.add("solver.seed", f"must be an integer, got {s_seed!r}")
         s_seed = 0
     s_gap = solver.get("relative_gap", 0.0)
-    if not (_is_num(s_gap) and 0 <= s_gap < 1):
+    if not (is_num(s_gap) and 0 <= s_gap < 1):
         ps.add("solver.relative_gap", f"must be a number in [0, 1), got {short(s_gap)}")
         s_gap = 0.0
     s_det = solver.get("deterministic", False)
@@ -299,94 +210,20 @@ def sweep_from_dict(doc: Any, source: str = "<sweep>", base_dir: Path | None = N
         ps.add("keep_global_batch", f"must be true or false, got {keep_batch!r}")
         keep_batch = True
     gpus = doc.get("gpus")
-    if gpus is not None and not (_is_int(gpus) and gpus >= 1):
+    if gpus is not None and not (is_int(gpus) and gpus >= 1):
         ps.add("gpus", f"must be an integer >= 1, got {short(gpus)}")
         gpus = None
     elif gpus is not None and gpus > current_limits().max_ranks:
         ps.add("gpus", f"{gpus} is above the limit max_ranks={current_limits().max_ranks}")
         gpus = None
 
-    axes = doc.get("axes") or {}
-    if not isinstance(axes, dict):
-        ps.add("axes", f"must be a mapping of axis name to values, got {type(axes).__name__}")
-        axes = {}
-    for k in axes:
-        if k not in AXES:
-            ps.add(f"axes.{k}", f"unknown axis; known axes: {', '.join(AXES)}")
-
-    occupancy = _values(ps, axes, "occupancy", [0.0], _fraction)
-    failed = _values(ps, axes, "failed", [0.0], _fraction)
-    modes = _values(
-        ps,
-        axes,
-        "modes",
-        ["whole"],
-        lambda x: None if x in MODES else f"unknown mode {x!r}; known: {', '.join(MODES)}",
-    )
-    seeds = _values(
-        ps, axes, "seeds", [0], lambda x: None if _is_int(x) else f"must be an integer, got {x!r}"
-    )
-    known = known_strategies()
-    strategies = _values(
-        ps,
-        axes,
-        "strategies",
-        list(known),
-        lambda x: None if canonical_strategy(x) else f"unknown strategy {x!r}; known: {', '.join(known)}",
-    )
-    strategies = [canonical_strategy(x) for x in strategies]
-    if len(set(strategies)) != len(strategies):
-        ps.add(
-            "axes.strategies", f"names one strategy twice (an alias and its name): {axes.get('strategies')!r}"
-        )
-    time_limits = _values(
-        ps,
-        axes,
-        "time_limits",
-        [DEFAULT_TIME_LIMIT],
-        lambda x: None if _is_num(x) and x > 0 else f"must be a number of seconds > 0, got {x!r}",
-    )
-    gpn = _values(ps, axes, "gpus_per_node", [None], _positive_int)
-    nodes = _values(ps, axes, "nodes", [None], _positive_int)
-    npl = _values(ps, axes, "nodes_per_leaf", [None], _positive_int)
     level_names = list(base_topo.level_names) if base_topo is not None else []
-    tier_axes: list[list[tuple[str, float | None, float | None]]] = []
-    tiers_doc = axes.get("tiers")
-    if tiers_doc is not None:
-        if not isinstance(tiers_doc, dict) or not tiers_doc:
-            ps.add(
-                "axes.tiers",
-                "must map level names to lists of {bandwidth_gbps, latency_us}, e.g. {leaf: [{bandwidth_gbps: 50}]}",
-            )
-        else:
-            for lvl, vals in tiers_doc.items():
-                tp_ = f"axes.tiers.{lvl}"
-                if base_topo is not None and lvl not in level_names:
-                    ps.add(tp_, f"unknown level; the cluster's levels are {level_names}")
-                    continue
-                items = vals if isinstance(vals, list) else [vals]
-                if not items:
-                    ps.add(tp_, "is empty: the grid would have no points")
-                    continue
-                opts: list[tuple[str, float | None, float | None]] = []
-                for i, it in enumerate(items):
-                    ip = f"{tp_}[{i}]"
-                    if not isinstance(it, dict) or not it or set(it) - {"bandwidth_gbps", "latency_us"}:
-                        ps.add(ip, f"must be a mapping with bandwidth_gbps and/or latency_us, got {it!r}")
-                        continue
-                    bw, lat = it.get("bandwidth_gbps"), it.get("latency_us")
-                    if bw is not None and not (_is_num(bw) and bw > 0):
-                        ps.add(f"{ip}.bandwidth_gbps", f"must be > 0, got {bw!r}")
-                        continue
-                    if lat is not None and not (_is_num(lat) and lat >= 0):
-                        ps.add(f"{ip}.latency_us", f"must be >= 0, got {lat!r}")
-                        continue
-                    opts.append(
-                        (str(lvl), None if bw is None else float(bw), None if lat is None else float(lat))
-                    )
-                tier_axes.append(opts)
+    ax = parse_axes(ps, doc.get("axes"), level_names if base_topo is not None else None)
+    occupancy, failed, modes, seeds = ax.occupancy, ax.failed, ax.modes, ax.seeds
+    strategies, time_limits, tier_axes = ax.strategies, ax.time_limits, ax.tiers
+    gpn, nodes, npl = ax.gpus_per_node, ax.nodes, ax.nodes_per_leaf
 
-    shapes_doc = axes.get("shapes")
+    shapes_doc = ax.shapes
     structured = base_job is not None and base_job.parallel is not None and base_job.model is not None
     if shapes_doc is not None and base_job is not None and not structured:
         ps.add("axes.shapes", "needs a structured base job (parallel + model); the job lists explicit groups")
@@ -523,6 +360,6 @@ def sweep_from_dict(doc: Any, source: str = "<sweep>", base_dir: Path | None = N
         relative_gap=float(s_gap),
         solver_deterministic=s_det,
         strategies=tuple(str(x) for x in strategies),
-        baselines=tuple(x for x in known if x != "cpsat"),
+        baselines=tuple(x for x in known_strategies() if x != "cpsat"),
         keep_global_batch=keep_batch,
     )

@@ -1,0 +1,96 @@
+"""One open transaction over a DB-API cursor (`Tx`: placeholders, device IN-lists, bulk inserts) and `SqlBase`,
+the abstract `Store` that opens them; the SQL modules of the registry (sqlstore, sqlreservations) build on both.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager
+from typing import Any
+
+from placement.registry.store import Store
+
+__all__ = ["DEV_COLS", "DEV_TYPES", "SqlBase", "Tx"]
+
+_CHUNK = 500  # bound parameters per IN (...) list
+DEV_COLS = ("cluster_id", "device", "job", "failed", "slowdown")
+"""The columns of device_state, and their PostgreSQL types (for `Tx.insert_rows`)."""
+DEV_TYPES = ("text", "text", "text", "bigint", "float8")
+
+
+class Tx:
+    """One open transaction: `q` returns rows, `x` runs a statement (returns the row count), `many` a batch."""
+
+    def __init__(self, cursor: Any, postgres: bool) -> None:
+        self._cur = cursor
+        self._pg = postgres
+
+    def _sql(self, sql: str) -> str:
+        return sql.replace("?", "%s") if self._pg else sql
+
+    def q(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        self._cur.execute(self._sql(sql), tuple(params))
+        return list(self._cur.fetchall())
+
+    def x(self, sql: str, params: Sequence[Any] = ()) -> int:
+        self._cur.execute(self._sql(sql), tuple(params))
+        return int(self._cur.rowcount)
+
+    def many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        if rows:
+            self._cur.executemany(self._sql(sql), [tuple(r) for r in rows])
+
+    def devices_in(self, devices: Sequence[str]) -> Iterator[tuple[str, tuple[Any, ...]]]:
+        """(`device IN (...)` condition, its parameters) per chunk; PostgreSQL: one `device = ANY(array)`."""
+        if self._pg:
+            if devices:
+                yield "device = ANY(?)", (list(devices),)
+            return
+        for part in _chunks(devices):
+            yield f"device IN ({','.join('?' * len(part))})", tuple(part)
+
+    def insert_rows(
+        self,
+        table: str,
+        cols: Sequence[str],
+        pg_types: Sequence[str],
+        rows: Sequence[Sequence[Any]],
+        conflict: str = "",
+    ) -> None:
+        """Insert many rows in one statement on PostgreSQL (unnest of one array per column), else executemany."""
+        if not rows:
+            return
+        if self._pg:
+            arrays = [list(col) for col in zip(*rows, strict=True)]
+            unnest = ", ".join(f"?::{t}[]" for t in pg_types)
+            self.x(
+                f"INSERT INTO {table} ({', '.join(cols)}) SELECT * FROM unnest({unnest}) {conflict}", arrays
+            )
+        else:
+            marks = ", ".join("?" * len(cols))
+            self.many(f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({marks}) {conflict}", rows)
+
+
+def _chunks(items: Sequence[str]) -> Iterator[Sequence[str]]:
+    for i in range(0, len(items), _CHUNK):
+        yield items[i : i + _CHUNK]
+
+
+class SqlBase(Store):
+    """`Store` over a DB-API connection; subclasses open transactions (`_tx`) and name their dialect."""
+
+    dialect: str = ""
+    postgres: bool = False
+
+    @abc.abstractmethod
+    def _tx(self, write: bool, lock: str | None = None) -> AbstractContextManager[Tx]:
+        """A transaction; `write` takes the database's write lock, `lock` also locks that cluster's row."""
+
+    @abc.abstractmethod
+    def _unique_violation(self, exc: BaseException) -> bool: ...
+
+    def _one(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """The rows of one read statement (atomic by itself: no explicit transaction needed)."""
+        with self._tx(write=False) as tx:
+            return tx.q(sql, params)
