@@ -30,7 +30,8 @@ from placement.v1 import registry_pb2 as rpb
 from placement.v1 import registry_pb2_grpc as rpb_grpc
 from server.main import create_server
 from server.settings import Settings
-from tests.test_server import EXAMPLES, running
+from tests.conftest import EXAMPLES
+from tests.support_server import running
 
 H100 = EXAMPLES / "h100-256.yaml"
 SOCKET0, SOCKET1 = "0-47,96-143", "48-95,144-191"

@@ -22,7 +22,8 @@ from placement.errors import InputError
 from placement.messages.files import dump_message, read_request, request_from_dict, write_message
 from placement.v1 import placement_pb2 as pb
 from server.client import PlacementClient, PlacementRpcError
-from tests.test_server import EXAMPLES, Running, cluster_doc, example_request, job_doc, place_request, running
+from tests.conftest import EXAMPLES
+from tests.support_server import Running, cluster_doc, example_request, job_doc, place_request, running
 
 SMI = Path("/work/shared/data/topologies/nvidia_smi_topo/hgx_h100_8gpu_8nic_rail_pix__sglang_issue30401.txt")
 

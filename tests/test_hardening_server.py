@@ -39,7 +39,15 @@ from server.interceptors import give_back_memory
 from server.main import create_server, main
 from server.settings import Settings, parse_settings
 from server.telemetry import JsonFormatter
-from tests.test_server import Running, cluster_doc, details_of, fake_result, place_request, rpc_error, running
+from tests.support_server import (
+    Running,
+    cluster_doc,
+    details_of,
+    fake_result,
+    place_request,
+    rpc_error,
+    running,
+)
 
 TRAILER_LIMIT = 8 * 1024
 

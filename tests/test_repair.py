@@ -189,7 +189,7 @@ def test_tp8_job_on_a_fragmented_cluster_moves_one_node() -> None:
 def _repair_request(current: list[str], failed: list[str], **extra: object) -> object:
     from placement.messages.files import request_from_dict
     from placement.v1 import placement_pb2 as pb
-    from tests.test_server import cluster_doc, job_doc
+    from tests.support_server import cluster_doc, job_doc
 
     doc: dict[str, object] = {
         "cluster": cluster_doc(4),
@@ -205,7 +205,7 @@ def _repair_request(current: list[str], failed: list[str], **extra: object) -> o
 def test_repair_over_grpc_and_its_errors() -> None:
     import grpc
 
-    from tests.test_server import field_violations, rpc_error, running
+    from tests.support_server import field_violations, rpc_error, running
 
     cur = [f"node01/gpu{i}" for i in range(8)] + [f"node02/gpu{i}" for i in range(8)]
     with running(max_time_limit_s=10.0) as r:
