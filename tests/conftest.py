@@ -11,6 +11,17 @@ from placement.job import ModelShape, ParallelSpec
 from placement.state import ClusterState
 from placement.topology import HostSpec, Level, NodeType, RailPolicy, Tier, Topology
 
+# Shared test helpers assert too: pytest rewrites their asserts as it does the test files' (detailed failures).
+pytest.register_assert_rewrite(
+    "tests.support_cli",
+    "tests.support_export",
+    "tests.support_native",
+    "tests.support_nvidia_smi",
+    "tests.support_server",
+    "tests.support_slurm",
+    "tests.support_whatif",
+)
+
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
 FIXTURES = ROOT / "tests" / "fixtures"

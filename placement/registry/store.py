@@ -89,7 +89,7 @@ class Store(abc.ABC):
     def transition(
         self, reservation_id: str, action: str, now: float, ttl_s: float | None = None
     ) -> Reservation:
-        """commit, release or renew one reservation (rules in placement.registry.sqlstore); returns it after."""
+        """commit, release or renew one reservation (rules in placement.registry.sqlreservations); returns it after."""
 
     @abc.abstractmethod
     def sweep(self, now: float) -> list[Reservation]:
