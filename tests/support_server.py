@@ -1,11 +1,18 @@
 """Shared by the gRPC server tests: request builders (clusters, jobs, Place requests), a started server on port 0
-and its warmed-up form, and readers of a failed call's code and google.rpc details; a fake solve result."""
+and its warmed-up form, a server in a process of its own, and readers of a failed call's code and google.rpc
+details; a fake solve result."""
 
 from __future__ import annotations
 
 import contextlib
+import json
+import os
+import subprocess
+import sys
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -20,7 +27,7 @@ from placement.v1 import placement_pb2 as pb
 from placement.v1 import placement_pb2_grpc as pb_grpc
 from server.main import PlacementServer, create_server
 from server.settings import Settings
-from tests.conftest import EXAMPLES
+from tests.conftest import EXAMPLES, ROOT
 
 # ---- inputs -------------------------------------------------------------------------------------------------
 
@@ -109,6 +116,60 @@ def warm_server() -> Iterator[Running]:
     with running(metrics_port=0, max_time_limit_s=10.0) as r:
         r.stub.Place(place_request(), timeout=30)  # warm up the solver (first CP-SAT call)
         yield r
+
+
+@dataclass
+class ServerProcess:
+    """`python -m server.main` in a process of its own, as it runs in production; its JSON log is `log`."""
+
+    proc: subprocess.Popen[bytes]
+    port: int
+    metrics_port: int
+    channel: Any
+    stub: pb_grpc.PlacementServiceStub
+    log: Path
+
+
+@contextlib.contextmanager
+def server_process(log: Path, *args: str, start_s: float = 60.0) -> Iterator[ServerProcess]:
+    """A server on 127.0.0.1 with ephemeral gRPC and metrics ports, run as its own process: a call's time is then
+    the server's and the wire's alone, never a pause of the test process (its garbage collection, its fuzz
+    generator) that an in-process server would share. Killed on exit."""
+    env = {**os.environ, "PLACEMENT_PORT": "0", "PLACEMENT_METRICS_PORT": "0"}
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "server.main", "--host", "127.0.0.1", *args],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=out,
+        )
+    try:
+        serving = None
+        end = time.monotonic() + start_s
+        while serving is None and time.monotonic() < end and proc.poll() is None:
+            for line in log.read_text(errors="replace").splitlines():
+                with contextlib.suppress(ValueError):
+                    rec = json.loads(line)
+                    if isinstance(rec, dict) and rec.get("msg") == "serving":
+                        serving = rec
+            time.sleep(0.05)
+        assert serving is not None, f"the server did not start: {log.read_text(errors='replace')[-2000:]}"
+        channel = grpc.insecure_channel(f"127.0.0.1:{serving['port']}")
+        try:
+            yield ServerProcess(
+                proc,
+                int(serving["port"]),
+                int(serving["metrics_port"]),
+                channel,
+                pb_grpc.PlacementServiceStub(channel),
+                log,
+            )
+        finally:
+            channel.close()
+    finally:
+        proc.kill()
+        proc.wait(10)
 
 
 def rpc_error(call: Callable[[], Any]) -> grpc.RpcError:

@@ -41,12 +41,14 @@ from server.settings import Settings, parse_settings
 from server.telemetry import JsonFormatter
 from tests.support_server import (
     Running,
+    ServerProcess,
     cluster_doc,
     details_of,
     fake_result,
     place_request,
     rpc_error,
     running,
+    server_process,
 )
 
 TRAILER_LIMIT = 8 * 1024
@@ -59,7 +61,11 @@ def srv() -> Iterator[Running]:
 
 
 def metrics_text(r: Running, headers: dict[str, str] | None = None) -> str:
-    req = urllib.request.Request(f"http://127.0.0.1:{r.server.metrics_port}/metrics", headers=headers or {})
+    return metrics_at(r.server.metrics_port, headers)
+
+
+def metrics_at(port: int | None, headers: dict[str, str] | None = None) -> str:
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/metrics", headers=headers or {})
     return str(urllib.request.urlopen(req, timeout=5).read().decode())
 
 
@@ -414,18 +420,25 @@ _BASE = json_format.MessageToDict(
 )
 
 
-def _slots(doc: Any) -> Iterator[tuple[Any, Any]]:
+def _slots(doc: Any, seen: set[int] | None = None) -> Iterator[tuple[Any, Any]]:
+    """Every (container, key) of a document, each container once (a repeated list shares its elements)."""
+    seen = set() if seen is None else seen
+    if id(doc) in seen:
+        return
+    seen.add(id(doc))
     items = doc.items() if isinstance(doc, dict) else enumerate(doc) if isinstance(doc, list) else ()
     for k, v in items:
         yield doc, k
-        yield from _slots(v)
+        yield from _slots(v, seen)
 
 
 @st.composite
 def hostile_requests(draw: st.DrawFn) -> pb.PlaceRequest:
     """The issue's classes: huge ranks/counts/indices, non-finite and absurd values, long lists (violations),
-    many pins and fault domains, long strings."""
+    many pins and fault domains, long strings. One list per request is repeated: repeating a list inside a
+    repeated list would build millions of entries, which only the message-size check sees (test_server_errors)."""
     doc = copy.deepcopy(_BASE)
+    repeated = False
     for _ in range(draw(st.integers(1, 3))):
         slots = list(_slots(doc))
         container, key = draw(st.sampled_from(slots))
@@ -436,8 +449,9 @@ def hostile_requests(draw: st.DrawFn) -> pb.PlaceRequest:
             container[key] = draw(st.sampled_from([2**31 - 1, 30_000_000, 1_000_000_000, 65_536, -1]))
         elif isinstance(value, float):
             container[key] = draw(st.sampled_from([float("nan"), float("inf"), 1e308, 1e-300, -1e308, 2e15]))
-        elif isinstance(value, list) and value:
+        elif isinstance(value, list) and value and not repeated:
             container[key] = value * draw(st.sampled_from([50, 400, 3000]))
+            repeated = True
         elif isinstance(value, str):
             container[key] = draw(st.sampled_from(["x" * 5000, "0-100000000000", "\u00b5" * 100]))
     extra = draw(st.sampled_from(["none", "pins", "fault_domains", "mapping_rank"]))
@@ -473,12 +487,21 @@ _FUZZ = hsettings(
 )
 
 
+@pytest.fixture(scope="module")
+def srv_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """The fuzz's server runs in a process of its own, as in production: the time of a call is the server's, never
+    a pause of this test process (a full garbage collection after the generator's large documents once stalled
+    an in-process server for 9 s, and with it the call's deadline)."""
+    with server_process(tmp_path_factory.mktemp("fuzz") / "server.log", "--workers", "2") as p:
+        yield p
+
+
 @_FUZZ
 @given(req=hostile_requests())
-def test_fuzzed_hostile_requests_fail_cleanly(srv: Running, req: pb.PlaceRequest) -> None:
+def test_fuzzed_hostile_requests_fail_cleanly(srv_process: ServerProcess, req: pb.PlaceRequest) -> None:
     t0 = time.monotonic()
     try:
-        srv.stub.Place(req, timeout=5)
+        srv_process.stub.Place(req, timeout=5)
     except grpc.RpcError as err:
         assert err.code() in {
             grpc.StatusCode.INVALID_ARGUMENT,
@@ -488,12 +511,16 @@ def test_fuzzed_hostile_requests_fail_cleanly(srv: Running, req: pb.PlaceRequest
         }, (err.code(), err.details())
         assert "Traceback" not in (err.details() or "")
         assert trailer_bytes(err) < TRAILER_LIMIT
-    assert (
-        time.monotonic() - t0 < 5 + 1 + 5
-    )  # never far beyond the deadline (generous: the machine is shared)
+    took = time.monotonic() - t0
+    assert took < 5 + 1 + 2, (
+        f"{took:.2f} s for a 5 s deadline"
+    )  # at most 1 s late, and 2 s for a shared machine
 
 
-def test_the_server_still_answers_correctly_after_the_hostile_fuzz(srv: Running) -> None:
-    res = srv.stub.Place(place_request(), timeout=30).result
+def test_the_server_still_answers_correctly_after_the_hostile_fuzz(srv_process: ServerProcess) -> None:
+    res = srv_process.stub.Place(place_request(), timeout=30).result
     assert len(res.mapping) == 16 and len({a.device for a in res.mapping}) == 16
-    assert 'code="INTERNAL"' not in metrics_text(srv) and 'code="UNKNOWN"' not in metrics_text(srv)
+    text = metrics_at(srv_process.metrics_port)
+    assert 'code="OK",method="Place"' in text
+    assert 'code="INTERNAL"' not in text and 'code="UNKNOWN"' not in text
+    assert "Traceback" not in srv_process.log.read_text(errors="replace")
