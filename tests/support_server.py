@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -170,6 +171,22 @@ def server_process(log: Path, *args: str, start_s: float = 60.0) -> Iterator[Ser
     finally:
         proc.kill()
         proc.wait(10)
+
+
+TRAILER_LIMIT = 8 * 1024
+"""What a default gRPC client accepts of a failed call's trailing metadata (8 KB)."""
+
+
+def trailer_bytes(err: grpc.RpcError) -> int:
+    """The size of a failed call's trailing metadata and status message."""
+    md = err.trailing_metadata() or ()
+    return sum(len(k) + len(v) for k, v in md) + len(err.details() or "")
+
+
+def metrics_at(port: int | None, headers: dict[str, str] | None = None) -> str:
+    """The Prometheus text a server's metrics port serves."""
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/metrics", headers=headers or {})
+    return str(urllib.request.urlopen(req, timeout=5).read().decode())
 
 
 def rpc_error(call: Callable[[], Any]) -> grpc.RpcError:
