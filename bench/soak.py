@@ -308,11 +308,11 @@ def main(argv: list[str] | None = None) -> int:
     lines = [
         "# Soak: mixed valid and hostile gRPC traffic",
         "",
-        f"Command: `nice -n 10 .venv/bin/python bench/soak.py --seconds {args.seconds:g} --clients {args.clients} "
+        f"Command: `.venv/bin/python bench/soak.py --seconds {args.seconds:g} --clients {args.clients} "
         f"--workers {args.workers}`. Server: `python -m server.main` (a subprocess) with the default limits, "
-        f"{args.workers} workers, queue limit 64. The machine is shared with other helpers' jobs (2 cores; load "
-        f"average at the end {load[0]:.1f}, {load[1]:.1f}, {load[2]:.1f}), so latencies are noisy; codes, "
-        "overruns and RSS are what this run checks.",
+        f"{args.workers} workers, queue limit 64. Machine: {os.cpu_count()} cores, load average at the end "
+        f"{load[0]:.1f}, {load[1]:.1f}, {load[2]:.1f} (the clients share it with the server), so latencies are "
+        "noisy; codes, overruns and RSS are what this run checks.",
         "",
         f"Calls: {len(records)} in {args.seconds:g} s from {args.clients} clients; the server exited with code {rc}.",
         "",
