@@ -15,6 +15,7 @@ import yaml
 from rich.console import Console
 
 from placement.cli_errors import err, escape, fail, guard
+from placement.cli_options import ClusterOutOpt, TierOpt
 from placement.cli_remote import place_request, serve_main
 from placement.cli_tables import headline, print_report
 from placement.io.defaults import (
@@ -328,7 +329,7 @@ def import_nvidia_smi(
         int | None, typer.Option(help="which table, when the file holds several (0-based)")
     ] = None,
     partial: Annotated[bool, typer.Option(help="accept a truncated table, filling missing pairs")] = False,
-    out_file: Annotated[Path | None, typer.Option("--out", help="write the cluster YAML here")] = None,
+    out_file: ClusterOutOpt = None,
 ) -> None:
     """A one-node cluster file with the node's intra-node matrix and rails."""
     from placement.io.affinity import affinity_fields
@@ -368,13 +369,13 @@ def import_slurm(
     topology: Annotated[
         str | None, typer.Option(help="which topology (topology.yaml) or plugin (tree/block/ring)")
     ] = None,
-    tier: Annotated[list[str] | None, typer.Option(help="LEVEL=GBPS:US, repeatable")] = None,
+    tier: TierOpt = None,
     gpus_per_node: Annotated[int, typer.Option(help="GPUs per node")] = 8,
     kind: Annotated[str | None, typer.Option(help="device kind")] = None,
     node_topo: Annotated[
         Path | None, typer.Option(help="nvidia-smi topo -m of one node, applied to every node")
     ] = None,
-    out_file: Annotated[Path | None, typer.Option("--out", help="write the cluster YAML here")] = None,
+    out_file: ClusterOutOpt = None,
 ) -> None:
     """A cluster file from Slurm's topology.conf (tree, block, ring) or topology.yaml."""
     from placement.io.slurm import read_slurm
@@ -392,9 +393,9 @@ def import_k8s(
     gpu_resource: Annotated[
         str, typer.Option(help="extended resource holding the GPU count")
     ] = "nvidia.com/gpu",
-    tier: Annotated[list[str] | None, typer.Option(help="LEVEL=GBPS:US, repeatable")] = None,
+    tier: TierOpt = None,
     node_topo: Annotated[Path | None, typer.Option(help="nvidia-smi topo -m applied to every node")] = None,
-    out_file: Annotated[Path | None, typer.Option("--out", help="write the cluster YAML here")] = None,
+    out_file: ClusterOutOpt = None,
 ) -> None:
     """A cluster file from Kubernetes node labels."""
     from placement.io.k8s import parse_k8s_nodes

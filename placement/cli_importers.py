@@ -14,6 +14,7 @@ import typer
 import yaml
 
 from placement.cli_errors import err, escape, fail, guard
+from placement.cli_options import ClusterOutOpt, HostGpusOpt, NodeTopoOpt, TierOpt
 from placement.io.defaults import apply_tier_specs
 from placement.io.detect import refuse_other_format, sniff
 from placement.io.nccl_xml import NodeTopology, merge_warnings
@@ -408,8 +409,8 @@ def register(import_app: typer.Typer) -> None:
         xgmi_gbps: Annotated[
             float | None, typer.Option(help="xGMI GB/s per link and direction (default by GPU arch)")
         ] = None,
-        tier: Annotated[list[str] | None, typer.Option(help="LEVEL=GBPS:US, repeatable")] = None,
-        out_file: Annotated[Path | None, typer.Option("--out", help="write the cluster YAML here")] = None,
+        tier: TierOpt = None,
+        out_file: ClusterOutOpt = None,
     ) -> None:
         """A cluster file from NCCL/RCCL topology XML: link matrix, rails and NIC speeds per host."""
         if nvlink is not None and nvlink < 1:
@@ -433,8 +434,8 @@ def register(import_app: typer.Typer) -> None:
             str | None, typer.Option(help="levels above the hosts, NAME:FANOUT bottom up")
         ] = None,
         kind: Annotated[str | None, typer.Option(help="device kind (default: the model)")] = None,
-        tier: Annotated[list[str] | None, typer.Option(help="LEVEL=GBPS:US, repeatable")] = None,
-        out_file: Annotated[Path | None, typer.Option("--out", help="write the cluster YAML here")] = None,
+        tier: TierOpt = None,
+        out_file: ClusterOutOpt = None,
     ) -> None:
         """A cluster file from `rocm-smi --showtopo`: XGMI/PCIe link types, hops and NUMA, per-model defaults."""
         _node_files_cmd(files, host, hosts, levels, kind, tier, out_file, "rocm-smi", model=model)
@@ -446,19 +447,14 @@ def register(import_app: typer.Typer) -> None:
         levels: Annotated[
             str | None, typer.Option(help="names for the switch levels bottom up (default leaf,spine,core)")
         ] = None,
-        gpus_per_node: Annotated[int, typer.Option(help="GPUs per host (without --node-topo)")] = 8,
+        gpus_per_node: HostGpusOpt = 8,
         kind: Annotated[str | None, typer.Option(help="device kind")] = None,
-        node_topo: Annotated[
-            list[str] | None,
-            typer.Option(
-                help="FILE or HOST_GLOB=FILE (nvidia-smi, rocm-smi or NCCL XML); repeatable, first match wins"
-            ),
-        ] = None,
+        node_topo: NodeTopoOpt = None,
         rail_policy: Annotated[
             bool, typer.Option(help="add a rail policy when the fabric is rail-optimized")
         ] = True,
-        tier: Annotated[list[str] | None, typer.Option(help="LEVEL=GBPS:US, repeatable")] = None,
-        out_file: Annotated[Path | None, typer.Option("--out", help="write the cluster YAML here")] = None,
+        tier: TierOpt = None,
+        out_file: ClusterOutOpt = None,
     ) -> None:
         """A cluster file from an InfiniBand fabric dump: switch tree, hosts by HCA description, rails by HCA."""
         from placement.io.ibnetdiscover import read_ibnetdiscover
@@ -473,16 +469,11 @@ def register(import_app: typer.Typer) -> None:
         levels: Annotated[
             str | None, typer.Option(help="names for the levels above the hosts, bottom up")
         ] = None,
-        gpus_per_node: Annotated[int, typer.Option(help="GPUs per host (without --node-topo)")] = 8,
+        gpus_per_node: HostGpusOpt = 8,
         kind: Annotated[str | None, typer.Option(help="device kind")] = None,
-        node_topo: Annotated[
-            list[str] | None,
-            typer.Option(
-                help="FILE or HOST_GLOB=FILE (nvidia-smi, rocm-smi or NCCL XML); repeatable, first match wins"
-            ),
-        ] = None,
-        tier: Annotated[list[str] | None, typer.Option(help="LEVEL=GBPS:US, repeatable")] = None,
-        out_file: Annotated[Path | None, typer.Option("--out", help="write the cluster YAML here")] = None,
+        node_topo: NodeTopoOpt = None,
+        tier: TierOpt = None,
+        out_file: ClusterOutOpt = None,
     ) -> None:
         """A cluster file from an NVIDIA topograph model or payload: NVLink domains and the switch tree."""
         from placement.io.topograph import read_topograph

@@ -13,6 +13,7 @@ import typer
 import yaml
 
 from placement.cli_errors import err, escape, fail, guard
+from placement.cli_options import ClusterOutOpt, TierOpt
 
 __all__ = ["register", "slurm_live"]
 
@@ -98,7 +99,7 @@ def slurm_live(
         str | None, typer.Option(help="which topology (topology.yaml) or plugin (tree/block/ring)")
     ] = None,
     levels: Annotated[str | None, typer.Option(help="level names bottom-up, e.g. leaf,spine,core")] = None,
-    tier: Annotated[list[str] | None, typer.Option(help="LEVEL=GBPS:US, repeatable")] = None,
+    tier: TierOpt = None,
     gres: Annotated[str, typer.Option(help="the gres name of the GPUs")] = "gpu",
     partition: Annotated[str | None, typer.Option(help="only nodes of this partition")] = None,
     kind: Annotated[
@@ -111,7 +112,7 @@ def slurm_live(
     save: Annotated[
         Path | None, typer.Option(help="also write the raw command outputs to this folder")
     ] = None,
-    out_file: Annotated[Path | None, typer.Option("--out", help="write the cluster YAML here")] = None,
+    out_file: ClusterOutOpt = None,
     state_out: Annotated[
         Path | None, typer.Option(help="write the state YAML (occupied, failed) here")
     ] = None,
