@@ -1,8 +1,8 @@
 """Batch benchmark: queues of 10 to 50 jobs (8 to 512 ranks) on 1,024-4,096-GPU fat trees at 30-60% occupancy,
-placed jointly (`placement.solve.batch.place_batch`) next to its two baselines; prints a Markdown table.
+placed jointly (`placement.solve.batch.joint.place_batch`) next to its two baselines; prints a Markdown table.
 
 Run: `python bench/batch.py [--quick] [--only TEXT] [--write bench/BATCH_RESULTS.md]`. Every scenario comes from
-`placement.scenarios` and a fixed seed. Weighted seconds are compared on the jobs both answers admit (a job
+`placement.sim.scenarios` and a fixed seed. Weighted seconds are compared on the jobs both answers admit (a job
 admitted by one answer only has no counterpart), as the geometric mean over scenarios of batch / baseline.
 """
 
@@ -18,11 +18,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from placement.scenarios import fat_tree, megatron_job, occupy
+from placement.model.state import ClusterState
+from placement.model.topology import Topology
+from placement.sim.scenarios import fat_tree, megatron_job, occupy
 from placement.solve import SolveOptions, place
-from placement.solve.batch import FIFO, PRIORITY, BatchJob, BatchPlan, place_batch, validate_batch
-from placement.state import ClusterState
-from placement.topology import Topology
+from placement.solve.batch.joint import FIFO, PRIORITY, BatchJob, BatchPlan, place_batch, validate_batch
 
 SHAPES = (
     (8, 1, 1),

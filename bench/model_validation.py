@@ -17,11 +17,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from placement.cost import evaluate
-from placement.io.nvidia_smi import read_nvidia_smi
-from placement.job import CollectiveKind, Group, Job, ModelShape, ParallelSpec
-from placement.state import ClusterState
-from placement.topology import HostSpec, Level, NodeType, Tier, Topology
+from placement.cost.evaluate import evaluate
+from placement.io.importers.nvidia_smi import read_nvidia_smi
+from placement.model.job import CollectiveKind, Group, Job, ModelShape, ParallelSpec
+from placement.model.state import ClusterState
+from placement.model.topology import HostSpec, Level, NodeType, Tier, Topology
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
@@ -297,10 +297,10 @@ def table(rows: Sequence[Row]) -> str:
 
 def timing(repeat: int = 3) -> str:
     """Seconds of one `evaluate` at 65,536 ranks: tp8 pp8 dp1024 on the 131,072-GPU fat tree (best of `repeat`)."""
-    from placement.cost import surrogate_seconds
-    from placement.scenarios import fat_tree, megatron_job
-    from placement.step import model_step
-    from placement.traffic import job_traffic
+    from placement.cost.evaluate import surrogate_seconds
+    from placement.cost.step import model_step
+    from placement.model.traffic import job_traffic
+    from placement.sim.scenarios import fat_tree, megatron_job
 
     topo, job, state = fat_tree(131072), megatron_job("tp8-pp8-dp1024", tp=8, pp=8, dp=1024), ClusterState()
     mapping = list(range(job.ranks))

@@ -16,9 +16,9 @@ import time
 from pathlib import Path
 
 from placement.errors import InputError
-from placement.io.graph import qap_job_and_topology, read_qaplib
+from placement.io.importers.graph import qap_job_and_topology, read_qaplib
+from placement.model.state import ClusterState
 from placement.solve import SolveOptions, place
-from placement.state import ClusterState
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "qaplib"
 DEFAULT = [

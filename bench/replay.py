@@ -24,12 +24,12 @@ TRACES = ROOT.parent / "shared" / "data" / "traces"
 def main(argv: list[str] | None = None) -> int:
     # This machine is shared: Ray's memory monitor would kill our workers when another process fills the memory.
     os.environ.setdefault("RAY_memory_monitor_refresh_ms", "0")
-    from placement.executors import InlineExecutor, LocalExecutor, RayExecutor
     from placement.io.native import cluster_from_dict, load_document
-    from placement.replay import SimConfig, read_trace
-    from placement.replay.report import markdown_table, plot_replays
-    from placement.replay.run import ReplayTask, read_csv, run_replays, task_key
-    from placement.replay.shapes import ShapeRule
+    from placement.sim.executors import InlineExecutor, LocalExecutor, RayExecutor
+    from placement.sim.replay import SimConfig, read_trace
+    from placement.sim.replay.report import markdown_table, plot_replays
+    from placement.sim.replay.run import ReplayTask, read_csv, run_replays, task_key
+    from placement.sim.replay.shapes import ShapeRule
 
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--trace", default=str(TRACES / "acme" / "cluster_summary.csv"))

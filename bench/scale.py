@@ -11,7 +11,7 @@ import resource
 import sys
 import time
 
-from placement.scenarios import fat_tree, megatron_job, occupy
+from placement.sim.scenarios import fat_tree, megatron_job, occupy
 from placement.solve import SolveOptions, place
 
 

@@ -14,7 +14,7 @@ target and the `sub` sub-architecture meta-target):
   keeping only the free devices. Link costs are inverse bandwidth ratios (fastest tier = 10). Scotch's
   tleaf prices two terminals by the lowest level's link (`archTleafDomDist`); the tree still shapes its
   recursive bipartitioning, which is where the locality comes from.
-- **Answer**: the `.map` output, read back to devices and scored by `placement.cost.evaluate(check=True)`.
+- **Answer**: the `.map` output, read back to devices and scored by `placement.cost.evaluate.evaluate(check=True)`.
   Two ranks on one device make the answer `invalid` (or, with `repair=True`, the extra ranks move to the
   nearest unused free device, lowest LCA level then lowest index, and the answer is marked `repaired`).
 
@@ -34,12 +34,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from placement.cost import InvalidMappingError, evaluate
-from placement.job import CollectiveKind, Job
-from placement.state import ClusterState
-from placement.topology import Topology
-from placement.traffic import Traffic, job_traffic
-from placement.validate import excluded_devices
+from placement.cost.evaluate import InvalidMappingError, evaluate
+from placement.model.job import CollectiveKind, Job
+from placement.model.state import ClusterState
+from placement.model.topology import Topology
+from placement.model.traffic import Traffic, job_traffic
+from placement.model.validate import excluded_devices
 
 __all__ = [
     "ScotchResult",
@@ -286,7 +286,7 @@ def scotch_map(
     strategy: str | None = None,
     workdir: Path | None = None,
 ) -> ScotchResult:
-    """Map `job` with scotch_gmap on the free devices and score it with `placement.cost.evaluate`.
+    """Map `job` with scotch_gmap on the free devices and score it with `placement.cost.evaluate.evaluate`.
 
     `groups` encodes collectives as ``"clique"`` or ``"ring"`` edges (`traffic_weights`); ``"best"`` (the
     default: the peer at its strongest) runs both and keeps the valid answer of lower cost, its detail naming

@@ -1,6 +1,6 @@
 """Solver benchmark: every baseline and candidate, Scotch and cpsat on generated scenarios; prints a Markdown table.
 
-Every scenario comes from `placement.scenarios` with a fixed seed. Run: `python bench/solver.py [--quick]
+Every scenario comes from `placement.sim.scenarios` with a fixed seed. Run: `python bench/solver.py [--quick]
 [--only TEXT] [--workers 2] [--deterministic] [--write bench/RESULTS.md]`. Wall time is the whole `place` call
 (baselines, candidates, solve, scoring, validation). Issue 8's rows: a 4,096-GPU fat tree with mixed-random
 fragmentation (30% and 60%), tp8/tp4/tp2 jobs of a 13B shape at 128 and 1,024 ranks, each structured, as its
@@ -399,7 +399,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "surrogate; `bound` names the bound that binds (`stats['bound_source']`).",
             "",
             "Issue 8's rows: mixed-random occupancy (each busy node all busy or 1-7 of 8 busy, half and half; "
-            "`placement.scenarios.occupy_mixed_random`, seed 1), 13B-shaped jobs (h 5120, 40 layers) in three "
+            "`placement.sim.scenarios.occupy_mixed_random`, seed 1), 13B-shaped jobs (h 5120, 40 layers) in three "
             "forms: structured, `explicit` (its explicit twin: the same groups and edges) and `p2p-ring` (each "
             "group as the ring NCCL runs, point-to-point edges only). The `scotch` column is Scotch 7's static "
             "mapping (`bench/scotch.py`: `scotch_gmap -Cf -b0` on a `sub` of a `tleaf` target holding only the "

@@ -7,8 +7,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from placement.job import Job
-from placement.scenarios import (
+from placement.model.job import Job
+from placement.model.state import ClusterState
+from placement.model.topology import Topology
+from placement.sim.scenarios import (
     A100_PCIE_PAIRS,
     dgx1_node,
     explicit_twin,
@@ -19,8 +21,6 @@ from placement.scenarios import (
     p2p_ring_job,
     rail_optimized,
 )
-from placement.state import ClusterState
-from placement.topology import Topology
 
 Build = Callable[[], tuple[Topology, ClusterState, Job]]
 

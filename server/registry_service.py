@@ -23,11 +23,11 @@ from placement.messages.registry import (
     resolve_cluster,
     state_message,
 )
+from placement.model.state import ClusterState
+from placement.model.topology import Topology
 from placement.registry import Registry, default_url, open_store, request_hash
 from placement.registry.registry import MAX_TTL_S
 from placement.solve import PlacementResult
-from placement.state import ClusterState
-from placement.topology import Topology
 from placement.v1 import placement_pb2 as pb
 from placement.v1 import registry_pb2 as rpb
 from placement.v1 import registry_pb2_grpc as rpb_grpc

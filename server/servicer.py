@@ -16,17 +16,17 @@ from typing import Any, TypeVar
 
 import grpc
 
-from placement.cost import CostReport, evaluate
+from placement.cost.evaluate import CostReport, evaluate
 from placement.errors import InfeasibleError
 from placement.limits import checkpoint
 from placement.messages import batch as convert_batch
 from placement.messages import domain as convert
 from placement.messages import repair as convert_repair
+from placement.model.state import ClusterState
+from placement.model.topology import Topology
 from placement.solve import PlacementResult, SolveOptions, StopEvent, compare, place
-from placement.solve.batch import place_batch
-from placement.solve.repair import repair
-from placement.state import ClusterState
-from placement.topology import Topology
+from placement.solve.batch.joint import place_batch
+from placement.solve.repair.run import repair
 from placement.v1 import placement_pb2 as pb
 from placement.v1 import placement_pb2_grpc as pb_grpc
 from server.errors import Cancelled, DeadlineError, LimitExceeded, status_for

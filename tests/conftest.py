@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from placement.job import ModelShape, ParallelSpec
-from placement.state import ClusterState
-from placement.topology import HostSpec, Level, NodeType, RailPolicy, Tier, Topology
+from placement.model.job import ModelShape, ParallelSpec
+from placement.model.state import ClusterState
+from placement.model.topology import HostSpec, Level, NodeType, RailPolicy, Tier, Topology
 
 # Shared test helpers assert too: pytest rewrites their asserts as it does the test files' (detailed failures).
 pytest.register_assert_rewrite(

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from placement.io.native import job_from_dict
-from placement.job import Job
+from placement.model.job import Job
 
 PG_ENV = "PLACEMENT_TEST_POSTGRES"
 

@@ -1,5 +1,5 @@
-"""Shared by the tests of placement.cli: run the app in process (typer's CliRunner), write a dedented file, the
-cost placement.cost.evaluate gives a mapping, and the shape of a clean input error (exit code 2, no traceback)."""
+"""Shared by the tests of placement.cli.app: run the app in process (typer's CliRunner), write a dedented file, the
+cost placement.cost.evaluate.evaluate gives a mapping, and the shape of a clean input error (exit code 2, no traceback)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 from click.testing import Result
 from typer.testing import CliRunner
 
-from placement.cli import app
-from placement.cost import CostReport, evaluate
+from placement.cli.app import app
+from placement.cost.evaluate import CostReport, evaluate
 from placement.io.native import load_cluster, load_job, load_mapping
 
 
@@ -25,9 +25,9 @@ def write(tmp_path: Path, name: str, text: str) -> Path:
 
 
 def modeled(cluster: Path, job: Path, mapping: Path) -> CostReport:
-    """What placement.cost.evaluate says of the mapping: the numbers the CLI must print (the model may change)."""
+    """What placement.cost.evaluate.evaluate says of the mapping: the numbers the CLI must print (the model may change)."""
     topo, static = load_cluster(cluster)
-    from placement.state import ClusterState
+    from placement.model.state import ClusterState
 
     return evaluate(topo, static or ClusterState(), load_job(job), load_mapping(mapping, topo))
 

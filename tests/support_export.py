@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from placement.io.export import ExportOptions, Seat
 from placement.io.native import cluster_from_dict
-from placement.topology import Topology
+from placement.model.topology import Topology
 
 S0, S1 = "0-47,96-143", "48-95,144-191"
 # the case: node02 has GPUs 0, 4, 5, 6 free; rank 1 (local rank 1) needs GPU 4, on the other socket

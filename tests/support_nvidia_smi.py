@@ -1,9 +1,9 @@
-"""Shared checks of `placement.io.nvidia_smi` results, used by the nvidia-smi test files: the invariants every
+"""Shared checks of `placement.io.importers.nvidia_smi` results, used by the nvidia-smi test files: the invariants every
 parsed table satisfies (square symmetric matrix, X on the diagonal, one rail and affinity per GPU)."""
 
 from __future__ import annotations
 
-from placement.io.nvidia_smi import NvidiaSmiTopology
+from placement.io.importers.nvidia_smi import NvidiaSmiTopology
 
 
 def assert_well_formed(t: NvidiaSmiTopology) -> None:

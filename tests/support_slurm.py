@@ -1,4 +1,4 @@
-"""Shared helpers of the Slurm importer tests (placement.io.slurm): read the levels, domains and hosts of an
+"""Shared helpers of the Slurm importer tests (placement.io.importers.slurm): read the levels, domains and hosts of an
 imported cluster document, the problem texts of an InputError, and the invariants of every import."""
 
 from __future__ import annotations

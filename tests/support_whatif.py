@@ -1,4 +1,4 @@
-"""Shared by the tests of placement.whatif: a tiny cluster (16 GPUs) and job (8 ranks), a sweep document over
+"""Shared by the tests of placement.sim.whatif: a tiny cluster (16 GPUs) and job (8 ranks), a sweep document over
 them, its problems by field path, and the rows of a results CSV."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from placement.errors import InputError
-from placement.whatif import canonical_strategy, sweep_from_dict
+from placement.sim.whatif import canonical_strategy, sweep_from_dict
 
 GREEDY = canonical_strategy("topology-greedy")  # the solver's name for it (kueue-tas)
 

@@ -16,14 +16,14 @@ import yaml
 from google.protobuf import json_format
 from typer.testing import CliRunner
 
-from placement.cli import app
+from placement.cli.app import app
 from placement.errors import InputError
 from placement.io.affinity import MAX_CPU
 from placement.io.export.document import device_affinity
 from placement.io.native import cluster_from_dict, load_cluster
 from placement.messages.domain import place_inputs
 from placement.messages.files import message_to_dict, normalize_cluster, read_request, request_from_dict
-from placement.topology import Topology
+from placement.model.topology import Topology
 from placement.v1 import placement_pb2 as pb
 from placement.v1 import placement_pb2_grpc as pb_grpc
 from placement.v1 import registry_pb2 as rpb

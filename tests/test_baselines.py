@@ -10,10 +10,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from placement.io.importers.slurm import parse_topology_conf
 from placement.io.native import cluster_from_dict
-from placement.io.slurm import parse_topology_conf
-from placement.job import CollectiveKind, Constraints, Group, Job
-from placement.scenarios import fat_tree, megatron_job, occupy
+from placement.model.job import CollectiveKind, Constraints, Group, Job
+from placement.model.state import ClusterState
+from placement.model.topology import HostSpec, Level, NodeType, Tier, Topology
+from placement.model.traffic import dimension_groups, job_traffic
+from placement.model.validate import validate
+from placement.sim.scenarios import fat_tree, megatron_job, occupy
 from placement.solve.baselines import (
     BASELINES,
     first_fit,
@@ -24,10 +28,6 @@ from placement.solve.baselines import (
     topology_greedy,
 )
 from placement.solve.baselines.common import _rank_best_fit
-from placement.state import ClusterState
-from placement.topology import HostSpec, Level, NodeType, Tier, Topology
-from placement.traffic import dimension_groups, job_traffic
-from placement.validate import validate
 
 SCHEDULERS = ("kueue-tas", "slurm-tree", "slurm-block")
 

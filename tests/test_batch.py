@@ -1,4 +1,4 @@
-"""Joint placement of a queue (`placement.solve.batch`, PlaceBatch, `placement place-batch`): the best admitted set
+"""Joint placement of a queue (`placement.solve.batch.joint`, PlaceBatch, `placement place-batch`): the best admitted set
 against brute force on tiny clusters, joint validity, never worse than the baselines, the reasons for jobs left
 out, bad input, the gRPC method and the command.
 """
@@ -21,15 +21,15 @@ from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 from typer.testing import CliRunner
 
-from placement.cli import app
+from placement.cli.app import app
 from placement.errors import InputError
 from placement.io.native import cluster_from_dict
-from placement.job import Constraints, Job
-from placement.scenarios import megatron_job
+from placement.model.job import Constraints, Job
+from placement.model.state import ClusterState
+from placement.model.topology import Topology
+from placement.sim.scenarios import megatron_job
 from placement.solve import SolveOptions
-from placement.solve.batch import FIFO, PRIORITY, BatchJob, BatchResult, place_batch, validate_batch
-from placement.state import ClusterState
-from placement.topology import Topology
+from placement.solve.batch.joint import FIFO, PRIORITY, BatchJob, BatchResult, place_batch, validate_batch
 from placement.v1 import placement_pb2 as pb
 from placement.v1 import placement_pb2_grpc as pb_grpc
 from server.main import create_server
@@ -247,7 +247,7 @@ def test_duplicate_running_and_unknown_names_are_input_errors() -> None:
 
 
 def test_bigger_batch_never_worse_than_baselines_and_jointly_valid() -> None:
-    from placement.scenarios import fat_tree, occupy
+    from placement.sim.scenarios import fat_tree, occupy
 
     topo = fat_tree(256)
     state = occupy(topo, 0.4, seed=3, mode="mixed-random")

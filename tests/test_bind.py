@@ -1,4 +1,4 @@
-"""placement.bind and `placement bind`: each rank variable, Slurm-restricted devices, missing ranks, AMD kinds, the
+"""placement.launch.bind and `placement bind`: each rank variable, Slurm-restricted devices, missing ranks, AMD kinds, the
 host check, CPU/NUMA binding, and the real exec through the command line."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from placement.bind import RANK_VARS, BindError, Machine, find_rank, plan, visible_device
 from placement.io.export.document import Seat
+from placement.launch.bind import RANK_VARS, BindError, Machine, find_rank, plan, visible_device
 
 # rank -> (host, GPU): node02 has GPUs 0, 4, 5, 6 free, so rank 1 (local rank 1) needs GPU 4
 MAPPING = [
@@ -272,7 +272,7 @@ def _cli(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[st
     full.update(env)
     full["PYTHONPATH"] = str(Path(__file__).resolve().parents[1])
     return subprocess.run(
-        [sys.executable, "-m", "placement.cli", "bind", *args],
+        [sys.executable, "-m", "placement.cli.app", "bind", *args],
         env=full,
         capture_output=True,
         text=True,

@@ -1,4 +1,4 @@
-"""Clean input errors of placement.cli: a bad cluster, state, job, mapping or file gives exit code 2 with the
+"""Clean input errors of placement.cli.app: a bad cluster, state, job, mapping or file gives exit code 2 with the
 message verbatim on stderr and no traceback."""
 
 from __future__ import annotations

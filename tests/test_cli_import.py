@@ -8,7 +8,7 @@ from pathlib import Path
 import yaml
 
 from placement.io.native import cluster_from_dict, load_cluster
-from placement.scenarios import A100_PCIE_PAIRS
+from placement.sim.scenarios import A100_PCIE_PAIRS
 from tests.conftest import FIXTURES, shared_file
 from tests.support_cli import assert_input_error, run
 

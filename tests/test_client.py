@@ -204,7 +204,7 @@ def test_the_example_request_file_reads_native_files_and_works_offline_and_over_
 def test_cli_place_request_prints_the_same_step_tables_offline_and_over_the_wire(live: Running) -> None:
     from typer.testing import CliRunner
 
-    from placement.cli import app
+    from placement.cli.app import app
     from placement.messages.domain import report_from_proto
 
     request = EXAMPLES / "request-place.yaml"
@@ -394,7 +394,7 @@ def test_place_json_is_one_schema_offline_from_files_from_a_request_and_over_the
     a request file offline, or the same request over the wire. Deterministic time: the same answer each way."""
     from typer.testing import CliRunner
 
-    from placement.cli import app
+    from placement.cli.app import app
 
     state = {
         "occupied": [{"job": "tp8-dp4", "devices": ["node01", "node02"]}],

@@ -1,4 +1,4 @@
-"""placement.cost: the v1 alpha-beta formulas with hand-computed numbers, paths (tiers, matrices, degradation,
+"""placement.cost.evaluate: the v1 alpha-beta formulas with hand-computed numbers, paths (tiers, matrices, degradation,
 rails) and `surrogate_report` with its breakdown; `evaluate` (step model v2) on the same cases; plus the showcase
 of the issue (DGX H100, TP=8 split over two nodes). The v2 algorithms in detail: tests/test_step_model.py."""
 
@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from placement.cost import (
+from placement.cost.evaluate import (
     CostReport,
     InvalidMappingError,
     Path,
@@ -22,12 +22,12 @@ from placement.cost import (
     surrogate_seconds,
 )
 from placement.io.native import load_cluster, load_job
-from placement.job import CollectiveKind, Constraints, Edge, Group, Job
-from placement.scenarios import A100_PCIE_PAIRS, DGX1_MATRIX
-from placement.state import ClusterState, Uplink
-from placement.topology import RailPolicy, Tier, Topology
-from placement.traffic import job_traffic
-from placement.validate import validate
+from placement.model.job import CollectiveKind, Constraints, Edge, Group, Job
+from placement.model.state import ClusterState, Uplink
+from placement.model.topology import RailPolicy, Tier, Topology
+from placement.model.traffic import job_traffic
+from placement.model.validate import validate
+from placement.sim.scenarios import A100_PCIE_PAIRS, DGX1_MATRIX
 from tests.conftest import EXAMPLES, tree
 
 AR, AG, RS, A2A = (

@@ -8,8 +8,8 @@ import itertools
 import pytest
 
 from placement.errors import InputError
-from placement.state import ClusterState
-from placement.whatif.defrag import defrag
+from placement.model.state import ClusterState
+from placement.sim.whatif.defrag import defrag
 from tests.conftest import tree
 
 

@@ -88,7 +88,7 @@ def test_mpirun_accepts_the_rankfile_and_bind_gives_each_rank_its_gpu(tmp_path: 
         )
     )
     seats = launch_seats(seats_from_document(json.loads(result.read_text())), json.loads(result.read_text()))
-    bind = [sys.executable, "-m", "placement.cli"]
+    bind = [sys.executable, "-m", "placement.cli.app"]
     rankfile = tmp_path / "rankfile"
     rankfile.write_text(
         export("rankfile", seats, options=ExportOptions(job="mpi", placement_path=str(result)))

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from placement.cost import CostReport, evaluate
+from placement.cost.evaluate import CostReport, evaluate
 from placement.errors import InputError
 from placement.io.export import (
     FORMATS,
@@ -26,7 +26,7 @@ from placement.io.export import (
     seats_from_document,
 )
 from placement.io.native import cluster_from_dict, job_from_dict
-from placement.state import ClusterState
+from placement.model.state import ClusterState
 from tests.conftest import ROOT
 from tests.support_export import S0, S1, SEATS, affinity_topology
 
@@ -167,7 +167,11 @@ def test_json_yaml_and_retired_formats() -> None:
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.run(
-        [sys.executable, "-m", "placement.cli", *args], env=env, capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "placement.cli.app", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
 
 

@@ -20,7 +20,7 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from placement.cli import app
+from placement.cli.app import app
 from placement.errors import InputError, Problem, Problems
 from placement.io.native import cluster_from_dict, job_from_dict, mapping_from_obj, state_from_dict
 from placement.io.native.document import load_document, parse_document, read_text

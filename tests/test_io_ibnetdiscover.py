@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from placement.cli import app
+from placement.cli.app import app
 from placement.errors import InputError
-from placement.io.graph import topology_from_graph
-from placement.io.ibnetdiscover import fabric_graph, parse_ibnetdiscover, read_ibnetdiscover
+from placement.io.importers.graph import topology_from_graph
+from placement.io.importers.ibnetdiscover import fabric_graph, parse_ibnetdiscover, read_ibnetdiscover
+from placement.io.importers.slurm import read_slurm
 from placement.io.native import load_cluster
-from placement.io.slurm import read_slurm
 from tests.conftest import shared_file
 
 DUMP = "topologies/cluster_fabric/nvidia_topograph/tests/output/ibnetdiscover"

@@ -1,4 +1,4 @@
-"""Tests of placement.io.k8s on GKE- and EKS-style node lists (tests/fixtures/k8s) and on broken inputs."""
+"""Tests of placement.io.importers.k8s on GKE- and EKS-style node lists (tests/fixtures/k8s) and on broken inputs."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from placement.errors import InputError
-from placement.io.k8s import parse_k8s_nodes, short_level_name
+from placement.io.importers.k8s import parse_k8s_nodes, short_level_name
 from tests.conftest import shared_file
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "k8s"
@@ -357,7 +357,7 @@ def test_another_format_is_refused_in_one_line_naming_its_importer() -> None:
     ]
     from typer.testing import CliRunner
 
-    from placement.cli import app
+    from placement.cli.app import app
 
     res = CliRunner().invoke(app, ["import", "k8s", str(dump), "--levels", ",".join(GKE_LEVELS)])
     lines = [x for x in res.output.splitlines() if x.strip()]

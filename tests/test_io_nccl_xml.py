@@ -10,10 +10,10 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from placement.cli import app
+from placement.cli.app import app
 from placement.errors import InputError
+from placement.io.importers.nccl_xml import parse_nccl_xml, read_nccl_xml
 from placement.io.native import load_cluster
-from placement.io.nccl_xml import parse_nccl_xml, read_nccl_xml
 from tests.conftest import FIXTURES, TOPOLOGIES, shared_file
 
 XML = "topologies/nccl_xml"

@@ -1,4 +1,4 @@
-"""Tests of placement.io.nvidia_smi on real `nvidia-smi topo -m` pastes (the shared topology data). Synthetic
+"""Tests of placement.io.importers.nvidia_smi on real `nvidia-smi topo -m` pastes (the shared topology data). Synthetic
 layouts: tests/test_io_nvidia_smi_layouts.py; error reports: tests/test_io_nvidia_smi_errors.py."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from placement.errors import InputError
-from placement.io.nvidia_smi import NvidiaSmiTopology, nvlink_count, read_nvidia_smi
+from placement.io.importers.nvidia_smi import NvidiaSmiTopology, nvlink_count, read_nvidia_smi
 from tests.support_nvidia_smi import assert_well_formed
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "topologies" / "nvidia_smi_topo"

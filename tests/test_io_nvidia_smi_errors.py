@@ -1,4 +1,4 @@
-"""Tests of placement.io.nvidia_smi's error reports: every problem named with its line and column, unreadable
+"""Tests of placement.io.importers.nvidia_smi's error reports: every problem named with its line and column, unreadable
 files, and fuzzed garbage that must raise InputError, never a raw exception."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from placement.errors import InputError
-from placement.io.nvidia_smi import parse_nvidia_smi, read_nvidia_smi
+from placement.io.importers.nvidia_smi import parse_nvidia_smi, read_nvidia_smi
 from tests.support_nvidia_smi import assert_well_formed
 
 EXPECTED = "expected X, NV<n> (n >= 1), PIX, PXB, PHB, NODE or SYS (legacy SOC)"

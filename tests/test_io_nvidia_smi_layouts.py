@@ -1,4 +1,4 @@
-"""Tests of placement.io.nvidia_smi on synthetic layouts: messy pastes (fences, prose, glued cells, pipes, CRLF),
+"""Tests of placement.io.importers.nvidia_smi on synthetic layouts: messy pastes (fences, prose, glued cells, pipes, CRLF),
 the rails tie rule, NVLink counts, and round trips of random symmetric tables."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from placement.errors import InputError
-from placement.io.nvidia_smi import nvlink_count, parse_nvidia_smi
+from placement.io.importers.nvidia_smi import nvlink_count, parse_nvidia_smi
 from tests.support_nvidia_smi import assert_well_formed
 
 # ------------------------------------------------------------------------------------ synthetic mess

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from placement.errors import InputError
-from placement.io.nvidia_smi import parse_nvidia_smi
-from placement.io.rocm_smi import parse_rocm_smi, read_rocm_smi
+from placement.io.importers.nvidia_smi import parse_nvidia_smi
+from placement.io.importers.rocm_smi import parse_rocm_smi, read_rocm_smi
 from tests.conftest import FIXTURES
 
 MIXED = """============================ ROCm System Management Interface ============================

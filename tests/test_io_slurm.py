@@ -1,4 +1,4 @@
-"""Tests of placement.io.slurm on the real topology.conf/topology.yaml examples (the shared topology data).
+"""Tests of placement.io.importers.slurm on the real topology.conf/topology.yaml examples (the shared topology data).
 Synthetic inputs: tests/test_io_slurm_conf.py (topology.conf), tests/test_io_slurm_yaml.py (topology.yaml)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from placement.errors import InputError
-from placement.io.slurm import parse_topology_yaml, read_slurm
+from placement.io.importers.slurm import parse_topology_yaml, read_slurm
 from tests.support_slurm import check_common, domain_sizes, host_of, level_names_of, problem_texts
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"

@@ -1,4 +1,4 @@
-"""Tests of placement.io.slurm on synthetic topology.conf inputs: tree, block and ring definitions, BlockSizes,
+"""Tests of placement.io.importers.slurm on synthetic topology.conf inputs: tree, block and ring definitions, BlockSizes,
 level names, every error named with its line and column, and fuzzed text that must raise InputError only."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from placement.errors import InputError
-from placement.io.slurm import parse_topology_conf
+from placement.io.importers.slurm import parse_topology_conf
 from tests.support_slurm import check_common, domain_sizes, host_of, level_names_of, problem_texts
 
 # ------------------------------------------------------------------------------------ synthetic inputs

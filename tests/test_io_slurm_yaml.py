@@ -1,4 +1,4 @@
-"""Tests of placement.io.slurm on synthetic topology.yaml inputs: trees with children, errors named with their
+"""Tests of placement.io.importers.slurm on synthetic topology.yaml inputs: trees with children, errors named with their
 path and line, and fuzzed documents that must raise InputError only."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from placement.errors import InputError
-from placement.io.slurm import parse_topology_yaml
+from placement.io.importers.slurm import parse_topology_yaml
 from tests.support_slurm import check_common, domain_sizes, problem_texts
 
 # ------------------------------------------------------------------------------------------------- yaml

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from placement.errors import InputError
-from placement.io.topograph import parse_topograph, read_topograph
+from placement.io.importers.topograph import parse_topograph, read_topograph
 from tests.conftest import shared_file
 
 TG = "topologies/cluster_fabric/nvidia_topograph/tests"

@@ -9,15 +9,15 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from placement.cli import app
+from placement.cli.app import app
 from placement.errors import InfeasibleError, InputError
 from placement.io.export import export, launch_seats
 from placement.io.native import cluster_from_dict, job_from_dict
-from placement.job import host_blocks
+from placement.model.job import host_blocks
+from placement.model.state import ClusterState
+from placement.model.validate import validate
 from placement.solve import SolveOptions, place
 from placement.solve.launcher import is_contiguous
-from placement.state import ClusterState
-from placement.validate import validate
 
 CLUSTER = {
     "name": "two",

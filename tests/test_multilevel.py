@@ -12,18 +12,18 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from placement.cost import surrogate_seconds
-from placement.job import Constraints, Edge, Job, SpreadRule
-from placement.scenarios import fat_tree, megatron_job, occupy
-from placement.solve import multilevel
+from placement.cost.evaluate import surrogate_seconds
+from placement.model.job import Constraints, Edge, Job, SpreadRule
+from placement.model.state import ClusterState
+from placement.model.topology import Tier, Topology
+from placement.model.traffic import Traffic, dimension_groups, job_traffic
+from placement.model.validate import validate
+from placement.sim.scenarios import fat_tree, megatron_job, occupy
 from placement.solve.baselines import first_fit
 from placement.solve.construct import HostPool, scope_domains, unit_capacity
-from placement.solve.multilevel import multilevel_candidates
+from placement.solve.multilevel import mapping as multilevel
+from placement.solve.multilevel.mapping import multilevel_candidates
 from placement.solve.units import candidate_devices
-from placement.state import ClusterState
-from placement.topology import Tier, Topology
-from placement.traffic import Traffic, dimension_groups, job_traffic
-from placement.validate import validate
 
 pytestmark = pytest.mark.skipif(not multilevel.available(), reason="mtkahypar is not installed")
 

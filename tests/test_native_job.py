@@ -10,7 +10,7 @@ import pytest
 
 from placement.errors import InputError
 from placement.io.native import job_from_dict, load_job
-from placement.job import CollectiveKind
+from placement.model.job import CollectiveKind
 from tests.support_native import error_of, write
 
 MODEL = {"parameters": 7e9, "hidden": 4096, "layers": 32, "seq_len": 4096}

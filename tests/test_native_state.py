@@ -10,8 +10,8 @@ import pytest
 
 from placement.errors import InputError
 from placement.io.native import cluster_from_dict, load_mapping, load_state, mapping_from_obj, state_from_dict
-from placement.state import Uplink
-from placement.topology import Topology
+from placement.model.state import Uplink
+from placement.model.topology import Topology
 from tests.support_native import LEVELS2, LEVELS3, error_of, write
 
 

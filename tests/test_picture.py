@@ -1,4 +1,4 @@
-"""placement.picture: SVG/PNG placement pictures for 8 and 1,024 ranks, one identifiable cell per rank, collapsed
+"""placement.io.export.picture: SVG/PNG placement pictures for 8 and 1,024 ranks, one identifiable cell per rank, collapsed
 idle domains, and clean errors; and `render_picture`, the CLI's helper."""
 
 from __future__ import annotations
@@ -10,18 +10,18 @@ from pathlib import Path
 
 import pytest
 
-from placement.cost import evaluate
+from placement.cost.evaluate import evaluate
 from placement.errors import InputError
-from placement.job import Job
-from placement.picture import render
-from placement.scenarios import fat_tree, megatron_job, occupy
+from placement.io.export.picture import render
+from placement.model.job import Job
+from placement.model.state import ClusterState
+from placement.model.topology import Topology
+from placement.sim.scenarios import fat_tree, megatron_job, occupy
 from placement.solve.baselines import first_fit
-from placement.state import ClusterState
-from placement.topology import Topology
 
 with warnings.catch_warnings():
     warnings.filterwarnings("ignore", r"'click\.\w+(\.\w+)*' is deprecated", DeprecationWarning)
-    from placement.cli_whatif import render_picture
+    from placement.cli.commands.whatif import render_picture
 
 
 def rank_ids(svg: Path) -> list[str]:

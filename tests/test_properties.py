@@ -17,9 +17,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from placement.cost import InvalidMappingError, evaluate, surrogate_report
+from placement.cost.evaluate import InvalidMappingError, evaluate, surrogate_report
 from placement.io.export import export, export_files, result_document, seats_from_document
-from placement.job import (
+from placement.model.job import (
     DIMENSIONS,
     CollectiveKind,
     Constraints,
@@ -30,10 +30,10 @@ from placement.job import (
     ParallelSpec,
     SpreadRule,
 )
-from placement.state import ClusterState, Uplink
-from placement.topology import DEFAULT_INTRA_NODE_TIERS, RailPolicy, Tier, Topology, intra_node_tier
-from placement.traffic import job_traffic
-from placement.validate import validate
+from placement.model.state import ClusterState, Uplink
+from placement.model.topology import DEFAULT_INTRA_NODE_TIERS, RailPolicy, Tier, Topology, intra_node_tier
+from placement.model.traffic import job_traffic
+from placement.model.validate import validate
 from tests.conftest import tree
 
 FAST = settings(deadline=None, max_examples=60, database=None)

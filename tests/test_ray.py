@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from placement.executors import InlineExecutor, LocalExecutor, RayExecutor
-from placement.replay import SimConfig, TraceJob
-from placement.replay.run import ReplayTask, run_replays, task_key
-from placement.replay.shapes import ShapeRule
-from placement.whatif import run_sweep, sweep_from_dict
+from placement.sim.executors import InlineExecutor, LocalExecutor, RayExecutor
+from placement.sim.replay import SimConfig, TraceJob
+from placement.sim.replay.run import ReplayTask, run_replays, task_key
+from placement.sim.replay.shapes import ShapeRule
+from placement.sim.whatif import run_sweep, sweep_from_dict
 from tests.support_whatif import sweep_doc
 
 try:

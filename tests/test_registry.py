@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 
 from placement.errors import InfeasibleError, InputError
+from placement.model.state import ClusterState
+from placement.model.topology import Topology
 from placement.registry import (
     Aborted,
     NotFound,
@@ -23,10 +25,8 @@ from placement.registry import (
     open_store,
 )
 from placement.registry.audit import audit
-from placement.registry.schema import migration_files
+from placement.registry.sql.schema import migration_files
 from placement.solve import PlacementResult, SolveOptions, place
-from placement.state import ClusterState
-from placement.topology import Topology
 from tests.registry_util import Clock, cluster_doc, job, store_url
 
 OPTS = SolveOptions(time_limit_s=2.0, workers=1)

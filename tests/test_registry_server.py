@@ -24,7 +24,7 @@ from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 from typer.testing import CliRunner
 
-from placement.cli import app as cli_app
+from placement.cli.app import app as cli_app
 from placement.registry import Registry, open_store
 from placement.registry.audit import audit
 from placement.solve import place

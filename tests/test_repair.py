@@ -8,17 +8,17 @@ import itertools
 
 import pytest
 
-from placement.cost import surrogate_seconds
+from placement.cost.evaluate import surrogate_seconds
 from placement.errors import InfeasibleError, InputError
-from placement.job import Constraints, Job
-from placement.scenarios import fat_tree, megatron_job, occupy
+from placement.model.job import Constraints, Job
+from placement.model.state import ClusterState
+from placement.model.topology import Topology
+from placement.model.traffic import job_traffic
+from placement.model.validate import validate
+from placement.sim.scenarios import fat_tree, megatron_job, occupy
 from placement.solve import SolveOptions, place
-from placement.solve.repair import RepairBudget, repair
-from placement.solve.repair_input import resolve_current
-from placement.state import ClusterState
-from placement.topology import Topology
-from placement.traffic import job_traffic
-from placement.validate import validate
+from placement.solve.repair.input import resolve_current
+from placement.solve.repair.run import RepairBudget, repair
 from tests.conftest import model, spec, tree
 
 OPTS = SolveOptions(time_limit_s=5.0, workers=1, seed=0)
@@ -234,7 +234,7 @@ def test_cli_repair_and_whatif_defrag(tmp_path: object) -> None:
 
     from typer.testing import CliRunner
 
-    from placement.cli import app
+    from placement.cli.app import app
 
     root = Path(__file__).resolve().parents[1] / "examples"
     tmp = Path(str(tmp_path))
@@ -347,7 +347,7 @@ def test_moves_off_a_slow_device_when_it_pays() -> None:
 
 
 def test_relabel_keeps_ranks_where_symmetry_allows() -> None:
-    from placement.solve.repair_model import relabel_keeping
+    from placement.solve.repair.model import relabel_keeping
 
     topo = tree(2, 2, 2)
     job = _job(tp=2, dp=4)

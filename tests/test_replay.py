@@ -13,13 +13,13 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from placement.cli_replay import register
+from placement.cli.commands.replay import register
 from placement.errors import InputError
-from placement.executors import InlineExecutor, LocalExecutor
-from placement.replay import SimConfig, TraceJob, parse_shape_rule, read_trace, simulate
-from placement.replay.report import summarize, time_average
-from placement.replay.shapes import ShapeRule
-from placement.scenarios import fat_tree
+from placement.sim.executors import InlineExecutor, LocalExecutor
+from placement.sim.replay import SimConfig, TraceJob, parse_shape_rule, read_trace, simulate
+from placement.sim.replay.report import summarize, time_average
+from placement.sim.replay.shapes import ShapeRule
+from placement.sim.scenarios import fat_tree
 
 TRACES = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "traces"
 CLUSTER_YAML = """

@@ -1,4 +1,4 @@
-"""placement.scenarios (mixed-random occupancy, explicit twins, p2p-ring jobs) and bench/scotch.py's file writers."""
+"""placement.sim.scenarios (mixed-random occupancy, explicit twins, p2p-ring jobs) and bench/scotch.py's file writers."""
 
 from __future__ import annotations
 
@@ -10,9 +10,12 @@ from types import ModuleType
 
 import pytest
 
-from placement.cost import evaluate
-from placement.job import CollectiveKind, Job
-from placement.scenarios import (
+from placement.cost.evaluate import evaluate
+from placement.model.job import CollectiveKind, Job
+from placement.model.state import ClusterState
+from placement.model.topology import HostSpec, Level, NodeType, Tier, Topology
+from placement.model.traffic import job_traffic
+from placement.sim.scenarios import (
     explicit_twin,
     fat_tree,
     megatron_job,
@@ -20,9 +23,6 @@ from placement.scenarios import (
     occupy_mixed_random,
     p2p_ring_job,
 )
-from placement.state import ClusterState
-from placement.topology import HostSpec, Level, NodeType, Tier, Topology
-from placement.traffic import job_traffic
 from tests.conftest import ROOT
 
 

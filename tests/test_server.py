@@ -9,7 +9,7 @@ import grpc
 import pytest
 from google.rpc import error_details_pb2
 
-from placement.cost import evaluate
+from placement.cost.evaluate import evaluate
 from placement.io.native import load_cluster, load_job
 from placement.messages.files import request_from_dict
 from placement.v1 import placement_pb2 as pb
@@ -47,7 +47,7 @@ def test_place_returns_a_valid_mapping_its_cost_and_the_request_id(srv: Running)
     # the cost is the cost model's, recomputed independently from the returned mapping
     topo, _ = load_cluster(EXAMPLES / "dgx-h100-4node.yaml")
     job = load_job(EXAMPLES / "tp8-dp4.yaml")
-    from placement.state import ClusterState
+    from placement.model.state import ClusterState
 
     report = evaluate(topo, ClusterState(), job, [topo.device_index(a.device) or 0 for a in res.mapping])
     assert res.cost.step_seconds == pytest.approx(report.step_seconds)

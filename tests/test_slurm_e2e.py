@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from placement.io.hostlist import expand_hostlist
-from placement.io.slurm_live import parse_gres
+from placement.io.importers.slurm_live import parse_gres
 
 ROOT = Path(__file__).resolve().parents[1]
 SLURM_SH = ROOT / ".ci" / "slurm.sh"
@@ -74,7 +74,7 @@ class Cluster:
 
     def placement(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
         """The worktree's CLI in a subprocess (PYTHONPATH is the repo root, so this checkout's code runs)."""
-        return self.run(sys.executable, "-m", "placement.cli", *args, timeout=timeout)
+        return self.run(sys.executable, "-m", "placement.cli.app", *args, timeout=timeout)
 
     def submit(self, *args: str) -> str:
         out = self.run("sbatch", "--parsable", *args).stdout.strip()
@@ -336,7 +336,7 @@ def test_import_place_and_run_with_hostfile_and_bind(
                 f"export SLURM_HOSTFILE={hostfile}",
                 f"export PLACEMENT_FILE={p.result}",
                 'scontrol -d show job "$SLURM_JOB_ID" | grep -o "Nodes=[^ ]* CPU_IDs=.*GRES=[^ ]*" | sed "s/^/ALLOC /"',
-                f"srun --ntasks={len(p.seats)} --distribution=arbitrary {sys.executable} -m placement.cli bind -- "
+                f"srun --ntasks={len(p.seats)} --distribution=arbitrary {sys.executable} -m placement.cli.app bind -- "
                 f'{sys.executable} -c "{PROBE}"',
                 "",
             ]

@@ -1,4 +1,4 @@
-"""Tests of `placement import slurm-live` and placement.io.slurm_live(_state) on saved command outputs: real ones
+"""Tests of `placement import slurm-live` and placement.io.importers.slurm_live(_state) on saved command outputs: real ones
 from Debian's Slurm 22.05.8 and hand-written ones in the documented shapes of newer Slurm (tests/fixtures/slurm_live).
 """
 
@@ -15,10 +15,9 @@ import yaml
 from click.testing import Result
 from typer.testing import CliRunner
 
-from placement.cli import app
+from placement.cli.app import app
 from placement.errors import InputError
-from placement.io.native import cluster_from_dict, state_from_dict
-from placement.io.slurm_live import (
+from placement.io.importers.slurm_live import (
     GresEntry,
     parse_gres,
     parse_index_list,
@@ -27,8 +26,9 @@ from placement.io.slurm_live import (
     topology_conf_from_scontrol,
     topology_from_scontrol,
 )
-from placement.io.slurm_live_state import build_live
-from placement.state import DeviceStatus
+from placement.io.importers.slurm_live_state import build_live
+from placement.io.native import cluster_from_dict, state_from_dict
+from placement.model.state import DeviceStatus
 from tests.conftest import FIXTURES, shared_file
 
 LIVE = FIXTURES / "slurm_live"

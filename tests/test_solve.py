@@ -11,15 +11,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from placement.cost import evaluate, surrogate_seconds
+from placement.cost.evaluate import evaluate, surrogate_seconds
 from placement.errors import InfeasibleError
-from placement.job import Constraints, SpreadRule
-from placement.scenarios import dgx1_node, fat_tree, megatron_job, occupy
+from placement.model.job import Constraints, SpreadRule
+from placement.model.state import ClusterState, Uplink
+from placement.model.topology import HostSpec, Level, NodeType, Tier, Topology
+from placement.model.traffic import job_traffic
+from placement.model.validate import validate
+from placement.sim.scenarios import dgx1_node, fat_tree, megatron_job, occupy
 from placement.solve import SolveOptions, SolveStatus, Strategy, place
-from placement.state import ClusterState, Uplink
-from placement.topology import HostSpec, Level, NodeType, Tier, Topology
-from placement.traffic import job_traffic
-from placement.validate import validate
 
 
 def small_cluster(hosts: int = 4, gpus: int = 2, per_leaf: int = 2) -> Topology:
@@ -247,8 +247,8 @@ def test_non_uniform_node_refinement_picks_the_nvlink_quad() -> None:
 
 
 def test_device_graph_with_groups_is_not_falsely_optimal() -> None:
-    from placement.io.graph import topology_from_distances
-    from placement.job import CollectiveKind, Group, Job
+    from placement.io.importers.graph import topology_from_distances
+    from placement.model.job import CollectiveKind, Group, Job
 
     close = {(0, 3), (1, 4), (2, 5)}  # three fast pairs; every other pair is 9x slower
     dist = [
@@ -271,9 +271,9 @@ def test_device_graph_with_groups_is_not_falsely_optimal() -> None:
 
 
 def test_bound_counts_rank_pairs_not_parallel_edges() -> None:
-    from placement.job import Edge, Job
+    from placement.model.job import Edge, Job
+    from placement.model.traffic import job_traffic
     from placement.solve.bound import lower_bound
-    from placement.traffic import job_traffic
 
     topo = Topology.build(
         "t",
@@ -286,9 +286,9 @@ def test_bound_counts_rank_pairs_not_parallel_edges() -> None:
 
 
 def test_bound_takes_the_lowest_latency_of_the_node_level() -> None:
-    from placement.job import Edge, Job
+    from placement.model.job import Edge, Job
+    from placement.model.traffic import job_traffic
     from placement.solve.bound import lower_bound
-    from placement.traffic import job_traffic
 
     nt = NodeType("m", 2, "gpu", (("X", "NV4"), ("NV4", "X")))  # NV4: 100 GB/s at 1 us, the node tier 5 us
     topo = Topology.build(

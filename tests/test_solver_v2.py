@@ -13,11 +13,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from placement.cost import surrogate_seconds
+from placement.cost.evaluate import surrogate_seconds
 from placement.errors import InfeasibleError
-from placement.io.graph import topology_from_distances
-from placement.job import Edge, Job
-from placement.scenarios import (
+from placement.io.importers.graph import topology_from_distances
+from placement.model.job import Edge, Job
+from placement.model.state import ClusterState
+from placement.model.topology import HostSpec, Level, NodeType, Tier, Topology
+from placement.model.traffic import job_traffic
+from placement.model.validate import validate
+from placement.sim.scenarios import (
     explicit_twin,
     fat_tree,
     megatron_job,
@@ -29,10 +33,6 @@ from placement.solve import SolveOptions, SolveStatus, StopEvent, place
 from placement.solve.bound import lower_bounds
 from placement.solve.params import run_cpsat
 from placement.solve.units import candidate_devices
-from placement.state import ClusterState
-from placement.topology import HostSpec, Level, NodeType, Tier, Topology
-from placement.traffic import job_traffic
-from placement.validate import validate
 
 
 def _never_worse(res) -> None:  # type: ignore[no-untyped-def]

@@ -1,4 +1,4 @@
-"""Step model v2 (placement.step, placement.collectives, placement.compute) on hand-computed cases, and against the
+"""Step model v2 (placement.cost.step, placement.cost.collectives, placement.cost.compute) on hand-computed cases, and against the
 published measurements of shared/data/published_tables.md (2c, 2d, 2e) through bench/model_validation.py."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from types import ModuleType
 
 import pytest
 
-from placement.collectives import Fabric, phase_seconds
-from placement.compute import (
+from placement.cost.collectives import Fabric, phase_seconds
+from placement.cost.compute import (
     DEVICE_KINDS,
     activation_bytes,
     activation_bytes_per_microbatch,
@@ -21,14 +21,14 @@ from placement.compute import (
     step_compute,
     tree_channel_gbps,
 )
-from placement.cost import evaluate, surrogate_report
+from placement.cost.evaluate import evaluate, surrogate_report
+from placement.cost.host_rings import best_ring, matrix_ring, nvswitch
 from placement.errors import InputError
-from placement.host_rings import best_ring, matrix_ring, nvswitch
 from placement.io.native import cluster_from_dict, job_from_dict
-from placement.job import CollectiveKind, Edge, Group, Job, ModelShape, ParallelSpec
-from placement.scenarios import DGX1_MATRIX, dgx1_node, fat_tree, megatron_job, nvl72
-from placement.state import ClusterState, Uplink
-from placement.topology import HostSpec, Level, NodeType, Tier, Topology
+from placement.model.job import CollectiveKind, Edge, Group, Job, ModelShape, ParallelSpec
+from placement.model.state import ClusterState, Uplink
+from placement.model.topology import HostSpec, Level, NodeType, Tier, Topology
+from placement.sim.scenarios import DGX1_MATRIX, dgx1_node, fat_tree, megatron_job, nvl72
 from tests.conftest import DATA, ROOT
 
 AR = CollectiveKind.ALL_REDUCE

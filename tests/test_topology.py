@@ -1,12 +1,11 @@
-"""placement.topology: structure, lookups, distances, intra-node codes and every structural error of `build`."""
+"""placement.model.topology: structure, lookups, distances, intra-node codes and every structural error of `build`."""
 
 from __future__ import annotations
 
 import pytest
 
 from placement.errors import InputError
-from placement.scenarios import A100_PCIE_PAIRS, DGX1_MATRIX, dgx1_node
-from placement.topology import (
+from placement.model.topology import (
     DEFAULT_INTRA_NODE_TIERS,
     HostSpec,
     Level,
@@ -15,6 +14,7 @@ from placement.topology import (
     Topology,
     intra_node_tier,
 )
+from placement.sim.scenarios import A100_PCIE_PAIRS, DGX1_MATRIX, dgx1_node
 from tests.conftest import LEAF_TIER, NODE_TIER, SPINE_TIER, tree
 
 LEVELS = [Level("node", NODE_TIER), Level("leaf", LEAF_TIER), Level("spine", SPINE_TIER)]

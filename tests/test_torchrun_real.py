@@ -63,7 +63,7 @@ def test_exported_torchrun_lines_run_under_real_torchrun(tmp_path: Path) -> None
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     _wrapper(bin_dir / "torchrun", "torch.distributed.run")
-    _wrapper(bin_dir / "placement", "placement.cli")
+    _wrapper(bin_dir / "placement", "placement.cli.app")
     env = {
         **os.environ,
         "PATH": f"{bin_dir}:{os.environ['PATH']}",
@@ -89,7 +89,7 @@ def test_exported_torchrun_lines_run_under_real_torchrun(tmp_path: Path) -> None
         [
             sys.executable,
             "-m",
-            "placement.cli",
+            "placement.cli.app",
             "export",
             str(result),
             "--format",

@@ -1,4 +1,4 @@
-"""placement.traffic and placement.job: groups, sizes and counts from the formulas of the traffic docstring."""
+"""placement.model.traffic and placement.model.job: groups, sizes and counts from the formulas of the traffic docstring."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from collections import Counter
 import pytest
 
 from placement.io.native import load_job
-from placement.job import CollectiveKind, Edge, Group, Job, ParallelSpec
-from placement.traffic import Traffic, dimension_groups, job_traffic
+from placement.model.job import CollectiveKind, Edge, Group, Job, ParallelSpec
+from placement.model.traffic import Traffic, dimension_groups, job_traffic
 from tests.conftest import EXAMPLES, model, spec
 
 ALL2 = {"tp": 2, "cp": 2, "ep": 2, "dp": 2, "pp": 2}

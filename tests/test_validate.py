@@ -1,4 +1,4 @@
-"""placement.validate: one test per hard rule with its message, and every violation returned at once."""
+"""placement.model.validate: one test per hard rule with its message, and every violation returned at once."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ from collections.abc import Sequence
 
 import pytest
 
-from placement.job import CollectiveKind, Constraints, Edge, Group, Job, SpreadRule
-from placement.state import ClusterState, DeviceStatus, Uplink
-from placement.topology import Topology
-from placement.validate import Violation, excluded_devices, validate
+from placement.model.job import CollectiveKind, Constraints, Edge, Group, Job, SpreadRule
+from placement.model.state import ClusterState, DeviceStatus, Uplink
+from placement.model.topology import Topology
+from placement.model.validate import Violation, excluded_devices, validate
 from tests.conftest import tree
 
 # small tree: h0,h1 in leaf l0; h2,h3 in leaf l1; 4 GPUs each; h0/gpu0 = 0, h1/gpu0 = 4, h2/gpu0 = 8, h3/gpu0 = 12

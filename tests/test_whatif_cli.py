@@ -14,7 +14,7 @@ with warnings.catch_warnings():
     import typer
     from typer.testing import CliRunner
 
-    from placement.cli_whatif import register
+    from placement.cli.commands.whatif import register
 
 
 def cli() -> typer.Typer:

@@ -1,10 +1,10 @@
-"""placement.whatif reports: the ranked tables (one per occupancy level, ranked by step seconds) and the plots."""
+"""placement.sim.whatif reports: the ranked tables (one per occupancy level, ranked by step seconds) and the plots."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from placement.whatif import plot_sweep, ranked_tables, run_sweep, sweep_from_dict
+from placement.sim.whatif import plot_sweep, ranked_tables, run_sweep, sweep_from_dict
 from tests.support_whatif import sweep_doc
 
 

@@ -1,4 +1,4 @@
-"""placement.whatif runs: the results CSV and its columns, resume, seeded states, explicit jobs, Ctrl-C (in
+"""placement.sim.whatif runs: the results CSV and its columns, resume, seeded states, explicit jobs, Ctrl-C (in
 process and a real SIGINT to the command's workers), and parallel workers matching a serial run."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from placement.errors import InputError
-from placement.whatif import csv_columns, read_results, run_sweep, sweep_from_dict
+from placement.sim.whatif import csv_columns, read_results, run_sweep, sweep_from_dict
 from tests.support_whatif import CLUSTER, GREEDY, JOB, rows_of, sweep_doc
 
 
@@ -121,7 +121,7 @@ def test_resume_ignores_a_row_cut_short(tmp_path: Path) -> None:
 
 def test_build_state_is_seeded_and_keeps_the_base_state() -> None:
     from placement.io.native import cluster_from_dict
-    from placement.whatif import build_state
+    from placement.sim.whatif import build_state
 
     topo, _ = cluster_from_dict(CLUSTER)
     base = {"occupied": [{"job": "mine", "devices": ["node01"]}]}
@@ -180,7 +180,7 @@ import signal, sys, typer
 # Ctrl-C as a terminal gives it: whatever this test process blocked or ignored is not inherited
 signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 signal.signal(signal.SIGINT, signal.default_int_handler)
-from placement.cli_whatif import register
+from placement.cli.commands.whatif import register
 app = typer.Typer()
 app.callback()(lambda: None)
 register(app)

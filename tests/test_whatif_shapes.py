@@ -1,4 +1,4 @@
-"""placement.whatif job shapes: factorizations and their filters, the memory check (model states, activations,
+"""placement.sim.whatif job shapes: factorizations and their filters, the memory check (model states, activations,
 the device kind's memory), and shapes that keep the base job's global batch."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from placement.whatif import Shape, factorizations, sweep_from_dict
+from placement.sim.whatif import Shape, factorizations, sweep_from_dict
 from tests.support_whatif import JOB, problems, sweep_doc
 
 
@@ -34,7 +34,7 @@ def test_factorizations_filters() -> None:
 
 
 def test_memory_filter_drops_shapes_whose_model_states_do_not_fit() -> None:
-    from placement.whatif import Shape, factorizations, model_state_gb
+    from placement.sim.whatif import Shape, factorizations, model_state_gb
 
     kw: dict[str, Any] = {
         "gpus_per_node": 8,
@@ -56,7 +56,7 @@ def test_memory_filter_drops_shapes_whose_model_states_do_not_fit() -> None:
 
 
 def test_shapes_keep_the_base_jobs_global_batch() -> None:
-    from placement.whatif import global_micro_batches, shape_job_doc
+    from placement.sim.whatif import global_micro_batches, shape_job_doc
 
     assert global_micro_batches(JOB) == 4  # dp2 x 2 micro-batches
     doc = shape_job_doc(JOB, Shape(tp=2, pp=2, dp=2))
@@ -83,9 +83,9 @@ def test_shapes_keep_the_base_jobs_global_batch() -> None:
 
 
 def test_memory_check_adds_activations_and_takes_the_device_kinds_memory() -> None:
-    from placement.compute import activation_bytes, device_kind
-    from placement.job import ModelShape, ParallelSpec
-    from placement.whatif import activation_gb, device_memory_gb, model_state_gb
+    from placement.cost.compute import activation_bytes, device_kind
+    from placement.model.job import ModelShape, ParallelSpec
+    from placement.sim.whatif import activation_gb, device_memory_gb, model_state_gb
 
     model = ModelShape(parameters=70e9, hidden=8192, layers=80, seq_len=4096, micro_batches=16, heads=64)
     kw: dict[str, Any] = {

@@ -1,4 +1,4 @@
-"""placement.whatif sweep files: parsing and defaults, cluster variants, the grid and its stable keys, and every
+"""placement.sim.whatif sweep files: parsing and defaults, cluster variants, the grid and its stable keys, and every
 problem reported at once with its field path."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from placement.errors import InputError
-from placement.whatif import Shape, factorizations, known_strategies, load_sweep, sweep_from_dict
+from placement.sim.whatif import Shape, factorizations, known_strategies, load_sweep, sweep_from_dict
 from tests.conftest import EXAMPLES
 from tests.support_whatif import CLUSTER, GREEDY, JOB, problems, sweep_doc
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from placement.messages.domain import _job, _options, _Problems, _stats, _topology, assignments, step_cost
+from placement.model.state import ClusterState
+from placement.model.topology import Topology
 from placement.solve import SolveOptions
-from placement.solve.batch import BatchJob, BatchPlan, BatchResult, batch_problems
-from placement.state import ClusterState
-from placement.topology import Topology
+from placement.solve.batch.joint import BatchJob, BatchPlan, BatchResult, batch_problems
 from placement.v1 import placement_pb2 as pb
 
 __all__ = ["BatchInputs", "batch_inputs", "batch_response", "plan_to_proto"]

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from placement.cost import CostReport, PhaseCost
+from placement.cost.evaluate import CostReport, PhaseCost
 from placement.errors import InputError, Problems
 from placement.io.export import baseline_costs
 from placement.io.export.document import device_affinity
@@ -24,13 +24,13 @@ from placement.io.native import (
     merge_states,
     state_from_dict,
 )
-from placement.job import Job
 from placement.limits import LimitError, checkpoint
 from placement.messages.files import message_to_dict
+from placement.model.job import Job
+from placement.model.state import ClusterState
+from placement.model.topology import Topology
 from placement.solve import PlacementResult, SolveOptions, SolveStatus, Strategy
 from placement.solve.run import request_problems
-from placement.state import ClusterState
-from placement.topology import Topology
 from placement.v1 import placement_pb2 as pb
 
 __all__ = [
@@ -339,7 +339,7 @@ def _opt(value: float | None) -> float | None:
 
 
 def step_cost(report: CostReport) -> pb.StepCost:
-    """The modeled step of a CostReport as a message (field for field; the model is `placement.cost`)."""
+    """The modeled step of a CostReport as a message (field for field; the model is `placement.cost.evaluate`)."""
     out = pb.StepCost(
         step_seconds=report.step_seconds,
         comm_seconds=report.comm_seconds,

@@ -77,7 +77,7 @@ def _normalize_node_type(nt: Any, base_dir: Path | None, ps: Problems | None, pa
     smi = nt.pop("nvidia_smi", None)
     table = nt.pop("nvidia_smi_table", None)
     if smi is not None:
-        from placement.io.nvidia_smi import read_nvidia_smi
+        from placement.io.importers.nvidia_smi import read_nvidia_smi
 
         f = Path(str(smi))
         if base_dir is not None and not f.is_absolute():

@@ -11,10 +11,10 @@ from typing import Any
 from google.protobuf import json_format
 
 from placement.errors import InputError, Problem
+from placement.model.state import ClusterState
+from placement.model.topology import Topology
 from placement.registry import Registry, Reservation, ReservationStatus
 from placement.registry.model import Event
-from placement.state import ClusterState
-from placement.topology import Topology
 from placement.v1 import placement_pb2 as pb
 from placement.v1 import registry_pb2 as rpb
 

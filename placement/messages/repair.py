@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from placement.job import Job
 from placement.messages.domain import (
     _job,
     _options,
@@ -17,11 +16,12 @@ from placement.messages.domain import (
     assignments,
     step_cost,
 )
+from placement.model.job import Job
+from placement.model.state import ClusterState
+from placement.model.topology import Topology
 from placement.solve import SolveOptions
-from placement.solve.repair import RepairAnswer, RepairBudget, RepairResult
-from placement.solve.repair_input import resolve_current
-from placement.state import ClusterState
-from placement.topology import Topology
+from placement.solve.repair.input import resolve_current
+from placement.solve.repair.run import RepairAnswer, RepairBudget, RepairResult
 from placement.v1 import placement_pb2 as pb
 
 __all__ = ["RepairInputs", "answer_to_proto", "repair_inputs", "repair_response"]

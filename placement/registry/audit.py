@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from collections import Counter
 
-from placement.job import Job
+from placement.model.job import Job
+from placement.model.validate import validate
 from placement.registry.registry import Registry
 from placement.registry.statedoc import build_state
-from placement.validate import validate
 
 __all__ = ["audit"]
 

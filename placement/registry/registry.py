@@ -17,7 +17,9 @@ from typing import Any
 
 from placement.errors import InputError, Problem
 from placement.io.native import cluster_from_dict
-from placement.job import Job
+from placement.model.job import Job
+from placement.model.state import ClusterState
+from placement.model.topology import Topology
 from placement.registry.model import (
     Aborted,
     ClusterRecord,
@@ -38,8 +40,6 @@ from placement.registry.statedoc import (
 )
 from placement.registry.store import Store
 from placement.solve import PlacementResult, SolveOptions
-from placement.state import ClusterState
-from placement.topology import Topology
 
 __all__ = ["MAX_TTL_S", "Registry", "ReserveOutcome", "StateView", "request_hash"]
 

@@ -13,9 +13,9 @@ from typing import Any
 from placement.errors import Problems
 from placement.io.native import merge_states, state_from_dict
 from placement.io.native.document import _Reader
+from placement.model.state import ClusterState
+from placement.model.topology import Topology
 from placement.registry.model import DeviceRow
-from placement.state import ClusterState
-from placement.topology import Topology
 
 __all__ = ["EXTRA_KEYS", "DiffChange", "build_state", "parse_diff", "rows_from_snapshot", "state_document"]
 

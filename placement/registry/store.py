@@ -89,7 +89,7 @@ class Store(abc.ABC):
     def transition(
         self, reservation_id: str, action: str, now: float, ttl_s: float | None = None
     ) -> Reservation:
-        """commit, release or renew one reservation (rules in placement.registry.sqlreservations); returns it after."""
+        """commit, release or renew one reservation (rules in placement.registry.sql.reservations); returns it after."""
 
     @abc.abstractmethod
     def sweep(self, now: float) -> list[Reservation]:
@@ -119,7 +119,7 @@ def open_store(url: str) -> Store:
     """A store for `url`: ``sqlite:///abs/path.db`` (``sqlite://rel.db``: relative to the working directory),
     or ``postgresql://user@host:port/db``. Migrations are applied on open. ValueError for anything else."""
     if url.startswith("sqlite://"):
-        from placement.registry.sqlite import SqliteStore
+        from placement.registry.backends.sqlite import SqliteStore
 
         path = url.removeprefix(
             "sqlite://"
@@ -130,7 +130,7 @@ def open_store(url: str) -> Store:
             )
         return SqliteStore(path)
     if url.startswith(("postgresql://", "postgres://")):
-        from placement.registry.postgres import PostgresStore
+        from placement.registry.backends.postgres import PostgresStore
 
         return PostgresStore(url)
     raise ValueError(f"registry url {url!r}: expected sqlite:///PATH or postgresql://USER@HOST:PORT/DB")

@@ -11,10 +11,10 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from placement.cost import Path, collective_seconds, p2p_seconds
-from placement.state import ClusterState
-from placement.topology import Topology, intra_node_tier
-from placement.traffic import Traffic
+from placement.cost.evaluate import Path, collective_seconds, p2p_seconds
+from placement.model.state import ClusterState
+from placement.model.topology import Topology, intra_node_tier
+from placement.model.traffic import Traffic
 
 __all__ = ["BoundReport", "level_paths", "lower_bound", "lower_bounds"]
 

@@ -10,8 +10,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from placement.job import DIMENSIONS, Job
-from placement.topology import Topology
+from placement.model.job import DIMENSIONS, Job
+from placement.model.topology import Topology
 
 __all__ = ["HostPool", "candidate_orders", "host_sequences", "pack_units"]
 

@@ -14,13 +14,13 @@ from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
-from placement.cost import Path, collective_seconds, p2p_seconds
-from placement.job import Job
+from placement.cost.evaluate import Path, collective_seconds, p2p_seconds
+from placement.model.job import Job
+from placement.model.state import ClusterState
+from placement.model.topology import Topology
+from placement.model.traffic import Traffic
 from placement.solve.params import configure, objective_scale, run_cpsat
 from placement.solve.types import SolveOptions
-from placement.state import ClusterState
-from placement.topology import Topology
-from placement.traffic import Traffic
 
 __all__ = ["ExactResult", "exact_applicable", "solve_device_level"]
 

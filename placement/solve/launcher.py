@@ -13,11 +13,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 
-from placement.cost import CostReport
+from placement.cost.evaluate import CostReport
 from placement.errors import InfeasibleError
-from placement.job import host_blocks
+from placement.model.job import host_blocks
+from placement.model.topology import Topology
 from placement.solve.problem import Problem
-from placement.topology import Topology
 
 __all__ = ["contiguous", "is_contiguous"]
 

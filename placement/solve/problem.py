@@ -11,14 +11,14 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from placement.cost import CostReport, evaluate, group_path, group_seconds, p2p_seconds, pair_path
-from placement.job import Job
+from placement.cost.evaluate import CostReport, evaluate, group_path, group_seconds, p2p_seconds, pair_path
+from placement.model.job import Job
+from placement.model.state import ClusterState
+from placement.model.topology import Topology
+from placement.model.traffic import Traffic, job_traffic
 from placement.solve.construct import HostPool
 from placement.solve.types import SolveOptions
 from placement.solve.units import candidate_devices
-from placement.state import ClusterState
-from placement.topology import Topology
-from placement.traffic import Traffic, job_traffic
 
 __all__ = ["EVALUATOR_GUIDED_RANKS", "Problem", "SurrogateScore"]
 
@@ -107,7 +107,7 @@ class Problem:
         return stop is not None and stop.is_set()
 
     def surrogate(self, mapping: Sequence[int]) -> float:
-        """The solver's objective (`placement.cost.surrogate_seconds`) of a full mapping."""
+        """The solver's objective (`placement.cost.evaluate.surrogate_seconds`) of a full mapping."""
         return SurrogateScore(self, mapping).total
 
     @property
@@ -127,7 +127,7 @@ class Problem:
         return rep.comm_seconds, rep.surrogate_seconds
 
     def valid(self, mapping: Sequence[int] | None) -> bool:
-        from placement.validate import validate
+        from placement.model.validate import validate
 
         return mapping is not None and not validate(
             self.topology, self.state, self.job, mapping, traffic=self.traffic

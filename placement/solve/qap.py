@@ -2,7 +2,7 @@
 
 Robust tabu search (Taillard 1991) over swaps with an O(n^2) delta matrix, CP-SAT with element constraints to
 prove small instances, and the Gilmore-Lawler bound. Costs are ``sum F1*L + F2*W`` over rank pairs: F1 transfer
-counts times latency, F2 bytes times seconds per byte, exactly as `placement.cost.p2p_seconds` adds them.
+counts times latency, F2 bytes times seconds per byte, exactly as `placement.cost.evaluate.p2p_seconds` adds them.
 """
 
 from __future__ import annotations
@@ -16,12 +16,12 @@ import numpy as np
 from ortools.graph.python import linear_sum_assignment
 from ortools.sat.python import cp_model
 
-from placement.job import Job
+from placement.model.job import Job
+from placement.model.state import ClusterState
+from placement.model.topology import Topology
+from placement.model.traffic import Traffic
 from placement.solve.params import configure
 from placement.solve.types import SolveOptions
-from placement.state import ClusterState
-from placement.topology import Topology
-from placement.traffic import Traffic
 
 __all__ = ["PairwiseProblem", "gilmore_lawler", "solve_exact", "solve_on_graph", "tabu_search"]
 

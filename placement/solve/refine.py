@@ -1,6 +1,6 @@
 """Intra-node refinement: which free devices of a host its ranks take, for hosts with non-uniform links.
 
-Small hosts are solved exactly by enumeration; larger ones by pairwise swaps. Scored by `placement.cost`.
+Small hosts are solved exactly by enumeration; larger ones by pairwise swaps. Scored by `placement.cost.evaluate`.
 """
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ import time
 from collections import defaultdict
 from collections.abc import Sequence
 
-from placement.cost import group_path, group_seconds, p2p_seconds, pair_path
-from placement.job import Job
-from placement.state import ClusterState
-from placement.topology import Topology
-from placement.traffic import Traffic
+from placement.cost.evaluate import group_path, group_seconds, p2p_seconds, pair_path
+from placement.model.job import Job
+from placement.model.state import ClusterState
+from placement.model.topology import Topology
+from placement.model.traffic import Traffic
 
 __all__ = ["refine_hosts"]
 

@@ -10,10 +10,14 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 
-from placement.cost import CostReport, evaluate
+from placement.cost.evaluate import CostReport, evaluate
 from placement.errors import InfeasibleError, InputError, PlacementError, Problem
-from placement.job import Job
 from placement.limits import checkpoint
+from placement.model.job import Job
+from placement.model.state import ClusterState
+from placement.model.topology import Topology
+from placement.model.traffic import Traffic, job_traffic
+from placement.model.validate import excluded_devices, validate
 from placement.solve.baselines import BASELINES
 from placement.solve.cpsat import (  # imported here: ortools takes ~1 s to import, not per call
     CpsatOutcome,
@@ -21,14 +25,10 @@ from placement.solve.cpsat import (  # imported here: ortools takes ~1 s to impo
 )
 from placement.solve.cpsat.model import build_units
 from placement.solve.launcher import contiguous
-from placement.solve.multilevel import multilevel_candidates
+from placement.solve.multilevel.mapping import multilevel_candidates
 from placement.solve.problem import Problem as Request
 from placement.solve.types import PlacementResult, SolveOptions, SolveStatus, Strategy
 from placement.solve.units import candidate_devices, required_units
-from placement.state import ClusterState
-from placement.topology import Topology
-from placement.traffic import Traffic, job_traffic
-from placement.validate import excluded_devices, validate
 
 __all__ = ["compare", "explain_infeasible", "place"]
 

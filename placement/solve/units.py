@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from placement.job import Job
-from placement.state import ClusterState
-from placement.topology import Topology
-from placement.traffic import Traffic
-from placement.validate import excluded_devices
+from placement.model.job import Job
+from placement.model.state import ClusterState
+from placement.model.topology import Topology
+from placement.model.traffic import Traffic
+from placement.model.validate import excluded_devices
 
 __all__ = ["Unit", "candidate_devices", "required_units"]
 

@@ -22,7 +22,7 @@ from placement.io.export.document import (
     result_document,
     seats_from_document,
 )
-from placement.topology import Topology
+from placement.model.topology import Topology
 
 __all__ = [
     "FORMATS",

@@ -8,9 +8,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from placement.cost import CostReport
+from placement.cost.evaluate import CostReport
 from placement.errors import InputError, Problem
-from placement.topology import Topology
+from placement.model.topology import Topology
 
 __all__ = [
     "Seat",

@@ -12,7 +12,7 @@ import yaml
 
 from placement.io.export.common import ExportOptions, is_amd, refuse
 from placement.io.export.document import Seat
-from placement.topology import Topology
+from placement.model.topology import Topology
 
 __all__ = ["HOSTNAME_LABEL", "k8s_manifests", "kueue_topology"]
 

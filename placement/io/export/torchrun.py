@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from placement.io.export.common import ExportOptions, bind_command, plural, refuse, shell_join
 from placement.io.export.document import Seat
-from placement.job import host_blocks
+from placement.model.job import host_blocks
 
 __all__ = ["torchrun_argvs", "torchrun_script"]
 

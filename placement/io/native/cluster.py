@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from placement.compute import DeviceKind
+from placement.cost.compute import DeviceKind
 from placement.errors import InputError, Problem, Problems
 from placement.io.affinity import node_type_affinity
 from placement.io.native.document import (
@@ -23,8 +23,16 @@ from placement.io.native.document import (
 )
 from placement.io.native.state import state_from_dict
 from placement.limits import current_limits, tick
-from placement.state import ClusterState
-from placement.topology import DEFAULT_INTRA_NODE_TIERS, HostSpec, Level, NodeType, RailPolicy, Tier, Topology
+from placement.model.state import ClusterState
+from placement.model.topology import (
+    DEFAULT_INTRA_NODE_TIERS,
+    HostSpec,
+    Level,
+    NodeType,
+    RailPolicy,
+    Tier,
+    Topology,
+)
 
 __all__ = ["cluster_from_dict", "load_cluster"]
 
@@ -96,7 +104,7 @@ def _node_type(r: _Reader, d: Mapping[str, Any], path: str, name: str, base_dir:
     rails: tuple[int | None, ...] | None = None
     smi_aff: tuple[tuple[str | None, ...], tuple[int | None, ...]] | None = None
     if d.get("nvidia_smi") is not None:
-        from placement.io.nvidia_smi import read_nvidia_smi
+        from placement.io.importers.nvidia_smi import read_nvidia_smi
 
         f = Path(str(d["nvidia_smi"]))
         if base_dir is not None and not f.is_absolute():

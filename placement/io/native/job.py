@@ -1,5 +1,5 @@
 """The native job file: structured (parallel sizes, order, model shape) or explicit (groups and edges), with the
-exposure and constraints of the request, read into a `placement.job.Job` with every problem reported at once.
+exposure and constraints of the request, read into a `placement.model.job.Job` with every problem reported at once.
 """
 
 from __future__ import annotations
@@ -11,10 +11,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from placement.compute import DEFAULT_MFU
+from placement.cost.compute import DEFAULT_MFU
 from placement.errors import Problems
 from placement.io.native.document import MAX_BYTES, MAX_COUNT, MAX_PARAMETERS, _Reader, load_document, short
-from placement.job import (
+from placement.limits import LimitError, current_limits, tick
+from placement.model.job import (
     DIMENSIONS,
     LAUNCHERS,
     CollectiveKind,
@@ -26,7 +27,6 @@ from placement.job import (
     ParallelSpec,
     SpreadRule,
 )
-from placement.limits import LimitError, current_limits, tick
 
 __all__ = ["job_from_dict", "load_job"]
 

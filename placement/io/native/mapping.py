@@ -9,7 +9,7 @@ from typing import Any
 from placement.errors import Problems
 from placement.io.native.document import load_document, short
 from placement.limits import current_limits, tick
-from placement.topology import Topology
+from placement.model.topology import Topology
 
 
 def mapping_from_obj(doc: Any, topo: Topology, source: str = "<mapping>") -> list[int]:

@@ -9,8 +9,8 @@ from typing import Any
 from placement.errors import Problems
 from placement.io.native.document import MAX_SLOWDOWN, _Reader, load_document, short
 from placement.limits import LimitError, current_limits, tick
-from placement.state import ClusterState, Uplink
-from placement.topology import Topology
+from placement.model.state import ClusterState, Uplink
+from placement.model.topology import Topology
 
 
 class _Budget:

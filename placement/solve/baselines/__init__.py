@@ -16,15 +16,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from placement.job import Job
+from placement.model.job import Job
+from placement.model.state import ClusterState
+from placement.model.topology import Topology
+from placement.model.traffic import Traffic
 from placement.solve.baselines.common import slice_size
 from placement.solve.baselines.first_fit import first_fit
 from placement.solve.baselines.kueue_tas import kueue_tas
 from placement.solve.baselines.slurm_block import slurm_block
 from placement.solve.baselines.slurm_tree import slurm_tree
-from placement.state import ClusterState
-from placement.topology import Topology
-from placement.traffic import Traffic
 
 __all__ = [
     "BASELINES",

@@ -14,7 +14,7 @@ for pods or tasks of that size:
 A required level that holds the whole job (one unit covers every rank) caps the level the schedulers may use:
 Kueue's ``podset-required-topology``, Slurm's ``--switches``. Requirements on other groups above the host are
 not expressible in either scheduler's request and are not honoured here (the mapping may then break them, and
-`placement.validate` says so).
+`placement.model.validate` says so).
 """
 
 from __future__ import annotations
@@ -22,11 +22,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from placement.job import Job
+from placement.model.job import Job
+from placement.model.state import ClusterState
+from placement.model.topology import Topology
+from placement.model.traffic import Traffic
 from placement.solve.units import candidate_devices, required_units
-from placement.state import ClusterState
-from placement.topology import Topology
-from placement.traffic import Traffic
 
 __all__ = ["Prepared", "apply_pins", "domain_paths", "prepare", "slice_size", "slurm_request"]
 
@@ -57,8 +57,8 @@ def _host_units(topology: Topology, job: Job, traffic: Traffic) -> list[tuple[in
 def slice_size(topology: Topology, job: Job, traffic: Traffic) -> int:
     """Ranks a scheduler keeps on one host for this job (the rule is in the module docstring).
 
-    >>> from placement.scenarios import fat_tree, megatron_job
-    >>> from placement.traffic import job_traffic
+    >>> from placement.sim.scenarios import fat_tree, megatron_job
+    >>> from placement.model.traffic import job_traffic
     >>> t = fat_tree(64)
     >>> j = megatron_job("j", tp=4, pp=2, dp=2)
     >>> slice_size(t, j, job_traffic(j))

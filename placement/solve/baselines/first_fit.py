@@ -5,12 +5,12 @@ What a scheduler without topology awareness does (Slurm's topology/flat with ``-
 
 from __future__ import annotations
 
-from placement.job import Job
+from placement.model.job import Job
+from placement.model.state import ClusterState
+from placement.model.topology import Topology
+from placement.model.traffic import Traffic
 from placement.solve.baselines.common import apply_pins
 from placement.solve.units import candidate_devices
-from placement.state import ClusterState
-from placement.topology import Topology
-from placement.traffic import Traffic
 
 __all__ = ["first_fit"]
 

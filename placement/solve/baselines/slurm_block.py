@@ -1,18 +1,18 @@
 """The slurm-block baseline: Slurm's topology/block plugin choosing a block, base blocks and nodes.
 
 Reproduces SchedMD/slurm ``src/plugins/topology/block/eval_nodes_block.c`` (``eval_nodes_block``) on the levels
-`placement.io.slurm` imports from topology.conf/topology.yaml block entries: ``block`` and ``block_x<k>``.
+`placement.io.importers.slurm` imports from topology.conf/topology.yaml block entries: ``block`` and ``block_x<k>``.
 """
 
 from __future__ import annotations
 
 import math
 
-from placement.job import Job
+from placement.model.job import Job
+from placement.model.state import ClusterState
+from placement.model.topology import Topology
+from placement.model.traffic import Traffic
 from placement.solve.baselines.common import slurm_start, take_nodes
-from placement.state import ClusterState
-from placement.topology import Topology
-from placement.traffic import Traffic
 
 __all__ = ["BLOCK_LEVEL", "slurm_block"]
 

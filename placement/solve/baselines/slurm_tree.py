@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from placement.job import Job
+from placement.model.job import Job
+from placement.model.state import ClusterState
+from placement.model.topology import Topology
+from placement.model.traffic import Traffic
 from placement.solve.baselines.common import slurm_start, take_nodes
-from placement.state import ClusterState
-from placement.topology import Topology
-from placement.traffic import Traffic
 
 __all__ = ["slurm_tree"]
 

@@ -10,12 +10,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from placement.cost import Path, collective_seconds, p2p_seconds
+from placement.cost.evaluate import Path, collective_seconds, p2p_seconds
+from placement.model.state import ClusterState
+from placement.model.topology import Topology
+from placement.model.traffic import Traffic
 from placement.solve.problem import Problem
 from placement.solve.units import required_units
-from placement.state import ClusterState
-from placement.topology import Topology
-from placement.traffic import Traffic
 
 __all__ = ["Term", "UnitModel", "Units", "build_model", "build_units", "level_paths_of_tiers"]
 

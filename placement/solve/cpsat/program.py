@@ -14,14 +14,14 @@ from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
-from placement.job import Job
+from placement.model.job import Job
+from placement.model.state import ClusterState
+from placement.model.topology import Topology
+from placement.model.traffic import Traffic
 from placement.solve.construct import HostPool
 from placement.solve.cpsat.model import UnitModel
 from placement.solve.params import configure, objective_scale, run_cpsat
 from placement.solve.types import SolveOptions
-from placement.state import ClusterState
-from placement.topology import Topology
-from placement.traffic import Traffic
 
 __all__ = ["Slots", "SpreadTerm", "SubResult", "UnitProgram", "spread_terms"]
 

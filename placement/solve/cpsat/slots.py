@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 
-from placement.job import Job
+from placement.model.job import Job
+from placement.model.topology import Topology
 from placement.solve.construct import HostPool
 from placement.solve.cpsat.program import Slots
-from placement.topology import Topology
 
 __all__ = ["assignment_from_mapping", "host_slots", "leaf_slots", "realize", "sorted_hint", "symmetry_chains"]
 

@@ -1,0 +1,1 @@
+"""One module per `placement` command family; each registers its commands on the app."""

@@ -1,0 +1,270 @@
+"""The `placement place-batch` command: a queue of jobs placed jointly on one state (`placement.solve.batch.joint`), and
+its batch file (jobs with weight and priority). `register(app)` adds the command to a typer app.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+import yaml
+from rich.console import Console
+from rich.table import Table
+
+from placement.cli.errors import err, fail, guard
+from placement.errors import InputError, Problem, Problems
+from placement.model.topology import Topology
+from placement.solve.batch.joint import BatchJob, BatchPlan, BatchResult
+
+__all__ = ["batch_document", "load_batch", "place_batch_cmd", "register"]
+
+_out = Console()
+
+
+def load_batch(path: Path) -> list[BatchJob]:
+    """A batch file: ``jobs:`` a list of ``{job: {...} | job_file: PATH, weight: 1, priority: 0}`` (the shape of
+    PlaceBatchRequest.jobs; job files relative to the batch file). Every problem is reported at once."""
+    return [bj for bj, _ in _read_batch(path)]
+
+
+def _read_batch(path: Path) -> list[tuple[BatchJob, Any]]:
+    """The jobs of a batch file, each with its job document (job files inlined)."""
+    from placement.io.native import job_from_dict, load_document
+
+    doc = load_document(path)
+    ps = Problems(str(path))
+    if not isinstance(doc, dict) or not isinstance(doc.get("jobs"), list):
+        ps.add("jobs", "a batch file is a mapping with `jobs`: a list of {job or job_file, weight, priority}")
+        ps.raise_if_any()
+    unknown = sorted(set(doc) - {"jobs", "description"})
+    if unknown:
+        ps.add(unknown[0], "unknown field; expected one of ['description', 'jobs']")
+    out: list[tuple[BatchJob, Any]] = []
+    for i, entry in enumerate(doc["jobs"]):
+        at = f"jobs[{i}]"
+        if not isinstance(entry, dict):
+            ps.add(
+                at, f"must be a mapping of job (or job_file), weight, priority; got {type(entry).__name__}"
+            )
+            continue
+        for key in sorted(set(entry) - {"job", "job_file", "weight", "priority"}):
+            ps.add(f"{at}.{key}", "unknown field; expected one of ['job', 'job_file', 'priority', 'weight']")
+        if ("job" in entry) == ("job_file" in entry):
+            ps.add(at, "give exactly one of job and job_file")
+            continue
+        jdoc: Any = entry.get("job")
+        source = f"{at}.job"
+        if "job_file" in entry:
+            ref = Path(str(entry["job_file"]))
+            ref = ref if ref.is_absolute() else path.parent / ref
+            try:
+                jdoc = load_document(ref)
+            except InputError as e:
+                ps.extend(
+                    Problem(f"{at}.job_file ({e.source})" + (f" {p.path}" if p.path else ""), p.message)
+                    for p in e.problems
+                )
+                continue
+            source = f"{at}.job_file ({ref})"
+        numbers: dict[str, float] = {}
+        for key, default in (("weight", 1.0), ("priority", 0.0)):
+            v = entry.get(key, default)
+            if isinstance(v, bool) or not isinstance(v, int | float):
+                ps.add(f"{at}.{key}", f"must be a number, got {v!r}")
+                v = default
+            numbers[key] = float(v)
+        try:
+            job = job_from_dict(jdoc, source)
+        except InputError as e:
+            ps.extend(Problem(f"{source}.{p.path}" if p.path else source, p.message) for p in e.problems)
+            continue
+        out.append((BatchJob(job, numbers["weight"], numbers["priority"]), jdoc))
+    ps.raise_if_any()
+    return out
+
+
+def _plan_doc(topology: Topology, plan: BatchPlan, mappings: bool) -> dict[str, Any]:
+    jobs: list[dict[str, Any]] = []
+    for o in plan.outcomes:
+        d: dict[str, Any] = {"job_index": o.index, "job": o.name, "admitted": o.admitted}
+        if o.report is not None:
+            d["cost"] = {"step_seconds": o.report.step_seconds, "comm_seconds": o.report.comm_seconds}
+        if mappings and o.mapping is not None:
+            devs = topology.devices
+            d["mapping"] = [
+                {"rank": r, "device": devs[x].id, "host": devs[x].host} for r, x in enumerate(o.mapping)
+            ]
+        if not o.admitted:
+            d.update(reason=o.reason, explanation=list(o.explanation))
+            if o.conflicts_with:
+                d["conflicts_with"] = list(o.conflicts_with)
+        jobs.append(d)
+    return {
+        "strategy": plan.strategy,
+        "admitted": len(plan.admitted),
+        "admitted_weight": plan.admitted_weight,
+        "weighted_step_seconds": plan.weighted_step_seconds,
+        "weighted_comm_seconds": plan.weighted_comm_seconds,
+        "jobs": jobs,
+    }
+
+
+def batch_document(topology: Topology, res: BatchResult) -> dict[str, Any]:
+    """The answer as plain data, with the field names of PlaceBatchResponse."""
+    doc: dict[str, Any] = {
+        "plan": _plan_doc(topology, res.plan, True),
+        "baselines": [_plan_doc(topology, p, False) for p in res.baselines.values()],
+        "admission_optimal": res.admission_optimal,
+    }
+    if res.weight_bound is not None:
+        doc["admitted_weight_bound"] = res.weight_bound
+    doc["stats"] = {k: v for k, v in res.stats.items() if not isinstance(v, float) or math.isfinite(v)}
+    return doc
+
+
+def _print(jobs: list[BatchJob], doc: dict[str, Any], where: str) -> None:
+    """The answer's tables from its document (local, or a PlaceBatchResponse as a dict: unset fields absent)."""
+    con = _out if _out.is_terminal else Console(width=160)
+    plan = doc.get("plan", {})
+    bound = doc.get("admitted_weight_bound")
+    t = Table(
+        title=f"{len(jobs)} queued jobs on {where}: {plan.get('strategy', '-')} admits {plan.get('admitted', 0)} "
+        f"(weight {plan.get('admitted_weight', 0):g}"
+        + (f" of at most {bound:g}" if bound is not None else "")
+        + (", optimal" if doc.get("admission_optimal") else "")
+        + ")"
+    )
+    t.add_column("answer")
+    for name in ("admitted", "admitted weight", "weighted step s", "weighted comm s"):
+        t.add_column(name, justify="right")
+    for i, p in enumerate([plan, *doc.get("baselines", [])]):
+        t.add_row(
+            p.get("strategy", "-") + (" (chosen)" if i == 0 else ""),
+            str(p.get("admitted", 0)),
+            f"{p.get('admitted_weight', 0):g}",
+            f"{p.get('weighted_step_seconds', 0.0):.4f}",
+            f"{p.get('weighted_comm_seconds', 0.0):.4f}",
+        )
+    con.print(t)
+    jt = Table(title=f"jobs in the {plan.get('strategy', '-')} answer")
+    for name, just in (
+        ("job", "left"),
+        ("ranks", "right"),
+        ("weight", "right"),
+        ("priority", "right"),
+        ("step s", "right"),
+        ("comm s", "right"),
+        ("why not admitted", "left"),
+    ):
+        jt.add_column(name, justify=just)  # type: ignore[arg-type]
+    for o in plan.get("jobs", []):
+        bj = jobs[int(o.get("job_index", 0))]
+        cost = o.get("cost")
+        why = "" if o.get("admitted") else f"{o.get('reason', '')}: " + "; ".join(o.get("explanation", []))
+        jt.add_row(
+            str(o.get("job", "")),
+            str(bj.job.ranks),
+            f"{bj.weight:g}",
+            f"{bj.priority:g}",
+            f"{cost.get('step_seconds', 0.0):.4f}" if cost else "-",
+            f"{cost.get('comm_seconds', 0.0):.4f}" if cost else "-",
+            why,
+        )
+    con.print(jt)
+
+
+def _request_doc(
+    cluster: Path, state: Path | None, entries: list[tuple[BatchJob, Any]], options: dict[str, Any]
+) -> dict[str, Any]:
+    """A PlaceBatchRequest in the protobuf JSON mapping, from the native files (shorthands normalized)."""
+    from placement.io.native import load_document
+    from placement.messages.files import normalize_cluster, normalize_job
+
+    ps = Problems(str(cluster))
+    doc: dict[str, Any] = {"cluster": normalize_cluster(load_document(cluster), cluster.parent, ps)}
+    ps.raise_if_any()
+    if state is not None:
+        doc["state"] = load_document(state)
+    doc["jobs"] = [
+        {"job": {**normalize_job(jdoc), "name": bj.job.name}, "weight": bj.weight, "priority": bj.priority}
+        for bj, jdoc in entries
+    ]
+    doc["options"] = options
+    return doc
+
+
+@guard
+def place_batch_cmd(
+    cluster: Annotated[Path, typer.Argument(help="cluster file")],
+    batch: Annotated[Path, typer.Argument(help="batch file: jobs with job (or job_file), weight, priority")],
+    state: Annotated[Path | None, typer.Option(help="state file")] = None,
+    time_limit: Annotated[float, typer.Option(help="time limit in seconds for the whole batch")] = 10.0,
+    seed: Annotated[int, typer.Option(help="random seed")] = 0,
+    workers: Annotated[int, typer.Option(help="CP-SAT workers (<= cores)")] = 2,
+    deterministic: Annotated[bool, typer.Option(help="budget each search in deterministic time")] = False,
+    output: Annotated[str, typer.Option(help="table, json or yaml")] = "table",
+    server: Annotated[
+        str | None, typer.Option(help="HOST:PORT of a placement-server: solve the batch there")
+    ] = None,
+    token: Annotated[
+        str | None, typer.Option(envvar="PLACEMENT_TOKEN", help="bearer token for --server")
+    ] = None,
+    out_file: Annotated[Path | None, typer.Option("--out", help="write the JSON/YAML answer here")] = None,
+) -> None:
+    """Place a queue of jobs jointly: the admitted subset (most admitted weight, then fewest weighted step seconds)
+    with no device shared, why each other job is not admitted, next to FIFO kueue-tas and priority-ordered cpsat.
+
+    With --server the same files are sent as a PlaceBatchRequest (the answer is the PlaceBatchResponse)."""
+    from placement.io.native import load_cluster, load_state
+    from placement.model.state import ClusterState
+    from placement.solve import SolveOptions
+    from placement.solve.batch.joint import place_batch
+
+    if output not in ("table", "json", "yaml"):
+        fail(f"--output: unknown value {output!r}; use table, json or yaml", 2)
+    if not (math.isfinite(time_limit) and time_limit > 0):
+        fail(f"--time-limit: must be > 0, got {time_limit:g}", 2)
+    if not 0 <= seed < 2**31:
+        fail(f"--seed: must be in 0..{2**31 - 1}, got {seed}", 2)
+    if not 1 <= workers <= 64:
+        fail(f"--workers: must be in 1..64, got {workers}", 2)
+    topo, static = load_cluster(cluster)
+    st = load_state(state, topo, static) if state else (static or ClusterState())
+    entries = _read_batch(batch)
+    jobs = [bj for bj, _ in entries]
+    if server is not None:
+        from placement.cli.commands.remote import place_batch_remote
+
+        options = {"time_limit_s": time_limit, "seed": seed, "deterministic": deterministic}
+        doc = place_batch_remote(_request_doc(cluster, state, entries, options), server, token)
+        where = server
+    else:
+        res = place_batch(
+            topo,
+            st,
+            jobs,
+            SolveOptions(time_limit_s=time_limit, seed=seed, workers=workers, deterministic=deterministic),
+        )
+        doc = batch_document(topo, res)
+        where = topo.name
+    if output == "table":
+        _print(jobs, doc, where)
+        if out_file is not None:
+            out_file.write_text(json.dumps(doc, indent=2) + "\n")
+            err.print(f"wrote {out_file}")
+        return
+    text = json.dumps(doc, indent=2) + "\n" if output == "json" else str(yaml.safe_dump(doc, sort_keys=False))
+    if out_file is None:
+        sys.stdout.write(text)
+    else:
+        out_file.write_text(text)
+        err.print(f"wrote {out_file}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add the `place-batch` command to `app`."""
+    app.command("place-batch")(place_batch_cmd)

@@ -1,0 +1,262 @@
+"""`placement registry ...`: the ClusterRegistry from the command line (put-cluster, update-state, reserve, commit,
+release, renew, list, state, watch). Every call goes over gRPC through placement.cli.commands.remote.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from placement.cli.errors import fail, guard
+
+__all__ = ["register"]
+
+out = Console()
+app = typer.Typer(
+    no_args_is_help=True, help="Clusters, live state and reservations held by a placement server."
+)
+
+Server = Annotated[
+    str, typer.Option("--server", "-s", envvar="PLACEMENT_SERVER", help="HOST:PORT of the server")
+]
+Token = Annotated[str | None, typer.Option("--token", envvar="PLACEMENT_TOKEN", help="bearer token")]
+ClusterId = Annotated[str, typer.Option("--cluster", "-c", help="the cluster id in the registry")]
+Output = Annotated[str, typer.Option("--output", "-o", help="table, json or yaml")]
+
+
+def _message(doc: dict[str, Any], kind: str) -> Any:
+    from placement.messages.files import request_from_dict
+    from placement.v1 import registry_pb2 as rpb
+
+    return request_from_dict(doc, getattr(rpb, kind), f"<{kind}>", Path(os.getcwd()))
+
+
+def _call(server: str, token: str | None, method: str, request: Any) -> Any:
+    from placement.cli.commands.remote import registry_call
+
+    return registry_call(server, token, method, request)
+
+
+def _dump(msg: Any, output: str) -> None:
+    from placement.messages.files import dump_message
+
+    out.print(dump_message(msg, output), end="", markup=False, highlight=False, soft_wrap=True)
+
+
+def _when(unix_s: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(unix_s)) if unix_s else "-"
+
+
+def _status(res: Any) -> str:
+    from placement.v1 import registry_pb2 as rpb
+
+    return str(rpb.ReservationStatus.Name(res.status)).removeprefix("RESERVATION_STATUS_")
+
+
+def _table(reservations: Any, title: str) -> None:
+    t = Table(title=title)
+    t.add_column("id", no_wrap=True)  # whole: commit, release and renew take it
+    for col in ("cluster", "job", "status", "devices", "expires", "key"):
+        t.add_column(col, overflow="fold")  # wrap, never cut: job names and keys are read back
+    for r in reservations:
+        held = _status(r) == "HELD"
+        t.add_row(
+            r.id,
+            r.cluster_id,
+            r.job,
+            _status(r),
+            str(len(r.devices)),
+            _when(r.expires_unix_s) if held else "-",
+            r.idempotency_key or "-",
+        )
+    out.print(t)
+
+
+@app.command("put-cluster")
+@guard
+def put_cluster(
+    cluster_file: Annotated[Path, typer.Argument(help="native cluster file (YAML/JSON)")],
+    cluster: ClusterId,
+    server: Server,
+    token: Token = None,
+) -> None:
+    """Store a cluster; a changed cluster gets a new version."""
+    resp = _call(
+        server,
+        token,
+        "PutCluster",
+        _message({"cluster_id": cluster, "cluster_file": str(cluster_file)}, "PutClusterRequest"),
+    )
+    out.print(
+        f"cluster {resp.cluster_id}: version {resp.version} ({'changed' if resp.changed else 'unchanged'}), "
+        f"{resp.devices} devices",
+        markup=False,
+    )
+
+
+@app.command("update-state")
+@guard
+def update_state(
+    cluster: ClusterId,
+    server: Server,
+    generation: Annotated[int, typer.Option(help="must be above the stored generation")],
+    state: Annotated[Path | None, typer.Option(help="a full native state file")] = None,
+    diff: Annotated[
+        Path | None, typer.Option(help="a diff file: occupy, free, fail, recover, degrade")
+    ] = None,
+    token: Token = None,
+) -> None:
+    """Replace the state (--state) or change it (--diff) as a new generation."""
+    if (state is None) == (diff is None):
+        fail("give exactly one of --state FILE or --diff FILE", 2)
+    doc: dict[str, Any] = {"cluster_id": cluster, "generation": generation}
+    if state is not None:
+        doc["state_file"] = str(state)
+    else:
+        from placement.io.native import load_document
+
+        assert diff is not None
+        doc["diff"] = load_document(diff)
+    resp = _call(server, token, "UpdateState", _message(doc, "UpdateStateRequest"))
+    out.print(f"cluster {resp.cluster_id}: generation {resp.generation}", markup=False)
+
+
+@app.command("reserve")
+@guard
+def reserve(
+    job_file: Annotated[Path, typer.Argument(help="native job file")],
+    cluster: ClusterId,
+    server: Server,
+    ttl: Annotated[float, typer.Option(help="lease seconds")] = 60.0,
+    key: Annotated[str, typer.Option(help="idempotency key: a retry returns the same reservation")] = "",
+    time_limit: Annotated[float | None, typer.Option(help="solver seconds")] = None,
+    output: Output = "table",
+    token: Token = None,
+) -> None:
+    """Place a job on the registry's current state and hold its devices for --ttl seconds."""
+    doc: dict[str, Any] = {
+        "cluster_id": cluster,
+        "job_file": str(job_file),
+        "ttl_s": ttl,
+        "idempotency_key": key,
+    }
+    if time_limit is not None:
+        doc["options"] = {"time_limit_s": time_limit}
+    resp = _call(server, token, "Reserve", _message(doc, "ReserveRequest"))
+    if output != "table":
+        _dump(resp, output)
+        return
+    from placement.cli.commands.remote import print_result
+
+    print_result(resp.result)
+    again = " (replayed: the key was used before)" if resp.replayed else ""
+    out.print(
+        f"reservation {resp.reservation_id}: {_status(resp.reservation)} until {_when(resp.expires_unix_s)}"
+        f"{again}",
+        markup=False,
+    )
+
+
+def _transition(
+    method: str, reservation_id: str, server: str, token: str | None, ttl: float | None = None
+) -> None:
+    doc: dict[str, Any] = {"reservation_id": reservation_id}
+    if ttl is not None:
+        doc["ttl_s"] = ttl
+    res = _call(server, token, method, _message(doc, "ReservationRequest")).reservation
+    out.print(
+        f"reservation {res.id}: {_status(res)}"
+        + (f" until {_when(res.expires_unix_s)}" if _status(res) == "HELD" else ""),
+        markup=False,
+    )
+
+
+@app.command("commit")
+@guard
+def commit(reservation_id: str, server: Server, token: Token = None) -> None:
+    """The job started: its devices become occupancy."""
+    _transition("Commit", reservation_id, server, token)
+
+
+@app.command("release")
+@guard
+def release(reservation_id: str, server: Server, token: Token = None) -> None:
+    """Give the devices back."""
+    _transition("Release", reservation_id, server, token)
+
+
+@app.command("renew")
+@guard
+def renew(
+    reservation_id: str,
+    server: Server,
+    ttl: Annotated[float, typer.Option(help="lease seconds from now")] = 60.0,
+    token: Token = None,
+) -> None:
+    """Extend a held reservation's lease."""
+    _transition("Renew", reservation_id, server, token, ttl)
+
+
+@app.command("list")
+@guard
+def list_reservations(
+    server: Server,
+    cluster: Annotated[str, typer.Option("--cluster", "-c")] = "",
+    live: Annotated[bool, typer.Option(help="only held and committed")] = False,
+    output: Output = "table",
+    token: Token = None,
+) -> None:
+    """Reservations, oldest first."""
+    resp = _call(
+        server,
+        token,
+        "ListReservations",
+        _message({"cluster_id": cluster, "live_only": live}, "ListReservationsRequest"),
+    )
+    if output != "table":
+        _dump(resp, output)
+    else:
+        _table(resp.reservations, f"{len(resp.reservations)} reservation(s)")
+
+
+@app.command("state")
+@guard
+def state(
+    cluster: ClusterId,
+    server: Server,
+    output: Annotated[str, typer.Option("--output", "-o")] = "yaml",
+    token: Token = None,
+) -> None:
+    """The stored state (a native state document), its generation and the live holds."""
+    _dump(_call(server, token, "GetState", _message({"cluster_id": cluster}, "GetStateRequest")), output)
+
+
+@app.command("watch")
+@guard
+def watch(
+    cluster: ClusterId,
+    server: Server,
+    seconds: Annotated[
+        float | None, typer.Option(help="stop after this long (default: until Ctrl-C)")
+    ] = None,
+    after: Annotated[int, typer.Option(help="resume after this event seq (no snapshot first)")] = 0,
+    token: Token = None,
+) -> None:
+    """Print state changes as they happen, one JSON line per event."""
+    from placement.cli.commands.remote import registry_watch
+    from placement.messages.files import dump_message
+
+    req = _message({"cluster_id": cluster, "after_seq": after}, "WatchStateRequest")
+    for ev in registry_watch(server, token, req, seconds):
+        print(" ".join(dump_message(ev, "json").split()), flush=True)
+
+
+def register(parent: typer.Typer) -> None:
+    """Add `registry` and its commands to `parent`."""
+    parent.add_typer(app, name="registry")

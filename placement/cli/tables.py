@@ -1,0 +1,130 @@
+"""Rich tables of the CLI: a modeled step, its phases, exposed communication per group kind and tier, and the
+answer next to every baseline. Shared by `placement evaluate`, `placement place` and the remote paths.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rich.console import Console
+from rich.table import Table
+
+if TYPE_CHECKING:
+    from placement.cost.evaluate import CostReport
+
+__all__ = ["headline", "num", "print_report"]
+
+out = Console()
+
+
+def num(x: float | None, fmt: str = ".4f") -> str:
+    return "-" if x is None else format(x, fmt)
+
+
+def _step_table(title: str, report: CostReport) -> Table:
+    """The modeled step: its time, exposed and total communication, compute, bubble, MFU and tokens/s."""
+    t = Table(title=title, title_justify="left")
+    t.add_column("part")
+    t.add_column("seconds", justify="right")
+    t.add_column("share of step", justify="right")
+    step = report.step_seconds
+
+    def share(x: float | None) -> str:
+        return "" if x is None or not step else f"{100 * x / step:.1f}%"
+
+    t.add_row("[bold]step[/]", f"[bold]{report.step_seconds:.4f}[/]", "100.0%" if step else "")
+    t.add_row("compute", num(report.compute_seconds), share(report.compute_seconds))
+    t.add_row("pipeline bubble", num(report.bubble_seconds), share(report.bubble_seconds))
+    t.add_row("exposed comm", f"{report.comm_seconds:.4f}", share(report.comm_seconds))
+    t.add_row("total comm (before overlap)", f"{report.comm_seconds_total:.4f}", "")
+    t.add_section()
+    t.add_row("MFU", "-" if report.mfu is None else f"{100 * report.mfu:.1f}%", "")
+    t.add_row("tokens/s", num(report.tokens_per_s, ",.0f"), "")
+    return t
+
+
+def _phase_table(report: CostReport) -> Table:
+    """One row per phase of the step: its bottleneck tier, algorithm, critical group, seconds and exposed part."""
+    t = Table(title="phases, in sequence (the critical group is the slowest)", title_justify="left")
+    for name in ("phase", "tier", "algorithm", "critical group"):
+        t.add_column(name)
+    t.add_column("seconds", justify="right")
+    t.add_column("exposed", justify="right")
+    for p in report.phases:
+        t.add_row(
+            p.name,
+            p.tier,
+            p.algorithm or "-",
+            p.critical or "-",
+            f"{p.seconds:.4f}",
+            f"{p.exposed_seconds:.4f}",
+        )
+    if not report.phases:
+        t.add_row("[dim]none[/]", "", "", "", "", "")
+    else:
+        t.add_section()
+        t.add_row(
+            "[bold]total[/]",
+            "",
+            "",
+            "",
+            f"{sum(p.seconds for p in report.phases):.4f}",
+            f"{sum(p.exposed_seconds for p in report.phases):.4f}",
+        )
+    return t
+
+
+def _cost_table(title: str, report: CostReport) -> Table:
+    """Exposed communication per group kind and bottleneck tier, and the preference misses."""
+    t = Table(title=title, title_justify="left")
+    t.add_column("group kind")
+    t.add_column("tier")
+    t.add_column("exposed comm s", justify="right")
+    t.add_column("share", justify="right")
+    total = report.comm_seconds or 1.0
+    for (label, tier), s in sorted(report.by_label_tier.items(), key=lambda kv: -kv[1]):
+        t.add_row(label, tier, f"{s:.4f}", f"{100 * s / total:.1f}%")
+    t.add_section()
+    t.add_row("[bold]total[/]", "", f"[bold]{report.comm_seconds:.4f}[/]", "100.0%")
+    for label, n in sorted(report.preference_misses.items()):
+        t.add_row(f"[yellow]{label} misses its preferred level[/]", "", f"{n} group(s)", "")
+    return t
+
+
+def _baseline_table(strategy: str, report: CostReport, costs: dict[str, dict[str, float | None]]) -> Table:
+    """The answer next to each baseline on the same state: step and exposed communication seconds."""
+    t = Table(title="against the baselines on the same state", title_justify="left")
+    t.add_column("strategy")
+    t.add_column("step s", justify="right")
+    t.add_column("exposed comm s", justify="right")
+    t.add_column("step vs answer", justify="right")
+    t.add_row(
+        f"[bold]{strategy} (answer)[/]",
+        f"[bold]{report.step_seconds:.4f}[/]",
+        f"{report.comm_seconds:.4f}",
+        "x1.00",
+    )
+    for name, c in costs.items():
+        step, comm = c["step_seconds"], c["comm_seconds"]
+        ratio = "" if step is None or not report.step_seconds else f"x{step / report.step_seconds:.2f}"
+        t.add_row(name, "no valid mapping" if step is None else f"{step:.4f}", num(comm), ratio)
+    return t
+
+
+def print_report(
+    title: str,
+    report: CostReport,
+    strategy: str | None = None,
+    costs: dict[str, dict[str, float | None]] | None = None,
+) -> None:
+    out.print(title, highlight=False, soft_wrap=True)
+    out.print(_step_table("the modeled step", report))
+    out.print(_phase_table(report))
+    out.print(_cost_table("exposed communication by group kind and tier", report))
+    if strategy is not None and costs:
+        out.print(_baseline_table(strategy, report, costs))
+
+
+def headline(report: CostReport) -> str:
+    mfu = "" if report.mfu is None else f", MFU {100 * report.mfu:.1f}%"
+    return f"step {report.step_seconds:.4f} s, exposed comm {report.comm_seconds:.4f} s{mfu}"

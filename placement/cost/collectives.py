@@ -1,0 +1,440 @@
+"""Collectives as NCCL runs them: ring orders over a host's links, ring and tree across hosts, shared links.
+
+Owns the price of one collective or transfer (`Plan`) and how concurrent plans of a phase divide shared links.
+
+**Links.** Bandwidths are GB/s per direction; an operation of S bytes prices ``latency + bytes/bandwidth`` per link
+it loads (alpha-beta, Hockney 1994), and a pipelined algorithm takes its most loaded link.
+
+- *Inside a host*: with an intra-node matrix, device pairs are links of the code's tier (NV# = # NVLinks). Without
+  one, a switch (NVSwitch) gives every device the level-0 tier; a full mesh (`NodeType.mesh_link_gbps`, AMD XGMI)
+  gives each pair its own link. These links belong to the devices of one group, so groups do not share them.
+- *Host NICs*: the devices of a host share ``nics * nic_gbps`` (default: one NIC per device at the level-1 tier,
+  so today's per-device tiers keep their meaning); one group's flows out of a host use at most
+  ``min(members there, nics)`` NICs, and reach them over each device's host link (on a host with no matrix and
+  no mesh, the level-0 tier: a PCIe host cannot feed its NICs faster than PCIe).
+- *Uplinks*: a domain at level l >= 1 (a leaf) leaves through ``devices(domain) * tier(l+1) / oversubscription(l)``.
+- *Per flow*: a device's flow whose lowest common level is L runs at most at the slowest tier of levels 1..L (the
+  per-device rate a tier states, as in v1); the shared NICs and uplinks above divide further.
+- *Degradation* (`placement.model.state`): a slow device divides every bandwidth term of the groups it is in, a slow
+  intra-node link the capacity of that pair, a slow uplink (level 0: the host's NICs) its capacity. Failed links
+  and devices make a mapping invalid (`placement.model.validate`) and are not priced here.
+
+**Algorithms** (NCCL's, github.com/NVIDIA/nccl `src/graph/search.cc`, `src/graph/tuning.cc`; Patarasuk & Yuan 2009;
+Sanders, Speck & Träff 2009 for the double binary tree). For S bytes over n members:
+
+- *Ring* (all-reduce ``2(n-1)/n S`` in ``2(n-1)`` steps; all-gather, reduce-scatter ``(n-1)/n S`` in ``n-1``). Inside
+  a host the ring order is searched like NCCL's: the best single ring maximises its weakest hop (bottleneck
+  Hamiltonian cycle, exact search), and NVLink rings are packed greedily (each ring takes its bottleneck from
+  every hop it uses, as NCCL's channels do) while one exists: the host's ring bandwidth is the larger of the
+  packed NVLink rings' sum and the best single ring (`placement.cost.host_rings`). Behind an NVSwitch (`nvswitch`:
+  NV18 on every pair of an HGX H100) the code is the device's bandwidth, not a link per pair: one ring, no
+  packing. A DGX-1 8-GPU ring rides NVLink only (2 x NV2 + 2 x NV1 rings = 6 links), a fully connected XGMI
+  mesh carries ``(k-1) * link`` with k members. Across hosts the ring is host contiguous: every host and every
+  crossed domain sends and receives the ring volume once. A ring step waits for its slowest hop (network or
+  intra-host latency).
+- *Tree* (all-reduce across hosts: NCCL's double binary tree, a chain inside each host). The chain carries ``2 S``
+  (reduce up, broadcast down); out of every host ``S`` with 2 hosts (each roots one tree and is a leaf of the
+  other) and ``2 S`` with more (interior in one tree, leaf in the other). NCCL's tuner counts 92% of the links
+  (`TREE_EFFICIENCY`) and at most `placement.cost.compute.tree_channel_gbps` bus GB/s per channel, one channel per
+  NIC a host uses (algorithm bandwidth ``<= channels * cap / 2``): a 2-host V100 tree over one NIC: 9.25 GB/s.
+  Latency ``2 (ceil(log2 h) a_inter + (g-1) a_intra)``.
+- No hierarchical all-reduce: NCCL has none for one communicator (ring, tree; CollNet / NVLS need SHARP or NVLink
+  SHARP: `ncclTopoTuneModel`). All-gather and reduce-scatter run as rings (NCCL's PAT needs one GPU per host).
+- *All-to-all*: direct sends, ``S/n`` to each peer; a host sends ``g (n-g)/n S``.
+
+NCCL's tuner takes the fastest algorithm for the size alone; so does `Fabric.plan_group` (contention is not
+known to the tuner), and `PhaseCost.algorithm` reports the choice.
+
+**Sharing** (`phase_seconds`): the operations of one phase run at the same time. A link crossed by several of
+them is shared in proportion to the bytes each puts on it (every flow ends when the link has carried the sum:
+``sum of loads / capacity``), and an operation takes its slowest link.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from placement.cost.host_rings import matrix_ring
+from placement.model.job import CollectiveKind
+from placement.model.state import ClusterState, Uplink
+from placement.model.topology import Topology
+
+__all__ = [
+    "TREE_EFFICIENCY",
+    "Fabric",
+    "Plan",
+    "Stage",
+    "phase_seconds",
+]
+
+TREE_EFFICIENCY = 0.92  # share of the link rate NCCL's tree reaches (busBw * .92 in src/graph/tuning.cc)
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One stage of an operation: seconds on its own links (`local`, tier `local_tier`) and bytes on shared links."""
+
+    local: float
+    local_tier: str
+    loads: tuple[tuple[int, float], ...] = ()
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How one collective or transfer runs: algorithm, latency seconds, stages in sequence, device slowdown."""
+
+    algorithm: str
+    latency: float
+    stages: tuple[Stage, ...]
+    slowdown: float = 1.0
+
+
+NO_PLAN = Plan("none", 0.0, ())
+
+
+def _volume(kind: CollectiveKind, n: int, size: float) -> tuple[float, int]:
+    if kind is CollectiveKind.ALL_REDUCE:
+        return 2.0 * (n - 1) / n * size, 2 * (n - 1)
+    return (n - 1) / n * size, n - 1
+
+
+class Fabric:
+    """The links of one topology under one state, with the resources phases share (host NICs, domain uplinks)."""
+
+    def __init__(self, topology: Topology, state: ClusterState) -> None:
+        self.topology = topology
+        self.state = state
+        lv = topology.levels
+        self.host_of = topology.domain_column(0)
+        self.cols = [topology.domain_column(li) for li in range(len(lv))]
+        self.latency = [x.tier.latency_us for x in lv]
+        # tier_min[L]: the per-device rate of a flow whose lowest common level is L (the slowest tier of 1..L)
+        self.tier_min = [math.inf]
+        self.tier_min_name = [lv[0].name]
+        for x in lv[1:]:
+            slower = x.tier.bandwidth_gbps < self.tier_min[-1]
+            self.tier_min.append(x.tier.bandwidth_gbps if slower else self.tier_min[-1])
+            self.tier_min_name.append(x.name if slower else self.tier_min_name[-1])
+        self._edges: dict[tuple[int, int, float, float, bool], Plan] = {}
+        self._single: dict[tuple[int, tuple[int, ...], CollectiveKind, float], Plan] = {}
+        self.local_of = tuple(d.local_index for d in topology.devices)
+        self.tiers_key = tuple(
+            sorted((c, t.bandwidth_gbps, t.latency_us) for c, t in topology.intra_node_tiers.items())
+        )
+        nic_default = lv[1].tier.bandwidth_gbps if len(lv) > 1 else lv[0].tier.bandwidth_gbps
+        up_slow = state.uplink_slowdown
+        # resource r = base[l] + 2 * domain + direction (0 out/up, 1 in/down); caps in GB/s
+        self.base: list[int] = []
+        caps: list[float] = []
+        self.names: list[str] = []
+        self.nic_gbps: list[float] = []
+        self.nics: list[int] = []
+        self.dev_link: list[float] = []
+        for li in range(len(lv) - 1):
+            self.base.append(len(caps))
+            upper = lv[li + 1].name
+            if li == 0:
+                for h, nt in enumerate(topology.host_types):
+                    nics = nt.nics or nt.devices
+                    per = nt.nic_gbps or nic_default
+                    f = up_slow.get(Uplink(0, h), 1.0) if up_slow else 1.0
+                    self.nics.append(nics)
+                    self.nic_gbps.append(per / f)
+                    plain = (
+                        nt.matrix is None and not nt.mesh_link_gbps
+                    )  # the level-0 tier is the device's host link
+                    self.dev_link.append(lv[0].tier.bandwidth_gbps if plain else math.inf)
+                    caps += [nics * per / lv[0].oversubscription / f] * 2
+            else:
+                counts = Counter(topology.domain_column(li))
+                for k in range(len(topology.domain_names[li])):
+                    f = up_slow.get(Uplink(li, k), 1.0) if up_slow else 1.0
+                    caps += [counts[k] * lv[li + 1].tier.bandwidth_gbps / lv[li].oversubscription / f] * 2
+            self.names += [upper] * (len(caps) - len(self.names))
+        self.caps = caps
+        self._pair_slow: dict[int, list[tuple[int, int, float]]] = {}
+        for (a, b), f in state.pair_slowdown.items():
+            self._pair_slow.setdefault(self.host_of[a], []).append((a, b, f))
+        self._ring_cache: dict[tuple[int, tuple[int, ...]], tuple[float, float, str]] = {}
+        self._tree_rows: dict[int, tuple[float, float, float] | None] = {}
+
+    # ---- inside one host ----------------------------------------------------------------------------------------
+
+    def host_ring(self, host: int, devices: Sequence[int]) -> tuple[float, float, str]:
+        """Ring bandwidth GB/s, per-step latency µs and bottleneck tier name of `devices` (all on `host`)."""
+        t = self.topology
+        k = len(devices)
+        if k < 2:
+            return math.inf, 0.0, t.levels[0].name
+        nt = t.host_types[host]
+        slow = self._pair_slow.get(host)
+        if nt.matrix is None:
+            tier0 = t.levels[0].tier
+            bw = tier0.bandwidth_gbps
+            if nt.mesh_link_gbps:
+                bw = min(bw, (k - 1) * nt.mesh_link_gbps)
+            if slow:
+                ds = set(devices)
+                bw /= max((f for a, b, f in slow if a in ds and b in ds), default=1.0)
+            return bw, tier0.latency_us, t.levels[0].name
+        locs = tuple(sorted(self.local_of[d] for d in devices))
+        key = (id(nt), locs)
+        if not slow and key in self._ring_cache:
+            return self._ring_cache[key]
+        pos = {self.local_of[d]: i for i, d in enumerate(sorted(devices, key=lambda d: self.local_of[d]))}
+        sl: tuple[tuple[int, int, float], ...] = ()
+        if slow:
+            sl = tuple(
+                (pos[self.local_of[a]], pos[self.local_of[b]], f)
+                for a, b, f in slow
+                if self.local_of[a] in pos and self.local_of[b] in pos and self.host_of[b] == host
+            )
+        bw, lat, code = matrix_ring(nt.matrix, self.tiers_key, locs, sl)
+        out = (bw, lat, f"{t.levels[0].name}:{code}")
+        if not slow:
+            self._ring_cache[key] = out
+        return out
+
+    def _slow(self, devices: Sequence[int]) -> float:
+        ds = self.state.device_slowdown
+        return max((ds.get(d, 1.0) for d in devices), default=1.0) if ds else 1.0
+
+    # ---- one operation ------------------------------------------------------------------------------------------
+
+    def alone(self, plan: Plan) -> float:
+        """Seconds of one operation with no other traffic on its shared links."""
+        return phase_seconds(self, [plan])[0][0]
+
+    def plan_group(self, kind: CollectiveKind, devices: Sequence[int], size: float) -> Plan:
+        """The fastest algorithm for one collective of `size` bytes over `devices` (NCCL's tuner: size alone)."""
+        n = len(devices)
+        if n <= 1 or size <= 0:
+            return NO_PLAN
+        t = self.topology
+        slow = self._slow(devices)
+        if t.pair_paths is not None:
+            from placement.cost.evaluate import group_path
+
+            path = group_path(t, self.state, devices)
+            vol, steps = _volume(kind, n, size)
+            return Plan(
+                "ring", steps * path.latency_us * 1e-6, (Stage(vol / (path.bandwidth_gbps * 1e9), "graph"),)
+            )
+        by_host: dict[int, list[int]] = {}
+        host_of = self.host_of
+        for d in devices:
+            by_host.setdefault(host_of[d], []).append(d)
+        if len(by_host) == 1:
+            ((h, devs),) = by_host.items()
+            nt = t.host_types[h]
+            cacheable = slow == 1.0 and h not in self._pair_slow
+            key = (
+                id(nt),
+                tuple(sorted(self.local_of[d] for d in devs)) if nt.matrix is not None else (n,),
+                kind,
+                size,
+            )
+            if cacheable and key in self._single:
+                return self._single[key]
+            bw, lat, name = self.host_ring(h, devs)
+            vol, steps = _volume(kind, n, size)
+            algo = "direct" if kind is CollectiveKind.ALL_TO_ALL else "ring"
+            plan = Plan(algo, steps * lat * 1e-6, (Stage(vol / (bw * 1e9), name),), slow)
+            if cacheable:
+                self._single[key] = plan
+            return plan
+        return self._multi_host(kind, by_host, n, size, slow)
+
+    def _crossed(self, hosts: Sequence[int], reps: Sequence[int]) -> tuple[int, list[tuple[int, int]]]:
+        """LCA level of the hosts and the (level, domain) uplinks between level 1 and it, with member hosts."""
+        t = self.topology
+        lca = t.group_lca_level(reps)
+        ups: list[tuple[int, int]] = []
+        for li in range(1, lca):
+            col = t.domain_column(li)
+            ups += [(li, k) for k in sorted({col[r] for r in reps})]
+        return lca, ups
+
+    def _multi_host(
+        self, kind: CollectiveKind, by_host: Mapping[int, list[int]], n: int, size: float, slow: float
+    ) -> Plan:
+        t = self.topology
+        hosts = list(by_host)
+        reps = [by_host[h][0] for h in hosts]
+        lca, ups = self._crossed(hosts, reps)
+        a_inter = t.levels[lca].tier.latency_us
+        rf = 1.0
+        rp = t.rail_policy
+        if rp is not None:
+            rails = {
+                tuple(sorted(-1 if (x := t.devices[d].rail) is None else x for d in by_host[h]))
+                for h in hosts
+            }
+            if len(rails) > 1:
+                rf, a_inter = rp.bandwidth_factor, a_inter + rp.extra_latency_us
+        rings = {h: self.host_ring(h, by_host[h]) for h in hosts if len(by_host[h]) > 1}
+        a_intra = max((r[1] for r in rings.values()), default=0.0)
+        intra_bw = min((r[0] for r in rings.values()), default=math.inf) * 1e9
+        intra_name = min(rings.values(), key=lambda r: r[0])[2] if rings else t.levels[0].name
+        b0, caps = self.base[0], self.caps
+        cap_tier = self.tier_min[lca]
+        flow = {
+            h: min(
+                self.nic_gbps[h] * min(len(by_host[h]), self.nics[h]),
+                min(self.dev_link[h], cap_tier) * len(by_host[h]),
+            )
+            * rf
+            * 1e9
+            for h in hosts
+        }
+        host_res = [(h, b0 + 2 * h) for h in hosts]
+        up_res = [self.base[li] + 2 * k for li, k in ups]
+        min_flow = min(flow.values())
+        h_min = min(flow, key=flow.__getitem__)
+        nic_name = self.tier_min_name[lca] if cap_tier < self.nic_gbps[h_min] else self.names[b0]
+        min_host = min(caps[r] for _, r in host_res) * 1e9
+        min_up = min((caps[r] for r in up_res), default=math.inf) * 1e9
+
+        # candidates: (algorithm, latency s, stages as (intra seconds, bytes out of every host, bytes out of every
+        # crossed domain)); A2A loads differ per host and are priced directly
+        if kind is CollectiveKind.ALL_TO_ALL:
+            per_host = {h: len(v) * size * (n - len(v)) / n for h, v in by_host.items()}
+            loads: list[tuple[int, float]] = []
+            for h, r in host_res:
+                loads += [(r, per_host[h]), (r + 1, per_host[h])]
+            for li, k in ups:
+                col = self.cols[li]
+                m = sum(len(v) for v in by_host.values() if col[v[0]] == k)
+                r = self.base[li] + 2 * k
+                loads += [(r, m * size * (n - m) / n), (r + 1, m * size * (n - m) / n)]
+            intra = max(
+                ((len(by_host[h]) - 1) / n * size / (r[0] * 1e9) for h, r in rings.items()), default=0.0
+            )
+            nic = max(x / flow[h] for h, x in per_host.items())
+            st = Stage(max(intra, nic), intra_name if intra >= nic else nic_name, tuple(loads))
+            return Plan("direct", (n - 1) * max(a_inter, a_intra) * 1e-6, (st,), slow)
+        vol, steps = _volume(kind, n, size)
+        # candidates: (algorithm, latency s, seconds on the group's own links and the tier that sets them, bytes
+        # out of every host and crossed domain); a ring step waits for its slowest hop (network or intra-host)
+        cands: list[tuple[str, float, float, str, float]] = [
+            ("ring", steps * max(a_inter, a_intra) * 1e-6, vol / intra_bw, intra_name, vol)
+        ]
+        h = len(hosts)
+        if kind is CollectiveKind.ALL_REDUCE:
+            # NCCL's double binary tree: 2 S through the chain, S (2 hosts) or 2 S out of each host (module doc)
+            gmax = max(len(v) for v in by_host.values())
+            lat = 2 * (math.ceil(math.log2(h)) * a_inter + (gmax - 1) * a_intra) * 1e-6
+            chain = 2 * size / (intra_bw * TREE_EFFICIENCY)
+            channels = size / self._tree_cap(by_host, h)
+            nic_vol = (size if h == 2 else 2 * size) / TREE_EFFICIENCY
+            cands.append(
+                ("tree", lat, max(chain, channels), intra_name if chain >= channels else nic_name, nic_vol)
+            )
+
+        def alone(c: tuple[str, float, float, str, float]) -> float:
+            v = c[4]
+            return c[1] + slow * max(c[2], v / min_flow, v / min_host, v / min_up)
+
+        algo, lat, intra, name, v = min(cands, key=alone)
+        nic = v / min_flow
+        ld: list[tuple[int, float]] = []
+        for _, r in host_res:
+            ld += [(r, v), (r + 1, v)]
+        for r in up_res:
+            ld += [(r, v), (r + 1, v)]
+        return Plan(algo, lat, (Stage(max(intra, nic), name if intra >= nic else nic_name, tuple(ld)),), slow)
+
+    def _tree_cap(self, by_host: Mapping[int, list[int]], h: int) -> float:
+        """Algorithm bytes/s of NCCL's tree channels: half the bus cap of one channel per NIC used (inf: no cap)."""
+        from placement.cost.compute import tree_channel_gbps
+
+        t = self.topology
+        caps = set()
+        for host in by_host:
+            nt = t.host_types[host]
+            if id(nt) not in self._tree_rows:
+                self._tree_rows[id(nt)] = tree_channel_gbps(nt.kind, t)
+            row = self._tree_rows[id(nt)]
+            if row is None:
+                return math.inf
+            caps.add(row[1 if h == 2 else 2])
+        channels = min(min(len(v), self.nics[host]) for host, v in by_host.items())
+        return channels * min(caps) / 2 * 1e9
+
+    def plan_edge(self, a: int, b: int, size: float) -> Plan:
+        """One point-to-point transfer of `size` bytes from device `a` to device `b`."""
+        t = self.topology
+        if size <= 0 or a == b:
+            return NO_PLAN
+        ds = self.state.device_slowdown
+        slow = max(ds.get(a, 1.0), ds.get(b, 1.0)) if ds else 1.0
+        ha, hb = self.host_of[a], self.host_of[b]
+        if t.pair_paths is not None or ha == hb:
+            from placement.cost.evaluate import pair_path
+
+            p = pair_path(t, self.state, a, b)
+            return Plan("p2p", p.latency_us * 1e-6, (Stage(size / (p.bandwidth_gbps * 1e9), p.tier),))
+        rp = t.rail_policy
+        same_rail = rp is None or t.devices[a].rail == t.devices[b].rail
+        key = (ha, hb, size, slow, same_rail)
+        hit = self._edges.get(key)
+        if hit is not None:
+            return hit
+        cols, base = self.cols, self.base
+        b0 = base[0]
+        loads = [(b0 + 2 * ha, size), (b0 + 2 * hb + 1, size)]
+        lca = 1
+        while lca < len(cols) - 1 and cols[lca][a] != cols[lca][b]:
+            loads += [(base[lca] + 2 * cols[lca][a], size), (base[lca] + 2 * cols[lca][b] + 1, size)]
+            lca += 1
+        lat = self.latency[lca]
+        rf = 1.0
+        if rp is not None and not same_rail:
+            rf, lat = rp.bandwidth_factor, lat + rp.extra_latency_us
+        flow = (
+            min(
+                self.nic_gbps[ha], self.nic_gbps[hb], self.dev_link[ha], self.dev_link[hb], self.tier_min[lca]
+            )
+            * rf
+            * 1e9
+        )
+        name = (
+            self.tier_min_name[lca]
+            if self.tier_min[lca] < min(self.nic_gbps[ha], self.nic_gbps[hb])
+            else self.names[b0]
+        )
+        plan = Plan("p2p", lat * 1e-6, (Stage(size / flow, name, tuple(loads)),), slow)
+        self._edges[key] = plan
+        return plan
+
+
+def phase_seconds(fabric: Fabric, plans: Sequence[Plan]) -> list[tuple[float, str]]:
+    """Seconds of each of `plans` run at the same time, sharing links in proportion to their bytes, and the tier
+    that bounds each (see the module docstring). A plan object listed k times is k concurrent operations."""
+    uses: dict[int, tuple[Plan, int]] = {}
+    for p in plans:
+        u = uses.get(id(p))
+        uses[id(p)] = (p, 1 if u is None else u[1] + 1)
+    total: dict[int, float] = {}
+    for p, k in uses.values():
+        for s in p.stages:
+            for r, x in s.loads:
+                total[r] = total.get(r, 0.0) + x * k
+    caps, names = fabric.caps, fabric.names
+    done: dict[int, tuple[float, str]] = {}
+    for p, _ in uses.values():
+        secs, worst, tier = 0.0, -1.0, ""
+        for s in p.stages:
+            best, name = s.local, s.local_tier
+            for r, _x in s.loads:
+                v = total[r] / (caps[r] * 1e9)
+                if v > best:
+                    best, name = v, names[r]
+            secs += best
+            if best > worst:
+                worst, tier = best, name
+        done[id(p)] = (p.latency + p.slowdown * secs, tier)
+    return [done[id(p)] for p in plans]

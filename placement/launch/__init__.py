@@ -1,0 +1,2 @@
+"""The placement enforced inside a launched task: `placement bind` finds the rank and pins its device
+and CPUs."""

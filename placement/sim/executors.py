@@ -1,0 +1,221 @@
+"""Where what-if points and replays run: in this process, on local worker processes, or as Ray tasks, behind one
+interface. Results stream back as tasks finish; a failed task is retried once, then reported, never dropped.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import signal
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from typing import Any, Protocol
+
+__all__ = ["EXECUTORS", "Executor", "InlineExecutor", "LocalExecutor", "RayExecutor", "make_executor"]
+
+EXECUTORS = ("local", "ray")
+
+OnDone = Callable[[int, Any], None]
+OnFail = Callable[[int, str], None]
+
+
+class Executor(Protocol):
+    """Runs ``fn(task)`` for every task; calls ``on_done(i, result)`` as each finishes (in completion order) and
+    ``on_fail(i, error)`` for a task that failed twice (the first failure is retried once)."""
+
+    name: str
+    workers: int
+
+    def run(
+        self, fn: Callable[[Any], Any], tasks: Sequence[Any], on_done: OnDone, on_fail: OnFail
+    ) -> None: ...
+
+
+def _describe(e: BaseException) -> str:
+    """The error's type and the first line of its message (Ray's run to pages), at most 300 characters."""
+    first = (str(e).strip().splitlines() or [""])[0]
+    return f"{type(e).__name__}: {first}"[:300]
+
+
+class InlineExecutor:
+    """Every task in this process, in order (tests, debugging)."""
+
+    name = "inline"
+    workers = 0
+
+    def run(self, fn: Callable[[Any], Any], tasks: Sequence[Any], on_done: OnDone, on_fail: OnFail) -> None:
+        for i, t in enumerate(tasks):
+            for attempt in (1, 2):
+                try:
+                    res = fn(t)
+                except Exception as e:
+                    if attempt == 2:
+                        on_fail(i, _describe(e))
+                    continue
+                on_done(i, res)
+                break
+
+
+def _worker_init() -> None:
+    """Ctrl-C is the parent's to handle. Blocked rather than ignored: CP-SAT installs its own SIGINT handler for
+    each solve and leaves the default action (end the process) behind; a blocked signal reaches neither."""
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    else:  # pragma: no cover - not POSIX
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+class LocalExecutor:
+    """`workers` spawned local processes (this process never runs CP-SAT, so that Ctrl-C stays ours). A worker
+    that dies takes the pool down; the tasks that were in flight are then retried on a fresh pool."""
+
+    name = "local"
+
+    def __init__(self, workers: int) -> None:
+        if workers < 1:
+            raise ValueError(f"workers must be >= 1, got {workers}")
+        self.workers = workers
+
+    def run(self, fn: Callable[[Any], Any], tasks: Sequence[Any], on_done: OnDone, on_fail: OnFail) -> None:
+        attempts = [0] * len(tasks)
+        todo = list(range(len(tasks)))
+        while todo:
+            todo = self._round(fn, tasks, todo, attempts, on_done, on_fail)
+
+    def _round(
+        self,
+        fn: Callable[[Any], Any],
+        tasks: Sequence[Any],
+        todo: list[int],
+        attempts: list[int],
+        on_done: OnDone,
+        on_fail: OnFail,
+    ) -> list[int]:
+        ctx = multiprocessing.get_context("spawn")
+        ex = ProcessPoolExecutor(
+            max_workers=min(self.workers, len(todo)), mp_context=ctx, initializer=_worker_init
+        )
+        pending: dict[Future[Any], int] = {}
+        again: list[int] = []
+        clean = False
+
+        def submit(i: int) -> None:
+            attempts[i] += 1
+            pending[ex.submit(fn, tasks[i])] = i
+
+        try:
+            for i in todo:
+                submit(i)
+            while pending:
+                done, _ = wait(list(pending), return_when=FIRST_COMPLETED)
+                for fut in done:
+                    i = pending.pop(fut)
+                    try:
+                        res = fut.result()
+                    except Exception as e:
+                        broken = "BrokenProcessPool" in type(e).__name__
+                        if attempts[i] < 2:
+                            if broken:
+                                again.append(i)
+                            else:
+                                submit(i)
+                        else:
+                            on_fail(i, _describe(e))
+                        if broken:  # the pool is gone: everything in flight goes to the next round
+                            again.extend(i2 for i2 in pending.values())
+                            for i2 in pending.values():
+                                attempts[i2] -= 1  # not their fault
+                            pending.clear()
+                            break
+                        continue
+                    on_done(i, res)
+            clean = True
+        finally:
+            if clean:
+                ex.shutdown(wait=True)
+            else:
+                _end_pool(ex, list(pending))
+        return again
+
+
+def _end_pool(ex: ProcessPoolExecutor, futures: list[Future[Any]]) -> None:
+    """Ctrl-C or a broken worker: drop what is pending and end the workers this pool started."""
+    procs = list(getattr(ex, "_processes", {}).values())
+    for f in futures:
+        f.cancel()
+    ex.shutdown(wait=False, cancel_futures=True)
+    for proc in procs:
+        if proc.is_alive():
+            proc.terminate()
+    for proc in procs:
+        proc.join(timeout=5)
+
+
+class RayExecutor:
+    """Ray tasks, one CPU each, on the cluster at `address` (None: the one ``ray.init`` finds or starts here, or
+    the one already initialized in this process). The same code runs on a laptop and on a cluster: with an
+    address, the ``placement`` package ships to the workers (``runtime_env.py_modules``)."""
+
+    name = "ray"
+
+    def __init__(self, address: str | None = None, workers: int | None = None) -> None:
+        try:
+            import ray
+        except ImportError:
+            raise RuntimeError("--executor ray needs Ray: pip install 'placement[ray]'") from None
+        self._ray = ray
+        if not ray.is_initialized():
+            kw: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
+            if address:
+                import placement
+
+                kw["runtime_env"] = {"py_modules": [placement.__path__[0]]}
+            else:
+                kw["num_cpus"] = workers
+            ray.init(address=address, **kw)
+        self.workers = workers or int(ray.cluster_resources().get("CPU", 1))  # type: ignore[no-untyped-call]
+
+    def run(self, fn: Callable[[Any], Any], tasks: Sequence[Any], on_done: OnDone, on_fail: OnFail) -> None:
+        ray = self._ray
+        remote = ray.remote(num_cpus=1, max_retries=0)(fn)  # the one retry is ours, for any failure
+        attempts = [0] * len(tasks)
+        refs: dict[Any, int] = {}
+
+        def submit(i: int) -> None:
+            attempts[i] += 1
+            refs[remote.remote(tasks[i])] = i
+
+        # at most workers x 2 in flight, so that a Ctrl-C leaves little queued on the cluster
+        queue = list(range(len(tasks)))[::-1]
+        try:
+            while queue or refs:
+                while queue and len(refs) < 2 * max(1, self.workers):
+                    submit(queue.pop())
+                done, _ = ray.wait(list(refs), num_returns=1)
+                for ref in done:
+                    i = refs.pop(ref)
+                    try:
+                        res = ray.get(ref)
+                    except Exception as e:
+                        cause = getattr(e, "cause", None) or e
+                        if attempts[i] < 2:
+                            submit(i)
+                        else:
+                            on_fail(i, _describe(cause))
+                        continue
+                    on_done(i, res)
+        finally:
+            for ref in refs:
+                ray.cancel(ref, force=True)
+
+
+def make_executor(name: str, workers: int | None, address: str | None = None) -> Executor:
+    """``local`` (workers 0: this process) or ``ray`` (at `address`, or a local head with `workers` CPUs)."""
+    if name == "local":
+        if workers == 0:
+            return InlineExecutor()
+        from placement.sim.whatif.run import default_workers
+
+        return LocalExecutor(workers if workers is not None else default_workers())
+    if name == "ray":
+        return RayExecutor(address, workers)
+    raise ValueError(f"executor {name!r} is not one of {list(EXECUTORS)}")

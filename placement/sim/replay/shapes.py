@@ -1,0 +1,132 @@
+"""The rule that turns a trace job's GPU count into a parallel shape and a model (traces rarely say either).
+Owns `ShapeRule` (parsed from ``--shape-rule``), the model presets and `job_for`, which builds the `Job`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from placement.errors import InputError, Problem
+from placement.model.job import Constraints, Job, ModelShape, ParallelSpec
+from placement.sim.whatif.shapes import Shape
+
+__all__ = ["MODELS", "ShapeRule", "job_for", "parse_shape_rule"]
+
+MODELS: dict[str, tuple[float, int, int]] = {
+    "1b": (1.3e9, 2048, 24),
+    "7b": (6.7e9, 4096, 32),
+    "13b": (13.0e9, 5120, 40),
+    "30b": (32.5e9, 6656, 60),
+    "70b": (70.0e9, 8192, 80),
+}
+"""Dense transformer presets: parameters, hidden size, layers (Llama-class shapes, seq 4096)."""
+
+
+@dataclass(frozen=True)
+class ShapeRule:
+    """How a job of `gpus` GPUs is shaped when its trace row gives only the count.
+
+    - TP: the largest divisor of `gpus` that is <= `tp_max` (0: one node's devices), so TP stays in a node;
+    - PP: `pp` when the job has >= `pp_from` GPUs and pp divides what TP leaves (else 1);
+    - DP: the rest.
+    - model: by size class, the first ``(max_gpus, model)`` of `classes` with gpus <= max_gpus.
+    """
+
+    tp_max: int = 0
+    pp: int = 1
+    pp_from: int = 0
+    classes: tuple[tuple[int, str], ...] = ((8, "7b"), (64, "13b"), (1 << 30, "70b"))
+    micro_batches: int = 8
+
+    def shape(self, gpus: int, gpus_per_node: int) -> Shape:
+        cap = self.tp_max or gpus_per_node
+        tp = max(d for d in range(1, min(cap, gpus) + 1) if gpus % d == 0)
+        rest = gpus // tp
+        pp = self.pp if (self.pp > 1 and self.pp_from and gpus >= self.pp_from and rest % self.pp == 0) else 1
+        return Shape(tp=tp, dp=rest // pp, pp=pp)
+
+    def model(self, gpus: int) -> str:
+        for limit, name in self.classes:
+            if gpus <= limit:
+                return name
+        return self.classes[-1][1]
+
+    def describe(self) -> str:
+        cls = ", ".join(f"<= {g} GPUs: {m}" if g < (1 << 30) else f"larger: {m}" for g, m in self.classes)
+        pp = f"pp={self.pp} from {self.pp_from} GPUs" if self.pp > 1 and self.pp_from else "pp=1"
+        return f"tp <= {self.tp_max or 'one node'}, {pp}, dp = the rest; model {cls}"
+
+
+def parse_shape_rule(text: str | None) -> ShapeRule:
+    """``tp_max=8,pp=4,pp_from=256,classes=8:7b/64:13b/inf:70b,micro_batches=8`` (every key optional)."""
+    if not text:
+        return ShapeRule()
+    kw: dict[str, object] = {}
+    probs: list[Problem] = []
+    for part in text.split(","):
+        if not part.strip():
+            continue
+        key, _, val = part.partition("=")
+        key, val = key.strip(), val.strip()
+        if key in ("tp_max", "pp", "pp_from", "micro_batches"):
+            try:
+                n = int(val)
+            except ValueError:
+                probs.append(Problem(key, f"must be an integer, got {val!r}"))
+                continue
+            if n < (0 if key in ("tp_max", "pp_from") else 1):
+                probs.append(Problem(key, f"must be >= {0 if key in ('tp_max', 'pp_from') else 1}, got {n}"))
+            kw[key] = n
+        elif key == "classes":
+            classes: list[tuple[int, str]] = []
+            for c in val.split("/"):
+                lim, _, model = c.partition(":")
+                if model not in MODELS:
+                    probs.append(
+                        Problem("classes", f"unknown model {model!r} in {c!r}; models are {list(MODELS)}")
+                    )
+                    continue
+                try:
+                    classes.append((1 << 30 if lim in ("inf", "*") else int(lim), model))
+                except ValueError:
+                    probs.append(Problem("classes", f"{c!r}: the GPU limit must be an integer or inf"))
+            kw["classes"] = tuple(sorted(classes))
+        else:
+            probs.append(
+                Problem(key or "<empty>", "unknown key; keys are tp_max, pp, pp_from, classes, micro_batches")
+            )
+    if probs:
+        raise InputError("--shape-rule", probs)
+    return ShapeRule(**kw)  # type: ignore[arg-type]
+
+
+def job_for(
+    name: str,
+    gpus: int,
+    rule: ShapeRule,
+    *,
+    gpus_per_node: int,
+    kind: str | None,
+    shape: Shape | None = None,
+    model: str | None = None,
+) -> Job:
+    """The structured job a trace row stands for: its own shape and model when the row has them, else the rule's.
+    TP prefers one node (a soft rule, as the schedulers ask); the global batch is `micro_batches` x DP."""
+    s = shape or rule.shape(gpus, gpus_per_node)
+    params, hidden, layers = MODELS[model or rule.model(gpus)]
+    if s.pp > 1 and layers % s.pp:
+        layers = math.ceil(layers / s.pp) * s.pp
+    par = ParallelSpec(tp=s.tp, cp=s.cp, ep=s.ep, dp=s.dp, pp=s.pp)
+    ms = ModelShape(
+        parameters=params,
+        hidden=hidden,
+        layers=layers,
+        seq_len=4096,
+        micro_batch=1,
+        micro_batches=max(rule.micro_batches, s.pp),
+        bytes_per_element=2,
+    )
+    return Job(
+        name, par.world_size, kind, par, ms, {"dp": 0.5}, constraints=Constraints(prefer={"tp": "node"})
+    )
