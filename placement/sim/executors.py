@@ -5,12 +5,23 @@ interface. Results stream back as tasks finish; a failed task is retried once, t
 from __future__ import annotations
 
 import multiprocessing
+import os
 import signal
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from typing import Any, Protocol
 
-__all__ = ["EXECUTORS", "Executor", "InlineExecutor", "LocalExecutor", "RayExecutor", "make_executor"]
+import placement
+
+__all__ = [
+    "EXECUTORS",
+    "Executor",
+    "InlineExecutor",
+    "LocalExecutor",
+    "RayExecutor",
+    "default_workers",
+    "make_executor",
+]
 
 EXECUTORS = ("local", "ray")
 
@@ -166,8 +177,6 @@ class RayExecutor:
         if not ray.is_initialized():
             kw: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
             if address:
-                import placement
-
                 kw["runtime_env"] = {"py_modules": [placement.__path__[0]]}
             else:
                 kw["num_cpus"] = workers
@@ -213,9 +222,15 @@ def make_executor(name: str, workers: int | None, address: str | None = None) ->
     if name == "local":
         if workers == 0:
             return InlineExecutor()
-        from placement.sim.whatif.run import default_workers
-
         return LocalExecutor(workers if workers is not None else default_workers())
     if name == "ray":
         return RayExecutor(address, workers)
     raise ValueError(f"executor {name!r} is not one of {list(EXECUTORS)}")
+
+
+def default_workers() -> int:
+    """Usable cores."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)

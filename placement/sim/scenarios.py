@@ -9,9 +9,10 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
-from placement.model.job import CollectiveKind, Edge, Job, ModelShape, ParallelSpec
+from placement.model.job import CollectiveKind, Constraints, Edge, Job, ModelShape, ParallelSpec
 from placement.model.state import ClusterState
 from placement.model.topology import HostSpec, Level, NodeType, RailPolicy, Tier, Topology
+from placement.model.traffic import job_traffic
 
 __all__ = [
     "OCCUPANCY_MODES",
@@ -215,7 +216,6 @@ def megatron_job(
     exposure: dict[str, float] | None = None,
 ) -> Job:
     """A Megatron-style structured job; the parameter count defaults to 12*h^2*L (a dense transformer)."""
-    from placement.model.job import Constraints
 
     params = parameters if parameters is not None else 12.0 * hidden * hidden * layers
     par = ParallelSpec(tp=tp, cp=cp, ep=ep, dp=dp, pp=pp)
@@ -278,7 +278,6 @@ def explicit_twin(job: Job, *, name: str | None = None) -> Job:
     either form on any mapping gives the same cost, which is what the structured and generic solver paths are
     compared on.
     """
-    from placement.model.traffic import job_traffic
 
     t = job_traffic(job)
     return Job(
@@ -301,7 +300,6 @@ def p2p_ring_job(job: Job, *, name: str | None = None) -> Job:
     model prices a collective once on its slowest path but prices every edge separately (issue 8's
     "p2p-only explicit job").
     """
-    from placement.model.traffic import job_traffic
 
     t = job_traffic(job)
     edges: list[Edge] = []

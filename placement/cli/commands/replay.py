@@ -101,7 +101,7 @@ def replay(
     from placement.sim.replay import POLICIES, SimConfig, parse_shape_rule, read_trace
     from placement.sim.replay.report import plot_replays, summary_table
     from placement.sim.replay.run import ReplayTask, read_csv, run_replays, task_key
-    from placement.sim.whatif.run import default_workers
+    from placement.sim.executors import default_workers
 
     pols = policy or list(POLICIES)
     for p in pols:

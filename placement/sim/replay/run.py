@@ -11,13 +11,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from placement.io.native import cluster_from_dict
 from placement.model.topology import Topology
+from placement.sim.digest import digest
 from placement.sim.executors import Executor, InlineExecutor
 from placement.sim.replay.report import JOB_COLUMNS, SUMMARY_COLUMNS, summarize
 from placement.sim.replay.shapes import ShapeRule
 from placement.sim.replay.sim import SimConfig, simulate
 from placement.sim.replay.traces import TraceJob
-from placement.sim.whatif.run import digest
 
 __all__ = ["ReplayRun", "ReplayTask", "replay_task", "run_replays"]
 
@@ -49,7 +50,6 @@ _TOPOLOGIES: dict[str, Topology] = {}
 
 def replay_task(task: ReplayTask, progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
     """Run one replay: its summary row, job rows and time series (what a worker sends back)."""
-    from placement.io.native import cluster_from_dict
 
     h = digest(task.cluster_doc)
     if h not in _TOPOLOGIES:

@@ -19,6 +19,9 @@ from placement.model.topology import Topology
 from placement.model.traffic import Traffic, job_traffic
 from placement.sim.replay.shapes import ShapeRule, job_for
 from placement.sim.replay.traces import TraceJob
+from placement.solve import SolveOptions, Strategy
+from placement.solve.baselines import BASELINES
+from placement.solve.run import place
 
 __all__ = ["POLICIES", "ReplayResult", "SimConfig", "simulate"]
 
@@ -168,7 +171,6 @@ _IDEAL: dict[int, tuple[Topology, dict[tuple[Any, ...], float]]] = {}
 
 def _ideal_step(topo: Topology, job: Job, traffic: Traffic, key: tuple[Any, ...]) -> float:
     """The job's modeled step on an empty cluster: the best of the scheduler baselines (cached by shape)."""
-    from placement.solve.baselines import BASELINES
 
     hit = _IDEAL.get(id(topo))
     if hit is None or hit[0] is not topo:  # keeps the topology alive, so that its id is not reused meanwhile
@@ -195,9 +197,6 @@ def simulate(
 ) -> ReplayResult:
     """Replay `jobs` on `topo` under `cfg`. Every job ends: it runs to completion, or is recorded unplaced when
     it cannot be placed on an otherwise idle cluster."""
-    from placement.solve import SolveOptions, Strategy
-    from placement.solve.baselines import BASELINES
-    from placement.solve.run import place
 
     if cfg.policy not in POLICIES:
         raise ValueError(f"policy {cfg.policy!r} is not one of {list(POLICIES)}")

@@ -16,6 +16,7 @@ from typing import Any
 
 from placement.errors import InputError, Problem
 from placement.io.text import read_text
+from placement.sim.replay.shapes import MODELS
 from placement.sim.whatif.shapes import Shape
 
 __all__ = ["FORMATS", "Trace", "TraceJob", "read_trace"]
@@ -385,11 +386,8 @@ def read_trace(
             why = f"GPUs is {gpus:g}; a job needs a whole number >= 1 of GPUs"
         elif gpus > cluster_gpus:
             why = f"GPUs is {gpus:g}, more than the cluster's {cluster_gpus}"
-        elif model is not None:
-            from placement.sim.replay.shapes import MODELS
-
-            if model not in MODELS:
-                why = f"model {model!r} is not one of {list(MODELS)}"
+        elif model is not None and model not in MODELS:
+            why = f"model {model!r} is not one of {list(MODELS)}"
         if why:
             bad.append(Problem(f"line {line}", why))
             continue

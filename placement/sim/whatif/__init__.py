@@ -11,6 +11,7 @@ are evaluated by `placement.solve.run.compare`, the function behind the gRPC Com
 
 from __future__ import annotations
 
+from placement.sim.executors import default_workers
 from placement.sim.whatif.axes import AXES, MODES, STRATEGIES, canonical_strategy, known_strategies
 from placement.sim.whatif.plots import plot_sweep
 from placement.sim.whatif.report import ranked_tables
@@ -20,7 +21,6 @@ from placement.sim.whatif.run import (
     SweepRun,
     Task,
     build_state,
-    default_workers,
     evaluate_task,
     plan_tasks,
     run_sweep,

@@ -9,10 +9,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from placement.errors import Problems
-from placement.sim.whatif.run import DEFAULT_TIME_LIMIT
+from placement.solve import Strategy
 
 __all__ = [
     "AXES",
+    "DEFAULT_TIME_LIMIT",
     "MODES",
     "STRATEGIES",
     "Axes",
@@ -23,6 +24,9 @@ __all__ = [
     "parse_axes",
 ]
 
+
+DEFAULT_TIME_LIMIT = 10.0
+"""The solver time limit of a point whose sweep sets none, in seconds."""
 
 AXES: tuple[str, ...] = (
     "shapes",
@@ -47,15 +51,11 @@ strategy the solver knows (`known_strategies`). ``topology-greedy`` is accepted 
 
 def known_strategies() -> tuple[str, ...]:
     """The strategy names the solver knows (`placement.solve.Strategy`), in its order, aliases left out."""
-    from placement.solve import Strategy
-
     return tuple(dict.fromkeys(getattr(s, "canonical", s).value for s in Strategy))
 
 
 def canonical_strategy(name: Any) -> str | None:
     """The solver's name for a strategy axis value (``topology-greedy`` -> ``kueue-tas``), None when unknown."""
-    from placement.solve import Strategy
-
     try:
         st = Strategy(name)
     except ValueError:

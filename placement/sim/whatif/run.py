@@ -5,50 +5,44 @@ processes whose rows go to the results CSV (`placement.sim.whatif.results`: appe
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
-import os
 import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from placement.cost.evaluate import CostReport
+from placement.io.export import baseline_costs
+from placement.io.native import cluster_from_dict, job_from_dict, merge_states, state_from_dict
 from placement.model.job import Job
 from placement.model.state import ClusterState
 from placement.model.topology import Topology
-from placement.sim.executors import Executor, LocalExecutor
+from placement.sim.digest import digest
+from placement.sim.executors import Executor, LocalExecutor, default_workers
+from placement.sim.scenarios import occupy
+from placement.sim.whatif.axes import DEFAULT_TIME_LIMIT
 from placement.sim.whatif.results import ResultSink, csv_columns, fmt, fold_unknown, input_row, read_results
 from placement.sim.whatif.shapes import Shape, shape_job_doc
+from placement.solve import SolveOptions, Strategy
+from placement.solve.run import compare
 
 if TYPE_CHECKING:
     from placement.sim.whatif.spec import Point, Sweep
 
 __all__ = [
-    "DEFAULT_TIME_LIMIT",
     "TASK_SECONDS",
     "SweepRun",
     "Task",
     "build_state",
-    "default_workers",
-    "digest",
     "evaluate_task",
     "plan_tasks",
     "run_sweep",
 ]
 
 
-DEFAULT_TIME_LIMIT = 10.0
 TASK_SECONDS = 6.0
 """About how much solver time limit one task (one `compare` call) holds."""
-
-
-def digest(obj: Any) -> str:
-    """A stable key of a JSON-able document: SHA-256 of its canonical JSON (sorted keys, no spaces)."""
-    return hashlib.sha256(
-        json.dumps(obj, sort_keys=True, default=str, separators=(",", ":")).encode()
-    ).hexdigest()
 
 
 # ---- evaluating points --------------------------------------------------------------------------------------
@@ -67,8 +61,6 @@ def build_state(
 ) -> ClusterState:
     """The base state (file, plus the cluster's fault domains), other jobs on about `occupancy` of the devices
     (`placement.sim.scenarios.occupy`), and round(`failed` * devices) failed devices drawn with `seed`."""
-    from placement.io.native import merge_states, state_from_dict
-    from placement.sim.scenarios import occupy
 
     base = merge_states(
         static, state_from_dict(state_doc, topology, source) if state_doc is not None else ClusterState()
@@ -115,7 +107,6 @@ _TOPOLOGIES: dict[str, tuple[Topology, ClusterState | None]] = {}
 
 def _topology(task: Task) -> tuple[Topology, ClusterState | None]:
     """The task's cluster, built once per process."""
-    from placement.io.native import cluster_from_dict
 
     hit = _TOPOLOGIES.get(task.cluster_hash)
     if hit is None:
@@ -130,8 +121,6 @@ def _outputs(res: Any, reason: str | None, free: int) -> dict[str, str]:
     if res is None:
         out.update(status="INFEASIBLE", error=reason or "")
         return out
-    from placement.cost.evaluate import CostReport
-    from placement.io.export import baseline_costs
 
     rep = res.report
     out.update(
@@ -176,9 +165,6 @@ def evaluate_task(task: Task) -> list[tuple[str, dict[str, str]]]:
     Returns (point key, output columns) per point. A job that breaks the solver (not merely infeasible) gets
     status ERROR and the exception in `error`; the other jobs of the task still run.
     """
-    from placement.io.native import job_from_dict
-    from placement.solve import SolveOptions, Strategy
-    from placement.solve.run import compare
 
     topo, static = _topology(task)
     state = build_state(
@@ -293,14 +279,6 @@ class SweepRun:
     interrupted: bool = False
     rows: dict[str, dict[str, str]] = field(default_factory=dict)
     """Finished rows of this sweep's points, by key (those of earlier runs included)."""
-
-
-def default_workers() -> int:
-    """Usable cores."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not Linux
-        return max(1, os.cpu_count() or 1)
 
 
 def run_sweep(

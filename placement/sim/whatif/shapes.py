@@ -11,8 +11,10 @@ from dataclasses import dataclass
 from itertools import product
 from typing import TYPE_CHECKING, Any
 
+from placement.cost.compute import activation_bytes, device_kind
 from placement.errors import InputError, Problems
-from placement.model.job import DIMENSIONS, Job
+from placement.io.native import job_from_dict
+from placement.model.job import DIMENSIONS, Job, ModelShape, ParallelSpec
 from placement.model.topology import Topology
 
 if TYPE_CHECKING:
@@ -92,7 +94,6 @@ def device_memory_gb(kind: str | None, topology: Topology | None = None) -> floa
     >>> device_memory_gb("H100"), device_memory_gb("gpu")
     (80.0, None)
     """
-    from placement.cost.compute import device_kind
 
     dk = device_kind(kind, topology)
     return None if dk is None else dk.memory_gb
@@ -120,8 +121,6 @@ def activation_gb(
     >>> round(activation_gb(Shape(8, 1, 1, 8, 4), hidden=8192, layers=80, seq_len=4096, micro_batches=16, heads=64), 1)
     65.1
     """
-    from placement.cost.compute import activation_bytes
-    from placement.model.job import ModelShape, ParallelSpec
 
     model = ModelShape(
         parameters=1.0,
@@ -286,7 +285,6 @@ def parse_shapes(
     keep_global_batch: bool = True,
 ) -> list[list[Shape | None]]:
     """The job shapes of each variant (tp <= GPUs per node depends on the variant); problems go to `ps`."""
-    from placement.io.native import job_from_dict
 
     shapes_per_variant: list[list[Shape | None]] = []
     model = base_job.model

@@ -10,12 +10,13 @@ from pathlib import Path
 from typing import Any
 
 from placement.errors import InputError, Problems
+from placement.io.native import cluster_from_dict, job_from_dict, load_document, state_from_dict
 from placement.io.native.document import short
 from placement.limits import current_limits
 from placement.model.job import DIMENSIONS, Job
 from placement.model.topology import Topology
+from placement.sim.digest import digest
 from placement.sim.whatif.axes import STRATEGIES, is_int, is_num, known_strategies, parse_axes
-from placement.sim.whatif.run import digest
 from placement.sim.whatif.shapes import Shape, parse_shapes, shape_job_doc
 from placement.sim.whatif.variants import Variant, apply_variant, tier_names, variant_info
 
@@ -101,7 +102,6 @@ def _sub_document(
     value: Any, what: str, base_dir: Path, ps: Problems
 ) -> tuple[dict[str, Any] | None, Path, str]:
     """A sub-document given inline (mapping) or as a path relative to the sweep file."""
-    from placement.io.native import load_document
 
     if isinstance(value, dict):
         return value, base_dir, ""
@@ -132,7 +132,6 @@ def _where(what: str, ref: str, path: str) -> str:
 
 def load_sweep(path: str | Path) -> Sweep:
     """Read and check a sweep file; every problem is raised at once as `InputError` with field paths."""
-    from placement.io.native import load_document
 
     p = Path(path)
     return sweep_from_dict(load_document(p), str(path), p.parent)
@@ -140,7 +139,6 @@ def load_sweep(path: str | Path) -> Sweep:
 
 def sweep_from_dict(doc: Any, source: str = "<sweep>", base_dir: Path | None = None) -> Sweep:
     """Check a parsed sweep document and expand its grid (see the module docstring for the format)."""
-    from placement.io.native import cluster_from_dict, job_from_dict, state_from_dict
 
     base = base_dir if base_dir is not None else Path.cwd()
     ps = Problems(source)
