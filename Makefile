@@ -32,6 +32,7 @@ test: $(BIN)/.installed
 	$(BIN)/ruff format --check placement server tests bench scripts
 	$(BIN)/mypy placement server
 	$(BIN)/lint-imports
+	$(BIN)/python scripts/import_graph.py placement server  # no import cycle; few, commented function-level imports
 	if [ "$${CI:-}" = true ]; then .ci/slurm.sh install; fi
 	.ci/postgres.sh exec $(BIN)/python -m pytest
 
