@@ -5,8 +5,10 @@ Registers PlacementService, ClusterRegistry, health and reflection; SIGTERM turn
 
 from __future__ import annotations
 
+import errno
 import logging
 import signal
+import socket
 import sys
 import threading
 import time
@@ -145,12 +147,59 @@ def _credentials(settings: Settings) -> Any:
     return grpc.ssl_server_credentials([(key, cert)], root_certificates=ca, require_client_auth=True)
 
 
+_WILDCARDS = ("", "*", "::", "0.0.0.0")
+
+
+def _bind_problem(host: str, port: int) -> str | None:
+    """Why `host`:`port` cannot be listened on, found before gRPC tries (its failure is a raw log line on stderr
+    and a vague "Failed to bind"); None when some address of `host` binds, as gRPC needs."""
+    name = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if name.startswith(("unix:", "unix-abstract:", "vsock:")):
+        return None  # not an IP address: gRPC's own check stands
+    try:
+        infos = socket.getaddrinfo(name or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (socket.gaierror, UnicodeError) as e:
+        return f"{name} does not resolve ({getattr(e, 'strerror', None) or e})"
+    addrs = [(family, addr) for family, _, _, _, addr in infos]
+    if name in _WILDCARDS:  # gRPC falls back to IPv4 where IPv6 is off
+        addrs.append((socket.AF_INET, ("0.0.0.0", port)))
+    first: OSError | None = None
+    for family, addr in addrs:
+        try:
+            with socket.socket(family, socket.SOCK_STREAM) as s:
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                s.bind(addr)
+            return None
+        except OSError as e:
+            first = first or e
+    code = first.errno if first is not None else None
+    if code == errno.EADDRINUSE:
+        return f"port {port} is in use"
+    if code == errno.EADDRNOTAVAIL:
+        return f"{name} is not an address of this machine"
+    if code == errno.EACCES:
+        return f"port {port} needs privileges (ports below 1024)"
+    return (first.strerror if first is not None else None) or "no address of it binds"
+
+
+def _bind_error(settings: Settings, reason: object) -> OSError:
+    """One line: the address, why, and where host and port came from (flag, variable or default)."""
+    return OSError(
+        f"cannot bind {settings.host}:{settings.port}: {reason}; host from {settings.source_of('host')}, "
+        f"port from {settings.source_of('port')}"
+    )
+
+
 def create_server(settings: Settings) -> tuple[PlacementServer, int]:
     """Build (not start) the server bound to settings.host:settings.port; returns it and the bound port.
 
-    Raises OSError when the address cannot be bound or a TLS file cannot be read, ValueError when the token file
-    is unreadable or empty (auth fails closed: the server does not start).
+    Raises OSError when the address cannot be bound (one line naming it, the reason and where host and port came
+    from) or a TLS file cannot be read, ValueError when the token file is unreadable or empty (auth fails closed:
+    the server does not start).
     """
+    problem = _bind_problem(settings.host, settings.port)
+    if problem is not None:
+        raise _bind_error(settings, problem)
     token = settings.bearer_token()
     credentials = _credentials(settings) if settings.tls_cert else None
     metrics = Metrics()
@@ -201,7 +250,7 @@ def create_server(settings: Settings) -> tuple[PlacementServer, int]:
         cause = None
     if port == 0:
         pool.shutdown()
-        raise OSError(f"cannot bind {address}: {cause or 'address in use or unavailable'}")
+        raise _bind_error(settings, cause or "address in use or unavailable")
     return wrapped, port
 
 
@@ -259,8 +308,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging(settings.log_level)
     try:
         return serve(settings)
-    except (OSError, ValueError) as e:
-        _log.error("cannot start", extra={"fields": {"error": str(e)}})
+    except (OSError, ValueError) as e:  # one line, no log record around it
         print(f"placement-server: cannot start: {e}", file=sys.stderr)
         return 1
 

@@ -1,6 +1,6 @@
 """Server settings: one frozen dataclass, read from flags and PLACEMENT_* environment variables (flags win).
 
-Owns the defaults and limits of the gRPC server; nothing here talks to the network.
+Owns the defaults and limits of the gRPC server, and where each value came from; nothing here talks to the network.
 """
 
 from __future__ import annotations
@@ -8,15 +8,19 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from placement import __version__
 from placement.limits import Limits, parse_limit_overrides
 
-__all__ = ["ENV_PREFIX", "Settings", "parse_settings"]
+__all__ = ["ENV_PREFIX", "Settings", "env_name", "parse_settings"]
 
 ENV_PREFIX = "PLACEMENT_"
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
 
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
@@ -30,9 +34,14 @@ def _cores() -> int:
 
 @dataclass(frozen=True)
 class Settings:
-    """Everything the server needs to start. Every field has a flag ``--a-b`` and a variable ``PLACEMENT_A_B``."""
+    """Everything the server needs to start. Every field has a flag ``--a-b`` and a variable ``PLACEMENT_A_B``,
+    except `host`: its variable is PLACEMENT_SERVER_HOST (PLACEMENT_HOST is a node's name, for `placement bind`
+    and the exported launch scripts). `origin` says where each value set came from (`source_of`)."""
 
-    host: str = field(default="[::]", metadata={"help": "address to bind"})
+    host: str = field(
+        default="[::]",
+        metadata={"help": "address to listen on (a name or IP of this machine)", "env": "SERVER_HOST"},
+    )
     port: int = field(default=50051, metadata={"help": "gRPC port (0: pick a free one)"})
     workers: int = field(default_factory=_cores, metadata={"help": "concurrent solves (default: the cores)"})
     solver_threads: int = field(default=0, metadata={"help": "CP-SAT threads per solve (0: cores / workers)"})
@@ -70,7 +79,8 @@ class Settings:
         default="127.0.0.1", metadata={"help": "Prometheus address (default: localhost only)"}
     )
     metrics_require_token: bool = field(
-        default=False, metadata={"help": "metrics also require the bearer token (true/false)"}
+        default=False,
+        metadata={"help": "metrics also require the bearer token"},
     )
     limits: str = field(
         default="",
@@ -88,6 +98,10 @@ class Settings:
     lease_sweep_s: float = field(
         default=1.0, metadata={"help": "how often expired reservation leases are swept"}
     )
+    origin: tuple[tuple[str, str], ...] = field(
+        default=(), compare=False, repr=False, metadata={"flag": False}
+    )
+    """(field, "--flag" or "PLACEMENT_VAR") for the values parse_settings read; not a setting itself."""
 
     def __post_init__(self) -> None:
         problems: list[str] = []
@@ -189,6 +203,26 @@ class Settings:
     def replace(self, **changes: object) -> Settings:
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
 
+    def source_of(self, name: str) -> str:
+        """Where the value of field `name` came from: its flag, its variable, or "the default" (or "the caller")."""
+        for key, where in self.origin:
+            if key == name:
+                return where
+        value = getattr(self, name)
+        f = next(f for f in dataclasses.fields(self) if f.name == name)
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        return "the default" if value == default else "the caller"
+
+
+def env_name(name: str) -> str:
+    """The environment variable of setting `name`: PLACEMENT_<NAME>, or the one its field names (host)."""
+    f = {f.name: f for f in dataclasses.fields(Settings)}[name]
+    return ENV_PREFIX + str(f.metadata.get("env", name.upper()))
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
 
 def _convert(f: dataclasses.Field[object], raw: str) -> object:
     kind = str(f.type)
@@ -197,9 +231,9 @@ def _convert(f: dataclasses.Field[object], raw: str) -> object:
     if raw == "" and "None" in kind:
         return None
     if kind.startswith("bool"):
-        if raw.lower() in ("1", "true", "yes", "on"):
+        if raw.lower() in _TRUE:
             return True
-        if raw.lower() in ("0", "false", "no", "off"):
+        if raw.lower() in _FALSE:
             return False
         raise ValueError(raw)
     if kind.startswith("int"):
@@ -209,36 +243,78 @@ def _convert(f: dataclasses.Field[object], raw: str) -> object:
     return raw
 
 
+def _legacy_bools(argv: Sequence[str], names: Sequence[str]) -> list[str]:
+    """``--metrics-require-token true`` (how the flag was written before it was a flag) as ``--metrics-require-token``
+    / ``--no-metrics-require-token``, with a note on stderr."""
+    out: list[str] = []
+    args = list(argv)
+    i = 0
+    while i < len(args):
+        a = args[i]
+        flag, eq, value = a.partition("=")
+        if flag in names and not eq and i + 1 < len(args) and args[i + 1].lower() in _TRUE + _FALSE:
+            value, eq = args[i + 1], "="
+            i += 1
+        if flag in names and eq:
+            if value.lower() not in _TRUE + _FALSE:
+                out.append(a)  # argparse refuses it
+            else:
+                new = flag if value.lower() in _TRUE else "--no-" + flag[2:]
+                print(
+                    f"placement-server: `{flag} {value}` is deprecated; write {new}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                out.append(new)
+        else:
+            out.append(a)
+        i += 1
+    return out
+
+
 def parse_settings(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> Settings:
     """Settings from ``PLACEMENT_*`` variables, overridden by flags. Raises SystemExit(2) on bad values."""
     env = os.environ if environ is None else environ
-    fields = {f.name: f for f in dataclasses.fields(Settings)}
+    fields = {f.name: f for f in dataclasses.fields(Settings) if f.metadata.get("flag", True)}
     ap = argparse.ArgumentParser(
         prog="placement-server",
-        description="The placement gRPC server. Every flag also reads PLACEMENT_<FLAG> from the environment.",
+        description="The placement gRPC server. Every flag also reads PLACEMENT_<FLAG> from the environment "
+        "(--host: PLACEMENT_SERVER_HOST).",
     )
+    ap.add_argument("--version", action="version", version=f"placement-server {__version__}")
+    bools = [_flag(n) for n, f in fields.items() if str(f.type).startswith("bool")]
     for name, f in fields.items():
+        help_text = f"{f.metadata.get('help', '')} [env {env_name(name)}]"
+        if _flag(name) in bools:
+            help_text = f"{f.metadata.get('help', '')} [env {env_name(name)}=true|false]"
+            ap.add_argument(
+                _flag(name), dest=name, default=None, action=argparse.BooleanOptionalAction, help=help_text
+            )
+            continue
         ap.add_argument(
-            f"--{name.replace('_', '-')}",
-            dest=name,
-            default=None,
-            metavar=name.split("_")[-1].upper(),
-            help=f"{f.metadata.get('help', '')} [env {ENV_PREFIX}{name.upper()}]",
+            _flag(name), dest=name, default=None, metavar=name.split("_")[-1].upper(), help=help_text
         )
-    args = vars(ap.parse_args(argv))
+    args = vars(ap.parse_args(_legacy_bools(sys.argv[1:] if argv is None else argv, bools)))
     values: dict[str, object] = {}
+    origin: list[tuple[str, str]] = []
     for name, f in fields.items():
-        raw = args[name] if args[name] is not None else env.get(ENV_PREFIX + name.upper())
+        if isinstance(args[name], bool):
+            values[name] = args[name]
+            origin.append((name, _flag(name) if args[name] else "--no-" + _flag(name)[2:]))
+            continue
+        where = _flag(name) if args[name] is not None else env_name(name)
+        raw = args[name] if args[name] is not None else env.get(env_name(name))
         if raw is None:
             continue
         try:
             values[name] = _convert(f, raw)
         except ValueError:
-            ap.error(f"--{name.replace('_', '-')}: {raw!r} is not a valid {str(f.type).split(' ')[0]}")
+            ap.error(f"{where}: {raw!r} is not a valid {str(f.type).split(' ')[0]}")
+        origin.append((name, where))
     if values.get("metrics_port") == -1:
         values["metrics_port"] = None
     try:
-        return Settings(**values)  # type: ignore[arg-type]
+        return Settings(**values, origin=tuple(origin))  # type: ignore[arg-type]
     except ValueError as e:
         ap.error(str(e))
     raise AssertionError("unreachable")  # ap.error exits

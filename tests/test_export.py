@@ -13,6 +13,7 @@ import socket
 import stat
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -134,19 +135,33 @@ def test_slurm_script_resources_and_srun_line() -> None:
     sbatch = dict(
         line[len("#SBATCH ") :].split("=", 1) for line in text.splitlines() if line.startswith("#SBATCH ")
     )
+    per_node = Counter(s.host for s in SEATS)
+    assert sorted(per_node.values()) == [2, 4]  # different counts: every node gets the largest, srun starts 6
     assert sbatch == {
         "--job-name": "j",
         "--nodes": "2",
-        "--ntasks": "6",
+        "--ntasks-per-node": str(max(per_node.values())),
         "--nodelist": "node02,node07",
         "--gpus-per-node": "4",
     }
+    assert "--ntasks=6 " in text.splitlines()[-1]  # the step starts the planned tasks
     assert "#   node02: ranks 0-3, GPUs 0,4,5,6" in text and "#   node07: ranks 4-5, GPUs 2,3" in text
     assert "# --gpus-per-node=4 on every node" in text and "Slurm picks WHICH GPUs" in text
     more = export("slurm", SEATS, options=ExportOptions(job="j", gpus_per_node=8))
     assert "#SBATCH --gpus-per-node=8" in more and "--gpus-per-node=8 --gpu-bind=none" in more
     if shutil.which("bash"):
         assert subprocess.run(["bash", "-n"], input=text, text=True).returncode == 0
+
+
+def test_slurm_script_pins_the_tasks_of_each_node() -> None:
+    """The same count on every host: `--ntasks-per-node` is that count, with `--ntasks`. Without it Slurm may
+    spread 8 tasks on 2 nodes as 7 + 1 (measured on a real Slurm, tests/test_slurm_e2e.py)."""
+    seats = [Seat(r, f"node{1 + r // 4:02d}", r % 4) for r in range(8)]
+    assert Counter(s.host for s in seats) == {"node01": 4, "node02": 4}
+    text = export("slurm", seats, options=OPTS)
+    sbatch = [line for line in text.splitlines() if line.startswith(("#SBATCH --nodes", "#SBATCH --ntasks"))]
+    assert sbatch == ["#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=4", "#SBATCH --ntasks=8"]
+    assert "--ntasks=8 --nodes=2 --distribution=arbitrary" in text.splitlines()[-1]
 
 
 def test_slurm_script_runs_srun_with_the_hostfile_in_rank_order(tmp_path: Path) -> None:

@@ -279,9 +279,10 @@ def _import_and_place(
     return Placed(work, busy_jobs, expected_busy, result, seats)
 
 
-def _run_job(c: Cluster, out: Path, *sbatch_args: str) -> list[str]:
+def _run_job(c: Cluster, out: Path, *sbatch_args: str, must_succeed: bool = True) -> list[str]:
     """Submit and wait by polling `scontrol show job` (sbatch --wait polls at growing intervals, up to half a
-    minute after the job ended); the job must complete with exit 0. Returns the output lines."""
+    minute after the job ended); the job must complete with exit 0 unless not `must_succeed`. Returns the
+    output lines."""
     job = c.submit("-o", str(out), *sbatch_args)
     final: dict[str, str] = {}
 
@@ -292,7 +293,8 @@ def _run_job(c: Cluster, out: Path, *sbatch_args: str) -> list[str]:
 
     c.wait(f"job {job} to finish", finished, limit=180)
     text = out.read_text() if out.is_file() else "(no output)"
-    assert (final["JobState"], final["ExitCode"]) == ("COMPLETED", "0:0"), text
+    if must_succeed:
+        assert (final["JobState"], final["ExitCode"]) == ("COMPLETED", "0:0"), text
     return text.splitlines()
 
 
@@ -383,3 +385,63 @@ def test_exported_slurm_script_runs_as_is(
     lines = _run_job(c, p.work / "job.out", str(script), sys.executable, "-c", PROBE)
     _check_ranks(lines, p)
     assert all(c.job_state(j) == "RUNNING" for j in p.busy_jobs.values())
+
+
+def _per_node(counts: str, nodelist: str) -> dict[str, int]:
+    """Slurm's per-node counts (SLURM_JOB_CPUS_PER_NODE: ``4(x2)`` or ``7,1``) by node of SLURM_JOB_NODELIST."""
+    values: list[int] = []
+    for part in counts.split(","):
+        m = re.fullmatch(r"(\d+)(?:\(x(\d+)\))?", part)
+        assert m is not None, counts
+        values += [int(m.group(1))] * int(m.group(2) or 1)
+    nodes = expand_hostlist(nodelist)
+    assert len(nodes) == len(values), (counts, nodelist)
+    return dict(zip(nodes, values, strict=True))
+
+
+def test_exported_slurm_script_gives_each_node_its_planned_tasks(
+    cluster: Cluster, busy: tuple[dict[str, str], dict[str, frozenset[int]]]
+) -> None:
+    """8 ranks, 4 on each node: the exported script's allocation holds 4 CPUs on each node and every rank runs
+    where planned. The same script without `--ntasks-per-node` (what `export` wrote before) lets Slurm spread
+    the 8 tasks as it likes (7 + 1 here), which the hostfile does not match."""
+    c = cluster
+    if len(c.nodes) < 2:
+        _unavailable(f"needs two Slurm nodes, the local cluster has {c.nodes} ({c.mode})")
+    busy_jobs, busy_gpus = busy
+    work = c.dir / "per-node"
+    work.mkdir()
+    # the plan: the 4 lowest free GPUs of each node, ranks 0-3 on the first node and 4-7 on the second
+    seats = [(h, k) for h in c.nodes[:2] for k in sorted(set(range(8)) - busy_gpus.get(h, frozenset()))[:4]]
+    plan = {h: sum(1 for x, _ in seats if x == h) for h in c.nodes[:2]}
+    assert plan == {c.nodes[0]: 4, c.nodes[1]: 4}
+    mapping = work / "mapping.json"
+    mapping.write_text(json.dumps([f"{h}/gpu{k}" for h, k in seats]))
+    script = work / "job.sh"
+    free = min(8 - len(busy_gpus.get(h, frozenset())) for h in plan)
+    c.placement(
+        "export", str(mapping), "--format", "slurm", "--gpus-per-node", str(free), "--out", str(script)
+    )
+    exported = script.read_text()
+    assert "#SBATCH --ntasks-per-node=4\n" in exported
+    # the job's allocation, printed by the batch script before its srun (the same line in both scripts)
+    probe = 'echo "JOB $SLURM_JOB_CPUS_PER_NODE $SLURM_JOB_NODELIST"'
+    script.write_text(exported.replace("set -euo pipefail\n", f"set -euo pipefail\n{probe}\n", 1))
+    env_bin = str(Path(sys.executable).parent)  # `placement` of this venv, running this checkout (PYTHONPATH)
+    c.env["PATH"] = f"{env_bin}{os.pathsep}{c.env.get('PATH', '')}"
+    lines = _run_job(c, work / "job.out", str(script), sys.executable, "-c", PROBE)
+    _check_ranks(lines, Placed(work, busy_jobs, busy_gpus, mapping, seats))
+    ran = [line.split()[2] for line in lines if line.startswith("RANK ")]
+    assert {h: ran.count(h) for h in plan} == plan
+    (job_line,) = [line.split()[1:] for line in lines if line.startswith("JOB ")]
+    assert _per_node(*job_line) == plan, f"the allocation {job_line} does not hold the planned {plan}"
+
+    # the control: the exported script without --ntasks-per-node, as export wrote it before
+    old = work / "old.sh"
+    old.write_text(script.read_text().replace("#SBATCH --ntasks-per-node=4\n", "", 1))
+    assert "--ntasks-per-node" not in old.read_text() and "#SBATCH --ntasks=8" in old.read_text()
+    lines = _run_job(c, work / "old.out", str(old), sys.executable, "-c", PROBE, must_succeed=False)
+    (job_line,) = [line.split()[1:] for line in lines if line.startswith("JOB ")]
+    got = _per_node(*job_line)
+    assert got != plan and min(got.values()) < 4, f"without --ntasks-per-node Slurm gave {got}, as planned"
+    assert all(c.job_state(j) == "RUNNING" for j in busy_jobs.values())

@@ -10,6 +10,7 @@ from typing import Any
 
 from placement.cost.evaluate import CostReport
 from placement.errors import InputError, Problem
+from placement.io.native.kinds import wrong_kind
 from placement.model.topology import Topology
 
 __all__ = [
@@ -146,6 +147,9 @@ def seats_from_document(doc: Any, source: str = "<mapping>") -> list[tuple[str, 
     A result is the protobuf JSON mapping of a PlaceResponse (``result.mapping``) or an EvaluateResponse
     (``mapping``), or the native result of earlier releases (`is_legacy_result`).
     """
+    wrong = wrong_kind(doc, "result")
+    if wrong is not None:  # `export JOB.yaml`: say what the file is, not "keys are rank numbers" per key
+        raise InputError(source, [wrong])
     doc = result_body(doc)
     items = doc.get("mapping", doc) if isinstance(doc, dict) else doc
     pairs: list[tuple[int, str, str]] = []

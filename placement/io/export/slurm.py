@@ -1,4 +1,4 @@
-"""Slurm launch script: `#SBATCH` resources (nodes, tasks, node list, GPUs per node) and one `srun` with
+"""Slurm launch script: `#SBATCH` resources (nodes, tasks per node, node list, GPUs per node) and one `srun` with
 ``--distribution=arbitrary`` over a SLURM_HOSTFILE in rank order, each task running `placement bind`."""
 
 from __future__ import annotations
@@ -9,12 +9,28 @@ from collections.abc import Sequence
 from placement.io.export.common import ExportOptions, bind_command, by_host, plural, ranges, shell_join
 from placement.io.export.document import Seat
 
-__all__ = ["slurm_script", "srun_argv"]
+__all__ = ["sbatch_tasks", "slurm_script", "srun_argv"]
 
 
 def _gpus_per_node(seats: Sequence[Seat], opts: ExportOptions) -> int:
     need = max(len(v) for v in by_host(seats).values())
     return max(need, opts.gpus_per_node or 0)
+
+
+def sbatch_tasks(seats: Sequence[Seat]) -> list[str]:
+    """The allocation's task options: a CPU per planned task on every node, as the hostfile lays them out.
+
+    `--nodes` and `--ntasks` alone let Slurm spread the tasks as it likes (8 tasks on 2 nodes: 7 CPUs on one, 1 on
+    the other, while the hostfile puts 4 on each). With the same count K on every host: ``--ntasks-per-node=K``
+    and ``--ntasks``. With different counts: ``--ntasks-per-node`` the largest and no ``--ntasks`` (which would
+    make the per-node count a mere maximum), so each node holds at least its own count; the srun step then
+    starts the planned tasks (its ``--ntasks``) where the hostfile says.
+    """
+    hosts = by_host(seats)
+    counts = {len(v) for v in hosts.values()}
+    if len(counts) == 1:
+        return [f"--nodes={len(hosts)}", f"--ntasks-per-node={counts.pop()}", f"--ntasks={len(seats)}"]
+    return [f"--nodes={len(hosts)}", f"--ntasks-per-node={max(counts)}"]
 
 
 def srun_argv(seats: Sequence[Seat], opts: ExportOptions) -> list[str]:
@@ -65,6 +81,9 @@ def slurm_script(seats: Sequence[Seat], opts: ExportOptions) -> str:
         lines.append(
             f"# The nodes hold {counts[0]} to {counts[-1]} ranks: a node with fewer than {gpn} free GPUs keeps the job pending."
         )
+        lines.append(
+            f"# --ntasks-per-node={counts[-1]} on every node (no --ntasks, which would let Slurm spread the tasks); srun starts {len(seats)}."
+        )
     lines += [
         "# Slurm picks WHICH GPUs (lowest free index first); `placement bind` refuses a task whose planned GPU",
         "# is not among them. To be sure the allocation covers the plan, ask for every free GPU of these",
@@ -72,8 +91,7 @@ def slurm_script(seats: Sequence[Seat], opts: ExportOptions) -> str:
     ]
     lines += [
         f"#SBATCH --job-name={name}",
-        f"#SBATCH --nodes={len(hosts)}",
-        f"#SBATCH --ntasks={len(seats)}",
+        *(f"#SBATCH {opt}" for opt in sbatch_tasks(seats)),
         f"#SBATCH --nodelist={','.join(hosts)}",
         f"#SBATCH --gpus-per-node={gpn}",
         "set -euo pipefail",

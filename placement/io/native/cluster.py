@@ -218,6 +218,8 @@ def cluster_from_dict(
     """Build a Topology (and the static fault domains, as a state, if the file lists any)."""
     ps = Problems(source)
     r = _Reader(ps)
+    if not r.kind(doc, "cluster"):
+        ps.raise_if_any()
     d = r.obj(doc, "")
     r.keys(
         d,

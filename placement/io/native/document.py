@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 import yaml
 
 from placement.errors import InputError, Problem, Problems
+from placement.io.native.kinds import closest_key, wrong_kind
 from placement.io.text import read_text
 from placement.limits import current_limits
 
@@ -184,10 +185,32 @@ def _problem(path: str, msg: str) -> Any:
 
 
 class _Reader:
-    """Typed getters over a parsed document that record problems instead of raising."""
+    """Typed getters over a parsed document that record problems instead of raising.
+
+    `keys` suggests the closest known key for an unknown one and remembers it: a required key whose absence a
+    typo explains is not reported again as missing (`typo`).
+    """
 
     def __init__(self, ps: Problems) -> None:
         self.ps = ps
+        self.typos: dict[tuple[str, str], str] = {}
+        """(path, a known key suggested) -> the mistyped key found at that path."""
+
+    def kind(self, doc: Any, expected: str) -> bool:
+        """Record one problem and return False when `doc` is another kind of document than `expected` (a job file
+        read as a cluster file); then its keys are not reported one by one."""
+        wrong = wrong_kind(doc, expected)
+        if wrong is not None:
+            self.ps.add(wrong.path, wrong.message)
+        return wrong is None
+
+    def typo(self, path: str, key: str) -> bool:
+        """True when a mistyped key at `path` was taken for `key` (its absence is reported by `keys`)."""
+        return (path, key) in self.typos
+
+    def typos_at(self, path: str) -> list[str]:
+        """The mistyped keys found at `path` that `keys` matched to a known key."""
+        return [typo for (p, _), typo in self.typos.items() if p == path]
 
     def obj(self, v: Any, path: str) -> dict[str, Any]:
         if v is None:
@@ -208,9 +231,17 @@ class _Reader:
     def keys(self, d: Mapping[str, Any], allowed: Sequence[str], path: str) -> None:
         for k in d:
             if k not in allowed:
-                self.ps.add(
-                    f"{path}.{k}" if path else str(k), f"unknown field; expected one of {sorted(allowed)}"
-                )
+                where = f"{path}.{k}" if path else str(k)
+                guesses = [g for g in closest_key(k, allowed, d) if (path, g) not in self.typos]
+                if guesses:
+                    self.typos.update({(path, g): str(k) for g in guesses})
+                    self.ps.add(where, f"unknown field; did you mean {' or '.join(guesses)}?")
+                else:
+                    self.ps.add(where, f"unknown field; expected one of {sorted(allowed)}")
+
+    def _missing(self, where: str, path: str, key: str, required: bool) -> None:
+        if required and not self.typo(path, key):
+            self.ps.add(where, "is required")
 
     def num(
         self,
@@ -227,8 +258,7 @@ class _Reader:
         v = d.get(key)
         where = f"{path}.{key}" if path else key
         if v is None:
-            if required:
-                self.ps.add(where, "is required")
+            self._missing(where, path, key, required)
             return default
         if isinstance(v, bool) or not isinstance(v, int | float):
             try:
@@ -261,8 +291,7 @@ class _Reader:
         v = d.get(key)
         where = f"{path}.{key}" if path else key
         if v is None:
-            if required:
-                self.ps.add(where, "is required")
+            self._missing(where, path, key, required)
             return default
         if isinstance(v, bool) or not isinstance(v, int):
             if isinstance(v, float) and v.is_integer():
@@ -284,8 +313,7 @@ class _Reader:
         v = d.get(key)
         where = f"{path}.{key}" if path else key
         if v is None:
-            if required:
-                self.ps.add(where, "is required")
+            self._missing(where, path, key, required)
             return default
         if not isinstance(v, str | int) or isinstance(v, bool):
             self.ps.add(where, f"must be a string, got {short(v)}")

@@ -78,6 +78,8 @@ def job_from_dict(doc: Any, source: str = "<job>") -> Job:
     """A structured or explicit job with its constraints."""
     ps = Problems(source)
     r = _Reader(ps)
+    if not r.kind(doc, "job"):
+        ps.raise_if_any()
     d = r.obj(doc, "")
     r.keys(
         d,
@@ -96,6 +98,10 @@ def job_from_dict(doc: Any, source: str = "<job>") -> Job:
         ],
         "",
     )
+    if r.typos_at(""):
+        # a mistyped top-level key changes what the rest means (`paralel:` makes the job explicit, and then
+        # `ranks` "is required"): report the typos alone
+        ps.raise_if_any()
     name = r.str_(d, "name", "", default=Path(source).stem) or "job"
     lim = current_limits()
     if (
@@ -116,6 +122,7 @@ def job_from_dict(doc: Any, source: str = "<job>") -> Job:
             k: r.int_(pd, k, "parallel", minimum=1, default=1, maximum=lim.max_ranks) or 1 for k in DIMENSIONS
         }
         world = math.prod(sizes.values())
+        sized = not r.typos_at("parallel")  # a mistyped size (tpp: 8) is not also a wrong world size
         lim.check("max_ranks", world, "tp*cp*ep*dp*pp")
         order = r.str_(pd, "order", "parallel", default="tp-cp-ep-dp-pp") or "tp-cp-ep-dp-pp"
         dims = order.split("-")
@@ -137,6 +144,7 @@ def job_from_dict(doc: Any, source: str = "<job>") -> Job:
             order = "tp-cp-ep-dp-pp"
         par = ParallelSpec(order=order, **sizes)
         md = r.obj(d.get("model"), "model")
+        model_start = len(ps.items)
         if "model" not in d:
             ps.add("model", "is required with `parallel`: parameters, hidden, layers, seq_len, ...")
         else:
@@ -199,24 +207,14 @@ def job_from_dict(doc: Any, source: str = "<job>") -> Job:
                 or DEFAULT_MFU,
                 heads=r.int_(md, "heads", "model", minimum=1, default=0, maximum=10**6) or 0,
             )
-            if model.layers % par.pp:
-                ps.add("model.layers", f"{model.layers} layers do not split evenly over pp={par.pp} stages")
-            if sizes["ep"] > 1 and (model.experts < sizes["ep"] or model.top_k < 1):
-                ps.add(
-                    "model.experts",
-                    f"ep={sizes['ep']} needs experts >= ep and top_k >= 1, got experts={model.experts}, top_k={model.top_k}",
-                )
-            if model.experts and sizes["ep"] > 1 and model.experts % sizes["ep"]:
-                ps.add("model.experts", f"{model.experts} experts do not split evenly over ep={sizes['ep']}")
-            if model.expert_parameters >= model.parameters:
-                ps.add(
-                    "model.expert_parameters",
-                    f"{model.expert_parameters:g} must be < parameters {model.parameters:g}",
-                )
+            # a model field wrong, missing or mistyped stands for its default, which proves nothing below
+            unsure = {p.path.removeprefix("model.") for p in ps.items[model_start:]}
+            unsure.update(k for (path, k) in r.typos if path == "model")
+            _model_checks(ps, model, sizes, unsure)
         ranks = (
             r.int_(d, "ranks", "", minimum=1, default=par.world_size, maximum=lim.max_ranks) or par.world_size
         )
-        if ranks != par.world_size:
+        if ranks != par.world_size and sized:
             ps.add(
                 "ranks",
                 f"{ranks} does not equal tp*cp*ep*dp*pp = {'*'.join(str(sizes[k]) for k in DIMENSIONS)} = {par.world_size}",
@@ -245,7 +243,7 @@ def job_from_dict(doc: Any, source: str = "<job>") -> Job:
             ps.add(f"{gp}.members", f"rank(s) {bad[:5]} outside 0..{ranks - 1}")
         if len(set(mem)) != len(mem):
             ps.add(f"{gp}.members", "lists a rank twice")
-        if len(mem) < 2:
+        if len(mem) < 2 and not r.typo(gp, "members"):
             ps.add(f"{gp}.members", f"a group needs >= 2 members, got {len(mem)}")
         groups.append(
             Group(
@@ -297,6 +295,26 @@ def job_from_dict(doc: Any, source: str = "<job>") -> Job:
         launcher = "any"
     ps.raise_if_any()
     return Job(name, ranks, kind, par, model, exposure, tuple(groups), tuple(edges), cons, launcher)
+
+
+def _model_checks(ps: Problems, model: ModelShape, sizes: Mapping[str, int], unsure: set[str]) -> None:
+    """The rules between the model shape and the parallel sizes, for the model fields not in `unsure` (those
+    already reported wrong, missing or mistyped)."""
+    if "layers" not in unsure and model.layers % sizes["pp"]:
+        ps.add("model.layers", f"{model.layers} layers do not split evenly over pp={sizes['pp']} stages")
+    moe_known = not unsure & {"experts", "top_k"}
+    if moe_known and sizes["ep"] > 1 and (model.experts < sizes["ep"] or model.top_k < 1):
+        ps.add(
+            "model.experts",
+            f"ep={sizes['ep']} needs experts >= ep and top_k >= 1, got experts={model.experts}, top_k={model.top_k}",
+        )
+    if moe_known and model.experts and sizes["ep"] > 1 and model.experts % sizes["ep"]:
+        ps.add("model.experts", f"{model.experts} experts do not split evenly over ep={sizes['ep']}")
+    if not unsure & {"parameters", "expert_parameters"} and model.expert_parameters >= model.parameters:
+        ps.add(
+            "model.expert_parameters",
+            f"{model.expert_parameters:g} must be < parameters {model.parameters:g}",
+        )
 
 
 def _exposed(r: _Reader, d: Mapping[str, Any], path: str) -> float:

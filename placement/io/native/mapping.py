@@ -8,6 +8,7 @@ from typing import Any
 
 from placement.errors import Problems
 from placement.io.native.document import load_document, short
+from placement.io.native.kinds import wrong_kind
 from placement.limits import current_limits, tick
 from placement.model.topology import Topology
 
@@ -17,6 +18,10 @@ def mapping_from_obj(doc: Any, topo: Topology, source: str = "<mapping>") -> lis
     (the ``mapping`` field of a result). A document with a top-level ``mapping`` key is unwrapped, and so is a
     PlaceResponse (``result.mapping``)."""
     ps = Problems(source)
+    wrong = wrong_kind(doc, "result")
+    if wrong is not None:  # a job or cluster file given as the mapping: one error, not one per key
+        ps.add(wrong.path, wrong.message)
+        ps.raise_if_any()
     if isinstance(doc, dict) and isinstance(doc.get("result"), dict) and "mapping" not in doc:
         doc = doc["result"]
     if isinstance(doc, dict) and "mapping" in doc:

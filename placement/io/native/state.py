@@ -83,6 +83,8 @@ def state_from_dict(doc: Any, topo: Topology, source: str = "<state>") -> Cluste
     """Occupancy, failures, degradation and fault domains, resolved against `topo`."""
     ps = Problems(source)
     r = _Reader(ps)
+    if not r.kind(doc, "state"):
+        ps.raise_if_any()
     d = r.obj(doc, "")
     r.keys(d, ["occupied", "failed", "degraded", "links", "fault_domains", "description"], "")
     lim = current_limits()
