@@ -21,6 +21,7 @@ from placement.errors import InputError
 from placement.io.affinity import cpu_list, parse_cpu_list
 from placement.io.export.common import device_env, is_amd
 from placement.io.export.document import Seat, launch_seats, seats_from_document
+from placement.io.native import load_document
 
 __all__ = [
     "RANK_VARS",
@@ -117,7 +118,6 @@ def find_rank(env: Mapping[str, str], override: int | None = None) -> tuple[int,
 
 def load_placement(path: str | None, env: Mapping[str, str]) -> tuple[list[Seat], str]:
     """The seats of the placement file (`path`, else $PLACEMENT_FILE) and its name."""
-    from placement.io.native import load_document
 
     src = path or env.get(PLACEMENT_FILE_VAR)
     if not src:

@@ -22,6 +22,11 @@ from placement.io.export.document import (
     result_document,
     seats_from_document,
 )
+from placement.io.export.dotenv import dotenv_files
+from placement.io.export.k8s import k8s_manifests
+from placement.io.export.rankfile import hostfile, rankfile
+from placement.io.export.slurm import slurm_script
+from placement.io.export.torchrun import torchrun_script
 from placement.model.topology import Topology
 
 __all__ = [
@@ -101,22 +106,13 @@ def export(
             f"# ==> {name} <==\n{text}" for name, text in export_files(fmt, ss, options=opts).items()
         )
     if fmt == "rankfile":
-        from placement.io.export.rankfile import rankfile
-
         return rankfile(ss, opts)
     if fmt == "hostfile":
-        from placement.io.export.rankfile import hostfile
-
         return hostfile(ss)
     if fmt == "slurm":
-        from placement.io.export.slurm import slurm_script
-
         return slurm_script(ss, opts)
     if fmt == "torchrun":
-        from placement.io.export.torchrun import torchrun_script
-
         return torchrun_script(ss, opts)
-    from placement.io.export.k8s import k8s_manifests
 
     return k8s_manifests(ss, opts, topology)
 
@@ -134,7 +130,5 @@ def export_files(
     opts = options or ExportOptions(job=str((result_body(document) or {}).get("job", "job")))
     ss = _seats(seats, document, topology)
     if fmt == "dotenv":
-        from placement.io.export.dotenv import dotenv_files
-
         return dotenv_files(ss, opts)
     raise ValueError(f"--format {fmt} is one file; use export()")

@@ -17,6 +17,7 @@ from placement.errors import InputError, Problem
 from placement.model.job import DIMENSIONS, Job
 from placement.model.state import ClusterState
 from placement.model.topology import Topology
+from placement.model.traffic import job_traffic
 
 __all__ = ["COLOR_BY", "FORMATS", "render"]
 
@@ -217,8 +218,6 @@ def render(
     from matplotlib.figure import Figure
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch, Rectangle
-
-    from placement.model.traffic import job_traffic
 
     out = Path(path)
     dim = _check(topology, job, mapping, out, color_by)

@@ -12,6 +12,7 @@ from typing import Any
 from placement.cost.compute import DeviceKind
 from placement.errors import InputError, Problem, Problems
 from placement.io.affinity import node_type_affinity
+from placement.io.importers.nvidia_smi import read_nvidia_smi
 from placement.io.native.document import (
     MAX_BANDWIDTH_GBPS,
     MAX_LATENCY_US,
@@ -104,8 +105,6 @@ def _node_type(r: _Reader, d: Mapping[str, Any], path: str, name: str, base_dir:
     rails: tuple[int | None, ...] | None = None
     smi_aff: tuple[tuple[str | None, ...], tuple[int | None, ...]] | None = None
     if d.get("nvidia_smi") is not None:
-        from placement.io.importers.nvidia_smi import read_nvidia_smi
-
         f = Path(str(d["nvidia_smi"]))
         if base_dir is not None and not f.is_absolute():
             f = base_dir / f
