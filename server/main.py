@@ -138,7 +138,8 @@ def _read(name: str, path: str) -> bytes:
 
 def _credentials(settings: Settings) -> Any:
     """TLS server credentials; with `tls_client_ca`, clients must present a certificate signed by it (mTLS)."""
-    assert settings.tls_cert is not None and settings.tls_key is not None
+    if settings.tls_cert is None or settings.tls_key is None:
+        raise ValueError("TLS needs both --tls-cert and --tls-key")
     key = _read("tls_key", settings.tls_key)
     cert = _read("tls_cert", settings.tls_cert)
     if settings.tls_client_ca is None:

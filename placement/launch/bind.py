@@ -187,7 +187,8 @@ def visible_device(seat: Seat, env: Mapping[str, str]) -> tuple[str, str]:
                 f"{slurm_var}={env[slurm_var]} is set but {vis_vars[0]} is not: cannot tell whether "
                 f"GPU {phys} is visible as ordinal {pos} (cgroup device limits) or {phys}"
             )
-        assert vis_var is not None
+        if vis_var is None:
+            raise BindError(f"{slurm_var} is set but no visible-devices variable is")
         if len(current) != len(gpus):
             raise BindError(
                 f"cannot pair {vis_var}={env[vis_var]} with {slurm_var}={env[slurm_var]}: "

@@ -226,7 +226,8 @@ def simulate(
         job = job_for(f"j{i}", tj.gpus, rule, gpus_per_node=gpn, kind=kind, shape=tj.shape, model=tj.model)
         tr = job_traffic(job)
         par = job.parallel
-        assert par is not None
+        if par is None:
+            raise ValueError(f"replay job {job.name}: job_for built no parallel sizes")
         key = (par.tp, par.cp, par.ep, par.dp, par.pp, job.model)
         runs.append(_Run(i, tj, job, tr, _ideal_step(topo, job, tr, key), tj.duration))
         push(tj.submit * cfg.arrival_scale, _ARRIVE, i)
@@ -250,7 +251,8 @@ def simulate(
                 res = place(topo, st, r.job, opts)
             except InfeasibleError:
                 return None
-            assert res.mapping is not None and res.report is not None
+            if res.mapping is None or res.report is None:
+                raise ValueError(f"replay job {r.job.name}: place returned no mapping and no error")
             m, rep = res.mapping, res.report
         else:
             got = BASELINES[cfg.policy](topo, st, r.job, r.traffic)
@@ -385,5 +387,6 @@ def simulate(
 
 def _shape(job: Job) -> str:
     p = job.parallel
-    assert p is not None
+    if p is None:
+        return f"{job.ranks} ranks"
     return f"tp{p.tp}-pp{p.pp}-dp{p.dp}"

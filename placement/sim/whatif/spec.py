@@ -9,7 +9,7 @@ from itertools import product
 from pathlib import Path
 from typing import Any
 
-from placement.errors import InputError, Problems
+from placement.errors import InputError, Problem, Problems
 from placement.io.native import cluster_from_dict, job_from_dict, load_document, state_from_dict
 from placement.io.native.document import short
 from placement.limits import current_limits
@@ -228,7 +228,8 @@ def sweep_from_dict(doc: Any, source: str = "<sweep>", base_dir: Path | None = N
     if gpus is None and base_job is not None:
         gpus = base_job.ranks
     ps.raise_if_any()
-    assert base_topo is not None and base_job is not None and cluster_doc is not None and job_doc is not None
+    if base_topo is None or base_job is None or cluster_doc is None or job_doc is None:
+        raise InputError(source, [Problem("cluster", "a sweep needs a cluster and a job")])
 
     # cluster variants: build each, to check it and to know its effective values
     variants: list[Variant] = []
