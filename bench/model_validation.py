@@ -19,9 +19,11 @@ from pathlib import Path
 
 from placement.cost.evaluate import evaluate
 from placement.io.importers.nvidia_smi import read_nvidia_smi
+from placement.model.devices import HostSpec, NodeType
 from placement.model.job import CollectiveKind, Group, Job, ModelShape, ParallelSpec
+from placement.model.links import Level, Tier
 from placement.model.state import ClusterState
-from placement.model.topology import HostSpec, Level, NodeType, Tier, Topology
+from placement.model.topology import Topology
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"

@@ -7,9 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from placement.model.devices import HostSpec, NodeType
 from placement.model.job import ModelShape, ParallelSpec
+from placement.model.links import Level, RailPolicy, Tier
 from placement.model.state import ClusterState
-from placement.model.topology import HostSpec, Level, NodeType, RailPolicy, Tier, Topology
+from placement.model.topology import Topology
 
 # Shared test helpers assert too: pytest rewrites their asserts as it does the test files' (detailed failures).
 pytest.register_assert_rewrite(

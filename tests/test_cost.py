@@ -23,8 +23,9 @@ from placement.cost.evaluate import (
 )
 from placement.io.native import load_cluster, load_job
 from placement.model.job import CollectiveKind, Constraints, Edge, Group, Job
+from placement.model.links import RailPolicy, Tier
 from placement.model.state import ClusterState, Uplink
-from placement.model.topology import RailPolicy, Tier, Topology
+from placement.model.topology import Topology
 from placement.model.traffic import job_traffic
 from placement.model.validate import validate
 from placement.sim.scenarios import A100_PCIE_PAIRS, DGX1_MATRIX

@@ -30,8 +30,9 @@ from placement.model.job import (
     ParallelSpec,
     SpreadRule,
 )
+from placement.model.links import DEFAULT_INTRA_NODE_TIERS, RailPolicy, Tier, intra_node_tier
 from placement.model.state import ClusterState, Uplink
-from placement.model.topology import DEFAULT_INTRA_NODE_TIERS, RailPolicy, Tier, Topology, intra_node_tier
+from placement.model.topology import Topology
 from placement.model.traffic import job_traffic
 from placement.model.validate import validate
 from tests.conftest import tree

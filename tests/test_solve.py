@@ -13,9 +13,11 @@ from hypothesis import strategies as st
 
 from placement.cost.evaluate import evaluate, surrogate_seconds
 from placement.errors import InfeasibleError
+from placement.model.devices import HostSpec, NodeType
 from placement.model.job import Constraints, SpreadRule
+from placement.model.links import Level, Tier
 from placement.model.state import ClusterState, Uplink
-from placement.model.topology import HostSpec, Level, NodeType, Tier, Topology
+from placement.model.topology import Topology
 from placement.model.traffic import job_traffic
 from placement.model.validate import validate
 from placement.sim.scenarios import dgx1_node, fat_tree, megatron_job, occupy

@@ -31,8 +31,9 @@ from dataclasses import dataclass, field
 
 from placement.errors import PlacementError
 from placement.model.job import CollectiveKind, Group, Job
+from placement.model.links import Tier, intra_node_tier
 from placement.model.state import ClusterState
-from placement.model.topology import Tier, Topology, intra_node_tier
+from placement.model.topology import Topology
 from placement.model.traffic import Traffic, job_traffic
 
 __all__ = [

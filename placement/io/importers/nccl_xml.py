@@ -54,7 +54,7 @@ _GCN_NUMERIC = {
 }
 _NV_KIND = {"70": "V100", "80": "A100", "86": "A10", "89": "L40S", "90": "H100", "100": "B200"}
 # NVLink per link and direction for NVLink 5 (B200: 1.8 TB/s over 18 links); older generations keep the
-# cluster default (25 GB/s per link, placement.model.topology.DEFAULT_INTRA_NODE_TIERS).
+# cluster default (25 GB/s per link, placement.model.links.DEFAULT_INTRA_NODE_TIERS).
 _NVLINK5_GBPS = 50.0
 _GPU_CLASSES = ("0x0302", "0x0380", "0x1200")
 _NVSWITCH_CLASS = "0x0680"
