@@ -299,8 +299,8 @@ def table(rows: Sequence[Row]) -> str:
 
 def timing(repeat: int = 3) -> str:
     """Seconds of one `evaluate` at 65,536 ranks: tp8 pp8 dp1024 on the 131,072-GPU fat tree (best of `repeat`)."""
-    from placement.cost.evaluate import surrogate_seconds
     from placement.cost.step import model_step
+    from placement.cost.surrogate import surrogate_seconds
     from placement.model.traffic import job_traffic
     from placement.sim.scenarios import fat_tree, megatron_job
 

@@ -8,16 +8,13 @@ import math
 
 import pytest
 
-from placement.cost.evaluate import (
-    CostReport,
-    InvalidMappingError,
-    Path,
+from placement.cost.evaluate import evaluate
+from placement.cost.paths import Path, group_path, pair_path
+from placement.cost.report import CostReport, InvalidMappingError
+from placement.cost.surrogate import (
     collective_seconds,
-    evaluate,
-    group_path,
     group_seconds,
     p2p_seconds,
-    pair_path,
     surrogate_report,
     surrogate_seconds,
 )

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from placement.cost.evaluate import surrogate_seconds
+from placement.cost.surrogate import surrogate_seconds
 from placement.model.job import Constraints, Edge, Job, SpreadRule
 from placement.model.links import Tier
 from placement.model.state import ClusterState

@@ -17,7 +17,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from placement.cost.evaluate import InvalidMappingError, evaluate, surrogate_report
+from placement.cost.evaluate import evaluate
+from placement.cost.report import InvalidMappingError
+from placement.cost.surrogate import surrogate_report
 from placement.io.export import export, export_files, result_document, seats_from_document
 from placement.model.job import (
     DIMENSIONS,

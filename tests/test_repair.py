@@ -8,7 +8,7 @@ import itertools
 
 import pytest
 
-from placement.cost.evaluate import surrogate_seconds
+from placement.cost.surrogate import surrogate_seconds
 from placement.errors import InfeasibleError, InputError
 from placement.model.job import Constraints, Job
 from placement.model.state import ClusterState

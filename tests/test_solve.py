@@ -11,7 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from placement.cost.evaluate import evaluate, surrogate_seconds
+from placement.cost.evaluate import evaluate
+from placement.cost.surrogate import surrogate_seconds
 from placement.errors import InfeasibleError
 from placement.model.devices import HostSpec, NodeType
 from placement.model.job import Constraints, SpreadRule

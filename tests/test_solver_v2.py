@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from placement.cost.evaluate import surrogate_seconds
+from placement.cost.surrogate import surrogate_seconds
 from placement.errors import InfeasibleError
 from placement.io.importers.graph import topology_from_distances
 from placement.model.devices import HostSpec, NodeType

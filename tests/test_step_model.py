@@ -20,8 +20,9 @@ from placement.cost.compute import (
     step_compute,
     tree_channel_gbps,
 )
-from placement.cost.evaluate import evaluate, surrogate_report
+from placement.cost.evaluate import evaluate
 from placement.cost.host_rings import best_ring, matrix_ring, nvswitch
+from placement.cost.surrogate import surrogate_report
 from placement.errors import InputError
 from placement.io.native import cluster_from_dict, job_from_dict
 from placement.model.devices import DEVICE_KINDS, HostSpec, NodeType

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from placement.cost.evaluate import CostReport, PhaseCost
+from placement.cost.report import CostReport, PhaseCost
 from placement.errors import InputError, Problems
 from placement.io.export import baseline_costs
 from placement.io.export.document import device_affinity

@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 
-from placement.cost.evaluate import CostReport
+from placement.cost.report import CostReport
 from placement.errors import InfeasibleError
 from placement.model.job import host_blocks
 from placement.model.topology import Topology

@@ -11,7 +11,10 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from placement.cost.evaluate import CostReport, evaluate, group_path, group_seconds, p2p_seconds, pair_path
+from placement.cost.evaluate import evaluate
+from placement.cost.paths import group_path, pair_path
+from placement.cost.report import CostReport
+from placement.cost.surrogate import group_seconds, p2p_seconds
 from placement.model.job import Job
 from placement.model.state import ClusterState
 from placement.model.topology import Topology
@@ -107,7 +110,7 @@ class Problem:
         return stop is not None and stop.is_set()
 
     def surrogate(self, mapping: Sequence[int]) -> float:
-        """The solver's objective (`placement.cost.evaluate.surrogate_seconds`) of a full mapping."""
+        """The solver's objective (`placement.cost.surrogate.surrogate_seconds`) of a full mapping."""
         return SurrogateScore(self, mapping).total
 
     @property

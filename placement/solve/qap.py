@@ -2,7 +2,7 @@
 
 Robust tabu search (Taillard 1991) over swaps with an O(n^2) delta matrix, CP-SAT with element constraints to
 prove small instances, and the Gilmore-Lawler bound. Costs are ``sum F1*L + F2*W`` over rank pairs: F1 transfer
-counts times latency, F2 bytes times seconds per byte, exactly as `placement.cost.evaluate.p2p_seconds` adds them.
+counts times latency, F2 bytes times seconds per byte, exactly as `placement.cost.surrogate.p2p_seconds` adds them.
 """
 
 from __future__ import annotations

@@ -10,7 +10,8 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 
-from placement.cost.evaluate import CostReport, evaluate
+from placement.cost.evaluate import evaluate
+from placement.cost.report import CostReport
 from placement.errors import InfeasibleError, InputError, PlacementError, Problem
 from placement.limits import checkpoint
 from placement.model.job import Job

@@ -12,7 +12,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from placement.cost.evaluate import CostReport
+    from placement.cost.report import CostReport
 
 __all__ = ["PlacementResult", "SolveOptions", "SolveStatus", "StopEvent", "Strategy"]
 

@@ -130,7 +130,7 @@ def _outputs(res: Any, reason: str | None, free: int) -> dict[str, str]:
     if res is None:
         out.update(status="INFEASIBLE", error=reason or "")
         return out
-    from placement.cost.evaluate import CostReport
+    from placement.cost.report import CostReport
     from placement.io.export import baseline_costs
 
     rep = res.report

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from placement.cost.evaluate import CostReport
+from placement.cost.report import CostReport
 from placement.model.job import Job
 from placement.model.state import ClusterState
 from placement.model.topology import Topology

@@ -12,7 +12,8 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from placement.cost.evaluate import CostReport, evaluate
+from placement.cost.evaluate import evaluate
+from placement.cost.report import CostReport
 from placement.errors import InfeasibleError, InputError, PlacementError, Problem
 from placement.model.job import Job
 from placement.model.state import ClusterState

@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from placement.cost.evaluate import Path, collective_seconds, p2p_seconds
+from placement.cost.paths import Path
+from placement.cost.surrogate import collective_seconds, p2p_seconds
 from placement.model.state import ClusterState
 from placement.model.topology import Topology
 from placement.model.traffic import Traffic

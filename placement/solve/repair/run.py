@@ -15,7 +15,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from placement.cost.evaluate import CostReport, evaluate
+from placement.cost.evaluate import evaluate
+from placement.cost.report import CostReport
 from placement.errors import InfeasibleError, InputError, Problem
 from placement.model.job import Job
 from placement.model.state import ClusterState
