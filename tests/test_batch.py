@@ -29,7 +29,9 @@ from placement.model.state import ClusterState
 from placement.model.topology import Topology
 from placement.sim.scenarios import megatron_job
 from placement.solve import SolveOptions
-from placement.solve.batch.joint import FIFO, PRIORITY, BatchJob, BatchResult, place_batch, validate_batch
+from placement.solve.batch.explain import validate_batch
+from placement.solve.batch.joint import FIFO, PRIORITY, place_batch
+from placement.solve.batch.types import BatchJob, BatchResult
 from placement.v1 import placement_pb2 as pb
 from placement.v1 import placement_pb2_grpc as pb_grpc
 from server.main import create_server

@@ -17,8 +17,8 @@ from placement.model.traffic import job_traffic
 from placement.model.validate import validate
 from placement.sim.scenarios import fat_tree, megatron_job, occupy
 from placement.solve import SolveOptions, place
-from placement.solve.repair.input import resolve_current
-from placement.solve.repair.run import RepairBudget, repair
+from placement.solve.repair.input import RepairBudget, resolve_current
+from placement.solve.repair.run import repair
 from tests.conftest import model, spec, tree
 
 OPTS = SolveOptions(time_limit_s=5.0, workers=1, seed=0)

@@ -10,7 +10,8 @@ from placement.messages.domain import _job, _options, _Problems, _stats, _topolo
 from placement.model.state import ClusterState
 from placement.model.topology import Topology
 from placement.solve import SolveOptions
-from placement.solve.batch.joint import BatchJob, BatchPlan, BatchResult, batch_problems
+from placement.solve.batch.joint import batch_problems
+from placement.solve.batch.types import BatchJob, BatchPlan, BatchResult
 from placement.v1 import placement_pb2 as pb
 
 __all__ = ["BatchInputs", "batch_inputs", "batch_response", "plan_to_proto"]

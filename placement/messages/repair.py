@@ -20,8 +20,8 @@ from placement.model.job import Job
 from placement.model.state import ClusterState
 from placement.model.topology import Topology
 from placement.solve import SolveOptions
-from placement.solve.repair.input import resolve_current
-from placement.solve.repair.run import RepairAnswer, RepairBudget, RepairResult
+from placement.solve.repair.input import RepairBudget, resolve_current
+from placement.solve.repair.run import RepairAnswer, RepairResult
 from placement.v1 import placement_pb2 as pb
 
 __all__ = ["RepairInputs", "answer_to_proto", "repair_inputs", "repair_response"]

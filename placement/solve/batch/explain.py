@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 from placement.cost.report import CostReport
 from placement.model.job import Job
@@ -18,11 +17,9 @@ from placement.model.topology import Topology
 from placement.model.traffic import Traffic
 from placement.model.validate import validate
 from placement.solve.baselines import first_fit, kueue_tas
+from placement.solve.batch.types import BatchPlan, JobOutcome
 from placement.solve.run import explain_infeasible
 from placement.solve.units import candidate_devices
-
-if TYPE_CHECKING:
-    from placement.solve.batch.joint import BatchPlan, JobOutcome
 
 __all__ = ["Explainer", "classify", "validate_batch"]
 
@@ -97,8 +94,6 @@ class Explainer:
         return self._alone[j]
 
     def plan(self, strategy: str, assign: Mapping[int, tuple[list[int], CostReport]]) -> BatchPlan:
-        from placement.solve.batch.joint import BatchPlan, JobOutcome
-
         outcomes: list[JobOutcome] = []
         for j, job in enumerate(self.jobs):
             if j in assign:
@@ -115,8 +110,6 @@ class Explainer:
         return BatchPlan(strategy, outcomes, self.weights)
 
     def _conflict(self, j: int, assign: Mapping[int, tuple[list[int], CostReport]]) -> JobOutcome:
-        from placement.solve.batch.joint import JobOutcome
-
         job = self.jobs[j]
         owner: dict[int, int] = {d: k for k, (m, _) in assign.items() for d in m}
         occ = dict(self.state.occupied)

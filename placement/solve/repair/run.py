@@ -26,28 +26,16 @@ from placement.model.validate import validate
 from placement.solve.construct import HostPool
 from placement.solve.cpsat.model import build_units
 from placement.solve.problem import Problem as Request
-from placement.solve.repair.input import repair_state, resolve_selectors
+from placement.solve.repair.input import RepairBudget, repair_state, resolve_selectors
 from placement.solve.repair.model import MoveProgram, MoveSolve, greedy_assignment, relabel_keeping
 from placement.solve.repair.search import budget_caps, neighbourhoods, sweep
 from placement.solve.run import explain_infeasible, place, request_problems
 from placement.solve.types import SolveOptions
 
-__all__ = ["Move", "RepairAnswer", "RepairBudget", "RepairResult", "repair"]
+__all__ = ["Move", "RepairAnswer", "RepairResult", "repair"]
 
 SINGLE_RANK_UNITS = 16  # jobs up to this size move rank by rank; larger ones move whole units (TP groups)
 GLOBAL_VARS = 4_000  # units x hosts up to this: one program over every unit (minimum moves proven)
-
-
-@dataclass(frozen=True)
-class RepairBudget:
-    """How much may move. `move_cost_s`: seconds one moved rank costs (its checkpoint restore); with
-    `horizon_steps` (the steps the job still runs) it picks the recommended answer: the least
-    ``horizon_steps * step_seconds + move_cost_s * moved_ranks``."""
-
-    max_moved_ranks: int | None = None
-    max_moved_hosts: int | None = None
-    move_cost_s: float = 0.0
-    horizon_steps: float = 1000.0
 
 
 @dataclass(frozen=True)

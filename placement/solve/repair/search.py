@@ -5,14 +5,11 @@ large jobs, growing neighbourhoods of the least repair re-solved; each solve is 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
 
 from placement.solve.cpsat.model import build_model
 from placement.solve.problem import Problem as Request
+from placement.solve.repair.input import RepairBudget
 from placement.solve.repair.model import MoveProgram, MoveSolve
-
-if TYPE_CHECKING:
-    from placement.solve.repair.run import RepairBudget
 
 __all__ = ["budget_caps", "neighbourhoods", "sweep"]
 
