@@ -17,7 +17,7 @@ from placement.cost.report import CostReport
 from placement.errors import InfeasibleError
 from placement.model.job import host_blocks
 from placement.model.topology import Topology
-from placement.solve.problem import Problem
+from placement.solve.prepared import PreparedRequest
 
 __all__ = ["contiguous", "is_contiguous"]
 
@@ -56,7 +56,7 @@ def _key(rep: CostReport) -> tuple[float, float]:
     return (rep.comm_seconds, rep.surrogate_seconds)
 
 
-def _neighbours(request: Problem, blocks: list[Block]) -> list[list[Block]]:
+def _neighbours(request: PreparedRequest, blocks: list[Block]) -> list[list[Block]]:
     """Block moves, cheapest kinds first."""
     topo = request.topology
     out: list[list[Block]] = []
@@ -102,7 +102,7 @@ def _neighbours(request: Problem, blocks: list[Block]) -> list[list[Block]]:
 
 
 def contiguous(
-    request: Problem, score: Score, free: tuple[list[int], CostReport], others: Sequence[list[int]]
+    request: PreparedRequest, score: Score, free: tuple[list[int], CostReport], others: Sequence[list[int]]
 ) -> tuple[list[int], CostReport, dict[str, float | int | str]]:
     """The best contiguous mapping found from `free` (the unconstrained answer) and `others`, and the stats that
     compare it with the free answer. Raises `InfeasibleError` when no candidate is valid."""

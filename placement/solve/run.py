@@ -27,7 +27,7 @@ from placement.solve.cpsat import (  # imported here: ortools takes ~1 s to impo
 from placement.solve.cpsat.model import build_units
 from placement.solve.launcher import contiguous
 from placement.solve.multilevel.mapping import multilevel_candidates
-from placement.solve.problem import Problem as Request
+from placement.solve.prepared import PreparedRequest
 from placement.solve.types import PlacementResult, SolveOptions, SolveStatus, Strategy
 from placement.solve.units import candidate_devices, required_units
 
@@ -166,7 +166,7 @@ class _Scorer:
     """The evaluator's reports of valid mappings, each mapping scored once, with the time one scoring takes (so
     that a tight limit skips the scoring of further baselines instead of overrunning)."""
 
-    def __init__(self, request: Request) -> None:
+    def __init__(self, request: PreparedRequest) -> None:
         self.request = request
         self.memo: dict[tuple[int, ...], CostReport | None] = {}
         self.cost_s = 0.0
@@ -225,7 +225,7 @@ def place(
     reasons = explain_infeasible(topology, state, job, traffic)
     if reasons:
         raise InfeasibleError(reasons)
-    request = Request.prepare(topology, state, job, opts, traffic=traffic, t0=t0)
+    request = PreparedRequest.prepare(topology, state, job, opts, traffic=traffic, t0=t0)
     reserve = 0.2 * opts.time_limit_s if job.launcher == "torchrun" else 0.0  # for the contiguous search
     request.deadline -= reserve
     score = _Scorer(request)
@@ -288,7 +288,7 @@ def place(
 
 
 def _optimize(
-    request: Request,
+    request: PreparedRequest,
     score: _Scorer,
     found: dict[str, tuple[list[int], CostReport]],
     baselines: dict[str, float | None],

@@ -31,7 +31,7 @@ from placement.solve.cpsat.slots import (
     sorted_hint,
     symmetry_chains,
 )
-from placement.solve.problem import Problem, SurrogateScore
+from placement.solve.prepared import PreparedRequest, SurrogateScore
 
 __all__ = ["CpsatOutcome", "solve_cpsat"]
 
@@ -51,11 +51,11 @@ class CpsatOutcome:
 
 
 class _Incumbent:
-    """The best mapping so far by what `place` picks by (the evaluator, then the surrogate, where the problem is
+    """The best mapping so far by what `place` picks by (the evaluator, then the surrogate, where the request is
     evaluator-guided; else the surrogate alone), and the least surrogate seen (bounds are clamped to it)."""
 
-    def __init__(self, problem: Problem) -> None:
-        self.p = problem
+    def __init__(self, request: PreparedRequest) -> None:
+        self.p = request
         self.mapping: list[int] | None = None
         self.key: tuple[float, float] = (math.inf, math.inf)
         self.min_surrogate = math.inf
@@ -83,21 +83,21 @@ class _Incumbent:
         return self.key[1]
 
 
-def _hosts_in_one_fault_domain(problem: Problem) -> bool:
+def _hosts_in_one_fault_domain(request: PreparedRequest) -> bool:
     """The unit model assigns fault domains per host; its infeasibility proofs hold only if that is exact."""
-    for rule in problem.job.constraints.spread:
-        fd = problem.state.fault_domain_of(rule.kind, problem.topology)
-        for devs in problem.pool.devices.values():
+    for rule in request.job.constraints.spread:
+        fd = request.state.fault_domain_of(rule.kind, request.topology)
+        for devs in request.pool.devices.values():
             if len({fd.get(d) for d in devs}) > 1:
                 return False
     return True
 
 
 def _choose_slots(
-    problem: Problem, units: Units, model: UnitModel, assign: dict[int, int] | None
+    request: PreparedRequest, units: Units, model: UnitModel, assign: dict[int, int] | None
 ) -> tuple[Slots, bool]:
     """The slots of the full model, and whether they lose nothing (a bound on them is a bound on the surrogate)."""
-    topo, pool = problem.topology, problem.pool
+    topo, pool = request.topology, request.pool
     sizes = {len(u) for u in units.ranks}
     max_free = max((pool.free(h) for h in pool.devices), default=0)
     smallest_term = min(
@@ -107,7 +107,7 @@ def _choose_slots(
     if units.split:
         return leaf_slots(topo, pool, max(sizes), len(units.ranks), split=True), False
     if (
-        not problem.constrained
+        not request.constrained
         and len(sizes) == 1
         and n_levels > 2
         and (smallest_term > max_free or len(units.ranks) > 64)
@@ -117,7 +117,7 @@ def _choose_slots(
     max_size = sum(len(u) for u in units.ranks)
     hosts = (
         sorted(pool.devices)
-        if problem.constrained
+        if request.constrained
         else host_classes(topo, pool, sorted(pool.devices), max_size, len(units.ranks))
     )
     if assign is not None:
@@ -128,14 +128,16 @@ def _choose_slots(
 
 
 def solve_cpsat(
-    problem: Problem, starts: list[tuple[str, list[int]]], scores: Sequence[tuple[float, float] | None] = ()
+    request: PreparedRequest,
+    starts: list[tuple[str, list[int]]],
+    scores: Sequence[tuple[float, float] | None] = (),
 ) -> CpsatOutcome:
     """Optimize from `starts` (valid mappings: the baselines and candidates; `scores`, aligned with them, their
     (exposed comm, surrogate) where already known); see the module docstring."""
     from placement.solve.exact import exact_applicable, solve_device_level
     from placement.solve.refine import refine_hosts
 
-    p, topo, job, opts = problem, problem.topology, problem.job, problem.options
+    p, topo, job, opts = request, request.topology, request.job, request.options
     t0 = time.perf_counter()
     stats: dict[str, float | int | str] = {}
     candidates: list[tuple[str, list[int]]] = []

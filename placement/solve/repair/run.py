@@ -1,7 +1,7 @@
 """`repair`: a running job's mapping after failures, drains and degradations, with few moves: a Pareto set of
 (moved ranks, modeled step seconds) answers from the least repair up to a full re-place.
 
-The same machinery as `place` (`Problem.prepare`, the unit model, CP-SAT) plus a move term
+The same machinery as `place` (`PreparedRequest.prepare`, the unit model, CP-SAT) plus a move term
 (`placement.solve.repair.model`); every answer is scored by `placement.cost.evaluate.evaluate` and checked by `validate`.
 Its input is resolved by `placement.solve.repair.input`; the move-capped searches are in
 `placement.solve.repair.search`.
@@ -25,7 +25,7 @@ from placement.model.traffic import job_traffic
 from placement.model.validate import validate
 from placement.solve.construct import HostPool
 from placement.solve.cpsat.model import build_units
-from placement.solve.problem import Problem as Request
+from placement.solve.prepared import PreparedRequest
 from placement.solve.repair.input import RepairBudget, repair_state, resolve_selectors
 from placement.solve.repair.model import MoveProgram, MoveSolve, greedy_assignment, relabel_keeping
 from placement.solve.repair.search import budget_caps, neighbourhoods, sweep
@@ -167,7 +167,7 @@ def repair(
     if reasons:
         raise InfeasibleError(reasons)
     before = evaluate(topology, rstate, job, current, traffic=traffic, check=False)
-    request = Request.prepare(topology, rstate, job, opts, traffic=traffic, t0=t0)
+    request = PreparedRequest.prepare(topology, rstate, job, opts, traffic=traffic, t0=t0)
     request.pool = HostPool.of(topology, request.candidates)  # degraded devices too: the move term needs them
     cset = set(request.candidates)
     forced = [r for r, d in enumerate(current) if d not in cset]

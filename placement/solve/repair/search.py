@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from placement.solve.cpsat.model import build_model
-from placement.solve.problem import Problem as Request
+from placement.solve.prepared import PreparedRequest
 from placement.solve.repair.input import RepairBudget
 from placement.solve.repair.model import MoveProgram, MoveSolve
 
@@ -66,7 +66,7 @@ def sweep(
 
 
 def neighbourhoods(
-    request: Request,
+    request: PreparedRequest,
     units: list[tuple[int, ...]],
     units_exact: bool,
     current: Sequence[int],

@@ -23,13 +23,13 @@ from placement.solve.construct import HostPool
 from placement.solve.types import SolveOptions
 from placement.solve.units import candidate_devices
 
-__all__ = ["EVALUATOR_GUIDED_RANKS", "Problem", "SurrogateScore"]
+__all__ = ["EVALUATOR_GUIDED_RANKS", "PreparedRequest", "SurrogateScore"]
 
 EVALUATOR_GUIDED_RANKS = 8192
 
 
 @dataclass
-class Problem:
+class PreparedRequest:
     """One placement request, prepared once. `deadline` is a `time.perf_counter()` value."""
 
     topology: Topology
@@ -55,7 +55,7 @@ class Problem:
         *,
         traffic: Traffic | None = None,
         t0: float | None = None,
-    ) -> Problem:
+    ) -> PreparedRequest:
         start = time.perf_counter() if t0 is None else t0
         traffic = traffic if traffic is not None else job_traffic(job)
         cands = candidate_devices(topology, state, job)
@@ -73,7 +73,7 @@ class Problem:
             rank_edges[e.src].append(ei)
             if e.dst != e.src:
                 rank_edges[e.dst].append(ei)
-        return Problem(
+        return PreparedRequest(
             topology,
             state,
             job,
@@ -159,11 +159,11 @@ def _preferred(
 class SurrogateScore:
     """The surrogate of one mapping, kept per group and per edge so that a move is scored by its delta."""
 
-    def __init__(self, problem: Problem, mapping: Sequence[int]) -> None:
-        self.p = problem
+    def __init__(self, request: PreparedRequest, mapping: Sequence[int]) -> None:
+        self.p = request
         self.mapping = list(mapping)
-        self.group_cost = [self._group(gi) for gi in range(len(problem.traffic.groups))]
-        self.edge_cost = [self._edge(ei) for ei in range(len(problem.traffic.edges))]
+        self.group_cost = [self._group(gi) for gi in range(len(request.traffic.groups))]
+        self.edge_cost = [self._edge(ei) for ei in range(len(request.traffic.edges))]
         self.total = sum(self.group_cost) + sum(self.edge_cost)
 
     def _group(self, gi: int, mapping: Sequence[int] | Mapping[int, int] | None = None) -> float:
