@@ -19,6 +19,7 @@ from placement.model.job import Job
 from placement.model.state import ClusterState
 from placement.model.topology import Topology
 from placement.model.traffic import Traffic, job_traffic
+from placement.model.validate import validate
 from placement.solve.construct import HostPool
 from placement.solve.types import SolveOptions
 from placement.solve.units import candidate_devices
@@ -130,8 +131,6 @@ class PreparedRequest:
         return rep.comm_seconds, rep.surrogate_seconds
 
     def valid(self, mapping: Sequence[int] | None) -> bool:
-        from placement.model.validate import validate
-
         return mapping is not None and not validate(
             self.topology, self.state, self.job, mapping, traffic=self.traffic
         )

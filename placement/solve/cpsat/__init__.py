@@ -17,6 +17,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from placement.solve.baselines import kueue_tas
 from placement.solve.bound import BoundReport, lower_bounds
 from placement.solve.construct import best_constructive
 from placement.solve.cpsat.lns import lns
@@ -31,7 +32,10 @@ from placement.solve.cpsat.slots import (
     sorted_hint,
     symmetry_chains,
 )
+from placement.solve.exact import exact_applicable, solve_device_level
 from placement.solve.prepared import PreparedRequest, SurrogateScore
+from placement.solve.qap import solve_on_graph
+from placement.solve.refine import refine_hosts
 
 __all__ = ["CpsatOutcome", "solve_cpsat"]
 
@@ -134,9 +138,6 @@ def solve_cpsat(
 ) -> CpsatOutcome:
     """Optimize from `starts` (valid mappings: the baselines and candidates; `scores`, aligned with them, their
     (exposed comm, surrogate) where already known); see the module docstring."""
-    from placement.solve.exact import exact_applicable, solve_device_level
-    from placement.solve.refine import refine_hosts
-
     p, topo, job, opts = request, request.topology, request.job, request.options
     t0 = time.perf_counter()
     stats: dict[str, float | int | str] = {}
@@ -146,8 +147,6 @@ def solve_cpsat(
         inc.offer(m, known=scores[i] if i < len(scores) else None)
     best = inc.mapping
     if topo.pair_paths is not None and not p.traffic.groups and not p.pinned and not job.constraints.spread:
-        from placement.solve.qap import solve_on_graph
-
         mp, qb, qstats = solve_on_graph(
             topo, p.state, job, p.traffic, p.candidates, p.remaining(), opts.seed, opts.stop, best
         )
@@ -183,8 +182,6 @@ def solve_cpsat(
         if units.label and not units.split and not job.structured and p.remaining() > 0.1:
             # Kueue's fill with the job's heaviest groups as its slices: what a user would ask of Kueue had the
             # explicit job said which ranks form a pod
-            from placement.solve.baselines import kueue_tas
-
             sliced = dataclasses.replace(
                 job,
                 constraints=dataclasses.replace(
