@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from placement.cost.report import CostReport
-from placement.errors import InfeasibleError
+from placement.errors import InfeasibleError, InternalError
 from placement.model.job import host_blocks
 from placement.model.topology import Topology
 from placement.solve.prepared import PreparedRequest
@@ -151,7 +151,8 @@ def contiguous(
                 improved = True
                 break
     mapping, rep = _mapping(best[0]), best[1]
-    assert is_contiguous(topo, mapping)
+    if not is_contiguous(topo, mapping):
+        raise InternalError("the torchrun search returned a mapping whose hosts' ranks are not contiguous")
     f = free[1]
     stats: dict[str, float | int | str] = {
         "launcher": "torchrun",

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from placement.cost.evaluate import evaluate
 from placement.cost.report import CostReport
-from placement.errors import InfeasibleError, InputError, PlacementError, Problem
+from placement.errors import InfeasibleError, InputError, InternalError, Problem
 from placement.limits import checkpoint
 from placement.model.job import Job
 from placement.model.state import ClusterState
@@ -340,7 +340,7 @@ def _optimize(
         if rep is None:
             if name == "cpsat":
                 v = validate(topology, state, job, m, traffic=traffic)
-                raise PlacementError(f"internal: the solver returned a mapping that breaks {v[0]}")
+                raise InternalError(f"the solver returned a mapping that breaks {v[0]}")
             continue
         if name in found and not _better(rep, found[name][1]):
             continue

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from placement.errors import InputError, Problem, Problems
+from placement.errors import InputError, InternalError, Problem, Problems
 from placement.io.affinity import affinity_fields
 from placement.io.importers.detect import refuse_other_format
 from placement.io.text import read_text
@@ -222,7 +222,8 @@ def _links(
     switch: dict[int, int] = {}
     odd: list[str] = []
     for i, g in enumerate(gpus):
-        assert g.elem is not None
+        if g.elem is None:
+            raise InternalError(f"GPU {g.name} ({g.busid}) has no <gpu> element to read its links from")
         for link in g.elem.findall(tag):
             target = (link.get("target") or "").lower()
             count = _int(link.get("count")) or 0

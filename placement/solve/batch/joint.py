@@ -12,7 +12,7 @@ import math
 import time
 from collections.abc import Mapping, Sequence
 
-from placement.errors import InputError, PlacementError, Problem
+from placement.errors import InputError, InternalError, Problem
 from placement.model.state import ClusterState
 from placement.model.topology import Topology
 from placement.solve.batch.admit import Demand, admit
@@ -102,7 +102,7 @@ def place_batch(
 
     Raises `InputError` for bad input (duplicate names, bad weights, unknown names in a job). Every admitted
     mapping passes `placement.model.validate` against the state plus the other admitted jobs' devices, or the call
-    raises `PlacementError`. A batch where no job fits is an answer (nothing admitted, each job with its reason).
+    raises `InternalError`. A batch where no job fits is an answer (nothing admitted, each job with its reason).
     """
     opts = options or SolveOptions()
     problems = batch_problems(topology, state, jobs)
@@ -210,7 +210,7 @@ def place_batch(
         topology, state, [bj.job for bj in jobs], {o.index: o.mapping for o in plan.admitted if o.mapping}
     )
     if bad:
-        raise PlacementError("internal: the batch answer breaks a rule: " + "; ".join(bad[:5]))
+        raise InternalError("the batch answer breaks a rule: " + "; ".join(bad[:5]))
     stats["chosen"] = best
     stats["wall_s"] = time.perf_counter() - b.t0
     optimal = adm.bound is not None and plan.admitted_weight >= adm.bound - 5e-4 * len(jobs)

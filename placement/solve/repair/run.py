@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from placement.cost.evaluate import evaluate
 from placement.cost.report import CostReport
-from placement.errors import InfeasibleError, InputError, Problem
+from placement.errors import InfeasibleError, InputError, InternalError, Problem
 from placement.model.job import Job
 from placement.model.state import ClusterState
 from placement.model.topology import Topology
@@ -178,7 +178,8 @@ def repair(
     replace_share = 0.35 * opts.time_limit_s
     try:
         full = place(topology, rstate, job, dataclasses.replace(opts, time_limit_s=replace_share))
-        assert full.mapping is not None
+        if full.mapping is None:
+            raise InternalError("place returned no mapping for the repair's full re-place")
         replaced = _answer(topology, rstate, job, "re-place", full.mapping, current, False)
         if replaced is not None:
             answers.append(replaced)
