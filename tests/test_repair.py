@@ -356,3 +356,13 @@ def test_relabel_keeps_ranks_where_symmetry_allows() -> None:
     assert relabel_keeping(topo, job, swapped, cur) == cur
     inside = [1, 0, 3, 2, 5, 4, 7, 6]  # the same hosts, devices swapped inside each
     assert relabel_keeping(topo, job, inside, cur) == cur
+
+
+def test_repair_derives_the_job_traffic_once(job_traffic_calls: list[str]) -> None:
+    # the repair, its full re-place and every answer scored use one derivation of the job's traffic
+    topo = tree(2, 2, 2)
+    job = _job()
+    st, cur = _running(topo, job, ["h0/gpu0", "h0/gpu1", "h2/gpu0", "h2/gpu1"], ["h2/gpu0"], {"h1/gpu0": "x"})
+    res = repair(topo, st, job, cur, options=OPTS)
+    assert res.answers
+    assert job_traffic_calls == [job.name]

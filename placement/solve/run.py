@@ -206,18 +206,26 @@ def _better(a: CostReport, b: CostReport) -> bool:
 
 
 def place(
-    topology: Topology, state: ClusterState, job: Job, options: SolveOptions | None = None
+    topology: Topology,
+    state: ClusterState,
+    job: Job,
+    options: SolveOptions | None = None,
+    *,
+    traffic: Traffic | None = None,
 ) -> PlacementResult:
     """Place `job` on `state`. Raises `InfeasibleError` (with reasons and numbers) when no mapping exists.
 
     Every scheduler baseline is computed and scored on the same state (a limit too short to score them all leaves
     the rest unscored: `stats["unscored"]`). The ``cpsat`` strategy starts from the best of them and the
     multilevel candidates, and its answer is never worse (by the evaluator) than any of them.
+
+    The job's traffic (`job_traffic`) is derived once per call, or taken from `traffic` when the caller has it
+    (a batch or a repair placing the same job again), and passed to every step that needs it.
     """
     opts = options or SolveOptions()
     strategy = Strategy(opts.strategy).canonical
     t0 = time.perf_counter()
-    traffic = job_traffic(job)
+    traffic = traffic if traffic is not None else job_traffic(job)
     problems = request_problems(topology, state, job, traffic)
     if problems:
         raise InputError(f"job {job.name}", problems)

@@ -35,10 +35,15 @@ def classify(reasons: Sequence[str]) -> str:
 
 
 def validate_batch(
-    topology: Topology, state: ClusterState, jobs: Sequence[Job], mappings: Mapping[int, Sequence[int] | None]
+    topology: Topology,
+    state: ClusterState,
+    jobs: Sequence[Job],
+    mappings: Mapping[int, Sequence[int] | None],
+    traffic: Sequence[Traffic] | None = None,
 ) -> list[str]:
     """Every rule a joint answer breaks: each mapping against the state plus the other jobs' devices, and no
-    device in two jobs. `mappings`: job index -> mapping (None entries are ignored)."""
+    device in two jobs. `mappings`: job index -> mapping (None entries are ignored); `traffic`: each job's
+    `job_traffic`, when the caller has it."""
     out: list[str] = []
     owner: dict[int, int] = {}
     for j, m in sorted(mappings.items()):
@@ -57,8 +62,10 @@ def validate_batch(
             if k != j and mk is not None:
                 for d in mk:
                     occ[d] = jobs[k].name
+        tr = None if traffic is None else traffic[j]
         out.extend(
-            f"{jobs[j].name}: {v}" for v in validate(topology, replace(state, occupied=occ), jobs[j], m)
+            f"{jobs[j].name}: {v}"
+            for v in validate(topology, replace(state, occupied=occ), jobs[j], m, traffic=tr)
         )
     return out
 

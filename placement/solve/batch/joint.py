@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from placement.errors import InputError, InternalError, Problem
 from placement.model.state import ClusterState
 from placement.model.topology import Topology
+from placement.model.traffic import Traffic, job_traffic
 from placement.solve.batch.admit import Demand, admit
 from placement.solve.batch.explain import Explainer, validate_batch
 from placement.solve.batch.improve import improve, swap
@@ -43,8 +44,14 @@ PRIORITY = "priority-cpsat"
 MAX_WEIGHT = 1e6
 
 
-def batch_problems(topology: Topology, state: ClusterState, jobs: Sequence[BatchJob]) -> list[Problem]:
-    """Input errors of a batch, with paths ``jobs[i].weight``, ``jobs[i].job.name``, ``jobs[i].job.<field>``."""
+def batch_problems(
+    topology: Topology,
+    state: ClusterState,
+    jobs: Sequence[BatchJob],
+    traffic: Sequence[Traffic] | None = None,
+) -> list[Problem]:
+    """Input errors of a batch, with paths ``jobs[i].weight``, ``jobs[i].job.name``, ``jobs[i].job.<field>``
+    (`traffic`: each job's `job_traffic`, when the caller has it)."""
     out: list[Problem] = []
     if not jobs:
         out.append(Problem("jobs", "give at least one job"))
@@ -77,7 +84,8 @@ def batch_problems(topology: Topology, state: ClusterState, jobs: Sequence[Batch
                 )
             )
         out.extend(
-            Problem(f"jobs[{i}].job.{p.path}", p.message) for p in request_problems(topology, state, bj.job)
+            Problem(f"jobs[{i}].job.{p.path}", p.message)
+            for p in request_problems(topology, state, bj.job, None if traffic is None else traffic[i])
         )
     return out
 
@@ -105,10 +113,11 @@ def place_batch(
     raises `InternalError`. A batch where no job fits is an answer (nothing admitted, each job with its reason).
     """
     opts = options or SolveOptions()
-    problems = batch_problems(topology, state, jobs)
+    traffic = [job_traffic(bj.job) for bj in jobs]  # once per job: every placement of the batch reuses it
+    problems = batch_problems(topology, state, jobs, traffic)
     if problems:
         raise InputError("batch", problems)
-    b = BatchSearch(topology, state, jobs, opts)
+    b = BatchSearch(topology, state, jobs, opts, traffic)
     limit = opts.time_limit_s
     stats: dict[str, float | int | str] = {}
 
@@ -207,7 +216,11 @@ def place_batch(
     best = min((BATCH, FIFO, PRIORITY), key=lambda n: plans[n].key())  # min keeps the first of ties: ours
     plan = plans[best]
     bad = validate_batch(
-        topology, state, [bj.job for bj in jobs], {o.index: o.mapping for o in plan.admitted if o.mapping}
+        topology,
+        state,
+        [bj.job for bj in jobs],
+        {o.index: o.mapping for o in plan.admitted if o.mapping},
+        traffic,
     )
     if bad:
         raise InternalError("the batch answer breaks a rule: " + "; ".join(bad[:5]))

@@ -12,7 +12,7 @@ from placement.cost.report import CostReport
 from placement.errors import InfeasibleError
 from placement.model.state import ClusterState
 from placement.model.topology import Topology
-from placement.model.traffic import Traffic, job_traffic
+from placement.model.traffic import Traffic
 from placement.model.validate import validate
 from placement.solve.baselines import kueue_tas
 from placement.solve.batch.admit import Admission
@@ -28,12 +28,18 @@ class BatchSearch:
     """One request: the inputs, the clock, and the single-job placements on a shrinking state."""
 
     def __init__(
-        self, topology: Topology, state: ClusterState, jobs: Sequence[BatchJob], options: SolveOptions
+        self,
+        topology: Topology,
+        state: ClusterState,
+        jobs: Sequence[BatchJob],
+        options: SolveOptions,
+        traffic: Sequence[Traffic],
     ) -> None:
+        """`traffic`: each job's `job_traffic`, in queue order."""
         self.topology, self.state, self.jobs, self.options = topology, state, list(jobs), options
         self.t0 = time.perf_counter()
         self.deadline = self.t0 + options.time_limit_s
-        self.traffic: list[Traffic] = [job_traffic(bj.job) for bj in jobs]
+        self.traffic: list[Traffic] = list(traffic)
         self.solo: list[list[str]] = [
             explain_infeasible(topology, state, bj.job, t) for bj, t in zip(jobs, self.traffic, strict=True)
         ]
@@ -90,7 +96,7 @@ class BatchSearch:
         )
         self.placements += 1
         try:
-            res = place(self.topology, solve_state, job, opts)
+            res = place(self.topology, solve_state, job, opts, traffic=self.traffic[j])
         except InfeasibleError:
             return None
         if (

@@ -21,7 +21,7 @@ from placement.errors import InfeasibleError, InputError, InternalError, Problem
 from placement.model.job import Job
 from placement.model.state import ClusterState
 from placement.model.topology import Topology
-from placement.model.traffic import job_traffic
+from placement.model.traffic import Traffic, job_traffic
 from placement.model.validate import validate
 from placement.solve.construct import HostPool
 from placement.solve.cpsat.model import build_units
@@ -85,8 +85,8 @@ def _answer(
     mapping: list[int],
     current: Sequence[int],
     optimal: bool,
+    traffic: Traffic,
 ) -> RepairAnswer | None:
-    traffic = job_traffic(job)
     if validate(topology, state, job, mapping, traffic=traffic):
         return None
     rep = evaluate(topology, state, job, mapping, traffic=traffic, check=False)
@@ -177,10 +177,12 @@ def repair(
     # the full re-place: `place` on the same state (its answer is the reference the trade-off ends at)
     replace_share = 0.35 * opts.time_limit_s
     try:
-        full = place(topology, rstate, job, dataclasses.replace(opts, time_limit_s=replace_share))
+        full = place(
+            topology, rstate, job, dataclasses.replace(opts, time_limit_s=replace_share), traffic=traffic
+        )
         if full.mapping is None:
             raise InternalError("place returned no mapping for the repair's full re-place")
-        replaced = _answer(topology, rstate, job, "re-place", full.mapping, current, False)
+        replaced = _answer(topology, rstate, job, "re-place", full.mapping, current, False, traffic)
         if replaced is not None:
             answers.append(replaced)
             kept = _answer(
@@ -191,6 +193,7 @@ def repair(
                 relabel_keeping(topology, job, full.mapping, current),
                 current,
                 False,
+                traffic,
             )
             # the same placement up to symmetry: kept only where the evaluator agrees it is no slower
             if kept is not None and kept.report.step_seconds <= replaced.report.step_seconds * (1 + 1e-9):
@@ -336,7 +339,7 @@ def repair(
         if mp is None or (tuple(mp) in seen and not optimal):
             continue
         seen.add(tuple(mp))
-        a = _answer(topology, rstate, job, name, mp, current, optimal)
+        a = _answer(topology, rstate, job, name, mp, current, optimal, traffic)
         if a is not None:
             answers.append(a)
     if not answers:
