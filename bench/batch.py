@@ -22,7 +22,9 @@ from placement.model.state import ClusterState
 from placement.model.topology import Topology
 from placement.sim.scenarios import fat_tree, megatron_job, occupy
 from placement.solve import SolveOptions, place
-from placement.solve.batch.joint import FIFO, PRIORITY, BatchJob, BatchPlan, place_batch, validate_batch
+from placement.solve.batch.explain import validate_batch
+from placement.solve.batch.joint import FIFO, PRIORITY, place_batch
+from placement.solve.batch.types import BatchJob, BatchPlan
 
 SHAPES = (
     (8, 1, 1),

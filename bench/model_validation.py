@@ -19,9 +19,11 @@ from pathlib import Path
 
 from placement.cost.evaluate import evaluate
 from placement.io.importers.nvidia_smi import read_nvidia_smi
+from placement.model.devices import HostSpec, NodeType
 from placement.model.job import CollectiveKind, Group, Job, ModelShape, ParallelSpec
+from placement.model.links import Level, Tier
 from placement.model.state import ClusterState
-from placement.model.topology import HostSpec, Level, NodeType, Tier, Topology
+from placement.model.topology import Topology
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
@@ -297,8 +299,8 @@ def table(rows: Sequence[Row]) -> str:
 
 def timing(repeat: int = 3) -> str:
     """Seconds of one `evaluate` at 65,536 ranks: tp8 pp8 dp1024 on the 131,072-GPU fat tree (best of `repeat`)."""
-    from placement.cost.evaluate import surrogate_seconds
     from placement.cost.step import model_step
+    from placement.cost.surrogate import surrogate_seconds
     from placement.model.traffic import job_traffic
     from placement.sim.scenarios import fat_tree, megatron_job
 

@@ -34,7 +34,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from placement.cost.evaluate import InvalidMappingError, evaluate
+from placement.cost.evaluate import evaluate
+from placement.cost.report import InvalidMappingError
 from placement.model.job import CollectiveKind, Job
 from placement.model.state import ClusterState
 from placement.model.topology import Topology

@@ -13,6 +13,7 @@ __all__ = [
     "RENDER_LIMIT",
     "InfeasibleError",
     "InputError",
+    "InternalError",
     "PlacementError",
     "Problem",
     "Problems",
@@ -67,6 +68,19 @@ class InputError(PlacementError):
         shown = self.problems[:limit]
         tail = f"\n  ... and {n - len(shown)} more" if n > len(shown) else ""
         return head + "".join(f"\n  - {p}" for p in shown) + tail
+
+
+class InternalError(PlacementError):
+    """An invariant of the library broke: a bug, not a fault of the input. The message starts with ``internal:``
+    and names what broke (the gRPC server answers INTERNAL, never a precondition of the request).
+
+    >>> str(InternalError("the solver returned no mapping"))
+    'internal: the solver returned no mapping'
+    """
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        super().__init__(f"internal: {what}")
 
 
 class InfeasibleError(PlacementError):

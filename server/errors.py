@@ -15,7 +15,7 @@ from google.protobuf import duration_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
-from placement.cost.evaluate import InvalidMappingError
+from placement.cost.report import InvalidMappingError
 from placement.errors import InfeasibleError, InputError, PlacementError, Problem
 from placement.limits import Interrupted, LimitError
 from placement.registry.model import Aborted, NotFound, Refused

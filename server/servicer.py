@@ -16,7 +16,8 @@ from typing import Any, TypeVar
 
 import grpc
 
-from placement.cost.evaluate import CostReport, evaluate
+from placement.cost.evaluate import evaluate
+from placement.cost.report import CostReport
 from placement.errors import InfeasibleError
 from placement.limits import checkpoint
 from placement.messages import batch as convert_batch

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
 
-from placement.model.job import ModelShape, ParallelSpec
+from placement.model import traffic as traffic_module
+from placement.model.devices import HostSpec, NodeType
+from placement.model.job import Job, ModelShape, ParallelSpec
+from placement.model.links import Level, RailPolicy, Tier
 from placement.model.state import ClusterState
-from placement.model.topology import HostSpec, Level, NodeType, RailPolicy, Tier, Topology
+from placement.model.topology import Topology
+from placement.model.traffic import Traffic
 
 # Shared test helpers assert too: pytest rewrites their asserts as it does the test files' (detailed failures).
 pytest.register_assert_rewrite(
@@ -43,6 +48,23 @@ def _process_limits_reset() -> Iterator[None]:
     set_process_limits(None)
     yield
     set_process_limits(None)
+
+
+@pytest.fixture
+def job_traffic_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Counts `job_traffic`: wrapped in every loaded placement module that holds it (each imports the function
+    itself), so the list gets the job's name at every call, wherever it comes from."""
+    calls: list[str] = []
+    original = traffic_module.job_traffic
+
+    def counted(job: Job) -> Traffic:
+        calls.append(job.name)
+        return original(job)
+
+    for name, module in list(sys.modules.items()):
+        if name.startswith("placement.") and getattr(module, "job_traffic", None) is original:
+            monkeypatch.setattr(module, "job_traffic", counted)
+    return calls
 
 
 def shared_file(relative: str) -> Path:

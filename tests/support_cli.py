@@ -10,7 +10,8 @@ from click.testing import Result
 from typer.testing import CliRunner
 
 from placement.cli.app import app
-from placement.cost.evaluate import CostReport, evaluate
+from placement.cost.evaluate import evaluate
+from placement.cost.report import CostReport
 from placement.io.native import load_cluster, load_job, load_mapping
 
 

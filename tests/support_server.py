@@ -220,7 +220,7 @@ def field_violations(err: grpc.RpcError) -> dict[str, str]:
 
 
 def fake_result(mapping: list[int], seconds: float = 1.0, bound: float | None = None) -> PlacementResult:
-    from placement.cost.evaluate import CostReport
+    from placement.cost.report import CostReport
 
     report = CostReport()
     report.add("tp", "node", seconds)

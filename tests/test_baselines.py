@@ -12,9 +12,11 @@ from hypothesis import strategies as st
 
 from placement.io.importers.slurm import parse_topology_conf
 from placement.io.native import cluster_from_dict
+from placement.model.devices import HostSpec, NodeType
 from placement.model.job import CollectiveKind, Constraints, Group, Job
+from placement.model.links import Level, Tier
 from placement.model.state import ClusterState
-from placement.model.topology import HostSpec, Level, NodeType, Tier, Topology
+from placement.model.topology import Topology
 from placement.model.traffic import dimension_groups, job_traffic
 from placement.model.validate import validate
 from placement.sim.scenarios import fat_tree, megatron_job, occupy

@@ -29,7 +29,9 @@ from placement.model.state import ClusterState
 from placement.model.topology import Topology
 from placement.sim.scenarios import megatron_job
 from placement.solve import SolveOptions
-from placement.solve.batch.joint import FIFO, PRIORITY, BatchJob, BatchResult, place_batch, validate_batch
+from placement.solve.batch.explain import validate_batch
+from placement.solve.batch.joint import FIFO, PRIORITY, place_batch
+from placement.solve.batch.types import BatchJob, BatchResult
 from placement.v1 import placement_pb2 as pb
 from placement.v1 import placement_pb2_grpc as pb_grpc
 from server.main import create_server
@@ -450,3 +452,12 @@ def test_cli_place_batch_over_the_server(
     c2, b2 = _write_inputs(tmp_path, [{"job": _job_doc("a", 2, 1)}, {"job": _job_doc("a", 2, 1)}])
     bad = CliRunner().invoke(app, ["place-batch", str(c2), str(b2), "--server", served[1]])
     assert bad.exit_code == 2 and "INVALID_ARGUMENT" in bad.output and "jobs[1].job.name" in bad.output
+
+
+def test_place_batch_derives_each_job_traffic_once(job_traffic_calls: list[str]) -> None:
+    # three jobs, each placed several times (baselines, knapsack order, improvement): one derivation per job
+    topo = cluster(2)
+    jobs = [BatchJob(job("big", 4, 2), 3.0, 5.0), BatchJob(job("a", 4), 2.0), BatchJob(job("b", 2, 2), 2.0)]
+    res = place_batch(topo, ClusterState(), jobs, OPTS)
+    assert res.plan.admitted
+    assert sorted(job_traffic_calls) == ["a", "b", "big"]

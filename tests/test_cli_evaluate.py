@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from placement.cost.evaluate import CostReport
+from placement.cost.report import CostReport
 from tests.conftest import EXAMPLES
 from tests.support_cli import assert_input_error, modeled, run, write
 
@@ -55,7 +55,7 @@ def test_evaluate_prints_every_phase_and_the_compute_side(
 ) -> None:
     """A report with phases and compute (what the v2 model gives) goes to the table and the JSON unchanged."""
     import placement.cost.evaluate
-    from placement.cost.evaluate import PhaseCost
+    from placement.cost.report import PhaseCost
 
     cluster, job = example
     mapping = tmp_path / "m.json"

@@ -8,23 +8,21 @@ import math
 
 import pytest
 
-from placement.cost.evaluate import (
-    CostReport,
-    InvalidMappingError,
-    Path,
+from placement.cost.evaluate import evaluate
+from placement.cost.paths import Path, group_path, pair_path
+from placement.cost.report import CostReport, InvalidMappingError
+from placement.cost.surrogate import (
     collective_seconds,
-    evaluate,
-    group_path,
     group_seconds,
     p2p_seconds,
-    pair_path,
     surrogate_report,
     surrogate_seconds,
 )
 from placement.io.native import load_cluster, load_job
 from placement.model.job import CollectiveKind, Constraints, Edge, Group, Job
+from placement.model.links import RailPolicy, Tier
 from placement.model.state import ClusterState, Uplink
-from placement.model.topology import RailPolicy, Tier, Topology
+from placement.model.topology import Topology
 from placement.model.traffic import job_traffic
 from placement.model.validate import validate
 from placement.sim.scenarios import A100_PCIE_PAIRS, DGX1_MATRIX

@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 import yaml
 
-from placement.cost.evaluate import CostReport, evaluate
+from placement.cost.evaluate import evaluate
+from placement.cost.report import CostReport
 from placement.errors import InputError
 from placement.io.export import (
     FORMATS,

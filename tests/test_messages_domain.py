@@ -62,7 +62,7 @@ def test_the_step_models_cluster_and_model_fields_are_messages_too() -> None:
 
 
 def test_step_cost_carries_every_field_and_phase_through_json_and_bytes() -> None:
-    from placement.cost.evaluate import CostReport, PhaseCost
+    from placement.cost.report import CostReport, PhaseCost
 
     report = CostReport(
         step_seconds=1.5,

@@ -12,10 +12,11 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from placement.cost.evaluate import surrogate_seconds
+from placement.cost.surrogate import surrogate_seconds
 from placement.model.job import Constraints, Edge, Job, SpreadRule
+from placement.model.links import Tier
 from placement.model.state import ClusterState
-from placement.model.topology import Tier, Topology
+from placement.model.topology import Topology
 from placement.model.traffic import Traffic, dimension_groups, job_traffic
 from placement.model.validate import validate
 from placement.sim.scenarios import fat_tree, megatron_job, occupy

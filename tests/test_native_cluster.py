@@ -11,7 +11,7 @@ import pytest
 
 from placement.errors import InputError
 from placement.io.native import cluster_from_dict, load_cluster, load_document
-from placement.model.topology import RailPolicy, Tier
+from placement.model.links import RailPolicy, Tier
 from placement.sim.scenarios import A100_PCIE_PAIRS
 from tests.support_native import LEVELS2, LEVELS3, error_of, write
 

@@ -17,7 +17,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from placement.cost.evaluate import InvalidMappingError, evaluate, surrogate_report
+from placement.cost.evaluate import evaluate
+from placement.cost.report import InvalidMappingError
+from placement.cost.surrogate import surrogate_report
 from placement.io.export import export, export_files, result_document, seats_from_document
 from placement.model.job import (
     DIMENSIONS,
@@ -30,8 +32,9 @@ from placement.model.job import (
     ParallelSpec,
     SpreadRule,
 )
+from placement.model.links import DEFAULT_INTRA_NODE_TIERS, RailPolicy, Tier, intra_node_tier
 from placement.model.state import ClusterState, Uplink
-from placement.model.topology import DEFAULT_INTRA_NODE_TIERS, RailPolicy, Tier, Topology, intra_node_tier
+from placement.model.topology import Topology
 from placement.model.traffic import job_traffic
 from placement.model.validate import validate
 from tests.conftest import tree

@@ -8,7 +8,7 @@ import itertools
 
 import pytest
 
-from placement.cost.evaluate import surrogate_seconds
+from placement.cost.surrogate import surrogate_seconds
 from placement.errors import InfeasibleError, InputError
 from placement.model.job import Constraints, Job
 from placement.model.state import ClusterState
@@ -17,8 +17,8 @@ from placement.model.traffic import job_traffic
 from placement.model.validate import validate
 from placement.sim.scenarios import fat_tree, megatron_job, occupy
 from placement.solve import SolveOptions, place
-from placement.solve.repair.input import resolve_current
-from placement.solve.repair.run import RepairBudget, repair
+from placement.solve.repair.input import RepairBudget, resolve_current
+from placement.solve.repair.run import repair
 from tests.conftest import model, spec, tree
 
 OPTS = SolveOptions(time_limit_s=5.0, workers=1, seed=0)
@@ -356,3 +356,13 @@ def test_relabel_keeps_ranks_where_symmetry_allows() -> None:
     assert relabel_keeping(topo, job, swapped, cur) == cur
     inside = [1, 0, 3, 2, 5, 4, 7, 6]  # the same hosts, devices swapped inside each
     assert relabel_keeping(topo, job, inside, cur) == cur
+
+
+def test_repair_derives_the_job_traffic_once(job_traffic_calls: list[str]) -> None:
+    # the repair, its full re-place and every answer scored use one derivation of the job's traffic
+    topo = tree(2, 2, 2)
+    job = _job()
+    st, cur = _running(topo, job, ["h0/gpu0", "h0/gpu1", "h2/gpu0", "h2/gpu1"], ["h2/gpu0"], {"h1/gpu0": "x"})
+    res = repair(topo, st, job, cur, options=OPTS)
+    assert res.answers
+    assert job_traffic_calls == [job.name]

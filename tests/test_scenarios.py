@@ -11,9 +11,11 @@ from types import ModuleType
 import pytest
 
 from placement.cost.evaluate import evaluate
+from placement.model.devices import HostSpec, NodeType
 from placement.model.job import CollectiveKind, Job
+from placement.model.links import Level, Tier
 from placement.model.state import ClusterState
-from placement.model.topology import HostSpec, Level, NodeType, Tier, Topology
+from placement.model.topology import Topology
 from placement.model.traffic import job_traffic
 from placement.sim.scenarios import (
     explicit_twin,

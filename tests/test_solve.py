@@ -4,6 +4,7 @@ objective and the surrogate the evaluator reports."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 
@@ -11,14 +12,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from placement.cost.evaluate import evaluate, surrogate_seconds
+from placement.cost.evaluate import evaluate
+from placement.cost.surrogate import surrogate_seconds
 from placement.errors import InfeasibleError
+from placement.model.devices import HostSpec, NodeType
 from placement.model.job import Constraints, SpreadRule
+from placement.model.links import Level, Tier
 from placement.model.state import ClusterState, Uplink
-from placement.model.topology import HostSpec, Level, NodeType, Tier, Topology
+from placement.model.topology import Topology
 from placement.model.traffic import job_traffic
 from placement.model.validate import validate
-from placement.sim.scenarios import dgx1_node, fat_tree, megatron_job, occupy
+from placement.sim.scenarios import dgx1_node, explicit_twin, fat_tree, megatron_job, occupy
 from placement.solve import SolveOptions, SolveStatus, Strategy, place
 
 
@@ -326,3 +330,39 @@ def test_spread_wider_than_the_scope_is_explained() -> None:
     with pytest.raises(InfeasibleError) as ei:
         place(topo, ClusterState(), job)
     assert ei.value.reasons == ["spread over >= 3 node domains needs >= 3 ranks, but the job has 2"]
+
+
+# ---- the job's traffic is derived once per call ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("launcher", "explicit"),
+    [("any", False), ("torchrun", False), ("any", True)],
+    ids=["any", "torchrun", "explicit"],
+)
+def test_place_derives_the_job_traffic_once(
+    launcher: str, explicit: bool, job_traffic_calls: list[str]
+) -> None:
+    # a fragmented 256-GPU tree and a 32-rank job: baselines, multilevel candidates, cpsat, scoring, validation
+    # (and the torchrun search) all run, and each must use the traffic `place` derived at its start
+    topo = fat_tree(256, nodes_per_leaf=4, leaves_per_spine=4)
+    state = occupy(topo, 0.3, seed=2, mode="partial")
+    job = dataclasses.replace(megatron_job("j", tp=4, pp=2, dp=4), launcher=launcher)
+    if explicit:
+        job = explicit_twin(job)  # derives the structured job's traffic once itself
+        job_traffic_calls.clear()
+    res = place(topo, state, job, SolveOptions(time_limit_s=1.0, seed=0, workers=1, deterministic=True))
+    assert res.mapping is not None and res.report is not None
+    assert job_traffic_calls == [job.name]
+
+
+def test_place_uses_the_traffic_it_is_given(job_traffic_calls: list[str]) -> None:
+    topo = small_cluster()
+    job = _job()
+    opts = SolveOptions(time_limit_s=1.0, workers=1, deterministic=True)
+    given = place(
+        topo, ClusterState(), job, opts, traffic=job_traffic(job)
+    )  # this module's job_traffic: uncounted
+    assert given.mapping is not None and job_traffic_calls == []
+    derived = place(topo, ClusterState(), job, opts)
+    assert derived.mapping == given.mapping and job_traffic_calls == ["j"]

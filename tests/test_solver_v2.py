@@ -13,12 +13,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from placement.cost.evaluate import surrogate_seconds
+from placement.cost.surrogate import surrogate_seconds
 from placement.errors import InfeasibleError
 from placement.io.importers.graph import topology_from_distances
+from placement.model.devices import HostSpec, NodeType
 from placement.model.job import Edge, Job
+from placement.model.links import Level, Tier
 from placement.model.state import ClusterState
-from placement.model.topology import HostSpec, Level, NodeType, Tier, Topology
+from placement.model.topology import Topology
 from placement.model.traffic import job_traffic
 from placement.model.validate import validate
 from placement.sim.scenarios import (

@@ -12,7 +12,6 @@ import pytest
 
 from placement.cost.collectives import Fabric, phase_seconds
 from placement.cost.compute import (
-    DEVICE_KINDS,
     activation_bytes,
     activation_bytes_per_microbatch,
     device_kind,
@@ -21,13 +20,16 @@ from placement.cost.compute import (
     step_compute,
     tree_channel_gbps,
 )
-from placement.cost.evaluate import evaluate, surrogate_report
+from placement.cost.evaluate import evaluate
 from placement.cost.host_rings import best_ring, matrix_ring, nvswitch
+from placement.cost.surrogate import surrogate_report
 from placement.errors import InputError
 from placement.io.native import cluster_from_dict, job_from_dict
+from placement.model.devices import DEVICE_KINDS, HostSpec, NodeType
 from placement.model.job import CollectiveKind, Edge, Group, Job, ModelShape, ParallelSpec
+from placement.model.links import Level, Tier
 from placement.model.state import ClusterState, Uplink
-from placement.model.topology import HostSpec, Level, NodeType, Tier, Topology
+from placement.model.topology import Topology
 from placement.sim.scenarios import DGX1_MATRIX, dgx1_node, fat_tree, megatron_job, nvl72
 from tests.conftest import DATA, ROOT
 

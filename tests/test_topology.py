@@ -5,15 +5,9 @@ from __future__ import annotations
 import pytest
 
 from placement.errors import InputError
-from placement.model.topology import (
-    DEFAULT_INTRA_NODE_TIERS,
-    HostSpec,
-    Level,
-    NodeType,
-    Tier,
-    Topology,
-    intra_node_tier,
-)
+from placement.model.devices import HostSpec, NodeType
+from placement.model.links import DEFAULT_INTRA_NODE_TIERS, Level, Tier, intra_node_tier
+from placement.model.topology import Topology
 from placement.sim.scenarios import A100_PCIE_PAIRS, DGX1_MATRIX, dgx1_node
 from tests.conftest import LEAF_TIER, NODE_TIER, SPINE_TIER, tree
 

@@ -221,7 +221,7 @@ def place(
             deterministic=deterministic,
         ),
     )
-    from placement.cost.evaluate import CostReport
+    from placement.cost.report import CostReport
 
     rep = res.report
     assert res.mapping is not None and isinstance(rep, CostReport)

@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 if TYPE_CHECKING:
-    from placement.cost.evaluate import CostReport
+    from placement.cost.report import CostReport
 
 __all__ = ["headline", "num", "print_report"]
 

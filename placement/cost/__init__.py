@@ -1,2 +1,2 @@
-"""The step-time model, one source of truth for solver, evaluator and reports: evaluate, step phases,
-collectives as NCCL runs them, compute, and the linear surrogate."""
+"""The step-time model, one source of truth for solver, evaluator and reports: evaluate (on top), step phases,
+collectives as NCCL runs them, compute, the linear surrogate, and below them the paths and the report types."""

@@ -57,7 +57,9 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from placement.cost.compute import tree_channel_gbps
 from placement.cost.host_rings import matrix_ring
+from placement.cost.paths import group_path, pair_path
 from placement.model.job import CollectiveKind
 from placement.model.state import ClusterState, Uplink
 from placement.model.topology import Topology
@@ -216,8 +218,6 @@ class Fabric:
         t = self.topology
         slow = self._slow(devices)
         if t.pair_paths is not None:
-            from placement.cost.evaluate import group_path
-
             path = group_path(t, self.state, devices)
             vol, steps = _volume(kind, n, size)
             return Plan(
@@ -349,8 +349,6 @@ class Fabric:
 
     def _tree_cap(self, by_host: Mapping[int, list[int]], h: int) -> float:
         """Algorithm bytes/s of NCCL's tree channels: half the bus cap of one channel per NIC used (inf: no cap)."""
-        from placement.cost.compute import tree_channel_gbps
-
         t = self.topology
         caps = set()
         for host in by_host:
@@ -373,8 +371,6 @@ class Fabric:
         slow = max(ds.get(a, 1.0), ds.get(b, 1.0)) if ds else 1.0
         ha, hb = self.host_of[a], self.host_of[b]
         if t.pair_paths is not None or ha == hb:
-            from placement.cost.evaluate import pair_path
-
             p = pair_path(t, self.state, a, b)
             return Plan("p2p", p.latency_us * 1e-6, (Stage(size / (p.bandwidth_gbps * 1e9), p.tier),))
         rp = t.rail_policy

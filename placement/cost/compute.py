@@ -1,4 +1,4 @@
-"""Compute side of a training step: device kinds (peak FLOP/s, memory), model FLOPs, MFU, pipeline bubble, activations.
+"""Compute side of a training step: device kinds looked up by name, model FLOPs, MFU, pipeline bubble, activations.
 
 Owns the numbers that turn exposed communication into a step time (`placement.cost.step`) and the memory check of what-if.
 
@@ -24,18 +24,14 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
+from placement.model.devices import DEVICE_KINDS, DeviceKind
 from placement.model.job import ModelShape, ParallelSpec
-
-if TYPE_CHECKING:
-    from placement.model.topology import Topology
+from placement.model.topology import Topology
 
 __all__ = [
     "DEFAULT_MFU",
-    "DEVICE_KINDS",
     "ComputeModel",
-    "DeviceKind",
     "activation_bytes",
     "activation_bytes_per_microbatch",
     "device_kind",
@@ -48,33 +44,6 @@ __all__ = [
 ]
 
 DEFAULT_MFU = 0.4
-
-
-@dataclass(frozen=True)
-class DeviceKind:
-    """An accelerator model: peak dense BF16/FP16 tensor TFLOP/s and device memory in GB (1e9 bytes)."""
-
-    name: str
-    tflops: float
-    memory_gb: float
-
-
-# Peak dense (no sparsity) BF16/FP16 tensor-core TFLOP/s and memory, from the vendors' datasheets:
-# NVIDIA V100 SXM2 32 GB, A100 SXM 80 GB, H100 SXM, H200 SXM, HGX B200 (per GPU), GB200 NVL72 (per GPU:
-# 180 PFLOP/s dense and 13.4 TB over 72 GPUs), L40S; AMD Instinct MI300X.
-DEVICE_KINDS: Mapping[str, DeviceKind] = {
-    k.name: k
-    for k in (
-        DeviceKind("V100", 125.0, 32.0),
-        DeviceKind("A100", 312.0, 80.0),
-        DeviceKind("H100", 989.0, 80.0),
-        DeviceKind("H200", 989.0, 141.0),
-        DeviceKind("B200", 2250.0, 180.0),
-        DeviceKind("GB200", 2500.0, 186.0),
-        DeviceKind("MI300X", 1307.0, 192.0),
-        DeviceKind("L40S", 362.0, 48.0),
-    )
-}
 
 
 def device_kind(kind: str | None, topology: Topology | None = None) -> DeviceKind | None:

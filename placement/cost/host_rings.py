@@ -7,7 +7,7 @@ import math
 from collections.abc import Sequence
 from functools import lru_cache
 
-from placement.model.topology import Tier, intra_node_tier
+from placement.model.links import Tier, intra_node_tier
 
 __all__ = ["MAX_NVLINKS", "best_ring", "matrix_ring", "nvswitch"]
 

@@ -1,7 +1,7 @@
 """The step-time model v2: a training step as phases in sequence, concurrent groups inside a phase, and compute.
 
-Owns `model_step`, which `placement.cost.evaluate.evaluate` returns; collectives and links: `placement.cost.collectives`;
-FLOPs, MFU and bubble: `placement.cost.compute`.
+Owns `model_step`, which `placement.cost.evaluate.evaluate` returns (a `placement.cost.report.CostReport`);
+collectives and links: `placement.cost.collectives`; FLOPs, MFU and bubble: `placement.cost.compute`.
 
 **Phases** (Megatron-LM's step: Shoeybi et al. 2019; Narayanan et al. 2021; Korthikanti et al. 2022). The traffic
 of `placement.model.traffic` is grouped by label, in the order of a step: ``tp`` (2 all-reduces per layer forward and 2
@@ -33,7 +33,7 @@ from typing import NamedTuple
 
 from placement.cost.collectives import Fabric, Plan, phase_seconds
 from placement.cost.compute import device_kind, job_device_kind, step_compute, tokens_per_step
-from placement.cost.evaluate import CostReport, PhaseCost
+from placement.cost.report import CostReport, PhaseCost
 from placement.model.job import Job
 from placement.model.state import ClusterState
 from placement.model.topology import Topology

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from placement.errors import InternalError
 from placement.messages.domain import _job, _options, _Problems, _stats, _topology, assignments, step_cost
 from placement.model.state import ClusterState
 from placement.model.topology import Topology
 from placement.solve import SolveOptions
-from placement.solve.batch.joint import BatchJob, BatchPlan, BatchResult, batch_problems
+from placement.solve.batch.joint import batch_problems
+from placement.solve.batch.types import BatchJob, BatchPlan, BatchResult
 from placement.v1 import placement_pb2 as pb
 
 __all__ = ["BatchInputs", "batch_inputs", "batch_response", "plan_to_proto"]
@@ -58,7 +60,8 @@ def batch_inputs(
         for p in batch_problems(built[0], built[1], queue):
             ps.add(p.path, p.message)
     ps.raise_if_any()
-    assert built is not None
+    if built is None:
+        raise InternalError("the PlaceBatch request has no cluster, but no problem was recorded")
     return BatchInputs(built[0], built[1], queue, options)
 
 

@@ -13,8 +13,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from placement.cost.evaluate import CostReport, PhaseCost
-from placement.errors import InputError, Problems
+from placement.cost.report import CostReport, PhaseCost
+from placement.errors import InputError, InternalError, Problems
 from placement.io.export import baseline_costs
 from placement.io.export.document import device_affinity
 from placement.io.native import (
@@ -261,7 +261,8 @@ def place_inputs(
     if built is not None and job is not None:
         _references(*built, job, "job", ps)
     ps.raise_if_any()
-    assert built is not None and job is not None
+    if built is None or job is None:
+        raise InternalError("the Place request has no cluster or no job, but no problem was recorded")
     return PlaceInputs(built[0], built[1], job, options)
 
 
@@ -279,7 +280,10 @@ def evaluate_inputs(req: pb.EvaluateRequest) -> EvaluateInputs:
     if built is not None and job is not None:
         _references(*built, job, "job", ps)
     ps.raise_if_any()
-    assert built is not None and job is not None and mapping is not None
+    if built is None or job is None or mapping is None:
+        raise InternalError(
+            "the Evaluate request has no cluster, job or mapping, but no problem was recorded"
+        )
     return EvaluateInputs(built[0], built[1], job, mapping)
 
 
@@ -300,7 +304,8 @@ def compare_inputs(
             if job is not None:
                 _references(*built, job, f"jobs[{i}]", ps)
     ps.raise_if_any()
-    assert built is not None
+    if built is None:
+        raise InternalError("the Compare request has no cluster, but no problem was recorded")
     return CompareInputs(built[0], built[1], [j for j in jobs if j is not None], options)
 
 

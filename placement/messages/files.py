@@ -27,6 +27,7 @@ from google.protobuf import json_format
 
 from placement.errors import InputError, Problem, Problems
 from placement.io.affinity import affinity_fields
+from placement.io.importers.nvidia_smi import read_nvidia_smi
 from placement.io.native import load_document
 from placement.v1 import placement_pb2 as pb
 
@@ -77,8 +78,6 @@ def _normalize_node_type(nt: Any, base_dir: Path | None, ps: Problems | None, pa
     smi = nt.pop("nvidia_smi", None)
     table = nt.pop("nvidia_smi_table", None)
     if smi is not None:
-        from placement.io.importers.nvidia_smi import read_nvidia_smi
-
         f = Path(str(smi))
         if base_dir is not None and not f.is_absolute():
             f = base_dir / f

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from placement.errors import InternalError
 from placement.messages.domain import (
     _job,
     _options,
@@ -20,8 +21,8 @@ from placement.model.job import Job
 from placement.model.state import ClusterState
 from placement.model.topology import Topology
 from placement.solve import SolveOptions
-from placement.solve.repair.input import resolve_current
-from placement.solve.repair.run import RepairAnswer, RepairBudget, RepairResult
+from placement.solve.repair.input import RepairBudget, resolve_current
+from placement.solve.repair.run import RepairAnswer, RepairResult
 from placement.v1 import placement_pb2 as pb
 
 __all__ = ["RepairInputs", "answer_to_proto", "repair_inputs", "repair_response"]
@@ -81,7 +82,10 @@ def repair_inputs(
     if built is not None and job is not None:
         _references(*built, job, "job", ps)
     ps.raise_if_any()
-    assert built is not None and job is not None and current is not None
+    if built is None or job is None or current is None:
+        raise InternalError(
+            "the Repair request has no cluster, job or current mapping, but no problem was recorded"
+        )
     return RepairInputs(
         built[0], built[1], job, current, options, budget, list(req.drain), list(req.spares), req.spares_only
     )

@@ -1,6 +1,8 @@
 """The cluster: devices in a tree of named domain levels, link tiers per level, intra-node pair matrices, rails.
 
-A `Topology` is immutable and built once; per-request facts (occupancy, failures) live in `placement.model.state`.
+A `Topology` is immutable and built once (checked by `placement.model.topology_checks`) from the parts in
+`placement.model.links` (tiers, levels, intra-node codes, rails) and `placement.model.devices` (device kinds, node
+types, hosts); per-request facts (occupancy, failures) live in `placement.model.state`.
 
 Levels are bottom up. Level 0 is the host (``node``); the top level is a single domain. The tier of level ``l``
 is the path two devices use when the lowest domain they share is at level ``l``. Two devices on one host use
@@ -15,138 +17,16 @@ the host's intra-node matrix (``NV18``, ``PIX``, ``SYS``...) when the host has o
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from placement.cost.compute import DeviceKind
 from placement.errors import Problems
+from placement.model.devices import Device, DeviceKind, HostSpec, NodeType
+from placement.model.links import DEFAULT_INTRA_NODE_TIERS, Level, RailPolicy, Tier, intra_node_tier
+from placement.model.topology_checks import check_levels, check_node_types, check_pair_paths, resolve_domains
 
-__all__ = [
-    "DEFAULT_INTRA_NODE_TIERS",
-    "Device",
-    "HostSpec",
-    "Level",
-    "NodeType",
-    "RailPolicy",
-    "Tier",
-    "Topology",
-    "intra_node_tier",
-]
-
-_NV = re.compile(r"^NV(\d+)$")
-
-
-@dataclass(frozen=True)
-class Tier:
-    """A link tier: unidirectional bandwidth in GB/s (1e9 bytes/s) and one-hop latency in microseconds."""
-
-    bandwidth_gbps: float
-    latency_us: float
-
-    def scaled(self, slowdown: float) -> Tier:
-        """The same tier with bandwidth divided by `slowdown` (>= 1 means slower)."""
-        return Tier(self.bandwidth_gbps / slowdown, self.latency_us)
-
-
-@dataclass(frozen=True)
-class Level:
-    """A named level of the domain tree (bottom up) and the tier used between its children.
-
-    `oversubscription` (step model v2, `placement.cost.collectives`): the uplinks of each domain of this level carry
-    1/ratio of what the devices under it could send at the next level's tier (1.0: non-blocking, the default).
-    """
-
-    name: str
-    tier: Tier
-    oversubscription: float = 1.0
-
-
-# Per-link and per-path defaults for intra-node matrix codes. NV# is # bonded NVLinks at 25 GB/s per link
-# and direction (NVLink 2/3/4: V100, A100, H100 datasheets: 300/600/900 GB/s bidirectional over 6/12/18
-# links). PCIe paths: PIX/PXB one or more PCIe switches (Gen4 x16 ~ 24 GB/s achievable), PHB through the host
-# bridge, NODE across host bridges of one NUMA node, SYS across the socket interconnect (NCCL's topo.h
-# ranks these the same way: PIX < PXB < PHB < SYS; QPI/UPI ~ 10 GB/s). Every value can be overridden per
-# cluster in `intra_node_tiers`.
-DEFAULT_INTRA_NODE_TIERS: Mapping[str, Tier] = {
-    "NV": Tier(25.0, 1.0),  # per link; multiplied by the link count
-    "PIX": Tier(24.0, 2.0),
-    "PXB": Tier(22.0, 2.5),
-    "PHB": Tier(16.0, 3.0),
-    "NODE": Tier(14.0, 3.5),
-    "SYS": Tier(10.0, 4.0),
-}
-
-
-def intra_node_tier(code: str, table: Mapping[str, Tier]) -> Tier:
-    """Tier of one intra-node matrix code (``NV12``, ``PIX``, ``SOC``...) under a per-code table."""
-    if code in table and code != "NV":
-        return table[code]
-    m = _NV.match(code)
-    if m:
-        per_link = table.get("NV", DEFAULT_INTRA_NODE_TIERS["NV"])
-        return Tier(per_link.bandwidth_gbps * int(m.group(1)), per_link.latency_us)
-    if code == "SOC":  # legacy name of SYS (nvidia-smi before 2017)
-        return table.get("SYS", DEFAULT_INTRA_NODE_TIERS["SYS"])
-    return table.get(code, DEFAULT_INTRA_NODE_TIERS[code])
-
-
-@dataclass(frozen=True)
-class RailPolicy:
-    """Rail-optimized fabrics: cross-host traffic between different rails (NIC indices) takes an extra hop.
-
-    It pays `extra_latency_us` more per transfer and runs at `bandwidth_factor` times the tier's bandwidth.
-    """
-
-    extra_latency_us: float = 2.0
-    bandwidth_factor: float = 1.0
-
-
-@dataclass(frozen=True)
-class NodeType:
-    """A kind of host: device count, device kind, optional intra-node code matrix and per-device rails.
-
-    Step model v2 (`placement.cost.collectives`): the host's devices share `nics` NICs of `nic_gbps` GB/s each way
-    (default: one NIC per device at the level-1 tier's bandwidth, what today's files mean). `mesh_link_gbps`
-    marks a fully connected mesh without a switch (AMD XGMI): each device pair has its own link of that
-    bandwidth, and the level-0 tier is the device's total.
-    """
-
-    name: str
-    devices: int
-    kind: str = "gpu"
-    matrix: tuple[tuple[str, ...], ...] | None = None
-    rails: tuple[int | None, ...] | None = None
-    nics: int | None = None
-    nic_gbps: float | None = None
-    mesh_link_gbps: float | None = None
-    cpu_affinity: tuple[str | None, ...] | None = None
-    """Per device: the CPUs close to it (nvidia-smi's "CPU Affinity", e.g. ``0-47,96-143``); None: unknown."""
-    numa_affinity: tuple[int | None, ...] | None = None
-    """Per device: its NUMA node (nvidia-smi's "NUMA Affinity"); None: unknown."""
-
-
-@dataclass(frozen=True)
-class HostSpec:
-    """A host as read from a file: its name, the domain it belongs to at each level above the host, its type."""
-
-    name: str
-    domains: Mapping[str, str]
-    node_type: NodeType
-
-
-@dataclass(frozen=True)
-class Device:
-    """One accelerator. `id` is stable and readable: ``host/gpuK``; `index` is its position in the cluster."""
-
-    index: int
-    id: str
-    host: str
-    host_index: int
-    local_index: int
-    kind: str
-    rail: int | None
+__all__ = ["Topology"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -166,7 +46,7 @@ class Topology:
     # A non-tree device graph (rail-optimized fabric, torus, a distance matrix): when set, pair_paths[a][b] is
     # the tier from device a to device b and overrides levels and matrices for every pair (may be asymmetric).
     pair_paths: tuple[tuple[Tier, ...], ...] | None = None
-    # User-defined device kinds (peak TFLOP/s, memory) from the cluster file; built-in kinds: placement.cost.compute
+    # User-defined device kinds (peak TFLOP/s, memory) from the cluster file; built-in kinds: placement.model.devices
     device_kinds: Mapping[str, DeviceKind] = field(default_factory=dict)
 
     # ---- construction -------------------------------------------------------------------------------------
@@ -183,9 +63,6 @@ class Topology:
         device_kinds: Mapping[str, DeviceKind] | None = None,
     ) -> Topology:
         """Build from levels and hosts; all structural problems are raised together as `InputError`."""
-        # the checks import this module's types, so they are imported when first used
-        from placement.model.topology_checks import check_levels, check_node_types, resolve_domains
-
         ps = Problems(source)
         check_levels(ps, levels)
         dom_index, dom_parent = resolve_domains(ps, levels, hosts)
@@ -376,8 +253,6 @@ class Topology:
     ) -> Topology:
         """A topology given as all-pairs paths (n x n tiers) instead of a tree: each device is its own host,
         under one top domain. `placement.io.importers.graph` builds the matrix from a networkx graph or distances."""
-        from placement.model.topology_checks import check_pair_paths  # imports this module: see build
-
         n = len(paths)
         ps = Problems(source)
         check_pair_paths(ps, paths)

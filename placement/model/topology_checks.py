@@ -1,5 +1,5 @@
-"""Build-time consistency checks of a `placement.model.topology.Topology`: levels, hosts and their domain chains,
-intra-node matrices, NICs, rails and all-pairs paths; each adds every problem it finds to one `Problems`."""
+"""Build-time consistency checks of a `placement.model.topology.Topology` (run by `Topology.build`): levels, hosts
+and their domain chains, intra-node matrices, NICs, rails and all-pairs paths; each adds every problem to one `Problems`."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ from collections.abc import Mapping, Sequence
 
 from placement.errors import Problems
 from placement.limits import checkpoint
-from placement.model.topology import DEFAULT_INTRA_NODE_TIERS, HostSpec, Level, Tier, intra_node_tier
+from placement.model.devices import HostSpec
+from placement.model.links import DEFAULT_INTRA_NODE_TIERS, Level, Tier, intra_node_tier
 
 __all__ = ["check_levels", "check_node_types", "check_pair_paths", "resolve_domains"]
 

@@ -9,9 +9,11 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
+from placement.model.devices import HostSpec, NodeType
 from placement.model.job import CollectiveKind, Constraints, Edge, Job, ModelShape, ParallelSpec
+from placement.model.links import Level, RailPolicy, Tier
 from placement.model.state import ClusterState
-from placement.model.topology import HostSpec, Level, NodeType, RailPolicy, Tier, Topology
+from placement.model.topology import Topology
 from placement.model.traffic import job_traffic
 
 __all__ = [

@@ -11,9 +11,11 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from placement.cost.evaluate import Path, collective_seconds, p2p_seconds
+from placement.cost.paths import Path
+from placement.cost.surrogate import collective_seconds, p2p_seconds
+from placement.model.links import intra_node_tier
 from placement.model.state import ClusterState
-from placement.model.topology import Topology, intra_node_tier
+from placement.model.topology import Topology
 from placement.model.traffic import Traffic
 
 __all__ = ["BoundReport", "level_paths", "lower_bound", "lower_bounds"]

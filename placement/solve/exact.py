@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
-from placement.cost.evaluate import Path, collective_seconds, p2p_seconds
+from placement.cost.paths import Path
+from placement.cost.surrogate import collective_seconds, p2p_seconds
 from placement.model.job import Job
 from placement.model.state import ClusterState
 from placement.model.topology import Topology

@@ -13,11 +13,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 
-from placement.cost.evaluate import CostReport
-from placement.errors import InfeasibleError
+from placement.cost.report import CostReport
+from placement.errors import InfeasibleError, InternalError
 from placement.model.job import host_blocks
 from placement.model.topology import Topology
-from placement.solve.problem import Problem
+from placement.solve.prepared import PreparedRequest
 
 __all__ = ["contiguous", "is_contiguous"]
 
@@ -56,7 +56,7 @@ def _key(rep: CostReport) -> tuple[float, float]:
     return (rep.comm_seconds, rep.surrogate_seconds)
 
 
-def _neighbours(request: Problem, blocks: list[Block]) -> list[list[Block]]:
+def _neighbours(request: PreparedRequest, blocks: list[Block]) -> list[list[Block]]:
     """Block moves, cheapest kinds first."""
     topo = request.topology
     out: list[list[Block]] = []
@@ -102,7 +102,7 @@ def _neighbours(request: Problem, blocks: list[Block]) -> list[list[Block]]:
 
 
 def contiguous(
-    request: Problem, score: Score, free: tuple[list[int], CostReport], others: Sequence[list[int]]
+    request: PreparedRequest, score: Score, free: tuple[list[int], CostReport], others: Sequence[list[int]]
 ) -> tuple[list[int], CostReport, dict[str, float | int | str]]:
     """The best contiguous mapping found from `free` (the unconstrained answer) and `others`, and the stats that
     compare it with the free answer. Raises `InfeasibleError` when no candidate is valid."""
@@ -151,7 +151,8 @@ def contiguous(
                 improved = True
                 break
     mapping, rep = _mapping(best[0]), best[1]
-    assert is_contiguous(topo, mapping)
+    if not is_contiguous(topo, mapping):
+        raise InternalError("the torchrun search returned a mapping whose hosts' ranks are not contiguous")
     f = free[1]
     stats: dict[str, float | int | str] = {
         "launcher": "torchrun",

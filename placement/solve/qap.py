@@ -2,7 +2,7 @@
 
 Robust tabu search (Taillard 1991) over swaps with an O(n^2) delta matrix, CP-SAT with element constraints to
 prove small instances, and the Gilmore-Lawler bound. Costs are ``sum F1*L + F2*W`` over rank pairs: F1 transfer
-counts times latency, F2 bytes times seconds per byte, exactly as `placement.cost.evaluate.p2p_seconds` adds them.
+counts times latency, F2 bytes times seconds per byte, exactly as `placement.cost.surrogate.p2p_seconds` adds them.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import numpy as np
 from ortools.graph.python import linear_sum_assignment
 from ortools.sat.python import cp_model
 
+from placement.errors import InternalError
 from placement.model.job import Job
 from placement.model.state import ClusterState
 from placement.model.topology import Topology
@@ -249,7 +250,8 @@ def solve_on_graph(
     if m < n:
         return None, None, {}
     pp = topology.pair_paths
-    assert pp is not None
+    if pp is None:
+        raise InternalError("the QAP search needs a topology given as all-pairs paths (pair_paths)")
     f_lat, f_bytes = np.zeros((n, n)), np.zeros((n, n))
     for e in traffic.edges:
         f_lat[e.src, e.dst] += e.count * e.exposed

@@ -11,7 +11,8 @@ import time
 from collections import defaultdict
 from collections.abc import Sequence
 
-from placement.cost.evaluate import group_path, group_seconds, p2p_seconds, pair_path
+from placement.cost.paths import group_path, pair_path
+from placement.cost.surrogate import group_seconds, p2p_seconds
 from placement.model.job import Job
 from placement.model.state import ClusterState
 from placement.model.topology import Topology

@@ -10,8 +10,9 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 
-from placement.cost.evaluate import CostReport, evaluate
-from placement.errors import InfeasibleError, InputError, PlacementError, Problem
+from placement.cost.evaluate import evaluate
+from placement.cost.report import CostReport
+from placement.errors import InfeasibleError, InputError, InternalError, Problem
 from placement.limits import checkpoint
 from placement.model.job import Job
 from placement.model.state import ClusterState
@@ -26,7 +27,7 @@ from placement.solve.cpsat import (  # imported here: ortools takes ~1 s to impo
 from placement.solve.cpsat.model import build_units
 from placement.solve.launcher import contiguous
 from placement.solve.multilevel.mapping import multilevel_candidates
-from placement.solve.problem import Problem as Request
+from placement.solve.prepared import PreparedRequest
 from placement.solve.types import PlacementResult, SolveOptions, SolveStatus, Strategy
 from placement.solve.units import candidate_devices, required_units
 
@@ -165,7 +166,7 @@ class _Scorer:
     """The evaluator's reports of valid mappings, each mapping scored once, with the time one scoring takes (so
     that a tight limit skips the scoring of further baselines instead of overrunning)."""
 
-    def __init__(self, request: Request) -> None:
+    def __init__(self, request: PreparedRequest) -> None:
         self.request = request
         self.memo: dict[tuple[int, ...], CostReport | None] = {}
         self.cost_s = 0.0
@@ -205,18 +206,26 @@ def _better(a: CostReport, b: CostReport) -> bool:
 
 
 def place(
-    topology: Topology, state: ClusterState, job: Job, options: SolveOptions | None = None
+    topology: Topology,
+    state: ClusterState,
+    job: Job,
+    options: SolveOptions | None = None,
+    *,
+    traffic: Traffic | None = None,
 ) -> PlacementResult:
     """Place `job` on `state`. Raises `InfeasibleError` (with reasons and numbers) when no mapping exists.
 
     Every scheduler baseline is computed and scored on the same state (a limit too short to score them all leaves
     the rest unscored: `stats["unscored"]`). The ``cpsat`` strategy starts from the best of them and the
     multilevel candidates, and its answer is never worse (by the evaluator) than any of them.
+
+    The job's traffic (`job_traffic`) is derived once per call, or taken from `traffic` when the caller has it
+    (a batch or a repair placing the same job again), and passed to every step that needs it.
     """
     opts = options or SolveOptions()
     strategy = Strategy(opts.strategy).canonical
     t0 = time.perf_counter()
-    traffic = job_traffic(job)
+    traffic = traffic if traffic is not None else job_traffic(job)
     problems = request_problems(topology, state, job, traffic)
     if problems:
         raise InputError(f"job {job.name}", problems)
@@ -224,7 +233,7 @@ def place(
     reasons = explain_infeasible(topology, state, job, traffic)
     if reasons:
         raise InfeasibleError(reasons)
-    request = Request.prepare(topology, state, job, opts, traffic=traffic, t0=t0)
+    request = PreparedRequest.prepare(topology, state, job, opts, traffic=traffic, t0=t0)
     reserve = 0.2 * opts.time_limit_s if job.launcher == "torchrun" else 0.0  # for the contiguous search
     request.deadline -= reserve
     score = _Scorer(request)
@@ -287,7 +296,7 @@ def place(
 
 
 def _optimize(
-    request: Request,
+    request: PreparedRequest,
     score: _Scorer,
     found: dict[str, tuple[list[int], CostReport]],
     baselines: dict[str, float | None],
@@ -339,7 +348,7 @@ def _optimize(
         if rep is None:
             if name == "cpsat":
                 v = validate(topology, state, job, m, traffic=traffic)
-                raise PlacementError(f"internal: the solver returned a mapping that breaks {v[0]}")
+                raise InternalError(f"the solver returned a mapping that breaks {v[0]}")
             continue
         if name in found and not _better(rep, found[name][1]):
             continue

@@ -1,6 +1,7 @@
 """The solver's vocabulary: strategies, statuses, options, the stop signal and the result every strategy returns.
 
-Imported by every strategy module and by `placement.solve.run`; it imports nothing from the solver itself.
+Imported by every strategy module and by `placement.solve.run`; it imports nothing from the solver itself (only
+the cost model's report type).
 """
 
 from __future__ import annotations
@@ -9,10 +10,8 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from placement.cost.evaluate import CostReport
+from placement.cost.report import CostReport
 
 __all__ = ["PlacementResult", "SolveOptions", "SolveStatus", "StopEvent", "Strategy"]
 

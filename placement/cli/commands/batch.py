@@ -18,7 +18,7 @@ from rich.table import Table
 from placement.cli.errors import err, fail, guard
 from placement.errors import InputError, Problem, Problems
 from placement.model.topology import Topology
-from placement.solve.batch.joint import BatchJob, BatchPlan, BatchResult
+from placement.solve.batch.types import BatchJob, BatchPlan, BatchResult
 
 __all__ = ["batch_document", "load_batch", "place_batch_cmd", "register"]
 

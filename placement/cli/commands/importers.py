@@ -19,7 +19,7 @@ from placement.io.importers.defaults import apply_tier_specs
 from placement.io.importers.detect import refuse_other_format, sniff
 from placement.io.importers.nccl_xml import NodeTopology, merge_warnings
 from placement.io.text import read_text
-from placement.model.topology import intra_node_tier
+from placement.model.links import intra_node_tier
 
 __all__ = ["build_cluster", "read_node_file", "register"]
 
@@ -76,7 +76,7 @@ def _node_tier(nt: NodeTopology | None, nv_gbps: float | None) -> tuple[tuple[fl
         links = max(len(nt.gpus) - 1, 1)
         return (links * nt.mesh_link_gbps, 1.0), f"xGMI mesh: {links} links of {nt.mesh_link_gbps:g} GB/s"
     if nt.matrix is not None and len(nt.gpus) > 1:
-        from placement.model.topology import DEFAULT_INTRA_NODE_TIERS, Tier
+        from placement.model.links import DEFAULT_INTRA_NODE_TIERS, Tier
 
         table = dict(DEFAULT_INTRA_NODE_TIERS) | ({"NV": Tier(nv_gbps, 1.0)} if nv_gbps else {})
         best = max(

@@ -74,7 +74,7 @@ def repair(
     from placement.io.native import load_cluster, load_job, load_state
     from placement.model.state import ClusterState
     from placement.solve import SolveOptions
-    from placement.solve.repair.run import RepairBudget
+    from placement.solve.repair.input import RepairBudget
     from placement.solve.repair.run import repair as run_repair
 
     if output not in ("table", "json"):

@@ -97,11 +97,10 @@ def replay(
     """Replay a GPU-cluster trace on a cluster with each placement policy: JCT, queueing, utilization,
     communication hours and fragmentation per policy (docs/replay.md)."""
     from placement.io.native import cluster_from_dict, load_document
-    from placement.sim.executors import InlineExecutor, LocalExecutor, RayExecutor
+    from placement.sim.executors import InlineExecutor, LocalExecutor, RayExecutor, default_workers
     from placement.sim.replay import POLICIES, SimConfig, parse_shape_rule, read_trace
     from placement.sim.replay.report import plot_replays, summary_table
     from placement.sim.replay.run import ReplayTask, read_csv, run_replays, task_key
-    from placement.sim.executors import default_workers
 
     pols = policy or list(POLICIES)
     for p in pols:

@@ -23,7 +23,7 @@ from rich.progress import (
 from rich.text import Text
 
 from placement.cli.errors import err, fail, guard
-from placement.cost.evaluate import CostReport
+from placement.cost.report import CostReport
 from placement.errors import InputError, Problem
 from placement.model.job import Job
 from placement.model.state import ClusterState

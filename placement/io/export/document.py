@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from placement.cost.evaluate import CostReport
+from placement.cost.report import CostReport
 from placement.errors import InputError, Problem
 from placement.io.native.kinds import wrong_kind
 from placement.model.topology import Topology

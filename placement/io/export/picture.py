@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from placement.cost.evaluate import CostReport
+from placement.cost.report import CostReport
 from placement.errors import InputError, Problem
 from placement.model.job import DIMENSIONS, Job
 from placement.model.state import ClusterState

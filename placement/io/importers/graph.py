@@ -15,7 +15,8 @@ import networkx as nx
 from placement.errors import InputError, Problem, Problems
 from placement.io.text import read_text
 from placement.model.job import Edge, Job
-from placement.model.topology import Tier, Topology
+from placement.model.links import Tier
+from placement.model.topology import Topology
 
 __all__ = [
     "QapInstance",

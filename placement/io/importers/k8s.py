@@ -44,7 +44,7 @@ from typing import Any
 
 import yaml
 
-from placement.errors import InputError, Problem, Problems
+from placement.errors import InputError, InternalError, Problem, Problems
 from placement.io.importers.detect import refuse_other_format
 from placement.io.importers.levels import check_level_names
 
@@ -104,7 +104,8 @@ def parse_k8s_nodes(
     parent_of: list[dict[str, tuple[str | None, str]]] = [{} for _ in level_keys]
     no_gpu: list[str] = []
     zero_gpu: list[str] = []
-    assert names is not None  # None only together with a problem, raised above
+    if names is None:  # None only together with a problem, raised above
+        raise InternalError("the Kubernetes level names are unknown, but no problem was recorded")
     display = names
 
     for item, path in items:

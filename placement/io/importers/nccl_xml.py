@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from placement.errors import InputError, Problem, Problems
+from placement.errors import InputError, InternalError, Problem, Problems
 from placement.io.affinity import affinity_fields
 from placement.io.importers.detect import refuse_other_format
 from placement.io.text import read_text
@@ -54,7 +54,7 @@ _GCN_NUMERIC = {
 }
 _NV_KIND = {"70": "V100", "80": "A100", "86": "A10", "89": "L40S", "90": "H100", "100": "B200"}
 # NVLink per link and direction for NVLink 5 (B200: 1.8 TB/s over 18 links); older generations keep the
-# cluster default (25 GB/s per link, placement.model.topology.DEFAULT_INTRA_NODE_TIERS).
+# cluster default (25 GB/s per link, placement.model.links.DEFAULT_INTRA_NODE_TIERS).
 _NVLINK5_GBPS = 50.0
 _GPU_CLASSES = ("0x0302", "0x0380", "0x1200")
 _NVSWITCH_CLASS = "0x0680"
@@ -222,7 +222,8 @@ def _links(
     switch: dict[int, int] = {}
     odd: list[str] = []
     for i, g in enumerate(gpus):
-        assert g.elem is not None
+        if g.elem is None:
+            raise InternalError(f"GPU {g.name} ({g.busid}) has no <gpu> element to read its links from")
         for link in g.elem.findall(tag):
             target = (link.get("target") or "").lower()
             count = _int(link.get("count")) or 0

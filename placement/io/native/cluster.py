@@ -9,7 +9,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from placement.cost.compute import DeviceKind
 from placement.errors import InputError, Problem, Problems
 from placement.io.affinity import node_type_affinity
 from placement.io.importers.nvidia_smi import read_nvidia_smi
@@ -24,16 +23,10 @@ from placement.io.native.document import (
 )
 from placement.io.native.state import state_from_dict
 from placement.limits import current_limits, tick
+from placement.model.devices import DeviceKind, HostSpec, NodeType
+from placement.model.links import DEFAULT_INTRA_NODE_TIERS, Level, RailPolicy, Tier
 from placement.model.state import ClusterState
-from placement.model.topology import (
-    DEFAULT_INTRA_NODE_TIERS,
-    HostSpec,
-    Level,
-    NodeType,
-    RailPolicy,
-    Tier,
-    Topology,
-)
+from placement.model.topology import Topology
 
 __all__ = ["cluster_from_dict", "load_cluster"]
 

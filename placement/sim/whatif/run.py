@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from placement.cost.evaluate import CostReport
+from placement.cost.report import CostReport
 from placement.io.export import baseline_costs
 from placement.io.native import cluster_from_dict, job_from_dict, merge_states, state_from_dict
 from placement.model.job import Job

@@ -368,7 +368,10 @@ def parse_shapes(
                 ps.add(fp, f"must be an integer >= 1, got {val!r}")
                 ok = False
         if ok and model is None:
-            ps.add("axes.shapes", "enumerating shapes needs the job's model (model: parameters, hidden, layers, ...)")
+            ps.add(
+                "axes.shapes",
+                "enumerating shapes needs the job's model (model: parameters, hidden, layers, ...)",
+            )
         elif ok and model is not None:
             for v, topo in zip(variants, vtopos, strict=True):
                 types = [nt for nt in topo.host_types if base_job.device_kind in (None, nt.kind)]

@@ -9,20 +9,17 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
-from placement.cost.evaluate import CostReport
+from placement.cost.report import CostReport
 from placement.model.job import Job
 from placement.model.state import ClusterState
 from placement.model.topology import Topology
 from placement.model.traffic import Traffic
 from placement.model.validate import validate
 from placement.solve.baselines import first_fit, kueue_tas
+from placement.solve.batch.types import BatchPlan, JobOutcome
 from placement.solve.run import explain_infeasible
 from placement.solve.units import candidate_devices
-
-if TYPE_CHECKING:
-    from placement.solve.batch.joint import BatchPlan, JobOutcome
 
 __all__ = ["Explainer", "classify", "validate_batch"]
 
@@ -38,10 +35,15 @@ def classify(reasons: Sequence[str]) -> str:
 
 
 def validate_batch(
-    topology: Topology, state: ClusterState, jobs: Sequence[Job], mappings: Mapping[int, Sequence[int] | None]
+    topology: Topology,
+    state: ClusterState,
+    jobs: Sequence[Job],
+    mappings: Mapping[int, Sequence[int] | None],
+    traffic: Sequence[Traffic] | None = None,
 ) -> list[str]:
     """Every rule a joint answer breaks: each mapping against the state plus the other jobs' devices, and no
-    device in two jobs. `mappings`: job index -> mapping (None entries are ignored)."""
+    device in two jobs. `mappings`: job index -> mapping (None entries are ignored); `traffic`: each job's
+    `job_traffic`, when the caller has it."""
     out: list[str] = []
     owner: dict[int, int] = {}
     for j, m in sorted(mappings.items()):
@@ -60,8 +62,10 @@ def validate_batch(
             if k != j and mk is not None:
                 for d in mk:
                     occ[d] = jobs[k].name
+        tr = None if traffic is None else traffic[j]
         out.extend(
-            f"{jobs[j].name}: {v}" for v in validate(topology, replace(state, occupied=occ), jobs[j], m)
+            f"{jobs[j].name}: {v}"
+            for v in validate(topology, replace(state, occupied=occ), jobs[j], m, traffic=tr)
         )
     return out
 
@@ -97,8 +101,6 @@ class Explainer:
         return self._alone[j]
 
     def plan(self, strategy: str, assign: Mapping[int, tuple[list[int], CostReport]]) -> BatchPlan:
-        from placement.solve.batch.joint import BatchPlan, JobOutcome
-
         outcomes: list[JobOutcome] = []
         for j, job in enumerate(self.jobs):
             if j in assign:
@@ -115,8 +117,6 @@ class Explainer:
         return BatchPlan(strategy, outcomes, self.weights)
 
     def _conflict(self, j: int, assign: Mapping[int, tuple[list[int], CostReport]]) -> JobOutcome:
-        from placement.solve.batch.joint import JobOutcome
-
         job = self.jobs[j]
         owner: dict[int, int] = {d: k for k, (m, _) in assign.items() for d in m}
         occ = dict(self.state.occupied)

@@ -6,12 +6,10 @@ from __future__ import annotations
 
 import math
 import time
-from typing import TYPE_CHECKING
 
 from placement.model.validate import validate
-
-if TYPE_CHECKING:
-    from placement.solve.batch.joint import Assign, BatchSearch
+from placement.solve.batch.search import BatchSearch
+from placement.solve.batch.types import Assign
 
 __all__ = ["improve", "swap"]
 

@@ -1,8 +1,9 @@
 """Joint placement of a queue of jobs on one state (`place_batch`): which jobs to admit and where, no device in two
 jobs, the admitted weight first and the weighted modeled step seconds second, next to two sequential baselines.
 
-Built on `placement.solve.run.place` (one job on a shrinking state), `batch_admit` (the knapsack),
-`batch_improve` (the improvement moves) and `batch_explain` (why a job is not admitted, and the joint validator).
+Built on `placement.solve.batch.search` (single-job placements on a shrinking state), `admit` (the knapsack),
+`improve` (the improvement moves) and `explain` (why a job is not admitted, and the joint validator); the data
+types are in `placement.solve.batch.types`.
 """
 
 from __future__ import annotations
@@ -10,21 +11,18 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
 
-from placement.cost.evaluate import CostReport, evaluate
-from placement.errors import InfeasibleError, InputError, PlacementError, Problem
-from placement.model.job import Job
+from placement.errors import InputError, InternalError, Problem
 from placement.model.state import ClusterState
 from placement.model.topology import Topology
 from placement.model.traffic import Traffic, job_traffic
-from placement.model.validate import validate
-from placement.solve.baselines import kueue_tas
-from placement.solve.batch.admit import Admission, Demand, admit
+from placement.solve.batch.admit import Demand, admit
 from placement.solve.batch.explain import Explainer, validate_batch
 from placement.solve.batch.improve import improve, swap
-from placement.solve.run import explain_infeasible, place, request_problems
-from placement.solve.types import SolveOptions, Strategy
+from placement.solve.batch.search import BatchSearch
+from placement.solve.batch.types import BatchJob, BatchResult
+from placement.solve.run import request_problems
+from placement.solve.types import SolveOptions
 from placement.solve.units import candidate_devices
 
 __all__ = [
@@ -32,13 +30,8 @@ __all__ = [
     "FIFO",
     "MAX_WEIGHT",
     "PRIORITY",
-    "BatchJob",
-    "BatchPlan",
-    "BatchResult",
-    "JobOutcome",
     "batch_problems",
     "place_batch",
-    "validate_batch",
 ]
 
 BATCH = "batch"
@@ -50,84 +43,15 @@ PRIORITY = "priority-cpsat"
 """Baseline: the queue by priority (then arrival), each job placed by the cpsat strategy on what is left."""
 MAX_WEIGHT = 1e6
 
-Assign = dict[int, tuple[list[int], CostReport]]
 
-
-@dataclass(frozen=True)
-class BatchJob:
-    """A queued job: `weight` (> 0) counts toward the admitted weight and multiplies its step seconds;
-    `priority` orders the priority baseline and decides which job wins a conflict between equal answers."""
-
-    job: Job
-    weight: float = 1.0
-    priority: float = 0.0
-
-
-@dataclass
-class JobOutcome:
-    """One job in one answer: its mapping and modeled step, or why it is not admitted.
-
-    `reason` is ``capacity`` (not enough free devices or whole domains on the state), ``rule`` (its own rules
-    cannot hold on the state) or ``conflict`` (it fits alone, but not next to the admitted jobs
-    `conflicts_with`); `explanation` gives the numbers."""
-
-    index: int
-    name: str
-    admitted: bool
-    mapping: list[int] | None = None
-    report: CostReport | None = None
-    reason: str = ""
-    explanation: list[str] = field(default_factory=list)
-    conflicts_with: list[str] = field(default_factory=list)
-
-
-@dataclass
-class BatchPlan:
-    """One answer (the joint one or a baseline): an outcome per job, in queue order."""
-
-    strategy: str
-    outcomes: list[JobOutcome]
-    weights: list[float]
-
-    @property
-    def admitted(self) -> list[JobOutcome]:
-        return [o for o in self.outcomes if o.admitted]
-
-    @property
-    def admitted_weight(self) -> float:
-        return sum(self.weights[o.index] for o in self.admitted)
-
-    @property
-    def weighted_step_seconds(self) -> float:
-        return sum(
-            self.weights[o.index] * o.report.step_seconds for o in self.admitted if o.report is not None
-        )
-
-    @property
-    def weighted_comm_seconds(self) -> float:
-        return sum(
-            self.weights[o.index] * o.report.comm_seconds for o in self.admitted if o.report is not None
-        )
-
-    def key(self) -> tuple[float, float, float]:
-        """Smaller is better: more admitted weight, then fewer weighted step seconds, then less communication."""
-        return (-round(self.admitted_weight, 9), self.weighted_step_seconds, self.weighted_comm_seconds)
-
-
-@dataclass
-class BatchResult:
-    """The answer (`plan`, never worse by `BatchPlan.key` than either baseline), the baselines, and the knapsack's
-    bound on the admitted weight (`admission_optimal`: the answer reaches it)."""
-
-    plan: BatchPlan
-    baselines: dict[str, BatchPlan]
-    weight_bound: float | None
-    admission_optimal: bool
-    stats: dict[str, float | int | str] = field(default_factory=dict)
-
-
-def batch_problems(topology: Topology, state: ClusterState, jobs: Sequence[BatchJob]) -> list[Problem]:
-    """Input errors of a batch, with paths ``jobs[i].weight``, ``jobs[i].job.name``, ``jobs[i].job.<field>``."""
+def batch_problems(
+    topology: Topology,
+    state: ClusterState,
+    jobs: Sequence[BatchJob],
+    traffic: Sequence[Traffic] | None = None,
+) -> list[Problem]:
+    """Input errors of a batch, with paths ``jobs[i].weight``, ``jobs[i].job.name``, ``jobs[i].job.<field>``
+    (`traffic`: each job's `job_traffic`, when the caller has it)."""
     out: list[Problem] = []
     if not jobs:
         out.append(Problem("jobs", "give at least one job"))
@@ -160,161 +84,10 @@ def batch_problems(topology: Topology, state: ClusterState, jobs: Sequence[Batch
                 )
             )
         out.extend(
-            Problem(f"jobs[{i}].job.{p.path}", p.message) for p in request_problems(topology, state, bj.job)
+            Problem(f"jobs[{i}].job.{p.path}", p.message)
+            for p in request_problems(topology, state, bj.job, None if traffic is None else traffic[i])
         )
     return out
-
-
-class BatchSearch:
-    """One request: the inputs, the clock, and the single-job placements on a shrinking state."""
-
-    def __init__(
-        self, topology: Topology, state: ClusterState, jobs: Sequence[BatchJob], options: SolveOptions
-    ) -> None:
-        self.topology, self.state, self.jobs, self.options = topology, state, list(jobs), options
-        self.t0 = time.perf_counter()
-        self.deadline = self.t0 + options.time_limit_s
-        self.traffic: list[Traffic] = [job_traffic(bj.job) for bj in jobs]
-        self.solo: list[list[str]] = [
-            explain_infeasible(topology, state, bj.job, t) for bj, t in zip(jobs, self.traffic, strict=True)
-        ]
-        self.feasible = [i for i, r in enumerate(self.solo) if not r]
-        self.placements = 0
-        self.cut_short = 0  # sequential passes ended early at the time limit
-        self.seen: dict[
-            int, dict[tuple[int, ...], CostReport]
-        ] = {}  # every placement found per job, any state
-
-    def remaining(self) -> float:
-        if self.options.deterministic:
-            return self.options.time_limit_s
-        return self.deadline - time.perf_counter()
-
-    def stopped(self) -> bool:
-        return self.options.stop is not None and self.options.stop.is_set()
-
-    def state_with(
-        self, assign: Mapping[int, tuple[list[int], CostReport]], skip: int | None = None
-    ) -> ClusterState:
-        """The base state with the devices of every job in `assign` (but `skip`) occupied by that job."""
-        occ = dict(self.state.occupied)
-        for j, (m, _) in assign.items():
-            if j != skip:
-                name = self.jobs[j].job.name
-                for d in m:
-                    occ[d] = name
-        return replace(self.state, occupied=occ)
-
-    def place_one(
-        self, j: int, state: ClusterState, limit_s: float, allowed: set[int] | None = None
-    ) -> tuple[list[int], CostReport] | None:
-        """Job `j` by the cpsat strategy on `state` (only on `allowed` devices, when given); None if it fails."""
-        job = self.jobs[j].job
-        if allowed is not None:
-            occ = dict(state.occupied)
-            for d in candidate_devices(self.topology, state, job):
-                if d not in allowed:
-                    occ[d] = "<reserved for another job of the batch>"
-            solve_state = replace(state, occupied=occ)
-        else:
-            solve_state = state
-        if explain_infeasible(self.topology, solve_state, job, self.traffic[j]):
-            return None
-        opts = SolveOptions(
-            strategy=Strategy.CPSAT,
-            time_limit_s=max(0.05, limit_s),
-            relative_gap=self.options.relative_gap,
-            seed=self.options.seed,
-            workers=self.options.workers,
-            stop=self.options.stop,
-            deterministic=self.options.deterministic,
-        )
-        self.placements += 1
-        try:
-            res = place(self.topology, solve_state, job, opts)
-        except InfeasibleError:
-            return None
-        if (
-            res.mapping is None
-            or res.report is None
-            or validate(self.topology, state, job, res.mapping, traffic=self.traffic[j])
-        ):
-            return None
-        self.seen.setdefault(j, {})[tuple(res.mapping)] = res.report
-        return list(res.mapping), res.report
-
-    def sequential(
-        self,
-        order: Sequence[int],
-        budget_s: float,
-        assign: Assign | None = None,
-        allowed: Mapping[int, set[int]] | None = None,
-    ) -> Assign:
-        """Place `order` one job after the other on what the jobs before left; a job that does not fit is left
-        out. Each job's time limit is its share (by ranks, at least 16) of `budget_s`."""
-        out: Assign = dict(assign or {})
-        todo = [j for j in order if j not in out]
-        total = sum(max(16, self.jobs[j].job.ranks) for j in todo)
-        end = time.perf_counter() + budget_s
-        for j in todo:
-            if self.stopped():
-                break
-            size = max(16, self.jobs[j].job.ranks)
-            if self.options.deterministic:
-                share = budget_s * size / max(total, 1)
-            else:
-                if self.remaining() < 0.05:  # the whole limit is spent (a loaded machine): leave the rest out
-                    self.cut_short += 1
-                    break
-                share = min(
-                    max(0.0, end - time.perf_counter()) * size / max(total, 1), self.remaining() - 0.05
-                )
-            total -= size
-            got = self.place_one(j, self.state_with(out), share, None if allowed is None else allowed.get(j))
-            if got is not None:
-                out[j] = got
-        return out
-
-    def fifo(self) -> Assign:
-        """The FIFO kueue-tas baseline."""
-        out: Assign = {}
-        for j in self.feasible:
-            st = self.state_with(out)
-            job, traffic = self.jobs[j].job, self.traffic[j]
-            m = kueue_tas(self.topology, st, job, traffic)
-            if m is not None and not validate(self.topology, st, job, m, traffic=traffic):
-                out[j] = (m, evaluate(self.topology, st, job, m, traffic=traffic, check=False))
-                self.seen.setdefault(j, {})[tuple(m)] = out[j][1]
-        return out
-
-    def key(self, assign: Assign) -> tuple[float, float, float]:
-        w = [bj.weight for bj in self.jobs]
-        return (
-            -round(sum(w[j] for j in assign), 9),
-            sum(w[j] * r.step_seconds for j, (_, r) in assign.items()),
-            sum(w[j] * r.comm_seconds for j, (_, r) in assign.items()),
-        )
-
-    def reserved(self, adm: Admission, order: Sequence[int]) -> dict[int, set[int]]:
-        """Concrete devices for the knapsack's host allocation: per host, its free candidates in device order go
-        to the jobs in `order`; jobs without host-level units get every free device nobody reserved."""
-        taken: set[int] = set()
-        out: dict[int, set[int]] = {}
-        hosts = self.topology.devices_in_domain[0]
-        for j in order:
-            if j not in adm.hosts:
-                continue
-            cands = set(candidate_devices(self.topology, self.state, self.jobs[j].job))
-            mine: set[int] = set()
-            for h, k in adm.hosts[j].items():
-                free = [d for d in hosts[h] if d in cands and d not in taken][:k]
-                mine.update(free)
-                taken.update(free)
-            out[j] = mine
-        rest = {d for d in range(self.topology.num_devices) if self.state.usable(d) and d not in taken}
-        for j in order:
-            out.setdefault(j, rest)
-        return out
 
 
 def _order(b: BatchSearch, admitted: Sequence[int], demands: Mapping[int, Demand]) -> list[int]:
@@ -337,13 +110,14 @@ def place_batch(
 
     Raises `InputError` for bad input (duplicate names, bad weights, unknown names in a job). Every admitted
     mapping passes `placement.model.validate` against the state plus the other admitted jobs' devices, or the call
-    raises `PlacementError`. A batch where no job fits is an answer (nothing admitted, each job with its reason).
+    raises `InternalError`. A batch where no job fits is an answer (nothing admitted, each job with its reason).
     """
     opts = options or SolveOptions()
-    problems = batch_problems(topology, state, jobs)
+    traffic = [job_traffic(bj.job) for bj in jobs]  # once per job: every placement of the batch reuses it
+    problems = batch_problems(topology, state, jobs, traffic)
     if problems:
         raise InputError("batch", problems)
-    b = BatchSearch(topology, state, jobs, opts)
+    b = BatchSearch(topology, state, jobs, opts, traffic)
     limit = opts.time_limit_s
     stats: dict[str, float | int | str] = {}
 
@@ -442,10 +216,14 @@ def place_batch(
     best = min((BATCH, FIFO, PRIORITY), key=lambda n: plans[n].key())  # min keeps the first of ties: ours
     plan = plans[best]
     bad = validate_batch(
-        topology, state, [bj.job for bj in jobs], {o.index: o.mapping for o in plan.admitted if o.mapping}
+        topology,
+        state,
+        [bj.job for bj in jobs],
+        {o.index: o.mapping for o in plan.admitted if o.mapping},
+        traffic,
     )
     if bad:
-        raise PlacementError("internal: the batch answer breaks a rule: " + "; ".join(bad[:5]))
+        raise InternalError("the batch answer breaks a rule: " + "; ".join(bad[:5]))
     stats["chosen"] = best
     stats["wall_s"] = time.perf_counter() - b.t0
     optimal = adm.bound is not None and plan.admitted_weight >= adm.bound - 5e-4 * len(jobs)

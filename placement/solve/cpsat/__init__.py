@@ -2,7 +2,7 @@
 
 Coarsening: ranks that must (or, for the heaviest label such as TP, should) share a host become units; groups and
 edges that touch the same units are summed into one term; interchangeable hosts and level-1 domains are pruned.
-The objective is the linear level form of the surrogate (`placement.cost.evaluate.surrogate_seconds`). Small models are
+The objective is the linear level form of the surrogate (`placement.cost.surrogate.surrogate_seconds`). Small models are
 solved whole (proven optimal when the coarsening is exact); when units cannot all be whole, level-1 domains are
 the slots and a unit beyond a domain's whole-host capacity pays its split; large models are improved by
 large-neighbourhood search (`placement.solve.cpsat.lns`). Hosts with non-uniform links are refined last.
@@ -17,6 +17,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from placement.solve.baselines import kueue_tas
 from placement.solve.bound import BoundReport, lower_bounds
 from placement.solve.construct import best_constructive
 from placement.solve.cpsat.lns import lns
@@ -31,7 +32,10 @@ from placement.solve.cpsat.slots import (
     sorted_hint,
     symmetry_chains,
 )
-from placement.solve.problem import Problem, SurrogateScore
+from placement.solve.exact import exact_applicable, solve_device_level
+from placement.solve.prepared import PreparedRequest, SurrogateScore
+from placement.solve.qap import solve_on_graph
+from placement.solve.refine import refine_hosts
 
 __all__ = ["CpsatOutcome", "solve_cpsat"]
 
@@ -51,11 +55,11 @@ class CpsatOutcome:
 
 
 class _Incumbent:
-    """The best mapping so far by what `place` picks by (the evaluator, then the surrogate, where the problem is
+    """The best mapping so far by what `place` picks by (the evaluator, then the surrogate, where the request is
     evaluator-guided; else the surrogate alone), and the least surrogate seen (bounds are clamped to it)."""
 
-    def __init__(self, problem: Problem) -> None:
-        self.p = problem
+    def __init__(self, request: PreparedRequest) -> None:
+        self.p = request
         self.mapping: list[int] | None = None
         self.key: tuple[float, float] = (math.inf, math.inf)
         self.min_surrogate = math.inf
@@ -83,21 +87,21 @@ class _Incumbent:
         return self.key[1]
 
 
-def _hosts_in_one_fault_domain(problem: Problem) -> bool:
+def _hosts_in_one_fault_domain(request: PreparedRequest) -> bool:
     """The unit model assigns fault domains per host; its infeasibility proofs hold only if that is exact."""
-    for rule in problem.job.constraints.spread:
-        fd = problem.state.fault_domain_of(rule.kind, problem.topology)
-        for devs in problem.pool.devices.values():
+    for rule in request.job.constraints.spread:
+        fd = request.state.fault_domain_of(rule.kind, request.topology)
+        for devs in request.pool.devices.values():
             if len({fd.get(d) for d in devs}) > 1:
                 return False
     return True
 
 
 def _choose_slots(
-    problem: Problem, units: Units, model: UnitModel, assign: dict[int, int] | None
+    request: PreparedRequest, units: Units, model: UnitModel, assign: dict[int, int] | None
 ) -> tuple[Slots, bool]:
     """The slots of the full model, and whether they lose nothing (a bound on them is a bound on the surrogate)."""
-    topo, pool = problem.topology, problem.pool
+    topo, pool = request.topology, request.pool
     sizes = {len(u) for u in units.ranks}
     max_free = max((pool.free(h) for h in pool.devices), default=0)
     smallest_term = min(
@@ -107,7 +111,7 @@ def _choose_slots(
     if units.split:
         return leaf_slots(topo, pool, max(sizes), len(units.ranks), split=True), False
     if (
-        not problem.constrained
+        not request.constrained
         and len(sizes) == 1
         and n_levels > 2
         and (smallest_term > max_free or len(units.ranks) > 64)
@@ -117,7 +121,7 @@ def _choose_slots(
     max_size = sum(len(u) for u in units.ranks)
     hosts = (
         sorted(pool.devices)
-        if problem.constrained
+        if request.constrained
         else host_classes(topo, pool, sorted(pool.devices), max_size, len(units.ranks))
     )
     if assign is not None:
@@ -128,14 +132,13 @@ def _choose_slots(
 
 
 def solve_cpsat(
-    problem: Problem, starts: list[tuple[str, list[int]]], scores: Sequence[tuple[float, float] | None] = ()
+    request: PreparedRequest,
+    starts: list[tuple[str, list[int]]],
+    scores: Sequence[tuple[float, float] | None] = (),
 ) -> CpsatOutcome:
     """Optimize from `starts` (valid mappings: the baselines and candidates; `scores`, aligned with them, their
     (exposed comm, surrogate) where already known); see the module docstring."""
-    from placement.solve.exact import exact_applicable, solve_device_level
-    from placement.solve.refine import refine_hosts
-
-    p, topo, job, opts = problem, problem.topology, problem.job, problem.options
+    p, topo, job, opts = request, request.topology, request.job, request.options
     t0 = time.perf_counter()
     stats: dict[str, float | int | str] = {}
     candidates: list[tuple[str, list[int]]] = []
@@ -144,8 +147,6 @@ def solve_cpsat(
         inc.offer(m, known=scores[i] if i < len(scores) else None)
     best = inc.mapping
     if topo.pair_paths is not None and not p.traffic.groups and not p.pinned and not job.constraints.spread:
-        from placement.solve.qap import solve_on_graph
-
         mp, qb, qstats = solve_on_graph(
             topo, p.state, job, p.traffic, p.candidates, p.remaining(), opts.seed, opts.stop, best
         )
@@ -181,8 +182,6 @@ def solve_cpsat(
         if units.label and not units.split and not job.structured and p.remaining() > 0.1:
             # Kueue's fill with the job's heaviest groups as its slices: what a user would ask of Kueue had the
             # explicit job said which ranks form a pod
-            from placement.solve.baselines import kueue_tas
-
             sliced = dataclasses.replace(
                 job,
                 constraints=dataclasses.replace(

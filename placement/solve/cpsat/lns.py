@@ -23,7 +23,7 @@ from placement.solve.construct import HostPool
 from placement.solve.cpsat.model import UnitModel
 from placement.solve.cpsat.program import Slots, UnitProgram
 from placement.solve.cpsat.slots import assignment_from_mapping, realize
-from placement.solve.problem import Problem, SurrogateScore
+from placement.solve.prepared import PreparedRequest, SurrogateScore
 
 __all__ = ["LnsStats", "lns"]
 
@@ -45,19 +45,23 @@ class LnsStats:
 
 
 def _moves(
-    problem: Problem, score: SurrogateScore, model: UnitModel, assign: dict[int, int], new: dict[int, int]
+    request: PreparedRequest,
+    score: SurrogateScore,
+    model: UnitModel,
+    assign: dict[int, int],
+    new: dict[int, int],
 ) -> dict[int, int] | None:
     """Rank -> device moves that take the mapping from `assign` to `new` (only changed units move)."""
     changed = {u for u, h in new.items() if assign.get(u) != h}
     if not changed:
         return {}
-    pool = problem.pool
+    pool = request.pool
     used: dict[int, set[int]] = defaultdict(set)
     for d in score.mapping:
-        used[problem.topology.devices[d].host_index].add(d)
+        used[request.topology.devices[d].host_index].add(d)
     for u in changed:
         for r in model.units[u]:
-            used[problem.topology.devices[score.mapping[r]].host_index].discard(score.mapping[r])
+            used[request.topology.devices[score.mapping[r]].host_index].discard(score.mapping[r])
     moves: dict[int, int] = {}
     for u in sorted(changed):
         h = new[u]
@@ -70,18 +74,20 @@ def _moves(
     return moves
 
 
-def _held(problem: Problem, model: UnitModel, assign: dict[int, int], mapping: list[int]) -> dict[int, int]:
+def _held(
+    request: PreparedRequest, model: UnitModel, assign: dict[int, int], mapping: list[int]
+) -> dict[int, int]:
     """Devices per host held by ranks of units that span hosts (not in `assign`): they stay where they are."""
     out: dict[int, int] = defaultdict(int)
     for u, ranks in enumerate(model.units):
         if u not in assign:
             for r in ranks:
-                out[problem.topology.devices[mapping[r]].host_index] += 1
+                out[request.topology.devices[mapping[r]].host_index] += 1
     return out
 
 
 def _window(
-    problem: Problem,
+    request: PreparedRequest,
     model: UnitModel,
     assign: dict[int, int],
     kind: str,
@@ -91,14 +97,14 @@ def _window(
     term_cost: list[float],
 ) -> tuple[list[int], list[int]]:
     """Units to free and hosts to re-solve them on, for one neighbourhood kind."""
-    topo = problem.topology
+    topo = request.topology
     col = topo.domain_column(level)
-    host_dom = {h: col[devs[0]] for h, devs in problem.pool.devices.items()}
+    host_dom = {h: col[devs[0]] for h, devs in request.pool.devices.items()}
     used_doms = sorted({host_dom[h] for h in assign.values()})
     doms: set[int] = set()
     units: list[int] = []
-    if kind == "stage" and problem.job.parallel is not None and problem.job.parallel.pp > 1:
-        par = problem.job.parallel
+    if kind == "stage" and request.job.parallel is not None and request.job.parallel.pp > 1:
+        par = request.job.parallel
         stage = rng.randrange(par.pp)
         units = [u for u in assign if par.coords(model.units[u][0])["pp"] == stage]
         doms = {host_dom[assign[u]] for u in units}
@@ -137,22 +143,22 @@ class _Judge:
     """Accepts a move that lowers the surrogate, and (for evaluator-guided sizes) does not raise the evaluator's
     exposed communication: the surrogate proposes, the evaluator has the last word."""
 
-    def __init__(self, problem: Problem, score: SurrogateScore) -> None:
-        self.problem, self.score = problem, score
-        self.current = problem.rank(score.mapping)[0] if problem.evaluator_guided else 0.0
+    def __init__(self, request: PreparedRequest, score: SurrogateScore) -> None:
+        self.request, self.score = request, score
+        self.current = request.rank(score.mapping)[0] if request.evaluator_guided else 0.0
 
     def offer(self, moves: dict[int, int], *, evaluate_always: bool = False) -> bool:
         """Take `moves` when they lower the surrogate without raising the evaluator's exposed communication, or
         (`evaluate_always`, evaluator-guided sizes) when they lower the evaluator's number whatever the surrogate."""
         d, ng, ne = self.score.delta(moves)
-        guided = self.problem.evaluator_guided
+        guided = self.request.evaluator_guided
         if d >= -1e-12 and not (guided and evaluate_always):
             return False
         if guided:
             trial = list(self.score.mapping)
             for r, dev in moves.items():
                 trial[r] = dev
-            comm = self.problem.rank(trial)[0]
+            comm = self.request.rank(trial)[0]
             eps = 1e-12 * max(1.0, self.current)
             if comm > self.current + eps or (comm >= self.current - eps and d >= -1e-12):
                 return False
@@ -161,15 +167,15 @@ class _Judge:
         return True
 
 
-def _swap_round(problem: Problem, judge: _Judge, rng: random.Random, tries: int, until: float) -> int:
+def _swap_round(request: PreparedRequest, judge: _Judge, rng: random.Random, tries: int, until: float) -> int:
     """Exchange the ranks of two hosts holding as many ranks each; keep improving swaps. Returns the count."""
     score = judge.score
     by_host: dict[int, list[int]] = defaultdict(list)
     for r, d in enumerate(score.mapping):
-        by_host[problem.topology.devices[d].host_index].append(r)
+        by_host[request.topology.devices[d].host_index].append(r)
     by_count: dict[int, list[int]] = defaultdict(list)
     for h, rs in by_host.items():
-        if not any(r in problem.pinned for r in rs):
+        if not any(r in request.pinned for r in rs):
             by_count[len(rs)].append(h)
     pairs = [hs for hs in by_count.values() if len(hs) > 1]
     if not pairs:
@@ -190,10 +196,10 @@ def _swap_round(problem: Problem, judge: _Judge, rng: random.Random, tries: int,
     return gained
 
 
-def _leaf_chain(problem: Problem) -> dict[int, list[int]]:
-    topo = problem.topology
+def _leaf_chain(request: PreparedRequest) -> dict[int, list[int]]:
+    topo = request.topology
     out: dict[int, list[int]] = {}
-    for devs in problem.pool.devices.values():
+    for devs in request.pool.devices.values():
         k = topo.domain_of(devs[0], 1)
         if k not in out:
             c = [-1, k]
@@ -204,7 +210,7 @@ def _leaf_chain(problem: Problem) -> dict[int, list[int]]:
 
 
 def _leaf_round(
-    problem: Problem,
+    request: PreparedRequest,
     model: UnitModel,
     judge: _Judge,
     rng: random.Random,
@@ -213,7 +219,7 @@ def _leaf_round(
 ) -> bool:
     """One ``leaf`` neighbourhood: free every unit inside three level-1 domains, re-solve them with the leaf
     model on the devices nobody else holds there, re-pack, and offer the moves."""
-    topo, score = problem.topology, judge.score
+    topo, score = request.topology, judge.score
     col = topo.domain_column(1)
     leaf_of: dict[int, int] = {}
     for u, ranks in enumerate(model.units):
@@ -234,7 +240,7 @@ def _leaf_round(
     taken = {d for r, d in enumerate(score.mapping) if r not in free_ranks}
     sub = {
         h: [d for d in devs if d not in taken]
-        for h, devs in problem.pool.devices.items()
+        for h, devs in request.pool.devices.items()
         if col[devs[0]] in pick
     }
     pool = HostPool({h: v for h, v in sub.items() if v})
@@ -247,9 +253,9 @@ def _leaf_round(
     free_set = set(free_units)
     fixed = {u: k for u, k in leaf_of.items() if u not in free_set}
     slots = Slots(dict(room), chain, True, dict(whole))
-    prog = UnitProgram(topo, model, free_units, slots, fixed, bottleneck=problem.evaluator_guided)
+    prog = UnitProgram(topo, model, free_units, slots, fixed, bottleneck=request.evaluator_guided)
     prog.add_hint(leaf_of)
-    res = prog.solve(problem.options, budget, presolve=False)
+    res = prog.solve(request.options, budget, presolve=False)
     if res.assignment is None:
         return False
     out = realize(topo, pool, model.units, slots, res.assignment, len(score.mapping))
@@ -260,7 +266,7 @@ def _leaf_round(
 
 
 def lns(
-    problem: Problem,
+    request: PreparedRequest,
     model: UnitModel,
     slots: Slots,
     assign: dict[int, int],
@@ -270,25 +276,25 @@ def lns(
     """Improve `score` (its mapping is updated in place) until `deadline`, or a fixed number of rounds when the
     options ask for deterministic time. `assign` (unit -> host) describes the mapping's whole units; units that
     span hosts keep their devices (only host swaps move them)."""
-    opts = problem.options
+    opts = request.options
     log = opts.log
     rng = random.Random(opts.seed)
     stats = LnsStats()
-    topo = problem.topology
+    topo = request.topology
     level = 1 if len(topo.levels) > 2 else 0
     col = topo.domain_column(level)
     dom_hosts: dict[int, list[int]] = defaultdict(list)
-    for h, devs in problem.pool.devices.items():
+    for h, devs in request.pool.devices.items():
         dom_hosts[col[devs[0]]].append(h)
     max_rounds = max(4, int(opts.time_limit_s * 4)) if opts.deterministic else 1 << 30
     assign = dict(assign)
-    held = _held(problem, model, assign, score.mapping)
-    judge = _Judge(problem, score)
-    chain = _leaf_chain(problem) if len(topo.levels) > 2 else {}
-    job_small = problem.job.ranks <= 4096
+    held = _held(request, model, assign, score.mapping)
+    judge = _Judge(request, score)
+    chain = _leaf_chain(request) if len(topo.levels) > 2 else {}
+    job_small = request.job.ranks <= 4096
     kinds = KINDS if chain else KINDS[:-1]
     while stats.rounds < max_rounds and (opts.deterministic or time.perf_counter() < deadline - 0.05):
-        if problem.stopped():
+        if request.stopped():
             break
         kind = kinds[stats.rounds % len(kinds)]
         stats.rounds += 1
@@ -298,27 +304,27 @@ def lns(
                 if opts.deterministic
                 else time.perf_counter() + min(0.2, 0.1 * max(0.0, deadline - time.perf_counter()))
             )
-            n = _swap_round(problem, judge, rng, 200 if job_small else 40, until)
+            n = _swap_round(request, judge, rng, 200 if job_small else 40, until)
             if n:
                 stats.improved += n
                 stats.by_kind[kind] += n
                 assign = assignment_from_mapping(topo, model.units, score.mapping, partial=True) or assign
-                held = _held(problem, model, assign, score.mapping)
+                held = _held(request, model, assign, score.mapping)
             continue
         budget = 0.2 if opts.deterministic else min(1.0, deadline - time.perf_counter() - 0.05)
         if budget <= 0.05:
             break
         if kind == "leaf":
-            if _leaf_round(problem, model, judge, rng, budget, chain):
+            if _leaf_round(request, model, judge, rng, budget, chain):
                 stats.improved += 1
                 stats.by_kind[kind] += 1
                 assign = assignment_from_mapping(topo, model.units, score.mapping, partial=True) or {}
-                held = _held(problem, model, assign, score.mapping)
+                held = _held(request, model, assign, score.mapping)
                 if log is not None:
                     log(f"lns round {stats.rounds} {kind}: surrogate {score.total:.6f}")
             continue
         term_cost = _term_costs(model, assign, slots.chain)
-        free_units, hosts = _window(problem, model, assign, kind, rng, dom_hosts, level, term_cost)
+        free_units, hosts = _window(request, model, assign, kind, rng, dom_hosts, level, term_cost)
         if len(free_units) < 2:
             continue
         if len(free_units) * len(hosts) > MAX_WINDOW_VARS:
@@ -327,14 +333,14 @@ def lns(
         fixed = {u: h for u, h in assign.items() if u not in free_set}
         window = Slots({h: slots.room[h] - held.get(h, 0) for h in hosts if h in slots.room}, slots.chain)
         prog = UnitProgram(
-            topo, model, free_units, window, fixed, allowed=None, bottleneck=problem.evaluator_guided
+            topo, model, free_units, window, fixed, allowed=None, bottleneck=request.evaluator_guided
         )
         prog.add_hint(assign)
         res = prog.solve(opts, budget, presolve=False)
         if res.assignment is None:
             continue
         new = fixed | res.assignment
-        moves = _moves(problem, score, model, assign, new)
+        moves = _moves(request, score, model, assign, new)
         if not moves:
             continue
         if judge.offer(moves, evaluate_always=True):

@@ -1,4 +1,4 @@
-"""The coarse problem the CP-SAT strategy works on: rank units to place whole, and traffic terms between them.
+"""The coarse request the CP-SAT strategy works on: rank units to place whole, and traffic terms between them.
 
 A term is the traffic between a set of units, priced by the linear level form of the surrogate: when the units'
 lowest common domain is at level ``l`` it costs ``cost[l]``. Units come from required levels (exact), or by
@@ -10,11 +10,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from placement.cost.evaluate import Path, collective_seconds, p2p_seconds
+from placement.cost.paths import Path
+from placement.cost.surrogate import collective_seconds, p2p_seconds
 from placement.model.state import ClusterState
 from placement.model.topology import Topology
 from placement.model.traffic import Traffic
-from placement.solve.problem import Problem
+from placement.solve.prepared import PreparedRequest
 from placement.solve.units import required_units
 
 __all__ = ["Term", "UnitModel", "Units", "build_model", "build_units", "level_paths_of_tiers"]
@@ -33,7 +34,7 @@ class Term:
 
 @dataclass
 class UnitModel:
-    """The coarse problem: units (rank tuples) to place on hosts, and the traffic terms between them."""
+    """The coarse request: units (rank tuples) to place on hosts, and the traffic terms between them."""
 
     units: list[tuple[int, ...]]
     terms: list[Term]
@@ -68,11 +69,11 @@ def level_paths_of_tiers(topology: Topology) -> list[Path]:
     ]
 
 
-def _label_components(problem: Problem) -> dict[str, list[tuple[int, ...]]]:
+def _label_components(request: PreparedRequest) -> dict[str, list[tuple[int, ...]]]:
     """Per label: the connected components of its groups and edges, when they tile every rank in equal sizes."""
-    n = problem.job.ranks
+    n = request.job.ranks
     out: dict[str, list[tuple[int, ...]]] = {}
-    labels = {g.label for g in problem.traffic.groups} | {e.label for e in problem.traffic.edges}
+    labels = {g.label for g in request.traffic.groups} | {e.label for e in request.traffic.edges}
     for label in sorted(labels):
         parent = list(range(n))
 
@@ -82,7 +83,7 @@ def _label_components(problem: Problem) -> dict[str, list[tuple[int, ...]]]:
                 x = parent[x]
             return x
 
-        for g in problem.traffic.groups:
+        for g in request.traffic.groups:
             if g.label == label:
                 a = find(g.members[0])
                 for m in g.members[1:]:
@@ -90,7 +91,7 @@ def _label_components(problem: Problem) -> dict[str, list[tuple[int, ...]]]:
                     if a != b:
                         parent[max(a, b)] = min(a, b)
                         a = min(a, b)
-        for e in problem.traffic.edges:
+        for e in request.traffic.edges:
             if e.label == label:
                 a, b = find(e.src), find(e.dst)
                 if a != b:
@@ -104,10 +105,10 @@ def _label_components(problem: Problem) -> dict[str, list[tuple[int, ...]]]:
     return out
 
 
-def build_units(problem: Problem) -> Units:
+def build_units(request: PreparedRequest) -> Units:
     """Units: required host-level groups (exact); else the components of the label that saves the most by staying
     inside a host, when they fit a host (TP groups in structured and explicit jobs alike); else single ranks."""
-    topology, job, traffic, pool = problem.topology, problem.job, problem.traffic, problem.pool
+    topology, job, traffic, pool = request.topology, request.job, request.traffic, request.pool
     req = required_units(topology, job, traffic)
     if 0 in req:
         return Units([u.ranks for u in req[0]], True)
@@ -117,7 +118,7 @@ def build_units(problem: Problem) -> Units:
     host_size = max((nt.devices for nt in topology.host_types), default=1)
     paths = level_paths_of_tiers(topology)
     best: tuple[float, str] | None = None
-    comps = _label_components(problem)
+    comps = _label_components(request)
     for label, units in comps.items():
         size = len(units[0])
         if size > host_size:
@@ -143,7 +144,7 @@ def build_units(problem: Problem) -> Units:
     whole = sum(len(d) // size for d in pool.devices.values())
     if whole >= len(units):
         return Units(units, False, False, best[1])
-    if len(topology.levels) > 2 and not problem.constrained:
+    if len(topology.levels) > 2 and not request.constrained:
         return Units(units, False, True, best[1])
     return singles
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
+from placement.errors import InternalError
 from placement.model.job import Job
 from placement.model.state import ClusterState
 from placement.model.topology import Topology
@@ -144,6 +145,12 @@ class UnitProgram:
             if slots.leaf and slots.whole is not None and model.split_cost > 0:
                 self._add_splits()
 
+    def _scale(self) -> float:
+        """The objective's integer scale; a program whose costs are not finite has none and is never built on."""
+        if self.scale is None:
+            raise InternalError("the unit program has no objective scale (its costs are not finite)")
+        return self.scale
+
     # ---- constraint families ------------------------------------------------------------------------------
 
     def _add_assignment(self) -> None:
@@ -189,7 +196,7 @@ class UnitProgram:
             for s in self.by_unit[u]:
                 self.y[u, self.min_level, s] = x[u, s]
                 self.y_dom[u, self.min_level].add(s)
-        assert self.scale is not None
+        scale = self._scale()
         for t in self.model.terms:
             tf = [u for u in t.units if u in self.free_set]
             tx = [u for u in t.units if u not in self.free_set]
@@ -228,7 +235,7 @@ class UnitProgram:
                 if within_prev is not None:
                     m.add_implication(within_prev, w)
                 within_prev = w
-                coef = round((t.cost[li + 1] - t.cost[li]) * self.scale)
+                coef = round((t.cost[li + 1] - t.cost[li]) * scale)
                 if coef:
                     self.objective.append((-coef, w))
                 savings.append((li, w))
@@ -238,15 +245,18 @@ class UnitProgram:
 
     def _add_splits(self) -> None:
         """Leaf slots: beyond `whole[k]` units, the units of slot k span hosts and pay `split_cost` each."""
-        assert self.slots.whole is not None and self.scale is not None
-        coef = round(self.model.split_cost * self.scale)
+        whole_in = self.slots.whole
+        if whole_in is None:
+            raise InternalError("split costs need leaf slots that count the units each holds whole")
+        scale = self._scale()
+        coef = round(self.model.split_cost * scale)
         if coef <= 0:
             return
         fixed_in: dict[int, int] = defaultdict(int)
         for s in self.fixed.values():
             fixed_in[s] += 1
         for s, us in self.by_slot.items():
-            whole = self.slots.whole.get(s, 0) - fixed_in[s]
+            whole = whole_in.get(s, 0) - fixed_in[s]
             if len(us) <= whole:
                 continue
             split = self.m.new_int_var(0, len(us), f"split{s}")
@@ -324,18 +334,17 @@ class UnitProgram:
         """Concurrency: a phase lasts as long as its costliest group. Per label, M >= each term's costliest item
         at the level its units share; the objective pays M once per item of the label (as if every item were
         the slowest), so the search lowers the worst group first and the sum breaks ties."""
-        assert self.scale is not None
+        scale = self._scale()
         out: list[tuple[int, cp_model.IntVar]] = []
         for label, rows in self._peaks.items():
-            top = max(round(p * self.scale) for p, _ in rows)
+            top = max(round(p * scale) for p, _ in rows)
             if top <= 0:
                 continue
             peak = self.m.new_int_var(0, top, f"peak_{label}")
             for p_top, steps in rows:
                 self.m.add(
                     peak
-                    >= round(p_top * self.scale)
-                    - sum(round(d * self.scale) * w for d, w in steps if round(d * self.scale))
+                    >= round(p_top * scale) - sum(round(d * scale) * w for d, w in steps if round(d * scale))
                 )
             out.append((self.model.label_items.get(label, 1), peak))
         return out
@@ -345,7 +354,7 @@ class UnitProgram:
         returned objective and bound are the surrogate's only when `bottleneck` is off."""
         if self.infeasible:
             return SubResult(None, None, None, self.infeasible, len(self.x))
-        assert self.scale is not None
+        scale = self._scale()
         terms = list(self.objective)
         if self.bottleneck:
             terms += self._add_bottlenecks()
@@ -359,6 +368,6 @@ class UnitProgram:
         assign = {u: s for (u, s), var in self.x.items() if solver.boolean_value(var)}
         if self.bottleneck:
             return SubResult(assign, None, None, name, len(self.x))
-        objective = self.const + solver.objective_value / self.scale
-        bound = self.const + solver.best_objective_bound / self.scale
+        objective = self.const + solver.objective_value / scale
+        bound = self.const + solver.best_objective_bound / scale
         return SubResult(assign, objective, bound, name, len(self.x))

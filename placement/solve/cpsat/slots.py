@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 
+from placement.errors import InternalError
 from placement.model.job import Job
 from placement.model.topology import Topology
 from placement.solve.construct import HostPool
@@ -168,7 +169,8 @@ def sorted_hint(
 ) -> dict[int, int]:
     """Relabel one symmetric dimension of a hint so that the chain's representatives are in slot order."""
     par = job.parallel
-    assert par is not None
+    if par is None:
+        raise InternalError(f"sorted_hint needs a structured job (parallel sizes); job {job.name!r} has none")
     unit_of = {r: i for i, u in enumerate(units) for r in u}
     c0 = [par.coords(units[u][0]) for u in chain]
     dim = next(

@@ -8,7 +8,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from placement.cost.evaluate import collective_seconds, p2p_seconds
+from placement.cost.surrogate import collective_seconds, p2p_seconds
 from placement.model.state import ClusterState
 from placement.model.topology import Topology
 from placement.model.traffic import Traffic

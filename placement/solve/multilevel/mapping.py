@@ -37,6 +37,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
+from placement.errors import InternalError
 from placement.model.job import Job
 from placement.model.state import ClusterState
 from placement.model.topology import Topology
@@ -197,7 +198,8 @@ class _Mapper:
                 [fixed.get(v, 0) for v in verts], vw, caps, [], [], [v not in fixed for v in verts]
             )
         mk = _library()
-        assert mk is not None
+        if mk is None:
+            raise InternalError("a multilevel mapping was asked for without the mtkahypar package")
         kb = len(blocks)
         # the library's mapping needs at least as many vertices as blocks (an invalid-pin error otherwise) and
         # crashes (segmentation fault, mtkahypar 1.7) when the free vertices cannot be packed into the blocks:

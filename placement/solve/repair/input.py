@@ -1,5 +1,5 @@
-"""Input of a repair: the running job's devices (`resolve_current`), drain and spare selectors, and the state
-the repair places on (drained devices unusable, the job's current devices its own).
+"""Input of a repair: the running job's devices (`resolve_current`), drain and spare selectors, how much may move
+(`RepairBudget`), and the state the repair places on (drained devices unusable, the job's current devices its own).
 """
 
 from __future__ import annotations
@@ -12,7 +12,19 @@ from placement.model.job import Job
 from placement.model.state import ClusterState
 from placement.model.topology import Topology
 
-__all__ = ["repair_state", "resolve_current", "resolve_selectors"]
+__all__ = ["RepairBudget", "repair_state", "resolve_current", "resolve_selectors"]
+
+
+@dataclasses.dataclass(frozen=True)
+class RepairBudget:
+    """How much may move. `move_cost_s`: seconds one moved rank costs (its checkpoint restore); with
+    `horizon_steps` (the steps the job still runs) it picks the recommended answer: the least
+    ``horizon_steps * step_seconds + move_cost_s * moved_ranks``."""
+
+    max_moved_ranks: int | None = None
+    max_moved_hosts: int | None = None
+    move_cost_s: float = 0.0
+    horizon_steps: float = 1000.0
 
 
 def resolve_current(

@@ -19,7 +19,7 @@ from placement.solve.cpsat.model import build_model
 from placement.solve.cpsat.program import Slots, UnitProgram, spread_terms
 from placement.solve.cpsat.slots import host_chains
 from placement.solve.params import configure, run_cpsat
-from placement.solve.problem import Problem
+from placement.solve.prepared import PreparedRequest
 
 __all__ = ["MoveProgram", "MoveSolve", "greedy_assignment", "realize_keeping", "relabel_keeping"]
 
@@ -37,7 +37,7 @@ class MoveSolve:
 
 
 class MoveProgram:
-    """Units of `problem` on host slots, with the moves each (unit, host) costs against `current`.
+    """Units of `request` on host slots, with the moves each (unit, host) costs against `current`.
 
     `spare_devices` win ties (a move onto a spare costs a little less in the tie-break). Slots: every candidate
     host the job holds now, and the other candidate hosts, interchangeable ones (same ancestors, same free and
@@ -47,14 +47,14 @@ class MoveProgram:
 
     def __init__(
         self,
-        problem: Problem,
+        request: PreparedRequest,
         units: list[tuple[int, ...]],
         units_exact: bool,
         current: Sequence[int],
         spare_devices: set[int],
         fixed: dict[int, int] | None = None,
     ) -> None:
-        p, topo = problem, problem.topology
+        p, topo = request, request.topology
         self.fixed = dict(fixed or {})
         self.p, self.units, self.current = p, units, list(current)
         pool = p.pool
@@ -176,7 +176,7 @@ class MoveProgram:
 
 
 def realize_keeping(
-    problem: Problem,
+    request: PreparedRequest,
     units: Sequence[tuple[int, ...]],
     assign: dict[int, int],
     current: Sequence[int],
@@ -184,10 +184,10 @@ def realize_keeping(
 ) -> list[int] | None:
     """Rank -> device for unit -> host: pinned ranks on their pins, ranks whose current device is on their new
     host keep it, the others take the host's free devices (spares first). None when a host runs out."""
-    pool = problem.pool
-    out = [-1] * problem.job.ranks
+    pool = request.pool
+    out = [-1] * request.job.ranks
     taken: set[int] = set()
-    for r, d in problem.pinned.items():
+    for r, d in request.pinned.items():
         out[r] = d
         taken.add(d)
     usable = {h: set(devs) for h, devs in pool.devices.items()}

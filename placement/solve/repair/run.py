@@ -1,7 +1,7 @@
 """`repair`: a running job's mapping after failures, drains and degradations, with few moves: a Pareto set of
 (moved ranks, modeled step seconds) answers from the least repair up to a full re-place.
 
-The same machinery as `place` (`Problem.prepare`, the unit model, CP-SAT) plus a move term
+The same machinery as `place` (`PreparedRequest.prepare`, the unit model, CP-SAT) plus a move term
 (`placement.solve.repair.model`); every answer is scored by `placement.cost.evaluate.evaluate` and checked by `validate`.
 Its input is resolved by `placement.solve.repair.input`; the move-capped searches are in
 `placement.solve.repair.search`.
@@ -15,38 +15,27 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from placement.cost.evaluate import CostReport, evaluate
-from placement.errors import InfeasibleError, InputError, Problem
+from placement.cost.evaluate import evaluate
+from placement.cost.report import CostReport
+from placement.errors import InfeasibleError, InputError, InternalError, Problem
 from placement.model.job import Job
 from placement.model.state import ClusterState
 from placement.model.topology import Topology
-from placement.model.traffic import job_traffic
+from placement.model.traffic import Traffic, job_traffic
 from placement.model.validate import validate
 from placement.solve.construct import HostPool
 from placement.solve.cpsat.model import build_units
-from placement.solve.problem import Problem as Request
-from placement.solve.repair.input import repair_state, resolve_selectors
+from placement.solve.prepared import PreparedRequest
+from placement.solve.repair.input import RepairBudget, repair_state, resolve_selectors
 from placement.solve.repair.model import MoveProgram, MoveSolve, greedy_assignment, relabel_keeping
 from placement.solve.repair.search import budget_caps, neighbourhoods, sweep
 from placement.solve.run import explain_infeasible, place, request_problems
 from placement.solve.types import SolveOptions
 
-__all__ = ["Move", "RepairAnswer", "RepairBudget", "RepairResult", "repair"]
+__all__ = ["Move", "RepairAnswer", "RepairResult", "repair"]
 
 SINGLE_RANK_UNITS = 16  # jobs up to this size move rank by rank; larger ones move whole units (TP groups)
 GLOBAL_VARS = 4_000  # units x hosts up to this: one program over every unit (minimum moves proven)
-
-
-@dataclass(frozen=True)
-class RepairBudget:
-    """How much may move. `move_cost_s`: seconds one moved rank costs (its checkpoint restore); with
-    `horizon_steps` (the steps the job still runs) it picks the recommended answer: the least
-    ``horizon_steps * step_seconds + move_cost_s * moved_ranks``."""
-
-    max_moved_ranks: int | None = None
-    max_moved_hosts: int | None = None
-    move_cost_s: float = 0.0
-    horizon_steps: float = 1000.0
 
 
 @dataclass(frozen=True)
@@ -96,8 +85,8 @@ def _answer(
     mapping: list[int],
     current: Sequence[int],
     optimal: bool,
+    traffic: Traffic,
 ) -> RepairAnswer | None:
-    traffic = job_traffic(job)
     if validate(topology, state, job, mapping, traffic=traffic):
         return None
     rep = evaluate(topology, state, job, mapping, traffic=traffic, check=False)
@@ -178,7 +167,7 @@ def repair(
     if reasons:
         raise InfeasibleError(reasons)
     before = evaluate(topology, rstate, job, current, traffic=traffic, check=False)
-    request = Request.prepare(topology, rstate, job, opts, traffic=traffic, t0=t0)
+    request = PreparedRequest.prepare(topology, rstate, job, opts, traffic=traffic, t0=t0)
     request.pool = HostPool.of(topology, request.candidates)  # degraded devices too: the move term needs them
     cset = set(request.candidates)
     forced = [r for r, d in enumerate(current) if d not in cset]
@@ -188,9 +177,12 @@ def repair(
     # the full re-place: `place` on the same state (its answer is the reference the trade-off ends at)
     replace_share = 0.35 * opts.time_limit_s
     try:
-        full = place(topology, rstate, job, dataclasses.replace(opts, time_limit_s=replace_share))
-        assert full.mapping is not None
-        replaced = _answer(topology, rstate, job, "re-place", full.mapping, current, False)
+        full = place(
+            topology, rstate, job, dataclasses.replace(opts, time_limit_s=replace_share), traffic=traffic
+        )
+        if full.mapping is None:
+            raise InternalError("place returned no mapping for the repair's full re-place")
+        replaced = _answer(topology, rstate, job, "re-place", full.mapping, current, False, traffic)
         if replaced is not None:
             answers.append(replaced)
             kept = _answer(
@@ -201,6 +193,7 @@ def repair(
                 relabel_keeping(topology, job, full.mapping, current),
                 current,
                 False,
+                traffic,
             )
             # the same placement up to symmetry: kept only where the evaluator agrees it is no slower
             if kept is not None and kept.report.step_seconds <= replaced.report.step_seconds * (1 + 1e-9):
@@ -346,7 +339,7 @@ def repair(
         if mp is None or (tuple(mp) in seen and not optimal):
             continue
         seen.add(tuple(mp))
-        a = _answer(topology, rstate, job, name, mp, current, optimal)
+        a = _answer(topology, rstate, job, name, mp, current, optimal, traffic)
         if a is not None:
             answers.append(a)
     if not answers:

@@ -5,14 +5,12 @@ large jobs, growing neighbourhoods of the least repair re-solved; each solve is 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
 
+from placement.errors import InternalError
 from placement.solve.cpsat.model import build_model
-from placement.solve.problem import Problem as Request
+from placement.solve.prepared import PreparedRequest
+from placement.solve.repair.input import RepairBudget
 from placement.solve.repair.model import MoveProgram, MoveSolve
-
-if TYPE_CHECKING:
-    from placement.solve.repair.run import RepairBudget
 
 __all__ = ["budget_caps", "neighbourhoods", "sweep"]
 
@@ -46,7 +44,8 @@ def sweep(
 ) -> list[tuple[str, dict[int, int], bool]]:
     """One program over every unit: the best answer, then move caps down to the least repair (caps only tighten,
     so the program is built once); every solve starts from the least repair."""
-    assert least.assignment is not None
+    if least.assignment is None:
+        raise InternalError("the repair sweep was called without the least repair's assignment")
     budget_caps(prog, budget)
     exact = not prog.pruned
     solves: list[tuple[str, dict[int, int], bool]] = []
@@ -69,7 +68,7 @@ def sweep(
 
 
 def neighbourhoods(
-    request: Request,
+    request: PreparedRequest,
     units: list[tuple[int, ...]],
     units_exact: bool,
     current: Sequence[int],
@@ -82,7 +81,8 @@ def neighbourhoods(
 ) -> list[tuple[str, dict[int, int], bool]]:
     """Large jobs: the least repair, then growing neighbourhoods of it re-solved (the units that must move and
     those that share traffic with them, nearest first, twice as many each round); each is a Pareto candidate."""
-    assert least.assignment is not None
+    if least.assignment is None:
+        raise InternalError("the repair neighbourhoods were called without the least repair's assignment")
     solves: list[tuple[str, dict[int, int], bool]] = [("least", least.assignment, False)]
     must = [u for u in range(len(units)) if u not in fixed]
     if not must:

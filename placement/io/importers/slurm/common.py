@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from placement.errors import InputError, Problem, Problems
+from placement.errors import InputError, InternalError, Problem, Problems
 from placement.io.hostlist import compress_hostlist, expand_hostlist
 from placement.io.importers.levels import check_level_names
 
@@ -128,7 +128,8 @@ def _claim_nodes(
     rule: str,
 ) -> None:
     """Record each node's owner; report nodes listed twice or owned by two groups (one problem per pair)."""
-    assert group.nodes is not None
+    if group.nodes is None:
+        raise InternalError(f"the nodes of {kind} {group.name!r} are claimed before they were read")
     twice: list[str] = []
     taken: dict[tuple[str, str], list[str]] = {}
     for node in nodes:
@@ -171,7 +172,8 @@ def _finish(
     if layout is not None and level_names is not None:
         names = _rename(layout.levels, level_names, problems)
     problems.raise_if_any()
-    assert layout is not None and names is not None
+    if layout is None or names is None:
+        raise InternalError(f"{name}: the topology has no layout or level names, but no problem was recorded")
     domain_maps = [dict(zip(names, domains, strict=True)) for _, domains in layout.hosts]
     levels: list[dict[str, Any]] = [{"name": "node"}, *({"name": n} for n in names)]
     tops = {domains[-1] for _, domains in layout.hosts}

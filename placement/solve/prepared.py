@@ -11,22 +11,26 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from placement.cost.evaluate import CostReport, evaluate, group_path, group_seconds, p2p_seconds, pair_path
+from placement.cost.evaluate import evaluate
+from placement.cost.paths import group_path, pair_path
+from placement.cost.report import CostReport
+from placement.cost.surrogate import group_seconds, p2p_seconds
 from placement.model.job import Job
 from placement.model.state import ClusterState
 from placement.model.topology import Topology
 from placement.model.traffic import Traffic, job_traffic
+from placement.model.validate import validate
 from placement.solve.construct import HostPool
 from placement.solve.types import SolveOptions
 from placement.solve.units import candidate_devices
 
-__all__ = ["EVALUATOR_GUIDED_RANKS", "Problem", "SurrogateScore"]
+__all__ = ["EVALUATOR_GUIDED_RANKS", "PreparedRequest", "SurrogateScore"]
 
 EVALUATOR_GUIDED_RANKS = 8192
 
 
 @dataclass
-class Problem:
+class PreparedRequest:
     """One placement request, prepared once. `deadline` is a `time.perf_counter()` value."""
 
     topology: Topology
@@ -52,7 +56,7 @@ class Problem:
         *,
         traffic: Traffic | None = None,
         t0: float | None = None,
-    ) -> Problem:
+    ) -> PreparedRequest:
         start = time.perf_counter() if t0 is None else t0
         traffic = traffic if traffic is not None else job_traffic(job)
         cands = candidate_devices(topology, state, job)
@@ -70,7 +74,7 @@ class Problem:
             rank_edges[e.src].append(ei)
             if e.dst != e.src:
                 rank_edges[e.dst].append(ei)
-        return Problem(
+        return PreparedRequest(
             topology,
             state,
             job,
@@ -107,7 +111,7 @@ class Problem:
         return stop is not None and stop.is_set()
 
     def surrogate(self, mapping: Sequence[int]) -> float:
-        """The solver's objective (`placement.cost.evaluate.surrogate_seconds`) of a full mapping."""
+        """The solver's objective (`placement.cost.surrogate.surrogate_seconds`) of a full mapping."""
         return SurrogateScore(self, mapping).total
 
     @property
@@ -127,8 +131,6 @@ class Problem:
         return rep.comm_seconds, rep.surrogate_seconds
 
     def valid(self, mapping: Sequence[int] | None) -> bool:
-        from placement.model.validate import validate
-
         return mapping is not None and not validate(
             self.topology, self.state, self.job, mapping, traffic=self.traffic
         )
@@ -156,11 +158,11 @@ def _preferred(
 class SurrogateScore:
     """The surrogate of one mapping, kept per group and per edge so that a move is scored by its delta."""
 
-    def __init__(self, problem: Problem, mapping: Sequence[int]) -> None:
-        self.p = problem
+    def __init__(self, request: PreparedRequest, mapping: Sequence[int]) -> None:
+        self.p = request
         self.mapping = list(mapping)
-        self.group_cost = [self._group(gi) for gi in range(len(problem.traffic.groups))]
-        self.edge_cost = [self._edge(ei) for ei in range(len(problem.traffic.edges))]
+        self.group_cost = [self._group(gi) for gi in range(len(request.traffic.groups))]
+        self.edge_cost = [self._edge(ei) for ei in range(len(request.traffic.edges))]
         self.total = sum(self.group_cost) + sum(self.edge_cost)
 
     def _group(self, gi: int, mapping: Sequence[int] | Mapping[int, int] | None = None) -> float:
