@@ -30,7 +30,7 @@ OUTPUT_COLUMNS: tuple[str, ...] = (
     "tokens_per_s",
     "seconds_per_step",
 )
-"""The modeled step of a point's answer (`placement.cost.evaluate.CostReport`); ``seconds_per_step`` is the deprecated v1
+"""The modeled step of a point's answer (`placement.cost.report.CostReport`); ``seconds_per_step`` is the deprecated v1
 name of ``comm_seconds``, kept so that older results files resume."""
 
 

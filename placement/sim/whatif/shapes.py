@@ -88,7 +88,7 @@ def model_state_gb(parameters: float, s: Shape, *, distributed_optimizer: bool =
 
 
 def device_memory_gb(kind: str | None, topology: Topology | None = None) -> float | None:
-    """Memory per device (GB) of a device kind: the cluster's own kinds, then `placement.cost.compute.DEVICE_KINDS`
+    """Memory per device (GB) of a device kind: the cluster's own kinds, then `placement.model.devices.DEVICE_KINDS`
     (V100 ... MI300X); None when the kind is unknown.
 
     >>> device_memory_gb("H100"), device_memory_gb("gpu")
