@@ -14,7 +14,7 @@ import yaml
 from rich.table import Table
 
 from placement.cli.commands.remote import place_batch_remote
-from placement.cli.errors import fail, guard
+from placement.cli.errors import escape, fail, guard
 from placement.cli.help import Command, command_app
 from placement.cli.inputs import load_cluster_state, write_output
 from placement.cli.options import ServerOpt, TokenOpt, WideOpt
@@ -131,8 +131,8 @@ def batch_document(topology: Topology, res: BatchResult) -> dict[str, Any]:
 
 
 def _print(jobs: list[BatchJob], doc: dict[str, Any], where: str, wide: bool) -> None:
-    """The answer's tables from its document (local, or a PlaceBatchResponse as a dict: unset fields absent), in 80
-    columns (the reasons wrapped at words) or, `wide`, each row on one line."""
+    """The answer's tables from its document (local, or a PlaceBatchResponse as a dict: unset fields absent). In 80
+    columns the reasons a job is not admitted follow the jobs table, one line each; `wide` puts them in it."""
     con = table_console(wide)
     plan = doc.get("plan", {})
     bound = doc.get("admitted_weight_bound")
@@ -144,7 +144,7 @@ def _print(jobs: list[BatchJob], doc: dict[str, Any], where: str, wide: bool) ->
         + ")",
         title_justify="left",
     )
-    t.add_column("answer")
+    t.add_column("answer", no_wrap=True)
     for name in ("admitted", "weight", "weighted step s", "weighted comm s"):
         t.add_column(name, justify="right")
     for i, p in enumerate([plan, *doc.get("baselines", [])]):
@@ -157,30 +157,32 @@ def _print(jobs: list[BatchJob], doc: dict[str, Any], where: str, wide: bool) ->
         )
     con.print(t)
     jt = Table(title=f"jobs in the {plan.get('strategy', '-')} answer", title_justify="left")
-    for name, just in (
-        ("job", "left"),
-        ("ranks", "right"),
-        ("weight", "right"),
-        ("priority", "right"),
-        ("step s", "right"),
-        ("comm s", "right"),
-        ("why not admitted", "left"),
-    ):
-        jt.add_column(name, justify=just)  # type: ignore[arg-type]
+    jt.add_column("job", no_wrap=True)  # whole: names are read back
+    for name in ("ranks", "weight", "priority", "step s", "comm s"):
+        jt.add_column(name, justify="right")
+    if wide:
+        jt.add_column("why not admitted", no_wrap=True)
+    reasons: list[tuple[str, str]] = []
     for o in plan.get("jobs", []):
         bj = jobs[int(o.get("job_index", 0))]
         cost = o.get("cost")
         why = "" if o.get("admitted") else f"{o.get('reason', '')}: " + "; ".join(o.get("explanation", []))
-        jt.add_row(
+        row = [
             str(o.get("job", "")),
             str(bj.job.ranks),
             f"{bj.weight:g}",
             f"{bj.priority:g}",
             f"{cost.get('step_seconds', 0.0):.4f}" if cost else "-",
             f"{cost.get('comm_seconds', 0.0):.4f}" if cost else "-",
-            why,
-        )
+        ]
+        jt.add_row(*row, *([why] if wide else []))
+        if why:
+            reasons.append((row[0], why))
     con.print(jt)
+    if reasons and not wide:
+        con.print("why not admitted:", highlight=False)
+        for name, why in reasons:
+            con.print(f"  {escape(name)}: {escape(why)}", highlight=False, soft_wrap=True)
 
 
 def _request_doc(

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich import box
 from rich.table import Table
 
 from placement.cli.commands.remote import registry_call, registry_watch
@@ -64,25 +63,44 @@ def _clock(unix_s: float) -> str:
 
 
 def _table(reservations: Any, title: str, wide: bool) -> None:
-    """The reservations: id, job, status, devices and lease end in 80 columns (a long job name cut with an
-    ellipsis, never wrapped); `wide`: with the cluster and idempotency key, every cell whole."""
-    t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
-    t.add_column("id", no_wrap=True)  # whole: commit, release and renew take it
-    if wide:
-        t.add_column("cluster", no_wrap=True)
-    t.add_column("job", no_wrap=True, overflow="ellipsis", min_width=8)
-    t.add_column("status", no_wrap=True)
-    t.add_column("devices", justify="right", no_wrap=True)
-    t.add_column("expires", no_wrap=True)
-    if wide:
-        t.add_column("key", no_wrap=True)
+    """The reservations: id, job, status, devices and lease end in 80 columns (every column but the job at its
+    full width; a longer job name cut with an ellipsis, never folded); `wide`: with the cluster and idempotency
+    key, every cell whole."""
+    cols = [
+        "id",
+        *(["cluster"] if wide else []),
+        "job",
+        "status",
+        "devices",
+        "expires",
+        *(["key"] if wide else []),
+    ]
+    rows: list[list[str]] = []
     for r in reservations:
         held = _status(r) == "HELD"
         ends = (_when if wide else _clock)(r.expires_unix_s) if held else "-"
-        cells = [r.id, r.job, _status(r), str(len(r.devices)), ends]
-        if wide:
-            cells = [r.id, r.cluster_id, *cells[1:], r.idempotency_key or "-"]
-        t.add_row(*cells)
+        cells = {
+            "id": r.id,
+            "cluster": r.cluster_id,
+            "job": r.job,
+            "status": _status(r),
+            "devices": str(len(r.devices)),
+            "expires": ends,
+            "key": r.idempotency_key or "-",
+        }
+        rows.append([cells[c] for c in cols])
+    t = Table(title=title, title_justify="left", box=None, pad_edge=False, header_style="bold underline")
+    for i, c in enumerate(cols):
+        natural = max([len(c), *(len(row[i]) for row in rows)])
+        t.add_column(
+            c,
+            justify="right" if c == "devices" else "left",
+            no_wrap=c != "job" or wide,  # only the job name may give way: cut with an ellipsis
+            overflow="ellipsis",
+            min_width=None if c == "job" and not wide else natural,
+        )
+    for row in rows:
+        t.add_row(*row)
     table_console(wide).print(t)
 
 

@@ -23,7 +23,7 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
-from placement.cli.errors import err, fail, guard
+from placement.cli.errors import err, escape, fail, guard
 from placement.cli.help import Command, Group, command_app
 from placement.cli.inputs import load_cluster_state
 from placement.cli.options import WideOpt
@@ -36,8 +36,10 @@ from placement.sim.whatif.defrag import defrag as run_defrag
 
 __all__ = ["app", "defrag", "whatif"]
 
-# the columns of a ranked table left out in 80 columns (--wide shows them): the best answer's details
-NARROW_DROPS = ("comm s", "MFU", "tokens/s")
+# the columns of a ranked table left out in 80 columns (--wide shows them): the best answer's details, the
+# optimizer's gap, and the reasons a shape has no placement (printed under the table instead)
+NARROW_DROPS = ("best", "comm s", "MFU", "tokens/s", "why not placed")
+NARROW_NOTE = "--wide adds the best strategy's exposed comm, MFU and tokens/s, and the optimizer's gap"
 
 
 class _RateColumn(ProgressColumn):
@@ -46,6 +48,18 @@ class _RateColumn(ProgressColumn):
     def render(self, task: Task) -> Text:
         speed = task.finished_speed or task.speed
         return Text("-- pts/s" if speed is None else f"{speed:.2f} pts/s", style="progress.data.speed")
+
+
+def narrow_table(table: Table) -> tuple[Table, list[str]]:
+    """A ranked table (`placement.sim.whatif.ranked_tables`) in 80 columns: the shapes, each strategy's step and
+    what the optimizer saves over each baseline; and, to print under it, why a shape has no placement."""
+    headers = [str(c.header) for c in table.columns]
+    why = next((c for c in table.columns if str(c.header) == "why not placed"), None)
+    notes = [f"{x}: {w}" for x, w in zip(table.columns[1].cells, why.cells, strict=True) if w] if why else []
+    narrow = drop_columns(table, {h for h in headers if h in NARROW_DROPS or h.endswith(" gap")})
+    parts = [p for p in str(table.caption or "").split("; ") if p and not p.startswith(("comm s", "gap:"))]
+    narrow.caption = "; ".join([*parts, NARROW_NOTE])
+    return narrow, notes
 
 
 class _WhatifGroup(Group):
@@ -139,7 +153,13 @@ def whatif(
     )
     con = table_console(wide)
     for t in ranked_tables(sw, run.rows, top=top):
-        con.print(t if wide else drop_columns(t, NARROW_DROPS), soft_wrap=True)
+        if wide:
+            con.print(t)
+            continue
+        narrow, notes = narrow_table(t)
+        con.print(narrow)
+        for note in notes:
+            con.print(f"  no placement for {escape(note)}", highlight=False, soft_wrap=True)
     err.print(f"wrote {run.csv_path}", highlight=False, soft_wrap=True)
     if plots and run.rows and not run.interrupted:
         for p in plot_sweep(sw, run.rows, out_path):
