@@ -39,6 +39,7 @@ def test_the_table_and_the_command_modules_agree() -> None:
     for name, entry in COMMANDS.items():
         cmd = load_command(name)
         assert isinstance(cmd, Command | Group), name
+        assert cmd.name == name
         first = (cmd.help or "").split("\n\n")[0]
         assert first == entry.help, (name, first, entry.help)
     # every command module with an app is in the table, or one family of the `import` group

@@ -8,6 +8,8 @@ from placement.cli.help import command_app
 
 __all__ = ["app"]
 
-app = command_app(no_args_is_help=True, help="Read real topology descriptions into a cluster file.")
+app = command_app(
+    name="import", no_args_is_help=True, help="Read real topology descriptions into a cluster file."
+)
 for _family in (import_basic, importers, slurm):
     app.add_typer(_family.app)  # no name: the family's commands join the group

@@ -24,7 +24,9 @@ from placement.v1 import registry_pb2 as rpb
 __all__ = ["app"]
 
 app = command_app(
-    no_args_is_help=True, help="Clusters, live state and reservations held by a placement server."
+    name="registry",
+    no_args_is_help=True,
+    help="Clusters, live state and reservations held by a placement server.",
 )
 
 Server = RequiredServerOpt

@@ -36,9 +36,9 @@ from placement.sim.whatif.defrag import defrag as run_defrag
 
 __all__ = ["app", "defrag", "whatif"]
 
-# the columns of a ranked table left out in 80 columns (--wide shows them): the best answer's details, the
-# optimizer's gap, and the reasons a shape has no placement (printed under the table instead)
-NARROW_DROPS = ("best", "comm s", "MFU", "tokens/s", "why not placed")
+# the columns of a ranked table left out in 80 columns (--wide shows them): the rank (the rows are in its order),
+# the best answer's details, the optimizer's gap, and the reasons a shape has no placement (printed under the table)
+NARROW_DROPS = ("#", "best", "comm s", "MFU", "tokens/s", "why not placed")
 NARROW_NOTE = "--wide adds the best strategy's exposed comm, MFU and tokens/s, and the optimizer's gap"
 
 
@@ -72,6 +72,7 @@ class _WhatifGroup(Group):
 
 
 app = command_app(
+    name="whatif",
     cls=_WhatifGroup,
     no_args_is_help=True,
     help="What-if studies: `whatif SWEEP` (a sweep file) or `whatif defrag CLUSTER`.",
