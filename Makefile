@@ -25,7 +25,8 @@ run: $(BIN)/.installed
 	$(BIN)/placement export out/result.json --format dotenv --out out/env
 
 # Under CI=true the Slurm end-to-end test must run, so Debian's Slurm is installed first (as root; .ci/slurm.sh);
-# elsewhere it runs when Slurm is installed and this is root, and skips with the reason otherwise.
+# elsewhere it runs when Slurm is installed and this is root, and skips with the reason otherwise (-rs prints
+# every skipped test with its reason).
 test: $(BIN)/.installed
 	$(BIN)/python -m pip check
 	$(BIN)/ruff check placement server tests bench scripts
@@ -34,11 +35,11 @@ test: $(BIN)/.installed
 	$(BIN)/lint-imports
 	$(BIN)/python scripts/import_graph.py placement server  # no import cycle; few, commented function-level imports
 	if [ "$${CI:-}" = true ]; then .ci/slurm.sh install; fi
-	.ci/postgres.sh exec $(BIN)/python -m pytest
+	.ci/postgres.sh exec $(BIN)/python -m pytest -rs
 
 # The suite in a random order (pytest-randomly), SEED=N to repeat one order.
 test-random: $(BIN)/.installed
-	$(BIN)/python -m pytest -p randomly $(if $(SEED),--randomly-seed=$(SEED),)
+	$(BIN)/python -m pytest -rs -p randomly $(if $(SEED),--randomly-seed=$(SEED),)
 
 bench: $(BIN)/.installed
 	$(BIN)/python bench/solver.py

@@ -54,8 +54,8 @@ def test_evaluate_prints_every_phase_and_the_compute_side(
     tmp_path: Path, example: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A report with phases and compute (what the v2 model gives) goes to the table and the JSON unchanged."""
-    import placement.cost.evaluate
-    from placement.cost.report import PhaseCost
+    import placement.cli.commands.evaluate
+    from placement.cost.evaluate import PhaseCost
 
     cluster, job = example
     mapping = tmp_path / "m.json"
@@ -77,7 +77,7 @@ def test_evaluate_prints_every_phase_and_the_compute_side(
             PhaseCost("dp", 0.125, 0.0625, "leaf", "dp[5]", "hierarchical"),
         ],
     )
-    monkeypatch.setattr(placement.cost.evaluate, "evaluate", lambda *a, **k: fake)
+    monkeypatch.setattr(placement.cli.commands.evaluate, "evaluate_cost", lambda *a, **k: fake)
     res = run("evaluate", cluster, job, mapping)
     assert res.exit_code == 0, res.output
     assert "step 1.2500 s, exposed comm 0.1250 s, MFU 37.5%" in res.stdout

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import threading
@@ -220,8 +221,12 @@ def test_cli_place_request_prints_the_same_step_tables_offline_and_over_the_wire
     rep = report_from_proto(placed.cost, placed.breakdown)
     for res in (remote, offline):
         assert res.exit_code == 0, res.output
-        head = res.stdout.splitlines()[0]
-        assert head.startswith("tp8-dp4 (32 ranks): ") and f"step {rep.step_seconds:.4f} s" in head
+        head = res.stdout.splitlines()[0]  # the local `place` headline: job, ranks, cluster ... solve time
+        assert (
+            head.startswith("tp8-dp4 (32 ranks) on dgx-h100-4node: ")
+            and f"step {rep.step_seconds:.4f} s" in head
+        )
+        assert re.search(r", gap [^,]+, \d+\.\d\d s$", head), head
         assert f"exposed comm {rep.comm_seconds:.4f} s" in head
         lines = [line.strip("│ ") for line in res.stdout.splitlines()]
         assert any(line.startswith("MFU") for line in lines) and "critical group" in res.stdout
@@ -446,6 +451,25 @@ def test_place_json_is_one_schema_offline_from_files_from_a_request_and_over_the
                 "json",
             ],
         ),
+        # CLUSTER JOB sent to the server named by PLACEMENT_SERVER (as `-s` and --server would)
+        "remote files": runner.invoke(
+            app,
+            [
+                "place",
+                str(EXAMPLES / "dgx-h100-4node.yaml"),
+                str(EXAMPLES / "tp8-dp4.yaml"),
+                "--state",
+                str(tmp_path / "state.yaml"),
+                "--time-limit",
+                "2",
+                "--seed",
+                "0",
+                "--deterministic",
+                "--output",
+                "json",
+            ],
+            env={"PLACEMENT_SERVER": f"127.0.0.1:{live.port}", "PLACEMENT_TOKEN": "tok"},
+        ),
     }
     docs = {}
     for how, res in outputs.items():
@@ -460,4 +484,17 @@ def test_place_json_is_one_schema_offline_from_files_from_a_request_and_over_the
         stats["values"] = {k: v for k, v in stats["values"].items() if not k.endswith("wall_s")}
         docs[how] = doc
     assert docs["files"]["result"]["mapping"] and docs["files"]["result"]["cost"]["step_seconds"] > 0
-    assert docs["files"] == docs["request"] == docs["remote"]
+    assert docs["files"] == docs["request"] == docs["remote"] == docs["remote files"]
+    # the files went to the server: with a wrong token it refuses them (exit code 4: the call failed)
+    refused = runner.invoke(
+        app,
+        [
+            "place",
+            str(EXAMPLES / "dgx-h100-4node.yaml"),
+            str(EXAMPLES / "tp8-dp4.yaml"),
+            "-s",
+            f"127.0.0.1:{live.port}",
+        ],
+        env={"PLACEMENT_TOKEN": "wrong"},
+    )
+    assert refused.exit_code == 4 and "UNAUTHENTICATED" in refused.stderr, refused.output

@@ -21,7 +21,7 @@ from placement.solve.baselines import first_fit
 
 with warnings.catch_warnings():
     warnings.filterwarnings("ignore", r"'click\.\w+(\.\w+)*' is deprecated", DeprecationWarning)
-    from placement.cli.commands.whatif import render_picture
+    from placement.cli.picture import render_picture
 
 
 def rank_ids(svg: Path) -> list[str]:

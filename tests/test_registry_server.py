@@ -254,9 +254,11 @@ def test_cli_registry_commands(tmp_path: Path) -> None:
         out = run("reserve", str(job_file), "--cluster", "c", "--key", "k", "--ttl", "120")
         rid = out.split("reservation ")[1].split(":")[0]
         assert "HELD" in out and len(rid) == 32
+        assert out.startswith(f"reservation {rid}: HELD until ")  # the id commit needs comes first
         assert "replayed" in run("reserve", str(job_file), "--cluster", "c", "--key", "k", "--ttl", "120")
         assert "COMMITTED" in run("commit", rid)
         assert rid in run("list", "--cluster", "c", "--live", "--output", "json")
+        assert rid in run("list", "--cluster", "c")  # the 80-column table keeps the id whole
         state = run("state", "--cluster", "c")
         assert "job: train" in state and "job: other" in state
         bad = runner.invoke(

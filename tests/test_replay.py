@@ -13,7 +13,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from placement.cli.commands.replay import register
+from placement.cli.app import app
 from placement.errors import InputError
 from placement.sim.executors import InlineExecutor, LocalExecutor
 from placement.sim.replay import SimConfig, TraceJob, parse_shape_rule, read_trace, simulate
@@ -283,13 +283,6 @@ def read(path: Path) -> list[dict[str, str]]:
 
 
 def cli() -> typer.Typer:
-    app = typer.Typer()
-
-    @app.callback()
-    def main() -> None:
-        """test app"""
-
-    register(app)
     return app
 
 

@@ -14,17 +14,10 @@ with warnings.catch_warnings():
     import typer
     from typer.testing import CliRunner
 
-    from placement.cli.commands.whatif import register
+    from placement.cli.app import app
 
 
 def cli() -> typer.Typer:
-    app = typer.Typer()
-
-    @app.callback()
-    def main() -> None:
-        """test app"""
-
-    register(app)
     return app
 
 

@@ -176,14 +176,11 @@ def test_ctrl_c_keeps_finished_rows_and_resume_completes(tmp_path: Path) -> None
 
 
 RUN_CLI = """
-import signal, sys, typer
+import signal, sys
 # Ctrl-C as a terminal gives it: whatever this test process blocked or ignored is not inherited
 signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 signal.signal(signal.SIGINT, signal.default_int_handler)
-from placement.cli.commands.whatif import register
-app = typer.Typer()
-app.callback()(lambda: None)
-register(app)
+from placement.cli.app import app
 app(sys.argv[1:])
 """
 

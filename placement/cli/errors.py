@@ -1,14 +1,12 @@
-"""How every `placement` command reports failure: `error: ...` on stderr and an exit code, never a traceback.
-
-Exit codes: 2 for bad input (file, field, flag, a limit of `placement.limits`), 3 for an infeasible request.
-Whatever the input (binary, deep, huge, absurd numbers), the answer is a message, never a traceback.
+"""How every `placement` command reports failure: `error: ...` on stderr and an exit code (`EXIT_CODES`), never
+a traceback, whatever the input (binary, deep, huge, absurd numbers).
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import typer
 from rich.console import Console
@@ -17,13 +15,24 @@ from rich.markup import escape
 from placement.errors import RENDER_LIMIT, InfeasibleError, InputError, PlacementError
 from placement.limits import ENV_LIMITS, LimitError
 
-__all__ = ["err", "escape", "fail", "guard"]
+__all__ = ["EXIT_CODES", "err", "escape", "fail", "guard"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 err = Console(stderr=True)
 
+EXIT_CODES = {
+    0: "done",
+    1: "a replay failed (placement replay; the others are written)",
+    2: "bad input or usage: a file, field, flag or limit (INVALID_ARGUMENT)",
+    3: "infeasible: no answer keeps the hard rules (FAILED_PRECONDITION)",
+    4: "a server call failed otherwise: unreachable, deadline, token, overload",
+    130: "interrupted (Ctrl-C): whatif and replay finish later with --resume",
+}
+"""What each exit code of `placement` means (`placement --help` and the README list them); `placement bind` exits
+with its command's code, `placement serve` with the server's."""
 
-def fail(msg: str, code: int) -> None:
+
+def fail(msg: str, code: int) -> NoReturn:
     """Print `msg` (rich markup allowed; escape user text) as an error and exit with `code`."""
     err.print(f"[bold red]error:[/] {msg}", highlight=False, markup=True, soft_wrap=True)
     raise typer.Exit(code)

@@ -1,5 +1,6 @@
-"""Command-line options that several commands share, declared once: the `--tier` override, the cluster file
-`--out`, and the fabric importers' `--node-topo` and `--gpus-per-node`."""
+"""Command-line options that several commands share, declared once: the server a command talks to and its token,
+`--wide` tables, the `--tier` override, the cluster file's `--out`, and the importers' `--node-topo` and
+`--gpus-per-node`."""
 
 from __future__ import annotations
 
@@ -8,6 +9,28 @@ from typing import Annotated
 
 import typer
 
+SERVER_ENV = "PLACEMENT_SERVER"
+TOKEN_ENV = "PLACEMENT_TOKEN"
+
+ServerOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--server", "-s", envvar=SERVER_ENV, help="HOST:PORT of a placement-server: solve there, not here"
+    ),
+]
+RequiredServerOpt = Annotated[
+    str, typer.Option("--server", "-s", envvar=SERVER_ENV, help="HOST:PORT of the placement-server")
+]
+TokenOpt = Annotated[
+    str | None, typer.Option("--token", envvar=TOKEN_ENV, help="bearer token for the server")
+]
+WideOpt = Annotated[
+    bool,
+    typer.Option(
+        "--wide",
+        help="every column at full width (default: the tables fit the terminal, 80 columns when piped)",
+    ),
+]
 TierOpt = Annotated[list[str] | None, typer.Option(help="LEVEL=GBPS:US, repeatable")]
 ClusterOutOpt = Annotated[Path | None, typer.Option("--out", help="write the cluster YAML here")]
 NodeTopoOpt = Annotated[

@@ -1,20 +1,43 @@
-"""Rich tables of the CLI: a modeled step, its phases, exposed communication per group kind and tier, and the
-answer next to every baseline. Shared by `placement evaluate`, `placement place` and the remote paths.
+"""Rich tables of the CLI: a modeled step, its phases, exposed communication per group kind and tier, the answer
+next to every baseline, and how wide a table may print (80 columns by default, every column with --wide).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import copy
+from collections.abc import Collection
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
-if TYPE_CHECKING:
-    from placement.cost.report import CostReport
+from placement.cost.report import CostReport
+from placement.messages.domain import report_from_proto
 
-__all__ = ["headline", "num", "print_report"]
+__all__ = [
+    "drop_columns",
+    "headline",
+    "num",
+    "place_title",
+    "print_report",
+    "print_result",
+    "table_console",
+]
 
 out = Console()
+
+
+def table_console(wide: bool) -> Console:
+    """Where tables print: the terminal's width (80 columns when piped), or with `wide` as wide as each table needs
+    (no column shrunk, no cell wrapped)."""
+    return Console(width=100_000) if wide else out
+
+
+def drop_columns(table: Table, headers: Collection[str]) -> Table:
+    """A copy of `table` without the columns whose header is in `headers` (the narrow form of a wide table)."""
+    narrow = copy.copy(table)
+    narrow.columns = [c for c in table.columns if str(c.header) not in headers]
+    return narrow
 
 
 def num(x: float | None, fmt: str = ".4f") -> str:
@@ -128,3 +151,58 @@ def print_report(
 def headline(report: CostReport) -> str:
     mfu = "" if report.mfu is None else f", MFU {100 * report.mfu:.1f}%"
     return f"step {report.step_seconds:.4f} s, exposed comm {report.comm_seconds:.4f} s{mfu}"
+
+
+def place_title(
+    job: str,
+    ranks: int,
+    cluster: str,
+    status: str,
+    report: CostReport,
+    bound: float | None,
+    bound_source: str | None,
+    gap: float | None,
+    wall_s: float,
+) -> str:
+    """The headline of a placement, the same for `place`, `place --request [--server]` and `registry reserve`:
+    job, ranks, cluster, status, the modeled step, the surrogate bound (and the bound that binds), gap, solve time."""
+    bound_s = "-" if bound is None else f"{bound:.4f}"
+    if bound is not None and bound_source:
+        bound_s += f" ({bound_source})"
+    gap_s = "-" if gap is None else f"{100 * gap:.2f}%"
+    return (
+        f"{job} ({ranks} ranks) on {cluster}: {status}, {headline(report)}, surrogate bound {bound_s}, "
+        f"gap {gap_s}, {wall_s:.2f} s"
+    )
+
+
+def print_result(result: Any, cluster: str) -> None:
+    """The tables of a PlacementResult message (a server's answer, or a request solved here), as `place` prints
+    them; `cluster` names where it was placed (the request's cluster name or registry id)."""
+    rep = report_from_proto(result.cost, result.breakdown)
+    costs: dict[str, dict[str, float | None]] = {
+        b.strategy: {
+            "step_seconds": b.step_seconds if b.HasField("step_seconds") else None,
+            "comm_seconds": b.comm_seconds if b.HasField("comm_seconds") else None,
+        }
+        for b in result.baselines
+    }
+    stats = result.stats if result.HasField("stats") else None
+    status = (
+        type(result)
+        .DESCRIPTOR.fields_by_name["status"]
+        .enum_type.values_by_number[result.status]
+        .name.removeprefix("SOLVE_STATUS_")
+    )
+    title = place_title(
+        result.job,
+        len(result.mapping),
+        cluster,
+        status,
+        rep,
+        result.lower_bound_s if result.HasField("lower_bound_s") else None,
+        stats.notes.get("bound_source") if stats is not None else None,
+        result.gap if result.HasField("gap") else None,
+        stats.wall_s if stats is not None else 0.0,
+    )
+    print_report(title, rep, result.strategy, costs)

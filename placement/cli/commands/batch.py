@@ -1,28 +1,35 @@
-"""The `placement place-batch` command: a queue of jobs placed jointly on one state (`placement.solve.batch.joint`), and
-its batch file (jobs with weight and priority). `register(app)` adds the command to a typer app.
+"""`placement place-batch`: a queue of jobs placed jointly on one state (`placement.solve.batch.joint`), here or by a
+placement-server, and its batch file (jobs with weight and priority).
 """
 
 from __future__ import annotations
 
 import json
 import math
-import sys
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 import yaml
-from rich.console import Console
 from rich.table import Table
 
-from placement.cli.errors import err, fail, guard
+from placement.cli.commands.remote import place_batch_remote
+from placement.cli.errors import escape, fail, guard
+from placement.cli.help import Command, command_app
+from placement.cli.inputs import load_cluster_state, write_output
+from placement.cli.options import ServerOpt, TokenOpt, WideOpt
+from placement.cli.tables import table_console
 from placement.errors import InputError, Problem, Problems
+from placement.io.native import job_from_dict, load_document
+from placement.messages.files import normalize_cluster, normalize_job
 from placement.model.topology import Topology
+from placement.solve import SolveOptions
+from placement.solve.batch.joint import place_batch
 from placement.solve.batch.types import BatchJob, BatchPlan, BatchResult
 
-__all__ = ["batch_document", "load_batch", "place_batch_cmd", "register"]
+__all__ = ["app", "batch_document", "load_batch", "place_batch_cmd"]
 
-_out = Console()
+app = command_app()
 
 
 def load_batch(path: Path) -> list[BatchJob]:
@@ -33,8 +40,6 @@ def load_batch(path: Path) -> list[BatchJob]:
 
 def _read_batch(path: Path) -> list[tuple[BatchJob, Any]]:
     """The jobs of a batch file, each with its job document (job files inlined)."""
-    from placement.io.native import job_from_dict, load_document
-
     doc = load_document(path)
     ps = Problems(str(path))
     if not isinstance(doc, dict) or not isinstance(doc.get("jobs"), list):
@@ -126,9 +131,10 @@ def batch_document(topology: Topology, res: BatchResult) -> dict[str, Any]:
     return doc
 
 
-def _print(jobs: list[BatchJob], doc: dict[str, Any], where: str) -> None:
-    """The answer's tables from its document (local, or a PlaceBatchResponse as a dict: unset fields absent)."""
-    con = _out if _out.is_terminal else Console(width=160)
+def _print(jobs: list[BatchJob], doc: dict[str, Any], where: str, wide: bool) -> None:
+    """The answer's tables from its document (local, or a PlaceBatchResponse as a dict: unset fields absent). In 80
+    columns the reasons a job is not admitted follow the jobs table, one line each; `wide` puts them in it."""
+    con = table_console(wide)
     plan = doc.get("plan", {})
     bound = doc.get("admitted_weight_bound")
     t = Table(
@@ -136,10 +142,11 @@ def _print(jobs: list[BatchJob], doc: dict[str, Any], where: str) -> None:
         f"(weight {plan.get('admitted_weight', 0):g}"
         + (f" of at most {bound:g}" if bound is not None else "")
         + (", optimal" if doc.get("admission_optimal") else "")
-        + ")"
+        + ")",
+        title_justify="left",
     )
-    t.add_column("answer")
-    for name in ("admitted", "admitted weight", "weighted step s", "weighted comm s"):
+    t.add_column("answer", no_wrap=True)
+    for name in ("admitted", "weight", "weighted step s", "weighted comm s"):
         t.add_column(name, justify="right")
     for i, p in enumerate([plan, *doc.get("baselines", [])]):
         t.add_row(
@@ -150,40 +157,39 @@ def _print(jobs: list[BatchJob], doc: dict[str, Any], where: str) -> None:
             f"{p.get('weighted_comm_seconds', 0.0):.4f}",
         )
     con.print(t)
-    jt = Table(title=f"jobs in the {plan.get('strategy', '-')} answer")
-    for name, just in (
-        ("job", "left"),
-        ("ranks", "right"),
-        ("weight", "right"),
-        ("priority", "right"),
-        ("step s", "right"),
-        ("comm s", "right"),
-        ("why not admitted", "left"),
-    ):
-        jt.add_column(name, justify=just)  # type: ignore[arg-type]
+    jt = Table(title=f"jobs in the {plan.get('strategy', '-')} answer", title_justify="left")
+    jt.add_column("job", no_wrap=True)  # whole: names are read back
+    for name in ("ranks", "weight", "priority", "step s", "comm s"):
+        jt.add_column(name, justify="right")
+    if wide:
+        jt.add_column("why not admitted", no_wrap=True)
+    reasons: list[tuple[str, str]] = []
     for o in plan.get("jobs", []):
         bj = jobs[int(o.get("job_index", 0))]
         cost = o.get("cost")
         why = "" if o.get("admitted") else f"{o.get('reason', '')}: " + "; ".join(o.get("explanation", []))
-        jt.add_row(
+        row = [
             str(o.get("job", "")),
             str(bj.job.ranks),
             f"{bj.weight:g}",
             f"{bj.priority:g}",
             f"{cost.get('step_seconds', 0.0):.4f}" if cost else "-",
             f"{cost.get('comm_seconds', 0.0):.4f}" if cost else "-",
-            why,
-        )
+        ]
+        jt.add_row(*row, *([why] if wide else []))
+        if why:
+            reasons.append((row[0], why))
     con.print(jt)
+    if reasons and not wide:
+        con.print("why not admitted:", highlight=False)
+        for name, why in reasons:
+            con.print(f"  {escape(name)}: {escape(why)}", highlight=False, soft_wrap=True)
 
 
 def _request_doc(
     cluster: Path, state: Path | None, entries: list[tuple[BatchJob, Any]], options: dict[str, Any]
 ) -> dict[str, Any]:
     """A PlaceBatchRequest in the protobuf JSON mapping, from the native files (shorthands normalized)."""
-    from placement.io.native import load_document
-    from placement.messages.files import normalize_cluster, normalize_job
-
     ps = Problems(str(cluster))
     doc: dict[str, Any] = {"cluster": normalize_cluster(load_document(cluster), cluster.parent, ps)}
     ps.raise_if_any()
@@ -197,6 +203,7 @@ def _request_doc(
     return doc
 
 
+@app.command("place-batch", cls=Command)
 @guard
 def place_batch_cmd(
     cluster: Annotated[Path, typer.Argument(help="cluster file")],
@@ -207,23 +214,17 @@ def place_batch_cmd(
     workers: Annotated[int, typer.Option(help="CP-SAT workers (<= cores)")] = 2,
     deterministic: Annotated[bool, typer.Option(help="budget each search in deterministic time")] = False,
     output: Annotated[str, typer.Option(help="table, json or yaml")] = "table",
-    server: Annotated[
-        str | None, typer.Option(help="HOST:PORT of a placement-server: solve the batch there")
-    ] = None,
-    token: Annotated[
-        str | None, typer.Option(envvar="PLACEMENT_TOKEN", help="bearer token for --server")
-    ] = None,
+    server: ServerOpt = None,
+    token: TokenOpt = None,
     out_file: Annotated[Path | None, typer.Option("--out", help="write the JSON/YAML answer here")] = None,
+    wide: WideOpt = False,
 ) -> None:
-    """Place a queue of jobs jointly: the admitted subset (most admitted weight, then fewest weighted step seconds)
-    with no device shared, why each other job is not admitted, next to FIFO kueue-tas and priority-ordered cpsat.
+    """Place a queue of jobs jointly, next to FIFO kueue-tas and priority-ordered cpsat.
 
-    With --server the same files are sent as a PlaceBatchRequest (the answer is the PlaceBatchResponse)."""
-    from placement.io.native import load_cluster, load_state
-    from placement.model.state import ClusterState
-    from placement.solve import SolveOptions
-    from placement.solve.batch.joint import place_batch
-
+    The admitted subset (most admitted weight, then fewest weighted step seconds) with no device shared, and why
+    each other job is not admitted. With --server (or PLACEMENT_SERVER) the same files are sent as a
+    PlaceBatchRequest (the answer is the PlaceBatchResponse).
+    """
     if output not in ("table", "json", "yaml"):
         fail(f"--output: unknown value {output!r}; use table, json or yaml", 2)
     if not (math.isfinite(time_limit) and time_limit > 0):
@@ -232,13 +233,10 @@ def place_batch_cmd(
         fail(f"--seed: must be in 0..{2**31 - 1}, got {seed}", 2)
     if not 1 <= workers <= 64:
         fail(f"--workers: must be in 1..64, got {workers}", 2)
-    topo, static = load_cluster(cluster)
-    st = load_state(state, topo, static) if state else (static or ClusterState())
+    topo, st = load_cluster_state(cluster, state)
     entries = _read_batch(batch)
     jobs = [bj for bj, _ in entries]
     if server is not None:
-        from placement.cli.commands.remote import place_batch_remote
-
         options = {"time_limit_s": time_limit, "seed": seed, "deterministic": deterministic}
         doc = place_batch_remote(_request_doc(cluster, state, entries, options), server, token)
         where = server
@@ -252,19 +250,9 @@ def place_batch_cmd(
         doc = batch_document(topo, res)
         where = topo.name
     if output == "table":
-        _print(jobs, doc, where)
+        _print(jobs, doc, where, wide)
         if out_file is not None:
-            out_file.write_text(json.dumps(doc, indent=2) + "\n")
-            err.print(f"wrote {out_file}")
+            write_output(json.dumps(doc, indent=2) + "\n", out_file)
         return
     text = json.dumps(doc, indent=2) + "\n" if output == "json" else str(yaml.safe_dump(doc, sort_keys=False))
-    if out_file is None:
-        sys.stdout.write(text)
-    else:
-        out_file.write_text(text)
-        err.print(f"wrote {out_file}")
-
-
-def register(app: typer.Typer) -> None:
-    """Add the `place-batch` command to `app`."""
-    app.command("place-batch")(place_batch_cmd)
+    write_output(text, out_file)

@@ -1,5 +1,5 @@
-"""The `placement bind [OPTIONS] -- CMD [ARGS...]` command: parse the options, plan with `placement.launch.bind`, print
-what was skipped, then exec (or print the plan with --dry-run). `register(app)` adds it to a typer app.
+"""`placement bind [OPTIONS] -- CMD [ARGS...]`: parse the options, plan with `placement.launch.bind`, print what
+was skipped, then exec (or print the plan with --dry-run).
 """
 
 from __future__ import annotations
@@ -11,10 +11,20 @@ from typing import Annotated
 import typer
 
 from placement.cli.errors import err, escape, fail
+from placement.cli.help import Command, command_app
+from placement.launch.bind import BindError, describe, execute, plan
+from placement.launch.bind import dry_run as render
 
-__all__ = ["register"]
+__all__ = ["app", "bind"]
+
+app = command_app()
 
 
+@app.command(
+    "bind",
+    cls=Command,
+    context_settings={"allow_interspersed_args": False, "ignore_unknown_options": True},
+)
 def bind(
     command: Annotated[list[str], typer.Argument(help="the command to run, after --")],
     placement: Annotated[
@@ -41,15 +51,12 @@ def bind(
         bool, typer.Option("--verbose", "-v", help="say on stderr what the task gets")
     ] = False,
 ) -> None:
-    """Run CMD as this task's rank of the placement: only its planned GPU visible (CUDA_VISIBLE_DEVICES, or
-    ROCR_VISIBLE_DEVICES for AMD), LOCAL_RANK=0, CPUs and memory on the GPU's NUMA node.
+    """Run CMD as this task's rank of the placement, on its GPU and that GPU's CPUs.
 
-    Use it under any launcher: `mpirun --rankfile F placement bind -- CMD`, `srun ... placement bind -- CMD`,
-    `torchrun --no-python ... placement bind -- CMD`.
+    Only its planned GPU is visible (CUDA_VISIBLE_DEVICES, or ROCR_VISIBLE_DEVICES for AMD), LOCAL_RANK=0, CPUs
+    and memory on the GPU's NUMA node. Use it under any launcher: `mpirun --rankfile F placement bind -- CMD`,
+    `srun ... placement bind -- CMD`, `torchrun --no-python ... placement bind -- CMD`.
     """
-    from placement.launch.bind import BindError, describe, execute, plan
-    from placement.launch.bind import dry_run as render
-
     env = dict(os.environ)
     try:
         p = plan(
@@ -73,9 +80,3 @@ def bind(
         execute(p, env)
     except BindError as e:
         fail(f"placement bind: {escape(str(e))}", 2)
-
-
-def register(app: typer.Typer) -> None:
-    app.command("bind", context_settings={"allow_interspersed_args": False, "ignore_unknown_options": True})(
-        bind
-    )

@@ -1,9 +1,10 @@
-"""The `placement export` command: a placement result into the files a launcher reads (see `placement.io.export`).
-`register(app)` adds it to a typer app.
+"""`placement export`: a placement result into the files a launcher reads (see `placement.io.export`): a rankfile,
+a SLURM_HOSTFILE, a Slurm or torchrun script, per-rank dotenv files or Kubernetes manifests.
 """
 
 from __future__ import annotations
 
+import shlex
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -11,11 +12,27 @@ from typing import Annotated
 import typer
 
 from placement.cli.errors import err, escape, fail, guard
+from placement.cli.help import Command, command_app
 from placement.errors import InputError, Problem
+from placement.io.export import (
+    FORMATS,
+    MULTI_FILE,
+    RETIRED,
+    ExportOptions,
+    export,
+    export_files,
+    is_legacy_result,
+    result_body,
+    seats_from_document,
+)
+from placement.io.native import load_cluster, load_document
 
-__all__ = ["export_cmd", "register"]
+__all__ = ["app", "export_cmd"]
+
+app = command_app()
 
 
+@app.command("export", cls=Command)
 @guard
 def export_cmd(
     mapping: Annotated[Path, typer.Argument(help="a result JSON/YAML (placement place --out) or a mapping")],
@@ -58,23 +75,11 @@ def export_cmd(
         ),
     ] = None,
 ) -> None:
-    """Turn a placement into what a launcher reads: an OpenMPI rankfile, a SLURM_HOSTFILE, a Slurm script, a
-    torchrun script, per-rank dotenv files or Kubernetes manifests. Launched tasks run `placement bind`."""
-    import shlex
+    """Turn a placement into what a launcher reads.
 
-    from placement.io.export import (
-        FORMATS,
-        MULTI_FILE,
-        RETIRED,
-        ExportOptions,
-        export,
-        export_files,
-        is_legacy_result,
-        result_body,
-        seats_from_document,
-    )
-    from placement.io.native import load_cluster, load_document
-
+    An OpenMPI rankfile, a SLURM_HOSTFILE, a Slurm script, a torchrun script, per-rank dotenv files or Kubernetes
+    manifests. Launched tasks run `placement bind`.
+    """
     if format in RETIRED:
         fail(f"--format: {RETIRED[format]}", 2)
     if format not in FORMATS:
@@ -87,7 +92,8 @@ def export_cmd(
     if is_legacy_result(doc):
         err.print(
             f"[yellow]deprecated:[/] {escape(str(mapping))} is a native result of an earlier release; it is read "
-            "for one more release. Results are now the PlaceResponse JSON mapping (`placement place --output json`)."
+            "for one more release. Results are now the PlaceResponse JSON mapping (`placement place --output json`).",
+            soft_wrap=True,
         )
     seats = seats_from_document(doc, str(mapping))
     topo = None
@@ -123,7 +129,7 @@ def export_cmd(
             out_file.mkdir(parents=True, exist_ok=True)
             for name, text in files.items():
                 (out_file / name).write_text(text)
-            err.print(f"wrote {len(files)} files to {out_file}")
+            err.print(f"wrote {len(files)} files to {out_file}", soft_wrap=True)
             return
         text = export(format, seats, document=document, topology=topo, options=opts)
     except ValueError as e:
@@ -135,8 +141,4 @@ def export_cmd(
         out_file.write_text(text)
         if format in ("slurm", "torchrun"):
             out_file.chmod(0o755)
-        err.print(f"wrote {out_file}")
-
-
-def register(app: typer.Typer) -> None:
-    app.command("export")(export_cmd)
+        err.print(f"wrote {out_file}", soft_wrap=True)

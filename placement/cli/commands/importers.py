@@ -1,27 +1,36 @@
-"""The `placement import nccl-xml | rocm-smi | ibnetdiscover | topograph` commands; `register(import_app)` adds them.
-
-Every command writes the same native cluster YAML as `import nvidia-smi`/`slurm`/`k8s`, validated before writing.
+"""`placement import nccl-xml | rocm-smi | ibnetdiscover | topograph`: a cluster file from per-host node files or a
+fabric dump, the same native cluster YAML as `import nvidia-smi`/`slurm`/`k8s`, validated before writing.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-import yaml
 
+from placement.cli.commands.import_common import cluster_yaml
 from placement.cli.errors import err, escape, fail, guard
+from placement.cli.help import Command, command_app
+from placement.cli.inputs import write_output
 from placement.cli.options import ClusterOutOpt, HostGpusOpt, NodeTopoOpt, TierOpt
 from placement.io.importers.defaults import apply_tier_specs
 from placement.io.importers.detect import refuse_other_format, sniff
-from placement.io.importers.nccl_xml import NodeTopology, merge_warnings
+from placement.io.importers.ibnetdiscover import read_ibnetdiscover
+from placement.io.importers.nccl_xml import NodeTopology, merge_warnings, parse_nccl_xml
+from placement.io.importers.nvidia_smi import parse_nvidia_smi
+from placement.io.importers.rocm_smi import parse_rocm_smi
+from placement.io.importers.topograph import read_topograph
+from placement.io.native import cluster_from_dict
 from placement.io.text import read_text
-from placement.model.links import intra_node_tier
+from placement.model.links import DEFAULT_INTRA_NODE_TIERS, Tier, intra_node_tier
 
-__all__ = ["build_cluster", "read_node_file", "register"]
+__all__ = ["app", "build_cluster", "read_node_file"]
+
+app = command_app()
 
 # Defaults when a source states no bandwidth (GB/s per direction, latency us): the host level of an H100-class
 # node; an NVLink domain (NVL72 / accelerator block) at the same per-GPU NVLink rate; then the switch levels of a
@@ -34,9 +43,11 @@ MAX_WARNINGS = 20
 
 def _say(warnings: Sequence[str]) -> None:
     for w in warnings[:MAX_WARNINGS]:
-        err.print(f"[yellow]warning:[/] {escape(w)}")
+        err.print(f"[yellow]warning:[/] {escape(w)}", soft_wrap=True)
     if len(warnings) > MAX_WARNINGS:
-        err.print(f"[yellow]warning:[/] ... and {len(warnings) - MAX_WARNINGS} more warning(s)")
+        err.print(
+            f"[yellow]warning:[/] ... and {len(warnings) - MAX_WARNINGS} more warning(s)", soft_wrap=True
+        )
 
 
 def read_node_file(
@@ -46,15 +57,9 @@ def read_node_file(
     text = read_text(path)
     kind = sniff(text)
     if kind == "rocm-smi":
-        from placement.io.importers.rocm_smi import parse_rocm_smi
-
         return parse_rocm_smi(text, str(path), model=model)
     if kind in ("nccl-xml", "nccl-graph"):
-        from placement.io.importers.nccl_xml import parse_nccl_xml
-
         return parse_nccl_xml(text, str(path), nvlink=nvlink, xgmi_gbps=xgmi_gbps)
-    from placement.io.importers.nvidia_smi import parse_nvidia_smi
-
     nt = parse_nvidia_smi(text, str(path))
     return NodeTopology(
         nt.gpus,
@@ -76,8 +81,6 @@ def _node_tier(nt: NodeTopology | None, nv_gbps: float | None) -> tuple[tuple[fl
         links = max(len(nt.gpus) - 1, 1)
         return (links * nt.mesh_link_gbps, 1.0), f"xGMI mesh: {links} links of {nt.mesh_link_gbps:g} GB/s"
     if nt.matrix is not None and len(nt.gpus) > 1:
-        from placement.model.links import DEFAULT_INTRA_NODE_TIERS, Tier
-
         table = dict(DEFAULT_INTRA_NODE_TIERS) | ({"NV": Tier(nv_gbps, 1.0)} if nv_gbps else {})
         best = max(
             (c for r in nt.matrix for c in r if c != "X"),
@@ -149,8 +152,6 @@ def build_cluster(
 ) -> tuple[dict[str, Any], list[str]]:
     """The native cluster dict: levels with tiers, node types (from node files, or from the fabric's HCAs),
     hosts referring to them; validated with `cluster_from_dict`. Returns it and the notes to print."""
-    from placement.io.native import cluster_from_dict
-
     notes: list[str] = []
     doc: dict[str, Any] = {"name": name}
     nv = {nt.nv_link_gbps for nt in node_types.values() if nt.nv_link_gbps}
@@ -218,13 +219,8 @@ def build_cluster(
 def _write(doc: dict[str, Any], warnings: list[str], notes: list[str], out_file: Path | None) -> None:
     _say(warnings)
     for n in notes:
-        err.print(f"[yellow]note:[/] {escape(n)}")
-    text = yaml.safe_dump(doc, sort_keys=False, default_flow_style=None)
-    if out_file is None:
-        typer.echo(text, nl=False)
-    else:
-        out_file.write_text(text)
-        err.print(f"wrote {out_file}")
+        err.print(f"[yellow]note:[/] {escape(n)}", soft_wrap=True)
+    write_output(cluster_yaml(doc), out_file)
 
 
 def _level_spec(spec: str | None, hosts: int) -> tuple[list[str], list[int]]:
@@ -345,8 +341,6 @@ def _fabric_cmd(
     *,
     use_rails: bool = True,
 ) -> None:
-    from fnmatch import fnmatchcase
-
     if gpus_per_node < 1:
         fail(f"--gpus-per-node: must be >= 1, got {gpus_per_node}", 2)
     names = [lv["name"] for lv in fabric.doc["levels"]]
@@ -384,99 +378,91 @@ def _fabric_cmd(
     _write(doc, warnings, notes, out_file)
 
 
-def register(import_app: typer.Typer) -> None:
-    """Add the four importers to `placement import`."""
+@app.command("nccl-xml", cls=Command)
+@guard
+def import_nccl_xml(
+    files: Annotated[list[Path], typer.Argument(help="NCCL/RCCL topology XML, one per host")],
+    host: Annotated[str | None, typer.Option(help="host name (one file)")] = None,
+    hosts: Annotated[str | None, typer.Option(help="host names, one per file, comma-separated")] = None,
+    levels: Annotated[
+        str | None,
+        typer.Option(help="levels above the hosts, NAME:FANOUT bottom up, e.g. rack:4,cluster"),
+    ] = None,
+    kind: Annotated[str | None, typer.Option(help="device kind (default: from the XML, e.g. MI300X)")] = None,
+    nvlink: Annotated[
+        int | None,
+        typer.Option(
+            help="NVLinks per GPU pair through NVSwitch, for files that list none (12: A100, 18: H100)"
+        ),
+    ] = None,
+    xgmi_gbps: Annotated[
+        float | None, typer.Option(help="xGMI GB/s per link and direction (default by GPU arch)")
+    ] = None,
+    tier: TierOpt = None,
+    out_file: ClusterOutOpt = None,
+) -> None:
+    """A cluster file from NCCL/RCCL topology XML: link matrix, rails and NIC speeds per host."""
+    if nvlink is not None and nvlink < 1:
+        fail(f"--nvlink: must be >= 1, got {nvlink}", 2)
+    if xgmi_gbps is not None and xgmi_gbps <= 0:
+        fail(f"--xgmi-gbps: must be > 0, got {xgmi_gbps:g}", 2)
+    _node_files_cmd(
+        files, host, hosts, levels, kind, tier, out_file, "nccl-xml", nvlink=nvlink, xgmi_gbps=xgmi_gbps
+    )
 
-    @import_app.command("nccl-xml")
-    @guard
-    def import_nccl_xml(
-        files: Annotated[list[Path], typer.Argument(help="NCCL/RCCL topology XML, one per host")],
-        host: Annotated[str | None, typer.Option(help="host name (one file)")] = None,
-        hosts: Annotated[str | None, typer.Option(help="host names, one per file, comma-separated")] = None,
-        levels: Annotated[
-            str | None,
-            typer.Option(help="levels above the hosts, NAME:FANOUT bottom up, e.g. rack:4,cluster"),
-        ] = None,
-        kind: Annotated[
-            str | None, typer.Option(help="device kind (default: from the XML, e.g. MI300X)")
-        ] = None,
-        nvlink: Annotated[
-            int | None,
-            typer.Option(
-                help="NVLinks per GPU pair through NVSwitch, for files that list none (12: A100, 18: H100)"
-            ),
-        ] = None,
-        xgmi_gbps: Annotated[
-            float | None, typer.Option(help="xGMI GB/s per link and direction (default by GPU arch)")
-        ] = None,
-        tier: TierOpt = None,
-        out_file: ClusterOutOpt = None,
-    ) -> None:
-        """A cluster file from NCCL/RCCL topology XML: link matrix, rails and NIC speeds per host."""
-        if nvlink is not None and nvlink < 1:
-            fail(f"--nvlink: must be >= 1, got {nvlink}", 2)
-        if xgmi_gbps is not None and xgmi_gbps <= 0:
-            fail(f"--xgmi-gbps: must be > 0, got {xgmi_gbps:g}", 2)
-        _node_files_cmd(
-            files, host, hosts, levels, kind, tier, out_file, "nccl-xml", nvlink=nvlink, xgmi_gbps=xgmi_gbps
-        )
 
-    @import_app.command("rocm-smi")
-    @guard
-    def import_rocm_smi(
-        files: Annotated[list[Path], typer.Argument(help="output of `rocm-smi --showtopo`, one per host")],
-        host: Annotated[str | None, typer.Option(help="host name (one file)")] = None,
-        hosts: Annotated[str | None, typer.Option(help="host names, one per file, comma-separated")] = None,
-        model: Annotated[
-            str, typer.Option(help="GPU model for link defaults: MI300X, MI250, MI100, MI355X")
-        ] = "MI300X",
-        levels: Annotated[
-            str | None, typer.Option(help="levels above the hosts, NAME:FANOUT bottom up")
-        ] = None,
-        kind: Annotated[str | None, typer.Option(help="device kind (default: the model)")] = None,
-        tier: TierOpt = None,
-        out_file: ClusterOutOpt = None,
-    ) -> None:
-        """A cluster file from `rocm-smi --showtopo`: XGMI/PCIe link types, hops and NUMA, per-model defaults."""
-        _node_files_cmd(files, host, hosts, levels, kind, tier, out_file, "rocm-smi", model=model)
+@app.command("rocm-smi", cls=Command)
+@guard
+def import_rocm_smi(
+    files: Annotated[list[Path], typer.Argument(help="output of `rocm-smi --showtopo`, one per host")],
+    host: Annotated[str | None, typer.Option(help="host name (one file)")] = None,
+    hosts: Annotated[str | None, typer.Option(help="host names, one per file, comma-separated")] = None,
+    model: Annotated[
+        str, typer.Option(help="GPU model for link defaults: MI300X, MI250, MI100, MI355X")
+    ] = "MI300X",
+    levels: Annotated[str | None, typer.Option(help="levels above the hosts, NAME:FANOUT bottom up")] = None,
+    kind: Annotated[str | None, typer.Option(help="device kind (default: the model)")] = None,
+    tier: TierOpt = None,
+    out_file: ClusterOutOpt = None,
+) -> None:
+    """A cluster file from `rocm-smi --showtopo`: XGMI/PCIe link types, hops and NUMA, per-model defaults."""
+    _node_files_cmd(files, host, hosts, levels, kind, tier, out_file, "rocm-smi", model=model)
 
-    @import_app.command("ibnetdiscover")
-    @guard
-    def import_ibnetdiscover(
-        file: Annotated[Path, typer.Argument(help="output of `ibnetdiscover`")],
-        levels: Annotated[
-            str | None, typer.Option(help="names for the switch levels bottom up (default leaf,spine,core)")
-        ] = None,
-        gpus_per_node: HostGpusOpt = 8,
-        kind: Annotated[str | None, typer.Option(help="device kind")] = None,
-        node_topo: NodeTopoOpt = None,
-        rail_policy: Annotated[
-            bool, typer.Option(help="add a rail policy when the fabric is rail-optimized")
-        ] = True,
-        tier: TierOpt = None,
-        out_file: ClusterOutOpt = None,
-    ) -> None:
-        """A cluster file from an InfiniBand fabric dump: switch tree, hosts by HCA description, rails by HCA."""
-        from placement.io.importers.ibnetdiscover import read_ibnetdiscover
 
-        fabric, _ = read_ibnetdiscover(file, level_names=levels.split(",") if levels else None)
-        _fabric_cmd(fabric, node_topo, kind, tier, gpus_per_node, out_file, use_rails=rail_policy)
+@app.command("ibnetdiscover", cls=Command)
+@guard
+def import_ibnetdiscover(
+    file: Annotated[Path, typer.Argument(help="output of `ibnetdiscover`")],
+    levels: Annotated[
+        str | None, typer.Option(help="names for the switch levels bottom up (default leaf,spine,core)")
+    ] = None,
+    gpus_per_node: HostGpusOpt = 8,
+    kind: Annotated[str | None, typer.Option(help="device kind")] = None,
+    node_topo: NodeTopoOpt = None,
+    rail_policy: Annotated[
+        bool, typer.Option(help="add a rail policy when the fabric is rail-optimized")
+    ] = True,
+    tier: TierOpt = None,
+    out_file: ClusterOutOpt = None,
+) -> None:
+    """A cluster file from an InfiniBand fabric dump: switch tree, hosts by HCA description, rails by HCA."""
+    fabric, _ = read_ibnetdiscover(file, level_names=levels.split(",") if levels else None)
+    _fabric_cmd(fabric, node_topo, kind, tier, gpus_per_node, out_file, use_rails=rail_policy)
 
-    @import_app.command("topograph")
-    @guard
-    def import_topograph(
-        file: Annotated[Path, typer.Argument(help="a topograph model (YAML) or request payload (JSON)")],
-        levels: Annotated[
-            str | None, typer.Option(help="names for the levels above the hosts, bottom up")
-        ] = None,
-        gpus_per_node: HostGpusOpt = 8,
-        kind: Annotated[str | None, typer.Option(help="device kind")] = None,
-        node_topo: NodeTopoOpt = None,
-        tier: TierOpt = None,
-        out_file: ClusterOutOpt = None,
-    ) -> None:
-        """A cluster file from an NVIDIA topograph model or payload: NVLink domains and the switch tree."""
-        from placement.io.importers.topograph import read_topograph
 
-        fabric = read_topograph(file, level_names=levels.split(",") if levels else None)
-        _fabric_cmd(fabric, node_topo, kind, tier, gpus_per_node, out_file)
+@app.command("topograph", cls=Command)
+@guard
+def import_topograph(
+    file: Annotated[Path, typer.Argument(help="a topograph model (YAML) or request payload (JSON)")],
+    levels: Annotated[
+        str | None, typer.Option(help="names for the levels above the hosts, bottom up")
+    ] = None,
+    gpus_per_node: HostGpusOpt = 8,
+    kind: Annotated[str | None, typer.Option(help="device kind")] = None,
+    node_topo: NodeTopoOpt = None,
+    tier: TierOpt = None,
+    out_file: ClusterOutOpt = None,
+) -> None:
+    """A cluster file from an NVIDIA topograph model or payload: NVLink domains and the switch tree."""
+    fabric = read_topograph(file, level_names=levels.split(",") if levels else None)
+    _fabric_cmd(fabric, node_topo, kind, tier, gpus_per_node, out_file)

@@ -10,42 +10,40 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
+from placement.cli.commands.remote import registry_call, registry_watch
 from placement.cli.errors import fail, guard
+from placement.cli.help import Command, command_app
+from placement.cli.options import RequiredServerOpt, TokenOpt, WideOpt
+from placement.cli.tables import out, print_result, table_console
+from placement.io.native import load_document
+from placement.messages.files import dump_message, request_from_dict
+from placement.v1 import registry_pb2 as rpb
 
-__all__ = ["register"]
+__all__ = ["app"]
 
-out = Console()
-app = typer.Typer(
-    no_args_is_help=True, help="Clusters, live state and reservations held by a placement server."
+app = command_app(
+    name="registry",
+    no_args_is_help=True,
+    help="Clusters, live state and reservations held by a placement server.",
 )
 
-Server = Annotated[
-    str, typer.Option("--server", "-s", envvar="PLACEMENT_SERVER", help="HOST:PORT of the server")
-]
-Token = Annotated[str | None, typer.Option("--token", envvar="PLACEMENT_TOKEN", help="bearer token")]
+Server = RequiredServerOpt
+Token = TokenOpt
 ClusterId = Annotated[str, typer.Option("--cluster", "-c", help="the cluster id in the registry")]
 Output = Annotated[str, typer.Option("--output", "-o", help="table, json or yaml")]
 
 
 def _message(doc: dict[str, Any], kind: str) -> Any:
-    from placement.messages.files import request_from_dict
-    from placement.v1 import registry_pb2 as rpb
-
     return request_from_dict(doc, getattr(rpb, kind), f"<{kind}>", Path(os.getcwd()))
 
 
 def _call(server: str, token: str | None, method: str, request: Any) -> Any:
-    from placement.cli.commands.remote import registry_call
-
     return registry_call(server, token, method, request)
 
 
 def _dump(msg: Any, output: str) -> None:
-    from placement.messages.files import dump_message
-
     out.print(dump_message(msg, output), end="", markup=False, highlight=False, soft_wrap=True)
 
 
@@ -54,31 +52,61 @@ def _when(unix_s: float) -> str:
 
 
 def _status(res: Any) -> str:
-    from placement.v1 import registry_pb2 as rpb
-
     return str(rpb.ReservationStatus.Name(res.status)).removeprefix("RESERVATION_STATUS_")
 
 
-def _table(reservations: Any, title: str) -> None:
-    t = Table(title=title)
-    t.add_column("id", no_wrap=True)  # whole: commit, release and renew take it
-    for col in ("cluster", "job", "status", "devices", "expires", "key"):
-        t.add_column(col, overflow="fold")  # wrap, never cut: job names and keys are read back
+def _clock(unix_s: float) -> str:
+    """A lease's end in 8 columns when it is within a day (the 80-column table), else the date too."""
+    if not unix_s:
+        return "-"
+    return time.strftime(
+        "%H:%M:%S" if abs(unix_s - time.time()) < 86400 else "%m-%d %H:%M", time.localtime(unix_s)
+    )
+
+
+def _table(reservations: Any, title: str, wide: bool) -> None:
+    """The reservations: id, job, status, devices and lease end in 80 columns (every column but the job at its
+    full width; a longer job name cut with an ellipsis, never folded); `wide`: with the cluster and idempotency
+    key, every cell whole."""
+    cols = [
+        "id",
+        *(["cluster"] if wide else []),
+        "job",
+        "status",
+        "devices",
+        "expires",
+        *(["key"] if wide else []),
+    ]
+    rows: list[list[str]] = []
     for r in reservations:
         held = _status(r) == "HELD"
-        t.add_row(
-            r.id,
-            r.cluster_id,
-            r.job,
-            _status(r),
-            str(len(r.devices)),
-            _when(r.expires_unix_s) if held else "-",
-            r.idempotency_key or "-",
+        ends = (_when if wide else _clock)(r.expires_unix_s) if held else "-"
+        cells = {
+            "id": r.id,
+            "cluster": r.cluster_id,
+            "job": r.job,
+            "status": _status(r),
+            "devices": str(len(r.devices)),
+            "expires": ends,
+            "key": r.idempotency_key or "-",
+        }
+        rows.append([cells[c] for c in cols])
+    t = Table(title=title, title_justify="left", box=None, pad_edge=False, header_style="bold underline")
+    for i, c in enumerate(cols):
+        natural = max([len(c), *(len(row[i]) for row in rows)])
+        t.add_column(
+            c,
+            justify="right" if c == "devices" else "left",
+            no_wrap=c != "job" or wide,  # only the job name may give way: cut with an ellipsis
+            overflow="ellipsis",
+            min_width=None if c == "job" and not wide else natural,
         )
-    out.print(t)
+    for row in rows:
+        t.add_row(*row)
+    table_console(wide).print(t)
 
 
-@app.command("put-cluster")
+@app.command(cls=Command, name="put-cluster")
 @guard
 def put_cluster(
     cluster_file: Annotated[Path, typer.Argument(help="native cluster file (YAML/JSON)")],
@@ -97,10 +125,11 @@ def put_cluster(
         f"cluster {resp.cluster_id}: version {resp.version} ({'changed' if resp.changed else 'unchanged'}), "
         f"{resp.devices} devices",
         markup=False,
+        soft_wrap=True,
     )
 
 
-@app.command("update-state")
+@app.command(cls=Command, name="update-state")
 @guard
 def update_state(
     cluster: ClusterId,
@@ -118,16 +147,13 @@ def update_state(
     doc: dict[str, Any] = {"cluster_id": cluster, "generation": generation}
     if state is not None:
         doc["state_file"] = str(state)
-    else:
-        from placement.io.native import load_document
-
-        assert diff is not None
+    elif diff is not None:
         doc["diff"] = load_document(diff)
     resp = _call(server, token, "UpdateState", _message(doc, "UpdateStateRequest"))
-    out.print(f"cluster {resp.cluster_id}: generation {resp.generation}", markup=False)
+    out.print(f"cluster {resp.cluster_id}: generation {resp.generation}", markup=False, soft_wrap=True)
 
 
-@app.command("reserve")
+@app.command(cls=Command, name="reserve")
 @guard
 def reserve(
     job_file: Annotated[Path, typer.Argument(help="native job file")],
@@ -139,7 +165,10 @@ def reserve(
     output: Output = "table",
     token: Token = None,
 ) -> None:
-    """Place a job on the registry's current state and hold its devices for --ttl seconds."""
+    """Place a job on the registry's current state and hold its devices for --ttl seconds.
+
+    The reservation id (what commit, release and renew take) comes first, then the placement's tables.
+    """
     doc: dict[str, Any] = {
         "cluster_id": cluster,
         "job_file": str(job_file),
@@ -152,15 +181,15 @@ def reserve(
     if output != "table":
         _dump(resp, output)
         return
-    from placement.cli.commands.remote import print_result
-
-    print_result(resp.result)
     again = " (replayed: the key was used before)" if resp.replayed else ""
     out.print(
         f"reservation {resp.reservation_id}: {_status(resp.reservation)} until {_when(resp.expires_unix_s)}"
         f"{again}",
         markup=False,
+        highlight=False,
+        soft_wrap=True,
     )
+    print_result(resp.result, cluster)
 
 
 def _transition(
@@ -174,24 +203,25 @@ def _transition(
         f"reservation {res.id}: {_status(res)}"
         + (f" until {_when(res.expires_unix_s)}" if _status(res) == "HELD" else ""),
         markup=False,
+        soft_wrap=True,
     )
 
 
-@app.command("commit")
+@app.command(cls=Command, name="commit")
 @guard
 def commit(reservation_id: str, server: Server, token: Token = None) -> None:
     """The job started: its devices become occupancy."""
     _transition("Commit", reservation_id, server, token)
 
 
-@app.command("release")
+@app.command(cls=Command, name="release")
 @guard
 def release(reservation_id: str, server: Server, token: Token = None) -> None:
     """Give the devices back."""
     _transition("Release", reservation_id, server, token)
 
 
-@app.command("renew")
+@app.command(cls=Command, name="renew")
 @guard
 def renew(
     reservation_id: str,
@@ -203,7 +233,7 @@ def renew(
     _transition("Renew", reservation_id, server, token, ttl)
 
 
-@app.command("list")
+@app.command(cls=Command, name="list")
 @guard
 def list_reservations(
     server: Server,
@@ -211,6 +241,7 @@ def list_reservations(
     live: Annotated[bool, typer.Option(help="only held and committed")] = False,
     output: Output = "table",
     token: Token = None,
+    wide: WideOpt = False,
 ) -> None:
     """Reservations, oldest first."""
     resp = _call(
@@ -222,10 +253,10 @@ def list_reservations(
     if output != "table":
         _dump(resp, output)
     else:
-        _table(resp.reservations, f"{len(resp.reservations)} reservation(s)")
+        _table(resp.reservations, f"{len(resp.reservations)} reservation(s)", wide)
 
 
-@app.command("state")
+@app.command(cls=Command, name="state")
 @guard
 def state(
     cluster: ClusterId,
@@ -237,7 +268,7 @@ def state(
     _dump(_call(server, token, "GetState", _message({"cluster_id": cluster}, "GetStateRequest")), output)
 
 
-@app.command("watch")
+@app.command(cls=Command, name="watch")
 @guard
 def watch(
     cluster: ClusterId,
@@ -249,14 +280,6 @@ def watch(
     token: Token = None,
 ) -> None:
     """Print state changes as they happen, one JSON line per event."""
-    from placement.cli.commands.remote import registry_watch
-    from placement.messages.files import dump_message
-
     req = _message({"cluster_id": cluster, "after_seq": after}, "WatchStateRequest")
     for ev in registry_watch(server, token, req, seconds):
         print(" ".join(dump_message(ev, "json").split()), flush=True)
-
-
-def register(parent: typer.Typer) -> None:
-    """Add `registry` and its commands to `parent`."""
-    parent.add_typer(app, name="registry")

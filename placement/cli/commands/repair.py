@@ -1,44 +1,60 @@
-"""The `placement repair` command (a running job after failures: a Pareto table of moves against step seconds)
-and `placement whatif defrag`; `register(app)` adds `repair`, `whatif_group(sweep)` builds the `whatif` group.
+"""`placement repair`: a running job after failures, repaired with few moves (`placement.solve.repair.run`): a Pareto
+table of moved ranks against step seconds, or the RepairResponse.
 """
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
-from typer.core import TyperGroup
 
-from placement.cli.errors import err, fail, guard
+from placement.cli.errors import fail, guard
+from placement.cli.help import Command, command_app
+from placement.cli.inputs import load_inputs
+from placement.cli.tables import out
+from placement.errors import InputError, Problem
+from placement.io.export.document import result_body
+from placement.io.native import load_document, mapping_from_obj
+from placement.messages import dump_message
+from placement.messages.repair import repair_response
 from placement.model.job import Job
 from placement.model.topology import Topology
-from placement.sim.whatif.defrag import DefragResult
+from placement.solve import SolveOptions
+from placement.solve.repair.input import RepairBudget, resolve_current
+from placement.solve.repair.run import repair as run_repair
 
-__all__ = ["register", "whatif_group"]
+__all__ = ["app", "repair"]
 
-_out = Console()
+app = command_app()
 
 
-def _load_current(path: Path, topo: Topology, job: Job) -> list[int]:
-    from placement.io.export.document import result_body
-    from placement.io.native import load_document, mapping_from_obj
-    from placement.solve.repair.input import resolve_current
-
-    doc = result_body(
-        load_document(path)
-    )  # a PlaceResponse (what `placement place --out` writes) or its result
+def _load_current(path: Path, topo: Topology, job: Job, job_path: Path, allow_other_job: bool) -> list[int]:
+    """The running job's mapping: a result (what `placement place --out` writes, or its `result`), a list of
+    device ids or a {rank: device} map. A result of another job is refused unless `allow_other_job`."""
+    doc = result_body(load_document(path))
     if isinstance(doc, dict) and "mapping" in doc:
+        named = doc.get("job")
+        if isinstance(named, str) and named != job.name and not allow_other_job:
+            raise InputError(
+                str(path),
+                [
+                    Problem(
+                        "job",
+                        f"the result is of job {named!r}, but JOB ({job_path}) is job {job.name!r}; give the "
+                        f"result of {job.name!r}, or --allow-other-job to repair {job.name!r} from this mapping",
+                    )
+                ],
+            )
         return mapping_from_obj(doc, topo, str(path))
     if not isinstance(doc, (list, dict)):
         fail(f"{path}: a mapping is a list of device ids, a {{rank: device}} map, or a result document", 2)
     return resolve_current(topo, job, doc, "current")
 
 
+@app.command("repair", cls=Command)
 @guard
 def repair(
     cluster: Annotated[Path, typer.Argument(help="cluster file")],
@@ -65,28 +81,39 @@ def repair(
         float, typer.Option(help="steps the job still runs (weighs step seconds against move cost)")
     ] = 1000.0,
     time_limit: Annotated[float, typer.Option(help="seconds for the whole repair")] = 5.0,
-    workers: Annotated[int, typer.Option(help="CP-SAT workers")] = 2,
+    workers: Annotated[
+        int | None, typer.Option(help="CP-SAT workers (default: 2, or 1 with --deterministic)")
+    ] = None,
     seed: Annotated[int, typer.Option(help="random seed")] = 0,
+    deterministic: Annotated[
+        bool,
+        typer.Option(
+            help="budget the searches in deterministic time on one worker: the same answer on every run"
+        ),
+    ] = False,
+    allow_other_job: Annotated[
+        bool,
+        typer.Option(help="accept a CURRENT result whose job name is not JOB's (same ranks, another name)"),
+    ] = False,
     output: Annotated[str, typer.Option(help="table or json")] = "table",
 ) -> None:
-    """Repair a running job after failures with few moves: a Pareto table of moved ranks against step seconds,
-    from the least repair to a full re-place; the recommended row weighs --move-cost against --horizon steps."""
-    from placement.io.native import load_cluster, load_job, load_state
-    from placement.model.state import ClusterState
-    from placement.solve import SolveOptions
-    from placement.solve.repair.input import RepairBudget
-    from placement.solve.repair.run import repair as run_repair
+    """Repair a running job after failures with few moves.
 
+    A Pareto table of moved ranks against step seconds, from the least repair to a full re-place; the recommended
+    row weighs --move-cost against --horizon steps.
+    """
     if output not in ("table", "json"):
         fail(f"--output: unknown value {output!r}; use table or json", 2)
     if time_limit <= 0:
         fail(f"--time-limit: must be > 0, got {time_limit:g}", 2)
     if horizon <= 0:
         fail(f"--horizon: must be > 0, got {horizon:g}", 2)
-    topo, static = load_cluster(cluster)
-    st = load_state(state, topo, static) if state else (static or ClusterState())
-    jb = load_job(job)
-    cur = _load_current(current, topo, jb)
+    if workers is not None and not 1 <= workers <= 64:
+        fail(f"--workers: must be in 1..64, got {workers}", 2)
+    if deterministic and workers is not None and workers > 1:
+        fail(f"--workers: --deterministic runs one worker (parallel workers race), got {workers}", 2)
+    topo, st, jb = load_inputs(cluster, job, state)
+    cur = _load_current(current, topo, jb, job, allow_other_job)
     res = run_repair(
         topo,
         st,
@@ -96,12 +123,14 @@ def repair(
         spares=spare or [],
         spares_only=spares_only,
         budget=RepairBudget(max_moved_ranks, max_moved_hosts, move_cost, horizon),
-        options=SolveOptions(time_limit_s=time_limit, workers=workers, seed=seed),
+        options=SolveOptions(
+            time_limit_s=time_limit,
+            workers=workers or (1 if deterministic else 2),
+            seed=seed,
+            deterministic=deterministic,
+        ),
     )
     if output == "json":  # the RepairResponse JSON mapping, as the Repair RPC answers (docs/results.md)
-        from placement.messages import dump_message
-        from placement.messages.repair import repair_response
-
         sys.stdout.write(
             dump_message(repair_response(topo, res, time_limit_s=time_limit, deadline_limited=False))
         )
@@ -128,107 +157,13 @@ def repair(
             f"{a.report.step_seconds / res.before.step_seconds - 1:+.1%}" if res.before.step_seconds else "-",
             "yes" if a.optimal else "",
         )
-    _out.print(t)
+    out.print(t)
     rec = res.answers[res.recommended]
     for m in rec.moves[:16]:
-        _out.print(f"  rank {m.rank}: {topo.devices[m.src].id} -> {topo.devices[m.dst].id}", highlight=False)
+        out.print(
+            f"  rank {m.rank}: {topo.devices[m.src].id} -> {topo.devices[m.dst].id}",
+            highlight=False,
+            soft_wrap=True,
+        )
     if len(rec.moves) > 16:
-        _out.print(f"  ... {len(rec.moves) - 16} more (use --output json)", highlight=False)
-
-
-@guard
-def defrag(
-    cluster: Annotated[Path, typer.Argument(help="cluster file")],
-    state: Annotated[Path | None, typer.Option(help="state file with the running jobs' occupancy")] = None,
-    level: Annotated[str, typer.Option(help="the level of the domain to free, e.g. leaf")] = "leaf",
-    hosts: Annotated[int | None, typer.Option(help="whole hosts the waiting job needs")] = None,
-    job: Annotated[
-        Path | None, typer.Option(help="the waiting job (its ranks give --hosts and its device kind)")
-    ] = None,
-    keep: Annotated[list[str] | None, typer.Option(help="a job id that must not move (repeatable)")] = None,
-    output: Annotated[str, typer.Option(help="table or json")] = "table",
-) -> None:
-    """Which running jobs must move, and how many of their ranks, to free whole hosts under one domain of
-    --level for a job that does not fit today (a Pareto set of moved ranks against jobs touched)."""
-    from placement.io.native import load_cluster, load_job, load_state
-    from placement.model.state import ClusterState
-    from placement.sim.whatif.defrag import defrag as run_defrag
-    from placement.sim.whatif.defrag import hosts_needed
-
-    if output not in ("table", "json"):
-        fail(f"--output: unknown value {output!r}; use table or json", 2)
-    topo, static = load_cluster(cluster)
-    st = load_state(state, topo, static) if state else (static or ClusterState())
-    jb = load_job(job) if job else None
-    if hosts is None and jb is None:
-        fail("give --hosts N or --job FILE (the waiting job)", 2)
-    n = hosts if hosts is not None else hosts_needed(topo, jb)  # type: ignore[arg-type]
-    res = run_defrag(topo, st, level, n, kind=jb.device_kind if jb else None, keep=tuple(keep or ()))
-    if output == "json":
-        sys.stdout.write(json.dumps(_defrag_document(res), indent=2) + "\n")
-    else:
-        _print_defrag(res)
-    if not res.answers:
-        raise typer.Exit(3)
-
-
-def _defrag_document(res: DefragResult) -> dict[str, Any]:
-    return {
-        "level": res.level,
-        "hosts_needed": res.hosts_needed,
-        "fits_today": res.fits_today,
-        "reasons": res.reasons,
-        "answers": [
-            {
-                "domain": a.domain,
-                "hosts": a.hosts,
-                "moved_ranks": a.moved_ranks,
-                "jobs": a.jobs,
-                "room_elsewhere": a.room_elsewhere,
-                "moves": [{"job": j, "device": d} for j, d in a.devices],
-            }
-            for a in res.answers
-        ],
-    }
-
-
-def _print_defrag(res: DefragResult) -> None:
-    head = "fits today" if res.fits_today else "does not fit today"
-    t = Table(
-        title=f"{res.hosts_needed} whole hosts under one {res.level}: {head}; {res.considered} {res.level} domain(s) could be cleared"
-    )
-    for c in ("domain", "moved ranks", "jobs touched", "jobs (ranks that move)", "hosts"):
-        t.add_column(c)
-    for a in res.answers:
-        jobs = ", ".join(f"{j} ({k})" for j, k in a.jobs.items()) or "-"
-        hs = ", ".join(a.hosts[:6]) + (f", ... ({len(a.hosts)})" if len(a.hosts) > 6 else "")
-        t.add_row(a.domain, str(a.moved_ranks), str(a.jobs_touched), jobs, hs)
-    _out.print(t)
-    for r in res.reasons:
-        err.print(f"[bold red]no answer:[/] {r}", highlight=False)
-
-
-class _WhatifGroup(TyperGroup):
-    """`whatif SWEEP ...` runs a sweep (the default command); `whatif defrag ...` the defragmentation hint."""
-
-    def resolve_command(self, ctx: Any, args: list[str]) -> Any:
-        if args and args[0] not in self.commands:
-            args = ["sweep", *args]
-        return super().resolve_command(ctx, args)
-
-
-def whatif_group(sweep: Any) -> typer.Typer:
-    """The `whatif` group: `sweep` (also the default: `whatif SWEEP`) and `defrag`."""
-    grp = typer.Typer(
-        cls=_WhatifGroup,
-        no_args_is_help=True,
-        help="What-if studies: `whatif SWEEP` (a sweep file) or `whatif defrag CLUSTER`.",
-    )
-    grp.command("sweep")(sweep)
-    grp.command("defrag")(defrag)
-    return grp
-
-
-def register(app: typer.Typer) -> None:
-    """Add the `repair` command to `app`."""
-    app.command("repair")(repair)
+        out.print(f"  ... {len(rec.moves) - 16} more (use --output json)", highlight=False, soft_wrap=True)

@@ -1,5 +1,5 @@
-"""The `placement replay` command: read a trace, replay it on a cluster once per policy (and seed), locally or
-on Ray, with a progress bar, the per-policy table, CSVs and plots. `register(app)` adds the command.
+"""`placement replay`: read a trace, replay it on a cluster once per policy (and seed), locally or on Ray, with a
+progress bar, the per-policy table, CSVs and plots.
 """
 
 from __future__ import annotations
@@ -20,12 +20,21 @@ from rich.progress import (
 )
 
 from placement.cli.errors import err, fail, guard
+from placement.cli.help import Command, command_app
+from placement.io.native import cluster_from_dict, load_document
+from placement.sim.executors import InlineExecutor, LocalExecutor, RayExecutor, default_workers
+from placement.sim.replay import POLICIES, SimConfig, parse_shape_rule, read_trace
+from placement.sim.replay.report import plot_replays, summary_table
+from placement.sim.replay.run import ReplayTask, read_csv, run_replays, task_key
 
-__all__ = ["register", "replay"]
+__all__ = ["app", "replay"]
 
 _out = Console()
 
+app = command_app()
 
+
+@app.command("replay", cls=Command)
 @guard
 def replay(
     trace: Annotated[
@@ -94,14 +103,10 @@ def replay(
     ] = None,
     plots: Annotated[bool, typer.Option(help="draw the PNG/SVG plots")] = True,
 ) -> None:
-    """Replay a GPU-cluster trace on a cluster with each placement policy: JCT, queueing, utilization,
-    communication hours and fragmentation per policy (docs/replay.md)."""
-    from placement.io.native import cluster_from_dict, load_document
-    from placement.sim.executors import InlineExecutor, LocalExecutor, RayExecutor, default_workers
-    from placement.sim.replay import POLICIES, SimConfig, parse_shape_rule, read_trace
-    from placement.sim.replay.report import plot_replays, summary_table
-    from placement.sim.replay.run import ReplayTask, read_csv, run_replays, task_key
+    """Replay a GPU-cluster trace on a cluster with each placement policy.
 
+    JCT, queueing, utilization, communication hours and fragmentation per policy (docs/replay.md).
+    """
     pols = policy or list(POLICIES)
     for p in pols:
         if p not in POLICIES:
@@ -233,8 +238,3 @@ def replay(
         raise typer.Exit(130)
     if run.failed:
         raise typer.Exit(1)
-
-
-def register(app: typer.Typer) -> None:
-    """Add the `replay` command to `app`."""
-    app.command("replay")(replay)

@@ -1,5 +1,5 @@
 """The `placement import slurm-live` command: the cluster file and its state from a running Slurm (or from saved
-outputs of the same commands). `register(import_app)` adds it to the `placement import` group.
+outputs of the same commands).
 """
 
 from __future__ import annotations
@@ -10,12 +10,20 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-import yaml
 
+from placement.cli.commands.import_common import cluster_yaml, finish_import
 from placement.cli.errors import err, escape, fail, guard
+from placement.cli.help import Command, command_app
 from placement.cli.options import ClusterOutOpt, TierOpt
+from placement.io.importers.slurm import read_slurm
+from placement.io.importers.slurm_live import parse_jobs, parse_nodes, topology_from_scontrol
+from placement.io.importers.slurm_live_state import build_live
+from placement.io.native import cluster_from_dict, state_from_dict
+from placement.io.text import read_text
 
-__all__ = ["register", "slurm_live"]
+__all__ = ["app", "slurm_live"]
+
+app = command_app()
 
 _TIMEOUT_S = 60.0
 
@@ -63,8 +71,6 @@ def _live_topology() -> str:
 
 
 def _read(path: Path) -> str:
-    from placement.io.text import read_text
-
     return read_text(path)
 
 
@@ -76,6 +82,7 @@ def _looks_like_scontrol_topology(text: str) -> bool:
     )
 
 
+@app.command("slurm-live", cls=Command)
 @guard
 def slurm_live(
     nodes: Annotated[
@@ -123,12 +130,6 @@ def slurm_live(
     INVALID, NOT_RESPONDING, FUTURE) nodes count as failed. Run with --out and --state-out, then
     `placement place cluster.yaml job.yaml --state state.yaml`.
     """
-    from placement.cli.app import _finish_import
-    from placement.io.importers.slurm import read_slurm
-    from placement.io.importers.slurm_live import parse_jobs, parse_nodes, topology_from_scontrol
-    from placement.io.importers.slurm_live_state import build_live
-    from placement.io.native import cluster_from_dict, state_from_dict
-
     level_names = levels.split(",") if levels else None
     saved: dict[str, str] = {}
     if nodes is not None:
@@ -170,7 +171,7 @@ def slurm_live(
         for fname, content in saved.items():
             (save / fname).write_text(content)
         if saved:
-            err.print(f"saved {', '.join(sorted(saved))} to {escape(str(save))}")
+            err.print(f"saved {', '.join(sorted(saved))} to {escape(str(save))}", soft_wrap=True)
 
     parsed_nodes = parse_nodes(nodes_text, nodes_src)
     parsed_jobs = parse_jobs(jobs_text, jobs_src) if jobs_text is not None else []
@@ -185,7 +186,7 @@ def slurm_live(
         )
     gres_counts = {h["name"]: h["devices"] for h in cluster["hosts"]}
     kinds = {h["kind"] for h in cluster["hosts"]}
-    _finish_import(
+    finish_import(
         cluster,
         warnings,
         tier or [],
@@ -200,11 +201,12 @@ def slurm_live(
         if other:
             err.print(
                 f"[yellow]warning:[/] {escape(str(node_topo))} has {per_node} GPUs but Slurm's gres gives "
-                f"another count on {len(other)} node(s): {escape(', '.join(other[:8]))}"
+                f"another count on {len(other)} node(s): {escape(', '.join(other[:8]))}",
+                soft_wrap=True,
             )
     topology_obj, _ = cluster_from_dict(cluster, "<imported>")
     state_from_dict(state, topology_obj, "<imported state>")  # every reference resolves before we write it
-    text = yaml.safe_dump(state, sort_keys=False, default_flow_style=None)
+    text = cluster_yaml(state)
     busy = sum(len(o["devices"]) for o in state["occupied"])
     failed = len(state.get("failed", []))
     total = sum(h.get("devices", 0) for h in cluster["hosts"])
@@ -214,13 +216,9 @@ def slurm_live(
         typer.echo(text, nl=False)
     else:
         state_out.write_text(text)
-        err.print(f"wrote {escape(str(state_out))}")
+        err.print(f"wrote {escape(str(state_out))}", soft_wrap=True)
     err.print(
         f"{len(cluster['hosts'])} node(s), {total or '?'} GPU(s): {busy} occupied by "
-        f"{len(state['occupied'])} job(s), {failed} node(s) failed"
+        f"{len(state['occupied'])} job(s), {failed} node(s) failed",
+        soft_wrap=True,
     )
-
-
-def register(import_app: typer.Typer) -> None:
-    """Add `slurm-live` to the `placement import` group."""
-    import_app.command("slurm-live")(slurm_live)

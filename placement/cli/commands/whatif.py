@@ -1,15 +1,15 @@
-"""The `placement whatif` command (progress bar, ranked tables, CSV and plots) and `render_picture`, the helper
-behind ``--picture out.svg`` of `place` and `evaluate`. `register(app)` adds the command to a typer app.
+"""The `placement whatif` group: `whatif SWEEP` (a sweep with a progress bar, ranked tables, CSV and plots) and
+`whatif defrag CLUSTER` (which running jobs must move to free whole hosts under one domain).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+import sys
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -20,19 +20,26 @@ from rich.progress import (
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
+from rich.table import Table
 from rich.text import Text
 
-from placement.cli.errors import err, fail, guard
-from placement.cost.report import CostReport
-from placement.errors import InputError, Problem
-from placement.model.job import Job
-from placement.model.state import ClusterState
-from placement.model.topology import Topology
+from placement.cli.errors import err, escape, fail, guard
+from placement.cli.help import Command, Group, command_app
+from placement.cli.inputs import load_cluster_state
+from placement.cli.options import WideOpt
+from placement.cli.tables import drop_columns, out, table_console
+from placement.io.native import load_job
+from placement.sim.executors import RayExecutor
+from placement.sim.whatif import default_workers, load_sweep, plot_sweep, ranked_tables, run_sweep
+from placement.sim.whatif.defrag import DefragResult, hosts_needed
+from placement.sim.whatif.defrag import defrag as run_defrag
 
-__all__ = ["register", "render_picture", "whatif"]
+__all__ = ["app", "defrag", "whatif"]
 
-_out = Console()
-_err = err
+# the columns of a ranked table left out in 80 columns (--wide shows them): the rank (the rows are in its order),
+# the best answer's details, the optimizer's gap, and the reasons a shape has no placement (printed under the table)
+NARROW_DROPS = ("#", "best", "comm s", "MFU", "tokens/s", "why not placed")
+NARROW_NOTE = "--wide adds the best strategy's exposed comm, MFU and tokens/s, and the optimizer's gap"
 
 
 class _RateColumn(ProgressColumn):
@@ -43,33 +50,36 @@ class _RateColumn(ProgressColumn):
         return Text("-- pts/s" if speed is None else f"{speed:.2f} pts/s", style="progress.data.speed")
 
 
-def render_picture(
-    topology: Topology,
-    state: ClusterState,
-    job: Job,
-    mapping: Sequence[int],
-    report: CostReport | None,
-    path: str | Path,
-    *,
-    color_by: str | None = None,
-    console: Console | None = None,
-) -> Path:
-    """Draw the placement to `path` (SVG, PNG or PDF by suffix); returns the path. With `console`, say so there.
-
-    For `place` and `evaluate`: ``if picture: render_picture(topo, st, jb, mapping, report, picture)``. A bad
-    suffix, colour option or mapping is an `InputError` whose source is ``--picture``.
-    """
-    from placement.io.export.picture import render
-
-    try:
-        written = render(topology, state, job, mapping, report, path, color_by=color_by)
-    except InputError as e:
-        raise InputError("--picture", [Problem(p.path, p.message) for p in e.problems]) from None
-    if console is not None:
-        console.print(f"wrote {written}", highlight=False)
-    return written
+def narrow_table(table: Table) -> tuple[Table, list[str]]:
+    """A ranked table (`placement.sim.whatif.ranked_tables`) in 80 columns: the shapes, each strategy's step and
+    what the optimizer saves over each baseline; and, to print under it, why a shape has no placement."""
+    headers = [str(c.header) for c in table.columns]
+    why = next((c for c in table.columns if str(c.header) == "why not placed"), None)
+    notes = [f"{x}: {w}" for x, w in zip(table.columns[1].cells, why.cells, strict=True) if w] if why else []
+    narrow = drop_columns(table, {h for h in headers if h in NARROW_DROPS or h.endswith(" gap")})
+    parts = [p for p in str(table.caption or "").split("; ") if p and not p.startswith(("comm s", "gap:"))]
+    narrow.caption = "; ".join([*parts, NARROW_NOTE])
+    return narrow, notes
 
 
+class _WhatifGroup(Group):
+    """`whatif SWEEP ...` runs a sweep (the default command); `whatif defrag ...` the defragmentation hint."""
+
+    def resolve_command(self, ctx: Any, args: list[str]) -> Any:
+        if args and args[0] not in self.commands:
+            args = ["sweep", *args]
+        return super().resolve_command(ctx, args)
+
+
+app = command_app(
+    name="whatif",
+    cls=_WhatifGroup,
+    no_args_is_help=True,
+    help="What-if studies: `whatif SWEEP` (a sweep file) or `whatif defrag CLUSTER`.",
+)
+
+
+@app.command("sweep", cls=Command)
 @guard
 def whatif(
     sweep: Annotated[
@@ -93,11 +103,12 @@ def whatif(
     address: Annotated[
         str | None, typer.Option(help="Ray cluster address (--executor ray; default: start a local head)")
     ] = None,
+    wide: WideOpt = False,
 ) -> None:
-    """Run a what-if sweep: shapes x occupancy x cluster variants x strategies, ranked by modeled step time (with
-    exposed comm, MFU and tokens/s), plotted, in a CSV."""
-    from placement.sim.whatif import default_workers, load_sweep, plot_sweep, ranked_tables, run_sweep
+    """Run a what-if sweep: shapes x occupancy x cluster variants x strategies.
 
+    Ranked by modeled step time (with exposed comm, MFU and tokens/s with --wide), plotted, in a CSV.
+    """
     if workers is not None and workers < 1:
         fail(f"--workers: must be >= 1, got {workers}", 2)
     if top < 1:
@@ -105,7 +116,7 @@ def whatif(
     if executor not in ("local", "ray"):
         fail(f"--executor: must be local or ray, got {executor!r}", 2)
     sw = load_sweep(sweep)
-    out = out_dir if out_dir is not None else Path(f"whatif-{sw.name}")
+    out_path = out_dir if out_dir is not None else Path(f"whatif-{sw.name}")
     n_workers = workers if workers is not None else default_workers()
     progress = Progress(
         TextColumn("[bold]{task.description}"),
@@ -116,7 +127,7 @@ def whatif(
         TimeElapsedColumn(),
         TextColumn("ETA"),
         TimeRemainingColumn(),
-        console=_err,
+        console=err,
         transient=False,
     )
     state: dict[str, Any] = {}
@@ -128,39 +139,120 @@ def whatif(
 
     ex = None
     if executor == "ray":
-        from placement.sim.executors import RayExecutor
-
         try:
             ex = RayExecutor(address, workers)
         except RuntimeError as e:
             fail(f"--executor: {e}", 2)
-            raise
         n_workers = ex.workers
     with progress:
-        run = run_sweep(sw, out, workers=n_workers, resume=resume, progress=on_progress, executor=ex)
-    _err.print(
+        run = run_sweep(sw, out_path, workers=n_workers, resume=resume, progress=on_progress, executor=ex)
+    err.print(
         f"{run.total} points: {run.executed} run now on {n_workers} {'Ray ' if ex else ''}worker(s), {run.skipped} from an earlier run"
         + (" [yellow](interrupted)[/]" if run.interrupted else ""),
         highlight=False,
+        soft_wrap=True,
     )
-    con = _out if _out.is_terminal else Console(width=150)  # a file or pipe gets whole tables, not 80 columns
+    con = table_console(wide)
     for t in ranked_tables(sw, run.rows, top=top):
-        con.print(t)
-    _err.print(f"wrote {run.csv_path}", highlight=False)
+        if wide:
+            con.print(t)
+            continue
+        narrow, notes = narrow_table(t)
+        con.print(narrow)
+        for note in notes:
+            con.print(f"  no placement for {escape(note)}", highlight=False, soft_wrap=True)
+    err.print(f"wrote {run.csv_path}", highlight=False, soft_wrap=True)
     if plots and run.rows and not run.interrupted:
-        for p in plot_sweep(sw, run.rows, out):
-            _err.print(f"wrote {p}", highlight=False)
+        for p in plot_sweep(sw, run.rows, out_path):
+            err.print(f"wrote {p}", highlight=False, soft_wrap=True)
     if run.interrupted:
-        _err.print(
+        err.print(
             f"[yellow]interrupted:[/] {len(run.rows)} of {run.total} points are in {run.csv_path} (no plots); "
             f"run again with --resume to finish the rest",
             highlight=False,
+            soft_wrap=True,
         )
         raise typer.Exit(130)
 
 
-def register(app: typer.Typer) -> None:
-    """Add the `whatif` group to `app`: `whatif SWEEP` (this sweep) and `whatif defrag` (`placement.cli.commands.repair`)."""
-    from placement.cli.commands.repair import whatif_group
+@app.command("defrag", cls=Command)
+@guard
+def defrag(
+    cluster: Annotated[Path, typer.Argument(help="cluster file")],
+    state: Annotated[
+        Path | None, typer.Option(help="state file with the running jobs' occupancy (or --empty)")
+    ] = None,
+    empty: Annotated[
+        bool, typer.Option("--empty", help="no state file: every device free (nothing to move)")
+    ] = False,
+    level: Annotated[str, typer.Option(help="the level of the domain to free, e.g. leaf")] = "leaf",
+    hosts: Annotated[int | None, typer.Option(help="whole hosts the waiting job needs")] = None,
+    job: Annotated[
+        Path | None, typer.Option(help="the waiting job (its ranks give --hosts and its device kind)")
+    ] = None,
+    keep: Annotated[list[str] | None, typer.Option(help="a job id that must not move (repeatable)")] = None,
+    output: Annotated[str, typer.Option(help="table or json")] = "table",
+) -> None:
+    """Which running jobs must move to free whole hosts under one domain.
 
-    app.add_typer(whatif_group(whatif), name="whatif")
+    How many of their ranks move, to free whole hosts under one domain of --level for a job that does not fit
+    today (a Pareto set of moved ranks against jobs touched).
+    """
+    if output not in ("table", "json"):
+        fail(f"--output: unknown value {output!r}; use table or json", 2)
+    if state is None and not empty:
+        fail(
+            "--state: the running jobs' occupancy is needed to say what must move; give --state FILE, or --empty "
+            "for a cluster with every device free",
+            2,
+        )
+    if state is not None and empty:
+        fail("--empty: give --state FILE or --empty, not both", 2)
+    topo, st = load_cluster_state(cluster, state)
+    jb = load_job(job) if job else None
+    if hosts is None and jb is None:
+        fail("give --hosts N or --job FILE (the waiting job)", 2)
+    n = hosts if hosts is not None else hosts_needed(topo, jb)  # type: ignore[arg-type]
+    res = run_defrag(topo, st, level, n, kind=jb.device_kind if jb else None, keep=tuple(keep or ()))
+    if output == "json":
+        sys.stdout.write(json.dumps(_defrag_document(res), indent=2) + "\n")
+    else:
+        _print_defrag(res)
+    if not res.answers:
+        raise typer.Exit(3)
+
+
+def _defrag_document(res: DefragResult) -> dict[str, Any]:
+    return {
+        "level": res.level,
+        "hosts_needed": res.hosts_needed,
+        "fits_today": res.fits_today,
+        "reasons": res.reasons,
+        "answers": [
+            {
+                "domain": a.domain,
+                "hosts": a.hosts,
+                "moved_ranks": a.moved_ranks,
+                "jobs": a.jobs,
+                "room_elsewhere": a.room_elsewhere,
+                "moves": [{"job": j, "device": d} for j, d in a.devices],
+            }
+            for a in res.answers
+        ],
+    }
+
+
+def _print_defrag(res: DefragResult) -> None:
+    head = "fits today" if res.fits_today else "does not fit today"
+    t = Table(
+        title=f"{res.hosts_needed} whole hosts under one {res.level}: {head}; {res.considered} {res.level} domain(s) could be cleared"
+    )
+    for c in ("domain", "moved ranks", "jobs touched", "jobs (ranks that move)", "hosts"):
+        t.add_column(c)
+    for a in res.answers:
+        jobs = ", ".join(f"{j} ({k})" for j, k in a.jobs.items()) or "-"
+        hs = ", ".join(a.hosts[:6]) + (f", ... ({len(a.hosts)})" if len(a.hosts) > 6 else "")
+        t.add_row(a.domain, str(a.moved_ranks), str(a.jobs_touched), jobs, hs)
+    out.print(t)
+    for r in res.reasons:
+        err.print(f"[bold red]no answer:[/] {r}", highlight=False, soft_wrap=True)

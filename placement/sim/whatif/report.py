@@ -123,11 +123,13 @@ def _optimizer(lay: _Layout) -> str | None:
 def ranked_tables(sweep: Sweep, rows: Mapping[str, Mapping[str, str]], *, top: int = 10) -> list[Any]:
     """One rich table per facet: the x values (job shapes, usually) ranked by their best modeled step seconds
     (ties: less exposed communication), each strategy's step seconds, the best strategy's exposed communication,
-    MFU and tokens/s, the optimizer's gap and the step time it saves over each baseline on the same state."""
+    MFU and tokens/s, the optimizer's gap and the step time it saves over each baseline on the same state (the
+    baselines among the sweep's strategies only)."""
     from rich.table import Table
 
     lay = _layout(sweep, rows)
     opt = _optimizer(lay)
+    in_table = set(lay.series_strategy.values())
     tables: list[Any] = []
     for fl in lay.facet_labels:
         ranked: list[tuple[float, float, str, str | None]] = []
@@ -140,10 +142,11 @@ def ranked_tables(sweep: Sweep, rows: Mapping[str, Mapping[str, str]], *, top: i
                     best = min(best, (st, _comm(cell) or 0.0, xv, s), key=lambda b: (b[0], b[1]))
             ranked.append(best)
         ranked.sort(key=lambda t_: (t_[0], t_[1]))  # stable: grid order breaks ties
-        shown_bases = [
+        shown_bases = [  # only baselines in the table: "vs X" compares against a column the reader sees
             b
             for b in sweep.baselines
             if opt is not None
+            and b in in_table
             and any(
                 _metric(lay.cells.get((fl, xv, opt)), f"step_improvement_vs_{b.replace('-', '_')}")
                 is not None
