@@ -55,7 +55,7 @@ def test_evaluate_prints_every_phase_and_the_compute_side(
 ) -> None:
     """A report with phases and compute (what the v2 model gives) goes to the table and the JSON unchanged."""
     import placement.cli.commands.evaluate
-    from placement.cost.evaluate import PhaseCost
+    from placement.cost.report import PhaseCost
 
     cluster, job = example
     mapping = tmp_path / "m.json"
