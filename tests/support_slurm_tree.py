@@ -74,7 +74,12 @@ class LocalSlurm:
     def _spawn(self, name: str, argv: Sequence[str]) -> None:
         log = open(self.dir / "log" / f"{name}.out", "w")  # noqa: SIM115 - the daemon keeps it
         proc = subprocess.Popen(
-            list(argv), env=self.env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+            list(argv),
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
         )
         log.close()
         self.procs.append((name, proc))
@@ -152,8 +157,14 @@ PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP
         self._spawn(
             "munged",
             [
-                "munged", "--force", "--foreground", f"--key-file={key}", f"--socket={d}/munge/munge.socket",
-                f"--pid-file={d}/munge/munged.pid", f"--log-file={d}/log/munged.log", f"--seed-file={d}/munge/seed",
+                "munged",
+                "--force",
+                "--foreground",
+                f"--key-file={key}",
+                f"--socket={d}/munge/munge.socket",
+                f"--pid-file={d}/munge/munged.pid",
+                f"--log-file={d}/log/munged.log",
+                f"--seed-file={d}/munge/seed",
             ],
         )
         self._wait("munged", lambda: (d / "munge" / "munge.socket").exists(), 20)
@@ -188,8 +199,12 @@ PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP
     def reset(self) -> None:
         """No jobs, every node idle (drained nodes resumed)."""
         self.run("scancel", "--user", "root", check=False)
-        self._wait("the jobs to end", lambda: not self.run("squeue", "-h", "-o", "%i", check=False).stdout.strip())
-        drained = self.run("sinfo", "-h", "-N", "-t", "drain,drained,draining", "-o", "%N", check=False).stdout.split()
+        self._wait(
+            "the jobs to end", lambda: not self.run("squeue", "-h", "-o", "%i", check=False).stdout.strip()
+        )
+        drained = self.run(
+            "sinfo", "-h", "-N", "-t", "drain,drained,draining", "-o", "%N", check=False
+        ).stdout.split()
         if drained:
             self.run("scontrol", "update", f"nodename={','.join(sorted(set(drained)))}", "state=resume")
         self._wait("every node idle", self._all_idle)
@@ -199,7 +214,15 @@ PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP
         for node, k in busy.items():
             if k > 0:
                 self.run(
-                    "salloc", "--no-shell", "-I", "-J", "busy", "-w", node, f"--ntasks={k}", "--gpus-per-task=1"
+                    "salloc",
+                    "--no-shell",
+                    "-I",
+                    "-J",
+                    "busy",
+                    "-w",
+                    node,
+                    f"--ntasks={k}",
+                    "--gpus-per-task=1",
                 )
         if drained:
             self.run("scontrol", "update", f"nodename={','.join(drained)}", "state=drain", "reason=golden")

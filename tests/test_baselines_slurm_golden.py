@@ -156,7 +156,9 @@ def slurm_ready() -> None:
 
 
 @pytest.fixture
-def cluster(tmp_path: Path, request: pytest.FixtureRequest, slurm_ready: None) -> Iterator[tuple[Tree, LocalSlurm]]:
+def cluster(
+    tmp_path: Path, request: pytest.FixtureRequest, slurm_ready: None
+) -> Iterator[tuple[Tree, LocalSlurm]]:
     tree: Tree = request.param
     slurm = LocalSlurm(tmp_path / "slurm", tree.nodes, tree.conf())
     try:

@@ -7,12 +7,14 @@ Reproduces SchedMD/slurm ``src/plugins/topology/block/eval_nodes_block.c`` (``ev
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 from placement.model.job import Job
 from placement.model.state import ClusterState
 from placement.model.topology import Topology
 from placement.model.traffic import Traffic
-from placement.solve.baselines.slurm_select import Allocation, slurm_start
+from placement.solve.baselines.slurm_select import Allocation, choose_nodes, slurm_start
 
 __all__ = ["BLOCK_LEVEL", "slurm_block"]
 
@@ -49,8 +51,9 @@ def slurm_block(topology: Topology, state: ClusterState, job: Job, traffic: Traf
        hold every task, or stalls (pending).
 
     Deviations: base blocks without a usable node are skipped (Slurm may pick one inside a used llblock and
-    then stop as "stalled"); the weight groups and retries of ``select/cons_tres`` that `slurm_tree` models
-    are not applied here (no Slurm with topology/block was run against this baseline).
+    then stop as "stalled"); the retries of ``select/cons_tres`` (``choose_nodes``) apply as in `slurm_tree`,
+    but not its weight groups of free GPUs (the block plugin came after 22.05, so no Slurm here ran it against
+    this baseline).
     """
     try:
         b = topology.level_index(BLOCK_LEVEL)
@@ -68,10 +71,40 @@ def slurm_block(topology: Topology, state: ClusterState, job: Job, traffic: Traf
     for h in range(n_hosts):
         hosts_in[col[h]].append(h)
     base = len(hosts_in[0])  # bblock_node_cnt: the first BlockSizes entry, else the first block's node count
-    cap = [start.tasks_on(h) for h in range(n_hosts)]
+    caps = {h: start.tasks_on(h) for h in range(n_hosts)}
+    cap = {h: n for h, n in caps.items() if n > 0}
+    free = {h: start.free(h) for h in cap}
+    layout = _Blocks(hosts_in, base, levels_on)
+
+    def evaluate(hosts: Sequence[int], caps_now: dict[int, int]) -> Allocation:
+        return _eval_block(layout, hosts, caps_now, rem_nodes, rem_tasks)
+
+    alloc = choose_nodes(sorted(cap), cap, free, rem_nodes, evaluate)
+    if alloc is None or not prep.within_cap(topology, list(alloc.taken)):
+        return None
+    return prep.fill(sorted(alloc.taken.items()))
+
+
+@dataclass(frozen=True)
+class _Blocks:
+    """Base blocks (hosts in node order), the base block size, and the enabled block levels (log2 sizes)."""
+
+    hosts_in: list[list[int]]
+    base: int
+    levels_on: set[int]
+
+
+def _eval_block(
+    layout: _Blocks, hosts: Sequence[int], cap_of: dict[int, int], rem_nodes: int, rem_tasks: int
+) -> Allocation:
+    """One pass of ``eval_nodes_block`` on the usable `hosts`; steps in `slurm_block`."""
+    usable = set(hosts)
+    hosts_in, base, levels_on = layout.hosts_in, layout.base, layout.levels_on
+    n_bb = len(hosts_in)
+    cap = {h: (cap_of.get(h, 0) if h in usable else 0) for hs in hosts_in for h in hs}
+    alloc = Allocation(rem_nodes, rem_tasks, cap)
     nodes_bb = [sum(1 for h in hs if cap[h] > 0) for hs in hosts_in]
     tasks_bb = [sum(cap[h] for h in hs) for hs in hosts_in]
-
     want = math.ceil(rem_nodes / base)
     lvl = math.ceil(math.log2(want)) if want > 1 else 0
     ll_level = max((x for x in levels_on if x <= lvl - 1), default=0) if lvl > 0 else 0
@@ -103,7 +136,7 @@ def slurm_block(topology: Topology, state: ClusterState, job: Job, traffic: Traf
         if chosen is None or bnc <= chosen_nodes:
             chosen, chosen_nodes = blk, bnc
     if chosen is None:
-        return None
+        return alloc
     members = range(chosen * bb_per_block, min(n_bb, (chosen + 1) * bb_per_block))
     nodes_ll: list[int] | None = None
     if track_ll:
@@ -111,7 +144,6 @@ def slurm_block(topology: Topology, state: ClusterState, job: Job, traffic: Traf
         for i in members:
             nodes_ll[i // bb_per_ll] += nodes_bb[i]
     required: set[int] = set()
-    alloc = Allocation(rem_nodes, rem_tasks, {h: cap[h] for h in range(n_hosts)})
     prev = alloc.nodes + 1
     while prev != alloc.nodes and not alloc.done:
         prev = alloc.nodes
@@ -129,9 +161,8 @@ def slurm_block(topology: Topology, state: ClusterState, job: Job, traffic: Traf
                 alloc.take(h)
         if not pick.same_block:
             max_ll -= 1
-    if not alloc.satisfied or not prep.within_cap(topology, list(alloc.taken)):
-        return None
-    return prep.fill(sorted(alloc.taken.items()))
+    alloc.ok = alloc.satisfied
+    return alloc
 
 
 class _Pick:

@@ -131,7 +131,13 @@ class _Switches:
         leaves = tuple(index[(1, k)] for k in range(len(topology.domain_names[1])))
         up = np.array([chains[s] for s in leaves], dtype=np.int64).T
         return _Switches(
-            tuple(levels), tuple(parents), tuple(tuple(v) for v in host_lists), leaves, index, up, tuple(chains)
+            tuple(levels),
+            tuple(parents),
+            tuple(tuple(v) for v in host_lists),
+            leaves,
+            index,
+            up,
+            tuple(chains),
         )
 
     def dist_to_leaves(self, s: int) -> np.ndarray:
@@ -264,8 +270,7 @@ def _eval_topo(
 
 def _add(dist: np.ndarray, row: np.ndarray) -> np.ndarray:
     """``_topo_add_dist``: sums that stay `_INF` once either side is."""
-    out = dist + row
-    out[(dist >= _INF) | (row >= _INF)] = _INF
+    out: np.ndarray = np.where((dist >= _INF) | (row >= _INF), _INF, dist + row)
     return out
 
 
