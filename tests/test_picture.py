@@ -18,6 +18,7 @@ from placement.model.state import ClusterState
 from placement.model.topology import Topology
 from placement.sim.scenarios import fat_tree, megatron_job, occupy
 from placement.solve.baselines import first_fit
+from placement.solve.units import candidate_devices
 
 with warnings.catch_warnings():
     warnings.filterwarnings("ignore", r"'click\.\w+(\.\w+)*' is deprecated", DeprecationWarning)
@@ -37,8 +38,8 @@ def svg_text(svg: Path) -> str:
 
 def placed(topo: Topology, state: ClusterState, *, tp: int, pp: int, dp: int) -> tuple[Job, list[int]]:
     job = megatron_job("job", tp=tp, pp=pp, dp=dp)
-    mapping = first_fit(topo, state, job)
-    assert mapping is not None
+    mapping = candidate_devices(topo, state, job)[: job.ranks]  # ranks in order onto free devices
+    assert len(mapping) == job.ranks
     return job, mapping
 
 

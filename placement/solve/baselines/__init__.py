@@ -1,12 +1,14 @@
 """The scheduler baselines: what the schedulers users run today would do with the same job on the same state.
 
 Each baseline is ``(topology, state, job, traffic) -> list[int] | None`` (None: that scheduler would not admit
-or cannot place the job). All honour occupancy, failures, device kind, exclusions and pins; they ignore traffic
-volumes and spread rules, as the schedulers do, and keep slices whole (`slice_size`).
+or cannot place the job, or keeps it pending). All honour occupancy, failures, device kind, exclusions and
+pins; they ignore traffic volumes and spread rules, as the schedulers do, and keep slices whole: a slice is
+the job's TP group or the unit it requires on one host, whatever the rank order (`job_slices`).
 
-- ``first-fit``: `first_fit`, topology-blind.
+- ``first-fit``: `first_fit`, topology-blind, slices in host order.
 - ``kueue-tas``: `kueue_tas`, Kueue Topology Aware Scheduling, BestFit profile.
-- ``slurm-tree``: `slurm_tree`, Slurm's topology/tree plugin.
+- ``slurm-tree``: `slurm_tree`, Slurm's topology/tree plugin (22.05, checked against a live Slurm by
+  tests/test_baselines_slurm_golden.py); exactly the ``--nodes`` of `SlurmRequest`, or pending.
 - ``slurm-block``: `slurm_block`, Slurm's topology/block plugin (None without a ``block`` level).
 
 `topology_greedy` is kept as an alias of `kueue_tas` for callers of the old name.
@@ -20,19 +22,23 @@ from placement.model.job import Job
 from placement.model.state import ClusterState
 from placement.model.topology import Topology
 from placement.model.traffic import Traffic
-from placement.solve.baselines.common import slice_size
+from placement.solve.baselines.common import job_slices, slice_size
 from placement.solve.baselines.first_fit import first_fit
 from placement.solve.baselines.kueue_tas import kueue_tas
 from placement.solve.baselines.slurm_block import slurm_block
+from placement.solve.baselines.slurm_select import SlurmRequest, slurm_request
 from placement.solve.baselines.slurm_tree import slurm_tree
 
 __all__ = [
     "BASELINES",
     "Baseline",
+    "SlurmRequest",
     "first_fit",
+    "job_slices",
     "kueue_tas",
     "slice_size",
     "slurm_block",
+    "slurm_request",
     "slurm_tree",
     "topology_greedy",
 ]

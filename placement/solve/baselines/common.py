@@ -1,15 +1,17 @@
 """What every scheduler baseline shares: pins, the job's slices (ranks a scheduler keeps on one host), free
 devices per host, and turning a per-host slice count into a rank -> device mapping.
 
-Slice size (`slice_size`) is the number of consecutive ranks a scheduler keeps on one host because the job asks
-for pods or tasks of that size:
+A slice is a set of ranks a scheduler keeps on one host because the job asks for pods or tasks of that size
+(`job_slices`, whatever the rank order):
 
-1. the job requires a label at the host level (``tp: node``): the largest host-level required unit (the units
-   are the slices, so a TP group is never split);
-2. else, a structured job with ``1 < tp <= `` the largest host's device count: ``tp`` (one pod per TP group in
-   Kueue, ``--distribution=plane=<tp>`` in Slurm); ranks fill slices in rank order, and in Megatron order
-   (``tp-cp-ep-dp-pp``) the TP groups are runs of consecutive ranks;
-3. else 1 (one rank per pod or task).
+1. the job requires a label at the host level (``tp: node``): the host-level required units (the pod the job
+   names, so such a group is never split);
+2. else the job's TP groups when they fit a host: a structured job with ``1 < tp <=`` the largest host's
+   device count takes the groups of ranks that differ only in their tp coordinate
+   (`placement.model.traffic.dimension_groups`), so ``dp-tp-...`` orders get their real TP groups, not runs
+   of consecutive ranks; an explicit job takes its declared ``tp`` groups and edges (connected components);
+   one Kueue pod or one Slurm task (``--gpus-per-task=<size>``) per TP group;
+3. else single ranks (one rank per pod or task).
 
 A required level that holds the whole job (one unit covers every rank) caps the level the schedulers may use:
 Kueue's ``podset-required-topology``, Slurm's ``--switches``. Requirements on other groups above the host are
@@ -19,16 +21,19 @@ not expressible in either scheduler's request and are not honoured here (the map
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from placement.model.job import Job
 from placement.model.state import ClusterState
 from placement.model.topology import Topology
-from placement.model.traffic import Traffic
+from placement.model.traffic import Traffic, dimension_groups
 from placement.solve.units import candidate_devices, required_units
 
-__all__ = ["Prepared", "apply_pins", "domain_paths", "prepare", "slice_size", "slurm_request"]
+__all__ = ["Prepared", "apply_pins", "domain_paths", "job_slices", "prepare", "slice_size"]
+
+SLICE_LABEL = "tp"
+"""The group label whose groups are a job's slices when no host-level requirement names one."""
 
 
 def apply_pins(topology: Topology, job: Job, cands: list[int]) -> tuple[dict[int, int], list[int]] | None:
@@ -54,6 +59,65 @@ def _host_units(topology: Topology, job: Job, traffic: Traffic) -> list[tuple[in
     return [u.ranks for u in units[0]] if 0 in units else None
 
 
+def _label_components(job: Job, traffic: Traffic, label: str) -> list[tuple[int, ...]]:
+    """Connected components (sorted rank tuples, by first rank) of the groups and edges labelled `label`;
+    ranks outside them are single-rank components."""
+    root = list(range(job.ranks))
+
+    def find(x: int) -> int:
+        while root[x] != x:
+            root[x] = root[root[x]]
+            x = root[x]
+        return x
+
+    def union(a: int, b: int) -> None:
+        ra, rb = find(a), find(b)
+        if ra != rb:
+            root[max(ra, rb)] = min(ra, rb)
+
+    for g in traffic.groups:
+        if g.label == label:
+            for m in g.members[1:]:
+                union(g.members[0], m)
+    for e in traffic.edges:
+        if e.label == label:
+            union(e.src, e.dst)
+    comp: dict[int, list[int]] = {}
+    for r in range(job.ranks):
+        comp.setdefault(find(r), []).append(r)
+    return [tuple(v) for _, v in sorted(comp.items())]
+
+
+def job_slices(topology: Topology, job: Job, traffic: Traffic) -> tuple[int, list[tuple[int, ...]], bool]:
+    """(slice size, the slices as sorted rank tuples by first rank, whether a host-level requirement made them).
+
+    The rule is in the module docstring. Ranks outside every slice group are slices of one rank.
+
+    >>> from dataclasses import replace
+    >>> from placement.sim.scenarios import fat_tree, megatron_job
+    >>> from placement.model.traffic import job_traffic
+    >>> j = megatron_job("j", tp=2, pp=1, dp=2)
+    >>> assert j.parallel is not None
+    >>> j = replace(j, parallel=replace(j.parallel, order="dp-tp-cp-ep-pp"))
+    >>> job_slices(fat_tree(64), j, job_traffic(j))[:2]
+    (2, [(0, 2), (1, 3)])
+    """
+    units = _host_units(topology, job, traffic)
+    if units is not None:
+        return max(len(u) for u in units), sorted(units), True
+    largest = _largest_host(topology, job)
+    par = job.parallel
+    if par is not None:
+        if 1 < par.tp <= largest:
+            return par.tp, dimension_groups(par, ("tp",)), False
+    else:
+        comps = _label_components(job, traffic, SLICE_LABEL)
+        size = max((len(c) for c in comps), default=1)
+        if 1 < size <= largest:
+            return size, comps, False
+    return 1, [(r,) for r in range(job.ranks)], False
+
+
 def slice_size(topology: Topology, job: Job, traffic: Traffic) -> int:
     """Ranks a scheduler keeps on one host for this job (the rule is in the module docstring).
 
@@ -64,13 +128,7 @@ def slice_size(topology: Topology, job: Job, traffic: Traffic) -> int:
     >>> slice_size(t, j, job_traffic(j))
     4
     """
-    units = _host_units(topology, job, traffic)
-    if units is not None:
-        return max(len(u) for u in units)
-    par = job.parallel
-    if par is not None and 1 < par.tp <= _largest_host(topology, job):
-        return par.tp
-    return 1
+    return job_slices(topology, job, traffic)[0]
 
 
 def _cap_level(topology: Topology, job: Job, traffic: Traffic) -> int | None:
@@ -152,17 +210,13 @@ def prepare(topology: Topology, state: ClusterState, job: Job, traffic: Traffic)
     if pins is None:
         return None
     pinned, rest = pins
-    size = slice_size(topology, job, traffic)
-    units = _host_units(topology, job, traffic)
-    required = units is not None
-    if units is None:
-        units = [tuple(range(i, min(i + size, job.ranks))) for i in range(0, job.ranks, size)]
+    size, units, required = job_slices(topology, job, traffic)
     free: dict[int, list[int]] = {}
     for d in rest:
         free.setdefault(topology.devices[d].host_index, []).append(d)
     fixed = dict(pinned)
     slices: list[tuple[int, ...]] = []
-    for u in sorted(units, key=lambda u: u[0]):
+    for u in units:
         left = tuple(r for r in u if r not in pinned)
         if not left:
             continue
@@ -250,58 +304,3 @@ def _rank_best_fit(topology: Topology, state: ClusterState, job: Job, traffic: T
         for d in free_in[h][:n]:
             out[next(it)] = d
     return out if all(x >= 0 for x in out) else None
-
-
-def slurm_request(topology: Topology, job: Job, prep: Prepared) -> tuple[int, int] | None:
-    """(nodes, slices) of the Slurm request ``--nodes=N --ntasks=<ranks> --gpus-per-task=1
-    --distribution=plane=<slice>``: N is the fewest whole free hosts that hold every slice. None when no host
-    holds one slice."""
-    kind = job.device_kind
-    per_node = max(
-        (nt.devices // prep.size for nt in topology.host_types if kind is None or nt.kind == kind), default=0
-    )
-    if per_node == 0:
-        return None
-    need = len(prep.slices)
-    return -(-need // per_node), need
-
-
-@dataclass(frozen=True)
-class SlurmStart:
-    """Where both Slurm baselines begin: the prepared slices, or an answer already (`done`: pins only, or None
-    when Slurm would not start the job). `nodes` and `tasks` are the request's ``--nodes`` and ``--ntasks``."""
-
-    prep: Prepared | None
-    nodes: int = 0
-    tasks: int = 0
-    done: bool = False
-    answer: list[int] | None = None
-
-
-def slurm_start(topology: Topology, state: ClusterState, job: Job, traffic: Traffic) -> SlurmStart:
-    prep = prepare(topology, state, job, traffic)
-    if prep is None:
-        return SlurmStart(None, done=True)
-    if not prep.slices:
-        return SlurmStart(prep, done=True, answer=prep.fill([]))
-    req = slurm_request(topology, job, prep)
-    if req is None:
-        return SlurmStart(prep, done=True)
-    return SlurmStart(prep, req[0], req[1])
-
-
-def take_nodes(
-    hosts: Iterable[int], cap: Sequence[int], plan: list[tuple[int, int]], tasks: int, nodes: int
-) -> tuple[int, int, int]:
-    """Slurm's allocation of one switch's or block's nodes in order: each usable node takes as many of the remaining
-    tasks as it holds (appended to `plan`). Returns the tasks and nodes still wanted and how many nodes it took."""
-    taken = 0
-    for h in hosts:
-        if cap[h] == 0 or tasks <= 0:
-            continue
-        t = min(cap[h], tasks)
-        plan.append((h, t))
-        tasks -= t
-        nodes -= 1
-        taken += 1
-    return tasks, nodes, taken

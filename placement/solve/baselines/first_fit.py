@@ -1,4 +1,4 @@
-"""The first-fit baseline: ranks in order onto usable devices in cluster order, blind to the topology.
+"""The first-fit baseline: the job's slices in order onto hosts in cluster order, blind to the topology.
 
 What a scheduler without topology awareness does (Slurm's topology/flat with ``--distribution=block``).
 """
@@ -8,9 +8,8 @@ from __future__ import annotations
 from placement.model.job import Job
 from placement.model.state import ClusterState
 from placement.model.topology import Topology
-from placement.model.traffic import Traffic
-from placement.solve.baselines.common import apply_pins
-from placement.solve.units import candidate_devices
+from placement.model.traffic import Traffic, job_traffic
+from placement.solve.baselines.common import prepare
 
 __all__ = ["first_fit"]
 
@@ -18,21 +17,22 @@ __all__ = ["first_fit"]
 def first_fit(
     topology: Topology, state: ClusterState, job: Job, traffic: Traffic | None = None
 ) -> list[int] | None:
-    """Ranks in order onto usable devices in cluster order; pins kept; None when there are too few devices.
+    """Slices (`placement.solve.baselines.common.job_slices`) in order onto hosts in cluster order, each host
+    taking as many whole slices as its free devices hold; pins kept; None when the hosts cannot hold them.
 
-    `traffic` is accepted for the uniform baseline signature and not used.
+    With single-rank slices this is ranks in order onto usable devices in cluster order. `traffic` defaults
+    to the job's own (`placement.model.traffic.job_traffic`).
     """
-    cands = candidate_devices(topology, state, job)
-    pins = apply_pins(topology, job, cands)
-    if pins is None:
+    prep = prepare(topology, state, job, traffic if traffic is not None else job_traffic(job))
+    if prep is None:
         return None
-    pinned, rest = pins
-    free_ranks = [r for r in range(job.ranks) if r not in pinned]
-    if len(rest) < len(free_ranks):
-        return None
-    out = [-1] * job.ranks
-    for r, d in pinned.items():
-        out[r] = d
-    for r, d in zip(free_ranks, rest, strict=False):
-        out[r] = d
-    return out
+    plan: list[tuple[int, int]] = []
+    left = len(prep.slices)
+    for h in sorted(prep.free):
+        if left <= 0:
+            break
+        n = min(prep.capacity(h), left)
+        if n > 0:
+            plan.append((h, n))
+            left -= n
+    return prep.fill(plan) if left <= 0 else None

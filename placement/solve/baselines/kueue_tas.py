@@ -28,10 +28,13 @@ def kueue_tas(topology: Topology, state: ClusterState, job: Job, traffic: Traffi
 
     1. ``fillInCounts``/``fillInCountsHelper``: a host holds ``floor(free / slice)`` slices and ``free`` pods; a
        domain holds the sums of its children.
-    2. ``findLevelWithFitDomains``: from the preferred level (hosts) upward (not above the required level), sort
-       the level's domains by slices (most first), pods (fewest first), then name path (``sortedDomains``); at
-       the first level whose top domain holds every slice, take ``findBestFitDomainForSlices``: the first domain
-       in that order with the fewest slices that still hold the job.
+    2. ``findLevelWithFitDomains`` from the requested level: sort the level's domains by slices (most first),
+       pods (fewest first), then name path (``sortedDomains``); when the top domain holds every slice, take
+       ``findBestFitDomainForSlices``: the first domain in that order with the fewest slices that still hold
+       the job. With a required level the search starts and ends there (the tightest domain of that level,
+       even when a lower domain would hold the job; None when none fits). Without one it starts at the
+       preferred level (hosts) and climbs a level while nothing fits; at the top level it takes domains in
+       order, each giving all its slices, the last one best fit.
     3. ``updateCountsToMinimumGeneric`` level by level down to the hosts: the children of the chosen domains,
        sorted as above, each give all their slices, and when one holds the rest, the rest goes to the best-fit
        (tightest) child from there on. Slices are never split over hosts.
@@ -67,16 +70,10 @@ def kueue_tas(topology: Topology, state: ClusterState, job: Job, traffic: Traffi
             min(fitting, key=lambda k: slices[lv][k]) if fitting else doms[0]
         )  # min keeps the first of ties
 
-    last = n_levels - 1 if prep.cap_level is None else prep.cap_level
-    chosen: list[tuple[int, int]] | None = None
-    fit_level = 0
-    for lv in range(last + 1):
-        doms = ordered(lv, range(len(topology.domain_names[lv])))
-        if doms and slices[lv][doms[0]] >= need:
-            chosen, fit_level = [(best_fit(lv, doms, need), need)], lv
-            break
-    if chosen is None:
+    found = _fit_domains(topology, prep.cap_level, need, slices, ordered, best_fit)
+    if found is None:
         return None
+    fit_level, chosen = found
     for lv in range(fit_level, 0, -1):
         kids = ordered(lv - 1, [c for k, _ in chosen for c in topology.children[lv][k]])
         below = lv - 1
@@ -84,12 +81,51 @@ def kueue_tas(topology: Topology, state: ClusterState, job: Job, traffic: Traffi
         def tightest(doms: list[int], n: int, below: int = below) -> int:
             return best_fit(below, doms, n)
 
-        found = _consume(kids, need, slices[below], tightest)
-        if found is None:
+        step = _consume(kids, need, slices[below], tightest)
+        if step is None:
             return None
-        chosen = found
+        chosen = step
     plan = sorted(chosen, key=lambda hn: paths[0][hn[0]])
     return prep.fill(plan)
+
+
+def _fit_domains(
+    topology: Topology,
+    required: int | None,
+    need: int,
+    slices: list[list[int]],
+    ordered: Callable[[int, Sequence[int]], list[int]],
+    best_fit: Callable[[int, Sequence[int], int], int],
+) -> tuple[int, list[tuple[int, int]]] | None:
+    """``findLevelWithFitDomains`` from the requested level: (the level, [(domain, slices)]) or None.
+
+    With a required level the search stays there: the best-fit domain of that level, or None. Else it starts
+    at the preferred level (hosts) and climbs while the level's top domain cannot hold every slice; at the top
+    level Kueue takes domains in order, each giving all its slices, the last one best fit.
+    """
+    levels = [required] if required is not None else list(range(len(topology.levels)))
+    for lv in levels:
+        doms = ordered(lv, range(len(topology.domain_names[lv])))
+        if doms and slices[lv][doms[0]] >= need:
+            return lv, [(best_fit(lv, doms, need), need)]
+    if required is not None:
+        return None
+    top = len(topology.levels) - 1
+    doms = ordered(top, range(len(topology.domain_names[top])))
+    out: list[tuple[int, int]] = []
+    left = need
+    for i in range(len(doms)):
+        if left <= 0:
+            break
+        d = doms[i]
+        if slices[top][d] >= left:
+            d = best_fit(top, doms[i:], left)
+        take = min(slices[top][d], left)
+        if take <= 0:
+            break
+        out.append((d, take))
+        left -= take
+    return (top, out) if left <= 0 else None
 
 
 def _consume(

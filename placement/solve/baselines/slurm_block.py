@@ -7,12 +7,14 @@ Reproduces SchedMD/slurm ``src/plugins/topology/block/eval_nodes_block.c`` (``ev
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 from placement.model.job import Job
 from placement.model.state import ClusterState
 from placement.model.topology import Topology
 from placement.model.traffic import Traffic
-from placement.solve.baselines.common import slurm_start, take_nodes
+from placement.solve.baselines.slurm_select import Allocation, choose_nodes, slurm_start
 
 __all__ = ["BLOCK_LEVEL", "slurm_block"]
 
@@ -24,9 +26,13 @@ def slurm_block(topology: Topology, state: ClusterState, job: Job, traffic: Traf
     """Slurm topology/block placement; None on a cluster without a ``block`` level or when Slurm would not start
     the job on this state.
 
-    The request is the one of `placement.solve.baselines.slurm_tree`: ``--nodes=N --ntasks=<ranks>
-    --gpus-per-task=1 --distribution=plane=<slice>``; usable nodes hold one slice and offer whole slices. The
-    base block size is the smallest block's node count; the enabled block sizes are the base and each
+    The request is the one of `placement.solve.baselines.slurm_tree`
+    (`placement.solve.baselines.slurm_select.SlurmRequest`): ``--nodes=N --ntasks=<slices>
+    --gpus-per-task=<slice size>``; Slurm allocates exactly N nodes or keeps the job pending. Usable nodes hold
+    one slice and run whole slices. The base block size is Slurm's ``bblock_node_cnt`` (``block_record.c``): the
+    first ``BlockSizes`` entry, else the first block's node count; the topology keeps no ``BlockSizes`` number,
+    so we take the first block's node count, which is that entry whenever the first block has the base size
+    (the importer refuses blocks smaller than it). The enabled block sizes are the base and each
     ``block_x<k>`` level present (Slurm's ``BlockSizes``). A required level that holds the whole job is honoured
     by refusing an answer that leaves one domain of it (Slurm's ``--segment``-free request cannot say more).
 
@@ -40,19 +46,23 @@ def slurm_block(topology: Topology, state: ClusterState, job: Job, traffic: Traf
     3. base blocks one at a time with ``_choose_best_bblock``: stay inside llblocks already used; else prefer an
        llblock that holds the rest of the request (the smallest such), else the largest; inside, prefer a base
        block that holds the rest (the smallest such, the last on ties), else the largest;
-    4. the usable nodes of that base block in node order.
+    4. the usable nodes of that base block in node order, never more than N nodes in all, each giving at most
+       what leaves one task per node still wanted (``eval_nodes_cpus_to_use``); the pass ends when N nodes
+       hold every task, or stalls (pending).
 
-    One deviation: base blocks without a usable node are skipped; Slurm may pick one inside a used llblock and
-    then stop as "stalled".
+    Deviations: base blocks without a usable node are skipped (Slurm may pick one inside a used llblock and
+    then stop as "stalled"); the retries of ``select/cons_tres`` (``choose_nodes``) apply as in `slurm_tree`,
+    but not its weight groups of free GPUs (the block plugin came after 22.05, so no Slurm here ran it against
+    this baseline).
     """
     try:
         b = topology.level_index(BLOCK_LEVEL)
     except KeyError:
         return None
     start = slurm_start(topology, state, job, traffic)
-    if start.done or start.prep is None:
+    if start.done or start.prep is None or start.request is None:
         return start.answer
-    prep, rem_nodes, rem_tasks = start.prep, start.nodes, start.tasks
+    prep, rem_nodes, rem_tasks = start.prep, start.request.nodes, start.request.tasks
     levels_on = {0} | {int(math.log2(k)) for k in _aggregate_factors(topology, b)}
     n_hosts = len(topology.host_names)
     col = [_domain_of_host(topology, h, b) for h in range(n_hosts)]
@@ -60,11 +70,41 @@ def slurm_block(topology: Topology, state: ClusterState, job: Job, traffic: Traf
     hosts_in: list[list[int]] = [[] for _ in range(n_bb)]
     for h in range(n_hosts):
         hosts_in[col[h]].append(h)
-    base = min(len(hs) for hs in hosts_in)
-    cap = [prep.capacity(h) for h in range(n_hosts)]
+    base = len(hosts_in[0])  # bblock_node_cnt: the first BlockSizes entry, else the first block's node count
+    caps = {h: start.tasks_on(h) for h in range(n_hosts)}
+    cap = {h: n for h, n in caps.items() if n > 0}
+    free = {h: start.free(h) for h in cap}
+    layout = _Blocks(hosts_in, base, levels_on)
+
+    def evaluate(hosts: Sequence[int], caps_now: dict[int, int]) -> Allocation:
+        return _eval_block(layout, hosts, caps_now, rem_nodes, rem_tasks)
+
+    alloc = choose_nodes(sorted(cap), cap, free, rem_nodes, evaluate)
+    if alloc is None or not prep.within_cap(topology, list(alloc.taken)):
+        return None
+    return prep.fill(sorted(alloc.taken.items()))
+
+
+@dataclass(frozen=True)
+class _Blocks:
+    """Base blocks (hosts in node order), the base block size, and the enabled block levels (log2 sizes)."""
+
+    hosts_in: list[list[int]]
+    base: int
+    levels_on: set[int]
+
+
+def _eval_block(
+    layout: _Blocks, hosts: Sequence[int], cap_of: dict[int, int], rem_nodes: int, rem_tasks: int
+) -> Allocation:
+    """One pass of ``eval_nodes_block`` on the usable `hosts`; steps in `slurm_block`."""
+    usable = set(hosts)
+    hosts_in, base, levels_on = layout.hosts_in, layout.base, layout.levels_on
+    n_bb = len(hosts_in)
+    cap = {h: (cap_of.get(h, 0) if h in usable else 0) for hs in hosts_in for h in hs}
+    alloc = Allocation(rem_nodes, rem_tasks, cap)
     nodes_bb = [sum(1 for h in hs if cap[h] > 0) for hs in hosts_in]
     tasks_bb = [sum(cap[h] for h in hs) for hs in hosts_in]
-
     want = math.ceil(rem_nodes / base)
     lvl = math.ceil(math.log2(want)) if want > 1 else 0
     ll_level = max((x for x in levels_on if x <= lvl - 1), default=0) if lvl > 0 else 0
@@ -96,7 +136,7 @@ def slurm_block(topology: Topology, state: ClusterState, job: Job, traffic: Traf
         if chosen is None or bnc <= chosen_nodes:
             chosen, chosen_nodes = blk, bnc
     if chosen is None:
-        return None
+        return alloc
     members = range(chosen * bb_per_block, min(n_bb, (chosen + 1) * bb_per_block))
     nodes_ll: list[int] | None = None
     if track_ll:
@@ -104,21 +144,25 @@ def slurm_block(topology: Topology, state: ClusterState, job: Job, traffic: Traf
         for i in members:
             nodes_ll[i // bb_per_ll] += nodes_bb[i]
     required: set[int] = set()
-    plan: list[tuple[int, int]] = []
-    while rem_tasks > 0:
+    prev = alloc.nodes + 1
+    while prev != alloc.nodes and not alloc.done:
+        prev = alloc.nodes
         pick = _Pick()
         for i in members:
             if i not in required and nodes_bb[i] > 0:
-                pick.consider(i, rem_nodes, nodes_bb, nodes_ll, ll_level, required, n_bb)
+                pick.consider(i, alloc.nodes, nodes_bb, nodes_ll, ll_level, required, n_bb)
         if pick.best < 0 or (max_ll <= 0 and not pick.same_block):
             break
         required.add(pick.best)
-        rem_tasks, rem_nodes, _ = take_nodes(hosts_in[pick.best], cap, plan, rem_tasks, rem_nodes)
+        for h in hosts_in[pick.best]:  # node order, never more than --nodes
+            if alloc.max_nodes <= 0 or alloc.done:
+                break
+            if cap[h] > 0:
+                alloc.take(h)
         if not pick.same_block:
             max_ll -= 1
-    if rem_tasks > 0 or not prep.within_cap(topology, [h for h, _ in plan]):
-        return None
-    return prep.fill(sorted(plan))
+    alloc.ok = alloc.satisfied
+    return alloc
 
 
 class _Pick:

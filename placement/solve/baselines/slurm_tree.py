@@ -1,10 +1,14 @@
-"""The slurm-tree baseline: Slurm's topology/tree plugin choosing switches, leaf switches and nodes.
+"""The slurm-tree baseline: Slurm's topology/tree plugin choosing a top switch, leaf switches and nodes.
 
-Reproduces SchedMD/slurm ``src/plugins/topology/tree/eval_nodes_tree.c`` (``_eval_nodes_topo``) with the levels
-above the host as switches (level 1 = leaf switches) and equal node weights.
+Follows SchedMD/slurm 22.05 ``src/plugins/select/cons_tres/job_test.c`` (``_eval_nodes_topo``, with the switch
+table of ``src/plugins/topology/tree/topology_tree.c``), the release the golden tests run; later releases moved
+it to ``src/plugins/topology/tree/eval_nodes_tree.c`` (differences in `slurm_tree`).
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -12,147 +16,282 @@ from placement.model.job import Job
 from placement.model.state import ClusterState
 from placement.model.topology import Topology
 from placement.model.traffic import Traffic
-from placement.solve.baselines.common import slurm_start, take_nodes
+from placement.solve.baselines.slurm_select import Allocation, choose_nodes, slurm_start
 
 __all__ = ["slurm_tree"]
 
+_INF = 1 << 40  # Slurm's INFINITE switch distance (switches with no common ancestor)
+
 
 def slurm_tree(topology: Topology, state: ClusterState, job: Job, traffic: Traffic) -> list[int] | None:
-    """Slurm topology/tree placement; None when Slurm would not start the job on this state.
+    """Slurm topology/tree placement; None when Slurm would keep the job pending on this state.
 
-    The request modelled (`placement.solve.baselines.common.slurm_request`): ``--nodes=N --ntasks=<ranks>
-    --gpus-per-task=1 --distribution=plane=<slice>``, N the fewest whole hosts that hold the job. A node is
-    usable when it holds one slice and offers ``floor(free / slice) * slice`` tasks; slices never split. A
-    required level that holds the whole job is ``--switches=1`` at the leaf level: Slurm keeps such a job
-    pending rather than spread it, so we return None (a required level above the leaves, which ``--switches``
-    cannot say, is applied the same way).
+    The request (`placement.solve.baselines.slurm_select.SlurmRequest`): ``--nodes=N --ntasks=<slices>
+    --gpus-per-task=<slice size>``. Slurm allocates exactly N nodes or none. A node is usable when it holds one
+    slice; it runs ``floor(free / slice)`` tasks. Switches are the domains above the host (level 1 = leaf
+    switches), listed leaves first, then upward, as in topology.conf; nodes are in host order; every node has
+    the same ``Weight``. A required level that holds the whole job is ``--switches=1`` at the leaf level: Slurm
+    keeps such a job pending rather than spread it, so we return None (a required level above the leaves,
+    which ``--switches`` cannot say, is applied the same way).
 
-    Algorithm, after ``_eval_nodes_topo``:
+    Algorithm, after ``_eval_nodes_topo`` (22.05):
 
-    1. the top switch: the highest-level switch with enough usable nodes and tasks (the last one found on
-       ties); nodes outside it are dropped;
-    2. leaf switches one at a time with ``_topo_choose_best_switch``: a leaf closer (in switch hops, summed over
-       the leaves already chosen) replaces the best only when it fits the rest of the request; at equal
-       distance ``_topo_compare_switches`` decides: a leaf that fits beats one that does not, between two that
-       fit the one with fewer nodes (best fit), and when neither fits both climb to their parents and compare
-       there; at the end the one with more nodes wins. The net effect: the first leaf lies under the lowest,
-       tightest switch that satisfies the request (the largest leaf there unless one leaf fits), and later
-       leaves stay close to it, best fit first;
-    3. all usable nodes of the chosen leaf in node order (Slurm's bitmap order, not by free capacity), then
-       ``_decrement_node_cnt`` on the leaf and its ancestors; the task counts of switches stay as they were at
-       the start, as in Slurm.
+    1. node weights: ``can_job_run_on_node`` favours nodes with more free GPUs ("co-located GPUs"): a node's
+       scheduling weight is ``(Weight << 8) | (0xff - near)``, near = its free GPUs up to the job's total
+       (``--gpus-per-task`` x ``--ntasks`` becomes the job's ``gres_per_job``, which caps ``max_node_gres``),
+       so nodes group by free devices, most first, and nodes that hold the whole job weigh the same;
+    2. the top switch: in switch order, a switch with at least N usable nodes replaces the one found so far
+       when its level is not lower and its lightest node is not heavier (so the last such switch at the
+       highest level); only its nodes remain;
+    3. "best nodes": weight groups, lightest first, until their tasks and nodes suffice; every node of the
+       groups before the last one is required and taken first, in node order (it fails when they alone are
+       more than N nodes), and the switches above them are required;
+    4. the other nodes of required leaf switches, in node order (22.05 does not stop at N here; the node
+       scheduler then refuses the pick, ``_pick_best_nodes``, and the job stays pending);
+    5. leaf switches one at a time with ``_topo_choose_best_switch``: a leaf closer in switch hops (summed
+       over the required switches and the leaves chosen so far) replaces the best when it is not a worse fit;
+       at equal distance ``_topo_compare_switches`` decides by node count: a leaf holding the remaining node
+       count beats one that does not, of two that do the smaller wins, of two that do not both climb to their
+       parents (a top switch's parent is switch 0 in 22.05) while those differ, and at the end the larger
+       wins. Then the chosen leaf's nodes in node order, never more than N in all, and its count drops to 0;
+    6. each node gives at most what leaves one task per node still wanted (``_cpus_to_use``), so the tasks
+       per node add up to the request; a pass ends when N nodes hold every task, or fails;
+    7. on failure ``choose_nodes`` retries on fewer nodes, the fewest free devices dropped first
+       (`placement.solve.baselines.slurm_select.choose_nodes`).
 
-    Tasks then go to the chosen nodes in node order (``--distribution=block``/``plane``), whole slices each.
+    Tasks then go to the chosen nodes, each node's count in node order (``_set_task_dist``: one per node, then
+    round robin, which ends at the counts of step 6), whole slices each.
+
+    Later releases (``eval_nodes_tree.c``) differ: the top switch and a fitting leaf also need enough tasks,
+    a closer leaf must fit to win, taking a leaf's nodes decrements its ancestors' counts
+    (``_decrement_node_cnt``), a top switch has no parent, and ``--switches`` retries with fewer nodes.
     """
     start = slurm_start(topology, state, job, traffic)
-    if start.done or start.prep is None:
+    if start.done or start.prep is None or start.request is None:
         return start.answer
-    prep, rem_nodes, rem_tasks = start.prep, start.nodes, start.tasks
-    n_hosts = len(topology.host_names)
-    cap = [prep.capacity(h) for h in range(n_hosts)]
-    n_levels = len(topology.levels)
-    if n_levels == 1:  # one host, no switch
-        return prep.fill([(0, rem_tasks)]) if cap[0] >= rem_tasks else None
-    anc = _ancestors(topology)  # anc[h][lv]: the host's domain at level lv
-    tasks = [[0] * len(topology.domain_names[lv]) for lv in range(n_levels)]
-    nodes = [[0] * len(topology.domain_names[lv]) for lv in range(n_levels)]
-    for h in range(n_hosts):
-        if cap[h] > 0:
-            for lv in range(1, n_levels):
-                tasks[lv][anc[h][lv]] += cap[h]
-                nodes[lv][anc[h][lv]] += 1
-    top: tuple[int, int] | None = None  # (level, switch)
-    for lv in range(1, n_levels):
-        for k in range(len(topology.domain_names[lv])):
-            if nodes[lv][k] >= rem_nodes and tasks[lv][k] >= rem_tasks and (top is None or lv >= top[0]):
-                top = (lv, k)
-    if top is None:
+    prep, req = start.prep, start.request
+    caps = {h: start.tasks_on(h) for h in range(len(topology.host_names))}
+    cap = {h: n for h, n in caps.items() if n > 0}
+    free = {h: start.free(h) for h in cap}
+    if len(cap) < req.nodes:
         return None
-    # node counts of every switch, restricted to the nodes under the top switch
-    node_cnt = [[0] * len(topology.domain_names[lv]) for lv in range(n_levels)]
-    for h in range(n_hosts):
-        if cap[h] > 0 and anc[h][top[0]] == top[1]:
+    table = _Switches.build(topology)
+
+    def evaluate(hosts: Sequence[int], caps_now: dict[int, int]) -> Allocation:
+        return _eval_topo(table, hosts, caps_now, free, req.nodes, req.tasks, req.gpus)
+
+    alloc = choose_nodes(sorted(cap), cap, free, req.nodes, evaluate)
+    if alloc is None or len(alloc.taken) > req.nodes:  # node_scheduler.c drops a pick above --nodes
+        return None
+    if not prep.within_cap(topology, list(alloc.taken)):
+        return None
+    return prep.fill(sorted(alloc.taken.items()))
+
+
+@dataclass(frozen=True)
+class _Switches:
+    """Slurm's switch table for a topology: switches (domains above the host, leaves first), their levels
+    (Slurm's: leaves 0), parents, hosts in node order, and each leaf's ancestors for hop distances."""
+
+    level: tuple[int, ...]
+    parent: tuple[int, ...]
+    hosts: tuple[tuple[int, ...], ...]
+    leaves: tuple[int, ...]
+    index: dict[tuple[int, int], int]
+    up: np.ndarray  # up[u, j]: the domain at level u + 1 above leaf j (u = 0: the leaf itself)
+    chain: tuple[tuple[int, ...], ...]  # chain[s]: switch s's domain at its level and every level above
+
+    @staticmethod
+    def build(topology: Topology) -> _Switches:
+        n_levels = len(topology.levels)
+        if n_levels == 1:  # no switch above the hosts: one leaf switch of every host
+            all_hosts = tuple(range(len(topology.host_names)))
+            return _Switches((0,), (0,), (all_hosts,), (0,), {(1, 0): 0}, np.zeros((1, 1), np.int64), ((0,),))
+        index: dict[tuple[int, int], int] = {}
+        levels: list[int] = []
+        for lv in range(1, n_levels):
+            for k in range(len(topology.domain_names[lv])):
+                index[(lv, k)] = len(levels)
+                levels.append(lv - 1)
+        host_lists: list[list[int]] = [[] for _ in levels]
+        for h in range(len(topology.host_names)):
+            k = h
             for lv in range(1, n_levels):
-                node_cnt[lv][anc[h][lv]] += 1
-    # leaf switches by index; chain[leaf][u] = its switch at level u + 1 (u = 0: the leaf itself)
-    chain = _leaf_ancestors(topology)
-    depth = n_levels - 1
-    up = np.array(chain, dtype=np.int64).reshape(len(chain), depth).T
-    dist = np.zeros(len(chain), dtype=np.int64)  # switch hops to the leaves chosen so far, summed
-    live = [leaf for leaf in range(len(chain)) if node_cnt[1][leaf] > 0]
-    plan: list[tuple[int, int]] = []
-    hosts_of_leaf = topology.children[1]
-    while rem_tasks > 0 and live:
-        fit = [
-            [
-                node_cnt[u + 1][k] >= rem_nodes and tasks[u + 1][k] >= rem_tasks
-                for k in range(len(node_cnt[u + 1]))
-            ]
-            for u in range(depth)
-        ]
+                k = topology.parent[lv - 1][k]
+                host_lists[index[(lv, k)]].append(h)
+        parents = [0] * len(levels)  # 22.05 leaves a top switch's parent at 0 (zeroed memory)
+        chains: list[tuple[int, ...]] = []
+        for (lv, k), s in index.items():
+            if lv < n_levels - 1:
+                parents[s] = index[(lv + 1, topology.parent[lv][k])]
+            chain = [k]
+            for up_lv in range(lv, n_levels - 1):
+                chain.append(topology.parent[up_lv][chain[-1]])
+            chains.append(tuple(chain))
+        leaves = tuple(index[(1, k)] for k in range(len(topology.domain_names[1])))
+        up = np.array([chains[s] for s in leaves], dtype=np.int64).T
+        return _Switches(
+            tuple(levels),
+            tuple(parents),
+            tuple(tuple(v) for v in host_lists),
+            leaves,
+            index,
+            up,
+            tuple(chains),
+        )
+
+    def dist_to_leaves(self, s: int) -> np.ndarray:
+        """Switch hops from switch `s` to every leaf switch (``switches_dist``), `_INF` without a common
+        ancestor."""
+        ls = self.level[s]
+        top = self.up.shape[0]
+        out = np.full(len(self.leaves), _INF, dtype=np.int64)
+        seen = np.zeros(len(self.leaves), dtype=bool)
+        for u in range(ls, top):  # the first level, from s's own up, where a leaf's ancestor is s's
+            hit = (self.up[u] == self.chain[s][u - ls]) & ~seen
+            out[hit] = (u - 0) + (u - ls)
+            seen |= hit
+        return out
+
+
+def _eval_topo(
+    sw: _Switches,
+    hosts: Sequence[int],
+    cap: dict[int, int],
+    free: dict[int, int],
+    nodes: int,
+    tasks: int,
+    per_task: int,
+) -> Allocation:
+    """One pass of 22.05's ``_eval_nodes_topo`` on the usable `hosts` (node order); steps in `slurm_tree`."""
+    alloc = Allocation(nodes, tasks, cap)
+    usable = set(hosts)
+    n_sw = len(sw.level)
+    gpus = min(tasks * per_task, 255)  # the job's --gpus (gres_per_job): a node's count is capped there
+    weight = {h: -min(free[h], gpus) for h in hosts}  # lower is lighter: more free devices
+    groups = sorted({weight[h] for h in hosts})
+    under = [[h for h in sw.hosts[s] if h in usable] for s in range(n_sw)]
+    top, top_w = -1, 0
+    for s in range(n_sw):
+        if len(under[s]) < alloc.nodes:
+            continue
+        w = min(weight[h] for h in under[s])
+        if top < 0 or (sw.level[s] >= sw.level[top] and w <= top_w):
+            top, top_w = s, w
+    if top < 0:
+        return alloc
+    in_top = set(under[top])
+    best: list[int] = []
+    req2: list[int] = []
+    got = 0
+    enough = False
+    for w in groups:
+        if best:
+            req2 = list(best)
+        for h in hosts:
+            if weight[h] == w and h in in_top:
+                best.append(h)
+                got += cap[h]
+        enough = got >= alloc.tasks and len(best) >= alloc.nodes
+        if enough:
+            break
+    if not enough:
+        return alloc
+    required = [False] * n_sw
+    taken: set[int] = set()
+    if req2:
+        for h in sorted(req2):
+            if alloc.max_nodes <= 0:
+                break
+            alloc.take(h)
+        taken.update(req2)
+        marked = set(req2)
+        for s in range(n_sw):
+            if any(h in marked for h in under[s]):
+                required[s] = True
+        if alloc.done:
+            alloc.ok = True
+            return alloc
+        if alloc.max_nodes <= 0:
+            return alloc
+    pool = set(best) | taken
+    members = [[h for h in under[s] if h in pool and h in in_top] for s in range(n_sw)]
+    count = [len(m) for m in members]
+    for s in sw.leaves:  # the rest of required leaf switches (22.05 does not stop at --nodes here)
+        if not required[s]:
+            continue
+        for h in members[s]:
+            if h in taken:
+                continue
+            alloc.take(h)
+            taken.add(h)
+            if alloc.done:
+                alloc.ok = True
+                return alloc
+    dist = np.zeros(len(sw.leaves), dtype=np.int64)
+    for s in range(n_sw):
+        if required[s]:
+            dist = _add(dist, sw.dist_to_leaves(s))
+    prev = alloc.nodes + 1
+    leaf_pos = {s: j for j, s in enumerate(sw.leaves)}
+    while prev != alloc.nodes:
+        prev = alloc.nodes
+        chosen = -1
         d = dist.tolist()
-        best = live[0]
-        for leaf in live[1:]:  # _topo_choose_best_switch over the leaf switches in switch order
-            tcs, i_fit = _compare(chain[leaf], chain[best], fit, node_cnt)
-            if (d[leaf] < d[best] and i_fit) or (d[leaf] == d[best] and tcs > 0):
-                best = leaf
-        dist += 2 * (up != up[:, best : best + 1]).sum(axis=0)
-        rem_tasks, rem_nodes, taken = take_nodes(sorted(hosts_of_leaf[best]), cap, plan, rem_tasks, rem_nodes)
-        drop = node_cnt[1][best]
-        for u in range(depth):  # _decrement_node_cnt on the leaf and its ancestors
-            k = chain[best][u]
-            node_cnt[u + 1][k] = max(0, node_cnt[u + 1][k] - drop)
-        node_cnt[1][best] = 0
-        live.remove(best)
-        if taken == 0:
-            break  # stalled
-    if rem_tasks > 0 or not prep.within_cap(topology, [h for h, _ in plan]):
-        return None
-    return prep.fill(sorted(plan))
+        for s in sw.leaves:
+            if required[s]:
+                continue
+            i = leaf_pos[s]
+            if chosen < 0 or d[i] >= _INF or count[s] == 0:
+                if count[s] and d[i] < _INF and chosen < 0:
+                    chosen = s
+                continue
+            tcs = _compare(sw, s, chosen, alloc.nodes, count)
+            b = leaf_pos[chosen]
+            if (d[i] < d[b] and tcs >= 0) or (d[i] == d[b] and tcs > 0):
+                chosen = s
+        if chosen < 0:
+            break
+        dist = _add(dist, sw.dist_to_leaves(chosen))
+        for h in members[chosen]:
+            if alloc.max_nodes <= 0:
+                break
+            if h in taken:
+                continue
+            alloc.take(h)
+            taken.add(h)
+            if alloc.done:
+                alloc.ok = True
+                return alloc
+        count[chosen] = 0
+    alloc.ok = alloc.satisfied
+    return alloc
 
 
-def _compare(
-    i: list[int], j: list[int], fit: list[list[bool]], node_cnt: list[list[int]]
-) -> tuple[int, bool]:
-    """``_topo_compare_switches`` for two leaf switches given by their ancestor chains: (1 if i is the better
-    fit, -1 if j, 0 if neither; whether i, or the ancestor where the comparison ended, fits)."""
-    u = 0
-    top = len(i) - 1
+def _add(dist: np.ndarray, row: np.ndarray) -> np.ndarray:
+    """``_topo_add_dist``: sums that stay `_INF` once either side is."""
+    out: np.ndarray = np.where((dist >= _INF) | (row >= _INF), _INF, dist + row)
+    return out
+
+
+def _compare(sw: _Switches, i: int, j: int, rem_nodes: int, count: list[int]) -> int:
+    """22.05's ``_topo_compare_switches``: 1 if switch i is the better fit for `rem_nodes` nodes, -1 if j, 0
+    if neither."""
     while True:
-        a, b = i[u], j[u]
-        i_fit, j_fit = fit[u][a], fit[u][b]
+        i_fit, j_fit = count[i] >= rem_nodes, count[j] >= rem_nodes
         if i_fit and j_fit:
-            na, nb = node_cnt[u + 1][a], node_cnt[u + 1][b]
-            if na != nb:
-                return (1 if na < nb else -1), i_fit
+            if count[i] != count[j]:
+                return 1 if count[i] < count[j] else -1
             break
         if i_fit or j_fit:
-            return (1 if i_fit else -1), i_fit
-        if u == top or i[u + 1] == j[u + 1]:
-            break
-        u += 1
-    na, nb = node_cnt[u + 1][i[u]], node_cnt[u + 1][j[u]]
-    if na != nb:
-        return (1 if na > nb else -1), i_fit
-    return 0, i_fit  # both at the same level in a strict tree
-
-
-def _ancestors(topology: Topology) -> list[list[int]]:
-    out = []
-    for h in range(len(topology.host_names)):
-        chain = [h]
-        for lv in range(len(topology.levels) - 1):
-            chain.append(topology.parent[lv][chain[-1]])
-        out.append(chain)
-    return out
-
-
-def _leaf_ancestors(topology: Topology) -> list[list[int]]:
-    """For each leaf switch (level 1): its domain at every level from 1 up (index 0 = itself)."""
-    out = []
-    for k in range(len(topology.domain_names[1])):
-        chain = [k]
-        for lv in range(1, len(topology.levels) - 1):
-            chain.append(topology.parent[lv][chain[-1]])
-        out.append(chain)
-    return out
+            return 1 if i_fit else -1
+        pi, pj = sw.parent[i], sw.parent[j]
+        if (pi != i or pj != j) and pi != pj:
+            i, j = pi, pj
+            continue
+        break
+    if count[i] != count[j]:
+        return 1 if count[i] > count[j] else -1
+    if sw.level[i] != sw.level[j]:
+        return 1 if sw.level[i] < sw.level[j] else -1
+    return 0
