@@ -25,6 +25,8 @@ from placement.io.native import (
     state_from_dict,
 )
 from placement.io.native.kinds import KIND_KEYS, document_kind
+from placement.messages.files import read_request
+from placement.v1 import placement_pb2 as pb
 from tests.support_native import LEVELS2
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -241,3 +243,20 @@ def test_cli_place_with_swapped_files_and_export_of_a_job(tmp_path: Path) -> Non
     done = _cli("place", cluster, typo)
     assert done.returncode == 2
     assert done.stderr == f"error: {typo}: paralel: unknown field; did you mean parallel?\n"
+
+
+def test_a_request_file_suggests_the_closest_key_for_a_typo(tmp_path: Path) -> None:
+    """Request files (protobuf JSON mapping) get the same did-you-mean as native files; a key close to none
+    still lists what is allowed."""
+    root = Path(__file__).resolve().parents[1] / "examples"
+    base = {"cluster_file": str(root / "h100-256.yaml"), "job_file": str(root / "llama-13b-tp8-pp2-dp4.yaml")}
+    typo = tmp_path / "typo.yaml"
+    typo.write_text(yaml.safe_dump({**base, "options": {"time_limt_s": 5}}))
+    with pytest.raises(InputError) as e:
+        read_request(typo, pb.PlaceRequest)
+    assert "options.time_limt_s: unknown field; did you mean time_limit_s?" in str(e.value)
+    far = tmp_path / "far.yaml"
+    far.write_text(yaml.safe_dump({**base, "options": {"zzzz": 5}}))
+    with pytest.raises(InputError) as e:
+        read_request(far, pb.PlaceRequest)
+    assert "options.zzzz: unknown field; expected one of [" in str(e.value)

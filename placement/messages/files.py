@@ -29,6 +29,7 @@ from placement.errors import InputError, Problem, Problems
 from placement.io.affinity import affinity_fields
 from placement.io.importers.nvidia_smi import read_nvidia_smi
 from placement.io.native import load_document
+from placement.io.native.kinds import closest_key
 from placement.v1 import placement_pb2 as pb
 
 __all__ = [
@@ -167,7 +168,11 @@ def _parse_error(e: json_format.ParseError) -> Problem:
             known = []
         if not at:
             known += sorted(set(_FILE_KEYS) | {"job_files"})
-        return Problem(f"{at}.{name}" if at else name, f"unknown field; expected one of {known}")
+        where = f"{at}.{name}" if at else name
+        guesses = closest_key(name, known)
+        if guesses:
+            return Problem(where, f"unknown field; did you mean {' or '.join(guesses)}?")
+        return Problem(where, f"unknown field; expected one of {known}")
     m = _AT.search(text)
     if m:
         path = m.group(1)
