@@ -104,7 +104,9 @@ _Key = tuple[str, int | str]
 def _check(points: Sequence[Measured], topology: Topology) -> None:
     for p in points:
         if p.collective not in COLLECTIVES:
-            raise ValueError(f"{p.run} line {p.line}: collective {p.collective!r}; known: {', '.join(COLLECTIVES)}")
+            raise ValueError(
+                f"{p.run} line {p.line}: collective {p.collective!r}; known: {', '.join(COLLECTIVES)}"
+            )
         if len(p.devices) < 2:
             raise ValueError(f"{p.run} line {p.line}: {len(p.devices)} device(s); a collective needs >= 2")
         if any(not 0 <= d < topology.num_devices for d in p.devices):
@@ -145,8 +147,8 @@ def _base_values(topology: Topology, points: Sequence[Measured]) -> dict[_Key, f
             if t is not None:
                 values[("intra_bw", code)] = t.bandwidth_gbps
                 values[("intra_lat", code)] = t.latency_us
-    lv = topology.levels
-    nic_default = lv[1].tier.bandwidth_gbps if len(lv) > 1 else lv[0].tier.bandwidth_gbps
+    lvs = topology.levels
+    nic_default = lvs[1].tier.bandwidth_gbps if len(lvs) > 1 else lvs[0].tier.bandwidth_gbps
     for nt in types.values():
         values[("nic", nt.name)] = nt.nic_gbps or nic_default
     return values
@@ -155,18 +157,26 @@ def _base_values(topology: Topology, points: Sequence[Measured]) -> dict[_Key, f
 def _apply(topology: Topology, values: Mapping[_Key, float]) -> Topology:
     """`topology` with the knobs set to `values` (NICs made explicit: ``nics`` as stated or one per device)."""
     levels = tuple(
-        replace(lv, tier=Tier(values.get(("level_bw", i), lv.tier.bandwidth_gbps), values.get(("level_lat", i), lv.tier.latency_us)))
+        replace(
+            lv,
+            tier=Tier(
+                values.get(("level_bw", i), lv.tier.bandwidth_gbps),
+                values.get(("level_lat", i), lv.tier.latency_us),
+            ),
+        )
         for i, lv in enumerate(topology.levels)
     )
     tiers = dict(topology.intra_node_tiers)
     for (kind, key), v in values.items():
         if kind == "intra_bw" and isinstance(key, str):
-            tiers[key] = Tier(v, values.get(("intra_lat", key), tiers.get(key, DEFAULT_INTRA_NODE_TIERS[key]).latency_us))
+            tiers[key] = Tier(
+                v, values.get(("intra_lat", key), tiers.get(key, DEFAULT_INTRA_NODE_TIERS[key]).latency_us)
+            )
     new_types: dict[int, NodeType] = {}
     for nt in topology.host_types:
-        v = values.get(("nic", nt.name))
-        if v is not None and id(nt) not in new_types:
-            new_types[id(nt)] = replace(nt, nics=nt.nics or nt.devices, nic_gbps=v)
+        nic = values.get(("nic", nt.name))
+        if nic is not None and id(nt) not in new_types:
+            new_types[id(nt)] = replace(nt, nics=nt.nics or nt.devices, nic_gbps=nic)
     host_types = tuple(new_types.get(id(nt), nt) for nt in topology.host_types)
     return replace(topology, levels=levels, intra_node_tiers=tiers, host_types=host_types)
 
@@ -246,7 +256,9 @@ def fit_topology(topology: Topology, points: Sequence[Measured], *, rounds: int 
         where = small if lat else large
         runs = tuple(
             dict.fromkeys(
-                p.run for p, a, b, w in zip(points, ref, pred, where, strict=True) if w and abs(a - b) > 1e-9 * a
+                p.run
+                for p, a, b, w in zip(points, ref, pred, where, strict=True)
+                if w and abs(a - b) > 1e-9 * a
             )
         )
         if runs:
@@ -273,7 +285,9 @@ def fit_topology(topology: Topology, points: Sequence[Measured], *, rounds: int 
                 continue
             start = {k: x[k] for k in grp}
 
-            def g(s: float, grp: list[_Key] = grp, start: dict[_Key, float] = start, where: list[bool] = where) -> float:
+            def g(
+                s: float, grp: list[_Key] = grp, start: dict[_Key, float] = start, where: list[bool] = where
+            ) -> float:
                 return loss({**x, **{k: start[k] + s for k in grp}}, where)
 
             s, _f = _search(g, -_LN, _LN)

@@ -39,6 +39,7 @@ app = command_app(
     help="Fit a cluster's links to nccl-tests logs, or a job's compute efficiency to a measured step.",
 )
 
+
 def _devices(topo: Topology, log: NcclTestsLog) -> tuple[tuple[int, ...], list[str]]:
     """The cluster devices of the log's ranks (rank order) and notes on how its hosts were matched."""
     notes: list[str] = []
@@ -48,7 +49,9 @@ def _devices(topo: Topology, log: NcclTestsLog) -> tuple[tuple[int, ...], list[s
         on = {h: h for h in hosts}
     else:
         if len(hosts) > len(topo.host_names):
-            raise ValueError(f"{log.source}: the run used {len(hosts)} hosts, the cluster has {len(topo.host_names)}")
+            raise ValueError(
+                f"{log.source}: the run used {len(hosts)} hosts, the cluster has {len(topo.host_names)}"
+            )
         on = dict(zip(hosts, topo.host_names, strict=False))
         notes.append(
             f"{log.source}: hosts {', '.join(hosts)} are not in the cluster; "
@@ -70,12 +73,16 @@ def _devices(topo: Topology, log: NcclTestsLog) -> tuple[tuple[int, ...], list[s
 def log_points(topo: Topology, log: NcclTestsLog) -> tuple[list[Measured], list[str]]:
     """The measured points of one log on `topo` (rows of size 0 are skipped)."""
     if log.collective not in COLLECTIVES:
-        raise ValueError(f"{log.source}: {log.collective}_perf cannot be calibrated; use one of {', '.join(COLLECTIVES)}")
+        raise ValueError(
+            f"{log.source}: {log.collective}_perf cannot be calibrated; use one of {', '.join(COLLECTIVES)}"
+        )
     if len(log.ranks) < 2:
         raise ValueError(f"{log.source}: one rank; a collective needs two or more")
     devs, notes = _devices(topo, log)
     pts = [
-        Measured(log.source, r.line, log.collective, devs, float(r.size), tuple(t * 1e-6 for t in r.times_us()))
+        Measured(
+            log.source, r.line, log.collective, devs, float(r.size), tuple(t * 1e-6 for t in r.times_us())
+        )
         for r in log.rows
         if r.size > 0 and r.times_us()
     ]
@@ -125,7 +132,12 @@ def _fit_table(fit: Fit) -> Table:
         t.add_row(k.name, f"{k.before:.4g}", f"{k.after:.4g}", ", ".join(Path(r).name for r in k.runs))
     for nt in dict.fromkeys(fit.topology.host_types):
         if nt.nic_gbps is not None and any(k.name == f"node_types.{nt.name}.nic_gbps" for k in fit.knobs):
-            t.add_row(f"NIC bus bandwidth of a {nt.name} host", "", f"{nt.nics} x {nt.nic_gbps:.4g} = {(nt.nics or 0) * nt.nic_gbps:.4g}", "GB/s")
+            t.add_row(
+                f"NIC bus bandwidth of a {nt.name} host",
+                "",
+                f"{nt.nics} x {nt.nic_gbps:.4g} = {(nt.nics or 0) * nt.nic_gbps:.4g}",
+                "GB/s",
+            )
     return t
 
 
@@ -133,14 +145,23 @@ def _check_table(topo: Topology, before: Topology, points: Sequence[Measured]) -
     """Measured vs modeled bus bandwidth of each run at its large sizes; the worst relative error after the fit."""
     pred_after = predict_seconds(topo, points)
     pred_before = predict_seconds(before, points)
-    t = Table(title=f"bus bandwidth at the large sizes (within {LARGE}x of each run's largest), GB/s", title_justify="left")
+    t = Table(
+        title=f"bus bandwidth at the large sizes (within {LARGE}x of each run's largest), GB/s",
+        title_justify="left",
+    )
     for h in ("run", "size", "measured", "model before", "model after", "after/measured"):
         t.add_column(h, justify="left" if h == "run" else "right")
     worst = 0.0
     for i in (i for i, lg in enumerate(large_points(points)) if lg):
         p = points[i]
         n = len(p.devices)
-        factor = 2.0 * (n - 1) / n if p.collective == "all_reduce" else (n - 1) / n if p.collective != "sendrecv" else 1.0
+        factor = (
+            2.0 * (n - 1) / n
+            if p.collective == "all_reduce"
+            else (n - 1) / n
+            if p.collective != "sendrecv"
+            else 1.0
+        )
         meas = p.size * factor / (math.exp(sum(math.log(s) for s in p.seconds) / len(p.seconds)) * 1e9)
         b = p.size * factor / (pred_before[i] * 1e9)
         a = p.size * factor / (pred_after[i] * 1e9)
@@ -200,7 +221,9 @@ def calibrate_nccl_tests(
 def calibrate_step(
     cluster: Annotated[Path, typer.Option(help="cluster file")],
     job: Annotated[Path, typer.Option(help="job file (with a model shape)")],
-    mapping: Annotated[Path, typer.Option(help="mapping: result JSON, list of device ids, or {rank: device}")],
+    mapping: Annotated[
+        Path, typer.Option(help="mapping: result JSON, list of device ids, or {rank: device}")
+    ],
     measured_step: Annotated[float, typer.Option(help="the measured step time in seconds")],
     state: Annotated[Path | None, typer.Option(help="state file")] = None,
 ) -> None:
@@ -215,10 +238,16 @@ def calibrate_step(
         res = fit_compute_efficiency(topo, st, jb, mp, measured_step)
     except ValueError as e:
         fail(escape(str(e)), 2)
-    t = Table(title=f"{jb.name}: compute efficiency fitted to a measured step of {measured_step:.4g} s", title_justify="left")
+    t = Table(
+        title=f"{jb.name}: compute efficiency fitted to a measured step of {measured_step:.4g} s",
+        title_justify="left",
+    )
     for h in ("", "efficiency (mfu)", "step s", "compute s", "bubble s", "exposed comm s", "reported MFU"):
         t.add_column(h, justify="left" if not h else "right")
-    for name, eff, rep in (("before", res.efficiency_before, res.before), ("after", res.efficiency_after, res.after)):
+    for name, eff, rep in (
+        ("before", res.efficiency_before, res.before),
+        ("after", res.efficiency_after, res.after),
+    ):
         t.add_row(
             name,
             f"{eff:.4f}",

@@ -40,9 +40,12 @@ _RANK_RE = re.compile(
     r"^#?\s*Rank\s+(\d+)\s+(?:Group\s+(\d+)\s+)?Pid\s+(\d+)\s+on\s+(\S+)\s+device\s+(\d+)\s+\[([^\]]*)\]\s*(.*?)\s*$"
 )
 _TEST_RE = re.compile(r"Collective test starting:\s*(\w+?)_perf\b")
-_PERF_RE = re.compile(r"\b(all_reduce|all_gather|reduce_scatter|sendrecv|alltoall|broadcast|reduce|gather|scatter)_perf")
+_PERF_RE = re.compile(
+    r"\b(all_reduce|all_gather|reduce_scatter|sendrecv|alltoall|broadcast|reduce|gather|scatter)_perf"
+)
 _NAME_RE = re.compile(r"(all_reduce|all_gather|reduce_scatter|sendrecv|alltoall|broadcast)")
 _NUMBER_ROW = re.compile(r"^\s*\d+\s")
+
 
 def bus_factor(collective: str, n: int) -> float:
     """nccl-tests' busbw / algbw for `collective` over `n` ranks (``GetBw`` in its ``src/*.cu``): all-reduce
@@ -127,7 +130,13 @@ def _number(cell: str) -> float | None:
 def _header_columns(line: str) -> list[str] | None:
     """The column names of a ``# size count type ...`` header line, or None if `line` is not one."""
     words = line.lstrip("#").split()
-    if len(words) >= 6 and words[0] == "size" and words[1] == "count" and "time" in words and "busbw" in words:
+    if (
+        len(words) >= 6
+        and words[0] == "size"
+        and words[1] == "count"
+        and "time" in words
+        and "busbw" in words
+    ):
         return words
     return None
 
@@ -139,7 +148,9 @@ def _collective(text: str, source: str, given: str | None) -> str | None:
     return m.group(1) if m else None
 
 
-def parse_nccl_tests(text: str, source: str = "<nccl-tests>", *, collective: str | None = None) -> NcclTestsLog:
+def parse_nccl_tests(
+    text: str, source: str = "<nccl-tests>", *, collective: str | None = None
+) -> NcclTestsLog:
     """Parse the output of one nccl-tests run (see the module docstring); `collective` overrides the detection."""
     ps = Problems(source)
     ranks: list[RankInfo] = []
@@ -166,7 +177,9 @@ def parse_nccl_tests(text: str, source: str = "<nccl-tests>", *, collective: str
         if not _NUMBER_ROW.match(line):
             continue  # NCCL INFO, prompts, warnings
         if cols is None:
-            ps.add(f"line {no}", f"a table row before the column header ('# size count type ...'): {body[:60]!r}")
+            ps.add(
+                f"line {no}", f"a table row before the column header ('# size count type ...'): {body[:60]!r}"
+            )
             continue
         cells = body.split()
         if len(cells) != len(cols):
@@ -180,7 +193,10 @@ def parse_nccl_tests(text: str, source: str = "<nccl-tests>", *, collective: str
         except ValueError as e:
             ps.add(f"line {no}", f"{e}: {body[:80]!r}")
     if not ranks:
-        ps.add("", "no rank lines ('#  Rank  0 Group  0 Pid ... on HOST device 0 [...] NAME'): the log's header is missing")
+        ps.add(
+            "",
+            "no rank lines ('#  Rank  0 Group  0 Pid ... on HOST device 0 [...] NAME'): the log's header is missing",
+        )
     if not rows and cols is None:
         ps.add("", "no table ('#  size  count  type ... time  algbw  busbw ...'): is this nccl-tests output?")
     elif not rows:
@@ -189,14 +205,22 @@ def parse_nccl_tests(text: str, source: str = "<nccl-tests>", *, collective: str
         ps.add("", f"ranks must be 0..{len(ranks) - 1}, got {sorted(seen_ranks)}")
     coll = _collective(text, source, collective)
     if coll is None:
-        ps.add("", "which collective? the log names no '*_perf' test and no file name says; pass it (--collective)")
+        ps.add(
+            "",
+            "which collective? the log names no '*_perf' test and no file name says; pass it (--collective)",
+        )
     ps.raise_if_any()
     ranks.sort(key=lambda r: r.rank)
-    pairs = {(r.host, r.device) for r in ranks}
-    if len(pairs) != len(ranks):
-        dup = next(r for r in ranks if sum(1 for x in ranks if (x.host, x.device) == (r.host, r.device)) > 1)
-        ps.add(f"line {dup.line}", f"two ranks on {dup.host} device {dup.device}: one device per rank")
-        ps.raise_if_any()
+    first: dict[tuple[str, int], RankInfo] = {}
+    for r in sorted(ranks, key=lambda x: x.line):
+        if (r.host, r.device) in first:
+            ps.add(
+                f"line {r.line}",
+                f"two ranks on {r.host} device {r.device} (ranks {first[(r.host, r.device)].rank} and {r.rank}): "
+                "one device per rank",
+            )
+        first.setdefault((r.host, r.device), r)
+    ps.raise_if_any()
     return NcclTestsLog(source, str(coll), tuple(ranks), tuple(rows))
 
 
@@ -212,7 +236,9 @@ def _row(no: int, cols: list[str], cells: list[str]) -> PerfRow:
         try:
             return _number(v)
         except ValueError:
-            raise ValueError(f"{name} {'out-of-place' if k == 0 else 'in-place'}: {v!r} is not a number") from None
+            raise ValueError(
+                f"{name} {'out-of-place' if k == 0 else 'in-place'}: {v!r} is not a number"
+            ) from None
 
     try:
         size, count = int(cells[0]), int(cells[1])
