@@ -132,6 +132,19 @@ def test_a_synthetic_clusters_numbers_are_recovered() -> None:
     assert fit.topology.host_types[0].nic_gbps == pytest.approx(11.0, rel=0.02)
 
 
+def test_sendrecv_and_reduce_scatter_points_fit_the_nic() -> None:
+    truth = _two_hosts(Tier(180.0, 3.0), Tier(50.0, 9.0), 7.0)
+    pair = (0, 4)  # one device on each host
+    sizes = [2.0**k for k in range(20, 32, 2)]
+    probe = [Measured("sendrecv", i, "sendrecv", pair, s, (1.0,)) for i, s in enumerate(sizes)]
+    probe += [Measured("rs", i, "reduce_scatter", (0, 1, 4, 5), s, (1.0,)) for i, s in enumerate(sizes)]
+    points = [replace(p, seconds=(t,)) for p, t in zip(probe, predict_seconds(truth, probe), strict=True)]
+    fit = fit_topology(_two_hosts(Tier(180.0, 3.0), Tier(50.0, 9.0), 20.0), points)
+    got = {k.name: k for k in fit.knobs}
+    assert got["node_types.box.nic_gbps"].after == pytest.approx(7.0, rel=0.02)
+    assert set(got["node_types.box.nic_gbps"].runs) == {"sendrecv", "rs"}
+
+
 def test_the_compute_efficiency_fit_lands_the_measured_step() -> None:
     topo, _ = load_cluster(ROOT / "examples" / "dgx-h100-4node.yaml")
     job = load_job(ROOT / "examples" / "tp8-dp4.yaml")
