@@ -26,6 +26,7 @@ if TYPE_CHECKING:  # the modules COMMANDS loads, for the import checkers and myp
     from placement.cli.commands import (  # noqa: F401
         batch,
         bind,
+        calibrate,
         evaluate,
         export,
         imports,
@@ -77,6 +78,10 @@ COMMANDS: dict[str, Entry] = {
         "placement.cli.commands.registry", "Clusters, live state and reservations held by a placement server."
     ),
     "serve": Entry("placement.cli.commands.serve", "Run the gRPC server (same as `placement-server`)."),
+    "calibrate": Entry(
+        "placement.cli.commands.calibrate",
+        "Fit a cluster's links to nccl-tests logs, or a job's compute efficiency to a measured step.",
+    ),
 }
 
 _LISTING = "placement.cli.listing"  # ctx.meta key: the root's help is listing the commands

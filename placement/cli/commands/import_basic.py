@@ -17,6 +17,7 @@ from placement.cli.options import ClusterOutOpt, TierOpt
 from placement.io.affinity import affinity_fields
 from placement.io.importers.defaults import DEFAULT_TIERS
 from placement.io.importers.k8s import parse_k8s_nodes
+from placement.io.importers.nics import nic_fields, nic_warnings
 from placement.io.importers.nvidia_smi import read_nvidia_smi
 from placement.io.importers.slurm import read_slurm
 from placement.io.native import cluster_from_dict
@@ -55,12 +56,15 @@ def import_nvidia_smi(
                 "kind": kind,
                 "matrix": [" ".join(r) for r in nt.matrix],
                 "rails": list(nt.rails),
+                **nic_fields(nt.nics),
                 **affinity_fields(nt.cpu_affinity, nt.numa_affinity),
             }
         ],
         "hosts": [{"name": host, "node_type": file.stem}],
     }
     cluster_from_dict(doc, str(file))
+    for w in nic_warnings(doc, "the nvidia-smi table"):
+        err.print(f"[yellow]warning:[/] {escape(w)}", soft_wrap=True)
     write_output(cluster_yaml(doc), out_file)
 
 

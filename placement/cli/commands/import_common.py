@@ -18,6 +18,7 @@ from placement.io.importers.defaults import (
     apply_tier_specs,
     default_tiers,
 )
+from placement.io.importers.nics import nic_fields, nic_warnings
 from placement.io.importers.nvidia_smi import read_nvidia_smi
 from placement.io.native import cluster_from_dict
 
@@ -61,6 +62,7 @@ def finish_import(
                 "kind": kind or "gpu",
                 "matrix": [" ".join(r) for r in nt.matrix],
                 "rails": list(nt.rails),
+                **nic_fields(nt.nics),
                 **affinity_fields(nt.cpu_affinity, nt.numa_affinity),
             }
         ]
@@ -74,6 +76,7 @@ def finish_import(
             if kind:
                 h["kind"] = kind
     cluster_from_dict(doc, "<imported>")  # validate what we are about to write
+    warnings.extend(nic_warnings(doc, "the imported topology"))
     for w in warnings:
         err.print(f"[yellow]warning:[/] {escape(w)}", soft_wrap=True)
     if not tiers:

@@ -21,6 +21,7 @@ from placement.io.importers.defaults import apply_tier_specs
 from placement.io.importers.detect import refuse_other_format, sniff
 from placement.io.importers.ibnetdiscover import read_ibnetdiscover
 from placement.io.importers.nccl_xml import NodeTopology, merge_warnings, parse_nccl_xml
+from placement.io.importers.nics import nic_warnings
 from placement.io.importers.nvidia_smi import parse_nvidia_smi
 from placement.io.importers.rocm_smi import parse_rocm_smi
 from placement.io.importers.topograph import read_topograph
@@ -375,7 +376,7 @@ def _fabric_cmd(
         gpus_per_node=gpus_per_node,
         rail_optimized=fabric.rail_optimized and use_rails,
     )
-    _write(doc, warnings, notes, out_file)
+    _write(doc, warnings + nic_warnings(doc, "the fabric file"), notes, out_file)
 
 
 @app.command("nccl-xml", cls=Command)
