@@ -401,7 +401,7 @@ def _answer(
         shown = ", ".join(topo.devices[d].id for d in devs[:4]) + (" ..." if len(devs) > 4 else "")
         clears = f"; with the other victims it clears {where}" if cleared and nd else ""
         text = (
-            f"{v} (priority {rj.priority:g} < the job's): {len(devs)} device(s) [{shown}], {nd} of them in "
+            f"{v} (priority {rj.priority:g} < the job's): {len(devs)} device(s) ({shown}), {nd} of them in "
             f"{where}, the domain that holds the job, which takes {nu}{clears}; "
             f"{search.costs[v]:.3f} GPU-hours lost{age}"
         )
@@ -478,13 +478,16 @@ def preempt(
         topology, state, job, traffic, opts, costs, bound, objective, t0 + opts.time_limit_s, max_checks
     )
     found: list[PreemptAnswer] = []
+    seen: dict[frozenset[str], PreemptAnswer | None] = {}
 
     def consider(name: str, victims: frozenset[str]) -> PreemptAnswer | None:
+        if victims in seen:  # one answer per victim set, named by the search that found it first
+            return seen[victims]
         hit = search.check(name, victims)
-        if hit is None:
-            return None
-        a = _answer(search, name, victims, hit[0], hit[1], by_name)
-        found.append(a)
+        a = None if hit is None else _answer(search, name, victims, hit[0], hit[1], by_name)
+        seen[victims] = a
+        if a is not None:
+            found.append(a)
         return a
 
     best: tuple[float, float] | None = None
@@ -525,7 +528,7 @@ def preempt(
             if search.exhausted():
                 proven = False
                 break
-            a = consider("least" if best is None else "cheaper", victims)
+            a = consider("exact", victims)
             if a is not None and a.within_bound:
                 best = key
                 break
