@@ -20,7 +20,7 @@ from placement.errors import Problems
 from placement.io.native import load_document
 from placement.messages import dump_message
 from placement.messages.decisions import preempt_response
-from placement.solve import SolveOptions
+from placement.solve import SolveOptions, Strategy
 from placement.solve.preempt import Objective, RunningJob
 from placement.solve.preempt import preempt as run_preempt
 
@@ -90,6 +90,9 @@ def preempt(
         str, typer.Option(help="fewest (victims, then GPU-hours) or gpu-hours (then victims)")
     ] = "fewest",
     max_checks: Annotated[int, typer.Option(help="feasibility checks (placements) at most")] = 64,
+    strategy: Annotated[
+        str, typer.Option(help="how each check places the job: cpsat or a baseline (kueue-tas, first-fit, ...)")
+    ] = "cpsat",
     time_limit: Annotated[float, typer.Option(help="seconds for the whole search")] = 10.0,
     seed: Annotated[int, typer.Option(help="random seed")] = 0,
     deterministic: Annotated[
@@ -108,6 +111,8 @@ def preempt(
         fail(f"--objective: unknown value {objective!r}; use one of {[o.value for o in Objective]}", 2)
     if not (math.isfinite(time_limit) and time_limit > 0):
         fail(f"--time-limit: must be > 0, got {time_limit:g}", 2)
+    if strategy not in [s.value for s in Strategy]:
+        fail(f"--strategy: unknown value {strategy!r}; use one of {[s.value for s in Strategy]}", 2)
     if max_checks < 1:
         fail(f"--max-checks: must be >= 1, got {max_checks}", 2)
     topo, st, jb = load_inputs(cluster, job, state)
@@ -121,7 +126,13 @@ def preempt(
         max_step_seconds=max_step_seconds,
         max_slowdown=max_slowdown,
         objective=objective,
-        options=SolveOptions(time_limit_s=time_limit, seed=seed, deterministic=deterministic, workers=1),
+        options=SolveOptions(
+            strategy=Strategy(strategy),
+            time_limit_s=time_limit,
+            seed=seed,
+            deterministic=deterministic,
+            workers=1,
+        ),
         max_checks=max_checks,
     )
     if output == "json":  # the PreemptResponse JSON mapping, as the Preempt RPC answers
