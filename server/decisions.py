@@ -138,4 +138,3 @@ class DecisionsMixin:
         return convert_decisions.capacity_response(
             inputs.topology, res, time_limit_s=budget.limit_s, deadline_limited=budget.deadline_limited
         )
-

@@ -16,6 +16,7 @@ from placement.io.native import cluster_from_dict, job_from_dict, state_from_dic
 from placement.model.job import Job
 from placement.model.state import ClusterState
 from placement.model.topology import Topology
+from placement.model.traffic import job_traffic
 from placement.model.validate import validate
 from placement.solve import SolveOptions, Strategy
 from placement.solve.capacity import capacity
@@ -24,9 +25,7 @@ from tests.support_server import cluster_doc, job_doc
 
 def _state(topo: Topology, seed: int, load: float) -> ClusterState:
     rng = random.Random(seed)
-    occupied = [
-        {"job": f"o{d.index}", "devices": [d.id]} for d in topo.devices if rng.random() < load
-    ]
+    occupied = [{"job": f"o{d.index}", "devices": [d.id]} for d in topo.devices if rng.random() < load]
     failed = [d.id for d in topo.devices if rng.random() < 0.05]
     failed = [f for f in failed if all(f not in o["devices"] for o in occupied)]
     return state_from_dict({"occupied": occupied, "failed": failed}, topo, "s")
@@ -60,7 +59,7 @@ def _most_copies(free: list[int], sizes: list[int], ranks: int, required: bool) 
     if not required:
         return sum(free) // ranks
 
-    @functools.lru_cache(maxsize=None)
+    @functools.cache
     def fits(state: tuple[int, ...], units: tuple[int, ...]) -> bool:
         if not units:
             return True
@@ -79,7 +78,9 @@ def _most_copies(free: list[int], sizes: list[int], ranks: int, required: bool) 
     return k
 
 
-def _free_per_domain(topo: Topology, state: ClusterState, job: Job, level: int, within: set[int]) -> list[int]:
+def _free_per_domain(
+    topo: Topology, state: ClusterState, job: Job, level: int, within: set[int]
+) -> list[int]:
     out: dict[int, int] = {}
     for d in topo.devices:
         if d.index in within and state.usable(d.index) and (job.device_kind in (None, d.kind)):
@@ -106,11 +107,16 @@ def test_counts_match_an_exhaustive_count(name: str, make: Any, seed: int) -> No
     job = make()
     res = capacity(topo, state, [job])
     (shape,) = res.shapes
-    req_level = topo.level_index(next(iter(job.constraints.require.values()))) if job.constraints.require else 0
+    req_level = (
+        topo.level_index(next(iter(job.constraints.require.values()))) if job.constraints.require else 0
+    )
     sizes = [len(u) for u in _units(job)] if job.constraints.require else [1] * job.ranks
     everything = set(range(topo.num_devices))
     best = _most_copies(
-        _free_per_domain(topo, state, job, req_level, everything), sizes, job.ranks, bool(job.constraints.require)
+        _free_per_domain(topo, state, job, req_level, everything),
+        sizes,
+        job.ranks,
+        bool(job.constraints.require),
     )
     assert shape.method == "count"
     assert shape.copies <= best <= shape.upper_bound
@@ -138,8 +144,6 @@ def test_counts_match_an_exhaustive_count(name: str, make: Any, seed: int) -> No
 
 def _units(job: Job) -> list[tuple[int, ...]]:
     """The rank sets that must share a domain, from the job's groups (independently of placement.solve.units)."""
-    from placement.model.traffic import job_traffic
-
     label = next(iter(job.constraints.require))
     parent = list(range(job.ranks))
 

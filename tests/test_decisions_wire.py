@@ -13,7 +13,7 @@ import pytest
 
 from placement.io.native import cluster_from_dict, job_from_dict, state_from_dict
 from placement.messages.files import request_from_dict
-from placement.solve import SolveOptions
+from placement.solve import SolveOptions, Strategy
 from placement.solve.capacity import capacity
 from placement.solve.preempt import RunningJob, preempt
 from placement.v1 import placement_pb2 as pb
@@ -61,8 +61,6 @@ def _library_preempt(objective: str) -> Any:
     state = state_from_dict({"occupied": OCCUPIED}, topo, "s")
     rj = [RunningJob(r["job"], r["priority"], r.get("checkpoint_age_s"), r.get("gpu_hours")) for r in RUNNING]
     job = job_from_dict(job_doc(4, 3, name="inc"), "j")
-    from placement.solve import Strategy
-
     opts = SolveOptions(strategy=Strategy.KUEUE_TAS, time_limit_s=8, deterministic=True, workers=2)
     return preempt(topo, state, job, rj, job_priority=2, objective=objective, options=opts)
 
@@ -117,7 +115,11 @@ def test_capacity_over_grpc_answers_as_the_library(server: Running) -> None:
     resp = server.stub.Capacity(request_from_dict(doc, pb.CapacityRequest), timeout=60)
     topo, _ = cluster_from_dict(_cluster(), "c")
     state = state_from_dict({"occupied": OCCUPIED}, topo, "s")
-    lib = capacity(topo, state, [job_from_dict(job_doc(2, 2, name="a"), "j"), job_from_dict(job_doc(4, 1, name="b"), "j")])
+    lib = capacity(
+        topo,
+        state,
+        [job_from_dict(job_doc(2, 2, name="a"), "j"), job_from_dict(job_doc(4, 1, name="b"), "j")],
+    )
     assert [s.copies for s in resp.shapes] == [s.copies for s in lib.shapes]
     assert [s.upper_bound for s in resp.shapes] == [s.upper_bound for s in lib.shapes]
     assert [len(s.placed) for s in resp.shapes] == [min(1, s.copies) for s in lib.shapes] == [1, 0]
@@ -150,7 +152,20 @@ def _files(tmp_path: Path) -> tuple[Path, Path, Path, Path]:
 
 def test_cli_preempt_table_and_json(tmp_path: Path) -> None:
     cluster, state, job, rn = _files(tmp_path)
-    base = ["preempt", cluster, job, "--state", state, "--running", rn, "--priority", "2", "--deterministic", "--strategy", "kueue-tas"]
+    base = [
+        "preempt",
+        cluster,
+        job,
+        "--state",
+        state,
+        "--running",
+        rn,
+        "--priority",
+        "2",
+        "--deterministic",
+        "--strategy",
+        "kueue-tas",
+    ]
     res = run(*base)
     assert res.exit_code == 0, res.output
     lib = _library_preempt("fewest")
@@ -166,7 +181,9 @@ def test_cli_preempt_table_and_json(tmp_path: Path) -> None:
 
 def test_cli_preempt_bad_running_file(tmp_path: Path) -> None:
     cluster, state, job, _ = _files(tmp_path)
-    rn = write(tmp_path, "bad.yaml", "- {job: low, priority: high, gpu_hours: 1, colour: red}\n- {priority: 1}\n")
+    rn = write(
+        tmp_path, "bad.yaml", "- {job: low, priority: high, gpu_hours: 1, colour: red}\n- {priority: 1}\n"
+    )
     res = run("preempt", cluster, job, "--state", state, "--running", rn)
     assert res.exit_code == 2
     err = res.stderr
@@ -183,7 +200,15 @@ def test_cli_capacity_shapes_and_json(tmp_path: Path) -> None:
     topo, _ = cluster_from_dict(_cluster(), "c")
     st = state_from_dict({"occupied": OCCUPIED}, topo, "s")
     jobs = [
-        job_from_dict({"name": n, "parallel": p, "model": job_doc(1, 1)["model"], "constraints": {"require": {"tp": "node"}}}, "j")
+        job_from_dict(
+            {
+                "name": n,
+                "parallel": p,
+                "model": job_doc(1, 1)["model"],
+                "constraints": {"require": {"tp": "node"}},
+            },
+            "j",
+        )
         for n, p in (("tp2x2", {"tp": 2, "dp": 2}), ("tp4", {"tp": 4}))
     ]
     lib = capacity(topo, st, jobs)

@@ -134,7 +134,15 @@ def test_the_victims_are_the_least_set_that_fits_by_brute_force(
             preempt(topo, state, job, running, job_priority=priority, objective=objective, options=opts, **kw)
         return
     res = preempt(
-        topo, state, job, running, job_priority=priority, objective=objective, options=opts, max_checks=256, **kw
+        topo,
+        state,
+        job,
+        running,
+        job_priority=priority,
+        objective=objective,
+        options=opts,
+        max_checks=256,
+        **kw,
     )
     assert res.proven
     chosen = res.chosen
@@ -147,7 +155,9 @@ def test_the_victims_are_the_least_set_that_fits_by_brute_force(
         names = {v.job for v in a.victims}
         assert all(by_name[v].priority < priority for v in names)  # never a job of higher or equal priority
         assert a.gpu_hours == pytest.approx(sum(_cost(by_name[v], state) for v in names))
-        freed = dataclasses.replace(state, occupied={d: j for d, j in state.occupied.items() if j not in names})
+        freed = dataclasses.replace(
+            state, occupied={d: j for d, j in state.occupied.items() if j not in names}
+        )
         assert validate(topo, freed, job, a.mapping) == []
         for v in a.victims:
             assert set(v.devices) == {d for d, j in state.occupied.items() if j == v.job}

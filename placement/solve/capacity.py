@@ -136,7 +136,9 @@ def fragmentation(topology: Topology, state: ClusterState) -> list[LevelFragment
     out: list[LevelFragmentation] = []
     prev: Counter[int] = Counter(topology.domain_column(0)[d] for d in free_devs)
     out.append(
-        LevelFragmentation(topology.levels[0].name, 0.0, len(free_devs), len(prev), max(prev.values(), default=0))
+        LevelFragmentation(
+            topology.levels[0].name, 0.0, len(free_devs), len(prev), max(prev.values(), default=0)
+        )
     )
     for level in range(1, len(topology.levels)):
         par = topology.parent[level - 1]
@@ -179,7 +181,7 @@ def _count(
     names = topology.domain_names
     per_level: list[list[DomainCapacity]] = []
     if units:
-        (req, sizes), = units.items()
+        ((req, sizes),) = units.items()
     else:
         req, sizes = 0, [1] * job.ranks
     free_req = Counter(topology.domain_column(req)[d] for d in cands)
@@ -188,7 +190,9 @@ def _count(
     for level in range(len(topology.levels)):
         rows: list[DomainCapacity] = []
         lname = topology.levels[level].name
-        if level <= req:  # the domain lies inside one domain of the required level: only its free devices count
+        if (
+            level <= req
+        ):  # the domain lies inside one domain of the required level: only its free devices count
             free = Counter(topology.domain_column(level)[d] for d in cands)
             for k, n in sorted(free.items()):
                 c = n // job.ranks
@@ -288,7 +292,9 @@ def capacity(
         cap = MAX_PLACED if not cons.pins else 1
         placed = _place_copies(topology, state, job, traffic, opts, cap)
         sizes = units[min(units)] if units else [1] * job.ranks
-        free_low = list(Counter(topology.domain_column(min(units) if units else 0)[d] for d in cands).values())
+        free_low = list(
+            Counter(topology.domain_column(min(units) if units else 0)[d] for d in cands).values()
+        )
         upper = 1 if cons.pins else _upper(free_low, sizes, job.ranks)
         upper = max(upper, len(placed))
         notes.append(f"counted by placing copies one by one ({why}), at most {cap}")

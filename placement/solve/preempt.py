@@ -307,10 +307,10 @@ def _covers(
     if len(devs) < job.ranks:
         return
     m = cp_model.CpModel()
-    x = {v: m.NewBoolVar(f"x[{v}]") for v in victims}
+    x = {v: m.new_bool_var(f"x[{v}]") for v in victims}
     free_n = sum(1 for d in devs if d not in cover.owner)
     held = Counter(cover.owner[d] for d in devs if d in cover.owner)
-    m.Add(free_n + sum(held[v] * x[v] for v in victims) >= job.ranks)
+    m.add(free_n + sum(held[v] * x[v] for v in victims) >= job.ranks)
     for level, sizes in cover.units.items():
         col = topology.domain_column(level)
         free_d: Counter[int] = Counter()
@@ -329,34 +329,32 @@ def _covers(
                 top = (free_d[k] + sum(held_d.get(k, Counter()).values())) // size
                 if top == 0:
                     continue
-                c = m.NewIntVar(0, top, f"cap[{level},{k},{size}]")
-                m.Add(size * c <= free_d[k] + sum(n * x[v] for v, n in held_d.get(k, Counter()).items()))
+                c = m.new_int_var(0, top, f"cap[{level},{k},{size}]")
+                m.add(size * c <= free_d[k] + sum(n * x[v] for v, n in held_d.get(k, Counter()).items()))
                 caps.append(c)
-            m.Add(sum(caps) >= need)
+            m.add(sum(caps) >= need)
     scaled = {v: round(costs[v] * COST_SCALE) for v in victims}
     total = sum(scaled.values()) + 1
     count = sum(x.values())
     cost = sum(scaled[v] * x[v] for v in victims)
     if objective is Objective.FEWEST:
-        m.Minimize(count * total + cost)
+        m.minimize(count * total + cost)
     else:
-        m.Minimize(cost * (len(victims) + 1) + count)
+        m.minimize(cost * (len(victims) + 1) + count)
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = 1
     solver.parameters.random_seed = seed
     solver.parameters.max_time_in_seconds = 10.0
     while True:
-        status = solver.Solve(m)
+        status = solver.solve(m)
         if status != cp_model.OPTIMAL:
             return  # infeasible: no further set meets the counts (or, rarely, not proven within 10 s)
-        chosen = frozenset(v for v in victims if solver.Value(x[v]))
+        chosen = frozenset(v for v in victims if solver.value(x[v]))
         yield chosen
-        m.AddBoolOr([x[v].Not() for v in victims if v in chosen] + [x[v] for v in victims if v not in chosen])
+        m.add_bool_or([~x[v] for v in victims if v in chosen] + [x[v] for v in victims if v not in chosen])
 
 
-def _lowest_domains(
-    topology: Topology, cover: _Cover, job: Job
-) -> list[tuple[int, int, frozenset[int]]]:
+def _lowest_domains(topology: Topology, cover: _Cover, job: Job) -> list[tuple[int, int, frozenset[int]]]:
     """(level, domain, its candidate devices) for every domain of the lowest level whose candidate devices (free
     or held by a preemptible job) number at least the job's ranks; below the top level only."""
     top = len(topology.levels) - 1
@@ -452,7 +450,11 @@ def preempt(
     except ValueError:
         raise InputError(
             "request",
-            [Problem("objective", f"unknown objective {objective!r}; use one of {[o.value for o in Objective]}")],
+            [
+                Problem(
+                    "objective", f"unknown objective {objective!r}; use one of {[o.value for o in Objective]}"
+                )
+            ],
         ) from None
     traffic = job_traffic(job)
     problems = [Problem(f"job.{p.path}", p.message) for p in request_problems(topology, state, job, traffic)]
@@ -472,7 +474,9 @@ def preempt(
         bound = max_step_seconds
     if max_slowdown is not None:
         if ideal is None:
-            raise InfeasibleError([f"the job does not fit even on the empty cluster ({topology.num_devices} devices)"])
+            raise InfeasibleError(
+                [f"the job does not fit even on the empty cluster ({topology.num_devices} devices)"]
+            )
         bound = min(bound, max_slowdown * ideal.step_seconds)
     search = _Search(
         topology, state, job, traffic, opts, costs, bound, objective, t0 + opts.time_limit_s, max_checks
@@ -503,7 +507,7 @@ def preempt(
             if first is not None:
                 ranked.append((search.key(first), level, k, first, devs))
         ranked.sort(key=lambda r: (r[0], r[1], r[2]))
-        for key, level, k, victims, devs in ranked[:DOMAIN_CANDIDATES]:
+        for key, level, k, victims, _ in ranked[:DOMAIN_CANDIDATES]:
             if search.exhausted():
                 break
             where = f"{topology.levels[level].name}:{topology.domain_names[level][k]}"
@@ -545,7 +549,11 @@ def preempt(
             f"no set of the {len(preemptible)} running job(s) of priority below {job_priority:g} lets the job "
             f"place with {bound_text}"
             + (f" (the fastest placement found takes {fastest:.4f} s)" if fastest is not None else "")
-            + ("" if proven else f"; stopped after {search.checks} checks (raise max_checks or the time limit)")
+            + (
+                ""
+                if proven
+                else f"; stopped after {search.checks} checks (raise max_checks or the time limit)"
+            )
         ]
         if protected:
             reasons.append(
@@ -561,6 +569,4 @@ def preempt(
     if pick not in answers:
         raise InternalError("the recommended answer is not on the Pareto front")
     stats["proven"] = int(proven)
-    return PreemptResult(
-        answers, answers.index(pick), bound, ideal, objective, proven, protected, stats
-    )
+    return PreemptResult(answers, answers.index(pick), bound, ideal, objective, proven, protected, stats)

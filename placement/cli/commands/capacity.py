@@ -118,7 +118,9 @@ def capacity(
             dump_message(capacity_response(topo, res, time_limit_s=time_limit, deadline_limited=False))
         )
         return
-    t = Table(title=f"{topo.name}: copies that fit now, each shape alone ({res.stats['wall_s'] * 1000:.1f} ms)")
+    t = Table(
+        title=f"{topo.name}: copies that fit now, each shape alone ({res.stats['wall_s'] * 1000:.1f} ms)"
+    )
     for c in ("shape", "ranks", "usable", "copies", "at most", "method", "best domains per level", "steps s"):
         t.add_column(c, justify="left" if c in ("shape", "method", "best domains per level") else "right")
     for s in res.shapes:
@@ -147,6 +149,10 @@ def capacity(
         f.add_column(c, justify="left" if c == "level" else "right")
     for lf in res.fragmentation:
         f.add_row(
-            lf.level, f"{lf.fragmentation:.3f}", str(lf.free), str(lf.domains_with_free), str(lf.largest_free_block)
+            lf.level,
+            f"{lf.fragmentation:.3f}",
+            str(lf.free),
+            str(lf.domains_with_free),
+            str(lf.largest_free_block),
         )
     out.print(f)

@@ -82,7 +82,9 @@ def preempt(
     priority: Annotated[
         float, typer.Option(help="the incoming job's priority; only lower-priority jobs are preempted")
     ] = 0.0,
-    max_step_seconds: Annotated[float | None, typer.Option(help="the job's step must be at most this")] = None,
+    max_step_seconds: Annotated[
+        float | None, typer.Option(help="the job's step must be at most this")
+    ] = None,
     max_slowdown: Annotated[
         float | None, typer.Option(help="the job's step at most this x its ideal step (the empty cluster)")
     ] = None,
@@ -91,7 +93,8 @@ def preempt(
     ] = "fewest",
     max_checks: Annotated[int, typer.Option(help="feasibility checks (placements) at most")] = 64,
     strategy: Annotated[
-        str, typer.Option(help="how each check places the job: cpsat or a baseline (kueue-tas, first-fit, ...)")
+        str,
+        typer.Option(help="how each check places the job: cpsat or a baseline (kueue-tas, first-fit, ...)"),
     ] = "cpsat",
     time_limit: Annotated[float, typer.Option(help="seconds for the whole search")] = 10.0,
     seed: Annotated[int, typer.Option(help="random seed")] = 0,
@@ -167,5 +170,7 @@ def preempt(
     if res.protected:
         shown = ", ".join(res.protected[:10]) + (" ..." if len(res.protected) > 10 else "")
         out.print(
-            f"  never preempted (priority >= {priority:g} or not listed): {shown}", highlight=False, soft_wrap=True
+            f"  never preempted (priority >= {priority:g} or not listed): {shown}",
+            highlight=False,
+            soft_wrap=True,
         )
