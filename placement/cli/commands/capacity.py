@@ -121,15 +121,9 @@ def capacity(
     t = Table(
         title=f"{topo.name}: copies that fit now, each shape alone ({res.stats['wall_s'] * 1000:.1f} ms)"
     )
-    for c in ("shape", "ranks", "usable", "copies", "at most", "method", "best domains per level", "steps s"):
-        t.add_column(c, justify="left" if c in ("shape", "method", "best domains per level") else "right")
+    for c in ("shape", "ranks", "usable", "copies", "at most", "method", "steps s"):
+        t.add_column(c, justify="left" if c in ("shape", "method") else "right")
     for s in res.shapes:
-        best: list[str] = []
-        for lname in topo.level_names[1:]:
-            rows = sorted((d for d in s.domains if d.level == lname), key=lambda d: (-d.copies, d.domain))
-            if rows:
-                shown = ", ".join(f"{d.domain} {d.copies}" for d in rows[:3])
-                best.append(f"{lname}: {shown}" + (f" (+{len(rows) - 3})" if len(rows) > 3 else ""))
         t.add_row(
             s.job.name,
             str(s.job.ranks),
@@ -137,11 +131,18 @@ def capacity(
             str(s.copies),
             str(s.upper_bound),
             s.method,
-            "; ".join(best) or "-",
             " ".join(f"{p.report.step_seconds:.3f}" for p in s.placed) or "-",
         )
     out.print(t)
     for s in res.shapes:
+        best: list[str] = []
+        for lname in topo.level_names[1:]:
+            rows = sorted((d for d in s.domains if d.level == lname), key=lambda d: (-d.copies, d.domain))
+            if rows:
+                shown = ", ".join(f"{d.domain} {d.copies}" for d in rows[:3])
+                best.append(f"{lname} {shown}" + (f" (+{len(rows) - 3} more)" if len(rows) > 3 else ""))
+        if best:
+            out.print(f"  {s.job.name} per domain: " + "; ".join(best), highlight=False, soft_wrap=True)
         for n in s.notes:
             out.print(f"  {s.job.name}: {n}", highlight=False, soft_wrap=True)
     f = Table(title="fragmentation: 1 - most free devices in one child / free devices, mean over domains")
