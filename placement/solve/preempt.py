@@ -50,6 +50,8 @@ COST_SCALE = 1000
 """GPU-hours enter the integer cover model rounded to 1/1000."""
 DOMAIN_CANDIDATES = 3
 """Domains of the lowest level that can hold the job whose own covers are checked (for the Pareto set)."""
+PARETO_EXTRA = 3
+"""Victim sets checked after the least one, next in order of cost (for the Pareto set)."""
 
 
 class Objective(StrEnum):
@@ -521,21 +523,26 @@ def preempt(
             a = consider(f"clear {where}", clear)
             if a is not None and a.within_bound and (best is None or search.key(clear) < best):
                 best = search.key(clear)
-    # the exact search: every set cheaper than the best so far that meets the counts, cheapest first
+    # the exact search: every set cheaper than the best so far that meets the counts, cheapest first; then up to
+    # PARETO_EXTRA of the next sets (no cheaper, perhaps faster: points of the Pareto set)
     proven = best is not None and best == search.key(frozenset())
     if not proven:
         proven = True
+        extra = 0
         for victims in _covers(topology, cover, job, costs, objective, None, opts.seed):
             key = search.key(victims)
             if best is not None and key >= best:
-                break
+                if extra >= PARETO_EXTRA or search.exhausted():
+                    break
+                extra += 1
+                consider("more", victims)
+                continue
             if search.exhausted():
                 proven = False
                 break
             a = consider("exact", victims)
             if a is not None and a.within_bound:
                 best = key
-                break
     stats: dict[str, float | int | str] = {
         "checks": search.checks,
         "preemptible": len(preemptible),

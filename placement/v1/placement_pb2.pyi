@@ -2675,8 +2675,9 @@ class PreemptAnswer(_message.Message):
     DOMAIN_FIELD_NUMBER: _builtins.int
     SLOWDOWN_FIELD_NUMBER: _builtins.int
     name: _builtins.str
-    """How it was found: "none" (no victim), "exact" (the exact search, cheapest first), "domain LEVEL:NAME" (the
-    cheapest set inside one domain), "clear LEVEL:NAME" (every preemptible job in that domain).
+    """How it was found: "none" (no victim), "exact" (the exact search, cheapest first), "more" (the next sets
+    after the least, for the Pareto set), "domain LEVEL:NAME" (the cheapest set inside one domain), "clear
+    LEVEL:NAME" (every preemptible job in that domain).
     """
     gpu_hours: _builtins.float
     within_bound: _builtins.bool
