@@ -213,3 +213,66 @@ def test_bad_input_names_the_field_the_value_and_the_rule() -> None:
     assert got["shapes[0].constraints.require.tp"].startswith("unknown level 'rack'")
     with pytest.raises(InputError, match="shapes: give at least one job shape"):
         capacity(topo, ClusterState(), [])
+
+
+def _most_nested(leaves: list[list[int]], top: list[list[int]]) -> int:
+    """The most disjoint copies of a copy made of top units (each a list of node-unit sizes, all in one leaf, each
+    node unit in one node), by exhaustive search over leaves and nodes."""
+
+    def fits(state: tuple[tuple[int, ...], ...], todo: tuple[tuple[int, ...], ...]) -> bool:
+        if not todo:
+            return True
+        first, rest = todo[0], todo[1:]
+        for li, nodes in enumerate(state):
+            if li and state[li - 1] == nodes:
+                continue  # equal leaves: try one
+            for filled in _into_nodes(nodes, first):
+                nxt = tuple(sorted((*state[:li], filled, *state[li + 1 :]), reverse=True))
+                if fits(nxt, rest):
+                    return True
+        return False
+
+    start = tuple(sorted((tuple(sorted(lf, reverse=True)) for lf in leaves), reverse=True))
+    k = 0
+    while fits(start, tuple(tuple(sorted(u, reverse=True)) for u in top * (k + 1))):
+        k += 1
+    return k
+
+
+def _into_nodes(nodes: tuple[int, ...], units: tuple[int, ...]) -> list[tuple[int, ...]]:
+    """Every way (as sorted free counts) to put the node units into the nodes of one leaf."""
+    if not units:
+        return [nodes]
+    out: set[tuple[int, ...]] = set()
+    for i, f in enumerate(nodes):
+        if f >= units[0]:
+            nxt = tuple(sorted((*nodes[:i], f - units[0], *nodes[i + 1 :]), reverse=True))
+            out.update(_into_nodes(nxt, units[1:]))
+    return sorted(out)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize(("tp", "pp", "dp"), [(2, 2, 2), (4, 2, 1), (2, 3, 1)])
+def test_nested_levels_are_counted_and_bounded_by_an_exhaustive_count(
+    tp: int, pp: int, dp: int, seed: int
+) -> None:
+    """TP inside a node and each pipeline (TP x PP ranks) inside a leaf."""
+    topo, _ = cluster_from_dict(cluster_doc(6, gpus=8, per_leaf=2), "c")
+    state = _state(topo, seed, load=0.2 + 0.15 * seed)
+    doc = job_doc(tp, dp, pp, name=f"tp{tp}pp{pp}dp{dp}")
+    doc["model"]["layers"] = 24
+    doc["constraints"] = {"require": {"tp": "node", "pp": "leaf"}}
+    job = job_from_dict(doc, "j")
+    (shape,) = capacity(topo, state, [job]).shapes
+    leaves: dict[int, list[int]] = {}
+    for h in range(len(topo.host_names)):
+        free = sum(1 for d in topo.devices_in_domain[0][h] if state.usable(d))
+        leaves.setdefault(topo.parent[0][h], []).append(free)
+    best = _most_nested(list(leaves.values()), [[tp] * pp] * dp)
+    assert shape.method == "count"
+    assert shape.copies <= best <= shape.upper_bound
+    assert shape.copies == best  # one unit size per level: best fit finds the most here
+    for d in shape.domains:
+        if d.level == "leaf":
+            k = topo.domain_names[1].index(d.domain)
+            assert d.copies == _most_nested([leaves[k]], [[tp] * pp] * dp)

@@ -171,13 +171,114 @@ def _ancestors(topology: Topology, level: int, target: int) -> list[int]:
     return cur
 
 
+PLACE_BUDGET = 4
+"""Shapes counted by placing copies stop after this many times the time limit of one placement."""
+NESTED_TRIES = 8
+"""Domains tried per unit (fewest free devices first) before a nested copy gives up."""
+
+
+class _Nested:
+    """Greedy best-fit packing of copies whose rank units nest over several required levels (``tp: node`` inside
+    ``pp: leaf``): each unit, largest first, into the domain of its level with the fewest free devices that holds
+    it and its sub-units (NESTED_TRIES domains tried), inside the domain its enclosing unit took."""
+
+    def __init__(
+        self,
+        topology: Topology,
+        devices: Sequence[int],
+        levels: list[int],
+        units: dict[int, list[tuple[int, ...]]],
+    ) -> None:
+        self.levels = levels
+        cols = [topology.domain_column(lv) for lv in levels]
+        self.free: list[Counter[int]] = [Counter(col[d] for d in devices) for col in cols]
+        self.up: list[dict[int, int]] = []  # domain at levels[k] -> its ancestor at levels[k+1]
+        self.down: list[dict[int, list[int]]] = [{}]  # domain at levels[k] -> its descendants at levels[k-1]
+        for k in range(len(levels) - 1):
+            up = {cols[k][d]: cols[k + 1][d] for d in devices}
+            self.up.append(up)
+            down: dict[int, list[int]] = {}
+            for child, par in sorted(up.items()):
+                down.setdefault(par, []).append(child)
+            self.down.append(down)
+        self.sizes = [[len(u) for u in units[lv]] for lv in levels]
+        self.inner: list[list[list[int]]] = [
+            [[] for _ in units[levels[0]]]
+        ]  # unit -> its units one level down
+        for k in range(1, len(levels)):
+            where = {r: i for i, u in enumerate(units[levels[k - 1]]) for r in u}
+            self.inner.append([sorted({where[r] for r in u}) for u in units[levels[k]]])
+        self.ranks = sum(self.sizes[0])
+        # per level and unit: (size s, how many of its units one level down have >= s ranks)
+        self.needs: list[list[list[tuple[int, int]]]] = [[]]
+        for k in range(1, len(levels)):
+            per: list[list[tuple[int, int]]] = []
+            for inner in self.inner[k]:
+                sz = [self.sizes[k - 1][u] for u in inner]
+                per.append([(s, sum(1 for x in sz if x >= s)) for s in sorted(set(sz))])
+            self.needs.append(per)
+
+    def _take(self, d: int, size: int, log: list[tuple[int, int, int]]) -> None:
+        for k in range(len(self.levels)):
+            self.free[k][d] -= size
+            log.append((k, d, size))
+            if k < len(self.up):
+                d = self.up[k][d]
+
+    def _undo(self, log: list[tuple[int, int, int]], mark: int) -> None:
+        while len(log) > mark:
+            k, d, size = log.pop()
+            self.free[k][d] += size
+
+    def _room(self, k: int, unit: int, d: int) -> bool:
+        """Domain `d` of levels[k] has room for the unit's units one level down, counted per size (necessary; it
+        suffices when they have one size)."""
+        if k == 0:
+            return True
+        below = [self.free[k - 1][c] for c in self.down[k].get(d, [])]
+        return all(sum(f // s for f in below) >= need for s, need in self.needs[k][unit])
+
+    def _place(self, k: int, unit: int, parent: int | None, log: list[tuple[int, int, int]]) -> bool:
+        size = self.sizes[k][unit]
+        pool = self.free[k] if parent is None else self.down[k + 1].get(parent, [])
+        doms = sorted(
+            (d for d in pool if self.free[k][d] >= size and self._room(k, unit, d)),
+            key=lambda d: (self.free[k][d], d),
+        )
+        for d in doms[:NESTED_TRIES]:
+            if k == 0:
+                self._take(d, size, log)
+                return True
+            mark = len(log)
+            inner = sorted(self.inner[k][unit], key=lambda u: -self.sizes[k - 1][u])
+            if all(self._place(k - 1, u, d, log) for u in inner):
+                return True
+            self._undo(log, mark)
+        return False
+
+    def copies(self) -> int:
+        top = len(self.levels) - 1
+        order = sorted(range(len(self.sizes[top])), key=lambda u: -self.sizes[top][u])
+        limit = sum(self.free[0].values()) // self.ranks if self.ranks else 0
+        n = 0
+        while n < limit:
+            log: list[tuple[int, int, int]] = []
+            if not all(self._place(top, u, None, log) for u in order):
+                break
+            n += 1
+        return n
+
+
 def _count(
-    topology: Topology, job: Job, cands: Sequence[int], units: dict[int, list[int]]
-) -> tuple[int, int, list[DomainCapacity]] | None:
-    """The fast count: (greedy copies, upper bound, copies per domain), or None for a shape it does not cover
-    (units required at two or more levels)."""
+    topology: Topology,
+    job: Job,
+    cands: Sequence[int],
+    units: dict[int, list[int]],
+    tree: dict[int, list[tuple[int, ...]]],
+) -> tuple[int, int, list[DomainCapacity]]:
+    """The fast count: (greedy copies, upper bound, copies per domain at every level)."""
     if len(units) > 1:
-        return None
+        return _count_nested(topology, job, cands, tree)
     names = topology.domain_names
     per_level: list[list[DomainCapacity]] = []
     if units:
@@ -211,6 +312,42 @@ def _count(
     return total, upper, [r for rows in per_level for r in rows]
 
 
+def _count_nested(
+    topology: Topology, job: Job, cands: Sequence[int], tree: dict[int, list[tuple[int, ...]]]
+) -> tuple[int, int, list[DomainCapacity]]:
+    """`_count` for units required at two or more levels (`_Nested`); the upper bound is the least of each level's."""
+    levels = sorted(tree)
+    total = _Nested(topology, cands, levels, tree).copies()
+    upper = min(
+        _upper(
+            list(Counter(topology.domain_column(lv)[d] for d in cands).values()),
+            [len(u) for u in tree[lv]],
+            job.ranks,
+        )
+        for lv in levels
+    )
+    rows: list[DomainCapacity] = []
+    for level in range(len(topology.levels)):
+        col = topology.domain_column(level)
+        inside: dict[int, list[int]] = {}
+        for d in cands:
+            inside.setdefault(col[d], []).append(d)
+        below = [lv for lv in levels if lv <= level]  # required levels above `level` hold the domain whole
+        top = level == len(topology.levels) - 1
+        for k, devs in sorted(inside.items()):
+            if len(devs) < job.ranks:
+                continue
+            if top:
+                c = total  # the top domain is the whole cluster
+            else:
+                c = _Nested(topology, devs, below, tree).copies() if below else len(devs) // job.ranks
+            if c:
+                rows.append(
+                    DomainCapacity(topology.levels[level].name, topology.domain_names[level][k], c, len(devs))
+                )
+    return total, upper, rows
+
+
 def _place_copies(
     topology: Topology,
     state: ClusterState,
@@ -218,11 +355,15 @@ def _place_copies(
     traffic: Traffic,
     options: SolveOptions,
     limit: int,
+    until: float | None = None,
 ) -> list[PlacedCopy]:
-    """Up to `limit` copies placed one after another by `place`, each on the state the earlier ones left."""
+    """Up to `limit` copies placed one after another by `place`, each on the state the earlier ones left (none
+    started after `until`, a `time.perf_counter()` value)."""
     out: list[PlacedCopy] = []
     occupied = dict(state.occupied)
     for i in range(limit):
+        if until is not None and time.perf_counter() >= until:
+            break
         st = dataclasses.replace(state, occupied=dict(occupied))
         try:
             res = place(topology, st, job, options, traffic=traffic)
@@ -249,8 +390,8 @@ def capacity(
 ) -> CapacityResult:
     """For each shape alone on `state`: how many disjoint copies fit (greedy, a lower bound) and at most (an
     upper bound), per domain at each level, and, for the first `place_copies` copies, the mapping and modeled
-    step that `place` gives each on the state the earlier copies left. Shapes with spread rules, pins or units
-    required at two levels are counted by placing copies one by one (at most MAX_PLACED). Raises `InputError`
+    step that `place` gives each on the state the earlier copies left. Shapes with spread rules or pins are
+    counted by placing copies one by one (at most MAX_PLACED). Raises `InputError`
     naming the shape, the field and the rule."""
     t0 = time.perf_counter()
     opts = options or SolveOptions(time_limit_s=2.0)
@@ -270,16 +411,12 @@ def capacity(
     out: list[ShapeCapacity] = []
     for job, traffic in zip(shapes, traffics, strict=True):
         cands = candidate_devices(topology, state, job)
-        units = {
-            level: [len(u.ranks) for u in us] for level, us in required_units(topology, job, traffic).items()
-        }
+        tree = {level: [u.ranks for u in us] for level, us in required_units(topology, job, traffic).items()}
+        units = {level: [len(u) for u in us] for level, us in tree.items()}
         notes: list[str] = []
-        counted = None
         cons = job.constraints
         if not cons.spread and not cons.pins:
-            counted = _count(topology, job, cands, units)
-        if counted is not None:
-            copies, upper, domains = counted
+            copies, upper, domains = _count(topology, job, cands, units, tree)
             placed = _place_copies(topology, state, job, traffic, opts, min(place_copies, copies))
             if len(placed) < min(place_copies, copies):
                 notes.append(
@@ -288,16 +425,19 @@ def capacity(
                 )
             out.append(ShapeCapacity(job, len(cands), copies, upper, "count", domains, placed, notes))
             continue
-        why = "spread rules" if cons.spread else "pins" if cons.pins else "units required at two levels"
+        why = "spread rules" if cons.spread else "pins"
         cap = MAX_PLACED if not cons.pins else 1
-        placed = _place_copies(topology, state, job, traffic, opts, cap)
+        until = time.perf_counter() + PLACE_BUDGET * opts.time_limit_s
+        placed = _place_copies(topology, state, job, traffic, opts, cap, until)
         sizes = units[min(units)] if units else [1] * job.ranks
         free_low = list(
             Counter(topology.domain_column(min(units) if units else 0)[d] for d in cands).values()
         )
         upper = 1 if cons.pins else _upper(free_low, sizes, job.ranks)
-        upper = max(upper, len(placed))
-        notes.append(f"counted by placing copies one by one ({why}), at most {cap}")
+        notes.append(
+            f"counted by placing copies one by one ({why}), at most {cap}, for at most "
+            f"{PLACE_BUDGET * opts.time_limit_s:g} s: a lower bound"
+        )
         out.append(
             ShapeCapacity(job, len(cands), len(placed), upper, "place", [], placed[:place_copies], notes)
         )
