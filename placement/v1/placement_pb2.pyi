@@ -2905,7 +2905,7 @@ class ShapeCapacity(_message.Message):
     upper_bound: _builtins.int
     """No more copies fit (free devices and free devices per domain of the required level)."""
     method: _builtins.str
-    """"count" (free devices per domain) or "place" (copies placed one by one: spread rules, pins, nested levels)."""
+    """"count" (free devices per domain) or "place" (copies placed one by one: shapes with spread rules or pins)."""
     @_builtins.property
     def domains(self) -> _containers.RepeatedCompositeFieldContainer[Global___DomainCapacity]:
         """Domains at every level that hold at least one copy alone."""
