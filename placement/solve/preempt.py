@@ -251,7 +251,12 @@ class _Search:
         return objective_key(self.objective, len(victims), sum(self.costs[v] for v in victims))
 
     def exhausted(self) -> bool:
-        return self.checks >= self.max_checks or time.perf_counter() >= self.deadline
+        stop = self.options.stop
+        return (
+            self.checks >= self.max_checks
+            or time.perf_counter() >= self.deadline
+            or (stop is not None and stop.is_set())
+        )
 
     def check(self, name: str, victims: frozenset[str]) -> tuple[list[int], CostReport] | None:
         """The job placed on the state with `victims` freed (memoised), or None when it does not fit."""
@@ -300,10 +305,13 @@ def _covers(
     objective: Objective,
     within: frozenset[int] | None,
     seed: int,
+    deadline: float,
+    cut_short: list[bool],
 ) -> Iterator[frozenset[str]]:
     """Victim sets in nondecreasing order of the objective that meet the necessary counts: enough candidate
     devices (only those in `within`, when given) and, per required level, room for the job's units in the free
-    devices of each domain of that level. Each set is yielded once (a no-good cut excludes it afterwards)."""
+    devices of each domain of that level. Each set is yielded once (a no-good cut excludes it afterwards).
+    `cut_short` gains an entry when the model ran out of time before proving that no further set exists."""
     devs = [d for d in cover.devices if within is None or d in within]
     victims = sorted({cover.owner[d] for d in devs if d in cover.owner})
     if len(devs) < job.ranks:
@@ -346,11 +354,13 @@ def _covers(
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = 1
     solver.parameters.random_seed = seed
-    solver.parameters.max_time_in_seconds = 10.0
     while True:
+        solver.parameters.max_time_in_seconds = max(0.05, min(10.0, deadline - time.perf_counter()))
         status = solver.solve(m)
         if status != cp_model.OPTIMAL:
-            return  # infeasible: no further set meets the counts (or, rarely, not proven within 10 s)
+            if status != cp_model.INFEASIBLE:  # not proven within the time left: the search is not exhaustive
+                cut_short.append(True)
+            return  # no further set meets the counts
         chosen = frozenset(v for v in victims if solver.value(x[v]))
         yield chosen
         m.add_bool_or([~x[v] for v in victims if v in chosen] + [x[v] for v in victims if v not in chosen])
@@ -505,7 +515,9 @@ def preempt(
     if best is None or len(found) < 2:
         ranked: list[tuple[tuple[float, float], int, int, frozenset[str], frozenset[int]]] = []
         for level, k, devs in _lowest_domains(topology, cover, job):
-            first = next(_covers(topology, cover, job, costs, objective, devs, opts.seed), None)
+            first = next(
+                _covers(topology, cover, job, costs, objective, devs, opts.seed, search.deadline, []), None
+            )
             if first is not None:
                 ranked.append((search.key(first), level, k, first, devs))
         ranked.sort(key=lambda r: (r[0], r[1], r[2]))
@@ -529,9 +541,14 @@ def preempt(
     if not proven:
         proven = True
         extra = 0
-        for victims in _covers(topology, cover, job, costs, objective, None, opts.seed):
+        reached = False
+        cut_short: list[bool] = []
+        for victims in _covers(
+            topology, cover, job, costs, objective, None, opts.seed, search.deadline, cut_short
+        ):
             key = search.key(victims)
             if best is not None and key >= best:
+                reached = True
                 if extra >= PARETO_EXTRA or search.exhausted():
                     break
                 extra += 1
@@ -542,7 +559,9 @@ def preempt(
                 break
             a = consider("exact", victims)
             if a is not None and a.within_bound:
-                best = key
+                best, reached = key, True
+        if cut_short and not reached:  # the model ran out of time before the cheaper sets were all seen
+            proven = False
     stats: dict[str, float | int | str] = {
         "checks": search.checks,
         "preemptible": len(preemptible),
