@@ -344,23 +344,37 @@ def _covers(
                 caps.append(c)
             m.add(sum(caps) >= need)
     scaled = {v: round(costs[v] * COST_SCALE) for v in victims}
-    total = sum(scaled.values()) + 1
     count = sum(x.values())
     cost = sum(scaled[v] * x[v] for v in victims)
-    if objective is Objective.FEWEST:
-        m.minimize(count * total + cost)
-    else:
-        m.minimize(cost * (len(victims) + 1) + count)
+    first, second = (count, cost) if objective is Objective.FEWEST else (cost, count)
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = 1
     solver.parameters.random_seed = seed
-    while True:
+
+    def solve(model: cp_model.CpModel) -> bool | None:
+        """True: optimal; False: infeasible; None: out of time."""
         solver.parameters.max_time_in_seconds = max(0.05, min(10.0, deadline - time.perf_counter()))
-        status = solver.solve(m)
-        if status != cp_model.OPTIMAL:
-            if status != cp_model.INFEASIBLE:  # not proven within the time left: the search is not exhaustive
+        status = solver.solve(model)
+        if status == cp_model.OPTIMAL:
+            return True
+        return False if status == cp_model.INFEASIBLE else None
+
+    while True:  # lexicographic: the least first term, then the least second term among those
+        m.minimize(first)
+        ok = solve(m)
+        if not ok:
+            if ok is None:  # not proven within the time left: the search is not exhaustive
                 cut_short.append(True)
             return  # no further set meets the counts
+        best_first = round(solver.objective_value)
+        tie = m.clone()
+        tie.add(first == best_first)
+        tie.minimize(second)
+        for v in victims:
+            tie.add_hint(x[v], solver.value(x[v]))
+        if not solve(tie):
+            cut_short.append(True)
+            return
         chosen = frozenset(v for v in victims if solver.value(x[v]))
         yield chosen
         m.add_bool_or([~x[v] for v in victims if v in chosen] + [x[v] for v in victims if v not in chosen])
