@@ -10,6 +10,7 @@ from typing import Any
 
 import grpc
 import pytest
+from google.protobuf import json_format
 
 from placement.io.native import cluster_from_dict, job_from_dict, state_from_dict
 from placement.messages.files import request_from_dict
@@ -17,6 +18,8 @@ from placement.solve import SolveOptions, Strategy
 from placement.solve.capacity import capacity
 from placement.solve.preempt import RunningJob, preempt
 from placement.v1 import placement_pb2 as pb
+from placement.v1 import registry_pb2 as rpb
+from placement.v1 import registry_pb2_grpc as rpb_grpc
 from tests.support_cli import run, write
 from tests.support_server import Running, cluster_doc, field_violations, job_doc, rpc_error, running
 
@@ -220,3 +223,34 @@ def test_cli_capacity_shapes_and_json(tmp_path: Path) -> None:
     assert res.exit_code == 2 and "'tp8y4' is not a size" in res.stderr
     res = run("capacity", cluster, "--shape", "tp2", "--tp-level", "rack")
     assert res.exit_code == 2 and "--tp-level: unknown level 'rack'" in res.stderr
+
+
+def test_capacity_and_preempt_by_cluster_id_run_on_the_registry_state(tmp_path: Path) -> None:
+    with running(registry=f"sqlite://{tmp_path / 'registry.db'}") as r:
+        reg = rpb_grpc.ClusterRegistryStub(r.channel)
+        reg.PutCluster(
+            rpb.PutClusterRequest(cluster_id="c", cluster=json_format.ParseDict(_cluster(), pb.Cluster())),
+            timeout=30,
+        )
+        reg.UpdateState(
+            rpb.UpdateStateRequest(
+                cluster_id="c", generation=1, state=json_format.ParseDict({"occupied": OCCUPIED}, pb.State())
+            ),
+            timeout=30,
+        )
+        shape = json_format.ParseDict(job_doc(4, 1, name="tp4"), pb.Job())
+        got = r.stub.Capacity(pb.CapacityRequest(cluster_id="c", shapes=[shape]), timeout=60)
+        inline = request_from_dict(
+            {"cluster": _cluster(), "state": {"occupied": OCCUPIED}, "shapes": [job_doc(4, 1, name="tp4")]},
+            pb.CapacityRequest,
+        )
+        assert got.shapes[0].copies == r.stub.Capacity(inline, timeout=60).shapes[0].copies
+        req = request_from_dict(_preempt_doc(), pb.PreemptRequest)
+        req.ClearField("cluster")
+        req.ClearField("state")
+        req.cluster_id = "c"
+        resp = r.stub.Preempt(req, timeout=60)
+        lib = _library_preempt("fewest")
+        assert sorted(v.job for v in resp.answers[resp.recommended].victims) == sorted(
+            v.job for v in lib.chosen.victims
+        )
