@@ -163,6 +163,9 @@ def test_the_victims_are_the_least_set_that_fits_by_brute_force(
             assert set(v.devices) == {d for d, j in state.occupied.items() if j == v.job}
             assert v.used_devices == len(set(v.devices) & set(a.mapping))
             assert v.job in v.explanation and f"{v.gpu_hours:.3f} GPU-hours" in v.explanation
+            for where in v.clears:  # the domain holds some of its devices and nothing runs there afterwards
+                inside = set(topo.resolve(where))
+                assert inside & set(v.devices) and not inside & set(freed.occupied), where
     assert set(res.protected) == {rj.job for rj in running if rj.priority >= priority}
 
 

@@ -106,6 +106,7 @@ def preempt_answer(topo: Topology, a: PreemptAnswer, ideal_step_s: float | None)
             domain_devices=v.domain_devices,
             used_devices=v.used_devices,
             explanation=v.explanation,
+            clears=list(v.clears),
         )
         if v.checkpoint_age_s is not None:
             m.checkpoint_age_s = v.checkpoint_age_s

@@ -86,7 +86,7 @@ def restart_cost(rj: RunningJob, devices: int) -> float:
 @dataclass(frozen=True)
 class Victim:
     """One preempted job, explained: its devices, how many of them lie in the domain that holds the incoming
-    job and how many the job takes, its priority and cost."""
+    job and how many the job takes, the domains it clears, its priority and cost."""
 
     job: str
     priority: float
@@ -96,6 +96,9 @@ class Victim:
     domain_devices: int
     used_devices: int
     explanation: str
+    clears: tuple[str, ...] = ()
+    """The domains (``level:name``, the highest level below the top) holding its devices that the preemption
+    leaves with no occupied device."""
 
 
 @dataclass
@@ -401,6 +404,18 @@ def _domain_name(topology: Topology, mapping: Sequence[int]) -> tuple[int, int, 
     return level, k, f"{topology.levels[level].name}:{topology.domain_names[level][k]}"
 
 
+def _cleared(topology: Topology, after: ClusterState, devices: Sequence[int]) -> tuple[str, ...]:
+    """The domains (``level:name``) of the highest level below the top that hold some of `devices` and have no
+    occupied device on `after`: what preempting their job (with the other victims) clears."""
+    for level in range(len(topology.levels) - 2, -1, -1):
+        doms = sorted({topology.domain_of(d, level) for d in devices})
+        free = [k for k in doms if not any(d in after.occupied for d in topology.devices_in_domain[level][k])]
+        if free:
+            lname = topology.levels[level].name
+            return tuple(f"{lname}:{topology.domain_names[level][k]}" for k in free)
+    return ()
+
+
 def _answer(
     search: _Search,
     name: str,
@@ -423,13 +438,16 @@ def _answer(
         rj = running[v]
         age = f", checkpoint {rj.checkpoint_age_s:g} s old" if rj.checkpoint_age_s is not None else ""
         shown = ", ".join(topo.devices[d].id for d in devs[:4]) + (" ..." if len(devs) > 4 else "")
+        whole = _cleared(topo, after, devs)
         clears = f"; with the other victims it clears {where}" if cleared and nd else ""
+        if whole and not clears:
+            clears = f"; with the other victims it clears {', '.join(whole)}"
         text = (
             f"{v} (priority {rj.priority:g} < the job's): {len(devs)} device(s) ({shown}), {nd} of them in "
             f"{where}, the domain that holds the job, which takes {nu}{clears}; "
             f"{search.costs[v]:.3f} GPU-hours lost{age}"
         )
-        out.append(Victim(v, rj.priority, devs, search.costs[v], rj.checkpoint_age_s, nd, nu, text))
+        out.append(Victim(v, rj.priority, devs, search.costs[v], rj.checkpoint_age_s, nd, nu, text, whole))
     total = sum(search.costs[v] for v in victims)
     return PreemptAnswer(name, out, mapping, report, total, search.within(report), where)
 

@@ -2626,6 +2626,7 @@ class Victim(_message.Message):
     DOMAIN_DEVICES_FIELD_NUMBER: _builtins.int
     USED_DEVICES_FIELD_NUMBER: _builtins.int
     EXPLANATION_FIELD_NUMBER: _builtins.int
+    CLEARS_FIELD_NUMBER: _builtins.int
     job: _builtins.str
     priority: _builtins.float
     gpu_hours: _builtins.float
@@ -2638,6 +2639,12 @@ class Victim(_message.Message):
     def devices(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Every device it holds now."""
 
+    @_builtins.property
+    def clears(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The domains ("level:name", the highest level below the top) holding its devices that the preemption (with
+        the other victims) leaves with no occupied device.
+        """
+
     def __init__(
         self,
         *,
@@ -2649,10 +2656,11 @@ class Victim(_message.Message):
         domain_devices: _builtins.int = ...,
         used_devices: _builtins.int = ...,
         explanation: _builtins.str = ...,
+        clears: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_checkpoint_age_s", b"_checkpoint_age_s", "checkpoint_age_s", b"checkpoint_age_s"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_checkpoint_age_s", b"_checkpoint_age_s", "checkpoint_age_s", b"checkpoint_age_s", "devices", b"devices", "domain_devices", b"domain_devices", "explanation", b"explanation", "gpu_hours", b"gpu_hours", "job", b"job", "priority", b"priority", "used_devices", b"used_devices"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_checkpoint_age_s", b"_checkpoint_age_s", "checkpoint_age_s", b"checkpoint_age_s", "clears", b"clears", "devices", b"devices", "domain_devices", b"domain_devices", "explanation", b"explanation", "gpu_hours", b"gpu_hours", "job", b"job", "priority", b"priority", "used_devices", b"used_devices"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__checkpoint_age_s: _TypeAlias = _typing.Literal["checkpoint_age_s"]  # noqa: Y015
     _WhichOneofArgType__checkpoint_age_s: _TypeAlias = _typing.Literal["_checkpoint_age_s", b"_checkpoint_age_s"]  # noqa: Y015
