@@ -30,6 +30,7 @@ from placement.solve.batch.joint import place_batch
 from placement.solve.repair.run import repair
 from placement.v1 import placement_pb2 as pb
 from placement.v1 import placement_pb2_grpc as pb_grpc
+from server.decisions import DecisionsMixin
 from server.errors import Cancelled, DeadlineError, LimitExceeded, status_for
 from server.pool import SolvePool
 from server.settings import Settings
@@ -60,7 +61,7 @@ class _Budget:
     stop_at: float | None  # time.monotonic() value
 
 
-class PlacementServicer(pb_grpc.PlacementServiceServicer):
+class PlacementServicer(DecisionsMixin, pb_grpc.PlacementServiceServicer):
     """Place, Evaluate and Compare. Each call runs on the solve pool; the gRPC thread waits for it."""
 
     def __init__(

@@ -27,10 +27,12 @@ if TYPE_CHECKING:  # the modules COMMANDS loads, for the import checkers and myp
         batch,
         bind,
         calibrate,
+        capacity,
         evaluate,
         export,
         imports,
         place,
+        preempt,
         registry,
         repair,
         replay,
@@ -67,6 +69,14 @@ COMMANDS: dict[str, Entry] = {
         "Run CMD as this task's rank of the placement, on its GPU and that GPU's CPUs.",
     ),
     "repair": Entry("placement.cli.commands.repair", "Repair a running job after failures with few moves."),
+    "preempt": Entry(
+        "placement.cli.commands.preempt",
+        "Preempt the fewest or cheapest lower-priority jobs so that a job fits.",
+    ),
+    "capacity": Entry(
+        "placement.cli.commands.capacity",
+        "How many copies of each job shape fit now, per domain, and how fragmented the free devices are.",
+    ),
     "whatif": Entry(
         "placement.cli.commands.whatif",
         "What-if studies: `whatif SWEEP` (a sweep file) or `whatif defrag CLUSTER`.",

@@ -2479,3 +2479,532 @@ class RepairResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___RepairResponse: _TypeAlias = RepairResponse  # noqa: Y015
+
+@_typing.final
+class RunningJob(_message.Message):
+    """---- Preempt: whom to stop so that a job fits (placement.solve.preempt) -------------------------------------
+
+    A running job that might be preempted. Give gpu_hours or checkpoint_age_s (at least one).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_FIELD_NUMBER: _builtins.int
+    PRIORITY_FIELD_NUMBER: _builtins.int
+    CHECKPOINT_AGE_S_FIELD_NUMBER: _builtins.int
+    GPU_HOURS_FIELD_NUMBER: _builtins.int
+    job: _builtins.str
+    """Its name as in state.occupied[].job."""
+    priority: _builtins.float
+    """Default 0. Only jobs of priority strictly below PreemptRequest.priority may be preempted."""
+    checkpoint_age_s: _builtins.float
+    """Seconds since its last checkpoint: the work lost on each of its devices if it is preempted."""
+    gpu_hours: _builtins.float
+    """GPU-hours lost if it is preempted (overrides devices x checkpoint_age_s / 3600)."""
+    def __init__(
+        self,
+        *,
+        job: _builtins.str = ...,
+        priority: _builtins.float | None = ...,
+        checkpoint_age_s: _builtins.float | None = ...,
+        gpu_hours: _builtins.float | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_checkpoint_age_s", b"_checkpoint_age_s", "_gpu_hours", b"_gpu_hours", "_priority", b"_priority", "checkpoint_age_s", b"checkpoint_age_s", "gpu_hours", b"gpu_hours", "priority", b"priority"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_checkpoint_age_s", b"_checkpoint_age_s", "_gpu_hours", b"_gpu_hours", "_priority", b"_priority", "checkpoint_age_s", b"checkpoint_age_s", "gpu_hours", b"gpu_hours", "job", b"job", "priority", b"priority"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__checkpoint_age_s: _TypeAlias = _typing.Literal["checkpoint_age_s"]  # noqa: Y015
+    _WhichOneofArgType__checkpoint_age_s: _TypeAlias = _typing.Literal["_checkpoint_age_s", b"_checkpoint_age_s"]  # noqa: Y015
+    _WhichOneofReturnType__gpu_hours: _TypeAlias = _typing.Literal["gpu_hours"]  # noqa: Y015
+    _WhichOneofArgType__gpu_hours: _TypeAlias = _typing.Literal["_gpu_hours", b"_gpu_hours"]  # noqa: Y015
+    _WhichOneofReturnType__priority: _TypeAlias = _typing.Literal["priority"]  # noqa: Y015
+    _WhichOneofArgType__priority: _TypeAlias = _typing.Literal["_priority", b"_priority"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__checkpoint_age_s) -> _WhichOneofReturnType__checkpoint_age_s | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__gpu_hours) -> _WhichOneofReturnType__gpu_hours | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__priority) -> _WhichOneofReturnType__priority | None: ...
+
+Global___RunningJob: _TypeAlias = RunningJob  # noqa: Y015
+
+@_typing.final
+class PreemptRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CLUSTER_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    JOB_FIELD_NUMBER: _builtins.int
+    PRIORITY_FIELD_NUMBER: _builtins.int
+    RUNNING_FIELD_NUMBER: _builtins.int
+    MAX_STEP_SECONDS_FIELD_NUMBER: _builtins.int
+    MAX_SLOWDOWN_FIELD_NUMBER: _builtins.int
+    OBJECTIVE_FIELD_NUMBER: _builtins.int
+    OPTIONS_FIELD_NUMBER: _builtins.int
+    CLUSTER_ID_FIELD_NUMBER: _builtins.int
+    MAX_CHECKS_FIELD_NUMBER: _builtins.int
+    priority: _builtins.float
+    """The incoming job's priority, default 0."""
+    max_step_seconds: _builtins.float
+    """The step bound: at most this many seconds, and/or at most max_slowdown x the job's ideal step (its step on
+    the cluster with no occupancy); the tighter of the two. Neither: any placement will do.
+    """
+    max_slowdown: _builtins.float
+    objective: _builtins.str
+    """"fewest" (default: fewest victims, then GPU-hours) or "gpu-hours" (fewest GPU-hours, then victims)."""
+    cluster_id: _builtins.str
+    """Instead of cluster and state: a registry cluster on its current state (as PlaceRequest.cluster_id)."""
+    max_checks: _builtins.int
+    """Feasibility checks (placements) at most, default 64."""
+    @_builtins.property
+    def cluster(self) -> Global___Cluster: ...
+    @_builtins.property
+    def state(self) -> Global___State: ...
+    @_builtins.property
+    def job(self) -> Global___Job:
+        """The incoming job."""
+
+    @_builtins.property
+    def running(self) -> _containers.RepeatedCompositeFieldContainer[Global___RunningJob]:
+        """The running jobs with their priorities and restart costs; jobs of the occupancy not listed here are never
+        preempted.
+        """
+
+    @_builtins.property
+    def options(self) -> Global___Options:
+        """time_limit_s covers the whole search; each check (a placement) gets a share of it."""
+
+    def __init__(
+        self,
+        *,
+        cluster: Global___Cluster | None = ...,
+        state: Global___State | None = ...,
+        job: Global___Job | None = ...,
+        priority: _builtins.float | None = ...,
+        running: _abc.Iterable[Global___RunningJob] | None = ...,
+        max_step_seconds: _builtins.float | None = ...,
+        max_slowdown: _builtins.float | None = ...,
+        objective: _builtins.str = ...,
+        options: Global___Options | None = ...,
+        cluster_id: _builtins.str = ...,
+        max_checks: _builtins.int | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_max_checks", b"_max_checks", "_max_slowdown", b"_max_slowdown", "_max_step_seconds", b"_max_step_seconds", "_priority", b"_priority", "cluster", b"cluster", "job", b"job", "max_checks", b"max_checks", "max_slowdown", b"max_slowdown", "max_step_seconds", b"max_step_seconds", "options", b"options", "priority", b"priority", "state", b"state"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_max_checks", b"_max_checks", "_max_slowdown", b"_max_slowdown", "_max_step_seconds", b"_max_step_seconds", "_priority", b"_priority", "cluster", b"cluster", "cluster_id", b"cluster_id", "job", b"job", "max_checks", b"max_checks", "max_slowdown", b"max_slowdown", "max_step_seconds", b"max_step_seconds", "objective", b"objective", "options", b"options", "priority", b"priority", "running", b"running", "state", b"state"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__max_checks: _TypeAlias = _typing.Literal["max_checks"]  # noqa: Y015
+    _WhichOneofArgType__max_checks: _TypeAlias = _typing.Literal["_max_checks", b"_max_checks"]  # noqa: Y015
+    _WhichOneofReturnType__max_slowdown: _TypeAlias = _typing.Literal["max_slowdown"]  # noqa: Y015
+    _WhichOneofArgType__max_slowdown: _TypeAlias = _typing.Literal["_max_slowdown", b"_max_slowdown"]  # noqa: Y015
+    _WhichOneofReturnType__max_step_seconds: _TypeAlias = _typing.Literal["max_step_seconds"]  # noqa: Y015
+    _WhichOneofArgType__max_step_seconds: _TypeAlias = _typing.Literal["_max_step_seconds", b"_max_step_seconds"]  # noqa: Y015
+    _WhichOneofReturnType__priority: _TypeAlias = _typing.Literal["priority"]  # noqa: Y015
+    _WhichOneofArgType__priority: _TypeAlias = _typing.Literal["_priority", b"_priority"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__max_checks) -> _WhichOneofReturnType__max_checks | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__max_slowdown) -> _WhichOneofReturnType__max_slowdown | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__max_step_seconds) -> _WhichOneofReturnType__max_step_seconds | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__priority) -> _WhichOneofReturnType__priority | None: ...
+
+Global___PreemptRequest: _TypeAlias = PreemptRequest  # noqa: Y015
+
+@_typing.final
+class Victim(_message.Message):
+    """One preempted job, explained."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_FIELD_NUMBER: _builtins.int
+    PRIORITY_FIELD_NUMBER: _builtins.int
+    DEVICES_FIELD_NUMBER: _builtins.int
+    GPU_HOURS_FIELD_NUMBER: _builtins.int
+    CHECKPOINT_AGE_S_FIELD_NUMBER: _builtins.int
+    DOMAIN_DEVICES_FIELD_NUMBER: _builtins.int
+    USED_DEVICES_FIELD_NUMBER: _builtins.int
+    EXPLANATION_FIELD_NUMBER: _builtins.int
+    CLEARS_FIELD_NUMBER: _builtins.int
+    job: _builtins.str
+    priority: _builtins.float
+    gpu_hours: _builtins.float
+    checkpoint_age_s: _builtins.float
+    domain_devices: _builtins.int
+    """Of its devices: those in the lowest domain holding the incoming job, and those the job takes."""
+    used_devices: _builtins.int
+    explanation: _builtins.str
+    @_builtins.property
+    def devices(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Every device it holds now."""
+
+    @_builtins.property
+    def clears(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The domains ("level:name", the highest level below the top) holding its devices that the preemption (with
+        the other victims) leaves with no occupied device.
+        """
+
+    def __init__(
+        self,
+        *,
+        job: _builtins.str = ...,
+        priority: _builtins.float = ...,
+        devices: _abc.Iterable[_builtins.str] | None = ...,
+        gpu_hours: _builtins.float = ...,
+        checkpoint_age_s: _builtins.float | None = ...,
+        domain_devices: _builtins.int = ...,
+        used_devices: _builtins.int = ...,
+        explanation: _builtins.str = ...,
+        clears: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_checkpoint_age_s", b"_checkpoint_age_s", "checkpoint_age_s", b"checkpoint_age_s"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_checkpoint_age_s", b"_checkpoint_age_s", "checkpoint_age_s", b"checkpoint_age_s", "clears", b"clears", "devices", b"devices", "domain_devices", b"domain_devices", "explanation", b"explanation", "gpu_hours", b"gpu_hours", "job", b"job", "priority", b"priority", "used_devices", b"used_devices"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__checkpoint_age_s: _TypeAlias = _typing.Literal["checkpoint_age_s"]  # noqa: Y015
+    _WhichOneofArgType__checkpoint_age_s: _TypeAlias = _typing.Literal["_checkpoint_age_s", b"_checkpoint_age_s"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__checkpoint_age_s) -> _WhichOneofReturnType__checkpoint_age_s | None: ...
+
+Global___Victim: _TypeAlias = Victim  # noqa: Y015
+
+@_typing.final
+class PreemptAnswer(_message.Message):
+    """One point of the trade-off."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    VICTIMS_FIELD_NUMBER: _builtins.int
+    GPU_HOURS_FIELD_NUMBER: _builtins.int
+    MAPPING_FIELD_NUMBER: _builtins.int
+    COST_FIELD_NUMBER: _builtins.int
+    WITHIN_BOUND_FIELD_NUMBER: _builtins.int
+    DOMAIN_FIELD_NUMBER: _builtins.int
+    SLOWDOWN_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """How it was found: "none" (no victim), "exact" (the exact search, cheapest first), "more" (the next sets
+    after the least, for the Pareto set), "domain LEVEL:NAME" (the cheapest set inside one domain), "clear
+    LEVEL:NAME" (every preemptible job in that domain).
+    """
+    gpu_hours: _builtins.float
+    within_bound: _builtins.bool
+    domain: _builtins.str
+    """The lowest domain holding the job, "level:name"."""
+    slowdown: _builtins.float
+    """cost.step_seconds / the ideal step; unset when the job has no ideal step."""
+    @_builtins.property
+    def victims(self) -> _containers.RepeatedCompositeFieldContainer[Global___Victim]: ...
+    @_builtins.property
+    def mapping(self) -> _containers.RepeatedCompositeFieldContainer[Global___Assignment]:
+        """The job on the state with the victims' devices freed, in rank order."""
+
+    @_builtins.property
+    def cost(self) -> Global___StepCost: ...
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        victims: _abc.Iterable[Global___Victim] | None = ...,
+        gpu_hours: _builtins.float = ...,
+        mapping: _abc.Iterable[Global___Assignment] | None = ...,
+        cost: Global___StepCost | None = ...,
+        within_bound: _builtins.bool = ...,
+        domain: _builtins.str = ...,
+        slowdown: _builtins.float | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_slowdown", b"_slowdown", "cost", b"cost", "slowdown", b"slowdown"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_slowdown", b"_slowdown", "cost", b"cost", "domain", b"domain", "gpu_hours", b"gpu_hours", "mapping", b"mapping", "name", b"name", "slowdown", b"slowdown", "victims", b"victims", "within_bound", b"within_bound"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__slowdown: _TypeAlias = _typing.Literal["slowdown"]  # noqa: Y015
+    _WhichOneofArgType__slowdown: _TypeAlias = _typing.Literal["_slowdown", b"_slowdown"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__slowdown) -> _WhichOneofReturnType__slowdown | None: ...
+
+Global___PreemptAnswer: _TypeAlias = PreemptAnswer  # noqa: Y015
+
+@_typing.final
+class PreemptResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ANSWERS_FIELD_NUMBER: _builtins.int
+    RECOMMENDED_FIELD_NUMBER: _builtins.int
+    BOUND_STEP_SECONDS_FIELD_NUMBER: _builtins.int
+    IDEAL_FIELD_NUMBER: _builtins.int
+    OBJECTIVE_FIELD_NUMBER: _builtins.int
+    PROVEN_FIELD_NUMBER: _builtins.int
+    PROTECTED_FIELD_NUMBER: _builtins.int
+    STATS_FIELD_NUMBER: _builtins.int
+    recommended: _builtins.int
+    """Index into answers: the least cost within the bound."""
+    bound_step_seconds: _builtins.float
+    """The step bound in seconds; unset: no bound."""
+    objective: _builtins.str
+    proven: _builtins.bool
+    """True when every cheaper set that could hold the job was checked: no cheaper set places it within the bound."""
+    @_builtins.property
+    def answers(self) -> _containers.RepeatedCompositeFieldContainer[Global___PreemptAnswer]:
+        """Least cost (by the objective) first; each later answer is faster (a Pareto front). Answers over the bound
+        are kept with within_bound false.
+        """
+
+    @_builtins.property
+    def ideal(self) -> Global___StepCost:
+        """The job's step on the cluster with no occupancy."""
+
+    @_builtins.property
+    def protected(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Running jobs never preempted here: priority >= the job's, or not listed in running."""
+
+    @_builtins.property
+    def stats(self) -> Global___SolveStats: ...
+    def __init__(
+        self,
+        *,
+        answers: _abc.Iterable[Global___PreemptAnswer] | None = ...,
+        recommended: _builtins.int = ...,
+        bound_step_seconds: _builtins.float | None = ...,
+        ideal: Global___StepCost | None = ...,
+        objective: _builtins.str = ...,
+        proven: _builtins.bool = ...,
+        protected: _abc.Iterable[_builtins.str] | None = ...,
+        stats: Global___SolveStats | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_bound_step_seconds", b"_bound_step_seconds", "bound_step_seconds", b"bound_step_seconds", "ideal", b"ideal", "stats", b"stats"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_bound_step_seconds", b"_bound_step_seconds", "answers", b"answers", "bound_step_seconds", b"bound_step_seconds", "ideal", b"ideal", "objective", b"objective", "protected", b"protected", "proven", b"proven", "recommended", b"recommended", "stats", b"stats"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__bound_step_seconds: _TypeAlias = _typing.Literal["bound_step_seconds"]  # noqa: Y015
+    _WhichOneofArgType__bound_step_seconds: _TypeAlias = _typing.Literal["_bound_step_seconds", b"_bound_step_seconds"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__bound_step_seconds) -> _WhichOneofReturnType__bound_step_seconds | None: ...
+
+Global___PreemptResponse: _TypeAlias = PreemptResponse  # noqa: Y015
+
+@_typing.final
+class CapacityRequest(_message.Message):
+    """---- Capacity: what could still be placed (placement.solve.capacity) -----------------------------------------"""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CLUSTER_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    SHAPES_FIELD_NUMBER: _builtins.int
+    PLACE_COPIES_FIELD_NUMBER: _builtins.int
+    OPTIONS_FIELD_NUMBER: _builtins.int
+    CLUSTER_ID_FIELD_NUMBER: _builtins.int
+    place_copies: _builtins.int
+    """Copies of each shape to place one after another and model (their steps); default 0: counts only. At most 64."""
+    cluster_id: _builtins.str
+    """Instead of cluster and state: a registry cluster on its current state (as PlaceRequest.cluster_id)."""
+    @_builtins.property
+    def cluster(self) -> Global___Cluster: ...
+    @_builtins.property
+    def state(self) -> Global___State: ...
+    @_builtins.property
+    def shapes(self) -> _containers.RepeatedCompositeFieldContainer[Global___Job]:
+        """The job shapes; each is counted alone on the state (copies of one shape do not share devices; shapes are
+        not packed together).
+        """
+
+    @_builtins.property
+    def options(self) -> Global___Options:
+        """For the placed copies (time_limit_s per copy)."""
+
+    def __init__(
+        self,
+        *,
+        cluster: Global___Cluster | None = ...,
+        state: Global___State | None = ...,
+        shapes: _abc.Iterable[Global___Job] | None = ...,
+        place_copies: _builtins.int | None = ...,
+        options: Global___Options | None = ...,
+        cluster_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_place_copies", b"_place_copies", "cluster", b"cluster", "options", b"options", "place_copies", b"place_copies", "state", b"state"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_place_copies", b"_place_copies", "cluster", b"cluster", "cluster_id", b"cluster_id", "options", b"options", "place_copies", b"place_copies", "shapes", b"shapes", "state", b"state"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__place_copies: _TypeAlias = _typing.Literal["place_copies"]  # noqa: Y015
+    _WhichOneofArgType__place_copies: _TypeAlias = _typing.Literal["_place_copies", b"_place_copies"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__place_copies) -> _WhichOneofReturnType__place_copies | None: ...
+
+Global___CapacityRequest: _TypeAlias = CapacityRequest  # noqa: Y015
+
+@_typing.final
+class DomainCapacity(_message.Message):
+    """Copies of a shape that fit inside one domain alone."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LEVEL_FIELD_NUMBER: _builtins.int
+    DOMAIN_FIELD_NUMBER: _builtins.int
+    COPIES_FIELD_NUMBER: _builtins.int
+    FREE_DEVICES_FIELD_NUMBER: _builtins.int
+    level: _builtins.str
+    domain: _builtins.str
+    copies: _builtins.int
+    free_devices: _builtins.int
+    """Free devices of the shape's kind in the domain."""
+    def __init__(
+        self,
+        *,
+        level: _builtins.str = ...,
+        domain: _builtins.str = ...,
+        copies: _builtins.int = ...,
+        free_devices: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["copies", b"copies", "domain", b"domain", "free_devices", b"free_devices", "level", b"level"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DomainCapacity: _TypeAlias = DomainCapacity  # noqa: Y015
+
+@_typing.final
+class PlacedCopy(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    INDEX_FIELD_NUMBER: _builtins.int
+    MAPPING_FIELD_NUMBER: _builtins.int
+    COST_FIELD_NUMBER: _builtins.int
+    index: _builtins.int
+    @_builtins.property
+    def mapping(self) -> _containers.RepeatedCompositeFieldContainer[Global___Assignment]: ...
+    @_builtins.property
+    def cost(self) -> Global___StepCost: ...
+    def __init__(
+        self,
+        *,
+        index: _builtins.int = ...,
+        mapping: _abc.Iterable[Global___Assignment] | None = ...,
+        cost: Global___StepCost | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["cost", b"cost"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cost", b"cost", "index", b"index", "mapping", b"mapping"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PlacedCopy: _TypeAlias = PlacedCopy  # noqa: Y015
+
+@_typing.final
+class ShapeCapacity(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SHAPE_INDEX_FIELD_NUMBER: _builtins.int
+    JOB_FIELD_NUMBER: _builtins.int
+    RANKS_FIELD_NUMBER: _builtins.int
+    USABLE_DEVICES_FIELD_NUMBER: _builtins.int
+    COPIES_FIELD_NUMBER: _builtins.int
+    UPPER_BOUND_FIELD_NUMBER: _builtins.int
+    METHOD_FIELD_NUMBER: _builtins.int
+    DOMAINS_FIELD_NUMBER: _builtins.int
+    PLACED_FIELD_NUMBER: _builtins.int
+    NOTES_FIELD_NUMBER: _builtins.int
+    shape_index: _builtins.int
+    """Position of the shape in CapacityRequest.shapes, and its job name."""
+    job: _builtins.str
+    ranks: _builtins.int
+    usable_devices: _builtins.int
+    """Free devices the shape may use."""
+    copies: _builtins.int
+    """Disjoint copies found by greedy packing: a lower bound (each copy counted can be placed)."""
+    upper_bound: _builtins.int
+    """No more copies fit (free devices and free devices per domain of the required level)."""
+    method: _builtins.str
+    """"count" (free devices per domain) or "place" (copies placed one by one: shapes with spread rules or pins)."""
+    @_builtins.property
+    def domains(self) -> _containers.RepeatedCompositeFieldContainer[Global___DomainCapacity]:
+        """Domains at every level that hold at least one copy alone."""
+
+    @_builtins.property
+    def placed(self) -> _containers.RepeatedCompositeFieldContainer[Global___PlacedCopy]: ...
+    @_builtins.property
+    def notes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        shape_index: _builtins.int = ...,
+        job: _builtins.str = ...,
+        ranks: _builtins.int = ...,
+        usable_devices: _builtins.int = ...,
+        copies: _builtins.int = ...,
+        upper_bound: _builtins.int = ...,
+        method: _builtins.str = ...,
+        domains: _abc.Iterable[Global___DomainCapacity] | None = ...,
+        placed: _abc.Iterable[Global___PlacedCopy] | None = ...,
+        notes: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["copies", b"copies", "domains", b"domains", "job", b"job", "method", b"method", "notes", b"notes", "placed", b"placed", "ranks", b"ranks", "shape_index", b"shape_index", "upper_bound", b"upper_bound", "usable_devices", b"usable_devices"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ShapeCapacity: _TypeAlias = ShapeCapacity  # noqa: Y015
+
+@_typing.final
+class LevelFragmentation(_message.Message):
+    """How scattered the free devices of one level are."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LEVEL_FIELD_NUMBER: _builtins.int
+    FRAGMENTATION_FIELD_NUMBER: _builtins.int
+    FREE_DEVICES_FIELD_NUMBER: _builtins.int
+    DOMAINS_WITH_FREE_FIELD_NUMBER: _builtins.int
+    LARGEST_FREE_BLOCK_FIELD_NUMBER: _builtins.int
+    level: _builtins.str
+    fragmentation: _builtins.float
+    """Mean over the level's domains with free devices of 1 - (most free devices in one child domain) / (free
+    devices of the domain); 0 at the host level.
+    """
+    free_devices: _builtins.int
+    domains_with_free: _builtins.int
+    largest_free_block: _builtins.int
+    """The most free devices in one domain of the level."""
+    def __init__(
+        self,
+        *,
+        level: _builtins.str = ...,
+        fragmentation: _builtins.float = ...,
+        free_devices: _builtins.int = ...,
+        domains_with_free: _builtins.int = ...,
+        largest_free_block: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["domains_with_free", b"domains_with_free", "fragmentation", b"fragmentation", "free_devices", b"free_devices", "largest_free_block", b"largest_free_block", "level", b"level"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LevelFragmentation: _TypeAlias = LevelFragmentation  # noqa: Y015
+
+@_typing.final
+class CapacityResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SHAPES_FIELD_NUMBER: _builtins.int
+    FRAGMENTATION_FIELD_NUMBER: _builtins.int
+    STATS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def shapes(self) -> _containers.RepeatedCompositeFieldContainer[Global___ShapeCapacity]: ...
+    @_builtins.property
+    def fragmentation(self) -> _containers.RepeatedCompositeFieldContainer[Global___LevelFragmentation]: ...
+    @_builtins.property
+    def stats(self) -> Global___SolveStats: ...
+    def __init__(
+        self,
+        *,
+        shapes: _abc.Iterable[Global___ShapeCapacity] | None = ...,
+        fragmentation: _abc.Iterable[Global___LevelFragmentation] | None = ...,
+        stats: Global___SolveStats | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["stats", b"stats"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["fragmentation", b"fragmentation", "shapes", b"shapes", "stats", b"stats"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CapacityResponse: _TypeAlias = CapacityResponse  # noqa: Y015

@@ -60,6 +60,16 @@ class PlacementServiceStub:
                 request_serializer=placement_dot_v1_dot_placement__pb2.RepairRequest.SerializeToString,
                 response_deserializer=placement_dot_v1_dot_placement__pb2.RepairResponse.FromString,
                 _registered_method=True)
+        self.Preempt = channel.unary_unary(
+                '/placement.v1.PlacementService/Preempt',
+                request_serializer=placement_dot_v1_dot_placement__pb2.PreemptRequest.SerializeToString,
+                response_deserializer=placement_dot_v1_dot_placement__pb2.PreemptResponse.FromString,
+                _registered_method=True)
+        self.Capacity = channel.unary_unary(
+                '/placement.v1.PlacementService/Capacity',
+                request_serializer=placement_dot_v1_dot_placement__pb2.CapacityRequest.SerializeToString,
+                response_deserializer=placement_dot_v1_dot_placement__pb2.CapacityResponse.FromString,
+                _registered_method=True)
 
 
 class PlacementServiceServicer:
@@ -109,6 +119,24 @@ class PlacementServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Preempt(self, request, context):
+        """The running jobs to preempt so that a job can be placed within a step bound, at the least cost (fewest
+        victims or fewest GPU-hours lost), with the Pareto set of that cost against the job's step. Only jobs of
+        strictly lower priority than the incoming job are preempted. options.time_limit_s covers the whole search.
+        No victim set within the bound: FAILED_PRECONDITION. See docs/decisions.md.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Capacity(self, request, context):
+        """How many disjoint copies of each job shape fit on the state now (a greedy count and an upper bound), per
+        domain at each level, the modeled steps of the first copies, and the fragmentation per level.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_PlacementServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -136,6 +164,16 @@ def add_PlacementServiceServicer_to_server(servicer, server):
                     servicer.Repair,
                     request_deserializer=placement_dot_v1_dot_placement__pb2.RepairRequest.FromString,
                     response_serializer=placement_dot_v1_dot_placement__pb2.RepairResponse.SerializeToString,
+            ),
+            'Preempt': grpc.unary_unary_rpc_method_handler(
+                    servicer.Preempt,
+                    request_deserializer=placement_dot_v1_dot_placement__pb2.PreemptRequest.FromString,
+                    response_serializer=placement_dot_v1_dot_placement__pb2.PreemptResponse.SerializeToString,
+            ),
+            'Capacity': grpc.unary_unary_rpc_method_handler(
+                    servicer.Capacity,
+                    request_deserializer=placement_dot_v1_dot_placement__pb2.CapacityRequest.FromString,
+                    response_serializer=placement_dot_v1_dot_placement__pb2.CapacityResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -274,6 +312,60 @@ class PlacementService:
             '/placement.v1.PlacementService/Repair',
             placement_dot_v1_dot_placement__pb2.RepairRequest.SerializeToString,
             placement_dot_v1_dot_placement__pb2.RepairResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Preempt(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/placement.v1.PlacementService/Preempt',
+            placement_dot_v1_dot_placement__pb2.PreemptRequest.SerializeToString,
+            placement_dot_v1_dot_placement__pb2.PreemptResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Capacity(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/placement.v1.PlacementService/Capacity',
+            placement_dot_v1_dot_placement__pb2.CapacityRequest.SerializeToString,
+            placement_dot_v1_dot_placement__pb2.CapacityResponse.FromString,
             options,
             channel_credentials,
             insecure,

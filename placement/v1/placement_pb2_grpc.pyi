@@ -79,6 +79,16 @@ class PlacementServiceStub:
     modeled step seconds) answers from the least repair to a full re-place. Ranks on failed or drained devices
     must move; others move only where that is faster. options.time_limit_s covers the whole repair.
     """
+    Preempt: _grpc.UnaryUnaryMultiCallable[_placement_pb2.PreemptRequest, _placement_pb2.PreemptResponse]
+    """The running jobs to preempt so that a job can be placed within a step bound, at the least cost (fewest
+    victims or fewest GPU-hours lost), with the Pareto set of that cost against the job's step. Only jobs of
+    strictly lower priority than the incoming job are preempted. options.time_limit_s covers the whole search.
+    No victim set within the bound: FAILED_PRECONDITION. See docs/decisions.md.
+    """
+    Capacity: _grpc.UnaryUnaryMultiCallable[_placement_pb2.CapacityRequest, _placement_pb2.CapacityResponse]
+    """How many disjoint copies of each job shape fit on the state now (a greedy count and an upper bound), per
+    domain at each level, the modeled steps of the first copies, and the fragmentation per level.
+    """
 
 @_typing.type_check_only
 class PlacementServiceAsyncStub(PlacementServiceStub):
@@ -106,6 +116,16 @@ class PlacementServiceAsyncStub(PlacementServiceStub):
     """Repair a running job after failures, drains or degradations with few moves: a Pareto set of (moved ranks,
     modeled step seconds) answers from the least repair to a full re-place. Ranks on failed or drained devices
     must move; others move only where that is faster. options.time_limit_s covers the whole repair.
+    """
+    Preempt: _aio.UnaryUnaryMultiCallable[_placement_pb2.PreemptRequest, _placement_pb2.PreemptResponse]  # type: ignore[assignment]
+    """The running jobs to preempt so that a job can be placed within a step bound, at the least cost (fewest
+    victims or fewest GPU-hours lost), with the Pareto set of that cost against the job's step. Only jobs of
+    strictly lower priority than the incoming job are preempted. options.time_limit_s covers the whole search.
+    No victim set within the bound: FAILED_PRECONDITION. See docs/decisions.md.
+    """
+    Capacity: _aio.UnaryUnaryMultiCallable[_placement_pb2.CapacityRequest, _placement_pb2.CapacityResponse]  # type: ignore[assignment]
+    """How many disjoint copies of each job shape fit on the state now (a greedy count and an upper bound), per
+    domain at each level, the modeled steps of the first copies, and the fragmentation per level.
     """
 
 class PlacementServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -161,6 +181,28 @@ class PlacementServiceServicer(metaclass=_abc_1.ABCMeta):
         """Repair a running job after failures, drains or degradations with few moves: a Pareto set of (moved ranks,
         modeled step seconds) answers from the least repair to a full re-place. Ranks on failed or drained devices
         must move; others move only where that is faster. options.time_limit_s covers the whole repair.
+        """
+
+    @_abc_1.abstractmethod
+    def Preempt(
+        self,
+        request: _placement_pb2.PreemptRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_placement_pb2.PreemptResponse, _abc.Awaitable[_placement_pb2.PreemptResponse]]:
+        """The running jobs to preempt so that a job can be placed within a step bound, at the least cost (fewest
+        victims or fewest GPU-hours lost), with the Pareto set of that cost against the job's step. Only jobs of
+        strictly lower priority than the incoming job are preempted. options.time_limit_s covers the whole search.
+        No victim set within the bound: FAILED_PRECONDITION. See docs/decisions.md.
+        """
+
+    @_abc_1.abstractmethod
+    def Capacity(
+        self,
+        request: _placement_pb2.CapacityRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_placement_pb2.CapacityResponse, _abc.Awaitable[_placement_pb2.CapacityResponse]]:
+        """How many disjoint copies of each job shape fit on the state now (a greedy count and an upper bound), per
+        domain at each level, the modeled steps of the first copies, and the fragmentation per level.
         """
 
 def add_PlacementServiceServicer_to_server(servicer: PlacementServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

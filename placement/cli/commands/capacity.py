@@ -1,0 +1,159 @@
+"""`placement capacity`: how many disjoint copies of each job shape fit on a state now, per domain at each level, and
+how fragmented the free devices are (`placement.solve.capacity`); shapes as job files or ``tp8x4`` strings.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from placement.cli.errors import fail, guard
+from placement.cli.help import Command, command_app
+from placement.cli.inputs import load_cluster_state
+from placement.cli.tables import out
+from placement.errors import InputError, Problem
+from placement.io.native import job_from_dict, load_job
+from placement.messages import dump_message
+from placement.messages.decisions import capacity_response
+from placement.model.job import DIMENSIONS, Job
+from placement.model.topology import Topology
+from placement.solve import SolveOptions
+from placement.solve.capacity import MAX_PLACED
+from placement.solve.capacity import capacity as run_capacity
+
+__all__ = ["app", "capacity", "shape_job"]
+
+app = command_app()
+
+_TOKEN = re.compile(r"^(tp|cp|ep|dp|pp)?([0-9]+)$")
+
+
+def shape_job(spec: str, topology: Topology, tp_level: str | None, kind: str | None) -> Job:
+    """The job of a shape string: sizes joined by ``x``, each ``tpN``, ``cpN``, ``epN``, ``dpN``, ``ppN`` or a
+    bare ``N`` (data parallel), e.g. ``tp8x4`` (TP 8 x DP 4) or ``tp8xpp4x16``; TP groups required inside one
+    domain of `tp_level` (None: no requirement). Its traffic is that of a 7B-parameter model (a job file gives
+    your model's)."""
+    sizes: dict[str, int] = {}
+    for tok in spec.lower().split("x"):
+        m = _TOKEN.match(tok)
+        if m is None:
+            raise InputError(
+                "--shape",
+                [Problem(spec, f"{tok!r} is not a size; write sizes joined by x, e.g. tp8x4 or tp8xpp2xdp4")],
+            )
+        dim = m.group(1) or "dp"
+        if dim in sizes:
+            raise InputError("--shape", [Problem(spec, f"{dim} is given twice")])
+        n = int(m.group(2))
+        if not 1 <= n <= 1_000_000:
+            raise InputError("--shape", [Problem(spec, f"{dim} must be in 1..1000000, got {n}")])
+        sizes[dim] = n
+    pp = sizes.get("pp", 1)
+    doc: dict[str, Any] = {
+        "name": spec,
+        "parallel": {d: sizes[d] for d in DIMENSIONS if d in sizes},
+        "model": {
+            "parameters": 7e9,
+            "hidden": 4096,
+            "layers": pp * math.ceil(32 / pp),
+            "seq_len": 4096,
+            "micro_batches": max(8, pp),
+        },
+    }
+    if kind:
+        doc["device_kind"] = kind
+    if tp_level is not None and sizes.get("tp", 1) > 1:
+        doc["constraints"] = {"require": {"tp": tp_level}}
+    return job_from_dict(doc, f"--shape {spec}")
+
+
+@app.command("capacity", cls=Command)
+@guard
+def capacity(
+    cluster: Annotated[Path, typer.Argument(help="cluster file")],
+    state: Annotated[Path | None, typer.Option(help="state file: occupancy, failures")] = None,
+    shape: Annotated[
+        list[str] | None,
+        typer.Option(help="a shape: sizes joined by x, e.g. tp8x4 (TP 8 x DP 4), tp8xpp2x16 (repeatable)"),
+    ] = None,
+    job: Annotated[list[Path] | None, typer.Option(help="a job file as a shape (repeatable)")] = None,
+    tp_level: Annotated[
+        str | None,
+        typer.Option(help="level each TP group of a --shape stays inside (default: the lowest; none: free)"),
+    ] = None,
+    kind: Annotated[str | None, typer.Option(help="device kind of the --shape jobs (default: any)")] = None,
+    place: Annotated[
+        int, typer.Option(help=f"copies of each shape to place and model (their steps), 0..{MAX_PLACED}")
+    ] = 0,
+    time_limit: Annotated[float, typer.Option(help="seconds per placed copy")] = 2.0,
+    output: Annotated[str, typer.Option(help="table or json")] = "table",
+) -> None:
+    """How many copies of each job shape fit now, per domain, and how fragmented the free devices are.
+
+    Each shape is counted alone on the state: greedy packing (a lower bound) and an upper bound from the free
+    devices per domain; --place N places and models the first N copies.
+    """
+    if output not in ("table", "json"):
+        fail(f"--output: unknown value {output!r}; use table or json", 2)
+    if not (math.isfinite(time_limit) and time_limit > 0):
+        fail(f"--time-limit: must be > 0, got {time_limit:g}", 2)
+    if not shape and not job:
+        fail("give at least one --shape or --job", 2)
+    topo, st = load_cluster_state(cluster, state)
+    level: str | None = topo.levels[0].name if tp_level is None else tp_level
+    if level == "none":
+        level = None
+    elif level not in topo.level_names:
+        fail(f"--tp-level: unknown level {level!r}; levels are {list(topo.level_names)} or none", 2)
+    shapes = [shape_job(s, topo, level, kind) for s in shape or []] + [load_job(p) for p in job or []]
+    res = run_capacity(topo, st, shapes, place_copies=place, options=SolveOptions(time_limit_s=time_limit))
+    if output == "json":  # the CapacityResponse JSON mapping, as the Capacity RPC answers
+        sys.stdout.write(
+            dump_message(capacity_response(topo, res, time_limit_s=time_limit, deadline_limited=False))
+        )
+        return
+    t = Table(
+        title=f"{topo.name}: copies that fit now, each shape alone ({res.stats['wall_s'] * 1000:.1f} ms)"
+    )
+    for c in ("shape", "ranks", "usable", "copies", "at most", "method", "steps s"):
+        t.add_column(c, justify="left" if c in ("shape", "method") else "right")
+    for s in res.shapes:
+        t.add_row(
+            s.job.name,
+            str(s.job.ranks),
+            str(s.usable),
+            str(s.copies),
+            str(s.upper_bound),
+            s.method,
+            " ".join(f"{p.report.step_seconds:.3f}" for p in s.placed) or "-",
+        )
+    out.print(t)
+    for s in res.shapes:
+        best: list[str] = []
+        for lname in topo.level_names[1:]:
+            rows = sorted((d for d in s.domains if d.level == lname), key=lambda d: (-d.copies, d.domain))
+            if rows:
+                shown = ", ".join(f"{d.domain} {d.copies}" for d in rows[:3])
+                best.append(f"{lname} {shown}" + (f" (+{len(rows) - 3} more)" if len(rows) > 3 else ""))
+        if best:
+            out.print(f"  {s.job.name} per domain: " + "; ".join(best), highlight=False, soft_wrap=True)
+        for n in s.notes:
+            out.print(f"  {s.job.name}: {n}", highlight=False, soft_wrap=True)
+    f = Table(title="fragmentation: 1 - most free devices in one child / free devices, mean over domains")
+    for c in ("level", "fragmentation", "free", "domains with free", "largest free block"):
+        f.add_column(c, justify="left" if c == "level" else "right")
+    for lf in res.fragmentation:
+        f.add_row(
+            lf.level,
+            f"{lf.fragmentation:.3f}",
+            str(lf.free),
+            str(lf.domains_with_free),
+            str(lf.largest_free_block),
+        )
+    out.print(f)

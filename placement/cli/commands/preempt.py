@@ -1,0 +1,176 @@
+"""`placement preempt`: the running jobs to stop so that a job fits within a step bound, at the least cost
+(`placement.solve.preempt`): a Pareto table of victims and GPU-hours against the job's step, or the PreemptResponse.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from placement.cli.errors import fail, guard
+from placement.cli.help import Command, command_app
+from placement.cli.inputs import load_inputs
+from placement.cli.tables import out
+from placement.errors import Problems
+from placement.io.native import load_document
+from placement.messages import dump_message
+from placement.messages.decisions import preempt_response
+from placement.solve import SolveOptions, Strategy
+from placement.solve.preempt import Objective, RunningJob
+from placement.solve.preempt import preempt as run_preempt
+
+__all__ = ["app", "load_running", "preempt"]
+
+app = command_app()
+
+_KEYS = ("job", "priority", "checkpoint_age_s", "gpu_hours")
+
+
+def load_running(path: Path) -> list[RunningJob]:
+    """A running-jobs file: a list (or ``running:`` a list) of ``{job, priority, checkpoint_age_s, gpu_hours}``,
+    the shape of PreemptRequest.running. Every problem is reported at once, with its field path."""
+    doc = load_document(path)
+    ps = Problems(str(path))
+    if isinstance(doc, dict) and set(doc) <= {"running", "description"} and "running" in doc:
+        doc, prefix = doc["running"], "running"
+    else:
+        prefix = ""
+    if not isinstance(doc, list):
+        ps.add(prefix, "a running-jobs file is a list of {job, priority, checkpoint_age_s, gpu_hours}")
+        ps.raise_if_any()
+    outl: list[RunningJob] = []
+    for i, entry in enumerate(doc):
+        at = f"{prefix}[{i}]"
+        if not isinstance(entry, dict):
+            ps.add(at, f"must be a mapping of {', '.join(_KEYS)}; got {type(entry).__name__}")
+            continue
+        for key in sorted(set(entry) - set(_KEYS)):
+            ps.add(f"{at}.{key}", f"unknown field; expected one of {list(_KEYS)}")
+        name = entry.get("job")
+        if not isinstance(name, str) or not name:
+            ps.add(f"{at}.job", f"is required: the job's name in the state's occupancy, got {name!r}")
+            continue
+        nums: dict[str, float | None] = {}
+        for key in _KEYS[1:]:
+            v: Any = entry.get(key)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int | float)):
+                ps.add(f"{at}.{key}", f"must be a number, got {v!r}")
+                v = None
+            nums[key] = None if v is None else float(v)
+        outl.append(RunningJob(name, nums["priority"] or 0.0, nums["checkpoint_age_s"], nums["gpu_hours"]))
+    ps.raise_if_any()
+    return outl
+
+
+@app.command("preempt", cls=Command)
+@guard
+def preempt(
+    cluster: Annotated[Path, typer.Argument(help="cluster file")],
+    job: Annotated[Path, typer.Argument(help="job file of the incoming job")],
+    running: Annotated[
+        Path,
+        typer.Option(
+            help="running jobs: a list of {job, priority, checkpoint_age_s, gpu_hours} (YAML or JSON)"
+        ),
+    ],
+    state: Annotated[Path | None, typer.Option(help="state file: occupancy by job name, failures")] = None,
+    priority: Annotated[
+        float, typer.Option(help="the incoming job's priority; only lower-priority jobs are preempted")
+    ] = 0.0,
+    max_step_seconds: Annotated[
+        float | None, typer.Option(help="the job's step must be at most this")
+    ] = None,
+    max_slowdown: Annotated[
+        float | None, typer.Option(help="the job's step at most this x its ideal step (the empty cluster)")
+    ] = None,
+    objective: Annotated[
+        str, typer.Option(help="fewest (victims, then GPU-hours) or gpu-hours (then victims)")
+    ] = "fewest",
+    max_checks: Annotated[int, typer.Option(help="feasibility checks (placements) at most")] = 64,
+    strategy: Annotated[
+        str,
+        typer.Option(help="how each check places the job: cpsat or a baseline (kueue-tas, first-fit, ...)"),
+    ] = "cpsat",
+    time_limit: Annotated[float, typer.Option(help="seconds for the whole search")] = 10.0,
+    seed: Annotated[int, typer.Option(help="random seed")] = 0,
+    deterministic: Annotated[
+        bool, typer.Option(help="budget each check in deterministic time: the same answer on every run")
+    ] = False,
+    output: Annotated[str, typer.Option(help="table or json")] = "table",
+) -> None:
+    """Preempt the fewest or cheapest lower-priority jobs so that a job fits.
+
+    A Pareto table of victims (and GPU-hours lost) against the job's step; the recommended row is the least cost
+    within the bound (--max-step-seconds, --max-slowdown x the ideal step, or any step). Each victim is explained.
+    """
+    if output not in ("table", "json"):
+        fail(f"--output: unknown value {output!r}; use table or json", 2)
+    if objective not in [o.value for o in Objective]:
+        fail(f"--objective: unknown value {objective!r}; use one of {[o.value for o in Objective]}", 2)
+    if not (math.isfinite(time_limit) and time_limit > 0):
+        fail(f"--time-limit: must be > 0, got {time_limit:g}", 2)
+    if strategy not in [s.value for s in Strategy]:
+        fail(f"--strategy: unknown value {strategy!r}; use one of {[s.value for s in Strategy]}", 2)
+    if max_checks < 1:
+        fail(f"--max-checks: must be >= 1, got {max_checks}", 2)
+    topo, st, jb = load_inputs(cluster, job, state)
+    rjobs = load_running(running)
+    res = run_preempt(
+        topo,
+        st,
+        jb,
+        rjobs,
+        job_priority=priority,
+        max_step_seconds=max_step_seconds,
+        max_slowdown=max_slowdown,
+        objective=objective,
+        options=SolveOptions(
+            strategy=Strategy(strategy),
+            time_limit_s=time_limit,
+            seed=seed,
+            deterministic=deterministic,
+            workers=1,
+        ),
+        max_checks=max_checks,
+    )
+    if output == "json":  # the PreemptResponse JSON mapping, as the Preempt RPC answers
+        sys.stdout.write(
+            dump_message(preempt_response(topo, res, time_limit_s=time_limit, deadline_limited=False))
+        )
+        return
+    ideal = res.ideal.step_seconds if res.ideal is not None else None
+    bound = "no bound" if math.isinf(res.bound_s) else f"bound {res.bound_s:.4f} s"
+    title = (
+        f"{jb.name} (priority {priority:g}): {bound}; ideal step "
+        + (f"{ideal:.4f} s" if ideal else "-")
+        + f"; {res.stats.get('checks', 0)} checks; {'proven least' if res.proven else 'not proven least'}"
+    )
+    t = Table(title=title)
+    for c in ("", "answer", "victims", "GPU-hours", "step s", "slowdown", "within", "domain"):
+        t.add_column(c, justify="left" if c in ("", "answer", "domain") else "right")
+    for i, a in enumerate(res.answers):
+        t.add_row(
+            "*" if i == res.recommended else "",
+            a.name,
+            str(a.count),
+            f"{a.gpu_hours:.3f}",
+            f"{a.report.step_seconds:.4f}",
+            f"{a.report.step_seconds / ideal:.3f}" if ideal else "-",
+            "yes" if a.within_bound else "no",
+            a.domain,
+        )
+    out.print(t)
+    for v in res.chosen.victims:
+        out.print(f"  {v.explanation}", highlight=False, soft_wrap=True)
+    if res.protected:
+        shown = ", ".join(res.protected[:10]) + (" ..." if len(res.protected) > 10 else "")
+        out.print(
+            f"  never preempted (priority >= {priority:g} or not listed): {shown}",
+            highlight=False,
+            soft_wrap=True,
+        )
