@@ -30,6 +30,7 @@ from server.registry_service import REGISTRY_SERVICE_NAME, RegistryHolder, Regis
 from server.servicer import PlacementServicer
 from server.settings import Settings, parse_settings
 from server.telemetry import Metrics, configure_logging
+from server.workers import WorkerProcesses
 
 __all__ = ["SERVICE_NAME", "PlacementServer", "create_server", "main", "serve"]
 
@@ -204,7 +205,10 @@ def create_server(settings: Settings) -> tuple[PlacementServer, int]:
     token = settings.bearer_token()
     credentials = _credentials(settings) if settings.tls_cert else None
     metrics = Metrics()
-    pool = SolvePool(settings.workers, settings.queue_limit, metrics, settings.max_queued_bytes)
+    processes = (
+        WorkerProcesses(settings.workers, settings, metrics) if settings.solve_mode == "process" else None
+    )
+    pool = SolvePool(settings.workers, settings.queue_limit, metrics, settings.max_queued_bytes, processes)
     registry = RegistryHolder(settings)
     servicer = PlacementServicer(settings, pool, metrics, registry.resolve)
     health_servicer = health.HealthServicer(
@@ -276,6 +280,7 @@ def serve(settings: Settings) -> int:
                 "mtls": settings.tls_client_ca is not None,
                 "auth": settings.bearer_token() is not None,
                 "workers": settings.workers,
+                "solve_mode": settings.solve_mode,
                 "queue_limit": settings.queue_limit,
             }
         },

@@ -10,6 +10,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -34,6 +35,7 @@ from server.errors import Cancelled, DeadlineError, LimitExceeded, status_for
 from server.pool import SolvePool
 from server.settings import Settings
 from server.telemetry import Metrics
+from server.workers import REMOTE_WORK
 
 __all__ = ["PlacementServicer"]
 
@@ -71,6 +73,7 @@ class PlacementServicer(pb_grpc.PlacementServiceServicer):
         resolve: Callable[[Any], tuple[Topology, ClusterState] | None] | None = None,
     ) -> None:
         self._settings = settings
+        self.settings = settings
         self._resolve = resolve or (lambda _request: None)  # cluster_id -> the registry's cluster and state
         self._pool = pool
         self._metrics = metrics
@@ -118,8 +121,15 @@ class PlacementServicer(pb_grpc.PlacementServiceServicer):
         try:
             self._check_limits(request)
             size = request.ByteSize() if hasattr(request, "ByteSize") else 0
-            future = self._pool.submit(lambda: work(request, context, stop), size)
-            result = future.result()
+            processes = self._pool.processes
+            name = getattr(work, "__name__", "")
+            if processes is not None and name in REMOTE_WORK and not getattr(request, "cluster_id", ""):
+                # a worker process converts and solves; a registry cluster (cluster_id) is resolved and
+                # solved here, next to the registry
+                remote: Future[R] = self._pool.submit(lambda: processes.run(name, request, stop), size)
+                result = remote.result()
+            else:
+                result = self._pool.submit(lambda: work(request, context, stop), size).result()
             checkpoint("sending the answer")
             return result
         except Exception as exc:
