@@ -151,6 +151,10 @@ def repair(
     return result
 
 
+def _stopped(opts: SolveOptions) -> bool:
+    return opts.stop is not None and opts.stop.is_set()
+
+
 _RESERVE_SHARE = 0.05
 """Of a repair's wall-clock limit, kept for scoring and validating the answers after the search."""
 
@@ -288,7 +292,7 @@ def _repair(
                 for r in unit_ranks[u]
             )
         }
-        if slow and left(1.0) > 0.5:
+        if slow and left(1.0) > 0.5 and not _stopped(opts):
             off = MoveProgram(
                 request,
                 unit_ranks,
@@ -310,7 +314,14 @@ def _repair(
             "model": "whole" if whole else "neighbourhoods",
         }
     )
-    prog = MoveProgram(request, unit_ranks, units_exact, current, spare_devs) if whole else None
+    # the whole program is the costliest to build: not once the time is up (the local answer stands)
+    prog = (
+        MoveProgram(request, unit_ranks, units_exact, current, spare_devs)
+        if whole and not _stopped(opts)
+        else None
+    )
+    if whole and prog is None:
+        stats["model"] = "none: the time was up"
     least = loc
     if prog is not None:
         stats.update(
