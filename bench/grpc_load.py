@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import signal
 import statistics
@@ -111,6 +112,7 @@ class Server:
             text=True,
         )
         self.solve_s: dict[str, float] = {}
+        self.solve_log: list[float] = []  # solve_s of every placed call, in log order
         self.statuses: dict[str, int] = {}
         assert self.proc.stderr is not None
         for line in self.proc.stderr:
@@ -130,6 +132,7 @@ class Server:
             rec = json.loads(line)
             if rec.get("msg") == "placed":
                 self.solve_s[rec["request_id"]] = float(rec["solve_s"])
+                self.solve_log.append(float(rec["solve_s"]))
                 self.statuses[rec["status"]] = self.statuses.get(rec["status"], 0) + 1
 
     def stop(self) -> None:
@@ -245,7 +248,7 @@ def scheduler_loop(args: argparse.Namespace) -> int:
     load_before = os.getloadavg()
     base = make_run_request()
     first: bytes | None = None
-    rows: list[tuple[str, str, str, int, int, int, int, float, float, float]] = []
+    rows: list[tuple[str, str, str, int, int, int, int, float, float, float, float]] = []
     modes = [m for m in args.modes.split(",") if m]
     ways = [w for w in args.by.split(",") if w]
     with tempfile.TemporaryDirectory() as tmp:
@@ -261,15 +264,22 @@ def scheduler_loop(args: argparse.Namespace) -> int:
                         cold = time.perf_counter() - t0
                     got = answer_bytes(resp)
                     first = first if first is not None else got
-                    rows.append((mode, way, "cold (first call)", 1, 1, 0, int(got != first), 0.0, cold, cold))
+                    time.sleep(0.2)  # its log line
+                    solve0 = server.solve_log[0] if server.solve_log else math.nan
+                    rows.append(
+                        (mode, way, "cold (first call)", 1, 1, 0, int(got != first), 0.0, cold, cold, solve0)
+                    )
                     # warm-up: every worker has solved once
                     load(server.target, req, server.workers, 60.0, 2 * server.workers)
                     for n in (1, 4, 16):
                         mism = [0]
+                        k = len(server.solve_log)
                         lat, errors, wall = load(server.target, req, n, seconds, args.max_calls, first, mism)
+                        time.sleep(0.2)  # the last log lines
+                        solve = server.solve_log[k:]
                         rows.append(
                             (mode, way, "warm", n, len(lat), errors, mism[0], len(lat) / wall,
-                             _pct(lat, 0.5), _pct(lat, 0.99))
+                             _pct(lat, 0.5), _pct(lat, 0.99), _pct(solve, 0.5) if solve else math.nan)
                         )  # fmt: skip
                 finally:
                     server.stop()
@@ -280,13 +290,15 @@ def scheduler_loop(args: argparse.Namespace) -> int:
     )
     print()
     print(
-        "| solve mode | request | run | clients | calls | errors | answers != first | calls/s | p50 (ms) | p99 (ms) |"
+        "| solve mode | request | run | clients | calls | errors | answers != first | calls/s | p50 (ms) | "
+        "p99 (ms) | server-side place p50 (ms) |"
     )
-    print("|---|---|---|--:|--:|--:|--:|--:|--:|--:|")
-    for mode, way, run, n, calls, errors, mism, tput, p50, p99 in rows:
+    print("|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|")
+    for mode, way, run, n, calls, errors, mism, tput, p50, p99, solve in rows:
         tp = f"{tput:.1f}" if tput else "-"
         print(
-            f"| {mode} | {way} | {run} | {n} | {calls} | {errors} | {mism} | {tp} | {_ms(p50)} | {_ms(p99)} |"
+            f"| {mode} | {way} | {run} | {n} | {calls} | {errors} | {mism} | {tp} | {_ms(p50)} | {_ms(p99)} | "
+            f"{_ms(solve)} |"
         )
     print()
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")

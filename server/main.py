@@ -40,6 +40,9 @@ SERVICE_NAME: str = pb.DESCRIPTOR.services_by_name["PlacementService"].full_name
 _SPARE_GRPC_THREADS = 8  # beyond every admitted solve: health checks and refusals never wait for a thread
 
 
+_WORKERS_START_S = 120.0  # how long `start` waits for the solve processes to import the solver
+
+
 class PlacementServer:
     """A started-or-not gRPC server with its solve pool, health and metrics; `stop` shuts all down gracefully.
 
@@ -74,6 +77,9 @@ class PlacementServer:
         return int(self.grpc_server.add_secure_port(address, credentials))
 
     def start(self) -> None:
+        processes = self._pool.processes
+        if processes is not None and not processes.wait_ready(_WORKERS_START_S):
+            _log.warning("solve processes not ready", extra={"fields": {"waited_s": _WORKERS_START_S}})
         self.grpc_server.start()
         for name in ("", SERVICE_NAME, REGISTRY_SERVICE_NAME):
             self.health.set(name, health_pb2.HealthCheckResponse.SERVING)

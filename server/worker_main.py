@@ -116,6 +116,7 @@ def main(argv: Sequence[str]) -> int:
     servicer = PlacementServicer(settings, None, metrics)  # type: ignore[arg-type]  # no pool: runs inline
     controls = _Controls()
     threading.Thread(target=_listen, args=(ctl, controls), name="placement-controls", daemon=True).start()
+    conn.send("ready")
     while True:
         try:
             item = conn.recv()

@@ -149,7 +149,20 @@ class _Worker:
         self.conn.send(settings)
         self.index = index
         self.seq = 0
+        self.ready = False  # the worker has imported everything and said so
         self._ctl_lock = threading.Lock()
+
+    def wait_ready(self, timeout: float | None) -> bool:
+        """Wait (at most `timeout` s; None: as long as it takes) for the worker's ``ready``; False on timeout."""
+        if self.ready:
+            return True
+        if timeout is not None and not self.conn.poll(timeout):
+            return False
+        msg = self.conn.recv()
+        if msg != "ready":
+            raise EOFError(f"the solve process sent {msg!r} before it was ready")
+        self.ready = True
+        return True
 
     def control(self, seq: int, what: str) -> None:
         """Tell the worker to `stop` (return its best answer) or `cancel` job `seq`; a later job ignores it."""
@@ -198,6 +211,7 @@ class WorkerProcesses:
         try:
             stop.subscribe(listener)
             try:
+                w.wait_ready(None)
                 w.conn.send((seq, job))
                 while not w.conn.poll(_POLL_S):
                     if not cancelled and call is not None and call.cancelled.is_set():
@@ -218,6 +232,16 @@ class WorkerProcesses:
         if reply.ok:
             return REMOTE_WORK[method][1].FromString(reply.payload)
         raise RemoteStatus(rpc_status.to_status(status_pb2.Status.FromString(reply.payload)))
+
+    def wait_ready(self, timeout: float) -> bool:
+        """Wait until every worker has started (imported the solver), at most `timeout` s in all."""
+        end = time.monotonic() + timeout
+        with self._lock:
+            workers = list(self._all)
+        try:
+            return all(w.wait_ready(max(0.0, end - time.monotonic())) for w in workers)
+        except (EOFError, OSError):
+            return False
 
     def _release(self, w: _Worker) -> None:
         with self._lock:
