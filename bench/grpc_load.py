@@ -7,6 +7,8 @@ Bounded in time and calls; stops by itself. Run: ``python bench/grpc_load.py [--
 state, deterministic CP-SAT) repeated as a scheduler sends it, by value and by `cluster_id` (registry), in process
 and thread solve mode, 1, 4 and 16 clients; the first call of a fresh server (cold) and load runs after a
 warm-up; every answer is checked against the first one (mapping, status, numbers; timings aside).
+``--scenario modes-ab``: the same request on a thread-mode and a process-mode server side by side, short runs
+alternating between them (the fair comparison on a shared machine).
 
 Overhead is measured two ways, because other processes share the cores:
 - per call: its latency at the client minus the time the server spent in `place` for it (from the server's
@@ -305,9 +307,50 @@ def scheduler_loop(args: argparse.Namespace) -> int:
     return 0
 
 
+def modes_ab(args: argparse.Namespace) -> int:
+    """Thread and process mode side by side: both servers up, short load runs alternating between them, so that
+    both see the same background load; medians over the rounds."""
+    seconds = min(args.seconds, 60.0)
+    req = make_run_request()
+    servers = {mode: Server(args.workers, mode, "off") for mode in ("thread", "process")}
+    got: dict[tuple[str, int], list[tuple[float, float, float]]] = {}
+    first: bytes | None = None
+    bad = 0
+    try:
+        for server in servers.values():  # warm-up, and the reference answer
+            with grpc.insecure_channel(server.target) as ch:
+                answer = answer_bytes(pb_grpc.PlacementServiceStub(ch).Place(req, timeout=120))
+            first = first if first is not None else answer
+            bad += answer != first
+            load(server.target, req, server.workers, 60.0, 2 * server.workers)
+        for _ in range(args.rounds):
+            for n in (1, 4):
+                for mode, server in servers.items():
+                    mism = [0]
+                    lat, _, wall = load(server.target, req, n, seconds, args.max_calls, first, mism)
+                    bad += mism[0]
+                    got.setdefault((mode, n), []).append((len(lat) / wall, _pct(lat, 0.5), _pct(lat, 0.99)))
+    finally:
+        for server in servers.values():
+            server.stop()
+    print(
+        f"thread vs process, alternating runs of {seconds:g} s, {args.rounds} rounds, make run's request; "
+        f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; answers != first: {bad}"
+    )
+    print()
+    print("| solve mode | clients | calls/s per round | median calls/s | median p50 (ms) | median p99 (ms) |")
+    print("|---|--:|---|--:|--:|--:|")
+    for (mode, n), runs in sorted(got.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        tputs = ", ".join(f"{t:.1f}" for t, _, _ in runs)
+        med = [statistics.median(r[i] for r in runs) for i in range(3)]
+        print(f"| {mode} | {n} | {tputs} | {med[0]:.1f} | {_ms(med[1])} | {_ms(med[2])} |")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    ap.add_argument("--scenario", choices=["overhead", "scheduler-loop"], default="overhead")
+    ap.add_argument("--scenario", choices=["overhead", "scheduler-loop", "modes-ab"], default="overhead")
+    ap.add_argument("--rounds", type=int, default=4, help="modes-ab: alternating rounds (default 4)")
     ap.add_argument("--modes", default="process,thread", help="scheduler-loop: solve modes (process,thread)")
     ap.add_argument(
         "--by", default="value,cluster_id", help="scheduler-loop: requests by value and/or cluster_id"
@@ -326,6 +369,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.scenario == "scheduler-loop":
         return scheduler_loop(args)
+    if args.scenario == "modes-ab":
+        return modes_ab(args)
     seconds, clients, pairs = (
         min(args.seconds, 60.0),
         max(1, min(args.clients, 64)),

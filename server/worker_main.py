@@ -6,6 +6,7 @@ Its caches (conversions by digest, fabrics, paths) stay warm from one request to
 
 from __future__ import annotations
 
+import signal
 import sys
 import threading
 import time
@@ -108,6 +109,10 @@ def run_job(
 
 def main(argv: Sequence[str]) -> int:
     """Serve jobs from the job pipe (file descriptor argv[0]) until it closes or sends None."""
+    # the server drives shutdown (stop, then close the pipe): a Ctrl-C or SIGTERM sent to the whole process
+    # group must not end a solve it still waits for
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     conn = Connection(int(argv[0]))
     ctl = Connection(int(argv[1]), writable=False)
     settings: Settings = conn.recv()

@@ -250,6 +250,8 @@ class Fabric:
             algo = "direct" if kind is CollectiveKind.ALL_TO_ALL else "ring"
             plan = Plan(algo, steps * lat * 1e-6, (Stage(vol / (bw * 1e9), name),), slow)
             if cacheable:
+                if len(self._single) >= _PLAN_CACHE_LIMIT:
+                    self._single.clear()
                 self._single[key] = plan
             return plan
         mkey = (kind, tuple(devices), size)
