@@ -20,7 +20,7 @@ import grpc
 from placement.cost.evaluate import evaluate
 from placement.cost.report import CostReport
 from placement.errors import InfeasibleError
-from placement.limits import checkpoint
+from placement.limits import checkpoint, current_call
 from placement.messages import batch as convert_batch
 from placement.messages import domain as convert
 from placement.messages import repair as convert_repair
@@ -126,7 +126,20 @@ class PlacementServicer(pb_grpc.PlacementServiceServicer):
             if processes is not None and name in REMOTE_WORK and not getattr(request, "cluster_id", ""):
                 # a worker process converts and solves; a registry cluster (cluster_id) is resolved and
                 # solved here, next to the registry
-                remote: Future[R] = self._pool.submit(lambda: processes.run(name, request, stop), size)
+                remaining = context.time_remaining()
+                deadline = (
+                    time.monotonic() + remaining
+                    if remaining is not None and remaining < _NO_DEADLINE_S
+                    else None
+                )
+                call = current_call()
+
+                def left() -> bool:
+                    return (call is not None and call.cancelled.is_set()) or not context.is_active()
+
+                remote: Future[R] = self._pool.submit(
+                    lambda: processes.run(name, request, stop, deadline, left), size
+                )
                 result = remote.result()
             else:
                 result = self._pool.submit(lambda: work(request, context, stop), size).result()

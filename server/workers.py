@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,7 +25,6 @@ from google.rpc import status_pb2
 from grpc_status import rpc_status
 
 from placement.errors import InternalError
-from placement.limits import current_call
 from placement.solve import StopEvent
 from placement.v1 import placement_pb2 as pb
 from server.errors import RemoteStatus, ShuttingDown
@@ -174,8 +174,8 @@ class _Worker:
 
 
 class WorkerProcesses:
-    """`count` solve processes (spawned: no fork of a process that runs grpc threads). `run` hands one a
-    request and waits for its answer, relaying the call's stop event and cancellation; a worker that dies is
+    """`count` solve processes (fresh interpreters: nothing of the server's grpc threads is forked). `run` hands
+    one a request and waits for its answer, relaying the call's stop event and cancellation; a worker that dies is
     replaced and its call answers INTERNAL."""
 
     def __init__(self, count: int, settings: Settings, metrics: Metrics) -> None:
@@ -195,11 +195,18 @@ class WorkerProcesses:
         with self._lock:
             return [w.proc.pid for w in self._all]
 
-    def run(self, method: str, request: Any, stop: StopEvent) -> Any:
-        """The response of servicer `method` on `request`, computed in a worker process; raises `RemoteStatus`
-        with the status the worker computed when it failed there."""
-        call = current_call()
-        job = Job(method, request.SerializeToString(), call.deadline if call else None, current_request_id())
+    def run(
+        self,
+        method: str,
+        request: Any,
+        stop: StopEvent,
+        deadline: float | None,
+        cancelled: Callable[[], bool],
+    ) -> Any:
+        """The response of servicer `method` on `request`, computed in a worker process under the call's
+        `deadline` (a `time.monotonic` value; the clock is the machine's); `cancelled()` says the caller left.
+        Raises `RemoteStatus` with the status the worker computed when it failed there."""
+        job = Job(method, request.SerializeToString(), deadline, current_request_id())
         w = self._take()
         w.seq += 1
         seq, ctl = w.seq, w
@@ -207,16 +214,16 @@ class WorkerProcesses:
         def listener() -> None:
             ctl.control(seq, "stop")
 
-        cancelled = False
+        sent_cancel = False
         try:
             stop.subscribe(listener)
             try:
                 w.wait_ready(None)
                 w.conn.send((seq, job))
                 while not w.conn.poll(_POLL_S):
-                    if not cancelled and call is not None and call.cancelled.is_set():
+                    if not sent_cancel and cancelled():
                         w.control(seq, "cancel")
-                        cancelled = True
+                        sent_cancel = True
                     if not w.alive():
                         raise EOFError
                 reply: Reply = w.conn.recv()
