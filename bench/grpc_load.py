@@ -3,6 +3,13 @@
 Prints the overhead of a call over the same solve in process, and a load table (throughput, p50/p99).
 Bounded in time and calls; stops by itself. Run: ``python bench/grpc_load.py [--clients 4 --seconds 5]``.
 
+``--scenario scheduler-loop`` (issue 23): `make run`'s request (llama-13b TP8 x PP2 x DP4 on h100-256 with its busy
+state, deterministic CP-SAT) repeated as a scheduler sends it, by value and by `cluster_id` (registry), in process
+and thread solve mode, 1, 4 and 16 clients; the first call of a fresh server (cold) and load runs after a
+warm-up; every answer is checked against the first one (mapping, status, numbers; timings aside).
+``--scenario modes-ab``: the same request on a thread-mode and a process-mode server side by side, short runs
+alternating between them (the fair comparison on a shared machine).
+
 Overhead is measured two ways, because other processes share the cores:
 - per call: its latency at the client minus the time the server spent in `place` for it (from the server's
   JSON log, matched by x-request-id): what gRPC, conversion and the pool hand-off add to that very solve;
@@ -13,11 +20,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -27,12 +36,15 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import grpc  # noqa: E402
+import yaml  # noqa: E402
 
 from placement.messages import domain as convert  # noqa: E402
 from placement.messages.files import request_from_dict  # noqa: E402
 from placement.solve import place  # noqa: E402
 from placement.v1 import placement_pb2 as pb  # noqa: E402
 from placement.v1 import placement_pb2_grpc as pb_grpc  # noqa: E402
+from placement.v1 import registry_pb2 as rpb  # noqa: E402
+from placement.v1 import registry_pb2_grpc as rpb_grpc  # noqa: E402
 from server.settings import Settings  # noqa: E402
 
 __all__ = ["in_process_once", "main", "request_64_ranks"]
@@ -85,10 +97,15 @@ def in_process_once(req: pb.PlaceRequest, workers: int) -> float:
 class Server:
     """A `python -m server.main` child on a free loopback port; its `placed` log lines give solve_s per request id."""
 
-    def __init__(self, workers: int | None) -> None:
+    def __init__(
+        self, workers: int | None, solve_mode: str | None = None, registry: str | None = None
+    ) -> None:
         env = {**os.environ, "PLACEMENT_PORT": "0", "PLACEMENT_METRICS_PORT": "-1"}
         if workers:
             env["PLACEMENT_WORKERS"] = str(workers)
+        if solve_mode:
+            env["PLACEMENT_SOLVE_MODE"] = solve_mode
+        env["PLACEMENT_REGISTRY"] = registry or "off"
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "server.main", "--host", "127.0.0.1"],
             cwd=ROOT,
@@ -97,6 +114,7 @@ class Server:
             text=True,
         )
         self.solve_s: dict[str, float] = {}
+        self.solve_log: list[float] = []  # solve_s of every placed call, in log order
         self.statuses: dict[str, int] = {}
         assert self.proc.stderr is not None
         for line in self.proc.stderr:
@@ -116,6 +134,7 @@ class Server:
             rec = json.loads(line)
             if rec.get("msg") == "placed":
                 self.solve_s[rec["request_id"]] = float(rec["solve_s"])
+                self.solve_log.append(float(rec["solve_s"]))
                 self.statuses[rec["status"]] = self.statuses.get(rec["status"], 0) + 1
 
     def stop(self) -> None:
@@ -141,11 +160,26 @@ def paired(
     return local, remote
 
 
+def answer_bytes(resp: pb.PlaceResponse) -> bytes:
+    """An answer without its timings (wall seconds, solver statistics): what must not change between calls."""
+    out = pb.PlaceResponse()
+    out.CopyFrom(resp)
+    out.result.ClearField("stats")
+    return out.SerializeToString(deterministic=True)
+
+
 def load(
-    target: str, req: pb.PlaceRequest, clients: int, seconds: float, max_calls: int
+    target: str,
+    req: pb.PlaceRequest,
+    clients: int,
+    seconds: float,
+    max_calls: int,
+    expected: bytes | None = None,
+    mismatches: list[int] | None = None,
 ) -> tuple[list[float], int, float]:
     """`clients` threads, each with its own channel, calling Place back to back until the time or call budget
-    is spent. Returns latencies, errors and the wall time."""
+    is spent. Returns latencies, errors and the wall time; an answer other than `expected` (timings aside)
+    counts in `mismatches[0]`."""
     latencies: list[float] = []
     errors = [0]
     lock = threading.Lock()
@@ -162,13 +196,16 @@ def load(
                     budget[0] -= 1
                 t0 = time.perf_counter()
                 try:
-                    stub.Place(req, timeout=60)
+                    resp = stub.Place(req, timeout=60)
                 except grpc.RpcError:
                     with lock:
                         errors[0] += 1
                     continue
+                dt = time.perf_counter() - t0
                 with lock:
-                    latencies.append(time.perf_counter() - t0)
+                    latencies.append(dt)
+                    if expected is not None and mismatches is not None and answer_bytes(resp) != expected:
+                        mismatches[0] += 1
 
     threads = [threading.Thread(target=worker) for _ in range(clients)]
     t0 = time.monotonic()
@@ -183,8 +220,141 @@ def _ms(x: float) -> str:
     return f"{x * 1e3:.1f}"
 
 
+def make_run_request() -> pb.PlaceRequest:
+    """`make run`'s request: examples/h100-256.yaml, h100-256-busy.yaml, llama-13b-tp8-pp2-dp4.yaml; deterministic
+    CP-SAT, time limit 5 s."""
+    ex = ROOT / "examples"
+    return request_from_dict(
+        {
+            "cluster": yaml.safe_load((ex / "h100-256.yaml").read_text()),
+            "state": yaml.safe_load((ex / "h100-256-busy.yaml").read_text()),
+            "job": yaml.safe_load((ex / "llama-13b-tp8-pp2-dp4.yaml").read_text()),
+            "options": {"time_limit_s": 5, "deterministic": True, "strategy": "cpsat"},
+        },
+        pb.PlaceRequest,
+    )
+
+
+def by_cluster_id(target: str, req: pb.PlaceRequest) -> pb.PlaceRequest:
+    """Put the request's cluster and state in the server's registry; the same request naming it by id."""
+    with grpc.insecure_channel(target) as ch:
+        reg = rpb_grpc.ClusterRegistryStub(ch)
+        reg.PutCluster(rpb.PutClusterRequest(cluster_id="bench", cluster=req.cluster), timeout=60)
+        reg.UpdateState(rpb.UpdateStateRequest(cluster_id="bench", generation=1, state=req.state), timeout=60)
+    return pb.PlaceRequest(cluster_id="bench", job=req.job, options=req.options)
+
+
+def scheduler_loop(args: argparse.Namespace) -> int:
+    """The scheduler-loop scenario (module docstring)."""
+    seconds = min(args.seconds, 60.0)
+    load_before = os.getloadavg()
+    base = make_run_request()
+    first: bytes | None = None
+    rows: list[tuple[str, str, str, int, int, int, int, float, float, float, float]] = []
+    modes = [m for m in args.modes.split(",") if m]
+    ways = [w for w in args.by.split(",") if w]
+    with tempfile.TemporaryDirectory() as tmp:
+        for mode in modes:
+            for way in ways:
+                server = Server(args.workers, mode, f"sqlite:///{tmp}/{mode}-{way}.db")
+                try:
+                    req = by_cluster_id(server.target, base) if way == "cluster_id" else base
+                    with grpc.insecure_channel(server.target) as ch:
+                        stub = pb_grpc.PlacementServiceStub(ch)
+                        t0 = time.perf_counter()
+                        resp = stub.Place(req, timeout=120)  # cold: the server's first call
+                        cold = time.perf_counter() - t0
+                    got = answer_bytes(resp)
+                    first = first if first is not None else got
+                    time.sleep(0.2)  # its log line
+                    solve0 = server.solve_log[0] if server.solve_log else math.nan
+                    rows.append(
+                        (mode, way, "cold (first call)", 1, 1, 0, int(got != first), 0.0, cold, cold, solve0)
+                    )
+                    # warm-up: every worker has solved once
+                    load(server.target, req, server.workers, 60.0, 2 * server.workers)
+                    for n in (1, 4, 16):
+                        mism = [0]
+                        k = len(server.solve_log)
+                        lat, errors, wall = load(server.target, req, n, seconds, args.max_calls, first, mism)
+                        time.sleep(0.2)  # the last log lines
+                        solve = server.solve_log[k:]
+                        rows.append(
+                            (mode, way, "warm", n, len(lat), errors, mism[0], len(lat) / wall,
+                             _pct(lat, 0.5), _pct(lat, 0.99), _pct(solve, 0.5) if solve else math.nan)
+                        )  # fmt: skip
+                finally:
+                    server.stop()
+    print(
+        f"scheduler loop: make run's Place (64 ranks, h100-256 + busy state, deterministic cpsat), loopback, "
+        f"{os.cpu_count()} cores, server workers {args.workers or 'cores'}, warm runs of {seconds:g} s; "
+        f"load average before: {' '.join(f'{x:.2f}' for x in load_before)}"
+    )
+    print()
+    print(
+        "| solve mode | request | run | clients | calls | errors | answers != first | calls/s | p50 (ms) | "
+        "p99 (ms) | server-side place p50 (ms) |"
+    )
+    print("|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|")
+    for mode, way, run, n, calls, errors, mism, tput, p50, p99, solve in rows:
+        tp = f"{tput:.1f}" if tput else "-"
+        print(
+            f"| {mode} | {way} | {run} | {n} | {calls} | {errors} | {mism} | {tp} | {_ms(p50)} | {_ms(p99)} | "
+            f"{_ms(solve)} |"
+        )
+    print()
+    print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    return 0
+
+
+def modes_ab(args: argparse.Namespace) -> int:
+    """Thread and process mode side by side: both servers up, short load runs alternating between them, so that
+    both see the same background load; medians over the rounds."""
+    seconds = min(args.seconds, 60.0)
+    req = make_run_request()
+    servers = {mode: Server(args.workers, mode, "off") for mode in ("thread", "process")}
+    got: dict[tuple[str, int], list[tuple[float, float, float]]] = {}
+    first: bytes | None = None
+    bad = 0
+    try:
+        for server in servers.values():  # warm-up, and the reference answer
+            with grpc.insecure_channel(server.target) as ch:
+                answer = answer_bytes(pb_grpc.PlacementServiceStub(ch).Place(req, timeout=120))
+            first = first if first is not None else answer
+            bad += answer != first
+            load(server.target, req, server.workers, 60.0, 2 * server.workers)
+        for _ in range(args.rounds):
+            for n in (1, 4):
+                for mode, server in servers.items():
+                    mism = [0]
+                    lat, _, wall = load(server.target, req, n, seconds, args.max_calls, first, mism)
+                    bad += mism[0]
+                    got.setdefault((mode, n), []).append((len(lat) / wall, _pct(lat, 0.5), _pct(lat, 0.99)))
+    finally:
+        for server in servers.values():
+            server.stop()
+    print(
+        f"thread vs process, alternating runs of {seconds:g} s, {args.rounds} rounds, make run's request; "
+        f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; answers != first: {bad}"
+    )
+    print()
+    print("| solve mode | clients | calls/s per round | median calls/s | median p50 (ms) | median p99 (ms) |")
+    print("|---|--:|---|--:|--:|--:|")
+    for (mode, n), runs in sorted(got.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        tputs = ", ".join(f"{t:.1f}" for t, _, _ in runs)
+        med = [statistics.median(r[i] for r in runs) for i in range(3)]
+        print(f"| {mode} | {n} | {tputs} | {med[0]:.1f} | {_ms(med[1])} | {_ms(med[2])} |")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    ap.add_argument("--scenario", choices=["overhead", "scheduler-loop", "modes-ab"], default="overhead")
+    ap.add_argument("--rounds", type=int, default=4, help="modes-ab: alternating rounds (default 4)")
+    ap.add_argument("--modes", default="process,thread", help="scheduler-loop: solve modes (process,thread)")
+    ap.add_argument(
+        "--by", default="value,cluster_id", help="scheduler-loop: requests by value and/or cluster_id"
+    )
     ap.add_argument(
         "--clients", type=int, default=4, help="concurrent clients of the load run (default 4, max 64)"
     )
@@ -197,6 +367,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--workers", type=int, help="PLACEMENT_WORKERS of the server (default: the cores)")
     args = ap.parse_args(argv)
+    if args.scenario == "scheduler-loop":
+        return scheduler_loop(args)
+    if args.scenario == "modes-ab":
+        return modes_ab(args)
     seconds, clients, pairs = (
         min(args.seconds, 60.0),
         max(1, min(args.clients, 64)),

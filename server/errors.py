@@ -60,6 +60,14 @@ class Cancelled(Exception):
     """The caller went away before the work started: CANCELLED."""
 
 
+class RemoteStatus(Exception):
+    """The status a solve worker process computed for a failed call (`status_for` passes it on as it is)."""
+
+    def __init__(self, status: grpc.Status) -> None:
+        super().__init__(getattr(status, "details", ""))
+        self.status = status
+
+
 class ShuttingDown(Exception):
     """The server stops and takes no more work: UNAVAILABLE (clients retry elsewhere)."""
 
@@ -189,6 +197,8 @@ def unauthenticated() -> grpc.Status:
 
 def status_for(exc: BaseException) -> grpc.Status:
     """The status a failed call answers with. Unknown exceptions are logged and become a bare INTERNAL."""
+    if isinstance(exc, RemoteStatus):
+        return exc.status
     if isinstance(exc, LimitError):  # an InputError too: first
         return resource_exhausted(exc.limit_name.removeprefix("max_"), str(exc))
     if isinstance(exc, InputError):

@@ -30,6 +30,7 @@ from server.registry_service import REGISTRY_SERVICE_NAME, RegistryHolder, Regis
 from server.servicer import PlacementServicer
 from server.settings import Settings, parse_settings
 from server.telemetry import Metrics, configure_logging
+from server.workers import WorkerProcesses
 
 __all__ = ["SERVICE_NAME", "PlacementServer", "create_server", "main", "serve"]
 
@@ -37,6 +38,9 @@ _log = logging.getLogger("placement.server")
 
 SERVICE_NAME: str = pb.DESCRIPTOR.services_by_name["PlacementService"].full_name
 _SPARE_GRPC_THREADS = 8  # beyond every admitted solve: health checks and refusals never wait for a thread
+
+
+_WORKERS_START_S = 120.0  # how long `start` waits for the solve processes to import the solver
 
 
 class PlacementServer:
@@ -73,6 +77,9 @@ class PlacementServer:
         return int(self.grpc_server.add_secure_port(address, credentials))
 
     def start(self) -> None:
+        processes = self._pool.processes
+        if processes is not None and not processes.wait_ready(_WORKERS_START_S):
+            _log.warning("solve processes not ready", extra={"fields": {"waited_s": _WORKERS_START_S}})
         self.grpc_server.start()
         for name in ("", SERVICE_NAME, REGISTRY_SERVICE_NAME):
             self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
@@ -204,7 +211,10 @@ def create_server(settings: Settings) -> tuple[PlacementServer, int]:
     token = settings.bearer_token()
     credentials = _credentials(settings) if settings.tls_cert else None
     metrics = Metrics()
-    pool = SolvePool(settings.workers, settings.queue_limit, metrics, settings.max_queued_bytes)
+    processes = (
+        WorkerProcesses(settings.workers, settings, metrics) if settings.solve_mode == "process" else None
+    )
+    pool = SolvePool(settings.workers, settings.queue_limit, metrics, settings.max_queued_bytes, processes)
     registry = RegistryHolder(settings)
     servicer = PlacementServicer(settings, pool, metrics, registry.resolve)
     health_servicer = health.HealthServicer(
@@ -276,6 +286,7 @@ def serve(settings: Settings) -> int:
                 "mtls": settings.tls_client_ca is not None,
                 "auth": settings.bearer_token() is not None,
                 "workers": settings.workers,
+                "solve_mode": settings.solve_mode,
                 "queue_limit": settings.queue_limit,
             }
         },

@@ -13,6 +13,7 @@ from typing import TypeVar
 
 from server.errors import LimitExceeded, ShuttingDown
 from server.telemetry import Metrics
+from server.workers import WorkerProcesses
 
 __all__ = ["SolvePool"]
 
@@ -23,9 +24,17 @@ class SolvePool:
     """Runs solves on a fixed number of threads; admits at most `workers + queue_limit` at a time."""
 
     def __init__(
-        self, workers: int, queue_limit: int, metrics: Metrics | None = None, max_bytes: int | None = None
+        self,
+        workers: int,
+        queue_limit: int,
+        metrics: Metrics | None = None,
+        max_bytes: int | None = None,
+        processes: WorkerProcesses | None = None,
     ) -> None:
         self.workers = workers
+        self.processes = (
+            processes  # solve processes (--solve-mode process): each thread hands its solve to one
+        )
         self.queue_limit = queue_limit
         self.max_bytes = max_bytes
         self._bytes = 0
@@ -106,3 +115,5 @@ class SolvePool:
         with self._lock:
             self._closed = True
         self._executor.shutdown(wait=wait, cancel_futures=True)
+        if self.processes is not None:
+            self.processes.close()

@@ -10,6 +10,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -19,7 +20,7 @@ import grpc
 from placement.cost.evaluate import evaluate
 from placement.cost.report import CostReport
 from placement.errors import InfeasibleError
-from placement.limits import checkpoint
+from placement.limits import checkpoint, current_call
 from placement.messages import batch as convert_batch
 from placement.messages import domain as convert
 from placement.messages import repair as convert_repair
@@ -35,6 +36,7 @@ from server.errors import Cancelled, DeadlineError, LimitExceeded, status_for
 from server.pool import SolvePool
 from server.settings import Settings
 from server.telemetry import Metrics
+from server.workers import REMOTE_WORK
 
 __all__ = ["PlacementServicer"]
 
@@ -72,6 +74,7 @@ class PlacementServicer(DecisionsMixin, pb_grpc.PlacementServiceServicer):
         resolve: Callable[[Any], tuple[Topology, ClusterState] | None] | None = None,
     ) -> None:
         self._settings = settings
+        self.settings = settings
         self._resolve = resolve or (lambda _request: None)  # cluster_id -> the registry's cluster and state
         self._pool = pool
         self._metrics = metrics
@@ -119,8 +122,28 @@ class PlacementServicer(DecisionsMixin, pb_grpc.PlacementServiceServicer):
         try:
             self._check_limits(request)
             size = request.ByteSize() if hasattr(request, "ByteSize") else 0
-            future = self._pool.submit(lambda: work(request, context, stop), size)
-            result = future.result()
+            processes = self._pool.processes
+            name = getattr(work, "__name__", "")
+            if processes is not None and name in REMOTE_WORK and not getattr(request, "cluster_id", ""):
+                # a worker process converts and solves; a registry cluster (cluster_id) is resolved and
+                # solved here, next to the registry
+                remaining = context.time_remaining()
+                deadline = (
+                    time.monotonic() + remaining
+                    if remaining is not None and remaining < _NO_DEADLINE_S
+                    else None
+                )
+                call = current_call()
+
+                def left() -> bool:
+                    return (call is not None and call.cancelled.is_set()) or not context.is_active()
+
+                remote: Future[R] = self._pool.submit(
+                    lambda: processes.run(name, request, stop, deadline, left), size
+                )
+                result = remote.result()
+            else:
+                result = self._pool.submit(lambda: work(request, context, stop), size).result()
             checkpoint("sending the answer")
             return result
         except Exception as exc:

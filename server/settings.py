@@ -44,6 +44,13 @@ class Settings:
     )
     port: int = field(default=50051, metadata={"help": "gRPC port (0: pick a free one)"})
     workers: int = field(default_factory=_cores, metadata={"help": "concurrent solves (default: the cores)"})
+    solve_mode: str = field(
+        default="process",
+        metadata={
+            "help": "where solves run: process (a worker process per solve slot, past the GIL) or thread "
+            "(in the server's process)"
+        },
+    )
     solver_threads: int = field(default=0, metadata={"help": "CP-SAT threads per solve (0: cores / workers)"})
     queue_limit: int = field(default=64, metadata={"help": "requests waiting for a solver beyond `workers`"})
     max_message_bytes: int = field(default=32 * 1024 * 1024, metadata={"help": "largest request accepted"})
@@ -118,6 +125,8 @@ class Settings:
                 problems.append(
                     f"{name} must be >= {0 if name == 'queue_limit' else 1}, got {getattr(self, name)}"
                 )
+        if self.solve_mode not in ("process", "thread"):
+            problems.append(f"solve_mode must be process or thread, got {self.solve_mode!r}")
         if not 0 <= self.port <= 65535:
             problems.append(f"port must be in 0..65535, got {self.port}")
         for name in ("default_time_limit_s", "max_time_limit_s"):

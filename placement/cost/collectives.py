@@ -53,13 +53,15 @@ them is shared in proportion to the bytes each puts on it (every flow ends when 
 from __future__ import annotations
 
 import math
+import threading
+import weakref
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 
 from placement.cost.compute import tree_channel_gbps
 from placement.cost.host_rings import matrix_ring
-from placement.cost.paths import group_path, pair_path
+from placement.cost.paths import group_path, health_key, pair_path
 from placement.model.job import CollectiveKind
 from placement.model.state import ClusterState, Uplink
 from placement.model.topology import Topology
@@ -69,6 +71,7 @@ __all__ = [
     "Fabric",
     "Plan",
     "Stage",
+    "fabric_for",
     "phase_seconds",
 ]
 
@@ -162,6 +165,9 @@ class Fabric:
             self._pair_slow.setdefault(self.host_of[a], []).append((a, b, f))
         self._ring_cache: dict[tuple[int, tuple[int, ...]], tuple[float, float, str]] = {}
         self._tree_rows: dict[int, tuple[float, float, float] | None] = {}
+        # plans of groups over several hosts, by (kind, devices in member order, bytes): a scheduler's requests
+        # and a solver's candidates price the same groups again and again
+        self._multi: dict[tuple[CollectiveKind, tuple[int, ...], float], Plan] = {}
 
     # ---- inside one host ----------------------------------------------------------------------------------------
 
@@ -244,9 +250,19 @@ class Fabric:
             algo = "direct" if kind is CollectiveKind.ALL_TO_ALL else "ring"
             plan = Plan(algo, steps * lat * 1e-6, (Stage(vol / (bw * 1e9), name),), slow)
             if cacheable:
+                if len(self._single) >= _PLAN_CACHE_LIMIT:
+                    self._single.clear()
                 self._single[key] = plan
             return plan
-        return self._multi_host(kind, by_host, n, size, slow)
+        mkey = (kind, tuple(devices), size)
+        hit = self._multi.get(mkey)
+        if hit is not None:
+            return hit
+        plan = self._multi_host(kind, by_host, n, size, slow)
+        if len(self._multi) >= _PLAN_CACHE_LIMIT:
+            self._multi.clear()
+        self._multi[mkey] = plan
+        return plan
 
     def _crossed(self, hosts: Sequence[int], reps: Sequence[int]) -> tuple[int, list[tuple[int, int]]]:
         """LCA level of the hosts and the (level, domain) uplinks between level 1 and it, with member hosts."""
@@ -403,8 +419,41 @@ class Fabric:
             else self.names[b0]
         )
         plan = Plan("p2p", lat * 1e-6, (Stage(size / flow, name, tuple(loads)),), slow)
+        if len(self._edges) >= _PLAN_CACHE_LIMIT:
+            self._edges.clear()
         self._edges[key] = plan
         return plan
+
+
+_PLAN_CACHE_LIMIT = 65_536
+"""Plans one fabric keeps per kind of cache; past it the cache starts again (memory stays bounded)."""
+_FABRICS_PER_TOPOLOGY = 8
+"""Fabrics kept per topology, one per health (slowdowns) seen; the oldest goes first."""
+
+_fabrics: weakref.WeakKeyDictionary[Topology, dict[Hashable, Fabric]] = weakref.WeakKeyDictionary()
+_fabrics_lock = threading.Lock()
+
+
+def fabric_for(topology: Topology, state: ClusterState) -> Fabric:
+    """The `Fabric` of `topology` under the slowdowns of `state`, built once and reused (with its plan caches)
+    while the topology object lives: the O(cluster) part of pricing (per-level device counts, NIC and uplink
+    capacities) is paid once per cluster and health, not per evaluation. A state that only differs in occupancy
+    reuses the same fabric; the answer is the one a fresh `Fabric(topology, state)` gives."""
+    key = health_key(state)
+    with _fabrics_lock:
+        per = _fabrics.get(topology)
+        if per is None:
+            per = {}
+            _fabrics[topology] = per
+        fabric = per.get(key)
+        if fabric is not None:
+            return fabric
+    fabric = Fabric(topology, state)
+    with _fabrics_lock:
+        per = _fabrics.setdefault(topology, {})
+        if key not in per and len(per) >= _FABRICS_PER_TOPOLOGY:
+            del per[next(iter(per))]
+        return per.setdefault(key, fabric)
 
 
 def phase_seconds(fabric: Fabric, plans: Sequence[Plan]) -> list[tuple[float, str]]:

@@ -17,15 +17,72 @@ On a device graph (`Topology.pair_paths`) the path is the slowest pair of member
 from __future__ import annotations
 
 import math
+import threading
+import weakref
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
 from placement.model.links import Tier, intra_node_tier
 from placement.model.state import ClusterState
 from placement.model.topology import Topology
 
-__all__ = ["Path", "group_path", "pair_path"]
+__all__ = ["Path", "group_path", "health_key", "pair_path"]
+
+_PATH_CACHE_LIMIT = 65_536
+"""Paths one (topology, health) keeps; past it the cache starts again (memory stays bounded)."""
+_HEALTHS_PER_TOPOLOGY = 8
+
+_health_of: weakref.WeakKeyDictionary[ClusterState, Hashable] = weakref.WeakKeyDictionary()
+_paths: weakref.WeakKeyDictionary[Topology, dict[Hashable, dict[tuple[int, ...], Path]]] = (
+    weakref.WeakKeyDictionary()
+)
+_lock = threading.Lock()
+_last: tuple[Topology, ClusterState, dict[tuple[int, ...], Path]] | None = None
+"""The (topology, state) priced last and its cache: a solve prices many mappings on one pair (the lookup by weak
+reference costs more than a path it saves). It keeps that one pair alive until the next."""
+
+
+def health_key(state: ClusterState) -> Hashable:
+    """What of a state prices a valid mapping: the device, intra-node pair and uplink slowdowns (occupancy,
+    failures and fault domains change which mappings are valid, not what a valid one costs). Computed once per
+    state object (states are immutable)."""
+    key = _health_of.get(state)
+    if key is None:
+        key = (
+            frozenset(state.device_slowdown.items()),
+            frozenset(state.pair_slowdown.items()),
+            frozenset(state.uplink_slowdown.items()),
+        )
+        _health_of[state] = key
+    return key
+
+
+def _cache(topology: Topology, state: ClusterState) -> dict[tuple[int, ...], Path]:
+    """The paths already priced on `topology` under the health of `state`: groups by their devices in member
+    order, edges by (a, b, -1) (a group's key has no negative entry)."""
+    last = _last
+    if last is not None and last[0] is topology and last[1] is state:
+        return last[2]
+    key = health_key(state)
+    per = _paths.get(topology)
+    if per is not None:
+        hit = per.get(key)
+        if hit is not None:
+            _remember(topology, state, hit)
+            return hit
+    with _lock:
+        per = _paths.setdefault(topology, {})
+        if key not in per and len(per) >= _HEALTHS_PER_TOPOLOGY:
+            del per[next(iter(per))]
+        out = per.setdefault(key, {})
+    _remember(topology, state, out)
+    return out
+
+
+def _remember(topology: Topology, state: ClusterState, cache: dict[tuple[int, ...], Path]) -> None:
+    global _last
+    _last = (topology, state, cache)
 
 
 @dataclass(frozen=True)
@@ -59,7 +116,20 @@ def _slowdown(topology: Topology, state: ClusterState, devices: Sequence[int]) -
 
 
 def group_path(topology: Topology, state: ClusterState, devices: Sequence[int]) -> Path:
-    """The slowest path a set of devices spans, after degradation and rails (see the module docstring)."""
+    """The slowest path a set of devices spans, after degradation and rails (see the module docstring). Priced
+    once per (topology, slowdowns, devices) and then reused: a pure function of the three."""
+    cache = _cache(topology, state)
+    key = tuple(devices)
+    hit = cache.get(key)
+    if hit is None:
+        hit = _group_path(topology, state, devices)
+        if len(cache) >= _PATH_CACHE_LIMIT:
+            cache.clear()
+        cache[key] = hit
+    return hit
+
+
+def _group_path(topology: Topology, state: ClusterState, devices: Sequence[int]) -> Path:
     if topology.pair_paths is not None:
         pp = topology.pair_paths
         bw, lat = math.inf, 0.0
@@ -124,7 +194,19 @@ def group_path(topology: Topology, state: ClusterState, devices: Sequence[int]) 
 
 
 def pair_path(topology: Topology, state: ClusterState, a: int, b: int) -> Path:
-    """The path between two devices (a point-to-point edge)."""
+    """The path between two devices (a point-to-point edge); priced once per (topology, slowdowns, a, b)."""
+    cache = _cache(topology, state)
+    key = (a, b, -1)
+    hit = cache.get(key)
+    if hit is None:
+        hit = _pair_path(topology, state, a, b)
+        if len(cache) >= _PATH_CACHE_LIMIT:
+            cache.clear()
+        cache[key] = hit
+    return hit
+
+
+def _pair_path(topology: Topology, state: ClusterState, a: int, b: int) -> Path:
     tier, name = topology.pair_tier(a, b)
     bw, lat = tier.bandwidth_gbps, tier.latency_us
     level = topology.lca_level(a, b)

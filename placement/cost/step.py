@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from placement.cost.collectives import Fabric, Plan, phase_seconds
+from placement.cost.collectives import Plan, fabric_for, phase_seconds
 from placement.cost.compute import device_kind, job_device_kind, step_compute, tokens_per_step
 from placement.cost.report import CostReport, PhaseCost
 from placement.model.job import Job
@@ -91,7 +91,7 @@ def model_step(
     topology: Topology, state: ClusterState, job: Job, mapping: Sequence[int], traffic: Traffic
 ) -> CostReport:
     """The modeled step of `job` under `mapping` (see the module docstring); `evaluate` adds the surrogate."""
-    fabric = Fabric(topology, state)
+    fabric = fabric_for(topology, state)
     groups: dict[str, list[_Op]] = {}
     edges: dict[str, list[_Op]] = {}
     for g in traffic.groups:

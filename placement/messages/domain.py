@@ -25,7 +25,7 @@ from placement.io.native import (
     state_from_dict,
 )
 from placement.limits import LimitError, checkpoint
-from placement.messages.files import message_to_dict
+from placement.messages.files import ConversionCache, message_to_dict
 from placement.model.job import Job
 from placement.model.state import ClusterState
 from placement.model.topology import Topology
@@ -34,6 +34,7 @@ from placement.solve.run import request_problems
 from placement.v1 import placement_pb2 as pb
 
 __all__ = [
+    "CONVERTED",
     "SOURCE",
     "CompareInputs",
     "EvaluateInputs",
@@ -141,11 +142,16 @@ def _cluster_dict(cluster: pb.Cluster, ps: _Problems) -> dict[str, Any]:
     return d
 
 
+CONVERTED = ConversionCache(clusters=8, states=64)
+"""The conversion cache of this process (`CONVERTED.clear()` makes the next request cold)."""
+
+
 def _topology(
     req: Any, ps: _Problems, resolved: tuple[Topology, ClusterState] | None = None
 ) -> tuple[Topology, ClusterState] | None:
     """The cluster and the state of a request (the cluster's static fault domains merged into the state), or
-    `resolved`: what its cluster_id names in the registry (placement.messages.registry.resolve_cluster)."""
+    `resolved`: what its cluster_id names in the registry (placement.messages.registry.resolve_cluster).
+    Conversions are reused by message digest (`CONVERTED`): Topology and ClusterState are immutable."""
     if resolved is not None:
         return resolved
     if not req.HasField("cluster"):
@@ -153,17 +159,27 @@ def _topology(
         return None
     guarded = len(ps)
     checkpoint("converting the cluster")
-    doc = _cluster_dict(req.cluster, ps)
-    built = ps.read("cluster", cluster_from_dict, doc, "cluster")
-    if built is None or len(ps) > guarded:
-        return None
+    ckey = CONVERTED.digest(req.cluster)
+    built = CONVERTED.cluster(ckey)
+    if built is None:
+        doc = _cluster_dict(req.cluster, ps)
+        built = ps.read("cluster", cluster_from_dict, doc, "cluster")
+        if built is None or len(ps) > guarded:
+            return None
+        CONVERTED.keep_cluster(ckey, built)
     topo, base = built
     checkpoint("converting the state")
+    skey = (ckey, CONVERTED.digest(req.state) if req.HasField("state") else b"")
+    merged = CONVERTED.state(skey)
+    if merged is not None:
+        return topo, merged
     state_doc = message_dict(req.state) if req.HasField("state") else {}
     state = ps.read("state", state_from_dict, state_doc, topo, "state")
     if state is None:
         return None
-    return topo, merge_states(base, state)
+    merged = merge_states(base, state)
+    CONVERTED.keep_state(skey, merged)
+    return topo, merged
 
 
 def _job(msg: pb.Job, prefix: str, ps: _Problems) -> Job | None:

@@ -16,9 +16,12 @@ rails and affinity), rank ranges ``"0-7,16-23"``, and mappings as a list of devi
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import sys
+import threading
+from collections import OrderedDict
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
@@ -30,9 +33,12 @@ from placement.io.affinity import affinity_fields
 from placement.io.importers.nvidia_smi import read_nvidia_smi
 from placement.io.native import load_document
 from placement.io.native.kinds import closest_key
+from placement.model.state import ClusterState
+from placement.model.topology import Topology
 from placement.v1 import placement_pb2 as pb
 
 __all__ = [
+    "ConversionCache",
     "dump_message",
     "message_to_dict",
     "normalize_cluster",
@@ -283,3 +289,51 @@ def write_message(msg: Any, dest: str | Path | IO[str] = "-", fmt: str | None = 
         return
     stream = sys.stdout if isinstance(dest, str | Path) else dest
     stream.write(dump_message(msg, fmt or "json"))
+
+
+class ConversionCache:
+    """Clusters and states converted before, by the digest of their message bytes (a scheduler sends the same
+    cluster, and often the same state, again and again). Only clean conversions are kept; least recently used
+    first out. The same message gives the same Topology object, so the caches keyed by it (the cost model's
+    fabric and plans, `placement.cost.collectives.fabric_for`) carry over from one request to the next."""
+
+    def __init__(self, clusters: int, states: int) -> None:
+        self._lock = threading.Lock()
+        self._clusters: OrderedDict[bytes, tuple[Topology, ClusterState]] = OrderedDict()
+        self._states: OrderedDict[tuple[bytes, bytes], ClusterState] = OrderedDict()
+        self._limits = (clusters, states)
+
+    @staticmethod
+    def digest(msg: Any) -> bytes:
+        return hashlib.blake2b(msg.SerializeToString(deterministic=True), digest_size=20).digest()
+
+    def cluster(self, key: bytes) -> tuple[Topology, ClusterState] | None:
+        with self._lock:
+            hit = self._clusters.get(key)
+            if hit is not None:
+                self._clusters.move_to_end(key)
+            return hit
+
+    def state(self, key: tuple[bytes, bytes]) -> ClusterState | None:
+        with self._lock:
+            hit = self._states.get(key)
+            if hit is not None:
+                self._states.move_to_end(key)
+            return hit
+
+    def keep_cluster(self, key: bytes, value: tuple[Topology, ClusterState]) -> None:
+        with self._lock:
+            self._clusters[key] = value
+            while len(self._clusters) > self._limits[0]:
+                self._clusters.popitem(last=False)
+
+    def keep_state(self, key: tuple[bytes, bytes], value: ClusterState) -> None:
+        with self._lock:
+            self._states[key] = value
+            while len(self._states) > self._limits[1]:
+                self._states.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._clusters.clear()
+            self._states.clear()

@@ -22,12 +22,14 @@ from placement.sim.replay.shapes import ShapeRule, job_for
 from placement.sim.replay.traces import TraceJob
 from placement.solve import SolveOptions, Strategy
 from placement.solve.baselines import BASELINES
+from placement.solve.batch.clock import WallClock
 from placement.solve.run import place
 
 __all__ = ["POLICIES", "ReplayResult", "SimConfig", "simulate"]
 
 POLICIES = ("first-fit", "kueue-tas", "slurm-tree", "cpsat")
 
+_RESERVE_SHARE = 0.05  # of a job's wall-clock limit, kept for scoring its placement after the search
 _END, _REPAIR, _FAIL, _ARRIVE = 0, 1, 2, 3  # order of events at the same time: free first, arrive last
 
 
@@ -37,8 +39,9 @@ class SimConfig:
 
     - `backfill`: 0 is strict FIFO; N > 0 also starts any of the next N queued jobs that fit now (greedy
       backfill: a started job may delay the head);
-    - `time_limit_s` / `deterministic`: the cpsat policy's budget per job (deterministic time by default, so
-      that a replay gives the same answer on any machine and under any load);
+    - `time_limit_s` / `deterministic`: the cpsat policy's budget per job: a deterministic budget by default
+      (CP-SAT's deterministic time, so that a replay gives the same answer on any machine and under any load;
+      not a bound on the wall time), a wall-clock limit per job with ``deterministic=False``;
     - `failure_rate`: GPU failures per GPU per day (0: none); `failure_mode` ``kill`` restarts the hit job from
       the start (it goes back to the head of the queue), ``repair`` moves the hit rank to the nearest free
       device (same node, then leaf, ...) and the job runs on with its new step time (killed if none is free);
@@ -248,10 +251,13 @@ def simulate(
             return None
         st = cl.state()
         if cfg.policy == "cpsat":
+            clock = WallClock(opts, _RESERVE_SHARE * opts.time_limit_s)  # per job (none if deterministic)
             try:
-                res = place(topo, st, r.job, opts)
+                res = place(topo, st, r.job, clock.options)
             except InfeasibleError:
                 return None
+            finally:
+                clock.cancel()
             if res.mapping is None or res.report is None:
                 raise ValueError(f"replay job {r.job.name}: place returned no mapping and no error")
             m, rep = res.mapping, res.report

@@ -17,6 +17,7 @@ from placement.model.state import ClusterState
 from placement.model.topology import Topology
 from placement.model.traffic import Traffic, job_traffic
 from placement.solve.batch.admit import Demand, admit
+from placement.solve.batch.clock import WallClock, limit_kind
 from placement.solve.batch.explain import Explainer, validate_batch
 from placement.solve.batch.improve import improve, swap
 from placement.solve.batch.search import BatchSearch
@@ -106,7 +107,9 @@ def _order(b: BatchSearch, admitted: Sequence[int], demands: Mapping[int, Demand
 def place_batch(
     topology: Topology, state: ClusterState, jobs: Sequence[BatchJob], options: SolveOptions | None = None
 ) -> BatchResult:
-    """Admit and place a queue of jobs jointly on `state`. `options.time_limit_s` covers the whole batch.
+    """Admit and place a queue of jobs jointly on `state`. `options.time_limit_s` covers the whole batch: wall
+    clock (within +10% + 50 ms), or with `options.deterministic` a deterministic budget (the same answer under
+    any load, no bound on the wall time); `stats["time_limit"]` says which.
 
     Raises `InputError` for bad input (duplicate names, bad weights, unknown names in a job). Every admitted
     mapping passes `placement.model.validate` against the state plus the other admitted jobs' devices, or the call
@@ -117,6 +120,30 @@ def place_batch(
     problems = batch_problems(topology, state, jobs, traffic)
     if problems:
         raise InputError("batch", problems)
+    # a wall-clock limit (unless deterministic): the search is stopped with a reserve for the reasons and
+    # the joint check of the answers
+    clock = WallClock(
+        opts, _RESERVE_SHARE * opts.time_limit_s + 0.02 + 2e-5 * sum(bj.job.ranks for bj in jobs)
+    )
+    try:
+        result = _place_batch(topology, state, jobs, clock.options, traffic)
+    finally:
+        clock.cancel()
+    result.stats["time_limit"] = limit_kind(opts)
+    return result
+
+
+_RESERVE_SHARE = 0.05
+"""Of a batch's wall-clock limit, kept for what follows the search (reasons, the joint validation)."""
+
+
+def _place_batch(
+    topology: Topology,
+    state: ClusterState,
+    jobs: Sequence[BatchJob],
+    opts: SolveOptions,
+    traffic: list[Traffic],
+) -> BatchResult:
     b = BatchSearch(topology, state, jobs, opts, traffic)
     limit = opts.time_limit_s
     stats: dict[str, float | int | str] = {}

@@ -23,6 +23,7 @@ from placement.model.state import ClusterState
 from placement.model.topology import Topology
 from placement.model.traffic import Traffic, job_traffic
 from placement.model.validate import validate
+from placement.solve.batch.clock import WallClock, limit_kind
 from placement.solve.construct import HostPool
 from placement.solve.cpsat.model import build_units
 from placement.solve.prepared import PreparedRequest
@@ -125,10 +126,54 @@ def repair(
     Ranks on failed or drained devices must move; others move only in answers that are faster. `spares`
     (selectors) are preferred targets; with `spares_only` they are the only new devices. Raises `InputError`
     for bad input and `InfeasibleError` (with numbers) when no answer fits the hard rules or the budget.
-    `points`: move caps tried between the least repair and the unconstrained answer.
+    `points`: move caps tried between the least repair and the unconstrained answer. `options.time_limit_s`
+    covers the whole repair: wall clock (within +10% + 50 ms), or with `options.deterministic` a deterministic
+    budget (no bound on the wall time); `stats["time_limit"]` says which.
     """
-    budget = budget or RepairBudget()
     opts = options or SolveOptions(time_limit_s=5.0)
+    clock = WallClock(opts, _RESERVE_SHARE * opts.time_limit_s + 0.02 + 5e-5 * job.ranks)
+    try:
+        result = _repair(
+            topology,
+            state,
+            job,
+            current,
+            drain=drain,
+            spares=spares,
+            spares_only=spares_only,
+            budget=budget,
+            options=clock.options,
+            points=points,
+        )
+    finally:
+        clock.cancel()
+    result.stats["time_limit"] = limit_kind(opts)
+    return result
+
+
+def _stopped(opts: SolveOptions) -> bool:
+    return opts.stop is not None and opts.stop.is_set()
+
+
+_RESERVE_SHARE = 0.05
+"""Of a repair's wall-clock limit, kept for scoring and validating the answers after the search."""
+
+
+def _repair(
+    topology: Topology,
+    state: ClusterState,
+    job: Job,
+    current: Sequence[int],
+    *,
+    drain: Sequence[str],
+    spares: Sequence[str],
+    spares_only: bool,
+    budget: RepairBudget | None,
+    options: SolveOptions,
+    points: int,
+) -> RepairResult:
+    budget = budget or RepairBudget()
+    opts = options
     t0 = time.perf_counter()
     problems: list[Problem] = []
     if len(current) != job.ranks:
@@ -247,7 +292,7 @@ def repair(
                 for r in unit_ranks[u]
             )
         }
-        if slow and left(1.0) > 0.5:
+        if slow and left(1.0) > 0.5 and not _stopped(opts):
             off = MoveProgram(
                 request,
                 unit_ranks,
@@ -269,7 +314,14 @@ def repair(
             "model": "whole" if whole else "neighbourhoods",
         }
     )
-    prog = MoveProgram(request, unit_ranks, units_exact, current, spare_devs) if whole else None
+    # the whole program is the costliest to build: not once the time is up (the local answer stands)
+    prog = (
+        MoveProgram(request, unit_ranks, units_exact, current, spare_devs)
+        if whole and not _stopped(opts)
+        else None
+    )
+    if whole and prog is None:
+        stats["model"] = "none: the time was up"
     least = loc
     if prog is not None:
         stats.update(

@@ -54,7 +54,10 @@ def sweep(
         solves.append(("best", free.assignment, free.optimal and exact))
     high = free.moves if free.moves is not None else len(prog.current)
     caps = _caps(min_moves, high, points)
+    stop = prog.p.options.stop
     for i, cap in enumerate(caps):
+        if stop is not None and stop.is_set():
+            break  # the time is up: the caps in between are extras, the least repair below is not
         prog.cap_moves(cap)
         s = prog.solve("surrogate", left(1.0 / (len(caps) - i + 1)), least.assignment)
         if s.assignment is not None:
@@ -85,7 +88,8 @@ def neighbourhoods(
         raise InternalError("the repair neighbourhoods were called without the least repair's assignment")
     solves: list[tuple[str, dict[int, int], bool]] = [("least", least.assignment, False)]
     must = [u for u in range(len(units)) if u not in fixed]
-    if not must:
+    stop = request.options.stop
+    if not must or (stop is not None and stop.is_set()):
         return solves
     model = build_model(
         request.topology, request.state, request.traffic, units, units_exact, request.candidates
@@ -109,7 +113,7 @@ def neighbourhoods(
     hosts = max(1, sum(1 for devs in request.pool.devices.values() if len(devs) >= min(map(len, units))))
     limit = max(len(must) + 1, NEIGHBOURHOOD_VARS // hosts)
     size, assign, rounds = 2 * len(must), dict(least.assignment), 0
-    while size <= min(len(order), limit) * 2 and left(1.0) > 0.3:
+    while size <= min(len(order), limit) * 2 and left(1.0) > 0.3 and not (stop is not None and stop.is_set()):
         free = set(order[: min(size, len(order), limit)])
         prog = MoveProgram(
             request, units, units_exact, current, spares, {u: h for u, h in fixed.items() if u not in free}
