@@ -209,7 +209,12 @@ def place_batch_cmd(
     cluster: Annotated[Path, typer.Argument(help="cluster file")],
     batch: Annotated[Path, typer.Argument(help="batch file: jobs with job (or job_file), weight, priority")],
     state: Annotated[Path | None, typer.Option(help="state file")] = None,
-    time_limit: Annotated[float, typer.Option(help="time limit in seconds for the whole batch")] = 10.0,
+    time_limit: Annotated[
+        float,
+        typer.Option(
+            help="seconds for the whole batch: a wall-clock limit, or a deterministic budget with --deterministic"
+        ),
+    ] = 10.0,
     seed: Annotated[int, typer.Option(help="random seed")] = 0,
     workers: Annotated[int, typer.Option(help="CP-SAT workers (<= cores)")] = 2,
     deterministic: Annotated[bool, typer.Option(help="budget each search in deterministic time")] = False,

@@ -80,7 +80,12 @@ def repair(
     horizon: Annotated[
         float, typer.Option(help="steps the job still runs (weighs step seconds against move cost)")
     ] = 1000.0,
-    time_limit: Annotated[float, typer.Option(help="seconds for the whole repair")] = 5.0,
+    time_limit: Annotated[
+        float,
+        typer.Option(
+            help="seconds for the whole repair: a wall-clock limit, or a deterministic budget with --deterministic"
+        ),
+    ] = 5.0,
     workers: Annotated[
         int | None, typer.Option(help="CP-SAT workers (default: 2, or 1 with --deterministic)")
     ] = None,
