@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
 from placement.registry import Busy, ClaimConflict, Refused, Registry, ReservationStatus, open_store
@@ -24,6 +25,7 @@ from placement.solve import PlacementResult, SolveOptions
 from tests.registry_util import Clock, cluster_doc, job, store_url
 
 OPTS = SolveOptions(time_limit_s=2.0, workers=1)
+_INTEGRITY = (sqlite3.IntegrityError, psycopg.IntegrityError)
 
 
 def _render(_topo: Any, res: PlacementResult) -> bytes:
@@ -65,14 +67,14 @@ def test_the_database_refuses_a_second_claim_of_a_device(reg: Registry) -> None:
     res = _reserve(reg, 8, "a")
     dev = res.devices[0]
     for kind, rid, jb in (("external", None, "x"), ("failed", None, None), ("held", res.id, "a")):
-        with pytest.raises(Exception) as e:
+        with pytest.raises(_INTEGRITY) as e:
             _raw(
                 reg,
                 "INSERT INTO claims (cluster_id, device, kind, reservation_id, job) VALUES (?, ?, ?, ?, ?)",
                 ("c", dev, kind, rid, jb),
             )
         assert reg.store._unique_violation(e.value)  # type: ignore[attr-defined]
-    with pytest.raises(Exception):  # a held claim names its reservation; an outside one does not
+    with pytest.raises(_INTEGRITY):  # a held claim names its reservation; an outside one does not
         _raw(
             reg, "INSERT INTO claims (cluster_id, device, kind, job) VALUES ('c', 'node04/gpu7', 'held', 'a')"
         )
@@ -246,8 +248,6 @@ def test_postgres_pool_and_lock_waits_are_bounded() -> None:
 
     dbs = fresh_postgres_db()
     url = next(dbs)
-    import psycopg
-
     assert split_options(url + "?pool_size=1&lock_timeout_s=0.3&application_name=x") == (
         url + "?application_name=x",
         {"pool_size": 1.0, "lock_timeout_s": 0.3},

@@ -38,9 +38,7 @@ def reg(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Registry]:
 
 
 def _reserve(reg: Registry, cluster: str, ranks: int, name: str, key: str | None = None) -> Any:
-    out = reg.reserve(
-        cluster, job(ranks, name), OPTS, ttl_s=600, key=key, fingerprint=name, render=_render
-    )
+    out = reg.reserve(cluster, job(ranks, name), OPTS, ttl_s=600, key=key, fingerprint=name, render=_render)
     return out.reservation
 
 
