@@ -45,7 +45,7 @@ from placement.v1 import placement_pb2_grpc as pb_grpc  # noqa: E402
 from placement.v1 import registry_pb2 as rpb  # noqa: E402
 from placement.v1 import registry_pb2_grpc as rpb_grpc  # noqa: E402
 
-TIME_LIMIT_S = 2.0
+TIME_LIMIT_S = 0.2
 STORM_OPTIONS = pb.Options(time_limit_s=1.0)
 STORM_TTL_S = 3.0  # leases run out during and across the crashes, so the cluster never stays full
 

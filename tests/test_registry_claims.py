@@ -16,6 +16,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from placement.errors import InfeasibleError
 from placement.registry import Busy, ClaimConflict, Refused, Registry, ReservationStatus, open_store
 from placement.registry.audit import audit
 from placement.registry.backends.postgres import PostgresStore, split_options
@@ -349,3 +350,90 @@ def test_a_v1_database_migrates_to_claims(url: str) -> None:
         assert view.holds(time.time()) == {} and audit(reg, "c") == []
     finally:
         reg.close()
+
+
+def test_a_view_moved_along_by_events_equals_a_fresh_read(url: str, clock: Clock) -> None:
+    """Views advance by the events since their seq; after every random step the advanced view, and the state a
+    Reserve solves on, equal a view read whole from the database."""
+    import random
+
+    from placement.registry.view import StateView
+
+    rng = random.Random(7)
+    reg = Registry(open_store(url), clock=clock)
+    reg.put_cluster("c", cluster_doc(4, 4, per_leaf=2))
+    devices = [f"node{n:02d}/gpu{g}" for n in range(1, 5) for g in range(4)]
+    live: list[str] = []
+    gen = 0
+    for step in range(60):
+        before = reg.view("c")  # cached: the next call advances it
+        roll = rng.random()
+        try:
+            if roll < 0.3:
+                out = reg.reserve(
+                    "c",
+                    job_from_doc(rng.randint(1, 3), rng.choice(["a", "b"])),
+                    OPTS,
+                    ttl_s=rng.choice([5.0, 100.0]),
+                    key=None,
+                    fingerprint="x",
+                    render=_render,
+                )
+                live.append(out.reservation.id)
+            elif roll < 0.45 and live:
+                reg.commit(rng.choice(live), ttl_s=rng.choice([None, 3.0]))
+            elif roll < 0.55 and live:
+                reg.release(live.pop(rng.randrange(len(live))))
+            elif roll < 0.85:
+                gen += 1
+                picked = rng.sample(devices, 3)
+                diff = {
+                    "occupy": [{"job": "x", "devices": [picked[0]]}],
+                    "fail": [picked[1]],
+                    "recover": [picked[2]],
+                    "degrade": [{"device": rng.choice(devices), "slowdown": 2}],
+                }
+                reg.update_state("c", gen, diff=diff, revoke=rng.random() < 0.7)
+            else:
+                gen += 1
+                picked = rng.sample(devices, 2)
+                snap = {"occupied": [{"job": "y", "devices": [picked[0]]}], "failed": [picked[1]]}
+                reg.update_state("c", gen, snapshot=snap, revoke=True)
+        except (Refused, InfeasibleError):
+            pass
+        clock.advance(rng.choice([0.0, 2.0]))
+        reg.sweep()
+        moved = reg.view("c")
+        snap_now = reg.store.snapshot("c")
+        assert snap_now is not None
+        fresh = StateView(
+            snap_now.cluster, moved.topology, moved.base, snap_now.claims, snap_now.slowdowns, snap_now.extras
+        )
+        assert moved is not before or moved.record.last_seq == before.record.last_seq
+        assert (moved.record, moved.claims, moved.slowdowns, moved.extras) == (
+            fresh.record,
+            fresh.claims,
+            fresh.slowdowns,
+            fresh.extras,
+        ), f"step {step}"
+        a, b = moved.solve_state(clock.now, "a", {}), fresh.solve_state(clock.now, "a", {})
+        assert (dict(a.occupied), a.failed, dict(a.device_slowdown)) == (
+            dict(b.occupied),
+            b.failed,
+            dict(b.device_slowdown),
+        ), f"step {step}"
+    assert audit(reg, "c") == []
+    reg.close()
+
+
+def job_from_doc(ranks: int, name: str) -> Any:
+    from placement.io.native import job_from_dict
+
+    return job_from_dict(
+        {
+            "name": name,
+            "device_kind": "H100",
+            "parallel": {"tp": 1, "dp": ranks},
+            "model": {"parameters": 1e9, "hidden": 1024, "layers": 4, "seq_len": 1024, "micro_batches": 2},
+        }
+    )

@@ -55,6 +55,7 @@ EVENT_MAX_AGE_S = 7 * 24 * 3600.0
 EVENT_MAX_COUNT = 100_000
 """Events kept per cluster at most."""
 PRUNE_EVERY_S = 60.0
+_ADVANCE_MAX = 256  # a cached view behind by at most this many events reads them instead of the whole cluster
 _SETTLE_S = 5.0  # longest wait for this process's other Reserves in flight before calling a job infeasible
 Solve = Callable[[Topology, ClusterState, Job, SolveOptions], PlacementResult]
 Render = Callable[[Topology, PlacementResult], bytes]
@@ -169,7 +170,8 @@ class Registry:
         return out
 
     def view(self, cluster_id: str) -> StateView:
-        """The cluster now (cached while its change counter holds)."""
+        """The cluster now: cached while its change counter holds, moved along by the events since (a few rows)
+        when it moved a little, read whole otherwise."""
         seq = self.store.last_seq(cluster_id)
         if seq is None:
             raise NotFound(f"unknown cluster {cluster_id!r}; PutCluster it first")
@@ -177,16 +179,25 @@ class Registry:
             cached = self._views.get(cluster_id)
         if cached is not None and cached.record.last_seq == seq:
             return cached
-        snap = self.store.snapshot(cluster_id)
-        if snap is None:
-            raise NotFound(f"unknown cluster {cluster_id!r}")
-        topo, base = self._topology(cluster_id, snap.cluster)
-        view = StateView(snap.cluster, topo, base, snap.claims, snap.slowdowns, snap.extras)
+        view = None
+        if cached is not None and 0 < seq - cached.record.last_seq <= _ADVANCE_MAX:
+            view = cached.advance(self.store.events(cluster_id, cached.record.last_seq, _ADVANCE_MAX))
+        if view is None:
+            snap = self.store.snapshot(cluster_id)
+            if snap is None:
+                raise NotFound(f"unknown cluster {cluster_id!r}")
+            topo, base = self._topology(cluster_id, snap.cluster)
+            view = StateView(snap.cluster, topo, base, snap.claims, snap.slowdowns, snap.extras)
         with self._lock:
             old = self._views.get(cluster_id)
             if old is None or old.record.last_seq <= view.record.last_seq:
                 self._views[cluster_id] = view
         return view
+
+    def references(self, cluster_id: str) -> tuple[Topology, ClusterState]:
+        """The topology and its links and fault domains, no claims: what a job's names are checked against."""
+        view = self.view(cluster_id)
+        return view.topology, view.static_state()
 
     def resolve(self, cluster_id: str) -> tuple[Topology, ClusterState]:
         """What Place and Compare with a `cluster_id` run on: the topology and the state with live holds."""
@@ -276,9 +287,11 @@ class Registry:
         conflicts: list[str] = []
         solves = lost = 0  # solves run; claim transactions that found a device taken or the state moved
         while True:
-            view = self.view(cluster_id)
-            with self._lock:
+            with (
+                self._lock
+            ):  # in flight first, then the view: a Reserve that finishes between is in one of them
                 inflight = dict(self._inflight.get(cluster_id, {}))
+            view = self.view(cluster_id)
             state = view.solve_state(self.clock(), job.name, inflight)
             solves += 1
             try:

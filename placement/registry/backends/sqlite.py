@@ -28,8 +28,9 @@ def _locked(exc: BaseException) -> bool:
 
 
 class SqliteStore(SqlStore):
-    """One connection per store, used by one thread at a time (a lock): SQLite serializes writers anyway, and no
-    transaction is open during a solve, so the lock is held for milliseconds."""
+    """One writing connection, used by one thread at a time (a lock): SQLite serializes writers anyway, and no
+    transaction is open during a solve, so the lock is held for milliseconds. Reads use a connection per thread
+    (WAL readers see the last commit and never wait for a writer's fsync)."""
 
     dialect = "sqlite"
     postgres = False
@@ -40,16 +41,36 @@ class SqliteStore(SqlStore):
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._timeout = lock_timeout_s
         self._lock = threading.RLock()
-        self._conn = sqlite3.connect(
-            str(self.path), isolation_level=None, check_same_thread=False, timeout=lock_timeout_s
-        )
-        self._conn.execute(f"PRAGMA busy_timeout = {int(lock_timeout_s * 1000)}")
+        self._local = threading.local()
+        self._readers: list[sqlite3.Connection] = []
+        self._closed = False
+        self._conn = self._connect()
         self._conn.execute("PRAGMA journal_mode = WAL")
         self._conn.execute(
             "PRAGMA synchronous = FULL"
         )  # a committed reservation survives a crash of the machine
-        self._conn.execute("PRAGMA foreign_keys = ON")
         self.migrate()
+
+    def _connect(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(
+            str(self.path), isolation_level=None, check_same_thread=False, timeout=self._timeout
+        )
+        conn.execute(f"PRAGMA busy_timeout = {int(self._timeout * 1000)}")
+        conn.execute("PRAGMA foreign_keys = ON")
+        return conn
+
+    def _reader(self) -> sqlite3.Connection:
+        """This thread's reading connection (made on first use)."""
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            if self._closed:
+                raise Busy(f"the registry database {self.path} is closed")
+            conn = self._connect()
+            conn.execute("PRAGMA query_only = ON")
+            self._local.conn = conn
+            with self._lock:
+                self._readers.append(conn)
+        return conn
 
     def _busy(self, what: str) -> Busy:
         return Busy(
@@ -68,6 +89,10 @@ class SqliteStore(SqlStore):
 
     @contextmanager
     def _tx(self, write: bool, lock: str | None = None) -> Iterator[Tx]:
+        if not write:
+            with self._read() as tx:
+                yield tx
+            return
         with self._held():
             cur = self._conn.cursor()
             try:
@@ -89,18 +114,38 @@ class SqliteStore(SqlStore):
             finally:
                 cur.close()
 
-    def _one(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        with self._held():  # autocommit mode: the statement is its own transaction
+    @contextmanager
+    def _read(self) -> Iterator[Tx]:
+        """A read transaction on this thread's connection: one consistent snapshot of the last commit."""
+        cur = self._reader().cursor()
+        try:
+            cur.execute("BEGIN")
             try:
-                return list(self._conn.execute(sql, tuple(params)).fetchall())
-            except sqlite3.OperationalError as e:
-                if _locked(e):
-                    raise self._busy("another process held the write lock") from e
-                raise
+                yield Tx(cur, postgres=False)
+            finally:
+                cur.execute("ROLLBACK")
+        except sqlite3.OperationalError as e:
+            if _locked(e):
+                raise self._busy("the file was locked for reading") from e
+            raise
+        finally:
+            cur.close()
+
+    def _one(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        try:  # autocommit mode: the statement is its own transaction
+            return list(self._reader().execute(sql, tuple(params)).fetchall())
+        except sqlite3.OperationalError as e:
+            if _locked(e):
+                raise self._busy("the file was locked for reading") from e
+            raise
 
     def _unique_violation(self, exc: BaseException) -> bool:
         return isinstance(exc, sqlite3.IntegrityError) and "UNIQUE" in str(exc)
 
     def close(self) -> None:
         with self._lock:
+            self._closed = True
             self._conn.close()
+            for conn in self._readers:
+                conn.close()
+            self._readers.clear()
