@@ -301,8 +301,10 @@ class RegistryServicer(rpb_grpc.ClusterRegistryServicer):
                 "request", [Problem("ttl_s", f"must be in (0, {MAX_TTL_S:g}] seconds, got {ttl}")]
             )
         place_req = pb.PlaceRequest(cluster_id=request.cluster_id, job=request.job, options=request.options)
-        inputs = convert.place_inputs(  # the job's names checked on the cluster; Reserve reads the state itself
-            place_req, self._settings.default_time_limit_s, reg.references(request.cluster_id)
+        inputs = (
+            convert.place_inputs(  # the job's names checked on the cluster; Reserve reads the state itself
+                place_req, self._settings.default_time_limit_s, reg.references(request.cluster_id)
+            )
         )
         budget = self._placement._budget(inputs.options.time_limit_s, context, 1)
         opts = self._placement._options(inputs.options, budget, stop)
