@@ -33,7 +33,7 @@ from placement.v1 import placement_pb2 as pb
 from placement.v1 import registry_pb2 as rpb
 from placement.v1 import registry_pb2_grpc as rpb_grpc
 from server import budget as request_budget
-from server.errors import LimitExceeded, precondition_failed, status_for
+from server.errors import LimitExceeded, ShuttingDown, precondition_failed, status_for
 from server.servicer import PlacementServicer
 from server.settings import Settings
 
@@ -274,7 +274,8 @@ class RegistryServicer(rpb_grpc.ClusterRegistryServicer):
                     seq = ev.seq
                     yield event_to_proto(ev)
         except Exception as exc:
-            context.abort_with_status(status_for(exc))
+            stopping = self._holder._stop.is_set()  # the registry closed under the watch: the server stops
+            context.abort_with_status(status_for(ShuttingDown() if stopping else exc))
 
     # ---- reservations --------------------------------------------------------------------------------------
 
