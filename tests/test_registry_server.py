@@ -490,33 +490,3 @@ def test_place_batch_and_repair_take_a_registry_cluster_by_id(tmp_path: Path) ->
             placement.Repair, pb.RepairRequest(cluster_id="nope", job=_job(16), current=first.result.mapping)
         )
         assert code is grpc.StatusCode.NOT_FOUND
-
-
-def test_a_watch_resuming_below_pruned_events_starts_over_with_a_snapshot(tmp_path: Path) -> None:
-    with _server(tmp_path) as (server, reg, _p, _port):
-        reg.PutCluster(rpb.PutClusterRequest(cluster_id="c", cluster=_cluster(2)), timeout=30)
-        for g in range(1, 6):
-            reg.UpdateState(
-                rpb.UpdateStateRequest(
-                    cluster_id="c", generation=g, diff=rpb.StateDiff(fail=[f"node01/gpu{g}"])
-                ),
-                timeout=30,
-            )
-        registry: Registry | None = server.registry.open()
-        assert registry is not None
-        registry.event_max_count = 2  # keep the last 2 events (seq 5, 6)
-        registry._pruned_at = float("-inf")
-        registry.sweep()
-        assert [e.seq for e in registry.events("c", 0)] == [5, 6]
-
-        def first(after: int) -> rpb.StateEvent:
-            stream = reg.WatchState(rpb.WatchStateRequest(cluster_id="c", after_seq=after), timeout=10)
-            ev = next(iter(stream))
-            stream.cancel()
-            return ev
-
-        gone = first(2)  # events 3 and 4 are pruned: the watcher gets the state again, as of seq 6
-        assert gone.kind == rpb.STATE_EVENT_KIND_SNAPSHOT and gone.seq == 6
-        assert sorted(gone.state.failed) == [f"node01/gpu{g}" for g in range(1, 6)]
-        kept = first(4)  # everything after 4 is still there
-        assert kept.kind == rpb.STATE_EVENT_KIND_STATE_DIFF and kept.seq == 5
