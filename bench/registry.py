@@ -505,7 +505,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("--crashes", type=int, default=100)
     ap.add_argument(
-        "--workers", type=int, default=2, help="solve workers per server process (concurrency part)"
+        "--workers",
+        default="2",
+        help="solve workers per server process, concurrency part (a comma list: a row each)",
     )
     ap.add_argument("--nice", type=int, default=10, help="niceness of the server processes")
     ap.add_argument("--pool", type=int, default=16, help="PostgreSQL connections of the wedge part's replica")
@@ -531,9 +533,10 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         if "concurrency" not in skip:
-            rows = [concurrency(f"sqlite://{tmp / 'conc.db'}", 1, tmp, "SQLite", args.workers)]
+            counts = [int(w) for w in args.workers.split(",")]
+            rows = [concurrency(f"sqlite://{tmp / f'conc{w}.db'}", 1, tmp, "SQLite", w) for w in counts]
             if args.postgres:
-                rows.append(concurrency(fresh_pg(args.postgres), 2, tmp, "PostgreSQL", args.workers))
+                rows += [concurrency(fresh_pg(args.postgres), 2, tmp, "PostgreSQL", w) for w in counts]
             lines += [
                 f"## Concurrency: 64 Reserve calls at once, jobs of 8-64 ranks, 4,096-GPU cluster, "
                 f"solve limit {TIME_LIMIT_S} s",
