@@ -215,6 +215,7 @@ def concurrency(url: str, replicas: int, tmp: Path, label: str, workers: int) ->
             except grpc.RpcError as e:
                 return i, e.code().name, time.perf_counter() - t0, []
 
+        load = os.getloadavg()[0]  # other jobs on the machine: the solves are CPU-bound
         t0 = time.perf_counter()
         with ThreadPoolExecutor(64) as ex:
             rows = list(ex.map(one, range(64)))
@@ -249,6 +250,7 @@ def concurrency(url: str, replicas: int, tmp: Path, label: str, workers: int) ->
         "p50": pct(lat, 0.5),
         "p99": pct(lat, 0.99),
         "wall": wall,
+        "load": load,
     }
 
 
@@ -542,15 +544,16 @@ def main(argv: list[str] | None = None) -> int:
                 f"solve limit {TIME_LIMIT_S} s",
                 "",
                 "| store | replicas | workers each | calls | ok | failed (codes) | capacity / used / free at end | "
-                "exactly the jobs that fit | double-booked devices | audit problems | p50 s | p99 s | wall s |",
-                "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+                "exactly the jobs that fit | double-booked devices | audit problems | p50 s | p99 s | wall s | "
+                "load (1 min) |",
+                "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
             ]
             for r in rows:
                 lines.append(
                     f"| {r['setup']} | {r['replicas']} | {r['workers']} | {r['calls']} | {r['ok']} | "
                     f"{r['failed']} ({r['codes']}) | "
                     f"{r['capacity']} / {r['used']} / {r['free_end']} | {'yes' if r['exact'] else 'NO'} | "
-                    f"{r['doubled']} | {r['audit']} | {r['p50']:.2f} | {r['p99']:.2f} | {r['wall']:.1f} |"
+                    f"{r['doubled']} | {r['audit']} | {r['p50']:.2f} | {r['p99']:.2f} | {r['wall']:.1f} | {r['load']:.2f} |"
                 )
             lines += [
                 "",

@@ -335,8 +335,8 @@ def test_a_v1_database_migrates_to_claims(url: str) -> None:
     reg = Registry(open_store(url))
     try:
         assert reg.store.schema_version() == 2
-        assert reg.get("old").status is ReservationStatus.COMMITTED
-        for rid in ("new", "held"):
+        assert reg.get("new").status is ReservationStatus.COMMITTED  # its commit wrote the rows last
+        for rid in ("old", "held"):
             r = reg.get(rid)
             assert r.status is ReservationStatus.REVOKED and r.reason.startswith("schema 2")
         view = reg.view("c")

@@ -23,8 +23,9 @@ CREATE TABLE slowdowns (
 ALTER TABLE reservations ADD COLUMN reason TEXT NOT NULL DEFAULT '';
 ALTER TABLE reservations ADD COLUMN heartbeat_s DOUBLE PRECISION;
 ALTER TABLE clusters ADD COLUMN pruned_seq BIGINT NOT NULL DEFAULT 0;
--- v1 data: failures first (they win), then held and committed reservations (the oldest wins a device), then
--- outside occupancy; a live reservation left without all its devices is revoked.
+-- v1 data: failures first (they win), then held reservations, then committed ones (the newest wins a device: its
+-- commit wrote the occupancy last), then outside occupancy; a live reservation left without all its devices is
+-- revoked.
 INSERT INTO slowdowns (cluster_id, device, slowdown)
     SELECT cluster_id, device, slowdown FROM device_state WHERE slowdown > 1;
 INSERT INTO claims (cluster_id, device, kind)
@@ -38,7 +39,7 @@ INSERT INTO claims (cluster_id, device, kind, reservation_id, job)
     SELECT r.cluster_id, j.device, 'committed', r.id, r.job
     FROM reservations r CROSS JOIN LATERAL json_array_elements_text(r.devices::json) AS j(device)
     JOIN device_state s ON s.cluster_id = r.cluster_id AND s.device = j.device AND s.job = r.job AND s.failed = 0
-    WHERE r.status = 'COMMITTED' ORDER BY r.created_at, r.id
+    WHERE r.status = 'COMMITTED' ORDER BY r.created_at DESC, r.id
     ON CONFLICT DO NOTHING;
 INSERT INTO claims (cluster_id, device, kind, job)
     SELECT cluster_id, device, 'external', job FROM device_state WHERE job IS NOT NULL AND failed = 0

@@ -23,8 +23,9 @@ CREATE TABLE slowdowns (
 ALTER TABLE reservations ADD COLUMN reason TEXT NOT NULL DEFAULT '';
 ALTER TABLE reservations ADD COLUMN heartbeat_s REAL;
 ALTER TABLE clusters ADD COLUMN pruned_seq INTEGER NOT NULL DEFAULT 0;
--- v1 data: failures first (they win), then held and committed reservations (the oldest wins a device), then
--- outside occupancy; a live reservation left without all its devices is revoked.
+-- v1 data: failures first (they win), then held reservations, then committed ones (the newest wins a device: its
+-- commit wrote the occupancy last), then outside occupancy; a live reservation left without all its devices is
+-- revoked.
 INSERT INTO slowdowns (cluster_id, device, slowdown)
     SELECT cluster_id, device, slowdown FROM device_state WHERE slowdown > 1;
 INSERT INTO claims (cluster_id, device, kind)
@@ -37,7 +38,7 @@ INSERT OR IGNORE INTO claims (cluster_id, device, kind, reservation_id, job)
     SELECT r.cluster_id, j.value, 'committed', r.id, r.job
     FROM reservations r, json_each(r.devices) j
     JOIN device_state s ON s.cluster_id = r.cluster_id AND s.device = j.value AND s.job = r.job AND s.failed = 0
-    WHERE r.status = 'COMMITTED' ORDER BY r.created_at, r.id;
+    WHERE r.status = 'COMMITTED' ORDER BY r.created_at DESC, r.id;
 INSERT OR IGNORE INTO claims (cluster_id, device, kind, job)
     SELECT cluster_id, device, 'external', job FROM device_state WHERE job IS NOT NULL AND failed = 0;
 UPDATE reservations SET status = 'REVOKED', ended_at = (julianday('now') - 2440587.5) * 86400.0,
