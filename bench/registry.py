@@ -512,6 +512,7 @@ def main(argv: list[str] | None = None) -> int:
         help="solve workers per server process, concurrency part (a comma list: a row each)",
     )
     ap.add_argument("--nice", type=int, default=10, help="niceness of the server processes")
+    ap.add_argument("--repeat", type=int, default=1, help="runs of each concurrency setup (a row each)")
     ap.add_argument("--pool", type=int, default=16, help="PostgreSQL connections of the wedge part's replica")
     ap.add_argument("--postgres", default=os.environ.get("PLACEMENT_TEST_POSTGRES"))
     ap.add_argument(
@@ -536,9 +537,10 @@ def main(argv: list[str] | None = None) -> int:
         tmp = Path(d)
         if "concurrency" not in skip:
             counts = [int(w) for w in args.workers.split(",")]
-            rows = [concurrency(f"sqlite://{tmp / f'conc{w}.db'}", 1, tmp, "SQLite", w) for w in counts]
+            runs = [(w, k) for w in counts for k in range(args.repeat)]
+            rows = [concurrency(f"sqlite://{tmp / f'conc{w}-{k}.db'}", 1, tmp, "SQLite", w) for w, k in runs]
             if args.postgres:
-                rows += [concurrency(fresh_pg(args.postgres), 2, tmp, "PostgreSQL", w) for w in counts]
+                rows += [concurrency(fresh_pg(args.postgres), 2, tmp, "PostgreSQL", w) for w, _ in runs]
             lines += [
                 f"## Concurrency: 64 Reserve calls at once, jobs of 8-64 ranks, 4,096-GPU cluster, "
                 f"solve limit {TIME_LIMIT_S} s",
