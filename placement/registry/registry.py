@@ -100,7 +100,7 @@ class Registry:
         *,
         clock: Callable[[], float] = time.time,
         solve: Solve | None = None,
-        max_attempts: int = 8,
+        max_attempts: int = 16,
         event_max_age_s: float | None = EVENT_MAX_AGE_S,
         event_max_count: int | None = EVENT_MAX_COUNT,
     ) -> None:
