@@ -287,9 +287,8 @@ class Registry:
         conflicts: list[str] = []
         solves = lost = 0  # solves run; claim transactions that found a device taken or the state moved
         while True:
-            with (
-                self._lock
-            ):  # in flight first, then the view: a Reserve that finishes between is in one of them
+            # in flight first, then the view: a Reserve of this process that finishes between is in one of them
+            with self._lock:
                 inflight = dict(self._inflight.get(cluster_id, {}))
             view = self.view(cluster_id)
             state = view.solve_state(self.clock(), job.name, inflight)

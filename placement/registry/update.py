@@ -94,13 +94,12 @@ def _plan(
             if want.job is not None and want.job != c.job
             else None
         )
+        rid = c.reservation_id or ""  # a held or committed claim names its reservation (a CHECK of the table)
         if what is not None:
-            assert c.reservation_id is not None and c.job is not None
             status = "HELD" if c.kind is ClaimKind.HELD else "COMMITTED"
-            conflicts.setdefault(c.reservation_id, (c.job, status, []))[2].append((d, what))
+            conflicts.setdefault(rid, (c.job or "", status, []))[2].append((d, what))
         elif want.job is None and d in named and (c.kind is ClaimKind.COMMITTED or not replace):
-            assert c.reservation_id is not None
-            kept.add(c.reservation_id)
+            kept.add(rid)
     if conflicts and not revoke:
         raise ClaimConflict(cluster_id, conflicts)
     plan = UpdatePlan(replace=replace)

@@ -70,9 +70,8 @@ class StateView:
         """device -> (reservation id, lease end) of the live held reservations."""
         out = {}
         for d, c in self.claims.items():
-            if c.kind is ClaimKind.HELD and c.live(now):
-                assert c.reservation_id is not None and c.expires_at is not None
-                out[d] = (c.reservation_id, c.expires_at)
+            if c.kind is ClaimKind.HELD and c.live(now) and c.reservation_id is not None:
+                out[d] = (c.reservation_id, c.expires_at if c.expires_at is not None else float("inf"))
         return out
 
     def document(self, now: float) -> dict[str, Any]:

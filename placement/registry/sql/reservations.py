@@ -241,9 +241,8 @@ class ReservationSql(SqlBase):
             return res  # no lease and no heartbeat: nothing to renew
         if res.status not in (ReservationStatus.HELD, ReservationStatus.COMMITTED):
             raise self._refuse(res, "only a held or committed reservation can be renewed; reserve again")
-        if ttl_s is None:
-            ttl_s = res.heartbeat_s if res.status is ReservationStatus.COMMITTED else DEFAULT_RENEW_S
-        assert ttl_s is not None
+        if ttl_s is None:  # a committed reservation here has a heartbeat (returned above otherwise)
+            ttl_s = res.heartbeat_s if res.heartbeat_s is not None else DEFAULT_RENEW_S
         expires = now + ttl_s
         tx.x("UPDATE reservations SET expires_at = ? WHERE id = ?", (expires, res.id))
         after = dataclasses.replace(res, expires_at=expires)
