@@ -566,6 +566,7 @@ def main(argv: list[str] | None = None) -> int:
                 "larger than what is still free at the end; `audit` checks from the database that no device is "
                 "in two live claims, that claims match reservations, and runs the validator over the union of "
                 "the held reservations.",
+                "",
                 "Where the time goes: every Reserve is one solve of about 15-20 ms of CPU on this cluster, mostly "
                 "Python (placement.solve scans the 4,096 devices several times per solve), and 2-5 ms of registry "
                 "and server work (the view moved along by the events since the last call, one claim transaction "
@@ -573,7 +574,7 @@ def main(argv: list[str] | None = None) -> int:
                 "its workers (the GIL); two workers of one process also collide on the best devices and solve "
                 "again (the solves column), and two replicas collide more. The 64 calls arrive at once, so p99 "
                 "is about 64 times one call on one core: it follows the CPU the machine's other jobs leave "
-                "(the load column) and stays above 1 s at a load of 3 on these 2 cores.",
+                "(the load column).",
                 "",
             ]
             print("\n".join(lines[-8:]), file=sys.stderr)
