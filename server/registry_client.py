@@ -5,6 +5,8 @@ Unary calls go through `call("Reserve", request)`; `watch` yields WatchState eve
 
 from __future__ import annotations
 
+import random
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -29,8 +31,9 @@ _UNARY = (
 
 
 class RegistryClient(PlacementClient):
-    """PlacementService and ClusterRegistry on one channel. Only UNAVAILABLE is retried; a Reserve retried after
-    a lost answer should carry an idempotency key (the server then returns the same reservation)."""
+    """PlacementService and ClusterRegistry on one channel. UNAVAILABLE is retried (a Reserve retried after a lost
+    answer should carry an idempotency key: the server then returns the same reservation), and so is ABORTED,
+    which the registry answers only when it wrote nothing (a busy database, a Reserve that lost every claim)."""
 
     def __init__(self, target: str, **kw: Any) -> None:
         super().__init__(target, **kw)
@@ -42,7 +45,22 @@ class RegistryClient(PlacementClient):
     def call(self, method: str, request: Any, *, timeout_s: float | None = None) -> Any:
         if method not in _UNARY:
             raise ValueError(f"unknown ClusterRegistry method {method!r}; known: {', '.join(_UNARY)}")
-        return self._call(getattr(self._registry, method), request, timeout_s, None)
+        deadline = time.monotonic() + (timeout_s if timeout_s is not None else self.timeout_s)
+        delay = self.backoff_s
+        attempt = 0
+        while True:
+            remaining = max(deadline - time.monotonic(), 0.001)
+            try:
+                return self._call(getattr(self._registry, method), request, remaining, None)
+            except PlacementRpcError as error:
+                if error.code is not grpc.StatusCode.ABORTED or attempt >= self.retries:
+                    raise
+                sleep = random.uniform(0, delay)  # full jitter, as for UNAVAILABLE
+                if time.monotonic() + sleep >= deadline:
+                    raise
+                time.sleep(sleep)
+                delay = min(delay * 2, self.max_backoff_s)
+                attempt += 1
 
     def watch(
         self, request: rpb.WatchStateRequest, *, timeout_s: float | None = None

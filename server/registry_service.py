@@ -22,17 +22,18 @@ from placement.messages.registry import (
     reservation_to_proto,
     resolve_cluster,
     state_message,
+    update_response,
 )
 from placement.model.state import ClusterState
 from placement.model.topology import Topology
-from placement.registry import Registry, default_url, open_store, request_hash
+from placement.registry import ClaimConflict, Registry, default_url, open_store, request_hash
 from placement.registry.registry import MAX_TTL_S
 from placement.solve import PlacementResult
 from placement.v1 import placement_pb2 as pb
 from placement.v1 import registry_pb2 as rpb
 from placement.v1 import registry_pb2_grpc as rpb_grpc
 from server import budget as request_budget
-from server.errors import LimitExceeded, status_for
+from server.errors import LimitExceeded, ShuttingDown, precondition_failed, status_for
 from server.servicer import PlacementServicer
 from server.settings import Settings
 
@@ -149,6 +150,10 @@ class RegistryServicer(rpb_grpc.ClusterRegistryServicer):
     def _run(self, context: grpc.ServicerContext, fn: Callable[[], R]) -> R:
         try:
             return fn()
+        except ClaimConflict as exc:  # one violation per reservation, each naming its devices
+            head = "refused: the update occupies or fails devices of live reservations (send it with revoke)"
+            context.abort_with_status(precondition_failed(exc.kind, exc.subject, exc.lines, head))
+            raise AssertionError("abort_with_status returns by raising") from exc
         except Exception as exc:
             context.abort_with_status(status_for(exc))
             raise AssertionError("abort_with_status returns by raising") from exc
@@ -189,14 +194,20 @@ class RegistryServicer(rpb_grpc.ClusterRegistryServicer):
             if which is None:
                 raise InputError("request", [Problem("change", "give a full `state` or a `diff`")])
             doc = convert.message_dict(getattr(request, which))
+            snapshot, diff = (doc, None) if which == "state" else (None, doc)
             try:
-                if which == "state":
-                    gen = self._registry().update_state(request.cluster_id, request.generation, snapshot=doc)
-                else:
-                    gen = self._registry().update_state(request.cluster_id, request.generation, diff=doc)
+                out = self._registry().update_state(
+                    request.cluster_id,
+                    request.generation,
+                    revoke=request.revoke,
+                    dry_run=request.dry_run,
+                    reason=request.reason,
+                    snapshot=snapshot,
+                    diff=diff,
+                )
             except InputError as e:
                 raise (prefixed(e, which) if e.source in ("state", "diff") else e) from None
-            return rpb.UpdateStateResponse(cluster_id=request.cluster_id, generation=gen)
+            return update_response(request.cluster_id, out)
 
         return self._run(context, work)
 
@@ -210,9 +221,9 @@ class RegistryServicer(rpb_grpc.ClusterRegistryServicer):
                 cluster_version=view.record.version,
                 generation=view.generation,
                 seq=view.record.last_seq,
-                state=state_message(view.document()),
+                state=state_message(view.document(now)),
             )
-            holders = {rid for rid, exp in view.holds.values() if exp > now}
+            holders = {rid for rid, _ in view.holds(now).values()}
             for rid in sorted(holders):
                 out.holds.append(reservation_to_proto(reg.get(rid)))
             if request.include_cluster:
@@ -237,27 +248,34 @@ class RegistryServicer(rpb_grpc.ClusterRegistryServicer):
         try:
             reg = self._registry()
             seq = request.after_seq
-            if seq <= 0:
-                first = self.GetState(rpb.GetStateRequest(cluster_id=request.cluster_id), context)
-                seq = first.seq
-                yield rpb.StateEvent(
-                    cluster_id=request.cluster_id,
-                    seq=seq,
-                    kind=rpb.STATE_EVENT_KIND_SNAPSHOT,
-                    generation=first.generation,
-                    at_unix_s=reg.clock(),
-                    state=first.state,
-                    holds=first.holds,
-                    cluster_version=first.cluster_version,
-                )
-            elif reg.store.last_seq(request.cluster_id) is None:
+            record = reg.store.cluster(request.cluster_id)
+            if record is None:
                 reg.view(request.cluster_id)  # NotFound
+            elif seq <= 0 or seq < record.pruned_seq:  # a new watch, or the events after seq were pruned
+                seq = -1
             while context.is_active() and not self._holder._stop.is_set():
+                if seq < 0:
+                    first = self.GetState(rpb.GetStateRequest(cluster_id=request.cluster_id), context)
+                    seq = first.seq
+                    yield rpb.StateEvent(
+                        cluster_id=request.cluster_id,
+                        seq=seq,
+                        kind=rpb.STATE_EVENT_KIND_SNAPSHOT,
+                        generation=first.generation,
+                        at_unix_s=reg.clock(),
+                        state=first.state,
+                        holds=first.holds,
+                        cluster_version=first.cluster_version,
+                    )
                 for ev in reg.events(request.cluster_id, seq, wait_s=_WATCH_POLL_S):
+                    if ev.seq != seq + 1:  # pruned under a slow watcher: start over with a snapshot
+                        seq = -1
+                        break
                     seq = ev.seq
                     yield event_to_proto(ev)
         except Exception as exc:
-            context.abort_with_status(status_for(exc))
+            stopping = self._holder._stop.is_set()  # the registry closed under the watch: the server stops
+            context.abort_with_status(status_for(ShuttingDown() if stopping else exc))
 
     # ---- reservations --------------------------------------------------------------------------------------
 
@@ -284,8 +302,10 @@ class RegistryServicer(rpb_grpc.ClusterRegistryServicer):
                 "request", [Problem("ttl_s", f"must be in (0, {MAX_TTL_S:g}] seconds, got {ttl}")]
             )
         place_req = pb.PlaceRequest(cluster_id=request.cluster_id, job=request.job, options=request.options)
-        inputs = convert.place_inputs(
-            place_req, self._settings.default_time_limit_s, reg.resolve(request.cluster_id)
+        inputs = (
+            convert.place_inputs(  # the job's names checked on the cluster; Reserve reads the state itself
+                place_req, self._settings.default_time_limit_s, reg.references(request.cluster_id)
+            )
         )
         budget = self._placement._budget(inputs.options.time_limit_s, context, 1)
         opts = self._placement._options(inputs.options, budget, stop)
@@ -342,10 +362,11 @@ class RegistryServicer(rpb_grpc.ClusterRegistryServicer):
     def Commit(
         self, request: rpb.ReservationRequest, context: grpc.ServicerContext
     ) -> rpb.ReservationResponse:
+        ttl = request.ttl_s if request.HasField("ttl_s") else None
         return self._run(
             context,
             lambda: rpb.ReservationResponse(
-                reservation=reservation_to_proto(self._registry().commit(request.reservation_id))
+                reservation=reservation_to_proto(self._registry().commit(request.reservation_id, ttl))
             ),
         )
 
@@ -362,7 +383,7 @@ class RegistryServicer(rpb_grpc.ClusterRegistryServicer):
     def Renew(
         self, request: rpb.ReservationRequest, context: grpc.ServicerContext
     ) -> rpb.ReservationResponse:
-        ttl = request.ttl_s if request.HasField("ttl_s") else DEFAULT_TTL_S
+        ttl = request.ttl_s if request.HasField("ttl_s") else None  # the lease default, or the heartbeat
         return self._run(
             context,
             lambda: rpb.ReservationResponse(

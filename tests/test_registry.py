@@ -110,7 +110,7 @@ def test_generations_refuse_stale_updates_and_diffs_apply_in_order(reg: Registry
             "degrade": [{"device": "node03/gpu2", "slowdown": 2}],
         },
     )
-    doc = reg.view("c").document()
+    doc = reg.view("c").document(reg.clock())
     assert doc == {
         "occupied": [{"job": "b", "devices": ["node01/gpu0"]}],
         "degraded": [{"device": "node03/gpu2", "slowdown": 2.0}],
@@ -154,13 +154,15 @@ def test_commit_turns_holds_into_occupancy_and_release_frees_it(reg: Registry) -
     assert committed.status is ReservationStatus.COMMITTED
     assert reg.commit(res.id).status is ReservationStatus.COMMITTED  # idempotent
     view = reg.view("c")
-    assert view.holds == {} and {d for d, r in view.rows.items() if r.job == "train"} == set(res.devices)
+    assert view.holds(reg.clock()) == {} and {
+        d for d, r in view.rows(reg.clock()).items() if r.job == "train"
+    } == set(res.devices)
     assert reg.renew(res.id, 10).expires_at == res.expires_at  # a committed reservation has no lease to renew
     with pytest.raises(NotFound):
         reg.renew("no-such-reservation", 10)
     released = reg.release(res.id)
     assert released.status is ReservationStatus.RELEASED and released.ended_at is not None
-    assert not any(r.job == "train" for r in reg.view("c").rows.values())
+    assert not any(r.job == "train" for r in reg.view("c").rows(reg.clock()).values())
     assert reg.release(res.id).status is ReservationStatus.RELEASED
     with pytest.raises(Refused, match="RELEASED"):
         reg.commit(res.id)
@@ -215,10 +217,20 @@ def test_restart_restores_state_and_reservations_exactly(url: str, clock: Clock)
     a = _reserve(reg, 8, key="a").reservation
     b = _reserve(reg, 16, key="b").reservation
     reg.commit(b.id)
-    before = (reg.view("c").document(), reg.view("c").holds, reg.reservations("c"), reg.events("c", 0))
+    before = (
+        reg.view("c").document(reg.clock()),
+        reg.view("c").holds(reg.clock()),
+        reg.reservations("c"),
+        reg.events("c", 0),
+    )
     reg.close()
     reg2 = _open(url, clock)
-    after = (reg2.view("c").document(), reg2.view("c").holds, reg2.reservations("c"), reg2.events("c", 0))
+    after = (
+        reg2.view("c").document(reg2.clock()),
+        reg2.view("c").holds(reg2.clock()),
+        reg2.reservations("c"),
+        reg2.events("c", 0),
+    )
     assert after == before
     assert _reserve(reg2, 8, key="a").reservation == reg2.get(a.id)
     reg2.close()
@@ -248,7 +260,9 @@ def test_an_update_during_the_solve_makes_reserve_solve_again(url: str, clock: C
     reg.update_state("c", 1, diff={})
     out = _reserve(reg, 16)
     assert out.attempts == 2 and "generation" in out.conflicts[0]
-    assert not set(out.reservation.devices) & {d for d, r in reg.view("c").rows.items() if r.job == "sneaky"}
+    assert not set(out.reservation.devices) & {
+        d for d, r in reg.view("c").rows(reg.clock()).items() if r.job == "sneaky"
+    }
     assert out.reservation.generation == 2
     assert audit(reg, "c") == []
     reg.close()
@@ -270,7 +284,7 @@ def test_reserve_aborts_when_every_attempt_loses(url: str, clock: Clock) -> None
     reg.put_cluster("c", cluster_doc(8))
     with pytest.raises(Aborted, match="3 solves"):
         _reserve(reg, 8)
-    assert reg.reservations("c") == [] and reg.view("c").holds == {}
+    assert reg.reservations("c") == [] and reg.view("c").holds(reg.clock()) == {}
     reg.close()
 
 
@@ -308,7 +322,7 @@ def test_a_replica_sees_the_other_replicas_writes_and_events(url: str, clock: Cl
     a.put_cluster("c", cluster_doc(4))
     assert b.view("c").generation == 0
     a.update_state("c", 1, diff={"fail": ["node01/gpu0"]})
-    assert b.view("c").rows["node01/gpu0"].failed  # b's cache is keyed by the change counter
+    assert b.view("c").rows(b.clock())["node01/gpu0"].failed  # b's cache is keyed by the change counter
     res = _reserve(a, 8).reservation
     assert [e.kind for e in b.events("c", 1)] == ["STATE_DIFF", "RESERVED"]
     assert b.events("c", 2)[0].payload["id"] == res.id
@@ -334,4 +348,4 @@ def test_a_caller_that_left_gets_nothing_held(reg: Registry) -> None:
         reg.reserve(
             "c", job(8), OPTS, ttl_s=60, key="gone", fingerprint="8", render=_render, gone=lambda: True
         )
-    assert reg.reservations("c") == [] and reg.view("c").holds == {}
+    assert reg.reservations("c") == [] and reg.view("c").holds(reg.clock()) == {}

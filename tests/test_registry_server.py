@@ -462,13 +462,24 @@ def test_place_batch_and_repair_take_a_registry_cluster_by_id(tmp_path: Path) ->
         )
         assert code is grpc.StatusCode.INVALID_ARGUMENT and "cluster_id" in msg
 
-        # Repair of the committed job after one of its devices fails: the registry's state says which
+        # Repair of the committed job after one of its devices fails: the registry's state says which. Failing a
+        # committed device is refused unless the update revokes the reservation; the scheduler reports the job
+        # still running on the rest (outside occupancy of its name), as a repair needs
         reg.Commit(rpb.ReservationRequest(reservation_id=first.reservation_id), timeout=30)
         broken = first.result.mapping[3].device
-        reg.UpdateState(
-            rpb.UpdateStateRequest(cluster_id="c", generation=2, diff=rpb.StateDiff(fail=[broken])),
-            timeout=30,
+        rest = [a.device for a in first.result.mapping if a.device != broken]
+        diff = rpb.StateDiff(fail=[broken], occupy=[pb.Occupancy(job="job16", devices=rest)])
+        code, msg, details = _error(
+            reg.UpdateState, rpb.UpdateStateRequest(cluster_id="c", generation=2, diff=diff)
         )
+        assert code is grpc.StatusCode.FAILED_PRECONDITION and first.reservation_id in msg and broken in msg
+        assert [v.type for v in details[0].violations] == ["claimed-device"]
+        done = reg.UpdateState(
+            rpb.UpdateStateRequest(cluster_id="c", generation=2, diff=diff, revoke=True), timeout=30
+        )
+        assert [r.id for r in done.revoked] == [first.reservation_id]
+        assert done.revoked[0].status == rpb.RESERVATION_STATUS_REVOKED and broken in done.revoked[0].reason
+        assert list(done.changes.fail) == [broken] and sorted(done.changes.occupy[0].devices) == sorted(rest)
         fixed = placement.Repair(
             pb.RepairRequest(cluster_id="c", job=_job(16), current=first.result.mapping), timeout=120
         )

@@ -13,18 +13,27 @@ from google.protobuf import json_format
 from placement.errors import InputError, Problem
 from placement.model.state import ClusterState
 from placement.model.topology import Topology
-from placement.registry import Registry, Reservation, ReservationStatus
+from placement.registry import Registry, Reservation, ReservationStatus, UpdateOutcome
 from placement.registry.model import Event
 from placement.v1 import placement_pb2 as pb
 from placement.v1 import registry_pb2 as rpb
 
-__all__ = ["event_to_proto", "prefixed", "reservation_to_proto", "resolve_cluster", "state_message"]
+__all__ = [
+    "diff_message",
+    "event_to_proto",
+    "prefixed",
+    "reservation_to_proto",
+    "resolve_cluster",
+    "state_message",
+    "update_response",
+]
 
 _STATUS = {
     ReservationStatus.HELD: rpb.RESERVATION_STATUS_HELD,
     ReservationStatus.COMMITTED: rpb.RESERVATION_STATUS_COMMITTED,
     ReservationStatus.RELEASED: rpb.RESERVATION_STATUS_RELEASED,
     ReservationStatus.EXPIRED: rpb.RESERVATION_STATUS_EXPIRED,
+    ReservationStatus.REVOKED: rpb.RESERVATION_STATUS_REVOKED,
 }
 
 
@@ -68,9 +77,12 @@ def reservation_to_proto(res: Reservation) -> rpb.Reservation:
         expires_unix_s=res.expires_at,
         generation=res.generation,
         cluster_version=res.cluster_version,
+        reason=res.reason,
     )
     if res.ended_at is not None:
         out.ended_unix_s = res.ended_at
+    if res.heartbeat_s is not None:
+        out.heartbeat_s = res.heartbeat_s
     return out
 
 
@@ -89,6 +101,8 @@ def _reservation_from_payload(cluster_id: str, p: dict[str, Any]) -> rpb.Reserva
             ended_at=p.get("ended_at"),
             generation=p["generation"],
             cluster_version=p["cluster_version"],
+            reason=p.get("reason", ""),
+            heartbeat_s=p.get("heartbeat_s"),
         )
     )
 
@@ -98,6 +112,26 @@ def state_message(doc: dict[str, Any]) -> pb.State:
     msg = pb.State()
     json_format.ParseDict(doc, msg)
     return msg
+
+
+def diff_message(doc: dict[str, Any]) -> rpb.StateDiff:
+    """A diff document (device ids) as a StateDiff message."""
+    msg = rpb.StateDiff()
+    json_format.ParseDict(doc, msg)
+    return msg
+
+
+def update_response(cluster_id: str, out: UpdateOutcome) -> rpb.UpdateStateResponse:
+    """An UpdateState's answer: generation, the change as stored, revoked and kept reservations."""
+    return rpb.UpdateStateResponse(
+        cluster_id=cluster_id,
+        generation=out.generation,
+        revoked=[reservation_to_proto(r) for r in out.revoked],
+        changes=diff_message(out.changes),
+        kept=[reservation_to_proto(r) for r in out.kept],
+        dry_run=out.dry_run,
+        seq=out.seq,
+    )
 
 
 def event_to_proto(ev: Event) -> rpb.StateEvent:

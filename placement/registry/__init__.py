@@ -1,21 +1,33 @@
-"""The stateful registry: clusters and live state in SQLite or PostgreSQL, and reservations with leases.
+"""The stateful registry: clusters and live state in SQLite or PostgreSQL, claims (one live claim per device),
+and reservations with leases and heartbeats.
 
-`open_store(url)` picks the backend; `Registry` holds the rules (reserve, commit, release, renew, expiry).
+`open_store(url)` picks the backend; `Registry` holds the rules (reserve, commit, release, renew, revoke, expiry).
 """
 
+from placement.registry.backends import default_url, open_store
 from placement.registry.model import (
     Aborted,
+    Busy,
+    ClaimConflict,
     NotFound,
     Refused,
     Reservation,
     ReservationStatus,
     StaleGeneration,
 )
-from placement.registry.registry import Registry, ReserveOutcome, StateView, request_hash
-from placement.registry.store import Store, default_url, open_store
+from placement.registry.registry import (
+    Registry,
+    ReserveOutcome,
+    StateView,
+    UpdateOutcome,
+    request_hash,
+)
+from placement.registry.store import Store
 
 __all__ = [
     "Aborted",
+    "Busy",
+    "ClaimConflict",
     "NotFound",
     "Refused",
     "Registry",
@@ -25,6 +37,7 @@ __all__ = [
     "StaleGeneration",
     "StateView",
     "Store",
+    "UpdateOutcome",
     "default_url",
     "open_store",
     "request_hash",

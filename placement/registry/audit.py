@@ -1,7 +1,8 @@
 """`audit`: the registry's invariants checked from the database, for tests, the crash benchmark and operators.
 
-No device in two live reservations (and the validator passes over their union), every held reservation holds
-exactly its devices, and no hold belongs to anything but a held reservation.
+No device in two live reservations (and the validator passes over their union), every live reservation claims
+exactly its devices (held or committed as its status says), no claim belongs to anything but a live reservation,
+and no reservation holds a failed device.
 """
 
 from __future__ import annotations
@@ -10,8 +11,10 @@ from collections import Counter
 
 from placement.model.job import Job
 from placement.model.validate import validate
+from placement.registry.model import ClaimKind, ReservationStatus
 from placement.registry.registry import Registry
 from placement.registry.statedoc import build_state
+from placement.registry.update import stored_rows
 
 __all__ = ["audit"]
 
@@ -28,26 +31,36 @@ def audit(registry: Registry, cluster_id: str) -> list[str]:
     doubled = sorted(d for d, n in counts.items() if n > 1)
     if doubled:
         problems.append(f"{len(doubled)} device(s) in two live reservations, e.g. {doubled[0]}")
-    holds = registry.store.snapshot(cluster_id, float("-inf"))
-    assert holds is not None
-    by_res: dict[str, set[str]] = {}
-    for dev, (rid, _) in holds.holds.items():
-        by_res.setdefault(rid, set()).add(dev)
+    snap = registry.store.snapshot(cluster_id)
+    if snap is None:
+        return [*problems, f"cluster {cluster_id} vanished during the audit"]
+    by_res: dict[str, dict[str, ClaimKind]] = {}
+    for dev, claim in snap.claims.items():
+        if claim.reservation_id is not None:
+            by_res.setdefault(claim.reservation_id, {})[dev] = claim.kind
     status = {r.id: r for r in reservations}
     for rid, devs in sorted(by_res.items()):
         res = status.get(rid)
-        if res is None or res.status.value != "HELD":
+        if res is None or res.status not in (ReservationStatus.HELD, ReservationStatus.COMMITTED):
             problems.append(
-                f"{len(devs)} hold(s) of reservation {rid}, which is "
+                f"{len(devs)} claim(s) of reservation {rid}, which is "
                 f"{'missing' if res is None else res.status.value}"
             )
     for r in reservations:
-        if r.status.value == "HELD" and by_res.get(r.id, set()) != set(r.devices):
+        if r.status not in (ReservationStatus.HELD, ReservationStatus.COMMITTED):
+            continue
+        want = ClaimKind.HELD if r.status is ReservationStatus.HELD else ClaimKind.COMMITTED
+        got = by_res.get(r.id, {})
+        if set(got) != set(r.devices) or any(k is not want for k in got.values()):
             problems.append(
-                f"held reservation {r.id} holds {len(by_res.get(r.id, set()))} of its "
-                f"{len(r.devices)} devices"
+                f"{r.status.value.lower()} reservation {r.id} claims {len(got)} of its {len(r.devices)} devices"
+                f"{'' if all(k is want for k in got.values()) else ' (some of the wrong kind)'}"
             )
-    held = [r for r in live if r.status.value == "HELD"]
+    failed = {d for d, c in snap.claims.items() if c.kind is ClaimKind.FAILED}
+    on_failed = sorted(d for r in live for d in r.devices if d in failed)
+    if on_failed:
+        problems.append(f"{len(on_failed)} failed device(s) in live reservations, e.g. {on_failed[0]}")
+    held = [r for r in live if r.status is ReservationStatus.HELD]
     if held:  # the union of the held reservations, as one job, on the stored state (holds left out)
         mapping = []
         for r in held:
@@ -57,7 +70,10 @@ def audit(registry: Registry, cluster_id: str) -> list[str]:
                     problems.append(f"reservation {r.id} names unknown device {d}")
                 else:
                     mapping.append(i)
-        base = build_state(topo, view.base, view.rows, view.extras)
+        rows = stored_rows(
+            {d: c for d, c in snap.claims.items() if c.kind is not ClaimKind.HELD}, snap.slowdowns
+        )
+        base = build_state(topo, view.base, rows, snap.extras)
         union = Job("union-of-held-reservations", ranks=len(mapping))
         problems += [f"union of held reservations: {v}" for v in validate(topo, base, union, mapping)]
     return problems

@@ -1,21 +1,23 @@
-"""`Registry`: clusters and live state held in a `Store`, and Reserve: place against the current state, then hold
-the devices in one transaction that checks nothing moved during the solve (else retry, then `Aborted`).
+"""`Registry`: clusters and live state held in a `Store`, and Reserve: read a snapshot, solve with no connection
+or lock held (Reserves of one cluster in parallel), then claim the devices in one short transaction that checks
+nothing moved (else solve again, then `Aborted`).
 
 No grpc here: the server renders answers (the `render` callback) and maps the errors to status codes.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import random
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-from placement.errors import InputError, Problem
+from placement.errors import InfeasibleError, InputError, Problem
 from placement.io.native import cluster_from_dict
 from placement.model.job import Job
 from placement.model.state import ClusterState
@@ -24,26 +26,37 @@ from placement.registry.model import (
     Aborted,
     ClusterRecord,
     Conflict,
-    DeviceRow,
     Event,
     NotFound,
     Refused,
     Reservation,
     ReservationStatus,
 )
-from placement.registry.statedoc import (
-    DiffChange,
-    build_state,
-    parse_diff,
-    rows_from_snapshot,
-    state_document,
-)
+from placement.registry.statedoc import parse_diff, rows_from_snapshot
 from placement.registry.store import Store
-from placement.solve import PlacementResult, SolveOptions
+from placement.registry.update import Current, UpdatePlan, plan_diff, plan_snapshot
+from placement.registry.view import StateView
+from placement.solve import PlacementResult, SolveOptions, place
 
-__all__ = ["MAX_TTL_S", "Registry", "ReserveOutcome", "StateView", "request_hash"]
+__all__ = [
+    "EVENT_MAX_AGE_S",
+    "EVENT_MAX_COUNT",
+    "MAX_TTL_S",
+    "Registry",
+    "ReserveOutcome",
+    "StateView",
+    "UpdateOutcome",
+    "request_hash",
+]
 
 MAX_TTL_S = 7 * 24 * 3600.0
+EVENT_MAX_AGE_S = 7 * 24 * 3600.0
+"""Events older than this are pruned (a watcher resuming before them starts over with a snapshot)."""
+EVENT_MAX_COUNT = 100_000
+"""Events kept per cluster at most."""
+PRUNE_EVERY_S = 60.0
+_ADVANCE_MAX = 256  # a cached view behind by at most this many events reads them instead of the whole cluster
+_SETTLE_S = 5.0  # longest wait for this process's other Reserves in flight before calling a job infeasible
 Solve = Callable[[Topology, ClusterState, Job, SolveOptions], PlacementResult]
 Render = Callable[[Topology, PlacementResult], bytes]
 
@@ -57,42 +70,25 @@ def request_hash(*parts: bytes) -> str:
     return h.hexdigest()
 
 
-@dataclass
-class StateView:
-    """One cluster as of its change counter `last_seq`: topology, device rows, holds and extras."""
-
-    record: ClusterRecord
-    topology: Topology
-    base: ClusterState | None
-    rows: dict[str, DeviceRow]
-    holds: dict[str, tuple[str, float]]
-    extras: dict[str, Any]
-    _state: ClusterState | None = field(default=None, repr=False)
-    _state_at: float = 0.0
-
-    @property
-    def generation(self) -> int:
-        return self.record.generation
-
-    def state(self, now: float) -> ClusterState:
-        """The state a solve sees: held devices with a live lease are occupied."""
-        live = {d: rid for d, (rid, exp) in self.holds.items() if exp > now}
-        expired = any(exp <= now for _, exp in self.holds.values())
-        if self._state is None or expired:
-            self._state = build_state(self.topology, self.base, self.rows, self.extras, live)
-        return self._state
-
-    def document(self) -> dict[str, Any]:
-        """The stored state as a native state document (holds not included)."""
-        return state_document(self.rows, self.extras)
-
-
 @dataclass(frozen=True)
 class ReserveOutcome:
     reservation: Reservation
     replayed: bool  # an earlier reservation with the same idempotency key
     attempts: int
     conflicts: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class UpdateOutcome:
+    """An UpdateState done (or planned, `dry_run`): the change as stored, the reservations revoked (or that
+    would be), the reservations kept although the update would have freed them, its last event."""
+
+    generation: int
+    changes: dict[str, Any]
+    revoked: tuple[Reservation, ...]
+    kept: tuple[Reservation, ...]
+    dry_run: bool
+    seq: int
 
 
 class Registry:
@@ -104,20 +100,23 @@ class Registry:
         *,
         clock: Callable[[], float] = time.time,
         solve: Solve | None = None,
-        max_attempts: int = 4,
+        max_attempts: int = 16,
+        event_max_age_s: float | None = EVENT_MAX_AGE_S,
+        event_max_count: int | None = EVENT_MAX_COUNT,
     ) -> None:
         self.store = store
         self.clock = clock
-        if solve is None:
-            from placement.solve import place
-
-            solve = place
-        self._solve = solve
+        self._solve: Solve = place if solve is None else solve
         self.max_attempts = max_attempts
+        self.event_max_age_s = event_max_age_s
+        self.event_max_count = event_max_count
+        self._pruned_at = float("-inf")
         self._lock = threading.Lock()
         self._views: dict[str, StateView] = {}
         self._topologies: dict[tuple[str, int], tuple[Topology, ClusterState | None]] = {}
-        self._cluster_locks: dict[str, threading.Lock] = {}
+        # devices chosen by this process's Reserves that are not committed yet: cluster -> device -> label
+        self._inflight: dict[str, dict[str, str]] = {}
+        self._settled = threading.Condition(self._lock)
         self.changed = threading.Condition()  # notified after every local write (WatchState wakes at once)
 
     def close(self) -> None:
@@ -136,6 +135,20 @@ class Registry:
                 self._topologies[key] = hit
         return hit
 
+    def _current_topology(self, cluster_id: str) -> Topology:
+        """The cluster's topology now, from the cache when its version is current (no snapshot read)."""
+        head = self.store.head(cluster_id)
+        if head is None:
+            raise NotFound(f"unknown cluster {cluster_id!r}; PutCluster it first")
+        with self._lock:
+            hit = self._topologies.get((cluster_id, head[0]))
+        if hit is not None:
+            return hit[0]
+        record = self.store.cluster(cluster_id)
+        if record is None:
+            raise NotFound(f"unknown cluster {cluster_id!r}; PutCluster it first")
+        return self._topology(cluster_id, record)[0]
+
     def put_cluster(self, cluster_id: str, doc: dict[str, Any]) -> tuple[int, bool]:
         """Store a cluster (validated by the native reader first); returns (version, changed). A new version
         must still hold every device the live state or a live reservation names."""
@@ -143,8 +156,7 @@ class Registry:
         topo, _ = cluster_from_dict(doc, "cluster")
         if self.store.last_seq(cluster_id) is not None:
             view = self.view(cluster_id)
-            now = self.clock()
-            named = set(view.rows) | {d for d, (_, exp) in view.holds.items() if exp > now}
+            named = set(view.live(self.clock())) | set(view.slowdowns)
             missing = sorted(d for d in named if topo.device_index(d) is None)
             if missing:
                 raise Refused(
@@ -158,7 +170,8 @@ class Registry:
         return out
 
     def view(self, cluster_id: str) -> StateView:
-        """The cluster now (cached while its change counter holds)."""
+        """The cluster now: cached while its change counter holds, moved along by the events since (a few rows)
+        when it moved a little, read whole otherwise."""
         seq = self.store.last_seq(cluster_id)
         if seq is None:
             raise NotFound(f"unknown cluster {cluster_id!r}; PutCluster it first")
@@ -166,19 +179,25 @@ class Registry:
             cached = self._views.get(cluster_id)
         if cached is not None and cached.record.last_seq == seq:
             return cached
-        snap = self.store.snapshot(cluster_id, self.clock())
-        if snap is None:
-            raise NotFound(f"unknown cluster {cluster_id!r}")
-        topo, base = self._topology(cluster_id, snap.cluster)
-        view = StateView(snap.cluster, topo, base, snap.rows, snap.holds, snap.extras)
-        self._keep(cluster_id, view)
-        return view
-
-    def _keep(self, cluster_id: str, view: StateView) -> None:
+        view = None
+        if cached is not None and 0 < seq - cached.record.last_seq <= _ADVANCE_MAX:
+            view = cached.advance(self.store.events(cluster_id, cached.record.last_seq, _ADVANCE_MAX))
+        if view is None:
+            snap = self.store.snapshot(cluster_id)
+            if snap is None:
+                raise NotFound(f"unknown cluster {cluster_id!r}")
+            topo, base = self._topology(cluster_id, snap.cluster)
+            view = StateView(snap.cluster, topo, base, snap.claims, snap.slowdowns, snap.extras)
         with self._lock:
             old = self._views.get(cluster_id)
             if old is None or old.record.last_seq <= view.record.last_seq:
                 self._views[cluster_id] = view
+        return view
+
+    def references(self, cluster_id: str) -> tuple[Topology, ClusterState]:
+        """The topology and its links and fault domains, no claims: what a job's names are checked against."""
+        view = self.view(cluster_id)
+        return view.topology, view.static_state()
 
     def resolve(self, cluster_id: str) -> tuple[Topology, ClusterState]:
         """What Place and Compare with a `cluster_id` run on: the topology and the state with live holds."""
@@ -186,73 +205,56 @@ class Registry:
         return view.topology, view.state(self.clock())
 
     def update_state(
-        self, cluster_id: str, generation: int, *, snapshot: Any = None, diff: Any = None
-    ) -> int:
-        """Apply a full state document or a diff (exactly one) as `generation`; StaleGeneration unless it is above
-        the stored one. Returns the generation."""
+        self,
+        cluster_id: str,
+        generation: int,
+        *,
+        snapshot: Any = None,
+        diff: Any = None,
+        revoke: bool = False,
+        dry_run: bool = False,
+        reason: str = "",
+    ) -> UpdateOutcome:
+        """Apply a full outside state document or a diff (exactly one) as `generation`: StaleGeneration unless
+        it is above the stored one; ClaimConflict when it occupies (by another job) or fails a device of a live
+        reservation, unless `revoke` (those reservations are REVOKED with `reason`). Devices of live
+        reservations are never freed by an update. `dry_run`: the same answer, nothing written."""
         if (snapshot is None) == (diff is None):
             raise InputError("request", [Problem("state", "give exactly one of a full state or a diff")])
         if generation < 1:
             raise InputError("request", [Problem("generation", f"must be >= 1, got {generation}")])
-        view = self.view(cluster_id)
-        topo = view.topology
+        if len(reason) > 1000:
+            raise InputError("request", [Problem("reason", f"at most 1000 characters, got {len(reason)}")])
+        topo = self._current_topology(cluster_id)
+        now = self.clock()
+        planner: Callable[[Current], UpdatePlan]
         if snapshot is not None:
             rows, extras = rows_from_snapshot(snapshot, topo, "state")
-            fixed = dict(rows)
-            seq = self.store.update_state(
-                cluster_id,
-                generation,
-                lambda _cur: fixed,
-                [],
-                True,
-                extras,
-                {"state": state_document(rows, extras)},
-                self.clock(),
+
+            def planner(cur: Current) -> UpdatePlan:
+                return plan_snapshot(
+                    rows, extras, cur, now, revoke=revoke, reason=reason, cluster_id=cluster_id
+                )
+
+            out = self.store.update_state(
+                cluster_id, generation, planner, None, extras, "STATE_REPLACED", now, dry_run
             )
-            new_rows: dict[str, DeviceRow] = rows
-            new_extras = extras
         else:
-            change: DiffChange = parse_diff(diff, topo, "diff")
-            applied: dict[str, DeviceRow | None] = {}
+            change = parse_diff(diff, topo, "diff")
 
-            def apply(current: Mapping[str, DeviceRow]) -> Mapping[str, DeviceRow | None]:
-                applied.update(change.apply(current))
-                return applied
+            def planner(cur: Current) -> UpdatePlan:
+                return plan_diff(change, cur, now, revoke=revoke, reason=reason, cluster_id=cluster_id)
 
-            seq = self.store.update_state(
-                cluster_id,
-                generation,
-                apply,
-                change.touched,
-                False,
-                None,
-                {"diff": change.document()},
-                self.clock(),
+            out = self.store.update_state(
+                cluster_id, generation, planner, change.touched, None, "STATE_DIFF", now, dry_run
             )
-            new_rows = dict(view.rows)
-            for d, row in applied.items():
-                if row is None:
-                    new_rows.pop(d, None)
-                else:
-                    new_rows[d] = row
-            new_extras = view.extras
-        if view.record.last_seq == seq - 1:  # nobody else wrote in between: the cache moves along
-            rec = ClusterRecord(cluster_id, view.record.version, view.record.doc, generation, seq)
-            self._keep(cluster_id, StateView(rec, topo, view.base, new_rows, dict(view.holds), new_extras))
-        self._notify()
-        return generation
+        if not dry_run:
+            self._notify()
+        return UpdateOutcome(
+            generation, out.plan.changes, tuple(out.revoked), tuple(out.kept), dry_run, out.seq
+        )
 
     # ---- reservations --------------------------------------------------------------------------------------
-
-    @contextmanager
-    def _serial(self, cluster_id: str) -> Iterator[None]:
-        """Solves of one cluster take turns (they would pick the same devices): in this process, then across the
-        replicas sharing the database (Store.solve_turn). State updates never wait for a solve: the commit's
-        generation check catches them."""
-        with self._lock:
-            lock = self._cluster_locks.setdefault(cluster_id, threading.Lock())
-        with lock, self.store.solve_turn(cluster_id):
-            yield
 
     def reserve(
         self,
@@ -268,7 +270,11 @@ class Registry:
     ) -> ReserveOutcome:
         """Place `job` on the current state and hold its devices for `ttl_s`. A key already used returns that
         reservation (Refused if it was for another request). InfeasibleError when the job does not fit; Aborted
-        when the state moved under every attempt, or when `gone()` says the caller left before the commit."""
+        when the state moved under every attempt, or when `gone()` says the caller left before the commit.
+
+        No connection or lock is held during a solve; Reserves of one cluster solve in parallel, each on a
+        snapshot with the devices of this process's other Reserves in flight occupied, and the claim
+        transaction refuses devices claimed meanwhile (by another replica, or an update)."""
         if not (0 < ttl_s <= MAX_TTL_S):
             raise InputError(
                 "request", [Problem("ttl_s", f"must be in (0, {MAX_TTL_S:g}] seconds, got {ttl_s}")]
@@ -279,46 +285,103 @@ class Registry:
             if earlier is not None:
                 return ReserveOutcome(self._same(earlier, fingerprint), True, 0)
         conflicts: list[str] = []
-        with self._serial(cluster_id):
-            for attempt in range(1, self.max_attempts + 1):
-                view = self.view(cluster_id)
-                state = view.state(self.clock())
+        solves = lost = 0  # solves run; claim transactions that found a device taken or the state moved
+        while True:
+            # in flight first, then the view: a Reserve of this process that finishes between is in one of them
+            with self._lock:
+                inflight = dict(self._inflight.get(cluster_id, {}))
+            view = self.view(cluster_id)
+            state = view.solve_state(self.clock(), job.name, inflight)
+            solves += 1
+            try:
                 result = self._solve(view.topology, state, job, options)
-                assert result.mapping is not None
-                devices = tuple(view.topology.devices[i].id for i in result.mapping)
-                if gone is not None and gone():
-                    raise Aborted("the caller went away before the devices were held; nothing is reserved")
-                now = self.clock()
-                res = Reservation(
-                    id=uuid.uuid4().hex,
-                    cluster_id=cluster_id,
-                    job=job.name,
-                    status=ReservationStatus.HELD,
-                    devices=devices,
-                    idempotency_key=key or None,
-                    request_hash=fingerprint,
-                    created_at=now,
-                    expires_at=now + ttl_s,
-                    ended_at=None,
-                    generation=view.generation,
-                    cluster_version=view.record.version,
-                    payload=render(view.topology, result),
-                )
-                try:
-                    stored, new = self.store.insert_reservation(
-                        res, view.generation, view.record.version, now
-                    )
-                except Conflict as c:
-                    conflicts.append(c.reason)
+            except InfeasibleError:
+                # devices of other Reserves in flight were left out: wait until they are claimed or given back
+                if inflight and solves < 4 * self.max_attempts and self._settle(cluster_id, inflight):
                     continue
-                self._notify()
-                if not new:
-                    return ReserveOutcome(self._same(stored, fingerprint), True, attempt, tuple(conflicts))
-                return ReserveOutcome(stored, False, attempt, tuple(conflicts))
+                raise
+            if result.mapping is None:
+                raise Aborted("the solve returned no mapping; retry the call")
+            devices = tuple(view.topology.devices[i].id for i in result.mapping)
+            if gone is not None and gone():
+                raise Aborted("the caller went away before the devices were held; nothing is reserved")
+            label = f"in-flight:{uuid.uuid4().hex}"
+            with self._lock:
+                mine = self._inflight.setdefault(cluster_id, {})
+                clash = [d for d in devices if d in mine]
+                if not clash:
+                    mine.update(dict.fromkeys(devices, label))
+            if clash:  # another Reserve of this process took them while we solved: solve again, no database
+                conflicts.append(f"{len(clash)} device(s) went to another Reserve in flight, e.g. {clash[0]}")
+                if solves >= 4 * self.max_attempts:
+                    break
+                continue
+            try:
+                res = self._reservation(cluster_id, job, view, devices, ttl_s, key, fingerprint)
+                res = dataclasses.replace(res, payload=render(view.topology, result))
+                stored, new = self.store.insert_reservation(
+                    res, view.generation, view.record.version, res.created_at
+                )
+            except Conflict as c:
+                conflicts.append(c.reason)
+                lost += 1
+                if lost >= self.max_attempts:
+                    break
+                time.sleep(random.uniform(0, 0.005 * lost))  # replicas that collided drift apart
+                continue
+            finally:
+                with self._settled:
+                    for d in devices:
+                        if mine.get(d) == label:
+                            del mine[d]
+                    self._settled.notify_all()
+            self._notify()
+            if not new:
+                return ReserveOutcome(self._same(stored, fingerprint), True, solves, tuple(conflicts))
+            return ReserveOutcome(stored, False, solves, tuple(conflicts))
         raise Aborted(
-            f"the state of cluster {cluster_id!r} changed during each of {self.max_attempts} solves "
+            f"the state of cluster {cluster_id!r} changed during each of {solves} solves "
             f"({'; '.join(conflicts[-2:])}); retry the call"
         )
+
+    def _reservation(
+        self,
+        cluster_id: str,
+        job: Job,
+        view: StateView,
+        devices: tuple[str, ...],
+        ttl_s: float,
+        key: str | None,
+        fingerprint: str,
+    ) -> Reservation:
+        now = self.clock()
+        return Reservation(
+            id=uuid.uuid4().hex,
+            cluster_id=cluster_id,
+            job=job.name,
+            status=ReservationStatus.HELD,
+            devices=devices,
+            idempotency_key=key or None,
+            request_hash=fingerprint,
+            created_at=now,
+            expires_at=now + ttl_s,
+            ended_at=None,
+            generation=view.generation,
+            cluster_version=view.record.version,
+        )
+
+    def _settle(self, cluster_id: str, inflight: dict[str, str]) -> bool:
+        """Wait until none of `inflight` is still in flight (claimed or given back); False after _SETTLE_S."""
+        deadline = time.monotonic() + _SETTLE_S
+        with self._settled:
+            while True:
+                now_in = self._inflight.get(cluster_id, {})
+                if not any(now_in.get(d) == lab for d, lab in inflight.items()):
+                    return True
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._settled.wait(left)
 
     def _same(self, earlier: Reservation, fingerprint: str) -> Reservation:
         if earlier.request_hash != fingerprint:
@@ -336,17 +399,21 @@ class Registry:
             raise NotFound(f"unknown reservation {reservation_id!r}")
         return res
 
-    def commit(self, reservation_id: str) -> Reservation:
-        return self._transition(reservation_id, "commit")
+    def commit(self, reservation_id: str, ttl_s: float | None = None) -> Reservation:
+        """The job started: its held devices become its occupancy, every device checked again under the lock.
+        `ttl_s`: a heartbeat (the committed reservation expires unless renewed within it); None: no expiry."""
+        if ttl_s is not None:
+            _check_ttl(ttl_s)
+        return self._transition(reservation_id, "commit", ttl_s)
 
     def release(self, reservation_id: str) -> Reservation:
         return self._transition(reservation_id, "release")
 
-    def renew(self, reservation_id: str, ttl_s: float) -> Reservation:
-        if not (0 < ttl_s <= MAX_TTL_S):
-            raise InputError(
-                "request", [Problem("ttl_s", f"must be in (0, {MAX_TTL_S:g}] seconds, got {ttl_s}")]
-            )
+    def renew(self, reservation_id: str, ttl_s: float | None = None) -> Reservation:
+        """Move a held reservation's lease (default 60 s), or a committed one's heartbeat (default: its own
+        heartbeat), to now + ttl_s."""
+        if ttl_s is not None:
+            _check_ttl(ttl_s)
         return self._transition(reservation_id, "renew", ttl_s)
 
     def _transition(self, reservation_id: str, action: str, ttl_s: float | None = None) -> Reservation:
@@ -355,7 +422,7 @@ class Registry:
         return out
 
     def reservations(self, cluster_id: str | None = None, *, live_only: bool = False) -> list[Reservation]:
-        """Reservations (of one cluster), oldest first; a held one past its lease reads EXPIRED."""
+        """Reservations (of one cluster), oldest first; one past its lease or heartbeat reads EXPIRED."""
         if cluster_id is not None and self.store.last_seq(cluster_id) is None:
             raise NotFound(f"unknown cluster {cluster_id!r}")
         now = self.clock()
@@ -364,8 +431,13 @@ class Registry:
         return [r for r in out if r.live(now)] if live_only else out
 
     def sweep(self) -> list[Reservation]:
-        """Expire every lease that ran out (the server calls this periodically; Reserve also does it)."""
-        out = self.store.sweep(self.clock())
+        """Expire every lease and heartbeat that ran out (the server calls this periodically; every write to a
+        cluster also does it first), and prune old events every PRUNE_EVERY_S."""
+        now = self.clock()
+        out = self.store.sweep(now)
+        if now - self._pruned_at >= PRUNE_EVERY_S and (self.event_max_age_s or self.event_max_count):
+            self._pruned_at = now
+            self.store.prune_events(now, self.event_max_age_s, self.event_max_count)
         if out:
             self._notify()
         return out
@@ -391,9 +463,12 @@ def _effective(res: Reservation, now: float) -> Reservation:
     status = res.effective_status(now)
     if status is res.status:
         return res
-    import dataclasses
-
     return dataclasses.replace(res, status=status, ended_at=res.expires_at)
+
+
+def _check_ttl(ttl_s: float) -> None:
+    if not (0 < ttl_s <= MAX_TTL_S):
+        raise InputError("request", [Problem("ttl_s", f"must be in (0, {MAX_TTL_S:g}] seconds, got {ttl_s}")])
 
 
 def _check_id(value: str, name: str) -> None:

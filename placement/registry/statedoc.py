@@ -1,5 +1,5 @@
 """Registry state <-> native documents: full state files into device rows, diffs into row changes, rows back into
-a native state document and into the `ClusterState` a solve runs on.
+a native state document and into the `ClusterState` a solve runs on (claims labelled by their occupants).
 
 Device rows hold the per-device facts (job, failed, slowdown); links, fault domains and the description of the
 last full snapshot are kept whole as `extras`. Every problem of a document is reported at once with its path.
@@ -162,10 +162,10 @@ def build_state(
     base: ClusterState | None,
     rows: Mapping[str, DeviceRow],
     extras: Mapping[str, Any],
-    holds: Mapping[str, str] | None = None,
+    occupants: Mapping[str, str] | None = None,
 ) -> ClusterState:
     """The ClusterState a solve sees: rows, links and fault domains of the extras, the cluster's static fault
-    domains, and every held device occupied by ``reservation:<id>``."""
+    domains, and every device of `occupants` occupied by its label (it wins over the row's job)."""
     linked = state_from_dict(
         {k: extras[k] for k in ("links", "fault_domains") if extras.get(k)}, topo, "state"
     )
@@ -183,10 +183,10 @@ def build_state(
             failed.add(i)
         if row.slowdown is not None and row.slowdown > 1.0:
             slow[i] = row.slowdown
-    for dev, rid in (holds or {}).items():
+    for dev, label in (occupants or {}).items():
         i = index(dev)
         if i is not None:
-            occupied[i] = f"reservation:{rid}"
+            occupied[i] = label
     st = ClusterState(
         occupied,
         frozenset(failed),

@@ -1,27 +1,42 @@
-"""The storage interface of the registry, and `open_store(url)`: sqlite:///path (embedded) or postgresql://...
+"""The storage interface of the registry (`Store`); the backends live in placement.registry.backends, which also
+opens one by URL (`open_store`).
 
-Every write is one transaction that first takes the cluster's write lock (SQLite BEGIN IMMEDIATE, PostgreSQL
-SELECT ... FOR UPDATE of the cluster row), so writes to one cluster are serialized by the database itself.
+Every write is one short transaction that first takes the cluster's write lock (SQLite BEGIN IMMEDIATE,
+PostgreSQL SELECT ... FOR UPDATE of the cluster row), so writes to one cluster are serialized by the database
+itself; the claims table lets no device be in two live claims whatever the caller does.
 """
 
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Mapping, Sequence
-from contextlib import AbstractContextManager, nullcontext
-from pathlib import Path
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
-from placement.registry.model import ClusterRecord, DeviceRow, Event, Reservation, Snapshot
+from placement.registry.model import ClusterRecord, Event, Reservation, Snapshot
+from placement.registry.update import Current, UpdatePlan
 
-__all__ = ["DEFAULT_SQLITE_PATH", "Store", "default_url", "open_store"]
+__all__ = ["Planner", "Store", "UpdateResult"]
 
-DEFAULT_SQLITE_PATH = Path("~/.local/state/placement/registry.db")
+Planner = Callable[[Current], UpdatePlan]
+"""Given the claims and slowdowns read under the write lock, what an UpdateState writes (or ClaimConflict)."""
+
+
+@dataclass(frozen=True)
+class UpdateResult:
+    """An UpdateState done (or, dry run, planned): the plan, the reservations it revoked, its last event."""
+
+    plan: UpdatePlan
+    revoked: list[Reservation] = field(default_factory=list)
+    kept: list[Reservation] = field(default_factory=list)
+    seq: int = 0
+    first_seq: int = 0  # the first event it wrote (revocations come before the state event)
 
 
 class Store(abc.ABC):
     """What the registry needs from a database. `now` is the caller's clock (unix seconds) everywhere, so that
-    lease expiry is testable; replicas must share a synchronized clock (NTP)."""
+    lease expiry is testable; replicas must share a synchronized clock (NTP). No method holds a connection
+    after it returns, and none waits for a connection or lock longer than its timeout (then `Busy`)."""
 
     url: str
 
@@ -41,6 +56,10 @@ class Store(abc.ABC):
     def cluster(self, cluster_id: str) -> ClusterRecord | None: ...
 
     @abc.abstractmethod
+    def head(self, cluster_id: str) -> tuple[int, int, int] | None:
+        """(version, generation, last_seq) of a cluster, cheap (no document)."""
+
+    @abc.abstractmethod
     def cluster_ids(self) -> list[str]: ...
 
     @abc.abstractmethod
@@ -48,24 +67,25 @@ class Store(abc.ABC):
         """The cluster's change counter (its last event), cheap: a cached snapshot is fresh while it holds."""
 
     @abc.abstractmethod
-    def snapshot(self, cluster_id: str, now: float) -> Snapshot | None:
-        """Cluster, device rows, live holds and extras, read in one transaction."""
+    def snapshot(self, cluster_id: str) -> Snapshot | None:
+        """Cluster, claims (with their ends), slowdowns and extras, read in one transaction."""
 
     @abc.abstractmethod
     def update_state(
         self,
         cluster_id: str,
         generation: int,
-        change: Callable[[Mapping[str, DeviceRow]], Mapping[str, DeviceRow | None]],
-        touched: Sequence[str],
-        replace: bool,
+        plan: Planner,
+        scope: Sequence[str] | None,
         extras: dict[str, Any] | None,
-        event: dict[str, Any],
+        event_kind: str,
         now: float,
-    ) -> int:
-        """If `generation` is above the stored one (else StaleGeneration): read the rows of `touched` under the
-        write lock, write `change(rows)` (None deletes a row; `replace` first clears every row and passes {}),
-        and record an event. Returns the event's seq."""
+        dry_run: bool = False,
+    ) -> UpdateResult:
+        """If `generation` is above the stored one (else StaleGeneration): expire ran-out leases, read the claims
+        and slowdowns of `scope` (None: the whole cluster) under the write lock, and write `plan(current)`:
+        revocations (a REVOKED event each), outside claims, slowdowns, extras, then one `event_kind` event.
+        `dry_run`: plan on a read snapshot and write nothing."""
 
     # ---- reservations --------------------------------------------------------------------------------------
 
@@ -73,8 +93,8 @@ class Store(abc.ABC):
     def insert_reservation(
         self, res: Reservation, expected_generation: int, expected_version: int, now: float
     ) -> tuple[Reservation, bool]:
-        """Hold `res.devices` if the state is still at `expected_generation` and none of them is occupied,
-        failed or held (else Conflict). A reservation with the same idempotency key wins: (it, False)."""
+        """Claim `res.devices` if the state is still at `expected_generation` and none of them is claimed (else
+        Conflict). A reservation with the same idempotency key wins: (it, False)."""
 
     @abc.abstractmethod
     def by_key(self, cluster_id: str, key: str) -> Reservation | None: ...
@@ -89,48 +109,19 @@ class Store(abc.ABC):
     def transition(
         self, reservation_id: str, action: str, now: float, ttl_s: float | None = None
     ) -> Reservation:
-        """commit, release or renew one reservation (rules in placement.registry.sql.reservations); returns it after."""
+        """commit (ttl_s: a heartbeat), release or renew one reservation, by id (rules in
+        placement.registry.sql.reservations); returns it after."""
 
     @abc.abstractmethod
     def sweep(self, now: float) -> list[Reservation]:
-        """Mark every held reservation whose lease ran out EXPIRED and free its devices; returns them."""
-
-    def solve_turn(self, cluster_id: str) -> AbstractContextManager[None]:
-        """Held while a Reserve of `cluster_id` solves: replicas sharing the database take turns (PostgreSQL: a
-        session advisory lock, released by the database if the replica dies). Default: no lock (one process)."""
-        return nullcontext()
+        """Mark every reservation whose lease or heartbeat ran out EXPIRED and free its devices; returns them."""
 
     # ---- events ------------------------------------------------------------------------------------------
 
     @abc.abstractmethod
     def events(self, cluster_id: str, after_seq: int, limit: int = 1000) -> list[Event]: ...
 
-
-def default_url() -> str:
-    """The embedded default: an SQLite file under ~/.local/state/placement (XDG_STATE_HOME if set)."""
-    import os
-
-    base = os.environ.get("XDG_STATE_HOME")
-    path = Path(base) / "placement" / "registry.db" if base else DEFAULT_SQLITE_PATH.expanduser()
-    return f"sqlite://{path}"
-
-
-def open_store(url: str) -> Store:
-    """A store for `url`: ``sqlite:///abs/path.db`` (``sqlite://rel.db``: relative to the working directory),
-    or ``postgresql://user@host:port/db``. Migrations are applied on open. ValueError for anything else."""
-    if url.startswith("sqlite://"):
-        from placement.registry.backends.sqlite import SqliteStore
-
-        path = url.removeprefix(
-            "sqlite://"
-        )  # sqlite:///abs/file.db -> /abs/file.db; sqlite://rel.db -> rel.db
-        if not path or path.endswith("/"):
-            raise ValueError(
-                f"registry url {url!r}: give a file, e.g. sqlite:///var/lib/placement/registry.db"
-            )
-        return SqliteStore(path)
-    if url.startswith(("postgresql://", "postgres://")):
-        from placement.registry.backends.postgres import PostgresStore
-
-        return PostgresStore(url)
-    raise ValueError(f"registry url {url!r}: expected sqlite:///PATH or postgresql://USER@HOST:PORT/DB")
+    @abc.abstractmethod
+    def prune_events(self, now: float, max_age_s: float | None, max_count: int | None) -> int:
+        """Delete each cluster's events older than `max_age_s` and beyond the newest `max_count` (the last event
+        always stays); record the horizon (ClusterRecord.pruned_seq). Returns the number deleted."""

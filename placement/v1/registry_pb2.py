@@ -25,17 +25,17 @@ _sym_db = _symbol_database.Default()
 from placement.v1 import placement_pb2 as placement_dot_v1_dot_placement__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bplacement/v1/registry.proto\x12\x0cplacement.v1\x1a\x1cplacement/v1/placement.proto\"O\n\x11PutClusterRequest\x12\x12\n\ncluster_id\x18\x01 \x01(\t\x12&\n\x07\x63luster\x18\x02 \x01(\x0b\x32\x15.placement.v1.Cluster\"[\n\x12PutClusterResponse\x12\x12\n\ncluster_id\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x03\x12\x0f\n\x07\x63hanged\x18\x03 \x01(\x08\x12\x0f\n\x07\x64\x65vices\x18\x04 \x01(\x05\"\x8a\x01\n\tStateDiff\x12\'\n\x06occupy\x18\x01 \x03(\x0b\x32\x17.placement.v1.Occupancy\x12\x0c\n\x04\x66ree\x18\x02 \x03(\t\x12\x0c\n\x04\x66\x61il\x18\x03 \x03(\t\x12\x0f\n\x07recover\x18\x04 \x03(\t\x12\'\n\x07\x64\x65grade\x18\x05 \x03(\x0b\x32\x16.placement.v1.Degraded\"\x95\x01\n\x12UpdateStateRequest\x12\x12\n\ncluster_id\x18\x01 \x01(\t\x12\x12\n\ngeneration\x18\x02 \x01(\x03\x12$\n\x05state\x18\x03 \x01(\x0b\x32\x13.placement.v1.StateH\x00\x12\'\n\x04\x64iff\x18\x04 \x01(\x0b\x32\x17.placement.v1.StateDiffH\x00\x42\x08\n\x06\x63hange\"=\n\x13UpdateStateResponse\x12\x12\n\ncluster_id\x18\x01 \x01(\t\x12\x12\n\ngeneration\x18\x02 \x01(\x03\"\x9e\x02\n\x0bReservation\x12\n\n\x02id\x18\x01 \x01(\t\x12\x12\n\ncluster_id\x18\x02 \x01(\t\x12\x0b\n\x03job\x18\x03 \x01(\t\x12/\n\x06status\x18\x04 \x01(\x0e\x32\x1f.placement.v1.ReservationStatus\x12\x0f\n\x07\x64\x65vices\x18\x05 \x03(\t\x12\x17\n\x0fidempotency_key\x18\x06 \x01(\t\x12\x16\n\x0e\x63reated_unix_s\x18\x07 \x01(\x01\x12\x16\n\x0e\x65xpires_unix_s\x18\x08 \x01(\x01\x12\x19\n\x0c\x65nded_unix_s\x18\t \x01(\x01H\x00\x88\x01\x01\x12\x12\n\ngeneration\x18\n \x01(\x03\x12\x17\n\x0f\x63luster_version\x18\x0b \x01(\x03\x42\x0f\n\r_ended_unix_s\"\xa3\x01\n\x0eReserveRequest\x12\x12\n\ncluster_id\x18\x01 \x01(\t\x12\x1e\n\x03job\x18\x02 \x01(\x0b\x32\x11.placement.v1.Job\x12&\n\x07options\x18\x03 \x01(\x0b\x32\x15.placement.v1.Options\x12\x12\n\x05ttl_s\x18\x04 \x01(\x01H\x00\x88\x01\x01\x12\x17\n\x0fidempotency_key\x18\x05 \x01(\tB\x08\n\x06_ttl_s\"\xc4\x01\n\x0fReserveResponse\x12-\n\x06result\x18\x01 \x01(\x0b\x32\x1d.placement.v1.PlacementResult\x12\x16\n\x0ereservation_id\x18\x02 \x01(\t\x12\x16\n\x0e\x65xpires_unix_s\x18\x03 \x01(\x01\x12.\n\x0breservation\x18\x04 \x01(\x0b\x32\x19.placement.v1.Reservation\x12\x10\n\x08replayed\x18\x05 \x01(\x08\x12\x10\n\x08\x61ttempts\x18\x06 \x01(\x05\"J\n\x12ReservationRequest\x12\x16\n\x0ereservation_id\x18\x01 \x01(\t\x12\x12\n\x05ttl_s\x18\x02 \x01(\x01H\x00\x88\x01\x01\x42\x08\n\x06_ttl_s\"E\n\x13ReservationResponse\x12.\n\x0breservation\x18\x01 \x01(\x0b\x32\x19.placement.v1.Reservation\"@\n\x17ListReservationsRequest\x12\x12\n\ncluster_id\x18\x01 \x01(\t\x12\x11\n\tlive_only\x18\x02 \x01(\x08\"K\n\x18ListReservationsResponse\x12/\n\x0creservations\x18\x01 \x03(\x0b\x32\x19.placement.v1.Reservation\">\n\x0fGetStateRequest\x12\x12\n\ncluster_id\x18\x01 \x01(\t\x12\x17\n\x0finclude_cluster\x18\x02 \x01(\x08\"\xd6\x01\n\x10GetStateResponse\x12\x12\n\ncluster_id\x18\x01 \x01(\t\x12\x17\n\x0f\x63luster_version\x18\x02 \x01(\x03\x12\x12\n\ngeneration\x18\x03 \x01(\x03\x12\"\n\x05state\x18\x04 \x01(\x0b\x32\x13.placement.v1.State\x12(\n\x05holds\x18\x05 \x03(\x0b\x32\x19.placement.v1.Reservation\x12\x0b\n\x03seq\x18\x06 \x01(\x03\x12&\n\x07\x63luster\x18\x07 \x01(\x0b\x32\x15.placement.v1.Cluster\":\n\x11WatchStateRequest\x12\x12\n\ncluster_id\x18\x01 \x01(\t\x12\x11\n\tafter_seq\x18\x02 \x01(\x03\"\xbe\x02\n\nStateEvent\x12\x12\n\ncluster_id\x18\x01 \x01(\t\x12\x0b\n\x03seq\x18\x02 \x01(\x03\x12*\n\x04kind\x18\x03 \x01(\x0e\x32\x1c.placement.v1.StateEventKind\x12\x12\n\ngeneration\x18\x04 \x01(\x03\x12\x11\n\tat_unix_s\x18\x05 \x01(\x01\x12\"\n\x05state\x18\x06 \x01(\x0b\x32\x13.placement.v1.State\x12%\n\x04\x64iff\x18\x07 \x01(\x0b\x32\x17.placement.v1.StateDiff\x12.\n\x0breservation\x18\x08 \x01(\x0b\x32\x19.placement.v1.Reservation\x12(\n\x05holds\x18\t \x03(\x0b\x32\x19.placement.v1.Reservation\x12\x17\n\x0f\x63luster_version\x18\n \x01(\x03*\xb7\x01\n\x11ReservationStatus\x12\"\n\x1eRESERVATION_STATUS_UNSPECIFIED\x10\x00\x12\x1b\n\x17RESERVATION_STATUS_HELD\x10\x01\x12 \n\x1cRESERVATION_STATUS_COMMITTED\x10\x02\x12\x1f\n\x1bRESERVATION_STATUS_RELEASED\x10\x03\x12\x1e\n\x1aRESERVATION_STATUS_EXPIRED\x10\x04*\xd3\x02\n\x0eStateEventKind\x12 \n\x1cSTATE_EVENT_KIND_UNSPECIFIED\x10\x00\x12\x1d\n\x19STATE_EVENT_KIND_SNAPSHOT\x10\x01\x12 \n\x1cSTATE_EVENT_KIND_CLUSTER_PUT\x10\x02\x12#\n\x1fSTATE_EVENT_KIND_STATE_REPLACED\x10\x03\x12\x1f\n\x1bSTATE_EVENT_KIND_STATE_DIFF\x10\x04\x12\x1d\n\x19STATE_EVENT_KIND_RESERVED\x10\x05\x12\x1e\n\x1aSTATE_EVENT_KIND_COMMITTED\x10\x06\x12\x1d\n\x19STATE_EVENT_KIND_RELEASED\x10\x07\x12\x1c\n\x18STATE_EVENT_KIND_RENEWED\x10\x08\x12\x1c\n\x18STATE_EVENT_KIND_EXPIRED\x10\t2\xe4\x05\n\x0f\x43lusterRegistry\x12O\n\nPutCluster\x12\x1f.placement.v1.PutClusterRequest\x1a .placement.v1.PutClusterResponse\x12R\n\x0bUpdateState\x12 .placement.v1.UpdateStateRequest\x1a!.placement.v1.UpdateStateResponse\x12\x46\n\x07Reserve\x12\x1c.placement.v1.ReserveRequest\x1a\x1d.placement.v1.ReserveResponse\x12M\n\x06\x43ommit\x12 .placement.v1.ReservationRequest\x1a!.placement.v1.ReservationResponse\x12N\n\x07Release\x12 .placement.v1.ReservationRequest\x1a!.placement.v1.ReservationResponse\x12L\n\x05Renew\x12 .placement.v1.ReservationRequest\x1a!.placement.v1.ReservationResponse\x12\x61\n\x10ListReservations\x12%.placement.v1.ListReservationsRequest\x1a&.placement.v1.ListReservationsResponse\x12I\n\x08GetState\x12\x1d.placement.v1.GetStateRequest\x1a\x1e.placement.v1.GetStateResponse\x12I\n\nWatchState\x12\x1f.placement.v1.WatchStateRequest\x1a\x18.placement.v1.StateEvent0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bplacement/v1/registry.proto\x12\x0cplacement.v1\x1a\x1cplacement/v1/placement.proto\"O\n\x11PutClusterRequest\x12\x12\n\ncluster_id\x18\x01 \x01(\t\x12&\n\x07\x63luster\x18\x02 \x01(\x0b\x32\x15.placement.v1.Cluster\"[\n\x12PutClusterResponse\x12\x12\n\ncluster_id\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x03\x12\x0f\n\x07\x63hanged\x18\x03 \x01(\x08\x12\x0f\n\x07\x64\x65vices\x18\x04 \x01(\x05\"\x8a\x01\n\tStateDiff\x12\'\n\x06occupy\x18\x01 \x03(\x0b\x32\x17.placement.v1.Occupancy\x12\x0c\n\x04\x66ree\x18\x02 \x03(\t\x12\x0c\n\x04\x66\x61il\x18\x03 \x03(\t\x12\x0f\n\x07recover\x18\x04 \x03(\t\x12\'\n\x07\x64\x65grade\x18\x05 \x03(\x0b\x32\x16.placement.v1.Degraded\"\xc6\x01\n\x12UpdateStateRequest\x12\x12\n\ncluster_id\x18\x01 \x01(\t\x12\x12\n\ngeneration\x18\x02 \x01(\x03\x12$\n\x05state\x18\x03 \x01(\x0b\x32\x13.placement.v1.StateH\x00\x12\'\n\x04\x64iff\x18\x04 \x01(\x0b\x32\x17.placement.v1.StateDiffH\x00\x12\x0e\n\x06revoke\x18\x05 \x01(\x08\x12\x0f\n\x07\x64ry_run\x18\x06 \x01(\x08\x12\x0e\n\x06reason\x18\x07 \x01(\tB\x08\n\x06\x63hange\"\xda\x01\n\x13UpdateStateResponse\x12\x12\n\ncluster_id\x18\x01 \x01(\t\x12\x12\n\ngeneration\x18\x02 \x01(\x03\x12*\n\x07revoked\x18\x03 \x03(\x0b\x32\x19.placement.v1.Reservation\x12(\n\x07\x63hanges\x18\x04 \x01(\x0b\x32\x17.placement.v1.StateDiff\x12\'\n\x04kept\x18\x05 \x03(\x0b\x32\x19.placement.v1.Reservation\x12\x0f\n\x07\x64ry_run\x18\x06 \x01(\x08\x12\x0b\n\x03seq\x18\x07 \x01(\x03\"\xd8\x02\n\x0bReservation\x12\n\n\x02id\x18\x01 \x01(\t\x12\x12\n\ncluster_id\x18\x02 \x01(\t\x12\x0b\n\x03job\x18\x03 \x01(\t\x12/\n\x06status\x18\x04 \x01(\x0e\x32\x1f.placement.v1.ReservationStatus\x12\x0f\n\x07\x64\x65vices\x18\x05 \x03(\t\x12\x17\n\x0fidempotency_key\x18\x06 \x01(\t\x12\x16\n\x0e\x63reated_unix_s\x18\x07 \x01(\x01\x12\x16\n\x0e\x65xpires_unix_s\x18\x08 \x01(\x01\x12\x19\n\x0c\x65nded_unix_s\x18\t \x01(\x01H\x00\x88\x01\x01\x12\x12\n\ngeneration\x18\n \x01(\x03\x12\x17\n\x0f\x63luster_version\x18\x0b \x01(\x03\x12\x0e\n\x06reason\x18\x0c \x01(\t\x12\x18\n\x0bheartbeat_s\x18\r \x01(\x01H\x01\x88\x01\x01\x42\x0f\n\r_ended_unix_sB\x0e\n\x0c_heartbeat_s\"\xa3\x01\n\x0eReserveRequest\x12\x12\n\ncluster_id\x18\x01 \x01(\t\x12\x1e\n\x03job\x18\x02 \x01(\x0b\x32\x11.placement.v1.Job\x12&\n\x07options\x18\x03 \x01(\x0b\x32\x15.placement.v1.Options\x12\x12\n\x05ttl_s\x18\x04 \x01(\x01H\x00\x88\x01\x01\x12\x17\n\x0fidempotency_key\x18\x05 \x01(\tB\x08\n\x06_ttl_s\"\xc4\x01\n\x0fReserveResponse\x12-\n\x06result\x18\x01 \x01(\x0b\x32\x1d.placement.v1.PlacementResult\x12\x16\n\x0ereservation_id\x18\x02 \x01(\t\x12\x16\n\x0e\x65xpires_unix_s\x18\x03 \x01(\x01\x12.\n\x0breservation\x18\x04 \x01(\x0b\x32\x19.placement.v1.Reservation\x12\x10\n\x08replayed\x18\x05 \x01(\x08\x12\x10\n\x08\x61ttempts\x18\x06 \x01(\x05\"J\n\x12ReservationRequest\x12\x16\n\x0ereservation_id\x18\x01 \x01(\t\x12\x12\n\x05ttl_s\x18\x02 \x01(\x01H\x00\x88\x01\x01\x42\x08\n\x06_ttl_s\"E\n\x13ReservationResponse\x12.\n\x0breservation\x18\x01 \x01(\x0b\x32\x19.placement.v1.Reservation\"@\n\x17ListReservationsRequest\x12\x12\n\ncluster_id\x18\x01 \x01(\t\x12\x11\n\tlive_only\x18\x02 \x01(\x08\"K\n\x18ListReservationsResponse\x12/\n\x0creservations\x18\x01 \x03(\x0b\x32\x19.placement.v1.Reservation\">\n\x0fGetStateRequest\x12\x12\n\ncluster_id\x18\x01 \x01(\t\x12\x17\n\x0finclude_cluster\x18\x02 \x01(\x08\"\xd6\x01\n\x10GetStateResponse\x12\x12\n\ncluster_id\x18\x01 \x01(\t\x12\x17\n\x0f\x63luster_version\x18\x02 \x01(\x03\x12\x12\n\ngeneration\x18\x03 \x01(\x03\x12\"\n\x05state\x18\x04 \x01(\x0b\x32\x13.placement.v1.State\x12(\n\x05holds\x18\x05 \x03(\x0b\x32\x19.placement.v1.Reservation\x12\x0b\n\x03seq\x18\x06 \x01(\x03\x12&\n\x07\x63luster\x18\x07 \x01(\x0b\x32\x15.placement.v1.Cluster\":\n\x11WatchStateRequest\x12\x12\n\ncluster_id\x18\x01 \x01(\t\x12\x11\n\tafter_seq\x18\x02 \x01(\x03\"\xbe\x02\n\nStateEvent\x12\x12\n\ncluster_id\x18\x01 \x01(\t\x12\x0b\n\x03seq\x18\x02 \x01(\x03\x12*\n\x04kind\x18\x03 \x01(\x0e\x32\x1c.placement.v1.StateEventKind\x12\x12\n\ngeneration\x18\x04 \x01(\x03\x12\x11\n\tat_unix_s\x18\x05 \x01(\x01\x12\"\n\x05state\x18\x06 \x01(\x0b\x32\x13.placement.v1.State\x12%\n\x04\x64iff\x18\x07 \x01(\x0b\x32\x17.placement.v1.StateDiff\x12.\n\x0breservation\x18\x08 \x01(\x0b\x32\x19.placement.v1.Reservation\x12(\n\x05holds\x18\t \x03(\x0b\x32\x19.placement.v1.Reservation\x12\x17\n\x0f\x63luster_version\x18\n \x01(\x03*\xd7\x01\n\x11ReservationStatus\x12\"\n\x1eRESERVATION_STATUS_UNSPECIFIED\x10\x00\x12\x1b\n\x17RESERVATION_STATUS_HELD\x10\x01\x12 \n\x1cRESERVATION_STATUS_COMMITTED\x10\x02\x12\x1f\n\x1bRESERVATION_STATUS_RELEASED\x10\x03\x12\x1e\n\x1aRESERVATION_STATUS_EXPIRED\x10\x04\x12\x1e\n\x1aRESERVATION_STATUS_REVOKED\x10\x05*\xf1\x02\n\x0eStateEventKind\x12 \n\x1cSTATE_EVENT_KIND_UNSPECIFIED\x10\x00\x12\x1d\n\x19STATE_EVENT_KIND_SNAPSHOT\x10\x01\x12 \n\x1cSTATE_EVENT_KIND_CLUSTER_PUT\x10\x02\x12#\n\x1fSTATE_EVENT_KIND_STATE_REPLACED\x10\x03\x12\x1f\n\x1bSTATE_EVENT_KIND_STATE_DIFF\x10\x04\x12\x1d\n\x19STATE_EVENT_KIND_RESERVED\x10\x05\x12\x1e\n\x1aSTATE_EVENT_KIND_COMMITTED\x10\x06\x12\x1d\n\x19STATE_EVENT_KIND_RELEASED\x10\x07\x12\x1c\n\x18STATE_EVENT_KIND_RENEWED\x10\x08\x12\x1c\n\x18STATE_EVENT_KIND_EXPIRED\x10\t\x12\x1c\n\x18STATE_EVENT_KIND_REVOKED\x10\n2\xe4\x05\n\x0f\x43lusterRegistry\x12O\n\nPutCluster\x12\x1f.placement.v1.PutClusterRequest\x1a .placement.v1.PutClusterResponse\x12R\n\x0bUpdateState\x12 .placement.v1.UpdateStateRequest\x1a!.placement.v1.UpdateStateResponse\x12\x46\n\x07Reserve\x12\x1c.placement.v1.ReserveRequest\x1a\x1d.placement.v1.ReserveResponse\x12M\n\x06\x43ommit\x12 .placement.v1.ReservationRequest\x1a!.placement.v1.ReservationResponse\x12N\n\x07Release\x12 .placement.v1.ReservationRequest\x1a!.placement.v1.ReservationResponse\x12L\n\x05Renew\x12 .placement.v1.ReservationRequest\x1a!.placement.v1.ReservationResponse\x12\x61\n\x10ListReservations\x12%.placement.v1.ListReservationsRequest\x1a&.placement.v1.ListReservationsResponse\x12I\n\x08GetState\x12\x1d.placement.v1.GetStateRequest\x1a\x1e.placement.v1.GetStateResponse\x12I\n\nWatchState\x12\x1f.placement.v1.WatchStateRequest\x1a\x18.placement.v1.StateEvent0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'placement.v1.registry_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_RESERVATIONSTATUS']._serialized_start=2212
-  _globals['_RESERVATIONSTATUS']._serialized_end=2395
-  _globals['_STATEEVENTKIND']._serialized_start=2398
-  _globals['_STATEEVENTKIND']._serialized_end=2737
+  _globals['_RESERVATIONSTATUS']._serialized_start=2477
+  _globals['_RESERVATIONSTATUS']._serialized_end=2692
+  _globals['_STATEEVENTKIND']._serialized_start=2695
+  _globals['_STATEEVENTKIND']._serialized_end=3064
   _globals['_PUTCLUSTERREQUEST']._serialized_start=75
   _globals['_PUTCLUSTERREQUEST']._serialized_end=154
   _globals['_PUTCLUSTERRESPONSE']._serialized_start=156
@@ -43,31 +43,31 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_STATEDIFF']._serialized_start=250
   _globals['_STATEDIFF']._serialized_end=388
   _globals['_UPDATESTATEREQUEST']._serialized_start=391
-  _globals['_UPDATESTATEREQUEST']._serialized_end=540
-  _globals['_UPDATESTATERESPONSE']._serialized_start=542
-  _globals['_UPDATESTATERESPONSE']._serialized_end=603
-  _globals['_RESERVATION']._serialized_start=606
-  _globals['_RESERVATION']._serialized_end=892
-  _globals['_RESERVEREQUEST']._serialized_start=895
-  _globals['_RESERVEREQUEST']._serialized_end=1058
-  _globals['_RESERVERESPONSE']._serialized_start=1061
-  _globals['_RESERVERESPONSE']._serialized_end=1257
-  _globals['_RESERVATIONREQUEST']._serialized_start=1259
-  _globals['_RESERVATIONREQUEST']._serialized_end=1333
-  _globals['_RESERVATIONRESPONSE']._serialized_start=1335
-  _globals['_RESERVATIONRESPONSE']._serialized_end=1404
-  _globals['_LISTRESERVATIONSREQUEST']._serialized_start=1406
-  _globals['_LISTRESERVATIONSREQUEST']._serialized_end=1470
-  _globals['_LISTRESERVATIONSRESPONSE']._serialized_start=1472
-  _globals['_LISTRESERVATIONSRESPONSE']._serialized_end=1547
-  _globals['_GETSTATEREQUEST']._serialized_start=1549
-  _globals['_GETSTATEREQUEST']._serialized_end=1611
-  _globals['_GETSTATERESPONSE']._serialized_start=1614
-  _globals['_GETSTATERESPONSE']._serialized_end=1828
-  _globals['_WATCHSTATEREQUEST']._serialized_start=1830
-  _globals['_WATCHSTATEREQUEST']._serialized_end=1888
-  _globals['_STATEEVENT']._serialized_start=1891
-  _globals['_STATEEVENT']._serialized_end=2209
-  _globals['_CLUSTERREGISTRY']._serialized_start=2740
-  _globals['_CLUSTERREGISTRY']._serialized_end=3480
+  _globals['_UPDATESTATEREQUEST']._serialized_end=589
+  _globals['_UPDATESTATERESPONSE']._serialized_start=592
+  _globals['_UPDATESTATERESPONSE']._serialized_end=810
+  _globals['_RESERVATION']._serialized_start=813
+  _globals['_RESERVATION']._serialized_end=1157
+  _globals['_RESERVEREQUEST']._serialized_start=1160
+  _globals['_RESERVEREQUEST']._serialized_end=1323
+  _globals['_RESERVERESPONSE']._serialized_start=1326
+  _globals['_RESERVERESPONSE']._serialized_end=1522
+  _globals['_RESERVATIONREQUEST']._serialized_start=1524
+  _globals['_RESERVATIONREQUEST']._serialized_end=1598
+  _globals['_RESERVATIONRESPONSE']._serialized_start=1600
+  _globals['_RESERVATIONRESPONSE']._serialized_end=1669
+  _globals['_LISTRESERVATIONSREQUEST']._serialized_start=1671
+  _globals['_LISTRESERVATIONSREQUEST']._serialized_end=1735
+  _globals['_LISTRESERVATIONSRESPONSE']._serialized_start=1737
+  _globals['_LISTRESERVATIONSRESPONSE']._serialized_end=1812
+  _globals['_GETSTATEREQUEST']._serialized_start=1814
+  _globals['_GETSTATEREQUEST']._serialized_end=1876
+  _globals['_GETSTATERESPONSE']._serialized_start=1879
+  _globals['_GETSTATERESPONSE']._serialized_end=2093
+  _globals['_WATCHSTATEREQUEST']._serialized_start=2095
+  _globals['_WATCHSTATEREQUEST']._serialized_end=2153
+  _globals['_STATEEVENT']._serialized_start=2156
+  _globals['_STATEEVENT']._serialized_end=2474
+  _globals['_CLUSTERREGISTRY']._serialized_start=3067
+  _globals['_CLUSTERREGISTRY']._serialized_end=3807
 # @@protoc_insertion_point(module_scope)

@@ -4,14 +4,18 @@ isort:skip_file
 The cluster registry: clusters and their live state held server-side (SQLite embedded, PostgreSQL for
 several replicas), and reservations of devices with leases.
 
-Consistency (docs/registry.md): a device is never in two live reservations (the database serializes the
-commits of one cluster); Reserve solves against a snapshot and commits only if the state generation and the
-chosen devices did not change meanwhile, else it solves again (ABORTED after its attempts). Leases expire
-server-side: an expired reservation frees its devices, also across restarts.
+Consistency (docs/registry.md): a device is in at most one live claim (a held or committed reservation, or
+occupancy reported by UpdateState) and no claim holds a failed device; the database enforces it (one claims
+row per device). Reserve solves against a snapshot and commits only if the state generation did not change
+and the chosen devices are still unclaimed, else it solves again (ABORTED after its attempts). An UpdateState
+that occupies or fails a held or committed device is refused, or revokes those reservations when asked.
+Leases (and the optional heartbeat of committed reservations) expire server-side, also across restarts.
 
 Errors: NOT_FOUND (unknown cluster or reservation), INVALID_ARGUMENT (BadRequest, as PlacementService),
-FAILED_PRECONDITION (PreconditionFailure of type stale-generation, expired, wrong-status, idempotency-key,
-cluster-version, or infeasible for Reserve), ABORTED (Reserve lost every attempt to concurrent changes; retry).
+FAILED_PRECONDITION (PreconditionFailure of type stale-generation, expired, wrong-status, revoked,
+idempotency-key, cluster-version, claimed-device (UpdateState meets live reservations; one violation per
+reservation), claims-lost, or infeasible for Reserve), ABORTED (Reserve lost every attempt to concurrent
+changes, or a database connection or lock was not free within its timeout; retry after a short pause).
 Times are unix seconds (_unix_s); durations seconds (_s).
 """
 
@@ -45,7 +49,9 @@ class _ReservationStatusEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Res
     """the job started; its devices are occupancy"""
     RESERVATION_STATUS_RELEASED: _ReservationStatus.ValueType  # 3
     RESERVATION_STATUS_EXPIRED: _ReservationStatus.ValueType  # 4
-    """the lease ran out before a commit"""
+    """the lease (or a committed reservation's heartbeat) ran out"""
+    RESERVATION_STATUS_REVOKED: _ReservationStatus.ValueType  # 5
+    """an UpdateState with revoke took its devices (see `reason`)"""
 
 class ReservationStatus(_ReservationStatus, metaclass=_ReservationStatusEnumTypeWrapper): ...
 
@@ -56,7 +62,9 @@ RESERVATION_STATUS_COMMITTED: ReservationStatus.ValueType  # 2
 """the job started; its devices are occupancy"""
 RESERVATION_STATUS_RELEASED: ReservationStatus.ValueType  # 3
 RESERVATION_STATUS_EXPIRED: ReservationStatus.ValueType  # 4
-"""the lease ran out before a commit"""
+"""the lease (or a committed reservation's heartbeat) ran out"""
+RESERVATION_STATUS_REVOKED: ReservationStatus.ValueType  # 5
+"""an UpdateState with revoke took its devices (see `reason`)"""
 Global___ReservationStatus: _TypeAlias = ReservationStatus  # noqa: Y015
 
 class _StateEventKind:
@@ -79,6 +87,8 @@ class _StateEventKindEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_StateE
     STATE_EVENT_KIND_RELEASED: _StateEventKind.ValueType  # 7
     STATE_EVENT_KIND_RENEWED: _StateEventKind.ValueType  # 8
     STATE_EVENT_KIND_EXPIRED: _StateEventKind.ValueType  # 9
+    STATE_EVENT_KIND_REVOKED: _StateEventKind.ValueType  # 10
+    """an UpdateState revoked the reservation (before that update's event)"""
 
 class StateEventKind(_StateEventKind, metaclass=_StateEventKindEnumTypeWrapper): ...
 
@@ -96,6 +106,8 @@ STATE_EVENT_KIND_COMMITTED: StateEventKind.ValueType  # 6
 STATE_EVENT_KIND_RELEASED: StateEventKind.ValueType  # 7
 STATE_EVENT_KIND_RENEWED: StateEventKind.ValueType  # 8
 STATE_EVENT_KIND_EXPIRED: StateEventKind.ValueType  # 9
+STATE_EVENT_KIND_REVOKED: StateEventKind.ValueType  # 10
+"""an UpdateState revoked the reservation (before that update's event)"""
 Global___StateEventKind: _TypeAlias = StateEventKind  # noqa: Y015
 
 @_typing.final
@@ -203,12 +215,26 @@ class UpdateStateRequest(_message.Message):
     GENERATION_FIELD_NUMBER: _builtins.int
     STATE_FIELD_NUMBER: _builtins.int
     DIFF_FIELD_NUMBER: _builtins.int
+    REVOKE_FIELD_NUMBER: _builtins.int
+    DRY_RUN_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
     cluster_id: _builtins.str
     generation: _builtins.int
     """Must be above the stored generation (a cluster starts at 0), else FAILED_PRECONDITION stale-generation."""
+    revoke: _builtins.bool
+    """A conflict (the update occupies a device of a live reservation by another job, or fails it) revokes those
+    reservations (status REVOKED with `reason`, a REVOKED event each) instead of refusing the update.
+    """
+    dry_run: _builtins.bool
+    """Answer what the update would do (the same errors, `changes`, `revoked`, `kept`) and write nothing."""
+    reason: _builtins.str
+    """Recorded on each revoked reservation; default: the generation and the conflicting devices."""
     @_builtins.property
     def state(self) -> _placement_pb2.State:
-        """the whole state: every device not named is free and healthy"""
+        """The whole state reported from outside: every device not named is free of outside occupancy and healthy.
+        Devices of live (held or committed) reservations keep their claim unless named failed or occupied by
+        another job (a conflict).
+        """
 
     @_builtins.property
     def diff(self) -> Global___StateDiff: ...
@@ -219,10 +245,13 @@ class UpdateStateRequest(_message.Message):
         generation: _builtins.int = ...,
         state: _placement_pb2.State | None = ...,
         diff: Global___StateDiff | None = ...,
+        revoke: _builtins.bool = ...,
+        dry_run: _builtins.bool = ...,
+        reason: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["change", b"change", "diff", b"diff", "state", b"state"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["change", b"change", "cluster_id", b"cluster_id", "diff", b"diff", "generation", b"generation", "state", b"state"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["change", b"change", "cluster_id", b"cluster_id", "diff", b"diff", "dry_run", b"dry_run", "generation", b"generation", "reason", b"reason", "revoke", b"revoke", "state", b"state"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType_change: _TypeAlias = _typing.Literal["state", "diff"]  # noqa: Y015
     _WhichOneofArgType_change: _TypeAlias = _typing.Literal["change", b"change"]  # noqa: Y015
@@ -236,17 +265,46 @@ class UpdateStateResponse(_message.Message):
 
     CLUSTER_ID_FIELD_NUMBER: _builtins.int
     GENERATION_FIELD_NUMBER: _builtins.int
+    REVOKED_FIELD_NUMBER: _builtins.int
+    CHANGES_FIELD_NUMBER: _builtins.int
+    KEPT_FIELD_NUMBER: _builtins.int
+    DRY_RUN_FIELD_NUMBER: _builtins.int
+    SEQ_FIELD_NUMBER: _builtins.int
     cluster_id: _builtins.str
     generation: _builtins.int
+    dry_run: _builtins.bool
+    seq: _builtins.int
+    """The last event of the update (0 for a dry run)."""
+    @_builtins.property
+    def revoked(self) -> _containers.RepeatedCompositeFieldContainer[Global___Reservation]:
+        """Reservations revoked by this update (dry_run: that it would revoke)."""
+
+    @_builtins.property
+    def changes(self) -> Global___StateDiff:
+        """What the stored state became, as a diff of device ids (after the revocations): outside occupancy, failures,
+        recoveries, slowdowns. A failed device holds no claim, so failing an occupied device also frees it.
+        """
+
+    @_builtins.property
+    def kept(self) -> _containers.RepeatedCompositeFieldContainer[Global___Reservation]:
+        """Live reservations the update would have freed (a snapshot that does not name them, a `free`) and that keep
+        their devices: only Release, expiry or a revocation ends a reservation.
+        """
+
     def __init__(
         self,
         *,
         cluster_id: _builtins.str = ...,
         generation: _builtins.int = ...,
+        revoked: _abc.Iterable[Global___Reservation] | None = ...,
+        changes: Global___StateDiff | None = ...,
+        kept: _abc.Iterable[Global___Reservation] | None = ...,
+        dry_run: _builtins.bool = ...,
+        seq: _builtins.int = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["changes", b"changes"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster_id", b"cluster_id", "generation", b"generation"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["changes", b"changes", "cluster_id", b"cluster_id", "dry_run", b"dry_run", "generation", b"generation", "kept", b"kept", "revoked", b"revoked", "seq", b"seq"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -267,6 +325,8 @@ class Reservation(_message.Message):
     ENDED_UNIX_S_FIELD_NUMBER: _builtins.int
     GENERATION_FIELD_NUMBER: _builtins.int
     CLUSTER_VERSION_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    HEARTBEAT_S_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     cluster_id: _builtins.str
     job: _builtins.str
@@ -278,6 +338,10 @@ class Reservation(_message.Message):
     generation: _builtins.int
     """The state generation and cluster version the placement was computed on."""
     cluster_version: _builtins.int
+    reason: _builtins.str
+    """Why it ended (RELEASED, EXPIRED, REVOKED): e.g. the revoking update's reason."""
+    heartbeat_s: _builtins.float
+    """COMMITTED with a heartbeat: it expires at expires_unix_s unless renewed (Renew moves it by this much)."""
     @_builtins.property
     def devices(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """One device id per rank, in rank order."""
@@ -296,14 +360,21 @@ class Reservation(_message.Message):
         ended_unix_s: _builtins.float | None = ...,
         generation: _builtins.int = ...,
         cluster_version: _builtins.int = ...,
+        reason: _builtins.str = ...,
+        heartbeat_s: _builtins.float | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_ended_unix_s", b"_ended_unix_s", "ended_unix_s", b"ended_unix_s"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_ended_unix_s", b"_ended_unix_s", "_heartbeat_s", b"_heartbeat_s", "ended_unix_s", b"ended_unix_s", "heartbeat_s", b"heartbeat_s"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_ended_unix_s", b"_ended_unix_s", "cluster_id", b"cluster_id", "cluster_version", b"cluster_version", "created_unix_s", b"created_unix_s", "devices", b"devices", "ended_unix_s", b"ended_unix_s", "expires_unix_s", b"expires_unix_s", "generation", b"generation", "id", b"id", "idempotency_key", b"idempotency_key", "job", b"job", "status", b"status"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_ended_unix_s", b"_ended_unix_s", "_heartbeat_s", b"_heartbeat_s", "cluster_id", b"cluster_id", "cluster_version", b"cluster_version", "created_unix_s", b"created_unix_s", "devices", b"devices", "ended_unix_s", b"ended_unix_s", "expires_unix_s", b"expires_unix_s", "generation", b"generation", "heartbeat_s", b"heartbeat_s", "id", b"id", "idempotency_key", b"idempotency_key", "job", b"job", "reason", b"reason", "status", b"status"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__ended_unix_s: _TypeAlias = _typing.Literal["ended_unix_s"]  # noqa: Y015
     _WhichOneofArgType__ended_unix_s: _TypeAlias = _typing.Literal["_ended_unix_s", b"_ended_unix_s"]  # noqa: Y015
+    _WhichOneofReturnType__heartbeat_s: _TypeAlias = _typing.Literal["heartbeat_s"]  # noqa: Y015
+    _WhichOneofArgType__heartbeat_s: _TypeAlias = _typing.Literal["_heartbeat_s", b"_heartbeat_s"]  # noqa: Y015
+    @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__ended_unix_s) -> _WhichOneofReturnType__ended_unix_s | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__heartbeat_s) -> _WhichOneofReturnType__heartbeat_s | None: ...
 
 Global___Reservation: _TypeAlias = Reservation  # noqa: Y015
 
@@ -392,7 +463,9 @@ class ReservationRequest(_message.Message):
     TTL_S_FIELD_NUMBER: _builtins.int
     reservation_id: _builtins.str
     ttl_s: _builtins.float
-    """Renew only: the new lease length from now; default 60."""
+    """Renew: the new lease (or heartbeat) length from now; default 60 for a lease, the heartbeat for a committed
+    reservation. Commit: the heartbeat of the committed reservation (absent: it never expires).
+    """
     def __init__(
         self,
         *,
@@ -548,7 +621,9 @@ class WatchStateRequest(_message.Message):
     AFTER_SEQ_FIELD_NUMBER: _builtins.int
     cluster_id: _builtins.str
     after_seq: _builtins.int
-    """Resume after this event (no SNAPSHOT first); 0: start with a SNAPSHOT."""
+    """Resume after this event (no SNAPSHOT first); 0: start with a SNAPSHOT. When the events after it were pruned
+    (by age or count), the stream starts with a SNAPSHOT again.
+    """
     def __init__(
         self,
         *,
@@ -591,11 +666,11 @@ class StateEvent(_message.Message):
 
     @_builtins.property
     def diff(self) -> Global___StateDiff:
-        """STATE_DIFF"""
+        """STATE_DIFF: the change as stored (UpdateStateResponse.changes)"""
 
     @_builtins.property
     def reservation(self) -> Global___Reservation:
-        """RESERVED, COMMITTED, RELEASED, RENEWED, EXPIRED"""
+        """RESERVED, COMMITTED, RELEASED, RENEWED, EXPIRED, REVOKED"""
 
     @_builtins.property
     def holds(self) -> _containers.RepeatedCompositeFieldContainer[Global___Reservation]:

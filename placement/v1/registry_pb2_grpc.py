@@ -92,7 +92,9 @@ class ClusterRegistryServicer:
         raise NotImplementedError('Method not implemented!')
 
     def UpdateState(self, request, context):
-        """Replace the state (full snapshot) or change it (diff). `generation` must be above the stored one.
+        """Replace the state reported from outside (full snapshot) or change it (diff). `generation` must be above the
+        stored one. Devices of live reservations are never dropped; occupying or failing one is refused unless
+        `revoke` is set. `dry_run` answers the same without writing.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -107,21 +109,23 @@ class ClusterRegistryServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Commit(self, request, context):
-        """The job started: its devices become occupancy of the job (no lease any more).
+        """The job started: its devices become occupancy of the job. With ttl_s, a heartbeat: the committed
+        reservation expires unless renewed within ttl_s; without, it lives until released or revoked.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def Release(self, request, context):
-        """Give the devices back (a committed reservation frees the occupancy it created). Idempotent.
+        """Give the devices back (a committed reservation frees the occupancy it created). Idempotent; acts on this
+        reservation only, whatever other reservations of the same job name hold.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def Renew(self, request, context):
-        """Extend a held reservation's lease to now + ttl_s.
+        """Extend a held reservation's lease, or a committed reservation's heartbeat, to now + ttl_s.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -4,14 +4,18 @@ isort:skip_file
 The cluster registry: clusters and their live state held server-side (SQLite embedded, PostgreSQL for
 several replicas), and reservations of devices with leases.
 
-Consistency (docs/registry.md): a device is never in two live reservations (the database serializes the
-commits of one cluster); Reserve solves against a snapshot and commits only if the state generation and the
-chosen devices did not change meanwhile, else it solves again (ABORTED after its attempts). Leases expire
-server-side: an expired reservation frees its devices, also across restarts.
+Consistency (docs/registry.md): a device is in at most one live claim (a held or committed reservation, or
+occupancy reported by UpdateState) and no claim holds a failed device; the database enforces it (one claims
+row per device). Reserve solves against a snapshot and commits only if the state generation did not change
+and the chosen devices are still unclaimed, else it solves again (ABORTED after its attempts). An UpdateState
+that occupies or fails a held or committed device is refused, or revokes those reservations when asked.
+Leases (and the optional heartbeat of committed reservations) expire server-side, also across restarts.
 
 Errors: NOT_FOUND (unknown cluster or reservation), INVALID_ARGUMENT (BadRequest, as PlacementService),
-FAILED_PRECONDITION (PreconditionFailure of type stale-generation, expired, wrong-status, idempotency-key,
-cluster-version, or infeasible for Reserve), ABORTED (Reserve lost every attempt to concurrent changes; retry).
+FAILED_PRECONDITION (PreconditionFailure of type stale-generation, expired, wrong-status, revoked,
+idempotency-key, cluster-version, claimed-device (UpdateState meets live reservations; one violation per
+reservation), claims-lost, or infeasible for Reserve), ABORTED (Reserve lost every attempt to concurrent
+changes, or a database connection or lock was not free within its timeout; retry after a short pause).
 Times are unix seconds (_unix_s); durations seconds (_s).
 """
 
@@ -46,17 +50,24 @@ class ClusterRegistryStub:
     PutCluster: _grpc.UnaryUnaryMultiCallable[_registry_pb2.PutClusterRequest, _registry_pb2.PutClusterResponse]
     """Store a cluster under an id. A changed cluster gets version + 1; the same one leaves the version."""
     UpdateState: _grpc.UnaryUnaryMultiCallable[_registry_pb2.UpdateStateRequest, _registry_pb2.UpdateStateResponse]
-    """Replace the state (full snapshot) or change it (diff). `generation` must be above the stored one."""
+    """Replace the state reported from outside (full snapshot) or change it (diff). `generation` must be above the
+    stored one. Devices of live reservations are never dropped; occupying or failing one is refused unless
+    `revoke` is set. `dry_run` answers the same without writing.
+    """
     Reserve: _grpc.UnaryUnaryMultiCallable[_registry_pb2.ReserveRequest, _registry_pb2.ReserveResponse]
     """Place a job on the current state and hold its devices for ttl_s. A retry with the same idempotency key
     returns the same reservation.
     """
     Commit: _grpc.UnaryUnaryMultiCallable[_registry_pb2.ReservationRequest, _registry_pb2.ReservationResponse]
-    """The job started: its devices become occupancy of the job (no lease any more)."""
+    """The job started: its devices become occupancy of the job. With ttl_s, a heartbeat: the committed
+    reservation expires unless renewed within ttl_s; without, it lives until released or revoked.
+    """
     Release: _grpc.UnaryUnaryMultiCallable[_registry_pb2.ReservationRequest, _registry_pb2.ReservationResponse]
-    """Give the devices back (a committed reservation frees the occupancy it created). Idempotent."""
+    """Give the devices back (a committed reservation frees the occupancy it created). Idempotent; acts on this
+    reservation only, whatever other reservations of the same job name hold.
+    """
     Renew: _grpc.UnaryUnaryMultiCallable[_registry_pb2.ReservationRequest, _registry_pb2.ReservationResponse]
-    """Extend a held reservation's lease to now + ttl_s."""
+    """Extend a held reservation's lease, or a committed reservation's heartbeat, to now + ttl_s."""
     ListReservations: _grpc.UnaryUnaryMultiCallable[_registry_pb2.ListReservationsRequest, _registry_pb2.ListReservationsResponse]
     GetState: _grpc.UnaryUnaryMultiCallable[_registry_pb2.GetStateRequest, _registry_pb2.GetStateResponse]
     WatchState: _grpc.UnaryStreamMultiCallable[_registry_pb2.WatchStateRequest, _registry_pb2.StateEvent]
@@ -68,17 +79,24 @@ class ClusterRegistryAsyncStub(ClusterRegistryStub):
     PutCluster: _aio.UnaryUnaryMultiCallable[_registry_pb2.PutClusterRequest, _registry_pb2.PutClusterResponse]  # type: ignore[assignment]
     """Store a cluster under an id. A changed cluster gets version + 1; the same one leaves the version."""
     UpdateState: _aio.UnaryUnaryMultiCallable[_registry_pb2.UpdateStateRequest, _registry_pb2.UpdateStateResponse]  # type: ignore[assignment]
-    """Replace the state (full snapshot) or change it (diff). `generation` must be above the stored one."""
+    """Replace the state reported from outside (full snapshot) or change it (diff). `generation` must be above the
+    stored one. Devices of live reservations are never dropped; occupying or failing one is refused unless
+    `revoke` is set. `dry_run` answers the same without writing.
+    """
     Reserve: _aio.UnaryUnaryMultiCallable[_registry_pb2.ReserveRequest, _registry_pb2.ReserveResponse]  # type: ignore[assignment]
     """Place a job on the current state and hold its devices for ttl_s. A retry with the same idempotency key
     returns the same reservation.
     """
     Commit: _aio.UnaryUnaryMultiCallable[_registry_pb2.ReservationRequest, _registry_pb2.ReservationResponse]  # type: ignore[assignment]
-    """The job started: its devices become occupancy of the job (no lease any more)."""
+    """The job started: its devices become occupancy of the job. With ttl_s, a heartbeat: the committed
+    reservation expires unless renewed within ttl_s; without, it lives until released or revoked.
+    """
     Release: _aio.UnaryUnaryMultiCallable[_registry_pb2.ReservationRequest, _registry_pb2.ReservationResponse]  # type: ignore[assignment]
-    """Give the devices back (a committed reservation frees the occupancy it created). Idempotent."""
+    """Give the devices back (a committed reservation frees the occupancy it created). Idempotent; acts on this
+    reservation only, whatever other reservations of the same job name hold.
+    """
     Renew: _aio.UnaryUnaryMultiCallable[_registry_pb2.ReservationRequest, _registry_pb2.ReservationResponse]  # type: ignore[assignment]
-    """Extend a held reservation's lease to now + ttl_s."""
+    """Extend a held reservation's lease, or a committed reservation's heartbeat, to now + ttl_s."""
     ListReservations: _aio.UnaryUnaryMultiCallable[_registry_pb2.ListReservationsRequest, _registry_pb2.ListReservationsResponse]  # type: ignore[assignment]
     GetState: _aio.UnaryUnaryMultiCallable[_registry_pb2.GetStateRequest, _registry_pb2.GetStateResponse]  # type: ignore[assignment]
     WatchState: _aio.UnaryStreamMultiCallable[_registry_pb2.WatchStateRequest, _registry_pb2.StateEvent]  # type: ignore[assignment]
@@ -99,7 +117,10 @@ class ClusterRegistryServicer(metaclass=_abc_1.ABCMeta):
         request: _registry_pb2.UpdateStateRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_registry_pb2.UpdateStateResponse, _abc.Awaitable[_registry_pb2.UpdateStateResponse]]:
-        """Replace the state (full snapshot) or change it (diff). `generation` must be above the stored one."""
+        """Replace the state reported from outside (full snapshot) or change it (diff). `generation` must be above the
+        stored one. Devices of live reservations are never dropped; occupying or failing one is refused unless
+        `revoke` is set. `dry_run` answers the same without writing.
+        """
 
     @_abc_1.abstractmethod
     def Reserve(
@@ -117,7 +138,9 @@ class ClusterRegistryServicer(metaclass=_abc_1.ABCMeta):
         request: _registry_pb2.ReservationRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_registry_pb2.ReservationResponse, _abc.Awaitable[_registry_pb2.ReservationResponse]]:
-        """The job started: its devices become occupancy of the job (no lease any more)."""
+        """The job started: its devices become occupancy of the job. With ttl_s, a heartbeat: the committed
+        reservation expires unless renewed within ttl_s; without, it lives until released or revoked.
+        """
 
     @_abc_1.abstractmethod
     def Release(
@@ -125,7 +148,9 @@ class ClusterRegistryServicer(metaclass=_abc_1.ABCMeta):
         request: _registry_pb2.ReservationRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_registry_pb2.ReservationResponse, _abc.Awaitable[_registry_pb2.ReservationResponse]]:
-        """Give the devices back (a committed reservation frees the occupancy it created). Idempotent."""
+        """Give the devices back (a committed reservation frees the occupancy it created). Idempotent; acts on this
+        reservation only, whatever other reservations of the same job name hold.
+        """
 
     @_abc_1.abstractmethod
     def Renew(
@@ -133,7 +158,7 @@ class ClusterRegistryServicer(metaclass=_abc_1.ABCMeta):
         request: _registry_pb2.ReservationRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_registry_pb2.ReservationResponse, _abc.Awaitable[_registry_pb2.ReservationResponse]]:
-        """Extend a held reservation's lease to now + ttl_s."""
+        """Extend a held reservation's lease, or a committed reservation's heartbeat, to now + ttl_s."""
 
     @_abc_1.abstractmethod
     def ListReservations(

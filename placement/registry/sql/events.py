@@ -1,5 +1,5 @@
-"""The change log of a cluster in SQL: `append_event` (every write appends one, bumping last_seq and generation)
-and `read_events`, what WatchState streams."""
+"""The change log of a cluster in SQL: `append_event` (every write appends one, bumping last_seq and generation),
+`read_events`, what WatchState streams, and `prune_events` by age or count (recording the pruned horizon)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 from placement.registry.model import Event
 from placement.registry.sql.tx import Tx
 
-__all__ = ["append_event", "read_events"]
+__all__ = ["append_event", "prune_events", "read_events"]
 
 
 def append_event(
@@ -38,3 +38,26 @@ def read_events(tx: Tx, cluster_id: str, after_seq: int, limit: int) -> list[Eve
         (cluster_id, after_seq, limit),
     )
     return [Event(cluster_id, int(s), str(k), int(g), json.loads(p), float(a)) for s, k, g, p, a in rows]
+
+
+def prune_events(tx: Tx, cluster_id: str, now: float, max_age_s: float | None, max_count: int | None) -> int:
+    """Delete the cluster's events older than `max_age_s` or beyond the newest `max_count`, never the last one;
+    clusters.pruned_seq records the horizon (a watcher resuming below it starts over with a snapshot)."""
+    head = tx.q("SELECT last_seq, pruned_seq FROM clusters WHERE id = ?", (cluster_id,))
+    if not head:
+        return 0
+    last, pruned = int(head[0][0]), int(head[0][1])
+    cut = pruned
+    if max_count is not None:
+        cut = max(cut, last - max(1, max_count))
+    if max_age_s is not None:
+        old = tx.q(
+            "SELECT MAX(seq) FROM events WHERE cluster_id = ? AND at < ?", (cluster_id, now - max_age_s)
+        )[0][0]
+        if old is not None:
+            cut = max(cut, min(int(old), last - 1))
+    if cut <= pruned:
+        return 0
+    n = tx.x("DELETE FROM events WHERE cluster_id = ? AND seq <= ?", (cluster_id, cut))
+    tx.x("UPDATE clusters SET pruned_seq = ? WHERE id = ?", (cut, cluster_id))
+    return n

@@ -1,22 +1,41 @@
-"""Reservations in SQL: inserting one with its holds (the database refuses a device held twice), commit, release,
-renew, lease expiry (`sweep`), and the rows and event payloads of reservations; `SqlStore` inherits these.
+"""Reservations in SQL: inserting one with its claims (the database refuses a device claimed twice), commit
+(re-checking every device under the lock), release, renew, revocation, expiry of leases and heartbeats
+(`sweep`), and the rows and event payloads of reservations; `SqlStore` inherits these.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from placement.registry.model import Conflict, NotFound, Refused, Reservation, ReservationStatus
+from placement.registry.model import (
+    ENDED,
+    Claim,
+    ClaimKind,
+    Conflict,
+    NotFound,
+    Refused,
+    Reservation,
+    ReservationStatus,
+)
+from placement.registry.sql.claims import insert_claims, read_claims
 from placement.registry.sql.events import append_event
-from placement.registry.sql.tx import DEV_COLS, DEV_TYPES, SqlBase, Tx
+from placement.registry.sql.tx import SqlBase, Tx
 
 __all__ = ["ReservationSql", "reservation_event"]
 
+DEFAULT_RENEW_S = 60.0
+"""A held reservation's new lease when Renew gives none (the server's default TTL)."""
+
 _RES_COLS = (
     "id, cluster_id, job, status, devices, idem_key, request_hash, created_at, expires_at, ended_at, "
-    "generation, cluster_version, payload"
+    "generation, cluster_version, payload, reason, heartbeat_s"
+)
+_RUN_OUT = (
+    "((status = 'HELD' AND expires_at <= ?) OR "
+    "(status = 'COMMITTED' AND heartbeat_s IS NOT NULL AND expires_at <= ?))"
 )
 
 
@@ -35,6 +54,8 @@ def _reservation(row: Sequence[Any]) -> Reservation:
         generation=int(row[10]),
         cluster_version=int(row[11]),
         payload=bytes(row[12]),
+        reason=str(row[13] or ""),
+        heartbeat_s=None if row[14] is None else float(row[14]),
     )
 
 
@@ -51,11 +72,17 @@ def reservation_event(res: Reservation) -> dict[str, Any]:
         "ended_at": res.ended_at,
         "generation": res.generation,
         "cluster_version": res.cluster_version,
+        "reason": res.reason,
+        "heartbeat_s": res.heartbeat_s,
     }
 
 
+def _generation(tx: Tx, cluster_id: str) -> int:
+    return int(tx.q("SELECT generation FROM clusters WHERE id = ?", (cluster_id,))[0][0])
+
+
 class ReservationSql(SqlBase):
-    """The reservation half of `Store` over SQL: holds have (cluster, device) as primary key."""
+    """The reservation half of `Store` over SQL: a reservation's devices are its claims while it lives."""
 
     def _by_key(self, tx: Tx, cluster_id: str, key: str) -> Reservation | None:
         rows = tx.q(
@@ -68,24 +95,6 @@ class ReservationSql(SqlBase):
             f"SELECT {_RES_COLS} FROM reservations WHERE cluster_id = ? AND idem_key = ?", (cluster_id, key)
         )
         return _reservation(rows[0]) if rows else None
-
-    def _busy(self, tx: Tx, cluster_id: str, devices: Sequence[str], now: float) -> list[str]:
-        busy: list[str] = []
-        for cond, params in tx.devices_in(list(devices)):
-            busy += [
-                str(r[0])
-                for r in tx.q(
-                    f"SELECT device FROM device_state WHERE cluster_id = ? AND {cond} AND (job IS NOT NULL OR failed <> 0)",
-                    (cluster_id, *params),
-                )
-            ]
-            busy += [
-                str(r[0])
-                for r in tx.q(
-                    f"SELECT device FROM holds WHERE cluster_id = ? AND {cond}", (cluster_id, *params)
-                )
-            ]
-        return busy
 
     def insert_reservation(
         self, res: Reservation, expected_generation: int, expected_version: int, now: float
@@ -107,14 +116,16 @@ class ReservationSql(SqlBase):
                     raise Conflict(
                         f"the cluster moved from version {expected_version} to {head[0][1]} during the solve"
                     )
-                self._sweep_cluster(tx, res.cluster_id, now)
-                busy = self._busy(tx, res.cluster_id, res.devices, now)
-                if busy:
+                self._expire_cluster(tx, res.cluster_id, now)
+                taken = read_claims(tx, res.cluster_id, res.devices)
+                if taken:
+                    first = sorted(taken)[0]
                     raise Conflict(
-                        f"{len(busy)} chosen device(s) were taken during the solve, e.g. {sorted(busy)[0]}"
+                        f"{len(taken)} chosen device(s) were claimed during the solve, e.g. {first} "
+                        f"({_what(taken[first])})"
                     )
                 tx.x(
-                    f"INSERT INTO reservations ({_RES_COLS}) VALUES ({','.join('?' * 13)})",
+                    f"INSERT INTO reservations ({_RES_COLS}) VALUES ({','.join('?' * 15)})",
                     (
                         res.id,
                         res.cluster_id,
@@ -129,20 +140,22 @@ class ReservationSql(SqlBase):
                         res.generation,
                         res.cluster_version,
                         res.payload,
+                        res.reason,
+                        res.heartbeat_s,
                     ),
                 )
-                tx.insert_rows(
-                    "holds",
-                    ("cluster_id", "device", "reservation_id", "expires_at"),
-                    ("text", "text", "text", "float8"),
-                    [(res.cluster_id, d, res.id, res.expires_at) for d in res.devices],
+                insert_claims(
+                    tx, res.cluster_id, {d: Claim(ClaimKind.HELD, res.id, res.job) for d in res.devices}
                 )
                 append_event(tx, res.cluster_id, "RESERVED", expected_generation, reservation_event(res), now)
                 return res, True
         except Exception as e:
-            if self._unique_violation(e):  # a hold or key that the checks above cannot see (never expected)
-                raise Conflict(f"the database refused a duplicate: {e}") from e
+            if self._unique_violation(e):  # a claim or key that the checks above cannot see (never expected)
+                raise Conflict(f"the database refused a second claim: {e}") from e
             raise
+
+    def _reservation_in(self, tx: Tx, reservation_id: str) -> Reservation:
+        return _reservation(tx.q(f"SELECT {_RES_COLS} FROM reservations WHERE id = ?", (reservation_id,))[0])
 
     def reservation(self, reservation_id: str) -> Reservation | None:
         rows = self._one(f"SELECT {_RES_COLS} FROM reservations WHERE id = ?", (reservation_id,))
@@ -161,108 +174,155 @@ class ReservationSql(SqlBase):
     def transition(
         self, reservation_id: str, action: str, now: float, ttl_s: float | None = None
     ) -> Reservation:
+        if action not in ("commit", "release", "renew"):
+            raise ValueError(f"unknown action {action!r}")
         found = self.reservation(reservation_id)
         if found is None:
             raise NotFound(f"unknown reservation {reservation_id!r}")
         with self._tx(write=True, lock=found.cluster_id) as tx:
-            rows = tx.q(f"SELECT {_RES_COLS} FROM reservations WHERE id = ?", (reservation_id,))
-            res = _reservation(rows[0])
-            status = res.effective_status(now)
-            cid, rid = res.cluster_id, res.id
-            gen = int(tx.q("SELECT generation FROM clusters WHERE id = ?", (cid,))[0][0])
-
-            def refuse(kind: str, what: str) -> Refused:
-                return Refused(kind, f"reservation {rid}", f"reservation {rid} is {status.value}: {what}")
-
+            self._expire_cluster(tx, found.cluster_id, now)  # a ran-out lease ends before anything else
+            res = self._reservation_in(tx, reservation_id)
             if action == "commit":
-                if status is ReservationStatus.COMMITTED:
+                return self._commit(tx, res, now, ttl_s)
+            if action == "release":
+                if res.status in ENDED:
                     return res
-                if status is not ReservationStatus.HELD:
-                    return_kind = "expired" if status is ReservationStatus.EXPIRED else "wrong-status"
-                    raise refuse(return_kind, "only a held reservation can be committed; reserve again")
-                tx.x("DELETE FROM holds WHERE reservation_id = ?", (rid,))
-                tx.insert_rows(
-                    "device_state",
-                    DEV_COLS,
-                    DEV_TYPES,
-                    [(cid, d, res.job, 0, None) for d in res.devices],
-                    "ON CONFLICT (cluster_id, device) DO UPDATE SET job = excluded.job",
-                )
-                tx.x("UPDATE reservations SET status = 'COMMITTED' WHERE id = ?", (rid,))
-                new_status, kind = ReservationStatus.COMMITTED, "COMMITTED"
-                after = _replace(res, status=new_status)
-            elif action == "release":
-                if status in (ReservationStatus.RELEASED, ReservationStatus.EXPIRED):
-                    return res
-                tx.x("DELETE FROM holds WHERE reservation_id = ?", (rid,))
-                if status is ReservationStatus.COMMITTED:
-                    for cond, params in tx.devices_in(list(res.devices)):
-                        tx.x(
-                            f"UPDATE device_state SET job = NULL WHERE cluster_id = ? AND job = ? AND {cond}",
-                            (cid, res.job, *params),
-                        )
-                    tx.x(
-                        "DELETE FROM device_state WHERE cluster_id = ? AND job IS NULL AND failed = 0 AND "
-                        "(slowdown IS NULL OR slowdown <= 1)",
-                        (cid,),
-                    )
-                tx.x("UPDATE reservations SET status = 'RELEASED', ended_at = ? WHERE id = ?", (now, rid))
-                kind = "RELEASED"
-                after = _replace(res, status=ReservationStatus.RELEASED, ended_at=now)
-            elif action == "renew":
-                if status is ReservationStatus.COMMITTED:
-                    return res
-                if status is not ReservationStatus.HELD:
-                    raise refuse(
-                        "expired" if status is ReservationStatus.EXPIRED else "wrong-status",
-                        "only a held reservation can be renewed; reserve again",
-                    )
-                assert ttl_s is not None
-                expires = now + ttl_s
-                tx.x("UPDATE reservations SET expires_at = ? WHERE id = ?", (expires, rid))
-                tx.x("UPDATE holds SET expires_at = ? WHERE reservation_id = ?", (expires, rid))
-                kind = "RENEWED"
-                after = _replace(res, expires_at=expires)
-            else:
-                raise ValueError(f"unknown action {action!r}")
-            append_event(tx, cid, kind, gen, reservation_event(after), now)
-            return after
+                return self._end(tx, res, ReservationStatus.RELEASED, now, "released by the caller")
+            return self._renew(tx, res, now, ttl_s)
 
-    def _sweep_cluster(self, tx: Tx, cluster_id: str, now: float) -> list[Reservation]:
+    def _refuse(self, res: Reservation, what: str) -> Refused:
+        kind = {
+            ReservationStatus.EXPIRED: "expired",
+            ReservationStatus.REVOKED: "revoked",
+        }.get(res.status, "wrong-status")
+        why = f" ({res.reason})" if res.reason else ""
+        return Refused(
+            kind, f"reservation {res.id}", f"reservation {res.id} is {res.status.value}{why}: {what}"
+        )
+
+    def _commit(self, tx: Tx, res: Reservation, now: float, ttl_s: float | None) -> Reservation:
+        if res.status is ReservationStatus.COMMITTED:
+            return res
+        if res.status is not ReservationStatus.HELD:
+            raise self._refuse(res, "only a held reservation can be committed; reserve again")
+        # every device again, under the lock: each must be claimed by this reservation, held, and by nothing else
+        claims = read_claims(tx, res.cluster_id, res.devices)
+        lost = {
+            d: claims.get(d)
+            for d in res.devices
+            if claims.get(d) is None
+            or claims[d].reservation_id != res.id
+            or claims[d].kind is not ClaimKind.HELD
+        }
+        if lost:
+            first = sorted(lost)[0]
+            raise Refused(
+                "claims-lost",
+                f"reservation {res.id}",
+                f"reservation {res.id} no longer holds {len(lost)} of its {len(res.devices)} device(s), e.g. "
+                f"{first} ({_what(lost[first])}); nothing was committed; release it and reserve again",
+            )
+        tx.x("UPDATE claims SET kind = 'committed' WHERE reservation_id = ?", (res.id,))
+        expires = now + ttl_s if ttl_s is not None else res.expires_at
+        tx.x(
+            "UPDATE reservations SET status = 'COMMITTED', heartbeat_s = ?, expires_at = ? WHERE id = ?",
+            (ttl_s, expires, res.id),
+        )
+        after = dataclasses.replace(
+            res, status=ReservationStatus.COMMITTED, heartbeat_s=ttl_s, expires_at=expires
+        )
+        append_event(
+            tx, res.cluster_id, "COMMITTED", _generation(tx, res.cluster_id), reservation_event(after), now
+        )
+        return after
+
+    def _renew(self, tx: Tx, res: Reservation, now: float, ttl_s: float | None) -> Reservation:
+        if res.status is ReservationStatus.COMMITTED and res.heartbeat_s is None:
+            return res  # no lease and no heartbeat: nothing to renew
+        if res.status not in (ReservationStatus.HELD, ReservationStatus.COMMITTED):
+            raise self._refuse(res, "only a held or committed reservation can be renewed; reserve again")
+        if ttl_s is None:  # a committed reservation here has a heartbeat (returned above otherwise)
+            ttl_s = res.heartbeat_s if res.heartbeat_s is not None else DEFAULT_RENEW_S
+        expires = now + ttl_s
+        tx.x("UPDATE reservations SET expires_at = ? WHERE id = ?", (expires, res.id))
+        after = dataclasses.replace(res, expires_at=expires)
+        append_event(
+            tx, res.cluster_id, "RENEWED", _generation(tx, res.cluster_id), reservation_event(after), now
+        )
+        return after
+
+    def _end(
+        self,
+        tx: Tx,
+        res: Reservation,
+        status: ReservationStatus,
+        ended_at: float,
+        reason: str,
+        now: float | None = None,
+        generation: int | None = None,
+    ) -> Reservation:
+        """End a live reservation: its claims go, its status and reason are written, and one event tells it."""
+        tx.x("DELETE FROM claims WHERE reservation_id = ?", (res.id,))
+        tx.x(
+            "UPDATE reservations SET status = ?, ended_at = ?, reason = ? WHERE id = ?",
+            (status.value, ended_at, reason, res.id),
+        )
+        after = dataclasses.replace(res, status=status, ended_at=ended_at, reason=reason)
+        gen = _generation(tx, res.cluster_id) if generation is None else generation
+        append_event(
+            tx,
+            res.cluster_id,
+            status.value,
+            gen,
+            reservation_event(after),
+            ended_at if now is None else now,
+        )
+        return after
+
+    def _revoke(
+        self, tx: Tx, cluster_id: str, revoke: Mapping[str, str], generation: int, now: float
+    ) -> list[Reservation]:
+        """Revoke live reservations (id -> reason) inside an UpdateState: REVOKED, claims gone, an event each."""
+        out = []
+        for rid, reason in sorted(revoke.items()):
+            res = self._reservation_in(tx, rid)
+            if res.status in ENDED or res.cluster_id != cluster_id:
+                raise Conflict(f"reservation {rid} ended while the update was planned")
+            out.append(self._end(tx, res, ReservationStatus.REVOKED, now, reason, now, generation))
+        return out
+
+    def _expire_cluster(self, tx: Tx, cluster_id: str, now: float) -> list[Reservation]:
         rows = tx.q(
-            f"SELECT {_RES_COLS} FROM reservations WHERE cluster_id = ? AND status = 'HELD' AND expires_at <= ?",
-            (cluster_id, now),
+            f"SELECT {_RES_COLS} FROM reservations WHERE cluster_id = ? AND {_RUN_OUT} ORDER BY expires_at, id",
+            (cluster_id, now, now),
         )
         out = []
-        gen = int(tx.q("SELECT generation FROM clusters WHERE id = ?", (cluster_id,))[0][0])
         for row in rows:
-            res = _replace(_reservation(row), status=ReservationStatus.EXPIRED)
-            res = _replace(res, ended_at=res.expires_at)
-            tx.x(
-                "UPDATE reservations SET status = 'EXPIRED', ended_at = ? WHERE id = ?",
-                (res.expires_at, res.id),
-            )
-            tx.x("DELETE FROM holds WHERE reservation_id = ?", (res.id,))
-            append_event(tx, cluster_id, "EXPIRED", gen, reservation_event(res), now)
-            out.append(res)
+            res = _reservation(row)
+            why = "the lease ran out" if res.status is ReservationStatus.HELD else "the heartbeat ran out"
+            out.append(self._end(tx, res, ReservationStatus.EXPIRED, res.expires_at, why, now))
         return out
 
     def sweep(self, now: float) -> list[Reservation]:
         ids = [
             str(r[0])
             for r in self._one(
-                "SELECT DISTINCT cluster_id FROM reservations WHERE status = 'HELD' AND expires_at <= ?",
-                (now,),
+                f"SELECT DISTINCT cluster_id FROM reservations WHERE {_RUN_OUT}",
+                (now, now),
             )
         ]
         out: list[Reservation] = []
         for cid in ids:
             with self._tx(write=True, lock=cid) as tx:
-                out += self._sweep_cluster(tx, cid, now)
+                out += self._expire_cluster(tx, cid, now)
         return out
 
 
-def _replace(res: Reservation, **changes: Any) -> Reservation:
-    import dataclasses
-
-    return dataclasses.replace(res, **changes)
+def _what(claim: Claim | None) -> str:
+    if claim is None:
+        return "no claim"
+    if claim.kind is ClaimKind.FAILED:
+        return "failed"
+    if claim.kind is ClaimKind.EXTERNAL:
+        return f"occupied by {claim.job!r} from outside"
+    return f"{claim.kind.value} by reservation {claim.reservation_id}"

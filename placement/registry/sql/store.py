@@ -1,33 +1,39 @@
-"""The SQL behind both backends: schema migrations, clusters, state rows and the event log; reservations with
-holds and leases come from `ReservationSql` (sqlreservations.py).
+"""The SQL behind both backends: schema migrations, clusters, snapshots of claims and slowdowns, UpdateState
+against the live claims, and the event log; reservations come from `ReservationSql` (reservations.py).
 
-One dialect-neutral implementation of `Store`; sqlite.py and postgres.py supply connections, transactions and
-the cluster write lock. Holds have (cluster, device) as primary key: the database refuses a device held twice.
+One dialect-neutral implementation of `Store`; backends/sqlite.py and backends/postgres.py supply connections,
+transactions, timeouts and the cluster write lock.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from placement.registry.model import (
     ClusterRecord,
-    DeviceRow,
     Event,
     NotFound,
+    Reservation,
     Snapshot,
     StaleGeneration,
 )
-from placement.registry.sql.events import append_event, read_events
+from placement.registry.sql.claims import (
+    delete_outside_claims,
+    insert_claims,
+    read_claims,
+    read_slowdowns,
+    write_slowdowns,
+)
+from placement.registry.sql.events import append_event, prune_events, read_events
 from placement.registry.sql.reservations import ReservationSql
 from placement.registry.sql.schema import apply_migrations
-from placement.registry.sql.tx import DEV_COLS, DEV_TYPES, Tx
+from placement.registry.sql.tx import Tx
+from placement.registry.store import Planner, UpdateResult
+from placement.registry.update import Current
 
 __all__ = ["SqlStore"]
-
-RowChange = Callable[[Mapping[str, DeviceRow]], Mapping[str, DeviceRow | None]]
-"""Given the current rows of the touched devices (read under the write lock), their new rows (None: no row)."""
 
 
 class SqlStore(ReservationSql):
@@ -82,12 +88,16 @@ class SqlStore(ReservationSql):
 
     def cluster(self, cluster_id: str) -> ClusterRecord | None:
         rows = self._one(
-            "SELECT version, doc, generation, last_seq FROM clusters WHERE id = ?", (cluster_id,)
+            "SELECT version, doc, generation, last_seq, pruned_seq FROM clusters WHERE id = ?", (cluster_id,)
         )
         if not rows:
             return None
-        v, doc, g, seq = rows[0]
-        return ClusterRecord(cluster_id, int(v), json.loads(doc), int(g), int(seq))
+        v, doc, g, seq, pruned = rows[0]
+        return ClusterRecord(cluster_id, int(v), json.loads(doc), int(g), int(seq), int(pruned))
+
+    def head(self, cluster_id: str) -> tuple[int, int, int] | None:
+        rows = self._one("SELECT version, generation, last_seq FROM clusters WHERE id = ?", (cluster_id,))
+        return (int(rows[0][0]), int(rows[0][1]), int(rows[0][2])) if rows else None
 
     def cluster_ids(self) -> list[str]:
         return [str(r[0]) for r in self._one("SELECT id FROM clusters ORDER BY id")]
@@ -96,29 +106,22 @@ class SqlStore(ReservationSql):
         rows = self._one("SELECT last_seq FROM clusters WHERE id = ?", (cluster_id,))
         return int(rows[0][0]) if rows else None
 
-    def snapshot(self, cluster_id: str, now: float) -> Snapshot | None:
+    def snapshot(self, cluster_id: str) -> Snapshot | None:
         with self._tx(write=False) as tx:
-            head = tx.q(
-                "SELECT version, doc, generation, last_seq, extras FROM clusters WHERE id = ?", (cluster_id,)
-            )
-            if not head:
-                return None
-            dev = tx.q(
-                "SELECT device, job, failed, slowdown FROM device_state WHERE cluster_id = ?", (cluster_id,)
-            )
-            holds = tx.q(
-                "SELECT device, reservation_id, expires_at FROM holds WHERE cluster_id = ? AND expires_at > ?",
-                (cluster_id, now),
-            )
-        v, doc, g, seq, extras = head[0]
-        rows = {
-            str(d): DeviceRow(job, bool(failed), None if slow is None else float(slow))
-            for d, job, failed, slow in dev
-        }
+            return self._snapshot(tx, cluster_id)
+
+    def _snapshot(self, tx: Tx, cluster_id: str) -> Snapshot | None:
+        head = tx.q(
+            "SELECT version, doc, generation, last_seq, pruned_seq, extras FROM clusters WHERE id = ?",
+            (cluster_id,),
+        )
+        if not head:
+            return None
+        v, doc, g, seq, pruned, extras = head[0]
         return Snapshot(
-            ClusterRecord(cluster_id, int(v), json.loads(doc), int(g), int(seq)),
-            rows,
-            {str(d): (str(r), float(e)) for d, r, e in holds},
+            ClusterRecord(cluster_id, int(v), json.loads(doc), int(g), int(seq), int(pruned)),
+            read_claims(tx, cluster_id),
+            read_slowdowns(tx, cluster_id),
             json.loads(extras),
         )
 
@@ -126,59 +129,54 @@ class SqlStore(ReservationSql):
         self,
         cluster_id: str,
         generation: int,
-        change: RowChange,
-        touched: Sequence[str],
-        replace: bool,
+        plan: Planner,
+        scope: Sequence[str] | None,
         extras: dict[str, Any] | None,
-        event: dict[str, Any],
+        event_kind: str,
         now: float,
-    ) -> int:
-        with self._tx(write=True, lock=cluster_id) as tx:
+        dry_run: bool = False,
+    ) -> UpdateResult:
+        with self._tx(write=not dry_run, lock=None if dry_run else cluster_id) as tx:
             head = tx.q("SELECT generation FROM clusters WHERE id = ?", (cluster_id,))
             if not head:
                 raise NotFound(f"unknown cluster {cluster_id!r}; PutCluster it first")
             stored = int(head[0][0])
             if generation <= stored:
                 raise StaleGeneration(cluster_id, generation, stored)
-            current: dict[str, DeviceRow] = {}
-            if replace:
-                tx.x("DELETE FROM device_state WHERE cluster_id = ?", (cluster_id,))
-            else:
-                for cond, params in tx.devices_in(list(touched)):
-                    for d, job, failed, slow in tx.q(
-                        f"SELECT device, job, failed, slowdown FROM device_state WHERE cluster_id = ? AND {cond}",
-                        (cluster_id, *params),
-                    ):
-                        current[str(d)] = DeviceRow(job, bool(failed), None if slow is None else float(slow))
-            rows = change(current)
-            gone = [d for d, r in rows.items() if r is None or r.empty]
-            if gone and not replace:
-                for cond, params in tx.devices_in(gone):
-                    tx.x(f"DELETE FROM device_state WHERE cluster_id = ? AND {cond}", (cluster_id, *params))
-            put = [
-                (cluster_id, d, r.job, int(r.failed), r.slowdown)
-                for d, r in rows.items()
-                if r is not None and not r.empty
-            ]
-            tx.insert_rows(
-                "device_state",
-                DEV_COLS,
-                DEV_TYPES,
-                put,
-                "ON CONFLICT (cluster_id, device) DO UPDATE SET job = excluded.job, failed = excluded.failed, "
-                "slowdown = excluded.slowdown",
-            )
+            if not dry_run:
+                self._expire_cluster(tx, cluster_id, now)
+            current = Current(read_claims(tx, cluster_id, scope), read_slowdowns(tx, cluster_id, scope))
+            todo = plan(current)  # ClaimConflict here rolls everything back
+            kept = self._listed(tx, todo.kept)
+            if dry_run:
+                return UpdateResult(todo, self._listed(tx, sorted(todo.revoke)), kept)
+            revoked = self._revoke(tx, cluster_id, todo.revoke, generation, now)
+            delete_outside_claims(tx, cluster_id, None if todo.replace else sorted(todo.claims))
+            insert_claims(tx, cluster_id, {d: c for d, c in todo.claims.items() if c is not None})
+            write_slowdowns(tx, cluster_id, todo.slowdowns, todo.replace)
             if extras is not None:
                 tx.x(
                     "UPDATE clusters SET extras = ? WHERE id = ?",
                     (json.dumps(extras, sort_keys=True), cluster_id),
                 )
-            return append_event(
-                tx, cluster_id, "STATE_REPLACED" if replace else "STATE_DIFF", generation, event, now
-            )
+            payload: dict[str, Any] = {"state": todo.state} if todo.replace else {"diff": todo.changes}
+            if revoked:
+                payload["revoked"] = [r.id for r in revoked]
+            seq = append_event(tx, cluster_id, event_kind, generation, payload, now)
+            return UpdateResult(todo, revoked, kept, seq, seq - len(revoked))
+
+    def _listed(self, tx: Tx, ids: Sequence[str]) -> list[Reservation]:
+        return [self._reservation_in(tx, rid) for rid in ids]
 
     # ---- events ------------------------------------------------------------------------------------------
 
     def events(self, cluster_id: str, after_seq: int, limit: int = 1000) -> list[Event]:
         with self._tx(write=False) as tx:
             return read_events(tx, cluster_id, after_seq, limit)
+
+    def prune_events(self, now: float, max_age_s: float | None, max_count: int | None) -> int:
+        n = 0
+        for cid in self.cluster_ids():
+            with self._tx(write=True, lock=cid) as tx:
+                n += prune_events(tx, cid, now, max_age_s, max_count)
+        return n

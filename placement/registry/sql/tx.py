@@ -1,5 +1,6 @@
 """One open transaction over a DB-API cursor (`Tx`: placeholders, device IN-lists, bulk inserts) and `SqlBase`,
-the abstract `Store` that opens them; the SQL modules of the registry (sqlstore, sqlreservations) build on both.
+the abstract `Store` that opens them; the SQL modules of the registry (claims, events, reservations, store) build
+on both and import only downward.
 """
 
 from __future__ import annotations
@@ -11,12 +12,9 @@ from typing import Any
 
 from placement.registry.store import Store
 
-__all__ = ["DEV_COLS", "DEV_TYPES", "SqlBase", "Tx"]
+__all__ = ["SqlBase", "Tx"]
 
 _CHUNK = 500  # bound parameters per IN (...) list
-DEV_COLS = ("cluster_id", "device", "job", "failed", "slowdown")
-"""The columns of device_state, and their PostgreSQL types (for `Tx.insert_rows`)."""
-DEV_TYPES = ("text", "text", "text", "bigint", "float8")
 
 
 class Tx:
@@ -25,6 +23,10 @@ class Tx:
     def __init__(self, cursor: Any, postgres: bool) -> None:
         self._cur = cursor
         self._pg = postgres
+
+    @property
+    def postgres(self) -> bool:
+        return self._pg
 
     def _sql(self, sql: str) -> str:
         return sql.replace("?", "%s") if self._pg else sql
@@ -41,14 +43,16 @@ class Tx:
         if rows:
             self._cur.executemany(self._sql(sql), [tuple(r) for r in rows])
 
-    def devices_in(self, devices: Sequence[str]) -> Iterator[tuple[str, tuple[Any, ...]]]:
-        """(`device IN (...)` condition, its parameters) per chunk; PostgreSQL: one `device = ANY(array)`."""
+    def devices_in(
+        self, devices: Sequence[str], column: str = "device"
+    ) -> Iterator[tuple[str, tuple[Any, ...]]]:
+        """(`column IN (...)` condition, its parameters) per chunk; PostgreSQL: one `column = ANY(array)`."""
         if self._pg:
             if devices:
-                yield "device = ANY(?)", (list(devices),)
+                yield f"{column} = ANY(?)", (list(devices),)
             return
         for part in _chunks(devices):
-            yield f"device IN ({','.join('?' * len(part))})", tuple(part)
+            yield f"{column} IN ({','.join('?' * len(part))})", tuple(part)
 
     def insert_rows(
         self,
@@ -56,7 +60,6 @@ class Tx:
         cols: Sequence[str],
         pg_types: Sequence[str],
         rows: Sequence[Sequence[Any]],
-        conflict: str = "",
     ) -> None:
         """Insert many rows in one statement on PostgreSQL (unnest of one array per column), else executemany."""
         if not rows:
@@ -64,12 +67,10 @@ class Tx:
         if self._pg:
             arrays = [list(col) for col in zip(*rows, strict=True)]
             unnest = ", ".join(f"?::{t}[]" for t in pg_types)
-            self.x(
-                f"INSERT INTO {table} ({', '.join(cols)}) SELECT * FROM unnest({unnest}) {conflict}", arrays
-            )
+            self.x(f"INSERT INTO {table} ({', '.join(cols)}) SELECT * FROM unnest({unnest})", arrays)
         else:
             marks = ", ".join("?" * len(cols))
-            self.many(f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({marks}) {conflict}", rows)
+            self.many(f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({marks})", rows)
 
 
 def _chunks(items: Sequence[str]) -> Iterator[Sequence[str]]:
@@ -85,7 +86,8 @@ class SqlBase(Store):
 
     @abc.abstractmethod
     def _tx(self, write: bool, lock: str | None = None) -> AbstractContextManager[Tx]:
-        """A transaction; `write` takes the database's write lock, `lock` also locks that cluster's row."""
+        """A transaction; `write` takes the database's write lock, `lock` also locks that cluster's row. Waiting
+        for a connection or a lock longer than the backend's timeout raises `Busy` (nothing written)."""
 
     @abc.abstractmethod
     def _unique_violation(self, exc: BaseException) -> bool: ...
