@@ -279,6 +279,43 @@ def test_cli_registry_commands(tmp_path: Path) -> None:
         assert bad.exit_code == 3 and "stale" in bad.output
 
 
+def test_cli_registry_update_meets_claims_revoke_dry_run_and_heartbeat(tmp_path: Path) -> None:
+    """update-state onto a committed reservation's devices is refused (exit 3, naming the reservation); --dry-run
+    --revoke says what it would revoke and writes nothing; --revoke revokes it with the reason; commit --ttl gives a
+    heartbeat that renew extends."""
+    import yaml
+
+    cluster_file, job_file, diff_file = tmp_path / "c.yaml", tmp_path / "j.yaml", tmp_path / "d.yaml"
+    cluster_file.write_text(yaml.safe_dump(cluster_doc(2)))
+    job_file.write_text(yaml.safe_dump(job_dict(8, "train")))
+    runner = CliRunner()
+    with _server(tmp_path) as (_, reg, _p, port):
+        s = f"127.0.0.1:{port}"
+
+        def run(*args: str, code: int = 0) -> str:
+            res = runner.invoke(cli_app, ["registry", *args, "--server", s])
+            assert res.exit_code == code, res.output
+            return str(res.output)
+
+        run("put-cluster", str(cluster_file), "--cluster", "c")
+        rid = run("reserve", str(job_file), "--cluster", "c").split("reservation ")[1].split(":")[0]
+        committed = run("commit", rid, "--ttl", "300")
+        assert "COMMITTED until" in committed and "heartbeat 300 s" in committed
+        assert "heartbeat 300 s" in run("renew", rid)
+        device = reg.ListReservations(rpb.ListReservationsRequest(cluster_id="c"), timeout=30).reservations[0]
+        diff_file.write_text(yaml.safe_dump({"occupy": [{"job": "ext", "devices": [device.devices[0]]}]}))
+        update = ["update-state", "--cluster", "c", "--generation", "1", "--diff", str(diff_file)]
+        refused = run(*update, code=3)
+        assert rid in refused and device.devices[0] in refused
+        dry = run(*update, "--revoke", "--dry-run")
+        assert "dry run, nothing written" in dry and f"would revoke reservation {rid}" in dry
+        assert "COMMITTED" in run("list", "--cluster", "c")  # the dry run wrote nothing
+        done = run(*update, "--revoke", "--reason", "node repair")
+        assert f"revoked reservation {rid} (train, 8 devices): node repair" in done
+        listed = run("list", "--cluster", "c", "--wide")
+        assert "REVOKED" in listed and "node repair" in listed
+
+
 # ---- kill -9 ------------------------------------------------------------------------------------------------
 
 

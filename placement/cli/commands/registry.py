@@ -75,7 +75,7 @@ def _table(reservations: Any, title: str, wide: bool) -> None:
         "status",
         "devices",
         "expires",
-        *(["key"] if wide else []),
+        *(["key", "reason"] if wide else []),
     ]
     rows: list[list[str]] = []
     for r in reservations:
@@ -89,6 +89,7 @@ def _table(reservations: Any, title: str, wide: bool) -> None:
             "devices": str(len(r.devices)),
             "expires": ends,
             "key": r.idempotency_key or "-",
+            "reason": r.reason or "-",
         }
         rows.append([cells[c] for c in cols])
     t = Table(title=title, title_justify="left", box=None, pad_edge=False, header_style="bold underline")
@@ -139,18 +140,56 @@ def update_state(
     diff: Annotated[
         Path | None, typer.Option(help="a diff file: occupy, free, fail, recover, degrade")
     ] = None,
+    revoke: Annotated[
+        bool,
+        typer.Option(
+            "--revoke",
+            help="revoke the reservations whose devices the update occupies or fails (default: refuse it)",
+        ),
+    ] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="say what the update would do; write nothing")
+    ] = False,
+    reason: Annotated[str, typer.Option(help="recorded on each revoked reservation")] = "",
     token: Token = None,
 ) -> None:
-    """Replace the state (--state) or change it (--diff) as a new generation."""
+    """Replace the state (--state) or change it (--diff) as a new generation.
+
+    An update that occupies or fails a device of a held or committed reservation is refused (exit 3, naming the
+    devices and reservations) unless --revoke; --dry-run answers the same without writing.
+    """
     if (state is None) == (diff is None):
         fail("give exactly one of --state FILE or --diff FILE", 2)
-    doc: dict[str, Any] = {"cluster_id": cluster, "generation": generation}
+    doc: dict[str, Any] = {
+        "cluster_id": cluster,
+        "generation": generation,
+        "revoke": revoke,
+        "dry_run": dry_run,
+        "reason": reason,
+    }
     if state is not None:
         doc["state_file"] = str(state)
     elif diff is not None:
         doc["diff"] = load_document(diff)
     resp = _call(server, token, "UpdateState", _message(doc, "UpdateStateRequest"))
-    out.print(f"cluster {resp.cluster_id}: generation {resp.generation}", markup=False, soft_wrap=True)
+    head = "dry run, nothing written: would be" if resp.dry_run else "now at"
+    out.print(f"cluster {resp.cluster_id}: {head} generation {resp.generation}", markup=False, soft_wrap=True)
+    for r in resp.revoked:
+        out.print(
+            f"{'would revoke' if resp.dry_run else 'revoked'} reservation {r.id} ({r.job}, {len(r.devices)} "
+            f"devices): {r.reason or '-'}",
+            markup=False,
+            soft_wrap=True,
+        )
+    for r in resp.kept:
+        out.print(
+            f"kept: reservation {r.id} ({r.job}) keeps its {len(r.devices)} devices",
+            markup=False,
+            soft_wrap=True,
+        )
+    changes = dump_message(resp.changes, "json")
+    if resp.HasField("changes") and changes.strip() not in ("", "{}"):
+        out.print(f"changes: {' '.join(changes.split())}", markup=False, highlight=False, soft_wrap=True)
 
 
 @app.command(cls=Command, name="reserve")
@@ -199,9 +238,14 @@ def _transition(
     if ttl is not None:
         doc["ttl_s"] = ttl
     res = _call(server, token, method, _message(doc, "ReservationRequest")).reservation
+    status = _status(res)
+    until = ""
+    if status == "HELD" or (status == "COMMITTED" and res.HasField("heartbeat_s")):
+        until = f" until {_when(res.expires_unix_s)}"
+        if status == "COMMITTED":
+            until += f" (heartbeat {res.heartbeat_s:g} s: renew before then)"
     out.print(
-        f"reservation {res.id}: {_status(res)}"
-        + (f" until {_when(res.expires_unix_s)}" if _status(res) == "HELD" else ""),
+        f"reservation {res.id}: {status}{until}" + (f" ({res.reason})" if res.reason else ""),
         markup=False,
         soft_wrap=True,
     )
@@ -209,9 +253,21 @@ def _transition(
 
 @app.command(cls=Command, name="commit")
 @guard
-def commit(reservation_id: str, server: Server, token: Token = None) -> None:
+def commit(
+    reservation_id: str,
+    server: Server,
+    ttl: Annotated[
+        float | None,
+        typer.Option(
+            "--ttl",
+            help="a heartbeat: the committed reservation expires unless renewed within this many seconds "
+            "(default: it never expires)",
+        ),
+    ] = None,
+    token: Token = None,
+) -> None:
     """The job started: its devices become occupancy."""
-    _transition("Commit", reservation_id, server, token)
+    _transition("Commit", reservation_id, server, token, ttl)
 
 
 @app.command(cls=Command, name="release")
@@ -226,10 +282,15 @@ def release(reservation_id: str, server: Server, token: Token = None) -> None:
 def renew(
     reservation_id: str,
     server: Server,
-    ttl: Annotated[float, typer.Option(help="lease seconds from now")] = 60.0,
+    ttl: Annotated[
+        float | None,
+        typer.Option(
+            help="seconds from now (default: 60 for a held lease, the heartbeat for a committed one)"
+        ),
+    ] = None,
     token: Token = None,
 ) -> None:
-    """Extend a held reservation's lease."""
+    """Extend a held reservation's lease, or a committed one's heartbeat."""
     _transition("Renew", reservation_id, server, token, ttl)
 
 
