@@ -328,8 +328,12 @@ class _Links:
         """Bytes/s at most out of a host holding `g` members of a group whose lowest common level is `level`."""
         return min(self.nic * min(g, self.nics), self.dev_link * g, self.tier_min[level] * g) * 1e9
 
-    def group(self, kind: CollectiveKind, n: int, size: float, level: int) -> float:
-        """Seconds at least of one collective over `n` members whose lowest common level is `level`, alone."""
+    def group(
+        self, kind: CollectiveKind, n: int, size: float, level: int, per_host: int | None = None
+    ) -> float:
+        """Seconds at least of one collective over `n` members whose lowest common level is `level`, alone, with
+        at most `per_host` members on one host (default: a host's free devices)."""
+        cap = self.max_free if per_host is None else min(per_host, self.max_free)
         if n <= 1 or size <= 0:
             return 0.0
         vol, steps = _volume(kind, n, size)
@@ -337,12 +341,14 @@ class _Links:
             p = self.paths[level]
             return steps * p.latency_us * 1e-6 + vol / (p.bandwidth_gbps * 1e9)
         if level == 0:
-            if n > self.max_free:
+            if n > cap:
                 return math.inf
             return steps * self.lat0 * 1e-6 + vol / (self.ring0 * 1e9)
         a = self.lat[level] * 1e-6
         best = math.inf
-        h_min = max(2, -(-n // max(1, self.max_free)))
+        if cap < 1:
+            return math.inf
+        h_min = max(2, -(-n // cap))
         for h in range(h_min, min(n, self.n_hosts) + 1):
             g = n // h  # the host with the fewest members has at most this many
             f = self.flow(level, g)
@@ -427,7 +433,7 @@ def comm_bound(
         floor = 0.0
         if spanning > 0 and not links.graph and math.isfinite(links.host_out):
             floor = count * spanning * 2 * links.min_nic_bytes(kind, n, size) / (links.host_out * 1e9)
-        pops.append(_Pop(label, members, n, disjoint, count, exposed, low, times, floor))
+        pops.append(_Pop(label, members, n, disjoint, count, exposed, low, times, floor, kind, size))
     epops: dict[tuple[str, float, float, float], list[tuple[int, int]]] = defaultdict(list)
     for e in traffic.edges:
         if e.src != e.dst:
@@ -445,7 +451,7 @@ def comm_bound(
         floor = 0.0
         if spanning > 0 and not links.graph and math.isfinite(links.host_out):
             floor = count * spanning * size / (links.host_out * 1e9)
-        pops.append(_Pop(label, sorted(distinct), 0, True, count, exposed, low, times, floor))
+        pops.append(_Pop(label, sorted(distinct), 0, True, count, exposed, low, times, floor, None, size))
     backward = (
         _max_backward(topology, job, candidates)
         if job.model is not None and job.parallel is not None and "dp" not in job.exposure
@@ -453,22 +459,31 @@ def comm_bound(
     )
     names = [lv.name for lv in topology.levels]
     best = _case(pops, {}, names, backward, "")
-    # the host-filling argument: groups of a label A that no host holds with room to spare (TP8 on 8-GPU hosts)
-    # either all stay whole, and then every item whose ranks lie in two A-groups spans hosts, or one splits
+    # the host-filling argument: take a label A of disjoint groups of t ranks. Either every A-group stays whole
+    # on one host, and then a host holds at most floor(max_free / t) ranks of any item whose ranks lie in distinct
+    # A-groups (a DP group's members each come with their TP group), or some A-group spans hosts
     max_free = links.max_free
     for ai, a in enumerate(pops):
-        if a.size < 2 or not a.disjoint or a.size < max_free or links.graph:
+        if a.size < 2 or not a.disjoint or a.kind is None or links.graph:
             continue
+        per_host = max_free // a.size
         group_of = {r: i for i, m in enumerate(a.members) for r in m}
-        forced: dict[int, int] = {}
+        forced: dict[int, list[float]] = {}
         for pi, p in enumerate(pops):
-            if pi != ai and any(
-                all(r in group_of for r in m) and len({group_of[r] for r in m}) > 1 for m in p.members
+            if pi == ai or not any(
+                all(r in group_of for r in m) and len({group_of[r] for r in m}) == len(m) for m in p.members
             ):
-                forced[pi] = 1
+                continue
+            if p.kind is not None:
+                forced[pi] = [
+                    links.group(p.kind, p.size, p.bytes, li, per_host) if li >= p.low else math.inf
+                    for li in range(n_levels)
+                ]
+            elif per_host <= 1:
+                forced[pi] = [t if li >= max(1, p.low) else math.inf for li, t in enumerate(p.times)]
         if not forced:
             continue
-        whole = _case(pops, forced, names, backward, f" (whole {a.label} groups fill their hosts)")
+        whole = _case(pops, {}, names, backward, f" (whole {a.label} groups on their hosts)", forced)
         split = _case(pops, {ai: 1}, names, backward, f" (a {a.label} group split across hosts)")
         least = whole if whole.value <= split.value else split
         if least.value > best.value:
@@ -489,24 +504,36 @@ class _Pop:
     low: int  # the lowest level where all fit
     times: list[float]  # one item's fastest seconds with its lowest common level at each level
     floor: float  # the phase's seconds at least from the NIC capacity (0: no such argument)
+    kind: CollectiveKind | None  # None for edges
+    bytes: float
 
 
 def _case(
-    pops: Sequence[_Pop], min_level: dict[int, int], names: Sequence[str], backward: float | None, note: str
+    pops: Sequence[_Pop],
+    min_level: dict[int, int],
+    names: Sequence[str],
+    backward: float | None,
+    note: str,
+    times: dict[int, list[float]] | None = None,
 ) -> CommBound:
-    """The per-phase bound with some populations forced to a level at least `min_level[i]`."""
+    """The per-phase bound with some populations forced to a level at least `min_level[i]`, or priced by
+    `times[i]` (per level) instead of their own."""
     secs: dict[str, float] = defaultdict(float)
     expo: dict[str, float] = defaultdict(float)
     why: dict[str, str] = {}
     for i, p in enumerate(pops):
         low = max(p.low, min_level.get(i, 0))
-        t = min(p.times[low:], default=math.inf)
+        own = times.get(i) if times is not None else None
+        row = own if own is not None else p.times
+        t = min(row[low:], default=math.inf)
+        if own is not None:
+            low = next((li for li in range(low, len(row)) if row[li] == t), low)
         options = [(t, f"capacity at {names[low]}")] if math.isfinite(t) else []
         if p.floor > 0:
             options.append((p.floor, "nic-floor"))
         for v, arg in options:
             if p.count * v * p.exposed > expo[p.label] or p.label not in why:
-                why[p.label] = arg + (note if i in min_level else "")
+                why[p.label] = arg + (note if i in min_level or (times and i in times) else "")
             secs[p.label] = max(secs[p.label], p.count * v if arg != "nic-floor" else v)
             expo[p.label] = max(expo[p.label], (p.count * v if arg != "nic-floor" else v) * p.exposed)
     if "dp" in secs and backward is not None:

@@ -14,7 +14,10 @@ honoured, every other hard rule is left to `placement.model.validate` (`heuristi
   groups' peers across hosts share a rail.
 - ``contiguous``: ranks in the job's order onto the tightest domain's devices in cluster order.
 - ``group-pack`` (``-dp`` / ``-pp``): whole TP groups (explicit jobs: the heaviest label's groups) host by host,
-  best-fitting hosts of the tightest domain first; the groups ordered data-parallel first or pipeline first.
+  the sub-domains with most room and the best-fitting hosts first; the groups ordered data-parallel first or
+  pipeline first.
+- ``block-pack`` (``-dp`` / ``-pp`` / ``-dp-leaf``): whole pipeline stages (data-parallel first) or whole
+  pipelines best-fitted into the domains one level below the tightest one (or into leaves), then as group-pack.
 """
 
 from __future__ import annotations
@@ -200,28 +203,50 @@ def rail_aligned(topology: Topology, state: ClusterState, job: Job, traffic: Tra
 
 
 def _pack(
-    free: _Free, units: Sequence[tuple[int, ...]], hosts: Sequence[int], seats: dict[int, list[int]]
+    free: _Free,
+    units: Sequence[tuple[int, ...]],
+    hosts: Sequence[int],
+    seats: dict[int, list[int]],
+    segments: Sequence[tuple[Sequence[tuple[int, ...]], Sequence[int]]] = (),
 ) -> list[int] | None:
     """Whole units host by host in sequence (a host that cannot take the next unit whole is skipped, and its
-    devices serve the units left over at the end)."""
+    devices serve the units left over at the end). `segments` (units, hosts) are packed first, each onto its own
+    hosts only; what they cannot hold joins `units`."""
     left = {h: list(seats[h]) for h in hosts}
     out: dict[int, int] = {}
-    pending: list[int] = []
+    over: list[tuple[int, ...]] = []
+    for seg_units, seg_hosts in segments:
+        over += _pack_into(free, seg_units, seg_hosts, left, out)
+    pending = [
+        r for u in _pack_into(free, [*over, *units], hosts, left, out) for r in u if r not in free.pinned
+    ]
+    rest = [d for h in hosts for d in left[h]]
+    if len(rest) < len(pending):
+        return None
+    out.update(zip(pending, rest, strict=False))
+    return free.fill([out[r] for r in sorted(out)], sorted(out))
+
+
+def _pack_into(
+    free: _Free,
+    units: Sequence[tuple[int, ...]],
+    hosts: Sequence[int],
+    left: dict[int, list[int]],
+    out: dict[int, int],
+) -> list[tuple[int, ...]]:
+    """Whole units onto `hosts` in sequence (taking from `left`, writing `out`); returns the units that did not fit."""
+    pending: list[tuple[int, ...]] = []
     hi = 0
     for u in units:
         ranks = [r for r in u if r not in free.pinned]
         while hi < len(hosts) and len(left[hosts[hi]]) < len(ranks):
             hi += 1
         if hi == len(hosts):
-            pending.extend(ranks)
+            pending.append(u)
             continue
         for r in ranks:
             out[r] = left[hosts[hi]].pop(0)
-    rest = [d for h in hosts for d in left[h]]
-    if len(rest) < len(pending):
-        return None
-    out.update(zip(pending, rest, strict=False))
-    return free.fill([out[r] for r in sorted(out)], sorted(out))
+    return pending
 
 
 def contiguous_fill(topology: Topology, state: ClusterState, job: Job, traffic: Traffic) -> list[int] | None:
@@ -230,6 +255,19 @@ def contiguous_fill(topology: Topology, state: ClusterState, job: Job, traffic: 
     if scope is None:
         return None
     return free.fill(sorted(d for h in free.hosts_under(*scope) for d in free.by_host[h]))
+
+
+def _whole_units(free: _Free, usize: int, n_levels: int) -> list[Counter[int]]:
+    """Whole units of `usize` ranks each domain of each level holds (hosts hold floor(free / usize))."""
+    out: list[Counter[int]] = []
+    for li in range(n_levels):
+        col = free.topology.domain_column(li)
+        c: Counter[int] = Counter()
+        for devs in free.by_host.values():
+            if devs:
+                c[col[devs[0]]] += len(devs) // usize
+        out.append(c)
+    return out
 
 
 def _group_pack(pipeline_first: bool) -> Heuristic:
@@ -242,9 +280,17 @@ def _group_pack(pipeline_first: bool) -> Heuristic:
         units = orders[-1] if pipeline_first else orders[0]
         usize = max((len(u) for u in units), default=1)
         hosts = free.hosts_under(*scope)
-        # hosts that hold whole units with the least left over first, then the rest by free devices
+        # sub-domains with the most whole units first (level by level, so a parallel group stays in few of them),
+        # inside a sub-domain the hosts that hold whole units with the least left over first
+        t = topology
+        path = {
+            h: tuple(-whole[li][t.domain_of(free.by_host[h][0], li)] for li in range(scope[0] - 1, 0, -1))
+            for whole in [_whole_units(free, usize, len(t.levels))]
+            for h in hosts
+        }
         hosts.sort(
             key=lambda h: (
+                path[h],
                 len(free.by_host[h]) < usize,
                 len(free.by_host[h]) % usize,
                 -len(free.by_host[h]),
@@ -252,6 +298,64 @@ def _group_pack(pipeline_first: bool) -> Heuristic:
             )
         )
         return _pack(free, units, hosts, {h: free.by_host[h] for h in hosts})
+
+    return place
+
+
+def _block_pack(pipeline_first: bool, leaf: bool, first_fit: bool = False) -> Heuristic:
+    """Blocks of units (one pipeline stage's units, data-parallel first; or one pipeline's, pipeline first)
+    best-fitted whole into the domains one level below the tightest domain (``leaf``: level 1), so that a
+    parallel group straddles as few domains as the free capacity allows (``first_fit``: consecutive blocks into
+    the roomiest domain while they fit, so neighbouring pipeline stages share one); then host by host as
+    `_group_pack`."""
+
+    def place(topology: Topology, state: ClusterState, job: Job, traffic: Traffic) -> list[int] | None:
+        free = _Free(topology, state, job)
+        scope = free.tightest() if free.ok else None
+        par = job.parallel
+        if scope is None or par is None:
+            return None
+        level = 1 if leaf else scope[0] - 1
+        if level < 1 or level >= scope[0]:
+            return None
+        orders = _unit_orders(job, rank_units(job, traffic))
+        units = orders[-1] if pipeline_first else orders[0]
+        usize = max((len(u) for u in units), default=1)
+        dim = "dp" if pipeline_first else "pp"
+        blocks: dict[int, list[tuple[int, ...]]] = defaultdict(list)
+        for u in units:
+            blocks[par.coords(u[0])[dim]].append(u)
+        whole = _whole_units(free, usize, len(topology.levels))
+        hosts = free.hosts_under(*scope)
+        dom_of = {h: topology.domain_of(free.by_host[h][0], level) for h in hosts}
+        room = {k: whole[level][k] for k in set(dom_of.values())}
+        placed: dict[int, list[tuple[int, ...]]] = defaultdict(list)
+        pending: list[tuple[int, ...]] = []
+        for _, blk in sorted(blocks.items()):
+            fits = [k for k, v in room.items() if v >= len(blk)]
+            if not fits:
+                pending += blk
+                continue
+            if first_fit:
+                k = min(fits, key=lambda k: (k not in placed, -room[k], k))
+            else:
+                k = min(fits, key=lambda k: (room[k], k))
+            room[k] -= len(blk)
+            placed[k] += blk
+        doms = sorted(placed, key=lambda k: (-len(placed[k]), k)) + sorted(set(room) - set(placed))
+        rank_of = {k: i for i, k in enumerate(doms)}
+        hosts.sort(
+            key=lambda h: (
+                rank_of[dom_of[h]],
+                -whole[1][topology.domain_of(free.by_host[h][0], 1)],
+                len(free.by_host[h]) < usize,
+                len(free.by_host[h]) % usize,
+                -len(free.by_host[h]),
+                h,
+            )
+        )
+        segments = [(placed[k], [h for h in hosts if dom_of[h] == k]) for k in doms if k in placed]
+        return _pack(free, pending, hosts, {h: free.by_host[h] for h in hosts}, segments)
 
     return place
 
@@ -266,6 +370,10 @@ HEURISTICS: dict[str, Heuristic] = {
     "contiguous": contiguous_fill,
     "group-pack-dp": _group_pack(False),
     "group-pack-pp": _group_pack(True),
+    "block-pack-dp": _block_pack(False, False),
+    "block-pack-pp": _block_pack(True, False),
+    "block-pack-dp-leaf": _block_pack(False, True),
+    "block-pack-dp-first-fit": _block_pack(False, False, True),
 }
 """The constructive family, cheapest first (each is one pass over the free devices)."""
 

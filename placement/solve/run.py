@@ -295,6 +295,8 @@ def place(
 
 OPTIMAL_GAP = 1e-9
 """Relative gap on exposed communication below which the answer is reported OPTIMAL."""
+POLISH_SHARE = 0.3
+"""Share of the time left after the candidates that `polish` gets (the CP-SAT search gets the rest)."""
 
 
 def _heuristics(
@@ -375,7 +377,13 @@ def _optimize(
                 starts.append((name, m))
     out: CpsatOutcome | None = None
     if not closed() and (score.affordable() or not found):
-        out = solve_cpsat(request, starts, [report_key(found[n][1]) for n, _ in starts])
+        # a share of the time left is kept for the evaluator-judged polish (the search proposes by the surrogate)
+        held = POLISH_SHARE * max(0.0, request.remaining()) if request.evaluator_guided and found else 0.0
+        request.deadline -= held
+        try:
+            out = solve_cpsat(request, starts, [report_key(found[n][1]) for n, _ in starts])
+        finally:
+            request.deadline += held
     elif not closed():
         stats["cpsat_status"] = "SKIPPED: the time limit is spent on the baselines"
     if out is not None:
