@@ -101,7 +101,10 @@ def test_never_worse_than_any_baseline_or_heuristic(
         assert not key_better(other, answer), f"{name} {other} beats the answer {answer}"
         assert res.lower_bound <= other[1] * (1 + 1e-9), f"the bound is above {name}'s exposed comm"
     assert res.stats["stop_reason"] in ("gap_closed", "time_limit", "no_improvement")
-    assert (res.status is SolveStatus.OPTIMAL) == (res.gap is not None and res.gap <= 1e-9)
+    step_closed = res.report.step_seconds <= float(res.stats["step_bound"]) * (1 + 1e-9)
+    assert (res.status is SolveStatus.OPTIMAL) == (res.gap is not None and res.gap <= 1e-9 and step_closed)
+    for name, m in peers(topo, state, job).items():
+        assert float(res.stats["step_bound"]) <= key(topo, state, job, m)[0] * (1 + 1e-9), name
 
 
 def test_never_worse_on_a_dp_first_order_with_deep_pipeline() -> None:
@@ -160,8 +163,14 @@ def test_bound_is_below_the_brute_force_optimum(
         for p in itertools.permutations(free, job.ranks)
         if not validate(topo, state, job, list(p), traffic=traffic)
     )
+    least_step = min(
+        evaluate(topo, state, job, list(p), traffic=traffic, check=False).step_seconds
+        for p in itertools.permutations(free, job.ranks)
+        if not validate(topo, state, job, list(p), traffic=traffic)
+    )
     bound = comm_bound(topo, state, job, traffic, free)
     assert bound.value <= least * (1 + 1e-12)
+    assert bound.step <= least_step * (1 + 1e-12)
     res = place(topo, state, job, SolveOptions(time_limit_s=2))
     assert res.lower_bound is not None and res.lower_bound <= least * (1 + 1e-12)
     assert res.seconds is not None and res.seconds >= least * (1 - 1e-12)
@@ -191,8 +200,9 @@ def test_bound_is_below_random_and_constructive_mappings(
     rng = random.Random(seed)
     mappings = [rng.sample(free, job.ranks) for _ in range(20)] + list(peers(topo, state, job).values())
     for m in mappings:
-        comm = evaluate(topo, state, job, m, traffic=traffic).comm_seconds
-        assert bound.value <= comm * (1 + 1e-12), bound.source
+        rep = evaluate(topo, state, job, m, traffic=traffic)
+        assert bound.value <= rep.comm_seconds * (1 + 1e-12), bound.source
+        assert bound.step <= rep.step_seconds * (1 + 1e-12), bound.source
 
 
 # ---- stopping ---------------------------------------------------------------------------------------------------

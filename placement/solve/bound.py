@@ -275,6 +275,8 @@ class CommBound:
     value: float
     by_label: dict[str, float]
     argument: dict[str, str]
+    step: float = 0.0
+    """A valid lower bound on the step seconds (compute on the fastest kind, its bubble, and the phases)."""
 
     @property
     def source(self) -> str:
@@ -458,7 +460,37 @@ def comm_bound(
         else None
     )
     names = [lv.name for lv in topology.levels]
-    best = _case(pops, {}, names, backward, "")
+    compute = _fastest_compute(topology, job, candidates)
+    # the job needs domains of level `span` (no lower domain holds all its free ranks); when its groups and edges
+    # connect every rank, one of them at least spans two domains below `span`
+    counts = [
+        max(Counter(topology.domain_column(li)[d] for d in candidates).values(), default=0)
+        for li in range(n_levels)
+    ]
+    span = next((li for li in range(n_levels) if counts[li] >= job.ranks), n_levels - 1)
+    crossers = list(range(len(pops))) if span > 0 and _connected(job.ranks, pops) else []
+
+    def weakest(times: dict[int, list[float]], note: str) -> CommBound:
+        """The least bound over which population spans: `_case` with it at level `span` at least."""
+        out = _case(pops, {}, names, backward, note, compute, times)
+        if crossers:
+            out = _least(
+                [
+                    _case(
+                        pops,
+                        {i: span},
+                        names,
+                        backward,
+                        note + f" (the job spans {names[span]})",
+                        compute,
+                        times,
+                    )
+                    for i in crossers
+                ]
+            )
+        return out
+
+    best = weakest({}, "")
     # the host-filling argument: take a label A of disjoint groups of t ranks. Either every A-group stays whole
     # on one host, and then a host holds at most floor(max_free / t) ranks of any item whose ranks lie in distinct
     # A-groups (a DP group's members each come with their TP group), or some A-group spans hosts
@@ -483,12 +515,18 @@ def comm_bound(
                 forced[pi] = [t if li >= max(1, p.low) else math.inf for li, t in enumerate(p.times)]
         if not forced:
             continue
-        whole = _case(pops, {}, names, backward, f" (whole {a.label} groups on their hosts)", forced)
-        split = _case(pops, {ai: 1}, names, backward, f" (a {a.label} group split across hosts)")
-        least = whole if whole.value <= split.value else split
-        if least.value > best.value:
-            best = least
+        whole = weakest(forced, f" (whole {a.label} groups on their hosts)")
+        split = _case(pops, {ai: 1}, names, backward, f" (a {a.label} group split across hosts)", compute)
+        least = _least([whole, split])
+        top = least if least.value > best.value else best
+        best = CommBound(top.value, top.by_label, top.argument, max(best.step, least.step))
     return best
+
+
+def _least(cases: Sequence[CommBound]) -> CommBound:
+    """The bound that holds whichever case happens: the least exposed comm (with its phases) and the least step."""
+    low = min(cases, key=lambda b: b.value)
+    return CommBound(low.value, low.by_label, low.argument, min(b.step for b in cases))
 
 
 @dataclass
@@ -514,6 +552,7 @@ def _case(
     names: Sequence[str],
     backward: float | None,
     note: str,
+    compute: tuple[float, float],
     times: dict[int, list[float]] | None = None,
 ) -> CommBound:
     """The per-phase bound with some populations forced to a level at least `min_level[i]`, or priced by
@@ -539,7 +578,26 @@ def _case(
     if "dp" in secs and backward is not None:
         expo["dp"] = max(0.0, secs["dp"] - backward)
         why["dp"] += " (less one micro-batch's backward)"
-    return CommBound(sum(expo.values()), dict(expo), why)
+    comm = sum(expo.values())
+    k, b = compute
+    step = k + b * (k + sum(v for lab, v in expo.items() if lab != "dp")) + comm
+    return CommBound(comm, dict(expo), why, step)
+
+
+def _fastest_compute(topology: Topology, job: Job, candidates: Sequence[int]) -> tuple[float, float]:
+    """(compute seconds on the fastest kind the job could run on, the bubble's share (p-1)/m); (0, 0) when some
+    mapping could have no compute model (its step is then its exposed communication)."""
+    if job.model is None or job.parallel is None:
+        return 0.0, 0.0
+    out: list[float] = []
+    for name in {topology.devices[d].kind for d in candidates}:
+        kind = device_kind(name, topology) or device_kind(job.device_kind, topology)
+        if kind is None:
+            return 0.0, 0.0
+        out.append(step_compute(job.model, job.parallel, kind).compute_seconds)
+    if not out:
+        return 0.0, 0.0
+    return min(out), (job.parallel.pp - 1) / max(1, job.model.micro_batches)
 
 
 def _max_backward(topology: Topology, job: Job, candidates: Sequence[int]) -> float | None:
@@ -559,6 +617,25 @@ def _volume(kind: CollectiveKind, n: int, size: float) -> tuple[float, int]:
     if kind is CollectiveKind.ALL_REDUCE:
         return 2.0 * (n - 1) / n * size, 2 * (n - 1)
     return (n - 1) / n * size, n - 1
+
+
+def _connected(ranks: int, pops: Sequence[_Pop]) -> bool:
+    """Every rank is linked to every other through the groups and edges (a Megatron job is: TP, PP and DP)."""
+    parent = list(range(ranks))
+
+    def find(x: int) -> int:
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for p in pops:
+        for m in p.members:
+            for r in m[1:]:
+                a, b = find(m[0]), find(r)
+                if a != b:
+                    parent[a] = b
+    return len({find(r) for r in range(ranks)}) == 1
 
 
 def _is_forest(pairs: set[tuple[int, int]]) -> bool:

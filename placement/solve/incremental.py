@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from placement.cost.collectives import Fabric, Plan, phase_seconds
+from placement.cost.collectives import Fabric, Plan
 from placement.cost.compute import ComputeModel, device_kind, job_device_kind, step_compute
 from placement.cost.step import PHASE_ORDER
 from placement.model.traffic import Traffic
@@ -30,6 +30,20 @@ class Trial:
     plans: dict[int, Plan]
     phases: dict[str, tuple[float, float]]
     comp: ComputeModel | None
+    rounds: list[tuple[_Round, dict[int, float], dict[int, float], float, float, list[int]]]
+
+
+@dataclass
+class _Round:
+    """One round of a phase (rank-disjoint groups that run at the same time): the bytes on every shared link,
+    which operations load each link, each operation's seconds and the round's slowest (total and exposed)."""
+
+    ops: list[int]
+    totals: dict[int, float]
+    users: dict[int, set[int]]
+    times: dict[int, float]
+    secs: float = 0.0
+    exp: float = 0.0
 
 
 class StepEval:
@@ -69,9 +83,66 @@ class StepEval:
         self.one_kind = len(kinds) <= 1
         self._cache: dict[tuple[object, ...], Plan] = {}
         self.plans = [self._plan(oid, self.mapping) for oid in range(len(self.label_of))]
+        self.weight = [(g.count, g.count * g.exposed) for g in tr.groups]
+        self.weight += [(e.count, e.count * e.exposed) for e in tr.edges]
+        self.caps = [c * 1e9 for c in self.fabric.caps]
+        self.state: dict[str, list[_Round]] = {}
+        self.round_of: dict[int, _Round] = {}
+        for lab in self.labels:
+            rows = []
+            for ops in self.rounds[lab]:
+                rd = _Round(list(ops), {}, {}, {})
+                for oid in ops:
+                    self._load(rd, oid, self.plans[oid], 1.0)
+                    self.round_of[oid] = rd
+                for oid in ops:
+                    rd.times[oid] = self._time(self.plans[oid], rd.totals)
+                rd.secs, rd.exp = self._slowest(rd)
+                rows.append(rd)
+            self.state[lab] = rows
         self.comp = self._compute(self.mapping)
-        self.phases = {lab: self._phase(lab, self.plans, self.comp) for lab in self.labels}
+        self.phases = {lab: self._phase(lab, self.comp) for lab in self.labels}
         self.key = self._key(self.phases, self.comp)
+
+    def _load(self, rd: _Round, oid: int, plan: Plan, sign: float) -> None:
+        for st in plan.stages:
+            for r, x in st.loads:
+                rd.totals[r] = rd.totals.get(r, 0.0) + sign * x
+                if sign > 0:
+                    rd.users.setdefault(r, set()).add(oid)
+                else:
+                    rd.users[r].discard(oid)
+
+    def _time(self, plan: Plan, totals: dict[int, float], changed: dict[int, float] | None = None) -> float:
+        """Seconds of one operation under the round's link loads, `changed` overriding `totals` (as
+        `placement.cost.collectives.phase_seconds` prices it)."""
+        caps = self.caps
+        secs = 0.0
+        for st in plan.stages:
+            best = st.local
+            for r, _x in st.loads:
+                v = changed.get(r) if changed else None
+                v = (totals[r] if v is None else v) / caps[r]
+                if v > best:
+                    best = v
+            secs += best
+        return plan.latency + plan.slowdown * secs
+
+    def _slowest(self, rd: _Round, new: dict[int, float] | None = None) -> tuple[float, float]:
+        """The round's slowest operation (total, exposed), with `new` times overriding the round's own."""
+        w = self.weight
+        base = rd.times
+        secs = exp = 0.0
+        for oid in rd.ops:
+            t = new.get(oid) if new else None
+            if t is None:
+                t = base[oid]
+            a, b = w[oid]
+            if a * t > secs:
+                secs = a * t
+            if b * t > exp:
+                exp = b * t
+        return secs, exp
 
     # ---- pieces ------------------------------------------------------------------------------------------------
 
@@ -99,21 +170,11 @@ class StepEval:
         kind = job_device_kind(t, devs) or device_kind(job.device_kind, t)
         return step_compute(job.model, job.parallel, kind) if kind is not None else None
 
-    def _phase(
-        self, label: str, plans: Sequence[Plan] | Mapping[int, Plan], comp: ComputeModel | None
-    ) -> tuple[float, float]:
-        tr, ng = self.p.traffic, self.n_groups
+    def _phase(self, label: str, comp: ComputeModel | None) -> tuple[float, float]:
         seconds = exposed = 0.0
-        for rnd in self.rounds[label]:
-            times = phase_seconds(self.fabric, [plans[oid] for oid in rnd])
-            r_secs = r_exp = 0.0
-            for oid, (tm, _) in zip(rnd, times, strict=True):
-                op = tr.groups[oid] if oid < ng else tr.edges[oid - ng]
-                total = op.count * tm
-                r_exp = max(r_exp, total * op.exposed)
-                r_secs = max(r_secs, total)
-            seconds += r_secs
-            exposed += r_exp
+        for rd in self.state[label]:
+            seconds += rd.secs
+            exposed += rd.exp
         if label == "dp" and comp is not None and "dp" not in self.p.job.exposure:
             exposed = max(0.0, seconds - comp.backward_seconds_per_microbatch)
         return seconds, exposed
@@ -134,23 +195,65 @@ class StepEval:
     # ---- moves -------------------------------------------------------------------------------------------------
 
     def trial(self, moves: Mapping[int, int]) -> Trial:
-        """The step and exposed communication if rank r moved to device moves[r] (nothing is changed)."""
+        """The step and exposed communication if rank r moved to device moves[r] (nothing is changed): only the
+        touched operations are re-planned, and only the operations sharing a link with them re-priced."""
         view = _Overlay(self.mapping, moves)
         touched = {oid for r in moves for oid in self.ops_of[r]}
         new_plans = {oid: self._plan(oid, view) for oid in touched}
-        plans = _PlanOverlay(self.plans, new_plans)
         comp = self.comp if self.one_kind else self._compute(view)
-        labels = {self.label_of[oid] for oid in touched}
+        by_round: dict[int, tuple[_Round, list[int]]] = {}
+        for oid in touched:
+            rd = self.round_of[oid]
+            by_round.setdefault(id(rd), (rd, []))[1].append(oid)
+        updates = []
+        sums: dict[str, list[float]] = {}
+        for rd, oids in by_round.values():
+            changed: dict[int, float] = {}
+            for oid in oids:
+                for st in self.plans[oid].stages:
+                    for r, x in st.loads:
+                        changed[r] = changed.get(r, rd.totals[r]) - x
+                for st in new_plans[oid].stages:
+                    for r, x in st.loads:
+                        changed[r] = changed.get(r, rd.totals.get(r, 0.0)) + x
+            affected = set(oids)
+            for r in changed:
+                affected.update(rd.users.get(r, ()))
+            new_times = {
+                oid: self._time(new_plans[oid] if oid in new_plans else self.plans[oid], rd.totals, changed)
+                for oid in affected
+            }
+            secs, exp = self._slowest(rd, new_times)
+            updates.append((rd, changed, new_times, secs, exp, oids))
+            label = self.label_of[oids[0]]
+            acc = sums.setdefault(label, [0.0, 0.0])
+            acc[0] += secs - rd.secs
+            acc[1] += exp - rd.exp
+        labels = set(sums)
         if comp is not self.comp and "dp" in self.phases:
             labels.add("dp")
         phases = dict(self.phases)
         for lab in labels:
-            phases[lab] = self._phase(lab, plans, comp)
-        return Trial(self._key(phases, comp), dict(moves), new_plans, phases, comp)
+            seconds = exposed = 0.0
+            for rd in self.state[lab]:
+                seconds += rd.secs
+                exposed += rd.exp
+            d = sums.get(lab, [0.0, 0.0])
+            seconds, exposed = seconds + d[0], exposed + d[1]
+            if lab == "dp" and comp is not None and "dp" not in self.p.job.exposure:
+                exposed = max(0.0, seconds - comp.backward_seconds_per_microbatch)
+            phases[lab] = (seconds, exposed)
+        return Trial(self._key(phases, comp), dict(moves), new_plans, phases, comp, updates)
 
     def apply(self, trial: Trial) -> None:
         for r, d in trial.moves.items():
             self.mapping[r] = d
+        for rd, _changed, new_times, secs, exp, oids in trial.rounds:
+            for oid in oids:
+                self._load(rd, oid, self.plans[oid], -1.0)
+                self._load(rd, oid, trial.plans[oid], 1.0)
+            rd.times.update(new_times)
+            rd.secs, rd.exp = secs, exp
         for oid, plan in trial.plans.items():
             self.plans[oid] = plan
         self.phases, self.comp, self.key = trial.phases, trial.comp, trial.key
@@ -187,21 +290,6 @@ class _Overlay(Mapping[int, int]):
 
     def __getitem__(self, r: int) -> int:
         return self.moves.get(r, self.base[r])
-
-    def __len__(self) -> int:
-        return len(self.base)
-
-    def __iter__(self):  # type: ignore[no-untyped-def]
-        return iter(range(len(self.base)))
-
-
-class _PlanOverlay(Mapping[int, Plan]):
-    def __init__(self, base: Sequence[Plan], new: Mapping[int, Plan]) -> None:
-        self.base, self.new = base, new
-
-    def __getitem__(self, oid: int) -> Plan:
-        hit = self.new.get(oid)
-        return self.base[oid] if hit is None else hit
 
     def __len__(self) -> int:
         return len(self.base)

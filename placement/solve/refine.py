@@ -129,12 +129,13 @@ def polish(
     units: Sequence[tuple[int, ...]],
     deadline: float,
     *,
-    target: float = 0.0,
+    target: tuple[float, float] = (0.0, 0.0),
     patience: int = 3,
     max_rounds: int | None = None,
 ) -> PolishOutcome:
-    """Evaluator-judged local search from `mapping` until `deadline`, until the exposed communication is at most
-    `target` (``gap_closed``), or until `patience` rounds in a row improve nothing (``no_improvement``).
+    """Evaluator-judged local search from `mapping` until `deadline`, until the step and the exposed
+    communication are at most `target` (``gap_closed``), or until `patience` rounds in a row improve nothing
+    (``no_improvement``).
 
     Moves, judged by `report_key` through the incremental step model (`StepEval`): a unit (a TP group, or the
     heaviest label's group; `units`) moved whole onto free devices of one host, two units of one size exchanged,
@@ -177,7 +178,7 @@ def polish(
         return unit_of[rng.choice(ranks)] if ranks else rng.randrange(len(units))
 
     while True:
-        if ev.key[1] <= target:
+        if ev.key[0] <= target[0] and ev.key[1] <= target[1]:
             out.stop_reason = "gap_closed"
             break
         if max_rounds is not None and out.rounds >= max_rounds:
@@ -233,7 +234,7 @@ def polish(
             ev.apply(trial)
             gained += 1
             free = free_by_host()
-            if ev.key[1] <= target:
+            if ev.key[0] <= target[0] and ev.key[1] <= target[1]:
                 break
         out.improved += gained
         idle = 0 if gained else idle + 1
