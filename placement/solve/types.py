@@ -39,7 +39,8 @@ class Strategy(StrEnum):
     SLURM_BLOCK = "slurm-block"
     """Slurm topology/block: best-fit blocks of the base block size (clusters with a block level)."""
     CPSAT = "cpsat"
-    """The optimizer: every baseline and multilevel candidate, then CP-SAT on a coarsened model and its LNS."""
+    """The optimizer: every baseline, constructive heuristic and multilevel candidate, then CP-SAT on a coarsened
+    model, its LNS and an evaluator-judged polish; the best of all by `report_key`."""
     TOPOLOGY_GREEDY = "topology-greedy"
     """Deprecated alias of ``kueue-tas`` (the strongest topology-level scheduler baseline)."""
 
@@ -53,7 +54,8 @@ class SolveStatus(StrEnum):
     """How good the returned answer is known to be."""
 
     OPTIMAL = "OPTIMAL"
-    """The evaluator's exposed communication is at its proven lower bound (gap 0 within 1e-9 relative)."""
+    """The evaluator's exposed communication and step are at their proven lower bounds (gap 0 within 1e-9
+    relative): no valid mapping is better by `report_key`."""
     FEASIBLE = "FEASIBLE"
     """Valid, with a gap to the proven lower bound."""
     INFEASIBLE = "INFEASIBLE"
