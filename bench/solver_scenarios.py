@@ -1,9 +1,11 @@
 """The solver benchmark's scenarios (`scenarios`): generated clusters, occupancy and jobs, fixed seeds, with
-issue 8's 4,096-GPU rows in three forms (structured, explicit twin, p2p ring); used by solver.py, limits.py.
+issue 8's 4,096-GPU rows in three forms (structured, explicit twin, p2p ring) and issue 21's rows with rank orders
+that are not tp-first and deep pipelines; used by solver.py, limits.py.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -69,6 +71,20 @@ def issue8(occ: float, tp: int, pp: int, dp: int, form: str) -> Build:
     return build
 
 
+def ordered(occ: float, tp: int, pp: int, dp: int, order: str) -> Build:
+    """Issue 21's rows: as `issue8`, structured, with a rank order that is not tp-first or a deep pipeline."""
+
+    def build() -> tuple[Topology, ClusterState, Job]:
+        t = fat_tree(4096)
+        s = occupy(t, occ, seed=1, mode="mixed-random")
+        job = megatron_job(f"tp{tp}-pp{pp}-dp{dp}", tp=tp, pp=pp, dp=dp, hidden=5120, layers=40)
+        if job.parallel is None:
+            raise ValueError(f"{job.name}: a structured job has a parallel spec")
+        return t, s, dataclasses.replace(job, parallel=dataclasses.replace(job.parallel, order=order))
+
+    return build
+
+
 def scenarios() -> list[Scenario]:
     out = [
         Scenario("fat-tree 256, 0%, tp8 dp4", ft(256, 0.0, "whole", 8, 1, 4), 1.0, False),
@@ -109,6 +125,22 @@ def scenarios() -> list[Scenario]:
                         explicit=form != "structured",
                     )
                 )
+    for occ, (tp, pp, dp), order in (
+        (0.45, (4, 8, 8), "dp-tp-pp-cp-ep"),
+        (0.3, (8, 16, 4), "tp-dp-pp-cp-ep"),
+        (0.6, (2, 8, 64), "tp-pp-dp-cp-ep"),
+        (0.45, (4, 4, 64), "dp-tp-pp-cp-ep"),
+        (0.3, (8, 8, 2), "pp-dp-tp-cp-ep"),
+    ):
+        ranks = tp * pp * dp
+        out.append(
+            Scenario(
+                f"fat-tree 4096, {round(100 * occ)}% mixed-random, tp{tp} pp{pp} dp{dp}, order {order[:8]}",
+                ordered(occ, tp, pp, dp, order),
+                2.0 if ranks <= 256 else 4.0,
+                True,
+            )
+        )
     out += [
         Scenario(
             "fat-tree 32768, 0%, tp8 pp8 dp256", ft(32768, 0.0, "whole", 8, 8, 256), 10.0, False, big=True

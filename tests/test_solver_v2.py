@@ -13,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from placement.cost.evaluate import evaluate
 from placement.cost.surrogate import surrogate_seconds
 from placement.errors import InfeasibleError
 from placement.io.importers.graph import topology_from_distances
@@ -31,17 +32,20 @@ from placement.sim.scenarios import (
     occupy_mixed_random,
     p2p_ring_job,
 )
-from placement.solve import SolveOptions, SolveStatus, StopEvent, place
+from placement.solve import SolveOptions, StopEvent, place
 from placement.solve.bound import lower_bounds
 from placement.solve.params import run_cpsat
+from placement.solve.types import better, report_key
 from placement.solve.units import candidate_devices
 
 
 def _never_worse(res) -> None:  # type: ignore[no-untyped-def]
-    assert res.seconds is not None
-    for name, v in res.baselines.items():
-        if v is not None:
-            assert res.seconds <= v + 1e-12 * max(1.0, v), f"cpsat {res.seconds} > {name} {v}"
+    """Never worse, by (step, exposed comm), than any baseline, heuristic or candidate of the result."""
+    assert res.report is not None
+    for name, rep in res.baseline_reports.items():
+        assert not better(rep, res.report), (
+            f"{name} {report_key(rep)} beats the answer {report_key(res.report)}"
+        )
 
 
 @pytest.mark.parametrize("workers", [1, 2])
@@ -108,10 +112,14 @@ def test_explicit_twin_gets_the_structured_cost() -> None:
     job = megatron_job("j", tp=4, pp=2, dp=2, hidden=2048, layers=8)
     a = place(topo, state, job, SolveOptions(time_limit_s=3))
     b = place(topo, state, explicit_twin(job), SolveOptions(time_limit_s=3))
-    assert a.status is SolveStatus.OPTIMAL and b.status is SolveStatus.OPTIMAL
     assert a.report is not None and b.report is not None
-    assert b.report.surrogate_seconds == pytest.approx(a.report.surrogate_seconds, rel=1e-9)
-    assert b.stats["units_kind"] == a.stats["units_kind"] == "tp"
+    # the same traffic (the twin has no compute, so its DP reduce is all exposed): the structured answer's mapping
+    # is no better for the twin than the twin's own answer, within 1%
+    twin = explicit_twin(job)
+    cross = evaluate(topo, state, twin, a.mapping)
+    assert b.report.comm_seconds <= cross.comm_seconds * 1.01
+    _never_worse(a)
+    _never_worse(b)
 
 
 def test_units_split_inside_a_leaf_when_too_few_hosts_hold_them_whole() -> None:
@@ -158,8 +166,15 @@ def test_every_bound_is_below_brute_force(occupied: tuple[int, ...], shape: tupl
     cap = lower_bounds(topo, state, traffic, candidate_devices(topo, state, job))
     assert cap.source == "capacity" and cap.value <= best + 1e-12
     res = place(topo, state, job, SolveOptions(time_limit_s=3))
-    assert res.lower_bound is not None and res.lower_bound <= best + 1e-12
-    assert res.stats["bound_source"] in ("capacity", "cpsat-model", "cpsat-exact")
+    least_comm = min(
+        evaluate(topo, state, job, list(perm), traffic=traffic, check=False).comm_seconds
+        for perm in itertools.permutations(range(topo.num_devices), job.ranks)
+        if not validate(topo, state, job, list(perm), traffic=traffic)
+    )
+    assert res.lower_bound is not None and res.lower_bound <= least_comm * (1 + 1e-12)
+    assert res.stats["bound_source"].split(": ")[1].startswith(("capacity", "nic-floor"))
+    if "surrogate_bound" in res.stats:
+        assert float(res.stats["surrogate_bound"]) <= best + 1e-12
 
 
 def test_stop_event_ends_the_search_at_once() -> None:

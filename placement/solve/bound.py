@@ -1,4 +1,5 @@
-"""A valid lower bound on the seconds per step of any mapping, from per-label capacity relaxations.
+"""Valid lower bounds from per-label capacity relaxations: `comm_bound` on the evaluator's exposed communication
+(what `place` reports, its gap and OPTIMAL), `lower_bounds` on the v1 surrogate (the CP-SAT models' objective).
 
 Groups of one label are disjoint rank sets, so at most ``sum_k floor(free_k / n)`` of them fit inside single
 domains of a level; each label is bounded alone (interactions between labels are relaxed away).
@@ -7,18 +8,21 @@ domains of a level; each label is bounded alone (interactions between labels are
 from __future__ import annotations
 
 import math
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from placement.cost.collectives import TREE_EFFICIENCY, Fabric
+from placement.cost.compute import device_kind, step_compute
 from placement.cost.paths import Path
 from placement.cost.surrogate import collective_seconds, p2p_seconds
+from placement.model.job import CollectiveKind, Job
 from placement.model.links import intra_node_tier
 from placement.model.state import ClusterState
 from placement.model.topology import Topology
 from placement.model.traffic import Traffic
 
-__all__ = ["BoundReport", "level_paths", "lower_bound", "lower_bounds"]
+__all__ = ["BoundReport", "CommBound", "comm_bound", "level_paths", "lower_bound", "lower_bounds"]
 
 
 @dataclass(frozen=True)
@@ -258,3 +262,395 @@ def _assign(costs: list[list[float]], caps: list[int]) -> float:
         total -= sum(s for s in savings[:k] if s > 0)
     # each item costs at least its cheapest level: a second valid bound, tighter when tiers are not monotone
     return max(total, sum(min(c) for c in costs))
+
+
+# ---- the bound on what is reported: the evaluator's exposed communication (step model v2) --------------------
+
+
+@dataclass(frozen=True)
+class CommBound:
+    """A valid lower bound on the evaluator's exposed communication per step (`CostReport.comm_seconds`) of any
+    valid mapping onto the candidates: the sum of one bound per phase, each naming the argument that gives it."""
+
+    value: float
+    by_label: dict[str, float]
+    argument: dict[str, str]
+    step: float = 0.0
+    """A valid lower bound on the step seconds (compute on the fastest kind, its bubble, and the phases)."""
+
+    @property
+    def source(self) -> str:
+        """The phase that contributes most and its argument, e.g. ``dp: capacity at spine``."""
+        if not self.by_label:
+            return "none"
+        lab = max(self.by_label, key=lambda k: (self.by_label[k], k))
+        return f"{lab}: {self.argument[lab]}"
+
+
+class _Links:
+    """The fastest links any mapping onto the candidates can get, per level (upper bounds on bandwidth, lower
+    bounds on latency), from the cost model's own fabric."""
+
+    def __init__(self, topology: Topology, state: ClusterState, candidates: Sequence[int]) -> None:
+        fab = Fabric(topology, state)
+        self.graph = topology.pair_paths is not None
+        self.paths = level_paths(topology, state)
+        hosts = sorted({topology.devices[d].host_index for d in candidates})
+        per_host = Counter(topology.devices[d].host_index for d in candidates)
+        self.max_free = max(per_host.values(), default=0)
+        self.n_hosts = len(hosts)
+        lv = topology.levels
+        self.lat = [x.tier.latency_us for x in lv]
+        self.tier_min = list(fab.tier_min)
+        self.nic = max((fab.nic_gbps[h] for h in hosts), default=0.0) if len(lv) > 1 else 0.0
+        self.nics = max((fab.nics[h] for h in hosts), default=1) if len(lv) > 1 else 1
+        self.dev_link = max((fab.dev_link[h] for h in hosts), default=0.0) if len(lv) > 1 else 0.0
+        self.host_out = sum(fab.caps[fab.base[0] + 2 * h] for h in hosts) if len(lv) > 1 else math.inf
+        # inside a host: a ring's bandwidth is at most a device's summed links (packed rings share them)
+        tier0 = lv[0].tier
+        ring_bw, pair_bw, lat0 = 0.0, 0.0, tier0.latency_us
+        for nt in {id(topology.host_types[h]): topology.host_types[h] for h in hosts}.values():
+            if nt.matrix is None:
+                ring_bw, pair_bw = max(ring_bw, tier0.bandwidth_gbps), max(pair_bw, tier0.bandwidth_gbps)
+                continue
+            for a in range(nt.devices):
+                row = [
+                    intra_node_tier(nt.matrix[a][b], topology.intra_node_tiers)
+                    for b in range(nt.devices)
+                    if b != a
+                ]
+                ring_bw = max(ring_bw, sum(t.bandwidth_gbps for t in row))
+                pair_bw = max(pair_bw, max((t.bandwidth_gbps for t in row), default=0.0))
+                lat0 = min(lat0, min((t.latency_us for t in row), default=lat0))
+        self.ring0 = ring_bw or tier0.bandwidth_gbps
+        self.pair0 = pair_bw or tier0.bandwidth_gbps
+        self.lat0 = lat0
+
+    def flow(self, level: int, g: int) -> float:
+        """Bytes/s at most out of a host holding `g` members of a group whose lowest common level is `level`."""
+        return min(self.nic * min(g, self.nics), self.dev_link * g, self.tier_min[level] * g) * 1e9
+
+    def group(
+        self, kind: CollectiveKind, n: int, size: float, level: int, per_host: int | None = None
+    ) -> float:
+        """Seconds at least of one collective over `n` members whose lowest common level is `level`, alone, with
+        at most `per_host` members on one host (default: a host's free devices)."""
+        cap = self.max_free if per_host is None else min(per_host, self.max_free)
+        if n <= 1 or size <= 0:
+            return 0.0
+        vol, steps = _volume(kind, n, size)
+        if self.graph:
+            p = self.paths[level]
+            return steps * p.latency_us * 1e-6 + vol / (p.bandwidth_gbps * 1e9)
+        if level == 0:
+            if n > cap:
+                return math.inf
+            return steps * self.lat0 * 1e-6 + vol / (self.ring0 * 1e9)
+        a = self.lat[level] * 1e-6
+        best = math.inf
+        if cap < 1:
+            return math.inf
+        h_min = max(2, -(-n // cap))
+        for h in range(h_min, min(n, self.n_hosts) + 1):
+            g = n // h  # the host with the fewest members has at most this many
+            f = self.flow(level, g)
+            if f <= 0:
+                continue
+            if kind is CollectiveKind.ALL_TO_ALL:
+                bmin = min(self.nic, self.dev_link, self.tier_min[level]) * 1e9
+                t = (n - 1) * a + size * (n - g) / n / bmin
+            else:
+                t = steps * a + vol / f
+                if kind is CollectiveKind.ALL_REDUCE:
+                    tree = (size if h == 2 else 2 * size) / TREE_EFFICIENCY
+                    t = min(t, 2 * math.ceil(math.log2(h)) * a + tree / f)
+            best = min(best, t)
+        return best
+
+    def edge(self, size: float, level: int) -> float:
+        if size <= 0:
+            return 0.0
+        if self.graph:
+            p = self.paths[level]
+            return p.latency_us * 1e-6 + size / (p.bandwidth_gbps * 1e9)
+        if level == 0:
+            return self.lat0 * 1e-6 + size / (self.pair0 * 1e9)
+        bw = min(self.nic, self.dev_link, self.tier_min[level])
+        return self.lat[level] * 1e-6 + size / (bw * 1e9) if bw > 0 else math.inf
+
+    def min_nic_bytes(self, kind: CollectiveKind, n: int, size: float) -> float:
+        """Bytes at least out of every host of a group of `n` that spans hosts (the cheapest algorithm's)."""
+        if kind is CollectiveKind.ALL_TO_ALL:
+            return 0.0
+        vol, _ = _volume(kind, n, size)
+        if kind is CollectiveKind.ALL_REDUCE:
+            return min(vol, size / TREE_EFFICIENCY)
+        return vol
+
+
+def comm_bound(
+    topology: Topology, state: ClusterState, job: Job, traffic: Traffic, candidates: Sequence[int]
+) -> CommBound:
+    """A lower bound on the exposed communication of every valid mapping of `job` onto `candidates` (step model
+    v2, `placement.cost.step`).
+
+    Phases add up, so each label is bounded alone. A phase lasts as long as its slowest group (contention only
+    slows a group), so for each population of alike groups (label, kind, size, bytes): if only c of its k disjoint
+    groups fit inside single domains of level l (``sum_k floor(free_k / n)``), one group at least spans a domain
+    above l: the phase takes at least that group's fastest time at the lowest level where all k fit
+    (``capacity``). Each group's fastest time is the best intra-host ring (a device's summed links) or, across
+    hosts, the cheapest algorithm on the fastest NIC and tier the level allows. Groups forced to span hosts load
+    every host they use with at least their cheapest algorithm's bytes: the phase takes at least their total over
+    every candidate host's NIC capacity (``nic-floor``). Edges (PP sends) likewise, a forest of them holding at
+    most f - 1 edges inside a domain of f devices. The DP reduce exposes only what exceeds one micro-batch's
+    backward, on the fastest kind the candidates offer.
+    """
+    links = _Links(topology, state, candidates)
+    n_levels = len(topology.levels)
+    free: list[list[int]] = []
+    for li in range(n_levels):
+        col = topology.domain_column(li)
+        free.append(sorted(Counter(col[d] for d in candidates).values(), reverse=True))
+    pops: list[_Pop] = []
+    gpops: dict[tuple[str, CollectiveKind, int, float, float, float], list[tuple[int, ...]]] = defaultdict(
+        list
+    )
+    for g in traffic.groups:
+        gpops[(g.label, g.kind, len(g.members), g.bytes, g.count, g.exposed)].append(g.members)
+    for (label, kind, n, size, count, exposed), members in gpops.items():
+        seen: set[int] = set()
+        disjoint = True
+        for m in members:
+            if not seen.isdisjoint(m):
+                disjoint = False
+            seen.update(m)
+        k = len(members)
+        caps = [
+            sum(f // n for f in free[li]) if disjoint else (k if free[li] and free[li][0] >= n else 0)
+            for li in range(n_levels)
+        ]
+        low = next((li for li in range(n_levels) if caps[li] >= k), n_levels - 1)
+        times = [links.group(kind, n, size, li) for li in range(n_levels)]
+        spanning = k - caps[0] if disjoint else 0
+        floor = 0.0
+        if spanning > 0 and not links.graph and math.isfinite(links.host_out):
+            floor = count * spanning * 2 * links.min_nic_bytes(kind, n, size) / (links.host_out * 1e9)
+        pops.append(_Pop(label, members, n, disjoint, count, exposed, low, times, floor, kind, size))
+    epops: dict[tuple[str, float, float, float], list[tuple[int, int]]] = defaultdict(list)
+    for e in traffic.edges:
+        if e.src != e.dst:
+            epops[(e.label, e.bytes, e.count, e.exposed)].append((e.src, e.dst))
+    for (label, size, count, exposed), pairs in epops.items():
+        distinct = {(min(a, b), max(a, b)) for a, b in pairs}
+        forest = _is_forest(distinct)
+        k = len(distinct)
+        caps = [
+            sum(max(f - 1, 0) if forest else f * (f - 1) // 2 for f in free[li]) for li in range(n_levels)
+        ]
+        low = next((li for li in range(n_levels) if caps[li] >= k), n_levels - 1)
+        times = [links.edge(size, li) for li in range(n_levels)]
+        spanning = k - caps[0]
+        floor = 0.0
+        if spanning > 0 and not links.graph and math.isfinite(links.host_out):
+            floor = count * spanning * size / (links.host_out * 1e9)
+        pops.append(_Pop(label, sorted(distinct), 0, True, count, exposed, low, times, floor, None, size))
+    backward = (
+        _max_backward(topology, job, candidates)
+        if job.model is not None and job.parallel is not None and "dp" not in job.exposure
+        else None
+    )
+    names = [lv.name for lv in topology.levels]
+    compute = _fastest_compute(topology, job, candidates)
+    # the job needs domains of level `span` (no lower domain holds all its free ranks); when its groups and edges
+    # connect every rank, one of them at least spans two domains below `span`
+    counts = [
+        max(Counter(topology.domain_column(li)[d] for d in candidates).values(), default=0)
+        for li in range(n_levels)
+    ]
+    span = next((li for li in range(n_levels) if counts[li] >= job.ranks), n_levels - 1)
+    crossers = list(range(len(pops))) if span > 0 and _connected(job.ranks, pops) else []
+
+    def weakest(times: dict[int, list[float]], note: str) -> CommBound:
+        """The least bound over which population spans: `_case` with it at level `span` at least."""
+        out = _case(pops, {}, names, backward, note, compute, times)
+        if crossers:
+            out = _least(
+                [
+                    _case(
+                        pops,
+                        {i: span},
+                        names,
+                        backward,
+                        note + f" (the job spans {names[span]})",
+                        compute,
+                        times,
+                    )
+                    for i in crossers
+                ]
+            )
+        return out
+
+    best = weakest({}, "")
+    # the host-filling argument: take a label A of disjoint groups of t ranks. Either every A-group stays whole
+    # on one host, and then a host holds at most floor(max_free / t) ranks of any item whose ranks lie in distinct
+    # A-groups (a DP group's members each come with their TP group), or some A-group spans hosts
+    max_free = links.max_free
+    for ai, a in enumerate(pops):
+        if a.size < 2 or not a.disjoint or a.kind is None or links.graph:
+            continue
+        per_host = max_free // a.size
+        group_of = {r: i for i, m in enumerate(a.members) for r in m}
+        forced: dict[int, list[float]] = {}
+        for pi, p in enumerate(pops):
+            if pi == ai or not any(
+                all(r in group_of for r in m) and len({group_of[r] for r in m}) == len(m) for m in p.members
+            ):
+                continue
+            if p.kind is not None:
+                forced[pi] = [
+                    links.group(p.kind, p.size, p.bytes, li, per_host) if li >= p.low else math.inf
+                    for li in range(n_levels)
+                ]
+            elif per_host <= 1:
+                forced[pi] = [t if li >= max(1, p.low) else math.inf for li, t in enumerate(p.times)]
+        if not forced:
+            continue
+        whole = weakest(forced, f" (whole {a.label} groups on their hosts)")
+        split = _case(pops, {ai: 1}, names, backward, f" (a {a.label} group split across hosts)", compute)
+        least = _least([whole, split])
+        top = least if least.value > best.value else best
+        best = CommBound(top.value, top.by_label, top.argument, max(best.step, least.step))
+    return best
+
+
+def _least(cases: Sequence[CommBound]) -> CommBound:
+    """The bound that holds whichever case happens: the least exposed comm (with its phases) and the least step."""
+    low = min(cases, key=lambda b: b.value)
+    return CommBound(low.value, low.by_label, low.argument, min(b.step for b in cases))
+
+
+@dataclass
+class _Pop:
+    """Alike groups (or edges) of one label: their rank sets, per-level fastest time of one, and the NIC floor."""
+
+    label: str
+    members: Sequence[tuple[int, ...]]
+    size: int  # 0 for edges
+    disjoint: bool
+    count: float
+    exposed: float
+    low: int  # the lowest level where all fit
+    times: list[float]  # one item's fastest seconds with its lowest common level at each level
+    floor: float  # the phase's seconds at least from the NIC capacity (0: no such argument)
+    kind: CollectiveKind | None  # None for edges
+    bytes: float
+
+
+def _case(
+    pops: Sequence[_Pop],
+    min_level: dict[int, int],
+    names: Sequence[str],
+    backward: float | None,
+    note: str,
+    compute: tuple[float, float],
+    times: dict[int, list[float]] | None = None,
+) -> CommBound:
+    """The per-phase bound with some populations forced to a level at least `min_level[i]`, or priced by
+    `times[i]` (per level) instead of their own."""
+    secs: dict[str, float] = defaultdict(float)
+    expo: dict[str, float] = defaultdict(float)
+    why: dict[str, str] = {}
+    for i, p in enumerate(pops):
+        low = max(p.low, min_level.get(i, 0))
+        own = times.get(i) if times is not None else None
+        row = own if own is not None else p.times
+        t = min(row[low:], default=math.inf)
+        if own is not None:
+            low = next((li for li in range(low, len(row)) if row[li] == t), low)
+        options = [(t, f"capacity at {names[low]}")] if math.isfinite(t) else []
+        if p.floor > 0:
+            options.append((p.floor, "nic-floor"))
+        for v, arg in options:
+            if p.count * v * p.exposed > expo[p.label] or p.label not in why:
+                why[p.label] = arg + (note if i in min_level or (times and i in times) else "")
+            secs[p.label] = max(secs[p.label], p.count * v if arg != "nic-floor" else v)
+            expo[p.label] = max(expo[p.label], (p.count * v if arg != "nic-floor" else v) * p.exposed)
+    if "dp" in secs and backward is not None:
+        expo["dp"] = max(0.0, secs["dp"] - backward)
+        why["dp"] += " (less one micro-batch's backward)"
+    comm = sum(expo.values())
+    k, b = compute
+    step = k + b * (k + sum(v for lab, v in expo.items() if lab != "dp")) + comm
+    return CommBound(comm, dict(expo), why, step)
+
+
+def _fastest_compute(topology: Topology, job: Job, candidates: Sequence[int]) -> tuple[float, float]:
+    """(compute seconds on the fastest kind the job could run on, the bubble's share (p-1)/m); (0, 0) when some
+    mapping could have no compute model (its step is then its exposed communication)."""
+    if job.model is None or job.parallel is None:
+        return 0.0, 0.0
+    out: list[float] = []
+    for name in {topology.devices[d].kind for d in candidates}:
+        kind = device_kind(name, topology) or device_kind(job.device_kind, topology)
+        if kind is None:
+            return 0.0, 0.0
+        out.append(step_compute(job.model, job.parallel, kind).compute_seconds)
+    if not out:
+        return 0.0, 0.0
+    return min(out), (job.parallel.pp - 1) / max(1, job.model.micro_batches)
+
+
+def _max_backward(topology: Topology, job: Job, candidates: Sequence[int]) -> float | None:
+    """The longest backward of one micro-batch on any kind the job could run on (None: no compute model)."""
+    if job.model is None or job.parallel is None:
+        return None
+    names = {topology.devices[d].kind for d in candidates}
+    kinds = [device_kind(k, topology) for k in names]
+    if job.device_kind is not None:
+        kinds.append(device_kind(job.device_kind, topology))
+    out = [step_compute(job.model, job.parallel, k).backward_seconds_per_microbatch for k in kinds if k]
+    return max(out) if out else None
+
+
+def _volume(kind: CollectiveKind, n: int, size: float) -> tuple[float, int]:
+    """Bytes per member and steps of one ring collective (as `placement.cost.collectives` prices it)."""
+    if kind is CollectiveKind.ALL_REDUCE:
+        return 2.0 * (n - 1) / n * size, 2 * (n - 1)
+    return (n - 1) / n * size, n - 1
+
+
+def _connected(ranks: int, pops: Sequence[_Pop]) -> bool:
+    """Every rank is linked to every other through the groups and edges (a Megatron job is: TP, PP and DP)."""
+    parent = list(range(ranks))
+
+    def find(x: int) -> int:
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for p in pops:
+        for m in p.members:
+            for r in m[1:]:
+                a, b = find(m[0]), find(r)
+                if a != b:
+                    parent[a] = b
+    return len({find(r) for r in range(ranks)}) == 1
+
+
+def _is_forest(pairs: set[tuple[int, int]]) -> bool:
+    """The undirected graph of `pairs` has no cycle."""
+    parent: dict[int, int] = {}
+
+    def find(x: int) -> int:
+        while parent.setdefault(x, x) != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for a, b in sorted(pairs):
+        ra, rb = find(a), find(b)
+        if ra == rb:
+            return False
+        parent[ra] = rb
+    return True

@@ -18,6 +18,7 @@ from placement.errors import InfeasibleError, InternalError
 from placement.model.job import host_blocks
 from placement.model.topology import Topology
 from placement.solve.prepared import PreparedRequest
+from placement.solve.types import report_key
 
 __all__ = ["contiguous", "is_contiguous"]
 
@@ -52,8 +53,8 @@ def _mapping(blocks: Sequence[Block]) -> list[int]:
     return [d for _, devs in blocks for d in devs]
 
 
-def _key(rep: CostReport) -> tuple[float, float]:
-    return (rep.comm_seconds, rep.surrogate_seconds)
+def _key(rep: CostReport) -> tuple[float, float, float]:
+    return report_key(rep)
 
 
 def _neighbours(request: PreparedRequest, blocks: list[Block]) -> list[list[Block]]:

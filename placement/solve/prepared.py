@@ -21,7 +21,7 @@ from placement.model.topology import Topology
 from placement.model.traffic import Traffic, job_traffic
 from placement.model.validate import validate
 from placement.solve.construct import HostPool
-from placement.solve.types import SolveOptions
+from placement.solve.types import SolveOptions, report_key
 from placement.solve.units import candidate_devices
 
 __all__ = ["EVALUATOR_GUIDED_RANKS", "PreparedRequest", "SurrogateScore"]
@@ -119,16 +119,16 @@ class PreparedRequest:
         """Small enough to ask the evaluator about every candidate and every accepted move (it is O(ranks))."""
         return self.job.ranks <= EVALUATOR_GUIDED_RANKS
 
-    def rank(self, mapping: Sequence[int]) -> tuple[float, float]:
-        """What `place` picks by: the evaluator's exposed communication, then the surrogate (reports are kept, so
-        the answer is never evaluated twice)."""
+    def rank(self, mapping: Sequence[int]) -> tuple[float, float, float]:
+        """What `place` picks by (`placement.solve.types.report_key`): the evaluator's step seconds, exposed
+        communication, then the surrogate (reports are kept, so the answer is never evaluated twice)."""
         key = tuple(mapping)
         rep = self.reports.get(key)
         if rep is None:
             rep = evaluate(self.topology, self.state, self.job, mapping, traffic=self.traffic, check=False)
             if len(self.reports) < 64:
                 self.reports[key] = rep
-        return rep.comm_seconds, rep.surrogate_seconds
+        return report_key(rep)
 
     def valid(self, mapping: Sequence[int] | None) -> bool:
         return mapping is not None and not validate(

@@ -1,15 +1,16 @@
-"""Intra-node refinement: which free devices of a host its ranks take, for hosts with non-uniform links.
-
-Small hosts are solved exactly by enumeration; larger ones by pairwise swaps. Scored by `placement.cost.evaluate`.
+"""Refinement of a found mapping: `refine_hosts` re-seats ranks inside hosts with non-uniform links (small hosts
+by enumeration, larger ones by pairwise swaps); `polish` is the evaluator-judged local search that uses the time left.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
+import random
 import time
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from placement.cost.paths import group_path, pair_path
 from placement.cost.surrogate import group_seconds, p2p_seconds
@@ -17,8 +18,11 @@ from placement.model.job import Job
 from placement.model.state import ClusterState
 from placement.model.topology import Topology
 from placement.model.traffic import Traffic
+from placement.solve.incremental import StepEval
+from placement.solve.prepared import PreparedRequest
+from placement.solve.types import key_better
 
-__all__ = ["refine_hosts"]
+__all__ = ["PolishOutcome", "polish", "refine_hosts"]
 
 MAX_ENUMERATION = 20_000
 
@@ -105,3 +109,139 @@ def refine_hosts(
                         if other is not None:
                             out[other] = d
     return out
+
+
+@dataclass
+class PolishOutcome:
+    """The mapping after `polish`, its `report_key`, why it stopped and what it did."""
+
+    mapping: list[int]
+    key: tuple[float, float]
+    stop_reason: str
+    rounds: int = 0
+    improved: int = 0
+    trials: int = 0
+
+
+def polish(
+    request: PreparedRequest,
+    mapping: Sequence[int],
+    units: Sequence[tuple[int, ...]],
+    deadline: float,
+    *,
+    target: tuple[float, float] = (0.0, 0.0),
+    patience: int = 3,
+    max_rounds: int | None = None,
+) -> PolishOutcome:
+    """Evaluator-judged local search from `mapping` until `deadline`, until the step and the exposed
+    communication are at most `target` (``gap_closed``), or until `patience` rounds in a row improve nothing
+    (``no_improvement``).
+
+    Moves, judged by `report_key` through the incremental step model (`StepEval`): a unit (a TP group, or the
+    heaviest label's group; `units`) moved whole onto free devices of one host, two units of one size exchanged,
+    two ranks on different hosts exchanged. Units of the phase that costs most are picked first. Pinned ranks
+    stay; a move that breaks a hard rule is refused (`placement.model.validate`).
+    """
+    rng = random.Random(request.options.seed)
+    ev = StepEval(request, mapping)
+    topo = request.topology
+    pinned = set(request.pinned)
+    units = [u for u in units if not pinned.intersection(u)]
+    by_size: dict[int, list[int]] = defaultdict(list)
+    for i, u in enumerate(units):
+        by_size[len(u)].append(i)
+    unit_of = {r: i for i, u in enumerate(units) for r in u}
+    cset = list(request.candidates)
+    host = [topo.devices[d].host_index for d in range(topo.num_devices)]
+    out = PolishOutcome(list(mapping), ev.key, "time_limit")
+    if not units:
+        out.stop_reason = "no_improvement"
+        return out
+    trials_per_round = max(50, min(400, 4 * len(units)))
+    idle = 0
+
+    def free_by_host() -> dict[int, list[int]]:
+        used = set(ev.mapping)
+        f: dict[int, list[int]] = defaultdict(list)
+        for d in cset:
+            if d not in used:
+                f[host[d]].append(d)
+        return f
+
+    def critical_unit() -> int:
+        label = max(ev.labels, key=lambda lab: ev.phases[lab][1])
+        ops = [oid for oid, lab in enumerate(ev.label_of) if lab == label]
+        oid = rng.choice(ops)
+        tr = request.traffic
+        members = tr.groups[oid].members if oid < ev.n_groups else _edge_ranks(tr, oid - ev.n_groups)
+        ranks = [r for r in members if r in unit_of]
+        return unit_of[rng.choice(ranks)] if ranks else rng.randrange(len(units))
+
+    while True:
+        if ev.key[0] <= target[0] and ev.key[1] <= target[1]:
+            out.stop_reason = "gap_closed"
+            break
+        if max_rounds is not None and out.rounds >= max_rounds:
+            out.stop_reason = "time_limit"
+            break
+        if time.perf_counter() > deadline or request.stopped():
+            out.stop_reason = "time_limit"
+            break
+        if idle >= patience:
+            out.stop_reason = "no_improvement"
+            break
+        out.rounds += 1
+        gained = 0
+        free = free_by_host()
+        for _ in range(trials_per_round):
+            if time.perf_counter() > deadline:
+                break
+            ui = critical_unit() if rng.random() < 0.5 else rng.randrange(len(units))
+            u = units[ui]
+            kind = rng.random()
+            moves: dict[int, int] = {}
+            if kind < 0.4:
+                hosts = [h for h, ds in free.items() if len(ds) >= len(u)]
+                if not hosts:
+                    continue
+                h = rng.choice(hosts)
+                moves = dict(zip(u, free[h], strict=False))
+            elif kind < 0.7:
+                peers = by_size[len(u)]
+                if len(peers) < 2:
+                    continue
+                vi = rng.choice(peers)
+                if vi == ui:
+                    continue
+                v = units[vi]
+                moves = {r: ev.mapping[s] for r, s in zip(u, v, strict=True)}
+                moves |= {s: ev.mapping[r] for r, s in zip(u, v, strict=True)}
+            else:
+                a = rng.choice(u)
+                b = rng.randrange(len(ev.mapping))
+                if b in pinned or host[ev.mapping[a]] == host[ev.mapping[b]]:
+                    continue
+                moves = {a: ev.mapping[b], b: ev.mapping[a]}
+            out.trials += 1
+            trial = ev.trial(moves)
+            if not key_better(trial.key, ev.key):
+                continue
+            cand = list(ev.mapping)
+            for r, d in moves.items():
+                cand[r] = d
+            if not request.valid(cand):
+                continue
+            ev.apply(trial)
+            gained += 1
+            free = free_by_host()
+            if ev.key[0] <= target[0] and ev.key[1] <= target[1]:
+                break
+        out.improved += gained
+        idle = 0 if gained else idle + 1
+    out.mapping, out.key = list(ev.mapping), ev.key
+    return out
+
+
+def _edge_ranks(traffic: Traffic, ei: int) -> tuple[int, int]:
+    e = traffic.edges[ei]
+    return e.src, e.dst

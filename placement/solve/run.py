@@ -1,5 +1,5 @@
-"""`place` and `compare`: pre-check the request, run every scheduler baseline and the chosen strategy, re-score
-with the evaluator, validate, and never return worse than a baseline or candidate that was computed.
+"""`place` and `compare`: pre-check the request, run every scheduler baseline, the constructive heuristics and the
+chosen strategy, score all with the evaluator, and return the best by `report_key` (step, then exposed comm).
 
 The one entry point the CLI, the gRPC server and what-if studies share.
 """
@@ -20,15 +20,26 @@ from placement.model.topology import Topology
 from placement.model.traffic import Traffic, job_traffic
 from placement.model.validate import excluded_devices, validate
 from placement.solve.baselines import BASELINES
+from placement.solve.bound import comm_bound
 from placement.solve.cpsat import (  # imported here: ortools takes ~1 s to import, not per call
     CpsatOutcome,
     solve_cpsat,
 )
 from placement.solve.cpsat.model import build_units
+from placement.solve.heuristics import HEURISTICS, rank_units
 from placement.solve.launcher import contiguous
 from placement.solve.multilevel.mapping import multilevel_candidates
 from placement.solve.prepared import PreparedRequest
-from placement.solve.types import PlacementResult, SolveOptions, SolveStatus, Strategy
+from placement.solve.refine import polish
+from placement.solve.types import (
+    PlacementResult,
+    SolveOptions,
+    SolveStatus,
+    Strategy,
+    better,
+    gap_of,
+    report_key,
+)
 from placement.solve.units import candidate_devices, required_units
 
 __all__ = ["compare", "explain_infeasible", "place"]
@@ -197,14 +208,6 @@ class _Scorer:
         )
 
 
-def _better(a: CostReport, b: CostReport) -> bool:
-    """`a` beats `b`: less exposed communication by the evaluator, then a lower surrogate."""
-    eps = 1e-12 * max(1.0, abs(b.comm_seconds))
-    if a.comm_seconds < b.comm_seconds - eps:
-        return True
-    return abs(a.comm_seconds - b.comm_seconds) <= eps and a.surrogate_seconds < b.surrogate_seconds - 1e-12
-
-
 def place(
     topology: Topology,
     state: ClusterState,
@@ -215,9 +218,12 @@ def place(
 ) -> PlacementResult:
     """Place `job` on `state`. Raises `InfeasibleError` (with reasons and numbers) when no mapping exists.
 
-    Every scheduler baseline is computed and scored on the same state (a limit too short to score them all leaves
-    the rest unscored: `stats["unscored"]`). The ``cpsat`` strategy starts from the best of them and the
-    multilevel candidates, and its answer is never worse (by the evaluator) than any of them.
+    Every scheduler baseline is computed and scored on the same state, whatever the limit (they are cheap). The
+    ``cpsat`` strategy also scores the constructive heuristics (`placement.solve.heuristics`), then, unless one of
+    them already meets the lower bound on exposed communication (`comm_bound`: the gap is closed, nothing can
+    beat it), the multilevel candidates, the search and an evaluator-judged local search that uses the time left
+    (`placement.solve.refine.polish`). Its answer is the best of all of them by `report_key` (step seconds, then
+    exposed communication): never worse than any.
 
     The job's traffic (`job_traffic`) is derived once per call, or taken from `traffic` when the caller has it
     (a batch or a repair placing the same job again), and passed to every step that needs it.
@@ -240,19 +246,12 @@ def place(
     found: dict[str, tuple[list[int], CostReport]] = {}
     baselines: dict[str, float | None] = {}
     why_not: dict[str, str] = {}
-    unscored: list[str] = []
     stats: dict[str, float | int | str] = {}
-    # the chosen baseline first, then the strongest topology-aware ones: what a tight limit scores
-    order = sorted(BASELINES, key=lambda n: (n != strategy.value, n == "first-fit", list(BASELINES).index(n)))
-    for name in order:
+    for name in BASELINES:
         checkpoint(
             f"the {name} baseline"
         )  # the call ended (cancelled, deadline passed): nobody awaits the answer
         mapping = BASELINES[name](topology, state, job, traffic)
-        if mapping is not None and tuple(mapping) not in score.memo and found and not score.affordable():
-            baselines[name] = None
-            unscored.append(name)
-            continue
         rep = score(mapping)
         baselines[name] = rep.comm_seconds if rep else None
         if rep is not None and mapping is not None:
@@ -263,7 +262,6 @@ def place(
                 if mapping is None
                 else "breaks " + str(validate(topology, state, job, mapping, traffic=traffic)[0])
             )
-    baselines = {name: baselines[name] for name in BASELINES}
     lower: float | None = None
     if strategy is not Strategy.CPSAT:
         if strategy.value not in found:
@@ -275,24 +273,63 @@ def place(
             )
         mapping, rep = found[strategy.value]
     else:
+        checkpoint("the heuristics")
+        _heuristics(request, score, found, baselines)
         checkpoint("the search")
         mapping, rep, lower, stats = _optimize(request, score, found, baselines)
     request.deadline += reserve
     if job.launcher == "torchrun":
         mapping, rep, extra = contiguous(request, score, (mapping, rep), [m for m, _ in found.values()])
         stats.update(extra)
-    if unscored:
-        stats["unscored"] = ",".join(unscored)
     status = SolveStatus.FEASIBLE
-    if (
-        strategy is Strategy.CPSAT
-        and lower is not None
-        and rep.surrogate_seconds - lower <= 1e-9 * max(1.0, rep.surrogate_seconds)
-    ):
-        status = SolveStatus.OPTIMAL
+    if lower is not None:
+        gap = gap_of(rep.comm_seconds, lower)
+        stats["evaluator_gap"] = gap
+        step_gap = gap_of(rep.step_seconds, float(stats.get("step_bound", 0.0)))
+        if gap <= OPTIMAL_GAP and step_gap <= OPTIMAL_GAP:
+            status = SolveStatus.OPTIMAL
+            stats["stop_reason"] = "gap_closed"
     stats["wall_s"] = time.perf_counter() - t0
     reports = {name: r for name, (_, r) in found.items() if name in baselines}
     return PlacementResult(status, strategy, mapping, rep, lower, [], stats, baselines, reports)
+
+
+OPTIMAL_GAP = 1e-9
+"""Relative gap on exposed communication below which the answer is reported OPTIMAL."""
+LARGE_JOB_HEURISTICS = ("tight-emptiest", "rail-aligned", "block-pack-dp", "group-pack-dp")
+"""The heuristics scored first for jobs above the evaluator-guided size."""
+POLISH_SHARE = 0.3
+"""Share of the time left after the candidates that `polish` gets (the CP-SAT search gets the rest)."""
+
+
+def _heuristics(
+    request: PreparedRequest,
+    score: _Scorer,
+    found: dict[str, tuple[list[int], CostReport]],
+    baselines: dict[str, float | None],
+) -> None:
+    """Score the constructive heuristics: all of them up to evaluator-guided sizes (they are cheap there); for
+    larger jobs, where one scoring takes seconds, the likeliest first within a fifth of the time left."""
+    r = request
+    names = list(HEURISTICS)
+    if not r.evaluator_guided:
+        first = [n for n in LARGE_JOB_HEURISTICS if n in HEURISTICS]
+        names = first + [n for n in names if n not in first]
+    until = r.until(0.2)
+    for name in names:
+        heuristic = HEURISTICS[name]
+        if not r.evaluator_guided and found and (time.perf_counter() > until or not score.affordable(2.0)):
+            break
+        m = heuristic(r.topology, r.state, r.job, r.traffic)
+        rep = score(m)
+        baselines[name] = rep.comm_seconds if rep else None
+        if rep is not None and m is not None:
+            found[name] = (m, rep)
+
+
+def _best(found: dict[str, tuple[list[int], CostReport]]) -> str:
+    """The name of the best entry by `report_key` (ties: the first in order, first-fit last)."""
+    return min(found, key=lambda k: (*report_key(found[k][1]), k == "first-fit", k))
 
 
 def _optimize(
@@ -301,8 +338,8 @@ def _optimize(
     found: dict[str, tuple[list[int], CostReport]],
     baselines: dict[str, float | None],
 ) -> tuple[list[int], CostReport, float | None, dict[str, float | int | str]]:
-    """The ``cpsat`` strategy around `solve_cpsat`: multilevel candidates, the search, then the best of everything
-    by the evaluator (`found` and `baselines` gain the candidates)."""
+    """The ``cpsat`` strategy: the bound, then (gap open) multilevel candidates, `solve_cpsat` and `polish`, and
+    the best of everything by `report_key` (`found` and `baselines` gain the candidates)."""
     topology, state, job, traffic, opts = (
         request.topology,
         request.state,
@@ -310,6 +347,29 @@ def _optimize(
         request.traffic,
         request.options,
     )
+    cb = comm_bound(topology, state, job, traffic, request.candidates)
+    stats: dict[str, float | int | str] = {
+        "bound_source": cb.source,
+        "bound_by_phase": ", ".join(f"{k} {v:.6g}" for k, v in cb.by_label.items()),
+        "step_bound": cb.step,
+    }
+    target_gap = max(OPTIMAL_GAP, opts.relative_gap)
+    target = cb.value / (1.0 - target_gap) if target_gap < 1.0 else float("inf")
+    step_target = cb.step / (1.0 - target_gap) if target_gap < 1.0 else float("inf")
+
+    def met(rep: CostReport) -> bool:
+        """Nothing can beat `rep` by more than the gap asked for: its exposed comm and its step are at their
+        bounds (the comm alone is not enough: a mapping with more comm may have a shorter step)."""
+        return rep.comm_seconds <= target and rep.step_seconds <= step_target
+
+    def closed() -> bool:
+        return bool(found) and met(found[_best(found)][1])
+
+    if closed():
+        name = _best(found)
+        stats["stop_reason"] = "gap_closed"
+        stats["fallback"] = name
+        return found[name][0], found[name][1], cb.value, stats
     starts = [(name, m) for name, (m, _) in found.items()]
     if request.remaining() > 0.2 and score.affordable(2.0):
         units = build_units(request)
@@ -332,51 +392,78 @@ def _optimize(
             if rep is not None:
                 found[name] = (m, rep)
                 starts.append((name, m))
-    if score.affordable() or not found:
-        out = solve_cpsat(
-            request, starts, [(found[n][1].comm_seconds, found[n][1].surrogate_seconds) for n, _ in starts]
-        )
-    else:
-        out = CpsatOutcome(None, None, {"cpsat_status": "SKIPPED: the time limit is spent on the baselines"})
-    lower, stats = out.lower_bound, out.stats
-    for name, m in out.candidates:
-        if name not in ("constructive", "cpsat") or (tuple(m) in score.memo and name != "cpsat"):
-            continue
-        if name == "constructive" and tuple(m) not in request.reports and not score.affordable(0.5):
-            continue  # a candidate not worth overrunning the limit for (the solver's answer is scored always)
-        rep = score(m)
-        if rep is None:
-            if name == "cpsat":
-                v = validate(topology, state, job, m, traffic=traffic)
-                raise InternalError(f"the solver returned a mapping that breaks {v[0]}")
-            continue
-        if name in found and not _better(rep, found[name][1]):
-            continue
-        found[name] = (m, rep)
-        if name == "constructive":
-            baselines[name] = rep.comm_seconds
+    out: CpsatOutcome | None = None
+    if not closed() and (score.affordable() or not found):
+        # a share of the time left is kept for the evaluator-judged polish (the search proposes by the surrogate)
+        held = POLISH_SHARE * max(0.0, request.remaining()) if request.evaluator_guided and found else 0.0
+        request.deadline -= held
+        try:
+            out = solve_cpsat(request, starts, [report_key(found[n][1]) for n, _ in starts])
+        finally:
+            request.deadline += held
+    elif not closed():
+        stats["cpsat_status"] = "SKIPPED: the time limit is spent on the baselines"
+    if out is not None:
+        for k, v in out.stats.items():
+            stats[f"surrogate_{k}" if k == "bound_source" else k] = v
+        if out.lower_bound is not None and out.mapping is not None:
+            stats["surrogate_bound"] = out.lower_bound
+        for name, m in out.candidates:
+            if name not in ("constructive", "cpsat") or (tuple(m) in score.memo and name != "cpsat"):
+                continue
+            if name == "constructive" and tuple(m) not in request.reports and not score.affordable(0.5):
+                continue  # a candidate not worth overrunning the limit for (the solver's answer is scored always)
+            rep = score(m)
+            if rep is None:
+                if name == "cpsat":
+                    broken = validate(topology, state, job, m, traffic=traffic)
+                    raise InternalError(f"the solver returned a mapping that breaks {broken[0]}")
+                continue
+            if name in found and not better(rep, found[name][1]):
+                continue
+            found[name] = (m, rep)
+            if name == "constructive":
+                baselines[name] = rep.comm_seconds
     if not found:
         raise InfeasibleError(
-            out.explanation
+            (out.explanation if out is not None else [])
             or [
                 f"no valid mapping was found within {opts.time_limit_s:g} s (not proven impossible: each rule alone "
                 "can be met; raise --time-limit or relax a constraint)"
             ]
         )
-    chosen = (
-        "cpsat"
-        if "cpsat" in found
-        else min(found, key=lambda k: (found[k][1].comm_seconds, k == "first-fit", k))
-    )
+    stop = "gap_closed" if closed() else "time_limit"
+    if stop != "gap_closed" and request.evaluator_guided and not request.stopped():
+        start = found[_best(found)][0]
+        # leave time to score and validate the answer afterwards (about 50 µs a rank)
+        deadline = request.until(1.0) - 0.05 - job.ranks * 5e-5
+        rounds = max(2, int(2 * opts.time_limit_s)) if opts.deterministic else None
+        if opts.deterministic or deadline > time.perf_counter():
+            pol = polish(
+                request,
+                start,
+                rank_units(job, traffic),
+                deadline,
+                target=(step_target, target),
+                max_rounds=rounds,
+            )
+            stats.update(
+                {"polish_rounds": pol.rounds, "polish_improved": pol.improved, "polish_trials": pol.trials}
+            )
+            stop = pol.stop_reason
+            if pol.improved:
+                rep = score(pol.mapping)
+                if rep is not None:
+                    found["polish"] = (pol.mapping, rep)
+    chosen = "cpsat" if "cpsat" in found else _best(found)
     mapping, rep = found[chosen]
     for name, (m, r) in sorted(found.items()):
-        if _better(r, rep):
+        if better(r, rep):
             mapping, rep, chosen = m, r, name
     if chosen != "cpsat":
         stats["fallback"] = chosen
-    if lower is not None and out.mapping is None:
-        lower = None
-    return mapping, rep, lower, stats
+    stats["stop_reason"] = "gap_closed" if met(rep) else stop
+    return mapping, rep, cb.value, stats
 
 
 def compare(

@@ -6,14 +6,25 @@ the cost model's report type).
 
 from __future__ import annotations
 
+import math
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
 from placement.cost.report import CostReport
 
-__all__ = ["PlacementResult", "SolveOptions", "SolveStatus", "StopEvent", "Strategy"]
+__all__ = [
+    "PlacementResult",
+    "SolveOptions",
+    "SolveStatus",
+    "StopEvent",
+    "Strategy",
+    "better",
+    "gap_of",
+    "key_better",
+    "report_key",
+]
 
 
 class Strategy(StrEnum):
@@ -28,7 +39,8 @@ class Strategy(StrEnum):
     SLURM_BLOCK = "slurm-block"
     """Slurm topology/block: best-fit blocks of the base block size (clusters with a block level)."""
     CPSAT = "cpsat"
-    """The optimizer: every baseline and multilevel candidate, then CP-SAT on a coarsened model and its LNS."""
+    """The optimizer: every baseline, constructive heuristic and multilevel candidate, then CP-SAT on a coarsened
+    model, its LNS and an evaluator-judged polish; the best of all by `report_key`."""
     TOPOLOGY_GREEDY = "topology-greedy"
     """Deprecated alias of ``kueue-tas`` (the strongest topology-level scheduler baseline)."""
 
@@ -42,7 +54,8 @@ class SolveStatus(StrEnum):
     """How good the returned answer is known to be."""
 
     OPTIMAL = "OPTIMAL"
-    """Proven optimal for the solver's objective (gap 0)."""
+    """The evaluator's exposed communication and step are at their proven lower bounds (gap 0 within 1e-9
+    relative): no valid mapping is better by `report_key`."""
     FEASIBLE = "FEASIBLE"
     """Valid, with a gap to the proven lower bound."""
     INFEASIBLE = "INFEASIBLE"
@@ -104,10 +117,12 @@ class PlacementResult:
     """The answer: status, mapping (device index per rank), modeled cost with breakdown, bound and baselines.
 
     `seconds` is the evaluator's exposed communication per step (`CostReport.comm_seconds`), the part a placement
-    changes. `lower_bound` and `gap` are in the solver's objective, the linear surrogate
-    (`CostReport.surrogate_seconds`): `stats["bound_source"]` names the bound that binds. `baselines` holds the
-    exposed communication of each scheduler baseline and candidate on the same state (None: it found no valid
-    mapping); `baseline_reports` their full reports.
+    changes. `lower_bound` and `gap` are in the same number: a valid lower bound on the exposed communication of
+    any valid mapping (`placement.solve.bound.comm_bound`); `stats["bound_source"]` names the phase and the
+    argument that binds, `stats["stop_reason"]` why the search stopped (``gap_closed``, ``time_limit``,
+    ``no_improvement``), `stats["surrogate_bound"]` the CP-SAT models' own bound on the v1 surrogate (not a gap).
+    `baselines` holds the exposed communication of each scheduler baseline, heuristic and candidate on the same
+    state (None: it found no valid mapping); `baseline_reports` their full reports.
     """
 
     status: SolveStatus
@@ -126,11 +141,37 @@ class PlacementResult:
 
     @property
     def gap(self) -> float | None:
-        """Relative gap (objective - bound) / objective in the surrogate; 0 when optimal; None without a bound."""
+        """Relative gap (exposed comm - bound) / exposed comm; 0 when optimal; None without a bound."""
         rep = self.report
         if rep is None or self.lower_bound is None:
             return None
-        s = rep.surrogate_seconds
-        if s <= 0:
-            return 0.0
-        return max(0.0, (s - self.lower_bound) / s)
+        return gap_of(rep.comm_seconds, self.lower_bound)
+
+
+def gap_of(value: float, bound: float) -> float:
+    """(value - bound) / value, 0 when value is 0 (or below the bound by rounding)."""
+    if value <= 0:
+        return 0.0
+    return max(0.0, (value - bound) / value)
+
+
+def report_key(rep: CostReport) -> tuple[float, float, float]:
+    """The one order every answer is chosen by: step seconds, then exposed communication (the two differ through
+    compute, the bubble and degraded devices), then the v1 surrogate as a tie-breaker."""
+    return (rep.step_seconds, rep.comm_seconds, rep.surrogate_seconds)
+
+
+def key_better(a: Sequence[float], b: Sequence[float]) -> bool:
+    """`a` precedes `b` lexicographically, values within 1e-12 relative counted equal."""
+    for x, y in zip(a, b, strict=True):
+        eps = 1e-12 * max(1.0, abs(y)) if math.isfinite(y) else 0.0
+        if x < y - eps:
+            return True
+        if x > y + eps:
+            return False
+    return False
+
+
+def better(a: CostReport, b: CostReport) -> bool:
+    """`a` beats `b` by `report_key`."""
+    return key_better(report_key(a), report_key(b))

@@ -36,6 +36,7 @@ from placement.solve.exact import exact_applicable, solve_device_level
 from placement.solve.prepared import PreparedRequest, SurrogateScore
 from placement.solve.qap import solve_on_graph
 from placement.solve.refine import refine_hosts
+from placement.solve.types import key_better
 
 __all__ = ["CpsatOutcome", "solve_cpsat"]
 
@@ -55,36 +56,40 @@ class CpsatOutcome:
 
 
 class _Incumbent:
-    """The best mapping so far by what `place` picks by (the evaluator, then the surrogate, where the request is
-    evaluator-guided; else the surrogate alone), and the least surrogate seen (bounds are clamped to it)."""
+    """The best mapping so far by what `place` picks by (`report_key`: step, exposed comm, surrogate, where the
+    request is evaluator-guided; else the surrogate alone), and the least surrogate seen (bounds are clamped to
+    it)."""
 
     def __init__(self, request: PreparedRequest) -> None:
         self.p = request
         self.mapping: list[int] | None = None
-        self.key: tuple[float, float] = (math.inf, math.inf)
+        self.key: tuple[float, float, float] = (math.inf, math.inf, math.inf)
         self.min_surrogate = math.inf
 
     def offer(
-        self, mapping: list[int], surrogate: float | None = None, *, known: tuple[float, float] | None = None
+        self,
+        mapping: list[int],
+        surrogate: float | None = None,
+        *,
+        known: tuple[float, float, float] | None = None,
     ) -> bool:
-        """`known`: the mapping's (exposed comm, surrogate) when the caller has scored it already."""
+        """`known`: the mapping's `report_key` when the caller has scored it already."""
         if known is not None:
-            key = known if self.p.evaluator_guided else (known[1], known[1])
+            key = known if self.p.evaluator_guided else (known[2], known[2], known[2])
         elif self.p.evaluator_guided:
             key = self.p.rank(mapping)
         else:
             sur = self.p.surrogate(mapping) if surrogate is None else surrogate
-            key = (sur, sur)
-        self.min_surrogate = min(self.min_surrogate, key[1])
-        eps = 1e-12 * max(1.0, abs(self.key[0])) if math.isfinite(self.key[0]) else 0.0
-        if key[0] < self.key[0] - eps or (key[0] <= self.key[0] + eps and key[1] < self.key[1] - 1e-12):
+            key = (sur, sur, sur)
+        self.min_surrogate = min(self.min_surrogate, key[2])
+        if key_better(key, self.key):
             self.mapping, self.key = list(mapping), key
             return True
         return False
 
     @property
     def surrogate(self) -> float:
-        return self.key[1]
+        return self.key[2]
 
 
 def _hosts_in_one_fault_domain(request: PreparedRequest) -> bool:
@@ -134,10 +139,10 @@ def _choose_slots(
 def solve_cpsat(
     request: PreparedRequest,
     starts: list[tuple[str, list[int]]],
-    scores: Sequence[tuple[float, float] | None] = (),
+    scores: Sequence[tuple[float, float, float] | None] = (),
 ) -> CpsatOutcome:
     """Optimize from `starts` (valid mappings: the baselines and candidates; `scores`, aligned with them, their
-    (exposed comm, surrogate) where already known); see the module docstring."""
+    `report_key` where already known); see the module docstring."""
     p, topo, job, opts = request, request.topology, request.job, request.options
     t0 = time.perf_counter()
     stats: dict[str, float | int | str] = {}
@@ -286,11 +291,7 @@ def solve_cpsat(
         # leave time to score and validate the answer afterwards (about 50 µs a rank)
         ls = lns(p, model, full_hosts, host_assign, score, p.until(1.0) - 0.05 - job.ranks * 5e-5)
         stats.update(ls.as_stats())
-        if (
-            score.total < inc.surrogate - 1e-12
-            and p.valid(score.mapping)
-            and inc.offer(score.mapping, score.total)
-        ):
+        if ls.improved and p.valid(score.mapping) and inc.offer(score.mapping, score.total):
             candidates.append(("cpsat-lns", list(score.mapping)))
     exact_bound: float | None = None
     best = inc.mapping

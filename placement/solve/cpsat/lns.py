@@ -1,6 +1,7 @@
 """Large-neighbourhood search on whole units: free a neighbourhood, re-solve it exactly with the unit program,
-keep the answer when the surrogate improves. Moves are scored by their delta (`SurrogateScore`), never by a
-full evaluation.
+keep the answer when the evaluator's step (then exposed communication) improves, priced incrementally
+(`placement.solve.incremental.StepEval`); the surrogate (`SurrogateScore`) breaks ties and judges jobs too large
+for the evaluator.
 
 Neighbourhoods that fit placement, taken in turn (seeded, so a fixed seed gives the same sequence):
 - ``leaves``: the units of two used level-1 domains and one other (a leaf re-solved with its neighbours);
@@ -23,7 +24,9 @@ from placement.solve.construct import HostPool
 from placement.solve.cpsat.model import UnitModel
 from placement.solve.cpsat.program import Slots, UnitProgram
 from placement.solve.cpsat.slots import assignment_from_mapping, realize
+from placement.solve.incremental import StepEval
 from placement.solve.prepared import PreparedRequest, SurrogateScore
+from placement.solve.types import key_better
 
 __all__ = ["LnsStats", "lns"]
 
@@ -140,29 +143,28 @@ def _term_costs(model: UnitModel, assign: dict[int, int], chain: dict[int, list[
 
 
 class _Judge:
-    """Accepts a move that lowers the surrogate, and (for evaluator-guided sizes) does not raise the evaluator's
-    exposed communication: the surrogate proposes, the evaluator has the last word."""
+    """Judges moves by the evaluator (for evaluator-guided sizes): a move is taken when it improves `report_key`
+    (step seconds, then exposed communication), priced incrementally (`StepEval`: only the groups and phases it
+    touches), or leaves it equal and lowers the surrogate. Larger jobs are judged by the surrogate alone."""
 
     def __init__(self, request: PreparedRequest, score: SurrogateScore) -> None:
         self.request, self.score = request, score
-        self.current = request.rank(score.mapping)[0] if request.evaluator_guided else 0.0
+        self.step = StepEval(request, score.mapping) if request.evaluator_guided else None
 
-    def offer(self, moves: dict[int, int], *, evaluate_always: bool = False) -> bool:
-        """Take `moves` when they lower the surrogate without raising the evaluator's exposed communication, or
-        (`evaluate_always`, evaluator-guided sizes) when they lower the evaluator's number whatever the surrogate."""
+    def offer(self, moves: dict[int, int], *, evaluate_always: bool = True) -> bool:
         d, ng, ne = self.score.delta(moves)
-        guided = self.request.evaluator_guided
-        if d >= -1e-12 and not (guided and evaluate_always):
-            return False
-        if guided:
-            trial = list(self.score.mapping)
-            for r, dev in moves.items():
-                trial[r] = dev
-            comm = self.request.rank(trial)[0]
-            eps = 1e-12 * max(1.0, self.current)
-            if comm > self.current + eps or (comm >= self.current - eps and d >= -1e-12):
+        if self.step is None:
+            if d >= -1e-12:
                 return False
-            self.current = comm
+        else:
+            if d >= -1e-12 and not evaluate_always:
+                return False
+            trial = self.step.trial(moves)
+            if not key_better(trial.key, self.step.key) and (
+                key_better(self.step.key, trial.key) or d >= -1e-12
+            ):
+                return False
+            self.step.apply(trial)
         self.score.apply(moves, ng, ne)
         return True
 

@@ -1,0 +1,395 @@
+"""The constructive heuristics of the portfolio: cheap one-pass placements (tightest domain, Kueue's
+LeastFreeCapacity, rail-aligned, contiguous, whole parallel groups host by host) that `place` must never lose to.
+
+Each heuristic is ``(topology, state, job, traffic) -> list[int] | None`` like a scheduler baseline; pins are
+honoured, every other hard rule is left to `placement.model.validate` (`heuristic_candidates` drops invalid ones).
+
+- ``tight-emptiest`` / ``tight-fullest``: the tightest domain that holds the job (lowest level, fewest free
+  devices), its hosts with the most (emptiest first) or the fewest (fullest first) free devices first, ranks in
+  the job's order (``-nested``: the same inside the domain's sub-domains, level by level, so leaves stay together).
+- ``least-free``: Kueue's LeastFreeCapacity: from the top level down, the domains with the least free capacity
+  first, as many as the job needs; ranks in the job's order.
+- ``rail-aligned``: the tightest domain's hosts grouped by the rails (or local indices) of their free devices,
+  the largest such class first, every TP group (or heaviest group) onto one host in rail order, so that the
+  groups' peers across hosts share a rail.
+- ``contiguous``: ranks in the job's order onto the tightest domain's devices in cluster order.
+- ``group-pack`` (``-dp`` / ``-pp``): whole TP groups (explicit jobs: the heaviest label's groups) host by host,
+  the sub-domains with most room and the best-fitting hosts first; the groups ordered data-parallel first or
+  pipeline first.
+- ``block-pack`` (``-dp`` / ``-pp`` / ``-dp-leaf``): whole pipeline stages (data-parallel first) or whole
+  pipelines best-fitted into the domains one level below the tightest one (or into leaves), then as group-pack.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Callable, Sequence
+
+from placement.model.job import DIMENSIONS, Job
+from placement.model.state import ClusterState
+from placement.model.topology import Topology
+from placement.model.traffic import Traffic
+from placement.model.validate import validate
+from placement.solve.baselines.common import apply_pins
+from placement.solve.units import candidate_devices
+
+__all__ = ["HEURISTICS", "Heuristic", "heuristic_candidates", "rank_units"]
+
+Heuristic = Callable[[Topology, ClusterState, Job, Traffic], list[int] | None]
+
+
+class _Free:
+    """The job's free candidate devices (pinned ones removed) per host, and per domain of every level."""
+
+    def __init__(self, topology: Topology, state: ClusterState, job: Job) -> None:
+        self.topology = topology
+        cands = candidate_devices(topology, state, job)
+        pins = apply_pins(topology, job, cands)
+        self.ok = pins is not None
+        self.pinned, left = pins if pins is not None else ({}, [])
+        self.by_host: dict[int, list[int]] = defaultdict(list)
+        for d in left:
+            self.by_host[topology.devices[d].host_index].append(d)
+        self.count: list[Counter[int]] = []
+        for li in range(len(topology.levels)):
+            col = topology.domain_column(li)
+            self.count.append(Counter(col[d] for d in left))
+        self.need = job.ranks - len(self.pinned)
+        self.free_ranks = [r for r in range(job.ranks) if r not in self.pinned]
+
+    def tightest(self) -> tuple[int, int] | None:
+        """(level, domain) of the lowest level whose least-free domain still holds the job."""
+        for li, cnt in enumerate(self.count):
+            fits = [(v, k) for k, v in cnt.items() if v >= self.need]
+            if fits:
+                return li, min(fits)[1]
+        return None
+
+    def hosts_under(self, level: int, domain: int) -> list[int]:
+        col = self.topology.domain_column(level)
+        return sorted(h for h, devs in self.by_host.items() if devs and col[devs[0]] == domain)
+
+    def nested(self, level: int, domain: int, emptiest: bool) -> list[int]:
+        """Hosts of a domain depth first, children by free devices (most or fewest first)."""
+        if level == 0:
+            return [domain] if self.by_host.get(domain) else []
+        kids = [c for c in self.topology.children[level][domain] if self.count[level - 1].get(c, 0) > 0]
+        kids.sort(key=lambda c: (-self.count[level - 1][c] if emptiest else self.count[level - 1][c], c))
+        return [h for c in kids for h in self.nested(level - 1, c, emptiest)]
+
+    def fill(self, devices: Sequence[int], ranks: Sequence[int] | None = None) -> list[int] | None:
+        """Ranks (the free ones in order by default) onto `devices` in sequence; pins kept."""
+        ranks = self.free_ranks if ranks is None else ranks
+        if len(devices) < len(ranks):
+            return None
+        out = [-1] * (len(ranks) + len(self.pinned))
+        for r, d in self.pinned.items():
+            out[r] = d
+        for r, d in zip(ranks, devices, strict=False):
+            out[r] = d
+        return out
+
+
+def rank_units(job: Job, traffic: Traffic) -> list[tuple[int, ...]]:
+    """The rank sets a heuristic keeps on one host: the TP groups of a structured job, else the disjoint groups of
+    the heaviest label (bytes x count), else single ranks."""
+    par = job.parallel
+    if par is not None and par.tp > 1:
+        by: dict[tuple[int, ...], list[int]] = defaultdict(list)
+        for r in range(job.ranks):
+            c = par.coords(r)
+            by[tuple(c[d] for d in DIMENSIONS if d != "tp")].append(r)
+        return [tuple(sorted(v, key=lambda r: par.coords(r)["tp"])) for _, v in sorted(by.items())]
+    weight: dict[str, float] = defaultdict(float)
+    for g in traffic.groups:
+        weight[g.label] += g.bytes * g.count * len(g.members)
+    for label in sorted(weight, key=lambda lab: -weight[lab]):
+        groups = [g.members for g in traffic.groups if g.label == label and len(g.members) > 1]
+        seen: set[int] = set()
+        disjoint = True
+        for m in groups:
+            disjoint = disjoint and seen.isdisjoint(m)
+            seen.update(m)
+        if disjoint:
+            out: list[tuple[int, ...]] = [tuple(m) for m in groups]
+            out += [(r,) for r in range(job.ranks) if r not in seen]
+            return sorted(out)
+    return [(r,) for r in range(job.ranks)]
+
+
+def _unit_orders(job: Job, units: list[tuple[int, ...]]) -> list[list[tuple[int, ...]]]:
+    """Units data-parallel first (Megatron's default) and pipeline first; one order for explicit jobs."""
+    par = job.parallel
+    if par is None:
+        return [units]
+    out = []
+    for slow in (("cp", "ep", "dp", "pp"), ("cp", "ep", "pp", "dp")):
+        out.append(sorted(units, key=lambda u: tuple(par.coords(u[0])[d] for d in reversed(slow))))
+    return out
+
+
+def _in_order(free: _Free, job: Job, traffic: Traffic) -> list[int]:
+    """The free ranks with every TP group (heaviest group) consecutive, data-parallel next."""
+    units = _unit_orders(job, rank_units(job, traffic))[0]
+    return [r for u in units for r in u if r not in free.pinned]
+
+
+def _tight(emptiest: bool, nested: bool) -> Heuristic:
+    def place(topology: Topology, state: ClusterState, job: Job, traffic: Traffic) -> list[int] | None:
+        free = _Free(topology, state, job)
+        scope = free.tightest() if free.ok else None
+        if scope is None:
+            return None
+        if nested:
+            hosts = free.nested(*scope, emptiest)
+        else:
+            hosts = sorted(
+                free.hosts_under(*scope),
+                key=lambda h: (-len(free.by_host[h]) if emptiest else len(free.by_host[h]), h),
+            )
+        return free.fill([d for h in hosts for d in free.by_host[h]])
+
+    return place
+
+
+def least_free(topology: Topology, state: ClusterState, job: Job, traffic: Traffic) -> list[int] | None:
+    """Kueue's LeastFreeCapacity, from the top level down (see the module docstring)."""
+    free = _Free(topology, state, job)
+    if not free.ok:
+        return None
+    top = len(topology.levels) - 1
+    devices: list[int] = []
+
+    def take(level: int, domain: int, need: int) -> int:
+        if level == 0:
+            got = free.by_host.get(domain, [])[:need]
+            devices.extend(got)
+            return len(got)
+        kids = [c for c in topology.children[level][domain] if free.count[level - 1].get(c, 0) > 0]
+        kids.sort(key=lambda c: (free.count[level - 1][c], c))
+        taken = 0
+        for c in kids:
+            if taken >= need:
+                break
+            taken += take(level - 1, c, need - taken)
+        return taken
+
+    roots = sorted(free.count[top], key=lambda k: (free.count[top][k], k))
+    left = free.need
+    for k in roots:
+        if left <= 0:
+            break
+        left -= take(top, k, left)
+    return free.fill(devices, _in_order(free, job, traffic))
+
+
+def rail_aligned(topology: Topology, state: ClusterState, job: Job, traffic: Traffic) -> list[int] | None:
+    free = _Free(topology, state, job)
+    scope = free.tightest() if free.ok else None
+    if scope is None:
+        return None
+
+    def rail(d: int) -> int:
+        dev = topology.devices[d]
+        return dev.rail if dev.rail is not None else dev.local_index
+
+    hosts = free.hosts_under(*scope)
+    sig = {h: tuple(sorted(rail(d) for d in free.by_host[h])) for h in hosts}
+    size = Counter(sig.values())
+    hosts.sort(key=lambda h: (-size[sig[h]] * len(sig[h]), sig[h], h))
+    seats = {h: sorted(free.by_host[h], key=lambda d: (rail(d), d)) for h in hosts}
+    units = _unit_orders(job, rank_units(job, traffic))[0]
+    return _pack(free, units, hosts, seats)
+
+
+def _pack(
+    free: _Free,
+    units: Sequence[tuple[int, ...]],
+    hosts: Sequence[int],
+    seats: dict[int, list[int]],
+    segments: Sequence[tuple[Sequence[tuple[int, ...]], Sequence[int]]] = (),
+) -> list[int] | None:
+    """Whole units host by host in sequence (a host that cannot take the next unit whole is skipped, and its
+    devices serve the units left over at the end). `segments` (units, hosts) are packed first, each onto its own
+    hosts only; what they cannot hold joins `units`."""
+    left = {h: list(seats[h]) for h in hosts}
+    out: dict[int, int] = {}
+    over: list[tuple[int, ...]] = []
+    for seg_units, seg_hosts in segments:
+        over += _pack_into(free, seg_units, seg_hosts, left, out)
+    pending = [
+        r for u in _pack_into(free, [*over, *units], hosts, left, out) for r in u if r not in free.pinned
+    ]
+    rest = [d for h in hosts for d in left[h]]
+    if len(rest) < len(pending):
+        return None
+    out.update(zip(pending, rest, strict=False))
+    return free.fill([out[r] for r in sorted(out)], sorted(out))
+
+
+def _pack_into(
+    free: _Free,
+    units: Sequence[tuple[int, ...]],
+    hosts: Sequence[int],
+    left: dict[int, list[int]],
+    out: dict[int, int],
+) -> list[tuple[int, ...]]:
+    """Whole units onto `hosts` in sequence (taking from `left`, writing `out`); returns the units that did not fit."""
+    pending: list[tuple[int, ...]] = []
+    hi = 0
+    for u in units:
+        ranks = [r for r in u if r not in free.pinned]
+        while hi < len(hosts) and len(left[hosts[hi]]) < len(ranks):
+            hi += 1
+        if hi == len(hosts):
+            pending.append(u)
+            continue
+        for r in ranks:
+            out[r] = left[hosts[hi]].pop(0)
+    return pending
+
+
+def contiguous_fill(topology: Topology, state: ClusterState, job: Job, traffic: Traffic) -> list[int] | None:
+    free = _Free(topology, state, job)
+    scope = free.tightest() if free.ok else None
+    if scope is None:
+        return None
+    return free.fill(sorted(d for h in free.hosts_under(*scope) for d in free.by_host[h]))
+
+
+def _whole_units(free: _Free, usize: int, n_levels: int) -> list[Counter[int]]:
+    """Whole units of `usize` ranks each domain of each level holds (hosts hold floor(free / usize))."""
+    out: list[Counter[int]] = []
+    for li in range(n_levels):
+        col = free.topology.domain_column(li)
+        c: Counter[int] = Counter()
+        for devs in free.by_host.values():
+            if devs:
+                c[col[devs[0]]] += len(devs) // usize
+        out.append(c)
+    return out
+
+
+def _group_pack(pipeline_first: bool) -> Heuristic:
+    def place(topology: Topology, state: ClusterState, job: Job, traffic: Traffic) -> list[int] | None:
+        free = _Free(topology, state, job)
+        scope = free.tightest() if free.ok else None
+        if scope is None:
+            return None
+        orders = _unit_orders(job, rank_units(job, traffic))
+        units = orders[-1] if pipeline_first else orders[0]
+        usize = max((len(u) for u in units), default=1)
+        hosts = free.hosts_under(*scope)
+        # sub-domains with the most whole units first (level by level, so a parallel group stays in few of them),
+        # inside a sub-domain the hosts that hold whole units with the least left over first
+        t = topology
+        path = {
+            h: tuple(-whole[li][t.domain_of(free.by_host[h][0], li)] for li in range(scope[0] - 1, 0, -1))
+            for whole in [_whole_units(free, usize, len(t.levels))]
+            for h in hosts
+        }
+        hosts.sort(
+            key=lambda h: (
+                path[h],
+                len(free.by_host[h]) < usize,
+                len(free.by_host[h]) % usize,
+                -len(free.by_host[h]),
+                h,
+            )
+        )
+        return _pack(free, units, hosts, {h: free.by_host[h] for h in hosts})
+
+    return place
+
+
+def _block_pack(pipeline_first: bool, leaf: bool, first_fit: bool = False) -> Heuristic:
+    """Blocks of units (one pipeline stage's units, data-parallel first; or one pipeline's, pipeline first)
+    best-fitted whole into the domains one level below the tightest domain (``leaf``: level 1), so that a
+    parallel group straddles as few domains as the free capacity allows (``first_fit``: consecutive blocks into
+    the roomiest domain while they fit, so neighbouring pipeline stages share one); then host by host as
+    `_group_pack`."""
+
+    def place(topology: Topology, state: ClusterState, job: Job, traffic: Traffic) -> list[int] | None:
+        free = _Free(topology, state, job)
+        scope = free.tightest() if free.ok else None
+        par = job.parallel
+        if scope is None or par is None:
+            return None
+        level = 1 if leaf else scope[0] - 1
+        if level < 1 or level >= scope[0]:
+            return None
+        orders = _unit_orders(job, rank_units(job, traffic))
+        units = orders[-1] if pipeline_first else orders[0]
+        usize = max((len(u) for u in units), default=1)
+        dim = "dp" if pipeline_first else "pp"
+        blocks: dict[int, list[tuple[int, ...]]] = defaultdict(list)
+        for u in units:
+            blocks[par.coords(u[0])[dim]].append(u)
+        whole = _whole_units(free, usize, len(topology.levels))
+        hosts = free.hosts_under(*scope)
+        dom_of = {h: topology.domain_of(free.by_host[h][0], level) for h in hosts}
+        room = {k: whole[level][k] for k in set(dom_of.values())}
+        placed: dict[int, list[tuple[int, ...]]] = defaultdict(list)
+        pending: list[tuple[int, ...]] = []
+        for _, blk in sorted(blocks.items()):
+            fits = [k for k, v in room.items() if v >= len(blk)]
+            if not fits:
+                pending += blk
+                continue
+            if first_fit:
+                k = min(fits, key=lambda k: (k not in placed, -room[k], k))
+            else:
+                k = min(fits, key=lambda k: (room[k], k))
+            room[k] -= len(blk)
+            placed[k] += blk
+        doms = sorted(placed, key=lambda k: (-len(placed[k]), k)) + sorted(set(room) - set(placed))
+        rank_of = {k: i for i, k in enumerate(doms)}
+        hosts.sort(
+            key=lambda h: (
+                rank_of[dom_of[h]],
+                -whole[1][topology.domain_of(free.by_host[h][0], 1)],
+                len(free.by_host[h]) < usize,
+                len(free.by_host[h]) % usize,
+                -len(free.by_host[h]),
+                h,
+            )
+        )
+        segments = [(placed[k], [h for h in hosts if dom_of[h] == k]) for k in doms if k in placed]
+        return _pack(free, pending, hosts, {h: free.by_host[h] for h in hosts}, segments)
+
+    return place
+
+
+HEURISTICS: dict[str, Heuristic] = {
+    "tight-emptiest": _tight(True, False),
+    "tight-fullest": _tight(False, False),
+    "tight-emptiest-nested": _tight(True, True),
+    "tight-fullest-nested": _tight(False, True),
+    "least-free": least_free,
+    "rail-aligned": rail_aligned,
+    "contiguous": contiguous_fill,
+    "group-pack-dp": _group_pack(False),
+    "group-pack-pp": _group_pack(True),
+    "block-pack-dp": _block_pack(False, False),
+    "block-pack-pp": _block_pack(True, False),
+    "block-pack-dp-leaf": _block_pack(False, True),
+    "block-pack-dp-first-fit": _block_pack(False, False, True),
+}
+"""The constructive family, cheapest first (each is one pass over the free devices)."""
+
+
+def heuristic_candidates(
+    topology: Topology,
+    state: ClusterState,
+    job: Job,
+    traffic: Traffic,
+    names: Sequence[str] | None = None,
+) -> dict[str, list[int] | None]:
+    """Every heuristic's mapping when it is valid under the request's hard rules, else None."""
+    out: dict[str, list[int] | None] = {}
+    for name in names if names is not None else HEURISTICS:
+        m = HEURISTICS[name](topology, state, job, traffic)
+        if m is not None and validate(topology, state, job, m, traffic=traffic):
+            m = None
+        out[name] = m
+    return out

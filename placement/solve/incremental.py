@@ -1,0 +1,298 @@
+"""The evaluator's step model v2 kept up to date under moves: a move re-plans only the groups and edges it
+touches and re-prices only their phases (`StepEval`), so the search judges moves by what `place` reports.
+
+Built on the cost model's public pieces (`Fabric`, `phase_seconds`, `PHASE_ORDER`, the compute model); it
+computes what `placement.cost.step.model_step` does, phase by phase (tests check the two agree).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from placement.cost.collectives import Fabric, Plan
+from placement.cost.compute import ComputeModel, device_kind, job_device_kind, step_compute
+from placement.cost.step import PHASE_ORDER
+from placement.model.traffic import Traffic
+from placement.solve.prepared import PreparedRequest
+
+__all__ = ["StepEval", "Trial"]
+
+MAX_PLANS = 200_000  # cached plans (keyed by the devices of a group) before the cache is cleared
+
+
+@dataclass
+class Trial:
+    """The outcome of a move not yet applied: its (step, exposed comm) and what `StepEval.apply` needs."""
+
+    key: tuple[float, float]
+    moves: dict[int, int]
+    plans: dict[int, Plan]
+    phases: dict[str, tuple[float, float]]
+    comp: ComputeModel | None
+    rounds: list[tuple[_Round, dict[int, float], dict[int, float], float, float, list[int]]]
+
+
+@dataclass
+class _Round:
+    """One round of a phase (rank-disjoint groups that run at the same time): the bytes on every shared link,
+    which operations load each link, each operation's seconds and the round's slowest (total and exposed)."""
+
+    ops: list[int]
+    totals: dict[int, float]
+    users: dict[int, set[int]]
+    times: dict[int, float]
+    secs: float = 0.0
+    exp: float = 0.0
+
+
+class StepEval:
+    """The step of one mapping, per phase, with plans per group (op ids: groups, then edges offset by the
+    number of groups)."""
+
+    def __init__(self, request: PreparedRequest, mapping: Sequence[int]) -> None:
+        self.p = request
+        t, tr = request.topology, request.traffic
+        self.fabric = Fabric(t, request.state)
+        self.mapping = list(mapping)
+        self.n_groups = len(tr.groups)
+        self.ops_of: list[list[int]] = [[] for _ in range(request.job.ranks)]
+        self.label_of: list[str] = []
+        groups: dict[str, list[int]] = {}
+        edges: dict[str, list[int]] = {}
+        for gi, g in enumerate(tr.groups):
+            groups.setdefault(g.label, []).append(gi)
+            self.label_of.append(g.label)
+            for r in g.members:
+                self.ops_of[r].append(gi)
+        for ei, e in enumerate(tr.edges):
+            oid = self.n_groups + ei
+            edges.setdefault(e.label, []).append(oid)
+            self.label_of.append(e.label)
+            self.ops_of[e.src].append(oid)
+            if e.dst != e.src:
+                self.ops_of[e.dst].append(oid)
+        seen = list(dict.fromkeys([*groups, *edges]))
+        self.labels = [lab for lab in PHASE_ORDER if lab in seen] + [
+            lab for lab in seen if lab not in PHASE_ORDER
+        ]
+        self.rounds: dict[str, list[list[int]]] = {
+            lab: _rounds(tr, groups.get(lab, []), edges.get(lab, [])) for lab in self.labels
+        }
+        kinds = {t.devices[d].kind for d in request.candidates}
+        self.one_kind = len(kinds) <= 1
+        self._cache: dict[tuple[object, ...], Plan] = {}
+        self.plans = [self._plan(oid, self.mapping) for oid in range(len(self.label_of))]
+        self.weight = [(g.count, g.count * g.exposed) for g in tr.groups]
+        self.weight += [(e.count, e.count * e.exposed) for e in tr.edges]
+        self.caps = [c * 1e9 for c in self.fabric.caps]
+        self.state: dict[str, list[_Round]] = {}
+        self.round_of: dict[int, _Round] = {}
+        for lab in self.labels:
+            rows = []
+            for ops in self.rounds[lab]:
+                rd = _Round(list(ops), {}, {}, {})
+                for oid in ops:
+                    self._load(rd, oid, self.plans[oid], 1.0)
+                    self.round_of[oid] = rd
+                for oid in ops:
+                    rd.times[oid] = self._time(self.plans[oid], rd.totals)
+                rd.secs, rd.exp = self._slowest(rd)
+                rows.append(rd)
+            self.state[lab] = rows
+        self.comp = self._compute(self.mapping)
+        self.phases = {lab: self._phase(lab, self.comp) for lab in self.labels}
+        self.key = self._key(self.phases, self.comp)
+
+    def _load(self, rd: _Round, oid: int, plan: Plan, sign: float) -> None:
+        for st in plan.stages:
+            for r, x in st.loads:
+                rd.totals[r] = rd.totals.get(r, 0.0) + sign * x
+                if sign > 0:
+                    rd.users.setdefault(r, set()).add(oid)
+                else:
+                    rd.users[r].discard(oid)
+
+    def _time(self, plan: Plan, totals: dict[int, float], changed: dict[int, float] | None = None) -> float:
+        """Seconds of one operation under the round's link loads, `changed` overriding `totals` (as
+        `placement.cost.collectives.phase_seconds` prices it)."""
+        caps = self.caps
+        secs = 0.0
+        for st in plan.stages:
+            best = st.local
+            for r, _x in st.loads:
+                v = changed.get(r) if changed else None
+                v = (totals[r] if v is None else v) / caps[r]
+                if v > best:
+                    best = v
+            secs += best
+        return plan.latency + plan.slowdown * secs
+
+    def _slowest(self, rd: _Round, new: dict[int, float] | None = None) -> tuple[float, float]:
+        """The round's slowest operation (total, exposed), with `new` times overriding the round's own."""
+        w = self.weight
+        base = rd.times
+        secs = exp = 0.0
+        for oid in rd.ops:
+            t = new.get(oid) if new else None
+            if t is None:
+                t = base[oid]
+            a, b = w[oid]
+            if a * t > secs:
+                secs = a * t
+            if b * t > exp:
+                exp = b * t
+        return secs, exp
+
+    # ---- pieces ------------------------------------------------------------------------------------------------
+
+    def _plan(self, oid: int, mp: Sequence[int] | Mapping[int, int]) -> Plan:
+        tr = self.p.traffic
+        if oid < self.n_groups:
+            g = tr.groups[oid]
+            devs = tuple(mp[r] for r in g.members)
+            key: tuple[object, ...] = (g.kind, g.bytes, devs)
+            hit = self._cache.get(key)
+            if hit is None:
+                if len(self._cache) > MAX_PLANS:
+                    self._cache.clear()
+                hit = self.fabric.plan_group(g.kind, devs, g.bytes)
+                self._cache[key] = hit
+            return hit
+        e = tr.edges[oid - self.n_groups]
+        return self.fabric.plan_edge(mp[e.src], mp[e.dst], e.bytes)
+
+    def _compute(self, mp: Sequence[int] | Mapping[int, int]) -> ComputeModel | None:
+        job, t = self.p.job, self.p.topology
+        if job.model is None or job.parallel is None:
+            return None
+        devs = [mp[r] for r in range(job.ranks)] if not isinstance(mp, list) else mp
+        kind = job_device_kind(t, devs) or device_kind(job.device_kind, t)
+        return step_compute(job.model, job.parallel, kind) if kind is not None else None
+
+    def _phase(self, label: str, comp: ComputeModel | None) -> tuple[float, float]:
+        seconds = exposed = 0.0
+        for rd in self.state[label]:
+            seconds += rd.secs
+            exposed += rd.exp
+        if label == "dp" and comp is not None and "dp" not in self.p.job.exposure:
+            exposed = max(0.0, seconds - comp.backward_seconds_per_microbatch)
+        return seconds, exposed
+
+    def _key(
+        self, phases: Mapping[str, tuple[float, float]], comp: ComputeModel | None
+    ) -> tuple[float, float]:
+        comm = 0.0
+        for lab in self.labels:
+            comm += phases[lab][1]
+        job = self.p.job
+        if comp is None or job.model is None or job.parallel is None:
+            return comm, comm
+        per_mb = comp.compute_seconds + sum(phases[lab][1] for lab in self.labels if lab != "dp")
+        bubble = (job.parallel.pp - 1) / max(1, job.model.micro_batches) * per_mb
+        return comp.compute_seconds + bubble + comm, comm
+
+    # ---- moves -------------------------------------------------------------------------------------------------
+
+    def trial(self, moves: Mapping[int, int]) -> Trial:
+        """The step and exposed communication if rank r moved to device moves[r] (nothing is changed): only the
+        touched operations are re-planned, and only the operations sharing a link with them re-priced."""
+        view = _Overlay(self.mapping, moves)
+        touched = {oid for r in moves for oid in self.ops_of[r]}
+        new_plans = {oid: self._plan(oid, view) for oid in touched}
+        comp = self.comp if self.one_kind else self._compute(view)
+        by_round: dict[int, tuple[_Round, list[int]]] = {}
+        for oid in touched:
+            rd = self.round_of[oid]
+            by_round.setdefault(id(rd), (rd, []))[1].append(oid)
+        updates = []
+        sums: dict[str, list[float]] = {}
+        for rd, oids in by_round.values():
+            changed: dict[int, float] = {}
+            for oid in oids:
+                for st in self.plans[oid].stages:
+                    for r, x in st.loads:
+                        changed[r] = changed.get(r, rd.totals[r]) - x
+                for st in new_plans[oid].stages:
+                    for r, x in st.loads:
+                        changed[r] = changed.get(r, rd.totals.get(r, 0.0)) + x
+            affected = set(oids)
+            for r in changed:
+                affected.update(rd.users.get(r, ()))
+            new_times = {
+                oid: self._time(new_plans[oid] if oid in new_plans else self.plans[oid], rd.totals, changed)
+                for oid in affected
+            }
+            secs, exp = self._slowest(rd, new_times)
+            updates.append((rd, changed, new_times, secs, exp, oids))
+            label = self.label_of[oids[0]]
+            acc = sums.setdefault(label, [0.0, 0.0])
+            acc[0] += secs - rd.secs
+            acc[1] += exp - rd.exp
+        labels = set(sums)
+        if comp is not self.comp and "dp" in self.phases:
+            labels.add("dp")
+        phases = dict(self.phases)
+        for lab in labels:
+            seconds = exposed = 0.0
+            for rd in self.state[lab]:
+                seconds += rd.secs
+                exposed += rd.exp
+            d = sums.get(lab, [0.0, 0.0])
+            seconds, exposed = seconds + d[0], exposed + d[1]
+            if lab == "dp" and comp is not None and "dp" not in self.p.job.exposure:
+                exposed = max(0.0, seconds - comp.backward_seconds_per_microbatch)
+            phases[lab] = (seconds, exposed)
+        return Trial(self._key(phases, comp), dict(moves), new_plans, phases, comp, updates)
+
+    def apply(self, trial: Trial) -> None:
+        for r, d in trial.moves.items():
+            self.mapping[r] = d
+        for rd, _changed, new_times, secs, exp, oids in trial.rounds:
+            for oid in oids:
+                self._load(rd, oid, self.plans[oid], -1.0)
+                self._load(rd, oid, trial.plans[oid], 1.0)
+            rd.times.update(new_times)
+            rd.secs, rd.exp = secs, exp
+        for oid, plan in trial.plans.items():
+            self.plans[oid] = plan
+        self.phases, self.comp, self.key = trial.phases, trial.comp, trial.key
+
+
+def _rounds(tr: Traffic, group_ids: list[int], edge_ids: list[int]) -> list[list[int]]:
+    """Groups in rounds of rank-disjoint groups (first fit, as the step model forms them); edges join the first."""
+    from_tr = tr.groups
+    rounds: list[list[int]] = []
+    used: list[set[int]] = []
+    for gi in group_ids:
+        members = from_tr[gi].members
+        for i, u in enumerate(used):
+            if u.isdisjoint(members):
+                rounds[i].append(gi)
+                u.update(members)
+                break
+        else:
+            rounds.append([gi])
+            used.append(set(members))
+    if edge_ids:
+        if rounds:
+            rounds[0].extend(edge_ids)
+        else:
+            rounds.append(list(edge_ids))
+    return rounds
+
+
+class _Overlay(Mapping[int, int]):
+    """A mapping with a few ranks moved, without copying it."""
+
+    def __init__(self, base: Sequence[int], moves: Mapping[int, int]) -> None:
+        self.base, self.moves = base, moves
+
+    def __getitem__(self, r: int) -> int:
+        return self.moves.get(r, self.base[r])
+
+    def __len__(self) -> int:
+        return len(self.base)
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter(range(len(self.base)))
