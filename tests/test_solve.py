@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -15,6 +16,7 @@ from hypothesis import strategies as st
 from placement.cost.evaluate import evaluate
 from placement.cost.surrogate import surrogate_seconds
 from placement.errors import InfeasibleError
+from placement.io.native import load_cluster, load_job, load_state
 from placement.model.devices import HostSpec, NodeType
 from placement.model.job import Constraints, SpreadRule
 from placement.model.links import Level, Tier
@@ -24,7 +26,7 @@ from placement.model.traffic import job_traffic
 from placement.model.validate import validate
 from placement.sim.scenarios import dgx1_node, explicit_twin, fat_tree, megatron_job, occupy
 from placement.solve import SolveOptions, SolveStatus, Strategy, place
-from placement.solve.types import better, report_key
+from placement.solve.types import better, key_better, report_key
 
 
 def small_cluster(hosts: int = 4, gpus: int = 2, per_leaf: int = 2) -> Topology:
@@ -395,3 +397,19 @@ def test_place_uses_the_traffic_it_is_given(job_traffic_calls: list[str]) -> Non
     assert given.mapping is not None and job_traffic_calls == []
     derived = place(topo, ClusterState(), job, opts)
     assert derived.mapping == given.mapping and job_traffic_calls == ["j"]
+
+
+def test_an_incumbent_outside_the_candidate_pool_does_not_break_the_search() -> None:
+    """Regression: a heuristic's answer on a host the prepared pool leaves out reached the LNS, which looked the
+    host up in the pool (KeyError: 9). The answer is valid and no worse than every baseline by (step, comm)."""
+    root = Path(__file__).resolve().parents[1] / "examples"
+    topo, static = load_cluster(root / "h100-256.yaml")
+    state = load_state(root / "h100-256-busy.yaml", topo, static)
+    freed = {"train-16", "train-2", "train-21"}
+    state = dataclasses.replace(state, occupied={d: j for d, j in state.occupied.items() if j not in freed})
+    job = load_job(root / "tp8-dp16-urgent.yaml")
+    res = place(topo, state, job, SolveOptions(time_limit_s=3, deterministic=True, workers=1))
+    assert res.mapping is not None and validate(topo, state, job, res.mapping) == []
+    assert res.baseline_reports
+    for name, rep in res.baseline_reports.items():
+        assert rep is None or not key_better(report_key(rep), report_key(res.report)), name

@@ -284,6 +284,9 @@ def solve_cpsat(
         and not p.constrained
         and p.remaining() > 0.15
         and not (solved_whole and stats.get("cpsat_status") == "OPTIMAL")
+        # the LNS moves units between the pool's hosts: an incumbent on devices outside the pool (a heuristic
+        # that used a degraded device the pool leaves out) is kept as it is
+        and all(topo.devices[d].host_index in p.pool.devices for d in best)
     ):
         host_assign = assignment_from_mapping(topo, units.ranks, best, partial=True) or {}
         score = SurrogateScore(p, best)
