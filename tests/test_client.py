@@ -226,7 +226,7 @@ def test_cli_place_request_prints_the_same_step_tables_offline_and_over_the_wire
             head.startswith("tp8-dp4 (32 ranks) on dgx-h100-4node: ")
             and f"step {rep.step_seconds:.4f} s" in head
         )
-        assert re.search(r", gap [^,]+, \d+\.\d\d s$", head), head
+        assert re.search(r", comm bound [^,]+, gap [^,]+, \d+\.\d\d s( \(stopped: [a-z ]+\))?$", head), head
         assert f"exposed comm {rep.comm_seconds:.4f} s" in head
         lines = [line.strip("│ ") for line in res.stdout.splitlines()]
         assert any(line.startswith("MFU") for line in lines) and "critical group" in res.stdout

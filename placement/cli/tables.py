@@ -163,16 +163,19 @@ def place_title(
     bound_source: str | None,
     gap: float | None,
     wall_s: float,
+    stop_reason: str | None = None,
 ) -> str:
     """The headline of a placement, the same for `place`, `place --request [--server]` and `registry reserve`:
-    job, ranks, cluster, status, the modeled step, the surrogate bound (and the bound that binds), gap, solve time."""
-    bound_s = "-" if bound is None else f"{bound:.4f}"
+    job, ranks, cluster, status, the modeled step, the bound on exposed communication (and the argument that
+    binds), the gap to it, the solve time and why the search stopped."""
+    bound_s = "-" if bound is None else f"{bound:.4f} s"
     if bound is not None and bound_source:
         bound_s += f" ({bound_source})"
     gap_s = "-" if gap is None else f"{100 * gap:.2f}%"
+    stopped = f" (stopped: {stop_reason.replace('_', ' ')})" if stop_reason else ""
     return (
-        f"{job} ({ranks} ranks) on {cluster}: {status}, {headline(report)}, surrogate bound {bound_s}, "
-        f"gap {gap_s}, {wall_s:.2f} s"
+        f"{job} ({ranks} ranks) on {cluster}: {status}, {headline(report)}, comm bound {bound_s}, "
+        f"gap {gap_s}, {wall_s:.2f} s{stopped}"
     )
 
 
@@ -204,5 +207,6 @@ def print_result(result: Any, cluster: str) -> None:
         stats.notes.get("bound_source") if stats is not None else None,
         result.gap if result.HasField("gap") else None,
         stats.wall_s if stats is not None else 0.0,
+        stats.notes.get("stop_reason") if stats is not None else None,
     )
     print_report(title, rep, result.strategy, costs)

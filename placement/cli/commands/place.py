@@ -191,6 +191,7 @@ def place(
             str(source) if source is not None else None,
             res.gap,
             float(res.stats.get("wall_s", 0)),
+            str(res.stats["stop_reason"]) if "stop_reason" in res.stats else None,
         )
         print_report(title, rep, res.strategy.value, baseline_costs(rep, res.baselines, res.baseline_reports))
         if res.stats.get("launcher") == "torchrun":  # the price of contiguous host blocks

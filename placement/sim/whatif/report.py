@@ -214,7 +214,7 @@ def ranked_tables(sweep: Sweep, rows: Mapping[str, Mapping[str, str]], *, top: i
         ]
         if opt is not None:
             caption.append(
-                f"gap: of the solver's surrogate objective; vs X: step time {opt} saves over X on the same state"
+                f"gap: of exposed comm to the solver's bound; vs X: step time {opt} saves over X on the same state"
             )
         if len(ranked) > len(body):
             caption.append(f"top {len(body)} of {len(ranked)}; every row is in the CSV")
