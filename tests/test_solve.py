@@ -23,10 +23,11 @@ from placement.model.links import Level, Tier
 from placement.model.state import ClusterState, Uplink
 from placement.model.topology import Topology
 from placement.model.traffic import job_traffic
-from placement.model.validate import validate
+from placement.model.validate import excluded_devices, validate
 from placement.sim.scenarios import dgx1_node, explicit_twin, fat_tree, megatron_job, occupy
 from placement.solve import SolveOptions, SolveStatus, Strategy, place
 from placement.solve.types import better, key_better, report_key
+from placement.solve.units import candidate_devices
 
 
 def small_cluster(hosts: int = 4, gpus: int = 2, per_leaf: int = 2) -> Topology:
@@ -413,3 +414,25 @@ def test_an_incumbent_outside_the_candidate_pool_does_not_break_the_search() -> 
     assert res.baseline_reports
     for name, rep in res.baseline_reports.items():
         assert rep is None or not key_better(report_key(rep), report_key(res.report)), name
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 10_000))
+def test_candidate_devices_are_the_usable_devices_of_the_kind_not_excluded(seed: int) -> None:
+    """candidate_devices works on sets; the reference asks `ClusterState.usable` device by device."""
+    import random
+
+    rng = random.Random(seed)
+    topo = fat_tree(256)
+    job = megatron_job("j", tp=4, dp=2, pp=1)
+    occupied = {d: rng.choice(["j", "other", "x"]) for d in rng.sample(range(256), rng.randrange(0, 200))}
+    state = ClusterState(occupied=occupied, failed=frozenset(rng.sample(range(256), rng.randrange(0, 20))))
+    excl, _ = excluded_devices(topo, job)
+    ref = [
+        d.index
+        for d in topo.devices
+        if state.usable(d.index, job.name)
+        and d.index not in excl
+        and (job.device_kind is None or d.kind == job.device_kind)
+    ]
+    assert candidate_devices(topo, state, job) == ref

@@ -21,12 +21,14 @@ __all__ = ["Unit", "candidate_devices", "required_units"]
 def candidate_devices(topology: Topology, state: ClusterState, job: Job) -> list[int]:
     """Devices a rank of `job` may use, in cluster order (pinned devices included when usable)."""
     excl, _ = excluded_devices(topology, job)
+    # `ClusterState.usable` for every device, as sets: the devices others occupy, the failed, the excluded
+    blocked = {d for d, j in state.occupied.items() if j != job.name}
+    blocked |= state.failed
+    blocked |= excl
     kind = job.device_kind
-    return [
-        d.index
-        for d in topology.devices
-        if state.usable(d.index, job.name) and d.index not in excl and (kind is None or d.kind == kind)
-    ]
+    if kind is None:
+        return [d for d in range(len(topology.devices)) if d not in blocked]
+    return [d.index for d in topology.devices if d.kind == kind and d.index not in blocked]
 
 
 @dataclass(frozen=True)
