@@ -23,7 +23,9 @@ honoured, every other hard rule is left to `placement.model.validate` (`heuristi
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 
 from placement.model.job import DIMENSIONS, Job
 from placement.model.state import ClusterState
@@ -33,9 +35,35 @@ from placement.model.validate import validate
 from placement.solve.baselines.common import apply_pins
 from placement.solve.units import candidate_devices
 
-__all__ = ["HEURISTICS", "Heuristic", "heuristic_candidates", "rank_units"]
+__all__ = ["HEURISTICS", "Heuristic", "heuristic_candidates", "rank_units", "shared_view"]
 
 Heuristic = Callable[[Topology, ClusterState, Job, Traffic], list[int] | None]
+
+
+_SHARED: ContextVar[dict[tuple[int, int, int], _Free] | None] = ContextVar("heuristics_free", default=None)
+"""Inside one `heuristic_candidates` call: the `_Free` view each heuristic starts from, built once (every
+heuristic reads it and none changes it; the objects it is keyed by live through the call)."""
+
+
+@contextmanager
+def shared_view() -> Iterator[None]:
+    """Within the block, the heuristics build their view of the free devices (candidates, pins, counts per host and
+    per domain) once per (topology, state, job) instead of once each."""
+    token = _SHARED.set({})
+    try:
+        yield
+    finally:
+        _SHARED.reset(token)
+
+
+def _free(topology: Topology, state: ClusterState, job: Job) -> _Free:
+    shared = _SHARED.get()
+    if shared is None:
+        return _Free(topology, state, job)
+    key = (id(topology), id(state), id(job))
+    if key not in shared:
+        shared[key] = _Free(topology, state, job)
+    return shared[key]
 
 
 class _Free:
@@ -136,7 +164,7 @@ def _in_order(free: _Free, job: Job, traffic: Traffic) -> list[int]:
 
 def _tight(emptiest: bool, nested: bool) -> Heuristic:
     def place(topology: Topology, state: ClusterState, job: Job, traffic: Traffic) -> list[int] | None:
-        free = _Free(topology, state, job)
+        free = _free(topology, state, job)
         scope = free.tightest() if free.ok else None
         if scope is None:
             return None
@@ -154,7 +182,7 @@ def _tight(emptiest: bool, nested: bool) -> Heuristic:
 
 def least_free(topology: Topology, state: ClusterState, job: Job, traffic: Traffic) -> list[int] | None:
     """Kueue's LeastFreeCapacity, from the top level down (see the module docstring)."""
-    free = _Free(topology, state, job)
+    free = _free(topology, state, job)
     if not free.ok:
         return None
     top = len(topology.levels) - 1
@@ -184,7 +212,7 @@ def least_free(topology: Topology, state: ClusterState, job: Job, traffic: Traff
 
 
 def rail_aligned(topology: Topology, state: ClusterState, job: Job, traffic: Traffic) -> list[int] | None:
-    free = _Free(topology, state, job)
+    free = _free(topology, state, job)
     scope = free.tightest() if free.ok else None
     if scope is None:
         return None
@@ -250,7 +278,7 @@ def _pack_into(
 
 
 def contiguous_fill(topology: Topology, state: ClusterState, job: Job, traffic: Traffic) -> list[int] | None:
-    free = _Free(topology, state, job)
+    free = _free(topology, state, job)
     scope = free.tightest() if free.ok else None
     if scope is None:
         return None
@@ -272,7 +300,7 @@ def _whole_units(free: _Free, usize: int, n_levels: int) -> list[Counter[int]]:
 
 def _group_pack(pipeline_first: bool) -> Heuristic:
     def place(topology: Topology, state: ClusterState, job: Job, traffic: Traffic) -> list[int] | None:
-        free = _Free(topology, state, job)
+        free = _free(topology, state, job)
         scope = free.tightest() if free.ok else None
         if scope is None:
             return None
@@ -310,7 +338,7 @@ def _block_pack(pipeline_first: bool, leaf: bool, first_fit: bool = False) -> He
     `_group_pack`."""
 
     def place(topology: Topology, state: ClusterState, job: Job, traffic: Traffic) -> list[int] | None:
-        free = _Free(topology, state, job)
+        free = _free(topology, state, job)
         scope = free.tightest() if free.ok else None
         par = job.parallel
         if scope is None or par is None:
@@ -387,9 +415,10 @@ def heuristic_candidates(
 ) -> dict[str, list[int] | None]:
     """Every heuristic's mapping when it is valid under the request's hard rules, else None."""
     out: dict[str, list[int] | None] = {}
-    for name in names if names is not None else HEURISTICS:
-        m = HEURISTICS[name](topology, state, job, traffic)
-        if m is not None and validate(topology, state, job, m, traffic=traffic):
-            m = None
-        out[name] = m
+    with shared_view():
+        for name in names if names is not None else HEURISTICS:
+            m = HEURISTICS[name](topology, state, job, traffic)
+            if m is not None and validate(topology, state, job, m, traffic=traffic):
+                m = None
+            out[name] = m
     return out

@@ -26,7 +26,7 @@ from placement.solve.cpsat import (  # imported here: ortools takes ~1 s to impo
     solve_cpsat,
 )
 from placement.solve.cpsat.model import build_units
-from placement.solve.heuristics import HEURISTICS, rank_units
+from placement.solve.heuristics import HEURISTICS, rank_units, shared_view
 from placement.solve.launcher import contiguous
 from placement.solve.multilevel.mapping import multilevel_candidates
 from placement.solve.prepared import PreparedRequest
@@ -316,15 +316,20 @@ def _heuristics(
         first = [n for n in LARGE_JOB_HEURISTICS if n in HEURISTICS]
         names = first + [n for n in names if n not in first]
     until = r.until(0.2)
-    for name in names:
-        heuristic = HEURISTICS[name]
-        if not r.evaluator_guided and found and (time.perf_counter() > until or not score.affordable(2.0)):
-            break
-        m = heuristic(r.topology, r.state, r.job, r.traffic)
-        rep = score(m)
-        baselines[name] = rep.comm_seconds if rep else None
-        if rep is not None and m is not None:
-            found[name] = (m, rep)
+    with shared_view():
+        for name in names:
+            heuristic = HEURISTICS[name]
+            if (
+                not r.evaluator_guided
+                and found
+                and (time.perf_counter() > until or not score.affordable(2.0))
+            ):
+                break
+            m = heuristic(r.topology, r.state, r.job, r.traffic)
+            rep = score(m)
+            baselines[name] = rep.comm_seconds if rep else None
+            if rep is not None and m is not None:
+                found[name] = (m, rep)
 
 
 def _best(found: dict[str, tuple[list[int], CostReport]]) -> str:
