@@ -14,7 +14,7 @@ from placement.cost.collectives import Fabric, Plan
 from placement.cost.compute import ComputeModel, device_kind, job_device_kind, step_compute
 from placement.cost.step import PHASE_ORDER
 from placement.model.traffic import Traffic
-from placement.solve.prepared import PreparedRequest
+from placement.solve.prepared import MovedMapping, PreparedRequest
 
 __all__ = ["StepEval", "Trial"]
 
@@ -197,7 +197,7 @@ class StepEval:
     def trial(self, moves: Mapping[int, int]) -> Trial:
         """The step and exposed communication if rank r moved to device moves[r] (nothing is changed): only the
         touched operations are re-planned, and only the operations sharing a link with them re-priced."""
-        view = _Overlay(self.mapping, moves)
+        view = MovedMapping(self.mapping, moves)
         touched = {oid for r in moves for oid in self.ops_of[r]}
         new_plans = {oid: self._plan(oid, view) for oid in touched}
         comp = self.comp if self.one_kind else self._compute(view)
@@ -280,19 +280,3 @@ def _rounds(tr: Traffic, group_ids: list[int], edge_ids: list[int]) -> list[list
         else:
             rounds.append(list(edge_ids))
     return rounds
-
-
-class _Overlay(Mapping[int, int]):
-    """A mapping with a few ranks moved, without copying it."""
-
-    def __init__(self, base: Sequence[int], moves: Mapping[int, int]) -> None:
-        self.base, self.moves = base, moves
-
-    def __getitem__(self, r: int) -> int:
-        return self.moves.get(r, self.base[r])
-
-    def __len__(self) -> int:
-        return len(self.base)
-
-    def __iter__(self):  # type: ignore[no-untyped-def]
-        return iter(range(len(self.base)))

@@ -24,7 +24,7 @@ from placement.solve.construct import HostPool
 from placement.solve.types import SolveOptions, report_key
 from placement.solve.units import candidate_devices
 
-__all__ = ["EVALUATOR_GUIDED_RANKS", "PreparedRequest", "SurrogateScore"]
+__all__ = ["EVALUATOR_GUIDED_RANKS", "MovedMapping", "PreparedRequest", "SurrogateScore"]
 
 EVALUATOR_GUIDED_RANKS = 8192
 
@@ -179,7 +179,7 @@ class SurrogateScore:
 
     def delta(self, moves: Mapping[int, int]) -> tuple[float, dict[int, float], dict[int, float]]:
         """Change of the total if rank r moved to device moves[r]; with the new costs of the touched terms."""
-        view = _Overlay(self.mapping, moves)
+        view = MovedMapping(self.mapping, moves)
         groups = {gi for r in moves for gi in self.p.rank_groups[r]}
         edges = {ei for r in moves for ei in self.p.rank_edges[r]}
         new_g = {gi: self._group(gi, view) for gi in groups}
@@ -200,7 +200,7 @@ class SurrogateScore:
             self.edge_cost[ei] = v
 
 
-class _Overlay(Mapping[int, int]):
+class MovedMapping(Mapping[int, int]):
     """A mapping with a few ranks moved, without copying it."""
 
     def __init__(self, base: Sequence[int], moves: Mapping[int, int]) -> None:
