@@ -104,7 +104,9 @@ def test_the_make_run_request_answers_the_same_cold_warm_thread_and_process(proc
         got[f"process warm {i}"] = _answer(process_server.stub.Place(req, timeout=120))
     assert {k: v == expected for k, v in got.items()} == dict.fromkeys(got, True)
     decoded = pb.PlaceResponse.FromString(expected).result
-    assert decoded.status in (pb.SOLVE_STATUS_OPTIMAL, pb.SOLVE_STATUS_FEASIBLE) and len(decoded.mapping) == 64
+    assert (
+        decoded.status in (pb.SOLVE_STATUS_OPTIMAL, pb.SOLVE_STATUS_FEASIBLE) and len(decoded.mapping) == 64
+    )
 
 
 # ---- process mode keeps the server's contract ----------------------------------------------------------------
