@@ -8,6 +8,7 @@ build has multiple-slurmd support, so each node is its own slurmd on 127.0.0.1 w
 from __future__ import annotations
 
 import os
+import random
 import re
 import shutil
 import socket
@@ -28,14 +29,23 @@ def missing_commands() -> list[str]:
     return [c for c in COMMANDS if shutil.which(c) is None]
 
 
+def _ephemeral_range() -> tuple[int, int]:
+    """The kernel's range for outgoing connections' ports (Linux), which a listening daemon must stay out of."""
+    try:
+        lo, hi = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(lo), int(hi)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
 def free_ports(count: int) -> list[int]:
-    """`count` TCP ports free right now, in one run (slurmd ports are the controller's + 1, + 2, ...)."""
+    """`count` TCP ports free right now, in one run (slurmd ports are the controller's + 1, + 2, ...), below the
+    ephemeral range: a port picked from it (bind to port 0) can be taken by any client's outgoing connection
+    (scontrol, sinfo, a slurmd's own RPCs) before the daemon binds it ("Unable to bind listen port")."""
+    lo = _ephemeral_range()[0]
+    rng = random.Random()
     for _ in range(200):
-        with socket.socket() as s:
-            s.bind(("", 0))
-            base = s.getsockname()[1]
-        if base + count >= 65000:
-            continue
+        base = rng.randrange(10000, max(10001, lo - count - 1))
         try:
             for p in range(base, base + count):
                 with socket.socket() as t:
