@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from placement.cost.collectives import Fabric, Plan
+from placement.cost.collectives import Plan, fabric_for
 from placement.cost.compute import ComputeModel, device_kind, job_device_kind, step_compute
 from placement.cost.step import PHASE_ORDER
 from placement.model.traffic import Traffic
@@ -53,7 +53,7 @@ class StepEval:
     def __init__(self, request: PreparedRequest, mapping: Sequence[int]) -> None:
         self.p = request
         t, tr = request.topology, request.traffic
-        self.fabric = Fabric(t, request.state)
+        self.fabric = fabric_for(t, request.state)  # its plan caches outlive the call
         self.mapping = list(mapping)
         self.n_groups = len(tr.groups)
         self.ops_of: list[list[int]] = [[] for _ in range(request.job.ranks)]

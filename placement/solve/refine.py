@@ -130,7 +130,7 @@ def polish(
     deadline: float,
     *,
     target: tuple[float, float] = (0.0, 0.0),
-    patience: int = 3,
+    patience: int = 1,
     max_rounds: int | None = None,
 ) -> PolishOutcome:
     """Evaluator-judged local search from `mapping` until `deadline`, until the step and the exposed
