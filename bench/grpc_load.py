@@ -30,6 +30,8 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Iterator
+from itertools import combinations
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -41,6 +43,7 @@ import yaml  # noqa: E402
 from placement.messages import domain as convert  # noqa: E402
 from placement.messages.files import request_from_dict  # noqa: E402
 from placement.solve import place  # noqa: E402
+from placement.solve.units import candidate_devices  # noqa: E402
 from placement.v1 import placement_pb2 as pb  # noqa: E402
 from placement.v1 import placement_pb2_grpc as pb_grpc  # noqa: E402
 from placement.v1 import registry_pb2 as rpb  # noqa: E402
@@ -94,6 +97,34 @@ def in_process_once(req: pb.PlaceRequest, workers: int) -> float:
     return time.perf_counter() - t0
 
 
+def in_process_answer(req: pb.PlaceRequest, workers: int) -> bytes:
+    """The answer the server gives `req` (no deadline, `workers` CP-SAT threads), solved here: `answer_bytes`."""
+    inputs = convert.place_inputs(req, Settings().default_time_limit_s)
+    inputs.options.workers = workers
+    res = place(inputs.topology, inputs.state, inputs.job, inputs.options)
+    result = convert.result_to_proto(
+        inputs.topology, inputs.job, res, time_limit_s=inputs.options.time_limit_s, deadline_limited=False
+    )
+    return answer_bytes(pb.PlaceResponse(result=result))
+
+
+def distinct_requests(base: pb.PlaceRequest, count: int, workers: int) -> list[tuple[pb.PlaceRequest, bytes]]:
+    """`count` requests that differ from `base` by one or two more busy devices (free devices the job may use:
+    first each alone, then pairs), each with its answer solved in process: no two are the same request, so a
+    server answers every one with a real solve."""
+    inputs = convert.place_inputs(base, Settings().default_time_limit_s)
+    topo = inputs.topology
+    free = [topo.devices[d].id for d in candidate_devices(topo, inputs.state, inputs.job)]
+    picks: list[tuple[str, ...]] = [(d,) for d in free] + list(combinations(free, 2))
+    out = []
+    for devs in picks[:count]:
+        req = pb.PlaceRequest()
+        req.CopyFrom(base)
+        req.state.occupied.add(job="bench-other", devices=list(devs))
+        out.append((req, in_process_answer(req, workers)))
+    return out
+
+
 class Server:
     """A `python -m server.main` child on a free loopback port; its `placed` log lines give solve_s per request id."""
 
@@ -116,6 +147,7 @@ class Server:
         self.solve_s: dict[str, float] = {}
         self.solve_log: list[float] = []  # solve_s of every placed call, in log order
         self.statuses: dict[str, int] = {}
+        self.memo_log: list[bool] = []  # per placed call: answered from the worker's answer memo
         assert self.proc.stderr is not None
         for line in self.proc.stderr:
             rec = json.loads(line)
@@ -135,6 +167,7 @@ class Server:
             if rec.get("msg") == "placed":
                 self.solve_s[rec["request_id"]] = float(rec["solve_s"])
                 self.solve_log.append(float(rec["solve_s"]))
+                self.memo_log.append(bool(rec.get("memo")))
                 self.statuses[rec["status"]] = self.statuses.get(rec["status"], 0) + 1
 
     def stop(self) -> None:
@@ -176,10 +209,12 @@ def load(
     max_calls: int,
     expected: bytes | None = None,
     mismatches: list[int] | None = None,
+    distinct: Iterator[tuple[pb.PlaceRequest, bytes]] | None = None,
 ) -> tuple[list[float], int, float]:
     """`clients` threads, each with its own channel, calling Place back to back until the time or call budget
     is spent. Returns latencies, errors and the wall time; an answer other than `expected` (timings aside)
-    counts in `mismatches[0]`."""
+    counts in `mismatches[0]`. With `distinct`, every call takes the next (request, its expected answer) from it
+    instead (and stops when it runs out)."""
     latencies: list[float] = []
     errors = [0]
     lock = threading.Lock()
@@ -194,9 +229,15 @@ def load(
                     if budget[0] <= 0:
                         return
                     budget[0] -= 1
+                    this, want = req, expected
+                    if distinct is not None:
+                        nxt = next(distinct, None)
+                        if nxt is None:
+                            return
+                        this, want = nxt
                 t0 = time.perf_counter()
                 try:
-                    resp = stub.Place(req, timeout=60)
+                    resp = stub.Place(this, timeout=60)
                 except grpc.RpcError:
                     with lock:
                         errors[0] += 1
@@ -204,7 +245,7 @@ def load(
                 dt = time.perf_counter() - t0
                 with lock:
                     latencies.append(dt)
-                    if expected is not None and mismatches is not None and answer_bytes(resp) != expected:
+                    if want is not None and mismatches is not None and answer_bytes(resp) != want:
                         mismatches[0] += 1
 
     threads = [threading.Thread(target=worker) for _ in range(clients)]
@@ -250,41 +291,22 @@ def scheduler_loop(args: argparse.Namespace) -> int:
     load_before = os.getloadavg()
     base = make_run_request()
     first: bytes | None = None
-    rows: list[tuple[str, str, str, int, int, int, int, float, float, float, float]] = []
+    rows: list[tuple[str, str, str, int, int, int, int, int, float, float, float, float]] = []
     modes = [m for m in args.modes.split(",") if m]
     ways = [w for w in args.by.split(",") if w]
+    kinds = [k for k in args.requests.split(",") if k]
     with tempfile.TemporaryDirectory() as tmp:
         for mode in modes:
             for way in ways:
-                server = Server(args.workers, mode, f"sqlite:///{tmp}/{mode}-{way}.db")
-                try:
-                    req = by_cluster_id(server.target, base) if way == "cluster_id" else base
-                    with grpc.insecure_channel(server.target) as ch:
-                        stub = pb_grpc.PlacementServiceStub(ch)
-                        t0 = time.perf_counter()
-                        resp = stub.Place(req, timeout=120)  # cold: the server's first call
-                        cold = time.perf_counter() - t0
-                    got = answer_bytes(resp)
-                    first = first if first is not None else got
-                    time.sleep(0.2)  # its log line
-                    solve0 = server.solve_log[0] if server.solve_log else math.nan
-                    rows.append(
-                        (mode, way, "cold (first call)", 1, 1, 0, int(got != first), 0.0, cold, cold, solve0)
-                    )
-                    # warm-up: every worker has solved once
-                    load(server.target, req, server.workers, 60.0, 2 * server.workers)
-                    for n in (1, 4, 16):
-                        mism = [0]
-                        k = len(server.solve_log)
-                        lat, errors, wall = load(server.target, req, n, seconds, args.max_calls, first, mism)
-                        time.sleep(0.2)  # the last log lines
-                        solve = server.solve_log[k:]
-                        rows.append(
-                            (mode, way, "warm", n, len(lat), errors, mism[0], len(lat) / wall,
-                             _pct(lat, 0.5), _pct(lat, 0.99), _pct(solve, 0.5) if solve else math.nan)
-                        )  # fmt: skip
-                finally:
-                    server.stop()
+                for kind in kinds:
+                    if kind == "distinct" and way != "value":
+                        continue  # distinct states are sent by value
+                    server = Server(args.workers, mode, f"sqlite:///{tmp}/{mode}-{way}-{kind}.db")
+                    try:
+                        rows += _loop_rows(args, server, mode, way, kind, base, seconds, first)
+                        first = first if first is not None else in_process_answer(base, _threads(server))
+                    finally:
+                        server.stop()
     print(
         f"scheduler loop: make run's Place (64 ranks, h100-256 + busy state, deterministic cpsat), loopback, "
         f"{os.cpu_count()} cores, server workers {args.workers or 'cores'}, warm runs of {seconds:g} s; "
@@ -292,19 +314,77 @@ def scheduler_loop(args: argparse.Namespace) -> int:
     )
     print()
     print(
-        "| solve mode | request | run | clients | calls | errors | answers != first | calls/s | p50 (ms) | "
-        "p99 (ms) | server-side place p50 (ms) |"
+        "| solve mode | request | requests | run | clients | calls | errors | answers != expected | memo hits | "
+        "calls/s | p50 (ms) | p99 (ms) | server-side place p50 (ms) |"
     )
-    print("|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|")
-    for mode, way, run, n, calls, errors, mism, tput, p50, p99, solve in rows:
+    print("|---|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
+    for mode, way, kind, run, n, calls, errors, mism, hits, tput, p50, p99, solve in rows:
         tp = f"{tput:.1f}" if tput else "-"
         print(
-            f"| {mode} | {way} | {run} | {n} | {calls} | {errors} | {mism} | {tp} | {_ms(p50)} | {_ms(p99)} | "
-            f"{_ms(solve)} |"
+            f"| {mode} | {way} | {kind} | {run} | {n} | {calls} | {errors} | {mism} | {hits} | {tp} | {_ms(p50)} | "
+            f"{_ms(p99)} | {_ms(solve)} |"
         )
     print()
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     return 0
+
+
+def _threads(server: Server) -> int:
+    """CP-SAT threads per solve of `server` (as it computes them)."""
+    return Settings(workers=server.workers).threads_per_solve
+
+
+def _loop_rows(
+    args: argparse.Namespace,
+    server: Server,
+    mode: str,
+    way: str,
+    kind: str,
+    base: pb.PlaceRequest,
+    seconds: float,
+    first: bytes | None,
+) -> list[tuple[str, str, str, str, int, int, int, int, int, float, float, float, float]]:
+    """A cold call and warm runs with 1, 4 and 16 clients on `server`. ``repeated``: `base` again and again,
+    every answer checked against `base`'s answer; ``distinct``: every call another state (one or two more busy
+    devices, never the same request twice), every answer checked against its own request's answer solved in
+    process."""
+    threads = _threads(server)
+    expected = first if first is not None else in_process_answer(base, threads)
+    stream: Iterator[tuple[pb.PlaceRequest, bytes]] | None = None
+    if kind == "distinct":
+        need = 1 + 2 * server.workers + 3 * args.max_calls
+        stream = iter(distinct_requests(base, need, threads))
+        req, expected = next(stream)
+    else:
+        req = by_cluster_id(server.target, base) if way == "cluster_id" else base
+    out = []
+    with grpc.insecure_channel(server.target) as ch:
+        stub = pb_grpc.PlacementServiceStub(ch)
+        t0 = time.perf_counter()
+        resp = stub.Place(req, timeout=120)  # cold: the server's first call
+        cold = time.perf_counter() - t0
+    time.sleep(0.2)  # its log line
+    solve0 = server.solve_log[0] if server.solve_log else math.nan
+    mism0 = int(answer_bytes(resp) != expected)
+    out.append(
+        (mode, way, kind, "cold (first call)", 1, 1, 0, mism0, sum(server.memo_log), 0.0, cold, cold, solve0)
+    )
+    # warm-up: every worker has solved once (repeated: the memo holds the answer from here on)
+    load(server.target, req, server.workers, 60.0, 2 * server.workers, distinct=stream)
+    for n in (1, 4, 16):
+        mism = [0]
+        k = len(server.solve_log)
+        lat, errors, wall = load(
+            server.target, req, n, seconds, args.max_calls, expected, mism, distinct=stream
+        )
+        time.sleep(0.2)  # the last log lines
+        solve = server.solve_log[k:]
+        hits = sum(server.memo_log[k:])
+        out.append(
+            (mode, way, kind, "warm", n, len(lat), errors, mism[0], hits, len(lat) / wall,
+             _pct(lat, 0.5), _pct(lat, 0.99), _pct(solve, 0.5) if solve else math.nan)
+        )  # fmt: skip
+    return out
 
 
 def modes_ab(args: argparse.Namespace) -> int:
@@ -352,6 +432,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--scenario", choices=["overhead", "scheduler-loop", "modes-ab"], default="overhead")
     ap.add_argument("--rounds", type=int, default=4, help="modes-ab: alternating rounds (default 4)")
     ap.add_argument("--modes", default="process,thread", help="scheduler-loop: solve modes (process,thread)")
+    ap.add_argument(
+        "--requests",
+        default="repeated,distinct",
+        help="scheduler-loop: the same request again (memo hits) and/or distinct states (every call a solve)",
+    )
     ap.add_argument(
         "--by", default="value,cluster_id", help="scheduler-loop: requests by value and/or cluster_id"
     )

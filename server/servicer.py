@@ -33,6 +33,7 @@ from placement.v1 import placement_pb2 as pb
 from placement.v1 import placement_pb2_grpc as pb_grpc
 from server.decisions import DecisionsMixin
 from server.errors import Cancelled, DeadlineError, LimitExceeded, status_for
+from server.memo import AnswerMemo
 from server.pool import SolvePool
 from server.settings import Settings
 from server.telemetry import Metrics
@@ -80,6 +81,7 @@ class PlacementServicer(DecisionsMixin, pb_grpc.PlacementServiceServicer):
         self._metrics = metrics
         self._lock = threading.Lock()
         self._active: set[threading.Event] = set()
+        self.memo = AnswerMemo(settings.answer_memo)  # per process: each solve worker has its own
 
     # ---- rpc methods --------------------------------------------------------------------------------------
 
@@ -219,6 +221,28 @@ class PlacementServicer(DecisionsMixin, pb_grpc.PlacementServiceServicer):
         budget = self._budget(inputs.options.time_limit_s, context, 1)
         opts = self._options(inputs.options, budget, stop)
         t0 = time.perf_counter()
+        # a deadline-limited call gets a budget of its own: its answer is neither taken from nor kept in the memo
+        key = (
+            None
+            if budget.deadline_limited or self.memo.entries <= 0
+            else AnswerMemo.key(request, budget.limit_s, opts.workers)
+        )
+        kept = self.memo.get(key) if key is not None else None
+        if kept is not None:
+            self._metrics.memo_hits.labels(method="Place").inc()
+            _log.info(
+                "placed",
+                extra={
+                    "fields": {
+                        "job": inputs.job.name,
+                        "ranks": inputs.job.ranks,
+                        "status": pb.SolveStatus.Name(kept.result.status).removeprefix("SOLVE_STATUS_"),
+                        "memo": True,
+                        "solve_s": round(time.perf_counter() - t0, 4),
+                    }
+                },
+            )
+            return kept
         try:
             with self._watchdog(budget, stop):
                 res = place(inputs.topology, inputs.state, inputs.job, opts)
@@ -257,7 +281,10 @@ class PlacementServicer(DecisionsMixin, pb_grpc.PlacementServiceServicer):
                 }
             },
         )
-        return pb.PlaceResponse(result=result)
+        response = pb.PlaceResponse(result=result)
+        if key is not None and not stop.is_set():  # a search cut short by a stop is not the request's answer
+            self.memo.put(key, response)
+        return response
 
     def _evaluate(
         self, request: pb.EvaluateRequest, context: grpc.ServicerContext, stop: threading.Event

@@ -52,6 +52,13 @@ class Settings:
         },
     )
     solver_threads: int = field(default=0, metadata={"help": "CP-SAT threads per solve (0: cores / workers)"})
+    answer_memo: int = field(
+        default=256,
+        metadata={
+            "help": "Place answers each solve worker keeps for repeated requests, by a digest of the whole "
+            "request (cluster, state, job, options); 0: off"
+        },
+    )
     queue_limit: int = field(default=64, metadata={"help": "requests waiting for a solver beyond `workers`"})
     max_message_bytes: int = field(default=32 * 1024 * 1024, metadata={"help": "largest request accepted"})
     max_queued_bytes: int = field(
@@ -142,7 +149,7 @@ class Settings:
             problems.append(
                 f"registry must be sqlite:///PATH, postgresql://... or off, got {self.registry!r}"
             )
-        for name in ("deadline_margin_s", "grace_s", "drain_s", "solver_threads"):
+        for name in ("deadline_margin_s", "grace_s", "drain_s", "solver_threads", "answer_memo"):
             if getattr(self, name) < 0:
                 problems.append(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.log_level.upper() not in _LOG_LEVELS:

@@ -112,6 +112,12 @@ class Metrics:
             buckets=_LATENCY_BUCKETS,
             registry=r,
         )
+        self.memo_hits = Counter(
+            "placement_memo_hits",
+            "Calls answered from a solve worker's answer memo (the same request answered before)",
+            ["method"],
+            registry=r,
+        )
         self.running = Gauge("placement_solves_running", "Solves running now", registry=r)
         self.queued = Gauge("placement_solves_queued", "Requests waiting for a solver", registry=r)
         self.rejected = Counter(

@@ -98,13 +98,15 @@ class Running:
 @contextlib.contextmanager
 def running(**overrides: Any) -> Iterator[Running]:
     """A started server on 127.0.0.1:0 with a channel to it; stopped (no grace) on exit. Solves run in the
-    server's process (``solve_mode="thread"``: tests replace `server.servicer.place`) unless asked otherwise."""
+    server's process (``solve_mode="thread"``: tests replace `server.servicer.place`) and without the answer
+    memo unless asked otherwise."""
     base: dict[str, Any] = {
         "host": "127.0.0.1",
         "port": 0,
         "metrics_port": None,
         "workers": 2,
         "solve_mode": "thread",
+        "answer_memo": 0,  # tests replace `place` and send a request again: each call must reach it
     }
     server, port = create_server(Settings(**{**base, **overrides}))
     server.start()

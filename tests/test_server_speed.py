@@ -23,8 +23,12 @@ from placement.messages import domain as convert
 from placement.messages.files import request_from_dict
 from placement.model.state import ClusterState
 from placement.model.traffic import job_traffic
-from placement.solve import place
+from placement.solve import StopEvent, place
 from placement.v1 import placement_pb2 as pb
+from server.memo import MEMO_NOTE, AnswerMemo
+from server.servicer import PlacementServicer
+from server.settings import Settings
+from server.workers import MetricsRecorder
 from tests.conftest import EXAMPLES
 from tests.support_server import (
     Running,
@@ -173,6 +177,19 @@ def test_process_mode_counts_solves_in_the_server_metrics(process_server: Runnin
     assert solves() - before == 3
 
 
+def test_process_mode_answers_a_repeated_request_from_the_memo_and_counts_it_apart() -> None:
+    def count(text: str, name: str) -> float:
+        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name))
+
+    with running(solve_mode="process", workers=1, solver_threads=1, answer_memo=4, metrics_port=0) as r:
+        answers = [r.stub.Place(place_request(), timeout=60) for _ in range(3)]
+        text = metrics_at(r.server.metrics_port)
+    assert count(text, 'placement_solves_total{method="Place"') == 1
+    assert count(text, 'placement_memo_hits_total{method="Place"}') == 2
+    assert [MEMO_NOTE in a.result.stats.notes for a in answers] == [False, True, True]
+    assert _answer(answers[1]) == _answer(answers[2]) == _answer(answers[0])
+
+
 def test_process_mode_full_queue_is_resource_exhausted() -> None:
     slow = place_request(
         nodes=64, tp=4, dp=16, pp=4, occupied=tuple(f"node{i:02d}" for i in range(1, 10)), time_limit_s=30
@@ -278,3 +295,69 @@ def test_conversion_cache_is_safe_across_threads() -> None:
         t.join()
     assert len(seen) == 4 and all(t.num_devices == 256 for t in seen)
     convert.CONVERTED.clear()
+
+
+# ---- the answer memo of a solve worker ------------------------------------------------------------------------
+
+
+class _Ctx:
+    """A call with no deadline that stays active (what `_place` asks of a gRPC context)."""
+
+    def time_remaining(self) -> float:
+        return 1e9
+
+    def is_active(self) -> bool:
+        return True
+
+
+def _servicer(memo: int) -> PlacementServicer:
+    return PlacementServicer(Settings(answer_memo=memo), None, MetricsRecorder())  # type: ignore[arg-type]
+
+
+def _one_more_busy(req: pb.PlaceRequest, device: str) -> pb.PlaceRequest:
+    out = pb.PlaceRequest()
+    out.CopyFrom(req)
+    out.state.occupied.add(job="other", devices=[device])
+    return out
+
+
+def test_a_repeated_request_is_answered_from_the_memo_with_the_solved_answer() -> None:
+    memo_on, memo_off = _servicer(8), _servicer(0)
+    req = make_run_request()
+    first = memo_on._place(req, _Ctx(), StopEvent())
+    again = memo_on._place(make_run_request(), _Ctx(), StopEvent())
+    solved = memo_off._place(make_run_request(), _Ctx(), StopEvent())  # a real solve, no memo
+    assert MEMO_NOTE not in first.result.stats.notes and MEMO_NOTE not in solved.result.stats.notes
+    assert again.result.stats.notes[MEMO_NOTE] == "memo"
+    assert _answer(again) == _answer(first) == _answer(solved)
+    assert (memo_on.memo.hits, memo_on.memo.misses) == (1, 1) and len(memo_off.memo) == 0
+
+
+def test_the_memo_never_answers_another_state() -> None:
+    svc = _servicer(8)
+    req = make_run_request()
+    first = svc._place(req, _Ctx(), StopEvent())
+    used = first.result.mapping[0].device  # the answer's first device, busy in the second request
+    other = _one_more_busy(req, used)
+    second = svc._place(other, _Ctx(), StopEvent())
+    assert MEMO_NOTE not in second.result.stats.notes and svc.memo.hits == 0
+    assert used not in {m.device for m in second.result.mapping}
+    assert AnswerMemo.key(req, 5.0, 1) != AnswerMemo.key(other, 5.0, 1)
+    assert AnswerMemo.key(req, 5.0, 1) != AnswerMemo.key(req, 4.0, 1)  # another granted time limit
+    named = pb.PlaceRequest(cluster_id="c", job=req.job, options=req.options)
+    assert AnswerMemo.key(named, 5.0, 1) is None  # a registry cluster's state is not in the request
+
+
+def test_the_memo_is_bounded_in_entries_and_bytes() -> None:
+    answer = pb.PlaceResponse()
+    answer.result.job = "j"
+    size = len(answer.SerializeToString())
+    memo = AnswerMemo(3, max_bytes=10 * size)
+    keys = [bytes([i]) * 32 for i in range(5)]
+    for k in keys:
+        memo.put(k, answer)
+    assert len(memo) == 3 and memo.get(keys[0]) is None and memo.get(keys[4]) is not None
+    small = AnswerMemo(100, max_bytes=2 * size)
+    for k in keys:
+        small.put(k, answer)
+    assert len(small) == 2 and small.size_bytes <= 2 * size
