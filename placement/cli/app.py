@@ -1,8 +1,8 @@
 """The root of the `placement` command line: its options (--limits, --version, -h/--help), the exit codes, and
 `COMMANDS`, the table of commands, each loaded from its module only when it runs or shows its own help.
 
-`placement --help`, `--version` and a mistyped command import no command module (nor the solver, numpy or
-matplotlib behind them), so they answer at once.
+`placement --help`, `--version`, a mistyped command and a command's usage errors (`placement.cli.usage`) import
+no command module (nor the solver, numpy or matplotlib behind them), so they answer at once.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from typer._click import Context, HelpFormatter
 
 from placement.cli.errors import EXIT_CODES, escape, fail
 from placement.cli.help import Command, Group
+from placement.cli.usage import check_usage
 from placement.limits import parse_limit_overrides, set_process_limits
 
 if TYPE_CHECKING:  # the modules COMMANDS loads, for the import checkers and mypy (loaded lazily at run time)
@@ -127,6 +128,8 @@ class LazyGroup(Group):
             close = difflib.get_close_matches(args[0], list(COMMANDS))
             hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
             ctx.fail(f"No such command {args[0]!r}.{hint}")
+        if args and args[0] in COMMANDS:
+            check_usage(ctx, args[0], args[1:])  # a usage error is reported before the command is imported
         return super().resolve_command(ctx, args)
 
     def format_help(self, ctx: Context, formatter: HelpFormatter) -> None:
