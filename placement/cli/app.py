@@ -10,8 +10,6 @@ from __future__ import annotations
 import difflib
 import importlib
 from dataclasses import dataclass
-from importlib.metadata import PackageNotFoundError
-from importlib.metadata import version as dist_version
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -148,6 +146,10 @@ def _epilog() -> str:
 def _version(value: bool) -> None:
     if not value:
         return
+    # importlib.metadata (~0.1 s) only for --version: every other start-up, help and usage error goes without it
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
+
     try:
         typer.echo(f"placement {dist_version('placement')}")
     except PackageNotFoundError:

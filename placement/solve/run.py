@@ -308,8 +308,9 @@ def _heuristics(
     found: dict[str, tuple[list[int], CostReport]],
     baselines: dict[str, float | None],
 ) -> None:
-    """Score the constructive heuristics: all of them up to evaluator-guided sizes (they are cheap there); for
-    larger jobs, where one scoring takes seconds, the likeliest first within a fifth of the time left."""
+    """Score the constructive heuristics within a fifth of the time left (once something valid is found): in
+    their order up to evaluator-guided sizes; for larger jobs, where one scoring takes seconds, the likeliest
+    first."""
     r = request
     names = list(HEURISTICS)
     if not r.evaluator_guided:
@@ -319,12 +320,8 @@ def _heuristics(
     with shared_view():
         for name in names:
             heuristic = HEURISTICS[name]
-            if (
-                not r.evaluator_guided
-                and found
-                and (time.perf_counter() > until or not score.affordable(2.0))
-            ):
-                break
+            if found and (time.perf_counter() > until or not score.affordable(2.0)):
+                break  # a tight limit: the baselines' best stands (deterministic options never stop here)
             m = heuristic(r.topology, r.state, r.job, r.traffic)
             rep = score(m)
             baselines[name] = rep.comm_seconds if rep else None
