@@ -56,10 +56,11 @@ class PreparedRequest:
         *,
         traffic: Traffic | None = None,
         t0: float | None = None,
+        candidates: list[int] | None = None,
     ) -> PreparedRequest:
         start = time.perf_counter() if t0 is None else t0
         traffic = traffic if traffic is not None else job_traffic(job)
-        cands = candidate_devices(topology, state, job)
+        cands = list(candidates) if candidates is not None else candidate_devices(topology, state, job)
         pinned: dict[int, int] = {}
         for r, dev_id in job.constraints.pins.items():
             di = topology.device_index(dev_id)

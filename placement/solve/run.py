@@ -101,10 +101,17 @@ def request_problems(
     return out
 
 
-def explain_infeasible(topology: Topology, state: ClusterState, job: Job, traffic: Traffic) -> list[str]:
-    """Pre-checks that catch the obvious infeasible requests, each reason with its numbers."""
+def explain_infeasible(
+    topology: Topology,
+    state: ClusterState,
+    job: Job,
+    traffic: Traffic,
+    candidates: list[int] | None = None,
+) -> list[str]:
+    """Pre-checks that catch the obvious infeasible requests, each reason with its numbers (`candidates`: the
+    job's candidate devices when the caller has them)."""
     reasons: list[str] = []
-    cands = candidate_devices(topology, state, job)
+    cands = candidates if candidates is not None else candidate_devices(topology, state, job)
     kind = f" {job.device_kind}" if job.device_kind else ""
     if len(cands) < job.ranks:
         excl, _ = excluded_devices(topology, job)
@@ -236,10 +243,11 @@ def place(
     if problems:
         raise InputError(f"job {job.name}", problems)
     checkpoint("checking the request")
-    reasons = explain_infeasible(topology, state, job, traffic)
+    cands = candidate_devices(topology, state, job)  # once per call: the checks and the prepared request
+    reasons = explain_infeasible(topology, state, job, traffic, cands)
     if reasons:
         raise InfeasibleError(reasons)
-    request = PreparedRequest.prepare(topology, state, job, opts, traffic=traffic, t0=t0)
+    request = PreparedRequest.prepare(topology, state, job, opts, traffic=traffic, t0=t0, candidates=cands)
     reserve = 0.2 * opts.time_limit_s if job.launcher == "torchrun" else 0.0  # for the contiguous search
     request.deadline -= reserve
     score = _Scorer(request)

@@ -21,6 +21,7 @@ not expressible in either scheduler's request and are not honoured here (the map
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -30,10 +31,24 @@ from placement.model.topology import Topology
 from placement.model.traffic import Traffic, dimension_groups
 from placement.solve.units import candidate_devices, required_units
 
-__all__ = ["Prepared", "apply_pins", "domain_paths", "job_slices", "prepare", "slice_size"]
+__all__ = ["Prepared", "apply_pins", "candidates_of", "domain_paths", "job_slices", "prepare", "slice_size"]
 
 SLICE_LABEL = "tp"
 """The group label whose groups are a job's slices when no host-level requirement names one."""
+
+
+_last = threading.local()  # per thread: the last (topology, state, job) and its candidate devices
+
+
+def candidates_of(topology: Topology, state: ClusterState, job: Job) -> list[int]:
+    """`candidate_devices`, computed once for the baselines of one request (they all ask for the same job on the
+    same state, one after the other): a copy of the last answer when the three objects are the same."""
+    last = getattr(_last, "value", None)
+    if last is not None and last[0] is topology and last[1] is state and last[2] is job:
+        return list(last[3])
+    cands = candidate_devices(topology, state, job)
+    _last.value = (topology, state, job, cands)
+    return list(cands)
 
 
 def apply_pins(topology: Topology, job: Job, cands: list[int]) -> tuple[dict[int, int], list[int]] | None:
@@ -205,7 +220,7 @@ class Prepared:
 def prepare(topology: Topology, state: ClusterState, job: Job, traffic: Traffic) -> Prepared | None:
     """The job's slices and the free devices per host; None when a pin names a device the job cannot use, or
     when a required host-level unit holding a pinned rank cannot fit on that rank's host."""
-    cands = candidate_devices(topology, state, job)
+    cands = candidates_of(topology, state, job)
     pins = apply_pins(topology, job, cands)
     if pins is None:
         return None
@@ -248,7 +263,7 @@ def _rank_best_fit(topology: Topology, state: ClusterState, job: Job, traffic: T
     Kept for tests that show what slices change: it places one device per rank and so may split a TP group over
     host fragments. Required levels and slices are ignored on purpose.
     """
-    cands = candidate_devices(topology, state, job)
+    cands = candidates_of(topology, state, job)
     pins = apply_pins(topology, job, cands)
     if pins is None:
         return None
