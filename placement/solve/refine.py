@@ -159,6 +159,7 @@ def polish(
         return out
     trials_per_round = max(50, min(400, 4 * len(units)))
     idle = 0
+    required = _required_checks(request)
 
     def free_by_host() -> dict[int, list[int]]:
         used = set(ev.mapping)
@@ -223,6 +224,8 @@ def polish(
                     continue
                 moves = {a: ev.mapping[b], b: ev.mapping[a]}
             out.trials += 1
+            if required and _breaks_required(required, ev.mapping, moves):
+                continue  # `request.valid` would refuse it: not worth pricing (the same moves are drawn)
             trial = ev.trial(moves)
             if not key_better(trial.key, ev.key):
                 continue
@@ -240,6 +243,41 @@ def polish(
         idle = 0 if gained else idle + 1
     out.mapping, out.key = list(ev.mapping), ev.key
     return out
+
+
+def _required_checks(request: PreparedRequest) -> dict[int, list[tuple[Sequence[int], tuple[int, ...]]]]:
+    """Per rank: the groups and edges of labels the job requires in one domain, as (domain column of that level,
+    their ranks): what `placement.model.validate` checks for `constraints.require`."""
+    topo, tr = request.topology, request.traffic
+    out: dict[int, list[tuple[Sequence[int], tuple[int, ...]]]] = {}
+    for label, level_name in request.job.constraints.require.items():
+        if level_name not in topo.level_names:
+            continue  # reported by the pre-checks
+        col = topo.domain_column(topo.level_index(level_name))
+        spans = [tuple(g.members) for g in tr.groups if g.label == label and len(g.members) > 1]
+        spans += [(e.src, e.dst) for e in tr.edges if e.label == label and e.src != e.dst]
+        for ranks in spans:
+            for r in ranks:
+                out.setdefault(r, []).append((col, ranks))
+    return out
+
+
+def _breaks_required(
+    checks: dict[int, list[tuple[Sequence[int], tuple[int, ...]]]], mapping: Sequence[int], moves: dict[int, int]
+) -> bool:
+    """True when moving rank r to device moves[r] spreads a required group or edge over two domains (the mapping
+    would break `constraints.require`)."""
+    for r in moves:
+        for col, ranks in checks.get(r, ()):
+            first = -1
+            for x in ranks:
+                d = moves.get(x)
+                dom = col[mapping[x] if d is None else d]
+                if first < 0:
+                    first = dom
+                elif dom != first:
+                    return True
+    return False
 
 
 def _edge_ranks(traffic: Traffic, ei: int) -> tuple[int, int]:
