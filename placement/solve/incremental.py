@@ -217,8 +217,9 @@ class StepEval:
                     for r, x in st.loads:
                         changed[r] = changed.get(r, rd.totals.get(r, 0.0)) + x
             affected = set(oids)
-            for r in changed:
-                affected.update(rd.users.get(r, ()))
+            for r, v in changed.items():
+                if v != rd.totals.get(r, 0.0):  # a link whose load is back where it was reprices nobody
+                    affected.update(rd.users.get(r, ()))
             new_times = {
                 oid: self._time(new_plans[oid] if oid in new_plans else self.plans[oid], rd.totals, changed)
                 for oid in affected
