@@ -6,7 +6,11 @@ Bounded in time and calls; stops by itself. Run: ``python bench/grpc_load.py [--
 ``--scenario scheduler-loop`` (issue 23): `make run`'s request (llama-13b TP8 x PP2 x DP4 on h100-256 with its busy
 state, deterministic CP-SAT) repeated as a scheduler sends it, by value and by `cluster_id` (registry), in process
 and thread solve mode, 1, 4 and 16 clients; the first call of a fresh server (cold) and load runs after a
-warm-up; every answer is checked against the first one (mapping, status, numbers; timings aside).
+warm-up. ``--requests repeated``: the same request every call, every answer checked against `make run`'s
+answer solved in process (mapping, status, numbers; timings aside): after the first call a solve worker answers
+from its answer memo (`server.memo`; the memo hits column counts them). ``--requests distinct``: every call
+another state (one or two more busy devices, never the same request twice: every call a real solve), each answer
+checked against that request's own answer solved in process.
 ``--scenario modes-ab``: the same request on a thread-mode and a process-mode server side by side, short runs
 alternating between them (the fair comparison on a shared machine).
 
