@@ -216,18 +216,20 @@ class PlacementServicer(DecisionsMixin, pb_grpc.PlacementServiceServicer):
         self, request: pb.PlaceRequest, context: grpc.ServicerContext, stop: threading.Event
     ) -> pb.PlaceResponse:
         self._started(context, stop)
-        inputs = convert.place_inputs(request, self._settings.default_time_limit_s, self._resolve(request))
+        resolved = self._resolve(request)
+        inputs = convert.place_inputs(request, self._settings.default_time_limit_s, resolved)
         checkpoint("converting the request")
         budget = self._budget(inputs.options.time_limit_s, context, 1)
         opts = self._options(inputs.options, budget, stop)
         t0 = time.perf_counter()
+        named = resolved[0] if resolved is not None else None  # a registry cluster: its answers are its own
         # a deadline-limited call gets a budget of its own: its answer is neither taken from nor kept in the memo
         key = (
             None
             if budget.deadline_limited or self.memo.entries <= 0
-            else AnswerMemo.key(request, budget.limit_s, opts.workers)
+            else AnswerMemo.key(request, budget.limit_s, opts.workers, resolved)
         )
-        kept = self.memo.get(key) if key is not None else None
+        kept = self.memo.get(key, named) if key is not None else None
         if kept is not None:
             self._metrics.memo_hits.labels(method="Place").inc()
             _log.info(
@@ -283,7 +285,7 @@ class PlacementServicer(DecisionsMixin, pb_grpc.PlacementServiceServicer):
         )
         response = pb.PlaceResponse(result=result)
         if key is not None and not stop.is_set():  # a search cut short by a stop is not the request's answer
-            self.memo.put(key, response)
+            self.memo.put(key, response, named)
         return response
 
     def _evaluate(

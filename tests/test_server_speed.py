@@ -5,6 +5,7 @@ paths, conversions) give the numbers a cold computation gives.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import threading
@@ -346,6 +347,29 @@ def test_the_memo_never_answers_another_state() -> None:
     assert AnswerMemo.key(req, 5.0, 1) != AnswerMemo.key(req, 4.0, 1)  # another granted time limit
     named = pb.PlaceRequest(cluster_id="c", job=req.job, options=req.options)
     assert AnswerMemo.key(named, 5.0, 1) is None  # a registry cluster's state is not in the request
+
+
+def test_a_registry_cluster_is_answered_from_the_memo_only_for_the_same_topology_and_state() -> None:
+    req = make_run_request()
+    inputs = convert.place_inputs(req)
+    topo, state = inputs.topology, inputs.state
+    named = pb.PlaceRequest(cluster_id="c", job=req.job, options=req.options)
+    busier = merge_states(
+        state, state_from_dict({"occupied": [{"job": "x", "devices": ["node01/gpu0"]}]}, topo, "s")
+    )
+    key = AnswerMemo.key(named, 5.0, 2, (topo, state))
+    assert key is not None and key != AnswerMemo.key(named, 5.0, 2, (topo, busier))
+    # the same content built in another order: the same key
+    same = dataclasses.replace(state, occupied=dict(reversed(list(state.occupied.items()))))
+    assert same is not state and key == AnswerMemo.key(named, 5.0, 2, (topo, same))
+    memo = AnswerMemo(4)
+    answer = pb.PlaceResponse()
+    answer.result.job = "j"
+    memo.put(key, answer, topo)
+    cold_topo, _ = _cold_topology()  # the same cluster put again: another topology object
+    assert memo.get(key, cold_topo) is None and memo.get(key, None) is None
+    hit = memo.get(key, topo)
+    assert hit is not None and hit.result.job == "j"
 
 
 def test_the_memo_is_bounded_in_entries_and_bytes() -> None:
