@@ -263,7 +263,9 @@ def _required_checks(request: PreparedRequest) -> dict[int, list[tuple[Sequence[
 
 
 def _breaks_required(
-    checks: dict[int, list[tuple[Sequence[int], tuple[int, ...]]]], mapping: Sequence[int], moves: dict[int, int]
+    checks: dict[int, list[tuple[Sequence[int], tuple[int, ...]]]],
+    mapping: Sequence[int],
+    moves: dict[int, int],
 ) -> bool:
     """True when moving rank r to device moves[r] spreads a required group or edge over two domains (the mapping
     would break `constraints.require`)."""
