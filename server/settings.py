@@ -57,8 +57,9 @@ class Settings:
     answer_memo: int = field(
         default=256,
         metadata={
-            "help": "Place answers each solve worker keeps for repeated requests, by a digest of the whole "
-            "request (cluster, state, job, options); 0: off"
+            "help": "Place answers kept for repeated requests (per process: each solve worker has its own), by "
+            "a digest of the whole request (cluster, state, job, options; for a cluster_id, the registry state "
+            "it resolves to); 0: off"
         },
     )
     queue_limit: int = field(default=64, metadata={"help": "requests waiting for a solver beyond `workers`"})
