@@ -11,7 +11,7 @@ import dataclasses
 import hashlib
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from placement.cost.report import CostReport
 from placement.errors import InfeasibleError, InputError, Problem
@@ -40,9 +40,12 @@ IDEAL_SHARE = 0.25
 """The ideal's solve gets this share of the request's time limit ..."""
 IDEAL_LIMIT_S = 2.0
 """... and at most this many seconds."""
-MAX_END_CHECKS = 16
+MAX_END_CHECKS = 8
 """The earliest-start walk re-places the job at most this many times (distinct expected ends)."""
 CACHE_SIZE = 256
+
+Ends = Sequence[tuple[float, Sequence[int]]] | Callable[[], Sequence[tuple[float, Sequence[int]]]]
+"""(expected end, device indices freed then) of running claims, or a callable that returns them."""
 
 _cache: OrderedDict[tuple[str, str], tuple[float, tuple[int, ...]] | None] = OrderedDict()
 _digests: OrderedDict[int, tuple[Topology, str]] = OrderedDict()
@@ -111,6 +114,8 @@ def ideal_placement(
             out = (res.report.step_seconds, tuple(res.mapping))
     except InfeasibleError:
         out = None
+    if options.stop is not None and options.stop.is_set():
+        return out  # cut short: not the solver's best, not cached
     with _lock:
         _cache[key] = out
         while len(_cache) > CACHE_SIZE:
@@ -128,6 +133,12 @@ def ideal_step(
     """The step of `ideal_placement` (None: the job does not fit on the empty cluster)."""
     hit = ideal_placement(topology, state, job, options, traffic)
     return None if hit is None else hit[0]
+
+
+def _cached(topology: Topology, state: ClusterState, job: Job) -> tuple[float, tuple[int, ...]] | None:
+    key = (cluster_digest(topology, state), _shape(job))
+    with _lock:
+        return _cache.get(key)
 
 
 def _short(options: SolveOptions) -> float:
@@ -148,7 +159,7 @@ def decide(
     options: SolveOptions | None = None,
     *,
     max_slowdown: float | None = None,
-    ends: Sequence[tuple[float, Sequence[int]]] = (),
+    ends: Ends = (),
     traffic: Traffic | None = None,
 ) -> PlacementResult:
     """Place the job now (`place_job`) and judge the answer against its ideal (`verdict` set on the result).
@@ -158,27 +169,39 @@ def decide(
     and never flatters. Above `max_slowdown` the status is WAIT (the mapping is the placement it would take now;
     nothing should be started or held on it), with the reasons (`wait_reasons`) and, when `ends` gives
     (expected end time, device indices freed then) of running claims, the earliest time a placement within the
-    bound is expected (`earliest_start`). InfeasibleError as `place` when no valid mapping exists now.
+    bound is expected (`earliest_start`; `ends` may be a callable, called only then). InfeasibleError as
+    `place` when no valid mapping exists now.
+
+    Time: when the ideal is not cached and the state has occupancy, its solve runs first with `_short` of the
+    limit and the placement gets the rest, so the call stays within `options.time_limit_s` (the earliest-start
+    walk of a WAIT answer adds at most half of it). On a state with no occupancy the answer is itself the solver
+    on the empty cluster: no second solve.
     """
     _check(max_slowdown)
     opts = options or SolveOptions()
     traffic = traffic if traffic is not None else job_traffic(job)
+    busy = bool(state.occupied)
+    known = _cached(topology, state, job)
+    if busy and known is None:
+        short = _short(opts)
+        ideal_placement(topology, state, job, opts, traffic)
+        opts = dataclasses.replace(opts, time_limit_s=max(opts.time_limit_s - short, short))
     res = place_job(topology, state, job, opts, traffic=traffic)
     if res.report is None or res.mapping is None:
         return res
-    ideal = ideal_step(topology, state, job, opts, traffic)
     step = res.report.step_seconds
+    ideal = ideal_step(topology, state, job, opts, traffic) if busy else step
     source = "empty cluster"
-    if ideal is None or ideal >= step or ideal <= 0:
+    if ideal is None or ideal > step or ideal <= 0:
         ideal, source = step, "the answer"
     verdict = Verdict(step / ideal if ideal > 0 else 1.0, ideal, source, max_slowdown)
     res.verdict = verdict
-    res.stats["slowdown"] = verdict.slowdown
-    res.stats["ideal_step_s"] = ideal
     if not verdict.wait:
         return res
     res.status = SolveStatus.WAIT
     verdict.reasons = wait_reasons(topology, state, job, res, ideal, traffic, opts)
+    if callable(ends):
+        ends = ends()
     if ends:
         verdict.earliest_s, verdict.earliest_how = earliest_start(
             topology, state, job, opts, ends, ideal * (max_slowdown or 1.0), traffic
@@ -229,6 +252,8 @@ def wait_reasons(
         free = free_by_level[want].values()
         holders = sum(1 for v in free if v >= size)
         room = sum(v // size for v in free)
+        if room >= len(groups):
+            continue  # room enough for these groups alone: the split follows from the others' placement
         out.append(
             f"{label} groups split across {levels[want]} domains: {len(worse)} of {len(groups)} {label} groups "
             f"span more than one {levels[want]} (the ideal keeps each in one); only {holders} {levels[want]} "
@@ -273,14 +298,16 @@ def earliest_start(
     traffic: Traffic,
 ) -> tuple[float | None, str]:
     """Walk the running claims by expected end: free the devices of every claim ending by t (the earliest first),
-    place the job again (a short solve each, at most `MAX_END_CHECKS` distinct times), and return the first t at
+    place the job again (at most `MAX_END_CHECKS` times, sharing half the time limit), and return the first t at
     which the step is within `bound_s`, with a sentence saying how it was found."""
     by_time: dict[float, set[int]] = {}
     for t, devs in ends:
         by_time.setdefault(t, set()).update(devs)
     times = sorted(by_time)
     occupied = dict(state.occupied)
-    opts = dataclasses.replace(options, time_limit_s=_short(options))
+    checks = min(len(times), MAX_END_CHECKS)
+    per = max(0.05, min(_short(options), 0.5 * options.time_limit_s / max(1, checks)))
+    opts = dataclasses.replace(options, time_limit_s=per)
     checked = 0
     best: CostReport | None = None
     for i, t in enumerate(times):
@@ -288,6 +315,8 @@ def earliest_start(
             occupied.pop(d, None)
         if i + 1 < len(times) and len(times) > MAX_END_CHECKS and (i + 1) % -(-len(times) // MAX_END_CHECKS):
             continue  # more ends than checks: check every k-th end (and the last)
+        if options.stop is not None and options.stop.is_set():
+            break
         checked += 1
         try:
             rep = place_job(
