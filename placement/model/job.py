@@ -12,15 +12,15 @@ from enum import Enum
 __all__ = [
     "DIMENSIONS",
     "LAUNCHERS",
+    "BalanceRule",
     "CollectiveKind",
     "Constraints",
     "Edge",
     "Group",
-    "BalanceRule",
     "Job",
     "ModelShape",
-    "SegmentRule",
     "ParallelSpec",
+    "SegmentRule",
     "SpreadRule",
     "host_blocks",
 ]

@@ -11,7 +11,7 @@ import itertools
 import math
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from placement.errors import InfeasibleError, InputError, InternalError
 from placement.model.job import Job, SpreadRule
@@ -23,7 +23,10 @@ from placement.solve.run import place
 from placement.solve.types import PlacementResult, SolveOptions, better
 from placement.solve.units import candidate_devices
 
-__all__ = ["BLOCKED", "MAX_SETS", "place_job"]
+__all__ = ["BLOCKED", "MAX_SETS", "Solve", "place_job"]
+
+Solve = Callable[..., PlacementResult]
+"""`place`'s signature: (topology, state, job, options, *, traffic) -> PlacementResult."""
 
 MAX_SETS = 24
 """Domain sets tried per number of domains: every set when there are at most this many, else best-fit sets."""
@@ -39,8 +42,9 @@ def place_job(
     options: SolveOptions | None = None,
     *,
     traffic: Traffic | None = None,
+    solve: Solve = place,
 ) -> PlacementResult:
-    """`place`, with the balance rule honoured when the job has one.
+    """`place` (or `solve`, a function like it), with the balance rule honoured when the job has one.
 
     Balanced slices: for d = 1, 2, ... domains of the balance level (the fewest first), S slices split into r
     domains of q + 1 slices and d - r of q (`balance_counts`). For each chosen set of d domains (every set when
@@ -52,7 +56,7 @@ def place_job(
     opts = options or SolveOptions()
     bal = job.constraints.balance
     if bal is None:
-        return place(topology, state, job, opts, traffic=traffic)
+        return solve(topology, state, job, opts, traffic=traffic)
     problems = slice_problems(topology, job)
     if problems:
         raise InputError(f"job {job.name}", problems)
@@ -79,7 +83,7 @@ def place_job(
             sub_state, sub_job = _restricted(topology, state, job, cands, chosen, hi, q, li)
             tried += 1
             try:
-                res = place(
+                res = solve(
                     topology,
                     sub_state,
                     sub_job,
@@ -124,12 +128,12 @@ def _domain_sets(
     parent = topology.parent[li] if li + 1 < len(topology.levels) else None
     for k in ok:
         groups.setdefault(parent[k] if parent is not None else 0, []).append(k)
-    pools = sorted(groups.values(), key=lambda g: sum(room[k] for k in g)) + [ok]
+    pools = [*sorted(groups.values(), key=lambda g: sum(room[k] for k in g)), ok]
     for pool in pools:
-        combo = _best_fit(pool, room, d, q, r)
-        if combo is not None and combo not in seen:
-            seen.add(combo)
-            yield combo
+        fit = _best_fit(pool, room, d, q, r)
+        if fit is not None and fit not in seen:
+            seen.add(fit)
+            yield fit
 
 
 def _best_fit(pool: list[int], room: dict[int, int], d: int, q: int, r: int) -> tuple[int, ...] | None:

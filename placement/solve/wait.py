@@ -19,7 +19,8 @@ from placement.model.job import Job
 from placement.model.state import ClusterState
 from placement.model.topology import Topology
 from placement.model.traffic import Traffic, job_traffic
-from placement.solve.balance import place_job
+from placement.solve.balance import Solve, place_job
+from placement.solve.run import place
 from placement.solve.types import PlacementResult, SolveOptions, SolveStatus, Verdict
 from placement.solve.units import candidate_devices
 
@@ -32,8 +33,8 @@ __all__ = [
     "earliest_start",
     "ideal_placement",
     "ideal_step",
-    "wait_reasons",
     "place_or_wait",
+    "wait_reasons",
 ]
 
 IDEAL_SHARE = 0.25
@@ -97,6 +98,7 @@ def ideal_placement(
     job: Job,
     options: SolveOptions,
     traffic: Traffic | None = None,
+    solve: Solve = place,
 ) -> tuple[float, tuple[int, ...]] | None:
     """The job's step and mapping placed by `place_job` on the cluster with no occupancy, with `IDEAL_SHARE` of
     the time limit (at most `IDEAL_LIMIT_S`), cached per (cluster digest, job shape); None when it does not fit
@@ -109,7 +111,7 @@ def ideal_placement(
     opts = dataclasses.replace(options, time_limit_s=_short(options))
     out: tuple[float, tuple[int, ...]] | None = None
     try:
-        res = place_job(topology, _empty(state), job, opts, traffic=traffic)
+        res = place_job(topology, _empty(state), job, opts, traffic=traffic, solve=solve)
         if res.report is not None and res.mapping is not None:
             out = (res.report.step_seconds, tuple(res.mapping))
     except InfeasibleError:
@@ -129,9 +131,10 @@ def ideal_step(
     job: Job,
     options: SolveOptions,
     traffic: Traffic | None = None,
+    solve: Solve = place,
 ) -> float | None:
     """The step of `ideal_placement` (None: the job does not fit on the empty cluster)."""
-    hit = ideal_placement(topology, state, job, options, traffic)
+    hit = ideal_placement(topology, state, job, options, traffic, solve)
     return None if hit is None else hit[0]
 
 
@@ -161,6 +164,7 @@ def decide(
     max_slowdown: float | None = None,
     ends: Ends = (),
     traffic: Traffic | None = None,
+    solve: Solve = place,
 ) -> PlacementResult:
     """Place the job now (`place_job`) and judge the answer against its ideal (`verdict` set on the result).
 
@@ -184,13 +188,13 @@ def decide(
     known = _cached(topology, state, job)
     if busy and known is None:
         short = _short(opts)
-        ideal_placement(topology, state, job, opts, traffic)
+        ideal_placement(topology, state, job, opts, traffic, solve)
         opts = dataclasses.replace(opts, time_limit_s=max(opts.time_limit_s - short, short))
-    res = place_job(topology, state, job, opts, traffic=traffic)
+    res = place_job(topology, state, job, opts, traffic=traffic, solve=solve)
     if res.report is None or res.mapping is None:
         return res
     step = res.report.step_seconds
-    ideal = ideal_step(topology, state, job, opts, traffic) if busy else step
+    ideal = ideal_step(topology, state, job, opts, traffic, solve) if busy else step
     source = "empty cluster"
     if ideal is None or ideal > step or ideal <= 0:
         ideal, source = step, "the answer"
@@ -199,12 +203,12 @@ def decide(
     if not verdict.wait:
         return res
     res.status = SolveStatus.WAIT
-    verdict.reasons = wait_reasons(topology, state, job, res, ideal, traffic, opts)
+    verdict.reasons = wait_reasons(topology, state, job, res, ideal, traffic, opts, solve)
     if callable(ends):
         ends = ends()
     if ends:
         verdict.earliest_s, verdict.earliest_how = earliest_start(
-            topology, state, job, opts, ends, ideal * (max_slowdown or 1.0), traffic
+            topology, state, job, opts, ends, ideal * (max_slowdown or 1.0), traffic, solve
         )
     else:
         verdict.earliest_how = "no expected ends known (a registry cluster's leases give them)"
@@ -222,6 +226,7 @@ def wait_reasons(
     ideal: float,
     traffic: Traffic,
     options: SolveOptions,
+    solve: Solve = place,
 ) -> list[str]:
     """Why the answer is slow: its step and slowdown, and per group label the groups that span a higher level
     than the ideal placement puts them in, with how many domains of that level have room for a group now."""
@@ -233,7 +238,7 @@ def wait_reasons(
         f"the best placement now has a step of {rep.step_seconds:.4g} s, {rep.step_seconds / ideal:.3f}x the "
         f"ideal {ideal:.4g} s (the job on the empty cluster); at most {bound:g}x asked"
     ]
-    hit = ideal_placement(topology, state, job, options, traffic)
+    hit = ideal_placement(topology, state, job, options, traffic, solve)
     if hit is None:
         return out
     ideal_map = hit[1]
@@ -296,6 +301,7 @@ def earliest_start(
     ends: Sequence[tuple[float, Sequence[int]]],
     bound_s: float,
     traffic: Traffic,
+    solve: Solve = place,
 ) -> tuple[float | None, str]:
     """Walk the running claims by expected end: free the devices of every claim ending by t (the earliest first),
     place the job again (at most `MAX_END_CHECKS` times, sharing half the time limit), and return the first t at
@@ -320,7 +326,7 @@ def earliest_start(
         checked += 1
         try:
             rep = place_job(
-                topology, dataclasses.replace(state, occupied=occupied), job, opts, traffic=traffic
+                topology, dataclasses.replace(state, occupied=occupied), job, opts, traffic=traffic, solve=solve
             ).report
         except InfeasibleError:
             continue
