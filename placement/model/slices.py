@@ -18,7 +18,9 @@ __all__ = ["balance_counts", "host_size", "segment_ranks", "slice_problems"]
 def host_size(topology: Topology, job: Job) -> set[int]:
     """The distinct numbers of devices of the job's kind per host (hosts without one left out)."""
     col = topology.domain_column(0)
-    per = Counter(col[d.index] for d in topology.devices if job.device_kind is None or d.kind == job.device_kind)
+    per = Counter(
+        col[d.index] for d in topology.devices if job.device_kind is None or d.kind == job.device_kind
+    )
     return set(per.values())
 
 
@@ -48,7 +50,9 @@ def slice_problems(topology: Topology, job: Job) -> list[Problem]:
     bal, seg = job.constraints.balance, job.constraints.segment
     if bal is not None:
         if bal.level not in levels:
-            out.append(Problem("constraints.balance.level", f"unknown level {bal.level!r}; levels are {levels}"))
+            out.append(
+                Problem("constraints.balance.level", f"unknown level {bal.level!r}; levels are {levels}")
+            )
         if bal.slice < 1:
             out.append(Problem("constraints.balance.slice", f"must be >= 1 rank, got {bal.slice}"))
         elif job.ranks % bal.slice:
@@ -60,7 +64,9 @@ def slice_problems(topology: Topology, job: Job) -> list[Problem]:
             )
     if seg is not None:
         if seg.level not in levels:
-            out.append(Problem("constraints.segment.level", f"unknown level {seg.level!r}; levels are {levels}"))
+            out.append(
+                Problem("constraints.segment.level", f"unknown level {seg.level!r}; levels are {levels}")
+            )
         elif seg.level == levels[0] and seg.nodes > 1:
             out.append(
                 Problem(

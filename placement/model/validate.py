@@ -193,7 +193,10 @@ def _slice_violations(topology: Topology, job: Job, mapping: Sequence[int]) -> l
     block of `segment_ranks` consecutive ranks inside one domain)."""
     bad = slice_problems(topology, job)
     if bad:
-        return [Violation("balance" if p.path.startswith("constraints.balance") else "segment", str(p)) for p in bad]
+        return [
+            Violation("balance" if p.path.startswith("constraints.balance") else "segment", str(p))
+            for p in bad
+        ]
     out: list[Violation] = []
     bal, seg = job.constraints.balance, job.constraints.segment
     if bal is not None:

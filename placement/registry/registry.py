@@ -118,7 +118,6 @@ class Registry:
         self.store = store
         self.clock = clock
         self._solve: Solve = place if solve is None else solve
-        self._own_solve = solve is None  # the default: place or wait (`decide`), with the slowdown reported
         self.max_attempts = max_attempts
         self.event_max_age_s = event_max_age_s
         self.event_max_count = event_max_count
@@ -321,17 +320,15 @@ class Registry:
             state = view.solve_state(self.clock(), job.name, inflight)
             solves += 1
             try:
-                if self._own_solve:
-                    result = decide(
-                        view.topology,
-                        state,
-                        job,
-                        options,
-                        max_slowdown=max_slowdown,
-                        ends=lambda: self.expected_ends(cluster_id),
-                    )
-                else:
-                    result = self._solve(view.topology, state, job, options)
+                result = decide(  # place or wait, with `_solve` (place, or a test's stand-in) placing
+                    view.topology,
+                    state,
+                    job,
+                    options,
+                    max_slowdown=max_slowdown,
+                    ends=lambda: self.expected_ends(cluster_id),
+                    solve=self._solve,
+                )
             except InfeasibleError:
                 # devices of other Reserves in flight were left out: wait until they are claimed or given back
                 if inflight and solves < 4 * self.max_attempts and self._settle(cluster_id, inflight):

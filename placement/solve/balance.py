@@ -56,7 +56,12 @@ def place_job(
     opts = options or SolveOptions()
     bal = job.constraints.balance
     if bal is None:
-        return solve(topology, state, job, opts, traffic=traffic)
+        # traffic only when given: `solve` may be a stand-in with place's positional arguments only
+        return (
+            solve(topology, state, job, opts)
+            if traffic is None
+            else solve(topology, state, job, opts, traffic=traffic)
+        )
     problems = slice_problems(topology, job)
     if problems:
         raise InputError(f"job {job.name}", problems)
@@ -176,7 +181,9 @@ def _restricted(
             if col[d] == k:
                 per_host.setdefault(hosts[d], []).append(d)
         keep = q * bal.slice
-        order = sorted(per_host.values(), key=lambda ds: (-sum(1 for x in ds if x in pinned), -len(ds), ds[0]))
+        order = sorted(
+            per_host.values(), key=lambda ds: (-sum(1 for x in ds if x in pinned), -len(ds), ds[0])
+        )
         for ds in order:
             for x in sorted(ds, key=lambda x: (x not in pinned, x)):
                 if keep > 0:

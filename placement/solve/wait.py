@@ -151,7 +151,8 @@ def _short(options: SolveOptions) -> float:
 def _check(max_slowdown: float | None) -> None:
     if max_slowdown is not None and not (max_slowdown >= 1 and max_slowdown < float("inf")):
         raise InputError(
-            "request", [Problem("max_slowdown", f"must be a number >= 1 (1: the ideal step), got {max_slowdown}")]
+            "request",
+            [Problem("max_slowdown", f"must be a number >= 1 (1: the ideal step), got {max_slowdown}")],
         )
 
 
@@ -183,18 +184,18 @@ def decide(
     """
     _check(max_slowdown)
     opts = options or SolveOptions()
-    traffic = traffic if traffic is not None else job_traffic(job)
+    given, traffic = traffic, traffic if traffic is not None else job_traffic(job)
     busy = bool(state.occupied)
     known = _cached(topology, state, job)
     if busy and known is None:
         short = _short(opts)
-        ideal_placement(topology, state, job, opts, traffic, solve)
+        ideal_placement(topology, state, job, opts, given, solve)
         opts = dataclasses.replace(opts, time_limit_s=max(opts.time_limit_s - short, short))
-    res = place_job(topology, state, job, opts, traffic=traffic, solve=solve)
+    res = place_job(topology, state, job, opts, traffic=given, solve=solve)
     if res.report is None or res.mapping is None:
         return res
     step = res.report.step_seconds
-    ideal = ideal_step(topology, state, job, opts, traffic, solve) if busy else step
+    ideal = ideal_step(topology, state, job, opts, given, solve) if busy else step
     source = "empty cluster"
     if ideal is None or ideal > step or ideal <= 0:
         ideal, source = step, "the answer"
@@ -326,7 +327,12 @@ def earliest_start(
         checked += 1
         try:
             rep = place_job(
-                topology, dataclasses.replace(state, occupied=occupied), job, opts, traffic=traffic, solve=solve
+                topology,
+                dataclasses.replace(state, occupied=occupied),
+                job,
+                opts,
+                traffic=traffic,
+                solve=solve,
             ).report
         except InfeasibleError:
             continue

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.console import Console
 
 from placement.cli.commands.remote import place_remote
 from placement.cli.errors import err, escape, fail, guard
@@ -22,10 +23,13 @@ from placement.io.export import baseline_costs, export
 from placement.messages import domain, dump_message, message_to_dict
 from placement.messages.files import read_request, request_from_dict
 from placement.solve import SolveOptions, Strategy
-from placement.solve import place as run_place
+from placement.solve.wait import decide
 from placement.v1 import placement_pb2 as pb
 
-__all__ = ["PLACE_OUTPUTS", "app", "place"]
+__all__ = ["PLACE_OUTPUTS", "WAIT_EXIT", "app", "place"]
+
+WAIT_EXIT = 4
+"""The exit status of a WAIT answer (place or wait, --max-slowdown): no launch file is written."""
 
 PLACE_OUTPUTS = ("table", "json", "yaml", "rankfile", "hostfile", "slurm", "torchrun")
 
@@ -53,17 +57,55 @@ def _check_options(strategy: str, time_limit: float, gap: float, seed: int, work
     return strat
 
 
+def print_verdict(result: Any, console: Console = out) -> None:
+    """The slowdown line of a PlacementResult message and, for a WAIT, the reasons and the earliest start."""
+    if not result.HasField("slowdown"):
+        return
+    console.print(
+        f"slowdown {result.slowdown:.3f}x against the ideal step {result.ideal_step_s:.4f} s "
+        f"({result.ideal_source})",
+        soft_wrap=True,
+        highlight=False,
+    )
+    if result.status != pb.SOLVE_STATUS_WAIT:
+        return
+    w = result.wait
+    console.print(
+        f"WAIT: above the bound of {w.max_slowdown:g}x; nothing to start", soft_wrap=True, highlight=False
+    )
+    for line in w.reasons:
+        console.print(f"  {escape(line)}", soft_wrap=True, highlight=False)
+    when = (
+        f"earliest start within the bound: {w.earliest_start_unix_s:.0f} (Unix s)"
+        if w.HasField("earliest_start_unix_s")
+        else "earliest start within the bound: unknown"
+    )
+    console.print(f"  {when}; {escape(w.earliest_how)}", soft_wrap=True, highlight=False)
+
+
+def _waiting(result: Any) -> None:
+    """A WAIT answer ends the command with `WAIT_EXIT` (after its output)."""
+    if result.status == pb.SOLVE_STATUS_WAIT:
+        raise typer.Exit(WAIT_EXIT)
+
+
 def _answer(result: Any, cluster: str, output: str, out_file: Path | None) -> None:
     """A PlacementResult (from a server, or a request solved here) as `--output` asks."""
     response = pb.PlaceResponse(result=result)
     if output in ("json", "yaml"):
         write_output(dump_message(response, output), out_file)
+        _waiting(result)
         return
     if output == "table":
         print_result(result, cluster)
+        print_verdict(result)
         if out_file is not None:
             write_output(dump_message(response, "json"), out_file)
+        _waiting(result)
         return
+    if result.status == pb.SOLVE_STATUS_WAIT:  # no launch file for a placement not to be started
+        print_verdict(result, err)
+        _waiting(result)
     seats = [(a.host, int(a.device.rpartition("/gpu")[2])) for a in result.mapping]
     write_output(export(output, seats), out_file)
 
@@ -77,7 +119,7 @@ def _place_request(
         _answer(place_remote(req, server, token), cluster, output, out_file)
         return
     inputs = domain.place_inputs(req)
-    res = run_place(inputs.topology, inputs.state, inputs.job, inputs.options)
+    res = decide(inputs.topology, inputs.state, inputs.job, inputs.options, max_slowdown=inputs.max_slowdown)
     result = domain.result_to_proto(
         inputs.topology, inputs.job, res, time_limit_s=inputs.options.time_limit_s, deadline_limited=False
     )
@@ -122,6 +164,12 @@ def place(
     picture: Annotated[
         Path | None, typer.Option(help="also draw the placement (SVG or PNG by suffix)")
     ] = None,
+    max_slowdown: Annotated[
+        float | None,
+        typer.Option(
+            help="place or wait: above this step / ideal step (>= 1) the answer is WAIT (exit 4, no launch file)"
+        ),
+    ] = None,
 ) -> None:
     """Place a job on a cluster state and show what it costs, next to the baselines.
 
@@ -138,6 +186,8 @@ def place(
     if cluster is None or job is None:
         fail("missing CLUSTER and JOB (or --request FILE)", 2)
     strat = _check_options(strategy, time_limit, gap, seed, workers)
+    if max_slowdown is not None and not (math.isfinite(max_slowdown) and max_slowdown >= 1):
+        fail(f"--max-slowdown: must be a number >= 1 (1: the ideal step), got {max_slowdown:g}", 2)
     if server is not None:
         doc: dict[str, Any] = {
             "cluster_file": str(cluster),
@@ -152,11 +202,13 @@ def place(
         }
         if state is not None:
             doc["state_file"] = str(state)
+        if max_slowdown is not None:
+            doc["max_slowdown"] = max_slowdown
         req = request_from_dict(doc, pb.PlaceRequest, "<place>", Path.cwd())
         _place_request(req, server, token, output, out_file)
         return
     topo, st, jb = load_inputs(cluster, job, state)
-    res = run_place(
+    res = decide(
         topo,
         st,
         jb,
@@ -168,6 +220,7 @@ def place(
             workers=workers,
             deterministic=deterministic,
         ),
+        max_slowdown=max_slowdown,
     )
     rep = res.report
     if res.mapping is None or not isinstance(rep, CostReport):  # `place` raises InfeasibleError instead
@@ -201,11 +254,17 @@ def place(
                 f"against {free:.4f} s for the free mapping ({100 * (rep.step_seconds / free - 1):+.2f}%)",
                 soft_wrap=True,
             )
+        print_verdict(response.result)
         if out_file is not None:
             write_output(dump_message(response, "json"), out_file)
+        _waiting(response.result)
         return
     if output in ("json", "yaml"):
         write_output(dump_message(response, output), out_file)
+        _waiting(response.result)
         return
+    if response.result.status == pb.SOLVE_STATUS_WAIT:  # no launch file for a placement not to be started
+        print_verdict(response.result, err)
+        _waiting(response.result)
     seats = [(topo.devices[d].host, topo.devices[d].local_index) for d in res.mapping]
     write_output(export(output, seats, document=message_to_dict(response), topology=topo), out_file)
