@@ -293,5 +293,7 @@ def test_cli_preempt_and_capacity_with_server_answer_as_here(tmp_path: Path, ser
     assert there["fragmentation"] == here["fragmentation"]
     res = run(*cap[:-2], "--server", f"127.0.0.1:{server.port}")
     assert res.exit_code == 0 and "fragmentation" in res.stdout and "tp2x2" in res.stdout, res.output
-    bad = run("capacity", cluster, "--shape", "tp2", "--tp-level", "rack", "--server", f"127.0.0.1:{server.port}")
+    bad = run(
+        "capacity", cluster, "--shape", "tp2", "--tp-level", "rack", "--server", f"127.0.0.1:{server.port}"
+    )
     assert bad.exit_code == 2 and "rack" in bad.stderr, bad.output

@@ -134,9 +134,17 @@ def test_the_validator_flags_unbalanced_and_split_segments() -> None:
     ("constraints", "path", "words"),
     [
         ({"balance": {"level": "rack"}}, "constraints.balance.level", "unknown level 'rack'"),
-        ({"balance": {"level": "leaf", "slice": 4}}, "constraints.balance.slice", "do not divide the job's 6"),
+        (
+            {"balance": {"level": "leaf", "slice": 4}},
+            "constraints.balance.slice",
+            "do not divide the job's 6",
+        ),
         ({"segment": {"nodes": 2, "level": "leaf"}}, "constraints.segment.nodes", "4 ranks do not divide"),
-        ({"segment": {"nodes": 2, "level": "node"}}, "constraints.segment.level", "cannot lie inside one node"),
+        (
+            {"segment": {"nodes": 2, "level": "node"}},
+            "constraints.segment.level",
+            "cannot lie inside one node",
+        ),
     ],
 )
 def test_impossible_requests_name_the_field_value_and_rule(
