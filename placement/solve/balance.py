@@ -81,8 +81,8 @@ def place_job(
         sets = list(itertools.islice(_domain_sets(topology, li, room, d, q, r), MAX_SETS))
         for chosen in sets:
             left = opts.time_limit_s - (time.perf_counter() - t0)
-            if best is not None and left <= 0:
-                break
+            if (best is not None and left <= 0) or left <= -opts.time_limit_s:
+                break  # the limit is spent (twice over without an answer: the sets left are not tried)
             share = max(left / max(1, min(len(sets), 4)), min(0.2, opts.time_limit_s))
             hi = set(sorted(chosen, key=lambda k: (-room[k], k))[:r])
             sub_state, sub_job = _restricted(topology, state, job, cands, chosen, hi, q, li)

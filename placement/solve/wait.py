@@ -138,12 +138,6 @@ def ideal_step(
     return None if hit is None else hit[0]
 
 
-def _cached(topology: Topology, state: ClusterState, job: Job) -> tuple[float, tuple[int, ...]] | None:
-    key = (cluster_digest(topology, state), _shape(job))
-    with _lock:
-        return _cache.get(key)
-
-
 def _short(options: SolveOptions) -> float:
     return max(0.05, min(IDEAL_LIMIT_S, IDEAL_SHARE * options.time_limit_s))
 
@@ -177,25 +171,22 @@ def decide(
     bound is expected (`earliest_start`; `ends` may be a callable, called only then). InfeasibleError as
     `place` when no valid mapping exists now.
 
-    Time: when the ideal is not cached and the state has occupancy, its solve runs first with `_short` of the
-    limit and the placement gets the rest, so the call stays within `options.time_limit_s` (the earliest-start
-    walk of a WAIT answer adds at most half of it). On a state with no occupancy the answer is itself the solver
-    on the empty cluster: no second solve.
+    `solve` places the job (`place`, or a stand-in); the ideal, the reasons and the earliest start use `place`.
+
+    Time: the placement gets the request's options unchanged, so its answer is `place_job`'s, whatever the cache
+    holds (a deterministic request gives the same answer cold and warm). The ideal's short solve runs after it,
+    only on a cache miss with a busy state (at most `_short`: a quarter of the limit, at most 2 s), and the
+    earliest-start walk of a WAIT answer at most half the limit. On a state with no occupancy the answer is itself
+    the solver on the empty cluster: no second solve.
     """
     _check(max_slowdown)
     opts = options or SolveOptions()
     given, traffic = traffic, traffic if traffic is not None else job_traffic(job)
-    busy = bool(state.occupied)
-    known = _cached(topology, state, job)
-    if busy and known is None:
-        short = _short(opts)
-        ideal_placement(topology, state, job, opts, given, solve)
-        opts = dataclasses.replace(opts, time_limit_s=max(opts.time_limit_s - short, short))
     res = place_job(topology, state, job, opts, traffic=given, solve=solve)
     if res.report is None or res.mapping is None:
         return res
     step = res.report.step_seconds
-    ideal = ideal_step(topology, state, job, opts, given, solve) if busy else step
+    ideal = ideal_step(topology, state, job, opts, given) if state.occupied else step
     source = "empty cluster"
     if ideal is None or ideal > step or ideal <= 0:
         ideal, source = step, "the answer"
@@ -204,12 +195,12 @@ def decide(
     if not verdict.wait:
         return res
     res.status = SolveStatus.WAIT
-    verdict.reasons = wait_reasons(topology, state, job, res, ideal, traffic, opts, solve)
+    verdict.reasons = wait_reasons(topology, state, job, res, ideal, traffic, opts)
     if callable(ends):
         ends = ends()
     if ends:
         verdict.earliest_s, verdict.earliest_how = earliest_start(
-            topology, state, job, opts, ends, ideal * (max_slowdown or 1.0), traffic, solve
+            topology, state, job, opts, ends, ideal * (max_slowdown or 1.0), traffic
         )
     else:
         verdict.earliest_how = "no expected ends known (a registry cluster's leases give them)"
