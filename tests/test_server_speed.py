@@ -69,7 +69,9 @@ def _reference(req: pb.PlaceRequest) -> bytes:
     convert.CONVERTED.clear()
     inputs = convert.place_inputs(req)
     inputs.options.workers = 1  # the server's threads per solve with 2 workers on this test's settings
-    res = decide(inputs.topology, inputs.state, inputs.job, inputs.options)  # Place: the answer and its slowdown
+    res = decide(
+        inputs.topology, inputs.state, inputs.job, inputs.options
+    )  # Place: the answer and its slowdown
     convert.CONVERTED.clear()
     return _answer(
         pb.PlaceResponse(

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 
 from placement.cost.report import CostReport
 from placement.errors import InfeasibleError, InputError, Problem
+from placement.limits import Interrupted
 from placement.model.job import Job
 from placement.model.state import ClusterState
 from placement.model.topology import Topology
@@ -173,23 +174,30 @@ def decide(
 
     `solve` places the job (`place`, or a stand-in); the ideal, the reasons and the earliest start use `place`.
 
-    Time: the placement gets the request's options unchanged, so its answer is `place_job`'s, whatever the cache
-    holds (a deterministic request gives the same answer cold and warm). The ideal's short solve runs after it,
-    only on a cache miss with a busy state (at most `_short`: a quarter of the limit, at most 2 s), and the
-    earliest-start walk of a WAIT answer at most half the limit. On a state with no occupancy the answer is itself
-    the solver on the empty cluster: no second solve.
+    Time: on a busy state the ideal's short solve (`_short`: a quarter of the limit, at most 2 s) is taken out of
+    the placement's limit, cached or not, so the call stays within `options.time_limit_s` and a deterministic
+    request gives the same answer cold and warm; the solve itself runs after the placement, on a cache miss. The
+    earliest-start walk of a WAIT answer takes at most half the limit more. On a state with no occupancy the
+    answer is itself the solver on the empty cluster: the placement gets the whole limit, no second solve.
     """
     _check(max_slowdown)
     opts = options or SolveOptions()
     given, traffic = traffic, traffic if traffic is not None else job_traffic(job)
-    res = place_job(topology, state, job, opts, traffic=given, solve=solve)
+    own = opts
+    if state.occupied:
+        own = dataclasses.replace(opts, time_limit_s=max(opts.time_limit_s - _short(opts), _short(opts)))
+    res = place_job(topology, state, job, own, traffic=given, solve=solve)
     if res.report is None or res.mapping is None:
         return res
     step = res.report.step_seconds
-    ideal = ideal_step(topology, state, job, opts, given) if state.occupied else step
     source = "empty cluster"
-    if ideal is None or ideal > step or ideal <= 0:
-        ideal, source = step, "the answer"
+    try:
+        ideal = ideal_step(topology, state, job, opts, given) if state.occupied else step
+    except Interrupted:  # the call's deadline passed during the ideal's solve: the answer stands, unjudged
+        ideal, source = None, "the answer (the call ended before the ideal's solve)"
+    if ideal is None or ideal > step or ideal <= 0:  # the answer beat the short solve (or none ran)
+        ideal = step
+        source = "the answer" if source == "empty cluster" else source
     verdict = Verdict(step / ideal if ideal > 0 else 1.0, ideal, source, max_slowdown)
     res.verdict = verdict
     if not verdict.wait:
@@ -199,9 +207,12 @@ def decide(
     if callable(ends):
         ends = ends()
     if ends:
-        verdict.earliest_s, verdict.earliest_how = earliest_start(
-            topology, state, job, opts, ends, ideal * (max_slowdown or 1.0), traffic
-        )
+        try:
+            verdict.earliest_s, verdict.earliest_how = earliest_start(
+                topology, state, job, opts, ends, ideal * (max_slowdown or 1.0), traffic
+            )
+        except Interrupted:
+            verdict.earliest_how = "the call ended before the walk over the expected ends"
     else:
         verdict.earliest_how = "no expected ends known (a registry cluster's leases give them)"
     return res
