@@ -6,21 +6,30 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
 import random
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
+import yaml
+from typer.testing import CliRunner
 
+from placement.cli.app import app
 from placement.errors import InfeasibleError, InputError
 from placement.io.native import cluster_from_dict, job_from_dict, state_from_dict
+from placement.messages import message_to_dict
+from placement.messages.files import request_from_dict
 from placement.model.job import BalanceRule, Job, SegmentRule
 from placement.model.state import ClusterState
 from placement.model.topology import Topology
 from placement.model.validate import validate
 from placement.solve import SolveOptions, place
 from placement.solve.balance import place_job
-from tests.support_server import cluster_doc, job_doc
+from placement.v1 import placement_pb2 as pb
+from tests.support_server import cluster_doc, job_doc, running
 
 OPTS = SolveOptions(time_limit_s=2.0, workers=1)
 
@@ -168,3 +177,63 @@ def test_job_yaml_reads_the_rules() -> None:
         _job(4, balance={"levle": "leaf"})
     assert "constraints.balance" in str(e.value)
     assert dataclasses.replace(job.constraints, balance=None).balance is None
+
+
+def _unbalancing_files(tmp_path: Path) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """2 leaves of 4 hosts x 2 devices; leaf01 has 5 free devices, leaf02 7: an 8-rank job needs both."""
+    cdoc = cluster_doc(8, gpus=2, per_leaf=4)
+    topo, _ = cluster_from_dict(cdoc, "c")
+    sdoc = {"occupied": [{"job": "o", "devices": [topo.devices[d].id for d in (0, 1, 2, 8)]}]}
+    jdoc = {**job_doc(1, 8, name="j"), "constraints": {}}
+    for name, doc in (("c.yaml", cdoc), ("s.yaml", sdoc), ("j.yaml", jdoc)):
+        (tmp_path / name).write_text(yaml.safe_dump(doc))
+    return cdoc, sdoc, jdoc
+
+
+def _leaf_counts(doc: dict[str, Any]) -> list[int]:
+    hosts = [a["host"] for a in doc["result"]["mapping"]]
+    return sorted(Counter("leaf01" if int(h[4:]) <= 4 else "leaf02" for h in hosts).values())
+
+
+def test_balance_and_segment_over_grpc_and_the_cli(tmp_path: Path) -> None:
+    cdoc, sdoc, jdoc = _unbalancing_files(tmp_path)
+    rules = {"balance": {"level": "leaf"}, "segment": {"nodes": 1, "level": "node"}}
+    req = request_from_dict(
+        {
+            "cluster": cdoc,
+            "state": sdoc,
+            "job": {**jdoc, "constraints": rules},
+            "options": {"time_limit_s": 2},
+        },
+        pb.PlaceRequest,
+    )
+    assert req.job.constraints.balance.level == "leaf" and req.job.constraints.segment.nodes == 1
+    with running() as r:
+        got = message_to_dict(r.stub.Place(req, timeout=60))
+        assert _leaf_counts(got) == [4, 4]
+        req.job.constraints.balance.slice = 3  # 3 does not divide 8
+        with pytest.raises(grpc.RpcError) as e:
+            r.stub.Place(req, timeout=60)
+        assert e.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+        assert "constraints.balance.slice" in str(e.value.details())
+    files = [str(tmp_path / "c.yaml"), str(tmp_path / "j.yaml"), "--state", str(tmp_path / "s.yaml")]
+    runner = CliRunner()
+    res = runner.invoke(
+        app,
+        [
+            "place",
+            *files,
+            "--balance",
+            "leaf",
+            "--segment",
+            "1:node",
+            "--output",
+            "json",
+            "--time-limit",
+            "2",
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    assert _leaf_counts(json.loads(res.stdout)) == [4, 4]
+    res = runner.invoke(app, ["place", *files, "--balance", "leaf:x"])
+    assert res.exit_code == 2 and "--balance" in res.output

@@ -195,7 +195,7 @@ def test_grpc_reserve_wait_has_no_reservation(tmp_path: Path) -> None:
         assert [x.id for x in listed.reservations] == [first.reservation_id]
 
 
-def test_cli_place_max_slowdown_exits_4_and_writes_no_launch_file(tmp_path: Path) -> None:
+def test_cli_place_max_slowdown_exits_5_and_writes_no_launch_file(tmp_path: Path) -> None:
     _, _, cdoc, sdoc = _half_busy()
     for name, doc in (("c.yaml", cdoc), ("s.yaml", sdoc), ("j.yaml", _job_doc())):
         (tmp_path / name).write_text(yaml.safe_dump(doc))
@@ -203,14 +203,14 @@ def test_cli_place_max_slowdown_exits_4_and_writes_no_launch_file(tmp_path: Path
     base += ["--time-limit", "2"]
     runner = CliRunner()
     res = runner.invoke(app, ["place", *base, "--max-slowdown", "1.1"])
-    assert res.exit_code == 4, res.output
+    assert res.exit_code == 5, res.output
     assert "WAIT" in res.output and "slowdown" in res.output and "tp groups split" in res.output
     res = runner.invoke(app, ["place", *base, "--max-slowdown", "1.1", "--output", "rankfile"])
-    assert res.exit_code == 4 and "rank 0=" not in res.stdout
+    assert res.exit_code == 5 and "rank 0=" not in res.stdout
     res = runner.invoke(app, ["place", *base, "--max-slowdown", "0.9"])
     assert res.exit_code == 2 and "--max-slowdown" in res.output
     res = runner.invoke(app, ["place", *base])
     assert res.exit_code == 0 and "slowdown" in res.output, res.output
     with running() as r:
         res = runner.invoke(app, ["place", *base, "--max-slowdown", "1.1", "--server", f"127.0.0.1:{r.port}"])
-        assert res.exit_code == 4 and "WAIT" in res.output, res.output
+        assert res.exit_code == 5 and "WAIT" in res.output, res.output

@@ -9,27 +9,24 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 
 from placement.cli.commands.remote import place_remote
-from placement.cli.errors import err, escape, fail, guard
+from placement.cli.errors import WAIT_EXIT, err, escape, fail, guard
 from placement.cli.help import Command, command_app
 from placement.cli.inputs import load_inputs, write_output
 from placement.cli.options import ServerOpt, TokenOpt
 from placement.cli.picture import render_picture
-from placement.cli.tables import out, place_title, print_report, print_result
+from placement.cli.tables import out, place_title, print_report, print_result, print_verdict
 from placement.cost.report import CostReport
 from placement.io.export import baseline_costs, export
+from placement.io.native import job_from_dict, load_document
 from placement.messages import domain, dump_message, message_to_dict
 from placement.messages.files import read_request, request_from_dict
 from placement.solve import SolveOptions, Strategy
 from placement.solve.wait import decide
 from placement.v1 import placement_pb2 as pb
 
-__all__ = ["PLACE_OUTPUTS", "WAIT_EXIT", "app", "place"]
-
-WAIT_EXIT = 4
-"""The exit status of a WAIT answer (place or wait, --max-slowdown): no launch file is written."""
+__all__ = ["PLACE_OUTPUTS", "app", "place"]
 
 PLACE_OUTPUTS = ("table", "json", "yaml", "rankfile", "hostfile", "slurm", "torchrun")
 
@@ -57,30 +54,20 @@ def _check_options(strategy: str, time_limit: float, gap: float, seed: int, work
     return strat
 
 
-def print_verdict(result: Any, console: Console = out) -> None:
-    """The slowdown line of a PlacementResult message and, for a WAIT, the reasons and the earliest start."""
-    if not result.HasField("slowdown"):
-        return
-    console.print(
-        f"slowdown {result.slowdown:.3f}x against the ideal step {result.ideal_step_s:.4f} s "
-        f"({result.ideal_source})",
-        soft_wrap=True,
-        highlight=False,
-    )
-    if result.status != pb.SOLVE_STATUS_WAIT:
-        return
-    w = result.wait
-    console.print(
-        f"WAIT: above the bound of {w.max_slowdown:g}x; nothing to start", soft_wrap=True, highlight=False
-    )
-    for line in w.reasons:
-        console.print(f"  {escape(line)}", soft_wrap=True, highlight=False)
-    when = (
-        f"earliest start within the bound: {w.earliest_start_unix_s:.0f} (Unix s)"
-        if w.HasField("earliest_start_unix_s")
-        else "earliest start within the bound: unknown"
-    )
-    console.print(f"  {when}; {escape(w.earliest_how)}", soft_wrap=True, highlight=False)
+def _slice_rules(balance: str | None, segment: str | None) -> dict[str, Any]:
+    """`--balance LEVEL[:SLICE]` and `--segment NODES:LEVEL` as the job document's constraints."""
+    out_rules: dict[str, Any] = {}
+    if balance is not None:
+        level, _, size = balance.partition(":")
+        if not level or (size and not size.isdigit()):
+            fail(f"--balance: write LEVEL or LEVEL:SLICE (e.g. leaf or leaf:8), got {balance!r}", 2)
+        out_rules["balance"] = {"level": level, **({"slice": int(size)} if size else {})}
+    if segment is not None:
+        nodes, _, level = segment.partition(":")
+        if not nodes.isdigit() or not level:
+            fail(f"--segment: write NODES:LEVEL (e.g. 2:leaf), got {segment!r}", 2)
+        out_rules["segment"] = {"nodes": int(nodes), "level": level}
+    return out_rules
 
 
 def _waiting(result: Any) -> None:
@@ -167,7 +154,21 @@ def place(
     max_slowdown: Annotated[
         float | None,
         typer.Option(
-            help="place or wait: above this step / ideal step (>= 1) the answer is WAIT (exit 4, no launch file)"
+            help="place or wait: above this step / ideal step (>= 1) the answer is WAIT (exit 5, no launch file)"
+        ),
+    ] = None,
+    balance: Annotated[
+        str | None,
+        typer.Option(
+            help="balanced slices: LEVEL or LEVEL:SLICE, the job's slices (of SLICE ranks) spread evenly over the "
+            "domains of LEVEL it uses (the job's constraints.balance)"
+        ),
+    ] = None,
+    segment: Annotated[
+        str | None,
+        typer.Option(
+            help="segments: NODES:LEVEL, the ranks in blocks of NODES hosts' worth, each inside one domain of "
+            "LEVEL (Slurm --segment; the job's constraints.segment)"
         ),
     ] = None,
 ) -> None:
@@ -188,10 +189,17 @@ def place(
     strat = _check_options(strategy, time_limit, gap, seed, workers)
     if max_slowdown is not None and not (math.isfinite(max_slowdown) and max_slowdown >= 1):
         fail(f"--max-slowdown: must be a number >= 1 (1: the ideal step), got {max_slowdown:g}", 2)
+    rules = _slice_rules(balance, segment)
+    job_doc: dict[str, Any] | None = None
+    if rules:  # the job file with the flags' rules in its constraints
+        loaded = load_document(job)
+        if not isinstance(loaded, dict):
+            fail(f"{escape(str(job))}: a job file is a mapping", 2)
+        job_doc = {**loaded, "constraints": {**(loaded.get("constraints") or {}), **rules}}
     if server is not None:
         doc: dict[str, Any] = {
             "cluster_file": str(cluster),
-            "job_file": str(job),
+            **({"job": job_doc} if job_doc is not None else {"job_file": str(job)}),
             "options": {
                 "strategy": strat.value,
                 "time_limit_s": time_limit,
@@ -208,6 +216,8 @@ def place(
         _place_request(req, server, token, output, out_file)
         return
     topo, st, jb = load_inputs(cluster, job, state)
+    if job_doc is not None:
+        jb = job_from_dict(job_doc, str(job))
     res = decide(
         topo,
         st,
