@@ -85,8 +85,8 @@ def cluster_digest(topology: Topology, state: ClusterState) -> str:
 
 
 def _shape(job: Job) -> str:
-    """The job without its name: what its ideal depends on."""
-    return repr(dataclasses.replace(job, name=""))
+    """The job without its name (a digest of it): what its ideal depends on."""
+    return hashlib.sha256(repr(dataclasses.replace(job, name="")).encode()).hexdigest()
 
 
 def _empty(state: ClusterState) -> ClusterState:
