@@ -84,6 +84,21 @@ def test_balanced_mapping_found_iff_one_exists(seed: int) -> None:
         assert max(counts) - min(counts) <= slice_  # independent of the validator: slice counts within one
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_balanced_mapping_with_tp_in_a_node_found_iff_one_exists(seed: int) -> None:
+    """Balance with a required level: the devices left out of a q-slice domain must not break the TP groups."""
+    rng = random.Random(1000 + seed)
+    topo = _cluster(6, gpus=2, per_leaf=2)
+    state = _state(topo, rng.sample(range(topo.num_devices), rng.choice((2, 3, 4, 5))))
+    doc = job_doc(2, 2, name="j")
+    doc["constraints"] = {"require": {"tp": "node"}, "balance": {"level": "leaf", "slice": rng.choice((1, 2))}}
+    job = job_from_dict(doc, "j")
+    got = _solve(topo, state, job)
+    assert (got is not None) == _exists(topo, state, job), (sorted(state.occupied), got)
+    if got is not None:
+        assert validate(topo, state, job, got) == []
+
+
 @pytest.mark.parametrize("seed", range(8))
 def test_segmented_mapping_found_iff_one_exists(seed: int) -> None:
     rng = random.Random(100 + seed)
