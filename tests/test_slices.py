@@ -91,7 +91,10 @@ def test_balanced_mapping_with_tp_in_a_node_found_iff_one_exists(seed: int) -> N
     topo = _cluster(6, gpus=2, per_leaf=2)
     state = _state(topo, rng.sample(range(topo.num_devices), rng.choice((2, 3, 4, 5))))
     doc = job_doc(2, 2, name="j")
-    doc["constraints"] = {"require": {"tp": "node"}, "balance": {"level": "leaf", "slice": rng.choice((1, 2))}}
+    doc["constraints"] = {
+        "require": {"tp": "node"},
+        "balance": {"level": "leaf", "slice": rng.choice((1, 2))},
+    }
     job = job_from_dict(doc, "j")
     got = _solve(topo, state, job)
     assert (got is not None) == _exists(topo, state, job), (sorted(state.occupied), got)

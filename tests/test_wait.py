@@ -196,7 +196,9 @@ def test_grpc_reserve_wait_has_no_reservation(tmp_path: Path) -> None:
         (tmp_path / "j.yaml").write_text(yaml.safe_dump(_job_doc(8, "new")))
         cli = ["registry", "reserve", str(tmp_path / "j.yaml"), "-c", "c", "-s", f"127.0.0.1:{r.port}"]
         res = CliRunner().invoke(app, [*cli, "--max-slowdown", "1.1", "--time-limit", "2"])
-        assert res.exit_code == 5 and "WAIT: nothing reserved" in res.output and "earliest start" in res.output
+        assert (
+            res.exit_code == 5 and "WAIT: nothing reserved" in res.output and "earliest start" in res.output
+        )
         listed = reg.ListReservations(rpb.ListReservationsRequest(cluster_id="c", live_only=True), timeout=30)
         assert [x.id for x in listed.reservations] == [first.reservation_id]
         res = CliRunner().invoke(app, [*cli, "--time-limit", "2"])
