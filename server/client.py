@@ -194,6 +194,22 @@ class PlacementClient:
         )  # grpc is untyped
         return response
 
+    def preempt(
+        self, request: pb.PreemptRequest, *, timeout_s: float | None = None, request_id: str | None = None
+    ) -> pb.PreemptResponse:
+        response: pb.PreemptResponse = self._call(
+            self._stub.Preempt, request, timeout_s, request_id
+        )  # grpc is untyped
+        return response
+
+    def capacity(
+        self, request: pb.CapacityRequest, *, timeout_s: float | None = None, request_id: str | None = None
+    ) -> pb.CapacityResponse:
+        response: pb.CapacityResponse = self._call(
+            self._stub.Capacity, request, timeout_s, request_id
+        )  # grpc is untyped
+        return response
+
     def health(self, service: str = "", *, timeout_s: float = 5.0) -> str:
         """The server's health status name for `service` ("" = the whole server): SERVING, NOT_SERVING..."""
         try:

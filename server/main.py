@@ -216,7 +216,7 @@ def create_server(settings: Settings) -> tuple[PlacementServer, int]:
     )
     pool = SolvePool(settings.workers, settings.queue_limit, metrics, settings.max_queued_bytes, processes)
     registry = RegistryHolder(settings)
-    servicer = PlacementServicer(settings, pool, metrics, registry.resolve)
+    servicer = PlacementServicer(settings, pool, metrics, registry.resolve, registry.ends)
     health_servicer = health.HealthServicer(
         experimental_non_blocking=True, experimental_thread_pool=ThreadPoolExecutor(max_workers=1)
     )

@@ -27,7 +27,7 @@ from placement.messages.registry import (
 from placement.model.state import ClusterState
 from placement.model.topology import Topology
 from placement.registry import ClaimConflict, Registry, default_url, open_store, request_hash
-from placement.registry.registry import MAX_TTL_S
+from placement.registry.registry import MAX_TTL_S, Waiting
 from placement.solve import PlacementResult
 from placement.v1 import placement_pb2 as pb
 from placement.v1 import registry_pb2 as rpb
@@ -105,6 +105,11 @@ class RegistryHolder:
         if not getattr(request, "cluster_id", ""):
             return None
         return resolve_cluster(request, self.open())
+
+    def ends(self, cluster_id: str) -> list[tuple[float, list[int]]]:
+        """The expected ends of a registry cluster's live claims (`Registry.expected_ends`)."""
+        reg = self.open()
+        return [] if reg is None else reg.expected_ends(cluster_id)
 
     def close(self) -> None:
         self._stop.set()
@@ -302,6 +307,8 @@ class RegistryServicer(rpb_grpc.ClusterRegistryServicer):
                 "request", [Problem("ttl_s", f"must be in (0, {MAX_TTL_S:g}] seconds, got {ttl}")]
             )
         place_req = pb.PlaceRequest(cluster_id=request.cluster_id, job=request.job, options=request.options)
+        if request.HasField("max_slowdown"):
+            place_req.max_slowdown = request.max_slowdown
         inputs = (
             convert.place_inputs(  # the job's names checked on the cluster; Reserve reads the state itself
                 place_req, self._settings.default_time_limit_s, reg.references(request.cluster_id)
@@ -322,17 +329,23 @@ class RegistryServicer(rpb_grpc.ClusterRegistryServicer):
             request.options.SerializeToString(deterministic=True),
         )
         t0 = time.perf_counter()
-        with self._placement._watchdog(budget, stop):
-            out = reg.reserve(
-                request.cluster_id,
-                job,
-                opts,
-                ttl_s=ttl,
-                key=request.idempotency_key or None,
-                fingerprint=fingerprint,
-                render=render,
-                gone=lambda: _gone(context),
-            )
+        try:
+            with self._placement._watchdog(budget, stop):
+                out = reg.reserve(
+                    request.cluster_id,
+                    job,
+                    opts,
+                    ttl_s=ttl,
+                    key=request.idempotency_key or None,
+                    fingerprint=fingerprint,
+                    render=render,
+                    gone=lambda: _gone(context),
+                    max_slowdown=inputs.max_slowdown,
+                )
+        except Waiting as w:  # place or wait: WAIT reserves nothing
+            waiting = pb.PlacementResult()
+            waiting.ParseFromString(w.payload)
+            return rpb.ReserveResponse(result=waiting, attempts=1)
         res = out.reservation
         _log.info(
             "reserved",

@@ -29,6 +29,7 @@ from placement.model.topology import Topology
 from placement.solve import PlacementResult, SolveOptions, StopEvent, compare, place
 from placement.solve.batch.joint import place_batch
 from placement.solve.repair.run import repair
+from placement.solve.wait import decide
 from placement.v1 import placement_pb2 as pb
 from placement.v1 import placement_pb2_grpc as pb_grpc
 from server.decisions import DecisionsMixin
@@ -73,10 +74,12 @@ class PlacementServicer(DecisionsMixin, pb_grpc.PlacementServiceServicer):
         pool: SolvePool,
         metrics: Metrics,
         resolve: Callable[[Any], tuple[Topology, ClusterState] | None] | None = None,
+        ends: Callable[[str], list[tuple[float, list[int]]]] | None = None,
     ) -> None:
         self._settings = settings
         self.settings = settings
         self._resolve = resolve or (lambda _request: None)  # cluster_id -> the registry's cluster and state
+        self._ends = ends or (lambda _cluster_id: [])  # cluster_id -> expected ends of its live claims
         self._pool = pool
         self._metrics = metrics
         self._lock = threading.Lock()
@@ -247,7 +250,15 @@ class PlacementServicer(DecisionsMixin, pb_grpc.PlacementServiceServicer):
             return kept
         try:
             with self._watchdog(budget, stop):
-                res = place(inputs.topology, inputs.state, inputs.job, opts)
+                res = decide(
+                    inputs.topology,
+                    inputs.state,
+                    inputs.job,
+                    opts,
+                    max_slowdown=inputs.max_slowdown,
+                    ends=lambda: self._ends(request.cluster_id) if request.cluster_id else [],
+                    solve=place,  # the module's name: tests replace it
+                )
         except InfeasibleError:
             elapsed = time.perf_counter() - t0
             if budget.deadline_limited and (stop.is_set() or elapsed >= 0.9 * budget.limit_s):

@@ -11,7 +11,9 @@ from typing import Any
 import grpc
 import pytest
 from google.protobuf import json_format
+from typer.testing import CliRunner
 
+from placement.cli.app import app as cli_app
 from placement.io.native import cluster_from_dict, job_from_dict, state_from_dict
 from placement.messages.files import request_from_dict
 from placement.solve import SolveOptions, Strategy
@@ -254,3 +256,44 @@ def test_capacity_and_preempt_by_cluster_id_run_on_the_registry_state(tmp_path: 
         assert sorted(v.job for v in resp.answers[resp.recommended].victims) == sorted(
             v.job for v in lib.chosen.victims
         )
+
+
+def test_cli_preempt_and_capacity_with_server_answer_as_here(tmp_path: Path, server: Running) -> None:
+    """--server (and PLACEMENT_SERVER): the same request solved by the in-process server, the same answer as the
+    command solved here (deterministic, kueue-tas), in JSON and as tables."""
+    cluster, state, job, rn = _files(tmp_path)
+    base = ["preempt", cluster, job, "--state", state, "--running", rn, "--priority", "2"]
+    base += ["--deterministic", "--strategy", "kueue-tas", "--output", "json"]
+    here = json.loads(run(*base).stdout)
+    res = run(*base, "--server", f"127.0.0.1:{server.port}")
+    assert res.exit_code == 0, res.output
+    there = json.loads(res.stdout)
+    assert [sorted(v["job"] for v in a.get("victims", [])) for a in there["answers"]] == [
+        sorted(v["job"] for v in a.get("victims", [])) for a in here["answers"]
+    ]
+    assert there.get("recommended", 0) == here.get("recommended", 0) and there["answers"]
+    lib = _library_preempt("fewest")
+    table = CliRunner(env={"PLACEMENT_SERVER": f"127.0.0.1:{server.port}"}).invoke(
+        cli_app, [str(a) for a in base[:-2]]
+    )
+    assert table.exit_code == 0, table.output
+    for v in lib.chosen.victims:
+        assert v.job in table.stdout
+    assert "never preempted" in table.stdout and "high" in table.stdout
+
+    cap = ["capacity", cluster, "--state", state, "--shape", "tp2x2", "--shape", "tp4", "--output", "json"]
+    here = json.loads(run(*cap).stdout)
+    res = run(*cap, "-s", f"127.0.0.1:{server.port}")
+    assert res.exit_code == 0, res.output
+    there = json.loads(res.stdout)
+    keys = ("job", "copies", "upper_bound", "usable_devices", "method")
+    assert [{k: s.get(k) for k in keys} for s in there["shapes"]] == [
+        {k: s.get(k) for k in keys} for s in here["shapes"]
+    ]
+    assert there["fragmentation"] == here["fragmentation"]
+    res = run(*cap[:-2], "--server", f"127.0.0.1:{server.port}")
+    assert res.exit_code == 0 and "fragmentation" in res.stdout and "tp2x2" in res.stdout, res.output
+    bad = run(
+        "capacity", cluster, "--shape", "tp2", "--tp-level", "rack", "--server", f"127.0.0.1:{server.port}"
+    )
+    assert bad.exit_code == 2 and "rack" in bad.stderr, bad.output

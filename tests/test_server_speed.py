@@ -25,6 +25,7 @@ from placement.messages.files import request_from_dict
 from placement.model.state import ClusterState
 from placement.model.traffic import job_traffic
 from placement.solve import StopEvent, place
+from placement.solve.wait import decide
 from placement.v1 import placement_pb2 as pb
 from server.memo import MEMO_NOTE, AnswerMemo
 from server.servicer import PlacementServicer
@@ -73,7 +74,9 @@ def _reference(req: pb.PlaceRequest) -> bytes:
     convert.CONVERTED.clear()
     inputs = convert.place_inputs(req)
     inputs.options.workers = 1  # the server's threads per solve with 2 workers on this test's settings
-    res = place(inputs.topology, inputs.state, inputs.job, inputs.options)
+    res = decide(
+        inputs.topology, inputs.state, inputs.job, inputs.options
+    )  # Place: the answer and its slowdown
     convert.CONVERTED.clear()
     return _answer(
         pb.PlaceResponse(

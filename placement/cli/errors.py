@@ -26,10 +26,15 @@ EXIT_CODES = {
     2: "bad input or usage: a file, field, flag or limit (INVALID_ARGUMENT)",
     3: "infeasible: no answer keeps the hard rules (FAILED_PRECONDITION)",
     4: "a server call failed otherwise: unreachable, deadline, token, overload",
+    5: "wait: a placement exists, slower than --max-slowdown x the ideal (nothing started or reserved)",
     130: "interrupted (Ctrl-C): whatif and replay finish later with --resume",
 }
 """What each exit code of `placement` means (`placement --help` and the README list them); `placement bind` exits
 with its command's code, `placement serve` with the server's."""
+
+
+WAIT_EXIT = 5
+"""`place` and `registry reserve` with --max-slowdown: the answer is WAIT (no launch file, nothing reserved)."""
 
 
 def fail(msg: str, code: int) -> NoReturn:

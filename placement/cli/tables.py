@@ -9,10 +9,12 @@ from collections.abc import Collection
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from placement.cost.report import CostReport
 from placement.messages.domain import report_from_proto
+from placement.v1.placement_pb2 import SOLVE_STATUS_WAIT
 
 __all__ = [
     "drop_columns",
@@ -21,6 +23,7 @@ __all__ = [
     "place_title",
     "print_report",
     "print_result",
+    "print_verdict",
     "table_console",
 ]
 
@@ -210,3 +213,29 @@ def print_result(result: Any, cluster: str) -> None:
         stats.notes.get("stop_reason") if stats is not None else None,
     )
     print_report(title, rep, result.strategy, costs)
+
+
+def print_verdict(result: Any, console: Console = out) -> None:
+    """The slowdown line of a PlacementResult message and, for a WAIT, the reasons and the earliest start."""
+    if not result.HasField("slowdown"):
+        return
+    console.print(
+        f"slowdown {result.slowdown:.3f}x against the ideal step {result.ideal_step_s:.4f} s "
+        f"({result.ideal_source})",
+        soft_wrap=True,
+        highlight=False,
+    )
+    if result.status != SOLVE_STATUS_WAIT:
+        return
+    w = result.wait
+    console.print(
+        f"WAIT: above the bound of {w.max_slowdown:g}x; nothing to start", soft_wrap=True, highlight=False
+    )
+    for line in w.reasons:
+        console.print(f"  {escape(line)}", soft_wrap=True, highlight=False)
+    when = (
+        f"earliest start within the bound: {w.earliest_start_unix_s:.0f} (Unix s)"
+        if w.HasField("earliest_start_unix_s")
+        else "earliest start within the bound: unknown"
+    )
+    console.print(f"  {when}; {escape(w.earliest_how)}", soft_wrap=True, highlight=False)

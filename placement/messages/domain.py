@@ -59,6 +59,7 @@ _STATUS = {
     SolveStatus.OPTIMAL: pb.SOLVE_STATUS_OPTIMAL,
     SolveStatus.FEASIBLE: pb.SOLVE_STATUS_FEASIBLE,
     SolveStatus.INFEASIBLE: pb.SOLVE_STATUS_INFEASIBLE,
+    SolveStatus.WAIT: pb.SOLVE_STATUS_WAIT,
 }
 _FORMAT_SPEC_OK = frozenset(string.digits + "<>^=d")
 
@@ -246,6 +247,8 @@ class PlaceInputs:
     state: ClusterState
     job: Job
     options: SolveOptions
+    max_slowdown: float | None = None
+    """Place or wait (`placement.solve.wait.decide`); None: always place."""
 
 
 @dataclass
@@ -276,10 +279,22 @@ def place_inputs(
     options = _options(req.options, default_time_limit_s, ps)
     if built is not None and job is not None:
         _references(*built, job, "job", ps)
+    max_slowdown = max_slowdown_of(req, ps)
     ps.raise_if_any()
     if built is None or job is None:
         raise InternalError("the Place request has no cluster or no job, but no problem was recorded")
-    return PlaceInputs(built[0], built[1], job, options)
+    return PlaceInputs(built[0], built[1], job, options, max_slowdown)
+
+
+def max_slowdown_of(req: Any, ps: _Problems) -> float | None:
+    """A Place or Reserve request's `max_slowdown` (None when unset); a problem unless it is a number >= 1."""
+    if not req.HasField("max_slowdown"):
+        return None
+    v = float(req.max_slowdown)
+    if not (math.isfinite(v) and v >= 1):
+        ps.add("max_slowdown", f"must be a number >= 1 (1: the ideal step), got {v:g}")
+        return None
+    return v
 
 
 def evaluate_inputs(req: pb.EvaluateRequest) -> EvaluateInputs:
@@ -461,6 +476,17 @@ def result_to_proto(
         if step is not None:
             b.step_seconds = step
     out.stats.CopyFrom(_stats(res.stats, time_limit_s, deadline_limited))
+    v = res.verdict
+    if v is not None:
+        out.slowdown = v.slowdown
+        out.ideal_step_s = v.ideal_step_s
+        out.ideal_source = v.ideal_source
+        if res.status is SolveStatus.WAIT:
+            out.wait.max_slowdown = v.max_slowdown or 0.0
+            out.wait.reasons.extend(v.reasons)
+            out.wait.earliest_how = v.earliest_how
+            if v.earliest_s is not None:
+                out.wait.earliest_start_unix_s = v.earliest_s
     return out
 
 

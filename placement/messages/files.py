@@ -49,7 +49,9 @@ __all__ = [
     "write_message",
 ]
 
-R = TypeVar("R", pb.PlaceRequest, pb.EvaluateRequest, pb.CompareRequest)
+R = TypeVar(
+    "R", pb.PlaceRequest, pb.EvaluateRequest, pb.CompareRequest, pb.PreemptRequest, pb.CapacityRequest
+)
 
 _FILE_KEYS = {"cluster_file": "cluster", "state_file": "state", "job_file": "job", "mapping_file": "mapping"}
 _AT = re.compile(r" at (?:[A-Za-z_]\w*\.)?([\w.\[\]]+?)\.*$")
@@ -223,6 +225,8 @@ def request_from_dict(
         d["job"] = normalize_job(d["job"], ps)
     if isinstance(d.get("jobs"), list):
         d["jobs"] = [normalize_job(j, ps, f"jobs[{i}]") for i, j in enumerate(d["jobs"])]
+    if isinstance(d.get("shapes"), list):  # CapacityRequest
+        d["shapes"] = [normalize_job(j, ps, f"shapes[{i}]") for i, j in enumerate(d["shapes"])]
     if "mapping" in d:
         d["mapping"] = normalize_mapping(d["mapping"])
     ps.raise_if_any()

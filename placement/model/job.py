@@ -12,6 +12,7 @@ from enum import Enum
 __all__ = [
     "DIMENSIONS",
     "LAUNCHERS",
+    "BalanceRule",
     "CollectiveKind",
     "Constraints",
     "Edge",
@@ -19,6 +20,7 @@ __all__ = [
     "Job",
     "ModelShape",
     "ParallelSpec",
+    "SegmentRule",
     "SpreadRule",
     "host_blocks",
 ]
@@ -178,12 +180,32 @@ class SpreadRule:
 
 
 @dataclass(frozen=True)
+class BalanceRule:
+    """Balanced slices (Kueue's balanced placement): the job's ranks, in slices of `slice` ranks, spread evenly
+    over the domains of `level` it uses: every used domain holds a whole number of slices, and the slice counts
+    of two used domains differ by at most one (6+6, not 10+2). `placement.model.slices` checks it."""
+
+    level: str
+    slice: int = 1
+
+
+@dataclass(frozen=True)
+class SegmentRule:
+    """Segments (Slurm's ``--segment``): the job's ranks in consecutive blocks of `nodes` hosts' worth of devices
+    (`nodes` x the devices per host of the job's kind), each block inside one domain of `level`."""
+
+    nodes: int
+    level: str
+
+
+@dataclass(frozen=True)
 class Constraints:
     """Hard and soft rules of a request.
 
     `require[label] = level`: every group (and edge) of that label stays inside one domain of that level.
     `prefer[label] = level`: the same, soft: reported, and the solver breaks ties toward it.
     `pins[rank] = device id`; `exclude`: selectors (device ids, hosts, domains, ``level:domain``).
+    `balance`, `segment`: balanced slices and segments (`BalanceRule`, `SegmentRule`).
     """
 
     require: Mapping[str, str] = field(default_factory=dict)
@@ -191,6 +213,8 @@ class Constraints:
     spread: tuple[SpreadRule, ...] = ()
     pins: Mapping[int, str] = field(default_factory=dict)
     exclude: tuple[str, ...] = ()
+    balance: BalanceRule | None = None
+    segment: SegmentRule | None = None
 
 
 @dataclass(frozen=True)

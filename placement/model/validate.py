@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from placement.model.job import Job
+from placement.model.slices import segment_ranks, slice_problems
 from placement.model.state import ClusterState
 from placement.model.topology import Topology
 from placement.model.traffic import Traffic, job_traffic
@@ -57,7 +58,7 @@ def validate(
 
     Rules: rank count, known devices, one rank per device, free and healthy devices (devices occupied by this
     job's own name are allowed: evaluating a running job), device kind, exclusions, pins, required levels,
-    fault-domain spread, failed links between members of one group or edge.
+    fault-domain spread, balanced slices, segments, failed links between members of one group or edge.
     """
     v: list[Violation] = []
     n_dev = topology.num_devices
@@ -180,9 +181,63 @@ def validate(
                             )
                         )
 
+    if job.constraints.balance is not None or job.constraints.segment is not None:
+        v.extend(_slice_violations(topology, job, mapping))
     if state.failed_pairs or state.failed_uplinks:
         v.extend(_failed_link_violations(topology, state, mapping, traffic))
     return v
+
+
+def _slice_violations(topology: Topology, job: Job, mapping: Sequence[int]) -> list[Violation]:
+    """Balanced slices (whole slices per used domain, slice counts within one of each other) and segments (each
+    block of `segment_ranks` consecutive ranks inside one domain)."""
+    bad = slice_problems(topology, job)
+    if bad:
+        return [
+            Violation("balance" if p.path.startswith("constraints.balance") else "segment", str(p))
+            for p in bad
+        ]
+    out: list[Violation] = []
+    bal, seg = job.constraints.balance, job.constraints.segment
+    if bal is not None:
+        li = topology.level_index(bal.level)
+        col, names = topology.domain_column(li), topology.domain_names[li]
+        counts = Counter(col[d] for d in mapping)
+        partial = sorted(names[k] for k, c in counts.items() if c % bal.slice)
+        if partial:
+            out.append(
+                Violation(
+                    "balance",
+                    f"{bal.level} {', '.join(partial[:4])} hold(s) part of a slice of {bal.slice} ranks; "
+                    "each used domain holds whole slices",
+                )
+            )
+        slices = {names[k]: c // bal.slice for k, c in counts.items()}
+        if slices and max(slices.values()) - min(slices.values()) > 1:
+            shown = "+".join(str(c) for c in sorted(slices.values(), reverse=True))
+            out.append(
+                Violation(
+                    "balance",
+                    f"the job's slices of {bal.slice} rank(s) split {shown} over {len(slices)} {bal.level} "
+                    "domains; balanced slices differ by at most one per domain",
+                )
+            )
+    size = segment_ranks(topology, job)
+    if seg is not None and size:
+        li = topology.level_index(seg.level)
+        col, names = topology.domain_column(li), topology.domain_names[li]
+        for first in range(0, job.ranks, size):
+            doms = {col[mapping[r]] for r in range(first, first + size)}
+            if len(doms) > 1:
+                shown = ", ".join(sorted(names[k] for k in doms)[:4])
+                out.append(
+                    Violation(
+                        "segment",
+                        f"segment of ranks {first}-{first + size - 1} ({seg.nodes} node(s)) spans {len(doms)} "
+                        f"{seg.level} domains ({shown}); each segment lies inside one {seg.level}",
+                    )
+                )
+    return out
 
 
 def _failed_link_violations(

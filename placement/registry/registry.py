@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from placement.errors import InfeasibleError, InputError, Problem
+from placement.errors import InfeasibleError, InputError, PlacementError, Problem
 from placement.io.native import cluster_from_dict
 from placement.model.job import Job
 from placement.model.state import ClusterState
@@ -36,7 +36,8 @@ from placement.registry.statedoc import parse_diff, rows_from_snapshot
 from placement.registry.store import Store
 from placement.registry.update import Current, UpdatePlan, plan_diff, plan_snapshot
 from placement.registry.view import StateView
-from placement.solve import PlacementResult, SolveOptions, place
+from placement.solve import PlacementResult, SolveOptions, SolveStatus, place
+from placement.solve.wait import decide
 
 __all__ = [
     "EVENT_MAX_AGE_S",
@@ -46,6 +47,7 @@ __all__ = [
     "ReserveOutcome",
     "StateView",
     "UpdateOutcome",
+    "Waiting",
     "request_hash",
 ]
 
@@ -76,6 +78,15 @@ class ReserveOutcome:
     replayed: bool  # an earlier reservation with the same idempotency key
     attempts: int
     conflicts: tuple[str, ...] = ()
+
+
+class Waiting(PlacementError):
+    """Reserve's answer is WAIT (`placement.solve.wait.decide`: above the request's max_slowdown): nothing is
+    reserved. `payload` is the rendered answer (status WAIT, its reasons and the earliest expected start)."""
+
+    def __init__(self, payload: bytes, reasons: list[str]) -> None:
+        self.payload = payload
+        super().__init__("better to wait: " + "; ".join(reasons))
 
 
 @dataclass(frozen=True)
@@ -199,6 +210,19 @@ class Registry:
         view = self.view(cluster_id)
         return view.topology, view.static_state()
 
+    def expected_ends(self, cluster_id: str) -> list[tuple[float, list[int]]]:
+        """(expected end, device indices) of the cluster's live claims that run out: a held lease ends at its
+        expiry, a committed reservation with a heartbeat at its heartbeat's expiry (unless renewed); claims that
+        never expire (committed without heartbeat, outside jobs, failures) are left out. Earliest first."""
+        view = self.view(cluster_id)
+        now = self.clock()
+        by_end: dict[float, list[int]] = {}
+        for dev_id, claim in view.live(now).items():
+            idx = view.topology.device_index(dev_id)
+            if claim.expires_at is not None and idx is not None:
+                by_end.setdefault(claim.expires_at, []).append(idx)
+        return sorted(by_end.items())
+
     def resolve(self, cluster_id: str) -> tuple[Topology, ClusterState]:
         """What Place and Compare with a `cluster_id` run on: the topology and the state with live holds."""
         view = self.view(cluster_id)
@@ -267,10 +291,12 @@ class Registry:
         fingerprint: str,
         render: Render,
         gone: Callable[[], bool] | None = None,
+        max_slowdown: float | None = None,
     ) -> ReserveOutcome:
         """Place `job` on the current state and hold its devices for `ttl_s`. A key already used returns that
         reservation (Refused if it was for another request). InfeasibleError when the job does not fit; Aborted
         when the state moved under every attempt, or when `gone()` says the caller left before the commit.
+        `max_slowdown`: place or wait (`decide`); a WAIT answer raises `Waiting` and reserves nothing.
 
         No connection or lock is held during a solve; Reserves of one cluster solve in parallel, each on a
         snapshot with the devices of this process's other Reserves in flight occupied, and the claim
@@ -294,12 +320,22 @@ class Registry:
             state = view.solve_state(self.clock(), job.name, inflight)
             solves += 1
             try:
-                result = self._solve(view.topology, state, job, options)
+                result = decide(  # place or wait, with `_solve` (place, or a test's stand-in) placing
+                    view.topology,
+                    state,
+                    job,
+                    options,
+                    max_slowdown=max_slowdown,
+                    ends=lambda: self.expected_ends(cluster_id),
+                    solve=self._solve,
+                )
             except InfeasibleError:
                 # devices of other Reserves in flight were left out: wait until they are claimed or given back
                 if inflight and solves < 4 * self.max_attempts and self._settle(cluster_id, inflight):
                     continue
                 raise
+            if result.status is SolveStatus.WAIT:
+                raise Waiting(render(view.topology, result), result.verdict.reasons if result.verdict else [])
             if result.mapping is None:
                 raise Aborted("the solve returned no mapping; retry the call")
             devices = tuple(view.topology.devices[i].id for i in result.mapping)

@@ -15,6 +15,7 @@ from placement.cost.report import CostReport
 from placement.errors import InfeasibleError, InputError, InternalError, Problem
 from placement.limits import checkpoint
 from placement.model.job import Job
+from placement.model.slices import slice_problems
 from placement.model.state import ClusterState
 from placement.model.topology import Topology
 from placement.model.traffic import Traffic, job_traffic
@@ -91,6 +92,7 @@ def request_problems(
                     f"the job has no {rule.scope!r} groups; scopes are 'job' or one of {labels}",
                 )
             )
+    out.extend(slice_problems(topology, job))  # balance and segment rules (placement.model.slices)
     if job.device_kind is not None and job.device_kind not in topology.kinds():
         out.append(
             Problem(

@@ -20,6 +20,7 @@ __all__ = [
     "SolveStatus",
     "StopEvent",
     "Strategy",
+    "Verdict",
     "better",
     "gap_of",
     "key_better",
@@ -60,6 +61,9 @@ class SolveStatus(StrEnum):
     """Valid, with a gap to the proven lower bound."""
     INFEASIBLE = "INFEASIBLE"
     """No mapping satisfies the hard rules; `explanation` says which rule binds and by how much."""
+    WAIT = "WAIT"
+    """A valid mapping exists now, but its step is more than the request's `max_slowdown` x the job's ideal:
+    better to wait (`PlacementResult.verdict` says why and until when). Nothing is reserved."""
 
 
 class StopEvent(threading.Event):
@@ -113,6 +117,28 @@ class SolveOptions:
 
 
 @dataclass
+class Verdict:
+    """Place or wait (`placement.solve.wait`): the answer's step against the job's ideal step (the same job on
+    the cluster with no occupancy), the bound asked for, and, when the answer waits, why and until when.
+
+    `ideal_source`: ``empty cluster`` (the solver on the empty cluster) or ``the answer`` (the answer was faster
+    than that short solve, so it is the best known ideal). `earliest_s`: when a placement within the bound is
+    expected (the caller's clock, e.g. Unix seconds), None when unknown; `earliest_how` says how it was found."""
+
+    slowdown: float
+    ideal_step_s: float
+    ideal_source: str
+    max_slowdown: float | None = None
+    reasons: list[str] = field(default_factory=list)
+    earliest_s: float | None = None
+    earliest_how: str = ""
+
+    @property
+    def wait(self) -> bool:
+        return self.max_slowdown is not None and self.slowdown > self.max_slowdown * (1 + 1e-9)
+
+
+@dataclass
 class PlacementResult:
     """The answer: status, mapping (device index per rank), modeled cost with breakdown, bound and baselines.
 
@@ -134,6 +160,8 @@ class PlacementResult:
     stats: dict[str, float | int | str] = field(default_factory=dict)
     baselines: dict[str, float | None] = field(default_factory=dict)
     baseline_reports: dict[str, CostReport] = field(default_factory=dict)
+    verdict: Verdict | None = None
+    """The slowdown against the job's ideal step and the place-or-wait decision (`placement.solve.wait`)."""
 
     @property
     def seconds(self) -> float | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from placement.model.job import Job
+from placement.model.slices import segment_ranks
 from placement.model.state import ClusterState
 from placement.model.topology import Topology
 from placement.model.traffic import Traffic
@@ -58,7 +59,9 @@ class _DSU:
 def required_units(topology: Topology, job: Job, traffic: Traffic) -> dict[int, list[Unit]]:
     """Per level (only levels some label requires): the rank units forced into one domain of that level.
 
-    A unit at level l also includes every unit at levels below l that it touches (requirements nest).
+    A unit at level l also includes every unit at levels below l that it touches (requirements nest). A segment
+    rule (`placement.model.job.SegmentRule`) makes each block of `segment_ranks` consecutive ranks a unit at its
+    level.
     """
     req: dict[int, list[str]] = {}
     for label, lname in job.constraints.require.items():
@@ -66,6 +69,11 @@ def required_units(topology: Topology, job: Job, traffic: Traffic) -> dict[int, 
             req.setdefault(topology.level_index(lname), []).append(label)
         except KeyError:
             continue  # reported by validate and the pre-checks
+    seg, seg_size = job.constraints.segment, segment_ranks(topology, job)
+    seg_level = -1
+    if seg is not None and seg_size and job.ranks % seg_size == 0 and seg.level in topology.level_names:
+        seg_level = topology.level_index(seg.level)
+        req.setdefault(seg_level, [])
     out: dict[int, list[Unit]] = {}
     dsu = _DSU(job.ranks)
     for level in sorted(req):  # lower levels first: their unions carry upward
@@ -77,6 +85,10 @@ def required_units(topology: Topology, job: Job, traffic: Traffic) -> dict[int, 
         for e in traffic.edges:
             if e.label in labels:
                 dsu.union(e.src, e.dst)
+        if level == seg_level and seg_size:
+            for first in range(0, job.ranks, seg_size):
+                for r in range(first + 1, first + seg_size):
+                    dsu.union(first, r)
         comp: dict[int, list[int]] = {}
         for r in range(job.ranks):
             comp.setdefault(dsu.find(r), []).append(r)

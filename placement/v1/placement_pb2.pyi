@@ -58,6 +58,11 @@ class _SolveStatusEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_SolveStat
     """No mapping satisfies the hard rules; `explanation` says which rule binds and by how much (Compare only:
     Place answers FAILED_PRECONDITION instead).
     """
+    SOLVE_STATUS_WAIT: _SolveStatus.ValueType  # 4
+    """Place or wait: a valid placement exists now but its step is above the request's max_slowdown x the job's
+    ideal; better to wait. The mapping is the placement it would take now (start nothing on it; Reserve holds
+    nothing); PlacementResult.wait says why and until when.
+    """
 
 class SolveStatus(_SolveStatus, metaclass=_SolveStatusEnumTypeWrapper):
     """---- results -----------------------------------------------------------------------------------------------"""
@@ -70,6 +75,11 @@ SOLVE_STATUS_FEASIBLE: SolveStatus.ValueType  # 2
 SOLVE_STATUS_INFEASIBLE: SolveStatus.ValueType  # 3
 """No mapping satisfies the hard rules; `explanation` says which rule binds and by how much (Compare only:
 Place answers FAILED_PRECONDITION instead).
+"""
+SOLVE_STATUS_WAIT: SolveStatus.ValueType  # 4
+"""Place or wait: a valid placement exists now but its step is above the request's max_slowdown x the job's
+ideal; better to wait. The mapping is the placement it would take now (start nothing on it; Reserve holds
+nothing); PlacementResult.wait says why and until when.
 """
 Global___SolveStatus: _TypeAlias = SolveStatus  # noqa: Y015
 
@@ -89,9 +99,15 @@ class PlaceRequest(_message.Message):
     JOB_FIELD_NUMBER: _builtins.int
     OPTIONS_FIELD_NUMBER: _builtins.int
     CLUSTER_ID_FIELD_NUMBER: _builtins.int
+    MAX_SLOWDOWN_FIELD_NUMBER: _builtins.int
     cluster_id: _builtins.str
     """Instead of cluster and state: a cluster held by the ClusterRegistry (registry.proto), on its current
     state, with the devices of live reservations occupied. Give cluster_id or cluster, not both.
+    """
+    max_slowdown: _builtins.float
+    """Place or wait: when the best placement's step is more than max_slowdown x the job's ideal step (the same
+    job on the cluster with no occupancy), the answer's status is SOLVE_STATUS_WAIT (PlacementResult.wait says
+    why and, on a registry cluster, when a placement within the bound is expected). >= 1; unset: always place.
     """
     @_builtins.property
     def cluster(self) -> Global___Cluster: ...
@@ -111,12 +127,15 @@ class PlaceRequest(_message.Message):
         job: Global___Job | None = ...,
         options: Global___Options | None = ...,
         cluster_id: _builtins.str = ...,
+        max_slowdown: _builtins.float | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["cluster", b"cluster", "job", b"job", "options", b"options", "state", b"state"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_max_slowdown", b"_max_slowdown", "cluster", b"cluster", "job", b"job", "max_slowdown", b"max_slowdown", "options", b"options", "state", b"state"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster", b"cluster", "cluster_id", b"cluster_id", "job", b"job", "options", b"options", "state", b"state"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_max_slowdown", b"_max_slowdown", "cluster", b"cluster", "cluster_id", b"cluster_id", "job", b"job", "max_slowdown", b"max_slowdown", "options", b"options", "state", b"state"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__max_slowdown: _TypeAlias = _typing.Literal["max_slowdown"]  # noqa: Y015
+    _WhichOneofArgType__max_slowdown: _TypeAlias = _typing.Literal["_max_slowdown", b"_max_slowdown"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__max_slowdown) -> _WhichOneofReturnType__max_slowdown | None: ...
 
 Global___PlaceRequest: _TypeAlias = PlaceRequest  # noqa: Y015
 
@@ -1323,6 +1342,8 @@ class Constraints(_message.Message):
     SPREAD_FIELD_NUMBER: _builtins.int
     PINS_FIELD_NUMBER: _builtins.int
     EXCLUDE_FIELD_NUMBER: _builtins.int
+    BALANCE_FIELD_NUMBER: _builtins.int
+    SEGMENT_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def require(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
         """Group label -> level name: every group of that label stays inside one domain of that level (hard)."""
@@ -1341,6 +1362,14 @@ class Constraints(_message.Message):
     def exclude(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Device, host or domain selectors no rank may use."""
 
+    @_builtins.property
+    def balance(self) -> Global___Balance:
+        """Balanced slices: the job's slices spread evenly over the domains of a level it uses (6+6, not 10+2)."""
+
+    @_builtins.property
+    def segment(self) -> Global___Segment:
+        """Segments (Slurm --segment): blocks of `nodes` hosts' worth of consecutive ranks, each inside one domain."""
+
     def __init__(
         self,
         *,
@@ -1349,14 +1378,72 @@ class Constraints(_message.Message):
         spread: _abc.Iterable[Global___Spread] | None = ...,
         pins: _abc.Mapping[_builtins.int, _builtins.str] | None = ...,
         exclude: _abc.Iterable[_builtins.str] | None = ...,
+        balance: Global___Balance | None = ...,
+        segment: Global___Segment | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["balance", b"balance", "segment", b"segment"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["exclude", b"exclude", "pins", b"pins", "prefer", b"prefer", "require", b"require", "spread", b"spread"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["balance", b"balance", "exclude", b"exclude", "pins", b"pins", "prefer", b"prefer", "require", b"require", "segment", b"segment", "spread", b"spread"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Constraints: _TypeAlias = Constraints  # noqa: Y015
+
+@_typing.final
+class Balance(_message.Message):
+    """Balanced slices (Kueue's balanced placement): every domain of `level` the job uses holds a whole number of
+    slices of `slice` ranks, and the slice counts of two used domains differ by at most one. The fewest domains
+    that can hold the job this way are used.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LEVEL_FIELD_NUMBER: _builtins.int
+    SLICE_FIELD_NUMBER: _builtins.int
+    level: _builtins.str
+    slice: _builtins.int
+    """Ranks per slice (default 1); must divide the job's ranks."""
+    def __init__(
+        self,
+        *,
+        level: _builtins.str = ...,
+        slice: _builtins.int | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_slice", b"_slice", "slice", b"slice"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_slice", b"_slice", "level", b"level", "slice", b"slice"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__slice: _TypeAlias = _typing.Literal["slice"]  # noqa: Y015
+    _WhichOneofArgType__slice: _TypeAlias = _typing.Literal["_slice", b"_slice"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__slice) -> _WhichOneofReturnType__slice | None: ...
+
+Global___Balance: _TypeAlias = Balance  # noqa: Y015
+
+@_typing.final
+class Segment(_message.Message):
+    """Segments: ranks [i*s, (i+1)*s) lie inside one domain of `level`, s = nodes x the devices per host of the
+    job's kind (hosts of one size); s must divide the job's ranks.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NODES_FIELD_NUMBER: _builtins.int
+    LEVEL_FIELD_NUMBER: _builtins.int
+    nodes: _builtins.int
+    level: _builtins.str
+    def __init__(
+        self,
+        *,
+        nodes: _builtins.int = ...,
+        level: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["level", b"level", "nodes", b"nodes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Segment: _TypeAlias = Segment  # noqa: Y015
 
 @_typing.final
 class Spread(_message.Message):
@@ -1837,6 +1924,10 @@ class PlacementResult(_message.Message):
     STATS_FIELD_NUMBER: _builtins.int
     EXPLANATION_FIELD_NUMBER: _builtins.int
     COST_FIELD_NUMBER: _builtins.int
+    SLOWDOWN_FIELD_NUMBER: _builtins.int
+    IDEAL_STEP_S_FIELD_NUMBER: _builtins.int
+    IDEAL_SOURCE_FIELD_NUMBER: _builtins.int
+    WAIT_FIELD_NUMBER: _builtins.int
     job: _builtins.str
     """the job's name"""
     status: Global___SolveStatus.ValueType
@@ -1849,6 +1940,13 @@ class PlacementResult(_message.Message):
     """
     gap: _builtins.float
     """(cost.surrogate_seconds - lower_bound_s) / cost.surrogate_seconds; 0 when optimal; unset without a bound."""
+    slowdown: _builtins.float
+    """The answer's step / the job's ideal step (>= 1): the ideal is the better of the solver on the cluster with
+    no occupancy (failures kept; a short limit, cached) and this answer. Unset when INFEASIBLE.
+    """
+    ideal_step_s: _builtins.float
+    ideal_source: _builtins.str
+    """"empty cluster", or "the answer" when the answer beat the short solve on the empty cluster."""
     @_builtins.property
     def mapping(self) -> _containers.RepeatedCompositeFieldContainer[Global___Assignment]:
         """One entry per rank, in rank order. Empty when INFEASIBLE."""
@@ -1869,6 +1967,10 @@ class PlacementResult(_message.Message):
         INFEASIBLE.
         """
 
+    @_builtins.property
+    def wait(self) -> Global___Wait:
+        """Set when the status is SOLVE_STATUS_WAIT."""
+
     def __init__(
         self,
         *,
@@ -1884,25 +1986,76 @@ class PlacementResult(_message.Message):
         stats: Global___SolveStats | None = ...,
         explanation: _abc.Iterable[_builtins.str] | None = ...,
         cost: Global___StepCost | None = ...,
+        slowdown: _builtins.float | None = ...,
+        ideal_step_s: _builtins.float | None = ...,
+        ideal_source: _builtins.str = ...,
+        wait: Global___Wait | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_gap", b"_gap", "_lower_bound_s", b"_lower_bound_s", "_seconds_per_step", b"_seconds_per_step", "breakdown", b"breakdown", "cost", b"cost", "gap", b"gap", "lower_bound_s", b"lower_bound_s", "seconds_per_step", b"seconds_per_step", "stats", b"stats"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_gap", b"_gap", "_ideal_step_s", b"_ideal_step_s", "_lower_bound_s", b"_lower_bound_s", "_seconds_per_step", b"_seconds_per_step", "_slowdown", b"_slowdown", "breakdown", b"breakdown", "cost", b"cost", "gap", b"gap", "ideal_step_s", b"ideal_step_s", "lower_bound_s", b"lower_bound_s", "seconds_per_step", b"seconds_per_step", "slowdown", b"slowdown", "stats", b"stats", "wait", b"wait"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_gap", b"_gap", "_lower_bound_s", b"_lower_bound_s", "_seconds_per_step", b"_seconds_per_step", "baselines", b"baselines", "breakdown", b"breakdown", "cost", b"cost", "explanation", b"explanation", "gap", b"gap", "job", b"job", "lower_bound_s", b"lower_bound_s", "mapping", b"mapping", "seconds_per_step", b"seconds_per_step", "stats", b"stats", "status", b"status", "strategy", b"strategy"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_gap", b"_gap", "_ideal_step_s", b"_ideal_step_s", "_lower_bound_s", b"_lower_bound_s", "_seconds_per_step", b"_seconds_per_step", "_slowdown", b"_slowdown", "baselines", b"baselines", "breakdown", b"breakdown", "cost", b"cost", "explanation", b"explanation", "gap", b"gap", "ideal_source", b"ideal_source", "ideal_step_s", b"ideal_step_s", "job", b"job", "lower_bound_s", b"lower_bound_s", "mapping", b"mapping", "seconds_per_step", b"seconds_per_step", "slowdown", b"slowdown", "stats", b"stats", "status", b"status", "strategy", b"strategy", "wait", b"wait"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__gap: _TypeAlias = _typing.Literal["gap"]  # noqa: Y015
     _WhichOneofArgType__gap: _TypeAlias = _typing.Literal["_gap", b"_gap"]  # noqa: Y015
+    _WhichOneofReturnType__ideal_step_s: _TypeAlias = _typing.Literal["ideal_step_s"]  # noqa: Y015
+    _WhichOneofArgType__ideal_step_s: _TypeAlias = _typing.Literal["_ideal_step_s", b"_ideal_step_s"]  # noqa: Y015
     _WhichOneofReturnType__lower_bound_s: _TypeAlias = _typing.Literal["lower_bound_s"]  # noqa: Y015
     _WhichOneofArgType__lower_bound_s: _TypeAlias = _typing.Literal["_lower_bound_s", b"_lower_bound_s"]  # noqa: Y015
     _WhichOneofReturnType__seconds_per_step: _TypeAlias = _typing.Literal["seconds_per_step"]  # noqa: Y015
     _WhichOneofArgType__seconds_per_step: _TypeAlias = _typing.Literal["_seconds_per_step", b"_seconds_per_step"]  # noqa: Y015
+    _WhichOneofReturnType__slowdown: _TypeAlias = _typing.Literal["slowdown"]  # noqa: Y015
+    _WhichOneofArgType__slowdown: _TypeAlias = _typing.Literal["_slowdown", b"_slowdown"]  # noqa: Y015
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__gap) -> _WhichOneofReturnType__gap | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__ideal_step_s) -> _WhichOneofReturnType__ideal_step_s | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__lower_bound_s) -> _WhichOneofReturnType__lower_bound_s | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__seconds_per_step) -> _WhichOneofReturnType__seconds_per_step | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__slowdown) -> _WhichOneofReturnType__slowdown | None: ...
 
 Global___PlacementResult: _TypeAlias = PlacementResult  # noqa: Y015
+
+@_typing.final
+class Wait(_message.Message):
+    """Why an answer waits, and until when."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MAX_SLOWDOWN_FIELD_NUMBER: _builtins.int
+    REASONS_FIELD_NUMBER: _builtins.int
+    EARLIEST_START_UNIX_S_FIELD_NUMBER: _builtins.int
+    EARLIEST_HOW_FIELD_NUMBER: _builtins.int
+    max_slowdown: _builtins.float
+    earliest_start_unix_s: _builtins.float
+    """When a placement within the bound is expected (Unix seconds): the registry's live claims freed in order of
+    expected end (lease or heartbeat expiry), the job placed again after each. Unset: not known.
+    """
+    earliest_how: _builtins.str
+    """How earliest_start_unix_s was found, or why it is unknown."""
+    @_builtins.property
+    def reasons(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The slowdown and the ideal, then what blocks (e.g. "tp groups split across node domains: ...")."""
+
+    def __init__(
+        self,
+        *,
+        max_slowdown: _builtins.float = ...,
+        reasons: _abc.Iterable[_builtins.str] | None = ...,
+        earliest_start_unix_s: _builtins.float | None = ...,
+        earliest_how: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_earliest_start_unix_s", b"_earliest_start_unix_s", "earliest_start_unix_s", b"earliest_start_unix_s"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_earliest_start_unix_s", b"_earliest_start_unix_s", "earliest_how", b"earliest_how", "earliest_start_unix_s", b"earliest_start_unix_s", "max_slowdown", b"max_slowdown", "reasons", b"reasons"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__earliest_start_unix_s: _TypeAlias = _typing.Literal["earliest_start_unix_s"]  # noqa: Y015
+    _WhichOneofArgType__earliest_start_unix_s: _TypeAlias = _typing.Literal["_earliest_start_unix_s", b"_earliest_start_unix_s"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__earliest_start_unix_s) -> _WhichOneofReturnType__earliest_start_unix_s | None: ...
+
+Global___Wait: _TypeAlias = Wait  # noqa: Y015
 
 @_typing.final
 class PlaceResponse(_message.Message):

@@ -387,11 +387,16 @@ class ReserveRequest(_message.Message):
     OPTIONS_FIELD_NUMBER: _builtins.int
     TTL_S_FIELD_NUMBER: _builtins.int
     IDEMPOTENCY_KEY_FIELD_NUMBER: _builtins.int
+    MAX_SLOWDOWN_FIELD_NUMBER: _builtins.int
     cluster_id: _builtins.str
     ttl_s: _builtins.float
     """Lease length; default 60, at most 7 days."""
     idempotency_key: _builtins.str
     """A retry with the same key returns the same reservation (the same key for another request is refused)."""
+    max_slowdown: _builtins.float
+    """Place or wait (PlaceRequest.max_slowdown): above it the answer is SOLVE_STATUS_WAIT and nothing is
+    reserved (reservation_id empty), with the earliest expected start from the cluster's live claims.
+    """
     @_builtins.property
     def job(self) -> _placement_pb2.Job: ...
     @_builtins.property
@@ -404,13 +409,19 @@ class ReserveRequest(_message.Message):
         options: _placement_pb2.Options | None = ...,
         ttl_s: _builtins.float | None = ...,
         idempotency_key: _builtins.str = ...,
+        max_slowdown: _builtins.float | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_ttl_s", b"_ttl_s", "job", b"job", "options", b"options", "ttl_s", b"ttl_s"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_max_slowdown", b"_max_slowdown", "_ttl_s", b"_ttl_s", "job", b"job", "max_slowdown", b"max_slowdown", "options", b"options", "ttl_s", b"ttl_s"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_ttl_s", b"_ttl_s", "cluster_id", b"cluster_id", "idempotency_key", b"idempotency_key", "job", b"job", "options", b"options", "ttl_s", b"ttl_s"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_max_slowdown", b"_max_slowdown", "_ttl_s", b"_ttl_s", "cluster_id", b"cluster_id", "idempotency_key", b"idempotency_key", "job", b"job", "max_slowdown", b"max_slowdown", "options", b"options", "ttl_s", b"ttl_s"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__max_slowdown: _TypeAlias = _typing.Literal["max_slowdown"]  # noqa: Y015
+    _WhichOneofArgType__max_slowdown: _TypeAlias = _typing.Literal["_max_slowdown", b"_max_slowdown"]  # noqa: Y015
     _WhichOneofReturnType__ttl_s: _TypeAlias = _typing.Literal["ttl_s"]  # noqa: Y015
     _WhichOneofArgType__ttl_s: _TypeAlias = _typing.Literal["_ttl_s", b"_ttl_s"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__max_slowdown) -> _WhichOneofReturnType__max_slowdown | None: ...
+    @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__ttl_s) -> _WhichOneofReturnType__ttl_s | None: ...
 
 Global___ReserveRequest: _TypeAlias = ReserveRequest  # noqa: Y015

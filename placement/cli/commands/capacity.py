@@ -13,21 +13,25 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
+from placement.cli.commands.remote import decision_remote
 from placement.cli.errors import fail, guard
 from placement.cli.help import Command, command_app
 from placement.cli.inputs import load_cluster_state
+from placement.cli.options import ServerOpt, TokenOpt
 from placement.cli.tables import out
 from placement.errors import InputError, Problem
-from placement.io.native import job_from_dict, load_job
+from placement.io.native import job_from_dict, load_document, load_job
 from placement.messages import dump_message
 from placement.messages.decisions import capacity_response
+from placement.messages.files import request_from_dict
 from placement.model.job import DIMENSIONS, Job
 from placement.model.topology import Topology
 from placement.solve import SolveOptions
 from placement.solve.capacity import MAX_PLACED
 from placement.solve.capacity import capacity as run_capacity
+from placement.v1 import placement_pb2 as pb
 
-__all__ = ["app", "capacity", "shape_job"]
+__all__ = ["app", "capacity", "print_capacity", "shape_doc", "shape_job"]
 
 app = command_app()
 
@@ -35,10 +39,15 @@ _TOKEN = re.compile(r"^(tp|cp|ep|dp|pp)?([0-9]+)$")
 
 
 def shape_job(spec: str, topology: Topology, tp_level: str | None, kind: str | None) -> Job:
+    """The job of a shape string (`shape_doc`)."""
+    return job_from_dict(shape_doc(spec, tp_level, kind), f"--shape {spec}")
+
+
+def shape_doc(spec: str, tp_level: str | None, kind: str | None) -> dict[str, Any]:
     """The job of a shape string: sizes joined by ``x``, each ``tpN``, ``cpN``, ``epN``, ``dpN``, ``ppN`` or a
     bare ``N`` (data parallel), e.g. ``tp8x4`` (TP 8 x DP 4) or ``tp8xpp4x16``; TP groups required inside one
     domain of `tp_level` (None: no requirement). Its traffic is that of a 7B-parameter model (a job file gives
-    your model's)."""
+    your model's). The native job document."""
     sizes: dict[str, int] = {}
     for tok in spec.lower().split("x"):
         m = _TOKEN.match(tok)
@@ -70,7 +79,7 @@ def shape_job(spec: str, topology: Topology, tp_level: str | None, kind: str | N
         doc["device_kind"] = kind
     if tp_level is not None and sizes.get("tp", 1) > 1:
         doc["constraints"] = {"require": {"tp": tp_level}}
-    return job_from_dict(doc, f"--shape {spec}")
+    return doc
 
 
 @app.command("capacity", cls=Command)
@@ -93,11 +102,14 @@ def capacity(
     ] = 0,
     time_limit: Annotated[float, typer.Option(help="seconds per placed copy")] = 2.0,
     output: Annotated[str, typer.Option(help="table or json")] = "table",
+    server: ServerOpt = None,
+    token: TokenOpt = None,
 ) -> None:
     """How many copies of each job shape fit now, per domain, and how fragmented the free devices are.
 
     Each shape is counted alone on the state: greedy packing (a lower bound) and an upper bound from the free
-    devices per domain; --place N places and models the first N copies.
+    devices per domain; --place N places and models the first N copies. With --server (or PLACEMENT_SERVER) a
+    placement-server answers (the Capacity RPC).
     """
     if output not in ("table", "json"):
         fail(f"--output: unknown value {output!r}; use table or json", 2)
@@ -105,54 +117,81 @@ def capacity(
         fail(f"--time-limit: must be > 0, got {time_limit:g}", 2)
     if not shape and not job:
         fail("give at least one --shape or --job", 2)
-    topo, st = load_cluster_state(cluster, state)
-    level: str | None = topo.levels[0].name if tp_level is None else tp_level
-    if level == "none":
-        level = None
-    elif level not in topo.level_names:
-        fail(f"--tp-level: unknown level {level!r}; levels are {list(topo.level_names)} or none", 2)
-    shapes = [shape_job(s, topo, level, kind) for s in shape or []] + [load_job(p) for p in job or []]
-    res = run_capacity(topo, st, shapes, place_copies=place, options=SolveOptions(time_limit_s=time_limit))
-    if output == "json":  # the CapacityResponse JSON mapping, as the Capacity RPC answers
-        sys.stdout.write(
-            dump_message(capacity_response(topo, res, time_limit_s=time_limit, deadline_limited=False))
+    if server is not None:  # the same request, solved by the server; --tp-level is checked there by name
+        # the default --tp-level is the cluster's lowest level: read here, the cluster is checked by the server
+        level: str | None = (
+            load_cluster_state(cluster, None)[0].levels[0].name if tp_level is None else tp_level
         )
+        if level == "none":
+            level = None
+        doc: dict[str, Any] = {
+            "cluster_file": str(cluster),
+            "shapes": [shape_doc(s, level, kind) for s in shape or []]
+            + [load_document(p) for p in job or []],
+            "place_copies": place,
+            "options": {"time_limit_s": time_limit},
+        }
+        if state is not None:
+            doc["state_file"] = str(state)
+        req = request_from_dict(doc, pb.CapacityRequest, "<capacity>", Path.cwd())
+        response = decision_remote("capacity", req, server, token)
+    else:
+        topo, st = load_cluster_state(cluster, state)
+        level = topo.levels[0].name if tp_level is None else tp_level
+        if level == "none":
+            level = None
+        elif level not in topo.level_names:
+            fail(f"--tp-level: unknown level {level!r}; levels are {list(topo.level_names)} or none", 2)
+        shapes = [shape_job(s, topo, level, kind) for s in shape or []] + [load_job(p) for p in job or []]
+        res = run_capacity(
+            topo, st, shapes, place_copies=place, options=SolveOptions(time_limit_s=time_limit)
+        )
+        response = capacity_response(topo, res, time_limit_s=time_limit, deadline_limited=False)
+    if output == "json":  # the CapacityResponse JSON mapping, as the Capacity RPC answers
+        sys.stdout.write(dump_message(response))
         return
+    print_capacity(response, req.cluster.name if server is not None else topo.name)
+
+
+def print_capacity(response: Any, cluster: str) -> None:
+    """The tables of a CapacityResponse (counted here or by a server): copies per shape, the best domains per
+    level, and the fragmentation per level."""
     t = Table(
-        title=f"{topo.name}: copies that fit now, each shape alone ({res.stats['wall_s'] * 1000:.1f} ms)"
+        title=f"{cluster}: copies that fit now, each shape alone ({response.stats.wall_s * 1000:.1f} ms)"
     )
     for c in ("shape", "ranks", "usable", "copies", "at most", "method", "steps s"):
         t.add_column(c, justify="left" if c in ("shape", "method") else "right")
-    for s in res.shapes:
+    for s in response.shapes:
         t.add_row(
-            s.job.name,
-            str(s.job.ranks),
-            str(s.usable),
+            s.job,
+            str(s.ranks),
+            str(s.usable_devices),
             str(s.copies),
             str(s.upper_bound),
             s.method,
-            " ".join(f"{p.report.step_seconds:.3f}" for p in s.placed) or "-",
+            " ".join(f"{p.cost.step_seconds:.3f}" for p in s.placed) or "-",
         )
     out.print(t)
-    for s in res.shapes:
+    levels = [lf.level for lf in response.fragmentation]
+    for s in response.shapes:
         best: list[str] = []
-        for lname in topo.level_names[1:]:
+        for lname in levels[1:]:
             rows = sorted((d for d in s.domains if d.level == lname), key=lambda d: (-d.copies, d.domain))
             if rows:
                 shown = ", ".join(f"{d.domain} {d.copies}" for d in rows[:3])
                 best.append(f"{lname} {shown}" + (f" (+{len(rows) - 3} more)" if len(rows) > 3 else ""))
         if best:
-            out.print(f"  {s.job.name} per domain: " + "; ".join(best), highlight=False, soft_wrap=True)
+            out.print(f"  {s.job} per domain: " + "; ".join(best), highlight=False, soft_wrap=True)
         for n in s.notes:
-            out.print(f"  {s.job.name}: {n}", highlight=False, soft_wrap=True)
+            out.print(f"  {s.job}: {n}", highlight=False, soft_wrap=True)
     f = Table(title="fragmentation: 1 - most free devices in one child / free devices, mean over domains")
     for c in ("level", "fragmentation", "free", "domains with free", "largest free block"):
         f.add_column(c, justify="left" if c == "level" else "right")
-    for lf in res.fragmentation:
+    for lf in response.fragmentation:
         f.add_row(
             lf.level,
             f"{lf.fragmentation:.3f}",
-            str(lf.free),
+            str(lf.free_devices),
             str(lf.domains_with_free),
             str(lf.largest_free_block),
         )

@@ -11,18 +11,19 @@ from typing import Annotated, Any
 import typer
 
 from placement.cli.commands.remote import place_remote
-from placement.cli.errors import err, escape, fail, guard
+from placement.cli.errors import WAIT_EXIT, err, escape, fail, guard
 from placement.cli.help import Command, command_app
 from placement.cli.inputs import load_inputs, write_output
 from placement.cli.options import ServerOpt, TokenOpt
 from placement.cli.picture import render_picture
-from placement.cli.tables import out, place_title, print_report, print_result
+from placement.cli.tables import out, place_title, print_report, print_result, print_verdict
 from placement.cost.report import CostReport
 from placement.io.export import baseline_costs, export
+from placement.io.native import job_from_dict, load_document
 from placement.messages import domain, dump_message, message_to_dict
 from placement.messages.files import read_request, request_from_dict
 from placement.solve import SolveOptions, Strategy
-from placement.solve import place as run_place
+from placement.solve.wait import decide
 from placement.v1 import placement_pb2 as pb
 
 __all__ = ["PLACE_OUTPUTS", "app", "place"]
@@ -53,17 +54,45 @@ def _check_options(strategy: str, time_limit: float, gap: float, seed: int, work
     return strat
 
 
+def _slice_rules(balance: str | None, segment: str | None) -> dict[str, Any]:
+    """`--balance LEVEL[:SLICE]` and `--segment NODES:LEVEL` as the job document's constraints."""
+    out_rules: dict[str, Any] = {}
+    if balance is not None:
+        level, _, size = balance.partition(":")
+        if not level or (size and not size.isdigit()):
+            fail(f"--balance: write LEVEL or LEVEL:SLICE (e.g. leaf or leaf:8), got {balance!r}", 2)
+        out_rules["balance"] = {"level": level, **({"slice": int(size)} if size else {})}
+    if segment is not None:
+        nodes, _, level = segment.partition(":")
+        if not nodes.isdigit() or not level:
+            fail(f"--segment: write NODES:LEVEL (e.g. 2:leaf), got {segment!r}", 2)
+        out_rules["segment"] = {"nodes": int(nodes), "level": level}
+    return out_rules
+
+
+def _waiting(result: Any) -> None:
+    """A WAIT answer ends the command with `WAIT_EXIT` (after its output)."""
+    if result.status == pb.SOLVE_STATUS_WAIT:
+        raise typer.Exit(WAIT_EXIT)
+
+
 def _answer(result: Any, cluster: str, output: str, out_file: Path | None) -> None:
     """A PlacementResult (from a server, or a request solved here) as `--output` asks."""
     response = pb.PlaceResponse(result=result)
     if output in ("json", "yaml"):
         write_output(dump_message(response, output), out_file)
+        _waiting(result)
         return
     if output == "table":
         print_result(result, cluster)
+        print_verdict(result)
         if out_file is not None:
             write_output(dump_message(response, "json"), out_file)
+        _waiting(result)
         return
+    if result.status == pb.SOLVE_STATUS_WAIT:  # no launch file for a placement not to be started
+        print_verdict(result, err)
+        _waiting(result)
     seats = [(a.host, int(a.device.rpartition("/gpu")[2])) for a in result.mapping]
     write_output(export(output, seats), out_file)
 
@@ -77,7 +106,7 @@ def _place_request(
         _answer(place_remote(req, server, token), cluster, output, out_file)
         return
     inputs = domain.place_inputs(req)
-    res = run_place(inputs.topology, inputs.state, inputs.job, inputs.options)
+    res = decide(inputs.topology, inputs.state, inputs.job, inputs.options, max_slowdown=inputs.max_slowdown)
     result = domain.result_to_proto(
         inputs.topology, inputs.job, res, time_limit_s=inputs.options.time_limit_s, deadline_limited=False
     )
@@ -122,6 +151,26 @@ def place(
     picture: Annotated[
         Path | None, typer.Option(help="also draw the placement (SVG or PNG by suffix)")
     ] = None,
+    max_slowdown: Annotated[
+        float | None,
+        typer.Option(
+            help="place or wait: above this step / ideal step (>= 1) the answer is WAIT (exit 5, no launch file)"
+        ),
+    ] = None,
+    balance: Annotated[
+        str | None,
+        typer.Option(
+            help="balanced slices: LEVEL or LEVEL:SLICE, the job's slices (of SLICE ranks) spread evenly over the "
+            "domains of LEVEL it uses (the job's constraints.balance)"
+        ),
+    ] = None,
+    segment: Annotated[
+        str | None,
+        typer.Option(
+            help="segments: NODES:LEVEL, the ranks in blocks of NODES hosts' worth, each inside one domain of "
+            "LEVEL (Slurm --segment; the job's constraints.segment)"
+        ),
+    ] = None,
 ) -> None:
     """Place a job on a cluster state and show what it costs, next to the baselines.
 
@@ -138,10 +187,19 @@ def place(
     if cluster is None or job is None:
         fail("missing CLUSTER and JOB (or --request FILE)", 2)
     strat = _check_options(strategy, time_limit, gap, seed, workers)
+    if max_slowdown is not None and not (math.isfinite(max_slowdown) and max_slowdown >= 1):
+        fail(f"--max-slowdown: must be a number >= 1 (1: the ideal step), got {max_slowdown:g}", 2)
+    rules = _slice_rules(balance, segment)
+    job_doc: dict[str, Any] | None = None
+    if rules:  # the job file with the flags' rules in its constraints
+        loaded = load_document(job)
+        if not isinstance(loaded, dict):
+            fail(f"{escape(str(job))}: a job file is a mapping", 2)
+        job_doc = {**loaded, "constraints": {**(loaded.get("constraints") or {}), **rules}}
     if server is not None:
         doc: dict[str, Any] = {
             "cluster_file": str(cluster),
-            "job_file": str(job),
+            **({"job": job_doc} if job_doc is not None else {"job_file": str(job)}),
             "options": {
                 "strategy": strat.value,
                 "time_limit_s": time_limit,
@@ -152,11 +210,15 @@ def place(
         }
         if state is not None:
             doc["state_file"] = str(state)
+        if max_slowdown is not None:
+            doc["max_slowdown"] = max_slowdown
         req = request_from_dict(doc, pb.PlaceRequest, "<place>", Path.cwd())
         _place_request(req, server, token, output, out_file)
         return
     topo, st, jb = load_inputs(cluster, job, state)
-    res = run_place(
+    if job_doc is not None:
+        jb = job_from_dict(job_doc, str(job))
+    res = decide(
         topo,
         st,
         jb,
@@ -168,6 +230,7 @@ def place(
             workers=workers,
             deterministic=deterministic,
         ),
+        max_slowdown=max_slowdown,
     )
     rep = res.report
     if res.mapping is None or not isinstance(rep, CostReport):  # `place` raises InfeasibleError instead
@@ -201,11 +264,17 @@ def place(
                 f"against {free:.4f} s for the free mapping ({100 * (rep.step_seconds / free - 1):+.2f}%)",
                 soft_wrap=True,
             )
+        print_verdict(response.result)
         if out_file is not None:
             write_output(dump_message(response, "json"), out_file)
+        _waiting(response.result)
         return
     if output in ("json", "yaml"):
         write_output(dump_message(response, output), out_file)
+        _waiting(response.result)
         return
+    if response.result.status == pb.SOLVE_STATUS_WAIT:  # no launch file for a placement not to be started
+        print_verdict(response.result, err)
+        _waiting(response.result)
     seats = [(topo.devices[d].host, topo.devices[d].local_index) for d in res.mapping]
     write_output(export(output, seats, document=message_to_dict(response), topology=topo), out_file)

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import sys
 from pathlib import Path
@@ -12,19 +13,23 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
+from placement.cli.commands.remote import decision_remote
 from placement.cli.errors import fail, guard
 from placement.cli.help import Command, command_app
 from placement.cli.inputs import load_inputs
+from placement.cli.options import ServerOpt, TokenOpt
 from placement.cli.tables import out
 from placement.errors import Problems
 from placement.io.native import load_document
 from placement.messages import dump_message
 from placement.messages.decisions import preempt_response
+from placement.messages.files import request_from_dict
 from placement.solve import SolveOptions, Strategy
 from placement.solve.preempt import Objective, RunningJob
 from placement.solve.preempt import preempt as run_preempt
+from placement.v1 import placement_pb2 as pb
 
-__all__ = ["app", "load_running", "preempt"]
+__all__ = ["app", "load_running", "preempt", "print_preempt"]
 
 app = command_app()
 
@@ -102,11 +107,14 @@ def preempt(
         bool, typer.Option(help="budget each check in deterministic time: the same answer on every run")
     ] = False,
     output: Annotated[str, typer.Option(help="table or json")] = "table",
+    server: ServerOpt = None,
+    token: TokenOpt = None,
 ) -> None:
     """Preempt the fewest or cheapest lower-priority jobs so that a job fits.
 
     A Pareto table of victims (and GPU-hours lost) against the job's step; the recommended row is the least cost
     within the bound (--max-step-seconds, --max-slowdown x the ideal step, or any step). Each victim is explained.
+    With --server (or PLACEMENT_SERVER) a placement-server answers (the Preempt RPC).
     """
     if output not in ("table", "json"):
         fail(f"--output: unknown value {output!r}; use table or json", 2)
@@ -118,57 +126,93 @@ def preempt(
         fail(f"--strategy: unknown value {strategy!r}; use one of {[s.value for s in Strategy]}", 2)
     if max_checks < 1:
         fail(f"--max-checks: must be >= 1, got {max_checks}", 2)
-    topo, st, jb = load_inputs(cluster, job, state)
     rjobs = load_running(running)
-    res = run_preempt(
-        topo,
-        st,
-        jb,
-        rjobs,
-        job_priority=priority,
-        max_step_seconds=max_step_seconds,
-        max_slowdown=max_slowdown,
-        objective=objective,
-        options=SolveOptions(
-            strategy=Strategy(strategy),
-            time_limit_s=time_limit,
-            seed=seed,
-            deterministic=deterministic,
-            workers=1,
-        ),
-        max_checks=max_checks,
-    )
-    if output == "json":  # the PreemptResponse JSON mapping, as the Preempt RPC answers
-        sys.stdout.write(
-            dump_message(preempt_response(topo, res, time_limit_s=time_limit, deadline_limited=False))
+    if server is not None:  # the same request, solved by the server
+        doc: dict[str, Any] = {
+            "cluster_file": str(cluster),
+            "job_file": str(job),
+            "priority": priority,
+            "running": [{k: v for k, v in dataclasses.asdict(rj).items() if v is not None} for rj in rjobs],
+            "objective": objective,
+            "max_checks": max_checks,
+            "options": {
+                "strategy": strategy,
+                "time_limit_s": time_limit,
+                "seed": seed,
+                "deterministic": deterministic,
+            },
+        }
+        if state is not None:
+            doc["state_file"] = str(state)
+        if max_step_seconds is not None:
+            doc["max_step_seconds"] = max_step_seconds
+        if max_slowdown is not None:
+            doc["max_slowdown"] = max_slowdown
+        req = request_from_dict(doc, pb.PreemptRequest, "<preempt>", Path.cwd())
+        response = decision_remote("preempt", req, server, token)
+        name = req.job.name
+    else:
+        topo, st, jb = load_inputs(cluster, job, state)
+        res = run_preempt(
+            topo,
+            st,
+            jb,
+            rjobs,
+            job_priority=priority,
+            max_step_seconds=max_step_seconds,
+            max_slowdown=max_slowdown,
+            objective=objective,
+            options=SolveOptions(
+                strategy=Strategy(strategy),
+                time_limit_s=time_limit,
+                seed=seed,
+                deterministic=deterministic,
+                workers=1,
+            ),
+            max_checks=max_checks,
         )
+        response = preempt_response(topo, res, time_limit_s=time_limit, deadline_limited=False)
+        name = jb.name
+    if output == "json":  # the PreemptResponse JSON mapping, as the Preempt RPC answers
+        sys.stdout.write(dump_message(response))
         return
-    ideal = res.ideal.step_seconds if res.ideal is not None else None
-    bound = "no bound" if math.isinf(res.bound_s) else f"bound {res.bound_s:.4f} s"
+    print_preempt(response, name, priority)
+
+
+def print_preempt(response: Any, name: str, priority: float) -> None:
+    """The Pareto table of a PreemptResponse (solved here or by a server), its victims and the protected jobs."""
+    ideal = response.ideal.step_seconds if response.HasField("ideal") else None
+    bound = (
+        f"bound {response.bound_step_seconds:.4f} s"
+        if response.HasField("bound_step_seconds")
+        else "no bound"
+    )
+    checks = int(response.stats.values.get("checks", 0))
     title = (
-        f"{jb.name} (priority {priority:g}): {bound}; ideal step "
+        f"{name} (priority {priority:g}): {bound}; ideal step "
         + (f"{ideal:.4f} s" if ideal else "-")
-        + f"; {res.stats.get('checks', 0)} checks; {'proven least' if res.proven else 'not proven least'}"
+        + f"; {checks} checks; {'proven least' if response.proven else 'not proven least'}"
     )
     t = Table(title=title)
     for c in ("", "answer", "victims", "GPU-hours", "step s", "slowdown", "within", "domain"):
         t.add_column(c, justify="left" if c in ("", "answer", "domain") else "right")
-    for i, a in enumerate(res.answers):
+    for i, a in enumerate(response.answers):
         t.add_row(
-            "*" if i == res.recommended else "",
+            "*" if i == response.recommended else "",
             a.name,
-            str(a.count),
+            str(len(a.victims)),
             f"{a.gpu_hours:.3f}",
-            f"{a.report.step_seconds:.4f}",
-            f"{a.report.step_seconds / ideal:.3f}" if ideal else "-",
+            f"{a.cost.step_seconds:.4f}",
+            f"{a.cost.step_seconds / ideal:.3f}" if ideal else "-",
             "yes" if a.within_bound else "no",
             a.domain,
         )
     out.print(t)
-    for v in res.chosen.victims:
-        out.print(f"  {v.explanation}", highlight=False, soft_wrap=True)
-    if res.protected:
-        shown = ", ".join(res.protected[:10]) + (" ..." if len(res.protected) > 10 else "")
+    if response.answers:
+        for v in response.answers[response.recommended].victims:
+            out.print(f"  {v.explanation}", highlight=False, soft_wrap=True)
+    if response.protected:
+        shown = ", ".join(response.protected[:10]) + (" ..." if len(response.protected) > 10 else "")
         out.print(
             f"  never preempted (priority >= {priority:g} or not listed): {shown}",
             highlight=False,

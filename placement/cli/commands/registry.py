@@ -13,13 +13,14 @@ import typer
 from rich.table import Table
 
 from placement.cli.commands.remote import registry_call, registry_watch
-from placement.cli.errors import fail, guard
+from placement.cli.errors import WAIT_EXIT, fail, guard
 from placement.cli.help import Command, command_app
 from placement.cli.options import RequiredServerOpt, TokenOpt, WideOpt
-from placement.cli.tables import out, print_result, table_console
+from placement.cli.tables import out, print_result, print_verdict, table_console
 from placement.io.native import load_document
 from placement.messages.files import dump_message, request_from_dict
 from placement.v1 import registry_pb2 as rpb
+from placement.v1.placement_pb2 import SOLVE_STATUS_WAIT
 
 __all__ = ["app"]
 
@@ -203,10 +204,18 @@ def reserve(
     time_limit: Annotated[float | None, typer.Option(help="solver seconds")] = None,
     output: Output = "table",
     token: Token = None,
+    max_slowdown: Annotated[
+        float | None,
+        typer.Option(
+            help="place or wait: above this step / ideal step the answer is WAIT, nothing reserved (exit 5)"
+        ),
+    ] = None,
 ) -> None:
     """Place a job on the registry's current state and hold its devices for --ttl seconds.
 
-    The reservation id (what commit, release and renew take) comes first, then the placement's tables.
+    The reservation id (what commit, release and renew take) comes first, then the placement's tables. With
+    --max-slowdown a placement slower than that x the job's ideal step is not held: the answer is WAIT, with the
+    earliest time a placement within the bound is expected (from the leases' ends), and the command exits 5.
     """
     doc: dict[str, Any] = {
         "cluster_id": cluster,
@@ -216,10 +225,20 @@ def reserve(
     }
     if time_limit is not None:
         doc["options"] = {"time_limit_s": time_limit}
+    if max_slowdown is not None:
+        doc["max_slowdown"] = max_slowdown
     resp = _call(server, token, "Reserve", _message(doc, "ReserveRequest"))
+    waits = resp.result.status == SOLVE_STATUS_WAIT
     if output != "table":
         _dump(resp, output)
+        if waits:
+            raise typer.Exit(WAIT_EXIT)
         return
+    if waits:
+        out.print("WAIT: nothing reserved", markup=False, highlight=False)
+        print_result(resp.result, cluster)
+        print_verdict(resp.result)
+        raise typer.Exit(WAIT_EXIT)
     again = " (replayed: the key was used before)" if resp.replayed else ""
     out.print(
         f"reservation {resp.reservation_id}: {_status(resp.reservation)} until {_when(resp.expires_unix_s)}"
@@ -229,6 +248,7 @@ def reserve(
         soft_wrap=True,
     )
     print_result(resp.result, cluster)
+    print_verdict(resp.result)
 
 
 def _transition(

@@ -20,6 +20,7 @@ from server.main import main as server_main
 from server.registry_client import RegistryClient
 
 __all__ = [
+    "decision_remote",
     "place_batch_remote",
     "place_remote",
     "registry_call",
@@ -50,6 +51,15 @@ def place_remote(req: pb.PlaceRequest, server: str, token: str | None) -> Any:
     try:
         with PlacementClient(server, token=token) as client:
             return client.place(req).result
+    except PlacementRpcError as e:
+        _rpc_failure(server, e)
+
+
+def decision_remote(method: str, req: Any, server: str, token: str | None) -> Any:
+    """`preempt --server`, `capacity --server`: the PreemptResponse or CapacityResponse the server answers."""
+    try:
+        with PlacementClient(server, token=token) as client:
+            return client.preempt(req) if method == "preempt" else client.capacity(req)
     except PlacementRpcError as e:
         _rpc_failure(server, e)
 

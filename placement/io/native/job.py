@@ -18,6 +18,7 @@ from placement.limits import LimitError, current_limits, tick
 from placement.model.job import (
     DIMENSIONS,
     LAUNCHERS,
+    BalanceRule,
     CollectiveKind,
     Constraints,
     Edge,
@@ -25,6 +26,7 @@ from placement.model.job import (
     Job,
     ModelShape,
     ParallelSpec,
+    SegmentRule,
     SpreadRule,
 )
 
@@ -330,7 +332,7 @@ def _exposed(r: _Reader, d: Mapping[str, Any], path: str) -> float:
 
 def _constraints(r: _Reader, v: Any, ranks: int) -> Constraints:
     cd = r.obj(v, "constraints")
-    r.keys(cd, ["require", "prefer", "spread", "pins", "exclude"], "constraints")
+    r.keys(cd, ["require", "prefer", "spread", "pins", "exclude", "balance", "segment"], "constraints")
     req = {str(k): str(x) for k, x in r.obj(cd.get("require"), "constraints.require").items()}
     pref = {str(k): str(x) for k, x in r.obj(cd.get("prefer"), "constraints.prefer").items()}
     spread: list[SpreadRule] = []
@@ -372,7 +374,20 @@ def _constraints(r: _Reader, v: Any, ranks: int) -> Constraints:
     excl_raw = r.lst(cd.get("exclude"), "constraints.exclude")
     lim.check("max_state_entries", len(excl_raw), "constraints.exclude")
     excl = [str(x) for x in excl_raw]
-    return Constraints(req, pref, tuple(spread), pins, tuple(excl))
+    balance: BalanceRule | None = None
+    if cd.get("balance") is not None:
+        bd = r.obj(cd.get("balance"), "constraints.balance")
+        r.keys(bd, ["level", "slice"], "constraints.balance")
+        level = r.str_(bd, "level", "constraints.balance", required=True) or "?"
+        balance = BalanceRule(level, r.int_(bd, "slice", "constraints.balance", minimum=1) or 1)
+    segment: SegmentRule | None = None
+    if cd.get("segment") is not None:
+        sd = r.obj(cd.get("segment"), "constraints.segment")
+        r.keys(sd, ["nodes", "level"], "constraints.segment")
+        nodes = r.int_(sd, "nodes", "constraints.segment", minimum=1, required=True)
+        level = r.str_(sd, "level", "constraints.segment", required=True) or "?"
+        segment = SegmentRule(nodes or 1, level)
+    return Constraints(req, pref, tuple(spread), pins, tuple(excl), balance, segment)
 
 
 def load_job(path: str | Path) -> Job:
