@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from placement.cost.evaluate import evaluate
+from placement.cost.step import dp_exposed
 from placement.io.importers.nvidia_smi import read_nvidia_smi
 from placement.model.devices import HostSpec, NodeType
 from placement.model.job import CollectiveKind, Group, Job, ModelShape, ParallelSpec
@@ -166,11 +167,16 @@ def rows_2d() -> list[Row]:
 
 
 def rows_2e(data: Path) -> list[Row]:
+    """DDP overhead: the modeled fp32 all-reduce, exposed behind the backward as the step model does
+    (`placement.cost.step.dp_exposed`: 25 MiB buckets); the backward is 2/3 of the measured no-DDP 1-GPU step
+    (0.097 s and 0.162 s), as the model has no convolution FLOPs."""
     t = dgx1_cluster(data)
     out = []
+    no_ddp = {"resnet50": 0.097, "resnet101": 0.162}
     for model, (params, p50) in DDP.items():
         for n in (2, 4, 8, 16):
-            modeled = all_reduce_seconds(t, list(range(n)), 4 * params)
+            reduce = all_reduce_seconds(t, list(range(n)), 4 * params)
+            modeled = dp_exposed(reduce, 2 / 3 * no_ddp[model], 4 * params)
             where = f"{n} GPUs" + (" (2 machines)" if n > 8 else "")
             out.append(
                 Row(
@@ -236,6 +242,58 @@ def bert_step(topology: Topology, dp: int) -> float:
     return evaluate(topology, ClusterState(), job, list(range(dp))).step_seconds
 
 
+# Issue 25's held-out DP rows on the same cluster. BERT-base (Devlin et al. 2019): 110 M parameters, 12 layers,
+# hidden 768, 12 heads, sequence 128, fp32 gradients, PyTorch DDP; per-GPU batch 64 and 160.
+BERT_BASE = {"parameters": 110e6, "hidden": 768, "layers": 12, "heads": 12, "seq_len": 128}
+BERT_BASE_MEASURED = {64: 67.0, 160: 37.0}  # ms per step over one GPU at 32 GPUs (issue 25)
+GPT_DP_MEASURED = 22.0  # issue 25: per-GPU throughput falls 22% from 1 to 32 GPUs, GPT DP only
+
+
+def bert_base_step(topology: Topology, dp: int, batch: int) -> float:
+    """Modeled step seconds of BERT-base data parallel over `dp` GPUs at per-GPU `batch` (default DP overlap)."""
+    b = BERT_BASE
+    model = ModelShape(
+        parameters=b["parameters"],
+        hidden=int(b["hidden"]),
+        layers=int(b["layers"]),
+        seq_len=int(b["seq_len"]),
+        micro_batch=batch,
+        heads=int(b["heads"]),
+        grad_bytes_per_element=4,
+    )
+    job = Job("bert-base", dp, "V100", ParallelSpec(dp=dp), model)
+    return evaluate(topology, ClusterState(), job, list(range(dp))).step_seconds
+
+
+def gpt_dp_fall(topology: Topology, dp: int = 32) -> float:
+    """% per-GPU throughput lost by the GPT shape above, data parallel over `dp` GPUs against one."""
+    return (1 - gpt_step(topology, 1, 1) / gpt_step(topology, 1, dp)) * 100
+
+
+def rows_25(data: Path) -> list[Row]:
+    t = dgx1_cluster(data, 4, file=DGX1_1NIC_FILE)
+    out = [
+        Row(
+            "25",
+            f"BERT-base DDP, 32 GPUs vs 1, batch {b} (1 EDR NIC/node)",
+            "overhead ms",
+            ms,
+            (bert_base_step(t, 32, b) - bert_base_step(t, 1, b)) * 1e3,
+        )
+        for b, ms in BERT_BASE_MEASURED.items()
+    ]
+    out.append(
+        Row(
+            "25",
+            "GPT h1536 L16 DP only, 32 GPUs vs 1 (1 EDR NIC/node)",
+            "per-GPU loss %",
+            GPT_DP_MEASURED,
+            gpt_dp_fall(t),
+        )
+    )
+    return out
+
+
 def cliff(topology: Topology) -> float:
     """Step of TP16 across two hosts over TP8 inside one."""
     return gpt_step(topology, 16) / gpt_step(topology, 8)
@@ -281,7 +339,7 @@ def nic_for(data: Path, metric: Callable[[Topology], float], target: float) -> f
 def all_rows(data: Path) -> list[Row]:
     rows = [*rows_2c(data), *rows_2d(), *rows_2e(data)]
     if (data / DGX1_1NIC_FILE).is_file():
-        rows += rows_9(data)
+        rows += rows_9(data) + rows_25(data)
     return rows
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import math
 import sys
+from dataclasses import replace
 from types import ModuleType
 
 import pytest
@@ -21,6 +22,7 @@ from placement.cost.compute import (
     tree_channel_gbps,
 )
 from placement.cost.evaluate import evaluate
+from placement.cost.step import dp_exposed
 from placement.cost.host_rings import best_ring, matrix_ring, nvswitch
 from placement.cost.surrogate import surrogate_report
 from placement.errors import InputError
@@ -255,9 +257,43 @@ def test_model_flops_and_step_by_hand() -> None:
     rc = ModelShape(parameters=1e9, hidden=1024, layers=4, seq_len=2048, micro_batches=4, recompute=True)
     assert model_flops(rc, par, executed=True) == pytest.approx(8 / 6 * model_flops(rc, par))
     c = step_compute(m, par, DEVICE_KINDS["H100"])
-    assert c.compute_seconds == approx(model_flops(m, par) / (8 * 989e12 * 0.4))
+    # the H100's GEMM efficiency: 0.6 at wide shards, half of it at shards 384 wide; here 1024 / tp 2 = 512
+    eff = 0.6 * 512 / (512 + 384)
+    assert c.efficiency == approx(eff)
+    assert c.compute_seconds == approx(model_flops(m, par) / (8 * 989e12 * eff))
     assert c.bubble_seconds == approx(c.compute_seconds * (2 - 1) / 4)
     assert c.backward_seconds_per_microbatch == approx(2 / 3 * c.compute_seconds / 4)
+    # the optimizer: 30 bytes per parameter of the device's 1e9 / (tp 2 * pp 2), at 80% of 3,350 GB/s
+    assert c.optimizer_seconds == approx(1e9 / 4 * 30 / (0.8 * 3350e9))
+    assert c.gradient_bytes == approx(1e9 / 4 * 2)
+    # a job's own efficiency (what `placement calibrate step` fits) replaces the table's
+    own = step_compute(replace(m, mfu=0.5), par, DEVICE_KINDS["H100"])
+    assert own.efficiency == 0.5 and own.compute_seconds == approx(model_flops(m, par) / (8 * 989e12 * 0.5))
+    # thinner shards run less efficiently: tp 8 gets 0.6 * 128 / 512 of peak
+    thin = step_compute(m, ParallelSpec(tp=8, dp=2, pp=2), DEVICE_KINDS["H100"])
+    assert thin.efficiency == approx(0.6 * 128 / (128 + 384)) and thin.efficiency < c.efficiency
+
+
+def test_dp_exposed_by_hand() -> None:
+    R, B = 0.4, 1.0  # reduce alone, backward
+    # 100 MiB of gradients: 4 buckets of 25 MiB; NCCL at half speed beside the backward hides min(R, B/2) * 3/4
+    hidden = min(R, 0.5 * B) * 3 / 4
+    assert dp_exposed(R, B, 100 * 2**20) == approx(R - hidden + 0.3 * hidden / 0.5)
+    # a long reduce: only half the backward's length of it hides
+    hidden = min(2.0, 0.5 * B) * 3 / 4
+    assert dp_exposed(2.0, B, 100 * 2**20) == approx(2.0 - hidden + 0.3 * hidden / 0.5)
+    # one bucket: nothing hides
+    assert dp_exposed(R, B, 10 * 2**20) == approx(R)
+    assert dp_exposed(0.0, B, 100 * 2**20) == 0.0
+    # Megatron's distributed optimizer: the all-gather half exposed, the reduce-scatter half in 160 MB buckets
+    g = 800e6  # 5 buckets of 40 M fp32 elements
+    hidden = min(R / 2, 0.5 * B) * 4 / 5
+    assert dp_exposed(R, B, g, distributed=True) == approx(R / 2 + R / 2 - hidden + 0.3 * hidden / 0.5)
+    # the bound property: non-decreasing in the reduce, non-increasing in the backward
+    xs = [dp_exposed(r / 10, B, 100 * 2**20) for r in range(40)]
+    assert all(a <= b for a, b in zip(xs, xs[1:], strict=False))
+    ys = [dp_exposed(R, b / 10, 100 * 2**20) for b in range(40)]
+    assert all(a >= b for a, b in zip(ys, ys[1:], strict=False))
 
 
 def test_structured_step_compute_bubble_overlap_and_mfu() -> None:
@@ -266,17 +302,24 @@ def test_structured_step_compute_bubble_overlap_and_mfu() -> None:
     rep = evaluate(t, EMPTY, job, list(range(64)))
     assert job.model is not None and job.parallel is not None
     c = step_compute(job.model, job.parallel, DEVICE_KINDS["H100"])
-    assert rep.compute_seconds == approx(c.compute_seconds)
+    assert rep.compute_seconds == approx(c.compute_seconds + c.optimizer_seconds)
     # the bubble idles (p-1)/m of each micro-batch's compute and its exposed TP and PP communication
     micro = c.compute_seconds + sum(p.exposed_seconds for p in rep.phases if p.name != "dp")
     assert rep.bubble_seconds is not None and rep.mfu is not None
     assert rep.bubble_seconds == approx((2 - 1) / 8 * micro) and rep.bubble_seconds > c.bubble_seconds
     dp = next(p for p in rep.phases if p.name == "dp")
-    assert dp.exposed_seconds == approx(max(0.0, dp.seconds - c.backward_seconds_per_microbatch))
+    # the DP reduce in 25 MiB buckets beside the last micro-batch's backward (fp16 gradients of the stage)
+    grads = job.model.parameters / (8 * 2) * 2
+    k = math.ceil(grads / (25 * 2**20))
+    hidden = min(dp.seconds, 0.5 * c.backward_seconds_per_microbatch) * (k - 1) / k
+    assert dp.exposed_seconds == approx(dp.seconds - hidden + 0.3 * hidden / 0.5)
     assert rep.comm_seconds == approx(sum(p.exposed_seconds for p in rep.phases))
     assert rep.comm_seconds_total == approx(sum(p.seconds for p in rep.phases))
-    assert rep.step_seconds == approx(c.compute_seconds + rep.bubble_seconds + rep.comm_seconds)
-    assert rep.mfu == approx(c.model_flops / (rep.step_seconds * 64 * 989e12)) and 0 < rep.mfu < 0.4
+    assert rep.step_seconds == approx(
+        c.compute_seconds + c.optimizer_seconds + rep.bubble_seconds + rep.comm_seconds
+    )
+    # MFU from the modeled step, below the kernels' efficiency (communication, bubble and optimizer lower it)
+    assert rep.mfu == approx(c.model_flops / (rep.step_seconds * 64 * 989e12)) and 0 < rep.mfu < c.efficiency
     assert rep.tokens_per_s == approx(4096 * 8 * 4 / rep.step_seconds)
     # an explicit dp exposure overrides the overlap model
     fixed = evaluate(
