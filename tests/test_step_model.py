@@ -4,6 +4,7 @@ published measurements of shared/data/published_tables.md (2c, 2d, 2e) through b
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import math
 import sys
 from dataclasses import replace
@@ -22,8 +23,8 @@ from placement.cost.compute import (
     tree_channel_gbps,
 )
 from placement.cost.evaluate import evaluate
-from placement.cost.step import dp_exposed
 from placement.cost.host_rings import best_ring, matrix_ring, nvswitch
+from placement.cost.step import dp_exposed
 from placement.cost.surrogate import surrogate_report
 from placement.errors import InputError
 from placement.io.native import cluster_from_dict, job_from_dict
@@ -291,9 +292,9 @@ def test_dp_exposed_by_hand() -> None:
     assert dp_exposed(R, B, g, distributed=True) == approx(R / 2 + R / 2 - hidden + 0.3 * hidden / 0.5)
     # the bound property: non-decreasing in the reduce, non-increasing in the backward
     xs = [dp_exposed(r / 10, B, 100 * 2**20) for r in range(40)]
-    assert all(a <= b for a, b in zip(xs, xs[1:], strict=False))
+    assert all(a <= b for a, b in itertools.pairwise(xs))
     ys = [dp_exposed(R, b / 10, 100 * 2**20) for b in range(40)]
-    assert all(a >= b for a, b in zip(ys, ys[1:], strict=False))
+    assert all(a >= b for a, b in itertools.pairwise(ys))
 
 
 def test_structured_step_compute_bubble_overlap_and_mfu() -> None:
