@@ -31,6 +31,7 @@ DATA = ROOT.parent / "shared" / "data"
 DGX1_FILE = "topologies/nvidia_smi_topo/dgx1_v100_8gpu_4nic__pytorch_ddp_readme.txt"
 DGX1_1NIC_FILE = "topologies/nvidia_smi_topo/dgx1like_v100_8gpu_1nic__oneflow_dlperf.txt"
 A100_PAIRS_FILE = "topologies/nvidia_smi_topo/a100_pcie_8gpu_nvlink_bridge_pairs__nccl-tests_issue178.txt"
+H100_FILE = "topologies/nvidia_smi_topo/hgx_h100_8gpu_8nic_rail_pix__sglang_issue30401.txt"
 
 # The one set of link constants (GB/s per direction, latency µs), each a property of a link technology:
 CONSTANTS: dict[str, Tier] = {
@@ -38,6 +39,7 @@ CONSTANTS: dict[str, Tier] = {
         20.0, 1.0
     ),  # per NVLink (V100 NVLink2 and A100 NVLink3): NCCL src/graph/topo.h SM70/SM80_NVLINK_BW
     "pcie4": Tier(24.0, 3.5),  # PCIe Gen4 x16 path inside a socket (PIX..NODE): ~24 of 31.5 GB/s raw
+    "nvlink4": Tier(20.6, 1.0),  # per H100 NVLink: NCCL src/graph/topo.h SM90_NVLINK_BW
     "sys": Tier(10.0, 4.0),  # across the socket interconnect (placement's default SYS tier)
     "xgmi": Tier(64.0, 1.0),  # AMD MI300X XGMI, per peer link (stas00/ml-engineering peer-to-peer table)
     "ib100": Tier(
@@ -99,6 +101,52 @@ def a100_pairs(data: Path) -> Topology:
     smi = read_nvidia_smi(data / A100_PAIRS_FILE)
     nt = NodeType("a100-pcie", 8, "A100", tuple(tuple(r) for r in smi.matrix))
     return _one_host("a100-pcie-pairs", nt, CONSTANTS["pcie4"])
+
+
+def hgx_h100(data: Path) -> Topology:
+    """One HGX H100 (NV18 to the NVSwitches, `H100_FILE`): NVLink SHARP, so NCCL runs NVLS for all-reduce."""
+    smi = read_nvidia_smi(data / H100_FILE)
+    nt = NodeType(
+        "hgx-h100", 8, "H100", tuple(tuple(r) for r in smi.matrix), nics=len(smi.nics), nic_gbps=48.0
+    )
+    tiers = {**_intra_tiers(), "NV": CONSTANTS["nvlink4"]}
+    return Topology.build(
+        "hgx-h100",
+        [Level("node", Tier(18 * CONSTANTS["nvlink4"].bandwidth_gbps, 1.0)), Level("leaf", Tier(48.0, 5.0))],
+        [HostSpec("h0", {}, nt)],
+        intra_node_tiers=tiers,
+    )
+
+
+def collective_bus_bandwidth(topology: Topology, kind: CollectiveKind, n: int, size: float) -> float:
+    """nccl-tests bus bandwidth GB/s of `kind` over the first `n` devices (all_gather_perf's size is the gathered
+    buffer, as `Group.bytes`: ``busbw = size / time * (n-1)/n``)."""
+    job = Job("c", n, groups=(Group("c", kind, tuple(range(n)), size, 1.0),))
+    secs = evaluate(topology, ClusterState(), job, list(range(n))).step_seconds
+    factor = 2 * (n - 1) / n if kind is CollectiveKind.ALL_REDUCE else (n - 1) / n
+    return size / secs * factor / 1e9
+
+
+def rows_h100(data: Path) -> list[Row]:
+    """NVIDIA's nccl-tests figures for one HGX H100 (S. Jeaugey, NCCL team, github.com/NVIDIA/nccl-tests/issues/212:
+    all-reduce with NVLS peaks at ~480 GB/s bus bandwidth; other collectives ~370; A. Laddy, issues/290: 476)."""
+    t = hgx_h100(data)
+    return [
+        Row(
+            "h100",
+            "HGX H100, 8 GPUs all-reduce 8 GiB (NVLS)",
+            "busbw GB/s",
+            480.0,
+            collective_bus_bandwidth(t, CollectiveKind.ALL_REDUCE, 8, 8 * GIB),
+        ),
+        Row(
+            "h100",
+            "HGX H100, 8 GPUs all-gather 8 GiB (ring)",
+            "busbw GB/s",
+            370.0,
+            collective_bus_bandwidth(t, CollectiveKind.ALL_GATHER, 8, 8 * GIB),
+        ),
+    ]
 
 
 def mi300x() -> Topology:
@@ -208,8 +256,9 @@ CLIFF_MEASURED = 7.5  # issue 9: TP8 in one node -> TP16 across the NIC, step ti
 BERT_MEASURED = 144.0  # issue 9: BERT 1 node -> 2 nodes, +% overhead
 
 
-def gpt_step(topology: Topology, tp: int, dp: int = 1, pp: int = 1) -> float:
-    """Modeled step seconds of the GPT shape above under tp x dp x pp on the first ranks of `topology`."""
+def gpt_step(topology: Topology, tp: int, dp: int = 1, pp: int = 1, grad_bytes: int | None = None) -> float:
+    """Modeled step seconds of the GPT shape above under tp x dp x pp on the first ranks of `topology`
+    (`grad_bytes` per gradient element; default the 16-bit parameters' 2)."""
     g = GPT
     h, layers = g["hidden"], g["layers"]
     params = 12.0 * h * h * layers + (g["vocab"] + g["seq_len"]) * h
@@ -220,6 +269,7 @@ def gpt_step(topology: Topology, tp: int, dp: int = 1, pp: int = 1) -> float:
         seq_len=g["seq_len"],
         micro_batch=g["micro_batch"],
         heads=g["heads"],
+        grad_bytes_per_element=grad_bytes,
     )
     par = ParallelSpec(tp=tp, dp=dp, pp=pp)
     job = Job("gpt", par.world_size, "V100", par, model)
@@ -266,8 +316,10 @@ def bert_base_step(topology: Topology, dp: int, batch: int) -> float:
 
 
 def gpt_dp_fall(topology: Topology, dp: int = 32) -> float:
-    """% per-GPU throughput lost by the GPT shape above, data parallel over `dp` GPUs against one."""
-    return (1 - gpt_step(topology, 1, 1) / gpt_step(topology, 1, dp)) * 100
+    """% per-GPU throughput lost by the GPT shape above, data parallel over `dp` GPUs against one; fp32
+    gradients (mixed precision keeps fp32 main gradients and reduces them: PyTorch AMP, Megatron-LM's
+    ``accumulate_allreduce_grads_in_fp32``)."""
+    return (1 - gpt_step(topology, 1, 1, grad_bytes=4) / gpt_step(topology, 1, dp, grad_bytes=4)) * 100
 
 
 def rows_25(data: Path) -> list[Row]:
@@ -338,6 +390,8 @@ def nic_for(data: Path, metric: Callable[[Topology], float], target: float) -> f
 
 def all_rows(data: Path) -> list[Row]:
     rows = [*rows_2c(data), *rows_2d(), *rows_2e(data)]
+    if (data / H100_FILE).is_file():
+        rows += rows_h100(data)
     if (data / DGX1_1NIC_FILE).is_file():
         rows += rows_9(data) + rows_25(data)
     return rows

@@ -59,8 +59,8 @@ from collections import Counter
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 
-from placement.cost.compute import tree_channel_gbps
-from placement.cost.host_rings import matrix_ring
+from placement.cost.compute import nccl_generation, tree_channel_gbps
+from placement.cost.host_rings import matrix_ring, nvswitch
 from placement.cost.paths import group_path, health_key, pair_path
 from placement.model.job import CollectiveKind
 from placement.model.state import ClusterState, Uplink
@@ -77,6 +77,28 @@ __all__ = [
 
 TREE_EFFICIENCY = 0.92  # share of the link rate NCCL's tree reaches (busBw * .92 in src/graph/tuning.cc)
 
+# NCCL's tuner, github.com/NVIDIA/nccl src/graph/tuning.cc @ 5067397c (our code, its constants):
+# hwLatencies per step, µs, (LL, LL128, Simple), for a hop of NVLink, PCI or the network, ring and tree. A tier's
+# latency is taken as the Simple one; LL and LL128 scale it by their ratio to Simple.
+_HW_LATENCY: Mapping[tuple[str, str], tuple[float, float, float]] = {
+    ("ring", "nvlink"): (0.6, 1.9, 3.4),
+    ("ring", "pci"): (1.0, 2.5, 5.7),
+    ("ring", "net"): (2.7, 4.0, 14.0),
+    ("tree", "nvlink"): (0.6, 1.25, 4.0),
+    ("tree", "pci"): (1.0, 1.9, 4.0),
+    ("tree", "net"): (5.0, 8.5, 14.0),
+}
+# llMaxBws: the LL protocol's bus GB/s cap; one host by GPU generation, several hosts (2, more) by CPU (x86 row)
+_LL_MAX_ONE_HOST: Mapping[str, float] = {"volta": 39.0, "ampere": 87.7, "hopper": 141.0, "blackwell": 282.0}
+_LL_MAX_HOSTS = (39.0, 20.4)
+NVLS_EFFICIENCY: Mapping[str, float] = {"hopper": 0.85, "blackwell": 0.74}
+"""nvlsEfficiency by generation (Volta and Ampere switches have no NVLink SHARP)."""
+NVLS_CHANNELS = 16
+"""NVLS channels NCCL opens (NCCL_NVLS_NCHANNELS default); one of them does not carry data: (n-1)/n."""
+NVLS_LATENCY_US = 25.0
+"""hwLatencies of NVLS and NVLSTree over NVLink (Simple), µs."""
+PROTOCOLS = ("LL", "LL128", "Simple")
+
 
 @dataclass(frozen=True)
 class Stage:
@@ -89,12 +111,39 @@ class Stage:
 
 @dataclass(frozen=True)
 class Plan:
-    """How one collective or transfer runs: algorithm, latency seconds, stages in sequence, device slowdown."""
+    """How one collective or transfer runs: algorithm (with its protocol when not Simple, ``ring/LL``), latency
+    seconds, stages in sequence, device slowdown."""
 
     algorithm: str
     latency: float
     stages: tuple[Stage, ...]
     slowdown: float = 1.0
+
+
+def _protocols(
+    algo: str, hop: str, gen: str | None, hosts: int, lat: float, own: float, vol: float, size: float, n: int
+) -> list[tuple[str, float, float, float]]:
+    """NCCL's protocols for one algorithm priced with Simple: (name, latency s, seconds on the group's own links,
+    bytes on shared links) each. LL: half the bandwidth (8-byte lines carry 4 bytes of data; a tree a 3.8th), capped
+    at llMaxBw bus GB/s; LL128: 120/128 of it (a ring 0.92; a tree inside one host 7/9); both at NCCL's per-step
+    latency ratios to Simple. LL128 only on NVIDIA generations NCCL tunes (`placement.cost.compute.nccl_generation`)."""
+    base = algo.split("/")[0]
+    out = [(algo, lat, own, vol)]
+    if base not in ("ring", "tree"):
+        return out
+    ll, ll128, simple = _HW_LATENCY[(base, hop)]
+    if hosts == 1:
+        ll_max = _LL_MAX_ONE_HOST.get(gen or "", _LL_MAX_HOSTS[0]) * 1e9
+    else:
+        ll_max = _LL_MAX_HOSTS[0 if hosts <= 2 else 1] * 1e9
+    # the fastest an LL operation can go: llMaxBw bus bandwidth, as algorithm time (ring n/nsteps, tree 1/2)
+    ll_floor = (vol if base == "ring" else 2 * size) / ll_max
+    f_ll = 0.5 if base == "ring" else 1 / 3.8
+    out.append((f"{base}/LL", lat * ll / simple, max(own / f_ll, ll_floor), vol / f_ll))
+    if gen is not None:
+        f = 0.92 if base == "ring" else (7 / 9 if hosts == 1 else 120 / 128)
+        out.append((f"{base}/LL128", lat * ll128 / simple, own / f, vol / f))
+    return out
 
 
 NO_PLAN = Plan("none", 0.0, ())
@@ -165,6 +214,7 @@ class Fabric:
             self._pair_slow.setdefault(self.host_of[a], []).append((a, b, f))
         self._ring_cache: dict[tuple[int, tuple[int, ...]], tuple[float, float, str]] = {}
         self._tree_rows: dict[int, tuple[float, float, float] | None] = {}
+        self._gens: dict[int, str | None] = {}
         # plans of groups over several hosts, by (kind, devices in member order, bytes): a scheduler's requests
         # and a solver's candidates price the same groups again and again
         self._multi: dict[tuple[CollectiveKind, tuple[int, ...], float], Plan] = {}
@@ -247,8 +297,18 @@ class Fabric:
                 return self._single[key]
             bw, lat, name = self.host_ring(h, devs)
             vol, steps = _volume(kind, n, size)
-            algo = "direct" if kind is CollectiveKind.ALL_TO_ALL else "ring"
-            plan = Plan(algo, steps * lat * 1e-6, (Stage(vol / (bw * 1e9), name),), slow)
+            if kind is CollectiveKind.ALL_TO_ALL:
+                plan = Plan("direct", steps * lat * 1e-6, (Stage(vol / (bw * 1e9), name),), slow)
+            else:
+                gen = self._generation(h)
+                hop = "nvlink" if gen is not None and (nt.matrix is None or ":NV" in name) else "pci"
+                cands = _protocols("ring", hop, gen, 1, steps * lat * 1e-6, vol / (bw * 1e9), vol, size, n)
+                eff = self._nvls(h)
+                if eff and kind is CollectiveKind.ALL_REDUCE:
+                    # NVLink SHARP: the switch reduces and multicasts; each device's link carries S once each way
+                    cands.append(("nvls", NVLS_LATENCY_US * 1e-6, size / (bw * 1e9 * eff), size))
+                algo, lat_s, own, _ = min(cands, key=lambda c: c[1] + c[2])
+                plan = Plan(algo, lat_s, (Stage(own, name),), slow)
             if cacheable:
                 if len(self._single) >= _PLAN_CACHE_LIMIT:
                     self._single.clear()
@@ -350,6 +410,20 @@ class Fabric:
                 ("tree", lat, max(chain, channels), intra_name if chain >= channels else nic_name, nic_vol)
             )
 
+            effs = [self._nvls(x) for x in hosts]
+            if all(effs) and gmax > 1:
+                # NVLSTree: NVLink SHARP inside each host, a tree between hosts (S out of each of 2 hosts, else 2 S)
+                eff = min(e for e in effs if e)
+                lat = (NVLS_LATENCY_US + 2 * math.ceil(math.log2(h)) * a_inter) * 1e-6
+                cands.append(("nvlstree", lat, size / (intra_bw * eff), intra_name, size if h == 2 else 2 * size))
+        gens = {self._generation(x) for x in hosts}
+        gen = gens.pop() if len(gens) == 1 else None
+        cands = [
+            (a, lt, own, c[3], v)
+            for c in cands
+            for a, lt, own, v in _protocols(c[0], "net", gen, h, c[1], c[2], c[4], size, n)
+        ]
+
         def alone(c: tuple[str, float, float, str, float]) -> float:
             v = c[4]
             return c[1] + slow * max(c[2], v / min_flow, v / min_host, v / min_up)
@@ -377,6 +451,22 @@ class Fabric:
             caps.add(row[1 if h == 2 else 2])
         channels = min(min(len(v), self.nics[host]) for host, v in by_host.items())
         return channels * min(caps) / 2 * 1e9
+
+    def _generation(self, host: int) -> str | None:
+        nt = self.topology.host_types[host]
+        if id(nt) not in self._gens:
+            self._gens[id(nt)] = nccl_generation(nt.kind, self.topology)
+        return self._gens[id(nt)]
+
+    def _nvls(self, host: int) -> float:
+        """NVLS's share of a device's NVLink bandwidth on `host` (0: no NVLink SHARP). NVSwitch hosts of
+        Hopper and Blackwell (HGX H100/H200/B200, GB200 trays) have it: no matrix and no mesh (the level-0 tier
+        is the switch), or NVSwitch codes (`placement.cost.host_rings.nvswitch`)."""
+        nt = self.topology.host_types[host]
+        eff = NVLS_EFFICIENCY.get(self._generation(host) or "", 0.0)
+        if not eff or nt.mesh_link_gbps or (nt.matrix is not None and not nvswitch(nt.matrix)):
+            return 0.0
+        return eff * (NVLS_CHANNELS - 1) / NVLS_CHANNELS
 
     def plan_edge(self, a: int, b: int, size: float) -> Plan:
         """One point-to-point transfer of `size` bytes from device `a` to device `b`."""

@@ -48,6 +48,7 @@ __all__ = [
     "gradient_bytes",
     "job_device_kind",
     "model_flops",
+    "nccl_generation",
     "step_compute",
     "tokens_per_step",
     "tree_channel_gbps",
@@ -119,6 +120,24 @@ _TREE_CHANNEL_GBPS: Mapping[str, tuple[float, float, float]] = {
     "B200": (70.0, 42.8, 24.0),
     "GB200": (70.0, 42.8, 24.0),
 }
+
+
+_GENERATION: Mapping[str, str] = {
+    "V100": "volta",
+    "A100": "ampere",
+    "L40S": "ampere",
+    "H100": "hopper",
+    "H200": "hopper",
+    "B200": "blackwell",
+    "GB200": "blackwell",
+}
+
+
+def nccl_generation(kind: str | None, topology: Topology | None = None) -> str | None:
+    """The row of NCCL's tuner tables devices of `kind` use (``volta``, ``ampere``, ``hopper``, ``blackwell``);
+    None for kinds NCCL does not tune (AMD, a cluster's own kinds)."""
+    dk = device_kind(kind, topology)
+    return None if dk is None else _GENERATION.get(dk.name.upper())
 
 
 def tree_channel_gbps(

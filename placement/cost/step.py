@@ -67,7 +67,7 @@ MEGATRON_BUCKET_ELEMENTS = 40_000_000
 OVERLAP_RATE = 0.5
 """NCCL's speed beside the backward's kernels, as a share of its speed alone (its kernels wait for SMs and share
 memory bandwidth: overlapped collectives run 1.5-2x slower, Rashidi et al. ISCA 2021, Jangda et al. ASPLOS 2022)."""
-COMPUTE_INTERFERENCE = 0.3
+COMPUTE_INTERFERENCE = 0.45
 """Seconds the backward loses per second NCCL runs beside it (the same papers: 10-30% compute slowdown)."""
 
 
