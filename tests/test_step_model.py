@@ -6,13 +6,14 @@ from __future__ import annotations
 import importlib.util
 import itertools
 import math
+import random
 import sys
 from dataclasses import replace
 from types import ModuleType
 
 import pytest
 
-from placement.cost.collectives import Fabric, phase_seconds
+from placement.cost.collectives import Fabric, collective_floor, phase_seconds
 from placement.cost.compute import (
     activation_bytes,
     activation_bytes_per_microbatch,
@@ -474,7 +475,9 @@ def test_issue9_rows_tp16_across_one_nic_and_bert_on_two_nodes(validation: Modul
 def test_validation_table_prints(validation: ModuleType, capsys: pytest.CaptureFixture[str]) -> None:
     assert validation.main(["--data", str(DATA)]) == 0
     out = capsys.readouterr().out
-    assert sum(out.count(f"\n| {c} ") for c in ("2c", "2d", "2e")) == 13 and "| 2c | A100 PCIe, 2 ranks" in out
+    assert (
+        sum(out.count(f"\n| {c} ") for c in ("2c", "2d", "2e")) == 13 and "| 2c | A100 PCIe, 2 ranks" in out
+    )
 
 
 def test_phase_seconds_shares_by_bytes() -> None:
@@ -523,7 +526,9 @@ def test_nvls_inside_hopper_and_blackwell_switch_hosts_only() -> None:
         assert rep.step_seconds == approx(25e-6 + S / (400e9 * eff * 15 / 16))
     # Ampere's NVSwitch has no NVLink SHARP: the ring (14 steps of 2 us, 2 * 7/8 S at 400 GB/s)
     a100 = evaluate(_switch_host("A100"), EMPTY, one_group(8, S), list(range(8)))
-    assert a100.phases[0].algorithm == "ring" and a100.step_seconds == approx(14 * 2e-6 + 2 * 7 / 8 * S / 400e9)
+    assert a100.phases[0].algorithm == "ring" and a100.step_seconds == approx(
+        14 * 2e-6 + 2 * 7 / 8 * S / 400e9
+    )
     # all-gather does not use NVLS inside one host (the ring moves (n-1)/n S, NVLS no less)
     ag = Job("ag", 8, groups=(Group("ag", CollectiveKind.ALL_GATHER, tuple(range(8)), S, 1.0),))
     assert evaluate(_switch_host("H100"), EMPTY, ag, list(range(8))).phases[0].algorithm == "ring"
@@ -572,3 +577,27 @@ def test_issue25_dp_rows_within_2x(validation: ModuleType) -> None:
         assert 0.5 <= row.ratio <= 2.0, row
     # a longer backward hides more of the same reduce (measured: 67 ms at batch 64, 37 at 160)
     assert rows[0].modeled > rows[1].modeled > 0
+
+
+def test_collective_floor_is_below_every_plan() -> None:
+    # the bound's primitive: for random groups on H100 switch hosts (NVLS, NVLSTree) and "gpu" hosts, any plan
+    # the fabric picks costs at least collective_floor with the fastest links and the smallest latency
+    rng = random.Random(7)
+    for kind_name in ("H100", "gpu", "A100"):
+        nt = NodeType("n", 8, kind_name, nics=2, nic_gbps=25.0)
+        t = Topology.build(
+            "f",
+            [Level("node", Tier(400.0, 2.0)), Level("leaf", Tier(25.0, 5.0))],
+            [HostSpec(f"h{h}", {}, nt) for h in range(4)],
+        )
+        fab = Fabric(t, EMPTY)
+        for _ in range(60):
+            kind = rng.choice(
+                [AR, CollectiveKind.ALL_GATHER, CollectiveKind.REDUCE_SCATTER, CollectiveKind.ALL_TO_ALL]
+            )
+            n = rng.randint(2, 32)
+            devs = rng.sample(range(32), n)
+            size = 10 ** rng.uniform(1, 10)
+            hosts = len({d // 8 for d in devs})
+            floor = collective_floor(kind, n, size, hosts, 2e-6, 400e9, 2 * 25e9)
+            assert floor <= fab.alone(fab.plan_group(kind, devs, size)) * (1 + 1e-12)

@@ -67,10 +67,12 @@ from placement.model.state import ClusterState, Uplink
 from placement.model.topology import Topology
 
 __all__ = [
+    "LATENCY_FLOOR",
     "TREE_EFFICIENCY",
     "Fabric",
     "Plan",
     "Stage",
+    "collective_floor",
     "fabric_for",
     "phase_seconds",
 ]
@@ -98,6 +100,39 @@ NVLS_CHANNELS = 16
 NVLS_LATENCY_US = 25.0
 """hwLatencies of NVLS and NVLSTree over NVLink (Simple), µs."""
 PROTOCOLS = ("LL", "LL128", "Simple")
+LATENCY_FLOOR = min(r[0] / r[2] for r in _HW_LATENCY.values())
+"""The smallest share of a Simple latency any protocol pays (LL on an NVLink tree: 0.6 / 4.0)."""
+
+
+def collective_floor(
+    kind: CollectiveKind,
+    n: int,
+    size: float,
+    hosts: int,
+    step_latency_s: float,
+    own_bytes_per_s: float,
+    host_bytes_per_s: float,
+) -> float:
+    """Seconds at least of any algorithm and protocol `Fabric.plan_group` can choose for one collective of `size`
+    bytes over `n` members on `hosts` hosts, alone, given a lower bound on the Simple latency of one step
+    (`step_latency_s`: the slowest hop's tier latency) and upper bounds on the group's own link rate per device
+    (`own_bytes_per_s`, e.g. a device's summed NVLinks) and on the rate out of one host (`host_bytes_per_s`).
+    For `placement.solve.bound`: every candidate costs ``latency + bytes / rate`` with latency at least
+    `LATENCY_FLOOR` of Simple's over at least ``ceil(log2 hosts)`` steps (or NVLS's fixed latency) and bytes at
+    least ``size`` per device inside a host (NVLS) and out of every host (NVLSTree on 2 hosts)."""
+    if n <= 1 or size <= 0:
+        return 0.0
+    vol, steps = _volume(kind, n, size)
+    if kind is CollectiveKind.ALL_TO_ALL:
+        return LATENCY_FLOOR * steps * step_latency_s + (vol / host_bytes_per_s if hosts > 1 else 0.0)
+    inside = min(vol, size) if kind is CollectiveKind.ALL_REDUCE else vol
+    if hosts <= 1:
+        lat = min(LATENCY_FLOOR * steps * step_latency_s, NVLS_LATENCY_US * 1e-6)
+        return lat + inside / own_bytes_per_s
+    tree_steps = 2 * math.ceil(math.log2(hosts)) if kind is CollectiveKind.ALL_REDUCE else steps
+    lat = LATENCY_FLOOR * min(steps, tree_steps) * step_latency_s
+    out = min(vol, size) if kind is CollectiveKind.ALL_REDUCE else vol
+    return lat + max(out / host_bytes_per_s, 0.0)
 
 
 @dataclass(frozen=True)
@@ -415,7 +450,9 @@ class Fabric:
                 # NVLSTree: NVLink SHARP inside each host, a tree between hosts (S out of each of 2 hosts, else 2 S)
                 eff = min(e for e in effs if e)
                 lat = (NVLS_LATENCY_US + 2 * math.ceil(math.log2(h)) * a_inter) * 1e-6
-                cands.append(("nvlstree", lat, size / (intra_bw * eff), intra_name, size if h == 2 else 2 * size))
+                cands.append(
+                    ("nvlstree", lat, size / (intra_bw * eff), intra_name, size if h == 2 else 2 * size)
+                )
         gens = {self._generation(x) for x in hosts}
         gen = gens.pop() if len(gens) == 1 else None
         cands = [
