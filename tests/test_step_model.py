@@ -13,7 +13,14 @@ from types import ModuleType
 
 import pytest
 
-from placement.cost.collectives import Fabric, collective_floor, phase_seconds
+from placement.cost.collectives import (
+    Fabric,
+    Plan,
+    Stage,
+    collective_floor,
+    max_min_phase_seconds,
+    phase_seconds,
+)
 from placement.cost.compute import (
     activation_bytes,
     activation_bytes_per_microbatch,
@@ -601,3 +608,45 @@ def test_collective_floor_is_below_every_plan() -> None:
             hosts = len({d // 8 for d in devs})
             floor = collective_floor(kind, n, size, hosts, 2e-6, 400e9, 2 * 25e9)
             assert floor <= fab.alone(fab.plan_group(kind, devs, size)) * (1 + 1e-12)
+
+
+def test_max_min_sharing_by_hand() -> None:
+    t = two_level(2, 2, nics=1, nic_gbps=10.0)
+    fab = Fabric(t, EMPTY)
+    big, small = fab.plan_edge(0, 2, 3e9), fab.plan_edge(1, 3, 1e9)
+    # one 10 GB/s NIC: both get 5 GB/s until the small one ends (1e9 / 5e9 s), then the big one all of it; the
+    # big one ends when the NIC has carried the sum, as with sharing by bytes
+    (tb, _), (ts, _) = max_min_phase_seconds(fab, [big, small])
+    assert ts == approx(5e-6 + 1e9 / 5e9) and tb == approx(5e-6 + 4e9 / 10e9)
+    # an operation held back by its own links (1 s for its 1e9 bytes) leaves the rest of the NIC to the other:
+    # 9 GB/s for 4e9 bytes, where sharing by bytes would give the sum's 0.5 s
+    r = fab.base[0]  # h0's NIC, outbound
+    slow = Plan("x", 0.0, (Stage(1.0, "own", ((r, 1e9),)),))
+    fast = Plan("y", 0.0, (Stage(0.0, "own", ((r, 4e9),)),))
+    (a, ta), (b, tb) = max_min_phase_seconds(fab, [slow, fast])
+    assert (a, ta) == (approx(1.0), "own") and (b, tb) == (approx(4e9 / 9e9), "leaf")
+    assert phase_seconds(fab, [slow, fast])[1][0] == approx(0.5)
+
+
+def test_max_min_sharing_properties() -> None:
+    # alone it is phase_seconds; together no operation ends before it would alone, and the phase lasts at least
+    # as long as sharing by bytes says (every link must carry its sum)
+    rng = random.Random(3)
+    t = two_level(8, 4, nics=2, nic_gbps=12.5, per_leaf=4, spine=Tier(10.0, 8.0))
+    fab = Fabric(t, EMPTY)
+    for _ in range(30):
+        plans = []
+        for _ in range(rng.randint(1, 6)):
+            n = rng.randint(2, 8)
+            plans.append(
+                fab.plan_group(
+                    rng.choice([AR, CollectiveKind.ALL_GATHER]),
+                    rng.sample(range(32), n),
+                    10 ** rng.uniform(6, 9),
+                )
+            )
+        mm = max_min_phase_seconds(fab, plans)
+        for p, (x, _) in zip(plans, mm, strict=True):
+            assert x >= fab.alone(p) * (1 - 1e-9)
+            assert max_min_phase_seconds(fab, [p])[0][0] == approx(fab.alone(p))
+        assert max(x for x, _ in mm) >= max(x for x, _ in phase_seconds(fab, plans)) * (1 - 1e-9)

@@ -74,6 +74,7 @@ __all__ = [
     "Stage",
     "collective_floor",
     "fabric_for",
+    "max_min_phase_seconds",
     "phase_seconds",
 ]
 
@@ -609,4 +610,113 @@ def phase_seconds(fabric: Fabric, plans: Sequence[Plan]) -> list[tuple[float, st
             if best > worst:
                 worst, tier = best, name
         done[id(p)] = (p.latency + p.slowdown * secs, tier)
+    return [done[id(p)] for p in plans]
+
+
+def max_min_phase_seconds(fabric: Fabric, plans: Sequence[Plan]) -> list[tuple[float, str]]:
+    """Seconds of each of `plans` run at the same time, sharing NICs and uplinks max-min fairly, and the tier that
+    bounds each longest. Not yet what `placement.cost.step` uses: the solver's incremental step model reprices a
+    round by `phase_seconds`' rule, and both must change together (docs/model.md, known limits).
+
+    Progressive filling, event by event: every unfinished operation runs its current stage at a rate (share of the
+    stage per second) of ``lam / m``, with ``m`` its largest load on one link, so that operations crossing a link
+    get equal bytes per second on their heaviest link; ``lam`` rises until a link is full (its operations freeze)
+    or an operation reaches the rate of its own links (``1 / local``); then time runs to the next completion and
+    the links it frees are shared again. A device slowdown scales an operation's bytes and own time. Alone on its
+    links an operation takes ``max(local, load / capacity)``, as `phase_seconds` says; on one shared link the last
+    to finish ends at ``sum / capacity`` either way, the others earlier."""
+    uses: dict[int, tuple[Plan, int]] = {}
+    for p in plans:
+        u = uses.get(id(p))
+        uses[id(p)] = (p, 1 if u is None else u[1] + 1)
+    count: dict[int, int] = {}
+    for p, k in uses.values():
+        for st in p.stages:
+            for r, _x in st.loads:
+                count[r] = count.get(r, 0) + k
+    if all(c <= 1 for c in count.values()):
+        return phase_seconds(fabric, plans)  # nothing shared: each alone
+    caps = [c * 1e9 for c in fabric.caps]
+    names = fabric.names
+    ops = [(p, k) for p, k in uses.values()]
+    stage = [0] * len(ops)
+    rem = [1.0] * len(ops)
+    finish: dict[int, float] = {}
+    spent: list[dict[str, float]] = [{} for _ in ops]
+    now = 0.0
+    active = [i for i, (p, _) in enumerate(ops) if p.stages]
+    for i, (p, _) in enumerate(ops):
+        if not p.stages:
+            finish[i] = 0.0
+    while active:
+        rate: dict[int, float] = {}
+        why: dict[int, str] = {}
+        users: dict[int, list[int]] = {}
+        m: dict[int, float] = {}
+        own: dict[int, float] = {}
+        load: dict[int, dict[int, float]] = {}
+        for i in active:
+            p, k = ops[i]
+            st = p.stages[stage[i]]
+            lx: dict[int, float] = {}
+            for r, x in st.loads:
+                lx[r] = lx.get(r, 0.0) + x * p.slowdown
+            load[i] = lx
+            m[i] = max(lx.values(), default=0.0)
+            own[i] = st.local * p.slowdown
+            for r in lx:
+                users.setdefault(r, []).append(i)
+        left = {r: caps[r] for r in users}
+        demand = {r: sum(ops[i][1] * load[i][r] / m[i] for i in us) for r, us in users.items()}
+        free = set(active)
+        for i in active:
+            if m[i] <= 0:  # no shared link: its own links alone
+                rate[i] = 1 / own[i] if own[i] > 0 else math.inf
+                why[i] = ops[i][0].stages[stage[i]].local_tier
+                free.discard(i)
+        while free:
+            lam, kind, arg = math.inf, "", -1
+            for i in free:
+                cap_i = m[i] / own[i] if own[i] > 0 else math.inf
+                if cap_i < lam:
+                    lam, kind, arg = cap_i, "own", i
+            for r, d in demand.items():
+                if d > 1e-300 and left[r] / d < lam:
+                    lam, kind, arg = left[r] / d, "link", r
+            if kind == "own":
+                frozen = [arg]
+                why[arg] = ops[arg][0].stages[stage[arg]].local_tier
+            else:
+                frozen = [i for i in users[arg] if i in free]
+                for i in frozen:
+                    why[i] = names[arg]
+            for i in frozen:
+                rate[i] = lam / m[i]
+                free.discard(i)
+                k = ops[i][1]
+                for r, x in load[i].items():
+                    left[r] = max(0.0, left[r] - k * x * rate[i])
+                    demand[r] -= k * x / m[i]
+        dt = min(rem[i] / rate[i] if rate[i] > 0 else math.inf for i in active)
+        if dt == math.inf:
+            raise ValueError("an operation of the phase can make no progress (a link of capacity 0)")
+        now += dt
+        still = []
+        for i in active:
+            spent[i][why[i]] = spent[i].get(why[i], 0.0) + dt
+            rem[i] -= rate[i] * dt if rate[i] != math.inf else rem[i]
+            if rem[i] <= 1e-12:
+                stage[i] += 1
+                if stage[i] < len(ops[i][0].stages):
+                    rem[i] = 1.0
+                    still.append(i)
+                else:
+                    finish[i] = now
+            else:
+                still.append(i)
+        active = still
+    done: dict[int, tuple[float, str]] = {}
+    for i, (p, _) in enumerate(ops):
+        tier = max(spent[i], key=spent[i].__getitem__) if spent[i] else ""
+        done[id(p)] = (p.latency + finish[i], tier)
     return [done[id(p)] for p in plans]
