@@ -586,9 +586,9 @@ def test_issue25_dp_rows_within_2x(validation: ModuleType) -> None:
     assert rows[0].modeled > rows[1].modeled > 0
 
 
-def test_collective_floor_is_below_every_plan() -> None:
-    # the bound's primitive: for random groups on H100 switch hosts (NVLS, NVLSTree) and "gpu" hosts, any plan
-    # the fabric picks costs at least collective_floor with the fastest links and the smallest latency
+def test_collective_floor_is_below_every_plan_and_exact_where_links_bind() -> None:
+    # the bound's primitive: for random groups on H100 switch hosts (NVLS, NVLSTree), A100 and "gpu" hosts, any
+    # plan the fabric picks costs at least collective_floor with the fastest links and the smallest latency
     rng = random.Random(7)
     for kind_name in ("H100", "gpu", "A100"):
         nt = NodeType("n", 8, kind_name, nics=2, nic_gbps=25.0)
@@ -598,7 +598,8 @@ def test_collective_floor_is_below_every_plan() -> None:
             [HostSpec(f"h{h}", {}, nt) for h in range(4)],
         )
         fab = Fabric(t, EMPTY)
-        for _ in range(60):
+        gens, nvls = [fab.generation(0)], fab.nvls_efficiency(0)
+        for _ in range(80):
             kind = rng.choice(
                 [AR, CollectiveKind.ALL_GATHER, CollectiveKind.REDUCE_SCATTER, CollectiveKind.ALL_TO_ALL]
             )
@@ -606,8 +607,23 @@ def test_collective_floor_is_below_every_plan() -> None:
             devs = rng.sample(range(32), n)
             size = 10 ** rng.uniform(1, 10)
             hosts = len({d // 8 for d in devs})
-            floor = collective_floor(kind, n, size, hosts, 2e-6, 400e9, 2 * 25e9)
+            floor = collective_floor(kind, n, size, hosts, 2e-6, 400e9, 2 * 25e9, generations=gens, nvls=nvls)
             assert floor <= fab.alone(fab.plan_group(kind, devs, size)) * (1 + 1e-12)
+        # exact inside one NVSwitch host, whatever the size (NVLS, ring in LL / LL128 / Simple)
+        for size in (1e3, 1e6, 1e9):
+            alone = fab.alone(fab.plan_group(AR, list(range(8)), size))
+            hop = (
+                "pci" if gens == [None] else "nvlink"
+            )  # NCCL's NVLink latencies for NVIDIA kinds behind a switch
+            assert collective_floor(
+                AR, 8, size, 1, 2e-6, 400e9, 1.0, generations=gens, nvls=nvls, hop=hop
+            ) == approx(alone)
+    # exact across hosts of one GPU each, where the NIC and the leaf's latency bind
+    t1 = two_level(4, 1, leaf=Tier(25.0, 5.0))
+    fab1 = Fabric(t1, EMPTY)
+    for size in (1e3, 1e6, 1e9):
+        alone = fab1.alone(fab1.plan_group(AR, [0, 1, 2, 3], size))
+        assert collective_floor(AR, 4, size, 4, 5e-6, math.inf, 25e9, generations=[None]) == approx(alone)
 
 
 def test_max_min_sharing_by_hand() -> None:

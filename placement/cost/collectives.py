@@ -56,7 +56,7 @@ import math
 import threading
 import weakref
 from collections import Counter
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from placement.cost.compute import nccl_generation, tree_channel_gbps
@@ -67,7 +67,6 @@ from placement.model.state import ClusterState, Uplink
 from placement.model.topology import Topology
 
 __all__ = [
-    "LATENCY_FLOOR",
     "TREE_EFFICIENCY",
     "Fabric",
     "Plan",
@@ -101,8 +100,6 @@ NVLS_CHANNELS = 16
 NVLS_LATENCY_US = 25.0
 """hwLatencies of NVLS and NVLSTree over NVLink (Simple), µs."""
 PROTOCOLS = ("LL", "LL128", "Simple")
-LATENCY_FLOOR = min(r[0] / r[2] for r in _HW_LATENCY.values())
-"""The smallest share of a Simple latency any protocol pays (LL on an NVLink tree: 0.6 / 4.0)."""
 
 
 def collective_floor(
@@ -113,27 +110,64 @@ def collective_floor(
     step_latency_s: float,
     own_bytes_per_s: float,
     host_bytes_per_s: float,
+    *,
+    generations: Iterable[str | None] = (),
+    nvls: float = 0.0,
+    hop: str | None = None,
 ) -> float:
     """Seconds at least of any algorithm and protocol `Fabric.plan_group` can choose for one collective of `size`
-    bytes over `n` members on `hosts` hosts, alone, given a lower bound on the Simple latency of one step
-    (`step_latency_s`: the slowest hop's tier latency) and upper bounds on the group's own link rate per device
-    (`own_bytes_per_s`, e.g. a device's summed NVLinks) and on the rate out of one host (`host_bytes_per_s`).
-    For `placement.solve.bound`: every candidate costs ``latency + bytes / rate`` with latency at least
-    `LATENCY_FLOOR` of Simple's over at least ``ceil(log2 hosts)`` steps (or NVLS's fixed latency) and bytes at
-    least ``size`` per device inside a host (NVLS) and out of every host (NVLSTree on 2 hosts)."""
+    bytes over `n` members on `hosts` hosts, alone: the same candidates (module doc) priced with a lower bound on
+    one step's Simple latency (`step_latency_s`: inside a host the fastest link's, across hosts the LCA tier's)
+    and upper bounds on the group's own ring rate per device (`own_bytes_per_s`) and on the rate out of one host
+    (`host_bytes_per_s`, e.g. ``min(nics, members) x nic_gbps``); `generations`: the NCCL generations
+    (`Fabric.generation`) of the hosts it may run on, `nvls`: the largest `Fabric.nvls_efficiency` among them,
+    `hop`: ``nvlink`` or ``pci`` when every such host's ring is of that kind (None: the cheaper latencies of both).
+    Every candidate's time rises with latency and falls with rates, so this is a lower bound for
+    `placement.solve.bound`, and exact where the binding terms are the ones given (e.g. an NVSwitch host)."""
     if n <= 1 or size <= 0:
         return 0.0
     vol, steps = _volume(kind, n, size)
-    if kind is CollectiveKind.ALL_TO_ALL:
-        return LATENCY_FLOOR * steps * step_latency_s + (vol / host_bytes_per_s if hosts > 1 else 0.0)
-    inside = min(vol, size) if kind is CollectiveKind.ALL_REDUCE else vol
+    gens = set(generations)
+    ll128 = any(g is not None for g in gens)
+    ll_one = max(
+        (_LL_MAX_ONE_HOST.get(g or "", _LL_MAX_HOSTS[0]) for g in gens), default=_LL_MAX_ONE_HOST["blackwell"]
+    )
+    a = step_latency_s
     if hosts <= 1:
-        lat = min(LATENCY_FLOOR * steps * step_latency_s, NVLS_LATENCY_US * 1e-6)
-        return lat + inside / own_bytes_per_s
-    tree_steps = 2 * math.ceil(math.log2(hosts)) if kind is CollectiveKind.ALL_REDUCE else steps
-    lat = LATENCY_FLOOR * min(steps, tree_steps) * step_latency_s
-    out = min(vol, size) if kind is CollectiveKind.ALL_REDUCE else vol
-    return lat + max(out / host_bytes_per_s, 0.0)
+        bw = own_bytes_per_s
+        if kind is CollectiveKind.ALL_TO_ALL:
+            return steps * a + vol / bw
+        rows = [_HW_LATENCY[("ring", h)] for h in ((hop,) if hop else ("nvlink", "pci"))]
+        r_ll = min(r[0] / r[2] for r in rows)
+        r_128 = min(r[1] / r[2] for r in rows)
+        best = min(steps * a + vol / bw, steps * a * r_ll + max(vol / (0.5 * bw), vol / (ll_one * 1e9)))
+        if ll128:
+            best = min(best, steps * a * r_128 + vol / (0.92 * bw))
+        if nvls > 0 and kind is CollectiveKind.ALL_REDUCE:
+            best = min(best, NVLS_LATENCY_US * 1e-6 + size / (bw * nvls))
+        return best
+    f = host_bytes_per_s
+    if kind is CollectiveKind.ALL_TO_ALL:
+        return steps * a + vol / f  # a host sends g (n-g)/n S >= (n-1)/n S
+    ll_h = _LL_MAX_HOSTS[0 if hosts <= 2 else 1] * 1e9
+    ring = _HW_LATENCY[("ring", "net")]
+    cands = [
+        steps * a + vol / f,
+        steps * a * ring[0] / ring[2] + max(vol / (0.5 * f), vol / ll_h),
+    ]
+    if ll128:
+        cands.append(steps * a * ring[1] / ring[2] + vol / (0.92 * f))
+    if kind is CollectiveKind.ALL_REDUCE:
+        tree = _HW_LATENCY[("tree", "net")]
+        lat = 2 * math.ceil(math.log2(hosts)) * a
+        tb = (size if hosts == 2 else 2 * size) / TREE_EFFICIENCY
+        cands.append(lat + tb / f)
+        cands.append(lat * tree[0] / tree[2] + max(3.8 * tb / f, 2 * size / ll_h))
+        if ll128:
+            cands.append(lat * tree[1] / tree[2] + tb / (f * 120 / 128))
+        if nvls > 0:
+            cands.append(NVLS_LATENCY_US * 1e-6 + lat + (size if hosts == 2 else 2 * size) / f)
+    return min(cands)
 
 
 @dataclass(frozen=True)
@@ -336,10 +370,10 @@ class Fabric:
             if kind is CollectiveKind.ALL_TO_ALL:
                 plan = Plan("direct", steps * lat * 1e-6, (Stage(vol / (bw * 1e9), name),), slow)
             else:
-                gen = self._generation(h)
+                gen = self.generation(h)
                 hop = "nvlink" if gen is not None and (nt.matrix is None or ":NV" in name) else "pci"
                 cands = _protocols("ring", hop, gen, 1, steps * lat * 1e-6, vol / (bw * 1e9), vol, size, n)
-                eff = self._nvls(h)
+                eff = self.nvls_efficiency(h)
                 if eff and kind is CollectiveKind.ALL_REDUCE:
                     # NVLink SHARP: the switch reduces and multicasts; each device's link carries S once each way
                     cands.append(("nvls", NVLS_LATENCY_US * 1e-6, size / (bw * 1e9 * eff), size))
@@ -446,7 +480,7 @@ class Fabric:
                 ("tree", lat, max(chain, channels), intra_name if chain >= channels else nic_name, nic_vol)
             )
 
-            effs = [self._nvls(x) for x in hosts]
+            effs = [self.nvls_efficiency(x) for x in hosts]
             if all(effs) and gmax > 1:
                 # NVLSTree: NVLink SHARP inside each host, a tree between hosts (S out of each of 2 hosts, else 2 S)
                 eff = min(e for e in effs if e)
@@ -454,7 +488,7 @@ class Fabric:
                 cands.append(
                     ("nvlstree", lat, size / (intra_bw * eff), intra_name, size if h == 2 else 2 * size)
                 )
-        gens = {self._generation(x) for x in hosts}
+        gens = {self.generation(x) for x in hosts}
         gen = gens.pop() if len(gens) == 1 else None
         cands = [
             (a, lt, own, c[3], v)
@@ -490,18 +524,19 @@ class Fabric:
         channels = min(min(len(v), self.nics[host]) for host, v in by_host.items())
         return channels * min(caps) / 2 * 1e9
 
-    def _generation(self, host: int) -> str | None:
+    def generation(self, host: int) -> str | None:
+        """The NCCL generation of `host`'s devices (`placement.cost.compute.nccl_generation`)."""
         nt = self.topology.host_types[host]
         if id(nt) not in self._gens:
             self._gens[id(nt)] = nccl_generation(nt.kind, self.topology)
         return self._gens[id(nt)]
 
-    def _nvls(self, host: int) -> float:
+    def nvls_efficiency(self, host: int) -> float:
         """NVLS's share of a device's NVLink bandwidth on `host` (0: no NVLink SHARP). NVSwitch hosts of
         Hopper and Blackwell (HGX H100/H200/B200, GB200 trays) have it: no matrix and no mesh (the level-0 tier
         is the switch), or NVSwitch codes (`placement.cost.host_rings.nvswitch`)."""
         nt = self.topology.host_types[host]
-        eff = NVLS_EFFICIENCY.get(self._generation(host) or "", 0.0)
+        eff = NVLS_EFFICIENCY.get(self.generation(host) or "", 0.0)
         if not eff or nt.mesh_link_gbps or (nt.matrix is not None and not nvswitch(nt.matrix)):
             return 0.0
         return eff * (NVLS_CHANNELS - 1) / NVLS_CHANNELS
