@@ -17,7 +17,9 @@ Formulas (notation of `placement.model.traffic`; T tokens per step = b * s * m *
   step (model FLOPs / (step * devices * peak)), so communication, bubble and optimizer lower it once.
 - **Optimizer step** (after the gradient reduce): memory bound, Adam with fp32 master weights reads and writes
   ``OPTIMIZER_BYTES_PER_PARAMETER`` = 30 bytes per parameter a device holds (parameters, gradients, two moments,
-  the 16-bit copy) at ``OPTIMIZER_MEMORY_EFFICIENCY`` of the device's memory bandwidth.
+  the 16-bit copy) at ``OPTIMIZER_MEMORY_EFFICIENCY`` of the device's memory bandwidth. It is part of
+  `ComputeModel.compute_seconds` (and so of the bubble's base: ``(p-1)/m`` of a few ms too many, kept so that
+  compute is one number for the step, the bubble and `placement.solve.bound`'s step bound alike).
 - **Pipeline bubble** (1F1B, Narayanan et al. 2021 sec. 2.2): ``(p - 1) / m`` of the compute time
   (`ComputeModel.bubble_seconds`; `placement.cost.step` adds the per-micro-batch communication to it).
 - **Activation memory per micro-batch and stage** (Korthikanti et al. 2022, eq. 2 with tensor and sequence
@@ -204,7 +206,7 @@ class ComputeModel:
     efficiency: float = DEFAULT_MFU
     """The fraction of peak the compute kernels run at (`gemm_efficiency`, or the job's own `ModelShape.mfu`)."""
     optimizer_seconds: float = 0.0
-    """The optimizer step after the gradient reduce (memory bound, module doc)."""
+    """The optimizer step after the gradient reduce (memory bound, module doc), included in `compute_seconds`."""
     gradient_bytes: float = 0.0
     """Gradient bytes one device reduces per step (dense and expert parameters it holds)."""
 
@@ -229,24 +231,25 @@ def step_compute(model: ModelShape, parallel: ParallelSpec, kind: DeviceKind) ->
         eff = model.mfu
     else:
         eff = gemm_efficiency(kind, model.hidden, parallel.tp)
-    compute = executed / (world * kind.tflops * 1e12 * eff)
-    m = max(1, model.micro_batches)
-    bubble = (parallel.pp - 1) / m * compute
-    per_mb = compute / m
-    bwd_share = 6.0 / 8.0 if model.recompute else 2.0 / 3.0
+    layers = executed / (world * kind.tflops * 1e12 * eff)
     local_params = model.parameters / (parallel.tp * parallel.pp)
     if parallel.ep > 1 and model.expert_parameters > 0:
         local_params -= model.expert_parameters * (1 - 1 / parallel.ep) / (parallel.tp * parallel.pp)
     mem = _GEMM.get(kind.name.upper(), _GEMM_OTHER)[2] * 1e9 * OPTIMIZER_MEMORY_EFFICIENCY
+    optimizer = local_params * OPTIMIZER_BYTES_PER_PARAMETER / mem
+    compute = layers + optimizer
+    m = max(1, model.micro_batches)
+    bubble = (parallel.pp - 1) / m * compute
+    bwd_share = 6.0 / 8.0 if model.recompute else 2.0 / 3.0
     return ComputeModel(
         kind,
         compute,
         bubble,
         model_flops(model, parallel),
         executed,
-        bwd_share * per_mb,
+        bwd_share * layers / m,
         eff,
-        local_params * OPTIMIZER_BYTES_PER_PARAMETER / mem,
+        optimizer,
         gradient_bytes(model, parallel),
     )
 

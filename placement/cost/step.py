@@ -25,7 +25,7 @@ per micro-batch each way between neighbouring stages), ``dp`` (gradient all-redu
   all-gather of the parameters after the optimizer) is `dp_exposed(..., distributed=True)`.
 
 **Step** (jobs with a model shape on devices of a known kind, `placement.cost.compute`):
-``step = compute + bubble + exposed communication + optimizer`` (`assemble_step`), the 1F1B bubble idling ``(p-1)/m`` of the compute and the
+``step = compute + bubble + exposed communication`` (`assemble_step`; compute includes the optimizer step), the 1F1B bubble idling ``(p-1)/m`` of the compute and the
 exposed per-micro-batch communication (every phase but the DP reduce; Narayanan et al. 2021 sec. 2.2), ``tokens/s = tokens per step / step``,
 ``MFU = model FLOPs / (step * devices * peak)``. The slowest kind of the mapped devices paces the step (devices of
 an unknown kind such as ``gpu``: the job's `device_kind`). Jobs with no model shape (explicit groups and edges), or
@@ -101,12 +101,11 @@ def phase_exposed(label: str, seconds: float, exposed: float, comp: ComputeModel
 
 
 class StepTotals(NamedTuple):
-    """A step assembled from its phases: step, exposed communication, bubble and optimizer seconds."""
+    """A step assembled from its phases: step, exposed communication and bubble seconds."""
 
     step: float
     comm: float
     bubble: float
-    optimizer: float
 
 
 def assemble_step(
@@ -118,13 +117,12 @@ def assemble_step(
     for lab in labels:
         comm += phases[lab][1]
     if comp is None or job.model is None or job.parallel is None:
-        return StepTotals(comm, comm, 0.0, 0.0)
+        return StepTotals(comm, comm, 0.0)
     # the bubble idles (p-1)/m of everything a micro-batch does on the critical path: its compute and its
     # TP/CP/EP/PP communication (the DP reduce happens once, after the pipeline drains)
     per_mb = comp.compute_seconds + sum(phases[lab][1] for lab in labels if lab != "dp")
     bubble = (job.parallel.pp - 1) / max(1, job.model.micro_batches) * per_mb
-    opt = comp.optimizer_seconds
-    return StepTotals(comp.compute_seconds + bubble + comm + opt, comm, bubble, opt)
+    return StepTotals(comp.compute_seconds + bubble + comm, comm, bubble)
 
 
 class _Op(NamedTuple):
@@ -220,7 +218,7 @@ def model_step(
     totals = assemble_step(labels, {p.name: (p.seconds, p.exposed_seconds) for p in report.phases}, comp, job)
     report.step_seconds = totals.step
     if comp is not None and job.model is not None and job.parallel is not None:
-        report.compute_seconds = comp.compute_seconds + totals.optimizer  # the optimizer step is compute too
+        report.compute_seconds = comp.compute_seconds
         report.bubble_seconds = totals.bubble
         if report.step_seconds > 0:
             report.tokens_per_s = tokens_per_step(job.model, job.parallel) / report.step_seconds
