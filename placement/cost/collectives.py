@@ -285,6 +285,7 @@ class Fabric:
         self._ring_cache: dict[tuple[int, tuple[int, ...]], tuple[float, float, str]] = {}
         self._tree_rows: dict[int, tuple[float, float, float] | None] = {}
         self._gens: dict[int, str | None] = {}
+        self._nvls_eff: dict[int, float] = {}
         # plans of groups over several hosts, by (kind, devices in member order, bytes): a scheduler's requests
         # and a solver's candidates price the same groups again and again
         self._multi: dict[tuple[CollectiveKind, tuple[int, ...], float], Plan] = {}
@@ -536,10 +537,15 @@ class Fabric:
         Hopper and Blackwell (HGX H100/H200/B200, GB200 trays) have it: no matrix and no mesh (the level-0 tier
         is the switch), or NVSwitch codes (`placement.cost.host_rings.nvswitch`)."""
         nt = self.topology.host_types[host]
+        hit = self._nvls_eff.get(id(nt))
+        if hit is not None:
+            return hit
         eff = NVLS_EFFICIENCY.get(self.generation(host) or "", 0.0)
         if not eff or nt.mesh_link_gbps or (nt.matrix is not None and not nvswitch(nt.matrix)):
-            return 0.0
-        return eff * (NVLS_CHANNELS - 1) / NVLS_CHANNELS
+            eff = 0.0
+        out = eff * (NVLS_CHANNELS - 1) / NVLS_CHANNELS
+        self._nvls_eff[id(nt)] = out
+        return out
 
     def plan_edge(self, a: int, b: int, size: float) -> Plan:
         """One point-to-point transfer of `size` bytes from device `a` to device `b`."""
