@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from placement.cost.evaluate import evaluate
+from placement.cost.step import dp_exposed
 from placement.io.importers.nvidia_smi import read_nvidia_smi
 from placement.model.devices import HostSpec, NodeType
 from placement.model.job import CollectiveKind, Group, Job, ModelShape, ParallelSpec
@@ -30,6 +31,7 @@ DATA = ROOT.parent / "shared" / "data"
 DGX1_FILE = "topologies/nvidia_smi_topo/dgx1_v100_8gpu_4nic__pytorch_ddp_readme.txt"
 DGX1_1NIC_FILE = "topologies/nvidia_smi_topo/dgx1like_v100_8gpu_1nic__oneflow_dlperf.txt"
 A100_PAIRS_FILE = "topologies/nvidia_smi_topo/a100_pcie_8gpu_nvlink_bridge_pairs__nccl-tests_issue178.txt"
+H100_FILE = "topologies/nvidia_smi_topo/hgx_h100_8gpu_8nic_rail_pix__sglang_issue30401.txt"
 
 # The one set of link constants (GB/s per direction, latency µs), each a property of a link technology:
 CONSTANTS: dict[str, Tier] = {
@@ -37,6 +39,7 @@ CONSTANTS: dict[str, Tier] = {
         20.0, 1.0
     ),  # per NVLink (V100 NVLink2 and A100 NVLink3): NCCL src/graph/topo.h SM70/SM80_NVLINK_BW
     "pcie4": Tier(24.0, 3.5),  # PCIe Gen4 x16 path inside a socket (PIX..NODE): ~24 of 31.5 GB/s raw
+    "nvlink4": Tier(20.6, 1.0),  # per H100 NVLink: NCCL src/graph/topo.h SM90_NVLINK_BW
     "sys": Tier(10.0, 4.0),  # across the socket interconnect (placement's default SYS tier)
     "xgmi": Tier(64.0, 1.0),  # AMD MI300X XGMI, per peer link (stas00/ml-engineering peer-to-peer table)
     "ib100": Tier(
@@ -98,6 +101,52 @@ def a100_pairs(data: Path) -> Topology:
     smi = read_nvidia_smi(data / A100_PAIRS_FILE)
     nt = NodeType("a100-pcie", 8, "A100", tuple(tuple(r) for r in smi.matrix))
     return _one_host("a100-pcie-pairs", nt, CONSTANTS["pcie4"])
+
+
+def hgx_h100(data: Path) -> Topology:
+    """One HGX H100 (NV18 to the NVSwitches, `H100_FILE`): NVLink SHARP, so NCCL runs NVLS for all-reduce."""
+    smi = read_nvidia_smi(data / H100_FILE)
+    nt = NodeType(
+        "hgx-h100", 8, "H100", tuple(tuple(r) for r in smi.matrix), nics=len(smi.nics), nic_gbps=48.0
+    )
+    tiers = {**_intra_tiers(), "NV": CONSTANTS["nvlink4"]}
+    return Topology.build(
+        "hgx-h100",
+        [Level("node", Tier(18 * CONSTANTS["nvlink4"].bandwidth_gbps, 1.0)), Level("leaf", Tier(48.0, 5.0))],
+        [HostSpec("h0", {}, nt)],
+        intra_node_tiers=tiers,
+    )
+
+
+def collective_bus_bandwidth(topology: Topology, kind: CollectiveKind, n: int, size: float) -> float:
+    """nccl-tests bus bandwidth GB/s of `kind` over the first `n` devices (all_gather_perf's size is the gathered
+    buffer, as `Group.bytes`: ``busbw = size / time * (n-1)/n``)."""
+    job = Job("c", n, groups=(Group("c", kind, tuple(range(n)), size, 1.0),))
+    secs = evaluate(topology, ClusterState(), job, list(range(n))).step_seconds
+    factor = 2 * (n - 1) / n if kind is CollectiveKind.ALL_REDUCE else (n - 1) / n
+    return size / secs * factor / 1e9
+
+
+def rows_h100(data: Path) -> list[Row]:
+    """NVIDIA's nccl-tests figures for one HGX H100 (S. Jeaugey, NCCL team, github.com/NVIDIA/nccl-tests/issues/212:
+    all-reduce with NVLS peaks at ~480 GB/s bus bandwidth; other collectives ~370; A. Laddy, issues/290: 476)."""
+    t = hgx_h100(data)
+    return [
+        Row(
+            "h100",
+            "HGX H100, 8 GPUs all-reduce 8 GiB (NVLS)",
+            "busbw GB/s",
+            480.0,
+            collective_bus_bandwidth(t, CollectiveKind.ALL_REDUCE, 8, 8 * GIB),
+        ),
+        Row(
+            "h100",
+            "HGX H100, 8 GPUs all-gather 8 GiB (ring)",
+            "busbw GB/s",
+            370.0,
+            collective_bus_bandwidth(t, CollectiveKind.ALL_GATHER, 8, 8 * GIB),
+        ),
+    ]
 
 
 def mi300x() -> Topology:
@@ -166,11 +215,16 @@ def rows_2d() -> list[Row]:
 
 
 def rows_2e(data: Path) -> list[Row]:
+    """DDP overhead: the modeled fp32 all-reduce, exposed behind the backward as the step model does
+    (`placement.cost.step.dp_exposed`: 25 MiB buckets); the backward is 2/3 of the measured no-DDP 1-GPU step
+    (0.097 s and 0.162 s), as the model has no convolution FLOPs."""
     t = dgx1_cluster(data)
     out = []
+    no_ddp = {"resnet50": 0.097, "resnet101": 0.162}
     for model, (params, p50) in DDP.items():
         for n in (2, 4, 8, 16):
-            modeled = all_reduce_seconds(t, list(range(n)), 4 * params)
+            reduce = all_reduce_seconds(t, list(range(n)), 4 * params)
+            modeled = dp_exposed(reduce, 2 / 3 * no_ddp[model], 4 * params)
             where = f"{n} GPUs" + (" (2 machines)" if n > 8 else "")
             out.append(
                 Row(
@@ -202,8 +256,9 @@ CLIFF_MEASURED = 7.5  # issue 9: TP8 in one node -> TP16 across the NIC, step ti
 BERT_MEASURED = 144.0  # issue 9: BERT 1 node -> 2 nodes, +% overhead
 
 
-def gpt_step(topology: Topology, tp: int, dp: int = 1, pp: int = 1) -> float:
-    """Modeled step seconds of the GPT shape above under tp x dp x pp on the first ranks of `topology`."""
+def gpt_step(topology: Topology, tp: int, dp: int = 1, pp: int = 1, grad_bytes: int | None = None) -> float:
+    """Modeled step seconds of the GPT shape above under tp x dp x pp on the first ranks of `topology`
+    (`grad_bytes` per gradient element; default the 16-bit parameters' 2)."""
     g = GPT
     h, layers = g["hidden"], g["layers"]
     params = 12.0 * h * h * layers + (g["vocab"] + g["seq_len"]) * h
@@ -214,6 +269,7 @@ def gpt_step(topology: Topology, tp: int, dp: int = 1, pp: int = 1) -> float:
         seq_len=g["seq_len"],
         micro_batch=g["micro_batch"],
         heads=g["heads"],
+        grad_bytes_per_element=grad_bytes,
     )
     par = ParallelSpec(tp=tp, dp=dp, pp=pp)
     job = Job("gpt", par.world_size, "V100", par, model)
@@ -234,6 +290,60 @@ def bert_step(topology: Topology, dp: int) -> float:
     )
     job = Job("bert", dp, "V100", ParallelSpec(dp=dp), model)
     return evaluate(topology, ClusterState(), job, list(range(dp))).step_seconds
+
+
+# Issue 25's held-out DP rows on the same cluster. BERT-base (Devlin et al. 2019): 110 M parameters, 12 layers,
+# hidden 768, 12 heads, sequence 128, fp32 gradients, PyTorch DDP; per-GPU batch 64 and 160.
+BERT_BASE = {"parameters": 110e6, "hidden": 768, "layers": 12, "heads": 12, "seq_len": 128}
+BERT_BASE_MEASURED = {64: 67.0, 160: 37.0}  # ms per step over one GPU at 32 GPUs (issue 25)
+GPT_DP_MEASURED = 22.0  # issue 25: per-GPU throughput falls 22% from 1 to 32 GPUs, GPT DP only
+
+
+def bert_base_step(topology: Topology, dp: int, batch: int) -> float:
+    """Modeled step seconds of BERT-base data parallel over `dp` GPUs at per-GPU `batch` (default DP overlap)."""
+    b = BERT_BASE
+    model = ModelShape(
+        parameters=b["parameters"],
+        hidden=int(b["hidden"]),
+        layers=int(b["layers"]),
+        seq_len=int(b["seq_len"]),
+        micro_batch=batch,
+        heads=int(b["heads"]),
+        grad_bytes_per_element=4,
+    )
+    job = Job("bert-base", dp, "V100", ParallelSpec(dp=dp), model)
+    return evaluate(topology, ClusterState(), job, list(range(dp))).step_seconds
+
+
+def gpt_dp_fall(topology: Topology, dp: int = 32) -> float:
+    """% per-GPU throughput lost by the GPT shape above, data parallel over `dp` GPUs against one; fp32
+    gradients (mixed precision keeps fp32 main gradients and reduces them: PyTorch AMP, Megatron-LM's
+    ``accumulate_allreduce_grads_in_fp32``)."""
+    return (1 - gpt_step(topology, 1, 1, grad_bytes=4) / gpt_step(topology, 1, dp, grad_bytes=4)) * 100
+
+
+def rows_25(data: Path) -> list[Row]:
+    t = dgx1_cluster(data, 4, file=DGX1_1NIC_FILE)
+    out = [
+        Row(
+            "25",
+            f"BERT-base DDP, 32 GPUs vs 1, batch {b} (1 EDR NIC/node)",
+            "overhead ms",
+            ms,
+            (bert_base_step(t, 32, b) - bert_base_step(t, 1, b)) * 1e3,
+        )
+        for b, ms in BERT_BASE_MEASURED.items()
+    ]
+    out.append(
+        Row(
+            "25",
+            "GPT h1536 L16 DP only, 32 GPUs vs 1 (1 EDR NIC/node)",
+            "per-GPU loss %",
+            GPT_DP_MEASURED,
+            gpt_dp_fall(t),
+        )
+    )
+    return out
 
 
 def cliff(topology: Topology) -> float:
@@ -280,8 +390,10 @@ def nic_for(data: Path, metric: Callable[[Topology], float], target: float) -> f
 
 def all_rows(data: Path) -> list[Row]:
     rows = [*rows_2c(data), *rows_2d(), *rows_2e(data)]
+    if (data / H100_FILE).is_file():
+        rows += rows_h100(data)
     if (data / DGX1_1NIC_FILE).is_file():
-        rows += rows_9(data)
+        rows += rows_9(data) + rows_25(data)
     return rows
 
 

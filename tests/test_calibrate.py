@@ -155,6 +155,8 @@ def test_the_compute_efficiency_fit_lands_the_measured_step() -> None:
     again = evaluate(topo, state, replace(job, model=replace(job.model, mfu=res.efficiency_after)), mapping)
     assert again.step_seconds == pytest.approx(2.0, rel=1e-6)
     assert res.efficiency_after < res.efficiency_before  # a slower step than modeled: less efficient compute
+    # the job leaves mfu at its default, so the model ran at the H100's GEMM efficiency for shards 4096 / 8 wide
+    assert res.efficiency_before == pytest.approx(0.6 * 512 / (512 + 384))
     assert res.before.step_seconds == pytest.approx(evaluate(topo, state, job, mapping).step_seconds)
     with pytest.raises(ValueError, match=r"shorter than the modeled step at efficiency 1\.0"):
         fit_compute_efficiency(topo, state, job, mapping, 1e-3)

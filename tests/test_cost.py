@@ -328,11 +328,18 @@ def test_showcase_dgx_h100_tp8_split_over_two_nodes_costs_more_than_three_times(
     assert math.isclose(b.by_label["dp"], a.by_label["dp"])  # DP groups span the leaf either way
     # step model v2: the 4 TP groups run at the same time, so the phase costs one group, not 4
     va, vb = evaluate(topo, state, job, contiguous), evaluate(topo, state, job, split)
-    assert va.phases[0].seconds == approx(1024 * (14 * 2e-6 + 2 * 7 / 8 * s / 450e9))
-    assert va.phases[0].seconds == approx(a.by_label["tp"] / 4)
+    # step model v3: inside an HGX H100 node NCCL runs NVLS (NVLink SHARP): 25 us, each device's link carries S
+    # once each way at nvlsEfficiency 0.85 of it, on 15 of NCCL's 16 NVLS channels (v2 priced the ring, as v1 does)
+    assert va.phases[0].algorithm == "nvls"
+    assert va.phases[0].seconds == approx(1024 * (25e-6 + s / (450e9 * 0.85 * 15 / 16)))
+    assert va.phases[0].seconds < a.by_label["tp"] / 4
     # split: NCCL's ring (its tree is capped at 4 channels x 41.4/2 GB/s on H100): 2(n-1)/n S out of each host
     # per group, two TP halves share each host's 8 x 50 GB/s, 14 steps at the leaf's 5 us
     ring = 14 * 5e-6 + 2 * 2 * 7 / 8 * s / 400e9
-    assert (vb.phases[0].algorithm, vb.phases[0].seconds) == ("ring", approx(1024 * ring))
-    assert vb.step_seconds > va.step_seconds and vb.phases[0].seconds > 1.8 * va.phases[0].seconds
+    # v3: NVLSTree beats it (NVLink SHARP in each half, a tree between the 2 hosts: S out of each host per group,
+    # over the 4 NICs of its 4 GPUs, 200 GB/s; 25 us + 2 tree steps of 5 us)
+    nvlstree = 25e-6 + 2 * 5e-6 + max(s / 200e9, 2 * s / 400e9, s / (450e9 * 0.85 * 15 / 16))
+    assert nvlstree < ring
+    assert (vb.phases[0].algorithm, vb.phases[0].seconds) == ("nvlstree", approx(1024 * nvlstree))
+    assert vb.step_seconds > va.step_seconds and vb.phases[0].seconds > 1.5 * va.phases[0].seconds
     assert capsys.readouterr() == ("", "")

@@ -32,6 +32,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from placement.cost.collectives import Fabric, phase_seconds
+from placement.cost.compute import device_kind, job_device_kind, step_compute
 from placement.cost.evaluate import evaluate
 from placement.cost.report import CostReport
 from placement.model.devices import NodeType
@@ -330,7 +331,8 @@ class ComputeFit:
 def fit_compute_efficiency(
     topology: Topology, state: ClusterState, job: Job, mapping: Sequence[int], measured_step: float
 ) -> ComputeFit:
-    """The compute efficiency (`ModelShape.mfu`, what compute time divides by) at which the modeled step of `job`
+    """The compute efficiency (`ModelShape.mfu`, what compute time divides by; a job that leaves it at the default
+    runs at its kind's GEMM efficiency, `placement.cost.compute.gemm_efficiency`) at which the modeled step of `job`
     under `mapping` equals `measured_step` seconds (bisection on log-efficiency; the step falls as it rises)."""
     if job.model is None or job.parallel is None:
         raise ValueError("the job has no model shape: its step has no compute to fit")
@@ -362,4 +364,7 @@ def fit_compute_efficiency(
         if hi / lo < 1 + 1e-9:
             break
     eff = math.sqrt(lo * hi)
-    return ComputeFit(model.mfu, eff, before, step(eff), measured_step)
+    # the efficiency the model ran at before: the job's own, or its kind's GEMM efficiency (`step_compute`)
+    kind = job_device_kind(topology, mapping) or device_kind(job.device_kind, topology)
+    used = step_compute(model, job.parallel, kind).efficiency if kind is not None else model.mfu
+    return ComputeFit(used, eff, before, step(eff), measured_step)

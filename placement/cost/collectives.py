@@ -56,11 +56,11 @@ import math
 import threading
 import weakref
 from collections import Counter
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from placement.cost.compute import tree_channel_gbps
-from placement.cost.host_rings import matrix_ring
+from placement.cost.compute import nccl_generation, tree_channel_gbps
+from placement.cost.host_rings import matrix_ring, nvswitch
 from placement.cost.paths import group_path, health_key, pair_path
 from placement.model.job import CollectiveKind
 from placement.model.state import ClusterState, Uplink
@@ -71,11 +71,103 @@ __all__ = [
     "Fabric",
     "Plan",
     "Stage",
+    "collective_floor",
     "fabric_for",
+    "max_min_phase_seconds",
     "phase_seconds",
 ]
 
 TREE_EFFICIENCY = 0.92  # share of the link rate NCCL's tree reaches (busBw * .92 in src/graph/tuning.cc)
+
+# NCCL's tuner, github.com/NVIDIA/nccl src/graph/tuning.cc @ 5067397c (our code, its constants):
+# hwLatencies per step, µs, (LL, LL128, Simple), for a hop of NVLink, PCI or the network, ring and tree. A tier's
+# latency is taken as the Simple one; LL and LL128 scale it by their ratio to Simple.
+_HW_LATENCY: Mapping[tuple[str, str], tuple[float, float, float]] = {
+    ("ring", "nvlink"): (0.6, 1.9, 3.4),
+    ("ring", "pci"): (1.0, 2.5, 5.7),
+    ("ring", "net"): (2.7, 4.0, 14.0),
+    ("tree", "nvlink"): (0.6, 1.25, 4.0),
+    ("tree", "pci"): (1.0, 1.9, 4.0),
+    ("tree", "net"): (5.0, 8.5, 14.0),
+}
+# llMaxBws: the LL protocol's bus GB/s cap; one host by GPU generation, several hosts (2, more) by CPU (x86 row)
+_LL_MAX_ONE_HOST: Mapping[str, float] = {"volta": 39.0, "ampere": 87.7, "hopper": 141.0, "blackwell": 282.0}
+_LL_MAX_HOSTS = (39.0, 20.4)
+NVLS_EFFICIENCY: Mapping[str, float] = {"hopper": 0.85, "blackwell": 0.74}
+"""nvlsEfficiency by generation (Volta and Ampere switches have no NVLink SHARP)."""
+NVLS_CHANNELS = 16
+"""NVLS channels NCCL opens (NCCL_NVLS_NCHANNELS default); one of them does not carry data: (n-1)/n."""
+NVLS_LATENCY_US = 25.0
+"""hwLatencies of NVLS and NVLSTree over NVLink (Simple), µs."""
+PROTOCOLS = ("LL", "LL128", "Simple")
+
+
+def collective_floor(
+    kind: CollectiveKind,
+    n: int,
+    size: float,
+    hosts: int,
+    step_latency_s: float,
+    own_bytes_per_s: float,
+    host_bytes_per_s: float,
+    *,
+    generations: Iterable[str | None] = (),
+    nvls: float = 0.0,
+    hop: str | None = None,
+) -> float:
+    """Seconds at least of any algorithm and protocol `Fabric.plan_group` can choose for one collective of `size`
+    bytes over `n` members on `hosts` hosts, alone: the same candidates (module doc) priced with a lower bound on
+    one step's Simple latency (`step_latency_s`: inside a host the fastest link's, across hosts the LCA tier's)
+    and upper bounds on the group's own ring rate per device (`own_bytes_per_s`) and on the rate out of one host
+    (`host_bytes_per_s`, e.g. ``min(nics, members) x nic_gbps``); `generations`: the NCCL generations
+    (`Fabric.generation`) of the hosts it may run on, `nvls`: the largest `Fabric.nvls_efficiency` among them,
+    `hop`: ``nvlink`` or ``pci`` when every such host's ring is of that kind (None: the cheaper latencies of both).
+    Every candidate's time rises with latency and falls with rates, so this is a lower bound for
+    `placement.solve.bound`, and exact where the binding terms are the ones given (e.g. an NVSwitch host)."""
+    if n <= 1 or size <= 0:
+        return 0.0
+    vol, steps = _volume(kind, n, size)
+    gens = set(generations)
+    ll128 = any(g is not None for g in gens)
+    ll_one = max(
+        (_LL_MAX_ONE_HOST.get(g or "", _LL_MAX_HOSTS[0]) for g in gens), default=_LL_MAX_ONE_HOST["blackwell"]
+    )
+    a = step_latency_s
+    if hosts <= 1:
+        bw = own_bytes_per_s
+        if kind is CollectiveKind.ALL_TO_ALL:
+            return steps * a + vol / bw
+        rows = [_HW_LATENCY[("ring", h)] for h in ((hop,) if hop else ("nvlink", "pci"))]
+        r_ll = min(r[0] / r[2] for r in rows)
+        r_128 = min(r[1] / r[2] for r in rows)
+        best = min(steps * a + vol / bw, steps * a * r_ll + max(vol / (0.5 * bw), vol / (ll_one * 1e9)))
+        if ll128:
+            best = min(best, steps * a * r_128 + vol / (0.92 * bw))
+        if nvls > 0 and kind is CollectiveKind.ALL_REDUCE:
+            best = min(best, NVLS_LATENCY_US * 1e-6 + size / (bw * nvls))
+        return best
+    f = host_bytes_per_s
+    if kind is CollectiveKind.ALL_TO_ALL:
+        return steps * a + vol / f  # a host sends g (n-g)/n S >= (n-1)/n S
+    ll_h = _LL_MAX_HOSTS[0 if hosts <= 2 else 1] * 1e9
+    ring = _HW_LATENCY[("ring", "net")]
+    cands = [
+        steps * a + vol / f,
+        steps * a * ring[0] / ring[2] + max(vol / (0.5 * f), vol / ll_h),
+    ]
+    if ll128:
+        cands.append(steps * a * ring[1] / ring[2] + vol / (0.92 * f))
+    if kind is CollectiveKind.ALL_REDUCE:
+        tree = _HW_LATENCY[("tree", "net")]
+        lat = 2 * math.ceil(math.log2(hosts)) * a
+        tb = (size if hosts == 2 else 2 * size) / TREE_EFFICIENCY
+        cands.append(lat + tb / f)
+        cands.append(lat * tree[0] / tree[2] + max(3.8 * tb / f, 2 * size / ll_h))
+        if ll128:
+            cands.append(lat * tree[1] / tree[2] + tb / (f * 120 / 128))
+        if nvls > 0:
+            cands.append(NVLS_LATENCY_US * 1e-6 + lat + (size if hosts == 2 else 2 * size) / f)
+    return min(cands)
 
 
 @dataclass(frozen=True)
@@ -89,12 +181,39 @@ class Stage:
 
 @dataclass(frozen=True)
 class Plan:
-    """How one collective or transfer runs: algorithm, latency seconds, stages in sequence, device slowdown."""
+    """How one collective or transfer runs: algorithm (with its protocol when not Simple, ``ring/LL``), latency
+    seconds, stages in sequence, device slowdown."""
 
     algorithm: str
     latency: float
     stages: tuple[Stage, ...]
     slowdown: float = 1.0
+
+
+def _protocols(
+    algo: str, hop: str, gen: str | None, hosts: int, lat: float, own: float, vol: float, size: float, n: int
+) -> list[tuple[str, float, float, float]]:
+    """NCCL's protocols for one algorithm priced with Simple: (name, latency s, seconds on the group's own links,
+    bytes on shared links) each. LL: half the bandwidth (8-byte lines carry 4 bytes of data; a tree a 3.8th), capped
+    at llMaxBw bus GB/s; LL128: 120/128 of it (a ring 0.92; a tree inside one host 7/9); both at NCCL's per-step
+    latency ratios to Simple. LL128 only on NVIDIA generations NCCL tunes (`placement.cost.compute.nccl_generation`)."""
+    base = algo.split("/")[0]
+    out = [(algo, lat, own, vol)]
+    if base not in ("ring", "tree"):
+        return out
+    ll, ll128, simple = _HW_LATENCY[(base, hop)]
+    if hosts == 1:
+        ll_max = _LL_MAX_ONE_HOST.get(gen or "", _LL_MAX_HOSTS[0]) * 1e9
+    else:
+        ll_max = _LL_MAX_HOSTS[0 if hosts <= 2 else 1] * 1e9
+    # the fastest an LL operation can go: llMaxBw bus bandwidth, as algorithm time (ring n/nsteps, tree 1/2)
+    ll_floor = (vol if base == "ring" else 2 * size) / ll_max
+    f_ll = 0.5 if base == "ring" else 1 / 3.8
+    out.append((f"{base}/LL", lat * ll / simple, max(own / f_ll, ll_floor), vol / f_ll))
+    if gen is not None:
+        f = 0.92 if base == "ring" else (7 / 9 if hosts == 1 else 120 / 128)
+        out.append((f"{base}/LL128", lat * ll128 / simple, own / f, vol / f))
+    return out
 
 
 NO_PLAN = Plan("none", 0.0, ())
@@ -165,6 +284,8 @@ class Fabric:
             self._pair_slow.setdefault(self.host_of[a], []).append((a, b, f))
         self._ring_cache: dict[tuple[int, tuple[int, ...]], tuple[float, float, str]] = {}
         self._tree_rows: dict[int, tuple[float, float, float] | None] = {}
+        self._gens: dict[int, str | None] = {}
+        self._nvls_eff: dict[int, float] = {}
         # plans of groups over several hosts, by (kind, devices in member order, bytes): a scheduler's requests
         # and a solver's candidates price the same groups again and again
         self._multi: dict[tuple[CollectiveKind, tuple[int, ...], float], Plan] = {}
@@ -247,8 +368,18 @@ class Fabric:
                 return self._single[key]
             bw, lat, name = self.host_ring(h, devs)
             vol, steps = _volume(kind, n, size)
-            algo = "direct" if kind is CollectiveKind.ALL_TO_ALL else "ring"
-            plan = Plan(algo, steps * lat * 1e-6, (Stage(vol / (bw * 1e9), name),), slow)
+            if kind is CollectiveKind.ALL_TO_ALL:
+                plan = Plan("direct", steps * lat * 1e-6, (Stage(vol / (bw * 1e9), name),), slow)
+            else:
+                gen = self.generation(h)
+                hop = "nvlink" if gen is not None and (nt.matrix is None or ":NV" in name) else "pci"
+                cands = _protocols("ring", hop, gen, 1, steps * lat * 1e-6, vol / (bw * 1e9), vol, size, n)
+                eff = self.nvls_efficiency(h)
+                if eff and kind is CollectiveKind.ALL_REDUCE:
+                    # NVLink SHARP: the switch reduces and multicasts; each device's link carries S once each way
+                    cands.append(("nvls", NVLS_LATENCY_US * 1e-6, size / (bw * 1e9 * eff), size))
+                algo, lat_s, own, _ = min(cands, key=lambda c: c[1] + c[2])
+                plan = Plan(algo, lat_s, (Stage(own, name),), slow)
             if cacheable:
                 if len(self._single) >= _PLAN_CACHE_LIMIT:
                     self._single.clear()
@@ -350,6 +481,22 @@ class Fabric:
                 ("tree", lat, max(chain, channels), intra_name if chain >= channels else nic_name, nic_vol)
             )
 
+            effs = [self.nvls_efficiency(x) for x in hosts]
+            if all(effs) and gmax > 1:
+                # NVLSTree: NVLink SHARP inside each host, a tree between hosts (S out of each of 2 hosts, else 2 S)
+                eff = min(e for e in effs if e)
+                lat = (NVLS_LATENCY_US + 2 * math.ceil(math.log2(h)) * a_inter) * 1e-6
+                cands.append(
+                    ("nvlstree", lat, size / (intra_bw * eff), intra_name, size if h == 2 else 2 * size)
+                )
+        gens = {self.generation(x) for x in hosts}
+        gen = gens.pop() if len(gens) == 1 else None
+        cands = [
+            (a, lt, own, c[3], v)
+            for c in cands
+            for a, lt, own, v in _protocols(c[0], "net", gen, h, c[1], c[2], c[4], size, n)
+        ]
+
         def alone(c: tuple[str, float, float, str, float]) -> float:
             v = c[4]
             return c[1] + slow * max(c[2], v / min_flow, v / min_host, v / min_up)
@@ -377,6 +524,28 @@ class Fabric:
             caps.add(row[1 if h == 2 else 2])
         channels = min(min(len(v), self.nics[host]) for host, v in by_host.items())
         return channels * min(caps) / 2 * 1e9
+
+    def generation(self, host: int) -> str | None:
+        """The NCCL generation of `host`'s devices (`placement.cost.compute.nccl_generation`)."""
+        nt = self.topology.host_types[host]
+        if id(nt) not in self._gens:
+            self._gens[id(nt)] = nccl_generation(nt.kind, self.topology)
+        return self._gens[id(nt)]
+
+    def nvls_efficiency(self, host: int) -> float:
+        """NVLS's share of a device's NVLink bandwidth on `host` (0: no NVLink SHARP). NVSwitch hosts of
+        Hopper and Blackwell (HGX H100/H200/B200, GB200 trays) have it: no matrix and no mesh (the level-0 tier
+        is the switch), or NVSwitch codes (`placement.cost.host_rings.nvswitch`)."""
+        nt = self.topology.host_types[host]
+        hit = self._nvls_eff.get(id(nt))
+        if hit is not None:
+            return hit
+        eff = NVLS_EFFICIENCY.get(self.generation(host) or "", 0.0)
+        if not eff or nt.mesh_link_gbps or (nt.matrix is not None and not nvswitch(nt.matrix)):
+            eff = 0.0
+        out = eff * (NVLS_CHANNELS - 1) / NVLS_CHANNELS
+        self._nvls_eff[id(nt)] = out
+        return out
 
     def plan_edge(self, a: int, b: int, size: float) -> Plan:
         """One point-to-point transfer of `size` bytes from device `a` to device `b`."""
@@ -482,4 +651,113 @@ def phase_seconds(fabric: Fabric, plans: Sequence[Plan]) -> list[tuple[float, st
             if best > worst:
                 worst, tier = best, name
         done[id(p)] = (p.latency + p.slowdown * secs, tier)
+    return [done[id(p)] for p in plans]
+
+
+def max_min_phase_seconds(fabric: Fabric, plans: Sequence[Plan]) -> list[tuple[float, str]]:
+    """Seconds of each of `plans` run at the same time, sharing NICs and uplinks max-min fairly, and the tier that
+    bounds each longest. Not yet what `placement.cost.step` uses: the solver's incremental step model reprices a
+    round by `phase_seconds`' rule, and both must change together (docs/model.md, known limits).
+
+    Progressive filling, event by event: every unfinished operation runs its current stage at a rate (share of the
+    stage per second) of ``lam / m``, with ``m`` its largest load on one link, so that operations crossing a link
+    get equal bytes per second on their heaviest link; ``lam`` rises until a link is full (its operations freeze)
+    or an operation reaches the rate of its own links (``1 / local``); then time runs to the next completion and
+    the links it frees are shared again. A device slowdown scales an operation's bytes and own time. Alone on its
+    links an operation takes ``max(local, load / capacity)``, as `phase_seconds` says; on one shared link the last
+    to finish ends at ``sum / capacity`` either way, the others earlier."""
+    uses: dict[int, tuple[Plan, int]] = {}
+    for p in plans:
+        u = uses.get(id(p))
+        uses[id(p)] = (p, 1 if u is None else u[1] + 1)
+    count: dict[int, int] = {}
+    for p, k in uses.values():
+        for st in p.stages:
+            for r, _x in st.loads:
+                count[r] = count.get(r, 0) + k
+    if all(c <= 1 for c in count.values()):
+        return phase_seconds(fabric, plans)  # nothing shared: each alone
+    caps = [c * 1e9 for c in fabric.caps]
+    names = fabric.names
+    ops = [(p, k) for p, k in uses.values()]
+    stage = [0] * len(ops)
+    rem = [1.0] * len(ops)
+    finish: dict[int, float] = {}
+    spent: list[dict[str, float]] = [{} for _ in ops]
+    now = 0.0
+    active = [i for i, (p, _) in enumerate(ops) if p.stages]
+    for i, (p, _) in enumerate(ops):
+        if not p.stages:
+            finish[i] = 0.0
+    while active:
+        rate: dict[int, float] = {}
+        why: dict[int, str] = {}
+        users: dict[int, list[int]] = {}
+        m: dict[int, float] = {}
+        own: dict[int, float] = {}
+        load: dict[int, dict[int, float]] = {}
+        for i in active:
+            p, k = ops[i]
+            st = p.stages[stage[i]]
+            lx: dict[int, float] = {}
+            for r, x in st.loads:
+                lx[r] = lx.get(r, 0.0) + x * p.slowdown
+            load[i] = lx
+            m[i] = max(lx.values(), default=0.0)
+            own[i] = st.local * p.slowdown
+            for r in lx:
+                users.setdefault(r, []).append(i)
+        left = {r: caps[r] for r in users}
+        demand = {r: sum(ops[i][1] * load[i][r] / m[i] for i in us) for r, us in users.items()}
+        free = set(active)
+        for i in active:
+            if m[i] <= 0:  # no shared link: its own links alone
+                rate[i] = 1 / own[i] if own[i] > 0 else math.inf
+                why[i] = ops[i][0].stages[stage[i]].local_tier
+                free.discard(i)
+        while free:
+            lam, kind, arg = math.inf, "", -1
+            for i in free:
+                cap_i = m[i] / own[i] if own[i] > 0 else math.inf
+                if cap_i < lam:
+                    lam, kind, arg = cap_i, "own", i
+            for r, d in demand.items():
+                if d > 1e-300 and left[r] / d < lam:
+                    lam, kind, arg = left[r] / d, "link", r
+            if kind == "own":
+                frozen = [arg]
+                why[arg] = ops[arg][0].stages[stage[arg]].local_tier
+            else:
+                frozen = [i for i in users[arg] if i in free]
+                for i in frozen:
+                    why[i] = names[arg]
+            for i in frozen:
+                rate[i] = lam / m[i]
+                free.discard(i)
+                k = ops[i][1]
+                for r, x in load[i].items():
+                    left[r] = max(0.0, left[r] - k * x * rate[i])
+                    demand[r] -= k * x / m[i]
+        dt = min(rem[i] / rate[i] if rate[i] > 0 else math.inf for i in active)
+        if dt == math.inf:
+            raise ValueError("an operation of the phase can make no progress (a link of capacity 0)")
+        now += dt
+        still = []
+        for i in active:
+            spent[i][why[i]] = spent[i].get(why[i], 0.0) + dt
+            rem[i] -= rate[i] * dt if rate[i] != math.inf else rem[i]
+            if rem[i] <= 1e-12:
+                stage[i] += 1
+                if stage[i] < len(ops[i][0].stages):
+                    rem[i] = 1.0
+                    still.append(i)
+                else:
+                    finish[i] = now
+            else:
+                still.append(i)
+        active = still
+    done: dict[int, tuple[float, str]] = {}
+    for i, (p, _) in enumerate(ops):
+        tier = max(spent[i], key=spent[i].__getitem__) if spent[i] else ""
+        done[id(p)] = (p.latency + finish[i], tier)
     return [done[id(p)] for p in plans]

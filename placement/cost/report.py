@@ -58,6 +58,7 @@ class CostReport:
 
     - `step_seconds`: compute + pipeline bubble + exposed communication (for jobs with no model shape:
       exposed communication alone);
+    - `compute_seconds`: the layers' compute and the optimizer step after the gradient reduce;
     - `comm_seconds`: exposed communication per step (phases in sequence, concurrent groups in parallel);
     - `comm_seconds_total`: communication per step before overlap;
     - `by_label` / `by_tier` / `by_label_tier`: exposed communication per phase label, per bottleneck tier;

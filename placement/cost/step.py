@@ -14,12 +14,18 @@ per micro-batch each way between neighbouring stages), ``dp`` (gradient all-redu
   ``phase = max_g count_g * t_g`` (``t_g`` after contention). Groups that share a rank cannot run together:
   a group meeting a rank already used in its label starts a new round, and rounds add up.
 - Exposed seconds: ``max_g count_g * t_g * exposed_g`` (``exposed`` from the job's `exposure`, 1 by default).
-  The DP gradient reduce overlaps the backward of the last micro-batch (Megatron's ``overlap_grad_reduce``,
-  PyTorch DDP bucketing: Li et al. 2020): unless the job sets ``exposure.dp``, its exposed part is
-  ``max(0, dp - backward of one micro-batch)``.
+- The DP gradient reduce (unless the job sets ``exposure.dp``) is computed, not assumed (`dp_exposed`): PyTorch
+  DDP reduces the gradients in buckets of 25 MiB (``bucket_cap_mb``; Li et al. 2020) while the backward of the
+  last micro-batch runs; a bucket can start once the backward has produced it. Beside the backward's kernels
+  NCCL progresses at `OVERLAP_RATE` of its speed alone, and the backward slows by `COMPUTE_INTERFERENCE` of the
+  time they share (SMs and memory bandwidth). With R the reduce alone, B the backward, k buckets:
+  ``hidden = min(R, OVERLAP_RATE * B) * (k-1)/k`` (the last bucket is never hidden) and
+  ``exposed = R - hidden + COMPUTE_INTERFERENCE * hidden / OVERLAP_RATE``. The optimizer step follows the reduce
+  (`placement.cost.compute`). Megatron's distributed optimizer (reduce-scatter in buckets beside the backward,
+  all-gather of the parameters after the optimizer) is `dp_exposed(..., distributed=True)`.
 
 **Step** (jobs with a model shape on devices of a known kind, `placement.cost.compute`):
-``step = compute + bubble + exposed communication``, the 1F1B bubble idling ``(p-1)/m`` of the compute and the
+``step = compute + bubble + exposed communication`` (`assemble_step`; compute includes the optimizer step), the 1F1B bubble idling ``(p-1)/m`` of the compute and the
 exposed per-micro-batch communication (every phase but the DP reduce; Narayanan et al. 2021 sec. 2.2), ``tokens/s = tokens per step / step``,
 ``MFU = model FLOPs / (step * devices * peak)``. The slowest kind of the mapped devices paces the step (devices of
 an unknown kind such as ``gpu``: the job's `device_kind`). Jobs with no model shape (explicit groups and edges), or
@@ -28,20 +34,95 @@ with no known kind at all, have no compute: ``step = exposed communication``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 from placement.cost.collectives import Plan, fabric_for, phase_seconds
-from placement.cost.compute import device_kind, job_device_kind, step_compute, tokens_per_step
+from placement.cost.compute import ComputeModel, device_kind, job_device_kind, step_compute, tokens_per_step
 from placement.cost.report import CostReport, PhaseCost
 from placement.model.job import Job
 from placement.model.state import ClusterState
 from placement.model.topology import Topology
 from placement.model.traffic import Traffic
 
-__all__ = ["PHASE_ORDER", "model_step"]
+__all__ = [
+    "COMPUTE_INTERFERENCE",
+    "DDP_BUCKET_BYTES",
+    "OVERLAP_RATE",
+    "PHASE_ORDER",
+    "StepTotals",
+    "assemble_step",
+    "dp_exposed",
+    "model_step",
+    "phase_exposed",
+]
 
 PHASE_ORDER: tuple[str, ...] = ("tp", "cp", "ep", "pp", "dp")
+
+DDP_BUCKET_BYTES = 25.0 * 2**20
+"""PyTorch DDP's default bucket (``bucket_cap_mb=25``, torch/nn/parallel/distributed.py)."""
+MEGATRON_BUCKET_ELEMENTS = 40_000_000
+"""Megatron-Core's DDP bucket (``DistributedDataParallelConfig.bucket_size`` default: max(40M, 1M * dp))."""
+OVERLAP_RATE = 0.5
+"""NCCL's speed beside the backward's kernels, as a share of its speed alone (its kernels wait for SMs and share
+memory bandwidth: overlapped collectives run 1.5-2x slower, Rashidi et al. ISCA 2021, Jangda et al. ASPLOS 2022)."""
+COMPUTE_INTERFERENCE = 0.45
+"""Seconds the backward loses per second NCCL runs beside it (the same papers: 10-30% compute slowdown)."""
+
+
+def dp_exposed(
+    seconds: float, backward_seconds: float, gradient_bytes: float, *, distributed: bool = False, dp: int = 1
+) -> float:
+    """Exposed seconds of a gradient reduce taking `seconds` alone behind a backward of `backward_seconds`
+    producing `gradient_bytes` (module doc). `distributed`: Megatron's distributed optimizer, the reduce-scatter
+    half in buckets of `MEGATRON_BUCKET_ELEMENTS` (fp32) beside the backward, the all-gather half exposed.
+
+    Non-decreasing in `seconds` and non-increasing in `backward_seconds`, so a lower bound of the reduce and an
+    upper bound of the backward give a lower bound of the exposure (`placement.solve.bound` can rely on it)."""
+    if seconds <= 0.0:
+        return 0.0
+    if distributed:
+        bucket = max(MEGATRON_BUCKET_ELEMENTS, 1_000_000 * dp) * 4.0
+        return seconds / 2 + dp_exposed(
+            seconds / 2, backward_seconds, gradient_bytes * DDP_BUCKET_BYTES / bucket
+        )
+    k = max(1, math.ceil(gradient_bytes / DDP_BUCKET_BYTES))
+    hidden = min(seconds, OVERLAP_RATE * max(0.0, backward_seconds)) * (k - 1) / k
+    return seconds - hidden + COMPUTE_INTERFERENCE * hidden / OVERLAP_RATE
+
+
+def phase_exposed(label: str, seconds: float, exposed: float, comp: ComputeModel | None, job: Job) -> float:
+    """Exposed seconds of phase `label` taking `seconds` (`exposed` by the job's exposure): the DP reduce's is
+    computed (`dp_exposed`) unless the job states ``exposure.dp``."""
+    if label == "dp" and comp is not None and "dp" not in job.exposure:
+        return dp_exposed(seconds, comp.backward_seconds_per_microbatch, comp.gradient_bytes)
+    return exposed
+
+
+class StepTotals(NamedTuple):
+    """A step assembled from its phases: step, exposed communication and bubble seconds."""
+
+    step: float
+    comm: float
+    bubble: float
+
+
+def assemble_step(
+    labels: Sequence[str], phases: Mapping[str, tuple[float, float]], comp: ComputeModel | None, job: Job
+) -> StepTotals:
+    """The step from each phase's (seconds, exposed seconds) (module doc); `model_step` and the incremental
+    step model (`placement.solve.incremental`) both assemble it here."""
+    comm = 0.0
+    for lab in labels:
+        comm += phases[lab][1]
+    if comp is None or job.model is None or job.parallel is None:
+        return StepTotals(comm, comm, 0.0)
+    # the bubble idles (p-1)/m of everything a micro-batch does on the critical path: its compute and its
+    # TP/CP/EP/PP communication (the DP reduce happens once, after the pipeline drains)
+    per_mb = comp.compute_seconds + sum(phases[lab][1] for lab in labels if lab != "dp")
+    bubble = (job.parallel.pp - 1) / max(1, job.model.micro_batches) * per_mb
+    return StepTotals(comp.compute_seconds + bubble + comm, comm, bubble)
 
 
 class _Op(NamedTuple):
@@ -129,20 +210,16 @@ def model_step(
                     crit, crit_time, tier, algo = op, total, tr, op.plan.algorithm
             seconds += r_secs
             exposed += r_exp
-        if label == "dp" and comp is not None and "dp" not in job.exposure:
-            exposed = max(0.0, seconds - comp.backward_seconds_per_microbatch)
+        exposed = phase_exposed(label, seconds, exposed, comp, job)
         name = _name(label, crit) if crit is not None else ""
         report.phases.append(PhaseCost(label, seconds, exposed, tier or topology.levels[0].name, name, algo))
         report.add(label, tier or topology.levels[0].name, exposed)
         report.comm_seconds_total += seconds
-    report.step_seconds = report.comm_seconds
+    totals = assemble_step(labels, {p.name: (p.seconds, p.exposed_seconds) for p in report.phases}, comp, job)
+    report.step_seconds = totals.step
     if comp is not None and job.model is not None and job.parallel is not None:
-        # the bubble idles (p-1)/m of everything a micro-batch does on the critical path: its compute and its
-        # TP/CP/EP/PP communication (the DP reduce happens once, after the pipeline drains)
-        per_mb = comp.compute_seconds + sum(report.by_label.get(lab, 0.0) for lab in labels if lab != "dp")
         report.compute_seconds = comp.compute_seconds
-        report.bubble_seconds = (job.parallel.pp - 1) / max(1, job.model.micro_batches) * per_mb
-        report.step_seconds = comp.compute_seconds + report.bubble_seconds + report.comm_seconds
+        report.bubble_seconds = totals.bubble
         if report.step_seconds > 0:
             report.tokens_per_s = tokens_per_step(job.model, job.parallel) / report.step_seconds
             peak = job.parallel.world_size * comp.kind.tflops * 1e12

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from placement.cost.collectives import Plan, fabric_for
 from placement.cost.compute import ComputeModel, device_kind, job_device_kind, step_compute
-from placement.cost.step import PHASE_ORDER
+from placement.cost.step import PHASE_ORDER, assemble_step, phase_exposed
 from placement.model.traffic import Traffic
 from placement.solve.prepared import MovedMapping, PreparedRequest
 
@@ -175,22 +175,13 @@ class StepEval:
         for rd in self.state[label]:
             seconds += rd.secs
             exposed += rd.exp
-        if label == "dp" and comp is not None and "dp" not in self.p.job.exposure:
-            exposed = max(0.0, seconds - comp.backward_seconds_per_microbatch)
-        return seconds, exposed
+        return seconds, phase_exposed(label, seconds, exposed, comp, self.p.job)
 
     def _key(
         self, phases: Mapping[str, tuple[float, float]], comp: ComputeModel | None
     ) -> tuple[float, float]:
-        comm = 0.0
-        for lab in self.labels:
-            comm += phases[lab][1]
-        job = self.p.job
-        if comp is None or job.model is None or job.parallel is None:
-            return comm, comm
-        per_mb = comp.compute_seconds + sum(phases[lab][1] for lab in self.labels if lab != "dp")
-        bubble = (job.parallel.pp - 1) / max(1, job.model.micro_batches) * per_mb
-        return comp.compute_seconds + bubble + comm, comm
+        totals = assemble_step(self.labels, phases, comp, self.p.job)
+        return totals.step, totals.comm
 
     # ---- moves -------------------------------------------------------------------------------------------------
 
@@ -241,9 +232,7 @@ class StepEval:
                 exposed += rd.exp
             d = sums.get(lab, [0.0, 0.0])
             seconds, exposed = seconds + d[0], exposed + d[1]
-            if lab == "dp" and comp is not None and "dp" not in self.p.job.exposure:
-                exposed = max(0.0, seconds - comp.backward_seconds_per_microbatch)
-            phases[lab] = (seconds, exposed)
+            phases[lab] = (seconds, phase_exposed(lab, seconds, exposed, comp, self.p.job))
         return Trial(self._key(phases, comp), dict(moves), new_plans, phases, comp, updates)
 
     def apply(self, trial: Trial) -> None:
