@@ -7,13 +7,14 @@ domains of a level; each label is bounded alone (interactions between labels are
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from placement.cost.collectives import TREE_EFFICIENCY, Fabric
-from placement.cost.compute import device_kind, step_compute
+from placement.cost.compute import device_kind, step_compute, tree_channel_gbps
 from placement.cost.paths import Path
 from placement.cost.surrogate import collective_seconds, p2p_seconds
 from placement.model.job import CollectiveKind, Job
@@ -299,6 +300,18 @@ class _Links:
         per_host = Counter(topology.devices[d].host_index for d in candidates)
         self.max_free = max(per_host.values(), default=0)
         self.n_hosts = len(hosts)
+        # hosts_in[l]: the most candidate hosts under one domain of level l (a group whose lowest common level is
+        # l uses at most that many hosts)
+        self.hosts_in = [
+            max(
+                Counter(
+                    topology.domain_column(li)[topology.devices_in_domain[0][h][0]] for h in hosts
+                ).values()
+            )
+            if hosts
+            else 0
+            for li in range(len(topology.levels))
+        ]
         lv = topology.levels
         self.lat = [x.tier.latency_us for x in lv]
         self.tier_min = list(fab.tier_min)
@@ -325,6 +338,14 @@ class _Links:
         self.ring0 = ring_bw or tier0.bandwidth_gbps
         self.pair0 = pair_bw or tier0.bandwidth_gbps
         self.lat0 = lat0
+        # NCCL's tree channel cap (bus GB/s per channel for 2 and for more hosts), the largest any candidate host
+        # type has; None: some host type has no cap (its trees are priced by links alone)
+        rows = [tree_channel_gbps(topology.host_types[h].kind, topology) for h in hosts]
+        self.tree_cap: tuple[float, float] | None = (
+            None
+            if not rows or any(r is None for r in rows)
+            else (max(r[1] for r in rows if r), max(r[2] for r in rows if r))
+        )
 
     def flow(self, level: int, g: int) -> float:
         """Bytes/s at most out of a host holding `g` members of a group whose lowest common level is `level`."""
@@ -351,19 +372,30 @@ class _Links:
         if cap < 1:
             return math.inf
         h_min = max(2, -(-n // cap))
-        for h in range(h_min, min(n, self.n_hosts) + 1):
+        for h in range(h_min, min(n, self.n_hosts, self.hosts_in[level]) + 1):
             g = n // h  # the host with the fewest members has at most this many
             f = self.flow(level, g)
             if f <= 0:
                 continue
+            # some host holds two members or more when n > h: its ring (at most `ring0`) carries the ring's volume
+            # and the tree's chain
+            intra = self.ring0 * 1e9 if n > h else math.inf
             if kind is CollectiveKind.ALL_TO_ALL:
                 bmin = min(self.nic, self.dev_link, self.tier_min[level]) * 1e9
                 t = (n - 1) * a + size * (n - g) / n / bmin
             else:
-                t = steps * a + vol / f
+                t = steps * a + max(vol / f, vol / intra)
                 if kind is CollectiveKind.ALL_REDUCE:
-                    tree = (size if h == 2 else 2 * size) / TREE_EFFICIENCY
-                    t = min(t, 2 * math.ceil(math.log2(h)) * a + tree / f)
+                    tree = max(
+                        (size if h == 2 else 2 * size) / TREE_EFFICIENCY / f,
+                        2 * size / (intra * TREE_EFFICIENCY),
+                    )
+                    if self.tree_cap is not None:
+                        # one channel per NIC a host uses, at most the fewest members any host has
+                        channels = min(g, self.nics)
+                        tree = max(tree, size / (channels * self.tree_cap[0 if h == 2 else 1] / 2 * 1e9))
+                    lat = 2 * (math.ceil(math.log2(h)) * a + (-(-n // h) - 1) * self.lat0 * 1e-6)
+                    t = min(t, lat + tree)
             best = min(best, t)
         return best
 
@@ -461,66 +493,185 @@ def comm_bound(
     )
     names = [lv.name for lv in topology.levels]
     compute = _fastest_compute(topology, job, candidates)
-    # the job needs domains of level `span` (no lower domain holds all its free ranks); when its groups and edges
-    # connect every rank, one of them at least spans two domains below `span`
-    counts = [
+    # room[l]: the most candidate devices under one domain of level l
+    room = [
         max(Counter(topology.domain_column(li)[d] for d in candidates).values(), default=0)
         for li in range(n_levels)
     ]
-    span = next((li for li in range(n_levels) if counts[li] >= job.ranks), n_levels - 1)
-    crossers = list(range(len(pops))) if span > 0 and _connected(job.ranks, pops) else []
-
-    def weakest(times: dict[int, list[float]], note: str) -> CommBound:
-        """The least bound over which population spans: `_case` with it at level `span` at least."""
-        out = _case(pops, {}, names, backward, note, compute, times)
-        if crossers:
-            out = _least(
-                [
-                    _case(
-                        pops,
-                        {i: span},
-                        names,
-                        backward,
-                        note + f" (the job spans {names[span]})",
-                        compute,
-                        times,
-                    )
-                    for i in crossers
-                ]
-            )
-        return out
-
-    best = weakest({}, "")
+    crossings = _crossings(job.ranks, pops, room)
+    inf_row = [math.inf] * n_levels
+    base_rows = [[t if li >= p.low else math.inf for li, t in enumerate(p.times)] for p in pops]
+    best = _search(pops, base_rows, crossings, names, backward, compute, {})
+    if not math.isfinite(best.value):
+        best = CommBound(0.0, {}, {}, 0.0)
     # the host-filling argument: take a label A of disjoint groups of t ranks. Either every A-group stays whole
-    # on one host, and then a host holds at most floor(max_free / t) ranks of any item whose ranks lie in distinct
-    # A-groups (a DP group's members each come with their TP group), or some A-group spans hosts
-    max_free = links.max_free
+    # on one host, and then a host with f free devices holds at most floor(f / t) ranks of any item whose ranks lie
+    # in distinct A-groups (a DP group's members each come with their TP group), or some A-group spans hosts
+    host_free = Counter(topology.devices[d].host_index for d in candidates)
+    host_dom = [
+        {h: topology.domain_column(li)[topology.devices_in_domain[0][h][0]] for h in host_free}
+        for li in range(n_levels)
+    ]
     for ai, a in enumerate(pops):
         if a.size < 2 or not a.disjoint or a.kind is None or links.graph:
             continue
-        per_host = max_free // a.size
+        t = a.size
+        per_host = links.max_free // t
+        # per level, how many whole A-groups each domain can hold
+        held: list[dict[int, int]] = []
+        for li in range(n_levels):
+            acc: dict[int, int] = defaultdict(int)
+            for h, f in host_free.items():
+                acc[host_dom[li][h]] += f // t
+            held.append(acc)
         group_of = {r: i for i, m in enumerate(a.members) for r in m}
-        forced: dict[int, list[float]] = {}
+        rows = [list(r) for r in base_rows]
+        rows[ai] = [base_rows[ai][0]] + [math.inf] * (n_levels - 1)
+        notes: dict[int, str] = {}
         for pi, p in enumerate(pops):
-            if pi == ai or not any(
+            if pi == ai or not all(
                 all(r in group_of for r in m) and len({group_of[r] for r in m}) == len(m) for m in p.members
             ):
                 continue
             if p.kind is not None:
-                forced[pi] = [
-                    links.group(p.kind, p.size, p.bytes, li, per_host) if li >= p.low else math.inf
+                k = len(p.members)
+                # a domain holding v whole A-groups holds v * t of their ranks, and an item of p inside it
+                # needs p.size of those groups
+                caps = [
+                    sum((v * t) // p.size for v in held[li].values() if v >= p.size)
+                    if p.disjoint
+                    else (k if max(held[li].values(), default=0) >= p.size else 0)
+                    for li in range(n_levels)
+                ]
+                low = next((li for li in range(n_levels) if caps[li] >= k), n_levels)
+                rows[pi] = [
+                    links.group(p.kind, p.size, p.bytes, li, per_host) if li >= max(low, p.low) else math.inf
                     for li in range(n_levels)
                 ]
             elif per_host <= 1:
-                forced[pi] = [t if li >= max(1, p.low) else math.inf for li, t in enumerate(p.times)]
-        if not forced:
-            continue
-        whole = weakest(forced, f" (whole {a.label} groups on their hosts)")
-        split = _case(pops, {ai: 1}, names, backward, f" (a {a.label} group split across hosts)", compute)
+                rows[pi] = [x if li >= 1 else math.inf for li, x in enumerate(base_rows[pi])]
+            else:
+                continue
+            notes[pi] = f" (whole {a.label} groups on their hosts)"
+        whole = _search(pops, rows, crossings, names, backward, compute, notes)
+        split_rows = [list(r) for r in base_rows]
+        split_rows[ai] = [math.inf, *split_rows[ai][1:]] if n_levels > 1 else inf_row
+        split = _search(
+            pops,
+            split_rows,
+            crossings,
+            names,
+            backward,
+            compute,
+            {ai: f" (a {a.label} group split across hosts)"},
+        )
         least = _least([whole, split])
+        if not math.isfinite(least.value):
+            continue
         top = least if least.value > best.value else best
         best = CommBound(top.value, top.by_label, top.argument, max(best.step, least.step))
     return best
+
+
+MAX_CASES = 4096
+"""Cases `_search` enumerates at most (crossing constraints beyond are dropped: fewer constraints, a weaker but
+valid bound)."""
+MAX_CROSSING_RANKS = 16_384
+"""Above this many ranks only the whole job's crossing is computed (the label subsets' components cost O(ranks))."""
+
+
+def _crossings(ranks: int, pops: Sequence[_Pop], room: Sequence[int]) -> list[tuple[frozenset[int], int]]:
+    """Crossing constraints ``(S, L)``: some item of the populations S has its lowest common level >= L.
+
+    For a set of labels, the ranks its groups and edges connect form components; a component larger than every
+    domain of level l (``room[l]`` candidate devices) spans two such domains, so an item of those labels that
+    links them has its lowest common level above l (e.g. a TP8 x PP4 pipeline of 32 ranks on 8-GPU hosts: a TP
+    group or a PP edge leaves its host; the whole job on more devices than a spine has: one item crosses spines).
+    """
+    labels = list(dict.fromkeys(p.label for p in pops))
+    subsets: list[tuple[str, ...]] = []
+    if ranks <= MAX_CROSSING_RANKS:
+        for k in range(1, len(labels) + 1):
+            if k <= 2 or k == len(labels) or len(labels) <= 5:
+                subsets += list(itertools.combinations(labels, k))
+    elif labels:
+        subsets.append(tuple(labels))
+    out: list[tuple[frozenset[int], int]] = []
+    for sub in subsets:
+        idx = frozenset(i for i, p in enumerate(pops) if p.label in sub)
+        c = _largest_component(ranks, [pops[i] for i in sorted(idx)])
+        over = [li for li, r in enumerate(room) if r < c]
+        if over and over[-1] + 1 < len(room):
+            out.append((idx, over[-1] + 1))
+    return out
+
+
+def _largest_component(ranks: int, pops: Sequence[_Pop]) -> int:
+    """The most ranks that the groups and edges of `pops` connect."""
+    parent = list(range(ranks))
+
+    def find(x: int) -> int:
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for p in pops:
+        for m in p.members:
+            ra = find(m[0])
+            for r in m[1:]:
+                rb = find(r)
+                if ra != rb:
+                    parent[rb] = ra
+    return max(Counter(find(r) for r in range(ranks)).values(), default=0)
+
+
+def _search(
+    pops: Sequence[_Pop],
+    rows: Sequence[Sequence[float]],
+    constraints: Sequence[tuple[frozenset[int], int]],
+    names: Sequence[str],
+    backward: float | None,
+    compute: tuple[float, float],
+    notes: dict[int, str],
+) -> CommBound:
+    """The least `_case` over every choice of the level each population is forced to that meets the crossing
+    constraints (a population's cost only grows with its level, so its choices are 0 and the constraints'
+    levels). The bound holds whichever items cross: the least exposed comm and, separately, the least step."""
+    rows = [list(r) for r in rows]
+    multi: list[tuple[frozenset[int], int]] = []
+    why = dict(notes)
+    for s, lv in constraints:
+        if len(s) == 1:
+            (i,) = s
+            if any(math.isfinite(x) for x in rows[i][:lv]):
+                rows[i][:lv] = [math.inf] * lv
+                why[i] = why.get(i, "") + f" ({pops[i].label} spans {names[lv - 1]}s)"
+        else:
+            multi.append((s, lv))
+    while True:
+        options = [sorted({0, *(lv for s, lv in multi if i in s)}) for i in range(len(pops))]
+        if math.prod(len(o) for o in options) <= MAX_CASES or not multi:
+            break
+        multi.pop()
+    best: CommBound | None = None
+    step = math.inf
+    for combo in itertools.product(*options):
+        if not all(any(combo[i] >= lv for i in s) for s, lv in multi):
+            continue
+        forced = dict(why)
+        for i, m in enumerate(combo):
+            if m > 0:
+                sets = [s for s, lv in multi if i in s and lv == m]
+                labels = sorted({pops[j].label for j in sets[0]}) if sets else [pops[i].label]
+                forced[i] = forced.get(i, "") + f" ({'+'.join(labels)} ranks span {names[m - 1]}s)"
+        c = _case(pops, rows, combo, names, backward, forced, compute)
+        step = min(step, c.step)
+        if best is None or c.value < best.value:
+            best = c
+    if best is None:
+        return CommBound(math.inf, {}, {}, math.inf)
+    return CommBound(best.value, best.by_label, best.argument, step)
 
 
 def _least(cases: Sequence[CommBound]) -> CommBound:
@@ -548,33 +699,33 @@ class _Pop:
 
 def _case(
     pops: Sequence[_Pop],
-    min_level: dict[int, int],
+    rows: Sequence[Sequence[float]],
+    levels: Sequence[int],
     names: Sequence[str],
     backward: float | None,
-    note: str,
+    notes: dict[int, str],
     compute: tuple[float, float],
-    times: dict[int, list[float]] | None = None,
 ) -> CommBound:
-    """The per-phase bound with some populations forced to a level at least `min_level[i]`, or priced by
-    `times[i]` (per level) instead of their own."""
+    """The per-phase bound with population i priced by `rows[i]` (one item's fastest seconds per lowest common
+    level) at level `levels[i]` or above; infinite when some population has no level left."""
     secs: dict[str, float] = defaultdict(float)
     expo: dict[str, float] = defaultdict(float)
     why: dict[str, str] = {}
     for i, p in enumerate(pops):
-        low = max(p.low, min_level.get(i, 0))
-        own = times.get(i) if times is not None else None
-        row = own if own is not None else p.times
-        t = min(row[low:], default=math.inf)
-        if own is not None:
-            low = next((li for li in range(low, len(row)) if row[li] == t), low)
-        options = [(t, f"capacity at {names[low]}")] if math.isfinite(t) else []
+        row = rows[i]
+        t = min(row[levels[i] :], default=math.inf)
+        low = next((li for li in range(levels[i], len(row)) if row[li] == t), levels[i])
+        if not math.isfinite(t):
+            return CommBound(math.inf, {}, {}, math.inf)
+        options = [(t, f"capacity at {names[low]}")]
         if p.floor > 0:
             options.append((p.floor, "nic-floor"))
         for v, arg in options:
-            if p.count * v * p.exposed > expo[p.label] or p.label not in why:
-                why[p.label] = arg + (note if i in min_level or (times and i in times) else "")
-            secs[p.label] = max(secs[p.label], p.count * v if arg != "nic-floor" else v)
-            expo[p.label] = max(expo[p.label], (p.count * v if arg != "nic-floor" else v) * p.exposed)
+            val = p.count * v if arg != "nic-floor" else v
+            if val * p.exposed > expo[p.label] or p.label not in why:
+                why[p.label] = arg + notes.get(i, "")
+            secs[p.label] = max(secs[p.label], val)
+            expo[p.label] = max(expo[p.label], val * p.exposed)
     if "dp" in secs and backward is not None:
         expo["dp"] = max(0.0, secs["dp"] - backward)
         why["dp"] += " (less one micro-batch's backward)"
@@ -617,25 +768,6 @@ def _volume(kind: CollectiveKind, n: int, size: float) -> tuple[float, int]:
     if kind is CollectiveKind.ALL_REDUCE:
         return 2.0 * (n - 1) / n * size, 2 * (n - 1)
     return (n - 1) / n * size, n - 1
-
-
-def _connected(ranks: int, pops: Sequence[_Pop]) -> bool:
-    """Every rank is linked to every other through the groups and edges (a Megatron job is: TP, PP and DP)."""
-    parent = list(range(ranks))
-
-    def find(x: int) -> int:
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    for p in pops:
-        for m in p.members:
-            for r in m[1:]:
-                a, b = find(m[0]), find(r)
-                if a != b:
-                    parent[a] = b
-    return len({find(r) for r in range(ranks)}) == 1
 
 
 def _is_forest(pairs: set[tuple[int, int]]) -> bool:
