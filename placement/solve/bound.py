@@ -299,19 +299,12 @@ class _Links:
         hosts = sorted({topology.devices[d].host_index for d in candidates})
         per_host = Counter(topology.devices[d].host_index for d in candidates)
         self.max_free = max(per_host.values(), default=0)
-        self.n_hosts = len(hosts)
-        # hosts_in[l]: the most candidate hosts under one domain of level l (a group whose lowest common level is
-        # l uses at most that many hosts)
-        self.hosts_in = [
-            max(
-                Counter(
-                    topology.domain_column(li)[topology.devices_in_domain[0][h][0]] for h in hosts
-                ).values()
-            )
-            if hosts
-            else 0
+        self.host_free = per_host
+        self.host_dom = [
+            {h: topology.domain_column(li)[topology.devices_in_domain[0][h][0]] for h in hosts}
             for li in range(len(topology.levels))
         ]
+        self._room_cache: dict[int, list[list[int]]] = {}
         lv = topology.levels
         self.lat = [x.tier.latency_us for x in lv]
         self.tier_min = list(fab.tier_min)
@@ -347,22 +340,43 @@ class _Links:
             else (max(r[1] for r in rows if r), max(r[2] for r in rows if r))
         )
 
+    def _rooms(self, unit: int) -> list[list[int]]:
+        """rooms[l][j]: the most hosts under one domain of level l that can each hold j members or more (a host
+        with f free devices holds ``f // unit``); rooms[l][0] is unused."""
+        hit = self._room_cache.get(unit)
+        if hit is not None:
+            return hit
+        top = max((f // unit for f in self.host_free.values()), default=0)
+        out: list[list[int]] = []
+        for col in self.host_dom:
+            per: dict[int, list[int]] = defaultdict(lambda: [0] * (top + 2))
+            for h, f in self.host_free.items():
+                per[col[h]][f // unit] += 1
+            best = [0] * (top + 1)
+            for cnt in per.values():
+                acc = 0
+                for j in range(top, 0, -1):
+                    acc += cnt[j]
+                    best[j] = max(best[j], acc)
+            out.append(best)
+        self._room_cache[unit] = out
+        return out
+
     def flow(self, level: int, g: int) -> float:
         """Bytes/s at most out of a host holding `g` members of a group whose lowest common level is `level`."""
         return min(self.nic * min(g, self.nics), self.dev_link * g, self.tier_min[level] * g) * 1e9
 
-    def group(
-        self, kind: CollectiveKind, n: int, size: float, level: int, per_host: int | None = None
-    ) -> float:
-        """Seconds at least of one collective over `n` members whose lowest common level is `level`, alone, with
-        at most `per_host` members on one host (default: a host's free devices)."""
-        cap = self.max_free if per_host is None else min(per_host, self.max_free)
+    def group(self, kind: CollectiveKind, n: int, size: float, level: int, unit: int = 1) -> float:
+        """Seconds at least of one collective over `n` members whose lowest common level is `level`, alone, when a
+        host with f free devices holds at most ``f // unit`` members (`unit` 1: any; t: whole groups of t)."""
         if n <= 1 or size <= 0:
             return 0.0
         vol, steps = _volume(kind, n, size)
         if self.graph:
             p = self.paths[level]
             return steps * p.latency_us * 1e-6 + vol / (p.bandwidth_gbps * 1e9)
+        rooms = self._rooms(unit)
+        cap = len(rooms[0]) - 1  # the most members one host holds
         if level == 0:
             if n > cap:
                 return math.inf
@@ -372,8 +386,14 @@ class _Links:
         if cap < 1:
             return math.inf
         h_min = max(2, -(-n // cap))
-        for h in range(h_min, min(n, self.n_hosts, self.hosts_in[level]) + 1):
-            g = n // h  # the host with the fewest members has at most this many
+        room = rooms[level]
+        for h in range(h_min, n + 1):
+            # the host with the fewest members has at most g: n // h, and h hosts of one domain must each hold g
+            g = n // h
+            while g >= 1 and (g >= len(room) or room[g] < h):
+                g -= 1
+            if g < 1:
+                break
             f = self.flow(level, g)
             if f <= 0:
                 continue
@@ -545,7 +565,7 @@ def comm_bound(
                 ]
                 low = next((li for li in range(n_levels) if caps[li] >= k), n_levels)
                 rows[pi] = [
-                    links.group(p.kind, p.size, p.bytes, li, per_host) if li >= max(low, p.low) else math.inf
+                    links.group(p.kind, p.size, p.bytes, li, t) if li >= max(low, p.low) else math.inf
                     for li in range(n_levels)
                 ]
             elif per_host <= 1:

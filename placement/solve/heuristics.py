@@ -18,6 +18,9 @@ honoured, every other hard rule is left to `placement.model.validate` (`heuristi
   pipeline first.
 - ``block-pack`` (``-dp`` / ``-pp`` / ``-dp-leaf``): whole pipeline stages (data-parallel first) or whole
   pipelines best-fitted into the domains one level below the tightest one (or into leaves), then as group-pack.
+- ``tile-pack`` (``-pp`` / ``-dp``): c data-parallel neighbours of one stage per host that holds c whole units
+  (every host of a DP group holds c of its members), the tiles of c pipelines into one leaf (``-pp``) or of one
+  stage into one domain below the tightest (``-dp``); then as group-pack.
 """
 
 from __future__ import annotations
@@ -388,6 +391,75 @@ def _block_pack(pipeline_first: bool, leaf: bool, first_fit: bool = False) -> He
     return place
 
 
+def _tile_pack(pipeline_blocks: bool) -> Heuristic:
+    """Tiles of c data-parallel neighbours' units of one stage (c: the whole units the roomiest host holds), each
+    tile onto one host that holds it whole, so that every host of a DP group holds c of its members (a DP ring
+    runs at the pace of its host with the fewest). ``pipeline_blocks``: the tiles of c neighbouring pipelines,
+    every stage, as one block into a leaf (level 1) with that many such hosts, so that the PP sends stay in the
+    leaf; else the tiles of one stage as one block into the domain one level below the tightest (best fit).
+    Blocks go first fit into the domains, the roomiest upper domains first; the rest as group-pack."""
+
+    def place(topology: Topology, state: ClusterState, job: Job, traffic: Traffic) -> list[int] | None:
+        free = _free(topology, state, job)
+        scope = free.tightest() if free.ok else None
+        par = job.parallel
+        if scope is None or par is None or scope[0] < 1:
+            return None
+        units = _unit_orders(job, rank_units(job, traffic))[0]
+        usize = max((len(u) for u in units), default=1)
+        hosts = free.hosts_under(*scope)
+        c = max((len(free.by_host[h]) // usize for h in hosts), default=0)
+        if c < 1:
+            return None
+        level = 1 if pipeline_blocks else scope[0] - 1
+        if level < 1:
+            return None
+        t = topology
+        tiles: dict[tuple[int, ...], list[tuple[int, ...]]] = defaultdict(list)
+        for u in units:
+            k = par.coords(u[0])
+            tiles[(k["cp"], k["ep"], k["dp"] // c, k["pp"])].append(u)
+        blocks: dict[tuple[int, ...], list[list[tuple[int, ...]]]] = defaultdict(list)
+        for key_, tile in sorted(tiles.items()):
+            cp, ep, chunk, pp = key_
+            blocks[(cp, ep, chunk) if pipeline_blocks else (pp, cp, ep)].append(tile)
+        full = [h for h in hosts if len(free.by_host[h]) // usize >= c]
+        dom_of = {h: t.domain_of(free.by_host[h][0], level) for h in hosts}
+        cap: Counter[int] = Counter(dom_of[h] for h in full)
+        upper = [{h: t.domain_of(free.by_host[h][0], li) for h in full} for li in range(level + 1, scope[0])]
+        up_cap = [Counter(u.values()) for u in upper]
+        rep = {dom_of[h]: h for h in full}
+        doms = sorted(
+            cap, key=lambda k: (*(-uc[u[rep[k]]] for u, uc in zip(upper, up_cap, strict=True)), -cap[k], k)
+        )
+        taken: dict[int, list[tuple[int, ...]]] = defaultdict(list)
+        pending: list[tuple[int, ...]] = []
+        for _, blk in sorted(blocks.items()):
+            need = len(blk)
+            fits = [k for k in doms if cap[k] >= need]
+            if not fits:
+                pending += [u for tile in blk for u in tile]
+                continue
+            k = fits[0] if pipeline_blocks else min(fits, key=lambda k: (cap[k], doms.index(k)))
+            cap[k] -= need
+            taken[k] += [u for tile in blk for u in tile]
+        order = {k: i for i, k in enumerate(doms)}
+        full.sort(key=lambda h: (order[dom_of[h]], -len(free.by_host[h]), h))
+        segments = [(taken[k], [h for h in full if dom_of[h] == k]) for k in doms if k in taken]
+        rest = sorted(
+            (h for h in hosts if h not in set(full)),
+            key=lambda h: (
+                len(free.by_host[h]) < usize,
+                len(free.by_host[h]) % usize,
+                -len(free.by_host[h]),
+                h,
+            ),
+        )
+        return _pack(free, pending, full + rest, {h: free.by_host[h] for h in hosts}, segments)
+
+    return place
+
+
 HEURISTICS: dict[str, Heuristic] = {
     "tight-emptiest": _tight(True, False),
     "tight-fullest": _tight(False, False),
@@ -402,6 +474,8 @@ HEURISTICS: dict[str, Heuristic] = {
     "block-pack-pp": _block_pack(True, False),
     "block-pack-dp-leaf": _block_pack(False, True),
     "block-pack-dp-first-fit": _block_pack(False, False, True),
+    "tile-pack-pp": _tile_pack(True),
+    "tile-pack-dp": _tile_pack(False),
 }
 """The constructive family, cheapest first (each is one pass over the free devices)."""
 
