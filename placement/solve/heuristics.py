@@ -392,25 +392,33 @@ def _block_pack(pipeline_first: bool, leaf: bool, first_fit: bool = False) -> He
 
 
 def _tile_pack(pipeline_blocks: bool) -> Heuristic:
-    """Tiles of c data-parallel neighbours' units of one stage (c: the whole units the roomiest host holds), each
-    tile onto one host that holds it whole, so that every host of a DP group holds c of its members (a DP ring
-    runs at the pace of its host with the fewest). ``pipeline_blocks``: the tiles of c neighbouring pipelines,
-    every stage, as one block into a leaf (level 1) with that many such hosts, so that the PP sends stay in the
-    leaf; else the tiles of one stage as one block into the domain one level below the tightest (best fit).
-    Blocks go first fit into the domains, the roomiest upper domains first; the rest as group-pack."""
+    """Tiles of c data-parallel neighbours' units of one stage, each onto one host, so that every host of a DP
+    group holds c of its members (a DP ring runs at the pace of its host with the fewest); c is the largest tile
+    the hosts holding whole tiles can take every unit in. ``pipeline_blocks``: the tiles of c neighbouring
+    pipelines, every stage, as one block into a leaf (level 1), so that the PP sends stay in the leaf; else the
+    tiles of one stage as one block into a domain one level below the tightest (best fit). Blocks go first fit
+    into the domains, the roomiest upper domains first. Units left over go whole onto the hosts left, then split
+    over the two hosts of the lowest domain that give the split's smaller part the most devices."""
 
     def place(topology: Topology, state: ClusterState, job: Job, traffic: Traffic) -> list[int] | None:
         free = _free(topology, state, job)
         scope = free.tightest() if free.ok else None
         par = job.parallel
-        if scope is None or par is None or scope[0] < 1:
+        if scope is None or par is None or scope[0] < 1 or free.pinned:
             return None
         units = _unit_orders(job, rank_units(job, traffic))[0]
         usize = max((len(u) for u in units), default=1)
         hosts = free.hosts_under(*scope)
-        c = max((len(free.by_host[h]) // usize for h in hosts), default=0)
-        if c < 1:
-            return None
+        room = {h: len(free.by_host[h]) // usize for h in hosts}
+        c = max(
+            (
+                k
+                for k in range(1, max(room.values(), default=0) + 1)
+                if sum(r // k * k for r in room.values()) >= len(units)
+            ),
+            default=0,
+        )
+        c = max(c, 1)  # no host holds a whole unit: every unit goes to the split below
         level = 1 if pipeline_blocks else scope[0] - 1
         if level < 1:
             return None
@@ -420,42 +428,89 @@ def _tile_pack(pipeline_blocks: bool) -> Heuristic:
             k = par.coords(u[0])
             tiles[(k["cp"], k["ep"], k["dp"] // c, k["pp"])].append(u)
         blocks: dict[tuple[int, ...], list[list[tuple[int, ...]]]] = defaultdict(list)
-        for key_, tile in sorted(tiles.items()):
-            cp, ep, chunk, pp = key_
+        for (cp, ep, chunk, pp), tile in sorted(tiles.items()):
             blocks[(cp, ep, chunk) if pipeline_blocks else (pp, cp, ep)].append(tile)
-        full = [h for h in hosts if len(free.by_host[h]) // usize >= c]
+        slots = {h: room[h] // c for h in hosts if room[h] >= c}
         dom_of = {h: t.domain_of(free.by_host[h][0], level) for h in hosts}
-        cap: Counter[int] = Counter(dom_of[h] for h in full)
-        upper = [{h: t.domain_of(free.by_host[h][0], li) for h in full} for li in range(level + 1, scope[0])]
-        up_cap = [Counter(u.values()) for u in upper]
-        rep = {dom_of[h]: h for h in full}
+        cap: Counter[int] = Counter()
+        for h, n in slots.items():
+            cap[dom_of[h]] += n
+        upper = [{h: t.domain_of(free.by_host[h][0], li) for h in hosts} for li in range(level + 1, scope[0])]
+        up_cap: list[Counter[int]] = []
+        for u in upper:
+            uc: Counter[int] = Counter()
+            for h, n in slots.items():
+                uc[u[h]] += n
+            up_cap.append(uc)
+        rep = {dom_of[h]: h for h in slots}
         doms = sorted(
             cap, key=lambda k: (*(-uc[u[rep[k]]] for u, uc in zip(upper, up_cap, strict=True)), -cap[k], k)
         )
-        taken: dict[int, list[tuple[int, ...]]] = defaultdict(list)
+        by_dom: dict[int, list[int]] = defaultdict(list)
+        for h in sorted(slots, key=lambda h: (-slots[h], h)):
+            by_dom[dom_of[h]].append(h)
+        left = {h: list(free.by_host[h]) for h in hosts}
+        out: dict[int, int] = {}
+
+        def put(unit: Sequence[int], h: int) -> None:
+            for r in unit:
+                out[r] = left[h].pop(0)
+
         pending: list[tuple[int, ...]] = []
         for _, blk in sorted(blocks.items()):
-            need = len(blk)
-            fits = [k for k in doms if cap[k] >= need]
+            fits = [k for k in doms if cap[k] >= len(blk)]
             if not fits:
                 pending += [u for tile in blk for u in tile]
                 continue
             k = fits[0] if pipeline_blocks else min(fits, key=lambda k: (cap[k], doms.index(k)))
-            cap[k] -= need
-            taken[k] += [u for tile in blk for u in tile]
-        order = {k: i for i, k in enumerate(doms)}
-        full.sort(key=lambda h: (order[dom_of[h]], -len(free.by_host[h]), h))
-        segments = [(taken[k], [h for h in full if dom_of[h] == k]) for k in doms if k in taken]
-        rest = sorted(
-            (h for h in hosts if h not in set(full)),
-            key=lambda h: (
-                len(free.by_host[h]) < usize,
-                len(free.by_host[h]) % usize,
-                -len(free.by_host[h]),
-                h,
-            ),
-        )
-        return _pack(free, pending, full + rest, {h: free.by_host[h] for h in hosts}, segments)
+            cap[k] -= len(blk)
+            for tile in blk:
+                h = next(h for h in by_dom[k] if slots[h] > 0)
+                slots[h] -= 1
+                for u in tile:
+                    put(u, h)
+        # units left: whole onto the hosts left (fullest fit first), then split over two hosts of one domain
+        split: list[tuple[int, ...]] = []
+        order = sorted(hosts, key=lambda h: (len(left[h]) % usize, -len(left[h]), h))
+        hi = 0
+        for u in pending:
+            while hi < len(order) and len(left[order[hi]]) < usize:
+                hi += 1
+            if hi == len(order):
+                split.append(u)
+            else:
+                put(u, order[hi])
+        for u in split:
+            best: tuple[int, int, int, int, int] | None = None
+            for li in range(1, len(t.levels)):
+                doms_h: dict[int, list[int]] = defaultdict(list)
+                for h in hosts:
+                    if left[h]:
+                        doms_h[t.domain_of(free.by_host[h][0], li)].append(h)
+                for hs in doms_h.values():
+                    if len(hs) < 2:
+                        continue
+                    a, b = sorted(hs, key=lambda h: (-len(left[h]), h))[:2]
+                    if len(left[a]) + len(left[b]) < len(u):
+                        continue
+                    x = min(len(left[b]), len(u) // 2)
+                    cand = (x, -li, -len(left[a]), a, b)
+                    if best is None or cand[:3] > best[:3]:
+                        best = cand
+                if best is not None:
+                    break
+            if best is None:
+                rest = [h for h in hosts if left[h]]
+                for r in u:
+                    h = max(rest, key=lambda h: len(left[h]))
+                    out[r] = left[h].pop(0)
+                continue
+            x, _, _, a, b = best
+            put(u[: len(u) - x], a)
+            put(u[len(u) - x :], b)
+        if len(out) != job.ranks:
+            return None
+        return free.fill([out[r] for r in range(job.ranks)], list(range(job.ranks)))
 
     return place
 
