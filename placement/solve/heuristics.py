@@ -391,6 +391,65 @@ def _block_pack(pipeline_first: bool, leaf: bool, first_fit: bool = False) -> He
     return place
 
 
+def _components(ranks: int, sets: Sequence[Sequence[int]]) -> list[int]:
+    """The component id (its least rank) of every rank when each set's ranks are joined."""
+    parent = list(range(ranks))
+
+    def find(x: int) -> int:
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for m in sets:
+        a = find(m[0])
+        for r in m[1:]:
+            b = find(r)
+            if a != b:
+                parent[max(a, b)] = min(a, b)
+                a = min(a, b)
+    return [find(r) for r in range(ranks)]
+
+
+def _unit_classes(job: Job, traffic: Traffic, host_room: int) -> list[list[tuple[int, ...]]]:
+    """The job's units (the components of the heaviest label whose components fit one host: TP groups, or TP rings
+    of p2p edges) in classes of units that meet the same components of the next heaviest label (Megatron: the
+    units of one pipeline stage, that meet the same DP groups), each class in the order of its units' positions
+    in those components (data-parallel index). Derived from the traffic alone: structured, explicit and p2p jobs
+    alike."""
+    n = job.ranks
+    sets: dict[str, list[Sequence[int]]] = defaultdict(list)
+    weight: dict[str, float] = defaultdict(float)
+    for g in traffic.groups:
+        if len(g.members) > 1:
+            sets[g.label].append(g.members)
+            weight[g.label] += g.bytes * g.count * len(g.members)
+    for e in traffic.edges:
+        if e.src != e.dst:
+            sets[e.label].append((e.src, e.dst))
+            weight[e.label] += e.bytes * e.count
+    comps = {lab: _components(n, v) for lab, v in sets.items()}
+    sizes = {lab: Counter(c) for lab, c in comps.items()}
+    labels = sorted(weight, key=lambda lab: (-weight[lab], lab))
+    unit_label = next((lab for lab in labels if max(sizes[lab].values()) <= max(host_room, 1)), None)
+    by_unit: dict[int, list[int]] = defaultdict(list)
+    for r in range(n):
+        by_unit[comps[unit_label][r] if unit_label is not None else r].append(r)
+    units = [tuple(v) for _, v in sorted(by_unit.items())]
+    other = next((lab for lab in labels if lab != unit_label), None)
+    if other is None:
+        return [units]
+    comp = comps[other]
+    members: dict[int, list[int]] = defaultdict(list)
+    for r in range(n):
+        members[comp[r]].append(r)
+    pos = {r: i for m in members.values() for i, r in enumerate(m)}
+    classes: dict[tuple[int, ...], list[tuple[int, ...]]] = defaultdict(list)
+    for u in units:
+        classes[tuple(sorted({comp[r] for r in u}))].append(u)
+    return [sorted(v, key=lambda u: (min(pos[r] for r in u), u)) for _, v in sorted(classes.items())]
+
+
 def _tile_pack(pipeline_blocks: bool) -> Heuristic:
     """Tiles of c data-parallel neighbours' units of one stage, each onto one host, so that every host of a DP
     group holds c of its members (a DP ring runs at the pace of its host with the fewest); c is the largest tile
@@ -403,33 +462,35 @@ def _tile_pack(pipeline_blocks: bool) -> Heuristic:
     def place(topology: Topology, state: ClusterState, job: Job, traffic: Traffic) -> list[int] | None:
         free = _free(topology, state, job)
         scope = free.tightest() if free.ok else None
-        par = job.parallel
-        if scope is None or par is None or scope[0] < 1 or free.pinned:
+        if scope is None or scope[0] < 1 or free.pinned:
             return None
-        units = _unit_orders(job, rank_units(job, traffic))[0]
-        usize = max((len(u) for u in units), default=1)
         hosts = free.hosts_under(*scope)
+        most = max((len(free.by_host[h]) for h in hosts), default=0)
+        classes = _unit_classes(job, traffic, most)
+        n_units = sum(len(v) for v in classes)
+        usize = max((len(u) for v in classes for u in v), default=1)
         room = {h: len(free.by_host[h]) // usize for h in hosts}
         c = max(
             (
                 k
                 for k in range(1, max(room.values(), default=0) + 1)
-                if sum(r // k * k for r in room.values()) >= len(units)
+                if sum(r // k * k for r in room.values()) >= n_units
             ),
-            default=0,
+            default=1,
         )
-        c = max(c, 1)  # no host holds a whole unit: every unit goes to the split below
         level = 1 if pipeline_blocks else scope[0] - 1
         if level < 1:
             return None
         t = topology
-        tiles: dict[tuple[int, ...], list[tuple[int, ...]]] = defaultdict(list)
-        for u in units:
-            k = par.coords(u[0])
-            tiles[(k["cp"], k["ep"], k["dp"] // c, k["pp"])].append(u)
         blocks: dict[tuple[int, ...], list[list[tuple[int, ...]]]] = defaultdict(list)
-        for (cp, ep, chunk, pp), tile in sorted(tiles.items()):
-            blocks[(cp, ep, chunk) if pipeline_blocks else (pp, cp, ep)].append(tile)
+        for ci, cls in enumerate(classes):
+            for j in range(0, len(cls), c):
+                blocks[(j // c, ci) if pipeline_blocks else (ci,)].append(cls[j : j + c])
+        if pipeline_blocks:
+            merged: dict[tuple[int, ...], list[list[tuple[int, ...]]]] = defaultdict(list)
+            for (j, _), tl in sorted(blocks.items()):
+                merged[(j,)] += tl
+            blocks = merged
         slots = {h: room[h] // c for h in hosts if room[h] >= c}
         dom_of = {h: t.domain_of(free.by_host[h][0], level) for h in hosts}
         cap: Counter[int] = Counter()
