@@ -366,9 +366,12 @@ class _Links:
         """Bytes/s at most out of a host holding `g` members of a group whose lowest common level is `level`."""
         return min(self.nic * min(g, self.nics), self.dev_link * g, self.tier_min[level] * g) * 1e9
 
-    def group(self, kind: CollectiveKind, n: int, size: float, level: int, unit: int = 1) -> float:
+    def group(
+        self, kind: CollectiveKind, n: int, size: float, level: int, unit: int = 1, gmax: int | None = None
+    ) -> float:
         """Seconds at least of one collective over `n` members whose lowest common level is `level`, alone, when a
-        host with f free devices holds at most ``f // unit`` members (`unit` 1: any; t: whole groups of t)."""
+        host with f free devices holds at most ``f // unit`` members (`unit` 1: any; t: whole groups of t), and
+        its host with the fewest members holds at most `gmax`."""
         if n <= 1 or size <= 0:
             return 0.0
         vol, steps = _volume(kind, n, size)
@@ -378,7 +381,7 @@ class _Links:
         rooms = self._rooms(unit)
         cap = len(rooms[0]) - 1  # the most members one host holds
         if level == 0:
-            if n > cap:
+            if n > cap or (gmax is not None and n > gmax):
                 return math.inf
             return steps * self.lat0 * 1e-6 + vol / (self.ring0 * 1e9)
         a = self.lat[level] * 1e-6
@@ -389,7 +392,7 @@ class _Links:
         room = rooms[level]
         for h in range(h_min, n + 1):
             # the host with the fewest members has at most g: n // h, and h hosts of one domain must each hold g
-            g = n // h
+            g = n // h if gmax is None else min(n // h, gmax)
             while g >= 1 and (g >= len(room) or room[g] < h):
                 g -= 1
             if g < 1:
@@ -548,6 +551,8 @@ def comm_bound(
         rows = [list(r) for r in base_rows]
         rows[ai] = [base_rows[ai][0]] + [math.inf] * (n_levels - 1)
         notes: dict[int, str] = {}
+        floors: dict[int, float] = {}
+        rooms = [f // t for f in host_free.values()]
         for pi, p in enumerate(pops):
             if pi == ai or not all(
                 all(r in group_of for r in m) and len({group_of[r] for r in m}) == len(m) for m in p.members
@@ -568,12 +573,24 @@ def comm_bound(
                     links.group(p.kind, p.size, p.bytes, li, t) if li >= max(low, p.low) else math.inf
                     for li in range(n_levels)
                 ]
+                # every host that one of p's items touches holds as many whole A-groups as the item's fewest
+                # members on a host; if the hosts with room for G A-groups cannot take every A-group p meets, some
+                # item has a host with fewer than G of its members
+                touched = len({group_of[r] for m in p.members for r in m})
+                g_star = max(
+                    (g for g in range(1, per_host + 1) if sum(x for x in rooms if x >= g) >= touched),
+                    default=0,
+                )
+                if 0 < g_star < per_host:
+                    floors[pi] = min(
+                        links.group(p.kind, p.size, p.bytes, li, t, g_star) for li in range(n_levels)
+                    )
             elif per_host <= 1:
                 rows[pi] = [x if li >= 1 else math.inf for li, x in enumerate(base_rows[pi])]
             else:
                 continue
             notes[pi] = f" (whole {a.label} groups on their hosts)"
-        whole = _search(pops, rows, crossings, names, backward, compute, notes)
+        whole = _search(pops, rows, crossings, names, backward, compute, notes, floors)
         split_rows = [list(r) for r in base_rows]
         split_rows[ai] = [math.inf, *split_rows[ai][1:]] if n_levels > 1 else inf_row
         split = _search(
@@ -654,6 +671,7 @@ def _search(
     backward: float | None,
     compute: tuple[float, float],
     notes: dict[int, str],
+    floors: dict[int, float] | None = None,
 ) -> CommBound:
     """The least `_case` over every choice of the level each population is forced to that meets the crossing
     constraints (a population's cost only grows with its level, so its choices are 0 and the constraints'
@@ -685,7 +703,7 @@ def _search(
                 sets = [s for s, lv in multi if i in s and lv == m]
                 labels = sorted({pops[j].label for j in sets[0]}) if sets else [pops[i].label]
                 forced[i] = forced.get(i, "") + f" ({'+'.join(labels)} ranks span {names[m - 1]}s)"
-        c = _case(pops, rows, combo, names, backward, forced, compute)
+        c = _case(pops, rows, combo, names, backward, forced, compute, floors or {})
         step = min(step, c.step)
         if best is None or c.value < best.value:
             best = c
@@ -725,6 +743,7 @@ def _case(
     backward: float | None,
     notes: dict[int, str],
     compute: tuple[float, float],
+    floors: dict[int, float] | None = None,
 ) -> CommBound:
     """The per-phase bound with population i priced by `rows[i]` (one item's fastest seconds per lowest common
     level) at level `levels[i]` or above; infinite when some population has no level left."""
@@ -740,6 +759,8 @@ def _case(
         options = [(t, f"capacity at {names[low]}")]
         if p.floor > 0:
             options.append((p.floor, "nic-floor"))
+        if floors and i in floors and math.isfinite(floors[i]):
+            options.append((floors[i], "host-room (too few hosts hold many members of each group)"))
         for v, arg in options:
             val = p.count * v if arg != "nic-floor" else v
             if val * p.exposed > expo[p.label] or p.label not in why:

@@ -521,7 +521,30 @@ def _tile_pack(pipeline_blocks: bool) -> Heuristic:
         for _, blk in sorted(blocks.items()):
             fits = [k for k in doms if cap[k] >= len(blk)]
             if not fits:
-                pending += [u for tile in blk for u in tile]
+                # no domain holds the block: its tiles into the lowest upper domain that has slots for all, else
+                # one by one into the slots left, domain by domain
+                spread = [h for k in doms for h in by_dom[k]]
+                for u_of in upper:
+                    room_up: Counter[int] = Counter()
+                    for h in spread:
+                        room_up[u_of[h]] += slots[h]
+                    wide = [k for k, v in room_up.items() if v >= len(blk)]
+                    if wide:
+                        k_up = min(wide, key=lambda k: (room_up[k], k))
+                        spread = sorted(
+                            (h for h in spread if u_of[h] == k_up),
+                            key=lambda h: (-cap[dom_of[h]], doms.index(dom_of[h])),
+                        )
+                        break
+                for tile in blk:
+                    h = next((h for h in spread if slots[h] > 0), None)
+                    if h is None:
+                        pending += tile
+                        continue
+                    slots[h] -= 1
+                    cap[dom_of[h]] -= 1
+                    for u in tile:
+                        put(u, h)
                 continue
             k = fits[0] if pipeline_blocks else min(fits, key=lambda k: (cap[k], doms.index(k)))
             cap[k] -= len(blk)
@@ -577,6 +600,8 @@ def _tile_pack(pipeline_blocks: bool) -> Heuristic:
 
 
 HEURISTICS: dict[str, Heuristic] = {
+    "tile-pack-dp": _tile_pack(False),
+    "tile-pack-pp": _tile_pack(True),
     "tight-emptiest": _tight(True, False),
     "tight-fullest": _tight(False, False),
     "tight-emptiest-nested": _tight(True, True),
@@ -590,10 +615,9 @@ HEURISTICS: dict[str, Heuristic] = {
     "block-pack-pp": _block_pack(True, False),
     "block-pack-dp-leaf": _block_pack(False, True),
     "block-pack-dp-first-fit": _block_pack(False, False, True),
-    "tile-pack-pp": _tile_pack(True),
-    "tile-pack-dp": _tile_pack(False),
 }
-"""The constructive family, cheapest first (each is one pass over the free devices)."""
+"""The constructive family (each is one pass over the free devices); tile-pack first, the likeliest to win on a
+fragmented cluster when time allows only a few scorings."""
 
 
 def heuristic_candidates(
