@@ -516,12 +516,7 @@ def comm_bound(
     )
     names = [lv.name for lv in topology.levels]
     compute = _fastest_compute(topology, job, candidates)
-    # room[l]: the most candidate devices under one domain of level l
-    room = [
-        max(Counter(topology.domain_column(li)[d] for d in candidates).values(), default=0)
-        for li in range(n_levels)
-    ]
-    crossings = _crossings(job.ranks, pops, room)
+    crossings = _crossings(job.ranks, pops, free)
     inf_row = [math.inf] * n_levels
     base_rows = [[t if li >= p.low else math.inf for li, t in enumerate(p.times)] for p in pops]
     best = _search(pops, base_rows, crossings, names, backward, compute, {})
@@ -617,13 +612,17 @@ MAX_CROSSING_RANKS = 16_384
 """Above this many ranks only the whole job's crossing is computed (the label subsets' components cost O(ranks))."""
 
 
-def _crossings(ranks: int, pops: Sequence[_Pop], room: Sequence[int]) -> list[tuple[frozenset[int], int]]:
+def _crossings(
+    ranks: int, pops: Sequence[_Pop], free: Sequence[Sequence[int]]
+) -> list[tuple[frozenset[int], int]]:
     """Crossing constraints ``(S, L)``: some item of the populations S has its lowest common level >= L.
 
-    For a set of labels, the ranks its groups and edges connect form components; a component larger than every
-    domain of level l (``room[l]`` candidate devices) spans two such domains, so an item of those labels that
-    links them has its lowest common level above l (e.g. a TP8 x PP4 pipeline of 32 ranks on 8-GPU hosts: a TP
-    group or a PP edge leaves its host; the whole job on more devices than a spine has: one item crosses spines).
+    For a set of labels, the ranks its groups and edges connect form components. A component larger than every
+    domain of level l, or more components (of two ranks or more) than the domains of level l can hold whole
+    (``sum floor(free / smallest component)``), means a component spans two domains of level l, so an item of
+    those labels that links them has its lowest common level above l (e.g. a TP8 x PP4 pipeline of 32 ranks on
+    8-GPU hosts: a TP group or a PP send leaves its host; TP rings of p2p sends, more than the hosts hold whole:
+    a send leaves its host; the whole job on more devices than a spine has: one item crosses spines).
     """
     labels = list(dict.fromkeys(p.label for p in pops))
     subsets: list[tuple[str, ...]] = []
@@ -636,15 +635,22 @@ def _crossings(ranks: int, pops: Sequence[_Pop], room: Sequence[int]) -> list[tu
     out: list[tuple[frozenset[int], int]] = []
     for sub in subsets:
         idx = frozenset(i for i, p in enumerate(pops) if p.label in sub)
-        c = _largest_component(ranks, [pops[i] for i in sorted(idx)])
-        over = [li for li, r in enumerate(room) if r < c]
-        if over and over[-1] + 1 < len(room):
+        sizes = [c for c in _component_sizes(ranks, [pops[i] for i in sorted(idx)]) if c > 1]
+        if not sizes:
+            continue
+        big, small = max(sizes), min(sizes)
+        over = [
+            li
+            for li, fs in enumerate(free)
+            if (max(fs, default=0) < big or sum(f // small for f in fs) < len(sizes))
+        ]
+        if over and over[-1] + 1 < len(free):
             out.append((idx, over[-1] + 1))
     return out
 
 
-def _largest_component(ranks: int, pops: Sequence[_Pop]) -> int:
-    """The most ranks that the groups and edges of `pops` connect."""
+def _component_sizes(ranks: int, pops: Sequence[_Pop]) -> list[int]:
+    """The sizes of the rank sets that the groups and edges of `pops` connect (one per rank left alone too)."""
     parent = list(range(ranks))
 
     def find(x: int) -> int:
@@ -660,7 +666,7 @@ def _largest_component(ranks: int, pops: Sequence[_Pop]) -> int:
                 rb = find(r)
                 if ra != rb:
                     parent[rb] = ra
-    return max(Counter(find(r) for r in range(ranks)).values(), default=0)
+    return list(Counter(find(r) for r in range(ranks)).values())
 
 
 def _search(
