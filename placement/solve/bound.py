@@ -547,6 +547,7 @@ def comm_bound(
         rows[ai] = [base_rows[ai][0]] + [math.inf] * (n_levels - 1)
         notes: dict[int, str] = {}
         floors: dict[int, float] = {}
+        distinct: list[int] = []
         rooms = [f // t for f in host_free.values()]
         for pi, p in enumerate(pops):
             if pi == ai or not all(
@@ -585,6 +586,7 @@ def comm_bound(
             else:
                 continue
             notes[pi] = f" (whole {a.label} groups on their hosts)"
+            distinct.append(pi)
         whole = _search(pops, rows, crossings, names, backward, compute, notes, floors)
         split_rows = [list(r) for r in base_rows]
         split_rows[ai] = [math.inf, *split_rows[ai][1:]] if n_levels > 1 else inf_row
@@ -597,6 +599,41 @@ def comm_bound(
             compute,
             {ai: f" (a {a.label} group split across hosts)"},
         )
+        # a split case sharpened per item x of a population whose items meet distinct A-groups: with x's fewest
+        # members on a host G, a host of x holds G A-groups' ranks, each A-group whole (t ranks) or split (at
+        # least its own fewest members on a host), so if G * t exceeds a host's devices, some A-group meeting x
+        # there is split with at most max_free // G members on one of its hosts
+        sharper = [split]
+        for pi in distinct:
+            p = pops[pi]
+            if p.kind is None:
+                continue
+            per_g: list[CommBound] = []
+            for g_x in range(1, links.max_free + 1):
+                fl = {pi: min(links.group(p.kind, p.size, p.bytes, li, 1, g_x) for li in range(n_levels))}
+                if g_x * t > links.max_free and n_levels > 1:
+                    fl[ai] = min(
+                        links.group(a.kind, t, a.bytes, li, 1, links.max_free // g_x)
+                        for li in range(1, n_levels)
+                    )
+                if not all(math.isfinite(v) for v in fl.values()):
+                    continue
+                per_g.append(
+                    _search(
+                        pops,
+                        split_rows,
+                        crossings,
+                        names,
+                        backward,
+                        compute,
+                        {ai: f" (a {a.label} group split across hosts)", pi: f" ({g_x} per host at least)"},
+                        fl,
+                    )
+                )
+            if per_g:
+                sharper.append(_least(per_g))
+        split = max(sharper, key=lambda b: b.value)
+        split = CommBound(split.value, split.by_label, split.argument, max(b.step for b in sharper))
         least = _least([whole, split])
         if not math.isfinite(least.value):
             continue

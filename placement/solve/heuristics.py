@@ -411,7 +411,7 @@ def _components(ranks: int, sets: Sequence[Sequence[int]]) -> list[int]:
     return [find(r) for r in range(ranks)]
 
 
-def _unit_classes(job: Job, traffic: Traffic, host_room: int) -> list[list[tuple[int, ...]]]:
+def _unit_classes(job: Job, traffic: Traffic, host_room: int, parts: int = 1) -> list[list[tuple[int, ...]]]:
     """The job's units (the components of the heaviest label whose components fit one host: TP groups, or TP rings
     of p2p edges) in classes of units that meet the same components of the next heaviest label (Megatron: the
     units of one pipeline stage, that meet the same DP groups), each class in the order of its units' positions
@@ -436,6 +436,14 @@ def _unit_classes(job: Job, traffic: Traffic, host_room: int) -> list[list[tuple
     for r in range(n):
         by_unit[comps[unit_label][r] if unit_label is not None else r].append(r)
     units = [tuple(v) for _, v in sorted(by_unit.items())]
+    if parts > 1:
+        # each unit in `parts` pieces of consecutive members (a TP group's halves)
+        units = [
+            u[i * len(u) // parts : (i + 1) * len(u) // parts]
+            for u in units
+            for i in range(parts)
+            if (i + 1) * len(u) // parts > i * len(u) // parts
+        ]
     other = next((lab for lab in labels if lab != unit_label), None)
     if other is None:
         return [units]
@@ -450,14 +458,16 @@ def _unit_classes(job: Job, traffic: Traffic, host_room: int) -> list[list[tuple
     return [sorted(v, key=lambda u: (min(pos[r] for r in u), u)) for _, v in sorted(classes.items())]
 
 
-def _tile_pack(pipeline_blocks: bool) -> Heuristic:
+def _tile_pack(pipeline_blocks: bool, parts: int = 1) -> Heuristic:
     """Tiles of c data-parallel neighbours' units of one stage, each onto one host, so that every host of a DP
     group holds c of its members (a DP ring runs at the pace of its host with the fewest); c is the largest tile
     the hosts holding whole tiles can take every unit in. ``pipeline_blocks``: the tiles of c neighbouring
     pipelines, every stage, as one block into a leaf (level 1), so that the PP sends stay in the leaf; else the
     tiles of one stage as one block into a domain one level below the tightest (best fit). Blocks go first fit
     into the domains, the roomiest upper domains first. Units left over go whole onto the hosts left, then split
-    over the two hosts of the lowest domain that give the split's smaller part the most devices."""
+    over the two hosts of the lowest domain that give the split's smaller part the most devices. ``parts`` 2:
+    every unit in halves (when some TP groups must split anyway, splitting all of them within a leaf lets the DP
+    groups hold two members on a host)."""
 
     def place(topology: Topology, state: ClusterState, job: Job, traffic: Traffic) -> list[int] | None:
         free = _free(topology, state, job)
@@ -466,7 +476,9 @@ def _tile_pack(pipeline_blocks: bool) -> Heuristic:
             return None
         hosts = free.hosts_under(*scope)
         most = max((len(free.by_host[h]) for h in hosts), default=0)
-        classes = _unit_classes(job, traffic, most)
+        classes = _unit_classes(job, traffic, most, parts)
+        if parts > 1 and all(len(u) < 2 for v in classes for u in v):
+            return None
         n_units = sum(len(v) for v in classes)
         usize = max((len(u) for v in classes for u in v), default=1)
         room = {h: len(free.by_host[h]) // usize for h in hosts}
