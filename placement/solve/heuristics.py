@@ -21,6 +21,8 @@ honoured, every other hard rule is left to `placement.model.validate` (`heuristi
 - ``tile-pack`` (``-pp`` / ``-dp``): c data-parallel neighbours of one stage per host that holds c whole units
   (every host of a DP group holds c of its members), the tiles of c pipelines into one leaf (``-pp``) or of one
   stage into one domain below the tightest (``-dp``); then as group-pack.
+- ``stage-fill``: each stage's units onto hosts of one domain below the tightest that hold g of them or more
+  (g as large as the free hosts allow), every host filled.
 """
 
 from __future__ import annotations
@@ -458,6 +460,66 @@ def _unit_classes(job: Job, traffic: Traffic, host_room: int, parts: int = 1) ->
     return [sorted(v, key=lambda u: (min(pos[r] for r in u), u)) for _, v in sorted(classes.items())]
 
 
+def _finish(
+    free: _Free,
+    job: Job,
+    hosts: Sequence[int],
+    left: dict[int, list[int]],
+    out: dict[int, int],
+    pending: Sequence[tuple[int, ...]],
+    usize: int,
+) -> list[int] | None:
+    """Units left: whole onto the hosts left (fullest fit first), then each split over the two hosts of the
+    lowest domain that give the split's smaller part the most devices; `out` (rank -> device) completed."""
+    t = free.topology
+
+    def put(unit: Sequence[int], h: int) -> None:
+        for r in unit:
+            out[r] = left[h].pop(0)
+
+    split: list[tuple[int, ...]] = []
+    order = sorted(hosts, key=lambda h: (len(left[h]) % usize, -len(left[h]), h))
+    hi = 0
+    for u in pending:
+        while hi < len(order) and len(left[order[hi]]) < usize:
+            hi += 1
+        if hi == len(order):
+            split.append(u)
+        else:
+            put(u, order[hi])
+    for u in split:
+        best: tuple[int, int, int, int, int] | None = None
+        for li in range(1, len(t.levels)):
+            doms_h: dict[int, list[int]] = defaultdict(list)
+            for h in hosts:
+                if left[h]:
+                    doms_h[t.domain_of(free.by_host[h][0], li)].append(h)
+            for hs in doms_h.values():
+                if len(hs) < 2:
+                    continue
+                a, b = sorted(hs, key=lambda h: (-len(left[h]), h))[:2]
+                if len(left[a]) + len(left[b]) < len(u):
+                    continue
+                x = min(len(left[b]), len(u) // 2)
+                cand = (x, -li, -len(left[a]), a, b)
+                if best is None or cand[:3] > best[:3]:
+                    best = cand
+            if best is not None:
+                break
+        if best is None:
+            rest = [h for h in hosts if left[h]]
+            for r in u:
+                h = max(rest, key=lambda h: len(left[h]))
+                out[r] = left[h].pop(0)
+            continue
+        x, _, _, a, b = best
+        put(u[: len(u) - x], a)
+        put(u[len(u) - x :], b)
+    if len(out) != job.ranks:
+        return None
+    return free.fill([out[r] for r in range(job.ranks)], list(range(job.ranks)))
+
+
 def _tile_pack(pipeline_blocks: bool, parts: int = 1) -> Heuristic:
     """Tiles of c data-parallel neighbours' units of one stage, each onto one host, so that every host of a DP
     group holds c of its members (a DP ring runs at the pace of its host with the fewest); c is the largest tile
@@ -565,55 +627,93 @@ def _tile_pack(pipeline_blocks: bool, parts: int = 1) -> Heuristic:
                 slots[h] -= 1
                 for u in tile:
                     put(u, h)
-        # units left: whole onto the hosts left (fullest fit first), then split over two hosts of one domain
-        split: list[tuple[int, ...]] = []
-        order = sorted(hosts, key=lambda h: (len(left[h]) % usize, -len(left[h]), h))
-        hi = 0
-        for u in pending:
-            while hi < len(order) and len(left[order[hi]]) < usize:
-                hi += 1
-            if hi == len(order):
-                split.append(u)
-            else:
-                put(u, order[hi])
-        for u in split:
-            best: tuple[int, int, int, int, int] | None = None
-            for li in range(1, len(t.levels)):
-                doms_h: dict[int, list[int]] = defaultdict(list)
-                for h in hosts:
-                    if left[h]:
-                        doms_h[t.domain_of(free.by_host[h][0], li)].append(h)
-                for hs in doms_h.values():
-                    if len(hs) < 2:
-                        continue
-                    a, b = sorted(hs, key=lambda h: (-len(left[h]), h))[:2]
-                    if len(left[a]) + len(left[b]) < len(u):
-                        continue
-                    x = min(len(left[b]), len(u) // 2)
-                    cand = (x, -li, -len(left[a]), a, b)
-                    if best is None or cand[:3] > best[:3]:
-                        best = cand
-                if best is not None:
-                    break
-            if best is None:
-                rest = [h for h in hosts if left[h]]
-                for r in u:
-                    h = max(rest, key=lambda h: len(left[h]))
-                    out[r] = left[h].pop(0)
-                continue
-            x, _, _, a, b = best
-            put(u[: len(u) - x], a)
-            put(u[len(u) - x :], b)
-        if len(out) != job.ranks:
-            return None
-        return free.fill([out[r] for r in range(job.ranks)], list(range(job.ranks)))
+        return _finish(free, job, hosts, left, out, pending, usize)
 
     return place
+
+
+def stage_fill(topology: Topology, state: ClusterState, job: Job, traffic: Traffic) -> list[int] | None:
+    """Each class of units (Megatron: a pipeline stage, the units that meet the same DP groups) into one domain
+    below the tightest (best fit), on hosts that hold at least g of its units each, every host taking as many as
+    it holds: g is the largest such that those hosts hold every unit, so that every DP group has g members or
+    more on each of its hosts. Units left as `_finish`."""
+    free = _free(topology, state, job)
+    scope = free.tightest() if free.ok else None
+    if scope is None or scope[0] < 1 or free.pinned:
+        return None
+    hosts = free.hosts_under(*scope)
+    most = max((len(free.by_host[h]) for h in hosts), default=0)
+    classes = _unit_classes(job, traffic, most)
+    n_units = sum(len(v) for v in classes)
+    usize = max((len(u) for v in classes for u in v), default=1)
+    room = {h: len(free.by_host[h]) // usize for h in hosts}
+    g = max(
+        (
+            k
+            for k in range(1, max(room.values(), default=0) + 1)
+            if sum(r for r in room.values() if r >= k) >= n_units
+        ),
+        default=1,
+    )
+    level = scope[0] - 1
+    t = topology
+    good = sorted((h for h in hosts if room[h] >= g), key=lambda h: (-room[h], h))
+    dom_of = {h: t.domain_of(free.by_host[h][0], level) for h in good}
+    cap: Counter[int] = Counter()
+    for h in good:
+        cap[dom_of[h]] += room[h]
+    left = {h: list(free.by_host[h]) for h in hosts}
+    out: dict[int, int] = {}
+    pending: list[tuple[int, ...]] = []
+    for cls in sorted(classes, key=lambda c: -len(c)):
+        fits = [k for k in cap if cap[k] >= len(cls)]
+        doms = [min(fits, key=lambda k: (cap[k], k))] if fits else sorted(cap, key=lambda k: (-cap[k], k))
+        todo = list(cls)
+        for k in doms:
+            for h in good:
+                if not todo:
+                    break
+                if dom_of[h] != k:
+                    continue
+                avail = len(left[h]) // usize
+                if avail < g:
+                    continue
+                rem = len(todo)
+                # the largest share that leaves a remainder the other hosts can take in shares of g or more
+                others = sorted(
+                    (a for x in good if x != h and (a := len(left[x]) // usize) >= g and dom_of[x] in doms),
+                    reverse=True,
+                )
+                prefix = [0]
+                for a in others:
+                    prefix.append(prefix[-1] + a)
+                share = next(
+                    (
+                        x
+                        for x in range(min(avail, rem), g - 1, -1)
+                        if rem - x == 0
+                        or any(
+                            k * g <= rem - x <= prefix[k]
+                            for k in range(1, min(len(others), (rem - x) // g) + 1)
+                        )
+                    ),
+                    0,
+                )
+                if share < g:
+                    continue
+                cap[k] -= share
+                for u in todo[:share]:
+                    for r in u:
+                        out[r] = left[h].pop(0)
+                todo = todo[share:]
+        pending += todo
+    return _finish(free, job, hosts, left, out, pending, usize)
 
 
 HEURISTICS: dict[str, Heuristic] = {
     "tile-pack-dp": _tile_pack(False),
     "tile-pack-pp": _tile_pack(True),
+    "stage-fill": stage_fill,
     "tight-emptiest": _tight(True, False),
     "tight-fullest": _tight(False, False),
     "tight-emptiest-nested": _tight(True, True),
