@@ -516,10 +516,10 @@ def comm_bound(
     )
     names = [lv.name for lv in topology.levels]
     compute = _fastest_compute(topology, job, candidates)
-    crossings = _crossings(job.ranks, pops, free)
+    crossings, alls = _crossings(job.ranks, pops, free, job.ranks)
     inf_row = [math.inf] * n_levels
     base_rows = [[t if li >= p.low else math.inf for li, t in enumerate(p.times)] for p in pops]
-    best = _search(pops, base_rows, crossings, names, backward, compute, {})
+    best = _search(pops, base_rows, crossings, names, backward, compute, {}, None, alls)
     if not math.isfinite(best.value):
         best = CommBound(0.0, {}, {}, 0.0)
     # the host-filling argument: take a label A of disjoint groups of t ranks. Either every A-group stays whole
@@ -546,8 +546,8 @@ def comm_bound(
         rows = [list(r) for r in base_rows]
         rows[ai] = [base_rows[ai][0]] + [math.inf] * (n_levels - 1)
         notes: dict[int, str] = {}
-        floors: dict[int, float] = {}
-        distinct: list[int] = []
+        floors: dict[int, list[float]] = {}
+        meets: list[int] = []
         rooms = [f // t for f in host_free.values()]
         for pi, p in enumerate(pops):
             if pi == ai or not all(
@@ -578,16 +578,16 @@ def comm_bound(
                     default=0,
                 )
                 if 0 < g_star < per_host:
-                    floors[pi] = min(
+                    floors[pi] = [
                         links.group(p.kind, p.size, p.bytes, li, t, g_star) for li in range(n_levels)
-                    )
+                    ]
             elif per_host <= 1:
                 rows[pi] = [x if li >= 1 else math.inf for li, x in enumerate(base_rows[pi])]
             else:
                 continue
             notes[pi] = f" (whole {a.label} groups on their hosts)"
-            distinct.append(pi)
-        whole = _search(pops, rows, crossings, names, backward, compute, notes, floors)
+            meets.append(pi)
+        whole = _search(pops, rows, crossings, names, backward, compute, notes, floors, alls)
         split_rows = [list(r) for r in base_rows]
         split_rows[ai] = [math.inf, *split_rows[ai][1:]] if n_levels > 1 else inf_row
         split = _search(
@@ -598,25 +598,27 @@ def comm_bound(
             backward,
             compute,
             {ai: f" (a {a.label} group split across hosts)"},
+            None,
+            alls,
         )
         # a split case sharpened per item x of a population whose items meet distinct A-groups: with x's fewest
         # members on a host G, a host of x holds G A-groups' ranks, each A-group whole (t ranks) or split (at
         # least its own fewest members on a host), so if G * t exceeds a host's devices, some A-group meeting x
         # there is split with at most max_free // G members on one of its hosts
         sharper = [split]
-        for pi in distinct:
+        for pi in meets:
             p = pops[pi]
             if p.kind is None:
                 continue
             per_g: list[CommBound] = []
             for g_x in range(1, links.max_free + 1):
-                fl = {pi: min(links.group(p.kind, p.size, p.bytes, li, 1, g_x) for li in range(n_levels))}
+                fl = {pi: [links.group(p.kind, p.size, p.bytes, li, 1, g_x) for li in range(n_levels)]}
                 if g_x * t > links.max_free and n_levels > 1:
-                    fl[ai] = min(
+                    fl[ai] = [math.inf] + [
                         links.group(a.kind, t, a.bytes, li, 1, links.max_free // g_x)
                         for li in range(1, n_levels)
-                    )
-                if not all(math.isfinite(v) for v in fl.values()):
+                    ]
+                if not all(math.isfinite(min(v)) for v in fl.values()):
                     continue
                 per_g.append(
                     _search(
@@ -628,6 +630,7 @@ def comm_bound(
                         compute,
                         {ai: f" (a {a.label} group split across hosts)", pi: f" ({g_x} per host at least)"},
                         fl,
+                        alls,
                     )
                 )
             if per_g:
@@ -645,13 +648,15 @@ def comm_bound(
 MAX_CASES = 4096
 """Cases `_search` enumerates at most (crossing constraints beyond are dropped: fewer constraints, a weaker but
 valid bound)."""
+MAX_ALLS = 3
+"""`_search` branches on at most this many every-item constraints (2 ** MAX_ALLS branches)."""
 MAX_CROSSING_RANKS = 16_384
 """Above this many ranks only the whole job's crossing is computed (the label subsets' components cost O(ranks))."""
 
 
 def _crossings(
-    ranks: int, pops: Sequence[_Pop], free: Sequence[Sequence[int]]
-) -> list[tuple[frozenset[int], int]]:
+    ranks: int, pops: Sequence[_Pop], free: Sequence[Sequence[int]], need: int
+) -> tuple[list[tuple[frozenset[int], int]], list[tuple[frozenset[int], int, int]]]:
     """Crossing constraints ``(S, L)``: some item of the populations S has its lowest common level >= L.
 
     For a set of labels, the ranks its groups and edges connect form components. A component larger than every
@@ -670,9 +675,25 @@ def _crossings(
     elif labels:
         subsets.append(tuple(labels))
     out: list[tuple[frozenset[int], int]] = []
+    alls: list[tuple[frozenset[int], int, int]] = []
+    # the job needs domains of level `span`: no lower domain holds all its ranks
+    span = next((li for li, fs in enumerate(free) if max(fs, default=0) >= need), len(free) - 1)
     for sub in subsets:
         idx = frozenset(i for i, p in enumerate(pops) if p.label in sub)
-        sizes = [c for c in _component_sizes(ranks, [pops[i] for i in sorted(idx)]) if c > 1]
+        comp = _component_ids(ranks, [pops[i] for i in sorted(idx)])
+        sizes = [c for c in Counter(comp).values() if c > 1]
+        # if no item of `sub` leaves a domain of level span - 1, each of its components stays in one, and the
+        # job's ranks fill two of them at least: an item of another population that meets every component
+        # spans two (Megatron: a DP group meets every pipeline)
+        if span > 0 and len(set(comp)) > 1:
+            n_comp = len(set(comp))
+            for pi, p in enumerate(pops):
+                if (
+                    p.label not in sub
+                    and p.kind is not None
+                    and all(len({comp[r] for r in m}) == n_comp for m in p.members)
+                ):
+                    alls.append((idx, pi, span))
         if not sizes:
             continue
         big, small = max(sizes), min(sizes)
@@ -683,11 +704,11 @@ def _crossings(
         ]
         if over and over[-1] + 1 < len(free):
             out.append((idx, over[-1] + 1))
-    return out
+    return out, alls
 
 
-def _component_sizes(ranks: int, pops: Sequence[_Pop]) -> list[int]:
-    """The sizes of the rank sets that the groups and edges of `pops` connect (one per rank left alone too)."""
+def _component_ids(ranks: int, pops: Sequence[_Pop]) -> list[int]:
+    """Each rank's component (a representative rank) when the groups and edges of `pops` join ranks."""
     parent = list(range(ranks))
 
     def find(x: int) -> int:
@@ -703,7 +724,7 @@ def _component_sizes(ranks: int, pops: Sequence[_Pop]) -> list[int]:
                 rb = find(r)
                 if ra != rb:
                     parent[rb] = ra
-    return list(Counter(find(r) for r in range(ranks)).values())
+    return [find(r) for r in range(ranks)]
 
 
 def _search(
@@ -714,19 +735,52 @@ def _search(
     backward: float | None,
     compute: tuple[float, float],
     notes: dict[int, str],
-    floors: dict[int, float] | None = None,
+    floors: dict[int, list[float]] | None = None,
+    alls: Sequence[tuple[frozenset[int], int, int]] = (),
+) -> CommBound:
+    """`_search_one` over both branches of every constraint ``(S, i, L)`` of `alls` (an item of S at level L or
+    above, or every item of population i at level L or above: then its floor too is priced from L): the least
+    exposed comm and the least step of them all."""
+    alls = list(alls)[:MAX_ALLS]
+    out: list[CommBound] = []
+    for branch in itertools.product((False, True), repeat=len(alls)):
+        cons = list(constraints)
+        every: dict[int, int] = {}
+        why = dict(notes)
+        for (s, i, lv), each in zip(alls, branch, strict=True):
+            if each:
+                every[i] = max(every.get(i, 0), lv)
+                cons.append((frozenset([i]), lv))
+                why[i] = why.get(i, "") + f" (every {pops[i].label} group spans {names[lv - 1]}s)"
+            else:
+                cons.append((s, lv))
+        out.append(_search_one(pops, rows, cons, names, backward, compute, why, floors or {}, every))
+    low = min(out, key=lambda b: b.value)
+    return CommBound(low.value, low.by_label, low.argument, min(b.step for b in out))
+
+
+def _search_one(
+    pops: Sequence[_Pop],
+    rows: Sequence[Sequence[float]],
+    constraints: Sequence[tuple[frozenset[int], int]],
+    names: Sequence[str],
+    backward: float | None,
+    compute: tuple[float, float],
+    notes: dict[int, str],
+    floors: dict[int, list[float]],
+    every: dict[int, int],
 ) -> CommBound:
     """The least `_case` over every choice of the level each population is forced to that meets the crossing
     constraints (a population's cost only grows with its level, so its choices are 0 and the constraints'
     levels). The bound holds whichever items cross: the least exposed comm and, separately, the least step."""
-    rows = [list(r) for r in rows]
+    grid = [list(r) for r in rows]
     multi: list[tuple[frozenset[int], int]] = []
     why = dict(notes)
     for s, lv in constraints:
         if len(s) == 1:
             (i,) = s
-            if any(math.isfinite(x) for x in rows[i][:lv]):
-                rows[i][:lv] = [math.inf] * lv
+            if any(math.isfinite(x) for x in grid[i][:lv]):
+                grid[i][:lv] = [math.inf] * lv
                 why[i] = why.get(i, "") + f" ({pops[i].label} spans {names[lv - 1]}s)"
         else:
             multi.append((s, lv))
@@ -746,7 +800,7 @@ def _search(
                 sets = [s for s, lv in multi if i in s and lv == m]
                 labels = sorted({pops[j].label for j in sets[0]}) if sets else [pops[i].label]
                 forced[i] = forced.get(i, "") + f" ({'+'.join(labels)} ranks span {names[m - 1]}s)"
-        c = _case(pops, rows, combo, names, backward, forced, compute, floors or {})
+        c = _case(pops, grid, combo, names, backward, forced, compute, floors, every)
         step = min(step, c.step)
         if best is None or c.value < best.value:
             best = c
@@ -786,7 +840,8 @@ def _case(
     backward: float | None,
     notes: dict[int, str],
     compute: tuple[float, float],
-    floors: dict[int, float] | None = None,
+    floors: dict[int, list[float]] | None = None,
+    every: dict[int, int] | None = None,
 ) -> CommBound:
     """The per-phase bound with population i priced by `rows[i]` (one item's fastest seconds per lowest common
     level) at level `levels[i]` or above; infinite when some population has no level left."""
@@ -802,8 +857,11 @@ def _case(
         options = [(t, f"capacity at {names[low]}")]
         if p.floor > 0:
             options.append((p.floor, "nic-floor"))
-        if floors and i in floors and math.isfinite(floors[i]):
-            options.append((floors[i], "host-room (too few hosts hold many members of each group)"))
+        if floors and i in floors:
+            fv = min(floors[i][(every or {}).get(i, 0) :], default=math.inf)
+            if not math.isfinite(fv):
+                return CommBound(math.inf, {}, {}, math.inf)
+            options.append((fv, "host-room (too few hosts hold many members of each group)"))
         for v, arg in options:
             val = p.count * v if arg != "nic-floor" else v
             if val * p.exposed > expo[p.label] or p.label not in why:

@@ -572,14 +572,15 @@ def _tile_pack(pipeline_blocks: bool, parts: int = 1) -> Heuristic:
             cap[dom_of[h]] += n
         upper = [{h: t.domain_of(free.by_host[h][0], li) for h in hosts} for li in range(level + 1, scope[0])]
         up_cap: list[Counter[int]] = []
-        for u in upper:
+        for col in upper:
             uc: Counter[int] = Counter()
             for h, n in slots.items():
-                uc[u[h]] += n
+                uc[col[h]] += n
             up_cap.append(uc)
         rep = {dom_of[h]: h for h in slots}
         doms = sorted(
-            cap, key=lambda k: (*(-uc[u[rep[k]]] for u, uc in zip(upper, up_cap, strict=True)), -cap[k], k)
+            cap,
+            key=lambda k: (*(-uc[col[rep[k]]] for col, uc in zip(upper, up_cap, strict=True)), -cap[k], k),
         )
         by_dom: dict[int, list[int]] = defaultdict(list)
         for h in sorted(slots, key=lambda h: (-slots[h], h)):
@@ -611,14 +612,14 @@ def _tile_pack(pipeline_blocks: bool, parts: int = 1) -> Heuristic:
                         )
                         break
                 for tile in blk:
-                    h = next((h for h in spread if slots[h] > 0), None)
-                    if h is None:
+                    spot = next((x for x in spread if slots[x] > 0), None)
+                    if spot is None:
                         pending += tile
                         continue
-                    slots[h] -= 1
-                    cap[dom_of[h]] -= 1
+                    slots[spot] -= 1
+                    cap[dom_of[spot]] -= 1
                     for u in tile:
-                        put(u, h)
+                        put(u, spot)
                 continue
             k = fits[0] if pipeline_blocks else min(fits, key=lambda k: (cap[k], doms.index(k)))
             cap[k] -= len(blk)
