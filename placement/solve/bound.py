@@ -546,7 +546,7 @@ def comm_bound(
         rows = [list(r) for r in base_rows]
         rows[ai] = [base_rows[ai][0]] + [math.inf] * (n_levels - 1)
         notes: dict[int, str] = {}
-        floors: dict[int, list[float]] = {}
+        floors: dict[int, list[list[float]]] = {}
         meets: list[int] = []
         rooms = [f // t for f in host_free.values()]
         for pi, p in enumerate(pops):
@@ -577,10 +577,42 @@ def comm_bound(
                     (g for g in range(1, per_host + 1) if sum(x for x in rooms if x >= g) >= touched),
                     default=0,
                 )
+                mine: list[list[float]] = []
                 if 0 < g_star < per_host:
-                    floors[pi] = [
-                        links.group(p.kind, p.size, p.bytes, li, t, g_star) for li in range(n_levels)
-                    ]
+                    mine.append(
+                        [links.group(p.kind, p.size, p.bytes, li, t, g_star) for li in range(n_levels)]
+                    )
+                # classes: the A-group sets p's items meet (Megatron: a stage's TP groups, met by each of its DP
+                # groups). An item inside a domain of level l with G members or more on each host puts every
+                # A-group of its class on hosts of that domain with room for G; if the domains cannot take every
+                # class so (classes disjoint, of one size), the items of some class all lie above l or have a
+                # host with fewer than G members
+                classes = {frozenset(group_of[r] for r in m) for m in p.members}
+                sizes = {len(c) for c in classes}
+                if len(sizes) == 1 and sum(len(c) for c in classes) == len(frozenset().union(*classes)):
+                    (size,) = sizes
+                    for li in range(n_levels):
+                        for need in range(1, per_host + 1):
+                            w: dict[int, int] = defaultdict(int)
+                            for h, f in host_free.items():
+                                if f // t >= need:
+                                    w[host_dom[li][h]] += f // t
+                            if sum(v // size for v in w.values()) >= len(classes):
+                                continue
+                            mine.append(
+                                [
+                                    links.group(p.kind, p.size, p.bytes, lv, t)
+                                    if lv > li
+                                    else (
+                                        links.group(p.kind, p.size, p.bytes, lv, t, need - 1)
+                                        if need > 1
+                                        else math.inf
+                                    )
+                                    for lv in range(n_levels)
+                                ]
+                            )
+                if mine:
+                    floors[pi] = mine
             elif per_host <= 1:
                 rows[pi] = [x if li >= 1 else math.inf for li, x in enumerate(base_rows[pi])]
             else:
@@ -612,13 +644,16 @@ def comm_bound(
                 continue
             per_g: list[CommBound] = []
             for g_x in range(1, links.max_free + 1):
-                fl = {pi: [links.group(p.kind, p.size, p.bytes, li, 1, g_x) for li in range(n_levels)]}
+                fl = {pi: [[links.group(p.kind, p.size, p.bytes, li, 1, g_x) for li in range(n_levels)]]}
                 if g_x * t > links.max_free and n_levels > 1:
-                    fl[ai] = [math.inf] + [
-                        links.group(a.kind, t, a.bytes, li, 1, links.max_free // g_x)
-                        for li in range(1, n_levels)
+                    fl[ai] = [
+                        [math.inf]
+                        + [
+                            links.group(a.kind, t, a.bytes, li, 1, links.max_free // g_x)
+                            for li in range(1, n_levels)
+                        ]
                     ]
-                if not all(math.isfinite(min(v)) for v in fl.values()):
+                if not all(math.isfinite(min(v[0])) for v in fl.values()):
                     continue
                 per_g.append(
                     _search(
@@ -735,7 +770,7 @@ def _search(
     backward: float | None,
     compute: tuple[float, float],
     notes: dict[int, str],
-    floors: dict[int, list[float]] | None = None,
+    floors: dict[int, list[list[float]]] | None = None,
     alls: Sequence[tuple[frozenset[int], int, int]] = (),
 ) -> CommBound:
     """`_search_one` over both branches of every constraint ``(S, i, L)`` of `alls` (an item of S at level L or
@@ -767,7 +802,7 @@ def _search_one(
     backward: float | None,
     compute: tuple[float, float],
     notes: dict[int, str],
-    floors: dict[int, list[float]],
+    floors: dict[int, list[list[float]]],
     every: dict[int, int],
 ) -> CommBound:
     """The least `_case` over every choice of the level each population is forced to that meets the crossing
@@ -840,7 +875,7 @@ def _case(
     backward: float | None,
     notes: dict[int, str],
     compute: tuple[float, float],
-    floors: dict[int, list[float]] | None = None,
+    floors: dict[int, list[list[float]]] | None = None,
     every: dict[int, int] | None = None,
 ) -> CommBound:
     """The per-phase bound with population i priced by `rows[i]` (one item's fastest seconds per lowest common
@@ -858,7 +893,8 @@ def _case(
         if p.floor > 0:
             options.append((p.floor, "nic-floor"))
         if floors and i in floors:
-            fv = min(floors[i][(every or {}).get(i, 0) :], default=math.inf)
+            # each floor row: some item costs at least its least entry from the level every item reaches
+            fv = max(min(row[(every or {}).get(i, 0) :], default=math.inf) for row in floors[i])
             if not math.isfinite(fv):
                 return CommBound(math.inf, {}, {}, math.inf)
             options.append((fv, "host-room (too few hosts hold many members of each group)"))
