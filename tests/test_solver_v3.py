@@ -377,3 +377,27 @@ def test_joint_bound_is_below_every_mapping_on_fragmented_clusters(
         rep = evaluate(topo, state, job, m, traffic=traffic)
         assert bound.value <= rep.comm_seconds * (1 + 1e-12), bound.source
         assert bound.step <= rep.step_seconds * (1 + 1e-12), bound.source
+
+
+@pytest.mark.parametrize("name", ["stage-fill", "tile-pack-pp"])
+def test_tile_and_stage_packing_give_dp_groups_many_members_per_host(name: str) -> None:
+    """4 empty 8-GPU hosts and 4 with 6 free: the 16 TP2 units of a tp2 pp2 dp8 job fit 4 to a host on the empty
+    ones, so every DP group (one member per unit of its stage) can have 4 members on each of its hosts, and the
+    packers that tile data-parallel neighbours onto one host give it that (a scheduler filling ranks in order
+    gives 1)."""
+    nt = NodeType("h8", 8, "H100")
+    hs = [HostSpec(f"h{i}", {"leaf": f"l{i // 4}", "spine": "s"}, nt) for i in range(8)]
+    levels = [Level("node", Tier(450, 1)), Level("leaf", Tier(50, 5)), Level("spine", Tier(25, 10))]
+    topo = Topology.build("eight", levels, hs)
+    busy = {d: "other" for h in range(4, 8) for d in topo.devices_in_domain[0][h][:2]}
+    state = ClusterState(occupied=busy)
+    job = megatron_job("j", tp=2, pp=2, dp=8, hidden=2048, layers=8)
+    traffic = job_traffic(job)
+    m = HEURISTICS[name](topo, state, job, traffic)
+    assert m is not None and not validate(topo, state, job, m, traffic=traffic)
+    for g in traffic.groups:
+        hosts = [topo.devices[m[r]].host_index for r in g.members]
+        if g.label == "tp":
+            assert len(set(hosts)) == 1
+        if g.label == "dp":
+            assert min(hosts.count(h) for h in set(hosts)) == 4, (g.members, hosts)

@@ -1,8 +1,10 @@
-"""Valid lower bounds from per-label capacity relaxations: `comm_bound` on the evaluator's exposed communication
-(what `place` reports, its gap and OPTIMAL), `lower_bounds` on the v1 surrogate (the CP-SAT models' objective).
+"""Valid lower bounds: `comm_bound` on the evaluator's exposed communication (what `place` reports, its gap and
+OPTIMAL), from capacity relaxations joined across labels; `lower_bounds` on the v1 surrogate (the CP-SAT models').
 
 Groups of one label are disjoint rank sets, so at most ``sum_k floor(free_k / n)`` of them fit inside single
-domains of a level; each label is bounded alone (interactions between labels are relaxed away).
+domains of a level. `comm_bound` joins the labels by case analysis (crossings, whole TP groups, host rooms): see
+its docstring. Its per-group prices mirror `placement.cost.collectives` (ring, tree, NIC and tier rates, NCCL's
+tree channel cap), so a change of the step model's algorithms must be mirrored in `_Links.group`.
 """
 
 from __future__ import annotations
@@ -458,7 +460,19 @@ def comm_bound(
     every host they use with at least their cheapest algorithm's bytes: the phase takes at least their total over
     every candidate host's NIC capacity (``nic-floor``). Edges (PP sends) likewise, a forest of them holding at
     most f - 1 edges inside a domain of f devices. The DP reduce exposes only what exceeds one micro-batch's
-    backward, on the fastest kind the candidates offer.
+    backward, on the fastest kind the candidates offer. A group across hosts uses at most as many hosts as one
+    domain of its level has, and runs at the pace of its host with the fewest members.
+
+    The labels are joined by cases, each a valid bound, the least over the cases taken:
+
+    - *crossings* (`_crossings`): a set of labels whose components (TP x PP pipelines, TP rings of p2p sends, the
+      whole job) cannot stay inside the domains of a level has an item above it; enumerated jointly
+      (`_search`), and with the *every-item* branch: if no item of the set leaves a domain below the job's span,
+      a group meeting every component (a DP group and the pipelines) spans, and so does every such group;
+    - *whole TP groups* (label A of disjoint groups): either every A-group is whole on a host, and then a host
+      with f devices holds at most f // t members of a group meeting distinct A-groups, the hosts with room for G
+      A-groups bound how many DP classes (a stage's TP groups) can have G members per host inside a domain
+      (``host-room``); or some A-group is split, sharpened per DP group by its fewest members on a host.
     """
     links = _Links(topology, state, candidates)
     n_levels = len(topology.levels)
