@@ -487,13 +487,18 @@ def _finish(
             split.append(u)
         else:
             put(u, order[hi])
+    dom_at = (
+        [{h: t.domain_of(free.by_host[h][0], li) for h in hosts} for li in range(len(t.levels))]
+        if split
+        else []
+    )
     for u in split:
         best: tuple[int, int, int, int, int] | None = None
         for li in range(1, len(t.levels)):
             doms_h: dict[int, list[int]] = defaultdict(list)
             for h in hosts:
                 if left[h]:
-                    doms_h[t.domain_of(free.by_host[h][0], li)].append(h)
+                    doms_h[dom_at[li][h]].append(h)
             for hs in doms_h.values():
                 if len(hs) < 2:
                     continue
@@ -611,11 +616,14 @@ def _tile_pack(pipeline_blocks: bool, parts: int = 1) -> Heuristic:
                             key=lambda h: (-cap[dom_of[h]], doms.index(dom_of[h])),
                         )
                         break
+                at = 0
                 for tile in blk:
-                    spot = next((x for x in spread if slots[x] > 0), None)
-                    if spot is None:
+                    while at < len(spread) and slots[spread[at]] <= 0:
+                        at += 1
+                    if at == len(spread):
                         pending += tile
                         continue
+                    spot = spread[at]
                     slots[spot] -= 1
                     cap[dom_of[spot]] -= 1
                     for u in tile:
@@ -666,40 +674,49 @@ def stage_fill(topology: Topology, state: ClusterState, job: Job, traffic: Traff
     left = {h: list(free.by_host[h]) for h in hosts}
     out: dict[int, int] = {}
     pending: list[tuple[int, ...]] = []
+    by_dom: dict[int, list[int]] = defaultdict(list)
+    for h in good:
+        by_dom[dom_of[h]].append(h)
+
+    def takes(pool: Counter[int], rem: int) -> bool:
+        """`rem` units split over the hosts of `pool` (units each holds) in shares of g or more: the k largest
+        hold at least rem for the most shares k (rem // g) the hosts allow."""
+        if rem == 0:
+            return True
+        k = min(rem // g, sum(pool.values()))
+        if k < 1:
+            return False
+        total = 0
+        for v in sorted(pool, reverse=True):
+            c = min(pool[v], k)
+            total += c * v
+            k -= c
+            if k == 0:
+                break
+        return rem <= total
+
     for cls in sorted(classes, key=lambda c: -len(c)):
         fits = [k for k in cap if cap[k] >= len(cls)]
         doms = [min(fits, key=lambda k: (cap[k], k))] if fits else sorted(cap, key=lambda k: (-cap[k], k))
         todo = list(cls)
+        pool: Counter[int] = Counter()
         for k in doms:
-            for h in good:
+            for h in by_dom[k]:
+                if (a := len(left[h]) // usize) >= g:
+                    pool[a] += 1
+        for k in doms:
+            for h in by_dom[k]:
                 if not todo:
                     break
-                if dom_of[h] != k:
-                    continue
                 avail = len(left[h]) // usize
                 if avail < g:
                     continue
+                pool[avail] -= 1
+                if pool[avail] == 0:
+                    del pool[avail]
                 rem = len(todo)
-                # the largest share that leaves a remainder the other hosts can take in shares of g or more
-                others = sorted(
-                    (a for x in good if x != h and (a := len(left[x]) // usize) >= g and dom_of[x] in doms),
-                    reverse=True,
-                )
-                prefix = [0]
-                for a in others:
-                    prefix.append(prefix[-1] + a)
-                share = next(
-                    (
-                        x
-                        for x in range(min(avail, rem), g - 1, -1)
-                        if rem - x == 0
-                        or any(
-                            k * g <= rem - x <= prefix[k]
-                            for k in range(1, min(len(others), (rem - x) // g) + 1)
-                        )
-                    ),
-                    0,
-                )
+                # the largest share that leaves a remainder the hosts not visited yet can take in shares of g
+                share = next((x for x in range(min(avail, rem), g - 1, -1) if takes(pool, rem - x)), 0)
                 if share < g:
                     continue
                 cap[k] -= share
