@@ -678,7 +678,7 @@ def stage_fill(topology: Topology, state: ClusterState, job: Job, traffic: Traff
     for h in good:
         by_dom[dom_of[h]].append(h)
 
-    def takes(pool: Counter[int], rem: int) -> bool:
+    def takes(pool: Counter[int], rem: int, g: int) -> bool:
         """`rem` units split over the hosts of `pool` (units each holds) in shares of g or more: the k largest
         hold at least rem for the most shares k (rem // g) the hosts allow."""
         if rem == 0:
@@ -695,35 +695,50 @@ def stage_fill(topology: Topology, state: ClusterState, job: Job, traffic: Traff
                 break
         return rem <= total
 
+    # a class that fits one domain takes its least roomy hosts first (the roomy ones stay for a class that does
+    # not fit, which spreads over domains on hosts that hold as many of its units as the hosts left allow)
+    for k in by_dom:
+        by_dom[k].sort(key=lambda h: (room[h], h))
     for cls in sorted(classes, key=lambda c: -len(c)):
         fits = [k for k in cap if cap[k] >= len(cls)]
         doms = [min(fits, key=lambda k: (cap[k], k))] if fits else sorted(cap, key=lambda k: (-cap[k], k))
         todo = list(cls)
+        gg = g
+        order = [h for k in doms for h in by_dom[k]]
+        if not fits:
+            avails = [len(left[h]) // usize for h in order]
+            gg = max(
+                (
+                    x
+                    for x in range(g, max(avails, default=0) + 1)
+                    if sum(a for a in avails if a >= x) >= len(todo)
+                ),
+                default=g,
+            )
+            order = sorted(order, key=lambda h: (-(len(left[h]) // usize), doms.index(dom_of[h]), h))
         pool: Counter[int] = Counter()
-        for k in doms:
-            for h in by_dom[k]:
-                if (a := len(left[h]) // usize) >= g:
-                    pool[a] += 1
-        for k in doms:
-            for h in by_dom[k]:
-                if not todo:
-                    break
-                avail = len(left[h]) // usize
-                if avail < g:
-                    continue
-                pool[avail] -= 1
-                if pool[avail] == 0:
-                    del pool[avail]
-                rem = len(todo)
-                # the largest share that leaves a remainder the hosts not visited yet can take in shares of g
-                share = next((x for x in range(min(avail, rem), g - 1, -1) if takes(pool, rem - x)), 0)
-                if share < g:
-                    continue
-                cap[k] -= share
-                for u in todo[:share]:
-                    for r in u:
-                        out[r] = left[h].pop(0)
-                todo = todo[share:]
+        for h in order:
+            if (a := len(left[h]) // usize) >= gg:
+                pool[a] += 1
+        for h in order:
+            if not todo:
+                break
+            avail = len(left[h]) // usize
+            if avail < gg:
+                continue
+            pool[avail] -= 1
+            if pool[avail] == 0:
+                del pool[avail]
+            rem = len(todo)
+            # the largest share that leaves a remainder the hosts not visited yet can take in shares of gg
+            share = next((x for x in range(min(avail, rem), gg - 1, -1) if takes(pool, rem - x, gg)), 0)
+            if share < gg:
+                continue
+            cap[dom_of[h]] -= share
+            for u in todo[:share]:
+                for r in u:
+                    out[r] = left[h].pop(0)
+            todo = todo[share:]
         pending += todo
     return _finish(free, job, hosts, left, out, pending, usize)
 
