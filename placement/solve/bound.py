@@ -545,9 +545,22 @@ def comm_bound(
         for li in range(n_levels)
     ]
     for ai, a in enumerate(pops):
-        if a.size < 2 or not a.disjoint or a.kind is None or links.graph:
+        if links.graph:
             continue
-        t = a.size
+        if a.kind is not None:
+            if a.size < 2 or not a.disjoint:
+                continue
+            units = [tuple(m) for m in a.members]
+        else:
+            # sends whose components are disjoint rank sets of one size (TP rings of p2p sends) anchor alike
+            comp = _component_ids(job.ranks, [a])
+            by_comp: dict[int, list[int]] = defaultdict(list)
+            for r, c in enumerate(comp):
+                by_comp[c].append(r)
+            units = [tuple(v) for v in by_comp.values() if len(v) > 1]
+            if not units or len({len(u) for u in units}) != 1:
+                continue
+        t = len(units[0])
         per_host = links.max_free // t
         # per level, how many whole A-groups each domain can hold
         held: list[dict[int, int]] = []
@@ -556,7 +569,17 @@ def comm_bound(
             for h, f in host_free.items():
                 acc[host_dom[li][h]] += f // t
             held.append(acc)
-        group_of = {r: i for i, m in enumerate(a.members) for r in m}
+        group_of = {r: i for i, m in enumerate(units) for r in m}
+        # when the A-groups cover every rank and all stay whole, a domain holds t ranks per whole A-group it has
+        # room for: the crossings are counted on that room
+        whole_cross, whole_alls = crossings, alls
+        if len(group_of) == job.ranks:
+            whole_cross, whole_alls = _crossings(
+                job.ranks,
+                pops,
+                [sorted((v * t for v in held[li].values()), reverse=True) for li in range(n_levels)],
+                job.ranks,
+            )
         rows = [list(r) for r in base_rows]
         rows[ai] = [base_rows[ai][0]] + [math.inf] * (n_levels - 1)
         notes: dict[int, str] = {}
@@ -633,7 +656,7 @@ def comm_bound(
                 continue
             notes[pi] = f" (whole {a.label} groups on their hosts)"
             meets.append(pi)
-        whole = _search(pops, rows, crossings, names, backward, compute, notes, floors, alls)
+        whole = _search(pops, rows, whole_cross, names, backward, compute, notes, floors, whole_alls)
         split_rows = [list(r) for r in base_rows]
         split_rows[ai] = [math.inf, *split_rows[ai][1:]] if n_levels > 1 else inf_row
         split = _search(
@@ -652,14 +675,14 @@ def comm_bound(
         # least its own fewest members on a host), so if G * t exceeds a host's devices, some A-group meeting x
         # there is split with at most max_free // G members on one of its hosts
         sharper = [split]
-        for pi in meets:
+        for pi in meets if a.kind is not None else []:
             p = pops[pi]
             if p.kind is None:
                 continue
             per_g: list[CommBound] = []
             for g_x in range(1, links.max_free + 1):
                 fl = {pi: [[links.group(p.kind, p.size, p.bytes, li, 1, g_x) for li in range(n_levels)]]}
-                if g_x * t > links.max_free and n_levels > 1:
+                if g_x * t > links.max_free and n_levels > 1 and a.kind is not None:
                     fl[ai] = [
                         [math.inf]
                         + [

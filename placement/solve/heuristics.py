@@ -641,7 +641,19 @@ def _tile_pack(pipeline_blocks: bool, parts: int = 1) -> Heuristic:
     return place
 
 
-def stage_fill(topology: Topology, state: ClusterState, job: Job, traffic: Traffic) -> list[int] | None:
+def _stage_fill(spread: bool) -> Heuristic:
+    """`stage_fill`; without `spread`, g is 1 (a stage in one domain matters more than members per host: p2p
+    sends price per pair)."""
+
+    def place(topology: Topology, state: ClusterState, job: Job, traffic: Traffic) -> list[int] | None:
+        return stage_fill(topology, state, job, traffic, spread)
+
+    return place
+
+
+def stage_fill(
+    topology: Topology, state: ClusterState, job: Job, traffic: Traffic, spread: bool = True
+) -> list[int] | None:
     """Each class of units (Megatron: a pipeline stage, the units that meet the same DP groups) into one domain
     below the tightest (best fit), on hosts that hold at least g of its units each, every host taking as many as
     it holds: g is the largest such that those hosts hold every unit, so that every DP group has g members or
@@ -664,6 +676,7 @@ def stage_fill(topology: Topology, state: ClusterState, job: Job, traffic: Traff
         ),
         default=1,
     )
+    g = g if spread else 1
     level = scope[0] - 1
     t = topology
     good = sorted((h for h in hosts if room[h] >= g), key=lambda h: (-room[h], h))
@@ -746,7 +759,8 @@ def stage_fill(topology: Topology, state: ClusterState, job: Job, traffic: Traff
 HEURISTICS: dict[str, Heuristic] = {
     "tile-pack-dp": _tile_pack(False),
     "tile-pack-pp": _tile_pack(True),
-    "stage-fill": stage_fill,
+    "stage-fill": _stage_fill(True),
+    "stage-fill-1": _stage_fill(False),
     "tight-emptiest": _tight(True, False),
     "tight-fullest": _tight(False, False),
     "tight-emptiest-nested": _tight(True, True),
