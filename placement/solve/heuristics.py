@@ -21,7 +21,7 @@ honoured, every other hard rule is left to `placement.model.validate` (`heuristi
 - ``tile-pack`` (``-pp`` / ``-dp``): c data-parallel neighbours of one stage per host that holds c whole units
   (every host of a DP group holds c of its members), the tiles of c pipelines into one leaf (``-pp``) or of one
   stage into one domain below the tightest (``-dp``); then as group-pack.
-- ``stage-fill``: each stage's units onto hosts of one domain below the tightest that hold g of them or more
+- ``stage-fill`` (``-1``: g = 1): each stage's units onto hosts of one domain below the tightest that hold g or more
   (g as large as the free hosts allow), every host filled.
 """
 
