@@ -21,7 +21,7 @@ from placement.model.state import ClusterState
 from placement.model.topology import Topology
 from placement.model.traffic import job_traffic
 from placement.model.validate import validate
-from placement.sim.scenarios import explicit_twin, fat_tree, megatron_job
+from placement.sim.scenarios import explicit_twin, fat_tree, megatron_job, p2p_ring_job
 from placement.solve import SolveOptions, SolveStatus, place
 from placement.solve.baselines import BASELINES
 from placement.solve.bound import comm_bound
@@ -275,3 +275,129 @@ def test_heuristics_keep_pins_and_use_only_free_devices() -> None:
             continue
         assert m[3] == pin, name
         assert len(set(m)) == job.ranks and set(m) <= usable, name
+
+
+# ---- the bound's joint arguments (crossings, whole-group rooms, host-room floor) stay below every mapping -------
+
+
+def two_per_host() -> Topology:
+    """4 hosts of 2 GPUs, 2 hosts per leaf, one spine: a 4-rank job cannot stay on one host, nor a leaf at 3 busy."""
+    nt = NodeType("t2", 2, "H100")
+    hs = [HostSpec(f"h{i}", {"leaf": f"l{i // 2}", "spine": "s"}, nt) for i in range(4)]
+    levels = [Level("node", Tier(400, 1)), Level("leaf", Tier(50, 5)), Level("spine", Tier(12.5, 10))]
+    return Topology.build("two-per-host", levels, hs)
+
+
+FORM = {"structured": lambda j: j, "explicit": explicit_twin, "p2p-ring": p2p_ring_job}
+
+
+@pytest.mark.parametrize("busy", [(), (0,), (0, 2), (1, 6)])
+@pytest.mark.parametrize("form", list(FORM))
+@pytest.mark.parametrize(
+    "shape,order",
+    [((2, 2, 1), "tp-cp-ep-dp-pp"), ((2, 1, 2), "dp-tp-pp-cp-ep"), ((1, 4, 1), "tp-cp-ep-dp-pp")],
+)
+def test_joint_bound_is_below_the_brute_force_optimum_on_two_gpu_hosts(
+    busy: tuple[int, ...], form: str, shape: tuple[int, int, int], order: str
+) -> None:
+    """Every mapping of 4 ranks onto 2-GPU hosts, each scored by the evaluator: the least exposed communication
+    and the least step are at least the bound's (where the crossing arguments force a TP group or a PP send off
+    its host, and a job larger than a leaf across leaves)."""
+    topo = two_per_host()
+    state = ClusterState(occupied={d: "other" for d in busy})
+    tp, pp, dp = shape
+    job = with_order(megatron_job("j", tp=tp, pp=pp, dp=dp, hidden=1024, layers=4, micro_batches=2), order)
+    job = FORM[form](job)
+    traffic = job_traffic(job)
+    free = candidate_devices(topo, state, job)
+    reports = [
+        evaluate(topo, state, job, list(p), traffic=traffic, check=False)
+        for p in itertools.permutations(free, job.ranks)
+        if not validate(topo, state, job, list(p), traffic=traffic)
+    ]
+    bound = comm_bound(topo, state, job, traffic, free)
+    assert bound.value <= min(r.comm_seconds for r in reports) * (1 + 1e-12), bound.source
+    assert bound.step <= min(r.step_seconds for r in reports) * (1 + 1e-12), bound.source
+
+
+@settings(max_examples=25, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    busy=st.floats(0.2, 0.7),
+    seed=st.integers(0, 100_000),
+    shape=st.sampled_from(
+        [(2, 4, 4), (4, 2, 4), (8, 2, 2), (2, 8, 2), (4, 4, 2), (1, 4, 8), (2, 2, 8), (8, 1, 4), (4, 1, 8)]
+    ),
+    order=st.sampled_from(ORDERS),
+    form=st.sampled_from(list(FORM)),
+    gpus_per_node=st.sampled_from([4, 8]),
+)
+def test_joint_bound_is_below_every_mapping_on_fragmented_clusters(
+    busy: float, seed: int, shape: tuple[int, int, int], order: str, form: str, gpus_per_node: int
+) -> None:
+    """Small leaves (4 hosts) and spines (4 leaves) so that the jobs cross hosts, leaves and spines: random valid
+    mappings, mappings that keep TP groups whole but scatter the rest, and every baseline's and heuristic's
+    (tile-pack included) cost at least the bound, in exposed communication and in step."""
+    topo = fat_tree(16 * 4 * gpus_per_node, gpus_per_node=gpus_per_node, nodes_per_leaf=4, leaves_per_spine=4)
+    state = fragmented(topo, busy, seed)
+    tp, pp, dp = shape
+    job = FORM[form](with_order(megatron_job("j", tp=tp, pp=pp, dp=dp, hidden=2048, layers=8), order))
+    traffic = job_traffic(job)
+    free = candidate_devices(topo, state, job)
+    if len(free) < job.ranks:
+        return
+    bound = comm_bound(topo, state, job, traffic, free)
+    rng = random.Random(seed)
+    mappings = [rng.sample(free, job.ranks) for _ in range(10)]
+    # TP groups whole on random hosts that hold them, the other ranks anywhere left
+    tp_groups = [
+        g.members
+        for g in job_traffic(with_order(megatron_job("j", tp=tp, pp=pp, dp=dp), order)).groups
+        if g.label == "tp"
+    ]
+    for _ in range(10):
+        by_host: dict[int, list[int]] = {}
+        for d in rng.sample(free, len(free)):
+            by_host.setdefault(topo.devices[d].host_index, []).append(d)
+        out: dict[int, int] = {}
+        for m in tp_groups:
+            hosts = [h for h, v in by_host.items() if len(v) >= len(m)]
+            if not hosts:
+                break
+            h = rng.choice(hosts)
+            for r in m:
+                out[r] = by_host[h].pop()
+        rest = [d for v in by_host.values() for d in v]
+        rng.shuffle(rest)
+        for r in range(job.ranks):
+            if r not in out:
+                out[r] = rest.pop()
+        mappings.append([out[r] for r in range(job.ranks)])
+    mappings += list(peers(topo, state, job).values())
+    for m in mappings:
+        rep = evaluate(topo, state, job, m, traffic=traffic)
+        assert bound.value <= rep.comm_seconds * (1 + 1e-12), bound.source
+        assert bound.step <= rep.step_seconds * (1 + 1e-12), bound.source
+
+
+@pytest.mark.parametrize("name", ["stage-fill", "tile-pack-pp"])
+def test_tile_and_stage_packing_give_dp_groups_many_members_per_host(name: str) -> None:
+    """4 empty 8-GPU hosts and 4 with 6 free: the 16 TP2 units of a tp2 pp2 dp8 job fit 4 to a host on the empty
+    ones, so every DP group (one member per unit of its stage) can have 4 members on each of its hosts, and the
+    packers that tile data-parallel neighbours onto one host give it that (a scheduler filling ranks in order
+    gives 1)."""
+    nt = NodeType("h8", 8, "H100")
+    hs = [HostSpec(f"h{i}", {"leaf": f"l{i // 4}", "spine": "s"}, nt) for i in range(8)]
+    levels = [Level("node", Tier(450, 1)), Level("leaf", Tier(50, 5)), Level("spine", Tier(25, 10))]
+    topo = Topology.build("eight", levels, hs)
+    busy = {d: "other" for h in range(4, 8) for d in topo.devices_in_domain[0][h][:2]}
+    state = ClusterState(occupied=busy)
+    job = megatron_job("j", tp=2, pp=2, dp=8, hidden=2048, layers=8)
+    traffic = job_traffic(job)
+    m = HEURISTICS[name](topo, state, job, traffic)
+    assert m is not None and not validate(topo, state, job, m, traffic=traffic)
+    for g in traffic.groups:
+        hosts = [topo.devices[m[r]].host_index for r in g.members]
+        if g.label == "tp":
+            assert len(set(hosts)) == 1
+        if g.label == "dp":
+            assert min(hosts.count(h) for h in set(hosts)) == 4, (g.members, hosts)

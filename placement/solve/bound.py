@@ -1,19 +1,22 @@
-"""Valid lower bounds from per-label capacity relaxations: `comm_bound` on the evaluator's exposed communication
-(what `place` reports, its gap and OPTIMAL), `lower_bounds` on the v1 surrogate (the CP-SAT models' objective).
+"""Valid lower bounds: `comm_bound` on the evaluator's exposed communication (what `place` reports, its gap and
+OPTIMAL), from capacity relaxations joined across labels; `lower_bounds` on the v1 surrogate (the CP-SAT models').
 
 Groups of one label are disjoint rank sets, so at most ``sum_k floor(free_k / n)`` of them fit inside single
-domains of a level; each label is bounded alone (interactions between labels are relaxed away).
+domains of a level. `comm_bound` joins the labels by case analysis (crossings, whole TP groups, host rooms): see
+its docstring. Its per-group prices mirror `placement.cost.collectives` (ring, tree, NIC and tier rates, NCCL's
+tree channel cap), so a change of the step model's algorithms must be mirrored in `_Links.group`.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from placement.cost.collectives import TREE_EFFICIENCY, Fabric
-from placement.cost.compute import device_kind, step_compute
+from placement.cost.compute import device_kind, step_compute, tree_channel_gbps
 from placement.cost.paths import Path
 from placement.cost.surrogate import collective_seconds, p2p_seconds
 from placement.model.job import CollectiveKind, Job
@@ -298,7 +301,12 @@ class _Links:
         hosts = sorted({topology.devices[d].host_index for d in candidates})
         per_host = Counter(topology.devices[d].host_index for d in candidates)
         self.max_free = max(per_host.values(), default=0)
-        self.n_hosts = len(hosts)
+        self.host_free = per_host
+        self.host_dom = [
+            {h: topology.domain_column(li)[topology.devices_in_domain[0][h][0]] for h in hosts}
+            for li in range(len(topology.levels))
+        ]
+        self._room_cache: dict[int, list[list[int]]] = {}
         lv = topology.levels
         self.lat = [x.tier.latency_us for x in lv]
         self.tier_min = list(fab.tier_min)
@@ -325,25 +333,57 @@ class _Links:
         self.ring0 = ring_bw or tier0.bandwidth_gbps
         self.pair0 = pair_bw or tier0.bandwidth_gbps
         self.lat0 = lat0
+        # NCCL's tree channel cap (bus GB/s per channel for 2 and for more hosts), the largest any candidate host
+        # type has; None: some host type has no cap (its trees are priced by links alone)
+        rows = [tree_channel_gbps(topology.host_types[h].kind, topology) for h in hosts]
+        self.tree_cap: tuple[float, float] | None = (
+            None
+            if not rows or any(r is None for r in rows)
+            else (max(r[1] for r in rows if r), max(r[2] for r in rows if r))
+        )
+
+    def _rooms(self, unit: int) -> list[list[int]]:
+        """rooms[l][j]: the most hosts under one domain of level l that can each hold j members or more (a host
+        with f free devices holds ``f // unit``); rooms[l][0] is unused."""
+        hit = self._room_cache.get(unit)
+        if hit is not None:
+            return hit
+        top = max((f // unit for f in self.host_free.values()), default=0)
+        out: list[list[int]] = []
+        for col in self.host_dom:
+            per: dict[int, list[int]] = defaultdict(lambda: [0] * (top + 2))
+            for h, f in self.host_free.items():
+                per[col[h]][f // unit] += 1
+            best = [0] * (top + 1)
+            for cnt in per.values():
+                acc = 0
+                for j in range(top, 0, -1):
+                    acc += cnt[j]
+                    best[j] = max(best[j], acc)
+            out.append(best)
+        self._room_cache[unit] = out
+        return out
 
     def flow(self, level: int, g: int) -> float:
         """Bytes/s at most out of a host holding `g` members of a group whose lowest common level is `level`."""
         return min(self.nic * min(g, self.nics), self.dev_link * g, self.tier_min[level] * g) * 1e9
 
     def group(
-        self, kind: CollectiveKind, n: int, size: float, level: int, per_host: int | None = None
+        self, kind: CollectiveKind, n: int, size: float, level: int, unit: int = 1, gmax: int | None = None
     ) -> float:
-        """Seconds at least of one collective over `n` members whose lowest common level is `level`, alone, with
-        at most `per_host` members on one host (default: a host's free devices)."""
-        cap = self.max_free if per_host is None else min(per_host, self.max_free)
+        """Seconds at least of one collective over `n` members whose lowest common level is `level`, alone, when a
+        host with f free devices holds at most ``f // unit`` members (`unit` 1: any; t: whole groups of t), and
+        its host with the fewest members holds at most `gmax`."""
         if n <= 1 or size <= 0:
             return 0.0
         vol, steps = _volume(kind, n, size)
         if self.graph:
             p = self.paths[level]
             return steps * p.latency_us * 1e-6 + vol / (p.bandwidth_gbps * 1e9)
+        rooms = self._rooms(unit)
+        cap = len(rooms[0]) - 1  # the most members one host holds
         if level == 0:
-            if n > cap:
+            if n > cap or (gmax is not None and n > gmax):
                 return math.inf
             return steps * self.lat0 * 1e-6 + vol / (self.ring0 * 1e9)
         a = self.lat[level] * 1e-6
@@ -351,19 +391,36 @@ class _Links:
         if cap < 1:
             return math.inf
         h_min = max(2, -(-n // cap))
-        for h in range(h_min, min(n, self.n_hosts) + 1):
-            g = n // h  # the host with the fewest members has at most this many
+        room = rooms[level]
+        for h in range(h_min, n + 1):
+            # the host with the fewest members has at most g: n // h, and h hosts of one domain must each hold g
+            g = n // h if gmax is None else min(n // h, gmax)
+            while g >= 1 and (g >= len(room) or room[g] < h):
+                g -= 1
+            if g < 1:
+                break
             f = self.flow(level, g)
             if f <= 0:
                 continue
+            # some host holds two members or more when n > h: its ring (at most `ring0`) carries the ring's volume
+            # and the tree's chain
+            intra = self.ring0 * 1e9 if n > h else math.inf
             if kind is CollectiveKind.ALL_TO_ALL:
                 bmin = min(self.nic, self.dev_link, self.tier_min[level]) * 1e9
                 t = (n - 1) * a + size * (n - g) / n / bmin
             else:
-                t = steps * a + vol / f
+                t = steps * a + max(vol / f, vol / intra)
                 if kind is CollectiveKind.ALL_REDUCE:
-                    tree = (size if h == 2 else 2 * size) / TREE_EFFICIENCY
-                    t = min(t, 2 * math.ceil(math.log2(h)) * a + tree / f)
+                    tree = max(
+                        (size if h == 2 else 2 * size) / TREE_EFFICIENCY / f,
+                        2 * size / (intra * TREE_EFFICIENCY),
+                    )
+                    if self.tree_cap is not None:
+                        # one channel per NIC a host uses, at most the fewest members any host has
+                        channels = min(g, self.nics)
+                        tree = max(tree, size / (channels * self.tree_cap[0 if h == 2 else 1] / 2 * 1e9))
+                    lat = 2 * (math.ceil(math.log2(h)) * a + (-(-n // h) - 1) * self.lat0 * 1e-6)
+                    t = min(t, lat + tree)
             best = min(best, t)
         return best
 
@@ -403,7 +460,19 @@ def comm_bound(
     every host they use with at least their cheapest algorithm's bytes: the phase takes at least their total over
     every candidate host's NIC capacity (``nic-floor``). Edges (PP sends) likewise, a forest of them holding at
     most f - 1 edges inside a domain of f devices. The DP reduce exposes only what exceeds one micro-batch's
-    backward, on the fastest kind the candidates offer.
+    backward, on the fastest kind the candidates offer. A group across hosts uses at most as many hosts as one
+    domain of its level has, and runs at the pace of its host with the fewest members.
+
+    The labels are joined by cases, each a valid bound, the least over the cases taken:
+
+    - *crossings* (`_crossings`): a set of labels whose components (TP x PP pipelines, TP rings of p2p sends, the
+      whole job) cannot stay inside the domains of a level has an item above it; enumerated jointly
+      (`_search`), and with the *every-item* branch: if no item of the set leaves a domain below the job's span,
+      a group meeting every component (a DP group and the pipelines) spans, and so does every such group;
+    - *whole TP groups* (label A of disjoint groups): either every A-group is whole on a host, and then a host
+      with f devices holds at most f // t members of a group meeting distinct A-groups, the hosts with room for G
+      A-groups bound how many DP classes (a stage's TP groups) can have G members per host inside a domain
+      (``host-room``); or some A-group is split, sharpened per DP group by its fewest members on a host.
     """
     links = _Links(topology, state, candidates)
     n_levels = len(topology.levels)
@@ -461,66 +530,355 @@ def comm_bound(
     )
     names = [lv.name for lv in topology.levels]
     compute = _fastest_compute(topology, job, candidates)
-    # the job needs domains of level `span` (no lower domain holds all its free ranks); when its groups and edges
-    # connect every rank, one of them at least spans two domains below `span`
-    counts = [
-        max(Counter(topology.domain_column(li)[d] for d in candidates).values(), default=0)
+    crossings, alls = _crossings(job.ranks, pops, free, job.ranks)
+    inf_row = [math.inf] * n_levels
+    base_rows = [[t if li >= p.low else math.inf for li, t in enumerate(p.times)] for p in pops]
+    best = _search(pops, base_rows, crossings, names, backward, compute, {}, None, alls)
+    if not math.isfinite(best.value):
+        best = CommBound(0.0, {}, {}, 0.0)
+    # the host-filling argument: take a label A of disjoint groups of t ranks. Either every A-group stays whole
+    # on one host, and then a host with f free devices holds at most floor(f / t) ranks of any item whose ranks lie
+    # in distinct A-groups (a DP group's members each come with their TP group), or some A-group spans hosts
+    host_free = Counter(topology.devices[d].host_index for d in candidates)
+    host_dom = [
+        {h: topology.domain_column(li)[topology.devices_in_domain[0][h][0]] for h in host_free}
         for li in range(n_levels)
     ]
-    span = next((li for li in range(n_levels) if counts[li] >= job.ranks), n_levels - 1)
-    crossers = list(range(len(pops))) if span > 0 and _connected(job.ranks, pops) else []
-
-    def weakest(times: dict[int, list[float]], note: str) -> CommBound:
-        """The least bound over which population spans: `_case` with it at level `span` at least."""
-        out = _case(pops, {}, names, backward, note, compute, times)
-        if crossers:
-            out = _least(
-                [
-                    _case(
-                        pops,
-                        {i: span},
-                        names,
-                        backward,
-                        note + f" (the job spans {names[span]})",
-                        compute,
-                        times,
-                    )
-                    for i in crossers
-                ]
-            )
-        return out
-
-    best = weakest({}, "")
-    # the host-filling argument: take a label A of disjoint groups of t ranks. Either every A-group stays whole
-    # on one host, and then a host holds at most floor(max_free / t) ranks of any item whose ranks lie in distinct
-    # A-groups (a DP group's members each come with their TP group), or some A-group spans hosts
-    max_free = links.max_free
     for ai, a in enumerate(pops):
-        if a.size < 2 or not a.disjoint or a.kind is None or links.graph:
+        if links.graph:
             continue
-        per_host = max_free // a.size
-        group_of = {r: i for i, m in enumerate(a.members) for r in m}
-        forced: dict[int, list[float]] = {}
+        if a.kind is not None:
+            if a.size < 2 or not a.disjoint:
+                continue
+            units = [tuple(m) for m in a.members]
+        else:
+            # sends whose components are disjoint rank sets of one size (TP rings of p2p sends) anchor alike
+            comp = _component_ids(job.ranks, [a])
+            by_comp: dict[int, list[int]] = defaultdict(list)
+            for r, c in enumerate(comp):
+                by_comp[c].append(r)
+            units = [tuple(v) for v in by_comp.values() if len(v) > 1]
+            if not units or len({len(u) for u in units}) != 1:
+                continue
+        t = len(units[0])
+        per_host = links.max_free // t
+        # per level, how many whole A-groups each domain can hold
+        held: list[dict[int, int]] = []
+        for li in range(n_levels):
+            acc: dict[int, int] = defaultdict(int)
+            for h, f in host_free.items():
+                acc[host_dom[li][h]] += f // t
+            held.append(acc)
+        group_of = {r: i for i, m in enumerate(units) for r in m}
+        # when the A-groups cover every rank and all stay whole, a domain holds t ranks per whole A-group it has
+        # room for: the crossings are counted on that room
+        whole_cross, whole_alls = crossings, alls
+        if len(group_of) == job.ranks:
+            whole_cross, whole_alls = _crossings(
+                job.ranks,
+                pops,
+                [sorted((v * t for v in held[li].values()), reverse=True) for li in range(n_levels)],
+                job.ranks,
+            )
+        rows = [list(r) for r in base_rows]
+        rows[ai] = [base_rows[ai][0]] + [math.inf] * (n_levels - 1)
+        notes: dict[int, str] = {}
+        floors: dict[int, list[list[float]]] = {}
+        meets: list[int] = []
+        rooms = [f // t for f in host_free.values()]
         for pi, p in enumerate(pops):
-            if pi == ai or not any(
+            if pi == ai or not all(
                 all(r in group_of for r in m) and len({group_of[r] for r in m}) == len(m) for m in p.members
             ):
                 continue
             if p.kind is not None:
-                forced[pi] = [
-                    links.group(p.kind, p.size, p.bytes, li, per_host) if li >= p.low else math.inf
+                k = len(p.members)
+                # a domain holding v whole A-groups holds v * t of their ranks, and an item of p inside it
+                # needs p.size of those groups
+                caps = [
+                    sum((v * t) // p.size for v in held[li].values() if v >= p.size)
+                    if p.disjoint
+                    else (k if max(held[li].values(), default=0) >= p.size else 0)
                     for li in range(n_levels)
                 ]
+                low = next((li for li in range(n_levels) if caps[li] >= k), n_levels)
+                rows[pi] = [
+                    links.group(p.kind, p.size, p.bytes, li, t) if li >= max(low, p.low) else math.inf
+                    for li in range(n_levels)
+                ]
+                # every host that one of p's items touches holds as many whole A-groups as the item's fewest
+                # members on a host; if the hosts with room for G A-groups cannot take every A-group p meets, some
+                # item has a host with fewer than G of its members
+                touched = len({group_of[r] for m in p.members for r in m})
+                g_star = max(
+                    (g for g in range(1, per_host + 1) if sum(x for x in rooms if x >= g) >= touched),
+                    default=0,
+                )
+                mine: list[list[float]] = []
+                if 0 < g_star < per_host:
+                    mine.append(
+                        [links.group(p.kind, p.size, p.bytes, li, t, g_star) for li in range(n_levels)]
+                    )
+                # classes: the A-group sets p's items meet (Megatron: a stage's TP groups, met by each of its DP
+                # groups). An item inside a domain of level l with G members or more on each host puts every
+                # A-group of its class on hosts of that domain with room for G; if the domains cannot take every
+                # class so (classes disjoint, of one size), the items of some class all lie above l or have a
+                # host with fewer than G members
+                classes = {frozenset(group_of[r] for r in m) for m in p.members}
+                sizes = {len(c) for c in classes}
+                if len(sizes) == 1 and sum(len(c) for c in classes) == len(frozenset().union(*classes)):
+                    (size,) = sizes
+                    for li in range(n_levels):
+                        for need in range(1, per_host + 1):
+                            w: dict[int, int] = defaultdict(int)
+                            for h, f in host_free.items():
+                                if f // t >= need:
+                                    w[host_dom[li][h]] += f // t
+                            if sum(v // size for v in w.values()) >= len(classes):
+                                continue
+                            mine.append(
+                                [
+                                    links.group(p.kind, p.size, p.bytes, lv, t)
+                                    if lv > li
+                                    else (
+                                        links.group(p.kind, p.size, p.bytes, lv, t, need - 1)
+                                        if need > 1
+                                        else math.inf
+                                    )
+                                    for lv in range(n_levels)
+                                ]
+                            )
+                if mine:
+                    floors[pi] = mine
             elif per_host <= 1:
-                forced[pi] = [t if li >= max(1, p.low) else math.inf for li, t in enumerate(p.times)]
-        if not forced:
-            continue
-        whole = weakest(forced, f" (whole {a.label} groups on their hosts)")
-        split = _case(pops, {ai: 1}, names, backward, f" (a {a.label} group split across hosts)", compute)
+                rows[pi] = [x if li >= 1 else math.inf for li, x in enumerate(base_rows[pi])]
+            else:
+                continue
+            notes[pi] = f" (whole {a.label} groups on their hosts)"
+            meets.append(pi)
+        whole = _search(pops, rows, whole_cross, names, backward, compute, notes, floors, whole_alls)
+        split_rows = [list(r) for r in base_rows]
+        split_rows[ai] = [math.inf, *split_rows[ai][1:]] if n_levels > 1 else inf_row
+        split = _search(
+            pops,
+            split_rows,
+            crossings,
+            names,
+            backward,
+            compute,
+            {ai: f" (a {a.label} group split across hosts)"},
+            None,
+            alls,
+        )
+        # a split case sharpened per item x of a population whose items meet distinct A-groups: with x's fewest
+        # members on a host G, a host of x holds G A-groups' ranks, each A-group whole (t ranks) or split (at
+        # least its own fewest members on a host), so if G * t exceeds a host's devices, some A-group meeting x
+        # there is split with at most max_free // G members on one of its hosts
+        sharper = [split]
+        for pi in meets if a.kind is not None else []:
+            p = pops[pi]
+            if p.kind is None:
+                continue
+            per_g: list[CommBound] = []
+            for g_x in range(1, links.max_free + 1):
+                fl = {pi: [[links.group(p.kind, p.size, p.bytes, li, 1, g_x) for li in range(n_levels)]]}
+                if g_x * t > links.max_free and n_levels > 1 and a.kind is not None:
+                    fl[ai] = [
+                        [math.inf]
+                        + [
+                            links.group(a.kind, t, a.bytes, li, 1, links.max_free // g_x)
+                            for li in range(1, n_levels)
+                        ]
+                    ]
+                if not all(math.isfinite(min(v[0])) for v in fl.values()):
+                    continue
+                per_g.append(
+                    _search(
+                        pops,
+                        split_rows,
+                        crossings,
+                        names,
+                        backward,
+                        compute,
+                        {ai: f" (a {a.label} group split across hosts)", pi: f" ({g_x} per host at least)"},
+                        fl,
+                        alls,
+                    )
+                )
+            if per_g:
+                sharper.append(_least(per_g))
+        split = max(sharper, key=lambda b: b.value)
+        split = CommBound(split.value, split.by_label, split.argument, max(b.step for b in sharper))
         least = _least([whole, split])
+        if not math.isfinite(least.value):
+            continue
         top = least if least.value > best.value else best
         best = CommBound(top.value, top.by_label, top.argument, max(best.step, least.step))
     return best
+
+
+MAX_CASES = 4096
+"""Cases `_search` enumerates at most (crossing constraints beyond are dropped: fewer constraints, a weaker but
+valid bound)."""
+MAX_ALLS = 3
+"""`_search` branches on at most this many every-item constraints (2 ** MAX_ALLS branches)."""
+MAX_CROSSING_RANKS = 16_384
+"""Above this many ranks only the whole job's crossing is computed (the label subsets' components cost O(ranks))."""
+
+
+def _crossings(
+    ranks: int, pops: Sequence[_Pop], free: Sequence[Sequence[int]], need: int
+) -> tuple[list[tuple[frozenset[int], int]], list[tuple[frozenset[int], int, int]]]:
+    """Crossing constraints ``(S, L)``: some item of the populations S has its lowest common level >= L.
+
+    For a set of labels, the ranks its groups and edges connect form components. A component larger than every
+    domain of level l, or more components (of two ranks or more) than the domains of level l can hold whole
+    (``sum floor(free / smallest component)``), means a component spans two domains of level l, so an item of
+    those labels that links them has its lowest common level above l (e.g. a TP8 x PP4 pipeline of 32 ranks on
+    8-GPU hosts: a TP group or a PP send leaves its host; TP rings of p2p sends, more than the hosts hold whole:
+    a send leaves its host; the whole job on more devices than a spine has: one item crosses spines).
+    """
+    labels = list(dict.fromkeys(p.label for p in pops))
+    subsets: list[tuple[str, ...]] = []
+    if ranks <= MAX_CROSSING_RANKS:
+        for k in range(1, len(labels) + 1):
+            if k <= 2 or k == len(labels) or len(labels) <= 5:
+                subsets += list(itertools.combinations(labels, k))
+    elif labels:
+        subsets.append(tuple(labels))
+    out: list[tuple[frozenset[int], int]] = []
+    alls: list[tuple[frozenset[int], int, int]] = []
+    # the job needs domains of level `span`: no lower domain holds all its ranks
+    span = next((li for li, fs in enumerate(free) if max(fs, default=0) >= need), len(free) - 1)
+    for sub in subsets:
+        idx = frozenset(i for i, p in enumerate(pops) if p.label in sub)
+        comp = _component_ids(ranks, [pops[i] for i in sorted(idx)])
+        sizes = [c for c in Counter(comp).values() if c > 1]
+        # if no item of `sub` leaves a domain of level span - 1, each of its components stays in one, and the
+        # job's ranks fill two of them at least: an item of another population that meets every component
+        # spans two (Megatron: a DP group meets every pipeline)
+        if span > 0 and len(set(comp)) > 1:
+            n_comp = len(set(comp))
+            for pi, p in enumerate(pops):
+                if (
+                    p.label not in sub
+                    and p.kind is not None
+                    and all(len({comp[r] for r in m}) == n_comp for m in p.members)
+                ):
+                    alls.append((idx, pi, span))
+        if not sizes:
+            continue
+        big, small = max(sizes), min(sizes)
+        over = [
+            li
+            for li, fs in enumerate(free)
+            if (max(fs, default=0) < big or sum(f // small for f in fs) < len(sizes))
+        ]
+        if over and over[-1] + 1 < len(free):
+            out.append((idx, over[-1] + 1))
+    return out, alls
+
+
+def _component_ids(ranks: int, pops: Sequence[_Pop]) -> list[int]:
+    """Each rank's component (a representative rank) when the groups and edges of `pops` join ranks."""
+    parent = list(range(ranks))
+
+    def find(x: int) -> int:
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for p in pops:
+        for m in p.members:
+            ra = find(m[0])
+            for r in m[1:]:
+                rb = find(r)
+                if ra != rb:
+                    parent[rb] = ra
+    return [find(r) for r in range(ranks)]
+
+
+def _search(
+    pops: Sequence[_Pop],
+    rows: Sequence[Sequence[float]],
+    constraints: Sequence[tuple[frozenset[int], int]],
+    names: Sequence[str],
+    backward: float | None,
+    compute: tuple[float, float],
+    notes: dict[int, str],
+    floors: dict[int, list[list[float]]] | None = None,
+    alls: Sequence[tuple[frozenset[int], int, int]] = (),
+) -> CommBound:
+    """`_search_one` over both branches of every constraint ``(S, i, L)`` of `alls` (an item of S at level L or
+    above, or every item of population i at level L or above: then its floor too is priced from L): the least
+    exposed comm and the least step of them all."""
+    alls = list(alls)[:MAX_ALLS]
+    out: list[CommBound] = []
+    for branch in itertools.product((False, True), repeat=len(alls)):
+        cons = list(constraints)
+        every: dict[int, int] = {}
+        why = dict(notes)
+        for (s, i, lv), each in zip(alls, branch, strict=True):
+            if each:
+                every[i] = max(every.get(i, 0), lv)
+                cons.append((frozenset([i]), lv))
+                why[i] = why.get(i, "") + f" (every {pops[i].label} group spans {names[lv - 1]}s)"
+            else:
+                cons.append((s, lv))
+        out.append(_search_one(pops, rows, cons, names, backward, compute, why, floors or {}, every))
+    low = min(out, key=lambda b: b.value)
+    return CommBound(low.value, low.by_label, low.argument, min(b.step for b in out))
+
+
+def _search_one(
+    pops: Sequence[_Pop],
+    rows: Sequence[Sequence[float]],
+    constraints: Sequence[tuple[frozenset[int], int]],
+    names: Sequence[str],
+    backward: float | None,
+    compute: tuple[float, float],
+    notes: dict[int, str],
+    floors: dict[int, list[list[float]]],
+    every: dict[int, int],
+) -> CommBound:
+    """The least `_case` over every choice of the level each population is forced to that meets the crossing
+    constraints (a population's cost only grows with its level, so its choices are 0 and the constraints'
+    levels). The bound holds whichever items cross: the least exposed comm and, separately, the least step."""
+    grid = [list(r) for r in rows]
+    multi: list[tuple[frozenset[int], int]] = []
+    why = dict(notes)
+    for s, lv in constraints:
+        if len(s) == 1:
+            (i,) = s
+            if any(math.isfinite(x) for x in grid[i][:lv]):
+                grid[i][:lv] = [math.inf] * lv
+                why[i] = why.get(i, "") + f" ({pops[i].label} spans {names[lv - 1]}s)"
+        else:
+            multi.append((s, lv))
+    while True:
+        options = [sorted({0, *(lv for s, lv in multi if i in s)}) for i in range(len(pops))]
+        if math.prod(len(o) for o in options) <= MAX_CASES or not multi:
+            break
+        multi.pop()
+    best: CommBound | None = None
+    step = math.inf
+    for combo in itertools.product(*options):
+        if not all(any(combo[i] >= lv for i in s) for s, lv in multi):
+            continue
+        forced = dict(why)
+        for i, m in enumerate(combo):
+            if m > 0:
+                sets = [s for s, lv in multi if i in s and lv == m]
+                labels = sorted({pops[j].label for j in sets[0]}) if sets else [pops[i].label]
+                forced[i] = forced.get(i, "") + f" ({'+'.join(labels)} ranks span {names[m - 1]}s)"
+        c = _case(pops, grid, combo, names, backward, forced, compute, floors, every)
+        step = min(step, c.step)
+        if best is None or c.value < best.value:
+            best = c
+    if best is None:
+        return CommBound(math.inf, {}, {}, math.inf)
+    return CommBound(best.value, best.by_label, best.argument, step)
 
 
 def _least(cases: Sequence[CommBound]) -> CommBound:
@@ -548,33 +906,41 @@ class _Pop:
 
 def _case(
     pops: Sequence[_Pop],
-    min_level: dict[int, int],
+    rows: Sequence[Sequence[float]],
+    levels: Sequence[int],
     names: Sequence[str],
     backward: float | None,
-    note: str,
+    notes: dict[int, str],
     compute: tuple[float, float],
-    times: dict[int, list[float]] | None = None,
+    floors: dict[int, list[list[float]]] | None = None,
+    every: dict[int, int] | None = None,
 ) -> CommBound:
-    """The per-phase bound with some populations forced to a level at least `min_level[i]`, or priced by
-    `times[i]` (per level) instead of their own."""
+    """The per-phase bound with population i priced by `rows[i]` (one item's fastest seconds per lowest common
+    level) at level `levels[i]` or above; infinite when some population has no level left."""
     secs: dict[str, float] = defaultdict(float)
     expo: dict[str, float] = defaultdict(float)
     why: dict[str, str] = {}
     for i, p in enumerate(pops):
-        low = max(p.low, min_level.get(i, 0))
-        own = times.get(i) if times is not None else None
-        row = own if own is not None else p.times
-        t = min(row[low:], default=math.inf)
-        if own is not None:
-            low = next((li for li in range(low, len(row)) if row[li] == t), low)
-        options = [(t, f"capacity at {names[low]}")] if math.isfinite(t) else []
+        row = rows[i]
+        t = min(row[levels[i] :], default=math.inf)
+        low = next((li for li in range(levels[i], len(row)) if row[li] == t), levels[i])
+        if not math.isfinite(t):
+            return CommBound(math.inf, {}, {}, math.inf)
+        options = [(t, f"capacity at {names[low]}")]
         if p.floor > 0:
             options.append((p.floor, "nic-floor"))
+        if floors and i in floors:
+            # each floor row: some item costs at least its least entry from the level every item reaches
+            fv = max(min(row[(every or {}).get(i, 0) :], default=math.inf) for row in floors[i])
+            if not math.isfinite(fv):
+                return CommBound(math.inf, {}, {}, math.inf)
+            options.append((fv, "host-room (too few hosts hold many members of each group)"))
         for v, arg in options:
-            if p.count * v * p.exposed > expo[p.label] or p.label not in why:
-                why[p.label] = arg + (note if i in min_level or (times and i in times) else "")
-            secs[p.label] = max(secs[p.label], p.count * v if arg != "nic-floor" else v)
-            expo[p.label] = max(expo[p.label], (p.count * v if arg != "nic-floor" else v) * p.exposed)
+            val = p.count * v if arg != "nic-floor" else v
+            if val * p.exposed > expo[p.label] or p.label not in why:
+                why[p.label] = arg + notes.get(i, "")
+            secs[p.label] = max(secs[p.label], val)
+            expo[p.label] = max(expo[p.label], val * p.exposed)
     if "dp" in secs and backward is not None:
         expo["dp"] = max(0.0, secs["dp"] - backward)
         why["dp"] += " (less one micro-batch's backward)"
@@ -617,25 +983,6 @@ def _volume(kind: CollectiveKind, n: int, size: float) -> tuple[float, int]:
     if kind is CollectiveKind.ALL_REDUCE:
         return 2.0 * (n - 1) / n * size, 2 * (n - 1)
     return (n - 1) / n * size, n - 1
-
-
-def _connected(ranks: int, pops: Sequence[_Pop]) -> bool:
-    """Every rank is linked to every other through the groups and edges (a Megatron job is: TP, PP and DP)."""
-    parent = list(range(ranks))
-
-    def find(x: int) -> int:
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    for p in pops:
-        for m in p.members:
-            for r in m[1:]:
-                a, b = find(m[0]), find(r)
-                if a != b:
-                    parent[a] = b
-    return len({find(r) for r in range(ranks)}) == 1
 
 
 def _is_forest(pairs: set[tuple[int, int]]) -> bool:

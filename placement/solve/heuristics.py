@@ -18,6 +18,11 @@ honoured, every other hard rule is left to `placement.model.validate` (`heuristi
   pipeline first.
 - ``block-pack`` (``-dp`` / ``-pp`` / ``-dp-leaf``): whole pipeline stages (data-parallel first) or whole
   pipelines best-fitted into the domains one level below the tightest one (or into leaves), then as group-pack.
+- ``tile-pack`` (``-pp`` / ``-dp``): c data-parallel neighbours of one stage per host that holds c whole units
+  (every host of a DP group holds c of its members), the tiles of c pipelines into one leaf (``-pp``) or of one
+  stage into one domain below the tightest (``-dp``); then as group-pack.
+- ``stage-fill`` (``-1``: g = 1): each stage's units onto hosts of one domain below the tightest that hold g or more
+  (g as large as the free hosts allow), every host filled.
 """
 
 from __future__ import annotations
@@ -388,7 +393,374 @@ def _block_pack(pipeline_first: bool, leaf: bool, first_fit: bool = False) -> He
     return place
 
 
+def _components(ranks: int, sets: Sequence[Sequence[int]]) -> list[int]:
+    """The component id (its least rank) of every rank when each set's ranks are joined."""
+    parent = list(range(ranks))
+
+    def find(x: int) -> int:
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for m in sets:
+        a = find(m[0])
+        for r in m[1:]:
+            b = find(r)
+            if a != b:
+                parent[max(a, b)] = min(a, b)
+                a = min(a, b)
+    return [find(r) for r in range(ranks)]
+
+
+def _unit_classes(job: Job, traffic: Traffic, host_room: int, parts: int = 1) -> list[list[tuple[int, ...]]]:
+    """The job's units (the components of the heaviest label whose components fit one host: TP groups, or TP rings
+    of p2p edges) in classes of units that meet the same components of the next heaviest label (Megatron: the
+    units of one pipeline stage, that meet the same DP groups), each class in the order of its units' positions
+    in those components (data-parallel index). Derived from the traffic alone: structured, explicit and p2p jobs
+    alike."""
+    n = job.ranks
+    sets: dict[str, list[Sequence[int]]] = defaultdict(list)
+    weight: dict[str, float] = defaultdict(float)
+    for g in traffic.groups:
+        if len(g.members) > 1:
+            sets[g.label].append(g.members)
+            weight[g.label] += g.bytes * g.count * len(g.members)
+    for e in traffic.edges:
+        if e.src != e.dst:
+            sets[e.label].append((e.src, e.dst))
+            weight[e.label] += e.bytes * e.count
+    comps = {lab: _components(n, v) for lab, v in sets.items()}
+    sizes = {lab: Counter(c) for lab, c in comps.items()}
+    labels = sorted(weight, key=lambda lab: (-weight[lab], lab))
+    unit_label = next((lab for lab in labels if max(sizes[lab].values()) <= max(host_room, 1)), None)
+    by_unit: dict[int, list[int]] = defaultdict(list)
+    for r in range(n):
+        by_unit[comps[unit_label][r] if unit_label is not None else r].append(r)
+    units = [tuple(v) for _, v in sorted(by_unit.items())]
+    if parts > 1:
+        # each unit in `parts` pieces of consecutive members (a TP group's halves)
+        units = [
+            u[i * len(u) // parts : (i + 1) * len(u) // parts]
+            for u in units
+            for i in range(parts)
+            if (i + 1) * len(u) // parts > i * len(u) // parts
+        ]
+    other = next((lab for lab in labels if lab != unit_label), None)
+    if other is None:
+        return [units]
+    comp = comps[other]
+    members: dict[int, list[int]] = defaultdict(list)
+    for r in range(n):
+        members[comp[r]].append(r)
+    pos = {r: i for m in members.values() for i, r in enumerate(m)}
+    classes: dict[tuple[int, ...], list[tuple[int, ...]]] = defaultdict(list)
+    for u in units:
+        classes[tuple(sorted({comp[r] for r in u}))].append(u)
+    return [sorted(v, key=lambda u: (min(pos[r] for r in u), u)) for _, v in sorted(classes.items())]
+
+
+def _finish(
+    free: _Free,
+    job: Job,
+    hosts: Sequence[int],
+    left: dict[int, list[int]],
+    out: dict[int, int],
+    pending: Sequence[tuple[int, ...]],
+    usize: int,
+) -> list[int] | None:
+    """Units left: whole onto the hosts left (fullest fit first), then each split over the two hosts of the
+    lowest domain that give the split's smaller part the most devices; `out` (rank -> device) completed."""
+    t = free.topology
+
+    def put(unit: Sequence[int], h: int) -> None:
+        for r in unit:
+            out[r] = left[h].pop(0)
+
+    split: list[tuple[int, ...]] = []
+    order = sorted(hosts, key=lambda h: (len(left[h]) % usize, -len(left[h]), h))
+    hi = 0
+    for u in pending:
+        while hi < len(order) and len(left[order[hi]]) < usize:
+            hi += 1
+        if hi == len(order):
+            split.append(u)
+        else:
+            put(u, order[hi])
+    dom_at = (
+        [{h: t.domain_of(free.by_host[h][0], li) for h in hosts} for li in range(len(t.levels))]
+        if split
+        else []
+    )
+    for u in split:
+        best: tuple[int, int, int, int, int] | None = None
+        for li in range(1, len(t.levels)):
+            doms_h: dict[int, list[int]] = defaultdict(list)
+            for h in hosts:
+                if left[h]:
+                    doms_h[dom_at[li][h]].append(h)
+            for hs in doms_h.values():
+                if len(hs) < 2:
+                    continue
+                a, b = sorted(hs, key=lambda h: (-len(left[h]), h))[:2]
+                if len(left[a]) + len(left[b]) < len(u):
+                    continue
+                x = min(len(left[b]), len(u) // 2)
+                cand = (x, -li, -len(left[a]), a, b)
+                if best is None or cand[:3] > best[:3]:
+                    best = cand
+            if best is not None:
+                break
+        if best is None:
+            rest = [h for h in hosts if left[h]]
+            for r in u:
+                h = max(rest, key=lambda h: len(left[h]))
+                out[r] = left[h].pop(0)
+            continue
+        x, _, _, a, b = best
+        put(u[: len(u) - x], a)
+        put(u[len(u) - x :], b)
+    if len(out) != job.ranks:
+        return None
+    return free.fill([out[r] for r in range(job.ranks)], list(range(job.ranks)))
+
+
+def _tile_pack(pipeline_blocks: bool, parts: int = 1) -> Heuristic:
+    """Tiles of c data-parallel neighbours' units of one stage, each onto one host, so that every host of a DP
+    group holds c of its members (a DP ring runs at the pace of its host with the fewest); c is the largest tile
+    the hosts holding whole tiles can take every unit in. ``pipeline_blocks``: the tiles of c neighbouring
+    pipelines, every stage, as one block into a leaf (level 1), so that the PP sends stay in the leaf; else the
+    tiles of one stage as one block into a domain one level below the tightest (best fit). Blocks go first fit
+    into the domains, the roomiest upper domains first. Units left over go whole onto the hosts left, then split
+    over the two hosts of the lowest domain that give the split's smaller part the most devices. ``parts`` 2:
+    every unit in halves (when some TP groups must split anyway, splitting all of them within a leaf lets the DP
+    groups hold two members on a host)."""
+
+    def place(topology: Topology, state: ClusterState, job: Job, traffic: Traffic) -> list[int] | None:
+        free = _free(topology, state, job)
+        scope = free.tightest() if free.ok else None
+        if scope is None or scope[0] < 1 or free.pinned:
+            return None
+        hosts = free.hosts_under(*scope)
+        most = max((len(free.by_host[h]) for h in hosts), default=0)
+        classes = _unit_classes(job, traffic, most, parts)
+        if parts > 1 and all(len(u) < 2 for v in classes for u in v):
+            return None
+        n_units = sum(len(v) for v in classes)
+        usize = max((len(u) for v in classes for u in v), default=1)
+        room = {h: len(free.by_host[h]) // usize for h in hosts}
+        c = max(
+            (
+                k
+                for k in range(1, max(room.values(), default=0) + 1)
+                if sum(r // k * k for r in room.values()) >= n_units
+            ),
+            default=1,
+        )
+        level = 1 if pipeline_blocks else scope[0] - 1
+        if level < 1:
+            return None
+        t = topology
+        blocks: dict[tuple[int, ...], list[list[tuple[int, ...]]]] = defaultdict(list)
+        for ci, cls in enumerate(classes):
+            for j in range(0, len(cls), c):
+                blocks[(j // c, ci) if pipeline_blocks else (ci,)].append(cls[j : j + c])
+        if pipeline_blocks:
+            merged: dict[tuple[int, ...], list[list[tuple[int, ...]]]] = defaultdict(list)
+            for (j, _), tl in sorted(blocks.items()):
+                merged[(j,)] += tl
+            blocks = merged
+        slots = {h: room[h] // c for h in hosts if room[h] >= c}
+        dom_of = {h: t.domain_of(free.by_host[h][0], level) for h in hosts}
+        cap: Counter[int] = Counter()
+        for h, n in slots.items():
+            cap[dom_of[h]] += n
+        upper = [{h: t.domain_of(free.by_host[h][0], li) for h in hosts} for li in range(level + 1, scope[0])]
+        up_cap: list[Counter[int]] = []
+        for col in upper:
+            uc: Counter[int] = Counter()
+            for h, n in slots.items():
+                uc[col[h]] += n
+            up_cap.append(uc)
+        rep = {dom_of[h]: h for h in slots}
+        doms = sorted(
+            cap,
+            key=lambda k: (*(-uc[col[rep[k]]] for col, uc in zip(upper, up_cap, strict=True)), -cap[k], k),
+        )
+        by_dom: dict[int, list[int]] = defaultdict(list)
+        for h in sorted(slots, key=lambda h: (-slots[h], h)):
+            by_dom[dom_of[h]].append(h)
+        left = {h: list(free.by_host[h]) for h in hosts}
+        out: dict[int, int] = {}
+
+        def put(unit: Sequence[int], h: int) -> None:
+            for r in unit:
+                out[r] = left[h].pop(0)
+
+        pending: list[tuple[int, ...]] = []
+        for _, blk in sorted(blocks.items()):
+            fits = [k for k in doms if cap[k] >= len(blk)]
+            if not fits:
+                # no domain holds the block: its tiles into the lowest upper domain that has slots for all, else
+                # one by one into the slots left, domain by domain
+                spread = [h for k in doms for h in by_dom[k]]
+                for u_of in upper:
+                    room_up: Counter[int] = Counter()
+                    for h in spread:
+                        room_up[u_of[h]] += slots[h]
+                    wide = [k for k, v in room_up.items() if v >= len(blk)]
+                    if wide:
+                        k_up = min(wide, key=lambda k: (room_up[k], k))
+                        spread = sorted(
+                            (h for h in spread if u_of[h] == k_up),
+                            key=lambda h: (-cap[dom_of[h]], doms.index(dom_of[h])),
+                        )
+                        break
+                at = 0
+                for tile in blk:
+                    while at < len(spread) and slots[spread[at]] <= 0:
+                        at += 1
+                    if at == len(spread):
+                        pending += tile
+                        continue
+                    spot = spread[at]
+                    slots[spot] -= 1
+                    cap[dom_of[spot]] -= 1
+                    for u in tile:
+                        put(u, spot)
+                continue
+            k = fits[0] if pipeline_blocks else min(fits, key=lambda k: (cap[k], doms.index(k)))
+            cap[k] -= len(blk)
+            for tile in blk:
+                h = next(h for h in by_dom[k] if slots[h] > 0)
+                slots[h] -= 1
+                for u in tile:
+                    put(u, h)
+        return _finish(free, job, hosts, left, out, pending, usize)
+
+    return place
+
+
+def _stage_fill(spread: bool) -> Heuristic:
+    """`stage_fill`; without `spread`, g is 1 (a stage in one domain matters more than members per host: p2p
+    sends price per pair)."""
+
+    def place(topology: Topology, state: ClusterState, job: Job, traffic: Traffic) -> list[int] | None:
+        return stage_fill(topology, state, job, traffic, spread)
+
+    return place
+
+
+def stage_fill(
+    topology: Topology, state: ClusterState, job: Job, traffic: Traffic, spread: bool = True
+) -> list[int] | None:
+    """Each class of units (Megatron: a pipeline stage, the units that meet the same DP groups) into one domain
+    below the tightest (best fit), on hosts that hold at least g of its units each, every host taking as many as
+    it holds: g is the largest such that those hosts hold every unit, so that every DP group has g members or
+    more on each of its hosts. Units left as `_finish`."""
+    free = _free(topology, state, job)
+    scope = free.tightest() if free.ok else None
+    if scope is None or scope[0] < 1 or free.pinned:
+        return None
+    hosts = free.hosts_under(*scope)
+    most = max((len(free.by_host[h]) for h in hosts), default=0)
+    classes = _unit_classes(job, traffic, most)
+    n_units = sum(len(v) for v in classes)
+    usize = max((len(u) for v in classes for u in v), default=1)
+    room = {h: len(free.by_host[h]) // usize for h in hosts}
+    g = max(
+        (
+            k
+            for k in range(1, max(room.values(), default=0) + 1)
+            if sum(r for r in room.values() if r >= k) >= n_units
+        ),
+        default=1,
+    )
+    g = g if spread else 1
+    level = scope[0] - 1
+    t = topology
+    good = sorted((h for h in hosts if room[h] >= g), key=lambda h: (-room[h], h))
+    dom_of = {h: t.domain_of(free.by_host[h][0], level) for h in good}
+    cap: Counter[int] = Counter()
+    for h in good:
+        cap[dom_of[h]] += room[h]
+    left = {h: list(free.by_host[h]) for h in hosts}
+    out: dict[int, int] = {}
+    pending: list[tuple[int, ...]] = []
+    by_dom: dict[int, list[int]] = defaultdict(list)
+    for h in good:
+        by_dom[dom_of[h]].append(h)
+
+    def takes(pool: Counter[int], rem: int, g: int) -> bool:
+        """`rem` units split over the hosts of `pool` (units each holds) in shares of g or more: the k largest
+        hold at least rem for the most shares k (rem // g) the hosts allow."""
+        if rem == 0:
+            return True
+        k = min(rem // g, sum(pool.values()))
+        if k < 1:
+            return False
+        total = 0
+        for v in sorted(pool, reverse=True):
+            c = min(pool[v], k)
+            total += c * v
+            k -= c
+            if k == 0:
+                break
+        return rem <= total
+
+    # a class that fits one domain takes its least roomy hosts first (the roomy ones stay for a class that does
+    # not fit, which spreads over domains on hosts that hold as many of its units as the hosts left allow)
+    for k in by_dom:
+        by_dom[k].sort(key=lambda h: (room[h], h))
+    for cls in sorted(classes, key=lambda c: -len(c)):
+        fits = [k for k in cap if cap[k] >= len(cls)]
+        doms = [min(fits, key=lambda k: (cap[k], k))] if fits else sorted(cap, key=lambda k: (-cap[k], k))
+        todo = list(cls)
+        gg = g
+        order = [h for k in doms for h in by_dom[k]]
+        if not fits:
+            avails = [len(left[h]) // usize for h in order]
+            gg = max(
+                (
+                    x
+                    for x in range(g, max(avails, default=0) + 1)
+                    if sum(a for a in avails if a >= x) >= len(todo)
+                ),
+                default=g,
+            )
+            order = sorted(order, key=lambda h: (-(len(left[h]) // usize), doms.index(dom_of[h]), h))
+        pool: Counter[int] = Counter()
+        for h in order:
+            if (a := len(left[h]) // usize) >= gg:
+                pool[a] += 1
+        for h in order:
+            if not todo:
+                break
+            avail = len(left[h]) // usize
+            if avail < gg:
+                continue
+            pool[avail] -= 1
+            if pool[avail] == 0:
+                del pool[avail]
+            rem = len(todo)
+            # the largest share that leaves a remainder the hosts not visited yet can take in shares of gg
+            share = next((x for x in range(min(avail, rem), gg - 1, -1) if takes(pool, rem - x, gg)), 0)
+            if share < gg:
+                continue
+            cap[dom_of[h]] -= share
+            for u in todo[:share]:
+                for r in u:
+                    out[r] = left[h].pop(0)
+            todo = todo[share:]
+        pending += todo
+    return _finish(free, job, hosts, left, out, pending, usize)
+
+
 HEURISTICS: dict[str, Heuristic] = {
+    "tile-pack-dp": _tile_pack(False),
+    "tile-pack-pp": _tile_pack(True),
+    "stage-fill": _stage_fill(True),
+    "stage-fill-1": _stage_fill(False),
     "tight-emptiest": _tight(True, False),
     "tight-fullest": _tight(False, False),
     "tight-emptiest-nested": _tight(True, True),
@@ -403,7 +775,8 @@ HEURISTICS: dict[str, Heuristic] = {
     "block-pack-dp-leaf": _block_pack(False, True),
     "block-pack-dp-first-fit": _block_pack(False, False, True),
 }
-"""The constructive family, cheapest first (each is one pass over the free devices)."""
+"""The constructive family (each is one pass over the free devices); tile-pack first, the likeliest to win on a
+fragmented cluster when time allows only a few scorings."""
 
 
 def heuristic_candidates(
