@@ -114,6 +114,7 @@ def collective_floor(
     generations: Iterable[str | None] = (),
     nvls: float = 0.0,
     hop: str | None = None,
+    simple: bool = True,
 ) -> float:
     """Seconds at least of any algorithm and protocol `Fabric.plan_group` can choose for one collective of `size`
     bytes over `n` members on `hosts` hosts, alone: the same candidates (module doc) priced with a lower bound on
@@ -123,7 +124,9 @@ def collective_floor(
     (`Fabric.generation`) of the hosts it may run on, `nvls`: the largest `Fabric.nvls_efficiency` among them,
     `hop`: ``nvlink`` or ``pci`` when every such host's ring is of that kind (None: the cheaper latencies of both).
     Every candidate's time rises with latency and falls with rates, so this is a lower bound for
-    `placement.solve.bound`, and exact where the binding terms are the ones given (e.g. an NVSwitch host)."""
+    `placement.solve.bound`, and exact where the binding terms are the ones given (e.g. an NVSwitch host).
+    `simple` False leaves out the Simple-protocol ring and tree (a caller that prices those more tightly itself
+    takes the lesser of its price and this; inf when nothing is left)."""
     if n <= 1 or size <= 0:
         return 0.0
     vol, steps = _volume(kind, n, size)
@@ -140,7 +143,9 @@ def collective_floor(
         rows = [_HW_LATENCY[("ring", h)] for h in ((hop,) if hop else ("nvlink", "pci"))]
         r_ll = min(r[0] / r[2] for r in rows)
         r_128 = min(r[1] / r[2] for r in rows)
-        best = min(steps * a + vol / bw, steps * a * r_ll + max(vol / (0.5 * bw), vol / (ll_one * 1e9)))
+        best = steps * a * r_ll + max(vol / (0.5 * bw), vol / (ll_one * 1e9))
+        if simple:
+            best = min(best, steps * a + vol / bw)
         if ll128:
             best = min(best, steps * a * r_128 + vol / (0.92 * bw))
         if nvls > 0 and kind is CollectiveKind.ALL_REDUCE:
@@ -151,17 +156,17 @@ def collective_floor(
         return steps * a + vol / f  # a host sends g (n-g)/n S >= (n-1)/n S
     ll_h = _LL_MAX_HOSTS[0 if hosts <= 2 else 1] * 1e9
     ring = _HW_LATENCY[("ring", "net")]
-    cands = [
-        steps * a + vol / f,
-        steps * a * ring[0] / ring[2] + max(vol / (0.5 * f), vol / ll_h),
-    ]
+    cands = [steps * a * ring[0] / ring[2] + max(vol / (0.5 * f), vol / ll_h)]
+    if simple:
+        cands.append(steps * a + vol / f)
     if ll128:
         cands.append(steps * a * ring[1] / ring[2] + vol / (0.92 * f))
     if kind is CollectiveKind.ALL_REDUCE:
         tree = _HW_LATENCY[("tree", "net")]
         lat = 2 * math.ceil(math.log2(hosts)) * a
         tb = (size if hosts == 2 else 2 * size) / TREE_EFFICIENCY
-        cands.append(lat + tb / f)
+        if simple:
+            cands.append(lat + tb / f)
         cands.append(lat * tree[0] / tree[2] + max(3.8 * tb / f, 2 * size / ll_h))
         if ll128:
             cands.append(lat * tree[1] / tree[2] + tb / (f * 120 / 128))

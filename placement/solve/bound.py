@@ -15,9 +15,10 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from placement.cost.collectives import TREE_EFFICIENCY, Fabric
-from placement.cost.compute import device_kind, step_compute, tree_channel_gbps
+from placement.cost.collectives import TREE_EFFICIENCY, Fabric, collective_floor
+from placement.cost.compute import device_kind, gradient_bytes, step_compute, tree_channel_gbps
 from placement.cost.paths import Path
+from placement.cost.step import dp_exposed
 from placement.cost.surrogate import collective_seconds, p2p_seconds
 from placement.model.job import CollectiveKind, Job
 from placement.model.links import intra_node_tier
@@ -302,6 +303,9 @@ class _Links:
         per_host = Counter(topology.devices[d].host_index for d in candidates)
         self.max_free = max(per_host.values(), default=0)
         self.host_free = per_host
+        # NCCL generations and NVLink SHARP of the candidate hosts: which protocols and NVLS the model may use
+        self.gens = {fab.generation(h) for h in hosts}
+        self.nvls = max((fab.nvls_efficiency(h) for h in hosts), default=0.0)
         self.host_dom = [
             {h: topology.domain_column(li)[topology.devices_in_domain[0][h][0]] for h in hosts}
             for li in range(len(topology.levels))
@@ -379,13 +383,23 @@ class _Links:
         vol, steps = _volume(kind, n, size)
         if self.graph:
             p = self.paths[level]
-            return steps * p.latency_us * 1e-6 + vol / (p.bandwidth_gbps * 1e9)
+            lat, bw = p.latency_us * 1e-6, p.bandwidth_gbps * 1e9
+            return min(
+                steps * lat + vol / bw,
+                self._protocols(kind, n, size, 1, lat, bw, math.inf),
+                self._protocols(kind, n, size, 2, lat, bw, bw),
+            )
         rooms = self._rooms(unit)
         cap = len(rooms[0]) - 1  # the most members one host holds
         if level == 0:
             if n > cap or (gmax is not None and n > gmax):
                 return math.inf
-            return steps * self.lat0 * 1e-6 + vol / (self.ring0 * 1e9)
+            lat0, ring0 = self.lat0 * 1e-6, self.ring0 * 1e9
+            # the Simple ring priced here; LL, LL128 and NVLS by the model's own floor
+            return min(
+                steps * lat0 + vol / ring0,
+                self._protocols(kind, n, size, 1, lat0, ring0, math.inf),
+            )
         a = self.lat[level] * 1e-6
         best = math.inf
         if cap < 1:
@@ -421,8 +435,19 @@ class _Links:
                         tree = max(tree, size / (channels * self.tree_cap[0 if h == 2 else 1] / 2 * 1e9))
                     lat = 2 * (math.ceil(math.log2(h)) * a + (-(-n // h) - 1) * self.lat0 * 1e-6)
                     t = min(t, lat + tree)
+                # the Simple ring and tree priced above; LL, LL128 and NVLSTree by the model's own floor
+                t = min(t, self._protocols(kind, n, size, h, a, math.inf, f))
             best = min(best, t)
         return best
+
+    def _protocols(
+        self, kind: CollectiveKind, n: int, size: float, hosts: int, lat: float, own: float, host: float
+    ) -> float:
+        """The model's own floor (`collective_floor`) over every protocol but the Simple ring and tree, on the
+        candidate hosts' generations and NVLink SHARP."""
+        return collective_floor(
+            kind, n, size, hosts, lat, own, host, generations=self.gens, nvls=self.nvls, simple=False
+        )
 
     def edge(self, size: float, level: int) -> float:
         if size <= 0:
@@ -441,7 +466,7 @@ class _Links:
             return 0.0
         vol, _ = _volume(kind, n, size)
         if kind is CollectiveKind.ALL_REDUCE:
-            return min(vol, size / TREE_EFFICIENCY)
+            return min(vol, size)  # NVLSTree on 2 hosts: S out of each
         return vol
 
 
@@ -523,10 +548,16 @@ def comm_bound(
         if spanning > 0 and not links.graph and math.isfinite(links.host_out):
             floor = count * spanning * size / (links.host_out * 1e9)
         pops.append(_Pop(label, sorted(distinct), 0, True, count, exposed, low, times, floor, None, size))
-    backward = (
+    longest = (
         _max_backward(topology, job, candidates)
         if job.model is not None and job.parallel is not None and "dp" not in job.exposure
         else None
+    )
+    # dp_exposed falls as the backward grows: the longest backward and the job's gradient bytes bound it
+    backward = (
+        None
+        if longest is None or job.model is None or job.parallel is None
+        else (longest, gradient_bytes(job.model, job.parallel))
     )
     names = [lv.name for lv in topology.levels]
     compute = _fastest_compute(topology, job, candidates)
@@ -804,7 +835,7 @@ def _search(
     rows: Sequence[Sequence[float]],
     constraints: Sequence[tuple[frozenset[int], int]],
     names: Sequence[str],
-    backward: float | None,
+    backward: tuple[float, float] | None,
     compute: tuple[float, float],
     notes: dict[int, str],
     floors: dict[int, list[list[float]]] | None = None,
@@ -836,7 +867,7 @@ def _search_one(
     rows: Sequence[Sequence[float]],
     constraints: Sequence[tuple[frozenset[int], int]],
     names: Sequence[str],
-    backward: float | None,
+    backward: tuple[float, float] | None,
     compute: tuple[float, float],
     notes: dict[int, str],
     floors: dict[int, list[list[float]]],
@@ -909,7 +940,7 @@ def _case(
     rows: Sequence[Sequence[float]],
     levels: Sequence[int],
     names: Sequence[str],
-    backward: float | None,
+    backward: tuple[float, float] | None,
     notes: dict[int, str],
     compute: tuple[float, float],
     floors: dict[int, list[list[float]]] | None = None,
@@ -942,8 +973,8 @@ def _case(
             secs[p.label] = max(secs[p.label], val)
             expo[p.label] = max(expo[p.label], val * p.exposed)
     if "dp" in secs and backward is not None:
-        expo["dp"] = max(0.0, secs["dp"] - backward)
-        why["dp"] += " (less one micro-batch's backward)"
+        expo["dp"] = dp_exposed(secs["dp"], *backward)
+        why["dp"] += " (overlapped with the backward in buckets)"
     comm = sum(expo.values())
     k, b = compute
     step = k + b * (k + sum(v for lab, v in expo.items() if lab != "dp")) + comm
