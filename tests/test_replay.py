@@ -26,7 +26,10 @@ TRACES = next(
         p
         for p in (
             Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "traces",  # beside the repo
-            Path(__file__).resolve().parent.parent.parent.parent / "shared" / "data" / "traces",  # a worktree's
+            Path(__file__).resolve().parent.parent.parent.parent
+            / "shared"
+            / "data"
+            / "traces",  # a worktree's
         )
         if p.is_dir()
     ),

@@ -41,6 +41,7 @@ _WAIT_CHECKS = 16  # running jobs' ends looked at when estimating the wait for a
 _PASS_WINDOW = 8  # queued jobs waiting by choice that later jobs may pass in one scheduling round
 _PREEMPT_TRIES = 3  # preempt searches per queued job (each after the running set changed)
 _PREEMPT_CHECKS = 8  # feasibility checks per preempt search
+_PREEMPT_CANDIDATES = 8  # running jobs offered to one preempt search (the cheapest per device)
 
 _RESERVE_SHARE = 0.05  # of a job's wall-clock limit, kept for scoring its placement after the search
 _END, _REPAIR, _FAIL, _ARRIVE = 0, 1, 2, 3  # order of events at the same time: free first, arrive last
@@ -258,7 +259,15 @@ def simulate(
         par = job.parallel
         if par is None:
             raise ValueError(f"replay job {job.name}: job_for built no parallel sizes")
-        key = (par.tp, par.cp, par.ep, par.dp, par.pp, job.model, tuple(sorted(job.constraints.require.items())))
+        key = (
+            par.tp,
+            par.cp,
+            par.ep,
+            par.dp,
+            par.pp,
+            job.model,
+            tuple(sorted(job.constraints.require.items())),
+        )
         ideal = _ideal_step(topo, job, tr, key)
         if not ideal > 0:
             raise ValueError(
@@ -345,10 +354,14 @@ def simulate(
         step = got[1].step_seconds
         if cfg.max_slowdown > 0 and running and step > cfg.max_slowdown * r.ideal:
             return "choice"  # wait for a better placement while others run
-        if cfg.policy in ("cpsat-wait", "cpsat-preempt") and running and step > _NEAR_IDEAL * r.ideal:
-            if expected_wait(r, now, step) < math.inf:
-                r.waits += 1
-                return "choice"
+        if (
+            cfg.policy in ("cpsat-wait", "cpsat-preempt")
+            and running
+            and step > _NEAR_IDEAL * r.ideal
+            and expected_wait(r, now, step) < math.inf
+        ):
+            r.waits += 1
+            return "choice"
         return got
 
     def start(r: _Run, m: list[int], rep: CostReport, now: float) -> None:
@@ -407,6 +420,7 @@ def simulate(
         if not gain_s > 0:
             return None
         mine = r.job.ranks * r.remaining
+        gain_h = r.job.ranks * gain_s / 3600.0
         cands = [
             RunningJob(
                 o.job.name,
@@ -414,7 +428,27 @@ def simulate(
                 gpu_hours=len(o.mapping) * (lost_s(o, now) + cfg.restart_s) / 3600.0,
             )
             for o in running.values()
+            if len(o.mapping) * o.remaining > mine  # only lower priority: more GPU-time left than the job
         ]
+        # a bound before the search: the cheapest GPU-hours per device among them, over the devices missing
+        need = r.job.ranks - cl.free
+        per_dev = sorted(c.gpu_hours / len(running[owner[c.job]].mapping) for c in cands if c.gpu_hours)
+        if (
+            not cands
+            or sum(len(running[owner[c.job]].mapping) for c in cands) < need
+            or min(c.gpu_hours or 0.0 for c in cands) >= gain_h
+            or (need > 0 and per_dev and per_dev[0] * need >= gain_h)
+        ):
+            return None
+        # the cheapest per device first, enough of them to hold the job twice over (and at least 8 jobs): the
+        # search's cover model grows with the candidates, and dearer ones would rarely win
+        cands.sort(key=lambda c: ((c.gpu_hours or 0.0) / len(running[owner[c.job]].mapping), c.job))
+        held = 0
+        for k, c in enumerate(cands):
+            held += len(running[owner[c.job]].mapping)
+            if held >= 2 * r.job.ranks and k + 1 >= _PREEMPT_CANDIDATES:
+                cands = cands[: k + 1]
+                break
         try:
             res = preempt(
                 topo,
@@ -426,7 +460,7 @@ def simulate(
                 objective="gpu-hours",
                 options=SolveOptions(
                     strategy=Strategy.CPSAT,
-                    time_limit_s=cfg.time_limit_s * _PREEMPT_CHECKS,
+                    time_limit_s=cfg.time_limit_s,
                     workers=1,
                     seed=cfg.seed,
                     deterministic=cfg.deterministic,
@@ -436,7 +470,7 @@ def simulate(
         except (InfeasibleError, InputError):
             return None
         ans = res.chosen
-        if not ans.victims or ans.gpu_hours >= r.job.ranks * gain_s / 3600.0:
+        if not ans.victims or ans.gpu_hours >= gain_h:
             return None
         for v in ans.victims:
             o = running[owner[v.job]]
@@ -498,7 +532,9 @@ def simulate(
                 continue
             victims = try_preempt(r, now, got) if cfg.policy == "cpsat-preempt" else None
             if victims is not None:
-                queue[i : i + 1] = sorted(victims)  # the victims take its place in the queue, in arrival order
+                queue[i : i + 1] = sorted(
+                    victims
+                )  # the victims take its place in the queue, in arrival order
                 continue
             if got == "room":
                 room += 1

@@ -290,7 +290,15 @@ def _pai2020(path: Path, has_header: bool) -> Iterator[tuple[int, Item]]:
         yield (
             j["line"],
             j["bad"]
-            or (name, j["start"], float(math.ceil(j["gpu"] - 1e-9)), j["end"] - j["start"], None, None, False),
+            or (
+                name,
+                j["start"],
+                float(math.ceil(j["gpu"] - 1e-9)),
+                j["end"] - j["start"],
+                None,
+                None,
+                False,
+            ),
         )
 
 
