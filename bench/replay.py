@@ -90,10 +90,10 @@ WORKLOADS = {
         1.0,
         (
             Variant("kueue-tas", "kueue-tas"),
-            Variant("cpsat", "cpsat"),
+            Variant("cpsat-preempt", "cpsat-preempt"),
             Variant("cpsat tp-required", "cpsat", rule="tp_in_node=require"),
             Variant("cpsat-wait", "cpsat-wait"),
-            Variant("cpsat-preempt", "cpsat-preempt"),
+            Variant("cpsat", "cpsat"),
         ),
         "2,000 jobs sampled from the Acme Kalos summary (LLM-shaped: powers of two up to 1,024 GPUs, log-normal "
         "run times, Poisson arrivals at load 0.9) on fat-tree-4096.yaml",

@@ -111,8 +111,14 @@ MIXED_NODES = {
         {"name": "eight", "devices": 8, "kind": "H100"},
     ],
     "hosts": [
-        *({"name": f"small{i}", "node_type": "two", "domains": {"leaf": "l0", "spine": "s"}} for i in range(4)),
-        *({"name": f"big{i}", "node_type": "eight", "domains": {"leaf": "l1", "spine": "s"}} for i in range(2)),
+        *(
+            {"name": f"small{i}", "node_type": "two", "domains": {"leaf": "l0", "spine": "s"}}
+            for i in range(4)
+        ),
+        *(
+            {"name": f"big{i}", "node_type": "eight", "domains": {"leaf": "l1", "spine": "s"}}
+            for i in range(2)
+        ),
     ],
 }
 
