@@ -401,9 +401,10 @@ def simulate(
 
     def try_preempt(r: _Run, now: float, why: str) -> list[int] | None:
         """cpsat-preempt: stop lower-priority running jobs (priority: less remaining GPU-time is higher) so that
-        `r` starts now, when their restart cost (GPU-hours lost since their checkpoints, plus the restart) is
-        below the gain (the GPU-hours `r` would otherwise spend waiting, or running slower). Returns the victims'
-        indices (they go back to the queue), or None."""
+        `r` starts now, when their cost is below the gain, both in GPU-hours. A victim's cost: its devices x (the
+        time since its last checkpoint, lost, + the restart + `r`'s run, which it waits out behind `r`). The
+        gain: `r`'s devices x the time it would otherwise lose (its expected wait, or its slowdown's cost).
+        Returns the victims' indices (they go back to the queue), or None."""
         if r.preempt_tries >= _PREEMPT_TRIES or r.preempt_seen == running_version or not running:
             return None
         r.preempt_tries += 1
@@ -415,9 +416,14 @@ def simulate(
             w = expected_wait(r, now, got[1].step_seconds) if got is not None else math.inf
             gain_s = min(slow, w)
         else:
-            ends = sorted(o.end_at for o in running.values())
-            gain_s = ends[min(len(ends) - 1, max(0, len(ends) // 4))] - now  # a rough wait for room
-        if not gain_s > 0:
+            # the expected wait for room: until the running jobs that end first have freed enough devices
+            gain_s, free = math.inf, cl.free
+            for o in sorted(running.values(), key=lambda x: (x.end_at, x.idx)):
+                free += len(o.mapping)
+                if free >= r.job.ranks:
+                    gain_s = o.end_at - now
+                    break
+        if not 0 < gain_s < math.inf:
             return None
         mine = r.job.ranks * r.remaining
         gain_h = r.job.ranks * gain_s / 3600.0
@@ -425,7 +431,7 @@ def simulate(
             RunningJob(
                 o.job.name,
                 priority=-(len(o.mapping) * o.remaining),
-                gpu_hours=len(o.mapping) * (lost_s(o, now) + cfg.restart_s) / 3600.0,
+                gpu_hours=len(o.mapping) * (lost_s(o, now) + cfg.restart_s + r.remaining) / 3600.0,
             )
             for o in running.values()
             if len(o.mapping) * o.remaining > mine  # only lower priority: more GPU-time left than the job
