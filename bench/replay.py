@@ -82,6 +82,21 @@ WORKLOADS = {
         "the shared openb pod list (Alibaba cluster-trace-gpu-v2023, its first 3,000 rows) on h100-256.yaml, "
         "arrivals packed 50x (`--arrival-scale 0.02`)",
     ),
+    "openb-100x": Workload(
+        "openb-100x",
+        TRACES / "alibaba_gpu_v2023" / "openb_pod_list_default.first3000.csv",
+        ROOT / "examples" / "h100-256.yaml",
+        3000,
+        0.01,
+        (
+            Variant("kueue-tas", "kueue-tas"),
+            Variant("cpsat", "cpsat"),
+            Variant("cpsat-wait", "cpsat-wait"),
+            Variant("cpsat-preempt", "cpsat-preempt"),
+        ),
+        "the same pod list packed 100x (`--arrival-scale 0.01`): a sensitivity check, where queueing is a larger "
+        "share of the JCT (not part of the bar)",
+    ),
     "acme": Workload(
         "acme",
         TRACES / "acme" / "cluster_summary.csv",
