@@ -317,6 +317,7 @@ def test_cli_replay_resume_and_strict(tmp_path: Path) -> None:
     rows: list[list[Any]] = [["submit_time", "gpus", "duration"]]
     rows += [[j.submit, j.gpus, j.duration] for j in mixed_jobs(30, seed=7)]
     rows.append([999, -1, 10])  # line 32: negative GPUs
+    rows.append([1000, 0, 10])  # line 33: CPU-only: skipped and noted, not bad
     trace = write_csv(tmp_path / "trace.csv", rows)
     out = tmp_path / "out"
     args = [
@@ -335,6 +336,7 @@ def test_cli_replay_resume_and_strict(tmp_path: Path) -> None:
     res = CliRunner().invoke(cli(), args)
     assert res.exit_code == 0, res.output
     assert "skipped 1 bad row" in res.stderr and "line 32: GPUs is -1" in res.stderr
+    assert "note: skipped 1 CPU-only row" in res.stderr
     assert "2 replay(s): 2 run now" in res.stderr
     assert "kueue-tas" in res.stdout and "first-fit" in res.stdout
     summary = read(out / "summary.csv")
