@@ -169,9 +169,17 @@ def run_workload(w: Workload, args: argparse.Namespace) -> dict[str, Any]:
         rows.append({**r, "policy": labels.get(r["key"], r["policy"])})
     durations = [j.duration / 3600.0 for j in jobs]
     keys = {r["key"] for r in run.summary}
-    slow = [
-        float(r["slowdown"]) for r in read_csv(out / "jobs.csv") if r["key"] in keys and r.get("slowdown")
-    ]
+    job_rows = [r for r in read_csv(out / "jobs.csv") if r["key"] in keys]
+    slow = [float(r["slowdown"]) for r in job_rows if r.get("slowdown")]
+    gpu_time: dict[str, list[float]] = {}  # key -> [GPU-seconds run, GPU-seconds at the ideal step]
+    for r in job_rows:
+        if r.get("placed") == "True":
+            g = gpu_time.setdefault(r["key"], [0.0, 0.0])
+            g[0] += int(r["gpus"]) * (float(r["end_s"]) - float(r["start_s"]))
+            g[1] += int(r["gpus"]) * float(r["trace_duration_s"])
+    for row in rows:
+        g = gpu_time.get(row["key"])
+        row["gpu_time_ratio"] = f"{g[0] / g[1]:.4f}" if g and g[1] > 0 else ""
     return {
         "min_slowdown": min(slow, default=math.nan),
         "workload": w,
@@ -224,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="/tmp/bench-replay")
     ap.add_argument("--results", default=str(ROOT / "bench" / "REPLAY_RESULTS.md"))
     args = ap.parse_args(argv)
-    names = args.workload or ["openb", "acme"]
+    names = args.workload or ["openb", "acme", "openb-100x"]
     results = []
     for n in names:
         w = WORKLOADS[n]
@@ -253,10 +261,11 @@ def main(argv: list[str] | None = None) -> int:
             "",
             markdown_table(res["rows"]),
             "",
-            "| policy | preemptions | replay wall s |",
-            "|---|---:|---:|",
+            "| policy | GPU-hours run / at the ideal step | utilization to the last end | preemptions | replay wall s |",
+            "|---|---:|---:|---:|---:|",
             *[
-                f"| {r['policy']} | {r.get('preemptions') or 0} | {float(r.get('wall_s') or 'nan'):.0f} |"
+                f"| {r['policy']} | {r.get('gpu_time_ratio', '')} | {float(r.get('utilization_makespan') or 'nan'):.4f} "
+                f"| {r.get('preemptions') or 0} | {float(r.get('wall_s') or 'nan'):.0f} |"
                 for r in res["rows"]
             ],
             "",
