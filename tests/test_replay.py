@@ -21,7 +21,20 @@ from placement.sim.replay.report import summarize, time_average
 from placement.sim.replay.shapes import ShapeRule
 from placement.sim.scenarios import fat_tree
 
-TRACES = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "traces"
+TRACES = next(
+    (
+        p
+        for p in (
+            Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "traces",  # beside the repo
+            Path(__file__).resolve().parent.parent.parent.parent
+            / "shared"
+            / "data"
+            / "traces",  # a worktree's
+        )
+        if p.is_dir()
+    ),
+    Path("shared-data-absent"),
+)
 CLUSTER_YAML = """
 name: ft-64
 levels:
@@ -61,11 +74,12 @@ def test_plain_csv_bad_rows_are_reported_by_line_and_skipped_or_refused(tmp_path
             ["submit_time", "gpus", "duration", "tp", "pp", "dp"],
             [0, 8, 100, 8, 1, 1],  # line 2: good, own shape
             [10, 4, -5, "", "", ""],  # line 3: negative duration
-            [20, 0, 100, "", "", ""],  # line 4: zero GPUs
+            [20, -2, 100, "", "", ""],  # line 4: negative GPUs
             [30, 128, 100, "", "", ""],  # line 5: more than the cluster
             [40, 16, "", "", "", ""],  # line 6: no duration
             [50, 16, 60, 8, 1, 1],  # line 7: shape does not multiply to the GPUs
             [5, 16, 60, "", "", ""],  # line 8: good
+            [7, 0, 60, "", "", ""],  # line 9: CPU-only: skipped and counted, not bad
         ],
     )
     tr = read_trace(p, cluster_gpus=64)
@@ -74,7 +88,8 @@ def test_plain_csv_bad_rows_are_reported_by_line_and_skipped_or_refused(tmp_path
     bad = {b.path: b.message for b in tr.bad}
     assert set(bad) == {"line 3", "line 4", "line 5", "line 6", "line 7"}
     assert "negative" in bad["line 3"] and "-5" in bad["line 3"]
-    assert "GPUs is 0" in bad["line 4"]
+    assert "GPUs is -2" in bad["line 4"]
+    assert tr.skipped == {"cpu-only": 1} and any("1 CPU-only" in n for n in tr.notes())
     assert "more than the cluster's 64" in bad["line 5"]
     assert "duration" in bad["line 6"] and "missing" in bad["line 6"]
     assert "16 GPUs" in bad["line 7"]
@@ -104,8 +119,7 @@ def test_philly_json_lines_and_pai2020_jobs(tmp_path: Path) -> None:
     tr = read_trace(p, "philly", cluster_gpus=64)
     assert [(j.name, j.gpus, j.duration, j.submit) for j in tr.jobs] == [("a", 2, 74.0, 0.0)]
     opening = [i + 1 for i, line in enumerate(p.read_text().splitlines()) if line == "  {"]
-    assert tr.jobs[0].line == opening[0] and len(tr.bad) == 1 and tr.bad[0].path == f"line {opening[1]}"
-    assert "attempts" in tr.bad[0].message
+    assert tr.jobs[0].line == opening[0] and tr.bad == [] and tr.skipped == {"never-ran": 1}
     # PAI 2020 task table without its header: one job = its tasks (2 x 50% + 1 x 100% GPUs -> 2 GPUs)
     q = write_csv(
         tmp_path / "pai_task_table.csv",
@@ -126,9 +140,20 @@ def test_philly_json_lines_and_pai2020_jobs(tmp_path: Path) -> None:
     not (TRACES / "alibaba_gpu_v2023").is_dir(), reason="shared trace data absent (../shared/data/traces)"
 )
 def test_public_samples_read() -> None:
-    tr = read_trace(TRACES / "alibaba_gpu_v2023" / "openb_pod_list_default.first3000.csv", cluster_gpus=4096)
-    assert tr.format == "openb" and len(tr.jobs) + len(tr.bad) == 3000
-    assert all(b.message.startswith("GPUs is 0") for b in tr.bad)  # CPU-only pods
+    path = TRACES / "alibaba_gpu_v2023" / "openb_pod_list_default.first3000.csv"
+    tr = read_trace(path, cluster_gpus=4096)
+    with path.open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    cpu = sum(1 for r in rows if r["num_gpu"] == "0")
+    never = sum(1 for r in rows if r["num_gpu"] != "0" and not r["scheduled_time"])
+    sharing = sum(
+        1
+        for r in rows
+        if r["num_gpu"] == "1" and r["scheduled_time"] and r["gpu_milli"] and int(r["gpu_milli"]) < 1000
+    )
+    assert tr.format == "openb" and tr.bad == []
+    assert tr.skipped == {"cpu-only": cpu, "never-ran": never} and len(tr.jobs) == 3000 - cpu - never
+    assert tr.shared == sharing == sum(j.shared for j in tr.jobs) and sharing > 0
     assert all(j.gpus in (1, 2, 4, 8) and j.duration >= 0 for j in tr.jobs)
     a = read_trace(TRACES / "acme" / "cluster_summary.csv", cluster_gpus=4096, limit=500, seed=3)
     b = read_trace(TRACES / "acme" / "cluster_summary.csv", cluster_gpus=4096, limit=500, seed=3)
@@ -291,7 +316,8 @@ def test_cli_replay_resume_and_strict(tmp_path: Path) -> None:
     cluster.write_text(CLUSTER_YAML)
     rows: list[list[Any]] = [["submit_time", "gpus", "duration"]]
     rows += [[j.submit, j.gpus, j.duration] for j in mixed_jobs(30, seed=7)]
-    rows.append([999, 0, 10])  # line 32: zero GPUs
+    rows.append([999, -1, 10])  # line 32: negative GPUs
+    rows.append([1000, 0, 10])  # line 33: CPU-only: skipped and noted, not bad
     trace = write_csv(tmp_path / "trace.csv", rows)
     out = tmp_path / "out"
     args = [
@@ -309,7 +335,8 @@ def test_cli_replay_resume_and_strict(tmp_path: Path) -> None:
     ]
     res = CliRunner().invoke(cli(), args)
     assert res.exit_code == 0, res.output
-    assert "skipped 1 bad row" in res.stderr and "line 32: GPUs is 0" in res.stderr
+    assert "skipped 1 bad row" in res.stderr and "line 32: GPUs is -1" in res.stderr
+    assert "note: skipped 1 CPU-only row" in res.stderr
     assert "2 replay(s): 2 run now" in res.stderr
     assert "kueue-tas" in res.stdout and "first-fit" in res.stdout
     summary = read(out / "summary.csv")

@@ -1,12 +1,16 @@
 """Where what-if points and replays run: in this process, on local worker processes, or as Ray tasks, behind one
-interface. Results stream back as tasks finish; a failed task is retried once, then reported, never dropped.
+interface. Results stream back as tasks finish (a failed task is retried once, then reported); progress within a
+task streams back too.
 """
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
+import queue as queue_mod
 import signal
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from typing import Any, Protocol
@@ -18,6 +22,8 @@ __all__ = [
     "Executor",
     "InlineExecutor",
     "LocalExecutor",
+    "OnProgress",
+    "QueueSink",
     "RayExecutor",
     "default_workers",
     "make_executor",
@@ -27,17 +33,65 @@ EXECUTORS = ("local", "ray")
 
 OnDone = Callable[[int, Any], None]
 OnFail = Callable[[int, str], None]
+OnProgress = Callable[[int, int, int], None]
+"""(task index, units done, units in the task): what a task reports while it runs."""
+
+_POLL_S = 0.5
+"""How often a waiting parent drains the progress a worker sent."""
+_REPORT_S = 1.0
+"""A worker sends its progress at most this often (and at the end)."""
+
+
+class QueueSink:
+    """A task's progress reporter that pickles to a worker: ``sink(done, total)`` puts ``(index, done, total)``
+    on `queue` (a multiprocessing manager's or a Ray queue), at most every `_REPORT_S` seconds and at the end."""
+
+    def __init__(self, queue: Any, index: int) -> None:
+        self.queue, self.index = queue, index
+        self._last = 0.0
+
+    def __call__(self, done: int, total: int) -> None:
+        now = time.monotonic()
+        if done < total and now - self._last < _REPORT_S:
+            return
+        self._last = now
+        with contextlib.suppress(Exception):  # progress is best effort: a closed queue must not fail the task
+            self.queue.put((self.index, done, total))
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"queue": self.queue, "index": self.index}
+
+    def __setstate__(self, st: dict[str, Any]) -> None:
+        self.queue, self.index, self._last = st["queue"], st["index"], 0.0
+
+
+def _drain(q: Any, progress: OnProgress | None) -> None:
+    if progress is None or q is None:
+        return
+    while True:
+        try:
+            i, done, total = q.get_nowait()
+        except (queue_mod.Empty, Exception):
+            return
+        progress(i, done, total)
 
 
 class Executor(Protocol):
     """Runs ``fn(task)`` for every task; calls ``on_done(i, result)`` as each finishes (in completion order) and
-    ``on_fail(i, error)`` for a task that failed twice (the first failure is retried once)."""
+    ``on_fail(i, error)`` for a task that failed twice (the first failure is retried once). With `progress`,
+    the task runs as ``fn(task, sink)`` and each ``sink(done, total)`` it calls reaches ``progress(i, done,
+    total)`` in this process while the task runs (from a worker process or a Ray task too)."""
 
     name: str
     workers: int
 
     def run(
-        self, fn: Callable[[Any], Any], tasks: Sequence[Any], on_done: OnDone, on_fail: OnFail
+        self,
+        fn: Callable[..., Any],
+        tasks: Sequence[Any],
+        on_done: OnDone,
+        on_fail: OnFail,
+        progress: OnProgress | None = None,
     ) -> None: ...
 
 
@@ -53,11 +107,21 @@ class InlineExecutor:
     name = "inline"
     workers = 0
 
-    def run(self, fn: Callable[[Any], Any], tasks: Sequence[Any], on_done: OnDone, on_fail: OnFail) -> None:
+    def run(
+        self,
+        fn: Callable[..., Any],
+        tasks: Sequence[Any],
+        on_done: OnDone,
+        on_fail: OnFail,
+        progress: OnProgress | None = None,
+    ) -> None:
         for i, t in enumerate(tasks):
             for attempt in (1, 2):
                 try:
-                    res = fn(t)
+                    if progress is None:
+                        res = fn(t)
+                    else:
+                        res = fn(t, lambda done, total, i=i: progress(i, done, total))
                 except Exception as e:
                     if attempt == 2:
                         on_fail(i, _describe(e))
@@ -86,20 +150,36 @@ class LocalExecutor:
             raise ValueError(f"workers must be >= 1, got {workers}")
         self.workers = workers
 
-    def run(self, fn: Callable[[Any], Any], tasks: Sequence[Any], on_done: OnDone, on_fail: OnFail) -> None:
+    def run(
+        self,
+        fn: Callable[..., Any],
+        tasks: Sequence[Any],
+        on_done: OnDone,
+        on_fail: OnFail,
+        progress: OnProgress | None = None,
+    ) -> None:
         attempts = [0] * len(tasks)
         todo = list(range(len(tasks)))
-        while todo:
-            todo = self._round(fn, tasks, todo, attempts, on_done, on_fail)
+        manager = multiprocessing.get_context("spawn").Manager() if progress is not None else None
+        q = manager.Queue() if manager is not None else None
+        try:
+            while todo:
+                todo = self._round(fn, tasks, todo, attempts, on_done, on_fail, progress, q)
+        finally:
+            _drain(q, progress)
+            if manager is not None:
+                manager.shutdown()
 
     def _round(
         self,
-        fn: Callable[[Any], Any],
+        fn: Callable[..., Any],
         tasks: Sequence[Any],
         todo: list[int],
         attempts: list[int],
         on_done: OnDone,
         on_fail: OnFail,
+        progress: OnProgress | None,
+        q: Any,
     ) -> list[int]:
         ctx = multiprocessing.get_context("spawn")
         ex = ProcessPoolExecutor(
@@ -111,13 +191,19 @@ class LocalExecutor:
 
         def submit(i: int) -> None:
             attempts[i] += 1
-            pending[ex.submit(fn, tasks[i])] = i
+            if q is None:
+                pending[ex.submit(fn, tasks[i])] = i
+            else:
+                pending[ex.submit(fn, tasks[i], QueueSink(q, i))] = i
 
         try:
             for i in todo:
                 submit(i)
             while pending:
-                done, _ = wait(list(pending), return_when=FIRST_COMPLETED)
+                done, _ = wait(
+                    list(pending), timeout=_POLL_S if q is not None else None, return_when=FIRST_COMPLETED
+                )
+                _drain(q, progress)
                 for fut in done:
                     i = pending.pop(fut)
                     try:
@@ -183,15 +269,31 @@ class RayExecutor:
             ray.init(address=address, **kw)
         self.workers = workers or int(ray.cluster_resources().get("CPU", 1))  # type: ignore[no-untyped-call]
 
-    def run(self, fn: Callable[[Any], Any], tasks: Sequence[Any], on_done: OnDone, on_fail: OnFail) -> None:
+    def run(
+        self,
+        fn: Callable[..., Any],
+        tasks: Sequence[Any],
+        on_done: OnDone,
+        on_fail: OnFail,
+        progress: OnProgress | None = None,
+    ) -> None:
         ray = self._ray
         remote = ray.remote(num_cpus=1, max_retries=0)(fn)  # the one retry is ours, for any failure
         attempts = [0] * len(tasks)
         refs: dict[Any, int] = {}
+        q: Any = None
+        if progress is not None:
+            # optional extra: ray is imported only when this executor is used
+            from ray.util.queue import Queue
+
+            q = Queue(actor_options={"num_cpus": 0})
 
         def submit(i: int) -> None:
             attempts[i] += 1
-            refs[remote.remote(tasks[i])] = i
+            if q is None:
+                refs[remote.remote(tasks[i])] = i
+            else:
+                refs[remote.remote(tasks[i], QueueSink(q, i))] = i
 
         # at most workers x 2 in flight, so that a Ctrl-C leaves little queued on the cluster
         queue = list(range(len(tasks)))[::-1]
@@ -199,7 +301,8 @@ class RayExecutor:
             while queue or refs:
                 while queue and len(refs) < 2 * max(1, self.workers):
                     submit(queue.pop())
-                done, _ = ray.wait(list(refs), num_returns=1)
+                done, _ = ray.wait(list(refs), num_returns=1, timeout=_POLL_S if q is not None else None)
+                _drain(q, progress)
                 for ref in done:
                     i = refs.pop(ref)
                     try:
@@ -215,6 +318,9 @@ class RayExecutor:
         finally:
             for ref in refs:
                 ray.cancel(ref, force=True)
+            _drain(q, progress)
+            if q is not None:
+                q.shutdown()
 
 
 def make_executor(name: str, workers: int | None, address: str | None = None) -> Executor:

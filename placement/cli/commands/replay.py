@@ -1,9 +1,10 @@
-"""`placement replay`: read a trace, replay it on a cluster once per policy (and seed), locally or on Ray, with a
-progress bar, the per-policy table, CSVs and plots.
+"""`placement replay`: read a trace, replay it on a cluster once per policy (and seed), locally or on Ray, with
+progress per job (a bar, or log lines with the rate when stderr is not a terminal), the table, CSVs and plots.
 """
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -24,6 +25,7 @@ from placement.cli.help import Command, command_app
 from placement.io.native import cluster_from_dict, load_document
 from placement.sim.executors import InlineExecutor, LocalExecutor, RayExecutor, default_workers
 from placement.sim.replay import POLICIES, SimConfig, parse_shape_rule, read_trace
+from placement.sim.replay.kinds import resolve_kinds
 from placement.sim.replay.report import plot_replays, summary_table
 from placement.sim.replay.run import ReplayTask, read_csv, run_replays, task_key
 
@@ -44,7 +46,9 @@ def replay(
     policy: Annotated[
         list[str] | None,
         typer.Option(
-            "--policy", help="first-fit, kueue-tas, slurm-tree or cpsat; repeat for several (default: all)"
+            "--policy",
+            help="first-fit, kueue-tas, slurm-tree, cpsat, cpsat-wait or cpsat-preempt; repeat for several "
+            "(default: all)",
         ),
     ] = None,
     seed: Annotated[
@@ -54,13 +58,17 @@ def replay(
         str, typer.Option("--format", help="trace format (auto: from the suffix and header)")
     ] = "auto",
     jobs: Annotated[
-        int | None, typer.Option(help="replay the first N good jobs (acme-summary: sample N, default 2000)")
+        int | None,
+        typer.Option(
+            help="replay the first N arrivals (good jobs by submit time; acme-summary: sample N, default 2000)"
+        ),
     ] = None,
     strict: Annotated[
         bool, typer.Option(help="refuse a trace with bad rows instead of skipping them")
     ] = False,
     shape_rule: Annotated[
-        str | None, typer.Option(help="e.g. tp_max=8,pp=4,pp_from=256,classes=8:7b/64:13b/inf:70b")
+        str | None,
+        typer.Option(help="e.g. tp_max=8,pp=4,pp_from=256,classes=8:7b/64:13b/inf:70b,tp_in_node=require"),
     ] = None,
     backfill: Annotated[
         int, typer.Option(help="also start any of the next N queued jobs that fit (0: strict FIFO)")
@@ -83,6 +91,15 @@ def replay(
         float,
         typer.Option(help="decline placements whose step exceeds this x the ideal while others run (0: off)"),
     ] = 0.0,
+    checkpoint_minutes: Annotated[
+        float, typer.Option(help="cpsat-preempt: a preempted job loses the work since its last checkpoint")
+    ] = 30.0,
+    restart_s: Annotated[
+        float, typer.Option(help="cpsat-preempt and repair: seconds a restart from a checkpoint costs")
+    ] = 60.0,
+    log_every: Annotated[
+        int, typer.Option(help="when stderr is not a terminal: a progress line every N jobs (0: none)")
+    ] = 200,
     acme_cluster: Annotated[str, typer.Option(help="acme-summary: which cluster's row to sample")] = "Kalos",
     load: Annotated[
         float, typer.Option(help="acme-summary: offered load (share of the cluster's GPU-time)")
@@ -126,6 +143,9 @@ def replay(
         (workers is None or workers >= 0, f"--workers: must be >= 0, got {workers}"),
         (executor in ("local", "ray"), f"--executor: must be local or ray, got {executor!r}"),
         (0 < load <= 10, f"--load: must be in (0, 10], got {load:g}"),
+        (checkpoint_minutes > 0, f"--checkpoint-minutes: must be > 0, got {checkpoint_minutes:g}"),
+        (restart_s >= 0, f"--restart-s: must be >= 0, got {restart_s:g}"),
+        (log_every >= 0, f"--log-every: must be >= 0, got {log_every}"),
     ]
     for ok, msg in checks:
         if not ok:
@@ -133,6 +153,11 @@ def replay(
     rule = parse_shape_rule(shape_rule)
     doc = load_document(cluster)
     topo, _ = cluster_from_dict(doc, str(cluster), cluster.parent)
+    doc, kind_notes = resolve_kinds(doc, topo)
+    if kind_notes:
+        topo, _ = cluster_from_dict(doc, str(cluster), cluster.parent)
+    for n in kind_notes:
+        err.print(f"[yellow]note:[/] {escape(n)}", highlight=False, soft_wrap=True)
     tr = read_trace(
         trace,
         fmt,
@@ -151,6 +176,8 @@ def replay(
             highlight=False,
             soft_wrap=True,
         )
+    for n in tr.notes():
+        err.print(f"[yellow]note:[/] {escape(n)}", highlight=False, soft_wrap=True)
     if not tr.jobs:
         fail(f"{escape(str(trace))}: no job to replay", 2)
     err.print(
@@ -173,6 +200,8 @@ def replay(
                 repair_hours=repair_hours,
                 arrival_scale=arrival_scale,
                 max_slowdown=max_slowdown,
+                checkpoint_s=checkpoint_minutes * 60.0,
+                restart_s=restart_s,
             )
             tasks.append(
                 ReplayTask(task_key(doc, jobs_t, cfg, rule), doc, str(cluster.parent), jobs_t, cfg, rule)
@@ -188,22 +217,35 @@ def replay(
         ex = InlineExecutor()
     else:
         ex = LocalExecutor(max(1, min(workers or default_workers(), len(tasks))))
+    live = err.is_terminal
     progress = Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
         TextColumn("jobs"),
+        TextColumn("{task.fields[rate]}"),
         TimeElapsedColumn(),
         TextColumn("ETA"),
         TimeRemainingColumn(),
         console=err,
+        disable=not live,
     )
-    bar: dict[str, Any] = {}
+    bar: dict[str, Any] = {"t0": time.monotonic(), "logged": 0}
 
     def on_progress(done: int, total: int) -> None:
-        if "id" not in bar:
-            bar["id"] = progress.add_task(f"replay x{len(tasks)}", total=total)
-        progress.update(bar["id"], completed=done)
+        el = time.monotonic() - bar["t0"]
+        rate = f"{done / el:.1f} jobs/s" if el > 0 else ""
+        if live:
+            if "id" not in bar:
+                bar["id"] = progress.add_task(f"replay x{len(tasks)}", total=total, rate="")
+            progress.update(bar["id"], completed=done, rate=rate)
+        elif log_every and (done - bar["logged"] >= log_every or (done == total and done > bar["logged"])):
+            bar["logged"] = done
+            err.print(
+                f"replay: {done}/{total} jobs ({100 * done / max(1, total):.1f}%), {rate}, {el:.0f} s",
+                highlight=False,
+                soft_wrap=True,
+            )
 
     with progress:
         run = run_replays(tasks, out, executor=ex, resume=resume, progress=on_progress)

@@ -37,6 +37,9 @@ JOB_COLUMNS = (
     "nodes",
     "restarts",
     "repairs",
+    "preemptions",
+    "waits",
+    "shared",
     "placed",
 )
 SUMMARY_COLUMNS = (
@@ -57,6 +60,7 @@ SUMMARY_COLUMNS = (
     "makespan_h",
     "restarts",
     "repairs",
+    "preemptions",
     "wall_s",
     "status",
     "error",
@@ -114,6 +118,7 @@ def summarize(res: ReplayResult, devices: int) -> dict[str, Any]:
         "makespan_h": end / 3600.0,
         "restarts": sum(r["restarts"] for r in res.records),
         "repairs": sum(r["repairs"] for r in res.records),
+        "preemptions": sum(r.get("preemptions", 0) for r in res.records),
         "wall_s": res.wall_s,
     }
 

@@ -15,6 +15,7 @@ from placement.io.native import cluster_from_dict
 from placement.model.topology import Topology
 from placement.sim.digest import digest
 from placement.sim.executors import Executor, InlineExecutor
+from placement.sim.replay.kinds import resolve_kinds
 from placement.sim.replay.report import JOB_COLUMNS, SUMMARY_COLUMNS, summarize
 from placement.sim.replay.shapes import ShapeRule
 from placement.sim.replay.sim import SimConfig, simulate
@@ -53,7 +54,11 @@ def replay_task(task: ReplayTask, progress: Callable[[int, int], None] | None = 
 
     h = digest(task.cluster_doc)
     if h not in _TOPOLOGIES:
-        _TOPOLOGIES[h] = cluster_from_dict(task.cluster_doc, "cluster", Path(task.cluster_dir))[0]
+        topo = cluster_from_dict(task.cluster_doc, "cluster", Path(task.cluster_dir))[0]
+        doc, notes = resolve_kinds(task.cluster_doc, topo)
+        if notes:  # kinds the cost model cannot price: the callers resolve them first; this is the safety net
+            topo = cluster_from_dict(doc, "cluster", Path(task.cluster_dir))[0]
+        _TOPOLOGIES[h] = topo
     topo = _TOPOLOGIES[h]
     res = simulate(topo, task.jobs, task.config, task.rule, progress=progress)
     summary = summarize(res, topo.num_devices)
@@ -132,8 +137,9 @@ def run_replays(
 
     Each replay's job rows and series go to jobs.csv and series.csv when it finishes, then its row to
     summary.csv (the row that marks it finished). A replay that fails twice gets a summary row with status
-    ERROR and the error. `progress(jobs done, jobs)` counts trace jobs (per job in this process, per replay
-    elsewhere). Ctrl-C stops the run; what was written stays.
+    ERROR and the error. `progress(jobs done, jobs)` counts trace jobs over all replays, per job as they
+    finish in each replay, whichever the executor (worker processes and Ray tasks send theirs back about once a
+    second). Ctrl-C stops the run; what was written stays.
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -147,20 +153,21 @@ def run_replays(
     jobs = _Csv(out / "jobs.csv", JOB_COLUMNS, done)
     series = _Csv(out / "series.csv", SERIES_COLUMNS, done)
     total = sum(len(t.jobs) for t in todo)
-    count = 0
+    per_task = [0] * len(todo)  # jobs done in each replay
+
+    def moved(i: int, done: int) -> None:
+        per_task[i] = max(per_task[i], done)
+        if progress is not None:
+            progress(sum(per_task), total)
 
     def on_done(i: int, res: Mapping[str, Any]) -> None:
-        nonlocal count
         jobs.write(res["jobs"])
         series.write(res["series"])
         sums.write([res["summary"]])
         run.executed += 1
-        count += len(todo[i].jobs)
-        if progress is not None:
-            progress(count, total)
+        moved(i, len(todo[i].jobs))
 
     def on_fail(i: int, error: str) -> None:
-        nonlocal count
         t = todo[i]
         sums.write(
             [
@@ -175,27 +182,19 @@ def run_replays(
             ]
         )
         run.failed += 1
-        count += len(t.jobs)
-        if progress is not None:
-            progress(count, total)
+        moved(i, len(t.jobs))
 
     if progress is not None:
         progress(0, total)
     ex = executor if executor is not None else InlineExecutor()
     try:
-        if isinstance(ex, InlineExecutor) and progress is not None:
-            for i, t in enumerate(todo):
-                base = count
-
-                def inner(k: int, _n: int, base: int = base) -> None:
-                    progress(base + k, total)
-
-                try:
-                    on_done(i, replay_task(t, inner))
-                except Exception as e:
-                    on_fail(i, f"{type(e).__name__}: {e}")
-        else:
-            ex.run(replay_task, todo, on_done, on_fail)
+        ex.run(
+            replay_task,
+            todo,
+            on_done,
+            on_fail,
+            (lambda i, done, _n: moved(i, done)) if progress is not None else None,
+        )
     except KeyboardInterrupt:
         run.interrupted = True
     finally:

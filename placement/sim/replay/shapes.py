@@ -30,7 +30,9 @@ class ShapeRule:
     - TP: the largest divisor of `gpus` that is <= `tp_max` (0: one node's devices), so TP stays in a node;
     - PP: `pp` when the job has >= `pp_from` GPUs and pp divides what TP leaves (else 1);
     - DP: the rest.
-    - model: by size class, the first ``(max_gpus, model)`` of `classes` with gpus <= max_gpus.
+    - model: by size class, the first ``(max_gpus, model)`` of `classes` with gpus <= max_gpus;
+    - `tp_in_node`: ``prefer`` (default: TP groups should stay in a node, a soft rule the solver may break when
+      no node has room) or ``require`` (a hard rule: a TP group never spans nodes; the job waits instead).
     """
 
     tp_max: int = 0
@@ -38,6 +40,7 @@ class ShapeRule:
     pp_from: int = 0
     classes: tuple[tuple[int, str], ...] = ((8, "7b"), (64, "13b"), (1 << 30, "70b"))
     micro_batches: int = 8
+    tp_in_node: str = "prefer"
 
     def shape(self, gpus: int, gpus_per_node: int) -> Shape:
         cap = self.tp_max or gpus_per_node
@@ -55,11 +58,13 @@ class ShapeRule:
     def describe(self) -> str:
         cls = ", ".join(f"<= {g} GPUs: {m}" if g < (1 << 30) else f"larger: {m}" for g, m in self.classes)
         pp = f"pp={self.pp} from {self.pp_from} GPUs" if self.pp > 1 and self.pp_from else "pp=1"
-        return f"tp <= {self.tp_max or 'one node'}, {pp}, dp = the rest; model {cls}"
+        tp = "TP required in a node" if self.tp_in_node == "require" else "TP preferred in a node"
+        return f"tp <= {self.tp_max or 'one node'}, {pp}, dp = the rest; model {cls}; {tp}"
 
 
 def parse_shape_rule(text: str | None) -> ShapeRule:
-    """``tp_max=8,pp=4,pp_from=256,classes=8:7b/64:13b/inf:70b,micro_batches=8`` (every key optional)."""
+    """``tp_max=8,pp=4,pp_from=256,classes=8:7b/64:13b/inf:70b,micro_batches=8,tp_in_node=require`` (every key
+    optional)."""
     if not text:
         return ShapeRule()
     kw: dict[str, object] = {}
@@ -92,9 +97,16 @@ def parse_shape_rule(text: str | None) -> ShapeRule:
                 except ValueError:
                     probs.append(Problem("classes", f"{c!r}: the GPU limit must be an integer or inf"))
             kw["classes"] = tuple(sorted(classes))
+        elif key == "tp_in_node":
+            if val not in ("prefer", "require"):
+                probs.append(Problem(key, f"must be prefer or require, got {val!r}"))
+            kw[key] = val
         else:
             probs.append(
-                Problem(key or "<empty>", "unknown key; keys are tp_max, pp, pp_from, classes, micro_batches")
+                Problem(
+                    key or "<empty>",
+                    "unknown key; keys are tp_max, pp, pp_from, classes, micro_batches, tp_in_node",
+                )
             )
     if probs:
         raise InputError("--shape-rule", probs)
@@ -110,9 +122,11 @@ def job_for(
     kind: str | None,
     shape: Shape | None = None,
     model: str | None = None,
+    node_level: str = "node",
 ) -> Job:
     """The structured job a trace row stands for: its own shape and model when the row has them, else the rule's.
-    TP prefers one node (a soft rule, as the schedulers ask); the global batch is `micro_batches` x DP."""
+    TP prefers (or with ``tp_in_node=require`` must keep to) one domain of `node_level`; the global batch is
+    `micro_batches` x DP."""
     s = shape or rule.shape(gpus, gpus_per_node)
     params, hidden, layers = MODELS[model or rule.model(gpus)]
     if s.pp > 1 and layers % s.pp:
@@ -127,6 +141,6 @@ def job_for(
         micro_batches=max(rule.micro_batches, s.pp),
         bytes_per_element=2,
     )
-    return Job(
-        name, par.world_size, kind, par, ms, {"dp": 0.5}, constraints=Constraints(prefer={"tp": "node"})
-    )
+    rule_tp = {"tp": node_level}
+    cons = Constraints(require=rule_tp) if rule.tp_in_node == "require" else Constraints(prefer=rule_tp)
+    return Job(name, par.world_size, kind, par, ms, {"dp": 0.5}, constraints=cons)

@@ -1,10 +1,11 @@
 """Trace readers (Alibaba PAI 2020, openb 2023, DLRM 2025, spot 2026; Philly; Acme and its summary; plain CSV).
-Owns `read_trace`, `TraceJob` and the bad-row rules (duration < 0, GPUs < 1 or > the cluster), reported by line.
+Owns `read_trace`, `TraceJob`, the bad-row rules (reported by line) and the rows skipped on purpose (counted).
 """
 
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import math
 import random
@@ -50,16 +51,47 @@ class TraceJob:
     line: int
     shape: Shape | None = None
     model: str | None = None
+    shared: bool = False
+    """A GPU-sharing pod (openb ``gpu_milli`` < 1000): it is replayed on one whole GPU (devices are not split)."""
+
+
+SKIP_REASONS = {
+    "cpu-only": "CPU-only rows (0 GPUs): not GPU jobs, nothing to place",
+    "never-ran": "rows that never ran (no scheduled_time / start): their run time is unknown",
+    "outside": "rows that began before the trace or ended after it (NaN times, per the DLRM trace's README)",
+}
+"""Rows that are not bad but are not replayed, by reason (counted in `Trace.skipped`)."""
 
 
 @dataclass
 class Trace:
-    """The good jobs, sorted by submit time, and one problem per bad row (path ``line N``)."""
+    """The good jobs, sorted by submit time; one problem per bad row (path ``line N``); counts of the rows
+    skipped on purpose by reason (`SKIP_REASONS`); and `shared`, the GPU-sharing jobs replayed on whole GPUs."""
 
     source: str
     format: str
     jobs: list[TraceJob]
     bad: list[Problem] = field(default_factory=list)
+    skipped: dict[str, int] = field(default_factory=dict)
+    shared: int = 0
+
+    def notes(self) -> list[str]:
+        """One line per kind of row that is not replayed as written: skipped ones and GPU-sharing ones."""
+        out = [f"skipped {n} {SKIP_REASONS[k]}" for k, n in sorted(self.skipped.items()) if n]
+        if self.shared:
+            out.append(
+                f"{self.shared} GPU-sharing job(s) (a fraction of one GPU) are replayed on one whole GPU each "
+                "(the simulator does not split devices)"
+            )
+        return out
+
+
+class _Skip(Exception):
+    """A row that is not a GPU job that ran (not an error): counted by `reason` (a key of SKIP_REASONS)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 class _Bad(Exception):
@@ -105,7 +137,8 @@ def _first(row: Mapping[str, Any], *cols: str) -> str | None:
 
 # ---- row readers: (row) -> (name, submit, gpus, duration, shape, model) -----------------------------------
 
-Row = tuple[str, float, float, float, Shape | None, str | None]
+Row = tuple[str, float, float, float, Shape | None, str | None, bool]
+"""(name, submit, GPUs, duration, shape, model, GPU-sharing)."""
 
 
 def _plain(row: Mapping[str, Any], n: int) -> Row:
@@ -137,17 +170,24 @@ def _plain(row: Mapping[str, Any], n: int) -> Row:
     name = str(
         row.get("name") or row.get("job_name") or row.get("job_id") or row.get("instance_sn") or f"job-{n}"
     )
-    return name, submit, gpus, dur, shape, model
+    return name, submit, gpus, dur, shape, model, False
+
+
+def _missing(v: Any) -> bool:
+    return v is None or str(v).strip() in ("", "nan", "NaN", "None")
 
 
 def _openb(row: Mapping[str, Any], n: int) -> Row:
+    """A pod: GPUs `num_gpu` (0: CPU-only, skipped), run time deletion - scheduled (no scheduled_time: the pod
+    never ran, skipped); `gpu_milli` < 1000 on one GPU marks a GPU-sharing pod."""
     gpus = _num(row, "num_gpu")
-    if gpus == 1 and row.get("gpu_milli") not in (None, "") and _num(row, "gpu_milli") < 1000:
-        gpus = 1  # a GPU-sharing pod takes a whole device here
+    if gpus == 0:
+        raise _Skip("cpu-only")
+    shared = gpus == 1 and not _missing(row.get("gpu_milli")) and _num(row, "gpu_milli") < 1000
     submit = _time(row.get("creation_time"), "creation_time")
-    start = (
-        submit if row.get("scheduled_time") in (None, "") else _time(row["scheduled_time"], "scheduled_time")
-    )
+    if _missing(row.get("scheduled_time")):
+        raise _Skip("never-ran")
+    start = _time(row["scheduled_time"], "scheduled_time")
     return (
         str(row.get("name") or f"pod-{n}"),
         submit,
@@ -155,18 +195,29 @@ def _openb(row: Mapping[str, Any], n: int) -> Row:
         _time(row.get("deletion_time"), "deletion_time") - start,
         None,
         None,
+        shared,
     )
 
 
 def _dlrm(row: Mapping[str, Any], n: int) -> Row:
+    """An instance: GPUs `gpu_request` (0: CPU-only, skipped), run time deletion - scheduled (no
+    scheduled_time: it never ran; no creation or deletion time: outside the trace's window; both skipped)."""
+    gpus = _num(row, "gpu_request")
+    if gpus == 0:
+        raise _Skip("cpu-only")
+    if _missing(row.get("creation_time")) or _missing(row.get("deletion_time")):
+        raise _Skip("outside")
     submit = _time(row.get("creation_time"), "creation_time")
+    if _missing(row.get("scheduled_time")):
+        raise _Skip("never-ran")
     return (
         str(row.get("instance_sn") or f"inst-{n}"),
         submit,
-        _num(row, "gpu_request"),
-        _time(row.get("deletion_time"), "deletion_time") - submit,
+        gpus,
+        _time(row.get("deletion_time"), "deletion_time") - _time(row["scheduled_time"], "scheduled_time"),
         None,
         None,
+        False,
     )
 
 
@@ -217,7 +268,10 @@ def _csv_rows(path: Path, header: list[str] | None = None) -> Iterator[tuple[int
             yield rd.line_num, dict(row)
 
 
-def _pai2020(path: Path, has_header: bool) -> Iterator[tuple[int, Row | _Bad]]:
+Item = Row | _Bad | _Skip
+
+
+def _pai2020(path: Path, has_header: bool) -> Iterator[tuple[int, Item]]:
     """pai_task_table: a job is its tasks' union (submit: earliest start, end: latest end, GPUs: the sum of
     inst_num x plan_gpu / 100 over tasks, rounded up); the job's line is its first task's."""
     jobs: dict[str, dict[str, Any]] = {}
@@ -236,11 +290,19 @@ def _pai2020(path: Path, has_header: bool) -> Iterator[tuple[int, Row | _Bad]]:
         yield (
             j["line"],
             j["bad"]
-            or (name, j["start"], float(math.ceil(j["gpu"] - 1e-9)), j["end"] - j["start"], None, None),
+            or (
+                name,
+                j["start"],
+                float(math.ceil(j["gpu"] - 1e-9)),
+                j["end"] - j["start"],
+                None,
+                None,
+                False,
+            ),
         )
 
 
-def _philly(path: Path) -> Iterator[tuple[int, Row | _Bad]]:
+def _philly(path: Path) -> Iterator[tuple[int, Item]]:
     """cluster_job_log: GPUs of the first attempt, run time the sum of the attempts; the entry's line number."""
     text = read_text(path)
     dec = json.JSONDecoder()
@@ -257,7 +319,8 @@ def _philly(path: Path) -> Iterator[tuple[int, Row | _Bad]]:
         try:
             atts = obj.get("attempts") or []
             if not atts:
-                raise _Bad("attempts", "is empty (the job never ran)")
+                yield line, _Skip("never-ran")
+                continue
             gpus = sum(len(d.get("gpus") or []) for d in atts[0].get("detail") or [])
             dur = sum(
                 _time(a.get("end_time"), "attempts.end_time")
@@ -273,6 +336,7 @@ def _philly(path: Path) -> Iterator[tuple[int, Row | _Bad]]:
                     dur,
                     None,
                     None,
+                    False,
                 ),
             )
         except _Bad as e:
@@ -281,7 +345,7 @@ def _philly(path: Path) -> Iterator[tuple[int, Row | _Bad]]:
 
 def _acme_summary(
     path: Path, cluster: str, jobs: int, cluster_gpus: int, load: float, seed: int
-) -> Iterator[tuple[int, Row | _Bad]]:
+) -> Iterator[tuple[int, Item]]:
     """Sample `jobs` jobs from one cluster's published summary (acme/cluster_summary.csv): GPU counts are powers
     of two, half of them 1 GPU (the median is 1), the rest geometric with the ratio that gives the mean, up to the
     maximum; run times log-normal with the median and mean; Poisson arrivals at `load` x the cluster's GPUs."""
@@ -318,7 +382,7 @@ def _acme_summary(
     rate = load * cluster_gpus / work if work > 0 else 1.0
     t = 0.0
     for i, (g, d) in enumerate(drawn):
-        yield ln, (f"{r['id'].lower()}-{i:05d}", t, float(g), max(1.0, round(d, 1)), None, None)
+        yield ln, (f"{r['id'].lower()}-{i:05d}", t, float(g), max(1.0, round(d, 1)), None, None, False)
         t += rng.expovariate(rate)
 
 
@@ -335,8 +399,9 @@ def read_trace(
 ) -> Trace:
     """Read a trace. Bad rows (a field missing or unreadable, duration < 0, GPUs < 1, more GPUs than the
     cluster's `cluster_gpus`) are skipped and listed in `Trace.bad` by line; with `strict` they are an
-    `InputError` naming every one. `limit` keeps the first N good jobs in file order; submit times are shifted
-    so that the first job arrives at 0. ``acme-summary`` samples `limit` (default 2,000) jobs of `acme_cluster`."""
+    `InputError` naming every one. CPU-only rows (0 GPUs) and rows that never ran are not bad: they are skipped
+    and counted in `Trace.skipped`. `limit` keeps the first N arrivals (the good jobs sorted by submit time);
+    submit times are shifted so that the first job arrives at 0. Bad rows are reported over the whole file. ``acme-summary`` samples `limit` (default 2,000) jobs of `acme_cluster`."""
     p = Path(path)
     if fmt not in FORMATS:
         raise InputError(
@@ -351,7 +416,7 @@ def read_trace(
             first = f.readline()
         header = next(csv.reader([first]), []) if first else []
         fmt = _detect(p, [h.strip() for h in header])
-    src: Iterator[tuple[int, Row | _Bad]]
+    src: Iterator[tuple[int, Item]]
     if fmt == "philly":
         src = _philly(p)
     elif fmt == "pai2020":
@@ -362,23 +427,28 @@ def read_trace(
     else:
         reader = _READERS[fmt]
 
-        def gen() -> Iterator[tuple[int, Row | _Bad]]:
+        def gen() -> Iterator[tuple[int, Item]]:
             for n, (line, row) in enumerate(_csv_rows(p)):
                 try:
                     yield line, reader(row, n)
-                except _Bad as e:
+                except (_Bad, _Skip) as e:
                     yield line, e
 
         src = gen()
     jobs: list[TraceJob] = []
     bad: list[Problem] = []
+    skipped: dict[str, int] = {}
     for line, item in src:
-        if limit is not None and len(jobs) >= limit:
-            break
         if isinstance(item, _Bad):
             bad.append(Problem(f"line {line}", f"{item.col} {item.message}"))
             continue
-        name, submit, gpus, dur, shape, model = item
+        if isinstance(item, _Skip):
+            skipped[item.reason] = skipped.get(item.reason, 0) + 1
+            continue
+        name, submit, gpus, dur, shape, model, shared = item
+        if gpus == 0:
+            skipped["cpu-only"] = skipped.get("cpu-only", 0) + 1
+            continue
         why = None
         if dur < 0:
             why = f"duration is negative ({dur:g} s); it must be >= 0"
@@ -391,10 +461,12 @@ def read_trace(
         if why:
             bad.append(Problem(f"line {line}", why))
             continue
-        jobs.append(TraceJob(name, submit, int(gpus), dur, line, shape, model))
+        jobs.append(TraceJob(name, submit, int(gpus), dur, line, shape, model, shared))
     if strict and bad:
         raise InputError(str(p), bad)
     jobs.sort(key=lambda j: (j.submit, j.line))
+    if limit is not None:
+        jobs = jobs[:limit]  # the first N arrivals (files are not always in time order: the DLRM trace)
     t0 = jobs[0].submit if jobs else 0.0
-    jobs = [TraceJob(j.name, j.submit - t0, j.gpus, j.duration, j.line, j.shape, j.model) for j in jobs]
-    return Trace(str(p), fmt, jobs, bad)
+    jobs = [dataclasses.replace(j, submit=j.submit - t0) for j in jobs]
+    return Trace(str(p), fmt, jobs, bad, skipped, sum(1 for j in jobs if j.shared))
