@@ -165,12 +165,13 @@ def test_unknown_device_kinds_are_priced_and_noted() -> None:
     assert resolve_kinds(fixed, t2) == (fixed, [])
     res = simulate(t2, [job], SimConfig("first-fit"))
     assert res.records[0]["ideal_step_s"] > 0
-    # a one-GPU step is compute alone: T4 against the fallback (V100) is the ratio of their peak TFLOP/s
+    # a one-GPU step is compute alone: T4 against the fallback (V100) is the ratio of their peak TFLOP/s, within
+    # the memory-bound optimizer step (step model v3), which does not scale with the peak and is ~1% of it here
     j = job_for("x", 1, ShapeRule(), gpus_per_node=8, kind=None)
     st = ClusterState()
     t4 = evaluate(t2, st, j, [0], traffic=job_traffic(j), check=False).step_seconds
     g2 = evaluate(t2, st, j, [2], traffic=job_traffic(j), check=False).step_seconds
-    assert t4 / g2 == pytest.approx(125.0 / TRACE_KINDS["T4"].tflops, rel=1e-6)
+    assert t4 / g2 == pytest.approx(125.0 / TRACE_KINDS["T4"].tflops, rel=0.01)
 
 
 def test_jobs_n_takes_the_first_n_arrivals_not_the_first_rows(tmp_path: Path) -> None:
