@@ -194,10 +194,15 @@ def test_process_mode_answers_a_repeated_request_from_the_memo_and_counts_it_apa
     assert _answer(answers[1]) == _answer(answers[2]) == _answer(answers[0])
 
 
+def slow_request() -> pb.PlaceRequest:
+    """A request whose search runs for seconds: 128 ranks on 64 hosts with 0-6 busy devices each (mixed
+    fragments: the bound stays open, so the search goes on until no neighbourhood improves)."""
+    busy = tuple(f"node{i:02d}/gpu{g}" for i in range(1, 65) for g in range((i * 3) % 7))
+    return place_request(nodes=64, tp=4, dp=8, pp=4, occupied=busy, time_limit_s=30)
+
+
 def test_process_mode_full_queue_is_resource_exhausted() -> None:
-    slow = place_request(
-        nodes=64, tp=4, dp=16, pp=4, occupied=tuple(f"node{i:02d}" for i in range(1, 10)), time_limit_s=30
-    )
+    slow = slow_request()
     with running(solve_mode="process", workers=1, queue_limit=0, solver_threads=1) as r:
         r.stub.Place(place_request(), timeout=60)  # the worker has started
         busy = r.stub.Place.future(slow, timeout=60)
@@ -213,9 +218,7 @@ def test_process_mode_full_queue_is_resource_exhausted() -> None:
 def test_a_killed_worker_is_replaced_and_its_call_is_internal(process_server: Running) -> None:
     procs = process_server.server.servicer._pool.processes
     assert procs is not None
-    slow = place_request(
-        nodes=64, tp=4, dp=16, pp=4, occupied=tuple(f"node{i:02d}" for i in range(1, 10)), time_limit_s=30
-    )
+    slow = slow_request()
     before = set(procs.pids)
     futures = [process_server.stub.Place.future(slow, timeout=60) for _ in range(2)]
     time.sleep(1.0)

@@ -5,6 +5,7 @@ Also the request's constraints (required and preferred levels, fault-domain spre
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
@@ -127,13 +128,7 @@ class ParallelSpec:
         >>> ParallelSpec(tp=2, pp=2).coords(3)
         {'tp': 1, 'cp': 0, 'ep': 0, 'dp': 0, 'pp': 1}
         """
-        out: dict[str, int] = {}
-        rest = rank
-        for d in self.dims:
-            n = self.size(d)
-            out[d] = rest % n
-            rest //= n
-        return {d: out[d] for d in DIMENSIONS}
+        return dict(zip(DIMENSIONS, _coords(self, rank), strict=True))
 
     def rank_of(self, coords: Mapping[str, int]) -> int:
         rank, stride = 0, 1
@@ -141,6 +136,18 @@ class ParallelSpec:
             rank += coords.get(d, 0) * stride
             stride *= self.size(d)
         return rank
+
+
+@functools.lru_cache(maxsize=1 << 17)
+def _coords(spec: ParallelSpec, rank: int) -> tuple[int, ...]:
+    """A rank's coordinates in `DIMENSIONS` order (cached: the heuristics and bounds ask for every rank often)."""
+    out: dict[str, int] = {}
+    rest = rank
+    for d in spec.dims:
+        n = spec.size(d)
+        out[d] = rest % n
+        rest //= n
+    return tuple(out[d] for d in DIMENSIONS)
 
 
 @dataclass(frozen=True)

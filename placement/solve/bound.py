@@ -471,7 +471,12 @@ class _Links:
 
 
 def comm_bound(
-    topology: Topology, state: ClusterState, job: Job, traffic: Traffic, candidates: Sequence[int]
+    topology: Topology,
+    state: ClusterState,
+    job: Job,
+    traffic: Traffic,
+    candidates: Sequence[int],
+    incumbent: tuple[float, float] | None = None,
 ) -> CommBound:
     """A lower bound on the exposed communication of every valid mapping of `job` onto `candidates` (step model
     v2, `placement.cost.step`).
@@ -498,6 +503,9 @@ def comm_bound(
       with f devices holds at most f // t members of a group meeting distinct A-groups, the hosts with room for G
       A-groups bound how many DP classes (a stage's TP groups) can have G members per host inside a domain
       (``host-room``); or some A-group is split, sharpened per DP group by its fewest members on a host.
+
+    `incumbent`: (exposed comm, step) of a valid mapping already found; the arguments stop once the bound meets
+    it in both (it cannot exceed it), which leaves the bound returned unchanged.
     """
     links = _Links(topology, state, candidates)
     n_levels = len(topology.levels)
@@ -567,6 +575,12 @@ def comm_bound(
     best = _search(pops, base_rows, crossings, names, backward, compute, {}, None, alls)
     if not math.isfinite(best.value):
         best = CommBound(0.0, {}, {}, 0.0)
+
+    def reached() -> bool:
+        # a valid bound never exceeds a mapping's (exposed comm, step): once it meets the incumbent's in both, the
+        # arguments below can only tie it, so they are skipped and the bound returned is the same
+        return incumbent is not None and best.value >= incumbent[0] and best.step >= incumbent[1]
+
     # the host-filling argument: take a label A of disjoint groups of t ranks. Either every A-group stays whole
     # on one host, and then a host with f free devices holds at most floor(f / t) ranks of any item whose ranks lie
     # in distinct A-groups (a DP group's members each come with their TP group), or some A-group spans hosts
@@ -576,7 +590,7 @@ def comm_bound(
         for li in range(n_levels)
     ]
     for ai, a in enumerate(pops):
-        if links.graph:
+        if links.graph or reached():
             continue
         if a.kind is not None:
             if a.size < 2 or not a.disjoint:
@@ -687,7 +701,12 @@ def comm_bound(
                 continue
             notes[pi] = f" (whole {a.label} groups on their hosts)"
             meets.append(pi)
-        whole = _search(pops, rows, whole_cross, names, backward, compute, notes, floors, whole_alls)
+        held_now = (best.value, best.step)
+        whole = _search(
+            pops, rows, whole_cross, names, backward, compute, notes, floors, whole_alls, held_now
+        )
+        if _below(whole, held_now):
+            continue  # the least of the two cases is at or below the bound held: nothing to gain from the split
         split_rows = [list(r) for r in base_rows]
         split_rows[ai] = [math.inf, *split_rows[ai][1:]] if n_levels > 1 else inf_row
         split = _search(
@@ -700,13 +719,17 @@ def comm_bound(
             {ai: f" (a {a.label} group split across hosts)"},
             None,
             alls,
+            held_now,
         )
         # a split case sharpened per item x of a population whose items meet distinct A-groups: with x's fewest
         # members on a host G, a host of x holds G A-groups' ranks, each A-group whole (t ranks) or split (at
         # least its own fewest members on a host), so if G * t exceeds a host's devices, some A-group meeting x
         # there is split with at most max_free // G members on one of its hosts
         sharper = [split]
-        for pi in meets if a.kind is not None else []:
+        # the sharper split cases only raise the split case; once it is at or above the whole case in both, the
+        # least of the two is the whole case whatever they give
+        sharpen = not (split.value >= whole.value and split.step >= whole.step)
+        for pi in meets if a.kind is not None and sharpen else []:
             p = pops[pi]
             if p.kind is None:
                 continue
@@ -734,6 +757,7 @@ def comm_bound(
                         {ai: f" (a {a.label} group split across hosts)", pi: f" ({g_x} per host at least)"},
                         fl,
                         alls,
+                        held_now,
                     )
                 )
             if per_g:
@@ -840,10 +864,15 @@ def _search(
     notes: dict[int, str],
     floors: dict[int, list[list[float]]] | None = None,
     alls: Sequence[tuple[frozenset[int], int, int]] = (),
+    cutoff: tuple[float, float] = (-math.inf, -math.inf),
 ) -> CommBound:
     """`_search_one` over both branches of every constraint ``(S, i, L)`` of `alls` (an item of S at level L or
     above, or every item of population i at level L or above: then its floor too is priced from L): the least
-    exposed comm and the least step of them all."""
+    exposed comm and the least step of them all.
+
+    `cutoff` (exposed comm, step): the bound the caller already holds. Once the least found is at or below it in
+    both, the search stops and returns it: the true least is lower still, and the caller (who keeps the greater)
+    gains nothing from either, so the bound it ends with is the same."""
     alls = list(alls)[:MAX_ALLS]
     out: list[CommBound] = []
     for branch in itertools.product((False, True), repeat=len(alls)):
@@ -857,7 +886,9 @@ def _search(
                 why[i] = why.get(i, "") + f" (every {pops[i].label} group spans {names[lv - 1]}s)"
             else:
                 cons.append((s, lv))
-        out.append(_search_one(pops, rows, cons, names, backward, compute, why, floors or {}, every))
+        out.append(_search_one(pops, rows, cons, names, backward, compute, why, floors or {}, every, cutoff))
+        if _below(out[-1], cutoff):
+            break
     low = min(out, key=lambda b: b.value)
     return CommBound(low.value, low.by_label, low.argument, min(b.step for b in out))
 
@@ -872,10 +903,12 @@ def _search_one(
     notes: dict[int, str],
     floors: dict[int, list[list[float]]],
     every: dict[int, int],
+    cutoff: tuple[float, float] = (-math.inf, -math.inf),
 ) -> CommBound:
     """The least `_case` over every choice of the level each population is forced to that meets the crossing
     constraints (a population's cost only grows with its level, so its choices are 0 and the constraints'
-    levels). The bound holds whichever items cross: the least exposed comm and, separately, the least step."""
+    levels). The bound holds whichever items cross: the least exposed comm and, separately, the least step.
+    Stops once both are at or below `cutoff` (`_search`)."""
     grid = [list(r) for r in rows]
     multi: list[tuple[frozenset[int], int]] = []
     why = dict(notes)
@@ -907,9 +940,16 @@ def _search_one(
         step = min(step, c.step)
         if best is None or c.value < best.value:
             best = c
+        if best.value <= cutoff[0] and step <= cutoff[1]:
+            break
     if best is None:
         return CommBound(math.inf, {}, {}, math.inf)
     return CommBound(best.value, best.by_label, best.argument, step)
+
+
+def _below(b: CommBound, cutoff: tuple[float, float]) -> bool:
+    """`b` is at or below `cutoff` in both exposed comm and step (it cannot raise a bound that holds it)."""
+    return b.value <= cutoff[0] and b.step <= cutoff[1]
 
 
 def _least(cases: Sequence[CommBound]) -> CommBound:

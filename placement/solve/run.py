@@ -359,7 +359,8 @@ def _optimize(
         request.traffic,
         request.options,
     )
-    cb = comm_bound(topology, state, job, traffic, request.candidates)
+    incumbent = (found[_best(found)][1].comm_seconds, found[_best(found)][1].step_seconds) if found else None
+    cb = comm_bound(topology, state, job, traffic, request.candidates, incumbent)
     stats: dict[str, float | int | str] = {
         "bound_source": cb.source,
         "bound_by_phase": ", ".join(f"{k} {v:.6g}" for k, v in cb.by_label.items()),
