@@ -150,6 +150,22 @@ def rank_units(job: Job, traffic: Traffic) -> list[tuple[int, ...]]:
     return [(r,) for r in range(job.ranks)]
 
 
+_ORDERS: dict[int, tuple[Traffic, Job, list[list[tuple[int, ...]]]]] = {}
+"""`_orders_of` per traffic object (one per `place` call; every heuristic of the call asks), a few kept."""
+
+
+def _orders_of(job: Job, traffic: Traffic) -> list[list[tuple[int, ...]]]:
+    """`_unit_orders` of `rank_units`, computed once per (job, traffic) objects; callers do not modify it."""
+    hit = _ORDERS.get(id(traffic))
+    if hit is not None and hit[0] is traffic and hit[1] is job:
+        return hit[2]
+    out = _unit_orders(job, rank_units(job, traffic))
+    if len(_ORDERS) >= 8:
+        _ORDERS.clear()
+    _ORDERS[id(traffic)] = (traffic, job, out)
+    return out
+
+
 def _unit_orders(job: Job, units: list[tuple[int, ...]]) -> list[list[tuple[int, ...]]]:
     """Units data-parallel first (Megatron's default) and pipeline first; one order for explicit jobs."""
     par = job.parallel
@@ -163,7 +179,7 @@ def _unit_orders(job: Job, units: list[tuple[int, ...]]) -> list[list[tuple[int,
 
 def _in_order(free: _Free, job: Job, traffic: Traffic) -> list[int]:
     """The free ranks with every TP group (heaviest group) consecutive, data-parallel next."""
-    units = _unit_orders(job, rank_units(job, traffic))[0]
+    units = _orders_of(job, traffic)[0]
     return [r for u in units for r in u if r not in free.pinned]
 
 
@@ -231,7 +247,7 @@ def rail_aligned(topology: Topology, state: ClusterState, job: Job, traffic: Tra
     size = Counter(sig.values())
     hosts.sort(key=lambda h: (-size[sig[h]] * len(sig[h]), sig[h], h))
     seats = {h: sorted(free.by_host[h], key=lambda d: (rail(d), d)) for h in hosts}
-    units = _unit_orders(job, rank_units(job, traffic))[0]
+    units = _orders_of(job, traffic)[0]
     return _pack(free, units, hosts, seats)
 
 
@@ -309,7 +325,7 @@ def _group_pack(pipeline_first: bool) -> Heuristic:
         scope = free.tightest() if free.ok else None
         if scope is None:
             return None
-        orders = _unit_orders(job, rank_units(job, traffic))
+        orders = _orders_of(job, traffic)
         units = orders[-1] if pipeline_first else orders[0]
         usize = max((len(u) for u in units), default=1)
         hosts = free.hosts_under(*scope)
@@ -351,7 +367,7 @@ def _block_pack(pipeline_first: bool, leaf: bool, first_fit: bool = False) -> He
         level = 1 if leaf else scope[0] - 1
         if level < 1 or level >= scope[0]:
             return None
-        orders = _unit_orders(job, rank_units(job, traffic))
+        orders = _orders_of(job, traffic)
         units = orders[-1] if pipeline_first else orders[0]
         usize = max((len(u) for u in units), default=1)
         dim = "dp" if pipeline_first else "pp"
