@@ -31,6 +31,9 @@ USAGE_ERRORS = [
     ["preempt", "a", "b"],
     ["repair", "a", "b", "c", "--workers", "many"],
     ["capacity", "c", "--place", "two"],
+    ["place"],
+    ["place", "c", "--request", "r.yaml"],
+    ["place", "--request", "r.yaml", "j"],
 ]
 
 

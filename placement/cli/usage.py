@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from typer._click import Context
@@ -18,14 +19,47 @@ from typer._click.exceptions import BadParameter, MissingParameter
 from typer._click.parser import _OptionParser
 from typer._click.utils import _escape_control_characters
 
+from placement.cli.errors import fail
 from placement.cli.help import Command
 from placement.cli.usage_table import USAGE
 
-__all__ = ["check_usage"]
+__all__ = ["INPUTS", "InputsRule", "check_usage"]
 
 _INT = re.compile(r"[+-]?\d+")
 _FLOAT = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
 _NOT_A_NUMBER_WORDS = {"inf", "infinity", "nan"}
+
+
+@dataclass(frozen=True)
+class InputsRule:
+    """A command's inputs: every parameter of `together`, or `alone` instead. The command checks it first (exit
+    2), and `check_usage` checks it before the command is imported."""
+
+    together: tuple[str, ...]
+    alone: str
+    missing: str
+    both: str
+
+    def problem(self, given: Mapping[str, object]) -> str | None:
+        """The message for the parameters `given` (None: the rule holds)."""
+        alone = given.get(self.alone) is not None
+        parts = [given.get(k) is not None for k in self.together]
+        if alone and any(parts):
+            return self.both
+        if not alone and not all(parts):
+            return self.missing
+        return None
+
+
+INPUTS: dict[str, InputsRule] = {
+    "place": InputsRule(
+        ("cluster", "job"),
+        "request",
+        missing="missing CLUSTER and JOB (or --request FILE)",
+        both="give either CLUSTER JOB or --request FILE, not both",
+    ),
+}
+"""Commands whose inputs come in one of two forms."""
 
 
 class _Param:
@@ -124,3 +158,7 @@ def check_usage(parent: Context, name: str, args: Sequence[str]) -> None:
     if extra:
         words = " ".join(_escape_control_characters(str(a)) for a in extra)
         ctx.fail(f"Got unexpected extra argument(s) ({words})")
+    rule = INPUTS.get(name)
+    problem = rule.problem(opts) if rule is not None else None
+    if problem is not None:
+        fail(problem, 2)

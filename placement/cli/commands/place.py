@@ -17,7 +17,9 @@ from placement.cli.inputs import load_inputs, write_output
 from placement.cli.options import ServerOpt, TokenOpt
 from placement.cli.picture import render_picture
 from placement.cli.tables import out, place_title, print_report, print_result, print_verdict
+from placement.cli.usage import INPUTS
 from placement.cost.report import CostReport
+from placement.errors import InternalError
 from placement.io.export import baseline_costs, export
 from placement.io.native import job_from_dict, load_document
 from placement.messages import domain, dump_message, message_to_dict
@@ -177,15 +179,16 @@ def place(
     Give CLUSTER JOB [--state], or --request FILE; with --server (or PLACEMENT_SERVER) a placement-server solves
     it.
     """
+    problem = INPUTS["place"].problem({"cluster": cluster, "job": job, "request": request})
+    if problem is not None:
+        fail(problem, 2)
     if output not in PLACE_OUTPUTS:
         fail(f"--output: unknown value {output!r}; use one of {', '.join(PLACE_OUTPUTS)}", 2)
     if request is not None:
-        if cluster is not None or job is not None:
-            fail("give either CLUSTER JOB or --request FILE, not both", 2)
         _place_request(read_request(request, pb.PlaceRequest), server, token, output, out_file)
         return
     if cluster is None or job is None:
-        fail("missing CLUSTER and JOB (or --request FILE)", 2)
+        raise InternalError("the inputs rule lets CLUSTER and JOB through only together")
     strat = _check_options(strategy, time_limit, gap, seed, workers)
     if max_slowdown is not None and not (math.isfinite(max_slowdown) and max_slowdown >= 1):
         fail(f"--max-slowdown: must be a number >= 1 (1: the ideal step), got {max_slowdown:g}", 2)
