@@ -52,6 +52,7 @@ them is shared in proportion to the bytes each puts on it (every flow ends when 
 
 from __future__ import annotations
 
+import heapq
 import math
 import threading
 import weakref
@@ -75,6 +76,7 @@ __all__ = [
     "fabric_for",
     "max_min_phase_seconds",
     "phase_seconds",
+    "share_phase",
 ]
 
 TREE_EFFICIENCY = 0.92  # share of the link rate NCCL's tree reaches (busBw * .92 in src/graph/tuning.cc)
@@ -279,6 +281,7 @@ class Fabric:
                     caps += [counts[k] * lv[li + 1].tier.bandwidth_gbps / lv[li].oversubscription / f] * 2
             self.names += [upper] * (len(caps) - len(self.names))
         self.caps = caps
+        self.caps_bytes = [c * 1e9 for c in caps]  # bytes/s, as the sharing rules divide by them
         self._pair_slow: dict[int, list[tuple[int, int, float]]] = {}
         for (a, b), f in state.pair_slowdown.items():
             self._pair_slow.setdefault(self.host_of[a], []).append((a, b, f))
@@ -655,109 +658,200 @@ def phase_seconds(fabric: Fabric, plans: Sequence[Plan]) -> list[tuple[float, st
 
 
 def max_min_phase_seconds(fabric: Fabric, plans: Sequence[Plan]) -> list[tuple[float, str]]:
-    """Seconds of each of `plans` run at the same time, sharing NICs and uplinks max-min fairly, and the tier that
-    bounds each longest. Not yet what `placement.cost.step` uses: the solver's incremental step model reprices a
-    round by `phase_seconds`' rule, and both must change together (docs/model.md, known limits).
+    """Seconds of each of `plans` run at the same time, sharing NICs and uplinks max-min fairly, and the tier
+    that bounds each longest (module doc, **Sharing**): how `placement.cost.step` prices a round."""
+    return share_phase(fabric, plans)[0]
 
-    Progressive filling, event by event: every unfinished operation runs its current stage at a rate (share of the
-    stage per second) of ``lam / m``, with ``m`` its largest load on one link, so that operations crossing a link
-    get equal bytes per second on their heaviest link; ``lam`` rises until a link is full (its operations freeze)
-    or an operation reaches the rate of its own links (``1 / local``); then time runs to the next completion and
-    the links it frees are shared again. A device slowdown scales an operation's bytes and own time. Alone on its
-    links an operation takes ``max(local, load / capacity)``, as `phase_seconds` says; on one shared link the last
-    to finish ends at ``sum / capacity`` either way, the others earlier."""
-    uses: dict[int, tuple[Plan, int]] = {}
-    for p in plans:
-        u = uses.get(id(p))
-        uses[id(p)] = (p, 1 if u is None else u[1] + 1)
-    count: dict[int, int] = {}
-    for p, k in uses.values():
+
+def share_phase(fabric: Fabric, plans: Sequence[Plan]) -> tuple[list[tuple[float, str]], list[int]]:
+    """`max_min_phase_seconds` and each plan's component: the index of the first plan it shares a link with,
+    directly or through others (its own index when it shares none). A component's times depend only on its
+    plans in their order, so a caller that changes some plans reprices only the components they meet before and
+    after the change (`placement.solve.incremental`), and gets the same floats. A plan listed k times is k
+    operations."""
+    n = len(plans)
+    caps, names = fabric.caps_bytes, fabric.names
+    parent = list(range(n))
+    first: dict[int, int] = {}
+    joined = False
+    for i, p in enumerate(plans):
         for st in p.stages:
             for r, _x in st.loads:
-                count[r] = count.get(r, 0) + k
-    if all(c <= 1 for c in count.values()):
-        return phase_seconds(fabric, plans)  # nothing shared: each alone
-    caps = [c * 1e9 for c in fabric.caps]
-    names = fabric.names
-    ops = [(p, k) for p, k in uses.values()]
-    stage = [0] * len(ops)
-    rem = [1.0] * len(ops)
-    finish: dict[int, float] = {}
-    spent: list[dict[str, float]] = [{} for _ in ops]
-    now = 0.0
-    active = [i for i, (p, _) in enumerate(ops) if p.stages]
-    for i, (p, _) in enumerate(ops):
-        if not p.stages:
-            finish[i] = 0.0
-    while active:
-        rate: dict[int, float] = {}
-        why: dict[int, str] = {}
-        users: dict[int, list[int]] = {}
-        m: dict[int, float] = {}
-        own: dict[int, float] = {}
-        load: dict[int, dict[int, float]] = {}
-        for i in active:
-            p, k = ops[i]
-            st = p.stages[stage[i]]
-            lx: dict[int, float] = {}
+                j = first.setdefault(r, i)
+                if j == i:
+                    continue
+                a, b = i, j
+                while parent[a] != a:
+                    parent[a] = parent[parent[a]]
+                    a = parent[a]
+                while parent[b] != b:
+                    parent[b] = parent[parent[b]]
+                    b = parent[b]
+                if a != b:
+                    parent[max(a, b)] = min(a, b)
+                    joined = True
+    out: list[tuple[float, str]] = [(0.0, "")] * n
+    comp = list(range(n))
+    members: dict[int, list[int]] = {}
+    if joined:
+        for i in range(n):
+            a = i
+            while parent[a] != a:
+                a = parent[a]
+            comp[i] = a
+            if a != i:  # the root is its component's first plan: members stay in the plans' order
+                members.setdefault(a, [a]).append(i)
+    for i, p in enumerate(plans):
+        if comp[i] != i or i in members:
+            continue
+        # alone on its shared links: its plan's time, stage by stage the slower of its own links and its loads
+        secs, worst, tier = 0.0, -1.0, ""
+        for st in p.stages:
+            best, name = st.local, st.local_tier
             for r, x in st.loads:
-                lx[r] = lx.get(r, 0.0) + x * p.slowdown
-            load[i] = lx
-            m[i] = max(lx.values(), default=0.0)
-            own[i] = st.local * p.slowdown
-            for r in lx:
-                users.setdefault(r, []).append(i)
-        left = {r: caps[r] for r in users}
-        demand = {r: sum(ops[i][1] * load[i][r] / m[i] for i in us) for r, us in users.items()}
-        free = set(active)
-        for i in active:
-            if m[i] <= 0:  # no shared link: its own links alone
-                rate[i] = 1 / own[i] if own[i] > 0 else math.inf
-                why[i] = ops[i][0].stages[stage[i]].local_tier
-                free.discard(i)
-        while free:
-            lam, kind, arg = math.inf, "", -1
-            for i in free:
-                cap_i = m[i] / own[i] if own[i] > 0 else math.inf
-                if cap_i < lam:
-                    lam, kind, arg = cap_i, "own", i
-            for r, d in demand.items():
-                if d > 1e-300 and left[r] / d < lam:
-                    lam, kind, arg = left[r] / d, "link", r
-            if kind == "own":
-                frozen = [arg]
-                why[arg] = ops[arg][0].stages[stage[arg]].local_tier
+                v = x / caps[r]
+                if v > best:
+                    best, name = v, names[r]
+            secs += best
+            if best > worst:
+                worst, tier = best, name
+        out[i] = (p.latency + p.slowdown * secs, tier)
+    for ids in members.values():
+        for i, t in zip(ids, _fill(caps, names, [plans[i] for i in ids]), strict=True):
+            out[i] = t
+    return out, comp
+
+
+def _fill(caps: Sequence[float], names: Sequence[str], plans: Sequence[Plan]) -> list[tuple[float, str]]:
+    """Max-min fair sharing of the links of operations that share some (module doc, **Sharing**): progressive
+    filling again at every completion, an operation's rate counted in bytes per second on its heaviest link."""
+    k = len(plans)
+    users: dict[int, int] = {}  # resource -> operations using it (in any stage)
+    last: dict[int, int] = {}
+    for j, p in enumerate(plans):
+        for st in p.stages:
+            for r, _x in st.loads:
+                if last.get(r) != j:
+                    last[r] = j
+                    users[r] = users.get(r, 0) + 1
+    stage = [0] * k
+    rem = [0.0] * k  # bytes left on the heaviest link of the current stage
+    heavy = [0.0] * k  # that link's bytes
+    own = [math.inf] * k  # the rate (bytes/s on the heaviest link) its own and unshared links allow
+    own_name = [""] * k
+    shared: list[list[tuple[int, float]]] = [[] for _ in range(k)]  # (resource, load / heaviest)
+    finish = [0.0] * k
+    spent: list[dict[str, float]] = [{} for _ in range(k)]
+
+    def start(j: int) -> bool:
+        """Set up operation j's current stage; False when it has none left."""
+        p = plans[j]
+        if stage[j] >= len(p.stages):
+            return False
+        st, s = p.stages[stage[j]], p.slowdown
+        loads: dict[int, float] = {}
+        for r, x in st.loads:
+            loads[r] = loads.get(r, 0.0) + x
+        m = max(loads.values(), default=0.0) * s
+        local = st.local * s
+        rate, why = (m / local if local > 0 else math.inf), st.local_tier
+        sh: list[tuple[int, float]] = []
+        if m > 0:
+            for r, x in loads.items():
+                if users[r] > 1:
+                    if x > 0:
+                        sh.append((r, x * s / m))
+                elif x > 0 and caps[r] * m / (x * s) < rate:
+                    rate, why = caps[r] * m / (x * s), names[r]
+        elif local > 0:
+            m, rate = local, 1.0  # no bytes on shared links: its own links' time, as one unit at 1 per second
+        heavy[j], rem[j], own[j], own_name[j], shared[j] = m, m, rate, why, sh
+        return True
+
+    active = [j for j in range(k) if start(j)]
+    now = 0.0
+    while active:
+        lam = [0.0] * k
+        why = [""] * k
+        left: dict[int, float] = {}
+        demand: dict[int, float] = {}
+        on: dict[int, list[int]] = {}
+        owns: list[tuple[float, int]] = []
+        for j in active:
+            if not shared[j]:  # nothing on a shared link (now): its own rate
+                lam[j], why[j] = (own[j] if heavy[j] > 0 else math.inf), own_name[j]
+                continue
+            owns.append((own[j], j))
+            for r, w in shared[j]:
+                if r in left:
+                    demand[r] += w
+                    on[r].append(j)
+                else:
+                    left[r], demand[r], on[r] = caps[r], w, [j]
+        # every unfrozen operation rises at one level; the next to stop is the smallest own rate or link fill
+        level_of = {r: left[r] / d for r, d in demand.items()}
+        heap = [(v, r) for r, v in level_of.items()]
+        heapq.heapify(heap)
+        owns.sort()
+        oi, n_free = 0, len(owns)
+        while n_free:
+            while oi < len(owns) and lam[owns[oi][1]] != 0.0:
+                oi += 1
+            own_level = owns[oi][0] if oi < len(owns) else math.inf
+            while heap and level_of.get(heap[0][1]) != heap[0][0]:
+                heapq.heappop(heap)
+            if heap and heap[0][0] < own_level:
+                level, link = heapq.heappop(heap)
+                del level_of[link]
+                frozen = [j for j in on[link] if lam[j] == 0.0]
+                name = names[link]
+            elif own_level < math.inf:
+                level, link = own_level, -1
+                frozen = [owns[oi][1]]
+                name = own_name[frozen[0]]
             else:
-                frozen = [i for i in users[arg] if i in free]
-                for i in frozen:
-                    why[i] = names[arg]
-            for i in frozen:
-                rate[i] = lam / m[i]
-                free.discard(i)
-                k = ops[i][1]
-                for r, x in load[i].items():
-                    left[r] = max(0.0, left[r] - k * x * rate[i])
-                    demand[r] -= k * x / m[i]
-        dt = min(rem[i] / rate[i] if rate[i] > 0 else math.inf for i in active)
+                raise ValueError("an operation of the phase has no link and no time of its own to bound it")
+            for j in frozen:
+                lam[j], why[j] = level, name
+                n_free -= 1
+                for r, w in shared[j]:
+                    if r == link:
+                        continue
+                    d = demand[r] - w
+                    v = left[r] - level * w
+                    left[r], demand[r] = (v if v > 0.0 else 0.0), d
+                    if r in level_of:
+                        if d > 1e-12:
+                            level_of[r] = left[r] / d
+                            heapq.heappush(heap, (level_of[r], r))
+                        else:  # no unfrozen operation left on it
+                            del level_of[r]
+        dt = math.inf
+        for j in active:
+            if lam[j] > 0.0:
+                t = rem[j] / lam[j]
+                if t < dt:
+                    dt = t
         if dt == math.inf:
             raise ValueError("an operation of the phase can make no progress (a link of capacity 0)")
         now += dt
         still = []
-        for i in active:
-            spent[i][why[i]] = spent[i].get(why[i], 0.0) + dt
-            rem[i] -= rate[i] * dt if rate[i] != math.inf else rem[i]
-            if rem[i] <= 1e-12:
-                stage[i] += 1
-                if stage[i] < len(ops[i][0].stages):
-                    rem[i] = 1.0
-                    still.append(i)
-                else:
-                    finish[i] = now
+        for j in active:
+            sp = spent[j]
+            sp[why[j]] = sp.get(why[j], 0.0) + dt
+            left_j = rem[j] - lam[j] * dt if lam[j] != math.inf else 0.0
+            if left_j > 1e-12 * heavy[j]:
+                rem[j] = left_j
+                still.append(j)
+                continue
+            stage[j] += 1
+            if start(j):
+                still.append(j)
             else:
-                still.append(i)
+                finish[j] = now
         active = still
-    done: dict[int, tuple[float, str]] = {}
-    for i, (p, _) in enumerate(ops):
-        tier = max(spent[i], key=spent[i].__getitem__) if spent[i] else ""
-        done[id(p)] = (p.latency + finish[i], tier)
-    return [done[id(p)] for p in plans]
+    out = []
+    for j, p in enumerate(plans):
+        sp = spent[j]
+        out.append((p.latency + finish[j], max(sp, key=sp.__getitem__) if sp else ""))
+    return out

@@ -1,8 +1,10 @@
 """The evaluator's step model v2 kept up to date under moves: a move re-plans only the groups and edges it
 touches and re-prices only their phases (`StepEval`), so the search judges moves by what `place` reports.
 
-Built on the cost model's public pieces (`Fabric`, `phase_seconds`, `PHASE_ORDER`, the compute model); it
-computes what `placement.cost.step.model_step` does, phase by phase (tests check the two agree).
+Built on the cost model's public pieces (`Fabric`, `share_phase`, `PHASE_ORDER`, the compute model); it
+computes what `placement.cost.step.model_step` does, phase by phase (tests check the two agree): max-min sharing
+moves every operation that shares a link with a moved one, directly or through others, so a move re-prices the
+components of the link-sharing graph it meets before and after, whole (the same floats as the full model).
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from placement.cost.collectives import Plan, fabric_for
+from placement.cost.collectives import Fabric, Plan, fabric_for, share_phase
 from placement.cost.compute import ComputeModel, device_kind, job_device_kind, step_compute
 from placement.cost.step import PHASE_ORDER, assemble_step, phase_exposed
 from placement.model.traffic import Traffic
@@ -30,20 +32,42 @@ class Trial:
     plans: dict[int, Plan]
     phases: dict[str, tuple[float, float]]
     comp: ComputeModel | None
-    rounds: list[tuple[_Round, dict[int, float], dict[int, float], float, float, list[int]]]
+    rounds: list[tuple[_Round, dict[int, int], dict[int, float], float, float, list[int]]]
 
 
 @dataclass
 class _Round:
-    """One round of a phase (rank-disjoint groups that run at the same time): the bytes on every shared link,
-    which operations load each link, each operation's seconds and the round's slowest (total and exposed)."""
+    """One round of a phase (rank-disjoint groups that run at the same time): which operations load each shared
+    link, each operation's component (the first operation it shares links with, directly or not) and seconds, and
+    the round's slowest (total and exposed)."""
 
     ops: list[int]
-    totals: dict[int, float]
     users: dict[int, set[int]]
     times: dict[int, float]
+    comp: dict[int, int]
+    members: dict[int, list[int]]
+    pos: dict[int, int]
     secs: float = 0.0
     exp: float = 0.0
+
+    def price(self, fabric: Fabric, plans: Mapping[int, Plan]) -> tuple[dict[int, float], dict[int, int]]:
+        """Seconds and components of the operations of `plans` (whole components) priced together."""
+        oids = sorted(plans, key=self.pos.__getitem__)
+        out, comps = share_phase(fabric, [plans[o] for o in oids])
+        times = {o: t for o, (t, _) in zip(oids, out, strict=True)}
+        return times, {o: oids[c] for o, c in zip(oids, comps, strict=True)}
+
+    def set_components(self, comp: Mapping[int, int]) -> None:
+        """Record the components of some operations (whole components, before and after), replacing theirs."""
+        for o in comp:
+            self.members.pop(self.comp.get(o, o), None)
+        groups: dict[int, list[int]] = {}
+        for o in sorted(comp, key=self.pos.__getitem__):
+            self.comp[o] = comp[o]
+            groups.setdefault(comp[o], []).append(o)
+        for c, ms in groups.items():
+            if len(ms) > 1:
+                self.members[c] = ms
 
 
 class StepEval:
@@ -85,18 +109,17 @@ class StepEval:
         self.plans = [self._plan(oid, self.mapping) for oid in range(len(self.label_of))]
         self.weight = [(g.count, g.count * g.exposed) for g in tr.groups]
         self.weight += [(e.count, e.count * e.exposed) for e in tr.edges]
-        self.caps = [c * 1e9 for c in self.fabric.caps]
         self.state: dict[str, list[_Round]] = {}
         self.round_of: dict[int, _Round] = {}
         for lab in self.labels:
             rows = []
             for ops in self.rounds[lab]:
-                rd = _Round(list(ops), {}, {}, {})
+                rd = _Round(list(ops), {}, {}, {}, {}, {oid: i for i, oid in enumerate(ops)})
                 for oid in ops:
                     self._load(rd, oid, self.plans[oid], 1.0)
                     self.round_of[oid] = rd
-                for oid in ops:
-                    rd.times[oid] = self._time(self.plans[oid], rd.totals)
+                rd.times, comp = rd.price(self.fabric, {oid: self.plans[oid] for oid in ops})
+                rd.set_components(comp)
                 rd.secs, rd.exp = self._slowest(rd)
                 rows.append(rd)
             self.state[lab] = rows
@@ -106,27 +129,47 @@ class StepEval:
 
     def _load(self, rd: _Round, oid: int, plan: Plan, sign: float) -> None:
         for st in plan.stages:
-            for r, x in st.loads:
-                rd.totals[r] = rd.totals.get(r, 0.0) + sign * x
+            for r, _x in st.loads:
                 if sign > 0:
                     rd.users.setdefault(r, set()).add(oid)
                 else:
                     rd.users[r].discard(oid)
 
-    def _time(self, plan: Plan, totals: dict[int, float], changed: dict[int, float] | None = None) -> float:
-        """Seconds of one operation under the round's link loads, `changed` overriding `totals` (as
-        `placement.cost.collectives.phase_seconds` prices it)."""
-        caps = self.caps
-        secs = 0.0
-        for st in plan.stages:
-            best = st.local
-            for r, _x in st.loads:
-                v = changed.get(r) if changed else None
-                v = (totals[r] if v is None else v) / caps[r]
-                if v > best:
-                    best = v
-            secs += best
-        return plan.latency + plan.slowdown * secs
+    def _reach(self, rd: _Round, seeds: set[int], old: Mapping[int, Plan], new: Mapping[int, Plan]) -> set[int]:
+        """The operations sharing links with `seeds`, directly or through others, once the operations of `old`
+        run their plans of `new`."""
+        gone: dict[int, set[int]] = {}
+        came: dict[int, set[int]] = {}
+        for oid, p in old.items():
+            for st in p.stages:
+                for r, _x in st.loads:
+                    gone.setdefault(r, set()).add(oid)
+        for oid, p in new.items():
+            for st in p.stages:
+                for r, _x in st.loads:
+                    came.setdefault(r, set()).add(oid)
+        out = set(seeds)
+        todo = list(seeds)
+        plans = self.plans
+        seen: set[int] = set()
+        while todo:
+            oid = todo.pop()
+            p = new.get(oid) or plans[oid]
+            for st in p.stages:
+                for r, _x in st.loads:
+                    if r in seen:
+                        continue
+                    seen.add(r)
+                    us = rd.users.get(r, set())
+                    if r in gone:
+                        us = us - gone[r]
+                    if r in came:
+                        us = us | came[r]
+                    for u in us:
+                        if u not in out:
+                            out.add(u)
+                            todo.append(u)
+        return out
 
     def _slowest(self, rd: _Round, new: dict[int, float] | None = None) -> tuple[float, float]:
         """The round's slowest operation (total, exposed), with `new` times overriding the round's own."""
@@ -187,7 +230,8 @@ class StepEval:
 
     def trial(self, moves: Mapping[int, int]) -> Trial:
         """The step and exposed communication if rank r moved to device moves[r] (nothing is changed): only the
-        touched operations are re-planned, and only the operations sharing a link with them re-priced."""
+        touched operations are re-planned, and only the operations sharing links with them (directly or through
+        others, before or after the move) re-priced."""
         view = MovedMapping(self.mapping, moves)
         touched = {oid for r in moves for oid in self.ops_of[r]}
         new_plans = {oid: self._plan(oid, view) for oid in touched}
@@ -199,24 +243,17 @@ class StepEval:
         updates = []
         sums: dict[str, list[float]] = {}
         for rd, oids in by_round.values():
-            changed: dict[int, float] = {}
-            for oid in oids:
-                for st in self.plans[oid].stages:
-                    for r, x in st.loads:
-                        changed[r] = changed.get(r, rd.totals[r]) - x
-                for st in new_plans[oid].stages:
-                    for r, x in st.loads:
-                        changed[r] = changed.get(r, rd.totals.get(r, 0.0)) + x
-            affected = set(oids)
-            for r, v in changed.items():
-                if v != rd.totals.get(r, 0.0):  # a link whose load is back where it was reprices nobody
-                    affected.update(rd.users.get(r, ()))
-            new_times = {
-                oid: self._time(new_plans[oid] if oid in new_plans else self.plans[oid], rd.totals, changed)
-                for oid in affected
-            }
+            moved = {oid: new_plans[oid] for oid in oids if new_plans[oid] != self.plans[oid]}
+            new_times: dict[int, float] = {}
+            parts: dict[int, int] = {}
+            if moved:
+                seeds: set[int] = set()
+                for oid in moved:
+                    seeds.update(rd.members.get(rd.comp[oid], (oid,)))
+                reach = self._reach(rd, seeds, {oid: self.plans[oid] for oid in moved}, moved)
+                new_times, parts = rd.price(self.fabric, {o: moved.get(o) or self.plans[o] for o in reach})
             secs, exp = self._slowest(rd, new_times)
-            updates.append((rd, changed, new_times, secs, exp, oids))
+            updates.append((rd, parts, new_times, secs, exp, oids))
             label = self.label_of[oids[0]]
             acc = sums.setdefault(label, [0.0, 0.0])
             acc[0] += secs - rd.secs
@@ -238,11 +275,12 @@ class StepEval:
     def apply(self, trial: Trial) -> None:
         for r, d in trial.moves.items():
             self.mapping[r] = d
-        for rd, _changed, new_times, secs, exp, oids in trial.rounds:
+        for rd, parts, new_times, secs, exp, oids in trial.rounds:
             for oid in oids:
                 self._load(rd, oid, self.plans[oid], -1.0)
                 self._load(rd, oid, trial.plans[oid], 1.0)
             rd.times.update(new_times)
+            rd.set_components(parts)
             rd.secs, rd.exp = secs, exp
         for oid, plan in trial.plans.items():
             self.plans[oid] = plan
