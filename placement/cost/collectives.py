@@ -52,13 +52,12 @@ them is shared in proportion to the bytes each puts on it (every flow ends when 
 
 from __future__ import annotations
 
-import heapq
 import math
 import threading
 import weakref
 from collections import Counter
 from collections.abc import Hashable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from placement.cost.compute import nccl_generation, tree_channel_gbps
 from placement.cost.host_rings import matrix_ring, nvswitch
@@ -179,6 +178,8 @@ class Stage:
     local: float
     local_tier: str
     loads: tuple[tuple[int, float], ...] = ()
+    shape: _Shape | None = field(default=None, init=False, repr=False, compare=False)
+    """Its loads as sharing reads them (`_shape`), computed on first use."""
 
 
 @dataclass(frozen=True)
@@ -666,30 +667,43 @@ def max_min_phase_seconds(fabric: Fabric, plans: Sequence[Plan]) -> list[tuple[f
 def share_phase(fabric: Fabric, plans: Sequence[Plan]) -> tuple[list[tuple[float, str]], list[int]]:
     """`max_min_phase_seconds` and each plan's component: the index of the first plan it shares a link with,
     directly or through others (its own index when it shares none). A component's times depend only on its
-    plans in their order, so a caller that changes some plans reprices only the components they meet before and
-    after the change (`placement.solve.incremental`), and gets the same floats. A plan listed k times is k
-    operations."""
+    plans in their order and on whether every plan of the list loads both directions of its links alike, so a
+    caller that changes some plans reprices only the components they meet before and after the change
+    (`placement.solve.incremental`) and gets the same floats. A plan listed k times is k operations."""
     n = len(plans)
     caps, names = fabric.caps_bytes, fabric.names
+    # both directions of a link have one capacity: when every plan loads them alike (rings, trees, all-to-all),
+    # the outbound one stands for both
+    side = 2
+    for p in plans:
+        for st in p.stages:
+            if _shape(st)[2] is None:
+                side = 1
     parent = list(range(n))
     first: dict[int, int] = {}
+    users: dict[int, int] = {}
     joined = False
     for i, p in enumerate(plans):
-        for st in p.stages:
-            for r, _x in st.loads:
-                j = first.setdefault(r, i)
-                if j == i:
-                    continue
-                a, b = i, j
-                while parent[a] != a:
-                    parent[a] = parent[parent[a]]
-                    a = parent[a]
-                while parent[b] != b:
-                    parent[b] = parent[parent[b]]
-                    b = parent[b]
-                if a != b:
-                    parent[max(a, b)] = min(a, b)
-                    joined = True
+        stages = p.stages
+        if len(stages) == 1:
+            links: Iterable[int] = [r for r, _w in _shape(stages[0])[side] or ()]
+        else:
+            links = {r for st in stages for r, _w in _shape(st)[side] or ()}
+        for r in links:
+            j = first.get(r)
+            if j is None:
+                first[r] = i
+                users[r] = 1
+                continue
+            users[r] += 1
+            a = i
+            while parent[a] != a:
+                parent[a] = a = parent[parent[a]]
+            while parent[j] != j:
+                parent[j] = j = parent[parent[j]]
+            if a != j:
+                parent[max(a, j)] = min(a, j)
+                joined = True
     out: list[tuple[float, str]] = [(0.0, "")] * n
     comp = list(range(n))
     members: dict[int, list[int]] = {}
@@ -717,29 +731,48 @@ def share_phase(fabric: Fabric, plans: Sequence[Plan]) -> tuple[list[tuple[float
                 worst, tier = best, name
         out[i] = (p.latency + p.slowdown * secs, tier)
     for ids in members.values():
-        for i, t in zip(ids, _fill(caps, names, [plans[i] for i in ids]), strict=True):
+        for i, t in zip(ids, _fill(caps, names, [plans[i] for i in ids], side, users), strict=True):
             out[i] = t
     return out, comp
 
 
-def _fill(caps: Sequence[float], names: Sequence[str], plans: Sequence[Plan]) -> list[tuple[float, str]]:
+_Loads = tuple[tuple[int, float], ...]
+_Shape = tuple[float, _Loads, _Loads | None]
+
+
+def _shape(st: Stage) -> _Shape:
+    """A stage's loads as sharing reads them, computed once per stage: the heaviest load, every link with its
+    load over the heaviest, and the outbound links alone when every link's two directions carry the same bytes."""
+    sh = st.shape
+    if sh is not None:
+        return sh
+    agg: dict[int, float] = {}
+    for r, x in st.loads:
+        agg[r] = agg.get(r, 0.0) + x
+    m = max(agg.values(), default=0.0)
+    pairs = tuple((r, x / m if m > 0 else 0.0) for r, x in agg.items())
+    half = None
+    if all(agg.get(r ^ 1) == x for r, x in agg.items()):
+        half = tuple((r, w) for r, w in pairs if not r & 1)
+    sh = (m, pairs, half)
+    object.__setattr__(st, "shape", sh)
+    return sh
+
+
+def _fill(
+    caps: Sequence[float], names: Sequence[str], plans: Sequence[Plan], side: int, users: Mapping[int, int]
+) -> list[tuple[float, str]]:
     """Max-min fair sharing of the links of operations that share some (module doc, **Sharing**): progressive
-    filling again at every completion, an operation's rate counted in bytes per second on its heaviest link."""
+    filling again at every completion, an operation's rate counted in bytes per second on its heaviest link.
+    `side`: 2 when outbound links stand for both directions (`share_phase`), 1 when not; `users`: operations
+    per link."""
     k = len(plans)
-    users: dict[int, int] = {}  # resource -> operations using it (in any stage)
-    last: dict[int, int] = {}
-    for j, p in enumerate(plans):
-        for st in p.stages:
-            for r, _x in st.loads:
-                if last.get(r) != j:
-                    last[r] = j
-                    users[r] = users.get(r, 0) + 1
     stage = [0] * k
     rem = [0.0] * k  # bytes left on the heaviest link of the current stage
     heavy = [0.0] * k  # that link's bytes
     own = [math.inf] * k  # the rate (bytes/s on the heaviest link) its own and unshared links allow
     own_name = [""] * k
-    shared: list[list[tuple[int, float]]] = [[] for _ in range(k)]  # (resource, load / heaviest)
+    shared: list[list[tuple[int, float]]] = [[] for _ in range(k)]  # (link, load / heaviest)
     finish = [0.0] * k
     spent: list[dict[str, float]] = [{} for _ in range(k)]
 
@@ -749,23 +782,22 @@ def _fill(caps: Sequence[float], names: Sequence[str], plans: Sequence[Plan]) ->
         if stage[j] >= len(p.stages):
             return False
         st, s = p.stages[stage[j]], p.slowdown
-        loads: dict[int, float] = {}
-        for r, x in st.loads:
-            loads[r] = loads.get(r, 0.0) + x
-        m = max(loads.values(), default=0.0) * s
+        sh = _shape(st)
+        m = sh[0] * s
         local = st.local * s
         rate, why = (m / local if local > 0 else math.inf), st.local_tier
-        sh: list[tuple[int, float]] = []
+        mine: list[tuple[int, float]] = []
         if m > 0:
-            for r, x in loads.items():
+            for r, w in sh[side] or ():
+                if w <= 0:
+                    continue
                 if users[r] > 1:
-                    if x > 0:
-                        sh.append((r, x * s / m))
-                elif x > 0 and caps[r] * m / (x * s) < rate:
-                    rate, why = caps[r] * m / (x * s), names[r]
+                    mine.append((r, w))
+                elif caps[r] / w < rate:
+                    rate, why = caps[r] / w, names[r]
         elif local > 0:
             m, rate = local, 1.0  # no bytes on shared links: its own links' time, as one unit at 1 per second
-        heavy[j], rem[j], own[j], own_name[j], shared[j] = m, m, rate, why, sh
+        heavy[j], rem[j], own[j], own_name[j], shared[j] = m, m, rate, why, mine
         return True
 
     active = [j for j in range(k) if start(j)]
@@ -773,8 +805,7 @@ def _fill(caps: Sequence[float], names: Sequence[str], plans: Sequence[Plan]) ->
     while active:
         lam = [0.0] * k
         why = [""] * k
-        left: dict[int, float] = {}
-        demand: dict[int, float] = {}
+        link_of: dict[int, list[float]] = {}  # link -> [capacity left, weight of its unfrozen operations]
         on: dict[int, list[int]] = {}
         owns: list[tuple[float, int]] = []
         for j in active:
@@ -783,49 +814,55 @@ def _fill(caps: Sequence[float], names: Sequence[str], plans: Sequence[Plan]) ->
                 continue
             owns.append((own[j], j))
             for r, w in shared[j]:
-                if r in left:
-                    demand[r] += w
+                a = link_of.get(r)
+                if a is not None:
+                    a[1] += w
                     on[r].append(j)
                 else:
-                    left[r], demand[r], on[r] = caps[r], w, [j]
-        # every unfrozen operation rises at one level; the next to stop is the smallest own rate or link fill
-        level_of = {r: left[r] / d for r, d in demand.items()}
-        heap = [(v, r) for r, v in level_of.items()]
-        heapq.heapify(heap)
+                    link_of[r], on[r] = [caps[r], w], [j]
+        # every unfrozen operation rises at one level; the next to stop are those at the smallest own rate or link
+        # fill (all of them at once when several tie)
         owns.sort()
-        oi, n_free = 0, len(owns)
+        oi, n_free, n_owns = 0, len(owns), len(owns)
         while n_free:
-            while oi < len(owns) and lam[owns[oi][1]] != 0.0:
+            while lam[owns[oi][1]] != 0.0:
                 oi += 1
-            own_level = owns[oi][0] if oi < len(owns) else math.inf
-            while heap and level_of.get(heap[0][1]) != heap[0][0]:
-                heapq.heappop(heap)
-            if heap and heap[0][0] < own_level:
-                level, link = heapq.heappop(heap)
-                del level_of[link]
-                frozen = [j for j in on[link] if lam[j] == 0.0]
-                name = names[link]
-            elif own_level < math.inf:
-                level, link = own_level, -1
-                frozen = [owns[oi][1]]
-                name = own_name[frozen[0]]
-            else:
+            level = owns[oi][0]
+            links: list[int] = []
+            for r, a in link_of.items():
+                v = a[0] / a[1]
+                if v <= level:
+                    if v < level:
+                        level, links = v, [r]
+                    else:
+                        links.append(r)
+            if level == math.inf:
                 raise ValueError("an operation of the phase has no link and no time of its own to bound it")
+            frozen: list[int] = []
+            for r in links:
+                del link_of[r]
+                name = names[r]
+                for j in on[r]:
+                    if lam[j] == 0.0:
+                        lam[j], why[j] = level, name
+                        frozen.append(j)
+            while oi < n_owns and owns[oi][0] <= level:
+                j = owns[oi][1]
+                if lam[j] == 0.0:
+                    lam[j], why[j] = level, own_name[j]
+                    frozen.append(j)
+                oi += 1
+            n_free -= len(frozen)
             for j in frozen:
-                lam[j], why[j] = level, name
-                n_free -= 1
                 for r, w in shared[j]:
-                    if r == link:
-                        continue
-                    d = demand[r] - w
-                    v = left[r] - level * w
-                    left[r], demand[r] = (v if v > 0.0 else 0.0), d
-                    if r in level_of:
+                    a = link_of.get(r)
+                    if a is not None:
+                        d = a[1] - w
                         if d > 1e-12:
-                            level_of[r] = left[r] / d
-                            heapq.heappush(heap, (level_of[r], r))
+                            v = a[0] - level * w
+                            a[0], a[1] = (v if v > 0.0 else 0.0), d
                         else:  # no unfrozen operation left on it
-                            del level_of[r]
+                            del link_of[r]
         dt = math.inf
         for j in active:
             if lam[j] > 0.0:
