@@ -774,13 +774,14 @@ def _fill(
     own_name = [""] * k
     shared: list[list[tuple[int, float]]] = [[] for _ in range(k)]  # (link, load / heaviest)
     finish = [0.0] * k
-    spent: list[dict[str, float]] = [{} for _ in range(k)]
+    # the tier that held each operation back longest: the first one and its seconds, others when it changes
+    tier = [""] * k
+    tier_s = [0.0] * k
+    spent: dict[int, dict[str, float]] = {}
 
-    def start(j: int) -> bool:
-        """Set up operation j's current stage; False when it has none left."""
+    def start(j: int) -> None:
+        """Set up operation j's current stage."""
         p = plans[j]
-        if stage[j] >= len(p.stages):
-            return False
         st, s = p.stages[stage[j]], p.slowdown
         sh = _shape(st)
         m = sh[0] * s
@@ -798,9 +799,10 @@ def _fill(
         elif local > 0:
             m, rate = local, 1.0  # no bytes on shared links: its own links' time, as one unit at 1 per second
         heavy[j], rem[j], own[j], own_name[j], shared[j] = m, m, rate, why, mine
-        return True
 
-    active = [j for j in range(k) if start(j)]
+    active = [j for j, p in enumerate(plans) if p.stages]
+    for j in active:
+        start(j)
     now = 0.0
     while active:
         lam = [0.0] * k
@@ -874,21 +876,28 @@ def _fill(
         now += dt
         still = []
         for j in active:
-            sp = spent[j]
-            sp[why[j]] = sp.get(why[j], 0.0) + dt
+            name = why[j]
+            sp = spent.get(j)
+            if sp is not None:
+                sp[name] = sp.get(name, 0.0) + dt
+            elif name == tier[j] or not tier_s[j]:
+                tier[j], tier_s[j] = name, tier_s[j] + dt
+            else:
+                spent[j] = {tier[j]: tier_s[j], name: dt}
             left_j = rem[j] - lam[j] * dt if lam[j] != math.inf else 0.0
             if left_j > 1e-12 * heavy[j]:
                 rem[j] = left_j
                 still.append(j)
                 continue
             stage[j] += 1
-            if start(j):
+            if stage[j] < len(plans[j].stages):
+                start(j)
                 still.append(j)
             else:
                 finish[j] = now
         active = still
     out = []
     for j, p in enumerate(plans):
-        sp = spent[j]
-        out.append((p.latency + finish[j], max(sp, key=sp.__getitem__) if sp else ""))
+        sp = spent.get(j)
+        out.append((p.latency + finish[j], max(sp, key=sp.__getitem__) if sp else tier[j]))
     return out

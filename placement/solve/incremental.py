@@ -3,8 +3,8 @@ touches and re-prices only their phases (`StepEval`), so the search judges moves
 
 Built on the cost model's public pieces (`Fabric`, `share_phase`, `PHASE_ORDER`, the compute model); it
 computes what `placement.cost.step.model_step` does, phase by phase (tests check the two agree): max-min sharing
-moves every operation that shares a link with a moved one, directly or through others, so a move re-prices the
-components of the link-sharing graph it meets before and after, whole (the same floats as the full model).
+moves every operation that shares a link with a moved one, directly or through others, so a move that changes a
+plan re-prices its round whole (the same floats as the full model).
 """
 
 from __future__ import annotations
@@ -32,42 +32,23 @@ class Trial:
     plans: dict[int, Plan]
     phases: dict[str, tuple[float, float]]
     comp: ComputeModel | None
-    rounds: list[tuple[_Round, dict[int, int], dict[int, float], float, float, list[int]]]
+    rounds: list[tuple[_Round, dict[int, float], float, float, list[int]]]
 
 
 @dataclass
 class _Round:
-    """One round of a phase (rank-disjoint groups that run at the same time): which operations load each shared
-    link, each operation's component (the first operation it shares links with, directly or not) and seconds, and
-    the round's slowest (total and exposed)."""
+    """One round of a phase (rank-disjoint groups that run at the same time): its operations, each one's seconds
+    and the round's slowest (total and exposed)."""
 
     ops: list[int]
-    users: dict[int, set[int]]
     times: dict[int, float]
-    comp: dict[int, int]
-    members: dict[int, list[int]]
-    pos: dict[int, int]
     secs: float = 0.0
     exp: float = 0.0
 
-    def price(self, fabric: Fabric, plans: Mapping[int, Plan]) -> tuple[dict[int, float], dict[int, int]]:
-        """Seconds and components of the operations of `plans` (whole components) priced together."""
-        oids = sorted(plans, key=self.pos.__getitem__)
-        out, comps = share_phase(fabric, [plans[o] for o in oids])
-        times = {o: t for o, (t, _) in zip(oids, out, strict=True)}
-        return times, {o: oids[c] for o, c in zip(oids, comps, strict=True)}
-
-    def set_components(self, comp: Mapping[int, int]) -> None:
-        """Record the components of some operations (whole components, before and after), replacing theirs."""
-        for o in comp:
-            self.members.pop(self.comp.get(o, o), None)
-        groups: dict[int, list[int]] = {}
-        for o in sorted(comp, key=self.pos.__getitem__):
-            self.comp[o] = comp[o]
-            groups.setdefault(comp[o], []).append(o)
-        for c, ms in groups.items():
-            if len(ms) > 1:
-                self.members[c] = ms
+    def price(self, fabric: Fabric, plans: Sequence[Plan]) -> dict[int, float]:
+        """Seconds of every operation of the round under `plans` (by operation id), as `model_step` prices it."""
+        out = share_phase(fabric, [plans[o] for o in self.ops])[0]
+        return {o: t for o, (t, _) in zip(self.ops, out, strict=True)}
 
 
 class StepEval:
@@ -114,62 +95,16 @@ class StepEval:
         for lab in self.labels:
             rows = []
             for ops in self.rounds[lab]:
-                rd = _Round(list(ops), {}, {}, {}, {}, {oid: i for i, oid in enumerate(ops)})
+                rd = _Round(list(ops), {})
                 for oid in ops:
-                    self._load(rd, oid, self.plans[oid], 1.0)
                     self.round_of[oid] = rd
-                rd.times, comp = rd.price(self.fabric, {oid: self.plans[oid] for oid in ops})
-                rd.set_components(comp)
+                rd.times = rd.price(self.fabric, self.plans)
                 rd.secs, rd.exp = self._slowest(rd)
                 rows.append(rd)
             self.state[lab] = rows
         self.comp = self._compute(self.mapping)
         self.phases = {lab: self._phase(lab, self.comp) for lab in self.labels}
         self.key = self._key(self.phases, self.comp)
-
-    def _load(self, rd: _Round, oid: int, plan: Plan, sign: float) -> None:
-        for st in plan.stages:
-            for r, _x in st.loads:
-                if sign > 0:
-                    rd.users.setdefault(r, set()).add(oid)
-                else:
-                    rd.users[r].discard(oid)
-
-    def _reach(self, rd: _Round, seeds: set[int], old: Mapping[int, Plan], new: Mapping[int, Plan]) -> set[int]:
-        """The operations sharing links with `seeds`, directly or through others, once the operations of `old`
-        run their plans of `new`."""
-        gone: dict[int, set[int]] = {}
-        came: dict[int, set[int]] = {}
-        for oid, p in old.items():
-            for st in p.stages:
-                for r, _x in st.loads:
-                    gone.setdefault(r, set()).add(oid)
-        for oid, p in new.items():
-            for st in p.stages:
-                for r, _x in st.loads:
-                    came.setdefault(r, set()).add(oid)
-        out = set(seeds)
-        todo = list(seeds)
-        plans = self.plans
-        seen: set[int] = set()
-        while todo:
-            oid = todo.pop()
-            p = new.get(oid) or plans[oid]
-            for st in p.stages:
-                for r, _x in st.loads:
-                    if r in seen:
-                        continue
-                    seen.add(r)
-                    us = rd.users.get(r, set())
-                    if r in gone:
-                        us = us - gone[r]
-                    if r in came:
-                        us = us | came[r]
-                    for u in us:
-                        if u not in out:
-                            out.add(u)
-                            todo.append(u)
-        return out
 
     def _slowest(self, rd: _Round, new: dict[int, float] | None = None) -> tuple[float, float]:
         """The round's slowest operation (total, exposed), with `new` times overriding the round's own."""
@@ -230,8 +165,7 @@ class StepEval:
 
     def trial(self, moves: Mapping[int, int]) -> Trial:
         """The step and exposed communication if rank r moved to device moves[r] (nothing is changed): only the
-        touched operations are re-planned, and only the operations sharing links with them (directly or through
-        others, before or after the move) re-priced."""
+        touched operations are re-planned, and only the rounds where a plan changed re-priced."""
         view = MovedMapping(self.mapping, moves)
         touched = {oid for r in moves for oid in self.ops_of[r]}
         new_plans = {oid: self._plan(oid, view) for oid in touched}
@@ -243,17 +177,14 @@ class StepEval:
         updates = []
         sums: dict[str, list[float]] = {}
         for rd, oids in by_round.values():
-            moved = {oid: new_plans[oid] for oid in oids if new_plans[oid] != self.plans[oid]}
+            # max-min sharing moves every operation sharing links with a moved one, directly or through others:
+            # the round is priced again, whole, when a plan changed
+            moved = [oid for oid in oids if new_plans[oid] != self.plans[oid]]
             new_times: dict[int, float] = {}
-            parts: dict[int, int] = {}
             if moved:
-                seeds: set[int] = set()
-                for oid in moved:
-                    seeds.update(rd.members.get(rd.comp[oid], (oid,)))
-                reach = self._reach(rd, seeds, {oid: self.plans[oid] for oid in moved}, moved)
-                new_times, parts = rd.price(self.fabric, {o: moved.get(o) or self.plans[o] for o in reach})
+                new_times = rd.price(self.fabric, _Overlay(self.plans, {oid: new_plans[oid] for oid in moved}))
             secs, exp = self._slowest(rd, new_times)
-            updates.append((rd, parts, new_times, secs, exp, oids))
+            updates.append((rd, new_times, secs, exp, oids))
             label = self.label_of[oids[0]]
             acc = sums.setdefault(label, [0.0, 0.0])
             acc[0] += secs - rd.secs
@@ -275,12 +206,8 @@ class StepEval:
     def apply(self, trial: Trial) -> None:
         for r, d in trial.moves.items():
             self.mapping[r] = d
-        for rd, parts, new_times, secs, exp, oids in trial.rounds:
-            for oid in oids:
-                self._load(rd, oid, self.plans[oid], -1.0)
-                self._load(rd, oid, trial.plans[oid], 1.0)
+        for rd, new_times, secs, exp, _oids in trial.rounds:
             rd.times.update(new_times)
-            rd.set_components(parts)
             rd.secs, rd.exp = secs, exp
         for oid, plan in trial.plans.items():
             self.plans[oid] = plan
@@ -308,3 +235,17 @@ def _rounds(tr: Traffic, group_ids: list[int], edge_ids: list[int]) -> list[list
         else:
             rounds.append(list(edge_ids))
     return rounds
+
+
+class _Overlay(Sequence[Plan]):
+    """Plans by operation id with some replaced (a trial's), without copying the list."""
+
+    def __init__(self, base: list[Plan], new: dict[int, Plan]) -> None:
+        self.base, self.new = base, new
+
+    def __len__(self) -> int:
+        return len(self.base)
+
+    def __getitem__(self, oid: int) -> Plan:  # type: ignore[override]
+        hit = self.new.get(oid)
+        return self.base[oid] if hit is None else hit
