@@ -311,7 +311,10 @@ def test_max_min_phases_stay_above_the_bounds_floors(seed: int, busy: float, tp:
     for _ in range(4):
         rep = evaluate(_FAT, state, job, rng.sample(cands, job.ranks), traffic=tr, check=False)
         for ph in rep.phases:
-            assert bound.by_label.get(ph.name, 0.0) <= ph.exposed_seconds * (1 + 1e-12), (ph.name, bound.argument)
+            assert bound.by_label.get(ph.name, 0.0) <= ph.exposed_seconds * (1 + 1e-12), (
+                ph.name,
+                bound.argument,
+            )
 
 
 # ---- the heuristics ---------------------------------------------------------------------------------------------

@@ -683,7 +683,9 @@ _OPS = st.lists(
 
 @settings(max_examples=150, deadline=None)
 @given(ops=_OPS)
-def test_max_min_keeps_the_floors_a_bound_may_use(ops: list[tuple[float, float, list[tuple[int, float]]]]) -> None:
+def test_max_min_keeps_the_floors_a_bound_may_use(
+    ops: list[tuple[float, float, list[tuple[int, float]]]],
+) -> None:
     # what `placement.solve.bound` may use of a phase: no operation ends before it would alone, and a link carries
     # at most its capacity (its operations' transfers end at least its bytes / capacity after the phase starts)
     t = two_level(4, 2, nics=1, nic_gbps=10.0, per_leaf=2, spine=Tier(5.0, 8.0))

@@ -45,9 +45,14 @@ Sanders, Speck & Träff 2009 for the double binary tree). For S bytes over n mem
 NCCL's tuner takes the fastest algorithm for the size alone; so does `Fabric.plan_group` (contention is not
 known to the tuner), and `PhaseCost.algorithm` reports the choice.
 
-**Sharing** (`phase_seconds`): the operations of one phase run at the same time. A link crossed by several of
-them is shared in proportion to the bytes each puts on it (every flow ends when the link has carried the sum:
-``sum of loads / capacity``), and an operation takes its slowest link.
+**Sharing** (`max_min_phase_seconds`): the operations of one phase run at the same time and share NICs and uplinks
+max-min fairly (Bertsekas & Gallager, Data Networks, 1992, sec. 6.5.2), by progressive filling: every unfrozen
+operation's rate, in bytes per second on its most loaded link, rises together; a full link freezes the operations
+crossing it, an operation's own links (its plan's time alone) freeze it; then time runs to the next completion and
+the filling starts again with what is left. Alone on its shared links an operation takes its plan's time. Only
+operations that share a link need the filling: `share_phase` splits a phase into components of the link-sharing
+graph, and a component's times depend on its plans alone. `phase_seconds` is the older rule, in proportion to
+bytes (every flow ends when the link has carried the sum), kept for `alone` and calibration.
 """
 
 from __future__ import annotations
@@ -677,7 +682,7 @@ def share_phase(fabric: Fabric, plans: Sequence[Plan]) -> tuple[list[tuple[float
     side = 2
     for p in plans:
         for st in p.stages:
-            if _shape(st)[2] is None:
+            if _shape(st)[1][2] is None:
                 side = 1
     parent = list(range(n))
     first: dict[int, int] = {}
@@ -686,9 +691,9 @@ def share_phase(fabric: Fabric, plans: Sequence[Plan]) -> tuple[list[tuple[float
     for i, p in enumerate(plans):
         stages = p.stages
         if len(stages) == 1:
-            links: Iterable[int] = [r for r, _w in _shape(stages[0])[side] or ()]
+            links: Iterable[int] = [r for r, _w in _shape(stages[0])[1][side] or ()]
         else:
-            links = {r for st in stages for r, _w in _shape(st)[side] or ()}
+            links = {r for st in stages for r, _w in _shape(st)[1][side] or ()}
         for r in links:
             j = first.get(r)
             if j is None:
@@ -737,7 +742,7 @@ def share_phase(fabric: Fabric, plans: Sequence[Plan]) -> tuple[list[tuple[float
 
 
 _Loads = tuple[tuple[int, float], ...]
-_Shape = tuple[float, _Loads, _Loads | None]
+_Shape = tuple[float, tuple[_Loads | None, ...]]
 
 
 def _shape(st: Stage) -> _Shape:
@@ -754,7 +759,7 @@ def _shape(st: Stage) -> _Shape:
     half = None
     if all(agg.get(r ^ 1) == x for r, x in agg.items()):
         half = tuple((r, w) for r, w in pairs if not r & 1)
-    sh = (m, pairs, half)
+    sh = (m, (None, pairs, half))  # by `side`: 1 both directions, 2 outbound links for both
     object.__setattr__(st, "shape", sh)
     return sh
 
@@ -789,7 +794,7 @@ def _fill(
         rate, why = (m / local if local > 0 else math.inf), st.local_tier
         mine: list[tuple[int, float]] = []
         if m > 0:
-            for r, w in sh[side] or ():
+            for r, w in sh[1][side] or ():
                 if w <= 0:
                     continue
                 if users[r] > 1:

@@ -10,7 +10,7 @@ per micro-batch each way between neighbouring stages), ``dp`` (gradient all-redu
 (explicit jobs) follow in order of appearance. Phases run one after another.
 
 - Inside a phase the groups (and edges) of the label run at the same time: they share host NICs and uplinks
-  (`placement.cost.collectives.phase_seconds`), and the phase lasts as long as its slowest one:
+  max-min fairly (`placement.cost.collectives.max_min_phase_seconds`), and the phase lasts as long as its slowest:
   ``phase = max_g count_g * t_g`` (``t_g`` after contention). Groups that share a rank cannot run together:
   a group meeting a rank already used in its label starts a new round, and rounds add up.
 - Exposed seconds: ``max_g count_g * t_g * exposed_g`` (``exposed`` from the job's `exposure`, 1 by default).

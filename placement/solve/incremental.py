@@ -182,7 +182,9 @@ class StepEval:
             moved = [oid for oid in oids if new_plans[oid] != self.plans[oid]]
             new_times: dict[int, float] = {}
             if moved:
-                new_times = rd.price(self.fabric, _Overlay(self.plans, {oid: new_plans[oid] for oid in moved}))
+                new_times = rd.price(
+                    self.fabric, _Overlay(self.plans, {oid: new_plans[oid] for oid in moved})
+                )
             secs, exp = self._slowest(rd, new_times)
             updates.append((rd, new_times, secs, exp, oids))
             label = self.label_of[oids[0]]
