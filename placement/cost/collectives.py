@@ -691,10 +691,10 @@ def share_phase(fabric: Fabric, plans: Sequence[Plan]) -> tuple[list[tuple[float
     for i, p in enumerate(plans):
         stages = p.stages
         if len(stages) == 1:
-            links: Iterable[int] = [r for r, _w in _shape(stages[0])[1][side] or ()]
+            links = _shape(stages[0])[1][side] or ()
         else:
-            links = {r for st in stages for r, _w in _shape(st)[1][side] or ()}
-        for r in links:
+            links = tuple({r: 0.0 for st in stages for r, _w in _shape(st)[1][side] or ()}.items())
+        for r, _w in links:
             j = first.get(r)
             if j is None:
                 first[r] = i
