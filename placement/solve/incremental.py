@@ -181,7 +181,11 @@ class StepEval:
             # the round is priced again, whole, when a plan changed
             moved = [oid for oid in oids if new_plans[oid] != self.plans[oid]]
             new_times: dict[int, float] = {}
-            if moved:
+            if moved and all(not _loads(self.plans[o]) and not _loads(new_plans[o]) for o in moved):
+                # on no shared link before or after (inside a host): the others do not move, these take their own
+                out = share_phase(self.fabric, [new_plans[o] for o in moved])[0]
+                new_times = {o: t for o, (t, _) in zip(moved, out, strict=True)}
+            elif moved:
                 new_times = rd.price(
                     self.fabric, _Overlay(self.plans, {oid: new_plans[oid] for oid in moved})
                 )
@@ -251,3 +255,8 @@ class _Overlay(Sequence[Plan]):
     def __getitem__(self, oid: int) -> Plan:  # type: ignore[override]
         hit = self.new.get(oid)
         return self.base[oid] if hit is None else hit
+
+
+def _loads(plan: Plan) -> bool:
+    """The plan puts bytes on some shared link (a NIC or an uplink)."""
+    return any(st.loads for st in plan.stages)
