@@ -12,6 +12,8 @@ from dataclasses import replace
 from types import ModuleType
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from placement.cost.collectives import (
     Fabric,
@@ -647,9 +649,79 @@ def test_max_min_sharing_by_hand() -> None:
     assert phase_seconds(fab, [slow, fast])[1][0] == approx(0.5)
 
 
+def test_max_min_differs_from_sharing_by_bytes_by_hand() -> None:
+    # three hosts on one leaf, one 10 GB/s NIC each; host 1's NIC slowed 4x (2.5 GB/s). Edge A: 2e9 bytes h0 -> h1,
+    # edge B: 3e9 bytes h0 -> h2, three times per step, in one phase. Both leave through h0's NIC; A is held to
+    # 2.5 GB/s by h1's NIC. Max-min: A gets 2.5 GB/s and B the 7.5 GB/s A leaves on h0's NIC (A ends at 0.8 s, B at
+    # 0.4 s). By bytes, h0's NIC carries 5e9 bytes at 10 GB/s and B ends with it at 0.5 s (A: its 0.8 s).
+    t = two_level(3, 2, nics=1, nic_gbps=10.0)
+    state = ClusterState(uplink_slowdown={Uplink(0, 1): 4.0})
+    lat = EDR.latency_us * 1e-6
+    fab = Fabric(t, state)
+    a, b = fab.plan_edge(0, 2, 2e9), fab.plan_edge(1, 4, 3e9)
+    (ta, _), (tb, nb) = max_min_phase_seconds(fab, [a, b])
+    assert ta == approx(lat + 2e9 / 2.5e9) and tb == approx(lat + 3e9 / 7.5e9) and nb == "leaf"
+    (pa, _), (pb, _) = phase_seconds(fab, [a, b])
+    assert pa == approx(lat + 2e9 / 2.5e9) and pb == approx(lat + 5e9 / 10e9)
+    # the step model shares max-min: the phase is B's three transfers, 3 x 0.4 s (by bytes it would be 3 x 0.5 s)
+    job = Job("e", 4, edges=(Edge("x", 0, 1, 2e9), Edge("x", 2, 3, 3e9, count=3.0)))
+    rep = evaluate(t, state, job, [0, 2, 1, 4])
+    assert rep.phases[0].seconds == approx(3 * (lat + 3e9 / 7.5e9))
+    assert rep.phases[0].critical == "x edge 1 ranks 2->3"
+
+
+_OPS = st.lists(
+    st.tuples(
+        st.floats(0.0, 1e-2),  # latency, s
+        st.floats(0.0, 0.2),  # seconds on its own links
+        st.lists(st.tuples(st.integers(0, 5), st.floats(1e6, 4e9)), min_size=1, max_size=3),  # (link, bytes)
+    ),
+    min_size=1,
+    max_size=6,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(ops=_OPS)
+def test_max_min_keeps_the_floors_a_bound_may_use(
+    ops: list[tuple[float, float, list[tuple[int, float]]]],
+) -> None:
+    # what `placement.solve.bound` may use of a phase: no operation ends before it would alone, and a link carries
+    # at most its capacity (its operations' transfers end at least its bytes / capacity after the phase starts)
+    t = two_level(4, 2, nics=1, nic_gbps=10.0, per_leaf=2, spine=Tier(5.0, 8.0))
+    fab = Fabric(t, EMPTY)
+    plans = [Plan("x", lat, (Stage(own, "own", tuple(dict(loads).items())),)) for lat, own, loads in ops]
+    mm = max_min_phase_seconds(fab, plans)
+    total: dict[int, float] = {}
+    last: dict[int, float] = {}
+    for p, (x, _) in zip(plans, mm, strict=True):
+        assert x >= fab.alone(p) * (1 - 1e-9)
+        for r, b in p.stages[0].loads:
+            total[r] = total.get(r, 0.0) + b
+            last[r] = max(last.get(r, 0.0), x - p.latency)
+    for r, b in total.items():
+        assert last[r] >= b / (fab.caps[r] * 1e9) * (1 - 1e-9)
+
+
+def test_max_min_can_end_a_phase_before_sharing_by_bytes() -> None:
+    # sharing by bytes is no floor for max-min: by bytes every operation on a link waits for the link's sum, so a
+    # small one with a long latency ends at latency + sum / capacity; max-min lets it finish its own bytes first.
+    # One 10 GB/s NIC: A 1e9 bytes after 1 s of latency, B 3e9 bytes: max-min A at 1 + 0.2 s, B at 0.4 s.
+    t = two_level(2, 2, nics=1, nic_gbps=10.0)
+    fab = Fabric(t, EMPTY)
+    r = fab.base[0]
+    a = Plan("a", 1.0, (Stage(0.0, "own", ((r, 1e9),)),))
+    b = Plan("b", 0.0, (Stage(0.0, "own", ((r, 3e9),)),))
+    mm = [x for x, _ in max_min_phase_seconds(fab, [a, b])]
+    by_bytes = [x for x, _ in phase_seconds(fab, [a, b])]
+    assert mm == [approx(1.0 + 1e9 / 5e9), approx(4e9 / 10e9)]
+    assert by_bytes == [approx(1.0 + 4e9 / 10e9), approx(4e9 / 10e9)]
+    assert max(by_bytes) > max(mm)
+
+
 def test_max_min_sharing_properties() -> None:
     # alone it is phase_seconds; together no operation ends before it would alone, and the phase lasts at least
-    # as long as sharing by bytes says (every link must carry its sum)
+    # as long as sharing by bytes says here (every link must carry its sum; these plans' latencies are alike)
     rng = random.Random(3)
     t = two_level(8, 4, nics=2, nic_gbps=12.5, per_leaf=4, spine=Tier(10.0, 8.0))
     fab = Fabric(t, EMPTY)

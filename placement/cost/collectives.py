@@ -45,9 +45,14 @@ Sanders, Speck & Träff 2009 for the double binary tree). For S bytes over n mem
 NCCL's tuner takes the fastest algorithm for the size alone; so does `Fabric.plan_group` (contention is not
 known to the tuner), and `PhaseCost.algorithm` reports the choice.
 
-**Sharing** (`phase_seconds`): the operations of one phase run at the same time. A link crossed by several of
-them is shared in proportion to the bytes each puts on it (every flow ends when the link has carried the sum:
-``sum of loads / capacity``), and an operation takes its slowest link.
+**Sharing** (`max_min_phase_seconds`): the operations of one phase run at the same time and share NICs and uplinks
+max-min fairly (Bertsekas & Gallager, Data Networks, 1992, sec. 6.5.2), by progressive filling: every unfrozen
+operation's rate, in bytes per second on its most loaded link, rises together; a full link freezes the operations
+crossing it, an operation's own links (its plan's time alone) freeze it; then time runs to the next completion and
+the filling starts again with what is left. Alone on its shared links an operation takes its plan's time. Only
+operations that share a link need the filling: `share_phase` splits a phase into components of the link-sharing
+graph, and a component's times depend on its plans alone. `phase_seconds` is the older rule, in proportion to
+bytes (every flow ends when the link has carried the sum), kept for `alone` and calibration.
 """
 
 from __future__ import annotations
@@ -57,7 +62,7 @@ import threading
 import weakref
 from collections import Counter
 from collections.abc import Hashable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from placement.cost.compute import nccl_generation, tree_channel_gbps
 from placement.cost.host_rings import matrix_ring, nvswitch
@@ -75,6 +80,7 @@ __all__ = [
     "fabric_for",
     "max_min_phase_seconds",
     "phase_seconds",
+    "share_phase",
 ]
 
 TREE_EFFICIENCY = 0.92  # share of the link rate NCCL's tree reaches (busBw * .92 in src/graph/tuning.cc)
@@ -182,6 +188,8 @@ class Stage:
     local: float
     local_tier: str
     loads: tuple[tuple[int, float], ...] = ()
+    shape: _Shape | None = field(default=None, init=False, repr=False, compare=False)
+    """Its loads as sharing reads them (`_shape`), computed on first use."""
 
 
 @dataclass(frozen=True)
@@ -284,6 +292,7 @@ class Fabric:
                     caps += [counts[k] * lv[li + 1].tier.bandwidth_gbps / lv[li].oversubscription / f] * 2
             self.names += [upper] * (len(caps) - len(self.names))
         self.caps = caps
+        self.caps_bytes = [c * 1e9 for c in caps]  # bytes/s, as the sharing rules divide by them
         self._pair_slow: dict[int, list[tuple[int, int, float]]] = {}
         for (a, b), f in state.pair_slowdown.items():
             self._pair_slow.setdefault(self.host_of[a], []).append((a, b, f))
@@ -660,109 +669,245 @@ def phase_seconds(fabric: Fabric, plans: Sequence[Plan]) -> list[tuple[float, st
 
 
 def max_min_phase_seconds(fabric: Fabric, plans: Sequence[Plan]) -> list[tuple[float, str]]:
-    """Seconds of each of `plans` run at the same time, sharing NICs and uplinks max-min fairly, and the tier that
-    bounds each longest. Not yet what `placement.cost.step` uses: the solver's incremental step model reprices a
-    round by `phase_seconds`' rule, and both must change together (docs/model.md, known limits).
+    """Seconds of each of `plans` run at the same time, sharing NICs and uplinks max-min fairly, and the tier
+    that bounds each longest (module doc, **Sharing**): how `placement.cost.step` prices a round."""
+    return share_phase(fabric, plans)[0]
 
-    Progressive filling, event by event: every unfinished operation runs its current stage at a rate (share of the
-    stage per second) of ``lam / m``, with ``m`` its largest load on one link, so that operations crossing a link
-    get equal bytes per second on their heaviest link; ``lam`` rises until a link is full (its operations freeze)
-    or an operation reaches the rate of its own links (``1 / local``); then time runs to the next completion and
-    the links it frees are shared again. A device slowdown scales an operation's bytes and own time. Alone on its
-    links an operation takes ``max(local, load / capacity)``, as `phase_seconds` says; on one shared link the last
-    to finish ends at ``sum / capacity`` either way, the others earlier."""
-    uses: dict[int, tuple[Plan, int]] = {}
+
+def share_phase(fabric: Fabric, plans: Sequence[Plan]) -> tuple[list[tuple[float, str]], list[int]]:
+    """`max_min_phase_seconds` and each plan's component: the index of the first plan it shares a link with,
+    directly or through others (its own index when it shares none). A component's times depend only on its
+    plans in their order and on whether every plan of the list loads both directions of its links alike, so a
+    caller that changes some plans reprices only the components they meet before and after the change
+    (`placement.solve.incremental`) and gets the same floats. A plan listed k times is k operations."""
+    n = len(plans)
+    caps, names = fabric.caps_bytes, fabric.names
+    # both directions of a link have one capacity: when every plan loads them alike (rings, trees, all-to-all),
+    # the outbound one stands for both
+    side = 2
     for p in plans:
-        u = uses.get(id(p))
-        uses[id(p)] = (p, 1 if u is None else u[1] + 1)
-    count: dict[int, int] = {}
-    for p, k in uses.values():
         for st in p.stages:
-            for r, _x in st.loads:
-                count[r] = count.get(r, 0) + k
-    if all(c <= 1 for c in count.values()):
-        return phase_seconds(fabric, plans)  # nothing shared: each alone
-    caps = [c * 1e9 for c in fabric.caps]
-    names = fabric.names
-    ops = [(p, k) for p, k in uses.values()]
-    stage = [0] * len(ops)
-    rem = [1.0] * len(ops)
-    finish: dict[int, float] = {}
-    spent: list[dict[str, float]] = [{} for _ in ops]
-    now = 0.0
-    active = [i for i, (p, _) in enumerate(ops) if p.stages]
-    for i, (p, _) in enumerate(ops):
-        if not p.stages:
-            finish[i] = 0.0
-    while active:
-        rate: dict[int, float] = {}
-        why: dict[int, str] = {}
-        users: dict[int, list[int]] = {}
-        m: dict[int, float] = {}
-        own: dict[int, float] = {}
-        load: dict[int, dict[int, float]] = {}
-        for i in active:
-            p, k = ops[i]
-            st = p.stages[stage[i]]
-            lx: dict[int, float] = {}
+            if _shape(st)[1][2] is None:
+                side = 1
+    parent = list(range(n))
+    first: dict[int, int] = {}
+    users: dict[int, int] = {}
+    joined = False
+    for i, p in enumerate(plans):
+        stages = p.stages
+        if len(stages) == 1:
+            links = _shape(stages[0])[1][side] or ()
+        else:
+            links = tuple({r: 0.0 for st in stages for r, _w in _shape(st)[1][side] or ()}.items())
+        for r, _w in links:
+            j = first.get(r)
+            if j is None:
+                first[r] = i
+                users[r] = 1
+                continue
+            users[r] += 1
+            a = i
+            while parent[a] != a:
+                parent[a] = a = parent[parent[a]]
+            while parent[j] != j:
+                parent[j] = j = parent[parent[j]]
+            if a != j:
+                parent[max(a, j)] = min(a, j)
+                joined = True
+    out: list[tuple[float, str]] = [(0.0, "")] * n
+    comp = list(range(n))
+    members: dict[int, list[int]] = {}
+    if joined:
+        for i in range(n):
+            a = i
+            while parent[a] != a:
+                a = parent[a]
+            comp[i] = a
+            if a != i:  # the root is its component's first plan: members stay in the plans' order
+                members.setdefault(a, [a]).append(i)
+    for i, p in enumerate(plans):
+        if comp[i] != i or i in members:
+            continue
+        # alone on its shared links: its plan's time, stage by stage the slower of its own links and its loads
+        secs, worst, tier = 0.0, -1.0, ""
+        for st in p.stages:
+            best, name = st.local, st.local_tier
             for r, x in st.loads:
-                lx[r] = lx.get(r, 0.0) + x * p.slowdown
-            load[i] = lx
-            m[i] = max(lx.values(), default=0.0)
-            own[i] = st.local * p.slowdown
-            for r in lx:
-                users.setdefault(r, []).append(i)
-        left = {r: caps[r] for r in users}
-        demand = {r: sum(ops[i][1] * load[i][r] / m[i] for i in us) for r, us in users.items()}
-        free = set(active)
-        for i in active:
-            if m[i] <= 0:  # no shared link: its own links alone
-                rate[i] = 1 / own[i] if own[i] > 0 else math.inf
-                why[i] = ops[i][0].stages[stage[i]].local_tier
-                free.discard(i)
-        while free:
-            lam, kind, arg = math.inf, "", -1
-            for i in free:
-                cap_i = m[i] / own[i] if own[i] > 0 else math.inf
-                if cap_i < lam:
-                    lam, kind, arg = cap_i, "own", i
-            for r, d in demand.items():
-                if d > 1e-300 and left[r] / d < lam:
-                    lam, kind, arg = left[r] / d, "link", r
-            if kind == "own":
-                frozen = [arg]
-                why[arg] = ops[arg][0].stages[stage[arg]].local_tier
-            else:
-                frozen = [i for i in users[arg] if i in free]
-                for i in frozen:
-                    why[i] = names[arg]
-            for i in frozen:
-                rate[i] = lam / m[i]
-                free.discard(i)
-                k = ops[i][1]
-                for r, x in load[i].items():
-                    left[r] = max(0.0, left[r] - k * x * rate[i])
-                    demand[r] -= k * x / m[i]
-        dt = min(rem[i] / rate[i] if rate[i] > 0 else math.inf for i in active)
+                v = x / caps[r]
+                if v > best:
+                    best, name = v, names[r]
+            secs += best
+            if best > worst:
+                worst, tier = best, name
+        out[i] = (p.latency + p.slowdown * secs, tier)
+    for ids in members.values():
+        for i, t in zip(ids, _fill(caps, names, [plans[i] for i in ids], side, users), strict=True):
+            out[i] = t
+    return out, comp
+
+
+_Loads = tuple[tuple[int, float], ...]
+_Shape = tuple[float, tuple[_Loads | None, ...]]
+
+
+def _shape(st: Stage) -> _Shape:
+    """A stage's loads as sharing reads them, computed once per stage: the heaviest load, every link with its
+    load over the heaviest, and the outbound links alone when every link's two directions carry the same bytes."""
+    sh = st.shape
+    if sh is not None:
+        return sh
+    agg: dict[int, float] = {}
+    for r, x in st.loads:
+        agg[r] = agg.get(r, 0.0) + x
+    m = max(agg.values(), default=0.0)
+    pairs = tuple((r, x / m if m > 0 else 0.0) for r, x in agg.items())
+    half = None
+    if all(agg.get(r ^ 1) == x for r, x in agg.items()):
+        half = tuple((r, w) for r, w in pairs if not r & 1)
+    sh = (m, (None, pairs, half))  # by `side`: 1 both directions, 2 outbound links for both
+    object.__setattr__(st, "shape", sh)
+    return sh
+
+
+def _fill(
+    caps: Sequence[float], names: Sequence[str], plans: Sequence[Plan], side: int, users: Mapping[int, int]
+) -> list[tuple[float, str]]:
+    """Max-min fair sharing of the links of operations that share some (module doc, **Sharing**): progressive
+    filling again at every completion, an operation's rate counted in bytes per second on its heaviest link.
+    `side`: 2 when outbound links stand for both directions (`share_phase`), 1 when not; `users`: operations
+    per link."""
+    k = len(plans)
+    stage = [0] * k
+    rem = [0.0] * k  # bytes left on the heaviest link of the current stage
+    heavy = [0.0] * k  # that link's bytes
+    own = [math.inf] * k  # the rate (bytes/s on the heaviest link) its own and unshared links allow
+    own_name = [""] * k
+    shared: list[list[tuple[int, float]]] = [[] for _ in range(k)]  # (link, load / heaviest)
+    finish = [0.0] * k
+    # the tier that held each operation back longest: the first one and its seconds, others when it changes
+    tier = [""] * k
+    tier_s = [0.0] * k
+    spent: dict[int, dict[str, float]] = {}
+
+    def start(j: int) -> None:
+        """Set up operation j's current stage."""
+        p = plans[j]
+        st, s = p.stages[stage[j]], p.slowdown
+        sh = _shape(st)
+        m = sh[0] * s
+        local = st.local * s
+        rate, why = (m / local if local > 0 else math.inf), st.local_tier
+        mine: list[tuple[int, float]] = []
+        if m > 0:
+            for r, w in sh[1][side] or ():
+                if w <= 0:
+                    continue
+                if users[r] > 1:
+                    mine.append((r, w))
+                elif caps[r] / w < rate:
+                    rate, why = caps[r] / w, names[r]
+        elif local > 0:
+            m, rate = local, 1.0  # no bytes on shared links: its own links' time, as one unit at 1 per second
+        heavy[j], rem[j], own[j], own_name[j], shared[j] = m, m, rate, why, mine
+
+    active = [j for j, p in enumerate(plans) if p.stages]
+    for j in active:
+        start(j)
+    now = 0.0
+    while active:
+        lam = [0.0] * k
+        why = [""] * k
+        link_of: dict[int, list[float]] = {}  # link -> [capacity left, weight of its unfrozen operations]
+        on: dict[int, list[int]] = {}
+        owns: list[tuple[float, int]] = []
+        for j in active:
+            if not shared[j]:  # nothing on a shared link (now): its own rate
+                lam[j], why[j] = (own[j] if heavy[j] > 0 else math.inf), own_name[j]
+                continue
+            owns.append((own[j], j))
+            for r, w in shared[j]:
+                a = link_of.get(r)
+                if a is not None:
+                    a[1] += w
+                    on[r].append(j)
+                else:
+                    link_of[r], on[r] = [caps[r], w], [j]
+        # every unfrozen operation rises at one level; the next to stop are those at the smallest own rate or link
+        # fill (all of them at once when several tie)
+        owns.sort()
+        oi, n_free, n_owns = 0, len(owns), len(owns)
+        while n_free:
+            while lam[owns[oi][1]] != 0.0:
+                oi += 1
+            level = owns[oi][0]
+            links: list[int] = []
+            for r, a in link_of.items():
+                v = a[0] / a[1]
+                if v <= level:
+                    if v < level:
+                        level, links = v, [r]
+                    else:
+                        links.append(r)
+            if level == math.inf:
+                raise ValueError("an operation of the phase has no link and no time of its own to bound it")
+            frozen: list[int] = []
+            for r in links:
+                del link_of[r]
+                name = names[r]
+                for j in on[r]:
+                    if lam[j] == 0.0:
+                        lam[j], why[j] = level, name
+                        frozen.append(j)
+            while oi < n_owns and owns[oi][0] <= level:
+                j = owns[oi][1]
+                if lam[j] == 0.0:
+                    lam[j], why[j] = level, own_name[j]
+                    frozen.append(j)
+                oi += 1
+            n_free -= len(frozen)
+            for j in frozen:
+                for r, w in shared[j]:
+                    a = link_of.get(r)
+                    if a is not None:
+                        d = a[1] - w
+                        if d > 1e-12:
+                            v = a[0] - level * w
+                            a[0], a[1] = (v if v > 0.0 else 0.0), d
+                        else:  # no unfrozen operation left on it
+                            del link_of[r]
+        dt = math.inf
+        for j in active:
+            if lam[j] > 0.0:
+                t = rem[j] / lam[j]
+                if t < dt:
+                    dt = t
         if dt == math.inf:
             raise ValueError("an operation of the phase can make no progress (a link of capacity 0)")
         now += dt
         still = []
-        for i in active:
-            spent[i][why[i]] = spent[i].get(why[i], 0.0) + dt
-            rem[i] -= rate[i] * dt if rate[i] != math.inf else rem[i]
-            if rem[i] <= 1e-12:
-                stage[i] += 1
-                if stage[i] < len(ops[i][0].stages):
-                    rem[i] = 1.0
-                    still.append(i)
-                else:
-                    finish[i] = now
+        for j in active:
+            name = why[j]
+            sp = spent.get(j)
+            if sp is not None:
+                sp[name] = sp.get(name, 0.0) + dt
+            elif name == tier[j] or not tier_s[j]:
+                tier[j], tier_s[j] = name, tier_s[j] + dt
             else:
-                still.append(i)
+                spent[j] = {tier[j]: tier_s[j], name: dt}
+            left_j = rem[j] - lam[j] * dt if lam[j] != math.inf else 0.0
+            if left_j > 1e-12 * heavy[j]:
+                rem[j] = left_j
+                still.append(j)
+                continue
+            stage[j] += 1
+            if stage[j] < len(plans[j].stages):
+                start(j)
+                still.append(j)
+            else:
+                finish[j] = now
         active = still
-    done: dict[int, tuple[float, str]] = {}
-    for i, (p, _) in enumerate(ops):
-        tier = max(spent[i], key=spent[i].__getitem__) if spent[i] else ""
-        done[id(p)] = (p.latency + finish[i], tier)
-    return [done[id(p)] for p in plans]
+    out = []
+    for j, p in enumerate(plans):
+        sp = spent.get(j)
+        out.append((p.latency + finish[j], max(sp, key=sp.__getitem__) if sp else tier[j]))
+    return out

@@ -10,7 +10,7 @@ per micro-batch each way between neighbouring stages), ``dp`` (gradient all-redu
 (explicit jobs) follow in order of appearance. Phases run one after another.
 
 - Inside a phase the groups (and edges) of the label run at the same time: they share host NICs and uplinks
-  (`placement.cost.collectives.phase_seconds`), and the phase lasts as long as its slowest one:
+  max-min fairly (`placement.cost.collectives.max_min_phase_seconds`), and the phase lasts as long as its slowest:
   ``phase = max_g count_g * t_g`` (``t_g`` after contention). Groups that share a rank cannot run together:
   a group meeting a rank already used in its label starts a new round, and rounds add up.
 - Exposed seconds: ``max_g count_g * t_g * exposed_g`` (``exposed`` from the job's `exposure`, 1 by default).
@@ -38,7 +38,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
-from placement.cost.collectives import Plan, fabric_for, phase_seconds
+from placement.cost.collectives import Plan, fabric_for, max_min_phase_seconds
 from placement.cost.compute import ComputeModel, device_kind, job_device_kind, step_compute, tokens_per_step
 from placement.cost.report import CostReport, PhaseCost
 from placement.model.job import Job
@@ -199,7 +199,7 @@ def model_step(
         crit: _Op | None = None
         crit_time, tier, algo = -1.0, "", ""
         for rnd in _rounds(groups.get(label, []), edges.get(label, [])):
-            times = phase_seconds(fabric, [op.plan for op in rnd])
+            times = max_min_phase_seconds(fabric, [op.plan for op in rnd])
             r_secs = r_exp = 0.0
             for op, (t, tr) in zip(rnd, times, strict=True):
                 total = op.per_step * t

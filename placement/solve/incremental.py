@@ -1,8 +1,10 @@
 """The evaluator's step model v2 kept up to date under moves: a move re-plans only the groups and edges it
 touches and re-prices only their phases (`StepEval`), so the search judges moves by what `place` reports.
 
-Built on the cost model's public pieces (`Fabric`, `phase_seconds`, `PHASE_ORDER`, the compute model); it
-computes what `placement.cost.step.model_step` does, phase by phase (tests check the two agree).
+Built on the cost model's public pieces (`Fabric`, `share_phase`, `PHASE_ORDER`, the compute model); it
+computes what `placement.cost.step.model_step` does, phase by phase (tests check the two agree): max-min sharing
+moves every operation that shares a link with a moved one, directly or through others, so a move that changes a
+plan re-prices its round whole (the same floats as the full model).
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from placement.cost.collectives import Plan, fabric_for
+from placement.cost.collectives import Fabric, Plan, fabric_for, share_phase
 from placement.cost.compute import ComputeModel, device_kind, job_device_kind, step_compute
 from placement.cost.step import PHASE_ORDER, assemble_step, phase_exposed
 from placement.model.traffic import Traffic
@@ -30,20 +32,23 @@ class Trial:
     plans: dict[int, Plan]
     phases: dict[str, tuple[float, float]]
     comp: ComputeModel | None
-    rounds: list[tuple[_Round, dict[int, float], dict[int, float], float, float, list[int]]]
+    rounds: list[tuple[_Round, dict[int, float], float, float, list[int]]]
 
 
 @dataclass
 class _Round:
-    """One round of a phase (rank-disjoint groups that run at the same time): the bytes on every shared link,
-    which operations load each link, each operation's seconds and the round's slowest (total and exposed)."""
+    """One round of a phase (rank-disjoint groups that run at the same time): its operations, each one's seconds
+    and the round's slowest (total and exposed)."""
 
     ops: list[int]
-    totals: dict[int, float]
-    users: dict[int, set[int]]
     times: dict[int, float]
     secs: float = 0.0
     exp: float = 0.0
+
+    def price(self, fabric: Fabric, plans: Sequence[Plan]) -> dict[int, float]:
+        """Seconds of every operation of the round under `plans` (by operation id), as `model_step` prices it."""
+        out = share_phase(fabric, [plans[o] for o in self.ops])[0]
+        return {o: t for o, (t, _) in zip(self.ops, out, strict=True)}
 
 
 class StepEval:
@@ -85,48 +90,21 @@ class StepEval:
         self.plans = [self._plan(oid, self.mapping) for oid in range(len(self.label_of))]
         self.weight = [(g.count, g.count * g.exposed) for g in tr.groups]
         self.weight += [(e.count, e.count * e.exposed) for e in tr.edges]
-        self.caps = [c * 1e9 for c in self.fabric.caps]
         self.state: dict[str, list[_Round]] = {}
         self.round_of: dict[int, _Round] = {}
         for lab in self.labels:
             rows = []
             for ops in self.rounds[lab]:
-                rd = _Round(list(ops), {}, {}, {})
+                rd = _Round(list(ops), {})
                 for oid in ops:
-                    self._load(rd, oid, self.plans[oid], 1.0)
                     self.round_of[oid] = rd
-                for oid in ops:
-                    rd.times[oid] = self._time(self.plans[oid], rd.totals)
+                rd.times = rd.price(self.fabric, self.plans)
                 rd.secs, rd.exp = self._slowest(rd)
                 rows.append(rd)
             self.state[lab] = rows
         self.comp = self._compute(self.mapping)
         self.phases = {lab: self._phase(lab, self.comp) for lab in self.labels}
         self.key = self._key(self.phases, self.comp)
-
-    def _load(self, rd: _Round, oid: int, plan: Plan, sign: float) -> None:
-        for st in plan.stages:
-            for r, x in st.loads:
-                rd.totals[r] = rd.totals.get(r, 0.0) + sign * x
-                if sign > 0:
-                    rd.users.setdefault(r, set()).add(oid)
-                else:
-                    rd.users[r].discard(oid)
-
-    def _time(self, plan: Plan, totals: dict[int, float], changed: dict[int, float] | None = None) -> float:
-        """Seconds of one operation under the round's link loads, `changed` overriding `totals` (as
-        `placement.cost.collectives.phase_seconds` prices it)."""
-        caps = self.caps
-        secs = 0.0
-        for st in plan.stages:
-            best = st.local
-            for r, _x in st.loads:
-                v = changed.get(r) if changed else None
-                v = (totals[r] if v is None else v) / caps[r]
-                if v > best:
-                    best = v
-            secs += best
-        return plan.latency + plan.slowdown * secs
 
     def _slowest(self, rd: _Round, new: dict[int, float] | None = None) -> tuple[float, float]:
         """The round's slowest operation (total, exposed), with `new` times overriding the round's own."""
@@ -187,7 +165,7 @@ class StepEval:
 
     def trial(self, moves: Mapping[int, int]) -> Trial:
         """The step and exposed communication if rank r moved to device moves[r] (nothing is changed): only the
-        touched operations are re-planned, and only the operations sharing a link with them re-priced."""
+        touched operations are re-planned, and only the rounds where a plan changed re-priced."""
         view = MovedMapping(self.mapping, moves)
         touched = {oid for r in moves for oid in self.ops_of[r]}
         new_plans = {oid: self._plan(oid, view) for oid in touched}
@@ -199,24 +177,20 @@ class StepEval:
         updates = []
         sums: dict[str, list[float]] = {}
         for rd, oids in by_round.values():
-            changed: dict[int, float] = {}
-            for oid in oids:
-                for st in self.plans[oid].stages:
-                    for r, x in st.loads:
-                        changed[r] = changed.get(r, rd.totals[r]) - x
-                for st in new_plans[oid].stages:
-                    for r, x in st.loads:
-                        changed[r] = changed.get(r, rd.totals.get(r, 0.0)) + x
-            affected = set(oids)
-            for r, v in changed.items():
-                if v != rd.totals.get(r, 0.0):  # a link whose load is back where it was reprices nobody
-                    affected.update(rd.users.get(r, ()))
-            new_times = {
-                oid: self._time(new_plans[oid] if oid in new_plans else self.plans[oid], rd.totals, changed)
-                for oid in affected
-            }
+            # max-min sharing moves every operation sharing links with a moved one, directly or through others:
+            # the round is priced again, whole, when a plan changed
+            moved = [oid for oid in oids if new_plans[oid] != self.plans[oid]]
+            new_times: dict[int, float] = {}
+            if moved and all(not _loads(self.plans[o]) and not _loads(new_plans[o]) for o in moved):
+                # on no shared link before or after (inside a host): the others do not move, these take their own
+                out = share_phase(self.fabric, [new_plans[o] for o in moved])[0]
+                new_times = {o: t for o, (t, _) in zip(moved, out, strict=True)}
+            elif moved:
+                new_times = rd.price(
+                    self.fabric, _Overlay(self.plans, {oid: new_plans[oid] for oid in moved})
+                )
             secs, exp = self._slowest(rd, new_times)
-            updates.append((rd, changed, new_times, secs, exp, oids))
+            updates.append((rd, new_times, secs, exp, oids))
             label = self.label_of[oids[0]]
             acc = sums.setdefault(label, [0.0, 0.0])
             acc[0] += secs - rd.secs
@@ -238,10 +212,7 @@ class StepEval:
     def apply(self, trial: Trial) -> None:
         for r, d in trial.moves.items():
             self.mapping[r] = d
-        for rd, _changed, new_times, secs, exp, oids in trial.rounds:
-            for oid in oids:
-                self._load(rd, oid, self.plans[oid], -1.0)
-                self._load(rd, oid, trial.plans[oid], 1.0)
+        for rd, new_times, secs, exp, _oids in trial.rounds:
             rd.times.update(new_times)
             rd.secs, rd.exp = secs, exp
         for oid, plan in trial.plans.items():
@@ -270,3 +241,22 @@ def _rounds(tr: Traffic, group_ids: list[int], edge_ids: list[int]) -> list[list
         else:
             rounds.append(list(edge_ids))
     return rounds
+
+
+class _Overlay(Sequence[Plan]):
+    """Plans by operation id with some replaced (a trial's), without copying the list."""
+
+    def __init__(self, base: list[Plan], new: dict[int, Plan]) -> None:
+        self.base, self.new = base, new
+
+    def __len__(self) -> int:
+        return len(self.base)
+
+    def __getitem__(self, oid: int) -> Plan:  # type: ignore[override]
+        hit = self.new.get(oid)
+        return self.base[oid] if hit is None else hit
+
+
+def _loads(plan: Plan) -> bool:
+    """The plan puts bytes on some shared link (a NIC or an uplink)."""
+    return any(st.loads for st in plan.stages)
