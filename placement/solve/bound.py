@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import time
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -477,6 +478,7 @@ def comm_bound(
     traffic: Traffic,
     candidates: Sequence[int],
     incumbent: tuple[float, float] | None = None,
+    deadline: float | None = None,
 ) -> CommBound:
     """A lower bound on the exposed communication of every valid mapping of `job` onto `candidates` (step model
     v2, `placement.cost.step`).
@@ -505,7 +507,9 @@ def comm_bound(
       (``host-room``); or some A-group is split, sharpened per DP group by its fewest members on a host.
 
     `incumbent`: (exposed comm, step) of a valid mapping already found; the arguments stop once the bound meets
-    it in both (it cannot exceed it), which leaves the bound returned unchanged.
+    it in both (it cannot exceed it), which leaves the bound returned unchanged. `deadline` (`time.perf_counter`;
+    None in deterministic mode): past it, only the whole job's crossing is enumerated and the host-filling
+    arguments are skipped: a weaker bound, still valid (every argument left out only raises it).
     """
     links = _Links(topology, state, candidates)
     n_levels = len(topology.levels)
@@ -569,7 +573,8 @@ def comm_bound(
     )
     names = [lv.name for lv in topology.levels]
     compute = _fastest_compute(topology, job, candidates)
-    crossings, alls = _crossings(job.ranks, pops, free, job.ranks)
+    late = deadline is not None and time.perf_counter() >= deadline
+    crossings, alls = _crossings(job.ranks, pops, free, job.ranks, whole_job_only=late)
     inf_row = [math.inf] * n_levels
     base_rows = [[t if li >= p.low else math.inf for li, t in enumerate(p.times)] for p in pops]
     best = _search(pops, base_rows, crossings, names, backward, compute, {}, None, alls)
@@ -590,7 +595,7 @@ def comm_bound(
         for li in range(n_levels)
     ]
     for ai, a in enumerate(pops):
-        if links.graph or reached():
+        if links.graph or reached() or (deadline is not None and time.perf_counter() >= deadline):
             continue
         if a.kind is not None:
             if a.size < 2 or not a.disjoint:
@@ -782,7 +787,7 @@ MAX_CROSSING_RANKS = 16_384
 
 
 def _crossings(
-    ranks: int, pops: Sequence[_Pop], free: Sequence[Sequence[int]], need: int
+    ranks: int, pops: Sequence[_Pop], free: Sequence[Sequence[int]], need: int, whole_job_only: bool = False
 ) -> tuple[list[tuple[frozenset[int], int]], list[tuple[frozenset[int], int, int]]]:
     """Crossing constraints ``(S, L)``: some item of the populations S has its lowest common level >= L.
 
@@ -792,10 +797,11 @@ def _crossings(
     those labels that links them has its lowest common level above l (e.g. a TP8 x PP4 pipeline of 32 ranks on
     8-GPU hosts: a TP group or a PP send leaves its host; TP rings of p2p sends, more than the hosts hold whole:
     a send leaves its host; the whole job on more devices than a spine has: one item crosses spines).
+    `whole_job_only` (or more than `MAX_CROSSING_RANKS` ranks): the whole job's crossing alone.
     """
     labels = list(dict.fromkeys(p.label for p in pops))
     subsets: list[tuple[str, ...]] = []
-    if ranks <= MAX_CROSSING_RANKS:
+    if ranks <= MAX_CROSSING_RANKS and not whole_job_only:
         for k in range(1, len(labels) + 1):
             if k <= 2 or k == len(labels) or len(labels) <= 5:
                 subsets += list(itertools.combinations(labels, k))

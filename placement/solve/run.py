@@ -360,7 +360,9 @@ def _optimize(
         request.options,
     )
     incumbent = (found[_best(found)][1].comm_seconds, found[_best(found)][1].step_seconds) if found else None
-    cb = comm_bound(topology, state, job, traffic, request.candidates, incumbent)
+    # a deterministic search never reads the clock; otherwise a call already past its limit gets the quick bound
+    deadline = None if opts.deterministic else request.deadline
+    cb = comm_bound(topology, state, job, traffic, request.candidates, incumbent, deadline)
     stats: dict[str, float | int | str] = {
         "bound_source": cb.source,
         "bound_by_phase": ", ".join(f"{k} {v:.6g}" for k, v in cb.by_label.items()),
