@@ -257,6 +257,10 @@ class Fabric:
             self.tier_min_name.append(x.name if slower else self.tier_min_name[-1])
         self._edges: dict[tuple[int, int, float, float, bool], Plan] = {}
         self._single: dict[tuple[int, tuple[int, ...], CollectiveKind, float], Plan] = {}
+        # `share_phase` per list of plan objects (by identity; the entry keeps them, so an id is not reused)
+        self._shares: dict[
+            tuple[int, ...], tuple[tuple[Plan, ...], tuple[list[tuple[float, str]], list[int]]]
+        ] = {}
         self.local_of = tuple(d.local_index for d in topology.devices)
         self.tiers_key = tuple(
             sorted((c, t.bandwidth_gbps, t.latency_us) for c, t in topology.intra_node_tiers.items())
@@ -679,7 +683,26 @@ def share_phase(fabric: Fabric, plans: Sequence[Plan]) -> tuple[list[tuple[float
     directly or through others (its own index when it shares none). A component's times depend only on its
     plans in their order and on whether every plan of the list loads both directions of its links alike, so a
     caller that changes some plans reprices only the components they meet before and after the change
-    (`placement.solve.incremental`) and gets the same floats. A plan listed k times is k operations."""
+    (`placement.solve.incremental`) and gets the same floats. A plan listed k times is k operations. The result
+    is kept on the fabric per list of plan objects (the fabric's plans are cached, so the mappings a call scores
+    share whole phases); callers read it, never change it."""
+    key = tuple(map(id, plans))
+    hit = fabric._shares.get(key)
+    if hit is not None and all(a is b for a, b in zip(hit[0], plans, strict=True)):
+        return hit[1]
+    res = _share_phase(fabric, plans)
+    if len(fabric._shares) >= _SHARE_CACHE_LIMIT:
+        fabric._shares.clear()
+    fabric._shares[key] = (tuple(plans), res)
+    return res
+
+
+_SHARE_CACHE_LIMIT = 4096
+"""Phases `share_phase` keeps per fabric (each holds its plans: a bound on memory for large jobs' searches)."""
+
+
+def _share_phase(fabric: Fabric, plans: Sequence[Plan]) -> tuple[list[tuple[float, str]], list[int]]:
+    """`share_phase` computed."""
     n = len(plans)
     caps, names = fabric.caps_bytes, fabric.names
     # both directions of a link have one capacity: when every plan loads them alike (rings, trees, all-to-all),
