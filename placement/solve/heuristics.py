@@ -150,20 +150,29 @@ def rank_units(job: Job, traffic: Traffic) -> list[tuple[int, ...]]:
     return [(r,) for r in range(job.ranks)]
 
 
-_ORDERS: dict[int, tuple[Traffic, Job, list[list[tuple[int, ...]]]]] = {}
-"""`_orders_of` per traffic object (one per `place` call; every heuristic of the call asks), a few kept."""
+_UNITS: dict[tuple[int, str, tuple[int, ...]], tuple[Traffic, Job, list[list[tuple[int, ...]]]]] = {}
+"""Unit orders and classes per traffic object (one per `place` call, and every heuristic of the call asks for
+them), a few calls' worth kept; the entry holds its traffic, so an id is not reused while it is kept."""
+
+
+def _units_of(
+    job: Job, traffic: Traffic, what: str, compute: Callable[[], list[list[tuple[int, ...]]]], *args: int
+) -> list[list[tuple[int, ...]]]:
+    """`compute()` once per (job, traffic) objects and `what`/`args`; callers do not modify the result."""
+    key = (id(traffic), what, args)
+    hit = _UNITS.get(key)
+    if hit is not None and hit[0] is traffic and hit[1] is job:
+        return hit[2]
+    out = compute()
+    if len(_UNITS) >= 64:
+        _UNITS.clear()
+    _UNITS[key] = (traffic, job, out)
+    return out
 
 
 def _orders_of(job: Job, traffic: Traffic) -> list[list[tuple[int, ...]]]:
-    """`_unit_orders` of `rank_units`, computed once per (job, traffic) objects; callers do not modify it."""
-    hit = _ORDERS.get(id(traffic))
-    if hit is not None and hit[0] is traffic and hit[1] is job:
-        return hit[2]
-    out = _unit_orders(job, rank_units(job, traffic))
-    if len(_ORDERS) >= 8:
-        _ORDERS.clear()
-    _ORDERS[id(traffic)] = (traffic, job, out)
-    return out
+    """`_unit_orders` of `rank_units`, computed once per (job, traffic) objects."""
+    return _units_of(job, traffic, "orders", lambda: _unit_orders(job, rank_units(job, traffic)))
 
 
 def _unit_orders(job: Job, units: list[tuple[int, ...]]) -> list[list[tuple[int, ...]]]:
@@ -430,6 +439,13 @@ def _components(ranks: int, sets: Sequence[Sequence[int]]) -> list[int]:
 
 
 def _unit_classes(job: Job, traffic: Traffic, host_room: int, parts: int = 1) -> list[list[tuple[int, ...]]]:
+    """`_classes`, computed once per (job, traffic, host_room, parts)."""
+    return _units_of(
+        job, traffic, "classes", lambda: _classes(job, traffic, host_room, parts), host_room, parts
+    )
+
+
+def _classes(job: Job, traffic: Traffic, host_room: int, parts: int = 1) -> list[list[tuple[int, ...]]]:
     """The job's units (the components of the heaviest label whose components fit one host: TP groups, or TP rings
     of p2p edges) in classes of units that meet the same components of the next heaviest label (Megatron: the
     units of one pipeline stage, that meet the same DP groups), each class in the order of its units' positions
