@@ -1,4 +1,4 @@
-"""The cost model's entry point: `evaluate`, the modeled step of a mapping (step model v2) and the single source of
+"""The cost model's entry point: `evaluate`, the modeled step of a mapping (the step model v3) and the single source of
 truth for every number reported, with the v1 surrogate and the preference misses alongside.
 
 `evaluate` returns `placement.cost.step.model_step` (phases, NCCL algorithms over shared links, compute; see
@@ -32,7 +32,7 @@ def evaluate(
 ) -> CostReport:
     """The modeled step of `job` when rank r runs on device `mapping[r]` (the single source of truth).
 
-    Step model v2 (`placement.cost.step`): phases in sequence, concurrent groups in parallel on shared links, NCCL's
+    Step model v3 (`placement.cost.step`): phases in sequence, concurrent groups in parallel on shared links, NCCL's
     algorithms (`placement.cost.collectives`) and compute (`placement.cost.compute`). `surrogate_seconds` carries the v1
     serial sum the solver optimizes. With `check` (the default) the mapping is first validated against every
     hard rule and refused with `InvalidMappingError` if it breaks any: a cost of an impossible placement is not

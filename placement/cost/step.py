@@ -1,4 +1,4 @@
-"""The step-time model v2: a training step as phases in sequence, concurrent groups inside a phase, and compute.
+"""The step-time model v3: a training step as phases in sequence, concurrent groups inside a phase, and compute.
 
 Owns `model_step`, which `placement.cost.evaluate.evaluate` returns (a `placement.cost.report.CostReport`);
 collectives and links: `placement.cost.collectives`; FLOPs, MFU and bubble: `placement.cost.compute`.

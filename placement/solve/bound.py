@@ -4,7 +4,9 @@ OPTIMAL), from capacity relaxations joined across labels; `lower_bounds` on the 
 Groups of one label are disjoint rank sets, so at most ``sum_k floor(free_k / n)`` of them fit inside single
 domains of a level. `comm_bound` joins the labels by case analysis (crossings, whole TP groups, host rooms): see
 its docstring. Its per-group prices mirror `placement.cost.collectives` (ring, tree, NIC and tier rates, NCCL's
-tree channel cap), so a change of the step model's algorithms must be mirrored in `_Links.group`.
+tree channel cap) for the Simple protocol and take the model's own `collective_floor` for LL, LL128, NVLS and
+NVLSTree, so a change of the step model's algorithms must be mirrored in `_Links.group`. Sharing (max-min) only
+slows a group below its time alone and never carries more than a link's capacity, which is all the bound uses.
 """
 
 from __future__ import annotations
@@ -269,7 +271,7 @@ def _assign(costs: list[list[float]], caps: list[int]) -> float:
     return max(total, sum(min(c) for c in costs))
 
 
-# ---- the bound on what is reported: the evaluator's exposed communication (step model v2) --------------------
+# ---- the bound on what is reported: the evaluator's exposed communication (the step model, `placement.cost.step`) --------------------
 
 
 @dataclass(frozen=True)
@@ -480,10 +482,10 @@ def comm_bound(
     incumbent: tuple[float, float] | None = None,
     deadline: float | None = None,
 ) -> CommBound:
-    """A lower bound on the exposed communication of every valid mapping of `job` onto `candidates` (step model
-    v2, `placement.cost.step`).
+    """A lower bound on the exposed communication of every valid mapping of `job` onto `candidates` (the step model,
+    `placement.cost.step`).
 
-    Phases add up, so each label is bounded alone. A phase lasts as long as its slowest group (contention only
+    Phases add up, and each label is first bounded alone. A phase lasts as long as its slowest group (contention only
     slows a group), so for each population of alike groups (label, kind, size, bytes): if only c of its k disjoint
     groups fit inside single domains of level l (``sum_k floor(free_k / n)``), one group at least spans a domain
     above l: the phase takes at least that group's fastest time at the lowest level where all k fit
@@ -491,8 +493,8 @@ def comm_bound(
     hosts, the cheapest algorithm on the fastest NIC and tier the level allows. Groups forced to span hosts load
     every host they use with at least their cheapest algorithm's bytes: the phase takes at least their total over
     every candidate host's NIC capacity (``nic-floor``). Edges (PP sends) likewise, a forest of them holding at
-    most f - 1 edges inside a domain of f devices. The DP reduce exposes only what exceeds one micro-batch's
-    backward, on the fastest kind the candidates offer. A group across hosts uses at most as many hosts as one
+    most f - 1 edges inside a domain of f devices. The DP reduce's exposure is `placement.cost.step.dp_exposed`
+    of its bound behind the longest backward the candidates' kinds give (it falls as the backward grows). A group across hosts uses at most as many hosts as one
     domain of its level has, and runs at the pace of its host with the fewest members.
 
     The labels are joined by cases, each a valid bound, the least over the cases taken:

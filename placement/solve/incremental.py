@@ -1,4 +1,4 @@
-"""The evaluator's step model v2 kept up to date under moves: a move re-plans only the groups and edges it
+"""The evaluator's step model kept up to date under moves: a move re-plans only the groups and edges it
 touches and re-prices only their phases (`StepEval`), so the search judges moves by what `place` reports.
 
 Built on the cost model's public pieces (`Fabric`, `share_phase`, `PHASE_ORDER`, the compute model); it
