@@ -934,24 +934,27 @@ def _search_one(
             break
         multi.pop()
     best: CommBound | None = None
+    best_combo: tuple[int, ...] = ()
     step = math.inf
     for combo in itertools.product(*options):
         if not all(any(combo[i] >= lv for i in s) for s, lv in multi):
             continue
-        forced = dict(why)
-        for i, m in enumerate(combo):
-            if m > 0:
-                sets = [s for s, lv in multi if i in s and lv == m]
-                labels = sorted({pops[j].label for j in sets[0]}) if sets else [pops[i].label]
-                forced[i] = forced.get(i, "") + f" ({'+'.join(labels)} ranks span {names[m - 1]}s)"
-        c = _case(pops, grid, combo, names, backward, forced, compute, floors, every)
+        c = _case(pops, grid, combo, names, backward, why, compute, floors, every, explain=False)
         step = min(step, c.step)
         if best is None or c.value < best.value:
-            best = c
+            best, best_combo = c, combo
         if best.value <= cutoff[0] and step <= cutoff[1]:
             break
     if best is None:
         return CommBound(math.inf, {}, {}, math.inf)
+    # the least case again, with its reasons (the numbers do not depend on them)
+    forced = dict(why)
+    for i, m in enumerate(best_combo):
+        if m > 0:
+            sets = [s for s, lv in multi if i in s and lv == m]
+            labels = sorted({pops[j].label for j in sets[0]}) if sets else [pops[i].label]
+            forced[i] = forced.get(i, "") + f" ({'+'.join(labels)} ranks span {names[m - 1]}s)"
+    best = _case(pops, grid, best_combo, names, backward, forced, compute, floors, every)
     return CommBound(best.value, best.by_label, best.argument, step)
 
 
@@ -993,19 +996,24 @@ def _case(
     compute: tuple[float, float],
     floors: dict[int, list[list[float]]] | None = None,
     every: dict[int, int] | None = None,
+    explain: bool = True,
 ) -> CommBound:
     """The per-phase bound with population i priced by `rows[i]` (one item's fastest seconds per lowest common
-    level) at level `levels[i]` or above; infinite when some population has no level left."""
+    level) at level `levels[i]` or above; infinite when some population has no level left. `explain` False
+    leaves the reasons out (the numbers are the same)."""
     secs: dict[str, float] = defaultdict(float)
     expo: dict[str, float] = defaultdict(float)
     why: dict[str, str] = {}
     for i, p in enumerate(pops):
         row = rows[i]
         t = min(row[levels[i] :], default=math.inf)
-        low = next((li for li in range(levels[i], len(row)) if row[li] == t), levels[i])
         if not math.isfinite(t):
             return CommBound(math.inf, {}, {}, math.inf)
-        options = [(t, f"capacity at {names[low]}")]
+        if explain:
+            low = next((li for li in range(levels[i], len(row)) if row[li] == t), levels[i])
+            options = [(t, f"capacity at {names[low]}")]
+        else:
+            options = [(t, "capacity")]
         if p.floor > 0:
             options.append((p.floor, "nic-floor"))
         if floors and i in floors:
@@ -1016,13 +1024,14 @@ def _case(
             options.append((fv, "host-room (too few hosts hold many members of each group)"))
         for v, arg in options:
             val = p.count * v if arg != "nic-floor" else v
-            if val * p.exposed > expo[p.label] or p.label not in why:
+            if explain and (val * p.exposed > expo[p.label] or p.label not in why):
                 why[p.label] = arg + notes.get(i, "")
             secs[p.label] = max(secs[p.label], val)
             expo[p.label] = max(expo[p.label], val * p.exposed)
     if "dp" in secs and backward is not None:
         expo["dp"] = dp_exposed(secs["dp"], *backward)
-        why["dp"] += " (overlapped with the backward in buckets)"
+        if explain:
+            why["dp"] += " (overlapped with the backward in buckets)"
     comm = sum(expo.values())
     k, b = compute
     step = k + b * (k + sum(v for lab, v in expo.items() if lab != "dp")) + comm
