@@ -8,7 +8,7 @@ import pytest
 
 from placement.io.native import load_job
 from placement.model.job import CollectiveKind, Edge, Group, Job, ParallelSpec
-from placement.model.traffic import Traffic, dimension_groups, job_traffic
+from placement.model.traffic import Traffic, dimension_groups, job_traffic, rank_components
 from tests.conftest import EXAMPLES, model, spec
 
 ALL2 = {"tp": 2, "cp": 2, "ep": 2, "dp": 2, "pp": 2}
@@ -181,3 +181,10 @@ def test_recomputation_repeats_the_forward_traffic() -> None:
     assert (counts["tp"], counts["cp"], counts["ep"]) == (16, 12, 16)
     assert (counts_rc["tp"], counts_rc["cp"], counts_rc["ep"]) == (24, 16, 24)
     assert counts_rc["dp"] == counts["dp"] == 1.0 and again.edges == base.edges
+
+
+def test_rank_components_join_the_sets_and_name_each_by_its_least_rank() -> None:
+    # 0-1 and 1-4 chain into {0, 1, 4}; {2, 5} alone; 3 and 6 untouched; a one-rank set joins nothing
+    comp = rank_components(7, [(4, 1), (1, 0), (5, 2), (6,)])
+    assert comp == [0, 0, 2, 3, 0, 2, 6]
+    assert rank_components(3, []) == [0, 1, 2]

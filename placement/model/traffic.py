@@ -33,12 +33,13 @@ otherwise, e.g. ``dp: 0.3`` when gradient reduction overlaps with backward compu
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 
 from placement.model.job import DIMENSIONS, CollectiveKind, Edge, Group, Job, ParallelSpec
 
-__all__ = ["Traffic", "dimension_groups", "job_traffic"]
+__all__ = ["Traffic", "dimension_groups", "job_traffic", "rank_components"]
 
 
 @dataclass(frozen=True)
@@ -156,3 +157,24 @@ def job_traffic(job: Job) -> Traffic:
         for members in dimension_groups(par, ("cp", "dp")):
             groups.append(Group("dp", CollectiveKind.ALL_REDUCE, members, s_edp, 1.0, ex.get("dp", 1.0)))
     return Traffic(tuple(groups), tuple(edges))
+
+
+def rank_components(ranks: int, sets: Iterable[Sequence[int]]) -> list[int]:
+    """Each rank's component when the ranks of every set (a group's members, an edge's ends) are joined, named by
+    its least rank (union-find)."""
+    parent = list(range(ranks))
+
+    def find(x: int) -> int:
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for m in sets:
+        a = find(m[0])
+        for r in m[1:]:
+            b = find(r)
+            if a != b:
+                parent[max(a, b)] = min(a, b)
+                a = min(a, b)
+    return [find(r) for r in range(ranks)]

@@ -27,7 +27,7 @@ from placement.model.job import CollectiveKind, Job
 from placement.model.links import intra_node_tier
 from placement.model.state import ClusterState
 from placement.model.topology import Topology
-from placement.model.traffic import Traffic
+from placement.model.traffic import Traffic, rank_components
 
 __all__ = ["BoundReport", "CommBound", "comm_bound", "level_paths", "lower_bound", "lower_bounds"]
 
@@ -605,7 +605,7 @@ def comm_bound(
             units = [tuple(m) for m in a.members]
         else:
             # sends whose components are disjoint rank sets of one size (TP rings of p2p sends) anchor alike
-            comp = _component_ids(job.ranks, [a])
+            comp = rank_components(job.ranks, a.members)
             by_comp: dict[int, list[int]] = defaultdict(list)
             for r, c in enumerate(comp):
                 by_comp[c].append(r)
@@ -815,7 +815,7 @@ def _crossings(
     span = next((li for li, fs in enumerate(free) if max(fs, default=0) >= need), len(free) - 1)
     for sub in subsets:
         idx = frozenset(i for i, p in enumerate(pops) if p.label in sub)
-        comp = _component_ids(ranks, [pops[i] for i in sorted(idx)])
+        comp = rank_components(ranks, (m for i in sorted(idx) for m in pops[i].members))
         sizes = [c for c in Counter(comp).values() if c > 1]
         # if no item of `sub` leaves a domain of level span - 1, each of its components stays in one, and the
         # job's ranks fill two of them at least: an item of another population that meets every component
@@ -840,26 +840,6 @@ def _crossings(
         if over and over[-1] + 1 < len(free):
             out.append((idx, over[-1] + 1))
     return out, alls
-
-
-def _component_ids(ranks: int, pops: Sequence[_Pop]) -> list[int]:
-    """Each rank's component (a representative rank) when the groups and edges of `pops` join ranks."""
-    parent = list(range(ranks))
-
-    def find(x: int) -> int:
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    for p in pops:
-        for m in p.members:
-            ra = find(m[0])
-            for r in m[1:]:
-                rb = find(r)
-                if ra != rb:
-                    parent[rb] = ra
-    return [find(r) for r in range(ranks)]
 
 
 def _search(

@@ -35,7 +35,7 @@ from contextvars import ContextVar
 from placement.model.job import DIMENSIONS, Job
 from placement.model.state import ClusterState
 from placement.model.topology import Topology
-from placement.model.traffic import Traffic
+from placement.model.traffic import Traffic, rank_components
 from placement.model.validate import validate
 from placement.solve.baselines.common import apply_pins
 from placement.solve.units import candidate_devices
@@ -89,6 +89,10 @@ class _Free:
             self.count.append(Counter(col[d] for d in left))
         self.need = job.ranks - len(self.pinned)
         self.free_ranks = [r for r in range(job.ranks) if r not in self.pinned]
+
+    def scope(self) -> tuple[int, int] | None:
+        """`tightest` when the free devices can hold the job at all (None otherwise)."""
+        return self.tightest() if self.ok else None
 
     def tightest(self) -> tuple[int, int] | None:
         """(level, domain) of the lowest level whose least-free domain still holds the job."""
@@ -195,7 +199,7 @@ def _in_order(free: _Free, job: Job, traffic: Traffic) -> list[int]:
 def _tight(emptiest: bool, nested: bool) -> Heuristic:
     def place(topology: Topology, state: ClusterState, job: Job, traffic: Traffic) -> list[int] | None:
         free = _free(topology, state, job)
-        scope = free.tightest() if free.ok else None
+        scope = free.scope()
         if scope is None:
             return None
         if nested:
@@ -243,7 +247,7 @@ def least_free(topology: Topology, state: ClusterState, job: Job, traffic: Traff
 
 def rail_aligned(topology: Topology, state: ClusterState, job: Job, traffic: Traffic) -> list[int] | None:
     free = _free(topology, state, job)
-    scope = free.tightest() if free.ok else None
+    scope = free.scope()
     if scope is None:
         return None
 
@@ -309,7 +313,7 @@ def _pack_into(
 
 def contiguous_fill(topology: Topology, state: ClusterState, job: Job, traffic: Traffic) -> list[int] | None:
     free = _free(topology, state, job)
-    scope = free.tightest() if free.ok else None
+    scope = free.scope()
     if scope is None:
         return None
     return free.fill(sorted(d for h in free.hosts_under(*scope) for d in free.by_host[h]))
@@ -331,7 +335,7 @@ def _whole_units(free: _Free, usize: int, n_levels: int) -> list[Counter[int]]:
 def _group_pack(pipeline_first: bool) -> Heuristic:
     def place(topology: Topology, state: ClusterState, job: Job, traffic: Traffic) -> list[int] | None:
         free = _free(topology, state, job)
-        scope = free.tightest() if free.ok else None
+        scope = free.scope()
         if scope is None:
             return None
         orders = _orders_of(job, traffic)
@@ -369,7 +373,7 @@ def _block_pack(pipeline_first: bool, leaf: bool, first_fit: bool = False) -> He
 
     def place(topology: Topology, state: ClusterState, job: Job, traffic: Traffic) -> list[int] | None:
         free = _free(topology, state, job)
-        scope = free.tightest() if free.ok else None
+        scope = free.scope()
         par = job.parallel
         if scope is None or par is None:
             return None
@@ -418,24 +422,17 @@ def _block_pack(pipeline_first: bool, leaf: bool, first_fit: bool = False) -> He
     return place
 
 
-def _components(ranks: int, sets: Sequence[Sequence[int]]) -> list[int]:
-    """The component id (its least rank) of every rank when each set's ranks are joined."""
-    parent = list(range(ranks))
-
-    def find(x: int) -> int:
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    for m in sets:
-        a = find(m[0])
-        for r in m[1:]:
-            b = find(r)
-            if a != b:
-                parent[max(a, b)] = min(a, b)
-                a = min(a, b)
-    return [find(r) for r in range(ranks)]
+def _classes_in_scope(
+    free: _Free, job: Job, traffic: Traffic, parts: int = 1
+) -> tuple[tuple[int, int], list[int], list[list[tuple[int, ...]]]] | None:
+    """The tightest domain above the hosts, its hosts and the job's unit classes sized to its roomiest host
+    (`_unit_classes`); None when the job fits no such domain or has pinned ranks."""
+    scope = free.scope()
+    if scope is None or scope[0] < 1 or free.pinned:
+        return None
+    hosts = free.hosts_under(*scope)
+    most = max((len(free.by_host[h]) for h in hosts), default=0)
+    return scope, hosts, _unit_classes(job, traffic, most, parts)
 
 
 def _unit_classes(job: Job, traffic: Traffic, host_room: int, parts: int = 1) -> list[list[tuple[int, ...]]]:
@@ -462,7 +459,7 @@ def _classes(job: Job, traffic: Traffic, host_room: int, parts: int = 1) -> list
         if e.src != e.dst:
             sets[e.label].append((e.src, e.dst))
             weight[e.label] += e.bytes * e.count
-    comps = {lab: _components(n, v) for lab, v in sets.items()}
+    comps = {lab: rank_components(n, v) for lab, v in sets.items()}
     sizes = {lab: Counter(c) for lab, c in comps.items()}
     labels = sorted(weight, key=lambda lab: (-weight[lab], lab))
     unit_label = next((lab for lab in labels if max(sizes[lab].values()) <= max(host_room, 1)), None)
@@ -570,12 +567,10 @@ def _tile_pack(pipeline_blocks: bool, parts: int = 1) -> Heuristic:
 
     def place(topology: Topology, state: ClusterState, job: Job, traffic: Traffic) -> list[int] | None:
         free = _free(topology, state, job)
-        scope = free.tightest() if free.ok else None
-        if scope is None or scope[0] < 1 or free.pinned:
+        found = _classes_in_scope(free, job, traffic, parts)
+        if found is None:
             return None
-        hosts = free.hosts_under(*scope)
-        most = max((len(free.by_host[h]) for h in hosts), default=0)
-        classes = _unit_classes(job, traffic, most, parts)
+        scope, hosts, classes = found
         if parts > 1 and all(len(u) < 2 for v in classes for u in v):
             return None
         n_units = sum(len(v) for v in classes)
@@ -691,12 +686,10 @@ def stage_fill(
     it holds: g is the largest such that those hosts hold every unit, so that every DP group has g members or
     more on each of its hosts. Units left as `_finish`."""
     free = _free(topology, state, job)
-    scope = free.tightest() if free.ok else None
-    if scope is None or scope[0] < 1 or free.pinned:
+    found = _classes_in_scope(free, job, traffic)
+    if found is None:
         return None
-    hosts = free.hosts_under(*scope)
-    most = max((len(free.by_host[h]) for h in hosts), default=0)
-    classes = _unit_classes(job, traffic, most)
+    scope, hosts, classes = found
     n_units = sum(len(v) for v in classes)
     usize = max((len(u) for v in classes for u in v), default=1)
     room = {h: len(free.by_host[h]) // usize for h in hosts}
