@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable
-from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
@@ -50,11 +48,13 @@ class DecisionsMixin:
 
         def _budget(self, requested_s: float, context: grpc.ServicerContext, jobs: int) -> Any: ...
 
-        def _watchdog(self, budget: Any, stop: threading.Event) -> AbstractContextManager[None]: ...
-
         def _options(self, opts: SolveOptions, budget: Any, stop: threading.Event) -> SolveOptions: ...
 
         def _observe(self, method: str, status: str, gap: float | None) -> None: ...
+
+        def _timed(
+            self, method: str, budget: Any, stop: threading.Event, work: Callable[[], R]
+        ) -> tuple[R, float]: ...
 
     def Preempt(self, request: pb.PreemptRequest, context: grpc.ServicerContext) -> pb.PreemptResponse:
         return self._call(request, context, self._preempt)
@@ -72,9 +72,11 @@ class DecisionsMixin:
         checkpoint("converting the request")
         budget = self._budget(inputs.options.time_limit_s, context, 1)  # the limit covers the whole search
         opts = self._options(inputs.options, budget, stop)
-        t0 = time.perf_counter()
-        with self._watchdog(budget, stop):
-            res = preempt(
+        res, elapsed = self._timed(
+            "Preempt",
+            budget,
+            stop,
+            lambda: preempt(
                 inputs.topology,
                 inputs.state,
                 inputs.job,
@@ -85,10 +87,9 @@ class DecisionsMixin:
                 objective=inputs.objective,
                 options=opts,
                 max_checks=inputs.max_checks,
-            )
-        elapsed = time.perf_counter() - t0
+            ),
+        )
         self._observe("Preempt", "OPTIMAL" if res.proven else "FEASIBLE", None)
-        self._metrics.solve_seconds.labels(method="Preempt").observe(elapsed)
         _log.info(
             "preempt",
             extra={
@@ -118,13 +119,14 @@ class DecisionsMixin:
         copies = max(1, inputs.place_copies * max(1, len(inputs.shapes)))
         budget = self._budget(inputs.options.time_limit_s, context, copies)  # the limit is per placed copy
         opts = self._options(inputs.options, budget, stop)
-        t0 = time.perf_counter()
-        with self._watchdog(budget, stop):
-            res = capacity(
+        res, elapsed = self._timed(
+            "Capacity",
+            budget,
+            stop,
+            lambda: capacity(
                 inputs.topology, inputs.state, inputs.shapes, place_copies=inputs.place_copies, options=opts
-            )
-        elapsed = time.perf_counter() - t0
-        self._metrics.solve_seconds.labels(method="Capacity").observe(elapsed)
+            ),
+        )
         _log.info(
             "capacity",
             extra={

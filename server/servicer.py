@@ -208,6 +208,17 @@ class PlacementServicer(DecisionsMixin, pb_grpc.PlacementServiceServicer):
         opts.workers = self._settings.threads_per_solve
         return opts
 
+    def _timed(
+        self, method: str, budget: _Budget, stop: threading.Event, work: Callable[[], R]
+    ) -> tuple[R, float]:
+        """`work()` under the deadline's watchdog, its seconds observed in the solve-seconds metric of `method`."""
+        t0 = time.perf_counter()
+        with self._watchdog(budget, stop):
+            res = work()
+        elapsed = time.perf_counter() - t0
+        self._metrics.solve_seconds.labels(method=method).observe(elapsed)
+        return res, elapsed
+
     def _observe(self, method: str, status: str, gap: float | None) -> None:
         self._metrics.solves.labels(method=method, status=status).inc()
         if gap is not None and math.isfinite(gap):
@@ -355,12 +366,10 @@ class PlacementServicer(DecisionsMixin, pb_grpc.PlacementServiceServicer):
         checkpoint("converting the request")
         budget = self._budget(inputs.options.time_limit_s, context, 1)  # the limit covers the whole batch
         opts = self._options(inputs.options, budget, stop)
-        t0 = time.perf_counter()
-        with self._watchdog(budget, stop):
-            res = place_batch(inputs.topology, inputs.state, inputs.jobs, opts)
-        elapsed = time.perf_counter() - t0
+        res, elapsed = self._timed(
+            "PlaceBatch", budget, stop, lambda: place_batch(inputs.topology, inputs.state, inputs.jobs, opts)
+        )
         self._observe("PlaceBatch", "OPTIMAL" if res.admission_optimal else "FEASIBLE", None)
-        self._metrics.solve_seconds.labels(method="PlaceBatch").observe(elapsed)
         _log.info(
             "placed batch",
             extra={
@@ -390,9 +399,11 @@ class PlacementServicer(DecisionsMixin, pb_grpc.PlacementServiceServicer):
         checkpoint("converting the request")
         budget = self._budget(inputs.options.time_limit_s, context, 1)  # the limit covers the whole repair
         opts = self._options(inputs.options, budget, stop)
-        t0 = time.perf_counter()
-        with self._watchdog(budget, stop):
-            res = repair(
+        res, elapsed = self._timed(
+            "Repair",
+            budget,
+            stop,
+            lambda: repair(
                 inputs.topology,
                 inputs.state,
                 inputs.job,
@@ -402,10 +413,9 @@ class PlacementServicer(DecisionsMixin, pb_grpc.PlacementServiceServicer):
                 spares_only=inputs.spares_only,
                 budget=inputs.budget,
                 options=opts,
-            )
-        elapsed = time.perf_counter() - t0
+            ),
+        )
         self._observe("Repair", "FEASIBLE", None)
-        self._metrics.solve_seconds.labels(method="Repair").observe(elapsed)
         _log.info(
             "repaired",
             extra={
