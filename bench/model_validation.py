@@ -10,6 +10,7 @@ model shapes behind them are public facts or stated choices, and the held-out ta
 from __future__ import annotations
 
 import argparse
+import itertools
 import math
 import sys
 import time
@@ -17,8 +18,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from placement.cost import step as step_model
 from placement.cost.evaluate import evaluate
-from placement.cost.step import dp_exposed
+from placement.cost.step import dp_exposed, straggler_seconds
 from placement.io.importers.nvidia_smi import read_nvidia_smi
 from placement.model.devices import HostSpec, NodeType
 from placement.model.job import CollectiveKind, Group, Job, ModelShape, ParallelSpec
@@ -224,7 +226,9 @@ def rows_2e(data: Path) -> list[Row]:
     for model, (params, p50) in DDP.items():
         for n in (2, 4, 8, 16):
             reduce = all_reduce_seconds(t, list(range(n)), 4 * params)
-            modeled = dp_exposed(reduce, 2 / 3 * no_ddp[model], 4 * params)
+            modeled = dp_exposed(reduce, 2 / 3 * no_ddp[model], 4 * params) + straggler_seconds(
+                no_ddp[model], n
+            )
             where = f"{n} GPUs" + (" (2 machines)" if n > 8 else "")
             out.append(
                 Row(
@@ -437,11 +441,54 @@ def timing(repeat: int = 3) -> str:
     return "\n".join(["| part | seconds |", "|---|---:|", *(f"| {n} | {t:.2f} |" for n, t in rows)])
 
 
+# The grid `--fit` searches for the three data-parallel constants of placement.cost.step.
+FIT_GRID = {
+    "OVERLAP_RATE": (0.3, 0.35, 0.4, 0.5, 0.6, 0.7),
+    "COMPUTE_INTERFERENCE": (0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.45),
+    "STRAGGLER_CV": (0.0, 0.005, 0.01, 0.015, 0.02, 0.03),
+}
+DP_CASES = ("2e", "25")
+
+
+def fit(data: Path, top: int = 8) -> str:
+    """The grid of `FIT_GRID` over the data-parallel rows (2e and 25): for each setting the worst
+    modeled/measured factor (max over rows of max(r, 1/r)) and the sum of squared log ratios; the best `top`
+    settings, best first, and where the model's own constants rank. Restores the constants afterwards."""
+    names = list(FIT_GRID)
+    saved = {n: getattr(step_model, n) for n in names}
+    scored = []
+    try:
+        for values in itertools.product(*FIT_GRID.values()):
+            for n, v in zip(names, values, strict=True):
+                setattr(step_model, n, v)
+            logs = [abs(math.log(r.ratio)) for r in all_rows(data) if r.case in DP_CASES]
+            scored.append((max(logs), sum(x * x for x in logs), values))
+    finally:
+        for n, v in saved.items():
+            setattr(step_model, n, v)
+    scored.sort()
+    current = tuple(saved[n] for n in names)
+    rank = next((i for i, s in enumerate(scored) if s[2] == current), None)
+    head = " | ".join(names)
+    lines = [f"| rank | {head} | worst factor | sum of log^2 |", "|---:|" + "---:|" * (len(names) + 2)]
+    for i, (worst, sq, values) in enumerate(scored[:top]):
+        mark = " (the model's)" if values == current else ""
+        cells = " | ".join(f"{v:g}" for v in values)
+        lines.append(f"| {i + 1}{mark} | {cells} | {math.exp(worst):.2f} | {sq:.3f} |")
+    where = f"{rank + 1} of {len(scored)}" if rank is not None else "not on the grid"
+    lines.append("")
+    lines.append(f"The model's constants ({', '.join(f'{n} {saved[n]:g}' for n in names)}) rank {where}.")
+    return "\n".join(lines)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, default=DATA, help="the shared data folder (default: %(default)s)")
     ap.add_argument("--timing", action="store_true", help="also time one evaluate at 65,536 ranks")
     ap.add_argument("--nic", action="store_true", help="also the NIC speed at which rows 9a/9b would match")
+    ap.add_argument(
+        "--fit", action="store_true", help="also the grid the data-parallel constants were chosen on"
+    )
     args = ap.parse_args(argv)
     if not (args.data / DGX1_FILE).is_file() or not (args.data / A100_PAIRS_FILE).is_file():
         print(f"the shared data folder {args.data} lacks {DGX1_FILE} or {A100_PAIRS_FILE}", file=sys.stderr)
@@ -458,6 +505,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"- BERT +{BERT_MEASURED:.0f}%: {nic_for(args.data, bert_overhead, BERT_MEASURED):.2f}; "
             f"half of it: {nic_for(args.data, bert_overhead, BERT_MEASURED / 2):.2f}"
         )
+    if args.fit:
+        print()
+        print(fit(args.data))
     if args.timing:
         print()
         print(timing())

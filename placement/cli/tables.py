@@ -62,6 +62,8 @@ def _step_table(title: str, report: CostReport) -> Table:
     t.add_row("compute", num(report.compute_seconds), share(report.compute_seconds))
     t.add_row("pipeline bubble", num(report.bubble_seconds), share(report.bubble_seconds))
     t.add_row("exposed comm", f"{report.comm_seconds:.4f}", share(report.comm_seconds))
+    if report.straggler_seconds:
+        t.add_row("straggler wait", num(report.straggler_seconds), share(report.straggler_seconds))
     t.add_row("total comm (before overlap)", f"{report.comm_seconds_total:.4f}", "")
     t.add_section()
     t.add_row("MFU", "-" if report.mfu is None else f"{100 * report.mfu:.1f}%", "")

@@ -236,6 +236,8 @@ def step_compute(model: ModelShape, parallel: ParallelSpec, kind: DeviceKind) ->
     if parallel.ep > 1 and model.expert_parameters > 0:
         local_params -= model.expert_parameters * (1 - 1 / parallel.ep) / (parallel.tp * parallel.pp)
     mem = _GEMM.get(kind.name.upper(), _GEMM_OTHER)[2] * 1e9 * OPTIMIZER_MEMORY_EFFICIENCY
+    if model.distributed_optimizer:  # each DP rank updates its 1/dp shard of the parameters
+        local_params /= parallel.dp
     optimizer = local_params * OPTIMIZER_BYTES_PER_PARAMETER / mem
     compute = layers + optimizer
     m = max(1, model.micro_batches)

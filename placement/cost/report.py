@@ -59,6 +59,7 @@ class CostReport:
     - `step_seconds`: compute + pipeline bubble + exposed communication (for jobs with no model shape:
       exposed communication alone);
     - `compute_seconds`: the layers' compute and the optimizer step after the gradient reduce;
+    - `straggler_seconds`: the wait for the slowest rank (`placement.cost.step.straggler_seconds`);
     - `comm_seconds`: exposed communication per step (phases in sequence, concurrent groups in parallel);
     - `comm_seconds_total`: communication per step before overlap;
     - `by_label` / `by_tier` / `by_label_tier`: exposed communication per phase label, per bottleneck tier;
@@ -73,6 +74,7 @@ class CostReport:
     comm_seconds_total: float = 0.0
     compute_seconds: float | None = None
     bubble_seconds: float | None = None
+    straggler_seconds: float | None = None
     tokens_per_s: float | None = None
     mfu: float | None = None
     phases: list[PhaseCost] = field(default_factory=list)
@@ -102,6 +104,7 @@ class CostReport:
             "comm_seconds_total": self.comm_seconds_total,
             "compute_seconds": self.compute_seconds,
             "bubble_seconds": self.bubble_seconds,
+            "straggler_seconds": self.straggler_seconds,
             "tokens_per_s": self.tokens_per_s,
             "mfu": self.mfu,
             "seconds_per_step": self.comm_seconds,  # deprecated v1 name of comm_seconds

@@ -23,9 +23,11 @@ per micro-batch each way between neighbouring stages), ``dp`` (gradient all-redu
   ``exposed = R - hidden + COMPUTE_INTERFERENCE * hidden / OVERLAP_RATE``. The optimizer step follows the reduce
   (`placement.cost.compute`). Megatron's distributed optimizer (reduce-scatter in buckets beside the backward,
   all-gather of the parameters after the optimizer) is `dp_exposed(..., distributed=True)`.
+- Stragglers: a synchronous step waits for its slowest rank. Each rank's compute varies by `STRAGGLER_CV` of
+  its mean; the step pays the expected maximum of n draws (`straggler_seconds`, n the job's ranks).
 
 **Step** (jobs with a model shape on devices of a known kind, `placement.cost.compute`):
-``step = compute + bubble + exposed communication`` (`assemble_step`; compute includes the optimizer step), the 1F1B bubble idling ``(p-1)/m`` of the compute and the
+``step = compute + bubble + exposed communication + straggler wait`` (`assemble_step`; compute includes the optimizer step), the 1F1B bubble idling ``(p-1)/m`` of the compute and the
 exposed per-micro-batch communication (every phase but the DP reduce; Narayanan et al. 2021 sec. 2.2), ``tokens/s = tokens per step / step``,
 ``MFU = model FLOPs / (step * devices * peak)``. The slowest kind of the mapped devices paces the step (devices of
 an unknown kind such as ``gpu``: the job's `device_kind`). Jobs with no model shape (explicit groups and edges), or
@@ -36,6 +38,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from statistics import NormalDist
 from typing import NamedTuple
 
 from placement.cost.collectives import Plan, fabric_for, max_min_phase_seconds
@@ -51,11 +54,13 @@ __all__ = [
     "DDP_BUCKET_BYTES",
     "OVERLAP_RATE",
     "PHASE_ORDER",
+    "STRAGGLER_CV",
     "StepTotals",
     "assemble_step",
     "dp_exposed",
     "model_step",
     "phase_exposed",
+    "straggler_seconds",
 ]
 
 PHASE_ORDER: tuple[str, ...] = ("tp", "cp", "ep", "pp", "dp")
@@ -67,8 +72,27 @@ MEGATRON_BUCKET_ELEMENTS = 40_000_000
 OVERLAP_RATE = 0.5
 """NCCL's speed beside the backward's kernels, as a share of its speed alone (its kernels wait for SMs and share
 memory bandwidth: overlapped collectives run 1.5-2x slower, Rashidi et al. ISCA 2021, Jangda et al. ASPLOS 2022)."""
-COMPUTE_INTERFERENCE = 0.45
+COMPUTE_INTERFERENCE = 0.3
 """Seconds the backward loses per second NCCL runs beside it (the same papers: 10-30% compute slowdown)."""
+STRAGGLER_CV = 0.015
+"""Rank-to-rank spread of one step's compute: its standard deviation over its mean (module doc)."""
+
+
+def expected_max_normal(n: int) -> float:
+    """E[max of n independent standard normals], by Blom's approximation of normal order statistics
+    (Blom 1958: ``Phi^-1((n - 0.375) / (n + 0.25))``; 0.589 for 2 against the exact 0.564, 1.43 for 8 against 1.42)."""
+    if n <= 1:
+        return 0.0
+    return NormalDist().inv_cdf((n - 0.375) / (n + 0.25))
+
+
+def straggler_seconds(compute_seconds: float, ranks: int) -> float:
+    """Seconds a synchronous step of `ranks` ranks waits for its slowest one: each rank's compute varies by
+    `STRAGGLER_CV` of `compute_seconds`, and every collective waits for the last member (module doc).
+    Non-decreasing in both arguments."""
+    if ranks <= 1 or compute_seconds <= 0.0:
+        return 0.0
+    return STRAGGLER_CV * compute_seconds * expected_max_normal(ranks)
 
 
 def dp_exposed(
@@ -96,7 +120,11 @@ def phase_exposed(label: str, seconds: float, exposed: float, comp: ComputeModel
     """Exposed seconds of phase `label` taking `seconds` (`exposed` by the job's exposure): the DP reduce's is
     computed (`dp_exposed`) unless the job states ``exposure.dp``."""
     if label == "dp" and comp is not None and "dp" not in job.exposure:
-        return dp_exposed(seconds, comp.backward_seconds_per_microbatch, comp.gradient_bytes)
+        distributed = job.model is not None and job.model.distributed_optimizer
+        dp = job.parallel.dp if job.parallel is not None else 1
+        return dp_exposed(
+            seconds, comp.backward_seconds_per_microbatch, comp.gradient_bytes, distributed=distributed, dp=dp
+        )
     return exposed
 
 
@@ -106,6 +134,7 @@ class StepTotals(NamedTuple):
     step: float
     comm: float
     bubble: float
+    straggler: float = 0.0
 
 
 def assemble_step(
@@ -122,7 +151,8 @@ def assemble_step(
     # TP/CP/EP/PP communication (the DP reduce happens once, after the pipeline drains)
     per_mb = comp.compute_seconds + sum(phases[lab][1] for lab in labels if lab != "dp")
     bubble = (job.parallel.pp - 1) / max(1, job.model.micro_batches) * per_mb
-    return StepTotals(comp.compute_seconds + bubble + comm, comm, bubble)
+    wait = straggler_seconds(comp.compute_seconds, job.parallel.world_size)
+    return StepTotals(comp.compute_seconds + bubble + comm + wait, comm, bubble, wait)
 
 
 class _Op(NamedTuple):
@@ -220,6 +250,7 @@ def model_step(
     if comp is not None and job.model is not None and job.parallel is not None:
         report.compute_seconds = comp.compute_seconds
         report.bubble_seconds = totals.bubble
+        report.straggler_seconds = totals.straggler
         if report.step_seconds > 0:
             report.tokens_per_s = tokens_per_step(job.model, job.parallel) / report.step_seconds
             peak = job.parallel.world_size * comp.kind.tflops * 1e12

@@ -393,7 +393,7 @@ def step_cost(report: CostReport) -> pb.StepCost:
             for p in report.phases
         ],
     )
-    for name in ("compute_seconds", "bubble_seconds", "tokens_per_s", "mfu"):
+    for name in ("compute_seconds", "bubble_seconds", "straggler_seconds", "tokens_per_s", "mfu"):
         value = _opt(getattr(report, name))
         if value is not None:
             setattr(out, name, value)
@@ -405,7 +405,7 @@ def report_from_proto(cost: pb.StepCost, bd: pb.Breakdown) -> CostReport:
     prints a remote answer with the same tables as a local one."""
     opt = {
         name: getattr(cost, name) if cost.HasField(name) else None
-        for name in ("compute_seconds", "bubble_seconds", "tokens_per_s", "mfu")
+        for name in ("compute_seconds", "bubble_seconds", "straggler_seconds", "tokens_per_s", "mfu")
     }
     return CostReport(
         step_seconds=cost.step_seconds,
@@ -413,6 +413,7 @@ def report_from_proto(cost: pb.StepCost, bd: pb.Breakdown) -> CostReport:
         comm_seconds_total=cost.comm_seconds_total,
         compute_seconds=opt["compute_seconds"],
         bubble_seconds=opt["bubble_seconds"],
+        straggler_seconds=opt["straggler_seconds"],
         tokens_per_s=opt["tokens_per_s"],
         mfu=opt["mfu"],
         surrogate_seconds=cost.surrogate_seconds,

@@ -173,6 +173,9 @@ class ModelShape:
     """Fraction of the devices' peak FLOP/s the compute kernels reach (step model v2, `placement.cost.compute`)."""
     heads: int = 0
     """Attention heads (activation memory, `placement.cost.compute`); 0: hidden / 128."""
+    distributed_optimizer: bool = False
+    """Megatron's distributed optimizer (ZeRO-1): the DP reduce is a reduce-scatter beside the backward and an
+    all-gather of the parameters after the optimizer step, which updates 1/dp of the parameters on each rank."""
 
 
 @dataclass(frozen=True)

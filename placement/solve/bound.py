@@ -17,11 +17,12 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from placement.cost.collectives import TREE_EFFICIENCY, Fabric, collective_floor
 from placement.cost.compute import device_kind, gradient_bytes, step_compute, tree_channel_gbps
 from placement.cost.paths import Path
-from placement.cost.step import dp_exposed
+from placement.cost.step import dp_exposed, straggler_seconds
 from placement.cost.surrogate import collective_seconds, p2p_seconds
 from placement.model.job import CollectiveKind, Job
 from placement.model.links import intra_node_tier
@@ -292,6 +293,16 @@ class CommBound:
             return "none"
         lab = max(self.by_label, key=lambda k: (self.by_label[k], k))
         return f"{lab}: {self.argument[lab]}"
+
+
+class DpOverlap(NamedTuple):
+    """What the DP reduce's exposure depends on besides its length (`placement.cost.step.dp_exposed`): the
+    longest backward of one micro-batch, the gradient bytes, the distributed optimizer and the DP size."""
+
+    backward: float
+    gradient_bytes: float
+    distributed: bool
+    dp: int
 
 
 class _Links:
@@ -571,7 +582,9 @@ def comm_bound(
     backward = (
         None
         if longest is None or job.model is None or job.parallel is None
-        else (longest, gradient_bytes(job.model, job.parallel))
+        else DpOverlap(
+            longest, gradient_bytes(job.model, job.parallel), job.model.distributed_optimizer, job.parallel.dp
+        )
     )
     names = [lv.name for lv in topology.levels]
     compute = _fastest_compute(topology, job, candidates)
@@ -847,8 +860,8 @@ def _search(
     rows: Sequence[Sequence[float]],
     constraints: Sequence[tuple[frozenset[int], int]],
     names: Sequence[str],
-    backward: tuple[float, float] | None,
-    compute: tuple[float, float],
+    backward: DpOverlap | None,
+    compute: tuple[float, float, float],
     notes: dict[int, str],
     floors: dict[int, list[list[float]]] | None = None,
     alls: Sequence[tuple[frozenset[int], int, int]] = (),
@@ -886,8 +899,8 @@ def _search_one(
     rows: Sequence[Sequence[float]],
     constraints: Sequence[tuple[frozenset[int], int]],
     names: Sequence[str],
-    backward: tuple[float, float] | None,
-    compute: tuple[float, float],
+    backward: DpOverlap | None,
+    compute: tuple[float, float, float],
     notes: dict[int, str],
     floors: dict[int, list[list[float]]],
     every: dict[int, int],
@@ -971,9 +984,9 @@ def _case(
     rows: Sequence[Sequence[float]],
     levels: Sequence[int],
     names: Sequence[str],
-    backward: tuple[float, float] | None,
+    backward: DpOverlap | None,
     notes: dict[int, str],
-    compute: tuple[float, float],
+    compute: tuple[float, float, float],
     floors: dict[int, list[list[float]]] | None = None,
     every: dict[int, int] | None = None,
     explain: bool = True,
@@ -1009,29 +1022,38 @@ def _case(
             secs[p.label] = max(secs[p.label], val)
             expo[p.label] = max(expo[p.label], val * p.exposed)
     if "dp" in secs and backward is not None:
-        expo["dp"] = dp_exposed(secs["dp"], *backward)
+        ov = backward
+        expo["dp"] = dp_exposed(
+            secs["dp"], ov.backward, ov.gradient_bytes, distributed=ov.distributed, dp=ov.dp
+        )
         if explain:
             why["dp"] += " (overlapped with the backward in buckets)"
     comm = sum(expo.values())
-    k, b = compute
-    step = k + b * (k + sum(v for lab, v in expo.items() if lab != "dp")) + comm
+    k, b, wait = compute
+    step = k + b * (k + sum(v for lab, v in expo.items() if lab != "dp")) + comm + wait
     return CommBound(comm, dict(expo), why, step)
 
 
-def _fastest_compute(topology: Topology, job: Job, candidates: Sequence[int]) -> tuple[float, float]:
-    """(compute seconds on the fastest kind the job could run on, the bubble's share (p-1)/m); (0, 0) when some
-    mapping could have no compute model (its step is then its exposed communication)."""
+def _fastest_compute(topology: Topology, job: Job, candidates: Sequence[int]) -> tuple[float, float, float]:
+    """(compute seconds on the fastest kind the job could run on, the bubble's share (p-1)/m, the straggler wait
+    of that compute); zeros when some mapping could have no compute model (its step is then its exposed
+    communication)."""
     if job.model is None or job.parallel is None:
-        return 0.0, 0.0
+        return 0.0, 0.0, 0.0
     out: list[float] = []
     for name in {topology.devices[d].kind for d in candidates}:
         kind = device_kind(name, topology) or device_kind(job.device_kind, topology)
         if kind is None:
-            return 0.0, 0.0
+            return 0.0, 0.0, 0.0
         out.append(step_compute(job.model, job.parallel, kind).compute_seconds)
     if not out:
-        return 0.0, 0.0
-    return min(out), (job.parallel.pp - 1) / max(1, job.model.micro_batches)
+        return 0.0, 0.0, 0.0
+    k = min(out)
+    return (
+        k,
+        (job.parallel.pp - 1) / max(1, job.model.micro_batches),
+        straggler_seconds(k, job.parallel.world_size),
+    )
 
 
 def _max_backward(topology: Topology, job: Job, candidates: Sequence[int]) -> float | None:

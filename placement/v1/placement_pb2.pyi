@@ -1046,6 +1046,7 @@ class Model(_message.Message):
     RECOMPUTE_FIELD_NUMBER: _builtins.int
     MFU_FIELD_NUMBER: _builtins.int
     HEADS_FIELD_NUMBER: _builtins.int
+    DISTRIBUTED_OPTIMIZER_FIELD_NUMBER: _builtins.int
     parameters: _builtins.float
     """required, > 0"""
     hidden: _builtins.int
@@ -1076,6 +1077,10 @@ class Model(_message.Message):
     """in (0, 1]: share of the devices' peak FLOP/s reached, default 0.4"""
     heads: _builtins.int
     """attention heads (activation memory); default hidden / 128"""
+    distributed_optimizer: _builtins.bool
+    """Megatron's distributed optimizer: the DP reduce as reduce-scatter + all-gather, the optimizer step on 1/dp
+    of the parameters; default false
+    """
     def __init__(
         self,
         *,
@@ -1094,13 +1099,16 @@ class Model(_message.Message):
         recompute: _builtins.bool | None = ...,
         mfu: _builtins.float | None = ...,
         heads: _builtins.int | None = ...,
+        distributed_optimizer: _builtins.bool | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_bytes_per_element", b"_bytes_per_element", "_expert_parameters", b"_expert_parameters", "_experts", b"_experts", "_grad_bytes_per_element", b"_grad_bytes_per_element", "_heads", b"_heads", "_hidden", b"_hidden", "_kv_fraction", b"_kv_fraction", "_layers", b"_layers", "_mfu", b"_mfu", "_micro_batch", b"_micro_batch", "_micro_batches", b"_micro_batches", "_parameters", b"_parameters", "_recompute", b"_recompute", "_seq_len", b"_seq_len", "_top_k", b"_top_k", "bytes_per_element", b"bytes_per_element", "expert_parameters", b"expert_parameters", "experts", b"experts", "grad_bytes_per_element", b"grad_bytes_per_element", "heads", b"heads", "hidden", b"hidden", "kv_fraction", b"kv_fraction", "layers", b"layers", "mfu", b"mfu", "micro_batch", b"micro_batch", "micro_batches", b"micro_batches", "parameters", b"parameters", "recompute", b"recompute", "seq_len", b"seq_len", "top_k", b"top_k"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_bytes_per_element", b"_bytes_per_element", "_distributed_optimizer", b"_distributed_optimizer", "_expert_parameters", b"_expert_parameters", "_experts", b"_experts", "_grad_bytes_per_element", b"_grad_bytes_per_element", "_heads", b"_heads", "_hidden", b"_hidden", "_kv_fraction", b"_kv_fraction", "_layers", b"_layers", "_mfu", b"_mfu", "_micro_batch", b"_micro_batch", "_micro_batches", b"_micro_batches", "_parameters", b"_parameters", "_recompute", b"_recompute", "_seq_len", b"_seq_len", "_top_k", b"_top_k", "bytes_per_element", b"bytes_per_element", "distributed_optimizer", b"distributed_optimizer", "expert_parameters", b"expert_parameters", "experts", b"experts", "grad_bytes_per_element", b"grad_bytes_per_element", "heads", b"heads", "hidden", b"hidden", "kv_fraction", b"kv_fraction", "layers", b"layers", "mfu", b"mfu", "micro_batch", b"micro_batch", "micro_batches", b"micro_batches", "parameters", b"parameters", "recompute", b"recompute", "seq_len", b"seq_len", "top_k", b"top_k"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_bytes_per_element", b"_bytes_per_element", "_expert_parameters", b"_expert_parameters", "_experts", b"_experts", "_grad_bytes_per_element", b"_grad_bytes_per_element", "_heads", b"_heads", "_hidden", b"_hidden", "_kv_fraction", b"_kv_fraction", "_layers", b"_layers", "_mfu", b"_mfu", "_micro_batch", b"_micro_batch", "_micro_batches", b"_micro_batches", "_parameters", b"_parameters", "_recompute", b"_recompute", "_seq_len", b"_seq_len", "_top_k", b"_top_k", "bytes_per_element", b"bytes_per_element", "expert_parameters", b"expert_parameters", "experts", b"experts", "grad_bytes_per_element", b"grad_bytes_per_element", "heads", b"heads", "hidden", b"hidden", "kv_fraction", b"kv_fraction", "layers", b"layers", "mfu", b"mfu", "micro_batch", b"micro_batch", "micro_batches", b"micro_batches", "parameters", b"parameters", "recompute", b"recompute", "seq_len", b"seq_len", "top_k", b"top_k"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_bytes_per_element", b"_bytes_per_element", "_distributed_optimizer", b"_distributed_optimizer", "_expert_parameters", b"_expert_parameters", "_experts", b"_experts", "_grad_bytes_per_element", b"_grad_bytes_per_element", "_heads", b"_heads", "_hidden", b"_hidden", "_kv_fraction", b"_kv_fraction", "_layers", b"_layers", "_mfu", b"_mfu", "_micro_batch", b"_micro_batch", "_micro_batches", b"_micro_batches", "_parameters", b"_parameters", "_recompute", b"_recompute", "_seq_len", b"_seq_len", "_top_k", b"_top_k", "bytes_per_element", b"bytes_per_element", "distributed_optimizer", b"distributed_optimizer", "expert_parameters", b"expert_parameters", "experts", b"experts", "grad_bytes_per_element", b"grad_bytes_per_element", "heads", b"heads", "hidden", b"hidden", "kv_fraction", b"kv_fraction", "layers", b"layers", "mfu", b"mfu", "micro_batch", b"micro_batch", "micro_batches", b"micro_batches", "parameters", b"parameters", "recompute", b"recompute", "seq_len", b"seq_len", "top_k", b"top_k"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__bytes_per_element: _TypeAlias = _typing.Literal["bytes_per_element"]  # noqa: Y015
     _WhichOneofArgType__bytes_per_element: _TypeAlias = _typing.Literal["_bytes_per_element", b"_bytes_per_element"]  # noqa: Y015
+    _WhichOneofReturnType__distributed_optimizer: _TypeAlias = _typing.Literal["distributed_optimizer"]  # noqa: Y015
+    _WhichOneofArgType__distributed_optimizer: _TypeAlias = _typing.Literal["_distributed_optimizer", b"_distributed_optimizer"]  # noqa: Y015
     _WhichOneofReturnType__expert_parameters: _TypeAlias = _typing.Literal["expert_parameters"]  # noqa: Y015
     _WhichOneofArgType__expert_parameters: _TypeAlias = _typing.Literal["_expert_parameters", b"_expert_parameters"]  # noqa: Y015
     _WhichOneofReturnType__experts: _TypeAlias = _typing.Literal["experts"]  # noqa: Y015
@@ -1131,6 +1139,8 @@ class Model(_message.Message):
     _WhichOneofArgType__top_k: _TypeAlias = _typing.Literal["_top_k", b"_top_k"]  # noqa: Y015
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__bytes_per_element) -> _WhichOneofReturnType__bytes_per_element | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__distributed_optimizer) -> _WhichOneofReturnType__distributed_optimizer | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__expert_parameters) -> _WhichOneofReturnType__expert_parameters | None: ...
     @_typing.overload
@@ -1728,8 +1738,9 @@ class StepCost(_message.Message):
     MFU_FIELD_NUMBER: _builtins.int
     PHASES_FIELD_NUMBER: _builtins.int
     SURROGATE_SECONDS_FIELD_NUMBER: _builtins.int
+    STRAGGLER_SECONDS_FIELD_NUMBER: _builtins.int
     step_seconds: _builtins.float
-    """compute + pipeline bubble + exposed communication"""
+    """compute + pipeline bubble + exposed communication + straggler wait"""
     comm_seconds: _builtins.float
     """exposed communication (after overlap)"""
     comm_seconds_total: _builtins.float
@@ -1742,6 +1753,8 @@ class StepCost(_message.Message):
     """model FLOPs utilization of the modeled step, in [0, 1]"""
     surrogate_seconds: _builtins.float
     """The solver's linear objective (the serial v1 sum over every group and edge): a ranking, not a time."""
+    straggler_seconds: _builtins.float
+    """The wait for the slowest rank: every collective waits for its last member (placement.cost.step)."""
     @_builtins.property
     def phases(self) -> _containers.RepeatedCompositeFieldContainer[Global___Phase]: ...
     def __init__(
@@ -1756,10 +1769,11 @@ class StepCost(_message.Message):
         mfu: _builtins.float | None = ...,
         phases: _abc.Iterable[Global___Phase] | None = ...,
         surrogate_seconds: _builtins.float = ...,
+        straggler_seconds: _builtins.float | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_bubble_seconds", b"_bubble_seconds", "_compute_seconds", b"_compute_seconds", "_mfu", b"_mfu", "_tokens_per_s", b"_tokens_per_s", "bubble_seconds", b"bubble_seconds", "compute_seconds", b"compute_seconds", "mfu", b"mfu", "tokens_per_s", b"tokens_per_s"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_bubble_seconds", b"_bubble_seconds", "_compute_seconds", b"_compute_seconds", "_mfu", b"_mfu", "_straggler_seconds", b"_straggler_seconds", "_tokens_per_s", b"_tokens_per_s", "bubble_seconds", b"bubble_seconds", "compute_seconds", b"compute_seconds", "mfu", b"mfu", "straggler_seconds", b"straggler_seconds", "tokens_per_s", b"tokens_per_s"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_bubble_seconds", b"_bubble_seconds", "_compute_seconds", b"_compute_seconds", "_mfu", b"_mfu", "_tokens_per_s", b"_tokens_per_s", "bubble_seconds", b"bubble_seconds", "comm_seconds", b"comm_seconds", "comm_seconds_total", b"comm_seconds_total", "compute_seconds", b"compute_seconds", "mfu", b"mfu", "phases", b"phases", "step_seconds", b"step_seconds", "surrogate_seconds", b"surrogate_seconds", "tokens_per_s", b"tokens_per_s"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_bubble_seconds", b"_bubble_seconds", "_compute_seconds", b"_compute_seconds", "_mfu", b"_mfu", "_straggler_seconds", b"_straggler_seconds", "_tokens_per_s", b"_tokens_per_s", "bubble_seconds", b"bubble_seconds", "comm_seconds", b"comm_seconds", "comm_seconds_total", b"comm_seconds_total", "compute_seconds", b"compute_seconds", "mfu", b"mfu", "phases", b"phases", "step_seconds", b"step_seconds", "straggler_seconds", b"straggler_seconds", "surrogate_seconds", b"surrogate_seconds", "tokens_per_s", b"tokens_per_s"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__bubble_seconds: _TypeAlias = _typing.Literal["bubble_seconds"]  # noqa: Y015
     _WhichOneofArgType__bubble_seconds: _TypeAlias = _typing.Literal["_bubble_seconds", b"_bubble_seconds"]  # noqa: Y015
@@ -1767,6 +1781,8 @@ class StepCost(_message.Message):
     _WhichOneofArgType__compute_seconds: _TypeAlias = _typing.Literal["_compute_seconds", b"_compute_seconds"]  # noqa: Y015
     _WhichOneofReturnType__mfu: _TypeAlias = _typing.Literal["mfu"]  # noqa: Y015
     _WhichOneofArgType__mfu: _TypeAlias = _typing.Literal["_mfu", b"_mfu"]  # noqa: Y015
+    _WhichOneofReturnType__straggler_seconds: _TypeAlias = _typing.Literal["straggler_seconds"]  # noqa: Y015
+    _WhichOneofArgType__straggler_seconds: _TypeAlias = _typing.Literal["_straggler_seconds", b"_straggler_seconds"]  # noqa: Y015
     _WhichOneofReturnType__tokens_per_s: _TypeAlias = _typing.Literal["tokens_per_s"]  # noqa: Y015
     _WhichOneofArgType__tokens_per_s: _TypeAlias = _typing.Literal["_tokens_per_s", b"_tokens_per_s"]  # noqa: Y015
     @_typing.overload
@@ -1775,6 +1791,8 @@ class StepCost(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType__compute_seconds) -> _WhichOneofReturnType__compute_seconds | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__mfu) -> _WhichOneofReturnType__mfu | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__straggler_seconds) -> _WhichOneofReturnType__straggler_seconds | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__tokens_per_s) -> _WhichOneofReturnType__tokens_per_s | None: ...
 

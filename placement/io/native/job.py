@@ -168,13 +168,16 @@ def job_from_dict(doc: Any, source: str = "<job>") -> Job:
                     "recompute",
                     "mfu",
                     "heads",
+                    "distributed_optimizer",
                 ],
                 "model",
             )
-            recompute = md.get("recompute", False)
-            if not isinstance(recompute, bool):
-                ps.add("model.recompute", f"must be true or false, got {short(recompute)}")
-                recompute = False
+            flags = {}
+            for flag in ("recompute", "distributed_optimizer"):
+                flags[flag] = md.get(flag, False)
+                if not isinstance(flags[flag], bool):
+                    ps.add(f"model.{flag}", f"must be true or false, got {short(flags[flag])}")
+                    flags[flag] = False
             model = ModelShape(
                 parameters=r.num(
                     md,
@@ -204,7 +207,8 @@ def job_from_dict(doc: Any, source: str = "<job>") -> Job:
                     md, "kv_fraction", "model", minimum=0, exclusive=True, default=1.0, maximum=1.0
                 )
                 or 1.0,
-                recompute=recompute,
+                recompute=flags["recompute"],
+                distributed_optimizer=flags["distributed_optimizer"],
                 mfu=r.num(md, "mfu", "model", minimum=0, exclusive=True, maximum=1.0, default=DEFAULT_MFU)
                 or DEFAULT_MFU,
                 heads=r.int_(md, "heads", "model", minimum=1, default=0, maximum=10**6) or 0,

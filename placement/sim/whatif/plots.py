@@ -82,7 +82,9 @@ def plot_sweep(
         ax.set_ylabel("step seconds")
         xticks(ax)
         ax.legend(fontsize=8)
-    fig.suptitle(f"{sweep.name}: modeled step seconds (compute + bubble + exposed comm){more}")
+    fig.suptitle(
+        f"{sweep.name}: modeled step seconds (compute + bubble + exposed comm + straggler wait){more}"
+    )
     written += save_figure(fig, out, "step_seconds")
 
     # 2. stacked breakdown per tier: a row of panels per strategy

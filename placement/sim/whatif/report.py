@@ -210,7 +210,7 @@ def ranked_tables(sweep: Sweep, rows: Mapping[str, Mapping[str, str]], *, top: i
         for r in body:
             t.add_row(*(r if with_notes else r[:-1]))
         caption = [
-            "step s: compute + bubble + exposed comm; comm s, MFU, tokens/s: of the best strategy's answer"
+            "step s: compute + bubble + exposed comm + straggler wait; comm s, MFU, tokens/s: of the best strategy's answer"
         ]
         if opt is not None:
             caption.append(
