@@ -84,3 +84,17 @@ def test_import_errors_are_clean() -> None:
     assert_input_error(
         res, "--tier 'rack=10:1': unknown level 'rack'; levels are ['node', 'subblock', 'block', 'cluster']"
     )
+
+
+def test_import_topograph_keeps_the_nvlink_domain(tmp_path: Path) -> None:
+    src = shared_file("topologies/cluster_fabric/nvidia_topograph/tests/models/medium.yaml")
+    out = tmp_path / "medium.yaml"
+    res = run("import", "topograph", src, "--gpus-per-node", "4", "--out", out)
+    assert res.exit_code == 0, res.output
+    doc = yaml.safe_load(out.read_text())
+    # the NVL block is an NVLink domain in the written file and in the topology it loads as
+    assert [(lv["name"], lv.get("nvlink", False)) for lv in doc["levels"]][:2] == [
+        ("node", False),
+        ("nvl", True),
+    ]
+    assert [lv.nvlink for lv in load_cluster(out)[0].levels][:2] == [False, True]

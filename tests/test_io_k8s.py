@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from placement.errors import InputError
 from placement.io.importers.k8s import parse_k8s_nodes, short_level_name
+from placement.io.native import cluster_from_dict
 from tests.conftest import shared_file
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "k8s"
@@ -430,3 +431,33 @@ def test_never_leaks_a_raw_exception(doc: Any) -> None:
         assert err.problems
     else:
         _check_common(cluster)
+
+
+def test_nvlink_partition_labels_make_nvlink_levels() -> None:
+    # two GB200 trays in one NVLink partition (the GPU Operator's clique label) under one block
+    def node(name: str, clique: str) -> dict[str, Any]:
+        labels = {
+            "cloud.google.com/gce-topology-block": "b0",
+            "nvidia.com/gpu.clique": clique,
+            "kubernetes.io/hostname": name,
+            "nvidia.com/gpu.product": "GB200",
+        }
+        return {
+            "kind": "Node",
+            "metadata": {"name": name, "labels": labels},
+            "status": {"allocatable": {"nvidia.com/gpu": "4"}},
+        }
+
+    doc = {"kind": "NodeList", "items": [node("t0", "uuid1.1"), node("t1", "uuid1.1"), node("t2", "uuid1.2")]}
+    levels = "cloud.google.com/gce-topology-block,nvidia.com/gpu.clique,kubernetes.io/hostname"
+    cluster, _ = parse_k8s_nodes(json.dumps(doc), "gb200.json", levels=levels)
+    assert [(lv["name"], lv.get("nvlink", False)) for lv in cluster["levels"]] == [
+        ("node", False),
+        ("gpu_clique", True),
+        ("block", False),
+    ]
+    # the native reader keeps the mark (tiers as `placement import` fills them)
+    for lv, gbps in zip(cluster["levels"], (900.0, 900.0, 50.0), strict=True):
+        lv["bandwidth_gbps"] = gbps
+    topo, _ = cluster_from_dict(cluster)
+    assert [lv.nvlink for lv in topo.levels] == [False, True, False]

@@ -20,6 +20,8 @@ def test_medium_model_tree() -> None:
     # sw3 > sw21, sw22 > sw11..sw14; blocks nvl1..nvl4 on sw11..sw14 (the leaf repeats the NVL block: folded)
     assert [lv["name"] for lv in fab.doc["levels"]] == ["node", "nvl", "spine", "core"]
     assert fab.roles == ["node", "accel", "switch", "switch"]
+    # the NVLink domain is marked, so that NVLS runs across its trays
+    assert [lv.get("nvlink", False) for lv in fab.doc["levels"]] == [False, True, False, False]
     h = hosts(fab)
     assert len(h) == 8
     assert h["1101"] == {"nvl": "nvl1", "spine": "sw21", "core": "sw3"}
@@ -29,6 +31,7 @@ def test_medium_model_tree() -> None:
 def test_dual_crossbar_drops_levels_that_do_not_nest() -> None:
     fab = read_topograph(shared_file(f"{TG}/models/dual-xclr-irregular.yaml"))
     assert [lv["name"] for lv in fab.doc["levels"]] == ["node", "nvl_sub", "nvl", "core"]
+    assert [lv.get("nvlink", False) for lv in fab.doc["levels"]] == [False, True, True, False]
     assert any("level 'leaf' dropped" in w for w in fab.warnings)
     h = hosts(fab)
     assert len(h) == 255 and h["node0001"]["nvl"] == "domain-01" and h["node0001"]["nvl_sub"] == "rack-1-01"

@@ -605,6 +605,73 @@ def test_nvls_inside_hopper_and_blackwell_switch_hosts_only() -> None:
     assert evaluate(_switch_host("H100"), EMPTY, ag, list(range(8))).phases[0].algorithm == "ring"
 
 
+def test_nvls_across_the_trays_of_an_nvlink_domain() -> None:
+    S = 256e6
+    racks = nvl72(2)
+    # TP16 on 4 trays of one NVL72 rack: NCCL sees the rack as one node, NVLS over NVLink: 25 us and S once over
+    # each GPU's 900 GB/s at Blackwell's nvlsEfficiency 0.74 on 15 of 16 channels
+    rep = evaluate(racks, EMPTY, one_group(16, S), list(range(16)))
+    assert rep.phases[0].algorithm == "nvls"
+    assert rep.step_seconds == approx(25e-6 + S / (900e9 * 0.74 * 15 / 16))
+    # the whole rack costs the same per operation; across two racks the leaf's 50 GB/s decides (no NVLS)
+    assert evaluate(racks, EMPTY, one_group(72, S), list(range(72))).step_seconds == approx(rep.step_seconds)
+    across = evaluate(racks, EMPTY, one_group(16, S), list(range(64, 80)))
+    assert across.phases[0].algorithm != "nvls" and across.step_seconds > 4 * rep.step_seconds
+    # the same trays with no `nvlink` on the level: hosts on a 900 GB/s network, no NVLS across them
+    tray = NodeType("tray", 4, "GB200")
+    plain = Topology.build(
+        "r",
+        [Level("node", Tier(900.0, 1.5)), Level("rack", Tier(900.0, 2.0))],
+        [HostSpec(f"t{i}", {"rack": "r0"}, tray) for i in range(18)],
+    )
+    assert evaluate(plain, EMPTY, one_group(16, S), list(range(16))).phases[0].algorithm != "nvls"
+
+
+def test_collnet_where_the_levels_reduce_in_the_network() -> None:
+    S = 1e9
+    levels = [Level("node", Tier(400.0, 2.0)), Level("leaf", Tier(50.0, 5.0), sharp=True)]
+    plain_levels = [levels[0], replace(levels[1], sharp=False)]
+
+    def four(kind: str, lv: list[Level]) -> Topology:
+        nt = NodeType("hgx", 8, kind, nics=8, nic_gbps=50.0)
+        return Topology.build("sharp", lv, [HostSpec(f"h{h}", {}, nt) for h in range(4)])
+
+    # A100 hosts (no NVLink SHARP): CollNet, S out of and into each host once (8 NICs x 50 GB/s) and a ring
+    # reduce-scatter / all-gather inside (2 x 7/8 S at 400 GB/s); latency up and down the switch (2 x 5 us), the
+    # host's ring (2 x 2 us) and 0.4 us per local rank each way
+    rep = evaluate(four("A100", levels), EMPTY, one_group(32, S), list(range(32)))
+    lat = (2 * 5 + 2 * 2 + 2 * 0.4 * 7) * 1e-6
+    assert rep.phases[0].algorithm == "collnet"
+    assert rep.step_seconds == approx(lat + max(2 * 7 / 8 * S / 400e9, S / 400e9))
+    # H100 hosts: NVLS inside each host (S at 400 GB/s x 0.85 x 15/16) and SHARP between (S out of each host)
+    h100 = evaluate(four("H100", levels), EMPTY, one_group(32, S), list(range(32)))
+    assert h100.phases[0].algorithm == "nvls"
+    assert h100.step_seconds == approx((25 + 2 * 5) * 1e-6 + max(S / (400e9 * 0.85 * 15 / 16), S / 400e9))
+    # without SHARP the tree (A100: 2 S out of each of 4 hosts, 5.15 ms against CollNet's ring-bound 4.39) or
+    # NVLSTree (H100: 2 S out of each host, 5.0 ms against 3.1) is slower
+    for kind, fast, factor in (("A100", rep, 1.15), ("H100", h100, 1.5)):
+        slow = evaluate(four(kind, plain_levels), EMPTY, one_group(32, S), list(range(32)))
+        assert slow.phases[0].algorithm not in ("collnet", "nvls")
+        assert slow.step_seconds > factor * fast.step_seconds
+
+
+def test_cluster_file_nvlink_and_sharp_levels() -> None:
+    base = {
+        "levels": [
+            {"name": "node", "bandwidth_gbps": 900},
+            {"name": "rack", "bandwidth_gbps": 900, "nvlink": True},
+            {"name": "leaf", "bandwidth_gbps": 50, "sharp": True},
+        ],
+        "hosts": [{"name": "t0", "devices": 4, "kind": "GB200", "domains": {"rack": "r0", "leaf": "l0"}}],
+    }
+    t, _ = cluster_from_dict(base)
+    assert [(lv.nvlink, lv.sharp) for lv in t.levels] == [(False, False), (True, False), (False, True)]
+    bad = {**base, "levels": [base["levels"][0], {"name": "rack", "bandwidth_gbps": 900, "nvlink": "yes"}]}
+    with pytest.raises(InputError) as info:
+        cluster_from_dict(bad)
+    assert "levels[1].nvlink: must be true or false, got 'yes'" in str(info.value)
+
+
 def test_protocols_by_message_size_inside_one_host() -> None:
     t = _switch_host("A100")
     steps, lat = 14, 2e-6
@@ -682,6 +749,31 @@ def test_collective_floor_is_below_every_plan_and_exact_where_links_bind() -> No
             assert collective_floor(
                 AR, 8, size, 1, 2e-6, 400e9, 1.0, generations=gens, nvls=nvls, hop=hop
             ) == approx(alone)
+    # NVLS across the trays of an NVLink domain and CollNet over SHARP switches stay above their floors
+    for t, flags in (
+        (nvl72(1), {"nvlink": True, "device_bytes_per_s": 900e9}),
+        (
+            Topology.build(
+                "sharp",
+                [Level("node", Tier(400.0, 2.0)), Level("leaf", Tier(50.0, 5.0), sharp=True)],
+                [HostSpec(f"h{h}", {}, NodeType("n", 8, "H100", nics=8, nic_gbps=50.0)) for h in range(4)],
+            ),
+            {"sharp": True},
+        ),
+    ):
+        fab = Fabric(t, EMPTY)
+        gens, nvls = [fab.generation(0)], fab.nvls_efficiency(0)
+        per_host = t.host_types[0].devices
+        for _ in range(60):
+            n = rng.randint(2, 32)
+            devs = rng.sample(range(32), n)
+            size = 10 ** rng.uniform(1, 10)
+            hosts = len({d // per_host for d in devs})
+            host_rate = max(t.levels[1].tier.bandwidth_gbps * per_host, 400.0) * 1e9
+            floor = collective_floor(
+                AR, n, size, hosts, 1.5e-6, 900e9, host_rate, generations=gens, nvls=nvls, **flags
+            )
+            assert floor <= fab.alone(fab.plan_group(AR, devs, size)) * (1 + 1e-12)
     # exact across hosts of one GPU each, where the NIC and the leaf's latency bind
     t1 = two_level(4, 1, leaf=Tier(25.0, 5.0))
     fab1 = Fabric(t1, EMPTY)

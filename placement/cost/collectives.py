@@ -105,6 +105,10 @@ NVLS_CHANNELS = 16
 """NVLS channels NCCL opens (NCCL_NVLS_NCHANNELS default); one of them does not carry data: (n-1)/n."""
 NVLS_LATENCY_US = 25.0
 """hwLatencies of NVLS and NVLSTree over NVLink (Simple), µs."""
+COLLNET_HOPPER_FACTOR = 0.85
+"""CollNet Direct's bus bandwidth factor from compute capability 9.0 on (NCCL's tuner: ``busBw *= .85``)."""
+COLLNET_ARITY_US = 0.4
+"""CollNet Direct's arity serialization latency per local rank, µs (NCCL's tuner)."""
 PROTOCOLS = ("LL", "LL128", "Simple")
 
 
@@ -121,6 +125,9 @@ def collective_floor(
     nvls: float = 0.0,
     hop: str | None = None,
     simple: bool = True,
+    nvlink: bool = False,
+    sharp: bool = False,
+    device_bytes_per_s: float = math.inf,
 ) -> float:
     """Seconds at least of any algorithm and protocol `Fabric.plan_group` can choose for one collective of `size`
     bytes over `n` members on `hosts` hosts, alone: the same candidates (module doc) priced with a lower bound on
@@ -132,7 +139,9 @@ def collective_floor(
     Every candidate's time rises with latency and falls with rates, so this is a lower bound for
     `placement.solve.bound`, and exact where the binding terms are the ones given (e.g. an NVSwitch host).
     `simple` False leaves out the Simple-protocol ring and tree (a caller that prices those more tightly itself
-    takes the lesser of its price and this; inf when nothing is left)."""
+    takes the lesser of its price and this; inf when nothing is left). Across hosts, `nvlink`: the hosts are in one
+    NVLink domain (NVLS across them, each device at most `device_bytes_per_s`); `sharp`: the levels crossed reduce
+    in the network (CollNet)."""
     if n <= 1 or size <= 0:
         return 0.0
     vol, steps = _volume(kind, n, size)
@@ -178,6 +187,10 @@ def collective_floor(
             cands.append(lat * tree[1] / tree[2] + tb / (f * 120 / 128))
         if nvls > 0:
             cands.append(NVLS_LATENCY_US * 1e-6 + lat + (size if hosts == 2 else 2 * size) / f)
+            if nvlink:
+                cands.append(NVLS_LATENCY_US * 1e-6 + size / (device_bytes_per_s * nvls))
+        if sharp:
+            cands.append(2 * a + size / f)
     return min(cands)
 
 
@@ -507,6 +520,21 @@ class Fabric:
                 cands.append(
                     ("nvlstree", lat, size / (intra_bw * eff), intra_name, size if h == 2 else 2 * size)
                 )
+            levels = t.levels
+            if all(levels[li].sharp for li in range(1, lca + 1)):
+                # SHARP: the switches reduce, so S leaves and enters each host and crossed domain once. Inside
+                # the hosts NVLS where they all have NVLink SHARP (NCCL's NVLS across nodes), else a ring
+                # reduce-scatter / all-gather (CollNet; 0.85 of its bandwidth from Hopper on). Simple only.
+                if all(effs) and gmax > 1:
+                    lat = (NVLS_LATENCY_US + 2 * a_inter) * 1e-6
+                    cands.append(("nvls", lat, size / (intra_bw * min(effs)), intra_name, size))
+                else:
+                    scale = COLLNET_HOPPER_FACTOR if self._hopper_or_later(hosts) else 1.0
+                    lat = (
+                        2 * a_inter + (2 * a_intra if gmax > 1 else 0.0) + 2 * COLLNET_ARITY_US * (gmax - 1)
+                    ) * 1e-6
+                    own = 2 * (gmax - 1) / gmax * size / intra_bw
+                    cands.append(("collnet", lat, own / scale, intra_name, size / scale))
         gens = {self.generation(x) for x in hosts}
         gen = gens.pop() if len(gens) == 1 else None
         cands = [
@@ -520,6 +548,10 @@ class Fabric:
             return c[1] + slow * max(c[2], v / min_flow, v / min_host, v / min_up)
 
         algo, lat, intra, name, v = min(cands, key=alone)
+        if kind is CollectiveKind.ALL_REDUCE and t.levels[lca].nvlink:
+            nvls = self._nvls_across(by_host, lca, ups, size, flow, cap_tier * rf * 1e9, slow)
+            if nvls is not None and self.alone(nvls) < alone((algo, lat, intra, name, v)):
+                return nvls
         nic = v / min_flow
         ld: list[tuple[int, float]] = []
         for _, r in host_res:
@@ -527,6 +559,40 @@ class Fabric:
         for r in up_res:
             ld += [(r, v), (r + 1, v)]
         return Plan(algo, lat, (Stage(max(intra, nic), name if intra >= nic else nic_name, tuple(ld)),), slow)
+
+    def _nvls_across(
+        self,
+        by_host: Mapping[int, list[int]],
+        lca: int,
+        ups: Sequence[tuple[int, int]],
+        size: float,
+        flow: Mapping[int, float],
+        tier_bytes_per_s: float,
+        slow: float,
+    ) -> Plan | None:
+        """NVLS over the hosts of one NVLink domain (multi-node NVLink; NCCL sees the domain as one node): every
+        device sends S into the switches and receives S, at `nvls_efficiency` of its own link (at most the
+        domain's tier); a host's links carry S per member. None when some host lacks NVLink SHARP."""
+        effs = [self.nvls_efficiency(h) for h in by_host]
+        if not all(effs):
+            return None
+        dev = min(min(self.dev_link[h] * 1e9, tier_bytes_per_s) for h in by_host)
+        own = size / (dev * min(effs))
+        nic = max(len(v) * size / flow[h] for h, v in by_host.items())
+        loads: list[tuple[int, float]] = []
+        for h, v in by_host.items():
+            r = self.base[0] + 2 * h
+            loads += [(r, len(v) * size), (r + 1, len(v) * size)]
+        for li, k in ups:
+            col = self.cols[li]
+            m = sum(len(v) for v in by_host.values() if col[v[0]] == k)
+            r = self.base[li] + 2 * k
+            loads += [(r, m * size), (r + 1, m * size)]
+        tier = self.topology.levels[lca].name
+        return Plan("nvls", NVLS_LATENCY_US * 1e-6, (Stage(max(own, nic), tier, tuple(loads)),), slow)
+
+    def _hopper_or_later(self, hosts: Sequence[int]) -> bool:
+        return all(self.generation(h) in ("hopper", "blackwell") for h in hosts)
 
     def _tree_cap(self, by_host: Mapping[int, list[int]], h: int) -> float:
         """Algorithm bytes/s of NCCL's tree channels: half the bus cap of one channel per NIC used (inf: no cap)."""

@@ -35,6 +35,12 @@ class Level:
     name: str
     tier: Tier
     oversubscription: float = 1.0
+    nvlink: bool = False
+    """Each domain of this level is one NVLink domain across hosts (multi-node NVLink: a GB200 NVL72 rack, whose
+    trays NCCL sees as one node): NVLS runs across its hosts when their devices have NVLink SHARP."""
+    sharp: bool = False
+    """The switches of this level reduce in the network (InfiniBand SHARP): NCCL's CollNet runs across hosts
+    when every level up to the group's lowest common one has it."""
 
 
 # Per-link and per-path defaults for intra-node matrix codes. NV# is # bonded NVLinks at 25 GB/s per link

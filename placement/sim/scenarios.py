@@ -122,7 +122,7 @@ def nvl72(racks: int, *, kind: str = "GB200") -> Topology:
             )
     levels = [
         Level("node", Tier(900.0, 1.5)),
-        Level("nvl_domain", Tier(900.0, 2.0)),
+        Level("nvl_domain", Tier(900.0, 2.0), nvlink=True),
         Level("leaf", Tier(50.0, 5.0)),
         Level("spine", Tier(25.0, 8.0)),
     ]

@@ -320,6 +320,12 @@ class _Links:
         # NCCL generations and NVLink SHARP of the candidate hosts: which protocols and NVLS the model may use
         self.gens = {fab.generation(h) for h in hosts}
         self.nvls = max((fab.nvls_efficiency(h) for h in hosts), default=0.0)
+        # levels whose domains are one NVLink domain (NVLS across hosts), and up to which every level has SHARP
+        self.nvlink = [lv.nvlink for lv in topology.levels]
+        self.sharp = [
+            li >= 1 and all(lv.sharp for lv in topology.levels[1 : li + 1])
+            for li in range(len(topology.levels))
+        ]
         self.host_dom = [
             {h: topology.domain_column(li)[topology.devices_in_domain[0][h][0]] for h in hosts}
             for li in range(len(topology.levels))
@@ -401,7 +407,7 @@ class _Links:
             return min(
                 steps * lat + vol / bw,
                 self._protocols(kind, n, size, 1, lat, bw, math.inf),
-                self._protocols(kind, n, size, 2, lat, bw, bw),
+                self._protocols(kind, n, size, 2, lat, bw, bw, level),
             )
         rooms = self._rooms(unit)
         cap = len(rooms[0]) - 1  # the most members one host holds
@@ -450,17 +456,39 @@ class _Links:
                     lat = 2 * (math.ceil(math.log2(h)) * a + (-(-n // h) - 1) * self.lat0 * 1e-6)
                     t = min(t, lat + tree)
                 # the Simple ring and tree priced above; LL, LL128 and NVLSTree by the model's own floor
-                t = min(t, self._protocols(kind, n, size, h, a, math.inf, f))
+                t = min(t, self._protocols(kind, n, size, h, a, math.inf, f, level, self.flow(level, 1)))
             best = min(best, t)
         return best
 
     def _protocols(
-        self, kind: CollectiveKind, n: int, size: float, hosts: int, lat: float, own: float, host: float
+        self,
+        kind: CollectiveKind,
+        n: int,
+        size: float,
+        hosts: int,
+        lat: float,
+        own: float,
+        host: float,
+        level: int = 0,
+        device: float = math.inf,
     ) -> float:
         """The model's own floor (`collective_floor`) over every protocol but the Simple ring and tree, on the
-        candidate hosts' generations and NVLink SHARP."""
+        candidate hosts' generations and NVLink SHARP; across hosts at `level`, NVLS in an NVLink domain (each
+        device at most `device` bytes/s) and CollNet where the levels have SHARP."""
         return collective_floor(
-            kind, n, size, hosts, lat, own, host, generations=self.gens, nvls=self.nvls, simple=False
+            kind,
+            n,
+            size,
+            hosts,
+            lat,
+            own,
+            host,
+            generations=self.gens,
+            nvls=self.nvls,
+            simple=False,
+            nvlink=self.nvlink[level],
+            sharp=self.sharp[level],
+            device_bytes_per_s=device,
         )
 
     def edge(self, size: float, level: int) -> float:

@@ -382,6 +382,8 @@ class Level(_message.Message):
     BANDWIDTH_GBPS_FIELD_NUMBER: _builtins.int
     LATENCY_US_FIELD_NUMBER: _builtins.int
     OVERSUBSCRIPTION_FIELD_NUMBER: _builtins.int
+    NVLINK_FIELD_NUMBER: _builtins.int
+    SHARP_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     bandwidth_gbps: _builtins.float
     """required, > 0"""
@@ -391,6 +393,12 @@ class Level(_message.Message):
     """The uplinks of each domain of this level carry 1/oversubscription of what the devices under it could send
     at the next level's tier; default 1 (non-blocking).
     """
+    nvlink: _builtins.bool
+    """Each domain of this level is one NVLink domain across hosts (multi-node NVLink, a GB200 NVL72 rack): NVLS
+    runs across its hosts. Default false.
+    """
+    sharp: _builtins.bool
+    """The switches of this level reduce in the network (InfiniBand SHARP): NCCL's CollNet. Default false."""
     def __init__(
         self,
         *,
@@ -398,19 +406,29 @@ class Level(_message.Message):
         bandwidth_gbps: _builtins.float | None = ...,
         latency_us: _builtins.float = ...,
         oversubscription: _builtins.float | None = ...,
+        nvlink: _builtins.bool | None = ...,
+        sharp: _builtins.bool | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_bandwidth_gbps", b"_bandwidth_gbps", "_oversubscription", b"_oversubscription", "bandwidth_gbps", b"bandwidth_gbps", "oversubscription", b"oversubscription"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_bandwidth_gbps", b"_bandwidth_gbps", "_nvlink", b"_nvlink", "_oversubscription", b"_oversubscription", "_sharp", b"_sharp", "bandwidth_gbps", b"bandwidth_gbps", "nvlink", b"nvlink", "oversubscription", b"oversubscription", "sharp", b"sharp"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_bandwidth_gbps", b"_bandwidth_gbps", "_oversubscription", b"_oversubscription", "bandwidth_gbps", b"bandwidth_gbps", "latency_us", b"latency_us", "name", b"name", "oversubscription", b"oversubscription"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_bandwidth_gbps", b"_bandwidth_gbps", "_nvlink", b"_nvlink", "_oversubscription", b"_oversubscription", "_sharp", b"_sharp", "bandwidth_gbps", b"bandwidth_gbps", "latency_us", b"latency_us", "name", b"name", "nvlink", b"nvlink", "oversubscription", b"oversubscription", "sharp", b"sharp"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__bandwidth_gbps: _TypeAlias = _typing.Literal["bandwidth_gbps"]  # noqa: Y015
     _WhichOneofArgType__bandwidth_gbps: _TypeAlias = _typing.Literal["_bandwidth_gbps", b"_bandwidth_gbps"]  # noqa: Y015
+    _WhichOneofReturnType__nvlink: _TypeAlias = _typing.Literal["nvlink"]  # noqa: Y015
+    _WhichOneofArgType__nvlink: _TypeAlias = _typing.Literal["_nvlink", b"_nvlink"]  # noqa: Y015
     _WhichOneofReturnType__oversubscription: _TypeAlias = _typing.Literal["oversubscription"]  # noqa: Y015
     _WhichOneofArgType__oversubscription: _TypeAlias = _typing.Literal["_oversubscription", b"_oversubscription"]  # noqa: Y015
+    _WhichOneofReturnType__sharp: _TypeAlias = _typing.Literal["sharp"]  # noqa: Y015
+    _WhichOneofArgType__sharp: _TypeAlias = _typing.Literal["_sharp", b"_sharp"]  # noqa: Y015
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__bandwidth_gbps) -> _WhichOneofReturnType__bandwidth_gbps | None: ...
     @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__nvlink) -> _WhichOneofReturnType__nvlink | None: ...
+    @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__oversubscription) -> _WhichOneofReturnType__oversubscription | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__sharp) -> _WhichOneofReturnType__sharp | None: ...
 
 Global___Level: _TypeAlias = Level  # noqa: Y015
 

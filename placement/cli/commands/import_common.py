@@ -51,7 +51,11 @@ def finish_import(
     write it to `out_file` or stdout."""
     names = [lv["name"] for lv in doc["levels"]]
     tier = parse_tiers(tiers, names)
-    doc["levels"] = [{"name": n, "bandwidth_gbps": tier[n][0], "latency_us": tier[n][1]} for n in names]
+    # an importer's marks on a level (``nvlink``) stay; the tiers are set here
+    doc["levels"] = [
+        {**lv, "bandwidth_gbps": tier[lv["name"]][0], "latency_us": tier[lv["name"]][1]}
+        for lv in doc["levels"]
+    ]
     if node_topo is not None:
         nt = read_nvidia_smi(node_topo)
         warnings.extend(nt.warnings)

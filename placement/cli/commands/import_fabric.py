@@ -127,7 +127,17 @@ def _tiers(
     for name in apply_tier_specs(specs, out):
         why.pop(name, None)
     defaults = [f"{n} {out[n][0]:g} GB/s ({w})" for n, w in why.items()]
-    return [{"name": n, "bandwidth_gbps": out[n][0], "latency_us": out[n][1]} for n in names], defaults
+    levels = [
+        # an NVLink domain (role accel) is marked: NVLS runs across its trays
+        {
+            "name": n,
+            "bandwidth_gbps": out[n][0],
+            "latency_us": out[n][1],
+            **({"nvlink": True} if r == "accel" else {}),
+        }
+        for n, r in zip(names, roles, strict=True)
+    ]
+    return levels, defaults
 
 
 def _hca_rails(devices: int, rails: list[int]) -> list[int | None]:

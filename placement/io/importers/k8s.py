@@ -29,6 +29,9 @@ Interpretation:
   parents is an error naming both places, never silently renamed.
 * If the coarsest level has several values, a level ``cluster`` with the single domain ``cluster`` is
   added on top. Hosts keep the order of ``items``.
+* A level from an NVLink-domain label (`NVLINK_LABELS`: the GPU Operator's ``nvidia.com/gpu.clique``, the
+  partition of a GB200 NVL72; topograph's ``accelerator.topograph.run/domain`` and ``sub-domain``) gets
+  ``nvlink: true``: NVLS runs across its hosts.
 
 Returns ``(cluster, warnings)`` like the Slurm importers; problems raise `InputError` with item paths
 such as ``items[3].metadata.labels["cloud.google.com/gce-topology-block"]``.
@@ -48,9 +51,14 @@ from placement.errors import InputError, InternalError, Problem, Problems
 from placement.io.importers.detect import refuse_other_format
 from placement.io.importers.levels import check_level_names
 
-__all__ = ["HOSTNAME_LABEL", "parse_k8s_nodes", "short_level_name"]
+__all__ = ["HOSTNAME_LABEL", "NVLINK_LABELS", "parse_k8s_nodes", "short_level_name"]
 
 HOSTNAME_LABEL = "kubernetes.io/hostname"
+NVLINK_LABELS = frozenset(
+    {"nvidia.com/gpu.clique", "accelerator.topograph.run/domain", "accelerator.topograph.run/sub-domain"}
+)
+"""Labels whose values are NVLink domains across hosts: the GPU Operator's NVLink partition
+(``<ClusterUUID>.<CliqueID>``) and topograph's accelerator domains (topograph ``docs/reference/node-labels.md``)."""
 _GPU_COUNT_LABEL = "nvidia.com/gpu.count"
 _GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 _PREFIXES = ("gce-topology-", "topology-", "network-node-", "host.")
@@ -202,7 +210,10 @@ def parse_k8s_nodes(
         )
     problems.raise_if_any()
 
-    out_levels: list[dict[str, Any]] = [{"name": "node"}, *({"name": n} for n in reversed(display))]
+    out_levels: list[dict[str, Any]] = [{"name": "node"}]
+    for key, n in reversed(list(zip(level_keys, display, strict=True))):
+        # the GPU Operator's NVLink partition label: a multi-node NVLink domain (GB200 NVL72), NVLS across it
+        out_levels.append({"name": n, "nvlink": True} if key in NVLINK_LABELS else {"name": n})
     tops = {h["domains"][display[0]] for h in hosts} if level_keys else set()
     if len(tops) > 1 or not level_keys:
         if "cluster" in display:

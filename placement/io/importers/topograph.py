@@ -8,7 +8,8 @@ A topograph model (github.com/NVIDIA/topograph ``pkg/models/model.go``, read to 
 [hostlist, ...], annotations}]``. A block's nodes hang off its switch; the annotation
 ``accelerator.topology.test/domain`` names the NVLink domain (NVL72 rack) of the block's nodes, and
 ``.../sub-domain`` a part of it. As in topograph, leaf switches need no entry of their own, a switch has one
-parent, a node is in one block. Levels, bottom up: ``nvl_sub`` and ``nvl`` (when annotated), then the switch
+parent, a node is in one block. Levels, bottom up: ``nvl_sub`` and ``nvl`` (when annotated; ``nvlink: true``,
+so that NVLS runs across their trays), then the switch
 heights ``leaf``, ``spine``, ``core`` (``switch4``... above). A level whose domains do not nest in the level
 below (an NVLink domain spanning several leaf switches) is dropped with a warning; a level that repeats the
 partition below it (an NVL72 rack on its own leaf switch) is dropped silently, the lower (faster) one kept. A request payload (``{"provider": {"params": {"modelFileName": ...}},
@@ -115,7 +116,14 @@ def _fabric(
         names = given
     doc = {
         "name": name,
-        "levels": [{"name": "node"}, *({"name": n} for n in names)],
+        # an NVLink domain (NVL72 rack, or a part of one) is marked so that NVLS runs across its trays
+        "levels": [
+            {"name": "node"},
+            *(
+                {"name": n, "nvlink": True} if kind == "accel" else {"name": n}
+                for (_, kind), n in zip(kept, names, strict=True)
+            ),
+        ],
         "hosts": [{"name": h, "domains": c} for h, c in zip(hosts, chains, strict=True)],
     }
     return Fabric(doc, ["node", *(r for _, r in kept)], warnings)

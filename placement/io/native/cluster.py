@@ -234,12 +234,24 @@ def cluster_from_dict(
     levels: list[Level] = []
     for i, lv in enumerate(r.lst(d.get("levels"), "levels")):
         lvd = r.obj(lv, f"levels[{i}]")
-        r.keys(lvd, ["name", "bandwidth_gbps", "latency_us", "oversubscription"], f"levels[{i}]")
+        r.keys(
+            lvd,
+            ["name", "bandwidth_gbps", "latency_us", "oversubscription", "nvlink", "sharp"],
+            f"levels[{i}]",
+        )
         lname = r.str_(lvd, "name", f"levels[{i}]", required=True) or f"level{i}"
         over = r.num(
             lvd, "oversubscription", f"levels[{i}]", minimum=0, exclusive=True, default=1.0, maximum=1e3
         )
-        levels.append(Level(lname, _tier(r, lvd, f"levels[{i}]"), over if over is not None else 1.0))
+        levels.append(
+            Level(
+                lname,
+                _tier(r, lvd, f"levels[{i}]"),
+                over if over is not None else 1.0,
+                nvlink=r.bool_(lvd, "nvlink", f"levels[{i}]"),
+                sharp=r.bool_(lvd, "sharp", f"levels[{i}]"),
+            )
+        )
     if "levels" not in d:
         ps.add(
             "levels", "is required: the domain levels bottom up, e.g. [{name: node, ...}, {name: leaf, ...}]"

@@ -307,6 +307,15 @@ class _Reader:
             return default
         return int(v)
 
+    def bool_(self, d: Mapping[str, Any], key: str, path: str, *, default: bool = False) -> bool:
+        v = d.get(key)
+        if v is None:
+            return default
+        if not isinstance(v, bool):
+            self.ps.add(f"{path}.{key}" if path else key, f"must be true or false, got {short(v)}")
+            return default
+        return v
+
     def str_(
         self, d: Mapping[str, Any], key: str, path: str, *, default: str | None = None, required: bool = False
     ) -> str | None:

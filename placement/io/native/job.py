@@ -172,12 +172,6 @@ def job_from_dict(doc: Any, source: str = "<job>") -> Job:
                 ],
                 "model",
             )
-            flags = {}
-            for flag in ("recompute", "distributed_optimizer"):
-                flags[flag] = md.get(flag, False)
-                if not isinstance(flags[flag], bool):
-                    ps.add(f"model.{flag}", f"must be true or false, got {short(flags[flag])}")
-                    flags[flag] = False
             model = ModelShape(
                 parameters=r.num(
                     md,
@@ -207,8 +201,8 @@ def job_from_dict(doc: Any, source: str = "<job>") -> Job:
                     md, "kv_fraction", "model", minimum=0, exclusive=True, default=1.0, maximum=1.0
                 )
                 or 1.0,
-                recompute=flags["recompute"],
-                distributed_optimizer=flags["distributed_optimizer"],
+                recompute=r.bool_(md, "recompute", "model"),
+                distributed_optimizer=r.bool_(md, "distributed_optimizer", "model"),
                 mfu=r.num(md, "mfu", "model", minimum=0, exclusive=True, maximum=1.0, default=DEFAULT_MFU)
                 or DEFAULT_MFU,
                 heads=r.int_(md, "heads", "model", minimum=1, default=0, maximum=10**6) or 0,
