@@ -23,7 +23,7 @@ from placement.solve.run import place
 from placement.solve.types import PlacementResult, SolveOptions, better
 from placement.solve.units import candidate_devices
 
-__all__ = ["BLOCKED", "MAX_SETS", "Solve", "place_job"]
+__all__ = ["BLOCKED", "MAX_SETS", "Solve", "balance_reasons", "place_job"]
 
 Solve = Callable[..., PlacementResult]
 """`place`'s signature: (topology, state, job, options, *, traffic) -> PlacementResult."""
@@ -106,13 +106,44 @@ def place_job(
             best.stats["balance_domains"] = d
             best.stats["balance_sets_tried"] = tried
             return best
+    raise InfeasibleError([_no_split(topology, job, li, room, f"{tried} set(s) tried; "), *last[:2]])
+
+
+def balance_reasons(
+    topology: Topology, state: ClusterState, job: Job, candidates: list[int] | None = None
+) -> list[str]:
+    """Why no balanced split of the job's slices fits its free devices, counted in whole slices per domain of
+    the balance level (for some d, r = slices mod d domains with room for q + 1 = slices // d + 1 slices and d - r
+    more with room for q): a necessary condition, and a sufficient one when the job requires no level. [] when
+    a split fits, or the job has no balance rule (or one with input errors: `slice_problems` names them).
+    `candidates`: the job's candidate devices, when the caller has them."""
+    bal = job.constraints.balance
+    if bal is None or slice_problems(topology, job):
+        return []
+    li = topology.level_index(bal.level)
+    col = topology.domain_column(li)
+    cands = candidates if candidates is not None else candidate_devices(topology, state, job)
+    free = Counter(col[d] for d in cands)
+    room = {k: v // bal.slice for k, v in free.items() if v >= bal.slice}
+    slices = job.ranks // bal.slice
+    for d in range(1, min(len(room), slices) + 1):
+        q, r = balance_counts(job.ranks, bal.slice, d)
+        if sum(1 for v in room.values() if v >= q + 1) >= r and sum(1 for v in room.values() if v >= q) >= d:
+            return []
+    return [_no_split(topology, job, li, room, "")]
+
+
+def _no_split(topology: Topology, job: Job, li: int, room: dict[int, int], tried: str) -> str:
+    """The reason a balanced search found nothing, with the free slices of the roomiest domains."""
+    bal = job.constraints.balance
+    if bal is None:
+        raise InternalError("_no_split needs a job with a balance rule")
     names = topology.domain_names[li]
     shown = ", ".join(f"{names[k]} {v}" for k, v in sorted(room.items(), key=lambda kv: -kv[1])[:6])
-    reasons = [
-        f"balance over {bal.level}: no set of {bal.level} domains holds the job's {slices} slice(s) of "
-        f"{bal.slice} rank(s) evenly ({tried} set(s) tried; free slices per {bal.level}: {shown or 'none'})"
-    ]
-    raise InfeasibleError(reasons + last[:2])
+    return (
+        f"balance over {bal.level}: no set of {bal.level} domains holds the job's {job.ranks // bal.slice} "
+        f"slice(s) of {bal.slice} rank(s) evenly ({tried}free slices per {bal.level}: {shown or 'none'})"
+    )
 
 
 def _domain_sets(

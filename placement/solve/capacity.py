@@ -1,8 +1,9 @@
 """`capacity`: how many disjoint copies of each job shape fit on a state now (a greedy count, a lower bound, and an
 upper bound from the free devices per domain), per domain at each level, their modeled steps, and fragmentation.
 
-The counts come from free devices per domain and the shape's required-level units, not from `place` calls (a
-4,096-GPU cluster answers in milliseconds); `place` models the steps of the first copies. See docs/decisions.md.
+The counts come from free devices per domain, the shape's required-level units and segments, and its balanced
+slices (`balanced_copies`), not from solver calls (a 4,096-GPU cluster answers in milliseconds);
+`placement.solve.balance.place_job` models the steps of the first copies. See docs/decisions.md.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from placement.model.state import ClusterState
 from placement.model.topology import Topology
 from placement.model.traffic import Traffic, job_traffic
 from placement.model.validate import validate
-from placement.solve.run import place, request_problems
+from placement.solve.balance import place_job
+from placement.solve.run import request_problems
 from placement.solve.types import SolveOptions
 from placement.solve.units import candidate_devices, required_units
 
@@ -31,13 +33,14 @@ __all__ = [
     "LevelFragmentation",
     "PlacedCopy",
     "ShapeCapacity",
+    "balanced_copies",
     "capacity",
     "fragmentation",
     "greedy_copies",
 ]
 
 MAX_PLACED = 64
-"""Copies placed one by one with `place` at most: the count of shapes the fast count cannot handle, and the
+"""Copies placed one by one with `place_job` at most: the count of shapes the fast count cannot handle, and the
 steps asked for."""
 
 
@@ -53,7 +56,7 @@ class DomainCapacity:
 
 @dataclass
 class PlacedCopy:
-    """A copy placed by `place` on the state left by the copies before it."""
+    """A copy placed by `place_job` on the state left by the copies before it."""
 
     index: int
     mapping: list[int]
@@ -127,6 +130,68 @@ def _upper(free: Sequence[int], sizes: Sequence[int], ranks: int) -> int:
         need = sum(1 for u in sizes if u >= s)
         bound = min(bound, sum(f // s for f in free) // need)
     return bound
+
+
+def balanced_copies(rooms: Sequence[int], slices: int) -> int:
+    """Copies of a job of `slices` balanced slices packed one after another, each as a balanced split (over d
+    domains: r = slices mod d of them take q + 1 slices, the others q = slices // d) until a copy does not fit;
+    the most of four greedy orders (the fewest or the most domains first; the tightest or the roomiest domains
+    that suffice). `rooms`: the whole slices each domain holds. A lower bound: every copy counted is a balanced
+    split of what the copies before it left."""
+    if slices < 1:
+        return 0
+    limit = sum(r for r in rooms if r > 0) // slices
+    best = 0
+    for fewest in (True, False):
+        for tight in (True, False):
+            cnt = Counter(r for r in rooms if r > 0)
+            copies = 0
+            while copies < limit and _take_balanced(cnt, slices, fewest, tight):
+                copies += 1
+            best = max(best, copies)
+            if best == limit:
+                return best
+    return best
+
+
+def _take_balanced(cnt: Counter[int], slices: int, fewest: bool, tight: bool) -> bool:
+    """Take one balanced copy out of `cnt` (room -> domains with that room): over the fewest (or the most)
+    domains that hold it, the tightest (or the roomiest) of them; False when no split fits."""
+    keys = sorted((k for k, n in cnt.items() if k > 0 and n > 0), reverse=not tight)
+    domains = sum(cnt[k] for k in keys)
+    counts = range(1, min(slices, domains) + 1)
+    for d in counts if fewest else reversed(counts):
+        q, r = divmod(slices, d)
+        hi: list[tuple[int, int]] = []  # (room, domains) taking q + 1 slices
+        need = r
+        for k in keys:
+            if need == 0:
+                break
+            if k >= q + 1:
+                t = min(cnt[k], need)
+                hi.append((k, t))
+                need -= t
+        if need:
+            continue
+        used = dict(hi)
+        lo: list[tuple[int, int]] = []  # (room, domains) taking q slices
+        need = d - r
+        for k in keys:
+            if need == 0:
+                break
+            if k >= q:
+                t = min(cnt[k] - used.get(k, 0), need)
+                if t > 0:
+                    lo.append((k, t))
+                    need -= t
+        if need:
+            continue
+        for take, part in ((q + 1, hi), (q, lo)):
+            for k, t in part:
+                cnt[k] -= t
+                cnt[k - take] += t
+        return True
+    return False
 
 
 def fragmentation(topology: Topology, state: ClusterState) -> list[LevelFragmentation]:
@@ -348,6 +413,73 @@ def _count_nested(
     return total, upper, rows
 
 
+def _slice_rooms(
+    topology: Topology, job: Job, cands: Sequence[int], units: dict[int, list[int]]
+) -> dict[int, int] | None:
+    """Whole slices of the balance rule each domain of its level can hold (domain -> slices), when these rooms
+    decide whether a balanced copy fits: no required units, or units at one level at or below the balance level,
+    all of one size that divides the slice (a domain's slices are then whole units of its free devices). None
+    otherwise (nested units, units above the balance level, sizes that do not divide the slice)."""
+    bal = job.constraints.balance
+    if bal is None:
+        raise InternalError("_slice_rooms needs a job with a balance rule")
+    li = topology.level_index(bal.level)
+    units = {lv: sz for lv, sz in units.items() if max(sz, default=1) > 1}  # units of one rank bind nothing
+    if not units:
+        free = Counter(topology.domain_column(li)[d] for d in cands)
+        return {k: n // bal.slice for k, n in free.items()}
+    if len(units) > 1:
+        return None
+    ((req, sizes),) = units.items()
+    u = sizes[0]
+    if req > li or any(x != u for x in sizes) or bal.slice % u:
+        return None
+    anc = _ancestors(topology, req, li)
+    whole: Counter[int] = Counter()
+    for k, n in Counter(topology.domain_column(req)[d] for d in cands).items():
+        whole[anc[k]] += n // u
+    return {k: v * u // bal.slice for k, v in whole.items()}
+
+
+def _count_balanced(
+    topology: Topology,
+    job: Job,
+    cands: Sequence[int],
+    units: dict[int, list[int]],
+    tree: dict[int, list[tuple[int, ...]]],
+) -> tuple[int, int, list[DomainCapacity]] | None:
+    """`_count` for a shape with a balance rule: copies of balanced slices (`balanced_copies`) over the rooms of
+    `_slice_rooms`, in the whole cluster and in each domain at or above the balance level; below it a domain
+    lies inside one domain of the level, where a copy is balanced as it is (`_count`). None when the rooms do
+    not decide it."""
+    bal = job.constraints.balance
+    if bal is None:
+        raise InternalError("_count_balanced needs a job with a balance rule")
+    rooms = _slice_rooms(topology, job, cands, units)
+    if rooms is None:
+        return None
+    li = topology.level_index(bal.level)
+    slices = job.ranks // bal.slice
+    _, upper, below = _count(topology, job, cands, units, tree)
+    lower_names = {topology.levels[lv].name for lv in range(li)}
+    rows = [r for r in below if r.level in lower_names]
+    total = balanced_copies(list(rooms.values()), slices)
+    upper = min(upper, sum(rooms.values()) // slices)
+    for level in range(li, len(topology.levels)):
+        anc = _ancestors(topology, li, level)
+        free = Counter(topology.domain_column(level)[d] for d in cands)
+        inside: dict[int, list[int]] = {}
+        for k, v in rooms.items():
+            inside.setdefault(anc[k], []).append(v)
+        for a, rs in sorted(inside.items()):
+            c = balanced_copies(rs, slices)
+            if c:
+                rows.append(
+                    DomainCapacity(topology.levels[level].name, topology.domain_names[level][a], c, free[a])
+                )
+    return total, upper, rows
+
+
 def _place_copies(
     topology: Topology,
     state: ClusterState,
@@ -357,8 +489,8 @@ def _place_copies(
     limit: int,
     until: float | None = None,
 ) -> list[PlacedCopy]:
-    """Up to `limit` copies placed one after another by `place`, each on the state the earlier ones left (none
-    started after `until`, a `time.perf_counter()` value)."""
+    """Up to `limit` copies placed one after another by `place_job` (a balance rule aimed for), each on the state
+    the earlier ones left (none started after `until`, a `time.perf_counter()` value)."""
     out: list[PlacedCopy] = []
     occupied = dict(state.occupied)
     for i in range(limit):
@@ -366,14 +498,14 @@ def _place_copies(
             break
         st = dataclasses.replace(state, occupied=dict(occupied))
         try:
-            res = place(topology, st, job, options, traffic=traffic)
+            res = place_job(topology, st, job, options, traffic=traffic)
         except InfeasibleError:
             break
         if res.mapping is None or res.report is None:
-            raise InternalError("place returned no mapping and raised nothing")
+            raise InternalError("place_job returned no mapping and raised nothing")
         broken = validate(topology, st, job, res.mapping, traffic=traffic)
         if broken:
-            raise InternalError(f"place returned a mapping that breaks {broken[0]}")
+            raise InternalError(f"place_job returned a mapping that breaks {broken[0]}")
         out.append(PlacedCopy(i, res.mapping, res.report))
         for d in res.mapping:
             occupied[d] = f"{job.name}#copy{i}"
@@ -390,8 +522,10 @@ def capacity(
 ) -> CapacityResult:
     """For each shape alone on `state`: how many disjoint copies fit (greedy, a lower bound) and at most (an
     upper bound), per domain at each level, and, for the first `place_copies` copies, the mapping and modeled
-    step that `place` gives each on the state the earlier copies left. Shapes with spread rules or pins are
-    counted by placing copies one by one (at most MAX_PLACED). Raises `InputError`
+    step that `place_job` gives each on the state the earlier copies left. Segments count as required units;
+    a balance rule is counted over whole slices per domain (`balanced_copies`, said in the shape's notes).
+    Shapes with spread rules or pins, and balance rules whose units the slice count cannot decide
+    (`_slice_rooms`), are counted by placing copies one by one (at most MAX_PLACED). Raises `InputError`
     naming the shape, the field and the rule."""
     t0 = time.perf_counter()
     opts = options or SolveOptions(time_limit_s=2.0)
@@ -415,17 +549,32 @@ def capacity(
         units = {level: [len(u) for u in us] for level, us in tree.items()}
         notes: list[str] = []
         cons = job.constraints
-        if not cons.spread and not cons.pins:
-            copies, upper, domains = _count(topology, job, cands, units, tree)
+        why = "spread rules" if cons.spread else "pins" if cons.pins else ""
+        counted = None
+        if not why:
+            if cons.balance is None:
+                counted = _count(topology, job, cands, units, tree)
+            else:
+                counted = _count_balanced(topology, job, cands, units, tree)
+                bal = cons.balance
+                if counted is None:
+                    why = f"a balance rule over {bal.level} with units the slice count cannot decide"
+                else:
+                    notes.append(
+                        f"counted with the balance rule: each copy's {job.ranks // bal.slice} slice(s) of "
+                        f"{bal.slice} rank(s) split evenly over the fewest {bal.level} domains that hold them "
+                        "(a greedy over the whole slices each domain holds: a lower bound)"
+                    )
+        if counted is not None:
+            copies, upper, domains = counted
             placed = _place_copies(topology, state, job, traffic, opts, min(place_copies, copies))
             if len(placed) < min(place_copies, copies):
                 notes.append(
-                    f"place fitted {len(placed)} copies one after another where the count gives {copies}: "
+                    f"place_job fitted {len(placed)} copies one after another where the count gives {copies}: "
                     "its choices for the first copies left less room than the best-fit count"
                 )
             out.append(ShapeCapacity(job, len(cands), copies, upper, "count", domains, placed, notes))
             continue
-        why = "spread rules" if cons.spread else "pins"
         cap = MAX_PLACED if not cons.pins else 1
         until = time.perf_counter() + PLACE_BUDGET * opts.time_limit_s
         placed = _place_copies(topology, state, job, traffic, opts, cap, until)

@@ -2,8 +2,9 @@
 victims or fewest GPU-hours lost), with the Pareto set of that cost against the job's modeled step.
 
 Victims are whole jobs of strictly lower priority than the incoming job. Candidate victim sets come in order of
-cost from a small CP-SAT cover (free devices and required-level units counted per domain); each is checked by
-`placement.solve.run.place` on the state with the victims' devices freed. See docs/decisions.md.
+cost from a small CP-SAT cover (free devices, required-level units and balanced slices counted per domain); each is
+checked by `placement.solve.balance.place_job` (which aims for a balance rule) on the state with the victims'
+devices freed. The ideal is `placement.solve.ideal`'s, shared with place or wait. See docs/decisions.md.
 """
 
 from __future__ import annotations
@@ -25,7 +26,9 @@ from placement.model.state import ClusterState
 from placement.model.topology import Topology
 from placement.model.traffic import Traffic, job_traffic
 from placement.model.validate import validate
-from placement.solve.run import place, request_problems
+from placement.solve.balance import place_job
+from placement.solve.ideal import ideal_result
+from placement.solve.run import request_problems
 from placement.solve.types import SolveOptions
 from placement.solve.units import candidate_devices, required_units
 
@@ -45,7 +48,7 @@ __all__ = [
 ]
 
 CHECK_SHARE = 8
-"""Each feasibility check (one `place` call) gets the request's time limit / CHECK_SHARE."""
+"""Each feasibility check (one `place_job` call) gets the request's time limit / CHECK_SHARE."""
 COST_SCALE = 1000
 """GPU-hours enter the integer cover model rounded to 1/1000."""
 DOMAIN_CANDIDATES = 3
@@ -158,14 +161,11 @@ def freed_state(state: ClusterState, victims: frozenset[str] | set[str]) -> Clus
 def ideal_report(
     topology: Topology, state: ClusterState, job: Job, options: SolveOptions, traffic: Traffic | None = None
 ) -> CostReport | None:
-    """The job's modeled step on the cluster with no occupancy (failures and degradations kept); None when it
-    does not fit even there."""
-    empty = dataclasses.replace(state, occupied={})
-    try:
-        res = place(topology, empty, job, options, traffic=traffic)
-    except InfeasibleError:
-        return None
-    return res.report
+    """The job's modeled step on the cluster with no occupancy (failures and degradations kept), balance rule
+    honoured: `placement.solve.ideal.ideal_result`, solved once per process for the job's shape and shared with
+    place or wait (`options`: the request's; the ideal gets its share). None when it does not fit even there."""
+    hit = ideal_result(topology, state, job, options, traffic)
+    return None if hit is None else hit[0]
 
 
 def _problems(
@@ -217,7 +217,7 @@ def _problems(
 @dataclass
 class _Cover:
     """The data of the cover model: candidate devices with all preemptible jobs freed, who holds each, and the
-    job's required-level units (level -> unit size -> units per job)."""
+    job's required-level units and balanced slices (level -> unit size -> units per job)."""
 
     devices: list[int]
     owner: dict[int, str]  # candidate device -> preemptible job holding it (free devices absent)
@@ -269,15 +269,15 @@ class _Search:
         self.checks += 1
         st = freed_state(self.state, victims)
         try:
-            res = place(self.topology, st, self.job, self.options, traffic=self.traffic)
+            res = place_job(self.topology, st, self.job, self.options, traffic=self.traffic)
         except InfeasibleError:
             self.memo[victims] = None
             return None
         if res.mapping is None or res.report is None:
-            raise InternalError("place returned no mapping and raised nothing")
+            raise InternalError("place_job returned no mapping and raised nothing")
         broken = validate(self.topology, st, self.job, res.mapping, traffic=self.traffic)
         if broken:
-            raise InternalError(f"place returned a mapping that breaks {broken[0]}")
+            raise InternalError(f"place_job returned a mapping that breaks {broken[0]}")
         self.memo[victims] = (name, res.mapping, res.report)
         return res.mapping, res.report
 
@@ -297,6 +297,13 @@ def _cover_data(
         sizes = Counter(len(u.ranks) for u in us if len(u.ranks) > 1)
         if sizes:
             units[level] = sizes
+    bal = job.constraints.balance
+    if bal is not None and bal.slice > 1:
+        # balanced slices: every used domain of the level holds whole slices, so the domains need room for the
+        # job's slices (necessary; the evenness itself is left to the check)
+        level = topology.level_index(bal.level)
+        if level not in units:
+            units[level] = Counter({bal.slice: job.ranks // bal.slice})
     return _Cover(devices, owner, units)
 
 
@@ -484,7 +491,8 @@ def preempt(
     The bound is `max_step_seconds`, or `max_slowdown` x the job's ideal step (`ideal_report`), the tighter
     when both are given; with neither, any placement will do. Only jobs of `running` with a priority strictly
     below `job_priority` may be preempted. `options.time_limit_s` covers the whole search; each feasibility
-    check is a `place` call with `check_options(options)`; at most `max_checks` of them. Raises `InputError`
+    check is a `place_job` call with `check_options(options)` (a balance rule is aimed for, not only checked); at
+    most `max_checks` of them. Raises `InputError`
     for bad input, `InfeasibleError` when no set of preemptible jobs lets the job fit within the bound.
     """
     t0 = time.perf_counter()
@@ -512,7 +520,7 @@ def preempt(
     costs = {rj.job: restart_cost(rj, held[rj.job]) for rj in running}
     preemptible = sorted(rj.job for rj in running if rj.priority < job_priority)
     protected = sorted(j for j in held if j not in preemptible and j != job.name)
-    ideal = ideal_report(topology, state, job, check_options(opts), traffic)
+    ideal = ideal_report(topology, state, job, opts, traffic)
     bound = math.inf
     if max_step_seconds is not None:
         bound = max_step_seconds

@@ -2,15 +2,13 @@
 request's bound, with what blocks and, given the expected ends of running claims, when a placement within it is due.
 
 The ideal is the same job placed by the same solver (`placement.solve.balance.place_job`) on the cluster with no
-occupancy (failures and degradations kept), with a short limit, cached per (cluster digest, job shape).
+occupancy (failures and degradations kept), with a short limit, cached per process (`placement.solve.ideal`, shared
+with preempt).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import threading
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 
 from placement.cost.report import CostReport
@@ -21,6 +19,14 @@ from placement.model.state import ClusterState
 from placement.model.topology import Topology
 from placement.model.traffic import Traffic, job_traffic
 from placement.solve.balance import Solve, place_job
+from placement.solve.ideal import (
+    IDEAL_LIMIT_S,
+    IDEAL_SHARE,
+    cluster_digest,
+    ideal_limit,
+    ideal_placement,
+    ideal_step,
+)
 from placement.solve.run import place
 from placement.solve.types import PlacementResult, SolveOptions, SolveStatus, Verdict
 from placement.solve.units import candidate_devices
@@ -38,109 +44,11 @@ __all__ = [
     "wait_reasons",
 ]
 
-IDEAL_SHARE = 0.25
-"""The ideal's solve gets this share of the request's time limit ..."""
-IDEAL_LIMIT_S = 2.0
-"""... and at most this many seconds."""
 MAX_END_CHECKS = 8
 """The earliest-start walk re-places the job at most this many times (distinct expected ends)."""
-CACHE_SIZE = 256
 
 Ends = Sequence[tuple[float, Sequence[int]]] | Callable[[], Sequence[tuple[float, Sequence[int]]]]
 """(expected end, device indices freed then) of running claims, or a callable that returns them."""
-
-_cache: OrderedDict[tuple[str, str], tuple[float, tuple[int, ...]] | None] = OrderedDict()
-_digests: OrderedDict[int, tuple[Topology, str]] = OrderedDict()
-_lock = threading.Lock()
-
-
-def cluster_digest(topology: Topology, state: ClusterState) -> str:
-    """A key of what the ideal depends on: the topology (levels, tiers, devices and their domains, pair
-    matrices) and the state's failures and degradations (never its occupancy)."""
-    with _lock:
-        hit = _digests.get(id(topology))
-        if hit is not None and hit[0] is topology:
-            base = hit[1]
-        else:
-            h = hashlib.sha256()
-            h.update(repr(topology.levels).encode())
-            h.update(repr([(d.id, d.kind) for d in topology.devices]).encode())
-            h.update(repr(topology.domain_names).encode())
-            h.update(repr(topology.parent).encode())
-            h.update(repr(getattr(topology, "pair_paths", None)).encode())
-            base = h.hexdigest()
-            _digests[id(topology)] = (topology, base)  # the topology is kept: its id is not reused meanwhile
-            while len(_digests) > 16:
-                _digests.popitem(last=False)
-    faults = (
-        sorted(state.failed),
-        sorted(state.device_slowdown.items()),
-        sorted(state.failed_pairs),
-        sorted(state.pair_slowdown.items()),
-        sorted(map(repr, state.failed_uplinks)),
-        sorted((repr(k), v) for k, v in state.uplink_slowdown.items()),
-        sorted((k, sorted((n, sorted(ds)) for n, ds in v.items())) for k, v in state.fault_domains.items()),
-    )
-    return hashlib.sha256((base + repr(faults)).encode()).hexdigest()
-
-
-def _shape(job: Job) -> str:
-    """The job without its name (a digest of it): what its ideal depends on."""
-    return hashlib.sha256(repr(dataclasses.replace(job, name="")).encode()).hexdigest()
-
-
-def _empty(state: ClusterState) -> ClusterState:
-    return dataclasses.replace(state, occupied={})
-
-
-def ideal_placement(
-    topology: Topology,
-    state: ClusterState,
-    job: Job,
-    options: SolveOptions,
-    traffic: Traffic | None = None,
-    solve: Solve = place,
-) -> tuple[float, tuple[int, ...]] | None:
-    """The job's step and mapping placed by `place_job` on the cluster with no occupancy, with `IDEAL_SHARE` of
-    the time limit (at most `IDEAL_LIMIT_S`), cached per (cluster digest, job shape); None when it does not fit
-    even there. A short solve may miss the best placement: `decide` takes the better of this and its answer."""
-    key = (cluster_digest(topology, state), _shape(job))
-    with _lock:
-        if key in _cache:
-            _cache.move_to_end(key)
-            return _cache[key]
-    opts = dataclasses.replace(options, time_limit_s=_short(options))
-    out: tuple[float, tuple[int, ...]] | None = None
-    try:
-        res = place_job(topology, _empty(state), job, opts, traffic=traffic, solve=solve)
-        if res.report is not None and res.mapping is not None:
-            out = (res.report.step_seconds, tuple(res.mapping))
-    except InfeasibleError:
-        out = None
-    if options.stop is not None and options.stop.is_set():
-        return out  # cut short: not the solver's best, not cached
-    with _lock:
-        _cache[key] = out
-        while len(_cache) > CACHE_SIZE:
-            _cache.popitem(last=False)
-    return out
-
-
-def ideal_step(
-    topology: Topology,
-    state: ClusterState,
-    job: Job,
-    options: SolveOptions,
-    traffic: Traffic | None = None,
-    solve: Solve = place,
-) -> float | None:
-    """The step of `ideal_placement` (None: the job does not fit on the empty cluster)."""
-    hit = ideal_placement(topology, state, job, options, traffic, solve)
-    return None if hit is None else hit[0]
-
-
-def _short(options: SolveOptions) -> float:
-    return max(0.05, min(IDEAL_LIMIT_S, IDEAL_SHARE * options.time_limit_s))
 
 
 def _check(max_slowdown: float | None) -> None:
@@ -174,7 +82,7 @@ def decide(
 
     `solve` places the job (`place`, or a stand-in); the ideal, the reasons and the earliest start use `place`.
 
-    Time: on a busy state the ideal's short solve (`_short`: a quarter of the limit, at most 2 s) is taken out of
+    Time: on a busy state the ideal's short solve (`ideal_limit`: a quarter of the limit, at most 2 s) is taken out of
     the placement's limit, cached or not, so the call stays within `options.time_limit_s` and a deterministic
     request gives the same answer cold and warm; the solve itself runs after the placement, on a cache miss. The
     earliest-start walk of a WAIT answer takes at most half the limit more. On a state with no occupancy the
@@ -185,7 +93,9 @@ def decide(
     given, traffic = traffic, traffic if traffic is not None else job_traffic(job)
     own = opts
     if state.occupied:
-        own = dataclasses.replace(opts, time_limit_s=max(opts.time_limit_s - _short(opts), _short(opts)))
+        own = dataclasses.replace(
+            opts, time_limit_s=max(opts.time_limit_s - ideal_limit(opts), ideal_limit(opts))
+        )
     res = place_job(topology, state, job, own, traffic=given, solve=solve)
     if res.report is None or res.mapping is None:
         return res
@@ -315,7 +225,7 @@ def earliest_start(
     times = sorted(by_time)
     occupied = dict(state.occupied)
     checks = min(len(times), MAX_END_CHECKS)
-    per = max(0.05, min(_short(options), 0.5 * options.time_limit_s / max(1, checks)))
+    per = max(0.05, min(ideal_limit(options), 0.5 * options.time_limit_s / max(1, checks)))
     opts = dataclasses.replace(options, time_limit_s=per)
     checked = 0
     best: CostReport | None = None

@@ -1,5 +1,6 @@
-"""A batch answer as outcomes per job: why each job left out is not admitted (capacity, a rule, or a conflict
-with named admitted jobs, with numbers), and the joint validator every batch answer passes.
+"""A batch answer as outcomes per job: why each job left out is not admitted (capacity, a rule such as a balance
+rule no free domains can meet, or a conflict with named admitted jobs, with numbers), and the joint validator every
+batch answer passes.
 
 Used by `placement.solve.batch.joint`.
 """
@@ -16,22 +17,30 @@ from placement.model.state import ClusterState
 from placement.model.topology import Topology
 from placement.model.traffic import Traffic
 from placement.model.validate import validate
+from placement.solve.balance import balance_reasons
 from placement.solve.baselines import first_fit, kueue_tas
 from placement.solve.batch.types import BatchPlan, JobOutcome
 from placement.solve.run import explain_infeasible
 from placement.solve.units import candidate_devices
 
-__all__ = ["Explainer", "classify", "validate_batch"]
+__all__ = ["Explainer", "classify", "pre_checks", "validate_batch"]
 
 CAPACITY, RULE, CONFLICT = "capacity", "rule", "conflict"
 
 
 def classify(reasons: Sequence[str]) -> str:
-    """``capacity`` when a reason counts free devices or whole domains, else ``rule`` (pins, spread, kind)."""
+    """``capacity`` when a reason counts free devices or whole domains, else ``rule`` (pins, spread, kind,
+    balance)."""
     for r in reasons:
         if r.startswith("the job needs ") or (" requires " in r and " free" in r):
             return CAPACITY
     return RULE
+
+
+def pre_checks(topology: Topology, state: ClusterState, job: Job, traffic: Traffic) -> list[str]:
+    """Why the job cannot be placed on `state`, from counts: `explain_infeasible`'s reasons, then, when there
+    are none, the balance rule's (`balance_reasons`: no balanced split of its slices fits the free devices)."""
+    return explain_infeasible(topology, state, job, traffic) or balance_reasons(topology, state, job)
 
 
 def validate_batch(
@@ -143,7 +152,7 @@ class Explainer:
             f"fits alone, but conflicts with {who} {names}{more}"
             + (f"; its placement alone would use {sum(held.values())} of their devices" if mine else "")
         ]
-        after = explain_infeasible(self.topology, left, job, self.traffic[j])
+        after = pre_checks(self.topology, left, job, self.traffic[j])
         if after:
             lines += [f"next to the admitted jobs: {r}" for r in after]
         else:

@@ -1,5 +1,6 @@
 """One batch request being searched (`BatchSearch`): its inputs and clock, each job's traffic and pre-checks, and
-single-job placements (cpsat, or the FIFO kueue-tas baseline) on a state that shrinks as jobs are admitted."""
+single-job placements (cpsat through `place_job`, which aims for a balance rule, or the FIFO kueue-tas baseline) on
+a state that shrinks as jobs are admitted."""
 
 from __future__ import annotations
 
@@ -14,10 +15,11 @@ from placement.model.state import ClusterState
 from placement.model.topology import Topology
 from placement.model.traffic import Traffic
 from placement.model.validate import validate
+from placement.solve.balance import place_job
 from placement.solve.baselines import kueue_tas
 from placement.solve.batch.admit import Admission
+from placement.solve.batch.explain import pre_checks
 from placement.solve.batch.types import Assign, BatchJob
-from placement.solve.run import explain_infeasible, place
 from placement.solve.types import SolveOptions, Strategy
 from placement.solve.units import candidate_devices
 
@@ -41,7 +43,7 @@ class BatchSearch:
         self.deadline = self.t0 + options.time_limit_s
         self.traffic: list[Traffic] = list(traffic)
         self.solo: list[list[str]] = [
-            explain_infeasible(topology, state, bj.job, t) for bj, t in zip(jobs, self.traffic, strict=True)
+            pre_checks(topology, state, bj.job, t) for bj, t in zip(jobs, self.traffic, strict=True)
         ]
         self.feasible = [i for i, r in enumerate(self.solo) if not r]
         self.placements = 0
@@ -73,7 +75,8 @@ class BatchSearch:
     def place_one(
         self, j: int, state: ClusterState, limit_s: float, allowed: set[int] | None = None
     ) -> tuple[list[int], CostReport] | None:
-        """Job `j` by the cpsat strategy on `state` (only on `allowed` devices, when given); None if it fails."""
+        """Job `j` by the cpsat strategy through `place_job` (balanced slices aimed for) on `state` (only on
+        `allowed` devices, when given); None if it fails."""
         job = self.jobs[j].job
         if allowed is not None:
             occ = dict(state.occupied)
@@ -83,7 +86,7 @@ class BatchSearch:
             solve_state = replace(state, occupied=occ)
         else:
             solve_state = state
-        if explain_infeasible(self.topology, solve_state, job, self.traffic[j]):
+        if pre_checks(self.topology, solve_state, job, self.traffic[j]):
             return None
         opts = SolveOptions(
             strategy=Strategy.CPSAT,
@@ -96,7 +99,7 @@ class BatchSearch:
         )
         self.placements += 1
         try:
-            res = place(self.topology, solve_state, job, opts, traffic=self.traffic[j])
+            res = place_job(self.topology, solve_state, job, opts, traffic=self.traffic[j])
         except InfeasibleError:
             return None
         if (
