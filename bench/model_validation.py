@@ -42,6 +42,10 @@ CONSTANTS: dict[str, Tier] = {
     ),  # per NVLink (V100 NVLink2 and A100 NVLink3): NCCL src/graph/topo.h SM70/SM80_NVLINK_BW
     "pcie4": Tier(24.0, 3.5),  # PCIe Gen4 x16 path inside a socket (PIX..NODE): ~24 of 31.5 GB/s raw
     "nvlink4": Tier(20.6, 1.0),  # per H100 NVLink: NCCL src/graph/topo.h SM90_NVLINK_BW
+    "nvlink5": Tier(40.1, 1.0),  # per GB200 NVLink: NCCL src/graph/topo.h SM100_NVLINK_BW
+    "ib400": Tier(
+        48.0, 5.0
+    ),  # one 400 Gb/s NIC (NDR / CX-7): NCCL's 0.96 of line rate, as NET_BW's 12.0 for 100G
     "sys": Tier(10.0, 4.0),  # across the socket interconnect (placement's default SYS tier)
     "xgmi": Tier(64.0, 1.0),  # AMD MI300X XGMI, per peer link (stas00/ml-engineering peer-to-peer table)
     "ib100": Tier(
@@ -118,6 +122,44 @@ def hgx_h100(data: Path) -> Topology:
         [HostSpec("h0", {}, nt)],
         intra_node_tiers=tiers,
     )
+
+
+def gb200_racks(racks: int) -> Topology:
+    """GB200 NVL72 racks: 18 trays x 4 GPUs, one NVLink domain per rack (18 NVLinks of NCCL's 40.1 GB/s per GPU,
+    NVLink SHARP), 4 x 400G NICs per tray, the racks on one non-blocking leaf."""
+    nv, ib = CONSTANTS["nvlink5"], CONSTANTS["ib400"]
+    tray = NodeType("gb200-tray", 4, "GB200", nics=4, nic_gbps=ib.bandwidth_gbps)
+    node = Tier(18 * nv.bandwidth_gbps, nv.latency_us)
+    hosts = [
+        HostSpec(f"r{r}t{t}", {"rack": f"r{r}", "leaf": "ib"}, tray) for r in range(racks) for t in range(18)
+    ]
+    return Topology.build(
+        f"gb200-x{racks}", [Level("node", node), Level("rack", node, nvlink=True), Level("leaf", ib)], hosts
+    )
+
+
+# CoreWeave's published nccl-tests all_reduce_perf on GB200 NVL72 (NCCL 2.26.2; github.com/coreweave/nccl-tests
+# README, "Results", @ cb86553): (racks, largest size, out-of-place bus bandwidth GB/s at it).
+GB200_MEASURED = ((1, 8 * 2**30, 834.57), (2, 16 * 2**30, 810.41), (20, 16 * 2**30, 405.74))
+
+
+def rows_gb200() -> list[Row]:
+    """NVLS across the 18 trays of a rack (NCCL sees the rack as one node), and NVLSTree between racks (NVLS
+    inside each, the racks' NICs together between them)."""
+    out = []
+    for racks, size, busbw in GB200_MEASURED:
+        what = "NVLS across 18 trays" if racks == 1 else "NVLSTree between the racks"
+        n = 72 * racks
+        out.append(
+            Row(
+                "gb200",
+                f"GB200 NVL72, {racks} rack{'s' if racks > 1 else ''} ({n} GPUs) all-reduce {size >> 30} GiB ({what})",
+                "busbw GB/s",
+                busbw,
+                collective_bus_bandwidth(gb200_racks(racks), CollectiveKind.ALL_REDUCE, n, float(size)),
+            )
+        )
+    return out
 
 
 def collective_bus_bandwidth(topology: Topology, kind: CollectiveKind, n: int, size: float) -> float:
@@ -396,6 +438,7 @@ def all_rows(data: Path) -> list[Row]:
     rows = [*rows_2c(data), *rows_2d(), *rows_2e(data)]
     if (data / H100_FILE).is_file():
         rows += rows_h100(data)
+    rows += rows_gb200()
     if (data / DGX1_1NIC_FILE).is_file():
         rows += rows_9(data) + rows_25(data)
     return rows

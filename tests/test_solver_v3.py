@@ -206,6 +206,50 @@ def test_bound_is_below_random_and_constructive_mappings(
         assert bound.step <= rep.step_seconds * (1 + 1e-12), bound.source
 
 
+def _gb200_racks(racks: int, *, sharp: bool) -> Topology:
+    """GB200 NVL72-like racks of 6 trays x 4 GPUs (one NVLink domain each, 721.8 GB/s per GPU), each tray with 4
+    400G NICs (48 GB/s), racks on a leaf (SHARP or not)."""
+    tray = NodeType("tray", 4, "GB200", nics=4, nic_gbps=48.0)
+    hosts = [
+        HostSpec(f"r{r}t{t}", {"rack": f"r{r}", "leaf": "l0"}, tray) for r in range(racks) for t in range(6)
+    ]
+    levels = [
+        Level("node", Tier(721.8, 1.0)),
+        Level("rack", Tier(721.8, 2.0), nvlink=True),
+        Level("leaf", Tier(48.0, 5.0), sharp=sharp),
+    ]
+    return Topology.build("gb200", levels, hosts)
+
+
+@settings(max_examples=12, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    busy=st.floats(0.2, 0.6),
+    seed=st.integers(0, 10_000),
+    shape=st.sampled_from([(4, 2, 4), (8, 1, 4), (2, 4, 4), (16, 1, 2)]),
+    sharp=st.booleans(),
+)
+def test_bound_is_below_mappings_across_nvlink_domains(
+    busy: float, seed: int, shape: tuple[int, int, int], sharp: bool
+) -> None:
+    """NVLink domains across hosts (NCCL's nodes: NVLS inside a rack, the racks' NICs together between them),
+    SHARP leaves or not: random valid mappings and the heuristics' cost at least the bound."""
+    topo = _gb200_racks(3, sharp=sharp)
+    state = fragmented(topo, busy, seed)
+    tp, pp, dp = shape
+    job = megatron_job("j", tp=tp, pp=pp, dp=dp, hidden=2048, layers=8)
+    traffic = job_traffic(job)
+    free = candidate_devices(topo, state, job)
+    if len(free) < job.ranks:
+        return
+    bound = comm_bound(topo, state, job, traffic, free)
+    rng = random.Random(seed)
+    mappings = [rng.sample(free, job.ranks) for _ in range(20)] + list(peers(topo, state, job).values())
+    for m in mappings:
+        rep = evaluate(topo, state, job, m, traffic=traffic)
+        assert bound.value <= rep.comm_seconds * (1 + 1e-12), bound.source
+        assert bound.step <= rep.step_seconds * (1 + 1e-12), bound.source
+
+
 # ---- stopping ---------------------------------------------------------------------------------------------------
 
 

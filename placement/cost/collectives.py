@@ -61,7 +61,7 @@ import math
 import threading
 import weakref
 from collections import Counter
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from placement.cost.compute import nccl_generation, tree_channel_gbps
@@ -245,6 +245,11 @@ def _protocols(
 NO_PLAN = Plan("none", 0.0, ())
 
 
+def _flat(x: float) -> Callable[[int], float]:
+    """The same bytes through every crossed domain, whatever it holds."""
+    return lambda _m: x
+
+
 def _volume(kind: CollectiveKind, n: int, size: float) -> tuple[float, int]:
     if kind is CollectiveKind.ALL_REDUCE:
         return 2.0 * (n - 1) / n * size, 2 * (n - 1)
@@ -260,6 +265,13 @@ class Fabric:
         lv = topology.levels
         self.host_of = topology.domain_column(0)
         self.cols = [topology.domain_column(li) for li in range(len(lv))]
+        # NVLink domains across hosts (`Level.nvlink`): a group whose lowest common level is L is inside one when
+        # L or a level above it is marked (its hosts talk over NVLink, not their NICs); otherwise its NVLink
+        # domains are those of the highest marked level below L (NCCL's nodes), or there are none
+        self.nvl_inside = [any(x.nvlink for x in lv[li:]) and li >= 1 for li in range(len(lv))]
+        self.nvl_level: list[int | None] = [
+            max((j for j in range(1, li) if lv[j].nvlink), default=None) for li in range(len(lv))
+        ]
         self.latency = [x.tier.latency_us for x in lv]
         # tier_min[L]: the per-device rate of a flow whose lowest common level is L (the slowest tier of 1..L)
         self.tier_min = [math.inf]
@@ -453,6 +465,11 @@ class Fabric:
             }
             if len(rails) > 1:
                 rf, a_inter = rp.bandwidth_factor, a_inter + rp.extra_latency_us
+        if self.nvl_inside[lca]:
+            return self._inside_nvlink(kind, by_host, lca, ups, n, size, slow, rf, a_inter)
+        dom_level = self.nvl_level[lca]
+        if dom_level is not None:
+            return self._across_nvlink(kind, by_host, dom_level, lca, ups, n, size, slow, rf, a_inter)
         rings = {h: self.host_ring(h, by_host[h]) for h in hosts if len(by_host[h]) > 1}
         a_intra = max((r[1] for r in rings.values()), default=0.0)
         intra_bw = min((r[0] for r in rings.values()), default=math.inf) * 1e9
@@ -548,10 +565,6 @@ class Fabric:
             return c[1] + slow * max(c[2], v / min_flow, v / min_host, v / min_up)
 
         algo, lat, intra, name, v = min(cands, key=alone)
-        if kind is CollectiveKind.ALL_REDUCE and t.levels[lca].nvlink:
-            nvls = self._nvls_across(by_host, lca, ups, size, flow, cap_tier * rf * 1e9, slow)
-            if nvls is not None and self.alone(nvls) < alone((algo, lat, intra, name, v)):
-                return nvls
         nic = v / min_flow
         ld: list[tuple[int, float]] = []
         for _, r in host_res:
@@ -560,38 +573,180 @@ class Fabric:
             ld += [(r, v), (r + 1, v)]
         return Plan(algo, lat, (Stage(max(intra, nic), name if intra >= nic else nic_name, tuple(ld)),), slow)
 
-    def _nvls_across(
+    def _gen_of(self, hosts: Iterable[int]) -> str | None:
+        """The hosts' one NCCL generation (None: none, or several)."""
+        gens = {self.generation(h) for h in hosts}
+        return gens.pop() if len(gens) == 1 else None
+
+    def _up_loads(
         self,
+        by_host: Mapping[int, list[int]],
+        ups: Sequence[tuple[int, int]],
+        bytes_of: Callable[[int], float],
+        lowest: int = 1,
+    ) -> list[tuple[int, float]]:
+        """Loads on the crossed uplinks of levels >= `lowest`: `bytes_of(m)` each way for a domain holding m
+        members of the group."""
+        loads: list[tuple[int, float]] = []
+        for li, k in ups:
+            if li < lowest:
+                continue
+            col = self.cols[li]
+            x = bytes_of(sum(len(v) for v in by_host.values() if col[v[0]] == k))
+            r = self.base[li] + 2 * k
+            loads += [(r, x), (r + 1, x)]
+        return loads
+
+    def _inside_nvlink(
+        self,
+        kind: CollectiveKind,
         by_host: Mapping[int, list[int]],
         lca: int,
         ups: Sequence[tuple[int, int]],
+        n: int,
         size: float,
-        flow: Mapping[int, float],
-        tier_bytes_per_s: float,
         slow: float,
-    ) -> Plan | None:
-        """NVLS over the hosts of one NVLink domain (multi-node NVLink; NCCL sees the domain as one node): every
-        device sends S into the switches and receives S, at `nvls_efficiency` of its own link (at most the
-        domain's tier); a host's links carry S per member. None when some host lacks NVLink SHARP."""
+        rf: float,
+        a_inter: float,
+    ) -> Plan:
+        """A group over the hosts of one NVLink domain (multi-node NVLink, a GB200 NVL72 rack: NCCL sees it as one
+        node). Every device talks over its own NVLink (at most the domain's tier), never the hosts' NICs: a ring
+        (all-to-all: direct) as inside a host, and for all-reduce NVLS where every host has NVLink SHARP (each
+        device sends S into the switches and receives S, at `nvls_efficiency` of its link)."""
+        dev = min(min(self.dev_link[h], self.tier_min[lca]) for h in by_host) * rf * 1e9
+        name = self.tier_min_name[lca]
+        a = max([a_inter] + [self.host_ring(h, v)[1] for h, v in by_host.items() if len(v) > 1]) * 1e-6
+        vol, steps = _volume(kind, n, size)
+        if kind is CollectiveKind.ALL_TO_ALL:
+            loads = self._up_loads(by_host, ups, lambda m: m * size * (n - m) / n)
+            return Plan("direct", steps * a, (Stage(vol / dev, name, tuple(loads)),), slow)
+        gen = self._gen_of(by_host)
+        # (algorithm, latency s, seconds on the devices' own links, bytes through a crossed domain of m members)
+        cands: list[tuple[str, float, float, Callable[[int], float]]] = [
+            (x[0], x[1], x[2], _flat(x[3]))
+            for x in _protocols("ring", "nvlink", gen, 1, steps * a, vol / dev, vol, size, n)
+        ]
         effs = [self.nvls_efficiency(h) for h in by_host]
-        if not all(effs):
-            return None
-        dev = min(min(self.dev_link[h] * 1e9, tier_bytes_per_s) for h in by_host)
-        own = size / (dev * min(effs))
-        nic = max(len(v) * size / flow[h] for h, v in by_host.items())
-        loads: list[tuple[int, float]] = []
-        for h, v in by_host.items():
-            r = self.base[0] + 2 * h
-            loads += [(r, len(v) * size), (r + 1, len(v) * size)]
-        for li, k in ups:
-            col = self.cols[li]
-            m = sum(len(v) for v in by_host.values() if col[v[0]] == k)
-            r = self.base[li] + 2 * k
-            loads += [(r, m * size), (r + 1, m * size)]
-        tier = self.topology.levels[lca].name
-        return Plan("nvls", NVLS_LATENCY_US * 1e-6, (Stage(max(own, nic), tier, tuple(loads)),), slow)
+        if kind is CollectiveKind.ALL_REDUCE and all(effs):
+            cands.append(("nvls", NVLS_LATENCY_US * 1e-6, size / (dev * min(effs)), lambda m: m * size))
+        caps = self.caps_bytes
 
-    def _hopper_or_later(self, hosts: Sequence[int]) -> bool:
+        def alone(c: tuple[str, float, float, Callable[[int], float]]) -> float:
+            ups_t = max((c[3](1) / caps[self.base[li] + 2 * k] for li, k in ups), default=0.0)
+            return c[1] + slow * max(c[2], ups_t)
+
+        algo, lat, own, through = min(cands, key=alone)
+        return Plan(algo, lat, (Stage(own, name, tuple(self._up_loads(by_host, ups, through))),), slow)
+
+    def _across_nvlink(
+        self,
+        kind: CollectiveKind,
+        by_host: Mapping[int, list[int]],
+        dom_level: int,
+        lca: int,
+        ups: Sequence[tuple[int, int]],
+        n: int,
+        size: float,
+        slow: float,
+        rf: float,
+        a_inter: float,
+    ) -> Plan:
+        """A group over several NVLink domains (the domains of `dom_level`; NCCL's nodes): inside each, NVLink at
+        each device's rate (at most the domain's tier); between them the NICs of all the domain's hosts together,
+        as between hosts: a ring (`vol` out of each domain), NCCL's tree (S out of each of 2 domains, 2 S with
+        more; the chain inside at the devices' rate), NVLSTree where every host has NVLink SHARP (NVLS inside each
+        domain), and with SHARP on every level crossed NVLS or CollNet (S out of each domain). All-to-all: direct,
+        m (n-m)/n S out of a domain of m members. A host's NICs carry its share of its domain's bytes."""
+        col = self.cols[dom_level]
+        doms: dict[int, list[int]] = {}
+        for h, v in by_host.items():
+            doms.setdefault(col[v[0]], []).append(h)
+        c = len(doms)
+        dev = min(min(self.dev_link[h], self.tier_min[dom_level]) for h in by_host) * rf * 1e9
+        # a host's NICs, each flow at most at the slowest tier crossed (as between hosts)
+        cap_tier = self.tier_min[lca]
+        nic = {
+            h: min(self.nic_gbps[h] * min(len(v), self.nics[h]), min(self.dev_link[h], cap_tier) * len(v))
+            * rf
+            * 1e9
+            for h, v in by_host.items()
+        }
+        dom_nic = {k: sum(nic[h] for h in hs) for k, hs in doms.items()}
+        members = {k: sum(len(by_host[h]) for h in hs) for k, hs in doms.items()}
+        a_dom = self.latency[dom_level]
+        a = max(a_inter, a_dom) * 1e-6
+        vol, steps = _volume(kind, n, size)
+        caps = self.caps_bytes
+        cross = [(li, k) for li, k in ups if li >= dom_level]
+        min_up = min((caps[self.base[li] + 2 * k] for li, k in cross), default=math.inf)
+        net_name, dom_name = self.names[self.base[0]], self.tier_min_name[dom_level]
+
+        def nic_loads(out: Mapping[int, float]) -> list[tuple[int, float]]:
+            # each host's NICs carry its share of its domain's bytes out (and in)
+            loads: list[tuple[int, float]] = []
+            for k, hs in doms.items():
+                for h in hs:
+                    x = out[k] * nic[h] / dom_nic[k] if dom_nic[k] > 0 else 0.0
+                    r = self.base[0] + 2 * h
+                    loads += [(r, x), (r + 1, x)]
+            return loads
+
+        if kind is CollectiveKind.ALL_TO_ALL:
+            out = {k: m * size * (n - m) / n for k, m in members.items()}
+            own = vol / dev
+            net = max(out[k] / dom_nic[k] for k in doms)
+            loads = nic_loads(out) + self._up_loads(
+                by_host, cross, lambda m: m * size * (n - m) / n, dom_level
+            )
+            name = dom_name if own >= net else net_name
+            return Plan("direct", (n - 1) * a, (Stage(max(own, net), name, tuple(loads)),), slow)
+        # (algorithm, latency s, seconds on the devices' own links, bytes out of every domain)
+        cands: list[tuple[str, float, float, float]] = [("ring", steps * a, vol / dev, vol)]
+        gmax = max(members.values())
+        effs = [self.nvls_efficiency(h) for h in by_host]
+        if kind is CollectiveKind.ALL_REDUCE:
+            lat = 2 * (math.ceil(math.log2(c)) * a_inter + (gmax - 1) * a_dom) * 1e-6
+            cands.append(
+                (
+                    "tree",
+                    lat,
+                    2 * size / (dev * TREE_EFFICIENCY),
+                    (size if c == 2 else 2 * size) / TREE_EFFICIENCY,
+                )
+            )
+            if all(effs):
+                lat = (NVLS_LATENCY_US + 2 * math.ceil(math.log2(c)) * a_inter) * 1e-6
+                cands.append(("nvlstree", lat, size / (dev * min(effs)), size if c == 2 else 2 * size))
+            levels = self.topology.levels
+            if all(levels[li].sharp for li in range(dom_level + 1, lca + 1)):
+                if all(effs):
+                    lat = (NVLS_LATENCY_US + 2 * a_inter) * 1e-6
+                    cands.append(("nvls", lat, size / (dev * min(effs)), size))
+                else:
+                    scale = COLLNET_HOPPER_FACTOR if self._hopper_or_later(by_host) else 1.0
+                    lat = (2 * a_inter + 2 * a_dom + 2 * COLLNET_ARITY_US * (gmax - 1)) * 1e-6
+                    own = 2 * (gmax - 1) / gmax * size / dev
+                    cands.append(("collnet", lat, own / scale, size / scale))
+        gen = self._gen_of(by_host)
+        every = [
+            x
+            for cand in cands
+            for x in _protocols(cand[0], "net", gen, c, cand[1], cand[2], cand[3], size, n)
+        ]
+        min_dom = min(dom_nic.values())
+
+        def alone(x: tuple[str, float, float, float]) -> float:
+            return x[1] + slow * max(x[2], x[3] / min_dom, x[3] / min_up)
+
+        algo, lat, own, out_bytes = min(every, key=alone)
+        net = max(out_bytes / min_dom, out_bytes / min_up)
+        loads = nic_loads(dict.fromkeys(doms, out_bytes)) + self._up_loads(
+            by_host, cross, _flat(out_bytes), dom_level
+        )
+        name = dom_name if own >= net else net_name
+        return Plan(algo, lat, (Stage(max(own, net), name, tuple(loads)),), slow)
+
+    def _hopper_or_later(self, hosts: Iterable[int]) -> bool:
         return all(self.generation(h) in ("hopper", "blackwell") for h in hosts)
 
     def _tree_cap(self, by_host: Mapping[int, list[int]], h: int) -> float:
@@ -659,18 +814,28 @@ class Fabric:
         rf = 1.0
         if rp is not None and not same_rail:
             rf, lat = rp.bandwidth_factor, lat + rp.extra_latency_us
-        flow = (
-            min(
-                self.nic_gbps[ha], self.nic_gbps[hb], self.dev_link[ha], self.dev_link[hb], self.tier_min[lca]
+        if self.nvl_inside[lca]:
+            # inside one NVLink domain: over NVLink at the device's rate, the NICs stay free
+            loads = [x for x in loads if len(base) > 1 and x[0] >= base[1]]
+            flow = min(self.dev_link[ha], self.dev_link[hb], self.tier_min[lca]) * rf * 1e9
+            name = self.tier_min_name[lca]
+        else:
+            flow = (
+                min(
+                    self.nic_gbps[ha],
+                    self.nic_gbps[hb],
+                    self.dev_link[ha],
+                    self.dev_link[hb],
+                    self.tier_min[lca],
+                )
+                * rf
+                * 1e9
             )
-            * rf
-            * 1e9
-        )
-        name = (
-            self.tier_min_name[lca]
-            if self.tier_min[lca] < min(self.nic_gbps[ha], self.nic_gbps[hb])
-            else self.names[b0]
-        )
+            name = (
+                self.tier_min_name[lca]
+                if self.tier_min[lca] < min(self.nic_gbps[ha], self.nic_gbps[hb])
+                else self.names[b0]
+            )
         plan = Plan("p2p", lat * 1e-6, (Stage(size / flow, name, tuple(loads)),), slow)
         if len(self._edges) >= _PLAN_CACHE_LIMIT:
             self._edges.clear()

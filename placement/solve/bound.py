@@ -320,8 +320,10 @@ class _Links:
         # NCCL generations and NVLink SHARP of the candidate hosts: which protocols and NVLS the model may use
         self.gens = {fab.generation(h) for h in hosts}
         self.nvls = max((fab.nvls_efficiency(h) for h in hosts), default=0.0)
-        # levels whose domains are one NVLink domain (NVLS across hosts), and up to which every level has SHARP
-        self.nvlink = [lv.nvlink for lv in topology.levels]
+        # a group whose lowest common level is L: inside one NVLink domain (`nvl_inside`: over NVLink, one NCCL
+        # node), across several (`nvl_across`: NCCL's nodes are the domains); up to L every level has SHARP
+        self.nvl_inside = list(fab.nvl_inside)
+        self.nvl_across = [x is not None for x in fab.nvl_level]
         self.sharp = [
             li >= 1 and all(lv.sharp for lv in topology.levels[1 : li + 1])
             for li in range(len(topology.levels))
@@ -337,7 +339,12 @@ class _Links:
         self.nic = max((fab.nic_gbps[h] for h in hosts), default=0.0) if len(lv) > 1 else 0.0
         self.nics = max((fab.nics[h] for h in hosts), default=1) if len(lv) > 1 else 1
         self.dev_link = max((fab.dev_link[h] for h in hosts), default=0.0) if len(lv) > 1 else 0.0
-        self.host_out = sum(fab.caps[fab.base[0] + 2 * h] for h in hosts) if len(lv) > 1 else math.inf
+        # the NICs every crossing must pass, unless NVLink domains span hosts (their traffic leaves the NICs alone)
+        self.host_out = (
+            sum(fab.caps[fab.base[0] + 2 * h] for h in hosts)
+            if len(lv) > 1 and not any(x.nvlink for x in lv)
+            else math.inf
+        )
         # inside a host: a ring's bandwidth is at most a device's summed links (packed rings share them)
         tier0 = lv[0].tier
         ring_bw, pair_bw, lat0 = 0.0, 0.0, tier0.latency_us
@@ -389,7 +396,10 @@ class _Links:
         return out
 
     def flow(self, level: int, g: int) -> float:
-        """Bytes/s at most out of a host holding `g` members of a group whose lowest common level is `level`."""
+        """Bytes/s at most out of a host holding `g` members of a group whose lowest common level is `level` (inside
+        an NVLink domain: over the devices' NVLinks, not the NICs)."""
+        if self.nvl_inside[level]:
+            return min(self.dev_link, self.tier_min[level]) * g * 1e9
         return min(self.nic * min(g, self.nics), self.dev_link * g, self.tier_min[level] * g) * 1e9
 
     def group(
@@ -408,6 +418,17 @@ class _Links:
                 steps * lat + vol / bw,
                 self._protocols(kind, n, size, 1, lat, bw, math.inf),
                 self._protocols(kind, n, size, 2, lat, bw, bw, level),
+            )
+        if level > 0 and (self.nvl_inside[level] or self.nvl_across[level]):
+            # NCCL's nodes are NVLink domains: inside one, the one-node floor at each device's NVLink rate; across
+            # several, the floor of two nodes with unbounded NICs (fewer nodes and faster links only lower it)
+            a = self.lat[level] * 1e-6
+            if self.nvl_inside[level]:
+                return collective_floor(
+                    kind, n, size, 1, a, self.flow(level, 1), math.inf, generations=self.gens, nvls=self.nvls
+                )
+            return collective_floor(
+                kind, n, size, 2, a, math.inf, math.inf, generations=self.gens, nvls=self.nvls
             )
         rooms = self._rooms(unit)
         cap = len(rooms[0]) - 1  # the most members one host holds
@@ -486,7 +507,7 @@ class _Links:
             generations=self.gens,
             nvls=self.nvls,
             simple=False,
-            nvlink=self.nvlink[level],
+            nvlink=self.nvl_inside[level],
             sharp=self.sharp[level],
             device_bytes_per_s=device,
         )
@@ -499,7 +520,11 @@ class _Links:
             return p.latency_us * 1e-6 + size / (p.bandwidth_gbps * 1e9)
         if level == 0:
             return self.lat0 * 1e-6 + size / (self.pair0 * 1e9)
-        bw = min(self.nic, self.dev_link, self.tier_min[level])
+        bw = (
+            min(self.dev_link, self.tier_min[level])
+            if self.nvl_inside[level]
+            else min(self.nic, self.dev_link, self.tier_min[level])
+        )
         return self.lat[level] * 1e-6 + size / (bw * 1e9) if bw > 0 else math.inf
 
     def min_nic_bytes(self, kind: CollectiveKind, n: int, size: float) -> float:
