@@ -245,6 +245,21 @@ def _protocols(
 NO_PLAN = Plan("none", 0.0, ())
 
 
+def _sharp(
+    nvls: float, g: int, a_inter: float, a_intra: float, intra: float, size: float, hopper: bool
+) -> tuple[str, float, float, float]:
+    """An all-reduce where the switches of every level crossed reduce (SHARP), as (algorithm, latency s, seconds on
+    the nodes' own links, bytes out of every node and crossed domain): S leaves and enters each node once. Inside
+    the nodes NVLS at efficiency `nvls` where they have NVLink SHARP (NCCL's NVLS across nodes), else a ring
+    reduce-scatter / all-gather over `intra` bytes/s among `g` members (CollNet; 0.85 of its bandwidth from Hopper
+    on, 0.4 µs per local rank each way). Latencies `a_inter`, `a_intra` in µs; Simple only."""
+    if nvls > 0:
+        return "nvls", (NVLS_LATENCY_US + 2 * a_inter) * 1e-6, size / (intra * nvls), size
+    scale = COLLNET_HOPPER_FACTOR if hopper else 1.0
+    lat = (2 * a_inter + 2 * a_intra + 2 * COLLNET_ARITY_US * (g - 1)) * 1e-6
+    return "collnet", lat, 2 * (g - 1) / g * size / intra / scale, size / scale
+
+
 def _flat(x: float) -> Callable[[int], float]:
     """The same bytes through every crossed domain, whatever it holds."""
     return lambda _m: x
@@ -500,11 +515,7 @@ class Fabric:
             loads: list[tuple[int, float]] = []
             for h, r in host_res:
                 loads += [(r, per_host[h]), (r + 1, per_host[h])]
-            for li, k in ups:
-                col = self.cols[li]
-                m = sum(len(v) for v in by_host.values() if col[v[0]] == k)
-                r = self.base[li] + 2 * k
-                loads += [(r, m * size * (n - m) / n), (r + 1, m * size * (n - m) / n)]
+            loads += self._up_loads(by_host, ups, lambda m: m * size * (n - m) / n)
             intra = max(
                 ((len(by_host[h]) - 1) / n * size / (r[0] * 1e9) for h, r in rings.items()), default=0.0
             )
@@ -539,21 +550,19 @@ class Fabric:
                 )
             levels = t.levels
             if all(levels[li].sharp for li in range(1, lca + 1)):
-                # SHARP: the switches reduce, so S leaves and enters each host and crossed domain once. Inside
-                # the hosts NVLS where they all have NVLink SHARP (NCCL's NVLS across nodes), else a ring
-                # reduce-scatter / all-gather (CollNet; 0.85 of its bandwidth from Hopper on). Simple only.
-                if all(effs) and gmax > 1:
-                    lat = (NVLS_LATENCY_US + 2 * a_inter) * 1e-6
-                    cands.append(("nvls", lat, size / (intra_bw * min(effs)), intra_name, size))
-                else:
-                    scale = COLLNET_HOPPER_FACTOR if self._hopper_or_later(hosts) else 1.0
-                    lat = (
-                        2 * a_inter + (2 * a_intra if gmax > 1 else 0.0) + 2 * COLLNET_ARITY_US * (gmax - 1)
-                    ) * 1e-6
-                    own = 2 * (gmax - 1) / gmax * size / intra_bw
-                    cands.append(("collnet", lat, own / scale, intra_name, size / scale))
-        gens = {self.generation(x) for x in hosts}
-        gen = gens.pop() if len(gens) == 1 else None
+                # the switches of every level crossed reduce (`_sharp`): NVLS across nodes, or CollNet
+                eff = min(effs) if all(effs) and gmax > 1 else 0.0
+                algo, lat, own, out = _sharp(
+                    eff,
+                    gmax,
+                    a_inter,
+                    a_intra if gmax > 1 else 0.0,
+                    intra_bw,
+                    size,
+                    self._hopper_or_later(hosts),
+                )
+                cands.append((algo, lat, own, intra_name, out))
+        gen = self._gen_of(hosts)
         cands = [
             (a, lt, own, c[3], v)
             for c in cands
@@ -719,14 +728,8 @@ class Fabric:
                 cands.append(("nvlstree", lat, size / (dev * min(effs)), size if c == 2 else 2 * size))
             levels = self.topology.levels
             if all(levels[li].sharp for li in range(dom_level + 1, lca + 1)):
-                if all(effs):
-                    lat = (NVLS_LATENCY_US + 2 * a_inter) * 1e-6
-                    cands.append(("nvls", lat, size / (dev * min(effs)), size))
-                else:
-                    scale = COLLNET_HOPPER_FACTOR if self._hopper_or_later(by_host) else 1.0
-                    lat = (2 * a_inter + 2 * a_dom + 2 * COLLNET_ARITY_US * (gmax - 1)) * 1e-6
-                    own = 2 * (gmax - 1) / gmax * size / dev
-                    cands.append(("collnet", lat, own / scale, size / scale))
+                eff = min(effs) if all(effs) else 0.0
+                cands.append(_sharp(eff, gmax, a_inter, a_dom, dev, size, self._hopper_or_later(by_host)))
         gen = self._gen_of(by_host)
         every = [
             x
