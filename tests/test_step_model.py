@@ -912,3 +912,22 @@ def test_max_min_sharing_properties() -> None:
             assert x >= fab.alone(p) * (1 - 1e-9)
             assert max_min_phase_seconds(fab, [p])[0][0] == approx(fab.alone(p))
         assert max(x for x, _ in mm) >= max(x for x, _ in phase_seconds(fab, plans)) * (1 - 1e-9)
+
+
+def test_inside_an_nvlink_domain_the_choice_counts_what_each_sub_domain_uplink_carries() -> None:
+    # two sub-domains of 2 trays x 4 GPUs in one NVLink domain, each sub-domain's uplink 4:1 oversubscribed
+    # (8 x 900 / 4 = 1,800 GB/s). An all-reduce over all 16: NVLS sends its 8 members' S (8 GB) through each
+    # uplink, 4.4 ms; the ring only 2 x 15/16 S (1.9 GB), 1.0 ms: the ring wins, as NCCL's node would measure it
+    S = 1e9
+    tray = NodeType("tray", 4, "GB200")
+    levels = [
+        Level("node", Tier(900.0, 1.0)),
+        Level("sub", Tier(900.0, 1.0), oversubscription=4.0, nvlink=True),
+        Level("rack", Tier(900.0, 2.0), nvlink=True),
+    ]
+    hosts = [HostSpec(f"t{i}", {"sub": f"s{i // 2}", "rack": "r"}, tray) for i in range(4)]
+    rep = evaluate(Topology.build("nested", levels, hosts), EMPTY, one_group(16, S), list(range(16)))
+    assert rep.phases[0].algorithm.startswith("ring")
+    ring = 2 * 15 / 16 * S / 1800e9
+    nvls = 8 * S / 1800e9
+    assert rep.step_seconds < nvls and rep.step_seconds >= ring

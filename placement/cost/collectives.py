@@ -641,7 +641,8 @@ class Fabric:
         caps = self.caps_bytes
 
         def alone(c: tuple[str, float, float, Callable[[int], float]]) -> float:
-            ups_t = max((c[3](1) / caps[self.base[li] + 2 * k] for li, k in ups), default=0.0)
+            # the crossed uplinks with the bytes each really carries (NVLS: its members' S each)
+            ups_t = max((x / caps[r] for r, x in self._up_loads(by_host, ups, c[3])), default=0.0)
             return c[1] + slow * max(c[2], ups_t)
 
         algo, lat, own, through = min(cands, key=alone)
