@@ -1,7 +1,7 @@
 """The Preempt and Capacity methods of the PlacementService servicer, as a mixin of `server.servicer.PlacementServicer`
 (which supplies the solve pool, the limits, the deadline budget and the status of a failed call).
 
-It only translates: placement.messages.decisions converts, placement.solve.preempt and .capacity decide.
+It only translates: placement.messages.decisions converts, placement.decide.preempt and .capacity decide.
 """
 
 from __future__ import annotations
@@ -13,13 +13,13 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
 
+from placement.decide.capacity import capacity
+from placement.decide.preempt import preempt
 from placement.limits import checkpoint
 from placement.messages import decisions as convert_decisions
 from placement.model.state import ClusterState
 from placement.model.topology import Topology
 from placement.solve import SolveOptions
-from placement.solve.capacity import capacity
-from placement.solve.preempt import preempt
 from placement.v1 import placement_pb2 as pb
 from server.settings import Settings
 from server.telemetry import Metrics

@@ -19,6 +19,9 @@ import grpc
 
 from placement.cost.evaluate import evaluate
 from placement.cost.report import CostReport
+from placement.decide.batch.joint import place_batch
+from placement.decide.repair.run import repair
+from placement.decide.wait import decide
 from placement.errors import InfeasibleError
 from placement.limits import checkpoint, current_call
 from placement.messages import batch as convert_batch
@@ -27,9 +30,6 @@ from placement.messages import repair as convert_repair
 from placement.model.state import ClusterState
 from placement.model.topology import Topology
 from placement.solve import PlacementResult, SolveOptions, StopEvent, compare, place
-from placement.solve.batch.joint import place_batch
-from placement.solve.repair.run import repair
-from placement.solve.wait import decide
 from placement.v1 import placement_pb2 as pb
 from placement.v1 import placement_pb2_grpc as pb_grpc
 from server.decisions import DecisionsMixin

@@ -1,4 +1,4 @@
-"""Place or wait (placement.solve.wait): the slowdown is the answer's step over the best of (the same strategy on the
+"""Place or wait (placement.decide.wait): the slowdown is the answer's step over the best of (the same strategy on the
 empty cluster, the answer), recomputed here; WAIT above max_slowdown with reasons and the earliest start found by
 freeing the running claims in order of expected end (recomputed here); through the library, the CLI, gRPC Place
 and the registry's Reserve (a WAIT reserves nothing)."""
@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 
 from placement.cli.app import app
 from placement.cost.evaluate import evaluate
+from placement.decide.wait import decide
 from placement.errors import InputError
 from placement.io.native import cluster_from_dict, job_from_dict, state_from_dict
 from placement.model.state import ClusterState
@@ -23,7 +24,6 @@ from placement.model.topology import Topology
 from placement.registry import Registry, open_store
 from placement.registry.registry import Waiting
 from placement.solve import SolveOptions, SolveStatus, place
-from placement.solve.wait import decide
 from placement.v1 import placement_pb2 as pb
 from placement.v1 import registry_pb2 as rpb
 from placement.v1 import registry_pb2_grpc as rpb_grpc

@@ -118,7 +118,7 @@ class SolveOptions:
 
 @dataclass
 class Verdict:
-    """Place or wait (`placement.solve.wait`): the answer's step against the job's ideal step (the same job on
+    """Place or wait (`placement.decide.wait`): the answer's step against the job's ideal step (the same job on
     the cluster with no occupancy), the bound asked for, and, when the answer waits, why and until when.
 
     `ideal_source`: ``empty cluster`` (the solver on the empty cluster) or ``the answer`` (the answer was faster
@@ -161,7 +161,7 @@ class PlacementResult:
     baselines: dict[str, float | None] = field(default_factory=dict)
     baseline_reports: dict[str, CostReport] = field(default_factory=dict)
     verdict: Verdict | None = None
-    """The slowdown against the job's ideal step and the place-or-wait decision (`placement.solve.wait`)."""
+    """The slowdown against the job's ideal step and the place-or-wait decision (`placement.decide.wait`)."""
 
     @property
     def seconds(self) -> float | None:

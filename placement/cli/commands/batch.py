@@ -1,4 +1,4 @@
-"""`placement place-batch`: a queue of jobs placed jointly on one state (`placement.solve.batch.joint`), here or by a
+"""`placement place-batch`: a queue of jobs placed jointly on one state (`placement.decide.batch.joint`), here or by a
 placement-server, and its batch file (jobs with weight and priority).
 """
 
@@ -19,13 +19,13 @@ from placement.cli.help import Command, command_app
 from placement.cli.inputs import load_cluster_state, write_output
 from placement.cli.options import ServerOpt, TokenOpt, WideOpt
 from placement.cli.tables import table_console
+from placement.decide.batch.joint import place_batch
+from placement.decide.batch.types import BatchJob, BatchPlan, BatchResult
 from placement.errors import InputError, Problem, Problems
 from placement.io.native import job_from_dict, load_document
 from placement.messages.files import normalize_cluster, normalize_job
 from placement.model.topology import Topology
 from placement.solve import SolveOptions
-from placement.solve.batch.joint import place_batch
-from placement.solve.batch.types import BatchJob, BatchPlan, BatchResult
 
 __all__ = ["app", "batch_document", "load_batch", "place_batch_cmd"]
 

@@ -1,5 +1,5 @@
 """`placement capacity`: how many disjoint copies of each job shape fit on a state now, per domain at each level, and
-how fragmented the free devices are (`placement.solve.capacity`); shapes as job files or ``tp8x4`` strings.
+how fragmented the free devices are (`placement.decide.capacity`); shapes as job files or ``tp8x4`` strings.
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ from placement.cli.help import Command, command_app
 from placement.cli.inputs import load_cluster_state
 from placement.cli.options import ServerOpt, TokenOpt
 from placement.cli.tables import out
+from placement.decide.capacity import MAX_PLACED
+from placement.decide.capacity import capacity as run_capacity
 from placement.errors import InputError, Problem
 from placement.io.native import job_from_dict, load_document, load_job
 from placement.messages import dump_message
@@ -27,8 +29,6 @@ from placement.messages.files import request_from_dict
 from placement.model.job import DIMENSIONS, Job
 from placement.model.topology import Topology
 from placement.solve import SolveOptions
-from placement.solve.capacity import MAX_PLACED
-from placement.solve.capacity import capacity as run_capacity
 from placement.v1 import placement_pb2 as pb
 
 __all__ = ["app", "capacity", "print_capacity", "shape_doc", "shape_job"]

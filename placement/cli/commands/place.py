@@ -19,13 +19,13 @@ from placement.cli.picture import render_picture
 from placement.cli.tables import out, place_title, print_report, print_result, print_verdict
 from placement.cli.usage import INPUTS
 from placement.cost.report import CostReport
+from placement.decide.wait import decide
 from placement.errors import InternalError
 from placement.io.export import baseline_costs, export
 from placement.io.native import job_from_dict, load_document
 from placement.messages import domain, dump_message, message_to_dict
 from placement.messages.files import read_request, request_from_dict
 from placement.solve import SolveOptions, Strategy
-from placement.solve.wait import decide
 from placement.v1 import placement_pb2 as pb
 
 __all__ = ["PLACE_OUTPUTS", "app", "place"]

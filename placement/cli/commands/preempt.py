@@ -1,5 +1,5 @@
 """`placement preempt`: the running jobs to stop so that a job fits within a step bound, at the least cost
-(`placement.solve.preempt`): a Pareto table of victims and GPU-hours against the job's step, or the PreemptResponse.
+(`placement.decide.preempt`): a Pareto table of victims and GPU-hours against the job's step, or the PreemptResponse.
 """
 
 from __future__ import annotations
@@ -19,14 +19,14 @@ from placement.cli.help import Command, command_app
 from placement.cli.inputs import load_inputs
 from placement.cli.options import ServerOpt, TokenOpt
 from placement.cli.tables import out
+from placement.decide.preempt import Objective, RunningJob
+from placement.decide.preempt import preempt as run_preempt
 from placement.errors import Problems
 from placement.io.native import load_document
 from placement.messages import dump_message
 from placement.messages.decisions import preempt_response
 from placement.messages.files import request_from_dict
 from placement.solve import SolveOptions, Strategy
-from placement.solve.preempt import Objective, RunningJob
-from placement.solve.preempt import preempt as run_preempt
 from placement.v1 import placement_pb2 as pb
 
 __all__ = ["app", "load_running", "preempt", "print_preempt"]

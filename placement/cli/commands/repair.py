@@ -1,4 +1,4 @@
-"""`placement repair`: a running job after failures, repaired with few moves (`placement.solve.repair.run`): a Pareto
+"""`placement repair`: a running job after failures, repaired with few moves (`placement.decide.repair.run`): a Pareto
 table of moved ranks against step seconds, or the RepairResponse.
 """
 
@@ -15,6 +15,8 @@ from placement.cli.errors import fail, guard
 from placement.cli.help import Command, command_app
 from placement.cli.inputs import load_inputs
 from placement.cli.tables import out
+from placement.decide.repair.input import RepairBudget, resolve_current
+from placement.decide.repair.run import repair as run_repair
 from placement.errors import InputError, Problem
 from placement.io.export.document import result_body
 from placement.io.native import load_document, mapping_from_obj
@@ -23,8 +25,6 @@ from placement.messages.repair import repair_response
 from placement.model.job import Job
 from placement.model.topology import Topology
 from placement.solve import SolveOptions
-from placement.solve.repair.input import RepairBudget, resolve_current
-from placement.solve.repair.run import repair as run_repair
 
 __all__ = ["app", "repair"]
 

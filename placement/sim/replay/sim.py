@@ -14,6 +14,10 @@ from typing import Any
 
 from placement.cost.evaluate import evaluate
 from placement.cost.report import CostReport
+from placement.decide.batch.clock import WallClock
+from placement.decide.preempt import RunningJob, preempt
+from placement.decide.repair.input import RepairBudget
+from placement.decide.repair.run import repair
 from placement.errors import InfeasibleError, InputError
 from placement.model.job import Job
 from placement.model.state import ClusterState
@@ -23,10 +27,6 @@ from placement.sim.replay.shapes import ShapeRule, job_for
 from placement.sim.replay.traces import TraceJob
 from placement.solve import SolveOptions, Strategy
 from placement.solve.baselines import BASELINES
-from placement.solve.batch.clock import WallClock
-from placement.solve.preempt import RunningJob, preempt
-from placement.solve.repair.input import RepairBudget
-from placement.solve.repair.run import repair
 from placement.solve.run import place
 
 __all__ = ["POLICIES", "ReplayResult", "SimConfig", "simulate"]

@@ -3,8 +3,8 @@ victims or fewest GPU-hours lost), with the Pareto set of that cost against the 
 
 Victims are whole jobs of strictly lower priority than the incoming job. Candidate victim sets come in order of
 cost from a small CP-SAT cover (free devices, required-level units and balanced slices counted per domain); each is
-checked by `placement.solve.balance.place_job` (which aims for a balance rule) on the state with the victims'
-devices freed. The ideal is `placement.solve.ideal`'s, shared with place or wait. See docs/decisions.md.
+checked by `placement.decide.balance.place_job` (which aims for a balance rule) on the state with the victims'
+devices freed. The ideal is `placement.decide.ideal`'s, shared with place or wait. See docs/decisions.md.
 """
 
 from __future__ import annotations
@@ -20,14 +20,14 @@ from enum import StrEnum
 from ortools.sat.python import cp_model
 
 from placement.cost.report import CostReport
+from placement.decide.balance import place_job
+from placement.decide.ideal import ideal_result
 from placement.errors import InfeasibleError, InputError, InternalError, Problem
 from placement.model.job import Job
 from placement.model.state import ClusterState
 from placement.model.topology import Topology
 from placement.model.traffic import Traffic, job_traffic
 from placement.model.validate import validate
-from placement.solve.balance import place_job
-from placement.solve.ideal import ideal_result
 from placement.solve.run import request_problems
 from placement.solve.types import SolveOptions
 from placement.solve.units import candidate_devices, required_units
@@ -162,7 +162,7 @@ def ideal_report(
     topology: Topology, state: ClusterState, job: Job, options: SolveOptions, traffic: Traffic | None = None
 ) -> CostReport | None:
     """The job's modeled step on the cluster with no occupancy (failures and degradations kept), balance rule
-    honoured: `placement.solve.ideal.ideal_result`, solved once per process for the job's shape and shared with
+    honoured: `placement.decide.ideal.ideal_result`, solved once per process for the job's shape and shared with
     place or wait (`options`: the request's; the ideal gets its share). None when it does not fit even there."""
     hit = ideal_result(topology, state, job, options, traffic)
     return None if hit is None else hit[0]

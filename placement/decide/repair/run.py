@@ -2,9 +2,9 @@
 (moved ranks, modeled step seconds) answers from the least repair up to a full re-place.
 
 The same machinery as `place` (`PreparedRequest.prepare`, the unit model, CP-SAT) plus a move term
-(`placement.solve.repair.model`); every answer is scored by `placement.cost.evaluate.evaluate` and checked by `validate`.
-Its input is resolved by `placement.solve.repair.input`; the move-capped searches are in
-`placement.solve.repair.search`.
+(`placement.decide.repair.model`); every answer is scored by `placement.cost.evaluate.evaluate` and checked by `validate`.
+Its input is resolved by `placement.decide.repair.input`; the move-capped searches are in
+`placement.decide.repair.search`.
 """
 
 from __future__ import annotations
@@ -17,19 +17,19 @@ from dataclasses import dataclass, field
 
 from placement.cost.evaluate import evaluate
 from placement.cost.report import CostReport
+from placement.decide.batch.clock import WallClock, limit_kind
+from placement.decide.repair.input import RepairBudget, repair_state, resolve_selectors
+from placement.decide.repair.model import MoveProgram, MoveSolve, greedy_assignment, relabel_keeping
+from placement.decide.repair.search import budget_caps, neighbourhoods, sweep
 from placement.errors import InfeasibleError, InputError, InternalError, Problem
 from placement.model.job import Job
 from placement.model.state import ClusterState
 from placement.model.topology import Topology
 from placement.model.traffic import Traffic, job_traffic
 from placement.model.validate import validate
-from placement.solve.batch.clock import WallClock, limit_kind
 from placement.solve.construct import HostPool
 from placement.solve.cpsat.model import build_units
 from placement.solve.prepared import PreparedRequest
-from placement.solve.repair.input import RepairBudget, repair_state, resolve_selectors
-from placement.solve.repair.model import MoveProgram, MoveSolve, greedy_assignment, relabel_keeping
-from placement.solve.repair.search import budget_caps, neighbourhoods, sweep
 from placement.solve.run import explain_infeasible, place, request_problems
 from placement.solve.types import SolveOptions
 

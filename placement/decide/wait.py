@@ -1,8 +1,8 @@
 """Place or wait: every Place answer's slowdown against the job's ideal step, and WAIT when it is above the
 request's bound, with what blocks and, given the expected ends of running claims, when a placement within it is due.
 
-The ideal is the same job placed by the same solver (`placement.solve.balance.place_job`) on the cluster with no
-occupancy (failures and degradations kept), with a short limit, cached per process (`placement.solve.ideal`, shared
+The ideal is the same job placed by the same solver (`placement.decide.balance.place_job`) on the cluster with no
+occupancy (failures and degradations kept), with a short limit, cached per process (`placement.decide.ideal`, shared
 with preempt).
 """
 
@@ -12,14 +12,8 @@ import dataclasses
 from collections.abc import Callable, Sequence
 
 from placement.cost.report import CostReport
-from placement.errors import InfeasibleError, InputError, Problem
-from placement.limits import Interrupted
-from placement.model.job import Job
-from placement.model.state import ClusterState
-from placement.model.topology import Topology
-from placement.model.traffic import Traffic, job_traffic
-from placement.solve.balance import Solve, place_job
-from placement.solve.ideal import (
+from placement.decide.balance import Solve, place_job
+from placement.decide.ideal import (
     IDEAL_LIMIT_S,
     IDEAL_SHARE,
     cluster_digest,
@@ -27,6 +21,12 @@ from placement.solve.ideal import (
     ideal_placement,
     ideal_step,
 )
+from placement.errors import InfeasibleError, InputError, Problem
+from placement.limits import Interrupted
+from placement.model.job import Job
+from placement.model.state import ClusterState
+from placement.model.topology import Topology
+from placement.model.traffic import Traffic, job_traffic
 from placement.solve.run import place
 from placement.solve.types import PlacementResult, SolveOptions, SolveStatus, Verdict
 from placement.solve.units import candidate_devices
