@@ -297,7 +297,7 @@ class PlacementServicer(DecisionsMixin, pb_grpc.PlacementServiceServicer):
                     "devices": inputs.topology.num_devices,
                     "status": res.status.value,
                     "step_seconds": _step(res),
-                    "comm_seconds": res.seconds,
+                    "comm_seconds": res.comm_seconds,
                     "gap": res.gap,
                     "solve_s": round(elapsed, 4),
                     "time_limit_s": budget.limit_s,

@@ -142,7 +142,7 @@ class Verdict:
 class PlacementResult:
     """The answer: status, mapping (device index per rank), modeled cost with breakdown, bound and baselines.
 
-    `seconds` is the evaluator's exposed communication per step (`CostReport.comm_seconds`), the part a placement
+    `comm_seconds` is the evaluator's exposed communication per step (`CostReport.comm_seconds`), the part a placement
     changes. `lower_bound` and `gap` are in the same number: a valid lower bound on the exposed communication of
     any valid mapping (`placement.solve.bound.comm_bound`); `stats["bound_source"]` names the phase and the
     argument that binds, `stats["stop_reason"]` why the search stopped (``gap_closed``, ``time_limit``,
@@ -164,7 +164,8 @@ class PlacementResult:
     """The slowdown against the job's ideal step and the place-or-wait decision (`placement.decide.wait`)."""
 
     @property
-    def seconds(self) -> float | None:
+    def comm_seconds(self) -> float | None:
+        """The evaluator's exposed communication per step (`CostReport.comm_seconds`); None without a mapping."""
         return None if self.report is None else float(self.report.comm_seconds)
 
     @property

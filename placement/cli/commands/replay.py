@@ -25,7 +25,7 @@ from placement.cli.help import Command, command_app
 from placement.io.native import cluster_from_dict, load_document
 from placement.sim.executors import InlineExecutor, LocalExecutor, RayExecutor, default_workers
 from placement.sim.replay import POLICIES, SimConfig, parse_shape_rule, read_trace
-from placement.sim.replay.kinds import resolve_kinds
+from placement.sim.replay.device_kinds import resolve_kinds
 from placement.sim.replay.report import plot_replays, summary_table
 from placement.sim.replay.run import ReplayTask, read_csv, run_replays, task_key
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from placement.cost.report import CostReport
 from placement.errors import InputError, Problem
-from placement.io.native.kinds import wrong_kind
+from placement.io.native.doc_kinds import wrong_kind
 from placement.model.topology import Topology
 
 __all__ = [

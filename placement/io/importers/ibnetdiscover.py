@@ -1,6 +1,6 @@
 """Import an `ibnetdiscover` InfiniBand fabric dump as a native cluster: switch tree, hosts, rails, NIC speeds.
 
-Owns the dump's syntax and the fabric's reading; `placement.io.importers.topograph.nest_levels` makes the levels a tree.
+Owns the dump's syntax and the fabric's reading; `placement.io.importers.fabric.nest_levels` makes the levels a tree.
 
 Syntax (infiniband-diags ``ibnetdiscover(8)``; NVIDIA topograph's ``pkg/ib/ib.go`` parses the same lines):
 blocks separated by blank lines, each ``Switch <ports> "S-<guid>" # "<description>" ...`` or ``Ca <ports>
@@ -36,7 +36,7 @@ import networkx as nx
 
 from placement.errors import InputError, Problem, Problems
 from placement.io.importers.detect import refuse_other_format
-from placement.io.importers.topograph import Fabric, _fabric
+from placement.io.importers.fabric import ImportedFabric, fabric_from_levels
 from placement.io.text import read_text
 
 __all__ = ["IbFabric", "fabric_graph", "parse_ibnetdiscover", "read_ibnetdiscover"]
@@ -188,8 +188,8 @@ def parse_ibnetdiscover(
     *,
     level_names: Sequence[str] | None = None,
     name: str | None = None,
-) -> tuple[Fabric, IbFabric]:
-    """Read an ibnetdiscover dump into a `Fabric` (tree levels, hosts, NICs per host) and the parsed dump."""
+) -> tuple[ImportedFabric, IbFabric]:
+    """Read an ibnetdiscover dump into an `ImportedFabric` (tree levels, hosts, NICs per host) and the parsed dump."""
     if not text.strip():
         raise InputError(source, [Problem("", "the file is empty; expected the output of `ibnetdiscover`")])
     refuse_other_format(text, source, "ibnetdiscover")
@@ -281,7 +281,7 @@ def parse_ibnetdiscover(
         col = _components(hosts, host_leaves, adj, level, lv, fab)
         label = _LEVEL_NAMES[lv - 1] if height <= len(_LEVEL_NAMES) else f"switch{lv}"
         candidates.append((label, "switch", col))
-    out = _fabric(name or Path(source).stem, hosts, candidates, warnings, level_names, source)
+    out = fabric_from_levels(name or Path(source).stem, hosts, candidates, warnings, level_names, source)
     out.host_nics = {h: sorted(host_nics[h], key=lambda x: (x[0] is None, x[0] or 0)) for h in hosts}
     main_rail = {sw: c.most_common(1)[0] for sw, c in leaf_rails.items()}
     out.rail_optimized = all(
@@ -347,6 +347,6 @@ def _components(
 
 def read_ibnetdiscover(
     path: str | Path, *, level_names: Sequence[str] | None = None, name: str | None = None
-) -> tuple[Fabric, IbFabric]:
+) -> tuple[ImportedFabric, IbFabric]:
     """Read an ibnetdiscover dump file."""
     return parse_ibnetdiscover(read_text(path), str(path), level_names=level_names, name=name)

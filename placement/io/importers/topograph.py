@@ -1,7 +1,6 @@
 """Import NVIDIA topograph cluster models (``switches`` / ``blocks`` YAML) and request payloads as native clusters.
 
-Owns `Fabric`, what the fabric importers (this one, `ibnetdiscover`) return, and `nest_levels`, which turns
-candidate levels (a domain per host each) into the strict tree the native format wants.
+Returns an `ImportedFabric` (`placement.io.importers.fabric`), as `ibnetdiscover` does.
 
 A topograph model (github.com/NVIDIA/topograph ``pkg/models/model.go``, read to learn the format) has
 ``switches: {NAME: {switches: [child, ...], labels, annotations}}`` and ``blocks: [{switch, nodes:
@@ -21,7 +20,6 @@ graph (the JSON topograph's ``netq`` provider fetches) is read too: switch tiers
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -31,102 +29,14 @@ import yaml
 from placement.errors import InputError, Problem, Problems
 from placement.io.hostlist import expand_hostlist
 from placement.io.importers.detect import refuse_other_format
-from placement.io.importers.levels import check_level_names
+from placement.io.importers.fabric import ImportedFabric, fabric_from_levels
 from placement.io.text import read_text
 
-__all__ = ["Fabric", "nest_levels", "parse_topograph", "read_topograph"]
+__all__ = ["parse_topograph", "read_topograph"]
 
 _ACCEL = "accelerator.topology.test/domain"
 _ACCEL_SUB = "accelerator.topology.test/sub-domain"
 _SWITCH_NAMES = ("leaf", "spine", "core")
-
-
-@dataclass
-class Fabric:
-    """A cluster fabric read from a file: the explicit-hosts native dict (``name``, ``levels`` bottom up from
-    ``node``, ``hosts`` with ``domains``), each level's role (``node``, ``accel``, ``switch``), and per host
-    the NICs the fabric saw (``(rail, GB/s)``, for ibnetdiscover)."""
-
-    doc: dict[str, Any]
-    roles: list[str]
-    warnings: list[str] = field(default_factory=list)
-    host_nics: dict[str, list[tuple[int | None, float | None]]] = field(default_factory=dict)
-    rail_optimized: bool = False
-
-
-def nest_levels(
-    hosts: Sequence[str], candidates: Sequence[tuple[str, str, Mapping[str, str]]], warnings: list[str]
-) -> tuple[list[tuple[str, str]], list[dict[str, str]]]:
-    """Keep the candidate levels (name, role, host -> domain) that nest: every domain of the level below lies
-    in one domain of this one. Drops the others and the ones that repeat the partition below, with a warning;
-    adds ``cluster`` on top when the top level has several domains. Returns the kept (name, role) and, per
-    host, its domain at each kept level."""
-    kept: list[tuple[str, str]] = []
-    chains: list[dict[str, str]] = [{} for _ in hosts]
-    below: list[str] = list(hosts)
-    for name, role, dom in candidates:
-        column = [dom.get(h, below[k]) for k, h in enumerate(hosts)]
-        parent: dict[str, str] = {}
-        split = ""
-        for low, up in zip(below, column, strict=True):
-            if parent.setdefault(low, up) != up and not split:
-                split = f"{low!r} lies in both {parent[low]!r} and {up!r}"
-        if split:
-            warnings.append(f"level {name!r} dropped: its domains do not nest in the level below ({split})")
-            continue
-        if len(set(column)) == len(set(below)):
-            continue  # the same partition as the level below (an NVL72 rack on its own leaf switch)
-        kept.append((name, role))
-        for k, d in enumerate(column):
-            chains[k][name] = d
-        below = column
-    if len(set(below)) > 1 or not kept:
-        if any(n == "cluster" for n, _ in kept):
-            raise InputError("levels", [Problem("", "the name 'cluster' is taken; the top level needs it")])
-        kept.append(("cluster", "switch"))
-        for c in chains:
-            c["cluster"] = "cluster"
-    return kept, chains
-
-
-def _fabric(
-    name: str,
-    hosts: Sequence[str],
-    candidates: Sequence[tuple[str, str, Mapping[str, str]]],
-    warnings: list[str],
-    level_names: Sequence[str] | None,
-    source: str,
-) -> Fabric:
-    kept, chains = nest_levels(hosts, candidates, warnings)
-    names = [n for n, _ in kept]
-    if level_names is not None:
-        ps = Problems(source)
-        given = list(level_names)
-        if len(given) != len(names):
-            ps.add(
-                "level_names",
-                f"has {len(given)} name(s) but the fabric has {len(names)} level(s) above the "
-                f"hosts ({', '.join(names)}), named bottom-up",
-            )
-        else:
-            check_level_names(given, ps)
-        ps.raise_if_any()
-        rename = dict(zip(names, given, strict=True))
-        chains = [{rename[k]: v for k, v in c.items()} for c in chains]
-        names = given
-    doc = {
-        "name": name,
-        # an NVLink domain (NVL72 rack, or a part of one) is marked so that NVLS runs across its trays
-        "levels": [
-            {"name": "node"},
-            *(
-                {"name": n, "nvlink": True} if kind == "accel" else {"name": n}
-                for (_, kind), n in zip(kept, names, strict=True)
-            ),
-        ],
-        "hosts": [{"name": h, "domains": c} for h, c in zip(hosts, chains, strict=True)],
-    }
-    return Fabric(doc, ["node", *(r for _, r in kept)], warnings)
 
 
 # ------------------------------------------------------------------------------------------------ model
@@ -141,7 +51,7 @@ def _str_list(v: Any, path: str, ps: Problems) -> list[str]:
     return [str(x) for x in v]
 
 
-def _model(data: Any, source: str, name: str, level_names: Sequence[str] | None) -> Fabric:
+def _model(data: Any, source: str, name: str, level_names: Sequence[str] | None) -> ImportedFabric:
     ps = Problems(source)
     if not isinstance(data, dict) or "blocks" not in data:
         got = type(data).__name__ if not isinstance(data, dict) else f"keys {sorted(data)}"
@@ -245,7 +155,7 @@ def _model(data: Any, source: str, name: str, level_names: Sequence[str] | None)
         label = _SWITCH_NAMES[lv - 1] if top <= len(_SWITCH_NAMES) else f"switch{lv}"
         candidates.append((label, "switch", col))
     warnings: list[str] = []
-    return _fabric(name, hosts, candidates, warnings, level_names, source)
+    return fabric_from_levels(name, hosts, candidates, warnings, level_names, source)
 
 
 def parse_topograph(
@@ -255,8 +165,8 @@ def parse_topograph(
     level_names: Sequence[str] | None = None,
     name: str | None = None,
     base_dir: Path | None = None,
-) -> Fabric:
-    """Read a topograph model (YAML) or request payload (JSON) into a `Fabric`."""
+) -> ImportedFabric:
+    """Read a topograph model (YAML) or request payload (JSON) into an `ImportedFabric`."""
     if not text.strip():
         raise InputError(source, [Problem("", "the file is empty; expected a topograph model or payload")])
     refuse_other_format(text, source, ("topograph-model", "topograph-payload", "netq"))
@@ -300,7 +210,7 @@ def _find(parent: dict[str, str], x: str) -> str:
     return x
 
 
-def _netq(data: list[Any], source: str, name: str, level_names: Sequence[str] | None) -> Fabric:
+def _netq(data: list[Any], source: str, name: str, level_names: Sequence[str] | None) -> ImportedFabric:
     """A NetQ topology graph (``[{nodes: [{compounded_nodes: [{id, name, tier}]}], links: [{id: "a-*-b"}]}]``, as
     topograph's ``pkg/providers/netq/netq.go`` reads it): switches have tier >= 1, hosts tier < 1; a host's domain
     at tier L is what it reaches over switches of tier <= L."""
@@ -360,7 +270,7 @@ def _netq(data: list[Any], source: str, name: str, level_names: Sequence[str] | 
         candidates.append(
             (_SWITCH_NAMES[lv - 1] if top <= len(_SWITCH_NAMES) else f"switch{lv}", "switch", col)
         )
-    return _fabric(name, [label[h] for h in hosts], candidates, [], level_names, source)
+    return fabric_from_levels(name, [label[h] for h in hosts], candidates, [], level_names, source)
 
 
 def _dict(v: Any) -> dict[str, Any]:
@@ -369,7 +279,7 @@ def _dict(v: Any) -> dict[str, Any]:
 
 def _payload(
     data: dict[str, Any], source: str, name: str, level_names: Sequence[str] | None, base_dir: Path | None
-) -> Fabric:
+) -> ImportedFabric:
     prov = _dict(data.get("provider"))
     params = _dict(prov.get("params"))
     model = params.get("modelFileName")
@@ -422,7 +332,7 @@ def _payload(
 
 def read_topograph(
     path: str | Path, *, level_names: Sequence[str] | None = None, name: str | None = None
-) -> Fabric:
+) -> ImportedFabric:
     """Read a topograph model or payload file."""
     p = Path(path)
     return parse_topograph(read_text(p), str(path), level_names=level_names, name=name, base_dir=p.parent)

@@ -8,7 +8,7 @@ from typing import Any
 
 from placement.errors import Problems
 from placement.io.native.document import load_document, short
-from placement.io.native.kinds import wrong_kind
+from placement.io.native.doc_kinds import wrong_kind
 from placement.limits import current_limits, tick
 from placement.model.topology import Topology
 

@@ -273,7 +273,7 @@ def simulate(
             raise ValueError(
                 f"replay job {tj.name} (line {tj.line}): its ideal step is {ideal:g} s; the cost model cannot "
                 f"price the cluster's device kinds {list(topo.kinds())} (resolve them first: "
-                "placement.sim.replay.kinds.resolve_kinds)"
+                "placement.sim.replay.device_kinds.resolve_kinds)"
             )
         runs.append(_Run(i, tj, job, tr, ideal, tj.duration))
         push(tj.submit * cfg.arrival_scale, _ARRIVE, i)
