@@ -20,6 +20,7 @@ graph (the JSON topograph's ``netq`` provider fetches) is read too: switch tiers
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -58,6 +59,38 @@ def _model(data: Any, source: str, name: str, level_names: Sequence[str] | None)
         raise InputError(
             source, [Problem("", f"a topograph model is a mapping with `switches` and `blocks`, got {got}")]
         )
+    children, parent = _switch_tree(data, source, ps)
+    blocks = _blocks(data, children, source, ps)
+    ps.raise_if_any()
+    if not blocks.hosts:
+        raise InputError(source, [Problem("blocks", "the model declares no nodes")])
+    height = _switch_heights(children, source)
+    top = max(height.values(), default=0)
+    candidates: list[tuple[str, str, Mapping[str, str]]] = []
+    if blocks.accel_sub:
+        candidates.append(("nvl_sub", "accel", blocks.accel_sub))
+    if blocks.accel:
+        candidates.append(("nvl", "accel", blocks.accel))
+    for lv in range(1, top + 1):
+        col: dict[str, str] = {}
+        for host in blocks.hosts:
+            s = blocks.host_switch[host]
+            if s not in height:
+                col[host] = s  # a block without a switch stands for itself
+                continue
+            while height[s] < lv and s in parent:
+                s = parent[s]
+            col[host] = s
+        label = _SWITCH_NAMES[lv - 1] if top <= len(_SWITCH_NAMES) else f"switch{lv}"
+        candidates.append((label, "switch", col))
+    warnings: list[str] = []
+    return fabric_from_levels(name, blocks.hosts, candidates, warnings, level_names, source)
+
+
+def _switch_tree(
+    data: dict[str, Any], source: str, ps: Problems
+) -> tuple[dict[str, list[str]], dict[str, str]]:
+    """The model's switches: children per switch (undeclared leaf switches included) and each one's parent."""
     raw_sw = data.get("switches") or {}
     if not isinstance(raw_sw, dict):
         raise InputError(source, [Problem("switches", f"must be a mapping of switch names, got {raw_sw!r}")])
@@ -81,10 +114,23 @@ def _model(data: Any, source: str, name: str, level_names: Sequence[str] | None)
             parent[kid] = sname
     for kid in list(parent):
         children.setdefault(kid, [])  # leaf switches may be left undeclared, as in topograph
-    host_switch: dict[str, str] = {}
-    accel: dict[str, str] = {}
-    accel_sub: dict[str, str] = {}
-    hosts: list[str] = []
+    return children, parent
+
+
+@dataclass
+class _Blocks:
+    """The model's hosts in block order, each one's switch (``block<i>`` for a block without one), and its
+    NVLink domain and sub-domain from the block's annotations."""
+
+    hosts: list[str] = field(default_factory=list)
+    host_switch: dict[str, str] = field(default_factory=dict)
+    accel: dict[str, str] = field(default_factory=dict)
+    accel_sub: dict[str, str] = field(default_factory=dict)
+
+
+def _blocks(data: dict[str, Any], children: dict[str, list[str]], source: str, ps: Problems) -> _Blocks:
+    """Each block's nodes (hostlists expanded), on a known switch, each node in one block."""
+    out = _Blocks()
     blocks = data.get("blocks") or []
     if not isinstance(blocks, list):
         raise InputError(source, [Problem("blocks", f"must be a list, got {blocks!r}")])
@@ -114,15 +160,17 @@ def _model(data: Any, source: str, name: str, level_names: Sequence[str] | None)
                 )
                 continue
             owner[node] = bi
-            hosts.append(node)
-            host_switch[node] = str(sw) if sw is not None else f"block{bi}"
+            out.hosts.append(node)
+            out.host_switch[node] = str(sw) if sw is not None else f"block{bi}"
             if isinstance(ann, dict) and ann.get(_ACCEL):
-                accel[node] = str(ann[_ACCEL])
+                out.accel[node] = str(ann[_ACCEL])
             if isinstance(ann, dict) and ann.get(_ACCEL_SUB):
-                accel_sub[node] = str(ann[_ACCEL_SUB])
-    ps.raise_if_any()
-    if not hosts:
-        raise InputError(source, [Problem("blocks", "the model declares no nodes")])
+                out.accel_sub[node] = str(ann[_ACCEL_SUB])
+    return out
+
+
+def _switch_heights(children: dict[str, list[str]], source: str) -> dict[str, int]:
+    """Each switch's height (leaf switches 1); InputError naming a cycle."""
     height: dict[str, int] = {}
 
     def h_of(s: str, stack: tuple[str, ...] = ()) -> int:
@@ -136,26 +184,7 @@ def _model(data: Any, source: str, name: str, level_names: Sequence[str] | None)
 
     for s in children:
         h_of(s)
-    top = max(height.values(), default=0)
-    candidates: list[tuple[str, str, Mapping[str, str]]] = []
-    if accel_sub:
-        candidates.append(("nvl_sub", "accel", accel_sub))
-    if accel:
-        candidates.append(("nvl", "accel", accel))
-    for lv in range(1, top + 1):
-        col: dict[str, str] = {}
-        for host in hosts:
-            s = host_switch[host]
-            if s not in height:
-                col[host] = s  # a block without a switch stands for itself
-                continue
-            while height[s] < lv and s in parent:
-                s = parent[s]
-            col[host] = s
-        label = _SWITCH_NAMES[lv - 1] if top <= len(_SWITCH_NAMES) else f"switch{lv}"
-        candidates.append((label, "switch", col))
-    warnings: list[str] = []
-    return fabric_from_levels(name, hosts, candidates, warnings, level_names, source)
+    return height
 
 
 def parse_topograph(
