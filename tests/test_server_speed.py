@@ -146,6 +146,16 @@ def test_process_mode_deadline_returns_the_best_answer_so_far(process_server: Ru
     assert len({a.device for a in res.mapping}) == 256
 
 
+def test_process_mode_answers_a_call_without_a_deadline(process_server: Running) -> None:
+    # a solve process sees "no deadline" as None, where gRPC gives a huge number: the template must take both
+    req = place_request(nodes=2, tp=8, dp=2)
+    res = process_server.stub.Place(req).result  # no timeout: the call has no deadline
+    assert res.status in (pb.SOLVE_STATUS_OPTIMAL, pb.SOLVE_STATUS_FEASIBLE)
+    assert not res.stats.deadline_limited
+    assert sorted(a.rank for a in res.mapping) == list(range(16))
+    assert len({a.device for a in res.mapping}) == 16
+
+
 def test_process_mode_cancelling_a_call_frees_its_worker(process_server: Running) -> None:
     slow = place_request(
         nodes=64, tp=4, dp=16, pp=4, occupied=tuple(f"node{i:02d}" for i in range(1, 10)), time_limit_s=60
