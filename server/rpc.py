@@ -247,9 +247,10 @@ class RpcRunner:
             opts = rpc.options(inputs)
             budget = time_budget(opts.time_limit_s, context, rpc.jobs(inputs), self.settings)
             fit_options(opts, budget, stop, self.settings)
-        key = rpc.memo.key(inputs, budget) if rpc.memo is not None else None
-        if rpc.memo is not None and key is not None:
-            kept = rpc.memo.recall(key, inputs)
+        memo = rpc.memo
+        key = memo.key(inputs, budget) if memo is not None else None
+        if memo is not None and key is not None:
+            kept = memo.recall(key, inputs)
             if kept is not None:
                 return kept
         out, elapsed = self._work(rpc, inputs, budget, stop)
@@ -264,10 +265,9 @@ class RpcRunner:
             given = {"time_limit_s": budget.limit_s, "deadline_limited": budget.deadline_limited}
             fields.update((name, given[name]) for name in rpc.log_budget)
             _log.info(rpc.log, extra={"fields": fields})
-        if (
-            rpc.memo is not None and key is not None and not stop.is_set()
-        ):  # a search cut short is not the answer
-            rpc.memo.keep(key, inputs, response)
+        # a search cut short by a stop (deadline, cancellation, shutdown) did not answer the request itself
+        if memo is not None and key is not None and not stop.is_set():
+            memo.keep(key, inputs, response)
         return response
 
     @staticmethod
