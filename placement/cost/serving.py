@@ -77,7 +77,7 @@ __all__ = [
 DEEPEP_LL_LATENCY_US = 30.0
 """Fixed microseconds of one DeepEP low-latency dispatch or combine beyond its bytes: the intercept of DeepEP's
 low-latency table (docs/legacy.md, H800, one CX7 400G NIC per GPU, 128 tokens, top-8, FP8 dispatch, BF16 combine):
-the combine moves twice the dispatch's bytes, so ``2 t_dispatch - t_combine`` is the bytes-free part: 40, 37, 32,
+the combine moves twice the dispatch's bytes, so ``2 t_dispatch - t_combine`` is the bytes-free part: 41, 37, 32,
 15 and 28 µs at EP 16, 32, 64, 128 and 256 (~30)."""
 MEMORY_EFFICIENCY = 0.8
 """Share of the HBM bandwidth decode's weight and KV-cache reads stream at (the same share as the optimizer's
