@@ -111,7 +111,8 @@ def wrong_kind(doc: Any, expected: str) -> Problem | None:
     kind = document_kind(doc)
     if kind is None or kind == expected or {kind, expected} <= {"result", "mapping"}:
         return None
-    if isinstance(doc, dict) and expected in KIND_KEYS and set(doc) & KIND_KEYS[expected]:
+    said = kind == "serving"  # a serving job says so (kind: serving or a serving: key), whatever else it has
+    if not said and isinstance(doc, dict) and expected in KIND_KEYS and set(doc) & KIND_KEYS[expected]:
         return None
     if isinstance(doc, dict):
         own = sorted(k for k in doc if isinstance(k, str) and k in KIND_KEYS[kind])
