@@ -13,6 +13,8 @@ from placement.errors import InputError
 from placement.io.native import job_from_dict
 from placement.io.native.kinds import document_kind
 from placement.io.native.serving import load_serving_job, serving_job_from_dict
+from placement.messages.serving import is_serving_message, serving_from_proto, serving_to_proto
+from placement.v1 import placement_pb2 as pb
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "deepseek-v3-serving.yaml"
@@ -89,3 +91,19 @@ def test_the_job_reader_says_it_is_a_serving_job(tmp_path: Path) -> None:
     with pytest.raises(InputError) as info:
         job_from_dict(yaml.safe_load(EXAMPLE.read_text()), "s.yaml")
     assert next(p.message for p in info.value.problems).startswith("is a serving job file")
+
+
+def test_the_wire_round_trips_the_example() -> None:
+    job = load_serving_job(EXAMPLE)
+    msg = serving_to_proto(job)
+    assert is_serving_message(msg)
+    back = serving_from_proto(pb.Job.FromString(msg.SerializeToString()))
+    assert back == job
+
+
+def test_the_wire_reports_problems_with_field_paths() -> None:
+    msg = serving_to_proto(serving_job_from_dict(MINI))
+    msg.serving.pools[0].ep = 3
+    with pytest.raises(InputError) as info:
+        serving_from_proto(msg)
+    assert [p.path for p in info.value.problems] == ["pools[0].ep"]
