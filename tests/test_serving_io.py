@@ -38,7 +38,7 @@ def test_the_example_reads() -> None:
     job = load_serving_job(EXAMPLE)
     assert job.disaggregated
     assert [p.role for p in job.pools] == ["prefill", "decode"]
-    assert job.ranks == 2 * 32 + 2 * 64
+    assert job.ranks == 3 * 32 + 2 * 64
     assert job.model.moe and job.model.routed_layers == 58
     # 671B with 654B in routed experts: 8 of 256 active, plus the 17B every token reads
     assert job.model.active_parameters == pytest.approx(671e9 - 653.9e9 + 653.9e9 * 8 / 256)
