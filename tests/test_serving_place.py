@@ -9,13 +9,14 @@ from pathlib import Path
 
 import pytest
 
+from placement.cost.report import InvalidMappingError
 from placement.cost.serving import model_serving
 from placement.io.native import load_cluster
 from placement.io.native.serving import serving_job_from_dict
 from placement.model.serving import pool_ranks
 from placement.model.state import ClusterState
 from placement.model.topology import Topology
-from placement.solve.serving import fitting_level, place_serving, serving_traffic_job
+from placement.solve.serving import evaluate_serving, fitting_level, place_serving, serving_traffic_job
 from placement.solve.types import SolveOptions
 from tests.support_cli import run, write
 
@@ -140,8 +141,8 @@ def test_cli_prints_ttft_tpot_tokens_per_gpu_and_phases(
     again = model_serving(
         topo, ClusterState(), serving_job_from_dict(_job()), [int(d) for d in mapping if d is not None]
     )
-    assert doc["serving"]["tpot_seconds"] == pytest.approx(again.tpot_seconds)
-    assert doc["serving"]["ttft_seconds"] == pytest.approx(again.ttft_seconds)
+    assert doc["report"]["tpot_seconds"] == pytest.approx(again.tpot_seconds)
+    assert doc["report"]["ttft_seconds"] == pytest.approx(again.ttft_seconds)
 
 
 def test_cli_refuses_server_for_a_serving_job(tmp_path: Path, cluster: tuple[Path, Topology]) -> None:
@@ -150,3 +151,33 @@ def test_cli_refuses_server_for_a_serving_job(tmp_path: Path, cluster: tuple[Pat
     res = run("place", path, job_file, "--server", "localhost:1")
     assert res.exit_code == 2
     assert "serving jobs are placed here only" in res.output
+
+
+def test_cli_evaluate_prices_a_given_mapping(tmp_path: Path, cluster: tuple[Path, Topology]) -> None:
+    path, _ = cluster
+    job_file = write(tmp_path, "s.yaml", json.dumps(_job()))
+    answer = tmp_path / "answer.json"
+    res = run(
+        "place", path, job_file, "--output", "json", "--out", answer, "--time-limit", "3", "--workers", "1"
+    )
+    assert res.exit_code == 0, res.output
+    res = run("evaluate", path, job_file, answer, "--output", "json")
+    assert res.exit_code == 0, res.output
+    placed = json.loads(answer.read_text())["report"]
+    assert json.loads(res.output)["report"]["tpot_seconds"] == pytest.approx(placed["tpot_seconds"])
+    res = run("evaluate", path, job_file, answer)
+    assert res.exit_code == 0 and "TPOT" in res.output and "ep combine" in res.output
+
+
+def test_evaluate_refuses_a_mapping_that_breaks_the_spread(cluster: tuple[Path, Topology]) -> None:
+    """Two power domains in the state: the default spread kind. 3 replicas must cover both."""
+    _, topo = cluster
+    state = ClusterState(fault_domains={"power": {"a": frozenset(range(12)), "b": frozenset(range(12, 16))}})
+    job = serving_job_from_dict(_job(decode_replicas=2))
+    assert [s.kind for s in serving_traffic_job(topo, state, job).constraints.spread] == ["power"]
+    both = [*range(8), 12, 13, 14, 15]
+    assert evaluate_serving(topo, state, job, both).tpot_seconds > 0
+    with pytest.raises(InvalidMappingError, match="power"):
+        evaluate_serving(topo, state, job, list(range(12)))
+    off = serving_job_from_dict({**_job(decode_replicas=2), "placement": {"spread": False}})
+    assert evaluate_serving(topo, state, off, list(range(12))).tpot_seconds > 0

@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from placement.cost.report import InvalidMappingError
 from placement.cost.serving import ServingReport, dispatch_token_bytes, model_serving
 from placement.errors import InfeasibleError
 from placement.model.job import CollectiveKind, Constraints, Edge, Group, Job, SpreadRule
@@ -205,9 +206,16 @@ def _key(job: ServingJob, r: ServingReport) -> tuple[float, ...]:
 
 
 def evaluate_serving(
-    topology: Topology, state: ClusterState, job: ServingJob, mapping: Sequence[int]
+    topology: Topology, state: ClusterState, job: ServingJob, mapping: Sequence[int], *, check: bool = True
 ) -> ServingReport:
-    """The serving report of `job` on `mapping` (`placement.cost.serving.model_serving`)."""
+    """The serving report of `job` on `mapping` (`placement.cost.serving.model_serving`). With `check` (the default)
+    the mapping is first validated against the job's rules (`serving_traffic_job`) and refused with
+    `InvalidMappingError` if it breaks any, as `placement.cost.evaluate.evaluate` does for training jobs."""
+    if check:
+        explicit = serving_traffic_job(topology, state, job)
+        violations = validate(topology, state, explicit, mapping, traffic=job_traffic(explicit))
+        if violations:
+            raise InvalidMappingError(violations)
     return model_serving(topology, state, job, mapping)
 
 
