@@ -13,6 +13,7 @@ from placement.errors import InputError
 from placement.io.native import job_from_dict
 from placement.io.native.kinds import document_kind
 from placement.io.native.serving import load_serving_job, serving_job_from_dict
+from placement.messages import domain
 from placement.messages.serving import is_serving_message, serving_from_proto, serving_to_proto
 from placement.v1 import placement_pb2 as pb
 
@@ -107,3 +108,11 @@ def test_the_wire_reports_problems_with_field_paths() -> None:
     with pytest.raises(InputError) as info:
         serving_from_proto(msg)
     assert [p.path for p in info.value.problems] == ["pools[0].ep"]
+
+
+def test_the_services_refuse_a_serving_job_by_its_field() -> None:
+    req = pb.PlaceRequest(job=serving_to_proto(serving_job_from_dict(MINI)))
+    req.cluster.CopyFrom(pb.Cluster(name="c"))
+    with pytest.raises(InputError) as info:
+        domain.place_inputs(req)
+    assert "job.serving" in [p.path for p in info.value.problems]
