@@ -151,3 +151,49 @@ def test_memory_over_the_device_is_a_note() -> None:
     big = ServingJob("b", DENSE, (ServingPool("aggregated", tp=2),), ServingLoad(100_000, 4000, 1000), "H100")
     rep = model_serving(_cluster(1, 2), ClusterState(), big, [0, 1])
     assert any("more than the H100's 80 GB" in n for n in rep.notes)
+
+
+def _racks(racks: int) -> Topology:
+    """GB200 NVL72-like racks: 18 trays of 4 GPUs, one NVLink domain per rack, 4 NICs of 48 GB/s per tray."""
+    tray = NodeType("tray", 4, "GB200", nics=4, nic_gbps=48.0)
+    node = Tier(18 * 40.1, 1.0)
+    hosts = [
+        HostSpec(f"r{r}t{t}", {"rack": f"r{r}", "leaf": "ib"}, tray) for r in range(racks) for t in range(18)
+    ]
+    return Topology.build(
+        "nvl", [Level("node", node), Level("rack", node, nvlink=True), Level("leaf", Tier(48.0, 5.0))], hosts
+    )
+
+
+def test_ep_inside_an_nvlink_rack_rides_nvlink_not_the_nics() -> None:
+    """EP 32 over 8 trays of one rack: the bytes go over NVLink (18 x 40.1 GB/s per GPU); split over two racks the
+    half bound for the other rack leaves through the trays' NICs (4 x 48 GB/s per tray)."""
+    job = _moe_job((ServingPool("aggregated", ep=32, attention_dp=32),), batch=32 * 64)
+    topo = _racks(2)
+    inside = model_serving(topo, ClusterState(), job, list(range(32)))
+    split = model_serving(topo, ClusterState(), job, [*range(16), *range(72, 88)])
+    size = 64 * 2 * (1024 + 32)  # tokens per member x top-k x FP8 bytes with scales
+    d_in = next(p for p in inside.phases if p.phase == "ep dispatch")
+    assert d_in.seconds == pytest.approx(
+        2 * (DEEPEP_LL_LATENCY_US * 1e-6 + 31 / 32 * size / (18 * 40.1e9)), rel=1e-9
+    )
+    d_split = next(p for p in split.phases if p.phase == "ep dispatch")
+    # a tray holds 4 members and sends 4 x 16/32 of each member's bytes to the other rack over its 4 NICs
+    assert d_split.seconds == pytest.approx(
+        2 * (DEEPEP_LL_LATENCY_US * 1e-6 + 4 * 16 / 32 * size / (4 * 48e9)), rel=1e-9
+    )
+    assert split.tpot_seconds > inside.tpot_seconds
+
+
+def test_an_aggregated_pool_shares_its_time_between_prefill_and_decode() -> None:
+    job = ServingJob(
+        "a", DENSE, (ServingPool("aggregated", tp=2),), ServingLoad(16, 500, 50, prefill_batch=4), "H100"
+    )
+    rep = model_serving(_cluster(1, 2), ClusterState(), job, [0, 1])
+    # per second: f decodes 16 / TPOT tokens; each request (50 tokens) costs prefill_seconds / 4 of the rest
+    f = 1 / (1 + 16 * rep.prefill_seconds / (rep.tpot_seconds * 50 * 4))
+    assert 0 < f < 1
+    assert rep.tokens_per_s == pytest.approx(16 / rep.tpot_seconds * f)
+    decoded = rep.tokens_per_s / 50 * rep.prefill_seconds / 4 + rep.tokens_per_s * rep.tpot_seconds / 16
+    assert decoded == pytest.approx(1.0)  # the two shares fill the second
+    assert rep.ttft_seconds == rep.prefill_seconds and rep.handoff_seconds == 0
