@@ -181,3 +181,18 @@ def test_evaluate_refuses_a_mapping_that_breaks_the_spread(cluster: tuple[Path, 
         evaluate_serving(topo, state, job, list(range(12)))
     off = serving_job_from_dict({**_job(decode_replicas=2), "placement": {"spread": False}})
     assert evaluate_serving(topo, state, off, list(range(12))).tpot_seconds > 0
+
+
+def test_a_tpot_bound_makes_tokens_per_s_the_objective(cluster: tuple[Path, Topology]) -> None:
+    """Within a bound every valid candidate meets, the answer has the most tokens/s among them; under a bound none
+    meets, the least TPOT."""
+    _, topo = cluster
+    for bound, within in ((1e6, True), (1e-6, False)):
+        doc = _job()
+        doc["load"] = {**doc["load"], "tpot_bound_ms": bound}  # type: ignore[dict-item]
+        res = place_serving(topo, ClusterState(), serving_job_from_dict(doc), OPTS)
+        valid = [r for n, r in res.candidates.items() if r is not None and n not in res.broken]
+        if within:
+            assert res.report.tokens_per_s == max(r.tokens_per_s for r in valid)
+        else:
+            assert res.report.tpot_seconds == min(r.tpot_seconds for r in valid)
