@@ -2,7 +2,8 @@
 run them as a reader would, compare with the page (masking only what must vary), and rewrite a page's outputs.
 
 A transcript block is a fenced block whose info string is `console`. Its lines are `$ COMMAND` (a trailing `\\`
-continues it on the next line; `# ...` is a shell comment) followed by the output the page shows. In the shown
+continues it on the next line, a here-document `<<'EOF'` runs to its `EOF` line; `# ...` is a shell comment)
+followed by the output the page shows. In the shown
 output a line `...` stands for any number of lines (the page elides them); a command that exits non-zero shows
 `[exit N]` as its last line. The HTML comment `<!-- docs: not-run: REASON -->` on the line before a block keeps
 it out of the run (a command that needs a real Slurm, a GPU or a running server); REASON says which test checks
@@ -34,12 +35,15 @@ ELLIPSIS = "..."
 
 # A fenced block: its opening fence, info string, body and closing fence (three or more backticks).
 BLOCK = re.compile(r"^(?P<fence>`{3,})(?P<info>[^\n`]*)\n(?P<body>.*?)^(?P=fence)[ \t]*$", re.M | re.S)
+HEREDOC = re.compile(r"<<-?\s*'?(\w+)'?")
 DIRECTIVE = re.compile(r"<!--\s*docs:\s*(?P<what>[a-z-]+)(?::\s*(?P<reason>.*?))?\s*-->\s*$")
 
 # What must vary between runs, masked on both sides before the comparison: wall times, the scratch directory.
 MASKS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"\b\d+(\.\d+)? s \(stopped"), "<T> s (stopped"),  # place's headline: the solve's wall time
     (re.compile(r"\bin \d+(\.\d+)? s\b"), "in <T> s"),
+    (re.compile(r"\(\d+(\.\d+)? ms\)"), "(<T> ms)"),
+    (re.compile(r"^real\s+\d+m[\d.]+s$"), "real <T>"),
     (re.compile(r"\b\d+(\.\d+)? s wall\b"), "<T> s wall"),
     (re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z?"), "<TIMESTAMP>"),
 )
@@ -76,6 +80,12 @@ def parse_commands(body: str) -> list[Command]:
             while text.endswith("\\") and i + 1 < len(lines):
                 i += 1
                 text += "\n" + lines[i]
+            heredoc = HEREDOC.search(text)
+            while heredoc is not None and i + 1 < len(lines):  # the here-document is part of the command
+                i += 1
+                text += "\n" + lines[i]
+                if lines[i] == heredoc.group(1):
+                    break
             commands.append(Command(text))
         elif commands:
             commands[-1].shown.append(line)
