@@ -18,7 +18,16 @@ def _evaluate(example: Example) -> str | None:
     block: Block = example.parsed
     if block.skip_reason is not None:
         pytest.skip(f"not run here: {block.skip_reason}")
-    failure = check(example.namespace[_SCRATCH], block)
+    scratch: Scratch = example.namespace[_SCRATCH]
+    done = scratch.blocks_run
+    for earlier in parse_page(
+        example.document.text
+    ):  # a block may read what an earlier one wrote: in any order
+        if earlier.start < block.start and earlier.start not in done and earlier.skip_reason is None:
+            scratch.run(earlier.commands)
+            done.add(earlier.start)
+    done.add(block.start)
+    failure = check(scratch, block)
     return (
         None
         if failure is None

@@ -192,6 +192,8 @@ class Scratch:
 
     def __init__(self) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="placement-docs-"))
+        self.blocks_run: set[int] = set()
+        """The blocks of the page run here so far (by offset): a block runs after those before it, in any order."""
         for name in LINKED:
             if (ROOT / name).exists():
                 (self.dir / name).symlink_to(ROOT / name)
