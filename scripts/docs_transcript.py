@@ -44,6 +44,7 @@ MASKS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"\bin \d+(\.\d+)? s\b"), "in <T> s"),
     (re.compile(r"\(\d+(\.\d+)? ms\)"), "(<T> ms)"),
     (re.compile(r"^real\s+\d+m[\d.]+s$"), "real <T>"),
+    (re.compile(r"[\d.]+ pts/s elapsed \d+:\d\d:\d\d"), "<N> pts/s elapsed <T>"),  # a sweep's progress
     (re.compile(r"\b\d+(\.\d+)? s wall\b"), "<T> s wall"),
     (re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z?"), "<TIMESTAMP>"),
 )
