@@ -274,3 +274,116 @@ def test_the_schemas_names_are_the_programs() -> None:
     assert get_args(CollectiveName) == tuple(k.value for k in CollectiveKind)
     assert get_args(LauncherName) == LAUNCHERS
     assert get_args(ModeName) == MODES
+
+
+# ---- every object: the reader's allowed keys are the schema's fields ----------------------------------------
+
+PROBE = "zzqqxx"
+"""A key close to no field: the reader answers "unknown field; expected one of [...]", its full list of keys."""
+
+
+def _def(kind: str, name: str | None) -> set[str]:
+    schema = json_schema(kind)
+    node = schema if name is None else schema["$defs"][name]
+    return set(node["properties"])
+
+
+def _reader_keys(read: Callable[[Any], object], doc: Any, where: str) -> set[str]:
+    with pytest.raises(InputError) as e:
+        read(doc)
+    for p in e.value.problems:
+        if p.path == f"{where}.{PROBE}".lstrip("."):
+            m = re.search(r"expected one of \[(.*)\]", p.message)
+            assert m, p.message
+            return {k.strip(" '") for k in m.group(1).split(",")}
+    raise AssertionError(f"no unknown-field problem at {where}: {e.value.problems}")
+
+
+def _with_probe(doc: dict[str, Any], path: str) -> dict[str, Any]:
+    out = copy.deepcopy(doc)
+    node: Any = out
+    for k in [x for x in path.split(".") if x]:
+        node = node[int(k)] if isinstance(node, list) else node[k]
+    node[PROBE] = 1
+    return out
+
+
+FULL_CLUSTER = {
+    **CLUSTER,
+    "rail_policy": {"extra_latency_us": 2},
+    "hosts": [{"name": "h1", "domains": {"leaf": "leaf"}, "devices": 2}],
+    "fault_domains": [{"kind": "power", "name": "a", "members": ["node01"]}],
+    "device_kinds": [{"name": "k", "tflops": 100, "memory_gb": 80}],
+}
+FULL_JOB = {
+    **JOB,
+    "constraints": {
+        "spread": [{"kind": "power", "min_domains": 1}],
+        "balance": {"level": "leaf"},
+        "segment": {"nodes": 1, "level": "leaf"},
+    },
+}
+EXPLICIT = {
+    "name": "e",
+    "ranks": 2,
+    "groups": [{"members": [0, 1], "bytes": 1}],
+    "edges": [{"src": 0, "dst": 1, "bytes": 1}],
+}
+
+
+def _state(doc: Any) -> object:
+    return state_from_dict(doc, cluster_from_dict(CLUSTER)[0])
+
+
+KEYS = [
+    ("cluster", None, cluster_from_dict, FULL_CLUSTER, ""),
+    ("cluster", "Level", cluster_from_dict, FULL_CLUSTER, "levels.0"),
+    ("cluster", "NodeType", cluster_from_dict, FULL_CLUSTER, "node_types.0"),
+    ("cluster", "Generate", cluster_from_dict, FULL_CLUSTER, "generate"),
+    ("cluster", "Host", cluster_from_dict, FULL_CLUSTER, "hosts.0"),
+    ("cluster", "RailPolicy", cluster_from_dict, FULL_CLUSTER, "rail_policy"),
+    ("cluster", "DeviceKind", cluster_from_dict, FULL_CLUSTER, "device_kinds.0"),
+    ("cluster", "FaultDomain", cluster_from_dict, FULL_CLUSTER, "fault_domains.0"),
+    ("state", None, _state, STATE, ""),
+    ("state", "Occupied", _state, STATE, "occupied.0"),
+    ("state", "Degraded", _state, STATE, "degraded.0"),
+    ("state", "Link", _state, STATE, "links.0"),
+    ("job", None, job_from_dict, FULL_JOB, ""),
+    ("job", "Parallel", job_from_dict, FULL_JOB, "parallel"),
+    ("job", "Model", job_from_dict, FULL_JOB, "model"),
+    ("job", "Constraints", job_from_dict, FULL_JOB, "constraints"),
+    ("job", "Spread", job_from_dict, FULL_JOB, "constraints.spread.0"),
+    ("job", "Balance", job_from_dict, FULL_JOB, "constraints.balance"),
+    ("job", "Segment", job_from_dict, FULL_JOB, "constraints.segment"),
+    ("job", "Group", job_from_dict, EXPLICIT, "groups.0"),
+    ("job", "Edge", job_from_dict, EXPLICIT, "edges.0"),
+]
+
+
+@pytest.mark.parametrize(
+    ("kind", "name", "read", "doc", "where"), KEYS, ids=[f"{k}-{n or 'document'}" for k, n, *_ in KEYS]
+)
+def test_the_reader_takes_exactly_the_schemas_fields(
+    kind: str, name: str | None, read: Callable[[Any], object], doc: dict[str, Any], where: str
+) -> None:
+    path = re.sub(r"\.(\d+)", r"[\1]", where)
+    assert _reader_keys(read, _with_probe(doc, where), path) == _def(kind, name)
+
+
+def test_the_other_readers_take_exactly_the_schemas_fields(tmp_path: Path) -> None:
+    sweep = {"cluster": CLUSTER, "job": JOB, "solver": {PROBE: 1}}
+    (tmp_path / "s.yaml").write_text(json.dumps({**sweep, PROBE: 1}))
+    assert _reader_keys(lambda p: load_sweep(p), tmp_path / "s.yaml", "") == _def("sweep", None)
+    (tmp_path / "s.yaml").write_text(json.dumps(sweep))
+    assert _reader_keys(lambda p: load_sweep(p), tmp_path / "s.yaml", "solver") == _def(
+        "sweep", "SweepSolver"
+    )
+    (tmp_path / "b.yaml").write_text(json.dumps({"jobs": [{"job": JOB, PROBE: 1}], PROBE: 1}))
+    assert _reader_keys(lambda p: load_batch(p), tmp_path / "b.yaml", "") == _def("batch", None)
+    assert _reader_keys(lambda p: load_batch(p), tmp_path / "b.yaml", "jobs[0]") == _def(
+        "batch", "BatchEntry"
+    )
+    (tmp_path / "r.yaml").write_text(json.dumps({"running": [{"job": "x", PROBE: 1}]}))
+    assert _reader_keys(lambda p: load_running(p), tmp_path / "r.yaml", "running[0]") == _def(
+        "running", "RunningJob"
+    )

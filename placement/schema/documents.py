@@ -457,7 +457,9 @@ class Model(_Doc):
         description="fraction of the devices' peak FLOP/s the compute kernels reach",
         json_schema_extra=_unit("fraction"),
     )
-    heads: int = Field(0, ge=0, le=10**6, description="attention heads (activation memory); 0: hidden / 128")
+    heads: int | None = Field(
+        None, ge=1, le=10**6, description="attention heads (activation memory); default: hidden / 128"
+    )
 
 
 class Group(_Doc):

@@ -45,9 +45,9 @@ can (a level named in `fanout` exists, a rank is below `ranks`, a device name re
 problem of a file at once, with its field path; an unknown key is refused with the closest known one ("did
 you mean ...").
 
-Conventions: bandwidths are GB/s (1e9 bytes/s) per device and direction, latencies µs, times s. A number may
-be written `70e9` (YAML reads it as a string; the readers take it). A key whose value is `null` is as if it
-were absent. The key names follow the protobuf messages of `protos/placement/v1`, so a native file is also a
+Conventions: bandwidths are GB/s (1e9 bytes/s) per device and direction, latencies µs, times s. In cluster,
+state and job files a number may be written `70e9` (YAML reads it as a string; the readers take it), and a key
+whose value is `null` is as if it were absent. The key names follow the protobuf messages of `protos/placement/v1`, so a native file is also a
 valid part of a request. Device names are `HOST/gpuI` (I from 0 on each host); a **selector** names a device,
 a host, a domain, or `level:domain` when a name is used at several levels.
 
