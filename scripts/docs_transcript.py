@@ -171,6 +171,8 @@ def refill(shown: list[str], actual: list[str]) -> list[str]:
         else:
             segments[-1].append(line)
     head, *middle, tail = segments
+    if len(head) + sum(map(len, middle)) + len(tail) >= len(actual):
+        return actual  # nothing left to elide: the page shows the whole output
     out = actual[: len(head)]
     pos, stop = len(head), len(actual) - len(tail)
     for seg in middle:

@@ -85,3 +85,8 @@ def test_a_changed_number_fails_and_the_shell_state_carries_over() -> None:
         )  # the page shows nothing: the output is the difference
     finally:
         scratch.close()
+
+
+def test_a_rerun_shows_a_shorter_output_whole() -> None:
+    assert refill(["a", "...", "d"], ["a", "d"]) == ["a", "d"]
+    assert refill(["a", "b", "...", "e"], ["a", "x"]) == ["a", "x"]
