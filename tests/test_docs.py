@@ -90,3 +90,15 @@ def test_a_changed_number_fails_and_the_shell_state_carries_over() -> None:
 def test_a_rerun_shows_a_shorter_output_whole() -> None:
     assert refill(["a", "...", "d"], ["a", "d"]) == ["a", "d"]
     assert refill(["a", "b", "...", "e"], ["a", "x"]) == ["a", "x"]
+
+
+@pytest.mark.parametrize("page", pages(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_relative_link_of_a_page_resolves(page: object) -> None:
+    path = ROOT / str(page)
+    text = re.sub(r"```.*?```", "", path.read_text(), flags=re.S)
+    for m in re.finditer(r"\]\(([^)\s]+)\)", text):
+        link = m.group(1)
+        if link.startswith(("http://", "https://", "#", "mailto:")):
+            continue
+        target = (path.parent / link.split("#")[0]).resolve()
+        assert target.exists(), f"{path.relative_to(ROOT)}: the link {link} goes nowhere"
