@@ -564,7 +564,7 @@ class Job(_Doc):
     device_kind: str | None = Field(
         None, description="only devices of this kind (a node type's `kind`); default: any", examples=["H100"]
     )
-    parallel: Parallel | None = None
+    parallel: Parallel | None = Field(None, description="the parallel sizes: the job is structured")
     model: Model | None = Field(None, description="required with `parallel`")
     exposure: dict[str, Fraction] = Field(
         default_factory=dict,
@@ -573,7 +573,7 @@ class Job(_Doc):
     )
     groups: list[Group] | None = Field(None, description="collectives of an explicit job")
     edges: list[Edge] | None = Field(None, description="point-to-point transfers of an explicit job")
-    constraints: Constraints | None = None
+    constraints: Constraints | None = Field(None, description="hard and soft placement rules")
     launcher: LauncherName = Field(
         "any",
         description="`torchrun` numbers ranks host by host: each host's ranks must be one contiguous block",
