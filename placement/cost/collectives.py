@@ -76,6 +76,8 @@ __all__ = [
     "Fabric",
     "Plan",
     "Stage",
+    "Background",
+    "background_flow",
     "collective_floor",
     "fabric_for",
     "max_min_phase_seconds",
@@ -907,20 +909,64 @@ def phase_seconds(fabric: Fabric, plans: Sequence[Plan]) -> list[tuple[float, st
     return [done[id(p)] for p in plans]
 
 
-def max_min_phase_seconds(fabric: Fabric, plans: Sequence[Plan]) -> list[tuple[float, str]]:
+def max_min_phase_seconds(
+    fabric: Fabric, plans: Sequence[Plan], background: Background | None = None
+) -> list[tuple[float, str]]:
     """Seconds of each of `plans` run at the same time, sharing NICs and uplinks max-min fairly, and the tier
     that bounds each longest (module doc, **Sharing**): how `placement.cost.step` prices a round."""
-    return share_phase(fabric, plans)[0]
+    return share_phase(fabric, plans, background)[0]
 
 
-def share_phase(fabric: Fabric, plans: Sequence[Plan]) -> tuple[list[tuple[float, str]], list[int]]:
+@dataclass(frozen=True)
+class Background:
+    """Other jobs' traffic on the fabric as the sharing rule sees it: per shared link (resource index of a
+    `Fabric`), the flows that run beside a phase, each a `Plan` of one stage whose own rate is the flow's average
+    rate (bytes/s) and whose bytes outlast any phase (`placement.cost.shared` builds it). A phase is priced with
+    the flows on the links it loads added as operations that never finish (`share_phase`)."""
+
+    flows: Mapping[int, tuple[Plan, ...]]
+
+    def touching(self, plans: Sequence[Plan]) -> list[Plan]:
+        """The background flows on any link `plans` load, each once, in a fixed order."""
+        flows = self.flows
+        seen: dict[int, Plan] = {}
+        for p in plans:
+            for st in p.stages:
+                for r, _x in st.loads:
+                    for f in flows.get(r, ()):
+                        seen.setdefault(id(f), f)
+        return list(seen.values())
+
+
+BACKGROUND_SECONDS = 1e6
+"""Seconds of traffic a background flow carries (`Background`): longer than any phase, so it never finishes."""
+
+
+def background_flow(links: Sequence[tuple[int, float]], name: str) -> Plan:
+    """A background flow at `links` (resource, bytes/s) each: one operation whose own rate is its heaviest link's
+    rate, so max-min gives it at most its average rate and shares what it leaves."""
+    t = BACKGROUND_SECONDS
+    return Plan("background", 0.0, (Stage(t, name, tuple((r, x * t) for r, x in links)),))
+
+
+def share_phase(
+    fabric: Fabric, plans: Sequence[Plan], background: Background | None = None
+) -> tuple[list[tuple[float, str]], list[int]]:
     """`max_min_phase_seconds` and each plan's component: the index of the first plan it shares a link with,
     directly or through others (its own index when it shares none). A component's times depend only on its
     plans in their order and on whether every plan of the list loads both directions of its links alike, so a
     caller that changes some plans reprices only the components they meet before and after the change
     (`placement.solve.incremental`) and gets the same floats. A plan listed k times is k operations. The result
     is kept on the fabric per list of plan objects (the fabric's plans are cached, so the mappings a call scores
-    share whole phases); callers read it, never change it."""
+    share whole phases); callers read it, never change it.
+
+    `background`: other jobs' flows (`Background`); those on links the plans load join the filling as operations
+    that take at most their average rate and never finish, and only the plans' own times are returned."""
+    extra = background.touching(plans) if background is not None else []
+    if extra:
+        n = len(plans)
+        times, comp = share_phase(fabric, [*plans, *extra])
+        return times[:n], comp[:n]
     key = tuple(map(id, plans))
     hit = fabric._shares.get(key)
     if hit is not None and all(a is b for a, b in zip(hit[0], plans, strict=True)):
@@ -1071,8 +1117,10 @@ def _fill(
     active = [j for j, p in enumerate(plans) if p.stages]
     for j in active:
         start(j)
+    # background flows (`Background`) never finish: the filling ends when the phase's own operations have
+    real = sum(1 for j in active if plans[j].algorithm != "background")
     now = 0.0
-    while active:
+    while real:
         lam = [0.0] * k
         why = [""] * k
         link_of: dict[int, list[float]] = {}  # link -> [capacity left, weight of its unfrozen operations]
@@ -1163,6 +1211,8 @@ def _fill(
                 still.append(j)
             else:
                 finish[j] = now
+                if plans[j].algorithm != "background":
+                    real -= 1
         active = still
     out = []
     for j, p in enumerate(plans):

@@ -1,0 +1,139 @@
+"""The shared fabric (placement.cost.shared): other jobs' traffic priced by max-min sharing, the harm a new job does
+to running ones, measured loads against job shapes, and the cluster objective; every number worked by hand."""
+
+from __future__ import annotations
+
+import pytest
+
+from placement.cost.evaluate import evaluate
+from placement.cost.shared import SharedFabric, cluster_seconds
+from placement.model.devices import HostSpec, NodeType
+from placement.model.job import CollectiveKind, Edge, Group, Job
+from placement.model.links import Level, Tier
+from placement.model.state import ClusterState, LinkLoad, RunningJob, Uplink
+from placement.model.topology import Topology
+
+AR = CollectiveKind.ALL_REDUCE
+S = 1e9  # bytes of every all-reduce
+SPINE_LAT = 8e-6  # seconds per ring step across the spine
+
+
+def approx(x: float) -> object:
+    return pytest.approx(x, rel=1e-9, abs=0.0)
+
+
+def two_leaves(hosts_per_leaf: int = 2) -> Topology:
+    """Hosts of one GPU, `hosts_per_leaf` per leaf, two leaves under a spine. A host's NIC: 10 GB/s. A leaf's
+    uplinks: hosts x 10 GB/s / oversubscription 2 = 10 GB/s each way with 2 hosts (X below)."""
+    nt = NodeType("t", 1, "gpu")
+    levels = [
+        Level("node", Tier(100.0, 1.0)),
+        Level("leaf", Tier(10.0, 5.0), 2.0),
+        Level("spine", Tier(10.0, SPINE_LAT * 1e6)),
+    ]
+    hosts = [HostSpec(f"h{h}", {"leaf": f"l{h // hosts_per_leaf}"}, nt) for h in range(2 * hosts_per_leaf)]
+    return Topology.build("two-leaves", levels, hosts)
+
+
+def ring(name: str) -> Job:
+    """A DP all-reduce of S bytes over 2 ranks, no compute: its step is the all-reduce."""
+    return Job(name, 2, groups=(Group("dp", AR, (0, 1), S, 1.0),))
+
+
+def test_two_equal_rings_on_one_oversubscribed_uplink_each_get_half() -> None:
+    t = two_leaves()
+    # Alone, a 2-rank ring all-reduce moves 2(n-1)/n S = S through each leaf's uplink each way, in 2 ring steps of
+    # the spine's latency: X = 10 GB/s, so 2 x 8 us + 1e9 / 10e9 = 0.100016 s.
+    alone = evaluate(t, ClusterState(), ring("b"), [1, 3])
+    assert alone.step_seconds == approx(2 * SPINE_LAT + S / 10e9)
+    assert alone.contention is None
+    # Job a runs the same ring on hosts h0 (leaf l0) and h2 (leaf l1): both rings cross both leaves' uplinks (their
+    # NICs differ). Job a's average rate on each uplink: S / its step = 1e9 / 0.100016 = 9.9984 GB/s, more than
+    # the fair share X/2 = 5 GB/s, so max-min gives each ring X/2 and b's all-reduce takes
+    # 2 x 8 us + 1e9 / 5e9 = 0.200016 s.
+    a = RunningJob("a", ring("a"), (0, 2))
+    state = ClusterState(occupied={0: "a", 2: "a"}, background=(a,))
+    rep = evaluate(t, state, ring("b"), [1, 3])
+    assert rep.step_seconds == approx(2 * SPINE_LAT + S / 5e9)
+    c = rep.contention
+    assert c is not None
+    assert c.seconds == approx(S / 5e9 - S / 10e9)
+    assert c.alone_step_seconds == approx(alone.step_seconds)
+    # The harm: b's average rate is S / 0.200016 = 4.9996 GB/s, below the fair share, so b keeps it and a gets
+    # the rest of X: a's step becomes 2 x 8 us + S / (10e9 - S / 0.200016).
+    b_rate = S / (2 * SPINE_LAT + S / 5e9)
+    a_after = 2 * SPINE_LAT + S / (10e9 - b_rate)
+    a_before = 2 * SPINE_LAT + S / 10e9
+    (h,) = c.harm
+    assert (h.job_id, h.gpus) == ("a", 2)
+    assert h.step_seconds == approx(a_before)
+    assert h.added_seconds == approx(a_after - a_before)
+    assert c.harm_gpu_s_per_s == approx(2 * (a_after - a_before) / a_after)
+
+
+def test_a_ring_on_other_links_is_not_slowed() -> None:
+    # 4 hosts per leaf: a ring inside leaf l1 (h4, h5) shares no link with a ring inside leaf l0 (h0, h1)
+    t = two_leaves(4)
+    a = RunningJob("a", ring("a"), (4, 5))
+    state = ClusterState(occupied={4: "a", 5: "a"}, background=(a,))
+    rep = evaluate(t, state, ring("b"), [0, 1])
+    assert rep.step_seconds == approx(evaluate(t, ClusterState(), ring("b"), [0, 1]).step_seconds)
+    assert rep.contention is not None and rep.contention.harm == [] and rep.contention.harm_gpu_s_per_s == 0.0
+
+
+def test_a_measured_load_equal_to_a_jobs_average_gives_the_same_step() -> None:
+    t = two_leaves()
+    a = RunningJob("a", ring("a"), (0, 2))
+    shape = evaluate(t, ClusterState(occupied={0: "a", 2: "a"}, background=(a,)), ring("b"), [1, 3])
+    # job a's average rate on each leaf's uplinks, both ways (first test): S / a's step alone; its NICs are
+    # h0's and h2's, which b does not use
+    rate = S / (2 * SPINE_LAT + S / 10e9) / 1e9
+    load = {Uplink(1, 0): LinkLoad(rate, rate), Uplink(1, 1): LinkLoad(rate, rate)}
+    measured = evaluate(t, ClusterState(link_load=load), ring("b"), [1, 3])
+    assert measured.step_seconds == approx(shape.step_seconds)
+    # a small load leaves b more than half: max-min gives the load its 2 GB/s and b the 8 GB/s left
+    small = {Uplink(1, 0): LinkLoad(2.0, 2.0)}
+    rep = evaluate(t, ClusterState(link_load=small), ring("b"), [1, 3])
+    assert rep.step_seconds == approx(2 * SPINE_LAT + S / 8e9)
+
+
+def test_one_direction_of_load_slows_only_transfers_that_way() -> None:
+    t = two_leaves()
+    job = Job("p", 2, edges=(Edge("pp", 0, 1, S),))
+    down = {Uplink(1, 0): LinkLoad(0.0, 6.0)}  # into leaf l0 only
+    # rank 0 on h0 (l0) sends to rank 1 on h2 (l1): it leaves l0 (up) and enters l1 (down), untouched
+    free = evaluate(t, ClusterState(link_load=down), job, [0, 2]).step_seconds
+    assert free == approx(evaluate(t, ClusterState(), job, [0, 2]).step_seconds)
+    # the other way it enters l0: the load asks 6 GB/s of X = 10, more than the fair share 5, so max-min gives
+    # each 5 GB/s: S / 5e9 plus the spine's latency (a load of 4 would keep its 4 and leave 6)
+    slowed = evaluate(t, ClusterState(link_load=down), job, [2, 0]).step_seconds
+    assert slowed == approx(SPINE_LAT + S / 5e9)
+    light = {Uplink(1, 0): LinkLoad(0.0, 4.0)}
+    assert evaluate(t, ClusterState(link_load=light), job, [2, 0]).step_seconds == approx(SPINE_LAT + S / 6e9)
+
+
+def test_shared_fabric_reprices_only_the_component() -> None:
+    # 5 hosts per leaf (h0-h4 in l0, h5-h9 in l1): a leaf's uplinks carry 5 x 10 / 2 = 25 GB/s each way, a
+    # host's NIC 10 GB/s
+    t = two_leaves(5)
+    fab = SharedFabric(t, ClusterState())
+    alone = 2 * SPINE_LAT + S / 10e9  # the NIC binds
+    assert fab.add(RunningJob("a", ring("a"), (0, 5))) == {"a"}
+    assert fab.step("a") == approx(alone)
+    assert fab.add(RunningJob("c", ring("c"), (3, 4))) == {"c"}  # inside l0 on other NICs: no shared link
+    # b crosses the same uplinks: one component with a; each ring's average (9.9984 GB/s) fits in 25: no loss
+    assert fab.add(RunningJob("b", ring("b"), (1, 6))) == {"a", "b"}
+    assert sorted(map(sorted, fab.components())) == [["a", "b"], ["c"]]
+    assert fab.step("a") == approx(alone) and fab.slowdown("b") == approx(1.0)
+    # f makes three rings on 25 GB/s: a sees b and f at 9.9984 GB/s each, more than the fair share 25/3, so each
+    # of the three gets 25/3 GB/s and a's step is 2 x 8 us + S / (25e9 / 3); c is not repriced
+    assert fab.add(RunningJob("f", ring("f"), (2, 7))) == {"a", "b", "f"}
+    assert fab.step("a") == approx(2 * SPINE_LAT + S / (25e9 / 3))
+    assert fab.step("c") == approx(2 * 5e-6 + S / 10e9)  # inside the leaf: its tier's latency, its NICs
+    assert fab.remove("f") == {"a", "b"}
+    assert fab.step("a") == approx(alone)
+
+
+def test_cluster_seconds_adds_the_harm_per_own_gpu() -> None:
+    assert cluster_seconds(2.0, 0.0, 8) == 2.0
+    assert cluster_seconds(2.0, 4.0, 8) == approx(2.0 * (1 + 4.0 / 8))
