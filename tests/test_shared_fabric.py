@@ -7,11 +7,14 @@ import pytest
 
 from placement.cost.evaluate import evaluate
 from placement.cost.shared import SharedFabric, cluster_seconds
+from placement.errors import InputError
 from placement.model.devices import HostSpec, NodeType
 from placement.model.job import CollectiveKind, Edge, Group, Job
 from placement.model.links import Level, Tier
 from placement.model.state import ClusterState, LinkLoad, RunningJob, Uplink
 from placement.model.topology import Topology
+from placement.solve.run import place
+from placement.solve.types import SolveOptions, key_better, report_key
 
 AR = CollectiveKind.ALL_REDUCE
 S = 1e9  # bytes of every all-reduce
@@ -137,3 +140,52 @@ def test_shared_fabric_reprices_only_the_component() -> None:
 def test_cluster_seconds_adds_the_harm_per_own_gpu() -> None:
     assert cluster_seconds(2.0, 0.0, 8) == 2.0
     assert cluster_seconds(2.0, 4.0, 8) == approx(2.0 * (1 + 4.0 / 8))
+
+
+def _busy_leaves() -> tuple[Topology, ClusterState]:
+    """4 hosts per leaf (uplinks 20 GB/s each way); rings a1 (h0, h4) and a2 (h1, h5) fill both leaves' uplinks
+    (9.9984 GB/s each on average); h3 and h7 are degraded 1.6x, so a ring inside a leaf pays 1.6x on its NIC."""
+    t = two_leaves(4)
+    a1 = RunningJob("a1", ring("a1"), (0, 4))
+    a2 = RunningJob("a2", ring("a2"), (1, 5))
+    state = ClusterState(
+        occupied={0: "a1", 4: "a1", 1: "a2", 5: "a2"},
+        device_slowdown={3: 1.6, 7: 1.6},
+        background=(a1, a2),
+    )
+    return t, state
+
+
+def test_objective_cluster_avoids_the_loaded_uplink_that_own_takes() -> None:
+    t, state = _busy_leaves()
+    # Own step across the leaves: three rings on 20 GB/s, each 20/3 GB/s: 2 x 8 us + S / (20e9 / 3) = 0.150016 s;
+    # inside a leaf (h2, h3 or h6, h7): 2 x 5 us + 1.6 x S / 10e9 = 0.16001 s. Own takes the uplink.
+    cross = 2 * SPINE_LAT + S / (20e9 / 3)
+    inside = 2 * 5e-6 + 1.6 * S / 10e9
+    own = place(t, state, ring("b"), SolveOptions(time_limit_s=2.0, deterministic=True))
+    assert own.report is not None and own.mapping is not None
+    assert own.report.step_seconds == approx(cross)
+    assert t.lca_level(own.mapping[0], own.mapping[1]) == 2
+    c = own.report.contention
+    assert c is not None and c.harm_gpu_s_per_s > 0
+    # Cluster: b harms a1 and a2 (each 2 GPUs); harm > 0 makes cross cost step * (1 + harm / 2) > 0.150016 x 1.5
+    # (each of a1, a2 loses at least a third of its rate), above inside's 0.16001 with no harm.
+    clu = place(t, state, ring("b"), SolveOptions(time_limit_s=2.0, deterministic=True, objective="cluster"))
+    assert clu.report is not None and clu.mapping is not None
+    assert t.lca_level(clu.mapping[0], clu.mapping[1]) == 1
+    assert clu.report.step_seconds == approx(inside)
+    assert clu.report.contention is not None and clu.report.contention.harm_gpu_s_per_s == 0.0
+    assert clu.report.objective_seconds == approx(inside)
+    assert own.report.contention is not None
+    assert cluster_seconds(cross, c.harm_gpu_s_per_s, 2) > inside
+    # the answers are never worse than a baseline row under the contended model, each by its own objective
+    for res in (own, clu):
+        assert res.report is not None
+        for rep in res.baseline_reports.values():
+            assert not key_better(report_key(rep), report_key(res.report))
+
+
+def test_unknown_objective_is_refused() -> None:
+    t, state = _busy_leaves()
+    with pytest.raises(InputError, match="objective"):
+        place(t, state, ring("b"), SolveOptions(objective="global"))

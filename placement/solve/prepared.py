@@ -126,7 +126,15 @@ class PreparedRequest:
         key = tuple(mapping)
         rep = self.reports.get(key)
         if rep is None:
-            rep = evaluate(self.topology, self.state, self.job, mapping, traffic=self.traffic, check=False)
+            rep = evaluate(
+                self.topology,
+                self.state,
+                self.job,
+                mapping,
+                traffic=self.traffic,
+                check=False,
+                objective=self.options.objective,
+            )
             if len(self.reports) < 64:
                 self.reports[key] = rep
         return report_key(rep)

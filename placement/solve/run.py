@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from placement.cost.evaluate import evaluate
 from placement.cost.report import CostReport
+from placement.cost.shared import OBJECTIVES
 from placement.errors import InfeasibleError, InputError, InternalError, Problem
 from placement.limits import checkpoint
 from placement.model.job import Job
@@ -203,7 +204,13 @@ class _Scorer:
                 self.memo[key] = None
             else:
                 self.memo[key] = known or evaluate(
-                    r.topology, r.state, r.job, mapping, traffic=r.traffic, check=False
+                    r.topology,
+                    r.state,
+                    r.job,
+                    mapping,
+                    traffic=r.traffic,
+                    check=False,
+                    objective=r.options.objective,
                 )
             if known is None:
                 self.cost_s = max(self.cost_s, time.perf_counter() - t)
@@ -238,6 +245,8 @@ def place(
     (a batch or a repair placing the same job again), and passed to every step that needs it.
     """
     opts = options or SolveOptions()
+    if opts.objective not in OBJECTIVES:
+        raise InputError("options", [Problem("objective", f"must be one of {', '.join(OBJECTIVES)}, got {opts.objective!r}")])
     strategy = Strategy(opts.strategy).canonical
     t0 = time.perf_counter()
     traffic = traffic if traffic is not None else job_traffic(job)
