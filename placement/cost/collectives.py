@@ -73,10 +73,10 @@ from placement.model.topology import Topology
 
 __all__ = [
     "TREE_EFFICIENCY",
+    "Background",
     "Fabric",
     "Plan",
     "Stage",
-    "Background",
     "background_flow",
     "collective_floor",
     "fabric_for",

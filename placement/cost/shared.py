@@ -55,7 +55,9 @@ OBJECTIVES = ("own", "cluster")
 """What an answer minimises: ``own`` the job's step, ``cluster`` its step plus the harm (`cluster_seconds`)."""
 
 
-def job_flows(fabric: Fabric, traffic: Traffic, mapping: Sequence[int], step_seconds: float) -> dict[int, float]:
+def job_flows(
+    fabric: Fabric, traffic: Traffic, mapping: Sequence[int], step_seconds: float
+) -> dict[int, float]:
     """Average bytes/s a job puts on each shared link (resource index of `fabric`): every group's and edge's
     bytes there times its count per step, over the step."""
     if step_seconds <= 0:

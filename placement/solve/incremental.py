@@ -13,8 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from placement.cost.collectives import Background, Fabric, Plan, fabric_for, share_phase
-from placement.cost.shared import background_for
 from placement.cost.compute import ComputeModel, device_kind, job_device_kind, step_compute
+from placement.cost.shared import background_for
 from placement.cost.step import PHASE_ORDER, assemble_step, phase_exposed
 from placement.model.traffic import Traffic
 from placement.solve.prepared import MovedMapping, PreparedRequest

@@ -246,7 +246,10 @@ def place(
     """
     opts = options or SolveOptions()
     if opts.objective not in OBJECTIVES:
-        raise InputError("options", [Problem("objective", f"must be one of {', '.join(OBJECTIVES)}, got {opts.objective!r}")])
+        raise InputError(
+            "options",
+            [Problem("objective", f"must be one of {', '.join(OBJECTIVES)}, got {opts.objective!r}")],
+        )
     strategy = Strategy(opts.strategy).canonical
     t0 = time.perf_counter()
     traffic = traffic if traffic is not None else job_traffic(job)

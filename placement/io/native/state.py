@@ -174,14 +174,18 @@ def _running(
         return None
     ps = r.ps
     if "shape" in od and "job_file" in od:
-        ps.add(op, "give one of shape: (the job's parallel/model or groups/edges) or job_file: path, not both")
+        ps.add(
+            op, "give one of shape: (the job's parallel/model or groups/edges) or job_file: path, not both"
+        )
         return None
     if "ranks" in od:
         ranks: list[int] = []
         for j, sel in enumerate(r.lst(od.get("ranks"), f"{op}.ranks")):
             devs = _resolve(topo, sel, f"{op}.ranks[{j}]", ps, budget)
             if len(devs) > 1:
-                ps.add(f"{op}.ranks[{j}]", f"{short(sel)} names {len(devs)} devices; a rank runs on one device")
+                ps.add(
+                    f"{op}.ranks[{j}]", f"{short(sel)} names {len(devs)} devices; a rank runs on one device"
+                )
             ranks.extend(devs[:1])
         outside = [dv for dv in ranks if dv not in set(held)]
         if outside:
@@ -213,7 +217,9 @@ def _running(
     try:
         job = job_from_dict(doc, where)
     except InputError as e:
-        ps.extend([Problem(f"{where}.{p.path}" if p.path else where, p.message) for p in e.problems], e.omitted)
+        ps.extend(
+            [Problem(f"{where}.{p.path}" if p.path else where, p.message) for p in e.problems], e.omitted
+        )
         return None
     if job.ranks != len(ranks):
         ps.add(
@@ -264,7 +270,10 @@ def _links(r: _Reader, v: Any, topo: Topology) -> _Links:
             continue
         if "between" in ld:
             if load is not None:
-                ps.add(f"{lp}.load_gbps", "a measured load is on an uplink (host NICs or a domain's), not between devices")
+                ps.add(
+                    f"{lp}.load_gbps",
+                    "a measured load is on an uplink (host NICs or a domain's), not between devices",
+                )
             _pair(r, ld, lp, topo, is_failed, f, out)
             continue
         up = _uplink(topo, ld["uplink"], f"{lp}.uplink", ps)
