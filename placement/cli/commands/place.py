@@ -19,6 +19,7 @@ from placement.cli.picture import render_picture
 from placement.cli.tables import out, place_title, print_report, print_result, print_verdict
 from placement.cli.usage import INPUTS
 from placement.cost.report import CostReport
+from placement.cost.shared import OBJECTIVES
 from placement.errors import InternalError
 from placement.io.export import baseline_costs, export
 from placement.io.native import job_from_dict, load_document
@@ -143,6 +144,13 @@ def place(
             help="budget the search in deterministic time: the same answer whatever the machine's load"
         ),
     ] = False,
+    objective: Annotated[
+        str,
+        typer.Option(
+            help="own (the job's step) or cluster (its step plus the harm to running jobs, when the state "
+            "carries their traffic)"
+        ),
+    ] = "own",
     output: Annotated[
         str,
         typer.Option(
@@ -190,6 +198,8 @@ def place(
     if cluster is None or job is None:
         raise InternalError("the inputs rule lets CLUSTER and JOB through only together")
     strat = _check_options(strategy, time_limit, gap, seed, workers)
+    if objective not in OBJECTIVES:
+        fail(f"--objective: unknown value {objective!r}; use one of {', '.join(OBJECTIVES)}", 2)
     if max_slowdown is not None and not (math.isfinite(max_slowdown) and max_slowdown >= 1):
         fail(f"--max-slowdown: must be a number >= 1 (1: the ideal step), got {max_slowdown:g}", 2)
     rules = _slice_rules(balance, segment)
@@ -209,6 +219,7 @@ def place(
                 "relative_gap": gap,
                 "seed": seed,
                 "deterministic": deterministic,
+                **({"objective": objective} if objective != "own" else {}),
             },
         }
         if state is not None:
@@ -232,6 +243,7 @@ def place(
             seed=seed,
             workers=workers,
             deterministic=deterministic,
+            objective=objective,
         ),
         max_slowdown=max_slowdown,
     )
