@@ -3,11 +3,16 @@ to running ones, measured loads against job shapes, and the cluster objective; e
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from placement.cost.evaluate import evaluate
 from placement.cost.shared import SharedFabric, cluster_seconds
 from placement.errors import InputError
+from placement.io.native.state import state_from_dict
+from placement.messages.domain import breakdown, place_inputs, report_from_proto, step_cost
+from placement.messages.files import request_from_dict
 from placement.model.devices import HostSpec, NodeType
 from placement.model.job import CollectiveKind, Edge, Group, Job
 from placement.model.links import Level, Tier
@@ -15,6 +20,7 @@ from placement.model.state import ClusterState, LinkLoad, RunningJob, Uplink
 from placement.model.topology import Topology
 from placement.solve.run import place
 from placement.solve.types import SolveOptions, key_better, report_key
+from placement.v1 import placement_pb2 as pb
 
 AR = CollectiveKind.ALL_REDUCE
 S = 1e9  # bytes of every all-reduce
@@ -189,3 +195,111 @@ def test_unknown_objective_is_refused() -> None:
     t, state = _busy_leaves()
     with pytest.raises(InputError, match="objective"):
         place(t, state, ring("b"), SolveOptions(objective="global"))
+
+
+# ---- state files and the wire -----------------------------------------------------------------------------------
+
+
+def test_a_state_file_carries_shapes_and_loads(tmp_path: Path) -> None:
+    t = two_leaves()
+    (tmp_path / "a.yaml").write_text(
+        "name: a\nranks: 2\ngroups:\n- {label: dp, kind: all_reduce, members: [0, 1], bytes: 1.0e9}\n"
+    )
+    doc = {
+        "occupied": [
+            {"job": "a", "devices": ["h0", "h2"], "job_file": "a.yaml"},
+            {
+                "job": "c",
+                "devices": ["h1", "h3"],
+                "ranks": ["h3/gpu0", "h1/gpu0"],
+                "shape": {"groups": [{"label": "dp", "kind": "all_reduce", "members": [0, 1], "bytes": 1e9}]},
+            },
+        ],
+        "links": [{"uplink": "l0", "load_gbps": 2.5, "direction": "down"}, {"uplink": "l1", "load_gbps": 1}],
+    }
+    st = state_from_dict(doc, t, "s.yaml", tmp_path)
+    assert [(r.job_id, r.devices, r.job.ranks) for r in st.background] == [("a", (0, 2), 2), ("c", (3, 1), 2)]
+    assert st.link_load == {Uplink(1, 0): LinkLoad(0.0, 2.5), Uplink(1, 1): LinkLoad(1.0, 1.0)}
+    assert st.occupied == {0: "a", 2: "a", 1: "c", 3: "c"}
+
+
+def test_bad_background_is_refused_with_field_value_and_rule(tmp_path: Path) -> None:
+    t = two_leaves()
+    doc = {
+        "occupied": [
+            {"job": "a", "devices": ["h0", "h2"], "shape": {"parallel": {"tp": 2}}},
+            {"job": "b", "devices": ["h1"], "ranks": ["h3/gpu0"], "shape": {"groups": []}},
+            {"job": "c", "devices": ["h3"], "shape": 5},
+            {"job": "d", "devices": ["h3"], "ranks": ["h3"]},
+            {"job": "e", "devices": ["h3"], "job_file": "missing.yaml"},
+        ],
+        "links": [
+            {"uplink": "l0", "load_gbps": -1},
+            {"uplink": "l1", "load_gbps": 5, "direction": "sideways"},
+            {"between": ["h0/gpu0", "h0/gpu0"], "load_gbps": 5},
+        ],
+    }
+    with pytest.raises(InputError) as info:
+        state_from_dict(doc, t, "s.yaml", tmp_path)
+    text = "\n".join(str(p) for p in info.value.problems)
+    assert "occupied[0].shape.model: is required with `parallel`" in text
+    assert "occupied[1].ranks: h3/gpu0 is not among the entry's devices" in text
+    assert "occupied[2].shape: must be a job (parallel/model, or groups/edges), got 5" in text
+    assert "occupied[3].ranks: ranks order a running job's shape; give shape: or job_file: with it" in text
+    assert "occupied[4].job_file: cannot read 'missing.yaml'" in text
+    assert "links[0].load_gbps: must be >= 0, got -1" in text
+    assert "links[1].direction: must be one of up, down, both, got 'sideways'" in text
+    assert "links[2].load_gbps: a measured load is on an uplink" in text
+
+
+def test_the_wire_carries_the_background_and_the_contention() -> None:
+    t = two_leaves()
+    a = RunningJob("a", ring("a"), (0, 2))
+    rep = evaluate(t, ClusterState(occupied={0: "a", 2: "a"}, background=(a,)), ring("b"), [1, 3])
+    back = report_from_proto(step_cost(rep), breakdown(rep))
+    assert back.contention == rep.contention and back.objective_seconds is None
+    req = request_from_dict(
+        {
+            "cluster": {
+                "name": "two-leaves",
+                "levels": [
+                    {"name": "node", "bandwidth_gbps": 100, "latency_us": 1},
+                    {"name": "leaf", "bandwidth_gbps": 10, "latency_us": 5, "oversubscription": 2},
+                    {"name": "spine", "bandwidth_gbps": 10, "latency_us": 8},
+                ],
+                "node_types": [{"name": "t", "devices": 1}],
+                "generate": [{"nodes": 4, "node_type": "t", "fanout": {"leaf": 2}}],
+            },
+            "state": {
+                "occupied": [
+                    {
+                        "job": "a",
+                        "devices": ["node01", "node03"],
+                        "shape": {
+                            "groups": [{"label": "dp", "kind": "all_reduce", "members": [0, 1], "bytes": 1e9}]
+                        },
+                    }
+                ],
+                "links": [{"uplink": "leaf01", "load_gbps": 3, "direction": "up"}],
+            },
+            "job": {
+                "name": "b",
+                "ranks": 2,
+                "groups": [{"label": "dp", "kind": "all_reduce", "members": [0, 1], "bytes": 1e9}],
+            },
+            "options": {"objective": "cluster"},
+        },
+        pb.PlaceRequest,
+        "<test>",
+        Path("."),
+    )
+    inputs = place_inputs(req)
+    assert inputs.options.objective == "cluster"
+    (run,) = inputs.state.background
+    assert run.job_id == "a" and run.devices == (0, 2)
+    assert inputs.state.link_load == {Uplink(1, 0): LinkLoad(3.0, 0.0)}
+    bad = pb.PlaceRequest()
+    bad.CopyFrom(req)
+    bad.options.objective = "global"
+    with pytest.raises(InputError, match=r"options\.objective: must be one of own, cluster, got 'global'"):
+        place_inputs(bad)
