@@ -303,3 +303,13 @@ def test_the_wire_carries_the_background_and_the_contention() -> None:
     bad.options.objective = "global"
     with pytest.raises(InputError, match=r"options\.objective: must be one of own, cluster, got 'global'"):
         place_inputs(bad)
+
+
+def test_a_job_freed_from_the_occupancy_carries_no_traffic() -> None:
+    # what a preemption does (placement.solve.preempt.freed_state): the victim leaves `occupied`, its shape stays
+    t = two_leaves()
+    a = RunningJob("a", ring("a"), (0, 2))
+    freed = ClusterState(occupied={}, background=(a,))
+    assert not freed.has_background
+    rep = evaluate(t, freed, ring("b"), [1, 3])
+    assert rep.contention is None and rep.step_seconds == approx(2 * SPINE_LAT + S / 10e9)

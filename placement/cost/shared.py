@@ -156,7 +156,7 @@ def background_for(topology: Topology, state: ClusterState, exclude: str | None 
         return hit
     fabric = fabric_for(topology, state)
     flows = measured_flows(fabric, state)
-    for rj in state.background:
+    for rj in state.running():
         if rj.job_id != exclude:
             flows += running_flows(topology, state, rj).flows()
     bg = _background(flows)
@@ -183,7 +183,7 @@ def contention(
     every running job it shares a link with (module doc)."""
     fabric = fabric_for(topology, state)
     mine = job_flows(fabric, traffic, mapping, report.step_seconds)
-    running = [running_flows(topology, state, rj) for rj in state.background if rj.job_id != job.name]
+    running = [running_flows(topology, state, rj) for rj in state.running() if rj.job_id != job.name]
     measured = measured_flows(fabric, state)
     harms: list[JobHarm] = []
     total = 0.0

@@ -123,7 +123,15 @@ class ClusterState:
     def has_link_faults(self) -> bool:
         return bool(self.failed_pairs or self.pair_slowdown or self.failed_uplinks or self.uplink_slowdown)
 
+    def running(self) -> tuple[RunningJob, ...]:
+        """The `background` jobs that still hold devices in `occupied`: a job taken out of the occupancy (freed by
+        a preemption, ended) carries no traffic."""
+        if not self.background:
+            return ()
+        held = set(self.occupied.values())
+        return tuple(r for r in self.background if r.job_id in held)
+
     @property
     def has_background(self) -> bool:
         """Other jobs' traffic is on the fabric (running jobs with a shape, or measured link loads)."""
-        return bool(self.background or self.link_load)
+        return bool(self.link_load) or bool(self.running())
