@@ -3,6 +3,7 @@ to running ones, measured loads against job shapes, and the cluster objective; e
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,9 @@ from placement.model.job import CollectiveKind, Edge, Group, Job
 from placement.model.links import Level, Tier
 from placement.model.state import ClusterState, LinkLoad, RunningJob, Uplink
 from placement.model.topology import Topology
+from placement.sim.scenarios import megatron_job
+from placement.solve.incremental import StepEval
+from placement.solve.prepared import PreparedRequest
 from placement.solve.run import place
 from placement.solve.types import SolveOptions, key_better, report_key
 from placement.v1 import placement_pb2 as pb
@@ -315,3 +319,65 @@ def test_a_job_freed_from_the_occupancy_carries_no_traffic() -> None:
     assert not freed.has_background
     rep = evaluate(t, freed, ring("b"), [1, 3])
     assert rep.contention is None and rep.step_seconds == approx(2 * SPINE_LAT + S / 10e9)
+
+
+# ---- the search sees the background -----------------------------------------------------------------------------
+
+
+def _busy_fat_tree(seed: int) -> tuple[Topology, ClusterState]:
+    """256 GPUs: 8 leaves of 4 hosts of 8 switch-connected GPUs, leaves 16:1 oversubscribed (a leaf's uplinks
+    carry 32 x 25 / 16 = 50 GB/s each way); 40% busy with jobs of 3 hosts each (an all-reduce over their devices
+    and a send from the first to the last), anywhere in the tree; a measured load on two leaves' uplinks."""
+    nt = NodeType("hgx", 8, "H100")
+    levels = [
+        Level("node", Tier(450.0, 2.0)),
+        Level("leaf", Tier(50.0, 5.0), 16.0),
+        Level("spine", Tier(25.0, 8.0)),
+    ]
+    t = Topology.build("busy", levels, [HostSpec(f"n{h:02d}", {"leaf": f"l{h // 4}"}, nt) for h in range(32)])
+    rng = random.Random(seed)
+    hosts = list(range(len(t.host_names)))
+    rng.shuffle(hosts)
+    occupied: dict[int, str] = {}
+    background: list[RunningJob] = []
+    for j in range(0, round(0.4 * len(hosts)) // 3 * 3, 3):
+        name = f"bg{j // 3}"
+        devs = tuple(d for h in hosts[j : j + 3] for d in t.devices_in_domain[0][h])
+        for d in devs:
+            occupied[d] = name
+        shape = Job(
+            name,
+            len(devs),
+            groups=(Group("dp", AR, tuple(range(len(devs))), 4e8, 1.0),),
+            edges=(Edge("pp", 0, len(devs) - 1, 1e8),),
+        )
+        background.append(RunningJob(name, shape, devs))
+    load = {Uplink(1, 0): LinkLoad(30.0, 30.0), Uplink(1, 3): LinkLoad(40.0, 5.0)}
+    return t, ClusterState(occupied=occupied, background=tuple(background), link_load=load)
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_incremental_step_model_agrees_with_evaluate_under_background(seed: int) -> None:
+    t, state = _busy_fat_tree(seed)
+    job = megatron_job("j", tp=4, pp=2, dp=4, hidden=2048, layers=8)
+    req = PreparedRequest.prepare(t, state, job, SolveOptions())
+    rng = random.Random(seed)
+    ev = StepEval(req, rng.sample(req.candidates, job.ranks))
+    contended = 0
+    for _ in range(30):
+        unused = sorted(set(req.candidates) - set(ev.mapping))
+        if rng.random() < 0.5 and unused:
+            moves = {rng.randrange(job.ranks): rng.choice(unused)}
+        else:
+            a, b = rng.sample(range(job.ranks), 2)
+            moves = {a: ev.mapping[b], b: ev.mapping[a]}
+        trial = ev.trial(moves)
+        moved = list(ev.mapping)
+        for r, d in moves.items():
+            moved[r] = d
+        rep = evaluate(t, state, job, moved, check=False)
+        assert trial.key == pytest.approx((rep.step_seconds, rep.comm_seconds), rel=1e-12)
+        assert rep.contention is not None
+        contended += rep.contention.seconds > 0
+        ev.apply(trial)
+    assert contended > 0  # the background does slow some of these mappings
