@@ -381,3 +381,35 @@ def test_incremental_step_model_agrees_with_evaluate_under_background(seed: int)
         contended += rep.contention.seconds > 0
         ev.apply(trial)
     assert contended > 0  # the background does slow some of these mappings
+
+
+def test_a_request_file_reads_the_running_jobs_files_beside_its_state_file(tmp_path: Path) -> None:
+    (tmp_path / "s").mkdir()
+    (tmp_path / "s" / "a.yaml").write_text(
+        "name: a\nranks: 2\ngroups:\n- {label: dp, kind: all_reduce, members: 0-1, bytes: 1.0e9}\n"
+    )
+    (tmp_path / "s" / "state.yaml").write_text(
+        "occupied:\n- {job: a, devices: [node01, node03], job_file: a.yaml}\n"
+    )
+    cluster = {
+        "name": "c",
+        "levels": [
+            {"name": "node", "bandwidth_gbps": 100, "latency_us": 1},
+            {"name": "leaf", "bandwidth_gbps": 10, "latency_us": 5, "oversubscription": 2},
+            {"name": "spine", "bandwidth_gbps": 10, "latency_us": 8},
+        ],
+        "node_types": [{"name": "t", "devices": 1}],
+        "generate": [{"nodes": 4, "node_type": "t", "fanout": {"leaf": 2}}],
+    }
+    doc = {
+        "cluster": cluster,
+        "state_file": "s/state.yaml",
+        "job": {
+            "name": "b",
+            "ranks": 2,
+            "groups": [{"label": "dp", "kind": "all_reduce", "members": "0-1", "bytes": 1e9}],
+        },
+    }
+    req = request_from_dict(doc, pb.PlaceRequest, "r.yaml", tmp_path)
+    (run,) = place_inputs(req).state.background
+    assert (run.job_id, run.devices, run.job.groups[0].members) == ("a", (0, 2), (0, 1))
