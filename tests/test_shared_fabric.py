@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from placement.cost.evaluate import evaluate
-from placement.cost.shared import SharedFabric, cluster_seconds
+from placement.cost.shared import SharedFabric, cluster_seconds, surrogate_state, uplink_pressure
 from placement.errors import InputError
 from placement.io.native.state import state_from_dict
 from placement.messages.domain import breakdown, place_inputs, report_from_proto, step_cost
@@ -413,3 +413,23 @@ def test_a_request_file_reads_the_running_jobs_files_beside_its_state_file(tmp_p
     req = request_from_dict(doc, pb.PlaceRequest, "r.yaml", tmp_path)
     (run,) = place_inputs(req).state.background
     assert (run.job_id, run.devices, run.job.groups[0].members) == ("a", (0, 2), (0, 1))
+
+
+def test_the_surrogate_reads_the_background_as_uplink_slowdowns() -> None:
+    t, state = _busy_leaves()
+    # a1 and a2 each load both leaves' uplinks at S / 0.100016 s = 9.9984 GB/s of X = 20: together 19.9968, more
+    # than X minus a fair share of 20/3, so a new flow is left 20/3 GB/s: a slowdown of 3 on each direction; on
+    # their own hosts' NICs (10 GB/s) one flow each leaves a new one its fair share 5: a slowdown of 2
+    pressure = uplink_pressure(t, state, "b")
+    nics = {Uplink(0, h): approx(2.0) for h in (0, 1, 4, 5)}
+    assert pressure == {Uplink(1, 0): approx(3.0), Uplink(1, 1): approx(3.0), **nics}
+    sur = surrogate_state(t, state, "b")
+    assert sur.uplink_slowdown == pressure and sur.background == () and sur.occupied == state.occupied
+    empty = ClusterState()
+    assert surrogate_state(t, empty, "b") is empty and uplink_pressure(t, empty) == {}
+    # the surrogate of a ring across the leaves grows, one inside a leaf does not
+    req = PreparedRequest.prepare(t, state, ring("b"), SolveOptions())
+    plain = ClusterState(occupied=state.occupied, device_slowdown=state.device_slowdown)
+    bare = PreparedRequest.prepare(t, plain, ring("b"), SolveOptions())
+    assert req.surrogate([2, 6]) > bare.surrogate([2, 6])
+    assert req.surrogate([2, 3]) == bare.surrogate([2, 3])

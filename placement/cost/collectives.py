@@ -72,6 +72,7 @@ from placement.model.state import ClusterState, Uplink
 from placement.model.topology import Topology
 
 __all__ = [
+    "BACKGROUND_SECONDS",
     "TREE_EFFICIENCY",
     "Background",
     "Fabric",

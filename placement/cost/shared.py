@@ -26,16 +26,24 @@ ids repriced; each job's plans and average flows are computed once (`running_flo
 
 from __future__ import annotations
 
+import bisect
 import threading
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from placement.cost.collectives import Background, Fabric, Plan, background_flow, fabric_for
+from placement.cost.collectives import (
+    BACKGROUND_SECONDS,
+    Background,
+    Fabric,
+    Plan,
+    background_flow,
+    fabric_for,
+)
 from placement.cost.report import Contention, CostReport, JobHarm
 from placement.cost.step import model_step
 from placement.model.job import Job
-from placement.model.state import ClusterState, RunningJob
+from placement.model.state import ClusterState, RunningJob, Uplink
 from placement.model.topology import Topology
 from placement.model.traffic import Traffic, job_traffic
 
@@ -49,6 +57,8 @@ __all__ = [
     "job_flows",
     "measured_flows",
     "running_flows",
+    "surrogate_state",
+    "uplink_pressure",
 ]
 
 OBJECTIVES = ("own", "cluster")
@@ -163,6 +173,43 @@ def background_for(topology: Topology, state: ClusterState, exclude: str | None 
     with _cache_lock:
         _backgrounds.setdefault(state, {})[key] = bg
     return bg
+
+
+def uplink_pressure(
+    topology: Topology, state: ClusterState, exclude: str | None = None
+) -> dict[Uplink, float]:
+    """The background as the linear surrogate can read it: per loaded uplink (a host's NICs at level 0), how much
+    slower a new flow runs there, ``capacity / max(capacity - load, capacity / (flows + 1))`` (what max-min leaves
+    a flow that asks for the whole link: the capacity the background's average rates leave, or at least its fair
+    share among them), the larger of the two directions. Uplinks the background leaves free are absent."""
+    bg = background_for(topology, state, exclude)
+    if bg is None:
+        return {}
+    fabric = fabric_for(topology, state)
+    caps, base = fabric.caps_bytes, fabric.base
+    out: dict[Uplink, float] = {}
+    for r, flows in sorted(bg.flows.items()):
+        rate = sum(x for f in flows for st in f.stages for rr, x in st.loads if rr == r) / BACKGROUND_SECONDS
+        cap = caps[r]
+        factor = cap / max(cap - rate, cap / (len(flows) + 1))
+        level = bisect.bisect_right(base, r) - 1
+        up = Uplink(level, (r - base[level]) // 2)
+        if factor > out.get(up, 1.0):
+            out[up] = factor
+    return out
+
+
+def surrogate_state(topology: Topology, state: ClusterState, exclude: str | None = None) -> ClusterState:
+    """`state` for the solver's surrogate (`placement.cost.paths`, which reads uplink slowdowns): the background's
+    `uplink_pressure` as slowdowns of the uplinks it loads, the background itself dropped (the surrogate prices
+    paths, not phases). `state` itself when there is no background."""
+    pressure = uplink_pressure(topology, state, exclude)
+    if not pressure:
+        return state
+    slow = dict(state.uplink_slowdown)
+    for up, f in pressure.items():
+        slow[up] = slow.get(up, 1.0) * f
+    return replace(state, uplink_slowdown=slow, background=(), link_load={})
 
 
 def cluster_seconds(step_seconds: float, harm_gpu_s_per_s: float, gpus: int) -> float:

@@ -198,7 +198,7 @@ def solve_cpsat(
                 candidates.append(("constructive", kq))
                 inc.offer(kq)
         best = inc.mapping
-    model = build_model(topo, p.state, p.traffic, units.ranks, units.exact, p.candidates)
+    model = build_model(topo, p.priced_state, p.traffic, units.ranks, units.exact, p.candidates)
     stats["terms"] = len(model.terms)
     allowed: dict[int, set[int]] = {}
     unit_of = {r: i for i, u in enumerate(units.ranks) for r in u}
