@@ -7,7 +7,9 @@ import random
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from placement.cli.app import app
 from placement.cost.evaluate import evaluate
 from placement.cost.shared import SharedFabric, cluster_seconds, surrogate_state, uplink_pressure
 from placement.errors import InputError
@@ -433,3 +435,25 @@ def test_the_surrogate_reads_the_background_as_uplink_slowdowns() -> None:
     bare = PreparedRequest.prepare(t, plain, ring("b"), SolveOptions())
     assert req.surrogate([2, 6]) > bare.surrogate([2, 6])
     assert req.surrogate([2, 3]) == bare.surrogate([2, 3])
+
+
+def test_the_cli_shows_the_shared_fabric_table_only_with_other_traffic() -> None:
+    root = Path(__file__).resolve().parents[1] / "examples"
+    args = [
+        "place",
+        str(root / "h100-256.yaml"),
+        str(root / "tp8-dp16-urgent.yaml"),
+        "--strategy",
+        "first-fit",
+    ]
+    runner = CliRunner()
+    busy = runner.invoke(
+        app, [*args, "--state", str(root / "h100-256-shared.yaml"), "--objective", "cluster"]
+    )
+    assert busy.exit_code == 0, busy.output
+    assert "shared fabric" in busy.output and "train-a" in busy.output and "GPU-s/s lost" in busy.output
+    alone = runner.invoke(app, args)
+    assert alone.exit_code == 0, alone.output
+    assert "shared fabric" not in alone.output
+    bad = runner.invoke(app, [*args, "--objective", "global"])
+    assert bad.exit_code == 2 and "--objective: unknown value 'global'" in bad.output
