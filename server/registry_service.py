@@ -1,4 +1,5 @@
-"""The ClusterRegistry servicer, and `RegistryHolder`: the store opened on first use and the lease sweeper.
+"""The ClusterRegistry servicer, and `RegistryHolder`: the store opened on first use, the lease sweeper (which
+also compacts), and the health probe of the store.
 
 It only translates: placement.registry holds the rules; Reserve's solve runs on the server's solve pool with the
 same deadline and limits as Place.
@@ -44,21 +45,29 @@ _log = logging.getLogger("placement.server")
 REGISTRY_SERVICE_NAME: str = rpb.DESCRIPTOR.services_by_name["ClusterRegistry"].full_name
 DEFAULT_TTL_S = 60.0
 _WATCH_POLL_S = 0.5  # other replicas' writes reach a watcher within this
+_FIRST_PROBE_S = 30.0  # the first probe opens and migrates the store
 
 R = TypeVar("R")
 
 
 class RegistryHolder:
-    """The registry of a server: opened on first use (or by `open()` at startup), swept while open."""
+    """The registry of a server: opened on first use (or by `open()` at startup), swept while open, and probed
+    every `registry_probe_s` once `start_probe` ran: `healthy` follows the store (it answers a trivial query
+    within the probe's period, and writes when it was full), and `on_health(healthy, why)` hears each change."""
 
     def __init__(self, settings: Settings) -> None:
         self.url = settings.registry or default_url()
         self.enabled = settings.registry != "off"
+        self._settings = settings
         self._sweep_s = settings.lease_sweep_s
+        self._probe_s = settings.registry_probe_s
         self._lock = threading.Lock()
         self._registry: Registry | None = None
         self._stop = threading.Event()
         self._sweeper: threading.Thread | None = None
+        self._prober: threading.Thread | None = None
+        self.healthy = True
+        self.on_health: Callable[[bool, str], None] | None = None
 
     def open(self) -> Registry | None:
         """The registry (None when disabled); the store is opened and migrated on the first call."""
@@ -68,7 +77,14 @@ class RegistryHolder:
             if self._registry is None:
                 if self._stop.is_set():
                     raise RuntimeError("the registry is closed")
-                self._registry = Registry(open_store(self.url))
+                s = self._settings
+                self._registry = Registry(
+                    open_store(self.url),
+                    keep_ended_s=s.registry_keep_ended_s,
+                    event_max_age_s=s.registry_event_max_age_s,
+                    event_max_count=s.registry_event_max_count,
+                    compact_every_s=s.registry_compact_s,
+                )
                 self._registry.sweep()  # leases that ran out while no server was up
                 self._sweeper = threading.Thread(
                     target=self._sweep_loop, name="placement-lease-sweeper", daemon=True
@@ -100,6 +116,54 @@ class RegistryHolder:
             for res in expired:
                 _log.info("lease expired", extra={"fields": {"reservation": res.id, "job": res.job}})
 
+    def start_probe(self) -> None:
+        """Probe the store now and then every `registry_probe_s` (a thread), opening it if it is not yet."""
+        if not self.enabled or self._prober is not None:
+            return
+        self.probe(_FIRST_PROBE_S)  # opens the store (migrations may take a while)
+        self._prober = threading.Thread(target=self._probe_loop, name="placement-registry-probe", daemon=True)
+        self._prober.start()
+
+    def _probe_loop(self) -> None:
+        while not self._stop.wait(self._probe_s):
+            self.probe()
+
+    def probe(self, wait_s: float | None = None) -> bool:
+        """One probe: the store answers (and writes, if it was full) within `registry_probe_s` (or `wait_s`). A
+        probe that hangs (a stopped database) counts as failed when its time is up; it ends in the background."""
+        wait = max(self._probe_s, 0.2) if wait_s is None else wait_s
+        outcome: list[str] = []
+
+        def run() -> None:
+            try:
+                reg = self.open()
+                if reg is not None:
+                    reg.store.ping(self._probe_s)
+                    if reg.store.full is not None:
+                        raise RuntimeError(f"the store's disk is full ({reg.store.full})")
+                outcome.append("")
+            except Exception as e:
+                outcome.append(str(e) or type(e).__name__)
+
+        worker = threading.Thread(target=run, name="placement-registry-ping", daemon=True)
+        worker.start()
+        worker.join(wait)
+        why = outcome[0] if outcome else f"the store did not answer within {wait:g} s"
+        self._health(not why, why)
+        return not why
+
+    def _health(self, healthy: bool, why: str) -> None:
+        if healthy == self.healthy or self._stop.is_set():
+            return
+        self.healthy = healthy
+        _log.log(
+            logging.INFO if healthy else logging.WARNING,
+            "registry store serving" if healthy else "registry store lost",
+            extra={"fields": {"store": _redacted(self.url), **({"error": why} if why else {})}},
+        )
+        if self.on_health is not None:
+            self.on_health(healthy, why)
+
     def resolve(self, request: Any) -> tuple[Topology, ClusterState] | None:
         """placement.messages.registry.resolve_cluster with this server's registry (opened only if needed)."""
         if not getattr(request, "cluster_id", ""):
@@ -117,14 +181,17 @@ class RegistryHolder:
             reg, self._registry = self._registry, None
         if self._sweeper is not None:
             self._sweeper.join(timeout=5)
+        if self._prober is not None:
+            self._prober.join(timeout=5)
         if reg is not None:
             reg.close()
 
 
-def _gone(context: grpc.ServicerContext) -> bool:
-    """The caller cancelled, or its deadline passed: a reservation now would never reach it."""
+def _gone(context: grpc.ServicerContext, margin_s: float = 0.0) -> bool:
+    """The caller cancelled, or its deadline passes within `margin_s` (the time to send the answer): a
+    reservation now would never reach it."""
     remaining = context.time_remaining()
-    return not context.is_active() or (remaining is not None and remaining <= 0)
+    return not context.is_active() or (remaining is not None and remaining <= margin_s)
 
 
 def _redacted(url: str) -> str:
@@ -339,7 +406,7 @@ class RegistryServicer(rpb_grpc.ClusterRegistryServicer):
                     key=request.idempotency_key or None,
                     fingerprint=fingerprint,
                     render=render,
-                    gone=lambda: _gone(context),
+                    gone=lambda: _gone(context, self._settings.registry_reply_margin_s),
                     max_slowdown=inputs.max_slowdown,
                 )
         except Waiting as w:  # place or wait: WAIT reserves nothing
