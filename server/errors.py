@@ -236,9 +236,7 @@ def status_for(exc: BaseException) -> grpc.Status:
             [pf],
         )
     if isinstance(exc, StoreFull):  # a PlacementError: before the catch-all below
-        return resource_exhausted(
-            f"registry store {exc.store}", str(exc), retry_after_s=STORE_RETRY_S * 10
-        )
+        return resource_exhausted(f"registry store {exc.store}", str(exc), retry_after_s=STORE_RETRY_S * 10)
     if isinstance(exc, InDoubt):
         return _status(code_pb2.UNAVAILABLE, str(exc), [_retry_info(STORE_RETRY_S)])
     if isinstance(exc, InfeasibleError):

@@ -95,7 +95,9 @@ class PlacementServer:
             )
 
     def _registry_health(self, healthy: bool, why: str) -> None:
-        status = health_pb2.HealthCheckResponse.SERVING if healthy else health_pb2.HealthCheckResponse.NOT_SERVING
+        status = (
+            health_pb2.HealthCheckResponse.SERVING if healthy else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
         for name in ("", REGISTRY_SERVICE_NAME):
             self.health.set(name, status)
 

@@ -360,7 +360,9 @@ class Registry:
             if gone is not None and gone():
                 raise Aborted("the caller went away before the devices were held; nothing is reserved")
 
-            def still_wanted() -> None:  # just before COMMIT: a reservation nobody will hear of is not written
+            def still_wanted() -> (
+                None
+            ):  # just before COMMIT: a reservation nobody will hear of is not written
                 if gone is not None and gone():
                     raise Aborted(
                         "the caller went away (cancelled, or its deadline passed) before the reservation "

@@ -107,7 +107,9 @@ class PostgresStore(SqlStore):
                 self._dsn, autocommit=True, connect_timeout=connect_timeout_s, options=options
             )
         except self._psycopg.Error as e:
-            raise Busy(f"the registry database did not answer ({_first_line(e)}); nothing was written; retry") from e
+            raise Busy(
+                f"the registry database did not answer ({_first_line(e)}); nothing was written; retry"
+            ) from e
 
     def _take(self) -> Any:
         try:

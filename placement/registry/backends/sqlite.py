@@ -12,7 +12,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +26,11 @@ LOCK_TIMEOUT_S = 10.0
 """Longest wait for this process's connection, and for another process's write lock (busy_timeout)."""
 
 
-WAL_LIMIT_BYTES = 4 * 1024 * 1024
-"""The write-ahead log is cut back to this after each checkpoint (PRAGMA journal_size_limit)."""
+WAL_CHECKPOINT_PAGES = 256
+"""The write-ahead log is checkpointed into the file once it holds this many pages (1 MiB of 4 KiB pages), and
+then reused from its start: with compaction, the file and its log stay bounded under steady load."""
+WAL_LIMIT_BYTES = 1024 * 1024
+"""The write-ahead log is cut back to this after a checkpoint (PRAGMA journal_size_limit)."""
 
 
 def _locked(exc: BaseException) -> bool:
@@ -59,6 +62,7 @@ class SqliteStore(SqlStore):
         self._conn = self._connect()
         self._conn.execute("PRAGMA journal_mode = WAL")
         self._conn.execute(f"PRAGMA journal_size_limit = {WAL_LIMIT_BYTES}")
+        self._conn.execute(f"PRAGMA wal_autocheckpoint = {WAL_CHECKPOINT_PAGES}")
         self._conn.execute(
             "PRAGMA synchronous = FULL"
         )  # a committed reservation survives a crash of the machine
@@ -102,10 +106,8 @@ class SqliteStore(SqlStore):
 
     def _rollback(self, cur: sqlite3.Cursor) -> None:
         if self._conn.in_transaction:  # SQLite may have rolled back itself (a full disk)
-            try:
+            with suppress(sqlite3.Error):
                 cur.execute("ROLLBACK")
-            except sqlite3.Error:
-                pass
 
     @contextmanager
     def _held(self) -> Iterator[None]:
@@ -183,10 +185,8 @@ class SqliteStore(SqlStore):
     def size_bytes(self) -> int:
         total = 0
         for suffix in ("", "-wal", "-shm"):
-            try:
+            with suppress(FileNotFoundError):
                 total += (self.path.parent / (self.path.name + suffix)).stat().st_size
-            except FileNotFoundError:
-                pass
         return total
 
     def _unique_violation(self, exc: BaseException) -> bool:

@@ -28,7 +28,9 @@ from placement.registry.sql.tx import SqlBase, Tx
 __all__ = ["ReservationSql", "reservation_event"]
 
 DEFAULT_RENEW_S = 60.0
-_FENCED_RUNS = 3  # a transaction fenced at COMMIT runs again; the next run reads a later clock and sees the end
+_FENCED_RUNS = (
+    3  # a transaction fenced at COMMIT runs again; the next run reads a later clock and sees the end
+)
 """A held reservation's new lease when Renew gives none (the server's default TTL)."""
 
 _RES_COLS = (
@@ -198,7 +200,9 @@ class ReservationSql(SqlBase):
             try:
                 with self._tx(write=True, lock=found.cluster_id) as tx:
                     at = self._at(tx, now)  # after the cluster's lock: no decision by a time read before it
-                    self._expire_cluster(tx, found.cluster_id, at)  # a ran-out lease ends before anything else
+                    self._expire_cluster(
+                        tx, found.cluster_id, at
+                    )  # a ran-out lease ends before anything else
                     res = self._reservation_in(tx, reservation_id)
                     if action == "commit":
                         return self._commit(tx, res, at, ttl_s)
