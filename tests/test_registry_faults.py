@@ -21,10 +21,13 @@ from google.protobuf import json_format
 from google.rpc import error_details_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_status import rpc_status
+from typer.testing import CliRunner
 
+from placement.cli.app import app as cli_app
 from placement.registry import Registry, open_store
 from placement.registry.audit import audit
 from placement.registry.model import ClaimKind
+from placement.solve import SolveOptions
 from placement.v1 import placement_pb2 as pb
 from placement.v1 import placement_pb2_grpc as pb_grpc
 from placement.v1 import registry_pb2 as rpb
@@ -33,7 +36,7 @@ from server.main import SERVICE_NAME, create_server
 from server.registry_service import REGISTRY_SERVICE_NAME
 from server.settings import Settings
 from tests.registry_history import Checker, Op
-from tests.registry_util import cluster_doc, fill, fresh_postgres_db, own_postgres, small_tmpfs
+from tests.registry_util import cluster_doc, fill, fresh_postgres_db, job, own_postgres, small_tmpfs
 from tests.test_registry_history import Replica, _job
 
 NODES, GPUS = 4, 4
@@ -324,7 +327,7 @@ def test_a_replica_paused_inside_a_commit_neither_blocks_others_nor_commits_an_e
     tmp_path: Path, pg_url: str
 ) -> None:
     url = pg_url
-    replicas = [Replica(url, tmp_path / f"replica{i}.log") for i in range(2)]
+    replicas = [Replica(url, tmp_path / f"replica{i}.log", "--solve-mode", "thread") for i in range(2)]
     channels = [grpc.insecure_channel(f"127.0.0.1:{r.port}") for r in replicas]
     rec = Recorder()
     try:
@@ -479,3 +482,43 @@ def test_reserves_with_3_to_50_ms_deadlines_leave_no_orphan_holding_devices(tmp_
         server.stop(None).wait(10)
     problems = judge(url, rec.history)
     assert problems == [], "\n".join(problems[:20])
+
+
+# ---- retention: a store under steady load stays bounded ---------------------------------------------------------
+
+
+def test_steady_load_on_a_2_mib_volume_stays_bounded_by_compaction(tmp_path: Path) -> None:
+    """Reserve and Release in a loop on a 2 MiB tmpfs: with ended reservations kept 0 s and 50 events per cluster,
+    compaction keeps the file and its log within the volume, and `placement registry store` reports its size."""
+    with small_tmpfs(tmp_path / "vol") as vol:
+        url = f"sqlite://{vol / 'registry.db'}"
+        reg = Registry(open_store(url), keep_ended_s=0, event_max_count=50, compact_every_s=0)
+        sizes = []
+        try:
+            reg.put_cluster("h", cluster_doc(2))
+            answer = bytes(range(256)) * 8  # about what a rendered PlacementResult weighs
+            for i in range(400):
+                out = reg.reserve(
+                    "h",
+                    job(8, "steady"),
+                    SolveOptions(time_limit_s=1),
+                    ttl_s=30,
+                    key=f"k{i}",
+                    fingerprint="steady",
+                    render=lambda topo, res: answer,
+                )
+                reg.release(out.reservation.id)
+                if i % 25 == 24:
+                    reg.sweep()  # the server's sweeper: expiry, then compaction
+                    sizes.append(reg.store.size_bytes())
+            stats = reg.store.stats()
+        finally:
+            reg.close()
+        assert stats["reservations_released"] <= 25 and stats["events"] <= 50 + 50, stats
+        assert max(sizes) < 2 * 2**20, sizes
+        assert max(sizes[len(sizes) // 2 :]) <= max(sizes[: len(sizes) // 2]) * 1.25, sizes  # no growth
+        shown = CliRunner().invoke(cli_app, ["registry", "store", "--registry", url])
+        assert shown.exit_code == 0, shown.output
+        shown_bytes = int(shown.output.split(": ", 1)[1].split(" bytes", 1)[0].replace(",", ""))
+        assert 0 < shown_bytes < 2 * 2**20 and "reservations_released" in shown.output, shown.output
+        print(f"sizes (KiB) every 25 cycles: {[s // 1024 for s in sizes]}")

@@ -56,8 +56,9 @@ def _free_port() -> int:
 class Replica:
     """A `python -m server.main` process on a fixed port (a restart reuses it, so clients reconnect)."""
 
-    def __init__(self, url: str, log: Path) -> None:
+    def __init__(self, url: str, log: Path, *extra: str) -> None:
         self.url, self.log, self.port = url, log, _free_port()
+        self.extra = extra  # more flags of server.main
         self.proc: subprocess.Popen[bytes] | None = None
         self.start()
 
@@ -82,6 +83,7 @@ class Replica:
                     "0.2",
                     "--registry",
                     self.url,
+                    *self.extra,
                 ],
                 cwd=ROOT,
                 env={**os.environ, "PYTHONPATH": str(ROOT)},

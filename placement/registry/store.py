@@ -60,6 +60,10 @@ class Store(abc.ABC):
         """What the store takes on disk now (SQLite: the file and its WAL; PostgreSQL: the database)."""
 
     @abc.abstractmethod
+    def stats(self) -> dict[str, int]:
+        """What the store holds: size_bytes, reservations per status (reservations_held, ...), events, clusters."""
+
+    @abc.abstractmethod
     def compact(self, now: float | None, keep_ended_s: float) -> int:
         """Delete reservations that ended more than `keep_ended_s` ago (their idempotency keys go with them);
         returns how many."""

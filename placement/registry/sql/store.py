@@ -192,6 +192,16 @@ class SqlStore(ReservationSql):
     def _listed(self, tx: Tx, ids: Sequence[str]) -> list[Reservation]:
         return [self._reservation_in(tx, rid) for rid in ids]
 
+    def stats(self) -> dict[str, int]:
+        out = {"size_bytes": self.size_bytes()}
+        for status in ("HELD", "COMMITTED", "RELEASED", "EXPIRED", "REVOKED"):
+            out[f"reservations_{status.lower()}"] = 0
+        for status, n in self._one("SELECT status, COUNT(*) FROM reservations GROUP BY status"):
+            out[f"reservations_{str(status).lower()}"] = int(n)
+        out["events"] = int(self._one("SELECT COUNT(*) FROM events")[0][0])
+        out["clusters"] = int(self._one("SELECT COUNT(*) FROM clusters")[0][0])
+        return out
+
     # ---- events ------------------------------------------------------------------------------------------
 
     def events(self, cluster_id: str, after_seq: int, limit: int = 1000) -> list[Event]:
