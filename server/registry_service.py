@@ -286,8 +286,8 @@ class RegistryServicer(rpb_grpc.ClusterRegistryServicer):
     def GetState(self, request: rpb.GetStateRequest, context: grpc.ServicerContext) -> rpb.GetStateResponse:
         def work() -> rpb.GetStateResponse:
             reg = self._registry()
+            now = reg.clock()  # before the data: a hold left out had ended before it was read
             view = reg.view(request.cluster_id)
-            now = reg.clock()
             out = rpb.GetStateResponse(
                 cluster_id=request.cluster_id,
                 cluster_version=view.record.version,
@@ -414,6 +414,14 @@ class RegistryServicer(rpb_grpc.ClusterRegistryServicer):
             waiting.ParseFromString(w.payload)
             return rpb.ReserveResponse(result=waiting, attempts=1)
         res = out.reservation
+        if not out.replayed and _gone(context):
+            # the claim committed, then the caller's deadline passed (or it cancelled) before the answer left: the
+            # server's deadline is at or after the caller's, so nobody holds this id; give the devices back
+            reg.release(res.id)
+            _log.warning(
+                "reservation released: its caller left before the answer",
+                extra={"fields": {"reservation": res.id, "job": res.job}},
+            )
         _log.info(
             "reserved",
             extra={

@@ -460,6 +460,7 @@ def test_reserves_with_3_to_50_ms_deadlines_leave_no_orphan_holding_devices(tmp_
         gave_up = [op for op in rec.history if op.kind == "reserve" and op.outcome != "ok"]
         live = stub.ListReservations(rpb.ListReservationsRequest(cluster_id="h", live_only=True), timeout=10)
         orphans = [r for r in live.reservations if r.idempotency_key not in answered and r.job != "warm"]
+        print(f"{len(answered)} answered, {len(gave_up)} gave up, {len(live.reservations)} live after")
         assert gave_up, "no call ran out of time: the deadlines did not bite"
         assert orphans == [], (
             f"{len(orphans)} reservation(s) of calls that failed ({len(gave_up)}) hold devices: "

@@ -242,8 +242,9 @@ class Registry:
 
     def resolve(self, cluster_id: str) -> tuple[Topology, ClusterState]:
         """What Place and Compare with a `cluster_id` run on: the topology and the state with live holds."""
+        now = self.clock()  # before the data: a lease left out had ended before it was read
         view = self.view(cluster_id)
-        return view.topology, view.state(self.clock())
+        return view.topology, view.state(now)
 
     def update_state(
         self,
