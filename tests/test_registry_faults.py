@@ -311,8 +311,11 @@ def _reserve(stub: Any, rec: Recorder, key: str, ttl: float, ranks: int = 4) -> 
     return str(op.resp.reservation_id)
 
 
-def _listed(stub: Any, rid: str) -> str:
-    for r in stub.ListReservations(rpb.ListReservationsRequest(cluster_id="h"), timeout=10).reservations:
+def _listed(stub: Any, rec: Recorder, rid: str) -> str:
+    """The status ListReservations reports for `rid` (recorded: the checker holds an EXPIRED one to it)."""
+    op = rec.call("list", stub.ListReservations, rpb.ListReservationsRequest(cluster_id="h"))
+    assert op.outcome == "ok", op.detail
+    for r in op.resp.reservations:
         if r.id == rid:
             return _STATUS.get(r.status, "?")
     raise AssertionError(f"reservation {rid} is not listed")
@@ -343,12 +346,12 @@ def test_a_replica_paused_inside_a_commit_neither_blocks_others_nor_commits_an_e
         paused = Paused(url, replicas[1], b, rec, rid)
         while time.time() < ends + 0.2:
             time.sleep(0.05)
-        assert _listed(a, rid) == "EXPIRED"
+        assert _listed(a, rec, rid) == "EXPIRED"
         commit = paused.resume()
         assert not (commit.outcome == "ok" and _STATUS.get(commit.resp.reservation.status) == "COMMITTED"), (
             "a Commit answered OK for a lease that had ended (by the database's clock) before its COMMIT"
         )
-        assert _listed(a, rid) == "EXPIRED" and _listed(b, rid) == "EXPIRED"
+        assert _listed(a, rec, rid) == "EXPIRED" and _listed(b, rec, rid) == "EXPIRED"
 
         # 2. b pauses inside a Commit for long: a writes again within a few seconds (b's session is ended)
         rid2 = _reserve(a, rec, "long", ttl=60)
@@ -365,7 +368,7 @@ def test_a_replica_paused_inside_a_commit_neither_blocks_others_nor_commits_an_e
             assert op.code == "ABORTED" and "retry" in op.detail, (op.code, op.detail)
             assert waited < 8.0, f"replica a could not write for {waited:.1f} s while b was paused"
         commit = paused.resume()
-        assert commit.outcome != "ok" or _listed(a, rid2) == "COMMITTED"
+        assert commit.outcome != "ok" or _listed(a, rec, rid2) == "COMMITTED"
     finally:
         for ch in channels:
             ch.close()
