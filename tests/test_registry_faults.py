@@ -26,7 +26,7 @@ from typer.testing import CliRunner
 from placement.cli.app import app as cli_app
 from placement.registry import Registry, open_store
 from placement.registry.audit import audit
-from placement.registry.model import ClaimKind
+from placement.registry.model import ClaimKind, Fenced, Refused, ReservationStatus
 from placement.solve import SolveOptions
 from placement.v1 import placement_pb2 as pb
 from placement.v1 import placement_pb2_grpc as pb_grpc
@@ -36,7 +36,15 @@ from server.main import SERVICE_NAME, create_server
 from server.registry_service import REGISTRY_SERVICE_NAME
 from server.settings import Settings
 from tests.registry_history import Checker, Op
-from tests.registry_util import cluster_doc, fill, fresh_postgres_db, job, own_postgres, small_tmpfs
+from tests.registry_util import (
+    cluster_doc,
+    fill,
+    fresh_postgres_db,
+    job,
+    own_postgres,
+    small_tmpfs,
+    store_url,
+)
 from tests.test_registry_history import Replica, _job
 
 NODES, GPUS = 4, 4
@@ -526,3 +534,56 @@ def test_steady_load_on_a_2_mib_volume_stays_bounded_by_compaction(tmp_path: Pat
         shown_bytes = int(shown.output.split(": ", 1)[1].split(" bytes", 1)[0].replace(",", ""))
         assert 0 < shown_bytes < 2 * 2**20 and "reservations_released" in shown.output, shown.output
         print(f"sizes (KiB) every 25 cycles: {[s // 1024 for s in sizes]}")
+
+
+# ---- the fence itself, on both backends --------------------------------------------------------------------------
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def any_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    yield from store_url(request.param, tmp_path)
+
+
+def test_a_commit_decided_while_the_lease_lived_is_refused_if_the_lease_ends_before_its_commit(
+    any_url: str,
+) -> None:
+    """Below the code that decides: a Commit transaction that found the lease alive, then paused past its end
+    before COMMIT, writes nothing (SQLite: the store's check under the write lock; PostgreSQL: the deferred
+    trigger, which also refuses the same UPDATE sent by hand); the public Commit then answers `expired`."""
+    reg = Registry(open_store(any_url))
+    try:
+        reg.put_cluster("h", cluster_doc(2))
+        rids = [
+            reg.reserve(
+                "h",
+                job(8, f"f{i}"),
+                SolveOptions(time_limit_s=1),
+                ttl_s=0.4,
+                key=f"f{i}",
+                fingerprint="f",
+                render=lambda topo, res: b"",
+            ).reservation.id
+            for i in range(2)
+        ]
+        store: Any = reg.store
+        with pytest.raises(Fenced), store._tx(write=True, lock="h") as tx:  # a writer inside its transaction
+            held = store._reservation_in(tx, rids[0])
+            assert (
+                held.status is ReservationStatus.HELD and held.expires_at > tx.now
+            )  # decided: the lease lives
+            store._commit(tx, held, tx.now, None)
+            time.sleep(held.expires_at - time.time() + 0.05)  # paused past the lease's end, before COMMIT
+        assert reg.store.reservation(rids[0]).status is ReservationStatus.HELD  # nothing was written
+        if store.postgres:
+            import psycopg
+
+            with psycopg.connect(any_url) as conn, pytest.raises(psycopg.Error, match="lease-fence"):
+                conn.execute("UPDATE reservations SET status = 'COMMITTED' WHERE id = %s", (rids[1],))
+                conn.commit()
+        with pytest.raises(Refused) as refused:
+            reg.commit(rids[0])
+        assert refused.value.kind == "expired"
+        assert {r.status for r in reg.reservations("h")} == {ReservationStatus.EXPIRED}  # as every read says
+        assert audit(reg, "h") == []
+    finally:
+        reg.close()

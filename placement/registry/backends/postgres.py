@@ -176,8 +176,9 @@ class PostgresStore(SqlStore):
             try:
                 if write and lock is not None:
                     cur.execute("SELECT 1 FROM clusters WHERE id = %s FOR UPDATE", (lock,))
-                cur.execute("SELECT extract(epoch FROM clock_timestamp())::float8")  # after the lock
-                tx = Tx(cur, postgres=True, now=float(cur.fetchone()[0]))
+                tx = Tx(cur, postgres=True)
+                if write:  # the clock, after the lock
+                    tx.now = float(tx.q("SELECT extract(epoch FROM clock_timestamp())::float8")[0][0])
                 yield tx
                 for check in tx.before_commit:
                     check()
