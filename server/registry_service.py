@@ -45,7 +45,6 @@ _log = logging.getLogger("placement.server")
 REGISTRY_SERVICE_NAME: str = rpb.DESCRIPTOR.services_by_name["ClusterRegistry"].full_name
 DEFAULT_TTL_S = 60.0
 _WATCH_POLL_S = 0.5  # other replicas' writes reach a watcher within this
-_FIRST_PROBE_S = 30.0  # the first probe opens and migrates the store
 
 R = TypeVar("R")
 
@@ -66,6 +65,8 @@ class RegistryHolder:
         self._stop = threading.Event()
         self._sweeper: threading.Thread | None = None
         self._prober: threading.Thread | None = None
+        self._prober_lock = threading.Lock()
+        self._probe_wanted = False
         self.healthy = True
         self.on_health: Callable[[bool, str], None] | None = None
 
@@ -78,14 +79,26 @@ class RegistryHolder:
                 if self._stop.is_set():
                     raise RuntimeError("the registry is closed")
                 s = self._settings
+                try:
+                    store = open_store(self.url)
+                except Exception as e:  # a started server's health says so, and its probe opens it later
+                    if self._probe_wanted:
+                        self._health(False, str(e))
+                        self._launch_prober()
+                    raise
                 self._registry = Registry(
-                    open_store(self.url),
+                    store,
                     keep_ended_s=s.registry_keep_ended_s,
                     event_max_age_s=s.registry_event_max_age_s,
                     event_max_count=s.registry_event_max_count,
                     compact_every_s=s.registry_compact_s,
                 )
-                self._registry.sweep()  # leases that ran out while no server was up
+                try:
+                    self._registry.sweep()  # leases that ran out while no server was up
+                except Exception as e:  # a database hiccup: the sweeper retries
+                    _log.warning("lease sweep failed", extra={"fields": {"error": str(e)}})
+                if self._probe_wanted:
+                    self._launch_prober()
                 self._sweeper = threading.Thread(
                     target=self._sweep_loop, name="placement-lease-sweeper", daemon=True
                 )
@@ -117,21 +130,33 @@ class RegistryHolder:
                 _log.info("lease expired", extra={"fields": {"reservation": res.id, "job": res.job}})
 
     def start_probe(self) -> None:
-        """Probe the store now and then every `registry_probe_s` (a thread), opening it if it is not yet."""
-        if not self.enabled or self._prober is not None:
+        """Probe the store every `registry_probe_s` (a thread) once it is open (at once if it is): a started
+        server's health follows it from then on. Opening stays where it was (`serve` at startup, else the
+        first call), so a server that never uses its registry never opens it."""
+        if not self.enabled:
             return
-        self.probe(_FIRST_PROBE_S)  # opens the store (migrations may take a while)
-        self._prober = threading.Thread(target=self._probe_loop, name="placement-registry-probe", daemon=True)
-        self._prober.start()
+        self._probe_wanted = True
+        if self._registry is not None:
+            self._launch_prober()
+
+    def _launch_prober(self) -> None:
+        with self._prober_lock:
+            if self._prober is None:
+                self._prober = threading.Thread(
+                    target=self._probe_loop, name="placement-registry-probe", daemon=True
+                )
+                self._prober.start()
 
     def _probe_loop(self) -> None:
-        while not self._stop.wait(self._probe_s):
+        while not self._stop.is_set():
             self.probe()
+            self._stop.wait(self._probe_s)
 
-    def probe(self, wait_s: float | None = None) -> bool:
-        """One probe: the store answers (and writes, if it was full) within `registry_probe_s` (or `wait_s`). A
-        probe that hangs (a stopped database) counts as failed when its time is up; it ends in the background."""
-        wait = max(self._probe_s, 0.2) if wait_s is None else wait_s
+    def probe(self) -> bool:
+        """One probe: the store answers (and writes, if it was full) within `registry_probe_s` (opened first if
+        an earlier open failed). A probe that hangs (a stopped database) counts as failed when its time is up; it
+        ends in the background."""
+        wait = max(self._probe_s, 0.2)
         outcome: list[str] = []
 
         def run() -> None:
