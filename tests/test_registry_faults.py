@@ -18,20 +18,22 @@ from typing import Any
 import grpc
 import pytest
 from google.protobuf import json_format
-from google.rpc import error_details_pb2
+from google.rpc import error_details_pb2, status_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_status import rpc_status
 from typer.testing import CliRunner
 
 from placement.cli.app import app as cli_app
-from placement.registry import Registry, open_store
+from placement.registry import Busy, InDoubt, Registry, StoreFull, open_store
 from placement.registry.audit import audit
+from placement.registry.backends import PostgresStore
 from placement.registry.model import ClaimKind, Fenced, Refused, ReservationStatus
 from placement.solve import SolveOptions
 from placement.v1 import placement_pb2 as pb
 from placement.v1 import placement_pb2_grpc as pb_grpc
 from placement.v1 import registry_pb2 as rpb
 from placement.v1 import registry_pb2_grpc as rpb_grpc
+from server.errors import status_for
 from server.main import SERVICE_NAME, create_server
 from server.registry_service import REGISTRY_SERVICE_NAME
 from server.settings import Settings
@@ -587,3 +589,37 @@ def test_a_commit_decided_while_the_lease_lived_is_refused_if_the_lease_ends_bef
         assert audit(reg, "h") == []
     finally:
         reg.close()
+
+
+# ---- store errors as status codes ------------------------------------------------------------------------------
+
+
+def test_store_errors_become_retryable_codes_or_resource_exhausted_never_internal(pg_url: str) -> None:
+    """Each store error as the PostgreSQL backend raises it from psycopg's, and the status a client then gets:
+    a full disk RESOURCE_EXHAUSTED naming the store, a lock or a lost session ABORTED, a commit in doubt
+    UNAVAILABLE, each with a RetryInfo."""
+    import psycopg
+
+    store = PostgresStore(pg_url)
+    try:
+        full = store._failed(psycopg.errors.DiskFull("could not extend file: No space left on device"))
+        busy = store._failed(psycopg.errors.LockNotAvailable("canceling statement due to lock timeout"))
+        gone = store._failed(
+            psycopg.errors.AdminShutdown("terminating connection due to administrator command")
+        )
+        assert store.full is not None  # the probe now wants a write before it calls the store healthy
+    finally:
+        store.close()
+    assert isinstance(full, StoreFull) and isinstance(busy, Busy) and isinstance(gone, Busy)
+    cases = [
+        (full, grpc.StatusCode.RESOURCE_EXHAUSTED, pg_url.split("@", 1)[1]),
+        (busy, grpc.StatusCode.ABORTED, "retry"),
+        (gone, grpc.StatusCode.ABORTED, "retry"),
+        (InDoubt("the connection broke during COMMIT; retry"), grpc.StatusCode.UNAVAILABLE, "retry"),
+    ]
+    for exc, code, words in cases:
+        st = status_for(exc)
+        assert st.code is code, (exc, st.code)
+        assert words in st.details, st.details
+        proto = status_pb2.Status.FromString(dict(st.trailing_metadata)["grpc-status-details-bin"])
+        assert any(d.Is(error_details_pb2.RetryInfo.DESCRIPTOR) for d in proto.details), proto
