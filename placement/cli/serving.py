@@ -11,6 +11,7 @@ from pathlib import Path
 import yaml
 from rich.table import Table
 
+from placement.cli.commands.remote import place_remote
 from placement.cli.errors import escape, fail
 from placement.cli.inputs import load_cluster_state, write_output
 from placement.cli.tables import out
@@ -18,9 +19,13 @@ from placement.cost.serving import ServingReport
 from placement.errors import PlacementError
 from placement.io.native import load_document, load_mapping
 from placement.io.native.serving import is_serving_document, serving_job_from_dict
+from placement.messages.files import request_from_dict
+from placement.messages.serving import serving_result_from_proto, serving_to_proto
+from placement.model.serving import ServingJob
 from placement.model.topology import Topology
 from placement.solve.serving import ServingResult, evaluate_serving, place_serving
 from placement.solve.types import SolveOptions
+from placement.v1 import placement_pb2 as pb
 
 __all__ = [
     "evaluate_serving_file",
@@ -28,6 +33,7 @@ __all__ = [
     "place_serving_file",
     "print_serving",
     "print_serving_report",
+    "serving_request",
 ]
 
 
@@ -108,17 +114,20 @@ def place_serving_file(
     output: str,
     out_file: Path | None,
     server: str | None,
+    token: str | None = None,
 ) -> None:
-    """`placement place` for a serving job (module doc): tables, or ``--output json``/``yaml``."""
-    if server is not None:
-        fail(
-            "--server: serving jobs are placed here only so far (the PlaceRequest has no serving job yet)", 2
-        )
+    """`placement place` for a serving job (module doc), here or by a placement-server (`server`: the same
+    conversion both ways, so the same tables and document): tables, or ``--output json``/``yaml``."""
     if output not in ("table", "json", "yaml"):
         fail(f"--output: a serving job prints table, json or yaml, got {output!r}", 2)
     topo, st = load_cluster_state(cluster, state)
     sjob = serving_job_from_dict(load_document(job), str(job))
-    result = place_serving(topo, st, sjob, options)
+    if server is not None:
+        result = serving_result_from_proto(
+            place_remote(serving_request(cluster, state, sjob, options), server, token), topo
+        )
+    else:
+        result = place_serving(topo, st, sjob, options)
     if output == "table":
         print_serving(topo, result, sjob.name, sjob.ranks)
         if out_file is not None:
@@ -129,6 +138,28 @@ def place_serving_file(
         write_output(json.dumps(doc, indent=2) + "\n", out_file)
     else:
         write_output(yaml.safe_dump(doc, sort_keys=False), out_file)
+
+
+def serving_request(
+    cluster: Path, state: Path | None, job: ServingJob, options: SolveOptions
+) -> pb.PlaceRequest:
+    """The PlaceRequest of `place --server` for a serving job: the cluster and state files, the job as its
+    message (`placement.messages.serving.serving_to_proto`), the options."""
+    doc: dict[str, object] = {
+        "cluster_file": str(cluster),
+        "options": {
+            "strategy": options.strategy.value,
+            "time_limit_s": options.time_limit_s,
+            "relative_gap": options.relative_gap,
+            "seed": options.seed,
+            "deterministic": options.deterministic,
+        },
+    }
+    if state is not None:
+        doc["state_file"] = str(state)
+    req = request_from_dict(doc, pb.PlaceRequest, "<place>", Path.cwd())
+    req.job.CopyFrom(serving_to_proto(job))
+    return req
 
 
 def evaluate_serving_file(cluster: Path, job: Path, mapping: Path, state: Path | None, output: str) -> None:

@@ -185,10 +185,10 @@ def _topology(
 
 def _job(msg: pb.Job, prefix: str, ps: _Problems) -> Job | None:
     checkpoint(f"converting {prefix}")
-    if msg.HasField("serving"):  # a serving job (placement.messages.serving): not placed over gRPC yet
+    if msg.HasField("serving"):  # Place, Evaluate and Compare serve it (placement.messages.serving)
         ps.add(
             f"{prefix}.serving",
-            "serving jobs are placed by the CLI so far, not by this service (docs/serving.md)",
+            "a serving job is served by Place, Evaluate and Compare, not by this method (docs/serving.md)",
         )
         return None
     doc = message_dict(msg)
