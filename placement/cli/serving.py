@@ -1,5 +1,6 @@
 """`placement place CLUSTER SERVING_JOB`: a serving job placed here and shown as TTFT, TPOT, tokens/s per GPU, the
-phase table and the baselines' rows; `place` dispatches to `place_serving_file` when the job file is a serving job.
+phase table and the baselines' rows; `place` dispatches to `place_serving_file` when the job file is a serving job,
+`evaluate` to `evaluate_serving_file`, and `whatif sweep` to `whatif_serving_file` when the sweep's job is one.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from rich.table import Table
 from placement.cli.commands.remote import place_remote
 from placement.cli.errors import escape, fail
 from placement.cli.inputs import load_cluster_state, write_output
-from placement.cli.tables import out
+from placement.cli.tables import out, table_console
 from placement.cost.serving import ServingReport
 from placement.errors import PlacementError
 from placement.io.native import load_document, load_mapping
@@ -23,6 +24,8 @@ from placement.messages.files import request_from_dict
 from placement.messages.serving import serving_result_from_proto, serving_to_proto
 from placement.model.serving import ServingJob
 from placement.model.topology import Topology
+from placement.sim.whatif.run import run_serving_sweep
+from placement.sim.whatif.spec import is_serving_sweep, load_serving_sweep
 from placement.solve.serving import ServingResult, evaluate_serving, place_serving
 from placement.solve.types import SolveOptions
 from placement.v1 import placement_pb2 as pb
@@ -30,10 +33,12 @@ from placement.v1 import placement_pb2 as pb
 __all__ = [
     "evaluate_serving_file",
     "is_serving_file",
+    "is_serving_sweep_file",
     "place_serving_file",
     "print_serving",
     "print_serving_report",
     "serving_request",
+    "whatif_serving_file",
 ]
 
 
@@ -177,3 +182,77 @@ def evaluate_serving_file(cluster: Path, job: Path, mapping: Path, state: Path |
         return
     out.print(f"[bold]{escape(sjob.name)}[/bold] on {escape(topo.name)} ({rep.device_kind})", soft_wrap=True)
     print_serving_report(rep)
+
+
+def is_serving_sweep_file(path: Path) -> bool:
+    """True when `path` is a sweep file whose job is a serving job (a serving sweep); False otherwise, including a
+    file the sweep reader will report on."""
+    try:
+        return is_serving_sweep(load_document(path), path.parent)
+    except (PlacementError, OSError):
+        return False
+
+
+def _rank(row: dict[str, str]) -> tuple[int, float, float]:
+    """Answered points first (within the TPOT bound before the others), by most tokens/s per GPU, then TPOT."""
+    if not row.get("tpot_ms"):
+        return (2, 0.0, 0.0)
+    return (
+        1 if row.get("within_tpot_bound") == "false" else 0,
+        -float(row["tokens_per_s_per_gpu"]),
+        float(row["tpot_ms"]),
+    )
+
+
+def whatif_serving_file(
+    sweep_file: Path, out_dir: Path | None, workers: int | None, top: int, wide: bool = False
+) -> None:
+    """`placement whatif sweep` for a serving sweep: decode TP x EP x replicas x nodes, each point placed and
+    priced (`placement.sim.whatif.run.run_serving_sweep`), ranked by tokens/s per GPU; the CSV beside. With `wide`
+    also attention-DP, ranks, the limiting pool and first-fit's TPOT."""
+    sw = load_serving_sweep(sweep_file)
+    path = out_dir if out_dir is not None else Path(f"whatif-{sw.name}")
+    run = run_serving_sweep(sw, path, workers=workers)
+    t = Table(
+        title=f"{escape(sw.name)}: {len(run.rows)} points, by tokens/s per GPU"
+        + (f" (TPOT bound {sw.tpot_bound_ms:g} ms first)" if sw.tpot_bound_ms is not None else ""),
+        title_justify="left",
+    )
+    many = len(sw.variants) > 1
+    extra = ("attn dp", "ranks", "bound by", "first-fit TPOT ms")
+    cols = (["variant"] if many else []) + [
+        "tp", "ep", "attn dp", "replicas", "decode nodes", "ranks", "TTFT ms", "TPOT ms", "tok/s/GPU",
+        "bound by", "chosen", "first-fit TPOT ms",
+    ]  # fmt: skip
+    keep = [c for c in cols if wide or c not in extra]
+    for c in keep:
+        t.add_column(c, justify="left" if c in ("variant", "bound by", "chosen") else "right")
+    ranked = sorted(run.rows, key=_rank)
+    for r in [r for r in ranked if r.get("tpot_ms")][:top]:
+        cells = {
+            "variant": escape(r["variant"]),
+            "tp": r["decode_tp"],
+            "ep": r["decode_ep"],
+            "attn dp": r["decode_attention_dp"],
+            "replicas": r["decode_replicas"],
+            "decode nodes": r.get("decode_nodes", ""),
+            "ranks": r["ranks"],
+            "TTFT ms": f"{float(r['ttft_ms']):.3f}",
+            "TPOT ms": f"{float(r['tpot_ms']):.3f}",
+            "tok/s/GPU": f"{float(r['tokens_per_s_per_gpu']):.1f}",
+            "bound by": r.get("bound_by", ""),
+            "chosen": r.get("chosen", ""),
+            "first-fit TPOT ms": f"{float(r['first_fit_tpot_ms']):.3f}"
+            if r.get("first_fit_tpot_ms")
+            else "-",
+        }
+        t.add_row(*(cells[c] for c in keep))
+    table_console(wide).print(t)
+    for r in ranked:
+        if not r.get("tpot_ms"):
+            shape = f"tp{r['decode_tp']}-ep{r['decode_ep']}-x{r['decode_replicas']}"
+            where = f" [{r['variant']}]" if many else ""
+            out.print(
+                f"{r.get('status', '')}: {shape}{escape(where)}: {escape(r.get('error', ''))}", soft_wrap=True
+            )
+    out.print(f"wrote {escape(str(run.csv_path))}", soft_wrap=True, highlight=False)
