@@ -34,7 +34,7 @@ from placement.solve.wait import decide
 from placement.v1 import placement_pb2 as pb
 from placement.v1 import placement_pb2_grpc as pb_grpc
 from server import rpc
-from server.decisions import CAPACITY, PREEMPT
+from server.decisions import CAPACITY, PREEMPT, capacity_rpc
 from server.errors import LimitExceeded
 from server.memo import AnswerMemo
 from server.pool import SolvePool
@@ -371,10 +371,19 @@ COMPARE_SERVING: Rpc[
 """Compare of serving jobs: each placed alone on the same cluster and state, ranked by the serving objective."""
 
 SERVING_RPCS: dict[str, Rpc[Any, Any, Any, Any]] = {
-    r.method: r for r in (PLACE_SERVING, EVALUATE_SERVING, COMPARE_SERVING)
+    r.method: r
+    for r in (
+        PLACE_SERVING,
+        EVALUATE_SERVING,
+        COMPARE_SERVING,
+        capacity_rpc(
+            convert_serving.serving_capacity_inputs
+        ),  # serving shapes counted as their ranks and rules
+    )
 }
 """The methods that serve a request carrying a serving job (`placement.messages.serving.carries_serving`) with
-their serving form; the other methods refuse a serving job at its field (docs/serving.md)."""
+their serving form; the other methods (PlaceBatch, Repair, Preempt) refuse a serving job at its field
+(docs/serving.md)."""
 
 
 # ---- the servicer -----------------------------------------------------------------------------------------------
@@ -427,7 +436,8 @@ class PlacementServicer(pb_grpc.PlacementServiceServicer):
         return self._serve(PREEMPT, request, context)
 
     def Capacity(self, request: pb.CapacityRequest, context: grpc.ServicerContext) -> pb.CapacityResponse:
-        return self._serve(CAPACITY, request, context)
+        spec: Rpc[pb.CapacityRequest, Any, Any, pb.CapacityResponse] = self._rpc_for("Capacity", request)
+        return self._serve(spec, request, context)
 
     def serve_here(self, method: str, request: Any, context: Any, stop: threading.Event) -> Any:
         """The response of RPC `method` computed in this thread (what a solve process does with its work item)."""

@@ -172,18 +172,46 @@ def test_compare_ranks_serving_jobs_by_tpot_and_refuses_a_mixed_request(
     assert "jobs[2]" in field_violations(err)
 
 
-def test_place_batch_and_capacity_refuse_a_serving_job_by_its_field(cluster: tuple[Path, Topology]) -> None:
-    path, _ = cluster
-    job = serving_to_proto(serving_job_from_dict(_job()))
+def _small(name: str, spread: bool) -> Any:
+    """8 ranks: an EP 4 prefill replica and an EP 4 decode replica."""
+    doc = _job(1, name)
+    doc["pools"][1] = {"role": "decode", "ep": 4, "attention_dp": 4}
+    doc["placement"] = {"spread": spread}
+    return serving_to_proto(serving_job_from_dict(doc))
+
+
+def test_capacity_counts_serving_copies_and_place_batch_refuses_a_serving_job(
+    cluster: tuple[Path, Topology],
+) -> None:
+    path, topo = cluster
+    capacity = request_from_dict(
+        {"cluster_file": str(path), "state": {"occupied": [{"job": "other", "devices": [topo.devices[0].id]}]}},
+        pb.CapacityRequest,
+    )
+    capacity.shapes.add().CopyFrom(_small("packed", False))
+    capacity.shapes.add().CopyFrom(_small("spread", True))
+    capacity.shapes.add().CopyFrom(serving_to_proto(serving_job_from_dict(_job(1, "twelve"))))
+    placed = pb.CapacityRequest()
+    placed.CopyFrom(capacity)
+    placed.place_copies = 1
+    empty = request_from_dict({"cluster_file": str(path)}, pb.CapacityRequest)
+    empty.shapes.add().CopyFrom(_small("packed", False))
     batch = request_from_dict({"cluster_file": str(path)}, pb.PlaceBatchRequest)
-    batch.jobs.add().job.CopyFrom(job)
-    capacity = request_from_dict({"cluster_file": str(path)}, pb.CapacityRequest)
-    capacity.shapes.add().CopyFrom(job)
+    batch.jobs.add().job.CopyFrom(_small("packed", False))
     with running() as r:
+        got = r.stub.Capacity(capacity, timeout=60)
+        all_free = r.stub.Capacity(empty, timeout=60)
+        placed_err = rpc_error(lambda: r.stub.Capacity(placed, timeout=60))
         batch_err = rpc_error(lambda: r.stub.PlaceBatch(batch, timeout=60))
-        capacity_err = rpc_error(lambda: r.stub.Capacity(capacity, timeout=60))
-    assert any(k.endswith(".serving") for k in field_violations(batch_err))
-    assert any(k.endswith(".serving") for k in field_violations(capacity_err))
+    # by hand: 15 free devices (4 hosts of 4, one device taken): one 8-rank copy fits, not two (16 > 15); one
+    # 12-rank copy; the ranks are the serving job's (prefill 4 + decode 4, or + 8)
+    counted = {s.job: (s.ranks, s.copies, s.upper_bound) for s in got.shapes}
+    assert counted["packed"] == (8, 15 // 8, 15 // 8)
+    assert counted["spread"][:2] == (8, 15 // 8)
+    assert counted["twelve"][:2] == (12, 15 // 12)
+    assert (all_free.shapes[0].copies, all_free.shapes[0].upper_bound) == (16 // 8, 16 // 8)
+    assert "place_copies" in field_violations(placed_err)
+    assert "jobs[0].job.serving" in field_violations(batch_err)
 
 
 def test_the_serving_answer_converts_both_ways(cluster: tuple[Path, Topology]) -> None:

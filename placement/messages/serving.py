@@ -20,11 +20,13 @@ from placement.errors import InternalError
 from placement.io.native import mapping_from_obj
 from placement.io.native.serving import serving_job_from_dict
 from placement.limits import checkpoint
-from placement.messages.domain import _options, _Problems, _topology, assignments, message_dict
+from placement.messages.decisions import CapacityInputs
+from placement.messages.domain import _job, _options, _Problems, _topology, assignments, message_dict
+from placement.model.job import Job
 from placement.model.serving import ServingJob
 from placement.model.state import ClusterState
 from placement.model.topology import Topology
-from placement.solve.serving import ServingResult
+from placement.solve.serving import ServingResult, serving_traffic_job
 from placement.solve.types import SolveOptions
 from placement.v1 import placement_pb2 as pb
 
@@ -34,6 +36,7 @@ __all__ = [
     "ServingPlaceInputs",
     "carries_serving",
     "is_serving_message",
+    "serving_capacity_inputs",
     "serving_compare_inputs",
     "serving_cost",
     "serving_evaluate_inputs",
@@ -122,9 +125,12 @@ def serving_to_proto(job: ServingJob) -> pb.Job:
 
 
 def carries_serving(req: Any) -> bool:
-    """True when a Place or Evaluate request's job, or any of a Compare request's jobs, is a serving job."""
+    """True when a Place or Evaluate request's job, or any of a Compare request's jobs or a Capacity request's
+    shapes, is a serving job."""
     if isinstance(req, pb.CompareRequest):
         return any(is_serving_message(j) for j in req.jobs)
+    if isinstance(req, pb.CapacityRequest):
+        return any(is_serving_message(j) for j in req.shapes)
     return bool(req.HasField("job") and is_serving_message(req.job))
 
 
@@ -236,6 +242,43 @@ def serving_compare_inputs(
     if built is None:
         raise InternalError("the Compare request has no cluster, but no problem was recorded")
     return ServingCompareInputs(built[0], built[1], jobs, options)
+
+
+def serving_capacity_inputs(
+    req: pb.CapacityRequest,
+    default_time_limit_s: float = 2.0,
+    resolved: tuple[Topology, ClusterState] | None = None,
+) -> CapacityInputs:
+    """The domain view of a CapacityRequest with serving shapes: each serving shape counted as the ranks and rules
+    it is placed with (`placement.solve.serving.serving_traffic_job`: EP preferred inside a domain, replicas
+    spread), so a copy is what Place would place; training shapes as `placement.messages.decisions` reads them.
+    ``place_copies`` is refused with serving shapes: a placed copy carries a training step, which a serving job
+    does not have (Place gives its TTFT and TPOT)."""
+    ps = _Problems()
+    built = _topology(req, ps, resolved)
+    shapes: list[Job] = []
+    for i, msg in enumerate(req.shapes):
+        if is_serving_message(msg):
+            sj = _serving_job(msg, f"shapes[{i}]", ps)
+            if sj is not None and built is not None:
+                shapes.append(serving_traffic_job(built[0], built[1], sj))
+        else:
+            job = _job(msg, f"shapes[{i}]", ps)
+            if job is not None:
+                shapes.append(job)
+    options = _options(req.options, default_time_limit_s, ps)
+    place_copies = req.place_copies if req.HasField("place_copies") else 0
+    if place_copies:
+        ps.add(
+            "place_copies",
+            f"is {place_copies}, but a serving shape's copies are counted, not modeled: a placed copy carries a "
+            "training step, which a serving job does not have; give 0 and place one copy with Place for its "
+            "TTFT and TPOT",
+        )
+    ps.raise_if_any()
+    if built is None:
+        raise InternalError("the Capacity request has no cluster, but no problem was recorded")
+    return CapacityInputs(built[0], built[1], shapes, 0, options)
 
 
 # ---- reports and answers ----------------------------------------------------------------------------------------
