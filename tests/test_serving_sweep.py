@@ -99,6 +99,7 @@ def test_each_point_is_the_job_written_by_hand_placed_as_place_serving_places_it
         assert float(row["ttft_ms"]) == pytest.approx(want.report.ttft_seconds * 1e3, rel=1e-6)
         assert float(row["tokens_per_s_per_gpu"]) == pytest.approx(want.report.tokens_per_s_per_gpu, rel=1e-6)
         assert row["chosen"] == want.chosen
+        assert set(row["baselines_breaking"].split()) == set(want.broken) - {"solver", "serving-packed"}
         # the decode ranks' hosts, counted on the answer's mapping
         first = job.pool_offset("decode")
         hosts = {topo.devices[d].host for d in want.mapping[first:]}

@@ -90,7 +90,9 @@ def _request(path: Path, job: ServingJob, message: Any = pb.PlaceRequest) -> Any
 
 
 def _indices(topo: Topology, mapping: Any) -> list[int]:
-    return [topo.device_index(a.device) for a in mapping]  # type: ignore[misc]
+    found = [topo.device_index(a.device) for a in mapping]
+    assert None not in found, "a device the cluster does not have"
+    return [d for d in found if d is not None]
 
 
 def test_place_serves_a_serving_job_priced_as_the_model_prices_its_mapping(
@@ -185,7 +187,10 @@ def test_capacity_counts_serving_copies_and_place_batch_refuses_a_serving_job(
 ) -> None:
     path, topo = cluster
     capacity = request_from_dict(
-        {"cluster_file": str(path), "state": {"occupied": [{"job": "other", "devices": [topo.devices[0].id]}]}},
+        {
+            "cluster_file": str(path),
+            "state": {"occupied": [{"job": "other", "devices": [topo.devices[0].id]}]},
+        },
         pb.CapacityRequest,
     )
     capacity.shapes.add().CopyFrom(_small("packed", False))

@@ -242,12 +242,17 @@ def whatif_serving_file(
             "tok/s/GPU": f"{float(r['tokens_per_s_per_gpu']):.1f}",
             "bound by": r.get("bound_by", ""),
             "chosen": r.get("chosen", ""),
-            "first-fit TPOT ms": f"{float(r['first_fit_tpot_ms']):.3f}"
-            if r.get("first_fit_tpot_ms")
-            else "-",
+            "first-fit TPOT ms": (
+                f"{float(r['first_fit_tpot_ms']):.3f}"
+                + ("*" if "first-fit" in r.get("baselines_breaking", "").split() else "")
+                if r.get("first_fit_tpot_ms")
+                else "-"
+            ),
         }
         t.add_row(*(cells[c] for c in keep))
     table_console(wide).print(t)
+    if wide:
+        out.print("* first-fit's mapping breaks a rule of the job (the spread): priced, not chosen")
     for r in ranked:
         if not r.get("tpot_ms"):
             shape = f"tp{r['decode_tp']}-ep{r['decode_ep']}-x{r['decode_replicas']}"

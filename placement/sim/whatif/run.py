@@ -396,10 +396,12 @@ SERVING_COLUMNS: tuple[str, ...] = (
     "device_memory_gb",
     "within_tpot_bound",
     *(f"{b.replace('-', '_')}_tpot_ms" for b in BASELINES),
+    "baselines_breaking",
     "error",
 )
 """The results CSV of a serving sweep: the point's inputs, then the answer's serving report (``decode_nodes``: the
-hosts the answer's decode ranks use), then each scheduler baseline's TPOT on the same cluster."""
+hosts the answer's decode ranks use), then each scheduler baseline's TPOT on the same cluster and the baselines
+whose mapping breaks a rule of the job (priced, not chosen; space-separated)."""
 
 
 @dataclass(frozen=True)
@@ -476,6 +478,7 @@ def evaluate_serving_task(task: ServingTask) -> list[tuple[str, dict[str, str]]]
     for name, rep in res.candidates.items():
         if name in BASELINES and rep is not None:
             out[f"{name.replace('-', '_')}_tpot_ms"] = fmt(rep.tpot_seconds * 1e3)
+    out["baselines_breaking"] = " ".join(n for n in BASELINES if n in res.broken)
     return [(task.key, out)]
 
 
