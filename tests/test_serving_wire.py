@@ -261,3 +261,13 @@ def test_a_serving_job_with_max_slowdown_is_refused_at_that_field(cluster: tuple
         err = rpc_error(lambda: r.stub.Place(req, timeout=60))
     assert err.code() is grpc.StatusCode.INVALID_ARGUMENT
     assert "max_slowdown" in field_violations(err)
+
+
+def test_a_solve_process_serves_a_serving_job_too(cluster: tuple[Path, Topology]) -> None:
+    path, topo = cluster
+    job = serving_job_from_dict(_job())
+    with running(solve_mode="process") as r:
+        result = r.stub.Place(_request(path, job), timeout=120).result
+    again = model_serving(topo, ClusterState(), job, _indices(topo, result.mapping))
+    assert result.serving.cost.tpot_s == pytest.approx(again.tpot_seconds)
+    assert result.serving.chosen in {c.strategy for c in result.serving.candidates}
