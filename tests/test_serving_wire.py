@@ -30,7 +30,7 @@ from placement.solve.serving import place_serving, serving_traffic_job
 from placement.solve.types import SolveOptions
 from placement.v1 import placement_pb2 as pb
 from tests.support_cli import run, write
-from tests.support_server import field_violations, rpc_error, running
+from tests.support_server import field_violations, job_doc, rpc_error, running
 
 CLUSTER = """\
 name: two-leaves
@@ -271,3 +271,32 @@ def test_a_solve_process_serves_a_serving_job_too(cluster: tuple[Path, Topology]
     again = model_serving(topo, ClusterState(), job, _indices(topo, result.mapping))
     assert result.serving.cost.tpot_s == pytest.approx(again.tpot_seconds)
     assert result.serving.chosen in {c.strategy for c in result.serving.candidates}
+
+
+def test_cli_capacity_counts_a_serving_job_file_here_and_over_the_server(
+    tmp_path: Path, cluster: tuple[Path, Topology]
+) -> None:
+    path, _ = cluster
+    small = _job(1, "small")
+    small["pools"][1] = {"role": "decode", "ep": 4, "attention_dp": 4}
+    small["placement"] = {"spread": False}
+    serving_file = write(tmp_path, "s.yaml", json.dumps(small))
+    training_file = write(
+        tmp_path,
+        "t.yaml",
+        json.dumps(job_doc(4, 1, name="train")),
+    )
+    args = ("capacity", path, "--shape", "tp4x2", "--job", training_file, "--job", serving_file)
+    offline = run(*args, "--output", "json")
+    assert offline.exit_code == 0, offline.output
+    with running() as r:
+        served = run(*args, "--output", "json", "--server", f"127.0.0.1:{r.port}")
+    assert served.exit_code == 0, served.output
+    here, there = json.loads(offline.output), json.loads(served.output)
+    rows = [(s["job"], s["ranks"], s["copies"]) for s in here["shapes"]]
+    assert rows == [(s["job"], s["ranks"], s["copies"]) for s in there["shapes"]]
+    # by hand: 16 free devices; 8 ranks per copy of tp4x2 and of the serving job, 4 of the training job
+    assert [(r[1], r[2]) for r in rows] == [(8, 16 // 8), (4, 16 // 4), (8, 16 // 8)]
+    assert rows[2][0] == "small"
+    refused = run("capacity", path, "--job", serving_file, "--place", "1")
+    assert refused.exit_code == 2 and "--place" in refused.output

@@ -22,11 +22,13 @@ from placement.io.native import load_document, load_mapping
 from placement.io.native.serving import is_serving_document, serving_job_from_dict
 from placement.messages.files import request_from_dict
 from placement.messages.serving import serving_result_from_proto, serving_to_proto
+from placement.model.job import Job
 from placement.model.serving import ServingJob
+from placement.model.state import ClusterState
 from placement.model.topology import Topology
 from placement.sim.whatif.run import run_serving_sweep
 from placement.sim.whatif.spec import is_serving_sweep, load_serving_sweep
-from placement.solve.serving import ServingResult, evaluate_serving, place_serving
+from placement.solve.serving import ServingResult, evaluate_serving, place_serving, serving_traffic_job
 from placement.solve.types import SolveOptions
 from placement.v1 import placement_pb2 as pb
 
@@ -38,6 +40,8 @@ __all__ = [
     "print_serving",
     "print_serving_report",
     "serving_request",
+    "serving_shape_job",
+    "serving_shape_message",
     "whatif_serving_file",
 ]
 
@@ -182,6 +186,17 @@ def evaluate_serving_file(cluster: Path, job: Path, mapping: Path, state: Path |
         return
     out.print(f"[bold]{escape(sjob.name)}[/bold] on {escape(topo.name)} ({rep.device_kind})", soft_wrap=True)
     print_serving_report(rep)
+
+
+def serving_shape_job(path: Path, topology: Topology, state: ClusterState) -> Job:
+    """`placement capacity --job` of a serving job file: the job Capacity counts (its ranks and the rules Place
+    places it with, `serving_traffic_job`), as the Capacity RPC reads a serving shape."""
+    return serving_traffic_job(topology, state, serving_job_from_dict(load_document(path), str(path)))
+
+
+def serving_shape_message(path: Path) -> pb.Job:
+    """`placement capacity --server --job` of a serving job file: its Job message."""
+    return serving_to_proto(serving_job_from_dict(load_document(path), str(path)))
 
 
 def is_serving_sweep_file(path: Path) -> bool:
