@@ -1,7 +1,9 @@
 """The PlacementService servicer: each of its RPCs described once (a `server.rpc.Rpc`) and run by the one template.
 
 It only translates: placement.messages converts in and out, placement does the work, server.rpc runs the call (solve
-pool, deadline, cancellation, metrics, log line), server.errors gives the status of a failed call.
+pool, deadline, cancellation, metrics, log line), server.errors gives the status of a failed call. A request that
+carries a serving job (`Job.serving`) runs the serving form of its method (`SERVING_RPCS`: Place, Evaluate, Compare,
+Capacity), chosen by the request's content here and in a solve process alike.
 """
 
 from __future__ import annotations
