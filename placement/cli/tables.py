@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from placement.cli.errors import CliConsole
 from placement.cost.report import CostReport
 from placement.messages.domain import report_from_proto
 from placement.v1.placement_pb2 import SOLVE_STATUS_WAIT
@@ -27,13 +28,13 @@ __all__ = [
     "table_console",
 ]
 
-out = Console()
+out = CliConsole()
 
 
 def table_console(wide: bool) -> Console:
     """Where tables print: the terminal's width (80 columns when piped), or with `wide` as wide as each table needs
     (no column shrunk, no cell wrapped)."""
-    return Console(width=100_000) if wide else out
+    return CliConsole(width=100_000) if wide else out
 
 
 def drop_columns(table: Table, headers: Collection[str]) -> Table:
@@ -158,6 +159,23 @@ def headline(report: CostReport) -> str:
     return f"step {report.step_seconds:.4f} s, exposed comm {report.comm_seconds:.4f} s{mfu}"
 
 
+STOP_WORDS = {
+    "gap_closed": "gap closed",
+    "time_limit": "time limit",
+    "no_improvement": "no improvement",
+    "launcher_blocks": "the free mapping closed its gap; the launcher's contiguous host blocks cost the rest",
+}
+"""How the headline says why the search stopped (`PlacementResult.stats["stop_reason"]`)."""
+
+
+def stop_words(stop_reason: str, gap: float | None) -> str:
+    """Why the search stopped, in words that never contradict the printed gap: a "gap closed" with a gap left
+    says which gap closed (the search's own, against a bound the evaluator's gap does not use)."""
+    if stop_reason == "gap_closed" and gap is not None and gap > 1e-6:
+        return "the search closed its own gap; the gap shown is to a weaker bound"
+    return STOP_WORDS.get(stop_reason, stop_reason.replace("_", " "))
+
+
 def place_title(
     job: str,
     ranks: int,
@@ -177,7 +195,7 @@ def place_title(
     if bound is not None and bound_source:
         bound_s += f" ({bound_source})"
     gap_s = "-" if gap is None else f"{100 * gap:.2f}%"
-    stopped = f" (stopped: {stop_reason.replace('_', ' ')})" if stop_reason else ""
+    stopped = f" (stopped: {stop_words(stop_reason, gap)})" if stop_reason else ""
     return (
         f"{job} ({ranks} ranks) on {cluster}: {status}, {headline(report)}, comm bound {bound_s}, "
         f"gap {gap_s}, {wall_s:.2f} s{stopped}"

@@ -291,6 +291,9 @@ def place(
     if job.launcher == "torchrun":
         mapping, rep, extra = contiguous(request, score, (mapping, rep), [m for m, _ in found.values()])
         stats.update(extra)
+        if stats.get("stop_reason") == "gap_closed" and lower is not None:
+            if gap_of(rep.comm_seconds, lower) > OPTIMAL_GAP:  # the search's answer met its bound; this one not
+                stats["stop_reason"] = "launcher_blocks"
     status = SolveStatus.FEASIBLE
     if lower is not None:
         gap = gap_of(rep.comm_seconds, lower)

@@ -12,6 +12,7 @@ import typer
 from placement.cli.errors import err, escape, fail, guard
 from placement.cli.help import Command, command_app
 from placement.cli.inputs import load_inputs, write_output
+from placement.cli.options import JsonOpt, json_output
 from placement.cli.picture import render_picture
 from placement.cli.tables import headline, print_report
 from placement.cost.evaluate import evaluate as evaluate_cost
@@ -33,6 +34,7 @@ def evaluate(
     ],
     state: Annotated[Path | None, typer.Option(help="state file: occupancy, failures, fault domains")] = None,
     output: Annotated[str, typer.Option(help="table or json")] = "table",
+    json_: JsonOpt = False,
     picture: Annotated[
         Path | None, typer.Option(help="also draw the placement (SVG or PNG by suffix)")
     ] = None,
@@ -48,6 +50,7 @@ def evaluate(
     if picture is not None:
         render_picture(topo, st, jb, mp, rep, picture)
         err.print(f"wrote {escape(str(picture))}", highlight=False, soft_wrap=True)
+    output = json_output(output, json_)
     if output == "json":
         write_output(dump_message(domain.evaluate_response(topo, jb, mp, rep)), None)
     elif output == "table":

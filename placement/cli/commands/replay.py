@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.progress import (
     BarColumn,
@@ -20,7 +19,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from placement.cli.errors import err, fail, guard
+from placement.cli.errors import CliConsole, err, fail, guard
 from placement.cli.help import Command, command_app
 from placement.io.native import cluster_from_dict, load_document
 from placement.sim.executors import InlineExecutor, LocalExecutor, RayExecutor, default_workers
@@ -31,7 +30,7 @@ from placement.sim.replay.run import ReplayTask, read_csv, run_replays, task_key
 
 __all__ = ["app", "replay"]
 
-_out = Console()
+_out = CliConsole()
 
 app = command_app()
 
@@ -257,7 +256,7 @@ def replay(
         highlight=False,
         soft_wrap=True,
     )
-    con = _out if _out.is_terminal else Console(width=160)
+    con = _out if _out.is_terminal else CliConsole(width=160)
     con.print(summary_table(run.summary, title=f"{trace.name} on {topo.name}: {len(tr.jobs)} jobs"))
     for name in ("summary.csv", "jobs.csv", "series.csv"):
         err.print(f"wrote {out / name}", highlight=False, soft_wrap=True)

@@ -26,7 +26,7 @@ from rich.text import Text
 from placement.cli.errors import err, escape, fail, guard
 from placement.cli.help import Command, Group, command_app
 from placement.cli.inputs import load_cluster_state
-from placement.cli.options import WideOpt
+from placement.cli.options import JsonOpt, WideOpt, json_output
 from placement.cli.tables import drop_columns, out, table_console
 from placement.io.native import load_job
 from placement.sim.executors import RayExecutor
@@ -192,12 +192,14 @@ def defrag(
     ] = None,
     keep: Annotated[list[str] | None, typer.Option(help="a job id that must not move (repeatable)")] = None,
     output: Annotated[str, typer.Option(help="table or json")] = "table",
+    json_: JsonOpt = False,
 ) -> None:
     """Which running jobs must move to free whole hosts under one domain.
 
     How many of their ranks move, to free whole hosts under one domain of --level for a job that does not fit
     today (a Pareto set of moved ranks against jobs touched).
     """
+    output = json_output(output, json_)
     if output not in ("table", "json"):
         fail(f"--output: unknown value {output!r}; use table or json", 2)
     if state is None and not empty:
