@@ -18,7 +18,17 @@ from rich.markup import escape
 from placement.errors import RENDER_LIMIT, InfeasibleError, InputError, PlacementError
 from placement.limits import ENV_LIMITS, LimitError
 
-__all__ = ["CONFLICT_EXIT", "EXIT_CODES", "PIPE_CLOSED_EXIT", "CliConsole", "err", "escape", "fail", "guard", "pipe_closed"]
+__all__ = [
+    "CONFLICT_EXIT",
+    "EXIT_CODES",
+    "PIPE_CLOSED_EXIT",
+    "CliConsole",
+    "err",
+    "escape",
+    "fail",
+    "guard",
+    "pipe_closed",
+]
 
 F = TypeVar("F", bound=Callable[..., Any])
 

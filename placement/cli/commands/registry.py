@@ -254,7 +254,8 @@ def update_summary(resp: Any) -> list[str]:
     lines += [f"  {x}" for x in changes] or ["  no device changed"]
     verb = "would revoke" if resp.dry_run else "revoked"
     lines += [
-        f"  {verb} reservation {r.id} ({r.job}, {len(r.devices)} devices): {r.reason or '-'}" for r in resp.revoked
+        f"  {verb} reservation {r.id} ({r.job}, {len(r.devices)} devices): {r.reason or '-'}"
+        for r in resp.revoked
     ]
     lines += [f"  kept: reservation {r.id} ({r.job}) keeps its {len(r.devices)} devices" for r in resp.kept]
     return lines
