@@ -123,7 +123,7 @@ def test_grpc_place_answers_wait_and_rejects_a_bad_bound() -> None:
         assert w.status == pb.SOLVE_STATUS_WAIT and w.wait.max_slowdown == 1.05
         assert w.slowdown == pytest.approx(plain.slowdown)
         assert w.wait.reasons and not w.wait.HasField("earliest_start_unix_s")
-        assert "no expected ends" in w.wait.earliest_how
+        assert "no device in use has an expected end" in w.wait.earliest_how
         with pytest.raises(grpc.RpcError) as e:
             r.stub.Place(request_from_dict({**doc, "max_slowdown": 0.5}, pb.PlaceRequest), timeout=60)
         assert e.value.code() is grpc.StatusCode.INVALID_ARGUMENT and "max_slowdown" in str(e.value.details())

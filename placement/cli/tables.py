@@ -5,6 +5,7 @@ next to every baseline, and how wide a table may print (80 columns by default, e
 from __future__ import annotations
 
 import copy
+import textwrap
 from collections.abc import Collection
 from typing import Any
 
@@ -30,6 +31,7 @@ __all__ = [
     "print_report",
     "print_result",
     "print_verdict",
+    "print_wrapped",
     "seats_of",
     "table_console",
 ]
@@ -41,6 +43,23 @@ def table_console(wide: bool) -> Console:
     """Where tables print: the terminal's width (80 columns when piped), or with `wide` as wide as each table needs
     (no column shrunk, no cell wrapped)."""
     return CliConsole(width=100_000) if wide else out
+
+
+def print_wrapped(console: Console, line: str, wide: bool = False, indent: int = 2) -> None:
+    """A long line of plain text, indented: wrapped to the console's width at spaces (continuations indented two
+    more), or with `wide` on one line."""
+    if wide:
+        console.print(" " * indent + escape(line), highlight=False, soft_wrap=True)
+        return
+    text = textwrap.fill(
+        line,
+        width=max(20, console.width),
+        initial_indent=" " * indent,
+        subsequent_indent=" " * (indent + 2),
+        break_long_words=True,
+        break_on_hyphens=False,
+    )
+    console.print(escape(text), highlight=False, soft_wrap=True)
 
 
 def drop_columns(table: Table, headers: Collection[str]) -> Table:
@@ -185,7 +204,11 @@ def _baseline_table(
     if hidden:
         best = next((n for n in names if n not in SCHEDULERS), None)
         notes.append(
-            (f"{best}: the best of {hidden + 1} heuristics; " if best else f"{hidden} heuristics found none; ")
+            (
+                f"{best}: the best of {hidden + 1} heuristics; "
+                if best
+                else f"{hidden} heuristics found none; "
+            )
             + "--all-candidates lists every one"
         )
     t.caption = "\n".join(escape(n) for n in notes) or None
@@ -260,7 +283,9 @@ def print_mapping(seats: list[tuple[str, int]], console: Console = out) -> None:
     t.add_column("GPU: ranks")
     shown = rows if len(rows) <= MAPPING_ROWS else [*rows[: MAPPING_ROWS - 2], ("...", ""), *rows[-1:]]
     for host, runs in shown:
-        t.add_row(escape(host), escape(runs) if host != "..." else f"{len(rows) - MAPPING_ROWS + 2} more hosts")
+        t.add_row(
+            escape(host), escape(runs) if host != "..." else f"{len(rows) - MAPPING_ROWS + 2} more hosts"
+        )
     console.print(t)
     console.print(
         "as a file: --out result.json, or --output rankfile, hostfile, slurm or torchrun", highlight=False
