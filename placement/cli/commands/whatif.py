@@ -10,27 +10,23 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    ProgressColumn,
-    Task,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
 from rich.table import Table
-from rich.text import Text
 
 from placement.cli.errors import err, escape, fail, guard
 from placement.cli.help import Command, Group, command_app
 from placement.cli.inputs import load_cluster_state
 from placement.cli.options import JsonOpt, WideOpt, json_output
+from placement.cli.runner import (
+    AddressOpt,
+    ExecutorOpt,
+    RunProgress,
+    WorkersOpt,
+    choose_executor,
+    interrupted,
+)
 from placement.cli.tables import drop_columns, out, table_console
 from placement.io.native import load_job
-from placement.sim.executors import RayExecutor
-from placement.sim.whatif import default_workers, load_sweep, plot_sweep, ranked_tables, run_sweep
+from placement.sim.whatif import load_sweep, plot_sweep, ranked_tables, run_sweep
 from placement.sim.whatif.defrag import DefragResult, hosts_needed
 from placement.sim.whatif.defrag import defrag as run_defrag
 
@@ -40,14 +36,6 @@ __all__ = ["app", "defrag", "whatif"]
 # the best answer's details, the optimizer's gap, and the reasons a shape has no placement (printed under the table)
 NARROW_DROPS = ("#", "best", "comm s", "MFU", "tokens/s", "why not placed")
 NARROW_NOTE = "--wide adds the best strategy's exposed comm, MFU and tokens/s, and the optimizer's gap"
-
-
-class _RateColumn(ProgressColumn):
-    """Points per second."""
-
-    def render(self, task: Task) -> Text:
-        speed = task.finished_speed or task.speed
-        return Text("-- pts/s" if speed is None else f"{speed:.2f} pts/s", style="progress.data.speed")
 
 
 def narrow_table(table: Table) -> tuple[Table, list[str]]:
@@ -85,9 +73,7 @@ def whatif(
     sweep: Annotated[
         Path, typer.Argument(help="sweep file (YAML/JSON): base cluster and job, and the axes to vary")
     ],
-    workers: Annotated[
-        int | None, typer.Option(help="local worker processes (default: the usable cores)")
-    ] = None,
+    workers: WorkersOpt = None,
     out_dir: Annotated[
         Path | None,
         typer.Option("--out", help="directory for results.csv and the plots (default: whatif-NAME)"),
@@ -97,57 +83,35 @@ def whatif(
     ] = False,
     top: Annotated[int, typer.Option(help="rows per ranked table")] = 10,
     plots: Annotated[bool, typer.Option(help="draw the PNG/SVG plots")] = True,
-    executor: Annotated[
-        str, typer.Option(help="where points run: local (worker processes) or ray")
-    ] = "local",
-    address: Annotated[
-        str | None, typer.Option(help="Ray cluster address (--executor ray; default: start a local head)")
-    ] = None,
+    executor: ExecutorOpt = "local",
+    address: AddressOpt = None,
     wide: WideOpt = False,
+    log_every: Annotated[
+        int, typer.Option(help="when stderr is not a terminal: a progress line every N points (0: none)")
+    ] = 0,
 ) -> None:
     """Run a what-if sweep: shapes x occupancy x cluster variants x strategies.
 
     Ranked by modeled step time (with exposed comm, MFU and tokens/s with --wide), plotted, in a CSV.
     """
-    if workers is not None and workers < 1:
-        fail(f"--workers: must be >= 1, got {workers}", 2)
     if top < 1:
         fail(f"--top: must be >= 1, got {top}", 2)
-    if executor not in ("local", "ray"):
-        fail(f"--executor: must be local or ray, got {executor!r}", 2)
+    if log_every < 0:
+        fail(f"--log-every: must be >= 0, got {log_every}", 2)
+    ex = choose_executor(executor, workers, address)
     sw = load_sweep(sweep)
     out_path = out_dir if out_dir is not None else Path(f"whatif-{sw.name}")
-    n_workers = workers if workers is not None else default_workers()
-    progress = Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        _RateColumn(),
-        TextColumn("elapsed"),
-        TimeElapsedColumn(),
-        TextColumn("ETA"),
-        TimeRemainingColumn(),
-        console=err,
-        transient=False,
+    with RunProgress(sw.name, "points", log_every=log_every) as progress:
+        run = run_sweep(
+            sw, out_path, workers=max(1, ex.workers), resume=resume, progress=progress, executor=ex
+        )
+    where = (
+        "in this process"
+        if ex.name == "inline"
+        else f"on {ex.workers} {'Ray ' if ex.name == 'ray' else ''}worker(s)"
     )
-    state: dict[str, Any] = {}
-
-    def on_progress(done: int, total: int) -> None:
-        if "task" not in state:
-            state["task"] = progress.add_task(sw.name, total=total)
-        progress.update(state["task"], completed=done)
-
-    ex = None
-    if executor == "ray":
-        try:
-            ex = RayExecutor(address, workers)
-        except RuntimeError as e:
-            fail(f"--executor: {e}", 2)
-        n_workers = ex.workers
-    with progress:
-        run = run_sweep(sw, out_path, workers=n_workers, resume=resume, progress=on_progress, executor=ex)
     err.print(
-        f"{run.total} points: {run.executed} run now on {n_workers} {'Ray ' if ex else ''}worker(s), {run.skipped} from an earlier run"
+        f"{run.total} points: {run.executed} run now {where}, {run.skipped} from an earlier run"
         + (" [yellow](interrupted)[/]" if run.interrupted else ""),
         highlight=False,
         soft_wrap=True,
@@ -166,13 +130,7 @@ def whatif(
         for p in plot_sweep(sw, run.rows, out_path):
             err.print(f"wrote {p}", highlight=False, soft_wrap=True)
     if run.interrupted:
-        err.print(
-            f"[yellow]interrupted:[/] {len(run.rows)} of {run.total} points are in {run.csv_path} (no plots); "
-            f"run again with --resume to finish the rest",
-            highlight=False,
-            soft_wrap=True,
-        )
-        raise typer.Exit(130)
+        interrupted("points (no plots)", len(run.rows), run.total, run.csv_path)
 
 
 @app.command("defrag", cls=Command)
