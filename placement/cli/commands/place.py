@@ -14,14 +14,14 @@ import typer
 from placement.cli.commands.remote import place_remote
 from placement.cli.errors import WAIT_EXIT, err, escape, fail, guard
 from placement.cli.help import Command, command_app
-from placement.cli.inputs import load_inputs, write_output
+from placement.cli.inputs import load_inputs, own_command, write_output
 from placement.cli.options import JsonOpt, ServerOpt, TokenOpt, json_output
 from placement.cli.picture import render_picture
 from placement.cli.tables import print_result, print_verdict, seats_of
 from placement.cli.usage import INPUTS
 from placement.cost.report import CostReport
 from placement.errors import InternalError
-from placement.io.export import export
+from placement.io.export import ExportOptions, export
 from placement.io.native import job_from_dict, load_document
 from placement.messages import domain, dump_message, message_to_dict
 from placement.messages.files import read_request, request_from_dict
@@ -106,7 +106,8 @@ def show_answer(result: Any, cluster: str, show: Show, topology: Topology | None
         print_verdict(result, err)
     else:
         document = message_to_dict(response) if topology is not None else None
-        text = export(show.output, seats_of(result), document=document, topology=topology)
+        opts = ExportOptions(job=result.job, bind=own_command())
+        text = export(show.output, seats_of(result), document=document, topology=topology, options=opts)
         write_output(text, show.out_file)
     _waiting(result)
 
