@@ -38,7 +38,11 @@ def test_a_closed_pipe_ends_the_command_quietly_with_the_documented_code() -> No
     # and a reader that takes one line, as the shell's `head -1` does (pipefail: placement's own code counts)
     line = " ".join(shlex.quote(a) for a in [sys.executable, "-m", "placement.cli.app", "place", *args])
     shell = subprocess.run(
-        ["bash", "-c", f"set -o pipefail; {line} | head -1"], capture_output=True, text=True, env=env, timeout=120
+        ["bash", "-c", f"set -o pipefail; {line} | head -1"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
     )
     assert shell.returncode == 0 and shell.stdout.startswith("tp8-dp4 (32 ranks)"), shell.stderr
 

@@ -8,14 +8,15 @@ import json
 import re
 from pathlib import Path
 
+import pytest
 import yaml
 from typer.testing import CliRunner
 
 from placement.cli.app import app
 from placement.io.native import load_cluster, load_state
 from placement.solve.baselines import BASELINES
-from tests.test_cli_app import every_command
 from tests.support_server import running
+from tests.test_cli_app import every_command
 
 EX = Path(__file__).resolve().parents[1] / "examples"
 DGX = [str(EX / "dgx-h100-4node.yaml"), str(EX / "tp8-dp4.yaml")]
@@ -138,7 +139,9 @@ def test_the_stop_reason_never_contradicts_the_gap() -> None:
     stopped = re.search(r"\(stopped: (.*)\)$", head).group(1)  # type: ignore[union-attr]
     if gap > 0.005:
         assert stopped != "gap closed", head
-    assert gap > 1 and "launcher" in stopped  # torchrun's contiguous host blocks, not the search, left the gap
+    assert (
+        gap > 1 and "launcher" in stopped
+    )  # torchrun's contiguous host blocks, not the search, left the gap
 
 
 def _half_busy(tmp_path: Path) -> list[str]:
@@ -167,7 +170,9 @@ def test_a_wait_reason_says_what_is_needed_what_is_free_and_what_would_fit(tmp_p
         for h in topo.host_names
     ]
     holders = sum(1 for f in free_per_host if f >= 8)
-    res = CliRunner().invoke(app, ["place", c, j, "--state", s, "--time-limit", "3", "--max-slowdown", "1.01"])
+    res = CliRunner().invoke(
+        app, ["place", c, j, "--state", s, "--time-limit", "3", "--max-slowdown", "1.01"]
+    )
     assert res.exit_code == 5, res.output
     flat = " ".join(res.stdout.split())
     assert "tp groups are split across" in flat, flat
@@ -175,3 +180,34 @@ def test_a_wait_reason_says_what_is_needed_what_is_free_and_what_would_fit(tmp_p
     assert f"every group needs a node with 8 free devices; {holders} node(s) have them now" in reason
     assert f"room for {holders} group(s); {2 - holders} more node(s) with 8 free devices would let" in reason
     assert "span more than one" not in flat
+
+
+def test_preempt_piped_keeps_every_cell_whole_in_80_columns(capsys: pytest.CaptureFixture[str]) -> None:
+    from placement.cli.commands.preempt import print_preempt
+    from placement.v1 import placement_pb2 as pb
+
+    name, domain = "leaf:leaf-rack-017-row-b-hall-3", "leaf:leaf-rack-017-row-b-hall-3"
+    victim = pb.Victim(job="train-16", explanation="train-16 (priority 1 < the job's): " + "word " * 40)
+    answer = pb.PreemptAnswer(
+        name=name,
+        victims=[victim],
+        gpu_hours=0.25,
+        within_bound=True,
+        domain=domain,
+        cost=pb.StepCost(step_seconds=1.0),
+    )
+    response = pb.PreemptResponse(
+        answers=[answer], recommended=0, proven=True, ideal=pb.StepCost(step_seconds=0.9)
+    )
+    print_preempt(response, "job", 3.0)
+    text = capsys.readouterr().out
+    assert "…" not in text
+    lines = text.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    # the folded cells read back whole: the answer column's pieces, row by row, join into the name
+    start = next(i for i, line in enumerate(lines) if line.startswith("┡"))
+    cells = [line.split("│")[2].strip() for line in lines[start + 1 :] if line.startswith("│")]
+    assert "".join(cells) == name
+    assert " ".join(text.split()).count("word") == 40  # the explanation wrapped, not cut
+    print_preempt(response, "job", 3.0, wide=True)
+    assert any(len(line) > 80 for line in capsys.readouterr().out.splitlines())  # --wide: one line each
