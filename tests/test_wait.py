@@ -214,7 +214,9 @@ def test_cli_place_max_slowdown_exits_5_and_writes_no_launch_file(tmp_path: Path
     runner = CliRunner()
     res = runner.invoke(app, ["place", *base, "--max-slowdown", "1.1"])
     assert res.exit_code == 5, res.output
-    assert "WAIT" in res.output and "slowdown" in res.output and "tp groups are split across nodes" in res.output
+    assert (
+        "WAIT" in res.output and "slowdown" in res.output and "tp groups are split across nodes" in res.output
+    )
     res = runner.invoke(app, ["place", *base, "--max-slowdown", "1.1", "--output", "rankfile"])
     assert res.exit_code == 5 and "rank 0=" not in res.stdout
     res = runner.invoke(app, ["place", *base, "--max-slowdown", "0.9"])

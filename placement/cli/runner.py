@@ -14,6 +14,7 @@ from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
     Progress,
+    TaskID,
     TextColumn,
     TimeElapsedColumn,
     TimeRemainingColumn,
@@ -79,7 +80,7 @@ class RunProgress:
         self.live = err.is_terminal
         self.t0 = time.monotonic()
         self.logged = 0
-        self.task: int | None = None
+        self.task: TaskID | None = None
         self.bar = Progress(
             TextColumn("[bold]{task.description}"),
             BarColumn(),
