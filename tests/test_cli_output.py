@@ -211,3 +211,25 @@ def test_preempt_piped_keeps_every_cell_whole_in_80_columns(capsys: pytest.Captu
     assert " ".join(text.split()).count("word") == 40  # the explanation wrapped, not cut
     print_preempt(response, "job", 3.0, wide=True)
     assert any(len(line) > 80 for line in capsys.readouterr().out.splitlines())  # --wide: one line each
+
+
+TABLE_COMMANDS = [
+    ("place",),
+    ("evaluate",),
+    ("place-batch",),
+    ("preempt",),
+    ("repair",),
+    ("replay",),
+    ("whatif", "sweep"),
+    ("whatif", "defrag"),
+    ("registry", "list"),
+]
+"""The commands that print tables (capacity's own options belong to its module's owner)."""
+
+
+def test_every_command_that_prints_a_table_takes_wide() -> None:
+    commands = dict(every_command())
+    for path in TABLE_COMMANDS:
+        cmd = commands[path]
+        names = {o for p in cmd.params for o in getattr(p, "opts", [])}  # type: ignore[attr-defined]
+        assert "--wide" in names, path

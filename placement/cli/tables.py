@@ -223,13 +223,16 @@ def print_report(
     costs: dict[str, dict[str, float | None]] | None = None,
     why_not: dict[str, str] | None = None,
     all_candidates: bool = False,
+    console: Console = out,
 ) -> None:
-    out.print(title, highlight=False, soft_wrap=True)
-    out.print(_step_table("the modeled step", report))
-    out.print(_phase_table(report))
-    out.print(_cost_table("exposed communication by group kind and tier", report))
+    """The headline and the tables of a modeled step: its parts, its phases, its communication by group kind and
+    tier, and (with `costs`) the baselines; on `console` (`table_console`: 80 columns when piped, or --wide)."""
+    console.print(title, highlight=False, soft_wrap=True)
+    console.print(_step_table("the modeled step", report))
+    console.print(_phase_table(report))
+    console.print(_cost_table("exposed communication by group kind and tier", report))
     if strategy is not None and costs:
-        out.print(_baseline_table(strategy, report, costs, why_not or {}, all_candidates))
+        console.print(_baseline_table(strategy, report, costs, why_not or {}, all_candidates))
 
 
 def _runs(pairs: list[tuple[int, int]]) -> list[str]:
@@ -345,7 +348,7 @@ def seats_of(result: Any) -> list[tuple[str, int]]:
     return [(a.host, int(a.device.rpartition("/gpu")[2] or 0)) for a in result.mapping]
 
 
-def print_result(result: Any, cluster: str, all_candidates: bool = False) -> None:
+def print_result(result: Any, cluster: str, all_candidates: bool = False, wide: bool = False) -> None:
     """The tables of a PlacementResult message (solved here, by a server, or reserved), as `place` prints them:
     the headline, the step, its phases and communication, the baselines (why each without a mapping has none),
     the launcher's price and the mapping; `cluster` names where it was placed (the cluster name or registry
@@ -379,16 +382,17 @@ def print_result(result: Any, cluster: str, all_candidates: bool = False) -> Non
         notes.get("stop_reason"),
     )
     why_not = {k.removeprefix(WHY_NOT): v for k, v in notes.items() if k.startswith(WHY_NOT)}
-    print_report(title, rep, result.strategy, costs, why_not, all_candidates)
+    con = table_console(wide)
+    print_report(title, rep, result.strategy, costs, why_not, all_candidates, con)
     free = stats.values.get("launcher_free_step_seconds") if stats is not None else None
     if notes.get("launcher") == "torchrun" and free:  # the price of contiguous host blocks
-        out.print(
+        con.print(
             f"launcher torchrun (each host's ranks one contiguous block): step {rep.step_seconds:.4f} s "
             f"against {free:.4f} s for the free mapping ({100 * (rep.step_seconds / free - 1):+.2f}%)",
             soft_wrap=True,
         )
     if result.mapping:
-        print_mapping(seats_of(result))
+        print_mapping(seats_of(result), con)
 
 
 def print_verdict(result: Any, console: Console = out) -> None:

@@ -12,9 +12,9 @@ import typer
 from placement.cli.errors import err, escape, fail, guard
 from placement.cli.help import Command, command_app
 from placement.cli.inputs import load_inputs, write_output
-from placement.cli.options import JsonOpt, json_output
+from placement.cli.options import JsonOpt, WideOpt, json_output
 from placement.cli.picture import render_picture
-from placement.cli.tables import headline, print_report
+from placement.cli.tables import headline, print_report, table_console
 from placement.cost.evaluate import evaluate as evaluate_cost
 from placement.io.native import load_mapping
 from placement.messages import domain, dump_message
@@ -35,6 +35,7 @@ def evaluate(
     state: Annotated[Path | None, typer.Option(help="state file: occupancy, failures, fault domains")] = None,
     output: Annotated[str, typer.Option(help="table or json")] = "table",
     json_: JsonOpt = False,
+    wide: WideOpt = False,
     picture: Annotated[
         Path | None, typer.Option(help="also draw the placement (SVG or PNG by suffix)")
     ] = None,
@@ -54,6 +55,6 @@ def evaluate(
     if output == "json":
         write_output(dump_message(domain.evaluate_response(topo, jb, mp, rep)), None)
     elif output == "table":
-        print_report(f"{jb.name} on {topo.name}: {headline(rep)}", rep)
+        print_report(f"{jb.name} on {topo.name}: {headline(rep)}", rep, console=table_console(wide))
     else:
         fail(f"--output: unknown value {output!r}; use table or json", 2)

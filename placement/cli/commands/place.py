@@ -15,7 +15,7 @@ from placement.cli.commands.remote import place_remote
 from placement.cli.errors import WAIT_EXIT, err, escape, fail, guard
 from placement.cli.help import Command, command_app
 from placement.cli.inputs import load_inputs, own_command, write_output
-from placement.cli.options import JsonOpt, ServerOpt, TokenOpt, json_output
+from placement.cli.options import JsonOpt, ServerOpt, TokenOpt, WideOpt, json_output
 from placement.cli.picture import render_picture
 from placement.cli.tables import print_result, print_verdict, seats_of
 from placement.cli.usage import INPUTS
@@ -83,11 +83,13 @@ def _waiting(result: Any) -> None:
 @dataclass(frozen=True)
 class Show:
     """How `place` shows its answer: `output` (`PLACE_OUTPUTS`), written to `out_file` (None: stdout), every
-    candidate in the baseline table or only the schedulers and the best heuristic."""
+    candidate in the baseline table or only the schedulers and the best heuristic, the tables in 80 columns when
+    piped or every column at full width (`wide`)."""
 
     output: str
     out_file: Path | None = None
     all_candidates: bool = False
+    wide: bool = False
 
 
 def show_answer(result: Any, cluster: str, show: Show, topology: Topology | None = None) -> None:
@@ -98,7 +100,7 @@ def show_answer(result: Any, cluster: str, show: Show, topology: Topology | None
     if show.output in ("json", "yaml"):
         write_output(dump_message(response, show.output), show.out_file)
     elif show.output == "table":
-        print_result(result, cluster, show.all_candidates)
+        print_result(result, cluster, show.all_candidates, show.wide)
         print_verdict(result)
         if show.out_file is not None:
             write_output(dump_message(response, "json"), show.out_file)
@@ -261,6 +263,7 @@ def place(
     balance: BalanceOpt = None,
     segment: SegmentOpt = None,
     all_candidates: AllCandidatesOpt = False,
+    wide: WideOpt = False,
 ) -> None:
     """Place a job on a cluster state and show what it costs, next to the baselines.
 
@@ -273,7 +276,7 @@ def place(
         fail(problem, 2)
     if output not in PLACE_OUTPUTS:
         fail(f"--output: unknown value {output!r}; use one of {', '.join(PLACE_OUTPUTS)}", 2)
-    show = Show(output, out_file, all_candidates)
+    show = Show(output, out_file, all_candidates, wide)
     if request is not None:
         _place_request(read_request(request, pb.PlaceRequest), server, token, show)
         return

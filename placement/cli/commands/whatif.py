@@ -24,7 +24,7 @@ from placement.cli.runner import (
     choose_executor,
     interrupted,
 )
-from placement.cli.tables import drop_columns, out, table_console
+from placement.cli.tables import drop_columns, table_console
 from placement.io.native import load_job
 from placement.sim.whatif import load_sweep, plot_sweep, ranked_tables, run_sweep
 from placement.sim.whatif.defrag import DefragResult, hosts_needed
@@ -151,6 +151,7 @@ def defrag(
     keep: Annotated[list[str] | None, typer.Option(help="a job id that must not move (repeatable)")] = None,
     output: Annotated[str, typer.Option(help="table or json")] = "table",
     json_: JsonOpt = False,
+    wide: WideOpt = False,
 ) -> None:
     """Which running jobs must move to free whole hosts under one domain.
 
@@ -177,7 +178,7 @@ def defrag(
     if output == "json":
         sys.stdout.write(json.dumps(_defrag_document(res), indent=2) + "\n")
     else:
-        _print_defrag(res)
+        _print_defrag(res, wide)
     if not res.answers:
         raise typer.Exit(3)
 
@@ -202,7 +203,7 @@ def _defrag_document(res: DefragResult) -> dict[str, Any]:
     }
 
 
-def _print_defrag(res: DefragResult) -> None:
+def _print_defrag(res: DefragResult, wide: bool = False) -> None:
     head = "fits today" if res.fits_today else "does not fit today"
     t = Table(
         title=f"{res.hosts_needed} whole hosts under one {res.level}: {head}; {res.considered} {res.level} domain(s) could be cleared"
@@ -213,6 +214,6 @@ def _print_defrag(res: DefragResult) -> None:
         jobs = ", ".join(f"{j} ({k})" for j, k in a.jobs.items()) or "-"
         hs = ", ".join(a.hosts[:6]) + (f", ... ({len(a.hosts)})" if len(a.hosts) > 6 else "")
         t.add_row(a.domain, str(a.moved_ranks), str(a.jobs_touched), jobs, hs)
-    out.print(t)
+    table_console(wide).print(t)
     for r in res.reasons:
         err.print(f"[bold red]no answer:[/] {r}", highlight=False, soft_wrap=True)
