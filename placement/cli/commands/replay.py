@@ -138,6 +138,7 @@ def replay(
         repair_hours, arrival_scale, max_slowdown, checkpoint_minutes, restart_s, jobs, load,
     )  # fmt: skip
     configs = plan.configs()
+    ex = choose_executor(executor, workers, address, len(configs))
     if log_every < 0:
         fail(f"--log-every: must be >= 0, got {log_every}", 2)
     rule = parse_shape_rule(shape_rule)
@@ -157,7 +158,6 @@ def replay(
         ReplayTask(task_key(doc, jobs_t, c, rule), doc, str(cluster.parent), jobs_t, c, rule) for c in configs
     ]
     out = out_dir if out_dir is not None else Path(f"replay-{trace.stem}")
-    ex = choose_executor(executor, workers, address, len(tasks))
     detail = f"{len(jobs_t)} jobs x {_replays(plan)}"
     with RunProgress(f"replay {_replays(plan)}", "job runs", detail, log_every) as progress:
         run = run_replays(tasks, out, executor=ex, resume=resume, progress=progress)
