@@ -5,6 +5,7 @@ command with `--output`, a stop reason that agrees with the gap, and the WAIT re
 from __future__ import annotations
 
 import json
+import random
 import re
 from pathlib import Path
 
@@ -13,6 +14,8 @@ import yaml
 from typer.testing import CliRunner
 
 from placement.cli.app import app
+from placement.cli.tables import mapping_rows
+from placement.io.hostlist import expand_hostlist
 from placement.io.native import load_cluster, load_state
 from placement.solve.baselines import BASELINES
 from tests.support_server import running
@@ -40,7 +43,7 @@ def _expand(runs: str) -> set[tuple[int, int]]:
         if " by " in words:
             span, step = words.split(" by ")
             a, b = span.split("..")
-            ranks = list(range(int(a), int(b) + 1, int(step)))
+            ranks = list(range(int(a), int(b) + (1 if int(step) > 0 else -1), int(step)))
         elif "," in words:
             ranks = [int(x) for x in words.split(",")]
         else:
@@ -51,6 +54,37 @@ def _expand(runs: str) -> set[tuple[int, int]]:
     return pairs
 
 
+def _read_rows(rows: list[tuple[str, str]]) -> dict[str, set[tuple[int, int]]]:
+    """The (GPU, rank) pairs per host that mapping rows name, read back from their words."""
+    got: dict[str, set[tuple[int, int]]] = {}
+    for host_cell, runs in rows:
+        hosts = expand_hostlist(host_cell)
+        block = re.fullmatch(r"gpu(\d+)-(\d+): ranks (\d+)-(\d+), (\d+) a host in host order", runs)
+        if block is None:
+            (host,) = hosts
+            got[host] = _expand(runs)
+            continue
+        g0, g1, r0, r1, k = (int(x) for x in block.groups())
+        assert g1 - g0 + 1 == k and r1 - r0 + 1 == k * len(hosts)
+        for i, host in enumerate(hosts):  # the i-th host holds the i-th block of k ranks
+            got[host] = {(g0 + j, r0 + i * k + j) for j in range(k)}
+    return got
+
+
+def test_mapping_rows_read_back_to_the_mapping() -> None:
+    rng = random.Random(5)
+    for _ in range(200):
+        hosts = [f"node{h:02d}" for h in rng.sample(range(1, 20), rng.randint(1, 6))]
+        seats = [(h, g) for h in hosts for g in range(8)]
+        if rng.random() < 0.7:
+            rng.shuffle(seats)  # any order, strides and all
+        seats = seats[: rng.randint(1, len(seats))]
+        want: dict[str, set[tuple[int, int]]] = {}
+        for rank, (h, g) in enumerate(seats):
+            want.setdefault(h, set()).add((g, rank))
+        assert _read_rows(mapping_rows(seats)) == want, seats
+
+
 def test_place_shows_the_mapping_per_host_in_80_columns_and_how_to_get_it_as_a_file() -> None:
     table = _run("place", *DGX, "--deterministic", "--time-limit", "5")
     answer = json.loads(_run("place", *DGX, "--deterministic", "--time-limit", "5", "--output", "json"))
@@ -59,12 +93,13 @@ def test_place_shows_the_mapping_per_host_in_80_columns_and_how_to_get_it_as_a_f
         want.setdefault(a["host"], set()).add((int(a["device"].rpartition("/gpu")[2]), rank))
     lines = table.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("the mapping:"))
-    assert lines[start] == f"the mapping: 32 ranks on {len(want)} host(s)"
-    got: dict[str, set[tuple[int, int]]] = {}
+    assert lines[start] == f"the mapping: 32 ranks on {len(want)} hosts"
+    rows = []
     for line in lines[start:]:
         cells = [c.strip() for c in line.strip("│").split("│")]
-        if len(cells) == 2 and cells[0] in want:
-            got[cells[0]] = _expand(cells[1])
+        if len(cells) == 2 and cells[0] and cells[0] != "host":
+            rows.append((cells[0], cells[1]))
+    got = _read_rows(rows)
     assert got == want
     assert any("--out result.json" in line for line in lines[start:])
     table_lines = [line for line in lines if line[:1] in "┏┃┡│├└"]

@@ -15,6 +15,7 @@ from rich.table import Table
 
 from placement.cli.errors import CliConsole
 from placement.cost.report import CostReport
+from placement.io.hostlist import compress_hostlist
 from placement.messages.domain import report_from_proto
 from placement.solve.baselines import BASELINES
 from placement.solve.run import WHY_NOT
@@ -266,11 +267,46 @@ def _runs(pairs: list[tuple[int, int]]) -> list[str]:
 
 def mapping_rows(seats: list[tuple[str, int]]) -> list[tuple[str, str]]:
     """A mapping (rank -> (host, GPU index on it)) per host, hosts in the order of their first rank: the host
-    and its GPU -> rank runs (`_runs`)."""
+    and its GPU -> rank runs (`_runs`). Neighbouring hosts that each hold one block of ranks on the same GPUs,
+    the blocks in host order, share a row (``node[01-04]``, ``gpu0-7: ranks 0-31, 8 a host in host order``)."""
     by_host: dict[str, list[tuple[int, int]]] = {}
     for rank, (host, gpu) in enumerate(seats):
         by_host.setdefault(host, []).append((gpu, rank))
-    return [(host, ", ".join(_runs(sorted(pairs)))) for host, pairs in by_host.items()]
+    rows: list[tuple[str, str]] = []
+    group: list[tuple[str, list[tuple[int, int]]]] = []
+
+    def flush() -> None:
+        if len(group) == 1:
+            rows.append((group[0][0], ", ".join(_runs(group[0][1]))))
+        elif group:
+            first, last = group[0][1], group[-1][1]
+            try:
+                hosts = compress_hostlist([h for h, _ in group])
+            except ValueError:
+                hosts = f"{group[0][0]} .. {group[-1][0]}"
+            rows.append(
+                (
+                    hosts,
+                    f"gpu{first[0][0]}-{first[-1][0]}: ranks {first[0][1]}-{last[-1][1]}, {len(first)} a host in "
+                    "host order",
+                )
+            )
+        group.clear()
+
+    for host, pairs in by_host.items():
+        pairs.sort()
+        block = len(pairs) > 1 and all(
+            g == pairs[0][0] + i and r == pairs[0][1] + i for i, (g, r) in enumerate(pairs)
+        )
+        joins = bool(group) and block and [g for g, _ in pairs] == [g for g, _ in group[-1][1]]
+        if not (joins and pairs[0][1] == group[-1][1][-1][1] + 1):
+            flush()
+        if block:
+            group.append((host, pairs))
+        else:
+            rows.append((host, ", ".join(_runs(pairs))))
+    flush()
+    return rows
 
 
 MAPPING_ROWS = 16
@@ -280,7 +316,10 @@ MAPPING_ROWS = 16
 def print_mapping(seats: list[tuple[str, int]], console: Console = out) -> None:
     """The mapping in a few lines: per host, its GPUs and the ranks on them, and how to get it as a file."""
     rows = mapping_rows(seats)
-    console.print(f"the mapping: {len(seats)} ranks on {len(rows)} host(s)", highlight=False)
+    hosts = len({h for h, _ in seats})
+    console.print(
+        f"the mapping: {len(seats)} ranks on {hosts} host{'s' if hosts != 1 else ''}", highlight=False
+    )
     t = Table()
     t.add_column("host", no_wrap=True)
     t.add_column("GPU: ranks")
