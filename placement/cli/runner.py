@@ -21,14 +21,7 @@ from rich.progress import (
 )
 
 from placement.cli.errors import err, escape, fail
-from placement.sim.executors import (
-    EXECUTORS,
-    Executor,
-    InlineExecutor,
-    LocalExecutor,
-    RayExecutor,
-    default_workers,
-)
+from placement.sim.executors import EXECUTORS, Executor, make_executor
 
 __all__ = [
     "AddressOpt",
@@ -59,15 +52,10 @@ def choose_executor(
         fail(f"--executor: must be {' or '.join(EXECUTORS)}, got {escape(repr(executor))}", 2)
     if workers is not None and workers < 0:
         fail(f"--workers: must be >= 0 (0: in this process), got {workers}", 2)
-    if executor == "ray":
-        try:
-            return RayExecutor(address, workers or None)
-        except RuntimeError as e:
-            fail(escape(f"--executor: {e}"), 2)
-    if workers == 0:
-        return InlineExecutor()
-    n = workers if workers is not None else default_workers()
-    return LocalExecutor(max(1, min(n, tasks) if tasks is not None else n))
+    try:
+        return make_executor(executor, workers, address, tasks)
+    except RuntimeError as e:  # Ray missing or unreachable
+        fail(escape(f"--executor: {e}"), 2)
 
 
 class RunProgress:
