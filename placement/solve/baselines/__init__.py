@@ -65,14 +65,14 @@ def topology_greedy(topology: Topology, state: ClusterState, job: Job, traffic: 
 def why_none(topology: Topology, state: ClusterState, job: Job, traffic: Traffic, name: str) -> str:
     """Why the baseline `name` (or a heuristic) found no mapping for the job on this state, in a few words: the
     free devices, a pin, the level it needs, or how the scheduler would keep the job pending."""
+    if name == "slurm-block" and BLOCK_LEVEL not in topology.level_names:  # first: the cheapest, and common
+        return f"no {BLOCK_LEVEL} level in the cluster (Slurm's topology/block needs one)"
     cands = candidates_of(topology, state, job)
     if len(cands) < job.ranks:
         return f"only {len(cands)} usable free devices for {job.ranks} ranks"
     prep = prepare(topology, state, job, traffic)
     if prep is None:
         return "a pinned rank's device is not usable, or its required unit does not fit that host"
-    if name == "slurm-block" and BLOCK_LEVEL not in topology.level_names:
-        return f"no {BLOCK_LEVEL} level in the cluster (Slurm's topology/block needs one)"
     size = prep.size
     if name in ("slurm-tree", "slurm-block"):
         req = slurm_request(topology, job, prep)
