@@ -14,6 +14,7 @@ from placement.cli.help import Command, command_app
 from placement.cli.inputs import load_inputs, write_output
 from placement.cli.options import JsonOpt, WideOpt, json_output
 from placement.cli.picture import render_picture
+from placement.cli.serving import evaluate_serving_file, is_serving_file
 from placement.cli.tables import headline, print_report, table_console
 from placement.cost.evaluate import evaluate as evaluate_cost
 from placement.io.native import load_mapping
@@ -45,13 +46,15 @@ def evaluate(
     Step, exposed and total communication, compute, MFU, tokens/s, and the breakdown per phase and per group
     kind and tier.
     """
+    output = json_output(output, json_)
+    if is_serving_file(job):  # a serving job (kind: serving): placement.cli.serving
+        return evaluate_serving_file(cluster, job, mapping, state, output)
     topo, st, jb = load_inputs(cluster, job, state)
     mp = load_mapping(mapping, topo)
     rep = evaluate_cost(topo, st, jb, mp)
     if picture is not None:
         render_picture(topo, st, jb, mp, rep, picture)
         err.print(f"wrote {escape(str(picture))}", highlight=False, soft_wrap=True)
-    output = json_output(output, json_)
     if output == "json":
         write_output(dump_message(domain.evaluate_response(topo, jb, mp, rep)), None)
     elif output == "table":

@@ -17,9 +17,11 @@ from placement.cli.help import Command, command_app
 from placement.cli.inputs import load_inputs, own_command, write_output
 from placement.cli.options import JsonOpt, ServerOpt, TokenOpt, WideOpt, json_output
 from placement.cli.picture import render_picture
+from placement.cli.serving import is_serving_file, place_serving_file
 from placement.cli.tables import print_result, print_verdict, seats_of
 from placement.cli.usage import INPUTS
 from placement.cost.report import CostReport
+from placement.cost.shared import OBJECTIVES
 from placement.errors import InternalError
 from placement.io.export import ExportOptions, export
 from placement.io.native import job_from_dict, load_document
@@ -146,6 +148,7 @@ def _server_request(
             "relative_gap": opts.relative_gap,
             "seed": opts.seed,
             "deterministic": opts.deterministic,
+            **({"objective": opts.objective} if opts.objective != "own" else {}),
         },
     }
     if state is not None:
@@ -205,6 +208,13 @@ DeterministicOpt = Annotated[
     bool,
     typer.Option(help="budget the search in deterministic time: the same answer whatever the machine's load"),
 ]
+ObjectiveOpt = Annotated[
+    str,
+    typer.Option(
+        help="own (the job's step) or cluster (its step plus the harm to running jobs, when the state carries "
+        "their traffic)"
+    ),
+]
 MaxSlowdownOpt = Annotated[
     float | None,
     typer.Option(
@@ -253,6 +263,7 @@ def place(
     seed: Annotated[int, typer.Option(help="random seed (same seed and workers: same answer)")] = 0,
     workers: Annotated[int, typer.Option(help="CP-SAT workers (<= cores; not sent to a server)")] = 2,
     deterministic: DeterministicOpt = False,
+    objective: ObjectiveOpt = "own",
     output: OutputOpt = "table",
     json_: JsonOpt = False,
     out_file: Annotated[Path | None, typer.Option("--out", help="write the output here")] = None,
@@ -283,6 +294,11 @@ def place(
     if cluster is None or job is None:
         raise InternalError("the inputs rule lets CLUSTER and JOB through only together")
     strat = _check_options(strategy, time_limit, gap, seed, workers)
+    if objective not in OBJECTIVES:
+        fail(f"--objective: unknown value {objective!r}; use one of {', '.join(OBJECTIVES)}", 2)
+    if is_serving_file(job):  # a serving job (kind: serving): placement.cli.serving
+        opts = SolveOptions(strategy=strat, time_limit_s=time_limit, seed=seed, workers=workers)
+        return place_serving_file(cluster, job, state, opts, output, out_file, server)
     if max_slowdown is not None and not (math.isfinite(max_slowdown) and max_slowdown >= 1):
         fail(f"--max-slowdown: must be a number >= 1 (1: the ideal step), got {max_slowdown:g}", 2)
     opts = SolveOptions(
@@ -292,6 +308,7 @@ def place(
         seed=seed,
         workers=workers,
         deterministic=deterministic,
+        objective=objective,
     )
     job_doc = _job_with_rules(job, balance, segment)
     if server is not None:
