@@ -122,7 +122,7 @@ def plot_sweep(
             xticks(ax)
     if tiers:
         handles, labels = axs[0][0].get_legend_handles_labels()
-        fig.legend(handles, labels, title="tier", loc="outside right upper")
+        fig.legend(handles, labels, title="tier", loc="outside lower center", ncols=min(len(tiers), 6))
     suptitle(
         fig,
         f"{sweep.name}: exposed communication seconds per step by bottleneck tier"
