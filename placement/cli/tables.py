@@ -206,9 +206,9 @@ def _baseline_table(
         best = next((n for n in names if n not in SCHEDULERS), None)
         notes.append(
             (
-                f"{best}: the best of {hidden + 1} heuristics; "
+                f"{best}: the best of {hidden + 1} other candidates; "
                 if best
-                else f"{hidden} heuristics found none; "
+                else f"{hidden} other candidates found none; "
             )
             + "--all-candidates lists every one"
         )

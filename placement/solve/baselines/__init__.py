@@ -79,7 +79,7 @@ def why_none(topology: Topology, state: ClusterState, job: Job, traffic: Traffic
         if req is None:
             return f"no host holds a slice of {size} devices"
         return (
-            f"Slurm keeps it pending: {' '.join(req.options)} finds no {req.nodes} nodes with room "
+            f"Slurm keeps it pending: {' '.join(req.options)} finds no {req.nodes} node(s) with room "
             f"under one {'block' if name == 'slurm-block' else 'switch tree'}"
         )
     if name == "kueue-tas":
