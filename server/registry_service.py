@@ -21,6 +21,7 @@ from placement.messages.registry import (
     event_to_proto,
     prefixed,
     reservation_to_proto,
+    reserve_request,
     resolve_cluster,
     state_message,
     update_response,
@@ -28,12 +29,13 @@ from placement.messages.registry import (
 from placement.model.state import ClusterState
 from placement.model.topology import Topology
 from placement.registry import ClaimConflict, Registry, default_url, open_store, request_hash
-from placement.registry.registry import MAX_TTL_S, Waiting
+from placement.registry.registry import Waiting
 from placement.solve import PlacementResult
 from placement.v1 import placement_pb2 as pb
 from placement.v1 import registry_pb2 as rpb
 from placement.v1 import registry_pb2_grpc as rpb_grpc
 from server import budget as request_budget
+from server import rpc
 from server.errors import LimitExceeded, ShuttingDown, precondition_failed, status_for
 from server.servicer import PlacementServicer
 from server.settings import Settings
@@ -43,7 +45,6 @@ __all__ = ["REGISTRY_SERVICE_NAME", "RegistryHolder", "RegistryServicer"]
 _log = logging.getLogger("placement.server")
 
 REGISTRY_SERVICE_NAME: str = rpb.DESCRIPTOR.services_by_name["ClusterRegistry"].full_name
-DEFAULT_TTL_S = 60.0
 _WATCH_POLL_S = 0.5  # other replicas' writes reach a watcher within this
 
 R = TypeVar("R")
@@ -377,37 +378,26 @@ class RegistryServicer(rpb_grpc.ClusterRegistryServicer):
     # ---- reservations --------------------------------------------------------------------------------------
 
     def Reserve(self, request: rpb.ReserveRequest, context: grpc.ServicerContext) -> rpb.ReserveResponse:
-        return self._placement._call(request, context, self._reserve)
+        return self._placement.runner.run(request, context, self._reserve)
 
     def _reserve(
         self, request: rpb.ReserveRequest, context: grpc.ServicerContext, stop: threading.Event
     ) -> rpb.ReserveResponse:
-        self._placement._started(context, stop)
+        rpc.started(context, stop)
         reg = self._registry()
-        if not request.cluster_id:
-            raise InputError("request", [Problem("cluster_id", "is required")])
-        if not request.HasField("job"):
-            raise InputError("request", [Problem("job", "is required")])
+        place_req, ttl = reserve_request(request)
         ranks = request_budget.estimate_ranks(request.job)
         if ranks > self._settings.max_ranks:
             raise LimitExceeded(
                 "ranks", f"job has {ranks} ranks; this server accepts at most {self._settings.max_ranks}"
             )
-        ttl = request.ttl_s if request.HasField("ttl_s") else DEFAULT_TTL_S
-        if not (0 < ttl <= MAX_TTL_S):
-            raise InputError(
-                "request", [Problem("ttl_s", f"must be in (0, {MAX_TTL_S:g}] seconds, got {ttl}")]
-            )
-        place_req = pb.PlaceRequest(cluster_id=request.cluster_id, job=request.job, options=request.options)
-        if request.HasField("max_slowdown"):
-            place_req.max_slowdown = request.max_slowdown
         inputs = (
             convert.place_inputs(  # the job's names checked on the cluster; Reserve reads the state itself
                 place_req, self._settings.default_time_limit_s, reg.references(request.cluster_id)
             )
         )
-        budget = self._placement._budget(inputs.options.time_limit_s, context, 1)
-        opts = self._placement._options(inputs.options, budget, stop)
+        budget = rpc.time_budget(inputs.options.time_limit_s, context, 1, self._settings)
+        opts = rpc.fit_options(inputs.options, budget, stop, self._settings)
         job = inputs.job
 
         def render(topo: Topology, res: PlacementResult) -> bytes:
@@ -422,7 +412,7 @@ class RegistryServicer(rpb_grpc.ClusterRegistryServicer):
         )
         t0 = time.perf_counter()
         try:
-            with self._placement._watchdog(budget, stop):
+            with rpc.watchdog(budget, stop):
                 out = reg.reserve(
                     request.cluster_id,
                     job,

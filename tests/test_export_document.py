@@ -215,7 +215,10 @@ def test_export_command_writes_dotenv_directories_and_executable_scripts(tmp_pat
     assert sorted(p.name for p in (tmp_path / "env").iterdir()) == ["rank-0.env", "rank-1.env"]
     res = _cli("export", str(result), "--format", "slurm", "--out", str(tmp_path / "job.sh"))
     assert res.returncode == 0 and os.access(tmp_path / "job.sh", os.X_OK)
-    assert f"--placement {shlex.quote(str(result.resolve()))} --" in (tmp_path / "job.sh").read_text()
+    # the result relative to the directory the export ran in (where sbatch runs), the placement that wrote it
+    rel = os.path.relpath(result, Path.cwd())
+    assert f"bind --placement {shlex.quote(rel)} --" in (tmp_path / "job.sh").read_text()
+    assert f"{shlex.quote(sys.executable)} -m placement.cli.app bind" in (tmp_path / "job.sh").read_text()
     res = _cli("export", str(result), "--format", "rankfile")
     assert (
         res.returncode == 2

@@ -149,7 +149,8 @@ class PlacementResult:
     changes. `lower_bound` and `gap` are in the same number: a valid lower bound on the exposed communication of
     any valid mapping (`placement.solve.bound.comm_bound`); `stats["bound_source"]` names the phase and the
     argument that binds, `stats["stop_reason"]` why the search stopped (``gap_closed``, ``time_limit``,
-    ``no_improvement``), `stats["surrogate_bound"]` the CP-SAT models' own bound on the v1 surrogate (not a gap).
+    ``no_improvement``, ``launcher_blocks``: the free mapping closed its gap, the launcher's contiguous host
+    blocks cost the gap left), `stats["surrogate_bound"]` the CP-SAT models' own bound on the v1 surrogate (not a gap).
     `baselines` holds the exposed communication of each scheduler baseline, heuristic and candidate on the same
     state (None: it found no valid mapping); `baseline_reports` their full reports.
     """
