@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# CI: Open MPI's mpirun for tests/test_export.py (the exported rankfile run by a real mpirun --rankfile with
+# CI: Open MPI's mpirun for tests/io/test_export.py (the exported rankfile run by a real mpirun --rankfile with
 # `placement bind`), and numactl/taskset for the binding. Debian's packages; no-op when mpirun is already there.
 set -euo pipefail
 if command -v mpirun >/dev/null 2>&1 && command -v numactl >/dev/null 2>&1; then

@@ -1,6 +1,6 @@
 """Regenerate the committed Python stubs of protos/placement/v1 into placement/v1 (or into --out).
 
-One command: ``python scripts/gen_protos.py``. tests/test_proto_fresh.py regenerates into a temp dir and diffs.
+One command: ``python scripts/gen_protos.py``. tests/messages/test_proto_fresh.py regenerates into a temp dir and diffs.
 
 It runs grpc_tools.protoc with the proto root as include path, so the generated imports read
 ``from placement.v1 import placement_pb2``: messages and services by protoc, their typed interfaces

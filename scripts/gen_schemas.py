@@ -1,7 +1,7 @@
 """Write schemas/KIND.schema.json and docs/formats.md from the one schema of the input files (placement/schema/).
 
 python scripts/gen_schemas.py           # write them
-python scripts/gen_schemas.py --check   # exit 1 when a checked-in file differs (tests/test_schema.py too)
+python scripts/gen_schemas.py --check   # exit 1 when a checked-in file differs (tests/schema/test_schema.py too)
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Writes `placement.cli.usage_table` from the commands themselves: each plain command's parser registrations,
 usage line and error words, for `placement.cli.usage` (``python -m placement.cli.usage_gen`` after a command's
-options change; tests/test_cli_usage.py fails while the table is stale).
+options change; tests/cli/test_cli_usage.py fails while the table is stale).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ The readers (`placement.io.native`, `placement.messages.files`, `placement.sim.w
 preempt commands) stay the judges of a file: they check what a JSON Schema cannot (a level named in `fanout`
 exists, a rank is below `ranks`, a device selector resolves). These models say what a file may hold, for
 `placement schema KIND` (JSON Schema draft 2020-12), editors (the examples' `$schema` line) and docs/formats.md;
-tests/test_schema.py loads every example through both, so the two cannot disagree silently.
+tests/schema/test_schema.py loads every example through both, so the two cannot disagree silently.
 """
 
 from __future__ import annotations

@@ -11,7 +11,6 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from importlib.metadata import version
-from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -19,8 +18,8 @@ from typer.testing import CliRunner
 from placement.cli.app import COMMANDS, app, load_command
 from placement.cli.errors import EXIT_CODES
 from placement.cli.help import Command, Group
+from tests.conftest import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 COMMANDS_DIR = ROOT / "placement" / "cli" / "commands"
 
 

@@ -7,15 +7,14 @@ import os
 import shlex
 import subprocess
 import sys
-from pathlib import Path
 
 from typer.testing import CliRunner
 
 from placement.cli.app import app
 from placement.cli.commands.remote import rpc_exit_code
 from placement.cli.errors import CONFLICT_EXIT, EXIT_CODES, PIPE_CLOSED_EXIT
+from tests.conftest import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 EX = ROOT / "examples"
 
 

@@ -18,11 +18,11 @@ from placement.cli.tables import mapping_rows
 from placement.io.hostlist import expand_hostlist
 from placement.io.native import load_cluster, load_state
 from placement.solve.baselines import BASELINES
+from tests.cli.test_cli_app import every_command
+from tests.conftest import EXAMPLES
 from tests.support_server import running
-from tests.test_cli_app import every_command
 
-EX = Path(__file__).resolve().parents[1] / "examples"
-DGX = [str(EX / "dgx-h100-4node.yaml"), str(EX / "tp8-dp4.yaml")]
+DGX = [str(EXAMPLES / "dgx-h100-4node.yaml"), str(EXAMPLES / "tp8-dp4.yaml")]
 
 
 def _run(*args: str) -> str:
@@ -154,17 +154,17 @@ def test_json_is_an_alias_of_output_json_on_every_command_that_has_output() -> N
     a = json.loads(_run("place", *args, "--json"))
     b = json.loads(_run("place", *args, "--output", "json"))
     assert a["result"]["mapping"] == b["result"]["mapping"] and a["result"]["job"] == "tp8-dp4"
-    res = runner.invoke(app, ["evaluate", *DGX, str(EX / "mapping-tp8-contiguous.json"), "--json"])
+    res = runner.invoke(app, ["evaluate", *DGX, str(EXAMPLES / "mapping-tp8-contiguous.json"), "--json"])
     assert res.exit_code == 0 and json.loads(res.stdout)
 
 
 def test_the_stop_reason_never_contradicts_the_gap() -> None:
     text = _run(
         "place",
-        str(EX / "h100-256.yaml"),
-        str(EX / "tp2-pp4-dp4-torchrun.yaml"),
+        str(EXAMPLES / "h100-256.yaml"),
+        str(EXAMPLES / "tp2-pp4-dp4-torchrun.yaml"),
         "--state",
-        str(EX / "h100-256-busy.yaml"),
+        str(EXAMPLES / "h100-256-busy.yaml"),
         "--time-limit",
         "5",
         "--deterministic",
@@ -181,7 +181,7 @@ def test_the_stop_reason_never_contradicts_the_gap() -> None:
 
 def _half_busy(tmp_path: Path) -> list[str]:
     """4 hosts of 8 GPUs; hosts 1-3 have 4 GPUs busy: a TP8 x DP2 job cannot keep its TP groups whole."""
-    cluster = yaml.safe_load((EX / "dgx-h100-4node.yaml").read_text())
+    cluster = yaml.safe_load((EXAMPLES / "dgx-h100-4node.yaml").read_text())
     busy = [f"node0{h}/gpu{g}" for h in (2, 3, 4) for g in range(4)]
     state = {"occupied": [{"job": "other", "devices": busy}]}
     job = {

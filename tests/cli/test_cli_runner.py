@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 from placement.cli.app import app
 from placement.cli.runner import WORKERS_HELP, choose_executor
 from placement.sim.executors import InlineExecutor, LocalExecutor, default_workers
+from tests.cli.test_cli_app import every_command
 from tests.support_whatif import sweep_doc
-from tests.test_cli_app import every_command
 
 
 def test_workers_has_one_meaning() -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -14,8 +13,7 @@ from typer.testing import CliRunner
 import placement.cli.app as app_module
 from placement.cli.app import app
 from placement.cli.usage_gen import TABLE_PATH, render
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.conftest import ROOT
 
 USAGE_ERRORS = [
     ["place", "--bogus"],

@@ -22,10 +22,10 @@ from placement.model.job import CollectiveKind
 from placement.model.links import Level, Tier
 from placement.model.state import ClusterState
 from placement.model.topology import Topology
+from tests.conftest import FIXTURES, ROOT
 
-FIX = Path(__file__).parent / "fixtures"
+FIX = FIXTURES
 LOGS = FIX / "nccl_tests"
-ROOT = Path(__file__).resolve().parents[1]
 
 CASES = [
     ("all_reduce_1x8_a100_nvswitch__oracle-japan_ocitutorials.txt", "a100_bm_gpu4_8.yaml"),

@@ -1,6 +1,6 @@
 """placement.cost.evaluate: the v1 alpha-beta formulas with hand-computed numbers, paths (tiers, matrices, degradation,
 rails) and `surrogate_report` with its breakdown; `evaluate` (step model v2) on the same cases; plus the showcase
-of the issue (DGX H100, TP=8 split over two nodes). The v2 algorithms in detail: tests/test_step_model.py."""
+of the issue (DGX H100, TP=8 split over two nodes). The v2 algorithms in detail: tests/cost/test_step_model.py."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@
 3. `evaluate` refuses exactly the mappings `validate` rejects (InvalidMappingError with the same violations).
 
 Plus traffic and export invariants that every structured job and every mapping must satisfy. The readers'
-robustness against malformed documents: tests/test_reader_errors.py.
+robustness against malformed documents: tests/io/test_reader_errors.py.
 """
 
 from __future__ import annotations

@@ -35,6 +35,7 @@ from placement.solve.prepared import PreparedRequest
 from placement.solve.run import place
 from placement.solve.types import SolveOptions, key_better, report_key
 from placement.v1 import placement_pb2 as pb
+from tests.conftest import EXAMPLES
 
 AR = CollectiveKind.ALL_REDUCE
 S = 1e9  # bytes of every all-reduce
@@ -446,7 +447,7 @@ def test_the_surrogate_reads_the_background_as_uplink_slowdowns() -> None:
 
 
 def test_the_cli_shows_the_shared_fabric_table_only_with_other_traffic() -> None:
-    root = Path(__file__).resolve().parents[1] / "examples"
+    root = EXAMPLES
     args = [
         "place",
         str(root / "h100-256.yaml"),

@@ -19,7 +19,7 @@ from placement.model.traffic import job_traffic
 from placement.model.validate import validate
 from placement.sim.scenarios import fat_tree, megatron_job, occupy
 from placement.solve import SolveOptions, place
-from tests.conftest import model, spec, tree
+from tests.conftest import EXAMPLES, model, spec, tree
 
 OPTS = SolveOptions(time_limit_s=5.0, workers=1, seed=0)
 
@@ -236,7 +236,7 @@ def test_cli_repair_and_whatif_defrag(tmp_path: object) -> None:
 
     from placement.cli.app import app
 
-    root = Path(__file__).resolve().parents[1] / "examples"
+    root = EXAMPLES
     tmp = Path(str(tmp_path))
     (tmp / "state.yaml").write_text(
         "occupied:\n- job: tp8-dp4\n  devices: [node01, node02, node03, node04]\n"

@@ -12,7 +12,7 @@ from placement.decide.batch.joint import place_batch
 from placement.decide.batch.types import BatchJob
 from placement.model.state import ClusterState
 from placement.solve import SolveOptions, StopEvent
-from tests.test_batch import cluster, job
+from tests.decide.test_batch import cluster, job
 
 
 def test_a_deterministic_limit_is_a_budget_and_gets_no_clock() -> None:

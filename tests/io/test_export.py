@@ -155,7 +155,7 @@ def test_slurm_script_resources_and_srun_line() -> None:
 
 def test_slurm_script_pins_the_tasks_of_each_node() -> None:
     """The same count on every host: `--ntasks-per-node` is that count, with `--ntasks`. Without it Slurm may
-    spread 8 tasks on 2 nodes as 7 + 1 (measured on a real Slurm, tests/test_slurm_e2e.py)."""
+    spread 8 tasks on 2 nodes as 7 + 1 (measured on a real Slurm, tests/io/test_slurm_e2e.py)."""
     seats = [Seat(r, f"node{1 + r // 4:02d}", r % 4) for r in range(8)]
     assert Counter(s.host for s in seats) == {"node01": 4, "node02": 4}
     text = export("slurm", seats, options=OPTS)

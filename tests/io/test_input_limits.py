@@ -36,8 +36,7 @@ from placement.limits import (
     use_call,
     use_limits,
 )
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.conftest import ROOT
 
 
 @pytest.fixture(autouse=True)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 import json
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,9 +15,10 @@ from hypothesis import strategies as st
 from placement.errors import InputError
 from placement.io.importers.k8s import parse_k8s_nodes, short_level_name
 from placement.io.native import cluster_from_dict
-from tests.conftest import shared_file
+from tests.conftest import FIXTURES, shared_file
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "k8s"
+K8S_FIXTURES = FIXTURES / "k8s"
+
 GKE_LEVELS = [
     "cloud.google.com/gce-topology-block",
     "cloud.google.com/gce-topology-subblock",
@@ -34,7 +34,7 @@ EKS_LEVELS = [
 
 
 def _load(name: str) -> Any:
-    return json.loads((FIXTURES / name).read_text())
+    return json.loads((K8S_FIXTURES / name).read_text())
 
 
 def _levels(cluster: dict[str, Any]) -> list[str]:
@@ -70,7 +70,7 @@ def _check_common(cluster: dict[str, Any]) -> None:
 
 
 def test_gke_block_subblock_host() -> None:
-    text = (FIXTURES / "gke-a3mega-nodes.json").read_text()
+    text = (K8S_FIXTURES / "gke-a3mega-nodes.json").read_text()
     cluster, warnings = parse_k8s_nodes(text, "gke-a3mega-nodes.json", levels=",".join(GKE_LEVELS))
     _check_common(cluster)
     assert cluster["name"] == "gke-a3mega-nodes"
@@ -236,7 +236,7 @@ def test_short_level_name(key: str, short: str) -> None:
 
 
 def test_broken_fixture_reports_every_problem_with_its_item_path() -> None:
-    text = (FIXTURES / "broken-nodes.json").read_text()
+    text = (K8S_FIXTURES / "broken-nodes.json").read_text()
     levels = ",".join([GKE_LEVELS[0], GKE_LEVELS[1], GKE_LEVELS[3]])
     with pytest.raises(InputError) as info:
         parse_k8s_nodes(text, "broken-nodes.json", levels=levels)

@@ -3,14 +3,13 @@ rows and values read off the logs by eye; malformed logs give errors that name t
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from placement.errors import InputError
 from placement.io.importers.nccl_tests import bus_factor, parse_nccl_tests, read_nccl_tests
+from tests.conftest import FIXTURES
 
-LOGS = Path(__file__).parent / "fixtures" / "nccl_tests"
+LOGS = FIXTURES / "nccl_tests"
 
 
 def test_every_fixture_cites_its_source_on_its_first_line() -> None:

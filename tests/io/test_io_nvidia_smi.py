@@ -1,5 +1,5 @@
 """Tests of placement.io.importers.nvidia_smi on real `nvidia-smi topo -m` pastes (the shared topology data). Synthetic
-layouts: tests/test_io_nvidia_smi_layouts.py; error reports: tests/test_io_nvidia_smi_errors.py."""
+layouts: tests/io/test_io_nvidia_smi_layouts.py; error reports: tests/io/test_io_nvidia_smi_errors.py."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ import pytest
 
 from placement.errors import InputError
 from placement.io.importers.nvidia_smi import NvidiaSmiTopology, nvlink_count, read_nvidia_smi
+from tests.conftest import TOPOLOGIES
 from tests.support_nvidia_smi import assert_well_formed
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "topologies" / "nvidia_smi_topo"
+DATA = TOPOLOGIES / "nvidia_smi_topo"
 needs_data = pytest.mark.skipif(
     not DATA.is_dir(),
     reason=f"shared topology data not found at {DATA} (expected ../shared/data next to the repo)",

@@ -1,5 +1,5 @@
 """Tests of placement.io.importers.slurm on the real topology.conf/topology.yaml examples (the shared topology data).
-Synthetic inputs: tests/test_io_slurm_conf.py (topology.conf), tests/test_io_slurm_yaml.py (topology.yaml)."""
+Synthetic inputs: tests/io/test_io_slurm_conf.py (topology.conf), tests/io/test_io_slurm_yaml.py (topology.yaml)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import pytest
 
 from placement.errors import InputError
 from placement.io.importers.slurm import parse_topology_yaml, read_slurm
+from tests.conftest import DATA
 from tests.support_slurm import check_common, domain_sizes, host_of, level_names_of, problem_texts
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 SLURM = DATA / "topologies" / "slurm"
 TOPOGRAPH_CI = DATA / "topologies" / "cluster_fabric" / "nvidia_topograph" / "tests" / "ci"
 

@@ -27,9 +27,8 @@ from placement.io.native import (
 from placement.io.native.doc_kinds import KIND_KEYS, document_kind
 from placement.messages.files import read_request
 from placement.v1 import placement_pb2 as pb
+from tests.conftest import EXAMPLES, ROOT
 from tests.support_native import LEVELS2
-
-ROOT = Path(__file__).resolve().parents[1]
 
 CLUSTER: dict[str, Any] = {
     "name": "two-nodes",
@@ -248,7 +247,7 @@ def test_cli_place_with_swapped_files_and_export_of_a_job(tmp_path: Path) -> Non
 def test_a_request_file_suggests_the_closest_key_for_a_typo(tmp_path: Path) -> None:
     """Request files (protobuf JSON mapping) get the same did-you-mean as native files; a key close to none
     still lists what is allowed."""
-    root = Path(__file__).resolve().parents[1] / "examples"
+    root = EXAMPLES
     base = {"cluster_file": str(root / "h100-256.yaml"), "job_file": str(root / "llama-13b-tp8-pp2-dp4.yaml")}
     typo = tmp_path / "typo.yaml"
     typo.write_text(yaml.safe_dump({**base, "options": {"time_limt_s": 5}}))

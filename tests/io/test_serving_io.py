@@ -16,8 +16,8 @@ from placement.io.native.serving import load_serving_job, serving_job_from_dict
 from placement.messages import domain
 from placement.messages.serving import is_serving_message, serving_from_proto, serving_to_proto
 from placement.v1 import placement_pb2 as pb
+from tests.conftest import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "deepseek-v3-serving.yaml"
 
 MINI: dict[str, Any] = {

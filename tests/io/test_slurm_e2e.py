@@ -22,8 +22,8 @@ import yaml
 
 from placement.io.hostlist import expand_hostlist
 from placement.io.importers.slurm_live import parse_gres
+from tests.conftest import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 SLURM_SH = ROOT / ".ci" / "slurm.sh"
 CI = os.environ.get("CI", "").lower() == "true"
 NODES = int(os.environ.get("PLC_SLURM_NODES", "2"))

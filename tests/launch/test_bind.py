@@ -13,6 +13,7 @@ import pytest
 
 from placement.io.export.document import Seat
 from placement.launch.bind import RANK_VARS, BindError, Machine, find_rank, plan, visible_device
+from tests.conftest import ROOT
 
 # rank -> (host, GPU): node02 has GPUs 0, 4, 5, 6 free, so rank 1 (local rank 1) needs GPU 4
 MAPPING = [
@@ -270,7 +271,7 @@ def _cli(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[st
         if k not in RANK_VARS and "VISIBLE" not in k and not k.startswith(("SLURM", "PLACEMENT"))
     }
     full.update(env)
-    full["PYTHONPATH"] = str(Path(__file__).resolve().parents[1])
+    full["PYTHONPATH"] = str(ROOT)
     return subprocess.run(
         [sys.executable, "-m", "placement.cli.app", "bind", *args],
         env=full,

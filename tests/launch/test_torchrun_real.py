@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.conftest import ROOT
+
 # the PlaceResponse JSON mapping that `placement place --out` writes (docs/results.md), cut to what export reads:
 # host A holds ranks 0-1 on GPUs 5 and 2 (not in index order), host B ranks 2-3 on GPUs 0 and 7
 MAPPING = [("A", 5), ("A", 2), ("B", 0), ("B", 7)]

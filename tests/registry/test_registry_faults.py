@@ -37,6 +37,7 @@ from server.errors import status_for
 from server.main import SERVICE_NAME, create_server
 from server.registry_service import REGISTRY_SERVICE_NAME
 from server.settings import Settings
+from tests.registry.test_registry_history import Replica, _job
 from tests.registry_history import Checker, Op
 from tests.registry_util import (
     cluster_doc,
@@ -47,7 +48,6 @@ from tests.registry_util import (
     small_tmpfs,
     store_url,
 )
-from tests.test_registry_history import Replica, _job
 
 NODES, GPUS = 4, 4
 DEVICES = [f"node{n:02d}/gpu{g}" for n in range(1, NODES + 1) for g in range(GPUS)]

@@ -36,10 +36,10 @@ from placement.registry.model import ClaimKind
 from placement.v1 import placement_pb2 as pb
 from placement.v1 import registry_pb2 as rpb
 from placement.v1 import registry_pb2_grpc as rpb_grpc
+from tests.conftest import ROOT
 from tests.registry_history import Checker, Op
 from tests.registry_util import cluster_doc, fresh_postgres_db
 
-ROOT = Path(__file__).resolve().parent.parent
 DURATION_S = 15.0
 CLIENTS = 4
 NODES, GPUS = 4, 4

@@ -34,9 +34,8 @@ from placement.v1 import registry_pb2 as rpb
 from placement.v1 import registry_pb2_grpc as rpb_grpc
 from server.main import create_server
 from server.settings import Settings
+from tests.conftest import ROOT
 from tests.registry_util import cluster_doc, job_dict
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def _cluster(nodes: int = 8) -> pb.Cluster:

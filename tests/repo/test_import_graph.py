@@ -9,7 +9,7 @@ import textwrap
 from pathlib import Path
 from types import ModuleType
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.conftest import ROOT
 
 
 def _load() -> ModuleType:

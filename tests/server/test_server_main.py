@@ -9,15 +9,14 @@ import os
 import socket
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from placement import __version__
 from server.main import create_server
 from server.settings import Settings, env_name, parse_settings
+from tests.conftest import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 OFF = ["--metrics-port", "-1", "--registry", "off"]
 
 

@@ -20,21 +20,9 @@ from placement.sim.replay import SimConfig, TraceJob, parse_shape_rule, read_tra
 from placement.sim.replay.report import summarize, time_average
 from placement.sim.replay.shapes import ShapeRule
 from placement.sim.scenarios import fat_tree
+from tests.conftest import DATA
 
-TRACES = next(
-    (
-        p
-        for p in (
-            Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "traces",  # beside the repo
-            Path(__file__).resolve().parent.parent.parent.parent
-            / "shared"
-            / "data"
-            / "traces",  # a worktree's
-        )
-        if p.is_dir()
-    ),
-    Path("shared-data-absent"),
-)
+TRACES = DATA / "traces"
 CLUSTER_YAML = """
 name: ft-64
 levels:

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from placement.sim.executors import RayExecutor
-from tests.test_replay_policies import _reporting_task
+from tests.sim.test_replay_policies import _reporting_task
 
 try:
     import ray

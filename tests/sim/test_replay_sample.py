@@ -12,8 +12,8 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from placement.cli.app import app
+from tests.conftest import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 TRACE = ROOT / "examples" / "trace-small.csv"
 CLUSTER = ROOT / "examples" / "h100-256.yaml"
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -28,6 +27,7 @@ from placement.sim.scenarios import dgx1_node, explicit_twin, fat_tree, megatron
 from placement.solve import SolveOptions, SolveStatus, Strategy, place
 from placement.solve.types import better, key_better, report_key
 from placement.solve.units import candidate_devices
+from tests.conftest import EXAMPLES
 
 
 def small_cluster(hosts: int = 4, gpus: int = 2, per_leaf: int = 2) -> Topology:
@@ -407,7 +407,7 @@ def test_place_uses_the_traffic_it_is_given(job_traffic_calls: list[str]) -> Non
 def test_an_incumbent_outside_the_candidate_pool_does_not_break_the_search() -> None:
     """Regression: a heuristic's answer on a host the prepared pool leaves out reached the LNS, which looked the
     host up in the pool (KeyError: 9). The answer is valid and no worse than every baseline by (step, comm)."""
-    root = Path(__file__).resolve().parents[1] / "examples"
+    root = EXAMPLES
     topo, static = load_cluster(root / "h100-256.yaml")
     state = load_state(root / "h100-256-busy.yaml", topo, static)
     freed = {"train-16", "train-2", "train-21"}

@@ -8,7 +8,7 @@ the job's TP group or the unit it requires on one host, whatever the rank order 
 - ``first-fit``: `first_fit`, topology-blind, slices in host order.
 - ``kueue-tas``: `kueue_tas`, Kueue Topology Aware Scheduling, BestFit profile.
 - ``slurm-tree``: `slurm_tree`, Slurm's topology/tree plugin (22.05, checked against a live Slurm by
-  tests/test_baselines_slurm_golden.py); exactly the ``--nodes`` of `SlurmRequest`, or pending.
+  tests/solve/test_baselines_slurm_golden.py); exactly the ``--nodes`` of `SlurmRequest`, or pending.
 - ``slurm-block``: `slurm_block`, Slurm's topology/block plugin (None without a ``block`` level).
 
 `topology_greedy` is kept as an alias of `kueue_tas` for callers of the old name.
