@@ -1,26 +1,16 @@
-"""Hardening of the readers and the CLI (issue 10): bounded work per input, linear checks, deadline checkpoints,
-decode/depth/alias limits, error texts that never expand a document, value ranges, no traceback for any input.
-
-Each test names the finding of the issue it covers (F1..F7); server-side findings are in test_hardening_server.py.
-"""
+"""Input limits of the readers: bounded work per input (ranks, hosts, devices, matrices checked before anything is
+built), linear checks that stop at the checkpoint of an ended call, decode, depth and alias limits, error texts
+that never expand a document, and value ranges. The CLI's side: tests/cli/test_cli_limits.py; the server's:
+tests/server/test_resource_limits.py."""
 
 from __future__ import annotations
 
-import contextlib
-import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
-from hypothesis import HealthCheck, given
-from hypothesis import settings as hsettings
-from hypothesis import strategies as st
-from typer.testing import CliRunner
 
-from placement.cli.app import app
 from placement.errors import InputError, Problem, Problems
 from placement.io.native import cluster_from_dict, job_from_dict, mapping_from_obj, state_from_dict
 from placement.io.native.document import load_document, parse_document, read_text
@@ -32,22 +22,10 @@ from placement.limits import (
     checkpoint,
     current_limits,
     parse_limit_overrides,
-    set_process_limits,
     use_call,
     use_limits,
 )
-from tests.conftest import ROOT
-
-
-@pytest.fixture(autouse=True)
-def _default_limits() -> Iterator[None]:
-    """`placement --limits` sets the process's limits; the in-process CLI runs of this module must not leak them."""
-    yield
-    set_process_limits(None)
-
-
-EXAMPLES = ROOT / "examples"
-runner = CliRunner()
+from tests.support_native import job_doc, yaml_bomb
 
 
 def cluster(nodes: int = 4, gpus: int = 8) -> dict[str, Any]:
@@ -62,16 +40,6 @@ def cluster(nodes: int = 4, gpus: int = 8) -> dict[str, Any]:
     }
 
 
-def job(**over: Any) -> dict[str, Any]:
-    doc: dict[str, Any] = {
-        "name": "j",
-        "parallel": {"tp": 8, "dp": 2},
-        "model": {"parameters": 7e9, "hidden": 4096, "layers": 32, "seq_len": 4096},
-    }
-    doc.update(over)
-    return doc
-
-
 def problems_of(fn: Any, *args: Any) -> dict[str, str]:
     with pytest.raises(InputError) as ei:
         fn(*args)
@@ -81,10 +49,10 @@ def problems_of(fn: Any, *args: Any) -> dict[str, str]:
     return out
 
 
-# ---- F1: a tiny input cannot make the reader allocate without bound ------------------------------------------
+# ---- a tiny input cannot make the reader allocate without bound ------------------------------------------
 
 
-def test_f1_a_huge_rank_in_a_mapping_is_refused_without_allocating() -> None:
+def test_a_huge_rank_in_a_mapping_is_refused_without_allocating() -> None:
     topo, _ = cluster_from_dict(cluster(), "c")
     got = problems_of(mapping_from_obj, [{"rank": 30_000_000, "device": "node01/gpu0"}], topo, "m")
     assert "max_index" in got["[0].rank"]
@@ -95,17 +63,17 @@ def test_f1_a_huge_rank_in_a_mapping_is_refused_without_allocating() -> None:
     assert "ranks [1, 2, 3, 4, 5, 6, 7, 8] have no device" in got[""]
 
 
-def test_f1_rank_ranges_and_parallel_sizes_are_bounded_before_expansion() -> None:
+def test_rank_ranges_and_parallel_sizes_are_bounded_before_expansion() -> None:
     doc = {"name": "j", "ranks": 4, "groups": [{"members": "0-100000000000", "bytes": 1}]}
     assert "max_index" in problems_of(job_from_dict, doc, "j")["groups[0].members"]
     with pytest.raises(LimitError, match="max_ranks"):
-        job_from_dict(job(parallel={"tp": 8, "dp": 32_768}), "j")
-    assert "<=" in problems_of(job_from_dict, job(parallel={"tp": 1e9}), "j")["parallel.tp"]
+        job_from_dict(job_doc(parallel={"tp": 8, "dp": 32_768}), "j")
+    assert "<=" in problems_of(job_from_dict, job_doc(parallel={"tp": 1e9}), "j")["parallel.tp"]
     with pytest.raises(LimitError, match="max_group_members"), use_limits(Limits(max_group_members=100)):
         job_from_dict({"name": "j", "ranks": 1000, "groups": [{"members": "0-999", "bytes": 1}]}, "j")
 
 
-def test_f1_hosts_and_devices_are_bounded_before_hosts_are_built() -> None:
+def test_hosts_and_devices_are_bounded_before_hosts_are_built() -> None:
     with pytest.raises(LimitError, match="max_hosts"):
         cluster_from_dict(cluster(nodes=1_000_000_000), "c")
     with pytest.raises(LimitError, match="max_devices"):
@@ -116,16 +84,16 @@ def test_f1_hosts_and_devices_are_bounded_before_hosts_are_built() -> None:
         cluster_from_dict(doc, "c")
 
 
-def test_f1_ranks_1e29_is_a_clear_error_not_an_overflow() -> None:
+def test_ranks_1e29_is_a_clear_error_not_an_overflow() -> None:
     with pytest.raises(LimitError, match=r"ranks: 1e\+29 is above the limit max_ranks=32768"):
         job_from_dict({"name": "j", "ranks": 1e29, "groups": [{"members": [0, 1], "bytes": 1}]}, "j")
     msgs = problems_of(
-        job_from_dict, job(model={"parameters": 1, "hidden": 1e29, "layers": 1, "seq_len": 1}), "j"
+        job_from_dict, job_doc(model={"parameters": 1, "hidden": 1e29, "layers": 1, "seq_len": 1}), "j"
     )
     assert "must be <=" in msgs["model.hidden"]
 
 
-def test_f1_limits_are_configurable_and_named() -> None:
+def test_limits_are_configurable_and_named() -> None:
     lim = parse_limit_overrides("ranks=65536, max_devices=400000")
     assert (lim.max_ranks, lim.max_devices) == (65536, 400000)
     for bad in ("nope=3", "max_ranks=0", "max_ranks=x", "max_ranks"):
@@ -139,18 +107,18 @@ def test_f1_limits_are_configurable_and_named() -> None:
     assert current_limits().max_hosts == Limits().max_hosts
 
 
-# ---- F2: conversion is linear and checks the deadline --------------------------------------------------------
+# ---- conversion is linear and checks the deadline --------------------------------------------------------
 
 
-def test_f2_duplicate_pins_are_found_among_16384_pins() -> None:
+def test_duplicate_pins_are_found_among_16384_pins() -> None:
     pins = {str(r): f"node{r // 8 + 1:04d}/gpu{r % 8}" for r in range(16_384)}
     pins["16383"] = pins["0"]
-    doc = job(parallel={"tp": 8, "dp": 2048}, constraints={"pins": pins})
+    doc = job_doc(parallel={"tp": 8, "dp": 2048}, constraints={"pins": pins})
     got = problems_of(job_from_dict, doc, "j")
     assert "node0001/gpu0" in got["constraints.pins"] and "more than one rank" in got["constraints.pins"]
 
 
-def test_f2_overlapping_fault_domains_are_found_among_12000() -> None:
+def test_overlapping_fault_domains_are_found_among_12000() -> None:
     topo, _ = cluster_from_dict(cluster(nodes=1500), "c")
     fds = [{"kind": "power", "name": f"p{i}", "members": [topo.devices[i].id]} for i in range(12_000)]
     fds.append({"kind": "power", "name": "dup", "members": [topo.devices[5].id]})
@@ -158,9 +126,9 @@ def test_f2_overlapping_fault_domains_are_found_among_12000() -> None:
     assert "'p5' and 'dup' share 1 device(s)" in got["fault_domains[12000].members"]
 
 
-def test_f2_readers_stop_at_the_checkpoint_of_an_ended_call() -> None:
+def test_readers_stop_at_the_checkpoint_of_an_ended_call() -> None:
     pins = {str(r): f"node{r // 8 + 1:04d}/gpu{r % 8}" for r in range(16_384)}
-    doc = job(parallel={"tp": 8, "dp": 2048}, constraints={"pins": pins})
+    doc = job_doc(parallel={"tp": 8, "dp": 2048}, constraints={"pins": pins})
     ended = Call(deadline=time.monotonic() - 1)
     with use_call(ended), pytest.raises(Interrupted) as ei:
         job_from_dict(doc, "j")
@@ -173,7 +141,7 @@ def test_f2_readers_stop_at_the_checkpoint_of_an_ended_call() -> None:
     checkpoint()  # no call: a no-op (the CLI)
 
 
-def test_f2_a_big_matrix_is_bounded() -> None:
+def test_a_big_matrix_is_bounded() -> None:
     row = " ".join(["NV4"] * 2000)
     doc = cluster(nodes=1)
     doc["node_types"] = [{"name": "big", "matrix": [row] * 2000}]
@@ -182,10 +150,10 @@ def test_f2_a_big_matrix_is_bounded() -> None:
         cluster_from_dict(doc, "c")
 
 
-# ---- F3/F5: documents: decoding, depth, aliases, error texts --------------------------------------------------
+# ---- documents: decoding, depth, aliases, error texts --------------------------------------------------
 
 
-def test_f5_a_latin1_file_names_the_byte_offset(tmp_path: Path) -> None:
+def test_a_latin1_file_names_the_byte_offset(tmp_path: Path) -> None:
     p = tmp_path / "c.yaml"
     p.write_bytes("name: c\n# 5 µs latency\n".encode("latin-1"))
     with pytest.raises(InputError) as ei:
@@ -200,32 +168,24 @@ def test_f5_a_latin1_file_names_the_byte_offset(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("suffix", [".yaml", ".json"])
-def test_f5_deep_documents_are_refused(tmp_path: Path, suffix: str) -> None:
+def test_deep_documents_are_refused(tmp_path: Path, suffix: str) -> None:
     p = tmp_path / f"deep{suffix}"
     p.write_text("[" * 200_000 + "]" * 200_000)
     with pytest.raises(InputError, match="nested deeper than 64"):
         load_document(p)
 
 
-def _bomb(levels: int = 9) -> str:
-    lines = ['a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
-    for i in range(levels):
-        prev, cur = chr(97 + i), chr(98 + i)
-        lines.append(f"{cur}: &{cur} [{','.join(['*' + prev] * 9)}]")
-    return "\n".join(lines) + "\n"
-
-
-def test_f5_yaml_bombs_are_refused_before_expansion() -> None:
+def test_yaml_bombs_are_refused_before_expansion() -> None:
     with pytest.raises(InputError, match="expands to"):
-        parse_document(_bomb(), "bomb.yaml")
+        parse_document(yaml_bomb(), "bomb.yaml")
     with pytest.raises(InputError, match="more than 3 YAML aliases"), use_limits(Limits(max_aliases=3)):
         parse_document("a: &x 1\nb: [*x, *x, *x, *x]\n", "x.yaml")
     assert parse_document("a: &x {b: 1}\nc: *x\n", "ok.yaml") == {"a": {"b": 1}, "c": {"b": 1}}
 
 
-def test_f5_error_texts_never_expand_a_document() -> None:
+def test_error_texts_never_expand_a_document() -> None:
     with use_limits(Limits(max_nodes=10**9)):
-        doc = parse_document(_bomb(6), "b.yaml")  # 9**7 values expanded; a repr would be ~40 MB
+        doc = parse_document(yaml_bomb(6), "b.yaml")  # 9**7 values expanded; a repr would be ~40 MB
     doc = {"name": "c", "levels": doc["g"]}
     with pytest.raises(InputError) as ei:
         cluster_from_dict(doc, "c")
@@ -254,7 +214,7 @@ def test_input_error_prints_20_problems_then_a_count() -> None:
     assert InputError("y", [Problem("a", "b")]).render() == "y: a: b"
 
 
-# ---- F6: values without caps -----------------------------------------------------------------------------------
+# ---- value ranges -----------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -267,14 +227,14 @@ def test_input_error_prints_20_problems_then_a_count() -> None:
         ("expert_parameters", 1e300),
     ],
 )
-def test_f6_model_values_have_ranges(field: str, value: float) -> None:
-    doc = job()
+def test_model_values_have_ranges(field: str, value: float) -> None:
+    doc = job_doc()
     doc["model"][field] = value
     got = problems_of(job_from_dict, doc, "j")
     assert f"model.{field}" in got and "<=" in got[f"model.{field}"]
 
 
-def test_f6_slowdowns_and_factors_have_ranges() -> None:
+def test_slowdowns_and_factors_have_ranges() -> None:
     topo, _ = cluster_from_dict(cluster(), "c")
     got = problems_of(
         state_from_dict,
@@ -291,138 +251,3 @@ def test_f6_slowdowns_and_factors_have_ranges() -> None:
     assert "rail_policy.bandwidth_factor" in problems_of(cluster_from_dict, doc, "c")
     doc["rail_policy"] = {"bandwidth_factor": 2.0}
     assert "<= 1" in problems_of(cluster_from_dict, doc, "c")["rail_policy.bandwidth_factor"]
-
-
-# ---- F5: the CLI never prints a traceback ----------------------------------------------------------------------
-
-
-def _cli(*args: str) -> tuple[int, str]:
-    res = runner.invoke(app, list(args))
-    text = res.output + (res.stderr if res.stderr_bytes is not None else "")
-    assert "Traceback" not in text, text
-    assert res.exception is None or isinstance(res.exception, SystemExit), repr(res.exception)
-    return res.exit_code, text
-
-
-def test_f5_cli_bad_files_exit_2_without_traceback(tmp_path: Path) -> None:
-    job_file, mapping = str(EXAMPLES / "tp8-dp4.yaml"), str(EXAMPLES / "mapping-tp8-split.json")
-    latin = tmp_path / "latin.yaml"
-    latin.write_bytes("name: c\n# 5 µs\n".encode("latin-1"))
-    deep_y, deep_j = tmp_path / "deep.yaml", tmp_path / "deep.json"
-    deep_y.write_text("a: " + "[" * 200_000 + "]" * 200_000)
-    deep_j.write_text("[" * 200_000 + "]" * 200_000)
-    bomb = tmp_path / "bomb.yaml"
-    bomb.write_text(_bomb())
-    ranks = tmp_path / "ranks.json"
-    ranks.write_text(json.dumps({"name": "j", "ranks": 1e29, "groups": [{"members": [0, 1], "bytes": 1}]}))
-    binary = tmp_path / "bin.yaml"
-    binary.write_bytes(bytes(range(256)))
-    for bad in (latin, deep_y, deep_j, bomb, binary):
-        code, text = _cli("evaluate", str(bad), job_file, mapping)
-        assert code == 2 and str(bad.name) in text, text
-    code, text = _cli("place", str(EXAMPLES / "h100-256.yaml"), str(ranks))
-    assert code == 2 and "ranks" in text
-
-
-def test_f5_cli_time_limit_and_gap_are_checked() -> None:
-    c, j = str(EXAMPLES / "h100-256.yaml"), str(EXAMPLES / "tp8-dp4.yaml")
-    for args, needle in (
-        (["--time-limit", "nan"], "--time-limit"),
-        (["--time-limit", "inf"], "--time-limit"),
-        (["--gap", "5"], "--gap"),
-        (["--gap", "nan"], "--gap"),
-        (["--gap", "1"], "--gap"),
-    ):
-        code, text = _cli("place", c, j, *args)
-        assert code == 2 and needle in text, text
-
-
-def test_cli_limits_flag_raises_and_lowers_limits() -> None:
-    c, j = str(EXAMPLES / "h100-256.yaml"), str(EXAMPLES / "tp8-dp4.yaml")
-    code, text = _cli("--limits", "max_hosts=2", "place", c, j)
-    assert code == 2 and "max_hosts" in text and "--limits" in text
-    code, text = _cli("--limits", "bogus=1", "place", c, j)
-    assert code == 2 and "--limits" in text
-
-
-# ---- fuzz: any bytes or document give InputError or a value, nothing else ----------------------------------------
-
-
-@hsettings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(data=st.binary(max_size=400) | st.text(alphabet="[]{}:,-&*! \n\"'abc0189e.", max_size=400))
-def test_fuzzed_documents_give_input_errors_only(
-    tmp_path_factory: pytest.TempPathFactory, data: bytes | str
-) -> None:
-    raw = data if isinstance(data, bytes) else data.encode()
-    for suffix in (".yaml", ".json"):
-        p = tmp_path_factory.mktemp("fz") / f"f{suffix}"
-        p.write_bytes(raw)
-        try:
-            doc = load_document(p)
-        except InputError as e:
-            assert len(e.render()) < 5000
-            continue
-        for reader in (lambda d: cluster_from_dict(d, "c"), lambda d: job_from_dict(d, "j")):
-            with contextlib.suppress(InputError, LimitError):
-                reader(doc)
-
-
-_HOSTILE_NUMBERS = st.sampled_from(
-    [
-        0,
-        -1,
-        1,
-        2**31 - 1,
-        2**63,
-        10**20,
-        1e29,
-        1e308,
-        -1e308,
-        float("nan"),
-        float("inf"),
-        1e-300,
-        "1e9",
-        "0-100000000000",
-        None,
-        [],
-        {},
-        True,
-    ]
-)
-
-
-@hsettings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(
-    where=st.sampled_from(
-        [
-            "ranks",
-            "parallel.tp",
-            "parallel.dp",
-            "model.parameters",
-            "model.kv_fraction",
-            "model.layers",
-            "model.hidden",
-            "model.mfu",
-            "constraints.pins.0",
-            "groups",
-            "exposure.dp",
-        ]
-    ),
-    value=_HOSTILE_NUMBERS,
-)
-def test_fuzzed_job_values_give_clear_errors(where: str, value: Any) -> None:
-    doc = job()
-    node = doc
-    keys = where.split(".")
-    for k in keys[:-1]:
-        node = node.setdefault(k, {})
-    node[keys[-1]] = value
-    try:
-        j = job_from_dict(
-            yaml.safe_load(yaml.safe_dump(doc)) if isinstance(value, float) and value != value else doc, "j"
-        )
-    except (InputError, LimitError) as e:
-        assert len(str(e)) < 5000
-    else:
-        assert 1 <= j.ranks <= Limits().max_ranks
-        assert j.model is None or (0 < j.model.parameters <= 1e15 and 0 < j.model.kv_fraction <= 1)

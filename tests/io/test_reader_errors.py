@@ -1,17 +1,24 @@
 """Robustness of the readers, checked with hypothesis: a malformed cluster, job, state or mapping document raises
-InputError, never another exception (a traceback in the CLI)."""
+InputError, never another exception (a traceback in the CLI); any bytes read as a document, and hostile numbers
+in a job's fields, give InputError, LimitError or a value within its range."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from typing import Any
 
-from hypothesis import given, settings
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from placement.errors import InputError
 from placement.io.export import seats_from_document
 from placement.io.native import cluster_from_dict, job_from_dict, mapping_from_obj, state_from_dict
+from placement.io.native.document import load_document
+from placement.limits import LimitError, Limits
+from tests.support_native import job_doc
 
 _CLUSTER = {
     "levels": [
@@ -126,3 +133,86 @@ def test_state_reader_reports_input_errors_only(doc: object) -> None:
 def test_mapping_readers_report_input_errors_only(doc: object) -> None:
     _only_input_errors(mapping_from_obj, doc, cluster_from_dict(_CLUSTER)[0])
     _only_input_errors(seats_from_document, doc)
+
+
+# ---- any bytes, any document, any hostile value: InputError or a value, nothing else --------------------------
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.binary(max_size=400) | st.text(alphabet="[]{}:,-&*! \n\"'abc0189e.", max_size=400))
+def test_fuzzed_documents_give_input_errors_only(
+    tmp_path_factory: pytest.TempPathFactory, data: bytes | str
+) -> None:
+    raw = data if isinstance(data, bytes) else data.encode()
+    for suffix in (".yaml", ".json"):
+        p = tmp_path_factory.mktemp("fz") / f"f{suffix}"
+        p.write_bytes(raw)
+        try:
+            doc = load_document(p)
+        except InputError as e:
+            assert len(e.render()) < 5000
+            continue
+        for reader in (lambda d: cluster_from_dict(d, "c"), lambda d: job_from_dict(d, "j")):
+            with contextlib.suppress(InputError, LimitError):
+                reader(doc)
+
+
+_HOSTILE_NUMBERS = st.sampled_from(
+    [
+        0,
+        -1,
+        1,
+        2**31 - 1,
+        2**63,
+        10**20,
+        1e29,
+        1e308,
+        -1e308,
+        float("nan"),
+        float("inf"),
+        1e-300,
+        "1e9",
+        "0-100000000000",
+        None,
+        [],
+        {},
+        True,
+    ]
+)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    where=st.sampled_from(
+        [
+            "ranks",
+            "parallel.tp",
+            "parallel.dp",
+            "model.parameters",
+            "model.kv_fraction",
+            "model.layers",
+            "model.hidden",
+            "model.mfu",
+            "constraints.pins.0",
+            "groups",
+            "exposure.dp",
+        ]
+    ),
+    value=_HOSTILE_NUMBERS,
+)
+def test_fuzzed_job_values_give_clear_errors(where: str, value: Any) -> None:
+    doc = job_doc()
+    node = doc
+    keys = where.split(".")
+    for k in keys[:-1]:
+        node = node.setdefault(k, {})
+    node[keys[-1]] = value
+    try:
+        j = job_from_dict(
+            yaml.safe_load(yaml.safe_dump(doc)) if isinstance(value, float) and value != value else doc, "j"
+        )
+    except (InputError, LimitError) as e:
+        assert len(str(e)) < 5000
+    else:
+        assert 1 <= j.ranks <= Limits().max_ranks
+        assert j.model is None or (0 < j.model.parameters <= 1e15 and 0 < j.model.kv_fraction <= 1)

@@ -1,4 +1,4 @@
-"""The hostile fuzz of the gRPC server (issue 10): huge ranks, counts and indices, non-finite and absurd values,
+"""The hostile fuzz of the gRPC server: huge ranks, counts and indices, non-finite and absurd values,
 long lists, many pins and fault domains, long strings never give INTERNAL or UNKNOWN, never a trailer a default
 client refuses, and never an answer long after the deadline. The server runs in a process of its own."""
 

@@ -1,9 +1,7 @@
-"""Hardening of the gRPC server (issue 10): the request budget, deadlines and cancellation that free the worker and
-are counted as such, bounded error details, fail-closed auth (token, metrics, mTLS); the hostile fuzz is in
-test_hardening_fuzz.
-
-Each test names the finding of the issue it covers (F1..F7). Certificates are made here with the openssl CLI.
-"""
+"""Resource limits of the gRPC server: the request budget (counts and ranks refused before anything is built),
+deadlines and cancellation that free the worker and are counted as such, bounded memory while requests wait and
+memory given back, and error details that fit a default client's metadata limit. Authentication:
+test_auth.py; the hostile fuzz: test_hostile_requests.py."""
 
 from __future__ import annotations
 
@@ -12,12 +10,8 @@ import json
 import logging
 import math
 import os
-import shutil
-import subprocess
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -31,11 +25,8 @@ from placement.messages.files import request_from_dict
 from placement.v1 import placement_pb2 as pb
 from placement.v1 import placement_pb2_grpc as pb_grpc
 from server import interceptors
-from server.client import PlacementClient
 from server.errors import MAX_DETAIL_ITEMS
 from server.interceptors import give_back_memory
-from server.main import create_server, main
-from server.settings import Settings, parse_settings
 from server.telemetry import JsonFormatter
 from tests.support_server import (
     TRAILER_LIMIT,
@@ -70,11 +61,11 @@ def wait_until(cond: Any, timeout: float = 5.0) -> bool:
     return bool(cond())
 
 
-# ---- F1: a tiny request cannot take gigabytes -----------------------------------------------------------------
+# ---- a tiny request cannot take gigabytes -----------------------------------------------------------------
 
 
 @pytest.mark.parametrize("rank", [30_000_000, 2**31 - 1])
-def test_f1_a_huge_rank_in_an_evaluate_mapping_is_invalid_argument(srv: Running, rank: int) -> None:
+def test_a_huge_rank_in_an_evaluate_mapping_is_invalid_argument(srv: Running, rank: int) -> None:
     req = pb.EvaluateRequest(
         cluster=place_request().cluster,
         job=place_request().job,
@@ -98,7 +89,7 @@ def test_f1_a_huge_rank_in_an_evaluate_mapping_is_invalid_argument(srv: Running,
         (lambda r: r.job.constraints.pins.update({i: "node01/gpu0" for i in range(40_000)}), "pins"),
     ],
 )
-def test_f1_counts_above_the_limits_are_resource_exhausted_naming_field_and_limit(
+def test_counts_above_the_limits_are_resource_exhausted_naming_field_and_limit(
     srv: Running, mutate: Any, subject: str
 ) -> None:
     req = place_request()
@@ -109,7 +100,7 @@ def test_f1_counts_above_the_limits_are_resource_exhausted_naming_field_and_limi
     assert qf.violations[0].subject == subject and f"max_{subject}=" in qf.violations[0].description
 
 
-# ---- F2 / F7: deadlines and cancellation free the worker and are counted as such -------------------------------
+# ---- deadlines and cancellation free the worker and are counted as such -------------------------------
 
 
 def _slow_conversion(
@@ -131,7 +122,7 @@ def _slow_conversion(
     monkeypatch.setattr("server.servicer.convert.place_inputs", slow)
 
 
-def test_f2_an_expired_call_frees_its_worker_and_is_deadline_exceeded(
+def test_an_expired_call_frees_its_worker_and_is_deadline_exceeded(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     started = threading.Event()
@@ -146,7 +137,7 @@ def test_f2_an_expired_call_frees_its_worker_and_is_deadline_exceeded(
         assert 'code="OK",method="Place"' not in metrics_text(r)
 
 
-def test_f2_a_cancelled_call_frees_its_worker_and_is_counted_cancelled(
+def test_a_cancelled_call_frees_its_worker_and_is_counted_cancelled(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     started = threading.Event()
@@ -159,7 +150,7 @@ def test_f2_a_cancelled_call_frees_its_worker_and_is_counted_cancelled(
         assert wait_until(lambda: 'code="CANCELLED",method="Place"' in metrics_text(r))
 
 
-def test_f7_an_answer_after_the_deadline_is_not_counted_ok(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_answer_after_the_deadline_is_not_counted_ok(monkeypatch: pytest.MonkeyPatch) -> None:
     def stubborn_place(topology: Any, state: Any, job: Any, options: Any) -> Any:
         time.sleep(1.5)  # ignores the stop event: the answer comes after the client's deadline
         return fake_result(list(range(job.ranks)))
@@ -183,7 +174,7 @@ def test_f7_an_answer_after_the_deadline_is_not_counted_ok(monkeypatch: pytest.M
     assert any(x.get("code") == "DEADLINE_EXCEEDED" for x in lines), lines
 
 
-def test_f2_sixteen_thousand_pins_convert_and_a_duplicate_is_found(srv: Running) -> None:
+def test_sixteen_thousand_pins_convert_and_a_duplicate_is_found(srv: Running) -> None:
     req = place_request(nodes=2048, tp=8, dp=2048, time_limit_s=1.0)
     for r in range(16_384):
         req.job.constraints.pins[r] = f"node{r // 8 + 1:04d}/gpu{r % 8}"
@@ -193,7 +184,7 @@ def test_f2_sixteen_thousand_pins_convert_and_a_duplicate_is_found(srv: Running)
     assert "pinned to more than one rank" in (err.details() or "")
 
 
-def test_f7_waiting_requests_hold_bounded_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_waiting_requests_hold_bounded_memory(monkeypatch: pytest.MonkeyPatch) -> None:
     gate, started = threading.Event(), threading.Event()
 
     def gated_place(topology: Any, state: Any, job: Any, options: Any) -> Any:
@@ -219,7 +210,7 @@ def _resident_bytes() -> int:
 
 
 @pytest.mark.skipif(interceptors._malloc_trim is None, reason="malloc_trim is glibc's")
-def test_f7_freed_memory_is_given_back(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_freed_memory_is_given_back(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(
         interceptors, "_last_trim", [-math.inf]
     )  # no trim of another test holds this one back
@@ -234,7 +225,7 @@ def test_f7_freed_memory_is_given_back(monkeypatch: pytest.MonkeyPatch) -> None:
     assert pinned  # alive until after the trim
 
 
-def test_f7_memory_is_given_back_at_most_once_a_period(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_memory_is_given_back_at_most_once_a_period(monkeypatch: pytest.MonkeyPatch) -> None:
     trims: list[int] = []
 
     def counted_trim(pad: int) -> int:
@@ -249,10 +240,10 @@ def test_f7_memory_is_given_back_at_most_once_a_period(monkeypatch: pytest.Monke
     assert trims == [0]  # one trim, keeping no padding
 
 
-# ---- F3: error details stay small -------------------------------------------------------------------------------
+# ---- error details stay small -------------------------------------------------------------------------------
 
 
-def test_f3_thousands_of_violations_fit_a_default_clients_metadata_limit(srv: Running) -> None:
+def test_thousands_of_violations_fit_a_default_clients_metadata_limit(srv: Running) -> None:
     doc: dict[str, Any] = {
         "cluster": cluster_doc(4),
         "job": {
@@ -279,7 +270,7 @@ def test_f3_thousands_of_violations_fit_a_default_clients_metadata_limit(srv: Ru
     assert "job.groups[0]" in (err.details() or "") and "more" in (err.details() or "")
 
 
-def test_f3_a_mapping_breaking_thousands_of_rules_is_bounded_too(srv: Running) -> None:
+def test_a_mapping_breaking_thousands_of_rules_is_bounded_too(srv: Running) -> None:
     base = place_request(nodes=256, tp=8, dp=256)
     mapping = [pb.Assignment(rank=r, device="node001/gpu0") for r in range(2048)]
     req = pb.EvaluateRequest(cluster=base.cluster, job=base.job, mapping=mapping)
@@ -288,144 +279,3 @@ def test_f3_a_mapping_breaking_thousands_of_rules_is_bounded_too(srv: Running) -
         err.details()
     )
     assert trailer_bytes(err) < TRAILER_LIMIT
-
-
-# ---- F4: auth fails closed ----------------------------------------------------------------------------------------
-
-
-def test_f4_an_empty_token_refuses_to_start(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(ValueError, match="token is empty"):
-        Settings(token="  ")
-    with pytest.raises(SystemExit):
-        parse_settings([], {"PLACEMENT_TOKEN": ""})
-    with pytest.raises(SystemExit):
-        parse_settings(["--token", ""], {})
-    empty = tmp_path / "token"
-    empty.write_text("\n")
-    with pytest.raises(ValueError, match="is empty"):
-        create_server(Settings(host="127.0.0.1", port=0, metrics_port=None, token_file=str(empty)))
-    assert main(["--port", "0", "--metrics-port", "-1", "--token-file", str(tmp_path / "missing")]) == 1
-    assert "cannot read" in capsys.readouterr().err
-
-
-def test_f4_garbage_bytes_without_a_token_are_unauthenticated() -> None:
-    with running(token="s3cret") as r:
-        raw = r.channel.unary_unary("/placement.v1.PlacementService/Place")
-        for data in (b"\xff\xfe garbage", b"", place_request().SerializeToString()):
-            err = rpc_error(lambda data=data: raw(data, timeout=5))
-            assert err.code() is grpc.StatusCode.UNAUTHENTICATED, err.details()
-
-
-def test_f4_metrics_bind_localhost_by_default_and_can_require_the_token() -> None:
-    assert Settings().metrics_host == "127.0.0.1"
-    with running(token="s3cret", metrics_port=0, metrics_require_token=True) as r:
-        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "s3cret"}):
-            with pytest.raises(urllib.error.HTTPError) as ei:
-                metrics_text(r, headers)
-            ei.value.close()
-            assert ei.value.code == 401
-        assert "placement_grpc_requests" in metrics_text(r, {"Authorization": "Bearer s3cret"})
-    with pytest.raises(ValueError, match="metrics_require_token needs a token"):
-        Settings(metrics_require_token=True)
-
-
-def _openssl(*args: str, cwd: Path) -> None:
-    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
-
-
-def _certs(d: Path) -> None:
-    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
-    _openssl(
-        "req",
-        "-x509",
-        *ec,
-        "-keyout",
-        "ca.key",
-        "-out",
-        "ca.pem",
-        "-days",
-        "1",
-        "-subj",
-        "/CN=test-ca",
-        cwd=d,
-    )
-    (d / "san.ext").write_text("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
-    for name in ("server", "client"):
-        _openssl("req", *ec, "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN={name}", cwd=d)
-        _openssl(
-            "x509",
-            "-req",
-            "-in",
-            f"{name}.csr",
-            "-CA",
-            "ca.pem",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-out",
-            f"{name}.pem",
-            "-days",
-            "1",
-            "-extfile",
-            "san.ext",
-            cwd=d,
-        )
-    _openssl(
-        "req",
-        "-x509",
-        *ec,
-        "-keyout",
-        "rogue.key",
-        "-out",
-        "rogue.pem",
-        "-days",
-        "1",
-        "-subj",
-        "/CN=rogue",
-        cwd=d,
-    )
-
-
-@pytest.mark.skipif(shutil.which("openssl") is None, reason="the openssl CLI makes the test certificates")
-def test_f4_mtls_requires_a_client_certificate_signed_by_the_ca(tmp_path: Path) -> None:
-    _certs(tmp_path)
-    rd = lambda n: (tmp_path / n).read_bytes()  # noqa: E731
-    settings = Settings(
-        host="127.0.0.1",
-        port=0,
-        metrics_port=None,
-        workers=1,
-        tls_cert=str(tmp_path / "server.pem"),
-        tls_key=str(tmp_path / "server.key"),
-        tls_client_ca=str(tmp_path / "ca.pem"),
-    )
-    server, port = create_server(settings)
-    server.start()
-    opts = [("grpc.ssl_target_name_override", "localhost")]
-    try:
-
-        def health(creds: Any) -> Any:
-            with grpc.secure_channel(f"127.0.0.1:{port}", creds, options=opts) as ch:
-                return pb_grpc.PlacementServiceStub(ch).Place(place_request(), timeout=30)
-
-        assert health(
-            grpc.ssl_channel_credentials(rd("ca.pem"), rd("client.key"), rd("client.pem"))
-        ).result.mapping
-        with PlacementClient(
-            f"localhost:{port}",
-            root_certificates=rd("ca.pem"),
-            client_certificate=rd("client.pem"),
-            client_key=rd("client.key"),
-        ) as client:
-            assert client.health(timeout_s=10) == "SERVING"
-        for creds in (
-            grpc.ssl_channel_credentials(rd("ca.pem")),  # no client certificate
-            grpc.ssl_channel_credentials(rd("ca.pem"), rd("rogue.key"), rd("rogue.pem")),
-        ):  # not the CA's
-            with pytest.raises(grpc.RpcError) as ei:
-                health(creds)
-            assert ei.value.code() is grpc.StatusCode.UNAVAILABLE
-    finally:
-        server.stop(None).wait(10)
-    with pytest.raises(ValueError, match="needs tls_cert"):
-        Settings(tls_client_ca=str(tmp_path / "ca.pem"))

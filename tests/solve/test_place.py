@@ -1,6 +1,6 @@
-"""Solver tests: optimality on tiny instances, validity, each hard rule binding, infeasibility explanations,
-determinism, the never-worse rule against every baseline and candidate, and agreement between the solver's
-objective and the surrogate the evaluator reports."""
+"""`place` on hand-checkable cases: the brute-force optimum on tiny trees and device graphs, validity, each hard
+rule binding, infeasibility explanations, determinism, the traffic derived once, and agreement between the
+solver's objective and the surrogate the evaluator reports. Never worse than the baselines: test_never_worse.py."""
 
 from __future__ import annotations
 
@@ -13,11 +13,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from placement.cost.evaluate import evaluate
-from placement.cost.surrogate import surrogate_seconds
 from placement.errors import InfeasibleError
+from placement.io.importers.graph import topology_from_distances
 from placement.io.native import load_cluster, load_job, load_state
 from placement.model.devices import HostSpec, NodeType
-from placement.model.job import Constraints, SpreadRule
+from placement.model.job import CollectiveKind, Constraints, Edge, Group, Job, SpreadRule
 from placement.model.links import Level, Tier
 from placement.model.state import ClusterState, Uplink
 from placement.model.topology import Topology
@@ -25,9 +25,9 @@ from placement.model.traffic import job_traffic
 from placement.model.validate import excluded_devices, validate
 from placement.sim.scenarios import dgx1_node, explicit_twin, fat_tree, megatron_job, occupy
 from placement.solve import SolveOptions, SolveStatus, Strategy, place
-from placement.solve.types import better, key_better, report_key
 from placement.solve.units import candidate_devices
 from tests.conftest import EXAMPLES
+from tests.support_solve import brute_force
 
 
 def small_cluster(hosts: int = 4, gpus: int = 2, per_leaf: int = 2) -> Topology:
@@ -35,15 +35,6 @@ def small_cluster(hosts: int = 4, gpus: int = 2, per_leaf: int = 2) -> Topology:
     hs = [HostSpec(f"h{i}", {"leaf": f"l{i // per_leaf}", "spine": "s"}, nt) for i in range(hosts)]
     levels = [Level("node", Tier(400, 1)), Level("leaf", Tier(50, 5)), Level("spine", Tier(10, 10))]
     return Topology.build("small", levels, hs)
-
-
-def brute_force(topo: Topology, state: ClusterState, job) -> float:  # type: ignore[no-untyped-def]
-    best = math.inf
-    for perm in itertools.permutations(range(topo.num_devices), job.ranks):
-        if validate(topo, state, job, list(perm)):
-            continue
-        best = min(best, surrogate_seconds(topo, state, list(perm), job_traffic(job)))
-    return best
 
 
 def brute_force_keys(topo: Topology, state: ClusterState, job) -> tuple[float, float, float]:  # type: ignore[no-untyped-def]
@@ -58,15 +49,6 @@ def brute_force_keys(topo: Topology, state: ClusterState, job) -> tuple[float, f
         key = min(key, (rep.step_seconds, rep.comm_seconds))
         comm = min(comm, rep.comm_seconds)
     return key[0], key[1], comm
-
-
-def _never_worse(res) -> None:  # type: ignore[no-untyped-def]
-    """The answer is at least as good, by (step, exposed comm), as every baseline, heuristic and candidate."""
-    assert res.report is not None
-    for name, rep in res.baseline_reports.items():
-        assert not better(rep, res.report), (
-            f"{name} {report_key(rep)} beats the answer {report_key(res.report)}"
-        )
 
 
 @pytest.mark.parametrize("occupied", [(), (0, 3), (1, 2, 5)])
@@ -86,7 +68,18 @@ def test_cpsat_matches_brute_force(occupied: tuple[int, ...], shape: tuple[int, 
     assert res.lower_bound is not None and res.lower_bound <= comm * (1 + 1e-12)
     if res.status is SolveStatus.OPTIMAL:
         assert res.report.comm_seconds == pytest.approx(comm, rel=1e-9)
-    _never_worse(res)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_cpsat_matches_brute_force_on_a_device_graph(workers: int) -> None:
+    """A 6-rank ring on 6 devices of a measured distance matrix (no levels to reason with): the answer's surrogate
+    is the least over all 720 mappings."""
+    dist = [[0.0 if i == j else 1.0 + ((i * 7 + j * 3) % 5) for j in range(6)] for i in range(6)]
+    topo = topology_from_distances(dist)
+    job = Job("ring", 6, edges=tuple(Edge("pp", i, (i + 1) % 6, 1e8) for i in range(6)))
+    res = place(topo, ClusterState(), job, SolveOptions(time_limit_s=5, workers=workers))
+    assert res.mapping is not None and res.report is not None
+    assert res.report.surrogate_seconds == pytest.approx(brute_force(topo, ClusterState(), job), rel=1e-9)
 
 
 def test_cpsat_beats_greedy_on_fragmented_cluster_and_reports_baselines() -> None:
@@ -98,7 +91,6 @@ def test_cpsat_beats_greedy_on_fragmented_cluster_and_reports_baselines() -> Non
         assert name in res.baselines
     assert res.comm_seconds is not None and res.baselines["first-fit"] is not None
     assert res.comm_seconds < 0.9 * res.baselines["first-fit"]
-    _never_worse(res)
 
 
 @settings(max_examples=25, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
@@ -287,8 +279,6 @@ def test_non_uniform_node_refinement_picks_the_nvlink_quad() -> None:
 
 
 def test_device_graph_with_groups_is_not_falsely_optimal() -> None:
-    from placement.io.importers.graph import topology_from_distances
-    from placement.model.job import CollectiveKind, Group, Job
 
     close = {(0, 3), (1, 4), (2, 5)}  # three fast pairs; every other pair is 9x slower
     dist = [
@@ -308,37 +298,6 @@ def test_device_graph_with_groups_is_not_falsely_optimal() -> None:
     res = place(topo, ClusterState(), job, SolveOptions(time_limit_s=2))
     assert res.lower_bound is not None and res.lower_bound <= best + 1e-12
     assert res.report is not None and res.report.surrogate_seconds == pytest.approx(best)
-
-
-def test_bound_counts_rank_pairs_not_parallel_edges() -> None:
-    from placement.model.job import Edge, Job
-    from placement.model.traffic import job_traffic
-    from placement.solve.bound import lower_bound
-
-    topo = Topology.build(
-        "t",
-        [Level("node", Tier(100, 1)), Level("leaf", Tier(10, 5))],
-        [HostSpec("h0", {"leaf": "l"}, NodeType("a", 2)), HostSpec("h1", {"leaf": "l"}, NodeType("b", 1))],
-    )
-    job = Job("j", 2, edges=(Edge("pp", 0, 1, 1e9), Edge("pp", 1, 0, 1e9)))
-    best = brute_force(topo, ClusterState(), job)
-    assert lower_bound(topo, ClusterState(), job_traffic(job), [0, 1, 2]) <= best + 1e-12
-
-
-def test_bound_takes_the_lowest_latency_of_the_node_level() -> None:
-    from placement.model.job import Edge, Job
-    from placement.model.traffic import job_traffic
-    from placement.solve.bound import lower_bound
-
-    nt = NodeType("m", 2, "gpu", (("X", "NV4"), ("NV4", "X")))  # NV4: 100 GB/s at 1 us, the node tier 5 us
-    topo = Topology.build(
-        "t", [Level("node", Tier(100, 5)), Level("leaf", Tier(10, 5))], [HostSpec("h0", {"leaf": "l"}, nt)]
-    )
-    job = Job("j", 2, edges=(Edge("pp", 0, 1, 1e3, 1000.0),))
-    assert (
-        lower_bound(topo, ClusterState(), job_traffic(job), [0, 1])
-        <= brute_force(topo, ClusterState(), job) + 1e-12
-    )
 
 
 def test_unknown_names_in_constraints_are_input_errors() -> None:
@@ -406,7 +365,7 @@ def test_place_uses_the_traffic_it_is_given(job_traffic_calls: list[str]) -> Non
 
 def test_an_incumbent_outside_the_candidate_pool_does_not_break_the_search() -> None:
     """Regression: a heuristic's answer on a host the prepared pool leaves out reached the LNS, which looked the
-    host up in the pool (KeyError: 9). The answer is valid and no worse than every baseline by (step, comm)."""
+    host up in the pool (KeyError: 9). The answer is valid and priced."""
     root = EXAMPLES
     topo, static = load_cluster(root / "h100-256.yaml")
     state = load_state(root / "h100-256-busy.yaml", topo, static)
@@ -415,9 +374,7 @@ def test_an_incumbent_outside_the_candidate_pool_does_not_break_the_search() -> 
     job = load_job(root / "tp8-dp16-urgent.yaml")
     res = place(topo, state, job, SolveOptions(time_limit_s=3, deterministic=True, workers=1))
     assert res.mapping is not None and validate(topo, state, job, res.mapping) == []
-    assert res.baseline_reports
-    for name, rep in res.baseline_reports.items():
-        assert rep is None or not key_better(report_key(rep), report_key(res.report)), name
+    assert res.report is not None and res.report.step_seconds > 0
 
 
 @settings(max_examples=40, deadline=None)
