@@ -594,7 +594,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"Clusters of 32 nodes (256 GPUs) with 13 nodes busy, jobs of 16-64 ranks, solve limit "
                 f"{WEDGE_TIME_LIMIT_S} s, deadline 60 s. Before issue 22 a replica in this shape wedged: each of "
                 "its connections held a solve lock while its thread waited for a second connection "
-                "(tests/registry/test_registry_regressions.py::test_5 reproduces it on ece7bcc: none of 16 Reserves on a "
+                "(tests/registry/test_registry_reservations.py::test_5 reproduces it on ece7bcc: none of 16 Reserves on a "
                 "pool of 4 returned). Now no solve holds a connection, a transaction takes one connection, and "
                 "every wait for a connection or a lock ends within seconds (ABORTED, retry).",
                 "",
