@@ -13,7 +13,7 @@ __all__ = ["EXAMPLES", "reference_page"]
 
 EXAMPLES: dict[str, tuple[str, ...]] = {
     "cluster": ("examples/h100-256.yaml", "examples/dgx-h100-4node.yaml", "examples/fat-tree-4096.yaml"),
-    "state": ("examples/h100-256-busy.yaml",),
+    "state": ("examples/h100-256-busy.yaml", "examples/h100-256-shared.yaml"),
     "job": (
         "examples/llama-13b-tp8-pp2-dp4.yaml",
         "examples/tp8-dp4.yaml",
@@ -24,6 +24,8 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "batch": ("examples/batch-queue.yaml",),
     "running": ("examples/running-256-busy.yaml",),
     "sweep": ("examples/sweep-70b.yaml",),
+    "serving": ("examples/deepseek-v3-serving.yaml",),
+    "serving-sweep": ("examples/sweep-deepseek-serving.yaml",),
 }
 """The example files of each kind (each carries its schema's `$schema` line)."""
 
