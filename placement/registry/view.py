@@ -258,7 +258,7 @@ class StateView:
         return view
 
 
-def _read_shape(name: str, shape: dict[str, Any], ranks: int) -> Job | None:
+def _read_shape(name: str, shape: Mapping[str, Any], ranks: int) -> Job | None:
     try:
         return shape_job(name, shape, ranks, f"shape of {name}")
     except InputError:

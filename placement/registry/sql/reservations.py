@@ -67,7 +67,7 @@ def _reservation(row: Sequence[Any]) -> Reservation:
 def reservation_event(res: Reservation, with_shape: bool = False) -> dict[str, Any]:
     """The payload of a reservation event (everything but the stored answer); `with_shape` (COMMITTED): the
     job's shape too, so that a view moved along by the events prices the committed job's traffic."""
-    out = {
+    out: dict[str, Any] = {
         "id": res.id,
         "job": res.job,
         "status": res.status.value,
