@@ -14,7 +14,9 @@ from typing import Any
 import grpc
 import pytest
 from google.protobuf import json_format
+from typer.testing import CliRunner
 
+from placement.cli.app import app as cli_app
 from placement.cost.evaluate import evaluate
 from placement.io.native import cluster_from_dict, job_from_dict
 from placement.model.state import ClusterState, RunningJob
@@ -70,13 +72,19 @@ def _hosts(*hosts: str) -> list[str]:
 
 
 @contextlib.contextmanager
-def _server(url: str) -> Iterator[tuple[rpb_grpc.ClusterRegistryStub, pb_grpc.PlacementServiceStub]]:
+def _server(
+    url: str,
+) -> Iterator[tuple[rpb_grpc.ClusterRegistryStub, pb_grpc.PlacementServiceStub, str]]:
     settings = Settings(host="127.0.0.1", port=0, metrics_port=None, workers=2, registry=url)
     server, port = create_server(settings)
     server.start()
     channel = grpc.insecure_channel(f"127.0.0.1:{port}")
     try:
-        yield rpb_grpc.ClusterRegistryStub(channel), pb_grpc.PlacementServiceStub(channel)
+        yield (
+            rpb_grpc.ClusterRegistryStub(channel),
+            pb_grpc.PlacementServiceStub(channel),
+            f"127.0.0.1:{port}",
+        )
     finally:
         channel.close()
         server.stop(None).wait(10)
@@ -121,7 +129,7 @@ def test_place_by_cluster_id_prices_a_committed_jobs_traffic(url: str) -> None:
     """Job "a" (DP across the two leaves: the other hosts are occupied from outside) is committed; the outside
     occupancy goes; job "b" can then only span the leaves too. Place by cluster_id prices b against a's traffic,
     exactly as evaluate() does on a state built by hand with a as background, and names a's harm."""
-    with _server(url) as (reg, place):
+    with _server(url) as (reg, place, _target):
         topo = _put(reg)
         _occupy(reg, 1, [{"job": "other", "devices": ["node02", "node04"]}])
         a = _reserve_committed(reg, _job_doc("a"))
@@ -246,7 +254,7 @@ def test_the_shape_survives_a_reopen_and_shows_in_the_state(url: str) -> None:
 def test_an_outside_state_with_shapes_is_priced_through_the_registry(url: str) -> None:
     """UpdateState with occupied entries that give a shape (as a state file does): Place by cluster_id prices
     that job's traffic as evaluate() does on the same state document read by hand; GetState shows the shape."""
-    with _server(url) as (reg, place):
+    with _server(url) as (reg, place, _target):
         topo = _put(reg)
         x = {"job": "x", "devices": ["node01", "node03"], "shape": _job_doc("x")}
         _occupy(reg, 1, [x])
@@ -288,7 +296,7 @@ def test_watch_and_get_state_carry_the_uplink_loads(url: str) -> None:
     leaf uplink up, the receiver's down). WatchState carries that from the COMMITTED event on and
     nothing after the release."""
     nbytes = 4e9
-    with _server(url) as (reg, _place):
+    with _server(url) as (reg, _place, _target):
         topo = _put(reg)
         others = ["node02", "node04"] + [f"{h}/gpu{i}" for h in ("node01", "node03") for i in range(1, 8)]
         _occupy(reg, 1, [{"job": "other", "devices": others}])  # free: node01/gpu0 and node03/gpu0
@@ -350,3 +358,25 @@ def test_watch_and_get_state_carry_the_uplink_loads(url: str) -> None:
         assert by_kind[rpb.STATE_EVENT_KIND_RESERVED] == {}  # held: the job does not run yet
         assert by_kind[rpb.STATE_EVENT_KIND_COMMITTED].keys() == want.keys()
         assert by_kind[rpb.STATE_EVENT_KIND_RELEASED] == {}
+
+
+def test_cli_state_table_shows_shapes_and_link_loads_in_80_columns(tmp_path: Path) -> None:
+    """`placement registry state -o table`: the committed job with its shape in brief, and the uplinks its
+    traffic loads with their capacity; every line within 80 columns."""
+    with _server(f"sqlite://{tmp_path / 'registry.db'}") as (reg, _place, target):
+        _put(reg)
+        _occupy(reg, 1, [{"job": "other", "devices": ["node02", "node04"]}])
+        a = _reserve_committed(reg, _job_doc("a"))
+        state = reg.GetState(rpb.GetStateRequest(cluster_id="c"), timeout=30)
+        res = CliRunner().invoke(
+            cli_app, ["registry", "state", "--cluster", "c", "--server", target, "-o", "table"]
+        )
+        assert res.exit_code == 0, res.output
+        lines = res.output.splitlines()
+        assert max(len(line) for line in lines) <= 80
+        (row,) = [line for line in lines if line.split()[:1] == ["a"]]
+        assert row.split()[1] == str(len(a.reservation.devices)) and "tp8 dp2, 7B params" in row
+        for x in state.link_loads:  # every loaded uplink, with its capacity
+            (load,) = [line for line in lines if line.split()[:1] == [x.uplink]]
+            assert load.split()[3] == f"{x.capacity_gbps:.0f}"
+        assert {"leaf:leaf01", "leaf:leaf02"} <= {x.uplink for x in state.link_loads}  # a spans the leaves
