@@ -123,6 +123,8 @@ class StateView:
     def background(self, now: float) -> list[tuple[tuple[int, ...], Job]]:
         """The running jobs whose traffic the registry knows: (device index of each rank, job). A shape that no
         longer reads (or names devices the cluster lost) is left out."""
+        if not self.shapes and not self.extras.get(RUNNING):
+            return []  # no shape known: nothing to read (a Reserve's hot path)
         out: list[tuple[tuple[int, ...], Job]] = []
         jobs: dict[str, Job | None] = {}
         for name, shape, ranks in [*self.committed_shapes(now), *self._outside_shapes(now)]:
