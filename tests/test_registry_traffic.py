@@ -135,6 +135,10 @@ def test_place_by_cluster_id_prices_a_committed_jobs_traffic(url: str) -> None:
         a = _reserve_committed(reg, _job_doc("a"))
         a_devices = tuple(a.reservation.devices)
         assert {d.split("/")[0] for d in a_devices} == {"node01", "node03"}  # across the leaves
+        listed = reg.ListReservations(rpb.ListReservationsRequest(cluster_id="c"), timeout=30).reservations
+        assert [json_format.MessageToDict(r.shape) for r in listed] == [
+            json_format.MessageToDict(json_format.ParseDict(_job_doc("a"), pb.Job()))
+        ]
         _occupy(reg, 2, [])  # the outside job ended; the committed reservation keeps its devices
 
         got = place.Place(
@@ -355,6 +359,8 @@ def test_watch_and_get_state_carry_the_uplink_loads(url: str) -> None:
         kinds = [(ev.kind, as_dict(ev.link_loads)) for ev in seen]
         assert kinds[0][0] == rpb.STATE_EVENT_KIND_SNAPSHOT and kinds[0][1] == {}
         by_kind = {k: v for k, v in kinds}
+        (committed,) = [ev for ev in seen if ev.kind == rpb.STATE_EVENT_KIND_COMMITTED]
+        assert committed.reservation.shape.name == "e" and len(committed.reservation.shape.edges) == 1
         assert by_kind[rpb.STATE_EVENT_KIND_RESERVED] == {}  # held: the job does not run yet
         assert by_kind[rpb.STATE_EVENT_KIND_COMMITTED].keys() == want.keys()
         assert by_kind[rpb.STATE_EVENT_KIND_RELEASED] == {}

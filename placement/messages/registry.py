@@ -132,6 +132,14 @@ def reservation_to_proto(res: Reservation) -> rpb.Reservation:
         out.ended_unix_s = res.ended_at
     if res.heartbeat_s is not None:
         out.heartbeat_s = res.heartbeat_s
+    if res.shape is not None:
+        shape = pb.Job()
+        try:
+            json_format.ParseDict(res.shape, shape)
+        except json_format.ParseError:
+            pass  # a shape stored from a native document the message cannot hold: kept, not shown
+        else:
+            out.shape.CopyFrom(shape)
     return out
 
 
@@ -152,6 +160,7 @@ def _reservation_from_payload(cluster_id: str, p: dict[str, Any]) -> rpb.Reserva
             cluster_version=p["cluster_version"],
             reason=p.get("reason", ""),
             heartbeat_s=p.get("heartbeat_s"),
+            shape=p.get("shape"),
         )
     )
 

@@ -327,6 +327,7 @@ class Reservation(_message.Message):
     CLUSTER_VERSION_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
     HEARTBEAT_S_FIELD_NUMBER: _builtins.int
+    SHAPE_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     cluster_id: _builtins.str
     job: _builtins.str
@@ -346,6 +347,13 @@ class Reservation(_message.Message):
     def devices(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """One device id per rank, in rank order."""
 
+    @_builtins.property
+    def shape(self) -> _placement_pb2.Job:
+        """The job as the Reserve request gave it, kept so that the registry prices its traffic once it is committed
+        (docs/registry.md, "Traffic on the fabric"); `devices` is its mapping. Set in Reserve's and the reservation
+        calls' answers, ListReservations and the COMMITTED event (not in the other events).
+        """
+
     def __init__(
         self,
         *,
@@ -362,10 +370,11 @@ class Reservation(_message.Message):
         cluster_version: _builtins.int = ...,
         reason: _builtins.str = ...,
         heartbeat_s: _builtins.float | None = ...,
+        shape: _placement_pb2.Job | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_ended_unix_s", b"_ended_unix_s", "_heartbeat_s", b"_heartbeat_s", "ended_unix_s", b"ended_unix_s", "heartbeat_s", b"heartbeat_s"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_ended_unix_s", b"_ended_unix_s", "_heartbeat_s", b"_heartbeat_s", "ended_unix_s", b"ended_unix_s", "heartbeat_s", b"heartbeat_s", "shape", b"shape"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_ended_unix_s", b"_ended_unix_s", "_heartbeat_s", b"_heartbeat_s", "cluster_id", b"cluster_id", "cluster_version", b"cluster_version", "created_unix_s", b"created_unix_s", "devices", b"devices", "ended_unix_s", b"ended_unix_s", "expires_unix_s", b"expires_unix_s", "generation", b"generation", "heartbeat_s", b"heartbeat_s", "id", b"id", "idempotency_key", b"idempotency_key", "job", b"job", "reason", b"reason", "status", b"status"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_ended_unix_s", b"_ended_unix_s", "_heartbeat_s", b"_heartbeat_s", "cluster_id", b"cluster_id", "cluster_version", b"cluster_version", "created_unix_s", b"created_unix_s", "devices", b"devices", "ended_unix_s", b"ended_unix_s", "expires_unix_s", b"expires_unix_s", "generation", b"generation", "heartbeat_s", b"heartbeat_s", "id", b"id", "idempotency_key", b"idempotency_key", "job", b"job", "reason", b"reason", "shape", b"shape", "status", b"status"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__ended_unix_s: _TypeAlias = _typing.Literal["ended_unix_s"]  # noqa: Y015
     _WhichOneofArgType__ended_unix_s: _TypeAlias = _typing.Literal["_ended_unix_s", b"_ended_unix_s"]  # noqa: Y015
