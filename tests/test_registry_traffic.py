@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 
 from placement.cli.app import app as cli_app
 from placement.cost.evaluate import evaluate
+from placement.cost.shared import link_loads
 from placement.io.native import cluster_from_dict, job_from_dict
 from placement.model.state import ClusterState, RunningJob
 from placement.model.topology import Topology
@@ -29,7 +30,7 @@ from placement.v1 import registry_pb2 as rpb
 from placement.v1 import registry_pb2_grpc as rpb_grpc
 from server.main import create_server
 from server.settings import Settings
-from tests.registry_util import store_url
+from tests.registry_util import Clock, store_url
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -386,3 +387,66 @@ def test_cli_state_table_shows_shapes_and_link_loads_in_80_columns(tmp_path: Pat
             (load,) = [line for line in lines if line.split()[:1] == [x.uplink]]
             assert load.split()[3] == f"{x.capacity_gbps:.0f}"
         assert {"leaf:leaf01", "leaf:leaf02"} <= {x.uplink for x in state.link_loads}  # a spans the leaves
+
+
+def _render(_t: Topology, _r: Any) -> bytes:
+    return b""
+
+
+def _running(state: ClusterState) -> list[tuple[str, tuple[int, ...], str]]:
+    return sorted((r.job_id, r.devices, r.job.name) for r in state.running())
+
+
+def test_a_view_moved_along_by_events_knows_the_same_traffic_as_a_fresh_read(url: str) -> None:
+    """The registry moves its cached view along by the events (COMMITTED carries the shape, an end drops it, a
+    full state brings the outside shapes); at every step its state has the same running jobs and link loads as
+    a registry that reads the cluster afresh. A heartbeat that runs out takes the job's traffic with it."""
+    clock = Clock()
+    reg = Registry(open_store(url), clock=clock)
+    fresh = Registry(open_store(url), clock=clock)
+    topo = cluster_from_dict(_cluster_doc())[0]
+
+    def same() -> list[tuple[str, tuple[int, ...], str]]:
+        now = clock()
+        moved, read = reg.view("c"), fresh.view("c")
+        fresh._views.clear()  # the next read is a snapshot again
+        a, b = moved.state(now), read.state(now)
+        assert _running(a) == _running(b)
+        assert link_loads(topo, a) == link_loads(topo, b)
+        assert moved.document(now) == read.document(now)
+        return _running(a)
+
+    try:
+        reg.put_cluster("c", _cluster_doc())
+        reg.view("c")  # cached from here on: later reads move it along by the events
+        reads: list[str] = []
+        snapshot = reg.store.snapshot
+        reg.store.snapshot = lambda cid: reads.append(cid) or snapshot(cid)  # type: ignore[method-assign]
+        x = {"job": "x", "devices": ["node02"], "shape": _job_doc("x") | {"parallel": {"tp": 8}}}
+        reg.update_state("c", 1, snapshot={"occupied": [x, {"job": "other", "devices": ["node04"]}]})
+        assert [j for j, _, _ in same()] == ["x"]
+        out = reg.reserve(
+            "c",
+            job_from_dict(_job_doc("a")),
+            SolveOptions(time_limit_s=5),
+            ttl_s=60,
+            key=None,
+            fingerprint="a",
+            render=_render,
+            shape=_job_doc("a"),
+        )
+        assert [j for j, _, _ in same()] == ["x"]  # held: not running yet
+        reg.commit(out.reservation.id, ttl_s=30)
+        assert [j for j, _, _ in same()] == ["a", "x"]
+        reg.renew(out.reservation.id)
+        assert [j for j, _, _ in same()] == ["a", "x"]
+        reg.update_state("c", 2, diff={"free": ["node02/gpu3"]})  # x no longer holds all its ranks
+        assert [j for j, _, _ in same()] == ["a"]
+        clock.advance(31)  # the heartbeat runs out: a's traffic goes before the sweeper writes EXPIRED
+        assert same() == []
+        reg.sweep()
+        assert same() == []
+        assert reads == []  # every view of `reg` was moved along by the events
+    finally:
+        reg.close()
+        fresh.close()

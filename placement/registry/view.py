@@ -13,7 +13,6 @@ job name, so that the solver, which treats devices occupied by the job's own nam
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -65,7 +64,7 @@ class StateView:
     """Committed reservations reserved with their job: id -> (job name, device of each rank, shape)."""
     _cache: dict[str, tuple[ClusterState, float]] = field(default_factory=dict, repr=False)
     _lab: _Labels | None = field(default=None, repr=False)
-    _jobs: dict[str, Job | None] = field(default_factory=dict, repr=False)
+    _jobs: dict[int, tuple[Mapping[str, Any], Job | None]] = field(default_factory=dict, repr=False)
 
     @property
     def generation(self) -> int:
@@ -96,41 +95,50 @@ class StateView:
         have occupied entries of their own with `shape` and `ranks`."""
         return state_document(self.rows(now), self.extras, self.committed_shapes(now))
 
+    def _holds_all(self, devices: Any, now: float, owns: Any) -> bool:
+        """Every device of `devices` has a live claim that `owns` accepts (read per device, not the whole view)."""
+        for d in devices:
+            c = self.claims.get(d)
+            if c is None or not c.live(now) or not owns(c):
+                return False
+        return True
+
     def committed_shapes(self, now: float) -> list[Shaped]:
         """(job, shape, device of each rank) of the committed reservations that hold all their devices now."""
-        live = self.live(now)
         out: list[Shaped] = []
         for rid, (job, devices, shape) in sorted(self.shapes.items()):
-            if all(
-                (c := live.get(d)) is not None and c.reservation_id == rid and c.kind is ClaimKind.COMMITTED
-                for d in devices
+            if self._holds_all(
+                devices, now, lambda c, rid=rid: c.reservation_id == rid and c.kind is ClaimKind.COMMITTED
             ):
                 out.append((job, shape, devices))
         return out
 
     def _outside_shapes(self, now: float) -> list[Shaped]:
         """The outside jobs' shapes of the last full state whose job still holds every device of its ranks."""
-        live = self.live(now)
         out: list[Shaped] = []
         for e in self.extras.get(RUNNING, []):
-            if all(
-                (c := live.get(d)) is not None and c.kind is ClaimKind.EXTERNAL and c.job == e["job"]
-                for d in e["ranks"]
+            job = e["job"]
+            if self._holds_all(
+                e["ranks"], now, lambda c, job=job: c.kind is ClaimKind.EXTERNAL and c.job == job
             ):
-                out.append((e["job"], e["shape"], tuple(e["ranks"])))
+                out.append((job, e["shape"], tuple(e["ranks"])))
         return out
 
     def background(self, now: float) -> list[tuple[tuple[int, ...], Job]]:
         """The running jobs whose traffic the registry knows: (device index of each rank, job). A shape that no
-        longer reads (or names devices the cluster lost) is left out."""
+        longer reads (or names devices the cluster lost) is left out. Each shape is read once (by the identity
+        of its stored document, which views moved along by events share)."""
         if not self.shapes and not self.extras.get(RUNNING):
             return []  # no shape known: nothing to read (a Reserve's hot path)
         out: list[tuple[tuple[int, ...], Job]] = []
-        jobs: dict[str, Job | None] = {}
+        jobs: dict[int, tuple[Mapping[str, Any], Job | None]] = {}
         for name, shape, ranks in [*self.committed_shapes(now), *self._outside_shapes(now)]:
             idx = [self.topology.device_index(d) for d in ranks]
-            key = json.dumps([name, len(ranks), shape], sort_keys=True)
-            job = jobs[key] = self._jobs[key] if key in self._jobs else _read_shape(name, shape, len(ranks))
+            hit = self._jobs.get(id(shape))
+            if hit is None or hit[0] is not shape:
+                hit = (shape, _read_shape(name, shape, len(ranks)))
+            jobs[id(shape)] = hit
+            job = hit[1]
             if job is not None and None not in idx and job.ranks == len(idx):
                 out.append((tuple(i for i in idx if i is not None), job))
         self._jobs = jobs
