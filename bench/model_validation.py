@@ -19,12 +19,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from placement.cost import step as step_model
+from placement.cost.collectives import fabric_for
 from placement.cost.evaluate import evaluate
+from placement.cost.serving import ep_exchange, model_serving
 from placement.cost.step import dp_exposed, straggler_seconds
 from placement.io.importers.nvidia_smi import read_nvidia_smi
 from placement.model.devices import HostSpec, NodeType
 from placement.model.job import CollectiveKind, Group, Job, ModelShape, ParallelSpec
 from placement.model.links import Level, Tier
+from placement.model.serving import ServingJob, ServingLoad, ServingModel, ServingPool
 from placement.model.state import ClusterState
 from placement.model.topology import Topology
 
@@ -434,6 +437,133 @@ def nic_for(data: Path, metric: Callable[[Topology], float], target: float) -> f
     return math.sqrt(lo * hi)
 
 
+# ---- serving: DeepEP's kernels and a published decode (placement.cost.serving) ----------------------------------
+# deepseek-ai/DeepEP docs/legacy.md @ dd758ca ("Performance"): H800 (~160 GB/s NVLink) with one CX7 InfiniBand
+# 400 Gb/s NIC per GPU (~50 GB/s). Normal kernels: 4096 tokens per batch, hidden 7168, top-8, FP8 dispatch, BF16
+# combine: (EP, dispatch GB/s, combine GB/s, bottleneck). Low-latency kernels: 128 tokens per batch, the same
+# model: (EP, dispatch µs, combine µs).
+DEEPEP_NORMAL = (
+    (8, 153.0, 158.0, "NVLink"),
+    (16, 43.0, 43.0, "RDMA"),
+    (32, 58.0, 57.0, "RDMA"),
+    (64, 51.0, 50.0, "RDMA"),
+)
+DEEPEP_LOW_LATENCY = (
+    (8, 77.0, 114.0),
+    (16, 118.0, 195.0),
+    (32, 155.0, 273.0),
+    (64, 173.0, 314.0),
+    (128, 192.0, 369.0),
+    (256, 194.0, 360.0),
+)
+# deepseek-ai/open-infra-index 202502OpenSourceWeek/day_6_one_more_thing_deepseekV3R1_inference_system_overview.md
+# @ 56d8685: decode "Routed Expert EP144, MLA/Shared Expert DP144", 18 nodes of 8 H800; over 24 hours "the average
+# output speed was 20-22 tokens per second, and the average kvcache length per output token was 4,989 tokens";
+# "each H800 node delivers ... ~14.8k tokens/s output during decoding".
+DEEPSEEK_DECODE_TPS_PER_USER = 21.0
+DEEPSEEK_DECODE_TOKENS_PER_NODE = 14_800.0
+DEEPSEEK_DECODE_CONTEXT = 4989
+DEEPSEEK_EP = 144
+
+
+def h800_nodes(nodes: int) -> Topology:
+    """HGX H800 nodes: 8 NVLink 4 links per GPU (the H100's 18 cut to 8: 8 x NCCL's 20.6 GB/s) and one 400G NIC
+    per GPU, the nodes on one non-blocking fabric."""
+    nv, ib = CONSTANTS["nvlink4"], CONSTANTS["ib400"]
+    nt = NodeType("hgx-h800", 8, "H800", nics=8, nic_gbps=ib.bandwidth_gbps)
+    hosts = [HostSpec(f"n{i}", {"leaf": "ib"}, nt) for i in range(nodes)]
+    return Topology.build(
+        f"h800-x{nodes}",
+        [Level("node", Tier(8 * nv.bandwidth_gbps, nv.latency_us)), Level("leaf", ib)],
+        hosts,
+    )
+
+
+def deepseek_v3(attention_dp: int, batch: int, context: int) -> ServingJob:
+    """DeepSeek-V3 (671B; 58 of 61 layers route to 8 of 256 experts of 3 x 7168 x 2048; MLA latent 512 + 64), FP8
+    weights, BF16 KV cache, decoded by one replica of EP = attention-DP = `attention_dp`."""
+    model = ServingModel(
+        671e9,
+        7168,
+        61,
+        128,
+        1,
+        576,
+        attention="mla",
+        experts=256,
+        top_k=8,
+        shared_experts=1,
+        expert_parameters=58 * 256 * 3 * 7168 * 2048,
+        moe_layers=58,
+        weight_dtype="fp8",
+        qk_head_dim=192,
+    )
+    pool = ServingPool("aggregated", ep=attention_dp, attention_dp=attention_dp)
+    return ServingJob("deepseek-v3", model, (pool,), ServingLoad(batch, context, 1), "H800")
+
+
+def _ep_seconds(ep: int, tokens: int, token_bytes: float, low_latency: bool) -> tuple[float, float]:
+    """(seconds, bytes each rank sends beyond its own NVLink domain or, inside one node, to its peers) of one
+    DeepEP exchange of `tokens` per rank to 8 experts each over EP `ep` ranks on H800 nodes."""
+    topo = h800_nodes(max(1, ep // 8))
+    size = tokens * 8 * token_bytes
+    secs, _, _, _ = ep_exchange(
+        fabric_for(topo, ClusterState()), [list(range(ep))], size, low_latency=low_latency
+    )
+    g = min(ep, 8)
+    remote = (ep - 1) / ep * size if ep <= 8 else (ep - g) / ep * size
+    return secs, remote
+
+
+def rows_serving() -> list[Row]:
+    """DeepEP's normal kernels (bottleneck GB/s), its low-latency kernels (µs; `DEEPEP_LL_LATENCY_US` is the
+    intercept of these same rows, so they check the bytes term), and DeepSeek's production decode TPOT."""
+    fp8 = 7168 + 7168 / 128 * 4
+    bf16 = 7168 * 2.0
+    out: list[Row] = []
+    for ep, d_meas, c_meas, where in DEEPEP_NORMAL:
+        for what, token_bytes, meas in (("dispatch", fp8, d_meas), ("combine", bf16, c_meas)):
+            secs, remote = _ep_seconds(ep, 4096, token_bytes, False)
+            scope = "1 node" if ep <= 8 else f"{ep // 8} nodes"
+            out.append(
+                Row(
+                    "deepep",
+                    f"DeepEP normal {what}, H800 EP {ep} ({scope}), 4096 tokens",
+                    f"{where} GB/s",
+                    meas,
+                    remote / secs / 1e9,
+                )
+            )
+    for ep, d_meas, c_meas in DEEPEP_LOW_LATENCY:
+        for what, token_bytes, meas in (("dispatch", fp8, d_meas), ("combine", bf16, c_meas)):
+            secs, _ = _ep_seconds(ep, 128, token_bytes, True)
+            out.append(
+                Row(
+                    "deepep-ll",
+                    f"DeepEP low-latency {what}, H800 EP {ep}, 128 tokens",
+                    "latency µs",
+                    meas,
+                    secs * 1e6,
+                )
+            )
+    # the batch per GPU behind the published figures, by Little's law: tokens/s per GPU x seconds per token
+    tpot = 1.0 / DEEPSEEK_DECODE_TPS_PER_USER
+    per_gpu = round(DEEPSEEK_DECODE_TOKENS_PER_NODE / 8 * tpot)
+    job = deepseek_v3(DEEPSEEK_EP, per_gpu * DEEPSEEK_EP, DEEPSEEK_DECODE_CONTEXT)
+    topo = h800_nodes(DEEPSEEK_EP // 8)
+    rep = model_serving(topo, ClusterState(), job, list(range(DEEPSEEK_EP)))
+    out.append(
+        Row(
+            "serving",
+            f"DeepSeek-V3 decode, EP/DP {DEEPSEEK_EP} on 18 H800 nodes, {per_gpu} requests per GPU, KV {DEEPSEEK_DECODE_CONTEXT}",
+            "TPOT ms",
+            tpot * 1e3,
+            rep.tpot_seconds * 1e3,
+        )
+    )
+    return out
+
+
 def all_rows(data: Path) -> list[Row]:
     rows = [*rows_2c(data), *rows_2d(), *rows_2e(data)]
     if (data / H100_FILE).is_file():
@@ -441,6 +571,7 @@ def all_rows(data: Path) -> list[Row]:
     rows += rows_gb200()
     if (data / DGX1_1NIC_FILE).is_file():
         rows += rows_9(data) + rows_25(data)
+    rows += rows_serving()
     return rows
 
 

@@ -21,6 +21,7 @@ from placement.errors import InputError, Problem
 from placement.limits import Call, Interrupted, LimitError, Limits, use_call, use_limits
 from server.budget import check_message
 from server.errors import bad_request, status_for, unauthenticated
+from server.rpc import NO_DEADLINE_S
 from server.telemetry import REQUEST_ID_KEY, Metrics, new_request_id, request_id_var
 
 __all__ = ["OPEN_METHOD_PREFIXES", "TelemetryInterceptor", "TokenAuthInterceptor", "give_back_memory"]
@@ -31,7 +32,6 @@ OPEN_METHOD_PREFIXES = ("/grpc.health.v1.Health/",)
 """Methods callable without the bearer token: health checks stay open to load balancers and kubelets."""
 
 Continuation = Callable[[Any], Any]
-_NO_DEADLINE_S = 1e7  # time_remaining() beyond this: the call has no deadline
 
 
 class _Malformed:
@@ -122,7 +122,7 @@ class TelemetryInterceptor(grpc.ServerInterceptor):
             t0 = time.perf_counter()
             failed = False
             remaining = context.time_remaining()
-            call = Call.after(remaining if remaining is not None and remaining < _NO_DEADLINE_S else None)
+            call = Call.after(remaining if remaining is not None and remaining < NO_DEADLINE_S else None)
             context.add_callback(call.cancel)
             try:
                 with use_call(call), use_limits(self._limits):

@@ -1,5 +1,5 @@
-"""The loop of a solve worker process (`server.workers.WorkerProcesses`, ``python -m server.worker_main JOB CTL``):
-read a job, run the servicer's work method on it under the call's deadline and stop/cancel, answer.
+"""The loop of a solve worker process (`server.workers.WorkerProcesses`, ``python -m server.worker_main WORK CTL``):
+read a work item, answer its RPC (`PlacementServicer.serve_here`) under the call's deadline and stop/cancel.
 
 Its caches (conversions by digest, fabrics, paths) stay warm from one request to the next.
 """
@@ -19,13 +19,13 @@ from server.errors import status_for
 from server.servicer import PlacementServicer
 from server.settings import Settings
 from server.telemetry import configure_logging, request_id_var
-from server.workers import REMOTE_WORK, Job, MetricsRecorder, Reply, status_bytes
+from server.workers import REMOTE_WORK, MetricsRecorder, Reply, WorkItem, status_bytes
 
-__all__ = ["main", "run_job"]
+__all__ = ["main", "run_item"]
 
 
 class _Context:
-    """What the servicer's work methods ask of a grpc context, from the call's deadline and cancel flag."""
+    """What the RPC template asks of a grpc context, from the call's deadline and cancel flag."""
 
     def __init__(self, call: Call) -> None:
         self._call = call
@@ -38,37 +38,37 @@ class _Context:
 
 
 class _Controls:
-    """Stop and cancel messages of the parent, by job number, applied to the job that runs (or, when they come
-    first, to the job when it starts)."""
+    """Stop and cancel messages of the parent, by work item number, applied to the item that runs (or, when they
+    come first, to the item when it starts)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._seq = -1
         self._got: set[str] = set()
-        self._job: tuple[StopEvent, Call] | None = None
+        self._item: tuple[StopEvent, Call] | None = None
 
     def start(self, seq: int, stop: StopEvent, call: Call) -> None:
         with self._lock:
             if seq != self._seq:
                 self._seq, self._got = seq, set()
-            self._job = (stop, call)
+            self._item = (stop, call)
             got = set(self._got)
         self._apply(got, stop, call)
 
     def end(self) -> None:
         with self._lock:
-            self._job = None
+            self._item = None
 
     def receive(self, seq: int, what: str) -> None:
         with self._lock:
             if seq < self._seq:
-                return  # for a job that has ended
+                return  # for an item that has ended
             if seq > self._seq:
                 self._seq, self._got = seq, set()
             self._got.add(what)
-            job = self._job
-        if job is not None:
-            self._apply({what}, *job)
+            item = self._item
+        if item is not None:
+            self._apply({what}, *item)
 
     @staticmethod
     def _apply(got: set[str], stop: StopEvent, call: Call) -> None:
@@ -87,19 +87,19 @@ def _listen(ctl: Connection, controls: _Controls) -> None:
         controls.receive(seq, what)
 
 
-def run_job(
-    servicer: PlacementServicer, metrics: MetricsRecorder, seq: int, job: Job, controls: _Controls
+def run_item(
+    servicer: PlacementServicer, metrics: MetricsRecorder, seq: int, item: WorkItem, controls: _Controls
 ) -> Reply:
-    """One job: the servicer's work method under the job's call; the answer or the status of its error."""
-    request_type, _ = REMOTE_WORK[job.method]
-    request_id_var.set(job.request_id)
-    call = Call(job.deadline)
+    """One work item: its RPC answered under the item's call; the answer or the status of its error."""
+    request_type, _ = REMOTE_WORK[item.method]
+    request_id_var.set(item.request_id)
+    call = Call(item.deadline)
     stop = StopEvent()
     controls.start(seq, stop, call)
     try:
-        request = request_type.FromString(job.request)
+        request = request_type.FromString(item.request)
         with use_call(call), use_limits(servicer.settings.request_limits()):
-            response = getattr(servicer, job.method)(request, _Context(call), stop)
+            response = servicer.serve_here(item.method, request, _Context(call), stop)
         return Reply(True, response.SerializeToString(), metrics.drain())
     except Exception as exc:  # every error becomes the status the thread mode would answer
         return Reply(False, status_bytes(status_for(exc)), metrics.drain())
@@ -108,7 +108,7 @@ def run_job(
 
 
 def main(argv: Sequence[str]) -> int:
-    """Serve jobs from the job pipe (file descriptor argv[0]) until it closes or sends None."""
+    """Serve work items from the work pipe (file descriptor argv[0]) until it closes or sends None."""
     # the server drives shutdown (stop, then close the pipe): a Ctrl-C or SIGTERM sent to the whole process
     # group must not end a solve it still waits for
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -124,13 +124,13 @@ def main(argv: Sequence[str]) -> int:
     conn.send("ready")
     while True:
         try:
-            item = conn.recv()
+            sent = conn.recv()
         except (EOFError, OSError):
             return 0
-        if item is None:
+        if sent is None:
             return 0
-        seq, job = item
-        reply = run_job(servicer, metrics, seq, job, controls)
+        seq, item = sent
+        reply = run_item(servicer, metrics, seq, item, controls)
         try:
             conn.send(reply)
         except (OSError, ValueError):

@@ -33,29 +33,29 @@ from server.telemetry import Metrics, current_request_id
 
 __all__ = [
     "REMOTE_WORK",
-    "Job",
     "MetricsRecorder",
     "Reply",
+    "WorkItem",
     "WorkerProcesses",
 ]
 
 _log = logging.getLogger("placement.server")
 
 REMOTE_WORK: dict[str, tuple[type[Any], type[Any]]] = {
-    "_place": (pb.PlaceRequest, pb.PlaceResponse),
-    "_evaluate": (pb.EvaluateRequest, pb.EvaluateResponse),
-    "_compare": (pb.CompareRequest, pb.CompareResponse),
-    "_place_batch": (pb.PlaceBatchRequest, pb.PlaceBatchResponse),
-    "_repair": (pb.RepairRequest, pb.RepairResponse),
+    "Place": (pb.PlaceRequest, pb.PlaceResponse),
+    "Evaluate": (pb.EvaluateRequest, pb.EvaluateResponse),
+    "Compare": (pb.CompareRequest, pb.CompareResponse),
+    "PlaceBatch": (pb.PlaceBatchRequest, pb.PlaceBatchResponse),
+    "Repair": (pb.RepairRequest, pb.RepairResponse),
 }
-"""Servicer work methods a worker process runs -> (request, response) message types."""
+"""The RPCs a worker process answers (`PlacementServicer.serve_here`) -> their (request, response) message types."""
 
 _POLL_S = 0.02  # how often a waiting dispatcher looks at the call's cancel flag
 
 
 @dataclass(frozen=True)
-class Job:
-    """One request for a worker: the servicer method, the request bytes, the call's deadline (a
+class WorkItem:
+    """One request for a worker: the RPC method, the request bytes, the call's deadline (a
     `time.monotonic` value: the clock is the machine's, shared by processes) and its request id."""
 
     method: str
@@ -133,7 +133,7 @@ def replay(metrics: Metrics, records: list[tuple[str, tuple[tuple[str, str], ...
 
 class _Worker:
     """One worker process (``python -m server.worker_main``: started afresh, nothing of this process is
-    re-imported or forked), its job pipe and its control pipe (stop and cancel of the job it runs)."""
+    re-imported or forked), its work pipe and its control pipe (stop and cancel of the work item it runs)."""
 
     def __init__(self, settings: Settings, index: int) -> None:
         self.conn, child = multiprocessing.Pipe()
@@ -165,7 +165,7 @@ class _Worker:
         return True
 
     def control(self, seq: int, what: str) -> None:
-        """Tell the worker to `stop` (return its best answer) or `cancel` job `seq`; a later job ignores it."""
+        """Tell the worker to `stop` (return its best answer) or `cancel` work item `seq`; a later item ignores it."""
         with self._ctl_lock, contextlib.suppress(OSError, ValueError):  # the worker ended: `run` notices
             self.ctl.send((seq, what))
 
@@ -203,10 +203,10 @@ class WorkerProcesses:
         deadline: float | None,
         cancelled: Callable[[], bool],
     ) -> Any:
-        """The response of servicer `method` on `request`, computed in a worker process under the call's
+        """The response of RPC `method` on `request`, computed in a worker process under the call's
         `deadline` (a `time.monotonic` value; the clock is the machine's); `cancelled()` says the caller left.
         Raises `RemoteStatus` with the status the worker computed when it failed there."""
-        job = Job(method, request.SerializeToString(), deadline, current_request_id())
+        item = WorkItem(method, request.SerializeToString(), deadline, current_request_id())
         w = self._take()
         w.seq += 1
         seq, ctl = w.seq, w
@@ -219,7 +219,7 @@ class WorkerProcesses:
             stop.subscribe(listener)
             try:
                 w.wait_ready(None)
-                w.conn.send((seq, job))
+                w.conn.send((seq, item))
                 while not w.conn.poll(_POLL_S):
                     if not sent_cancel and cancelled():
                         w.control(seq, "cancel")
@@ -285,7 +285,7 @@ class WorkerProcesses:
         return w
 
     def close(self, timeout: float = 5.0) -> None:
-        """Stop every worker: its job is asked for its best answer and the worker to exit; what still runs
+        """Stop every worker: its work item is asked for its best answer and the worker to exit; what still runs
         after `timeout` is killed."""
         with self._lock:
             if self._closed:

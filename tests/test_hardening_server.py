@@ -10,6 +10,8 @@ from __future__ import annotations
 import io
 import json
 import logging
+import math
+import os
 import shutil
 import subprocess
 import threading
@@ -28,6 +30,7 @@ from placement.limits import checkpoint
 from placement.messages.files import request_from_dict
 from placement.v1 import placement_pb2 as pb
 from placement.v1 import placement_pb2_grpc as pb_grpc
+from server import interceptors
 from server.client import PlacementClient
 from server.errors import MAX_DETAIL_ITEMS
 from server.interceptors import give_back_memory
@@ -210,9 +213,40 @@ def test_f7_waiting_requests_hold_bounded_memory(monkeypatch: pytest.MonkeyPatch
         assert r.stub.Place(place_request(), timeout=30).result.mapping  # the bytes were released
 
 
-def test_f7_freed_memory_is_given_back() -> None:
-    give_back_memory()  # glibc malloc_trim, rate limited; a no-op elsewhere
+def _resident_bytes() -> int:
+    """This process's resident set size, from /proc."""
+    return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+@pytest.mark.skipif(interceptors._malloc_trim is None, reason="malloc_trim is glibc's")
+def test_f7_freed_memory_is_given_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(
+        interceptors, "_last_trim", [-math.inf]
+    )  # no trim of another test holds this one back
+    mib = 2**20
+    blocks = [bytes(4096) for _ in range(128 * mib // 4096)]  # 128 MiB from malloc (pymalloc stops at 512 B)
+    pinned = bytes(4096)  # above the freed blocks: free() alone cannot shrink the heap past it
+    del blocks
+    before = _resident_bytes()
     give_back_memory()
+    given_back = before - _resident_bytes()
+    assert given_back > 64 * mib, f"{given_back / mib:.1f} MiB given back of 128 MiB freed"
+    assert pinned  # alive until after the trim
+
+
+def test_f7_memory_is_given_back_at_most_once_a_period(monkeypatch: pytest.MonkeyPatch) -> None:
+    trims: list[int] = []
+
+    def counted_trim(pad: int) -> int:
+        trims.append(pad)
+        return 1
+
+    monkeypatch.setattr(interceptors, "_malloc_trim", counted_trim)
+    monkeypatch.setattr(interceptors, "_last_trim", [-math.inf])
+    monkeypatch.setattr(interceptors, "_TRIM_EVERY_S", 1e9)  # every later call falls in the first period
+    for _ in range(5):
+        give_back_memory()
+    assert trims == [0]  # one trim, keeping no padding
 
 
 # ---- F3: error details stay small -------------------------------------------------------------------------------

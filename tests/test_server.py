@@ -1,5 +1,6 @@
 """The gRPC server in process on port 0, its three methods: Place (a valid mapping, its cost recomputed, the
-request id), Evaluate (of a placed and of a rule-breaking mapping) and Compare (the ranking)."""
+request id), Evaluate (of a placed and of a rule-breaking mapping) and Compare (the ranking); every method of the
+service described once for the one RPC template."""
 
 from __future__ import annotations
 
@@ -13,6 +14,9 @@ from placement.cost.evaluate import evaluate
 from placement.io.native import load_cluster, load_job
 from placement.messages.files import request_from_dict
 from placement.v1 import placement_pb2 as pb
+from server.servicer import PlacementServicer
+from server.settings import Settings
+from server.workers import REMOTE_WORK, MetricsRecorder
 from tests.conftest import EXAMPLES
 from tests.support_server import (
     Running,
@@ -137,3 +141,18 @@ def test_compare_ranks_jobs_by_step_seconds_with_infeasible_last(srv: Running) -
     last = ranking[-1].result
     assert last.job == "too-big" and last.status == pb.SOLVE_STATUS_INFEASIBLE
     assert "64" in last.explanation[0] and not last.mapping
+
+
+# ---- one template --------------------------------------------------------------------------------------------
+
+
+def test_every_method_of_the_service_is_described_once_for_the_template() -> None:
+    service = pb.DESCRIPTOR.services_by_name["PlacementService"]
+    servicer = PlacementServicer(Settings(), None, MetricsRecorder())  # type: ignore[arg-type]
+    assert sorted(servicer.rpcs) == sorted(m.name for m in service.methods)
+    assert all(rpc.method == name for name, rpc in servicer.rpcs.items())
+    # what a solve process answers is a method of the service, with the service's message types
+    for name, (request_type, response_type) in REMOTE_WORK.items():
+        method = service.methods_by_name[name]
+        declared = (method.input_type.full_name, method.output_type.full_name)
+        assert declared == (request_type.DESCRIPTOR.full_name, response_type.DESCRIPTOR.full_name), name

@@ -167,7 +167,7 @@ def test_a_full_solver_queue_is_resource_exhausted_and_health_stays_responsive(
     with running(workers=1, queue_limit=1) as r, ThreadPoolExecutor(2) as ex:
         futures = [ex.submit(r.stub.Place, place_request(), timeout=30) for _ in range(2)]
         deadline = time.monotonic() + 10
-        while r.server.servicer._pool.admitted < 2:
+        while r.server._pool.admitted < 2:
             assert time.monotonic() < deadline
             time.sleep(0.01)
         err = rpc_error(lambda: r.stub.Place(place_request(), timeout=10))

@@ -146,6 +146,16 @@ def test_process_mode_deadline_returns_the_best_answer_so_far(process_server: Ru
     assert len({a.device for a in res.mapping}) == 256
 
 
+def test_process_mode_answers_a_call_without_a_deadline(process_server: Running) -> None:
+    # a solve process sees "no deadline" as None, where gRPC gives a huge number: the template must take both
+    req = place_request(nodes=2, tp=8, dp=2)
+    res = process_server.stub.Place(req).result  # no timeout: the call has no deadline
+    assert res.status in (pb.SOLVE_STATUS_OPTIMAL, pb.SOLVE_STATUS_FEASIBLE)
+    assert not res.stats.deadline_limited
+    assert sorted(a.rank for a in res.mapping) == list(range(16))
+    assert len({a.device for a in res.mapping}) == 16
+
+
 def test_process_mode_cancelling_a_call_frees_its_worker(process_server: Running) -> None:
     slow = place_request(
         nodes=64, tp=4, dp=16, pp=4, occupied=tuple(f"node{i:02d}" for i in range(1, 10)), time_limit_s=60
@@ -155,7 +165,7 @@ def test_process_mode_cancelling_a_call_frees_its_worker(process_server: Running
     t0 = time.monotonic()
     for f in futures:
         f.cancel()
-    pool = process_server.server.servicer._pool
+    pool = process_server.server._pool
     end = time.monotonic() + 20
     while pool.admitted and time.monotonic() < end:
         time.sleep(0.02)
@@ -207,7 +217,7 @@ def test_process_mode_full_queue_is_resource_exhausted() -> None:
         r.stub.Place(place_request(), timeout=60)  # the worker has started
         busy = r.stub.Place.future(slow, timeout=60)
         end = time.monotonic() + 10
-        while r.server.servicer._pool.admitted < 1 and time.monotonic() < end:
+        while r.server._pool.admitted < 1 and time.monotonic() < end:
             time.sleep(0.01)
         err = rpc_error(lambda: r.stub.Place(place_request(), timeout=30))
         busy.cancel()
@@ -216,7 +226,7 @@ def test_process_mode_full_queue_is_resource_exhausted() -> None:
 
 
 def test_a_killed_worker_is_replaced_and_its_call_is_internal(process_server: Running) -> None:
-    procs = process_server.server.servicer._pool.processes
+    procs = process_server.server._pool.processes
     assert procs is not None
     slow = slow_request()
     before = set(procs.pids)
@@ -308,7 +318,7 @@ def test_conversion_cache_is_safe_across_threads() -> None:
 
 
 class _Ctx:
-    """A call with no deadline that stays active (what `_place` asks of a gRPC context)."""
+    """A call with no deadline that stays active (what the RPC template asks of a gRPC context)."""
 
     def time_remaining(self) -> float:
         return 1e9
@@ -331,9 +341,9 @@ def _one_more_busy(req: pb.PlaceRequest, device: str) -> pb.PlaceRequest:
 def test_a_repeated_request_is_answered_from_the_memo_with_the_solved_answer() -> None:
     memo_on, memo_off = _servicer(8), _servicer(0)
     req = make_run_request()
-    first = memo_on._place(req, _Ctx(), StopEvent())
-    again = memo_on._place(make_run_request(), _Ctx(), StopEvent())
-    solved = memo_off._place(make_run_request(), _Ctx(), StopEvent())  # a real solve, no memo
+    first = memo_on.serve_here("Place", req, _Ctx(), StopEvent())
+    again = memo_on.serve_here("Place", make_run_request(), _Ctx(), StopEvent())
+    solved = memo_off.serve_here("Place", make_run_request(), _Ctx(), StopEvent())  # a real solve, no memo
     assert MEMO_NOTE not in first.result.stats.notes and MEMO_NOTE not in solved.result.stats.notes
     assert again.result.stats.notes[MEMO_NOTE] == "memo"
     assert _answer(again) == _answer(first) == _answer(solved)
@@ -343,10 +353,10 @@ def test_a_repeated_request_is_answered_from_the_memo_with_the_solved_answer() -
 def test_the_memo_never_answers_another_state() -> None:
     svc = _servicer(8)
     req = make_run_request()
-    first = svc._place(req, _Ctx(), StopEvent())
+    first = svc.serve_here("Place", req, _Ctx(), StopEvent())
     used = first.result.mapping[0].device  # the answer's first device, busy in the second request
     other = _one_more_busy(req, used)
-    second = svc._place(other, _Ctx(), StopEvent())
+    second = svc.serve_here("Place", other, _Ctx(), StopEvent())
     assert MEMO_NOTE not in second.result.stats.notes and svc.memo.hits == 0
     assert used not in {m.device for m in second.result.mapping}
     assert AnswerMemo.key(req, 5.0, 1) != AnswerMemo.key(other, 5.0, 1)

@@ -369,13 +369,34 @@ def test_heuristics_keep_pins_and_use_only_free_devices() -> None:
     pin = free[5]
     job = dataclasses.replace(job, constraints=Constraints(pins={3: topo.devices[pin].id}))
     traffic = job_traffic(job)
-    usable = set(free)
+    # counted from the state by hand: the devices no other job holds and none failed
+    usable = {d for d in range(topo.num_devices) if d not in state.occupied and d not in state.failed}
+    assert pin in usable and len(usable) >= job.ranks + 64  # room to spare: a fill must find its devices
+    placed: set[str] = set()
     for name, f in HEURISTICS.items():
         m = f(topo, state, job, traffic)
         if m is None:
             continue
+        placed.add(name)
         assert m[3] == pin, name
         assert len(set(m)) == job.ranks and set(m) <= usable, name
+        assert not validate(topo, state, job, m, traffic=traffic), name
+    # the fill heuristics need only enough free devices (no rule asks for whole units here): each must place the
+    # job, so a family that returns None everywhere fails this test
+    assert set(HEURISTICS) >= FILL_HEURISTICS
+    assert placed >= FILL_HEURISTICS, sorted(FILL_HEURISTICS - placed)
+
+
+FILL_HEURISTICS = {
+    "tight-emptiest",
+    "tight-fullest",
+    "tight-emptiest-nested",
+    "tight-fullest-nested",
+    "least-free",
+    "contiguous",
+}
+"""Heuristics that fill the free devices of a domain in some order: they place any job that has enough free devices
+and no required level or spread rule."""
 
 
 # ---- the bound's joint arguments (crossings, whole-group rooms, host-room floor) stay below every mapping -------

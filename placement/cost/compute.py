@@ -48,6 +48,7 @@ __all__ = [
     "device_memory_bytes",
     "gemm_efficiency",
     "gradient_bytes",
+    "hbm_gbps",
     "job_device_kind",
     "model_flops",
     "nccl_generation",
@@ -69,6 +70,7 @@ _GEMM: Mapping[str, tuple[float, float, float]] = {
     "V100": (0.32, 64.0, 900.0),
     "A100": (0.60, 256.0, 2039.0),
     "H100": (0.60, 384.0, 3350.0),
+    "H800": (0.60, 384.0, 3350.0),
     "H200": (0.60, 384.0, 4800.0),
     "B200": (0.50, 512.0, 8000.0),
     "GB200": (0.50, 512.0, 8000.0),
@@ -119,6 +121,7 @@ _TREE_CHANNEL_GBPS: Mapping[str, tuple[float, float, float]] = {
     "L40S": (24.0, 23.6, 17.8),
     "H100": (38.7, 41.4, 36.0),
     "H200": (38.7, 41.4, 36.0),
+    "H800": (38.7, 41.4, 36.0),
     "B200": (70.0, 42.8, 24.0),
     "GB200": (70.0, 42.8, 24.0),
 }
@@ -149,6 +152,13 @@ def tree_channel_gbps(
     has no row for it (AMD, user kinds): `placement.cost.collectives` prices their trees by links alone."""
     dk = device_kind(kind, topology)
     return None if dk is None else _TREE_CHANNEL_GBPS.get(dk.name.upper())
+
+
+def hbm_gbps(kind: DeviceKind) -> float:
+    """Memory (HBM) bandwidth of one device of `kind` in GB/s, from the vendors' datasheets (NVIDIA H100 and H800
+    SXM 3.35 TB/s, A100 80 GB SXM 2.04 TB/s, H200 4.8 TB/s, HGX B200 and GB200 NVL72 8 TB/s per GPU); a kind the
+    table does not know gets 2 TB/s. The serving step reads weights and KV cache at it (`placement.cost.serving`)."""
+    return _GEMM.get(kind.name.upper(), _GEMM_OTHER)[2]
 
 
 def device_memory_bytes(kind: str | None, topology: Topology | None = None) -> float | None:

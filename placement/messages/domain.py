@@ -185,6 +185,12 @@ def _topology(
 
 def _job(msg: pb.Job, prefix: str, ps: _Problems) -> Job | None:
     checkpoint(f"converting {prefix}")
+    if msg.HasField("serving"):  # a serving job (placement.messages.serving): not placed over gRPC yet
+        ps.add(
+            f"{prefix}.serving",
+            "serving jobs are placed by the CLI so far, not by this service (docs/serving.md)",
+        )
+        return None
     doc = message_dict(msg)
     for g in doc.get("groups", []):
         g.setdefault(

@@ -27,6 +27,9 @@ DEVICE_KINDS: Mapping[str, DeviceKind] = {
         DeviceKind("V100", 125.0, 32.0),
         DeviceKind("A100", 312.0, 80.0),
         DeviceKind("H100", 989.0, 80.0),
+        DeviceKind(
+            "H800", 989.0, 80.0
+        ),  # the H100 SXM's compute and memory, NVLink cut to 400 GB/s (8 links)
         DeviceKind("H200", 989.0, 141.0),
         DeviceKind("B200", 2250.0, 180.0),
         DeviceKind("GB200", 2500.0, 186.0),

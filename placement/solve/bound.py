@@ -583,6 +583,51 @@ def comm_bound(
     for li in range(n_levels):
         col = topology.domain_column(li)
         free.append(sorted(Counter(col[d] for d in candidates).values(), reverse=True))
+    pops = _group_pops(traffic, links, free) + _edge_pops(traffic, links, free)
+    backward = _dp_overlap(topology, job, candidates)
+    names = [lv.name for lv in topology.levels]
+    compute = _fastest_compute(topology, job, candidates)
+    late = deadline is not None and time.perf_counter() >= deadline
+    crossings, alls = _crossings(job.ranks, pops, free, job.ranks, whole_job_only=late)
+    base_rows = [[t if li >= p.low else math.inf for li, t in enumerate(p.times)] for p in pops]
+    host_free = Counter(topology.devices[d].host_index for d in candidates)
+    ctx = _Joint(
+        job,
+        links,
+        pops,
+        base_rows,
+        crossings,
+        alls,
+        names,
+        backward,
+        compute,
+        host_free,
+        [
+            {h: topology.domain_column(li)[topology.devices_in_domain[0][h][0]] for h in host_free}
+            for li in range(n_levels)
+        ],
+    )
+    best = ctx.search(base_rows, crossings, {}, None, alls)
+    if not math.isfinite(best.value):
+        best = CommBound(0.0, {}, {}, 0.0)
+    for ai, a in enumerate(pops):
+        # a valid bound never exceeds a mapping's (exposed comm, step): once it meets the incumbent's in both, the
+        # arguments below can only tie it, so they are skipped and the bound returned is the same
+        reached = incumbent is not None and best.value >= incumbent[0] and best.step >= incumbent[1]
+        if links.graph or reached or (deadline is not None and time.perf_counter() >= deadline):
+            continue
+        least = _host_filling(ctx, ai, a, best)
+        if least is None or not math.isfinite(least.value):
+            continue
+        top = least if least.value > best.value else best
+        best = CommBound(top.value, top.by_label, top.argument, max(best.step, least.step))
+    return best
+
+
+def _group_pops(traffic: Traffic, links: _Links, free: Sequence[Sequence[int]]) -> list[_Pop]:
+    """The populations of alike groups, each with its per-level fastest time, its lowest level where all fit
+    (the *capacity* argument) and its NIC floor (the *nic-floor* argument)."""
+    n_levels = len(free)
     pops: list[_Pop] = []
     gpops: dict[tuple[str, CollectiveKind, int, float, float, float], list[tuple[int, ...]]] = defaultdict(
         list
@@ -608,6 +653,14 @@ def comm_bound(
         if spanning > 0 and not links.graph and math.isfinite(links.host_out):
             floor = count * spanning * 2 * links.min_nic_bytes(kind, n, size) / (links.host_out * 1e9)
         pops.append(_Pop(label, members, n, disjoint, count, exposed, low, times, floor, kind, size))
+    return pops
+
+
+def _edge_pops(traffic: Traffic, links: _Links, free: Sequence[Sequence[int]]) -> list[_Pop]:
+    """The populations of alike edges (PP sends): capacity (a forest holds at most f - 1 edges inside a domain of
+    f devices) and NIC floor, as `_group_pops`."""
+    n_levels = len(free)
+    pops: list[_Pop] = []
     epops: dict[tuple[str, float, float, float], list[tuple[int, int]]] = defaultdict(list)
     for e in traffic.edges:
         if e.src != e.dst:
@@ -626,223 +679,263 @@ def comm_bound(
         if spanning > 0 and not links.graph and math.isfinite(links.host_out):
             floor = count * spanning * size / (links.host_out * 1e9)
         pops.append(_Pop(label, sorted(distinct), 0, True, count, exposed, low, times, floor, None, size))
+    return pops
+
+
+def _dp_overlap(topology: Topology, job: Job, candidates: Sequence[int]) -> DpOverlap | None:
+    """What bounds the DP reduce's exposure: dp_exposed falls as the backward grows, so the longest backward the
+    candidates' kinds give and the job's gradient bytes bound it (None: the job's DP is exposed whole)."""
     longest = (
         _max_backward(topology, job, candidates)
         if job.model is not None and job.parallel is not None and "dp" not in job.exposure
         else None
     )
-    # dp_exposed falls as the backward grows: the longest backward and the job's gradient bytes bound it
-    backward = (
-        None
-        if longest is None or job.model is None or job.parallel is None
-        else DpOverlap(
-            longest, gradient_bytes(job.model, job.parallel), job.model.distributed_optimizer, job.parallel.dp
-        )
+    if longest is None or job.model is None or job.parallel is None:
+        return None
+    return DpOverlap(
+        longest, gradient_bytes(job.model, job.parallel), job.model.distributed_optimizer, job.parallel.dp
     )
-    names = [lv.name for lv in topology.levels]
-    compute = _fastest_compute(topology, job, candidates)
-    late = deadline is not None and time.perf_counter() >= deadline
-    crossings, alls = _crossings(job.ranks, pops, free, job.ranks, whole_job_only=late)
-    inf_row = [math.inf] * n_levels
-    base_rows = [[t if li >= p.low else math.inf for li, t in enumerate(p.times)] for p in pops]
-    best = _search(pops, base_rows, crossings, names, backward, compute, {}, None, alls)
-    if not math.isfinite(best.value):
-        best = CommBound(0.0, {}, {}, 0.0)
 
-    def reached() -> bool:
-        # a valid bound never exceeds a mapping's (exposed comm, step): once it meets the incumbent's in both, the
-        # arguments below can only tie it, so they are skipped and the bound returned is the same
-        return incumbent is not None and best.value >= incumbent[0] and best.step >= incumbent[1]
 
-    # the host-filling argument: take a label A of disjoint groups of t ranks. Either every A-group stays whole
-    # on one host, and then a host with f free devices holds at most floor(f / t) ranks of any item whose ranks lie
-    # in distinct A-groups (a DP group's members each come with their TP group), or some A-group spans hosts
-    host_free = Counter(topology.devices[d].host_index for d in candidates)
-    host_dom = [
-        {h: topology.domain_column(li)[topology.devices_in_domain[0][h][0]] for h in host_free}
+@dataclass(frozen=True)
+class _Joint:
+    """What every case of `comm_bound` shares: the populations, their base rows, the crossing constraints and the
+    terms `_search` joins them with."""
+
+    job: Job
+    links: _Links
+    pops: list[_Pop]
+    base_rows: list[list[float]]
+    crossings: list[tuple[frozenset[int], int]]
+    alls: list[tuple[frozenset[int], int, int]]
+    names: list[str]
+    backward: DpOverlap | None
+    compute: tuple[float, float, float]
+    host_free: Counter[int]
+    host_dom: list[dict[int, int]]
+
+    @property
+    def n_levels(self) -> int:
+        return len(self.names)
+
+    def search(
+        self,
+        rows: Sequence[Sequence[float]],
+        crossings: list[tuple[frozenset[int], int]],
+        notes: dict[int, str],
+        floors: dict[int, list[list[float]]] | None,
+        alls: list[tuple[frozenset[int], int, int]],
+        cutoff: tuple[float, float] = (-math.inf, -math.inf),
+    ) -> CommBound:
+        return _search(
+            self.pops, rows, crossings, self.names, self.backward, self.compute, notes, floors, alls, cutoff
+        )
+
+
+def _anchor_units(job: Job, a: _Pop) -> list[tuple[int, ...]] | None:
+    """The rank sets of label `a` that the host-filling argument anchors on: its disjoint groups, or the
+    components of its sends when they are disjoint rank sets of one size (TP rings of p2p sends); None: none."""
+    if a.kind is not None:
+        if a.size < 2 or not a.disjoint:
+            return None
+        return [tuple(m) for m in a.members]
+    comp = rank_components(job.ranks, a.members)
+    by_comp: dict[int, list[int]] = defaultdict(list)
+    for r, c in enumerate(comp):
+        by_comp[c].append(r)
+    units = [tuple(v) for v in by_comp.values() if len(v) > 1]
+    if not units or len({len(u) for u in units}) != 1:
+        return None
+    return units
+
+
+def _host_filling(ctx: _Joint, ai: int, a: _Pop, best: CommBound) -> CommBound | None:
+    """The *whole TP groups* argument on label `a` (of disjoint groups of t ranks): either every A-group stays
+    whole on one host, and then a host with f free devices holds at most floor(f / t) ranks of any item whose
+    ranks lie in distinct A-groups (a DP group's members each come with their TP group), or some A-group spans
+    hosts. Returns the least of the two cases (None: `a` anchors no such argument)."""
+    units = _anchor_units(ctx.job, a)
+    if units is None:
+        return None
+    t = len(units[0])
+    n_levels = ctx.n_levels
+    # per level, how many whole A-groups each domain can hold
+    held: list[dict[int, int]] = []
+    for li in range(n_levels):
+        acc: dict[int, int] = defaultdict(int)
+        for h, f in ctx.host_free.items():
+            acc[ctx.host_dom[li][h]] += f // t
+        held.append(acc)
+    group_of = {r: i for i, m in enumerate(units) for r in m}
+    held_now = (best.value, best.step)
+    whole, meets = _whole_case(ctx, ai, a, t, held, group_of, held_now)
+    if _below(whole, held_now):
+        return (
+            None  # the least of the two cases is at or below the bound held: nothing to gain from the split
+        )
+    split = _split_case(ctx, ai, a, t, meets, whole, held_now)
+    return _least([whole, split])
+
+
+def _whole_case(
+    ctx: _Joint,
+    ai: int,
+    a: _Pop,
+    t: int,
+    held: list[dict[int, int]],
+    group_of: dict[int, int],
+    held_now: tuple[float, float],
+) -> tuple[CommBound, list[int]]:
+    """The case where every A-group stays whole on a host: A inside hosts, and each population whose items meet
+    distinct A-groups priced on whole A-groups (with the *host-room* floors). Returns the case's bound and those
+    populations."""
+    pops, base_rows, n_levels = ctx.pops, ctx.base_rows, ctx.n_levels
+    # when the A-groups cover every rank and all stay whole, a domain holds t ranks per whole A-group it has
+    # room for: the crossings are counted on that room
+    whole_cross, whole_alls = ctx.crossings, ctx.alls
+    if len(group_of) == ctx.job.ranks:
+        whole_cross, whole_alls = _crossings(
+            ctx.job.ranks,
+            pops,
+            [sorted((v * t for v in held[li].values()), reverse=True) for li in range(n_levels)],
+            ctx.job.ranks,
+        )
+    rows = [list(r) for r in base_rows]
+    rows[ai] = [base_rows[ai][0]] + [math.inf] * (n_levels - 1)
+    notes: dict[int, str] = {}
+    floors: dict[int, list[list[float]]] = {}
+    meets: list[int] = []
+    per_host = ctx.links.max_free // t
+    for pi, p in enumerate(pops):
+        if pi == ai or not all(
+            all(r in group_of for r in m) and len({group_of[r] for r in m}) == len(m) for m in p.members
+        ):
+            continue
+        if p.kind is not None:
+            rows[pi], mine = _on_whole_groups(ctx, p, t, held, group_of)
+            if mine:
+                floors[pi] = mine
+        elif per_host <= 1:
+            rows[pi] = [x if li >= 1 else math.inf for li, x in enumerate(base_rows[pi])]
+        else:
+            continue
+        notes[pi] = f" (whole {a.label} groups on their hosts)"
+        meets.append(pi)
+    return ctx.search(rows, whole_cross, notes, floors, whole_alls, held_now), meets
+
+
+def _on_whole_groups(
+    ctx: _Joint, p: _Pop, t: int, held: list[dict[int, int]], group_of: dict[int, int]
+) -> tuple[list[float], list[list[float]]]:
+    """Population `p` (groups meeting distinct whole A-groups of t ranks): its row (an item inside a domain needs
+    p.size whole A-groups there) and its *host-room* floors."""
+    links, n_levels = ctx.links, ctx.n_levels
+    k = len(p.members)
+    kind = p.kind
+    assert kind is not None
+    # a domain holding v whole A-groups holds v * t of their ranks, and an item of p inside it
+    # needs p.size of those groups
+    caps = [
+        sum((v * t) // p.size for v in held[li].values() if v >= p.size)
+        if p.disjoint
+        else (k if max(held[li].values(), default=0) >= p.size else 0)
         for li in range(n_levels)
     ]
-    for ai, a in enumerate(pops):
-        if links.graph or reached() or (deadline is not None and time.perf_counter() >= deadline):
-            continue
-        if a.kind is not None:
-            if a.size < 2 or not a.disjoint:
+    low = next((li for li in range(n_levels) if caps[li] >= k), n_levels)
+    row = [
+        links.group(kind, p.size, p.bytes, li, t) if li >= max(low, p.low) else math.inf
+        for li in range(n_levels)
+    ]
+    # every host that one of p's items touches holds as many whole A-groups as the item's fewest
+    # members on a host; if the hosts with room for G A-groups cannot take every A-group p meets, some
+    # item has a host with fewer than G of its members
+    per_host = links.max_free // t
+    rooms = [f // t for f in ctx.host_free.values()]
+    touched = len({group_of[r] for m in p.members for r in m})
+    g_star = max(
+        (g for g in range(1, per_host + 1) if sum(x for x in rooms if x >= g) >= touched),
+        default=0,
+    )
+    mine: list[list[float]] = []
+    if 0 < g_star < per_host:
+        mine.append([links.group(kind, p.size, p.bytes, li, t, g_star) for li in range(n_levels)])
+    mine += _class_floors(ctx, p, t, group_of)
+    return row, mine
+
+
+def _class_floors(ctx: _Joint, p: _Pop, t: int, group_of: dict[int, int]) -> list[list[float]]:
+    """Classes: the A-group sets p's items meet (Megatron: a stage's TP groups, met by each of its DP groups). An
+    item inside a domain of level l with G members or more on each host puts every A-group of its class on hosts
+    of that domain with room for G; if the domains cannot take every class so (classes disjoint, of one size),
+    the items of some class all lie above l or have a host with fewer than G members."""
+    links, n_levels = ctx.links, ctx.n_levels
+    kind = p.kind
+    assert kind is not None
+    per_host = links.max_free // t
+    out: list[list[float]] = []
+    classes = {frozenset(group_of[r] for r in m) for m in p.members}
+    sizes = {len(c) for c in classes}
+    if len(sizes) != 1 or sum(len(c) for c in classes) != len(frozenset().union(*classes)):
+        return out
+    (size,) = sizes
+    for li in range(n_levels):
+        for need in range(1, per_host + 1):
+            w: dict[int, int] = defaultdict(int)
+            for h, f in ctx.host_free.items():
+                if f // t >= need:
+                    w[ctx.host_dom[li][h]] += f // t
+            if sum(v // size for v in w.values()) >= len(classes):
                 continue
-            units = [tuple(m) for m in a.members]
-        else:
-            # sends whose components are disjoint rank sets of one size (TP rings of p2p sends) anchor alike
-            comp = rank_components(job.ranks, a.members)
-            by_comp: dict[int, list[int]] = defaultdict(list)
-            for r, c in enumerate(comp):
-                by_comp[c].append(r)
-            units = [tuple(v) for v in by_comp.values() if len(v) > 1]
-            if not units or len({len(u) for u in units}) != 1:
-                continue
-        t = len(units[0])
-        per_host = links.max_free // t
-        # per level, how many whole A-groups each domain can hold
-        held: list[dict[int, int]] = []
-        for li in range(n_levels):
-            acc: dict[int, int] = defaultdict(int)
-            for h, f in host_free.items():
-                acc[host_dom[li][h]] += f // t
-            held.append(acc)
-        group_of = {r: i for i, m in enumerate(units) for r in m}
-        # when the A-groups cover every rank and all stay whole, a domain holds t ranks per whole A-group it has
-        # room for: the crossings are counted on that room
-        whole_cross, whole_alls = crossings, alls
-        if len(group_of) == job.ranks:
-            whole_cross, whole_alls = _crossings(
-                job.ranks,
-                pops,
-                [sorted((v * t for v in held[li].values()), reverse=True) for li in range(n_levels)],
-                job.ranks,
+            out.append(
+                [
+                    links.group(kind, p.size, p.bytes, lv, t)
+                    if lv > li
+                    else (links.group(kind, p.size, p.bytes, lv, t, need - 1) if need > 1 else math.inf)
+                    for lv in range(n_levels)
+                ]
             )
-        rows = [list(r) for r in base_rows]
-        rows[ai] = [base_rows[ai][0]] + [math.inf] * (n_levels - 1)
-        notes: dict[int, str] = {}
-        floors: dict[int, list[list[float]]] = {}
-        meets: list[int] = []
-        rooms = [f // t for f in host_free.values()]
-        for pi, p in enumerate(pops):
-            if pi == ai or not all(
-                all(r in group_of for r in m) and len({group_of[r] for r in m}) == len(m) for m in p.members
-            ):
-                continue
-            if p.kind is not None:
-                k = len(p.members)
-                # a domain holding v whole A-groups holds v * t of their ranks, and an item of p inside it
-                # needs p.size of those groups
-                caps = [
-                    sum((v * t) // p.size for v in held[li].values() if v >= p.size)
-                    if p.disjoint
-                    else (k if max(held[li].values(), default=0) >= p.size else 0)
-                    for li in range(n_levels)
-                ]
-                low = next((li for li in range(n_levels) if caps[li] >= k), n_levels)
-                rows[pi] = [
-                    links.group(p.kind, p.size, p.bytes, li, t) if li >= max(low, p.low) else math.inf
-                    for li in range(n_levels)
-                ]
-                # every host that one of p's items touches holds as many whole A-groups as the item's fewest
-                # members on a host; if the hosts with room for G A-groups cannot take every A-group p meets, some
-                # item has a host with fewer than G of its members
-                touched = len({group_of[r] for m in p.members for r in m})
-                g_star = max(
-                    (g for g in range(1, per_host + 1) if sum(x for x in rooms if x >= g) >= touched),
-                    default=0,
-                )
-                mine: list[list[float]] = []
-                if 0 < g_star < per_host:
-                    mine.append(
-                        [links.group(p.kind, p.size, p.bytes, li, t, g_star) for li in range(n_levels)]
-                    )
-                # classes: the A-group sets p's items meet (Megatron: a stage's TP groups, met by each of its DP
-                # groups). An item inside a domain of level l with G members or more on each host puts every
-                # A-group of its class on hosts of that domain with room for G; if the domains cannot take every
-                # class so (classes disjoint, of one size), the items of some class all lie above l or have a
-                # host with fewer than G members
-                classes = {frozenset(group_of[r] for r in m) for m in p.members}
-                sizes = {len(c) for c in classes}
-                if len(sizes) == 1 and sum(len(c) for c in classes) == len(frozenset().union(*classes)):
-                    (size,) = sizes
-                    for li in range(n_levels):
-                        for need in range(1, per_host + 1):
-                            w: dict[int, int] = defaultdict(int)
-                            for h, f in host_free.items():
-                                if f // t >= need:
-                                    w[host_dom[li][h]] += f // t
-                            if sum(v // size for v in w.values()) >= len(classes):
-                                continue
-                            mine.append(
-                                [
-                                    links.group(p.kind, p.size, p.bytes, lv, t)
-                                    if lv > li
-                                    else (
-                                        links.group(p.kind, p.size, p.bytes, lv, t, need - 1)
-                                        if need > 1
-                                        else math.inf
-                                    )
-                                    for lv in range(n_levels)
-                                ]
-                            )
-                if mine:
-                    floors[pi] = mine
-            elif per_host <= 1:
-                rows[pi] = [x if li >= 1 else math.inf for li, x in enumerate(base_rows[pi])]
-            else:
-                continue
-            notes[pi] = f" (whole {a.label} groups on their hosts)"
-            meets.append(pi)
-        held_now = (best.value, best.step)
-        whole = _search(
-            pops, rows, whole_cross, names, backward, compute, notes, floors, whole_alls, held_now
-        )
-        if _below(whole, held_now):
-            continue  # the least of the two cases is at or below the bound held: nothing to gain from the split
-        split_rows = [list(r) for r in base_rows]
-        split_rows[ai] = [math.inf, *split_rows[ai][1:]] if n_levels > 1 else inf_row
-        split = _search(
-            pops,
-            split_rows,
-            crossings,
-            names,
-            backward,
-            compute,
-            {ai: f" (a {a.label} group split across hosts)"},
-            None,
-            alls,
-            held_now,
-        )
-        # a split case sharpened per item x of a population whose items meet distinct A-groups: with x's fewest
-        # members on a host G, a host of x holds G A-groups' ranks, each A-group whole (t ranks) or split (at
-        # least its own fewest members on a host), so if G * t exceeds a host's devices, some A-group meeting x
-        # there is split with at most max_free // G members on one of its hosts
-        sharper = [split]
-        # the sharper split cases only raise the split case; once it is at or above the whole case in both, the
-        # least of the two is the whole case whatever they give
-        sharpen = not (split.value >= whole.value and split.step >= whole.step)
-        for pi in meets if a.kind is not None and sharpen else []:
-            p = pops[pi]
-            if p.kind is None:
-                continue
-            per_g: list[CommBound] = []
-            for g_x in range(1, links.max_free + 1):
-                fl = {pi: [[links.group(p.kind, p.size, p.bytes, li, 1, g_x) for li in range(n_levels)]]}
-                if g_x * t > links.max_free and n_levels > 1 and a.kind is not None:
-                    fl[ai] = [
-                        [math.inf]
-                        + [
-                            links.group(a.kind, t, a.bytes, li, 1, links.max_free // g_x)
-                            for li in range(1, n_levels)
-                        ]
-                    ]
-                if not all(math.isfinite(min(v[0])) for v in fl.values()):
-                    continue
-                per_g.append(
-                    _search(
-                        pops,
-                        split_rows,
-                        crossings,
-                        names,
-                        backward,
-                        compute,
-                        {ai: f" (a {a.label} group split across hosts)", pi: f" ({g_x} per host at least)"},
-                        fl,
-                        alls,
-                        held_now,
-                    )
-                )
-            if per_g:
-                sharper.append(_least(per_g))
-        split = max(sharper, key=lambda b: b.value)
-        split = CommBound(split.value, split.by_label, split.argument, max(b.step for b in sharper))
-        least = _least([whole, split])
-        if not math.isfinite(least.value):
+    return out
+
+
+def _split_case(
+    ctx: _Joint, ai: int, a: _Pop, t: int, meets: list[int], whole: CommBound, held_now: tuple[float, float]
+) -> CommBound:
+    """The case where some A-group spans hosts, sharpened per item x of a population whose items meet distinct
+    A-groups: with x's fewest members on a host G, a host of x holds G A-groups' ranks, each A-group whole (t ranks)
+    or split (at least its own fewest members on a host), so if G * t exceeds a host's devices, some A-group meeting
+    x there is split with at most max_free // G members on one of its hosts."""
+    pops, links, n_levels = ctx.pops, ctx.links, ctx.n_levels
+    split_rows = [list(r) for r in ctx.base_rows]
+    split_rows[ai] = [math.inf, *split_rows[ai][1:]] if n_levels > 1 else [math.inf] * n_levels
+    split_note = f" (a {a.label} group split across hosts)"
+    split = ctx.search(split_rows, ctx.crossings, {ai: split_note}, None, ctx.alls, held_now)
+    sharper = [split]
+    # the sharper split cases only raise the split case; once it is at or above the whole case in both, the
+    # least of the two is the whole case whatever they give
+    sharpen = not (split.value >= whole.value and split.step >= whole.step)
+    for pi in meets if a.kind is not None and sharpen else []:
+        p = pops[pi]
+        if p.kind is None:
             continue
-        top = least if least.value > best.value else best
-        best = CommBound(top.value, top.by_label, top.argument, max(best.step, least.step))
-    return best
+        per_g: list[CommBound] = []
+        for g_x in range(1, links.max_free + 1):
+            fl = {pi: [[links.group(p.kind, p.size, p.bytes, li, 1, g_x) for li in range(n_levels)]]}
+            if g_x * t > links.max_free and n_levels > 1 and a.kind is not None:
+                fl[ai] = [
+                    [math.inf]
+                    + [
+                        links.group(a.kind, t, a.bytes, li, 1, links.max_free // g_x)
+                        for li in range(1, n_levels)
+                    ]
+                ]
+            if not all(math.isfinite(min(v[0])) for v in fl.values()):
+                continue
+            notes = {ai: split_note, pi: f" ({g_x} per host at least)"}
+            per_g.append(ctx.search(split_rows, ctx.crossings, notes, fl, ctx.alls, held_now))
+        if per_g:
+            sharper.append(_least(per_g))
+    split = max(sharper, key=lambda b: b.value)
+    return CommBound(split.value, split.by_label, split.argument, max(b.step for b in sharper))
 
 
 MAX_CASES = 4096

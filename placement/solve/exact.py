@@ -69,121 +69,29 @@ def solve_device_level(
     """Solve the whole request at device level (see the module docstring)."""
     t0 = time.perf_counter()
     cands = list(candidates)
-    paths = _pair_paths(topology, cands)
-    # exactness: a slower pair never has a lower latency, and nothing degraded is in reach
-    plist = sorted(paths.values(), key=lambda p: (-p.bandwidth_gbps, p.latency_us))
-    monotone = all(plist[i].latency_us <= plist[i + 1].latency_us + 1e-12 for i in range(len(plist) - 1))
-    cset = set(cands)
-    degraded = any(d in cset for d in state.device_slowdown) or bool(
-        state.pair_slowdown or state.uplink_slowdown
-    )
-    exact = monotone and not degraded and topology.rail_policy is None  # rail penalties only add cost
-    if not monotone:
-        # a relaxation: every pair at the smallest latency; the bound stays valid, the objective is not exact
-        lat0 = min(p.latency_us for p in paths.values())
-        paths = {ab: Path(p.bandwidth_gbps, lat0, p.tier, p.level) for ab, p in paths.items()}
+    paths, exact = _priced_paths(topology, state, cands)
     m = cp_model.CpModel()
-    x = {(r, d): m.new_bool_var(f"x{r}_{d}") for r in range(job.ranks) for d in cands}
+    x = {(r, d): m.new_bool_var(f"x[rank={r},device={d}]") for r in range(job.ranks) for d in cands}
     for r in range(job.ranks):
         m.add_exactly_one(x[r, d] for d in cands)
     for d in cands:
         m.add_at_most_one(x[r, d] for r in range(job.ranks))
     for r, dev in job.constraints.pins.items():
         di = topology.device_index(dev)
-        if di is None or di not in cset:
+        if di is None or di not in set(cands):
             return ExactResult(None, None, None, "INFEASIBLE", exact)
         m.add(x[r, di] == 1)
-    # required levels: members of a group (or edge) share one domain of the level
-    for label, lname in job.constraints.require.items():
-        li = topology.level_index(lname)
-        col = topology.domain_column(li)
-        members_sets = [g.members for g in traffic.groups if g.label == label] + [
-            (e.src, e.dst) for e in traffic.edges if e.label == label
-        ]
-        for members in members_sets:
-            first = members[0]
-            for other in members[1:]:
-                for a in cands:
-                    m.add_bool_or([x[other, b] for b in cands if col[b] == col[a]]).only_enforce_if(
-                        x[first, a]
-                    )
-    # failed links: members of one group or edge never sit on the two ends of a failed link / across a failed uplink
-    objective: list[tuple[int, cp_model.IntVar]] = []
-    constant = 0.0
-    terms: list[tuple[Sequence[int], dict[tuple[int, int], float]]] = []
-    for g in traffic.groups:
-        n = len(g.members)
-        one = {ab: collective_seconds(g.kind, n, g.bytes, g.count, g.exposed, p) for ab, p in paths.items()}
-        terms.append((g.members, {(a, b): max(c, one[b, a]) for (a, b), c in one.items()}))  # both directions
-    for e in traffic.edges:
-        terms.append(
-            ((e.src, e.dst), {ab: p2p_seconds(e.bytes, e.count, e.exposed, p) for ab, p in paths.items()})
-        )
+    _add_required_levels(m, x, topology, job, traffic, cands)
+    terms = _terms(traffic, paths)
     scale = objective_scale(sum(max(c.values()) - min(c.values()) for _, c in terms if c))
     if scale is None:
         return ExactResult(None, None, None, "COSTS_NOT_FINITE", exact)
-
-    def add_term(members: Sequence[int], cost_of: dict[tuple[int, int], float]) -> None:
-        nonlocal constant
-        values = sorted(set(cost_of.values()))
-        constant += values[0]
-        pairs = [(members[i], members[j]) for i in range(len(members)) for j in range(i + 1, len(members))]
-        for k in range(1, len(values)):
-            step = values[k] - values[k - 1]
-            z = m.new_bool_var("")
-            for r, s in pairs:
-                for a in cands:
-                    bad = [x[s, b] for b in cands if b != a and cost_of[a, b] >= values[k] - 1e-18]
-                    if bad:
-                        # r on a and s on a device that makes this pair at least values[k] expensive => z
-                        m.add(sum(bad) == 0).only_enforce_if([x[r, a], z.Not()])
-            objective.append((round(step * scale), z))
-
-    for term_members, term_cost in terms:
-        add_term(term_members, term_cost)
-    rank_sets: list[tuple[int, ...]] = [g.members for g in traffic.groups] + [
-        (e.src, e.dst) for e in traffic.edges
-    ]
-    for a, b in state.failed_pairs:
-        if a in cset and b in cset:
-            for members in rank_sets:
-                for r in members:
-                    for s in members:
-                        if r != s:
-                            m.add_bool_or([x[r, a].Not(), x[s, b].Not()])
-    for up in state.failed_uplinks:
-        col = topology.domain_column(up.level)
-        inside = [d for d in cands if col[d] == up.domain]
-        outside = [d for d in cands if col[d] != up.domain]
-        if not inside or not outside:
-            continue
-        for members in rank_sets:
-            # all members inside the cut-off domain, or all outside
-            flag = m.new_bool_var("")
-            for r in members:
-                m.add(sum(x[r, d] for d in inside) == 1).only_enforce_if(flag)
-                m.add(sum(x[r, d] for d in inside) == 0).only_enforce_if(flag.Not())
-    for i, rule in enumerate(job.constraints.spread):
-        fd = state.fault_domain_of(rule.kind, topology)
-        names = sorted({fd.get(d, "<none>") for d in cands})
-        scopes = (
-            [tuple(range(job.ranks))]
-            if rule.scope == "job"
-            else [g.members for g in traffic.groups if g.label == rule.scope]
-        )
-        for members in scopes:
-            touched = []
-            for name in names:
-                devs = [d for d in cands if fd.get(d, "<none>") == name]
-                load = sum(x[r, d] for r in members for d in devs)
-                if rule.max_ranks_per_domain is not None:
-                    m.add(load <= rule.max_ranks_per_domain)
-                if rule.min_domains is not None:
-                    t = m.new_bool_var(f"fd{i}_{name}")
-                    m.add(load >= 1).only_enforce_if(t)
-                    touched.append(t)
-            if rule.min_domains is not None:
-                m.add(sum(touched) >= rule.min_domains)
+    objective: list[tuple[int, cp_model.IntVar]] = []
+    constant = 0.0
+    for ti, (term_members, term_cost) in enumerate(terms):
+        constant += _add_term(m, x, cands, ti, term_members, term_cost, scale, objective)
+    _add_failures(m, x, topology, state, traffic, cands)
+    _add_spread(m, x, topology, state, job, traffic, cands)
     m.minimize(sum(c * z for c, z in objective))
     if hint is not None:
         for (r, d), v in x.items():
@@ -208,3 +116,157 @@ def solve_device_level(
         exact,
         levels_monotone or topology.pair_paths is not None,
     )
+
+
+_X = dict[tuple[int, int], cp_model.IntVar]
+"""x[rank, device]: the rank sits on the device."""
+
+
+def _priced_paths(
+    topology: Topology, state: ClusterState, cands: Sequence[int]
+) -> tuple[dict[tuple[int, int], Path], bool]:
+    """Every candidate pair's path, and whether the model is exact (a slower pair never has a lower latency,
+    nothing degraded is in reach, no rail penalty); when not monotone, every pair at the smallest latency (a
+    relaxation: the bound stays valid, the objective is not exact)."""
+    paths = _pair_paths(topology, cands)
+    plist = sorted(paths.values(), key=lambda p: (-p.bandwidth_gbps, p.latency_us))
+    monotone = all(plist[i].latency_us <= plist[i + 1].latency_us + 1e-12 for i in range(len(plist) - 1))
+    cset = set(cands)
+    degraded = any(d in cset for d in state.device_slowdown) or bool(
+        state.pair_slowdown or state.uplink_slowdown
+    )
+    exact = monotone and not degraded and topology.rail_policy is None  # rail penalties only add cost
+    if not monotone:
+        lat0 = min(p.latency_us for p in paths.values())
+        paths = {ab: Path(p.bandwidth_gbps, lat0, p.tier, p.level) for ab, p in paths.items()}
+    return paths, exact
+
+
+def _add_required_levels(
+    m: cp_model.CpModel, x: _X, topology: Topology, job: Job, traffic: Traffic, cands: Sequence[int]
+) -> None:
+    """Required levels: members of a group (or edge) share one domain of the level."""
+    for label, lname in job.constraints.require.items():
+        li = topology.level_index(lname)
+        col = topology.domain_column(li)
+        members_sets = [g.members for g in traffic.groups if g.label == label] + [
+            (e.src, e.dst) for e in traffic.edges if e.label == label
+        ]
+        for members in members_sets:
+            first = members[0]
+            for other in members[1:]:
+                for a in cands:
+                    m.add_bool_or([x[other, b] for b in cands if col[b] == col[a]]).only_enforce_if(
+                        x[first, a]
+                    )
+
+
+def _terms(
+    traffic: Traffic, paths: dict[tuple[int, int], Path]
+) -> list[tuple[Sequence[int], dict[tuple[int, int], float]]]:
+    """Each group and edge with its cost per ordered device pair its members may sit on."""
+    terms: list[tuple[Sequence[int], dict[tuple[int, int], float]]] = []
+    for g in traffic.groups:
+        n = len(g.members)
+        one = {ab: collective_seconds(g.kind, n, g.bytes, g.count, g.exposed, p) for ab, p in paths.items()}
+        terms.append((g.members, {(a, b): max(c, one[b, a]) for (a, b), c in one.items()}))  # both directions
+    for e in traffic.edges:
+        terms.append(
+            ((e.src, e.dst), {ab: p2p_seconds(e.bytes, e.count, e.exposed, p) for ab, p in paths.items()})
+        )
+    return terms
+
+
+def _add_term(
+    m: cp_model.CpModel,
+    x: _X,
+    cands: Sequence[int],
+    ti: int,
+    members: Sequence[int],
+    cost_of: dict[tuple[int, int], float],
+    scale: float,
+    objective: list[tuple[int, cp_model.IntVar]],
+) -> float:
+    """A term's cost as its worst member pair: one indicator per cost step above the cheapest (appended to
+    `objective`); returns the cheapest cost (the term's constant)."""
+    values = sorted(set(cost_of.values()))
+    pairs = [(members[i], members[j]) for i in range(len(members)) for j in range(i + 1, len(members))]
+    for k in range(1, len(values)):
+        step = values[k] - values[k - 1]
+        z = m.new_bool_var(f"costs_above[term={ti},step={k}]")
+        for r, s in pairs:
+            for a in cands:
+                bad = [x[s, b] for b in cands if b != a and cost_of[a, b] >= values[k] - 1e-18]
+                if bad:
+                    # r on a and s on a device that makes this pair at least values[k] expensive => z
+                    m.add(sum(bad) == 0).only_enforce_if([x[r, a], z.Not()])
+        objective.append((round(step * scale), z))
+    return values[0]
+
+
+def _add_failures(
+    m: cp_model.CpModel,
+    x: _X,
+    topology: Topology,
+    state: ClusterState,
+    traffic: Traffic,
+    cands: Sequence[int],
+) -> None:
+    """Failed links: members of one group or edge never sit on the two ends of a failed link, nor across a failed
+    uplink."""
+    cset = set(cands)
+    rank_sets: list[tuple[int, ...]] = [g.members for g in traffic.groups] + [
+        (e.src, e.dst) for e in traffic.edges
+    ]
+    for a, b in state.failed_pairs:
+        if a in cset and b in cset:
+            for members in rank_sets:
+                for r in members:
+                    for s in members:
+                        if r != s:
+                            m.add_bool_or([x[r, a].Not(), x[s, b].Not()])
+    for ui, up in enumerate(state.failed_uplinks):
+        col = topology.domain_column(up.level)
+        inside = [d for d in cands if col[d] == up.domain]
+        outside = [d for d in cands if col[d] != up.domain]
+        if not inside or not outside:
+            continue
+        for si, members in enumerate(rank_sets):
+            # all members inside the cut-off domain, or all outside
+            flag = m.new_bool_var(f"inside[uplink={ui},rank_set={si}]")
+            for r in members:
+                m.add(sum(x[r, d] for d in inside) == 1).only_enforce_if(flag)
+                m.add(sum(x[r, d] for d in inside) == 0).only_enforce_if(flag.Not())
+
+
+def _add_spread(
+    m: cp_model.CpModel,
+    x: _X,
+    topology: Topology,
+    state: ClusterState,
+    job: Job,
+    traffic: Traffic,
+    cands: Sequence[int],
+) -> None:
+    """Fault-domain spread rules: at most so many ranks of a scope per domain, at least so many domains touched."""
+    for i, rule in enumerate(job.constraints.spread):
+        fd = state.fault_domain_of(rule.kind, topology)
+        names = sorted({fd.get(d, "<none>") for d in cands})
+        scopes = (
+            [tuple(range(job.ranks))]
+            if rule.scope == "job"
+            else [g.members for g in traffic.groups if g.label == rule.scope]
+        )
+        for si, members in enumerate(scopes):
+            touched = []
+            for name in names:
+                devs = [d for d in cands if fd.get(d, "<none>") == name]
+                load = sum(x[r, d] for r in members for d in devs)
+                if rule.max_ranks_per_domain is not None:
+                    m.add(load <= rule.max_ranks_per_domain)
+                if rule.min_domains is not None:
+                    t = m.new_bool_var(f"touched[rule={i},scope={si},fault_domain={name}]")
+                    m.add(load >= 1).only_enforce_if(t)
+                    touched.append(t)
+            if rule.min_domains is not None:
+                m.add(sum(touched) >= rule.min_domains)

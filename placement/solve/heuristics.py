@@ -587,85 +587,116 @@ def _tile_pack(pipeline_blocks: bool, parts: int = 1) -> Heuristic:
         level = 1 if pipeline_blocks else scope[0] - 1
         if level < 1:
             return None
-        t = topology
-        blocks: dict[tuple[int, ...], list[list[tuple[int, ...]]]] = defaultdict(list)
-        for ci, cls in enumerate(classes):
-            for j in range(0, len(cls), c):
-                blocks[(j // c, ci) if pipeline_blocks else (ci,)].append(cls[j : j + c])
-        if pipeline_blocks:
-            merged: dict[tuple[int, ...], list[list[tuple[int, ...]]]] = defaultdict(list)
-            for (j, _), tl in sorted(blocks.items()):
-                merged[(j,)] += tl
-            blocks = merged
-        slots = {h: room[h] // c for h in hosts if room[h] >= c}
-        dom_of = {h: t.domain_of(free.by_host[h][0], level) for h in hosts}
-        cap: Counter[int] = Counter()
+        tiling = _Tiling(topology, free, hosts, room, c, level, scope[0])
+        for _, blk in sorted(_tile_blocks(classes, c, pipeline_blocks).items()):
+            fits = [k for k in tiling.doms if tiling.cap[k] >= len(blk)]
+            if not fits:
+                tiling.spread(blk)
+                continue
+            k = fits[0] if pipeline_blocks else min(fits, key=lambda k: (tiling.cap[k], tiling.doms.index(k)))
+            tiling.into(k, blk)
+        return _finish(free, job, hosts, tiling.left, tiling.out, tiling.pending, usize)
+
+    return place
+
+
+def _tile_blocks(
+    classes: list[list[tuple[int, ...]]], c: int, pipeline_blocks: bool
+) -> dict[tuple[int, ...], list[list[tuple[int, ...]]]]:
+    """Tiles of c units of one class; a block is one class's tiles, or (``pipeline_blocks``) the j-th tile of
+    every class (c neighbouring pipelines, every stage)."""
+    blocks: dict[tuple[int, ...], list[list[tuple[int, ...]]]] = defaultdict(list)
+    for ci, cls in enumerate(classes):
+        for j in range(0, len(cls), c):
+            blocks[(j // c, ci) if pipeline_blocks else (ci,)].append(cls[j : j + c])
+    if pipeline_blocks:
+        merged: dict[tuple[int, ...], list[list[tuple[int, ...]]]] = defaultdict(list)
+        for (j, _), tl in sorted(blocks.items()):
+            merged[(j,)] += tl
+        blocks = merged
+    return blocks
+
+
+class _Tiling:
+    """`_tile_pack`'s slots (a host holds room // c tiles), their domains at `level` and above (up to the scope),
+    the domains in first-fit order (the roomiest upper domains first), and the mapping as it is built."""
+
+    def __init__(
+        self, t: Topology, free: _Free, hosts: list[int], room: dict[int, int], c: int, level: int, scope: int
+    ) -> None:
+        self.slots = {h: room[h] // c for h in hosts if room[h] >= c}
+        slots = self.slots
+        self.dom_of = {h: t.domain_of(free.by_host[h][0], level) for h in hosts}
+        self.cap: Counter[int] = Counter()
         for h, n in slots.items():
-            cap[dom_of[h]] += n
-        upper = [{h: t.domain_of(free.by_host[h][0], li) for h in hosts} for li in range(level + 1, scope[0])]
+            self.cap[self.dom_of[h]] += n
+        self.upper = [
+            {h: t.domain_of(free.by_host[h][0], li) for h in hosts} for li in range(level + 1, scope)
+        ]
         up_cap: list[Counter[int]] = []
-        for col in upper:
+        for col in self.upper:
             uc: Counter[int] = Counter()
             for h, n in slots.items():
                 uc[col[h]] += n
             up_cap.append(uc)
-        rep = {dom_of[h]: h for h in slots}
-        doms = sorted(
-            cap,
-            key=lambda k: (*(-uc[col[rep[k]]] for col, uc in zip(upper, up_cap, strict=True)), -cap[k], k),
+        rep = {self.dom_of[h]: h for h in slots}
+        self.doms = sorted(
+            self.cap,
+            key=lambda k: (
+                *(-uc[col[rep[k]]] for col, uc in zip(self.upper, up_cap, strict=True)),
+                -self.cap[k],
+                k,
+            ),
         )
-        by_dom: dict[int, list[int]] = defaultdict(list)
+        self.by_dom: dict[int, list[int]] = defaultdict(list)
         for h in sorted(slots, key=lambda h: (-slots[h], h)):
-            by_dom[dom_of[h]].append(h)
-        left = {h: list(free.by_host[h]) for h in hosts}
-        out: dict[int, int] = {}
+            self.by_dom[self.dom_of[h]].append(h)
+        self.left = {h: list(free.by_host[h]) for h in hosts}
+        self.out: dict[int, int] = {}
+        self.pending: list[tuple[int, ...]] = []
 
-        def put(unit: Sequence[int], h: int) -> None:
-            for r in unit:
-                out[r] = left[h].pop(0)
+    def put(self, unit: Sequence[int], h: int) -> None:
+        for r in unit:
+            self.out[r] = self.left[h].pop(0)
 
-        pending: list[tuple[int, ...]] = []
-        for _, blk in sorted(blocks.items()):
-            fits = [k for k in doms if cap[k] >= len(blk)]
-            if not fits:
-                # no domain holds the block: its tiles into the lowest upper domain that has slots for all, else
-                # one by one into the slots left, domain by domain
-                spread = [h for k in doms for h in by_dom[k]]
-                for u_of in upper:
-                    room_up: Counter[int] = Counter()
-                    for h in spread:
-                        room_up[u_of[h]] += slots[h]
-                    wide = [k for k, v in room_up.items() if v >= len(blk)]
-                    if wide:
-                        k_up = min(wide, key=lambda k: (room_up[k], k))
-                        spread = sorted(
-                            (h for h in spread if u_of[h] == k_up),
-                            key=lambda h: (-cap[dom_of[h]], doms.index(dom_of[h])),
-                        )
-                        break
-                at = 0
-                for tile in blk:
-                    while at < len(spread) and slots[spread[at]] <= 0:
-                        at += 1
-                    if at == len(spread):
-                        pending += tile
-                        continue
-                    spot = spread[at]
-                    slots[spot] -= 1
-                    cap[dom_of[spot]] -= 1
-                    for u in tile:
-                        put(u, spot)
+    def into(self, k: int, blk: list[list[tuple[int, ...]]]) -> None:
+        """The block's tiles onto the slots of domain `k` (which holds them all)."""
+        self.cap[k] -= len(blk)
+        for tile in blk:
+            h = next(h for h in self.by_dom[k] if self.slots[h] > 0)
+            self.slots[h] -= 1
+            for u in tile:
+                self.put(u, h)
+
+    def spread(self, blk: list[list[tuple[int, ...]]]) -> None:
+        """No domain holds the block: its tiles into the lowest upper domain that has slots for all, else one by
+        one into the slots left, domain by domain (tiles without a slot are left pending)."""
+        slots, dom_of, cap, doms = self.slots, self.dom_of, self.cap, self.doms
+        spread = [h for k in doms for h in self.by_dom[k]]
+        for u_of in self.upper:
+            room_up: Counter[int] = Counter()
+            for h in spread:
+                room_up[u_of[h]] += slots[h]
+            wide = [k for k, v in room_up.items() if v >= len(blk)]
+            if wide:
+                k_up = min(wide, key=lambda k: (room_up[k], k))
+                spread = sorted(
+                    (h for h in spread if u_of[h] == k_up),
+                    key=lambda h: (-cap[dom_of[h]], doms.index(dom_of[h])),
+                )
+                break
+        at = 0
+        for tile in blk:
+            while at < len(spread) and slots[spread[at]] <= 0:
+                at += 1
+            if at == len(spread):
+                self.pending += tile
                 continue
-            k = fits[0] if pipeline_blocks else min(fits, key=lambda k: (cap[k], doms.index(k)))
-            cap[k] -= len(blk)
-            for tile in blk:
-                h = next(h for h in by_dom[k] if slots[h] > 0)
-                slots[h] -= 1
-                for u in tile:
-                    put(u, h)
-        return _finish(free, job, hosts, left, out, pending, usize)
-
-    return place
+            spot = spread[at]
+            slots[spot] -= 1
+            cap[dom_of[spot]] -= 1
+            for u in tile:
+                self.put(u, spot)
 
 
 def _stage_fill(spread: bool) -> Heuristic:
@@ -716,23 +747,6 @@ def stage_fill(
     for h in good:
         by_dom[dom_of[h]].append(h)
 
-    def takes(pool: Counter[int], rem: int, g: int) -> bool:
-        """`rem` units split over the hosts of `pool` (units each holds) in shares of g or more: the k largest
-        hold at least rem for the most shares k (rem // g) the hosts allow."""
-        if rem == 0:
-            return True
-        k = min(rem // g, sum(pool.values()))
-        if k < 1:
-            return False
-        total = 0
-        for v in sorted(pool, reverse=True):
-            c = min(pool[v], k)
-            total += c * v
-            k -= c
-            if k == 0:
-                break
-        return rem <= total
-
     # a class that fits one domain takes its least roomy hosts first (the roomy ones stay for a class that does
     # not fit, which spreads over domains on hosts that hold as many of its units as the hosts left allow)
     for k in by_dom:
@@ -740,45 +754,76 @@ def stage_fill(
     for cls in sorted(classes, key=lambda c: -len(c)):
         fits = [k for k in cap if cap[k] >= len(cls)]
         doms = [min(fits, key=lambda k: (cap[k], k))] if fits else sorted(cap, key=lambda k: (-cap[k], k))
-        todo = list(cls)
-        gg = g
         order = [h for k in doms for h in by_dom[k]]
+        gg = g
         if not fits:
             avails = [len(left[h]) // usize for h in order]
             gg = max(
                 (
                     x
                     for x in range(g, max(avails, default=0) + 1)
-                    if sum(a for a in avails if a >= x) >= len(todo)
+                    if sum(a for a in avails if a >= x) >= len(cls)
                 ),
                 default=g,
             )
             order = sorted(order, key=lambda h: (-(len(left[h]) // usize), doms.index(dom_of[h]), h))
-        pool: Counter[int] = Counter()
-        for h in order:
-            if (a := len(left[h]) // usize) >= gg:
-                pool[a] += 1
-        for h in order:
-            if not todo:
-                break
-            avail = len(left[h]) // usize
-            if avail < gg:
-                continue
-            pool[avail] -= 1
-            if pool[avail] == 0:
-                del pool[avail]
-            rem = len(todo)
-            # the largest share that leaves a remainder the hosts not visited yet can take in shares of gg
-            share = next((x for x in range(min(avail, rem), gg - 1, -1) if takes(pool, rem - x, gg)), 0)
-            if share < gg:
-                continue
-            cap[dom_of[h]] -= share
-            for u in todo[:share]:
-                for r in u:
-                    out[r] = left[h].pop(0)
-            todo = todo[share:]
-        pending += todo
+        pending += _fill_class(list(cls), order, gg, usize, left, dom_of, cap, out)
     return _finish(free, job, hosts, left, out, pending, usize)
+
+
+def _fill_class(
+    todo: list[tuple[int, ...]],
+    order: list[int],
+    gg: int,
+    usize: int,
+    left: dict[int, list[int]],
+    dom_of: dict[int, int],
+    cap: Counter[int],
+    out: dict[int, int],
+) -> list[tuple[int, ...]]:
+    """`stage_fill`: one class's units onto the hosts of `order`, each host taking the largest share (gg or more)
+    that leaves a remainder the hosts not visited yet can take in shares of gg; returns the units left."""
+    pool: Counter[int] = Counter()
+    for h in order:
+        if (a := len(left[h]) // usize) >= gg:
+            pool[a] += 1
+    for h in order:
+        if not todo:
+            break
+        avail = len(left[h]) // usize
+        if avail < gg:
+            continue
+        pool[avail] -= 1
+        if pool[avail] == 0:
+            del pool[avail]
+        rem = len(todo)
+        share = next((x for x in range(min(avail, rem), gg - 1, -1) if _takes(pool, rem - x, gg)), 0)
+        if share < gg:
+            continue
+        cap[dom_of[h]] -= share
+        for u in todo[:share]:
+            for r in u:
+                out[r] = left[h].pop(0)
+        todo = todo[share:]
+    return todo
+
+
+def _takes(pool: Counter[int], rem: int, g: int) -> bool:
+    """`rem` units split over the hosts of `pool` (units each holds) in shares of g or more: the k largest hold at
+    least rem for the most shares k (rem // g) the hosts allow."""
+    if rem == 0:
+        return True
+    k = min(rem // g, sum(pool.values()))
+    if k < 1:
+        return False
+    total = 0
+    for v in sorted(pool, reverse=True):
+        c = min(pool[v], k)
+        total += c * v
+        k -= c
+        if k == 0:
+            break
+    return rem <= total
 
 
 HEURISTICS: dict[str, Heuristic] = {

@@ -142,42 +142,17 @@ def polish(
     two ranks on different hosts exchanged. Units of the phase that costs most are picked first. Pinned ranks
     stay; a move that breaks a hard rule is refused (`placement.model.validate`).
     """
-    rng = random.Random(request.options.seed)
-    ev = StepEval(request, mapping)
-    topo = request.topology
     pinned = set(request.pinned)
     units = [u for u in units if not pinned.intersection(u)]
-    by_size: dict[int, list[int]] = defaultdict(list)
-    for i, u in enumerate(units):
-        by_size[len(u)].append(i)
-    unit_of = {r: i for i, u in enumerate(units) for r in u}
-    cset = list(request.candidates)
-    host = [topo.devices[d].host_index for d in range(topo.num_devices)]
-    out = PolishOutcome(list(mapping), ev.key, "time_limit")
+    out = PolishOutcome(list(mapping), (0.0, 0.0), "time_limit")
+    search = _Polish(request, mapping, units)
+    out.key = search.ev.key
     if not units:
         out.stop_reason = "no_improvement"
         return out
     trials_per_round = max(50, min(400, 4 * len(units)))
     idle = 0
-    required = _required_checks(request)
-
-    def free_by_host() -> dict[int, list[int]]:
-        used = set(ev.mapping)
-        f: dict[int, list[int]] = defaultdict(list)
-        for d in cset:
-            if d not in used:
-                f[host[d]].append(d)
-        return f
-
-    def critical_unit() -> int:
-        label = max(ev.labels, key=lambda lab: ev.phases[lab][1])
-        ops = [oid for oid, lab in enumerate(ev.label_of) if lab == label]
-        oid = rng.choice(ops)
-        tr = request.traffic
-        members = tr.groups[oid].members if oid < ev.n_groups else _edge_ranks(tr, oid - ev.n_groups)
-        ranks = [r for r in members if r in unit_of]
-        return unit_of[rng.choice(ranks)] if ranks else rng.randrange(len(units))
-
+    ev = search.ev
     while True:
         if ev.key[0] <= target[0] and ev.key[1] <= target[1]:
             out.stop_reason = "gap_closed"
@@ -192,57 +167,116 @@ def polish(
             out.stop_reason = "no_improvement"
             break
         out.rounds += 1
-        gained = 0
-        free = free_by_host()
-        for _ in range(trials_per_round):
-            if time.perf_counter() > deadline:
-                break
-            ui = critical_unit() if rng.random() < 0.5 else rng.randrange(len(units))
-            u = units[ui]
-            kind = rng.random()
-            moves: dict[int, int] = {}
-            if kind < 0.4:
-                hosts = [h for h, ds in free.items() if len(ds) >= len(u)]
-                if not hosts:
-                    continue
-                h = rng.choice(hosts)
-                moves = dict(zip(u, free[h], strict=False))
-            elif kind < 0.7:
-                peers = by_size[len(u)]
-                if len(peers) < 2:
-                    continue
-                vi = rng.choice(peers)
-                if vi == ui:
-                    continue
-                v = units[vi]
-                moves = {r: ev.mapping[s] for r, s in zip(u, v, strict=True)}
-                moves |= {s: ev.mapping[r] for r, s in zip(u, v, strict=True)}
-            else:
-                a = rng.choice(u)
-                b = rng.randrange(len(ev.mapping))
-                if b in pinned or host[ev.mapping[a]] == host[ev.mapping[b]]:
-                    continue
-                moves = {a: ev.mapping[b], b: ev.mapping[a]}
-            out.trials += 1
-            if required and _breaks_required(required, ev.mapping, moves):
-                continue  # `request.valid` would refuse it: not worth pricing (the same moves are drawn)
-            trial = ev.trial(moves)
-            if not key_better(trial.key, ev.key):
-                continue
-            cand = list(ev.mapping)
-            for r, d in moves.items():
-                cand[r] = d
-            if not request.valid(cand):
-                continue
-            ev.apply(trial)
-            gained += 1
-            free = free_by_host()
-            if ev.key[0] <= target[0] and ev.key[1] <= target[1]:
-                break
+        gained = search.round(trials_per_round, deadline, target, out)
         out.improved += gained
         idle = 0 if gained else idle + 1
     out.mapping, out.key = list(ev.mapping), ev.key
     return out
+
+
+class _Polish:
+    """`polish`'s moves on the incremental step model: drawn, checked against the required levels, priced, and
+    applied when better and valid."""
+
+    def __init__(
+        self, request: PreparedRequest, mapping: Sequence[int], units: list[tuple[int, ...]]
+    ) -> None:
+        self.request = request
+        self.rng = random.Random(request.options.seed)
+        self.ev = StepEval(request, mapping)
+        topo = request.topology
+        self.pinned = set(request.pinned)
+        self.units = units
+        self.by_size: dict[int, list[int]] = defaultdict(list)
+        for i, u in enumerate(units):
+            self.by_size[len(u)].append(i)
+        self.unit_of = {r: i for i, u in enumerate(units) for r in u}
+        self.cset = list(request.candidates)
+        self.host = [topo.devices[d].host_index for d in range(topo.num_devices)]
+        self.required = _required_checks(request) if units else {}
+
+    def free_by_host(self) -> dict[int, list[int]]:
+        used = set(self.ev.mapping)
+        f: dict[int, list[int]] = defaultdict(list)
+        for d in self.cset:
+            if d not in used:
+                f[self.host[d]].append(d)
+        return f
+
+    def critical_unit(self) -> int:
+        """A unit with a rank in a random item of the phase that costs most (any unit if none has)."""
+        ev, rng = self.ev, self.rng
+        label = max(ev.labels, key=lambda lab: ev.phases[lab][1])
+        ops = [oid for oid, lab in enumerate(ev.label_of) if lab == label]
+        oid = rng.choice(ops)
+        tr = self.request.traffic
+        members = tr.groups[oid].members if oid < ev.n_groups else _edge_ranks(tr, oid - ev.n_groups)
+        ranks = [r for r in members if r in self.unit_of]
+        return self.unit_of[rng.choice(ranks)] if ranks else rng.randrange(len(self.units))
+
+    def draw(self, free: dict[int, list[int]]) -> dict[int, int] | None:
+        """One random move (rank -> device): a unit onto one host's free devices, two units of one size
+        exchanged, or two ranks on different hosts exchanged; None when the draw gives no move."""
+        ev, rng, units = self.ev, self.rng, self.units
+        ui = self.critical_unit() if rng.random() < 0.5 else rng.randrange(len(units))
+        u = units[ui]
+        kind = rng.random()
+        if kind < 0.4:
+            hosts = [h for h, ds in free.items() if len(ds) >= len(u)]
+            if not hosts:
+                return None
+            h = rng.choice(hosts)
+            return dict(zip(u, free[h], strict=False))
+        if kind < 0.7:
+            peers = self.by_size[len(u)]
+            if len(peers) < 2:
+                return None
+            vi = rng.choice(peers)
+            if vi == ui:
+                return None
+            v = units[vi]
+            moves = {r: ev.mapping[s] for r, s in zip(u, v, strict=True)}
+            return moves | {s: ev.mapping[r] for r, s in zip(u, v, strict=True)}
+        a = rng.choice(u)
+        b = rng.randrange(len(ev.mapping))
+        if b in self.pinned or self.host[ev.mapping[a]] == self.host[ev.mapping[b]]:
+            return None
+        return {a: ev.mapping[b], b: ev.mapping[a]}
+
+    def apply_if_better(self, moves: dict[int, int]) -> bool:
+        """Apply `moves` when they improve `report_key` and keep the mapping valid."""
+        ev = self.ev
+        if self.required and _breaks_required(self.required, ev.mapping, moves):
+            return False  # `request.valid` would refuse it: not worth pricing (the same moves are drawn)
+        trial = ev.trial(moves)
+        if not key_better(trial.key, ev.key):
+            return False
+        cand = list(ev.mapping)
+        for r, d in moves.items():
+            cand[r] = d
+        if not self.request.valid(cand):
+            return False
+        ev.apply(trial)
+        return True
+
+    def round(self, trials: int, deadline: float, target: tuple[float, float], out: PolishOutcome) -> int:
+        """Up to `trials` drawn moves (counted in `out.trials`); returns how many were applied."""
+        gained = 0
+        free = self.free_by_host()
+        for _ in range(trials):
+            if time.perf_counter() > deadline:
+                break
+            moves = self.draw(free)
+            if moves is None:
+                continue
+            out.trials += 1
+            if not self.apply_if_better(moves):
+                continue
+            gained += 1
+            free = self.free_by_host()
+            if self.ev.key[0] <= target[0] and self.ev.key[1] <= target[1]:
+                break
+        return gained
 
 
 def _required_checks(request: PreparedRequest) -> dict[int, list[tuple[Sequence[int], tuple[int, ...]]]]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from placement.cost.evaluate import evaluate
 from placement.cost.report import CostReport
@@ -352,93 +353,34 @@ def _optimize(
 ) -> tuple[list[int], CostReport, float | None, dict[str, float | int | str]]:
     """The ``cpsat`` strategy: the bound, then (gap open) multilevel candidates, `solve_cpsat` and `polish`, and
     the best of everything by `report_key` (`found` and `baselines` gain the candidates)."""
-    topology, state, job, traffic, opts = (
-        request.topology,
-        request.state,
-        request.job,
-        request.traffic,
-        request.options,
-    )
+    opts = request.options
     incumbent = (found[_best(found)][1].comm_seconds, found[_best(found)][1].step_seconds) if found else None
     # a deterministic search never reads the clock; otherwise a call already past its limit gets the quick bound
     deadline = None if opts.deterministic else request.deadline
-    cb = comm_bound(topology, state, job, traffic, request.candidates, incumbent, deadline)
+    cb = comm_bound(
+        request.topology, request.state, request.job, request.traffic, request.candidates, incumbent, deadline
+    )
     stats: dict[str, float | int | str] = {
         "bound_source": cb.source,
         "bound_by_phase": ", ".join(f"{k} {v:.6g}" for k, v in cb.by_label.items()),
         "step_bound": cb.step,
     }
-    target_gap = max(OPTIMAL_GAP, opts.relative_gap)
-    target = cb.value / (1.0 - target_gap) if target_gap < 1.0 else float("inf")
-    step_target = cb.step / (1.0 - target_gap) if target_gap < 1.0 else float("inf")
-
-    def met(rep: CostReport) -> bool:
-        """Nothing can beat `rep` by more than the gap asked for: its exposed comm and its step are at their
-        bounds (the comm alone is not enough: a mapping with more comm may have a shorter step)."""
-        return rep.comm_seconds <= target and rep.step_seconds <= step_target
-
-    def closed() -> bool:
-        return bool(found) and met(found[_best(found)][1])
-
-    if closed():
+    target = _Target.of(cb.value, cb.step, max(OPTIMAL_GAP, opts.relative_gap))
+    if target.closed(found):
         name = _best(found)
         stats["stop_reason"] = "gap_closed"
         stats["fallback"] = name
         return found[name][0], found[name][1], cb.value, stats
     starts = [(name, m) for name, (m, _) in found.items()]
     if request.remaining() > 0.2 and score.affordable(2.0):
-        units = build_units(request)
-        ranks = [(r,) for r in range(job.ranks)] if units.split else units.ranks
-        for name, m in multilevel_candidates(
-            topology,
-            state,
-            job,
-            traffic,
-            request.candidates,
-            ranks,
-            seed=opts.seed,
-            deadline=request.until(0.25),
-            threads=1,
-        ):
-            if not score.affordable(2.0):
-                break
-            rep = score(m)
-            baselines[name] = rep.comm_seconds if rep else None
-            if rep is not None:
-                found[name] = (m, rep)
-                starts.append((name, m))
+        _multilevel(request, score, found, baselines, starts)
     out: CpsatOutcome | None = None
-    if not closed() and (score.affordable() or not found):
-        # a share of the time left is kept for the evaluator-judged polish (the search proposes by the surrogate)
-        held = POLISH_SHARE * max(0.0, request.remaining()) if request.evaluator_guided and found else 0.0
-        request.deadline -= held
-        try:
-            out = solve_cpsat(request, starts, [report_key(found[n][1]) for n, _ in starts])
-        finally:
-            request.deadline += held
-    elif not closed():
+    if not target.closed(found) and (score.affordable() or not found):
+        out = _search(request, found, starts)
+    elif not target.closed(found):
         stats["cpsat_status"] = "SKIPPED: the time limit is spent on the baselines"
     if out is not None:
-        for k, v in out.stats.items():
-            stats[f"surrogate_{k}" if k == "bound_source" else k] = v
-        if out.lower_bound is not None and out.mapping is not None:
-            stats["surrogate_bound"] = out.lower_bound
-        for name, m in out.candidates:
-            if name not in ("constructive", "cpsat") or (tuple(m) in score.memo and name != "cpsat"):
-                continue
-            if name == "constructive" and tuple(m) not in request.reports and not score.affordable(0.5):
-                continue  # a candidate not worth overrunning the limit for (the solver's answer is scored always)
-            rep = score(m)
-            if rep is None:
-                if name == "cpsat":
-                    broken = validate(topology, state, job, m, traffic=traffic)
-                    raise InternalError(f"the solver returned a mapping that breaks {broken[0]}")
-                continue
-            if name in found and not better(rep, found[name][1]):
-                continue
-            found[name] = (m, rep)
-            if name == "constructive":
-                baselines[name] = rep.comm_seconds
+        _take_outcome(request, score, found, baselines, out, stats)
     if not found:
         raise InfeasibleError(
             (out.explanation if out is not None else [])
@@ -447,29 +389,11 @@ def _optimize(
                 "can be met; raise --time-limit or relax a constraint)"
             ]
         )
-    stop = "gap_closed" if closed() else "time_limit"
+    stop = "gap_closed" if target.closed(found) else "time_limit"
     if stop != "gap_closed" and request.evaluator_guided and not request.stopped():
-        start = found[_best(found)][0]
-        # leave time to score and validate the answer afterwards (about 50 µs a rank)
-        deadline = request.until(1.0) - 0.05 - job.ranks * 5e-5
-        rounds = max(2, int(2 * opts.time_limit_s)) if opts.deterministic else None
-        if opts.deterministic or deadline > time.perf_counter():
-            pol = polish(
-                request,
-                start,
-                rank_units(job, traffic),
-                deadline,
-                target=(step_target, target),
-                max_rounds=rounds,
-            )
-            stats.update(
-                {"polish_rounds": pol.rounds, "polish_improved": pol.improved, "polish_trials": pol.trials}
-            )
-            stop = pol.stop_reason
-            if pol.improved:
-                rep = score(pol.mapping)
-                if rep is not None:
-                    found["polish"] = (pol.mapping, rep)
+        reason = _polish(request, score, found, stats, target)
+        if reason is not None:
+            stop = reason
     chosen = "cpsat" if "cpsat" in found else _best(found)
     mapping, rep = found[chosen]
     for name, (m, r) in sorted(found.items()):
@@ -477,8 +401,138 @@ def _optimize(
             mapping, rep, chosen = m, r, name
     if chosen != "cpsat":
         stats["fallback"] = chosen
-    stats["stop_reason"] = "gap_closed" if met(rep) else stop
+    stats["stop_reason"] = "gap_closed" if target.met(rep) else stop
     return mapping, rep, cb.value, stats
+
+
+@dataclass(frozen=True)
+class _Target:
+    """The exposed comm and the step at which nothing can beat a mapping by more than the gap asked for."""
+
+    comm: float
+    step: float
+
+    @staticmethod
+    def of(comm_bound: float, step_bound: float, gap: float) -> _Target:
+        if gap >= 1.0:
+            return _Target(float("inf"), float("inf"))
+        return _Target(comm_bound / (1.0 - gap), step_bound / (1.0 - gap))
+
+    def met(self, rep: CostReport) -> bool:
+        """Nothing can beat `rep` by more than the gap asked for: its exposed comm and its step are at their
+        bounds (the comm alone is not enough: a mapping with more comm may have a shorter step)."""
+        return rep.comm_seconds <= self.comm and rep.step_seconds <= self.step
+
+    def closed(self, found: dict[str, tuple[list[int], CostReport]]) -> bool:
+        return bool(found) and self.met(found[_best(found)][1])
+
+
+def _multilevel(
+    request: PreparedRequest,
+    score: _Scorer,
+    found: dict[str, tuple[list[int], CostReport]],
+    baselines: dict[str, float | None],
+    starts: list[tuple[str, list[int]]],
+) -> None:
+    """Score the multilevel candidates (on the job's units) while affordable; each valid one is also a start."""
+    job = request.job
+    units = build_units(request)
+    ranks = [(r,) for r in range(job.ranks)] if units.split else units.ranks
+    for name, m in multilevel_candidates(
+        request.topology,
+        request.state,
+        job,
+        request.traffic,
+        request.candidates,
+        ranks,
+        seed=request.options.seed,
+        deadline=request.until(0.25),
+        threads=1,
+    ):
+        if not score.affordable(2.0):
+            break
+        rep = score(m)
+        baselines[name] = rep.comm_seconds if rep else None
+        if rep is not None:
+            found[name] = (m, rep)
+            starts.append((name, m))
+
+
+def _search(
+    request: PreparedRequest,
+    found: dict[str, tuple[list[int], CostReport]],
+    starts: list[tuple[str, list[int]]],
+) -> CpsatOutcome:
+    """`solve_cpsat` from the starts; a share of the time left is kept for the evaluator-judged polish (the
+    search proposes by the surrogate)."""
+    held = POLISH_SHARE * max(0.0, request.remaining()) if request.evaluator_guided and found else 0.0
+    request.deadline -= held
+    try:
+        return solve_cpsat(request, starts, [report_key(found[n][1]) for n, _ in starts])
+    finally:
+        request.deadline += held
+
+
+def _take_outcome(
+    request: PreparedRequest,
+    score: _Scorer,
+    found: dict[str, tuple[list[int], CostReport]],
+    baselines: dict[str, float | None],
+    out: CpsatOutcome,
+    stats: dict[str, float | int | str],
+) -> None:
+    """The search's statistics, and its answer and constructive candidates scored by the evaluator."""
+    for k, v in out.stats.items():
+        stats[f"surrogate_{k}" if k == "bound_source" else k] = v
+    if out.lower_bound is not None and out.mapping is not None:
+        stats["surrogate_bound"] = out.lower_bound
+    for name, m in out.candidates:
+        if name not in ("constructive", "cpsat") or (tuple(m) in score.memo and name != "cpsat"):
+            continue
+        if name == "constructive" and tuple(m) not in request.reports and not score.affordable(0.5):
+            continue  # a candidate not worth overrunning the limit for (the solver's answer is scored always)
+        rep = score(m)
+        if rep is None:
+            if name == "cpsat":
+                broken = validate(request.topology, request.state, request.job, m, traffic=request.traffic)
+                raise InternalError(f"the solver returned a mapping that breaks {broken[0]}")
+            continue
+        if name in found and not better(rep, found[name][1]):
+            continue
+        found[name] = (m, rep)
+        if name == "constructive":
+            baselines[name] = rep.comm_seconds
+
+
+def _polish(
+    request: PreparedRequest,
+    score: _Scorer,
+    found: dict[str, tuple[list[int], CostReport]],
+    stats: dict[str, float | int | str],
+    target: _Target,
+) -> str | None:
+    """The evaluator-judged polish of the best so far; returns why it stopped (None: it did not run)."""
+    job, opts = request.job, request.options
+    start = found[_best(found)][0]
+    # leave time to score and validate the answer afterwards (about 50 µs a rank)
+    deadline = request.until(1.0) - 0.05 - job.ranks * 5e-5
+    rounds = max(2, int(2 * opts.time_limit_s)) if opts.deterministic else None
+    if not (opts.deterministic or deadline > time.perf_counter()):
+        return None
+    pol = polish(
+        request,
+        start,
+        rank_units(job, request.traffic),
+        deadline,
+        target=(target.step, target.comm),
+        max_rounds=rounds,
+    )
+    stats.update({"polish_rounds": pol.rounds, "polish_improved": pol.improved, "polish_trials": pol.trials})
+    if pol.improved:
+        rep = score(pol.mapping)
+        if rep is not None:
+            found["polish"] = (pol.mapping, rep)
+    return pol.stop_reason
 
 
 def compare(

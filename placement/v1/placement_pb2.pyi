@@ -938,6 +938,7 @@ class Job(_message.Message):
     EDGES_FIELD_NUMBER: _builtins.int
     CONSTRAINTS_FIELD_NUMBER: _builtins.int
     LAUNCHER_FIELD_NUMBER: _builtins.int
+    SERVING_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     description: _builtins.str
     ranks: _builtins.int
@@ -963,6 +964,12 @@ class Job(_message.Message):
     def edges(self) -> _containers.RepeatedCompositeFieldContainer[Global___Edge]: ...
     @_builtins.property
     def constraints(self) -> Global___Constraints: ...
+    @_builtins.property
+    def serving(self) -> Global___Serving:
+        """A serving job (LLM inference: pools, load) instead of a training job; then only name, description and
+        device_kind of the fields above apply. See Serving and docs/serving.md.
+        """
+
     def __init__(
         self,
         *,
@@ -977,10 +984,11 @@ class Job(_message.Message):
         edges: _abc.Iterable[Global___Edge] | None = ...,
         constraints: Global___Constraints | None = ...,
         launcher: _builtins.str = ...,
+        serving: Global___Serving | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_ranks", b"_ranks", "constraints", b"constraints", "model", b"model", "parallel", b"parallel", "ranks", b"ranks"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_ranks", b"_ranks", "constraints", b"constraints", "model", b"model", "parallel", b"parallel", "ranks", b"ranks", "serving", b"serving"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_ranks", b"_ranks", "constraints", b"constraints", "description", b"description", "device_kind", b"device_kind", "edges", b"edges", "exposure", b"exposure", "groups", b"groups", "launcher", b"launcher", "model", b"model", "name", b"name", "parallel", b"parallel", "ranks", b"ranks"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_ranks", b"_ranks", "constraints", b"constraints", "description", b"description", "device_kind", b"device_kind", "edges", b"edges", "exposure", b"exposure", "groups", b"groups", "launcher", b"launcher", "model", b"model", "name", b"name", "parallel", b"parallel", "ranks", b"ranks", "serving", b"serving"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__ranks: _TypeAlias = _typing.Literal["ranks"]  # noqa: Y015
     _WhichOneofArgType__ranks: _TypeAlias = _typing.Literal["_ranks", b"_ranks"]  # noqa: Y015
@@ -3197,3 +3205,331 @@ class CapacityResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___CapacityResponse: _TypeAlias = CapacityResponse  # noqa: Y015
+
+@_typing.final
+class Serving(_message.Message):
+    """---- serving jobs (docs/serving.md; placement.model.serving) ------------------------------------------------
+
+    A serving deployment: the model, one aggregated pool or a prefill and a decode pool, the load, the rules.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MODEL_FIELD_NUMBER: _builtins.int
+    POOLS_FIELD_NUMBER: _builtins.int
+    LOAD_FIELD_NUMBER: _builtins.int
+    RULES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def model(self) -> Global___ServingModel: ...
+    @_builtins.property
+    def pools(self) -> _containers.RepeatedCompositeFieldContainer[Global___ServingPool]: ...
+    @_builtins.property
+    def load(self) -> Global___ServingLoad: ...
+    @_builtins.property
+    def rules(self) -> Global___ServingRules: ...
+    def __init__(
+        self,
+        *,
+        model: Global___ServingModel | None = ...,
+        pools: _abc.Iterable[Global___ServingPool] | None = ...,
+        load: Global___ServingLoad | None = ...,
+        rules: Global___ServingRules | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["load", b"load", "model", b"model", "rules", b"rules"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["load", b"load", "model", b"model", "pools", b"pools", "rules", b"rules"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Serving: _TypeAlias = Serving  # noqa: Y015
+
+@_typing.final
+class ServingModel(_message.Message):
+    """The served model: dense, or MoE with routed experts."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PARAMETERS_FIELD_NUMBER: _builtins.int
+    HIDDEN_FIELD_NUMBER: _builtins.int
+    LAYERS_FIELD_NUMBER: _builtins.int
+    HEADS_FIELD_NUMBER: _builtins.int
+    KV_HEADS_FIELD_NUMBER: _builtins.int
+    HEAD_DIM_FIELD_NUMBER: _builtins.int
+    QK_HEAD_DIM_FIELD_NUMBER: _builtins.int
+    ATTENTION_FIELD_NUMBER: _builtins.int
+    EXPERTS_FIELD_NUMBER: _builtins.int
+    TOP_K_FIELD_NUMBER: _builtins.int
+    SHARED_EXPERTS_FIELD_NUMBER: _builtins.int
+    EXPERT_PARAMETERS_FIELD_NUMBER: _builtins.int
+    MOE_LAYERS_FIELD_NUMBER: _builtins.int
+    WEIGHT_DTYPE_FIELD_NUMBER: _builtins.int
+    KV_DTYPE_FIELD_NUMBER: _builtins.int
+    ACTIVATION_DTYPE_FIELD_NUMBER: _builtins.int
+    DISPATCH_DTYPE_FIELD_NUMBER: _builtins.int
+    parameters: _builtins.float
+    """required, > 0: every weight, routed experts included"""
+    hidden: _builtins.int
+    """required"""
+    layers: _builtins.int
+    """required"""
+    heads: _builtins.int
+    """required: attention heads"""
+    kv_heads: _builtins.int
+    """default heads (mha), 1 (mla)"""
+    head_dim: _builtins.int
+    """required; mla: the latent per layer and token (e.g. 512 + 64)"""
+    qk_head_dim: _builtins.int
+    """prefill's per-head q/k width; default head_dim"""
+    attention: _builtins.str
+    """mha (default; also GQA) or mla"""
+    experts: _builtins.int
+    """MoE: routed experts, default 0 (dense)"""
+    top_k: _builtins.int
+    """MoE: experts per token"""
+    shared_experts: _builtins.int
+    expert_parameters: _builtins.float
+    """MoE: the routed experts' weights, < parameters"""
+    moe_layers: _builtins.int
+    """MoE: layers whose MLP routes; default every layer"""
+    weight_dtype: _builtins.str
+    """fp32, bf16 (default), fp16, fp8, int8, fp4, int4"""
+    kv_dtype: _builtins.str
+    """default bf16"""
+    activation_dtype: _builtins.str
+    """default bf16"""
+    dispatch_dtype: _builtins.str
+    """EP dispatch; default fp8"""
+    def __init__(
+        self,
+        *,
+        parameters: _builtins.float | None = ...,
+        hidden: _builtins.int | None = ...,
+        layers: _builtins.int | None = ...,
+        heads: _builtins.int | None = ...,
+        kv_heads: _builtins.int | None = ...,
+        head_dim: _builtins.int | None = ...,
+        qk_head_dim: _builtins.int | None = ...,
+        attention: _builtins.str = ...,
+        experts: _builtins.int | None = ...,
+        top_k: _builtins.int | None = ...,
+        shared_experts: _builtins.int | None = ...,
+        expert_parameters: _builtins.float | None = ...,
+        moe_layers: _builtins.int | None = ...,
+        weight_dtype: _builtins.str = ...,
+        kv_dtype: _builtins.str = ...,
+        activation_dtype: _builtins.str = ...,
+        dispatch_dtype: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_expert_parameters", b"_expert_parameters", "_experts", b"_experts", "_head_dim", b"_head_dim", "_heads", b"_heads", "_hidden", b"_hidden", "_kv_heads", b"_kv_heads", "_layers", b"_layers", "_moe_layers", b"_moe_layers", "_parameters", b"_parameters", "_qk_head_dim", b"_qk_head_dim", "_shared_experts", b"_shared_experts", "_top_k", b"_top_k", "expert_parameters", b"expert_parameters", "experts", b"experts", "head_dim", b"head_dim", "heads", b"heads", "hidden", b"hidden", "kv_heads", b"kv_heads", "layers", b"layers", "moe_layers", b"moe_layers", "parameters", b"parameters", "qk_head_dim", b"qk_head_dim", "shared_experts", b"shared_experts", "top_k", b"top_k"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_expert_parameters", b"_expert_parameters", "_experts", b"_experts", "_head_dim", b"_head_dim", "_heads", b"_heads", "_hidden", b"_hidden", "_kv_heads", b"_kv_heads", "_layers", b"_layers", "_moe_layers", b"_moe_layers", "_parameters", b"_parameters", "_qk_head_dim", b"_qk_head_dim", "_shared_experts", b"_shared_experts", "_top_k", b"_top_k", "activation_dtype", b"activation_dtype", "attention", b"attention", "dispatch_dtype", b"dispatch_dtype", "expert_parameters", b"expert_parameters", "experts", b"experts", "head_dim", b"head_dim", "heads", b"heads", "hidden", b"hidden", "kv_dtype", b"kv_dtype", "kv_heads", b"kv_heads", "layers", b"layers", "moe_layers", b"moe_layers", "parameters", b"parameters", "qk_head_dim", b"qk_head_dim", "shared_experts", b"shared_experts", "top_k", b"top_k", "weight_dtype", b"weight_dtype"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__expert_parameters: _TypeAlias = _typing.Literal["expert_parameters"]  # noqa: Y015
+    _WhichOneofArgType__expert_parameters: _TypeAlias = _typing.Literal["_expert_parameters", b"_expert_parameters"]  # noqa: Y015
+    _WhichOneofReturnType__experts: _TypeAlias = _typing.Literal["experts"]  # noqa: Y015
+    _WhichOneofArgType__experts: _TypeAlias = _typing.Literal["_experts", b"_experts"]  # noqa: Y015
+    _WhichOneofReturnType__head_dim: _TypeAlias = _typing.Literal["head_dim"]  # noqa: Y015
+    _WhichOneofArgType__head_dim: _TypeAlias = _typing.Literal["_head_dim", b"_head_dim"]  # noqa: Y015
+    _WhichOneofReturnType__heads: _TypeAlias = _typing.Literal["heads"]  # noqa: Y015
+    _WhichOneofArgType__heads: _TypeAlias = _typing.Literal["_heads", b"_heads"]  # noqa: Y015
+    _WhichOneofReturnType__hidden: _TypeAlias = _typing.Literal["hidden"]  # noqa: Y015
+    _WhichOneofArgType__hidden: _TypeAlias = _typing.Literal["_hidden", b"_hidden"]  # noqa: Y015
+    _WhichOneofReturnType__kv_heads: _TypeAlias = _typing.Literal["kv_heads"]  # noqa: Y015
+    _WhichOneofArgType__kv_heads: _TypeAlias = _typing.Literal["_kv_heads", b"_kv_heads"]  # noqa: Y015
+    _WhichOneofReturnType__layers: _TypeAlias = _typing.Literal["layers"]  # noqa: Y015
+    _WhichOneofArgType__layers: _TypeAlias = _typing.Literal["_layers", b"_layers"]  # noqa: Y015
+    _WhichOneofReturnType__moe_layers: _TypeAlias = _typing.Literal["moe_layers"]  # noqa: Y015
+    _WhichOneofArgType__moe_layers: _TypeAlias = _typing.Literal["_moe_layers", b"_moe_layers"]  # noqa: Y015
+    _WhichOneofReturnType__parameters: _TypeAlias = _typing.Literal["parameters"]  # noqa: Y015
+    _WhichOneofArgType__parameters: _TypeAlias = _typing.Literal["_parameters", b"_parameters"]  # noqa: Y015
+    _WhichOneofReturnType__qk_head_dim: _TypeAlias = _typing.Literal["qk_head_dim"]  # noqa: Y015
+    _WhichOneofArgType__qk_head_dim: _TypeAlias = _typing.Literal["_qk_head_dim", b"_qk_head_dim"]  # noqa: Y015
+    _WhichOneofReturnType__shared_experts: _TypeAlias = _typing.Literal["shared_experts"]  # noqa: Y015
+    _WhichOneofArgType__shared_experts: _TypeAlias = _typing.Literal["_shared_experts", b"_shared_experts"]  # noqa: Y015
+    _WhichOneofReturnType__top_k: _TypeAlias = _typing.Literal["top_k"]  # noqa: Y015
+    _WhichOneofArgType__top_k: _TypeAlias = _typing.Literal["_top_k", b"_top_k"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__expert_parameters) -> _WhichOneofReturnType__expert_parameters | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__experts) -> _WhichOneofReturnType__experts | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__head_dim) -> _WhichOneofReturnType__head_dim | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__heads) -> _WhichOneofReturnType__heads | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__hidden) -> _WhichOneofReturnType__hidden | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__kv_heads) -> _WhichOneofReturnType__kv_heads | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__layers) -> _WhichOneofReturnType__layers | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__moe_layers) -> _WhichOneofReturnType__moe_layers | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__parameters) -> _WhichOneofReturnType__parameters | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__qk_head_dim) -> _WhichOneofReturnType__qk_head_dim | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__shared_experts) -> _WhichOneofReturnType__shared_experts | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__top_k) -> _WhichOneofReturnType__top_k | None: ...
+
+Global___ServingModel: _TypeAlias = ServingModel  # noqa: Y015
+
+@_typing.final
+class ServingPool(_message.Message):
+    """One pool: per replica tp * attention_dp * pp ranks; EP spans the tp * attention_dp ranks of a stage."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ROLE_FIELD_NUMBER: _builtins.int
+    TP_FIELD_NUMBER: _builtins.int
+    EP_FIELD_NUMBER: _builtins.int
+    PP_FIELD_NUMBER: _builtins.int
+    ATTENTION_DP_FIELD_NUMBER: _builtins.int
+    REPLICAS_FIELD_NUMBER: _builtins.int
+    role: _builtins.str
+    """aggregated (default with one pool), prefill, decode"""
+    tp: _builtins.int
+    """each >= 1, default 1"""
+    ep: _builtins.int
+    pp: _builtins.int
+    attention_dp: _builtins.int
+    replicas: _builtins.int
+    def __init__(
+        self,
+        *,
+        role: _builtins.str = ...,
+        tp: _builtins.int | None = ...,
+        ep: _builtins.int | None = ...,
+        pp: _builtins.int | None = ...,
+        attention_dp: _builtins.int | None = ...,
+        replicas: _builtins.int | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_attention_dp", b"_attention_dp", "_ep", b"_ep", "_pp", b"_pp", "_replicas", b"_replicas", "_tp", b"_tp", "attention_dp", b"attention_dp", "ep", b"ep", "pp", b"pp", "replicas", b"replicas", "tp", b"tp"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_attention_dp", b"_attention_dp", "_ep", b"_ep", "_pp", b"_pp", "_replicas", b"_replicas", "_tp", b"_tp", "attention_dp", b"attention_dp", "ep", b"ep", "pp", b"pp", "replicas", b"replicas", "role", b"role", "tp", b"tp"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__attention_dp: _TypeAlias = _typing.Literal["attention_dp"]  # noqa: Y015
+    _WhichOneofArgType__attention_dp: _TypeAlias = _typing.Literal["_attention_dp", b"_attention_dp"]  # noqa: Y015
+    _WhichOneofReturnType__ep: _TypeAlias = _typing.Literal["ep"]  # noqa: Y015
+    _WhichOneofArgType__ep: _TypeAlias = _typing.Literal["_ep", b"_ep"]  # noqa: Y015
+    _WhichOneofReturnType__pp: _TypeAlias = _typing.Literal["pp"]  # noqa: Y015
+    _WhichOneofArgType__pp: _TypeAlias = _typing.Literal["_pp", b"_pp"]  # noqa: Y015
+    _WhichOneofReturnType__replicas: _TypeAlias = _typing.Literal["replicas"]  # noqa: Y015
+    _WhichOneofArgType__replicas: _TypeAlias = _typing.Literal["_replicas", b"_replicas"]  # noqa: Y015
+    _WhichOneofReturnType__tp: _TypeAlias = _typing.Literal["tp"]  # noqa: Y015
+    _WhichOneofArgType__tp: _TypeAlias = _typing.Literal["_tp", b"_tp"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__attention_dp) -> _WhichOneofReturnType__attention_dp | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__ep) -> _WhichOneofReturnType__ep | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__pp) -> _WhichOneofReturnType__pp | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__replicas) -> _WhichOneofReturnType__replicas | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__tp) -> _WhichOneofReturnType__tp | None: ...
+
+Global___ServingPool: _TypeAlias = ServingPool  # noqa: Y015
+
+@_typing.final
+class ServingLoad(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    BATCH_FIELD_NUMBER: _builtins.int
+    CONCURRENCY_FIELD_NUMBER: _builtins.int
+    PROMPT_TOKENS_FIELD_NUMBER: _builtins.int
+    OUTPUT_TOKENS_FIELD_NUMBER: _builtins.int
+    PREFILL_BATCH_FIELD_NUMBER: _builtins.int
+    TPOT_BOUND_MS_FIELD_NUMBER: _builtins.int
+    batch: _builtins.int
+    """requests decoded together per decode replica (or concurrency)"""
+    concurrency: _builtins.int
+    """requests in flight over the deployment"""
+    prompt_tokens: _builtins.int
+    """required"""
+    output_tokens: _builtins.int
+    """required"""
+    prefill_batch: _builtins.int
+    """prompts a prefill replica takes together, default 1"""
+    tpot_bound_ms: _builtins.float
+    """objective: most tokens/s within this time per output token"""
+    def __init__(
+        self,
+        *,
+        batch: _builtins.int | None = ...,
+        concurrency: _builtins.int | None = ...,
+        prompt_tokens: _builtins.int | None = ...,
+        output_tokens: _builtins.int | None = ...,
+        prefill_batch: _builtins.int | None = ...,
+        tpot_bound_ms: _builtins.float | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_batch", b"_batch", "_concurrency", b"_concurrency", "_output_tokens", b"_output_tokens", "_prefill_batch", b"_prefill_batch", "_prompt_tokens", b"_prompt_tokens", "_tpot_bound_ms", b"_tpot_bound_ms", "batch", b"batch", "concurrency", b"concurrency", "output_tokens", b"output_tokens", "prefill_batch", b"prefill_batch", "prompt_tokens", b"prompt_tokens", "tpot_bound_ms", b"tpot_bound_ms"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_batch", b"_batch", "_concurrency", b"_concurrency", "_output_tokens", b"_output_tokens", "_prefill_batch", b"_prefill_batch", "_prompt_tokens", b"_prompt_tokens", "_tpot_bound_ms", b"_tpot_bound_ms", "batch", b"batch", "concurrency", b"concurrency", "output_tokens", b"output_tokens", "prefill_batch", b"prefill_batch", "prompt_tokens", b"prompt_tokens", "tpot_bound_ms", b"tpot_bound_ms"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__batch: _TypeAlias = _typing.Literal["batch"]  # noqa: Y015
+    _WhichOneofArgType__batch: _TypeAlias = _typing.Literal["_batch", b"_batch"]  # noqa: Y015
+    _WhichOneofReturnType__concurrency: _TypeAlias = _typing.Literal["concurrency"]  # noqa: Y015
+    _WhichOneofArgType__concurrency: _TypeAlias = _typing.Literal["_concurrency", b"_concurrency"]  # noqa: Y015
+    _WhichOneofReturnType__output_tokens: _TypeAlias = _typing.Literal["output_tokens"]  # noqa: Y015
+    _WhichOneofArgType__output_tokens: _TypeAlias = _typing.Literal["_output_tokens", b"_output_tokens"]  # noqa: Y015
+    _WhichOneofReturnType__prefill_batch: _TypeAlias = _typing.Literal["prefill_batch"]  # noqa: Y015
+    _WhichOneofArgType__prefill_batch: _TypeAlias = _typing.Literal["_prefill_batch", b"_prefill_batch"]  # noqa: Y015
+    _WhichOneofReturnType__prompt_tokens: _TypeAlias = _typing.Literal["prompt_tokens"]  # noqa: Y015
+    _WhichOneofArgType__prompt_tokens: _TypeAlias = _typing.Literal["_prompt_tokens", b"_prompt_tokens"]  # noqa: Y015
+    _WhichOneofReturnType__tpot_bound_ms: _TypeAlias = _typing.Literal["tpot_bound_ms"]  # noqa: Y015
+    _WhichOneofArgType__tpot_bound_ms: _TypeAlias = _typing.Literal["_tpot_bound_ms", b"_tpot_bound_ms"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__batch) -> _WhichOneofReturnType__batch | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__concurrency) -> _WhichOneofReturnType__concurrency | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__output_tokens) -> _WhichOneofReturnType__output_tokens | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__prefill_batch) -> _WhichOneofReturnType__prefill_batch | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__prompt_tokens) -> _WhichOneofReturnType__prompt_tokens | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__tpot_bound_ms) -> _WhichOneofReturnType__tpot_bound_ms | None: ...
+
+Global___ServingLoad: _TypeAlias = ServingLoad  # noqa: Y015
+
+@_typing.final
+class ServingRules(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SPREAD_FIELD_NUMBER: _builtins.int
+    SPREAD_KIND_FIELD_NUMBER: _builtins.int
+    EP_LEVEL_FIELD_NUMBER: _builtins.int
+    REQUIRE_EP_FIELD_NUMBER: _builtins.int
+    spread: _builtins.bool
+    """replicas over fault domains; default true"""
+    spread_kind: _builtins.str
+    """fault-domain kind or level; default the state's first, else the leaf level"""
+    ep_level: _builtins.str
+    """where each EP group is preferred; default the lowest level holding it"""
+    require_ep: _builtins.bool
+    """make ep_level a hard rule; default false"""
+    def __init__(
+        self,
+        *,
+        spread: _builtins.bool | None = ...,
+        spread_kind: _builtins.str = ...,
+        ep_level: _builtins.str = ...,
+        require_ep: _builtins.bool | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_require_ep", b"_require_ep", "_spread", b"_spread", "require_ep", b"require_ep", "spread", b"spread"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_require_ep", b"_require_ep", "_spread", b"_spread", "ep_level", b"ep_level", "require_ep", b"require_ep", "spread", b"spread", "spread_kind", b"spread_kind"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__require_ep: _TypeAlias = _typing.Literal["require_ep"]  # noqa: Y015
+    _WhichOneofArgType__require_ep: _TypeAlias = _typing.Literal["_require_ep", b"_require_ep"]  # noqa: Y015
+    _WhichOneofReturnType__spread: _TypeAlias = _typing.Literal["spread"]  # noqa: Y015
+    _WhichOneofArgType__spread: _TypeAlias = _typing.Literal["_spread", b"_spread"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__require_ep) -> _WhichOneofReturnType__require_ep | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__spread) -> _WhichOneofReturnType__spread | None: ...
+
+Global___ServingRules: _TypeAlias = ServingRules  # noqa: Y015

@@ -13,6 +13,7 @@ from placement.cli.errors import err, escape, fail, guard
 from placement.cli.help import Command, command_app
 from placement.cli.inputs import load_inputs, write_output
 from placement.cli.picture import render_picture
+from placement.cli.serving import evaluate_serving_file, is_serving_file
 from placement.cli.tables import headline, print_report
 from placement.cost.evaluate import evaluate as evaluate_cost
 from placement.io.native import load_mapping
@@ -42,6 +43,8 @@ def evaluate(
     Step, exposed and total communication, compute, MFU, tokens/s, and the breakdown per phase and per group
     kind and tier.
     """
+    if is_serving_file(job):  # a serving job (kind: serving): placement.cli.serving
+        return evaluate_serving_file(cluster, job, mapping, state, output)
     topo, st, jb = load_inputs(cluster, job, state)
     mp = load_mapping(mapping, topo)
     rep = evaluate_cost(topo, st, jb, mp)

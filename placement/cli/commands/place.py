@@ -16,6 +16,7 @@ from placement.cli.help import Command, command_app
 from placement.cli.inputs import load_inputs, write_output
 from placement.cli.options import ServerOpt, TokenOpt
 from placement.cli.picture import render_picture
+from placement.cli.serving import is_serving_file, place_serving_file
 from placement.cli.tables import out, place_title, print_report, print_result, print_verdict
 from placement.cli.usage import INPUTS
 from placement.cost.report import CostReport
@@ -190,6 +191,9 @@ def place(
     if cluster is None or job is None:
         raise InternalError("the inputs rule lets CLUSTER and JOB through only together")
     strat = _check_options(strategy, time_limit, gap, seed, workers)
+    if is_serving_file(job):  # a serving job (kind: serving): placement.cli.serving
+        opts = SolveOptions(strategy=strat, time_limit_s=time_limit, seed=seed, workers=workers)
+        return place_serving_file(cluster, job, state, opts, output, out_file, server)
     if max_slowdown is not None and not (math.isfinite(max_slowdown) and max_slowdown >= 1):
         fail(f"--max-slowdown: must be a number >= 1 (1: the ideal step), got {max_slowdown:g}", 2)
     rules = _slice_rules(balance, segment)

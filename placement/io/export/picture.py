@@ -1,7 +1,7 @@
 """Placement pictures: the cluster as nested domain boxes, devices as cells, ranks coloured by pipeline stage.
 
-Owns `render` (SVG, PNG or PDF by suffix, matplotlib without pyplot); domains without a rank of the job collapse
-into one "N idle nodes" box per parent. Each rank's cell carries the SVG id ``rank-<r>``. See docs/whatif.md.
+Owns `layout` (where boxes, cells and outlines go: pure) and `render` (draws a layout: SVG, PNG or PDF by suffix,
+matplotlib without pyplot); domains without a rank of the job collapse into one "N idle nodes" box per parent. Each rank's cell carries the SVG id ``rank-<r>``. See docs/whatif.md.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from placement.model.state import ClusterState
 from placement.model.topology import Topology
 from placement.model.traffic import job_traffic
 
-__all__ = ["COLOR_BY", "FORMATS", "render"]
+__all__ = ["COLOR_BY", "FORMATS", "Layout", "layout", "render"]
 
 FORMATS: tuple[str, ...] = (".svg", ".png", ".pdf")
 """File suffixes `render` writes."""
@@ -195,6 +195,175 @@ def _cost_lines(report: CostReport) -> list[str]:
     return lines
 
 
+@dataclass(frozen=True)
+class _Cell:
+    """A device's cell: its lower-left corner (plot coordinates, y up), its rank (None: not the job's) and its
+    state (``rank``, ``failed``, ``busy`` or ``free``; `slow`: degraded)."""
+
+    device: int
+    x: float
+    y: float
+    rank: int | None
+    state: str
+    slow: bool
+
+
+@dataclass(frozen=True)
+class _Outline:
+    """A TP group's outline around a run of adjacent members on one host (`split`: the group spans hosts)."""
+
+    x: float
+    y: float
+    w: float
+    h: float
+    split: bool
+
+
+@dataclass
+class Layout:
+    """Where everything goes, in layout units (y up): the boxes (with their plot y), each host's cells, the TP
+    outlines, the rank colour indices and what the legend lists. Computed by `layout`, drawn by `render`."""
+
+    width: float
+    height: float
+    scale: float  # inches per layout unit
+    boxes: list[tuple[_Box, float]]
+    cells: dict[int, list[_Cell]]  # per host index, in device order
+    outlines: list[_Outline]
+    dim: str
+    n_colors: int
+    color_of: dict[int, int]  # rank -> colour index
+    legend_colors: list[tuple[int, str]]  # (colour index, label)
+    present: dict[str, bool]  # device states shown outside the job's ranks (and degraded ones of the job)
+
+    @property
+    def tp_inside(self) -> bool:
+        return any(not o.split for o in self.outlines)
+
+    @property
+    def tp_split(self) -> bool:
+        return any(o.split for o in self.outlines)
+
+
+_DIM_NAMES = {"pp": "pipeline stage", "dp": "DP replica", "tp": "TP rank", "cp": "CP rank", "ep": "EP rank"}
+
+
+def layout(topology: Topology, state: ClusterState, job: Job, mapping: Sequence[int], dim: str) -> Layout:
+    """The picture's layout (no drawing): nested domain boxes sized and packed, cells placed, TP groups outlined,
+    ranks coloured by `dim` (a dimension of `COLOR_BY`, checked by the caller)."""
+    rank_of = {d: r for r, d in enumerate(mapping)}
+    used_hosts = {topology.devices[d].host_index for d in mapping}
+    root = _build(topology, state, len(topology.levels) - 1, 0, used_hosts)
+    W, H = root.w, root.h
+    par = job.parallel
+    n_col = par.size(dim) if par is not None and dim != "none" else 1
+    boxes = [(b, H - b.y - b.h) for b in _walk(root)]
+    cells: dict[int, list[_Cell]] = {}
+    for b, y in boxes:
+        if b.kind == "host":
+            cells[b.index] = _host_cells(topology, state, b, y, rank_of)
+    cell_xy = {c.device: (c.x, c.y) for row in cells.values() for c in row}
+    if par is not None and dim != "none":
+        shown = (
+            list(range(n_col))
+            if n_col <= 16
+            else sorted({*range(0, n_col, math.ceil(n_col / 12)), n_col - 1})
+        )
+        legend_colors = [(v, f"{_DIM_NAMES[dim]} {v}") for v in shown]
+    else:
+        legend_colors = [(0, f"{job.name} rank")]
+    return Layout(
+        W,
+        H,
+        min(0.42, 34.0 / max(W, H)),
+        boxes,
+        cells,
+        _tp_outlines(topology, job, mapping, cell_xy),
+        dim,
+        max(1, n_col),
+        {r: 0 if par is None or dim == "none" else par.coords(r)[dim] for r in range(len(mapping))},
+        legend_colors,
+        _present(state, cell_xy, rank_of),
+    )
+
+
+def _host_cells(
+    topology: Topology, state: ClusterState, b: _Box, y: float, rank_of: dict[int, int]
+) -> list[_Cell]:
+    out: list[_Cell] = []
+    for k, d in enumerate(topology.devices_in_domain[0][b.index]):
+        row, col = divmod(k, b.cols)
+        cx = b.x + PAD + col * (CELL + GAP)
+        cy = y + b.h - HOST_LABEL - (row + 1) * CELL - row * GAP
+        r = rank_of.get(d)
+        slow = state.device_slowdown.get(d, 1.0) > 1.0
+        kind = (
+            "rank"
+            if r is not None
+            else "failed"
+            if d in state.failed
+            else "busy"
+            if d in state.occupied
+            else "free"
+        )
+        out.append(_Cell(d, cx, cy, r, kind, slow))
+    return out
+
+
+def _tp_outlines(
+    topology: Topology, job: Job, mapping: Sequence[int], cell_xy: dict[int, tuple[float, float]]
+) -> list[_Outline]:
+    """TP groups: one outline per run of adjacent members on one host."""
+    out: list[_Outline] = []
+    for g in job_traffic(job).groups:
+        if g.label != "tp":
+            continue
+        by_host: dict[int, list[int]] = {}
+        for d in (mapping[m] for m in g.members):
+            by_host.setdefault(topology.devices[d].host_index, []).append(d)
+        split = len(by_host) > 1
+        for hdevs in by_host.values():
+            pos = sorted(cell_xy[d] for d in hdevs)
+            runs: list[list[tuple[float, float]]] = []
+            for p in sorted(pos, key=lambda q: (-q[1], q[0])):
+                last = runs[-1][-1] if runs else None
+                if (
+                    last is not None
+                    and abs(last[1] - p[1]) < 1e-9
+                    and abs(p[0] - last[0] - CELL - GAP) < 1e-9
+                ):
+                    runs[-1].append(p)
+                else:
+                    runs.append([p])
+            for run in runs:
+                x0, y0 = run[0]
+                out.append(
+                    _Outline(
+                        x0 - GAP * 0.4,
+                        y0 - GAP * 0.4,
+                        run[-1][0] - x0 + CELL + GAP * 0.8,
+                        CELL + GAP * 0.8,
+                        split,
+                    )
+                )
+    return out
+
+
+def _present(
+    state: ClusterState, cell_xy: dict[int, tuple[float, float]], rank_of: dict[int, int]
+) -> dict[str, bool]:
+    present = {"free": False, "busy": False, "failed": False, "degraded": False}
+    for d in cell_xy:
+        if d in rank_of:
+            present["degraded"] |= state.device_slowdown.get(d, 1.0) > 1.0
+            continue
+        present["failed"] |= d in state.failed
+        present["busy"] |= d in state.occupied and d not in state.failed
+        present["free"] |= d not in state.failed and d not in state.occupied
+        present["degraded"] |= state.device_slowdown.get(d, 1.0) > 1.0
+    return present
+
+
 def render(
     topology: Topology,
     state: ClusterState,
@@ -216,242 +385,20 @@ def render(
     """
     from matplotlib import rc_context
     from matplotlib.figure import Figure
-    from matplotlib.lines import Line2D
-    from matplotlib.patches import Patch, Rectangle
 
     out = Path(path)
-    dim = _check(topology, job, mapping, out, color_by)
-    rank_of = {d: r for r, d in enumerate(mapping)}
-    used_hosts = {topology.devices[d].host_index for d in mapping}
-    top = len(topology.levels) - 1
-    root = _build(topology, state, top, 0, used_hosts)
-    boxes = _walk(root)
-    W, H = root.w, root.h
-    scale = min(0.42, 34.0 / max(W, H))  # inches per layout unit
-    cell_pt = scale * 72 * CELL
-
-    # colours
-    par = job.parallel
-    n_col = par.size(dim) if par is not None and dim != "none" else 1
-    colors = _palette(max(1, n_col))
-
-    def color_of(r: int) -> Any:
-        if par is None or dim == "none":
-            return colors[0]
-        return colors[par.coords(r)[dim]]
-
-    cell_xy: dict[int, tuple[float, float]] = {}  # device -> cell corner (plot coordinates, y up)
+    lay = layout(topology, state, job, mapping, _check(topology, job, mapping, out, color_by))
+    colors = _palette(lay.n_colors)
     with rc_context({"svg.fonttype": "none", "svg.hashsalt": "placement", "hatch.linewidth": 0.6}):
-        fig = Figure(figsize=(max(3.0, W * scale), max(1.5, H * scale)))
+        fig = Figure(figsize=(max(3.0, lay.width * lay.scale), max(1.5, lay.height * lay.scale)))
         ax = fig.add_axes((0.0, 0.0, 1.0, 1.0))
-        ax.set_xlim(-0.1, W + 0.1)
-        ax.set_ylim(-0.1, H + 0.1)
+        ax.set_xlim(-0.1, lay.width + 0.1)
+        ax.set_ylim(-0.1, lay.height + 0.1)
         ax.set_aspect("equal")
         ax.axis("off")
-        fs_dom = max(4.0, min(11.0, cell_pt * 0.42))
-        fs_host = max(3.0, min(8.0, cell_pt * 0.3))
-        digits = len(str(max(job.ranks - 1, 0)))
-        fs_rank = min(9.0, cell_pt * 0.8 / (0.6 * max(digits, 2)), cell_pt * 0.5)
-        for b in boxes:
-            y = H - b.y - b.h
-            if b.kind == "domain":
-                ax.add_artist(
-                    Rectangle(
-                        (b.x, y),
-                        b.w,
-                        b.h,
-                        facecolor=LEVEL_FILLS[b.level % len(LEVEL_FILLS)],
-                        edgecolor="#7a7a7a",
-                        lw=0.8,
-                    )
-                )
-                ax.text(
-                    b.x + PAD * 0.6,
-                    y + b.h - DOMAIN_LABEL * 0.55,
-                    b.label,
-                    fontsize=fs_dom,
-                    va="center",
-                    ha="left",
-                    color="#333333",
-                    clip_on=False,
-                )
-            elif b.kind == "idle":
-                ax.add_artist(
-                    Rectangle(
-                        (b.x, y),
-                        b.w,
-                        b.h,
-                        facecolor="#fafafa",
-                        edgecolor="#9a9a9a",
-                        lw=0.6,
-                        linestyle=(0, (3, 2)),
-                    )
-                )
-                extra = []
-                if b.idle_busy:
-                    extra.append(f"{b.idle_busy} GPUs busy")
-                if b.idle_failed:
-                    extra.append(f"{b.idle_failed} failed")
-                text = b.label + ("\n" + ", ".join(extra) if extra else "")
-                ax.text(
-                    b.x + b.w / 2,
-                    y + b.h / 2,
-                    text,
-                    fontsize=fs_host * 1.1,
-                    ha="center",
-                    va="center",
-                    color="#555555",
-                )
-            else:
-                ax.add_artist(Rectangle((b.x, y), b.w, b.h, facecolor="#ffffff", edgecolor="#555555", lw=0.7))
-                ax.text(
-                    b.x + PAD * 0.5,
-                    y + b.h - HOST_LABEL * 0.5,
-                    b.label,
-                    fontsize=fs_host,
-                    va="center",
-                    ha="left",
-                    color="#333333",
-                )
-                for k, d in enumerate(topology.devices_in_domain[0][b.index]):
-                    row, col = divmod(k, b.cols)
-                    cx = b.x + PAD + col * (CELL + GAP)
-                    cy = y + b.h - HOST_LABEL - (row + 1) * CELL - row * GAP
-                    cell_xy[d] = (cx, cy)
-                    r = rank_of.get(d)
-                    slow = state.device_slowdown.get(d, 1.0) > 1.0
-                    if r is not None:
-                        face, hatch = color_of(r), ("...." if slow else None)
-                    elif d in state.failed:
-                        face, hatch = FAILED_C, "xxxx"
-                    elif d in state.occupied:
-                        face, hatch = BUSY, None
-                    else:
-                        face, hatch = FREE, ("...." if slow else None)
-                    patch = Rectangle(
-                        (cx, cy), CELL, CELL, facecolor=face, edgecolor="#444444", lw=0.4, hatch=hatch
-                    )
-                    if r is not None:
-                        patch.set_gid(f"rank-{r}")
-                    ax.add_artist(patch)
-                    if r is not None and fs_rank >= 2.5:
-                        rgb = face[:3] if isinstance(face, tuple) else (1.0, 1.0, 1.0)
-                        dark = 0.299 * rgb[0] + 0.587 * rgb[1] + 0.114 * rgb[2] < 0.55
-                        ax.text(
-                            cx + CELL / 2,
-                            cy + CELL / 2,
-                            str(r),
-                            fontsize=fs_rank,
-                            ha="center",
-                            va="center",
-                            color="white" if dark else "black",
-                        )
-
-        # TP groups: one outline per run of adjacent members on one host
-        lw = max(0.8, 2.2 * scale / 0.42)
-        split_any = inside_any = False
-        for g in job_traffic(job).groups:
-            if g.label != "tp":
-                continue
-            devs = [mapping[m] for m in g.members]
-            by_host: dict[int, list[int]] = {}
-            for d in devs:
-                by_host.setdefault(topology.devices[d].host_index, []).append(d)
-            split = len(by_host) > 1
-            split_any |= split
-            inside_any |= not split
-            style: Mapping[str, Any] = (
-                {"edgecolor": "#d62728", "linestyle": (0, (2, 1.2))} if split else {"edgecolor": "black"}
-            )
-            for hdevs in by_host.values():
-                pos = sorted(cell_xy[d] for d in hdevs)
-                runs: list[list[tuple[float, float]]] = []
-                for p in sorted(pos, key=lambda q: (-q[1], q[0])):
-                    last = runs[-1][-1] if runs else None
-                    if (
-                        last is not None
-                        and abs(last[1] - p[1]) < 1e-9
-                        and abs(p[0] - last[0] - CELL - GAP) < 1e-9
-                    ):
-                        runs[-1].append(p)
-                    else:
-                        runs.append([p])
-                for run in runs:
-                    x0, y0 = run[0]
-                    ax.add_artist(
-                        Rectangle(
-                            (x0 - GAP * 0.4, y0 - GAP * 0.4),
-                            run[-1][0] - x0 + CELL + GAP * 0.8,
-                            CELL + GAP * 0.8,
-                            facecolor="none",
-                            lw=lw,
-                            zorder=3,
-                            **style,
-                        )
-                    )
-
-        # legend: colours, device states, outlines, cost per group kind
-        handles: list[Any] = []
-        labels: list[str] = []
-        if par is not None and dim != "none":
-            name = {
-                "pp": "pipeline stage",
-                "dp": "DP replica",
-                "tp": "TP rank",
-                "cp": "CP rank",
-                "ep": "EP rank",
-            }[dim]
-            shown = (
-                list(range(n_col))
-                if n_col <= 16
-                else sorted({*range(0, n_col, math.ceil(n_col / 12)), n_col - 1})
-            )
-            for v in shown:
-                handles.append(Patch(facecolor=colors[v], edgecolor="#444444"))
-                labels.append(f"{name} {v}")
-        else:
-            handles.append(Patch(facecolor=colors[0], edgecolor="#444444"))
-            labels.append(f"{job.name} rank")
-        present = {"free": False, "busy": False, "failed": False, "degraded": False}
-        for d in cell_xy:
-            if d in rank_of:
-                present["degraded"] |= state.device_slowdown.get(d, 1.0) > 1.0
-                continue
-            present["failed"] |= d in state.failed
-            present["busy"] |= d in state.occupied and d not in state.failed
-            present["free"] |= d not in state.failed and d not in state.occupied
-            present["degraded"] |= state.device_slowdown.get(d, 1.0) > 1.0
-        for key, h, lab in (
-            ("free", Patch(facecolor=FREE, edgecolor="#444444"), "free device"),
-            ("busy", Patch(facecolor=BUSY, edgecolor="#444444"), "held by another job"),
-            ("failed", Patch(facecolor=FAILED_C, edgecolor="#444444", hatch="xxxx"), "failed"),
-            ("degraded", Patch(facecolor=FREE, edgecolor="#444444", hatch="...."), "degraded"),
-        ):
-            if present[key]:
-                handles.append(h)
-                labels.append(lab)
-        if inside_any:
-            handles.append(Patch(facecolor="none", edgecolor="black", lw=1.5))
-            labels.append("TP group (one node)")
-        if split_any:
-            handles.append(Patch(facecolor="none", edgecolor="#d62728", lw=1.5, linestyle=(0, (2, 1.2))))
-            labels.append("TP group split across nodes")
-        if report is not None:
-            handles.append(Line2D([], [], linestyle="none"))
-            labels.append("modeled step (exposed comm per group kind):")
-            for line in _cost_lines(report):
-                handles.append(Line2D([], [], linestyle="none"))
-                labels.append("  " + line)
-        ax.legend(
-            handles,
-            labels,
-            loc="upper left",
-            bbox_to_anchor=(1.01, 1.0),
-            fontsize=8,
-            frameon=False,
-            handlelength=1.4,
-            borderaxespad=0.0,
-        )
+        _draw_boxes(ax, lay, colors, job.ranks)
+        _draw_outlines(ax, lay)
+        _draw_legend(ax, lay, colors, report)
         head = title or f"{job.name}: {job.ranks} ranks on {topology.name}"
         if report is not None and title is None:
             head += f" | step {report.step_seconds:.4f} s, exposed comm {report.comm_seconds:.4f} s"
@@ -460,3 +407,152 @@ def render(
         meta = {"Date": None} if out.suffix.lower() == ".svg" else None
         fig.savefig(out, dpi=120 if out.suffix.lower() == ".png" else 72, bbox_inches="tight", metadata=meta)
     return out
+
+
+def _draw_boxes(ax: Any, lay: Layout, colors: list[Any], ranks: int) -> None:
+    """Domain, idle and host boxes with their labels, and each host's cells with their ranks."""
+    from matplotlib.patches import Rectangle
+
+    cell_pt = lay.scale * 72 * CELL
+    fs_dom = max(4.0, min(11.0, cell_pt * 0.42))
+    fs_host = max(3.0, min(8.0, cell_pt * 0.3))
+    digits = len(str(max(ranks - 1, 0)))
+    fs_rank = min(9.0, cell_pt * 0.8 / (0.6 * max(digits, 2)), cell_pt * 0.5)
+    for b, y in lay.boxes:
+        if b.kind == "domain":
+            fill = LEVEL_FILLS[b.level % len(LEVEL_FILLS)]
+            ax.add_artist(Rectangle((b.x, y), b.w, b.h, facecolor=fill, edgecolor="#7a7a7a", lw=0.8))
+            ax.text(
+                b.x + PAD * 0.6,
+                y + b.h - DOMAIN_LABEL * 0.55,
+                b.label,
+                fontsize=fs_dom,
+                va="center",
+                ha="left",
+                color="#333333",
+                clip_on=False,
+            )
+        elif b.kind == "idle":
+            ax.add_artist(
+                Rectangle(
+                    (b.x, y),
+                    b.w,
+                    b.h,
+                    facecolor="#fafafa",
+                    edgecolor="#9a9a9a",
+                    lw=0.6,
+                    linestyle=(0, (3, 2)),
+                )
+            )
+            extra = []
+            if b.idle_busy:
+                extra.append(f"{b.idle_busy} GPUs busy")
+            if b.idle_failed:
+                extra.append(f"{b.idle_failed} failed")
+            text = b.label + ("\n" + ", ".join(extra) if extra else "")
+            ax.text(
+                b.x + b.w / 2,
+                y + b.h / 2,
+                text,
+                fontsize=fs_host * 1.1,
+                ha="center",
+                va="center",
+                color="#555555",
+            )
+        else:
+            ax.add_artist(Rectangle((b.x, y), b.w, b.h, facecolor="#ffffff", edgecolor="#555555", lw=0.7))
+            ax.text(
+                b.x + PAD * 0.5,
+                y + b.h - HOST_LABEL * 0.5,
+                b.label,
+                fontsize=fs_host,
+                va="center",
+                ha="left",
+                color="#333333",
+            )
+            for c in lay.cells[b.index]:
+                _draw_cell(ax, c, colors[lay.color_of[c.rank]] if c.rank is not None else None, fs_rank)
+
+
+_CELL_FACES = {"failed": (FAILED_C, "xxxx"), "busy": (BUSY, None)}
+
+
+def _draw_cell(ax: Any, c: _Cell, rank_color: Any, fs_rank: float) -> None:
+    from matplotlib.patches import Rectangle
+
+    if c.rank is not None:
+        face, hatch = rank_color, ("...." if c.slow else None)
+    elif c.state in _CELL_FACES:
+        face, hatch = _CELL_FACES[c.state]
+    else:
+        face, hatch = FREE, ("...." if c.slow else None)
+    patch = Rectangle((c.x, c.y), CELL, CELL, facecolor=face, edgecolor="#444444", lw=0.4, hatch=hatch)
+    if c.rank is not None:
+        patch.set_gid(f"rank-{c.rank}")
+    ax.add_artist(patch)
+    if c.rank is not None and fs_rank >= 2.5:
+        rgb = face[:3] if isinstance(face, tuple) else (1.0, 1.0, 1.0)
+        dark = 0.299 * rgb[0] + 0.587 * rgb[1] + 0.114 * rgb[2] < 0.55
+        ax.text(
+            c.x + CELL / 2,
+            c.y + CELL / 2,
+            str(c.rank),
+            fontsize=fs_rank,
+            ha="center",
+            va="center",
+            color="white" if dark else "black",
+        )
+
+
+def _draw_outlines(ax: Any, lay: Layout) -> None:
+    from matplotlib.patches import Rectangle
+
+    lw = max(0.8, 2.2 * lay.scale / 0.42)
+    for o in lay.outlines:
+        style: Mapping[str, Any] = (
+            {"edgecolor": "#d62728", "linestyle": (0, (2, 1.2))} if o.split else {"edgecolor": "black"}
+        )
+        ax.add_artist(Rectangle((o.x, o.y), o.w, o.h, facecolor="none", lw=lw, zorder=3, **style))
+
+
+def _draw_legend(ax: Any, lay: Layout, colors: list[Any], report: CostReport | None) -> None:
+    """Colours, device states, outlines, cost per group kind."""
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    handles: list[Any] = []
+    labels: list[str] = []
+    for v, lab in lay.legend_colors:
+        handles.append(Patch(facecolor=colors[v], edgecolor="#444444"))
+        labels.append(lab)
+    for key, h, lab in (
+        ("free", Patch(facecolor=FREE, edgecolor="#444444"), "free device"),
+        ("busy", Patch(facecolor=BUSY, edgecolor="#444444"), "held by another job"),
+        ("failed", Patch(facecolor=FAILED_C, edgecolor="#444444", hatch="xxxx"), "failed"),
+        ("degraded", Patch(facecolor=FREE, edgecolor="#444444", hatch="...."), "degraded"),
+    ):
+        if lay.present[key]:
+            handles.append(h)
+            labels.append(lab)
+    if lay.tp_inside:
+        handles.append(Patch(facecolor="none", edgecolor="black", lw=1.5))
+        labels.append("TP group (one node)")
+    if lay.tp_split:
+        handles.append(Patch(facecolor="none", edgecolor="#d62728", lw=1.5, linestyle=(0, (2, 1.2))))
+        labels.append("TP group split across nodes")
+    if report is not None:
+        handles.append(Line2D([], [], linestyle="none"))
+        labels.append("modeled step (exposed comm per group kind):")
+        for line in _cost_lines(report):
+            handles.append(Line2D([], [], linestyle="none"))
+            labels.append("  " + line)
+    ax.legend(
+        handles,
+        labels,
+        loc="upper left",
+        bbox_to_anchor=(1.01, 1.0),
+        fontsize=8,
+        frameon=False,
+        handlelength=1.4,
+        borderaxespad=0.0,
+    )

@@ -1,4 +1,4 @@
-"""The kind of a native document (cluster, state, job, result or mapping, request), told from its keys, so that a
+"""The kind of a native document (cluster, state, job, serving job, result or mapping, request), told from its keys, so that a
 reader handed the wrong file says so in one error; and the closest known key for a mistyped one (did you mean).
 """
 
@@ -30,6 +30,7 @@ KIND_KEYS: dict[str, frozenset[str]] = {
             "launcher",
         }
     ),
+    "serving": frozenset({"pools", "load", "serving"}),
     "result": frozenset(
         {"mapping", "result", "status", "strategy", "cost", "baseline_costs", "baselines", "seconds_per_step"}
     ),
@@ -53,7 +54,7 @@ KIND_KEYS: dict[str, frozenset[str]] = {
 }
 """Keys only one kind of document has at its top level (`name`, `description` and `fault_domains` are shared)."""
 
-_NAMES = {"result": "result or mapping", "mapping": "result or mapping"}
+_NAMES = {"result": "result or mapping", "mapping": "result or mapping", "serving": "serving job"}
 _PARTS = (
     "cluster",
     "state",
@@ -74,7 +75,8 @@ def _device_like(v: Any) -> bool:
 
 
 def document_kind(doc: Any) -> str | None:
-    """ "cluster", "state", "job", "result" (a result or a mapping) or "request"; None when the keys do not tell.
+    """ "cluster", "state", "job", "serving" (``kind: serving`` or a ``serving:`` key), "result" (a result or a
+    mapping) or "request"; None when the keys do not tell.
 
     A request holds its cluster, state or job as mappings (or names `*_file`s); a result has `mapping` or
     `result`; a mapping is a list of devices or ``{rank: device}``. Otherwise the kind whose own keys
@@ -85,6 +87,8 @@ def document_kind(doc: Any) -> str | None:
         return "result" if head and all(_device_like(v) for v in head) else None
     if not isinstance(doc, dict) or not doc:
         return None
+    if doc.get("kind") == "serving" or isinstance(doc.get("serving"), dict):
+        return "serving"  # `placement.io.native.serving`
     keys = {k for k in doc if isinstance(k, str)}
     if keys & KIND_KEYS["request"] or any(isinstance(doc.get(p), dict) for p in _PARTS):
         return "request"
@@ -107,7 +111,8 @@ def wrong_kind(doc: Any, expected: str) -> Problem | None:
     kind = document_kind(doc)
     if kind is None or kind == expected or {kind, expected} <= {"result", "mapping"}:
         return None
-    if isinstance(doc, dict) and expected in KIND_KEYS and set(doc) & KIND_KEYS[expected]:
+    said = kind == "serving"  # a serving job says so (kind: serving or a serving: key), whatever else it has
+    if not said and isinstance(doc, dict) and expected in KIND_KEYS and set(doc) & KIND_KEYS[expected]:
         return None
     if isinstance(doc, dict):
         own = sorted(k for k in doc if isinstance(k, str) and k in KIND_KEYS[kind])

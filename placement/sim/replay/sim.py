@@ -1,5 +1,6 @@
 """The replay's event simulation: arrivals, a FIFO queue (optionally backfilled), placement by one policy on the
-current state (place, wait or preempt), runs stretched by the modeled step, GPU failures. Owns `simulate`.
+current state (place, wait or preempt), runs stretched by the modeled step, GPU failures. Owns `simulate` and
+its event loop `Simulation`.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from placement.solve.repair.input import RepairBudget
 from placement.solve.repair.run import repair
 from placement.solve.run import place
 
-__all__ = ["POLICIES", "ReplayResult", "SimConfig", "simulate"]
+__all__ = ["POLICIES", "ReplayResult", "SimConfig", "Simulation", "simulate"]
 
 POLICIES = ("first-fit", "kueue-tas", "slurm-tree", "cpsat", "cpsat-wait", "cpsat-preempt")
 """Scheduler baselines; cpsat (place now, always); cpsat-wait (place now or wait, from the model); cpsat-preempt
@@ -108,7 +109,8 @@ class _Run:
     ideal: float
     remaining: float  # ideal-placement seconds of work left
     mapping: list[int] = field(default_factory=list)
-    seg_start: float = 0.0
+    seg_start: float = 0.0  # the start of the current run segment (on these devices)
+    rate_since: float = 0.0  # progress is accounted up to here (the segment's start, or its last rate change)
     factor: float = 1.0
     comm_frac: float = 0.0
     version: int = 0
@@ -220,29 +222,448 @@ def simulate(
     """Replay `jobs` on `topo` under `cfg`. Every job ends: it runs to completion, or is recorded unplaced when
     it cannot be placed on an otherwise idle cluster."""
 
-    if cfg.policy not in POLICIES:
-        raise ValueError(f"policy {cfg.policy!r} is not one of {list(POLICIES)}")
-    t_wall = time.perf_counter()
-    rule = rule or ShapeRule()
+    return Simulation(topo, jobs, cfg, rule, progress=progress).run()
+
+
+class Simulation:
+    """One replay's event loop: the event heap, the queue, the running jobs and the cluster as attributes; one
+    method per event (`arrive`, `end`, `fail`, `repair_device`) and per scheduling step (`schedule`, `try_place`,
+    `try_preempt`, `start`, `stop`, `finish`).
+
+    A running job's progress is kept as work: `_Run.remaining` ideal-placement seconds left as of
+    `_Run.rate_since`, consumed at 1 / `_Run.factor` per wall second. `reprice` changes a running job's rate
+    (its step) mid-run and reschedules its end; the loop ignores an end event whose version is stale.
+    """
+
+    def __init__(
+        self,
+        topo: Topology,
+        jobs: Sequence[TraceJob],
+        cfg: SimConfig,
+        rule: ShapeRule | None = None,
+        *,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> None:
+        if cfg.policy not in POLICIES:
+            raise ValueError(f"policy {cfg.policy!r} is not one of {list(POLICIES)}")
+        self.t_wall = time.perf_counter()
+        self.topo = topo
+        self.cfg = cfg
+        self.progress = progress
+        self.cl = _Cluster(topo)
+        self.rng = random.Random(f"replay:{cfg.seed}")
+        self.opts = SolveOptions(
+            strategy=Strategy.CPSAT,
+            time_limit_s=cfg.time_limit_s,
+            workers=1,
+            seed=cfg.seed,
+            deterministic=cfg.deterministic,
+        )
+        self.ev: list[tuple[float, int, int, int, int]] = []
+        self.seq = 0
+        self.runs = _runs(topo, jobs, rule or ShapeRule())
+        for r in self.runs:
+            self.push(r.tj.submit * cfg.arrival_scale, _ARRIVE, r.idx)
+        self.queue: list[int] = []
+        self.running: dict[int, _Run] = {}
+        self.owner: dict[str, int] = {}
+        self.records: list[dict[str, Any]] = [{} for _ in self.runs]
+        self.series: list[tuple[float, int, int, float]] = [(0.0, 0, self.cl.usable, self.cl.frag)]
+        self.segments: list[tuple[int, tuple[int, ...], float, float]] = []
+        self.finished = 0
+        self.running_version = 0  # changes whenever a job starts or stops
+        self.fail_rate = cfg.failure_rate / 86400.0 * topo.num_devices
+        if self.fail_rate > 0 and self.runs:
+            self.push(self.rng.expovariate(self.fail_rate), _FAIL, 0)
+
+    # ---- the loop ---------------------------------------------------------------------------------------------
+
+    def push(self, t: float, kind: int, a: int, b: int = 0) -> None:
+        self.seq += 1
+        heapq.heappush(self.ev, (t, kind, self.seq, a, b))
+
+    def run(self) -> ReplayResult:
+        """Pop events in time order (at one time: ends, repairs, failures, arrivals), then schedule the queue."""
+        ev = self.ev
+        while ev:
+            now = ev[0][0]
+            while ev and ev[0][0] == now:
+                _, kind, _, a, b = heapq.heappop(ev)
+                if kind == _ARRIVE:
+                    self.arrive(a)
+                elif kind == _END:
+                    self.end(a, b, now)
+                elif kind == _REPAIR:
+                    self.repair_device(a)
+                elif kind == _FAIL:
+                    self.fail(now)
+            if self.finished < len(self.runs):
+                self.schedule(now)
+            self.note(now)
+            if self.finished >= len(self.runs):
+                break
+        wall = time.perf_counter() - self.t_wall
+        return ReplayResult(self.cfg.policy, self.cfg.seed, self.records, self.series, wall, self.segments)
+
+    # ---- events -----------------------------------------------------------------------------------------------
+
+    def arrive(self, idx: int) -> None:
+        self.queue.append(idx)
+
+    def end(self, idx: int, version: int, now: float) -> None:
+        """A run's expected end; stale (the job stopped or was repriced since) unless `version` is current."""
+        r = self.running.get(idx)
+        if r is None or r.version != version:
+            return
+        self.stop_segment(r, now)
+        self.stop(r)
+        self.finish(r, now, placed=True)
+
+    def repair_device(self, d: int) -> None:
+        self.cl.repair(d)
+
+    def fail(self, now: float) -> None:
+        """A GPU failure: the next one is drawn first, then the device hit (skipped if already failed)."""
+        if self.finished < len(self.runs):
+            self.push(now + self.rng.expovariate(self.fail_rate), _FAIL, 0)
+        d = self.rng.randrange(self.topo.num_devices)
+        if d in self.cl.failed:
+            return
+        self.on_failure(now, d)
+        self.push(now + self.cfg.repair_hours * 3600.0, _REPAIR, d)
+
+    def on_failure(self, now: float, d: int) -> None:
+        """Device `d` fails: its job, if any, is repaired (``repair`` mode, when a repair fits) or killed (back
+        to the head of the queue, from the start)."""
+        cl = self.cl
+        hit = self.owner.get(cl.occ.get(d, ""))
+        hit_run = self.running.get(hit) if hit is not None else None
+        if hit_run is None:
+            cl.fail(d)
+            return
+        self.stop_segment(hit_run, now)
+        cl.fail(d)  # still held by the job: the repair moves its rank off it
+        m: list[int] | None = None
+        if self.cfg.failure_mode == "repair":
+            m = self.repaired(hit_run)
+        self.stop(hit_run)
+        if m is not None:
+            rep = evaluate(self.topo, cl.state(), hit_run.job, m, traffic=hit_run.traffic, check=False)
+            hit_run.repairs += 1
+            self.start(hit_run, m, rep, now)
+        else:
+            hit_run.restarts += 1
+            hit_run.remaining = hit_run.tj.duration
+            self.queue.insert(0, hit_run.idx)
+
+    def repaired(self, r: _Run) -> list[int] | None:
+        """The Repair solver's recommended mapping for `r` after its device failed (few moves against the
+        step over the run left); None when no repair fits (the job is killed)."""
+        horizon = r.remaining * r.factor / max(r.step, 1e-9)
+        try:
+            res = repair(
+                self.topo,
+                self.cl.state(),
+                r.job,
+                r.mapping,
+                budget=RepairBudget(move_cost_s=self.cfg.restart_s, horizon_steps=max(1.0, horizon)),
+                options=self.opts,
+                points=1,
+            )
+        except (InfeasibleError, InputError):
+            return None
+        return list(res.answers[res.recommended].mapping)
+
+    # ---- scheduling -------------------------------------------------------------------------------------------
+
+    def schedule(self, now: float) -> None:
+        """One scheduling round over the queue in order: place what fits (backfill window, passing jobs that
+        wait by choice), drop a head that no idle cluster could hold, preempt for a job (cpsat-preempt)."""
+        queue, cfg = self.queue, self.cfg
+        i = 0
+        room = 0  # queued jobs passed because they do not fit now (the backfill window counts these)
+        by_choice = 0  # queued jobs passed because they chose to wait (they do not block the queue)
+        while i < len(queue):
+            if room > cfg.backfill or by_choice > _PASS_WINDOW:
+                break
+            r = self.runs[queue[i]]
+            got = self.try_place(r, now)
+            if not isinstance(got, str):
+                queue.pop(i)
+                self.start(r, got[0], got[1], now)
+                continue
+            if i == 0 and not self.running and not self.cl.failed:
+                queue.pop(0)  # not placeable on an idle, healthy cluster: it would wait forever
+                self.finish(r, now, placed=False)
+                continue
+            victims = self.try_preempt(r, now, got) if cfg.policy == "cpsat-preempt" else None
+            if victims is not None:
+                queue[i : i + 1] = sorted(
+                    victims
+                )  # the victims take its place in the queue, in arrival order
+                continue
+            if got == "room":
+                room += 1
+            else:
+                by_choice += 1
+            i += 1
+
+    def baseline(self, name: str, r: _Run, st: ClusterState) -> tuple[list[int], CostReport] | None:
+        got = BASELINES[name](self.topo, st, r.job, r.traffic)
+        if got is None:
+            return None
+        return got, evaluate(self.topo, st, r.job, got, traffic=r.traffic, check=False)
+
+    def solve(self, r: _Run, st: ClusterState) -> tuple[list[int], CostReport] | None:
+        clock = WallClock(
+            self.opts, _RESERVE_SHARE * self.opts.time_limit_s
+        )  # per job (none if deterministic)
+        try:
+            res = place(self.topo, st, r.job, clock.options)
+        except InfeasibleError:
+            return None
+        finally:
+            clock.cancel()
+        if res.mapping is None or res.report is None:
+            raise ValueError(f"replay job {r.job.name}: place returned no mapping and no error")
+        return res.mapping, res.report
+
+    def by_expected_end(self) -> list[_Run]:
+        return sorted(self.running.values(), key=lambda x: (x.end_at, x.idx))
+
+    def expected_wait(self, r: _Run, now: float, step_now: float) -> float:
+        """cpsat-wait's estimate: the earliest expected time at which a baseline placement (node-aligned) on the
+        devices that running jobs free by their expected ends would make the job end sooner than placing it now
+        at `step_now`; inf when none of the next `_WAIT_CHECKS` ends would."""
+        cl = self.cl
+        run_now = r.remaining * step_now / r.ideal
+        freed: set[str] = set()
+        free = cl.free
+        checks = 0
+        for o in self.by_expected_end():
+            w = o.end_at - now
+            if w >= run_now - r.remaining:  # even an ideal placement then ends later than placing now
+                return math.inf
+            freed.add(o.job.name)
+            free += len(o.mapping)
+            if free < r.job.ranks:
+                continue
+            checks += 1
+            if checks > _WAIT_CHECKS:
+                return math.inf
+            st = ClusterState(
+                occupied={d: j for d, j in cl.occ.items() if j not in freed}, failed=cl.state().failed
+            )
+            got = self.baseline("kueue-tas", r, st) or self.baseline("slurm-tree", r, st)
+            if got is not None and w + r.remaining * got[1].step_seconds / r.ideal < run_now:
+                return w
+        return math.inf
+
+    def try_place(self, r: _Run, now: float) -> tuple[list[int], CostReport] | str:
+        """A placement, or why there is none: ``room`` (the job does not fit now) or ``choice`` (it fits but
+        waits for a better placement: the max-slowdown bound or cpsat-wait's rule)."""
+        cfg = self.cfg
+        if r.job.ranks > self.cl.free:
+            return "room"
+        st = self.cl.state()
+        got: tuple[list[int], CostReport] | None
+        if cfg.policy in _BASELINE_POLICIES:
+            got = self.baseline(cfg.policy, r, st)
+            if got is not None and cfg.max_slowdown > 0 and got[1].step_seconds > cfg.max_slowdown * r.ideal:
+                # the policy's own placement is too slow: the other baselines' placements are alternatives
+                alts = [self.baseline(b, r, st) for b in _BASELINE_POLICIES if b != cfg.policy]
+                got = min((a for a in [got, *alts] if a is not None), key=lambda a: a[1].step_seconds)
+        else:
+            got = self.solve(r, st)
+        if got is None:
+            return "room"
+        step = got[1].step_seconds
+        if cfg.max_slowdown > 0 and self.running and step > cfg.max_slowdown * r.ideal:
+            return "choice"  # wait for a better placement while others run
+        if (
+            cfg.policy in ("cpsat-wait", "cpsat-preempt")
+            and self.running
+            and step > _NEAR_IDEAL * r.ideal
+            and self.expected_wait(r, now, step) < math.inf
+        ):
+            r.waits += 1
+            return "choice"
+        return got
+
+    # ---- preemption (cpsat-preempt) ---------------------------------------------------------------------------
+
+    def lost_s(self, r: _Run, now: float) -> float:
+        """Wall seconds of `r`'s current segment since its last checkpoint (lost if it is stopped now)."""
+        seg = now - r.seg_start
+        return seg % self.cfg.checkpoint_s if self.cfg.checkpoint_s > 0 else seg
+
+    def try_preempt(self, r: _Run, now: float, why: str) -> list[int] | None:
+        """cpsat-preempt: stop lower-priority running jobs (priority: less remaining GPU-time is higher) so that
+        `r` starts now, when their cost is below the gain, both in GPU-hours. A victim's cost: its devices x (the
+        time since its last checkpoint, lost, + the restart + `r`'s run, which it waits out behind `r`). The
+        gain: `r`'s devices x the time it would otherwise lose (its expected wait, or its slowdown's cost).
+        Returns the victims' indices (they go back to the queue), or None."""
+        if r.preempt_tries >= _PREEMPT_TRIES or r.preempt_seen == self.running_version or not self.running:
+            return None
+        r.preempt_tries += 1
+        r.preempt_seen = self.running_version
+        gain_s = self.preempt_gain_s(r, now, why)
+        if not 0 < gain_s < math.inf:
+            return None
+        gain_h = r.job.ranks * gain_s / 3600.0
+        cands = self.preempt_candidates(r, now, gain_h)
+        if cands is None:
+            return None
+        try:
+            res = preempt(
+                self.topo,
+                self.cl.state(),
+                r.job,
+                cands,
+                job_priority=-(r.job.ranks * r.remaining),
+                max_slowdown=_NEAR_IDEAL,
+                objective="gpu-hours",
+                options=SolveOptions(
+                    strategy=Strategy.CPSAT,
+                    time_limit_s=self.cfg.time_limit_s,
+                    workers=1,
+                    seed=self.cfg.seed,
+                    deterministic=self.cfg.deterministic,
+                ),
+                max_checks=_PREEMPT_CHECKS,
+            )
+        except (InfeasibleError, InputError):
+            return None
+        ans = res.chosen
+        if not ans.victims or ans.gpu_hours >= gain_h:
+            return None
+        for v in ans.victims:
+            self.evict(self.running[self.owner[v.job]], now)
+        self.start(r, ans.mapping, ans.report, now)
+        return [self.owner[v.job] for v in ans.victims]
+
+    def preempt_gain_s(self, r: _Run, now: float, why: str) -> float:
+        """The wall seconds `r` would lose without preemption: for ``choice``, the least of its slowdown's cost
+        placed now and its expected wait; for ``room``, until the running jobs that end first free enough devices."""
+        if why == "choice":
+            # it would wait about expected_wait; placing it now at the slow step costs its slowdown
+            got = self.solve(r, self.cl.state())
+            slow = r.remaining * (got[1].step_seconds / r.ideal - 1.0) if got is not None else math.inf
+            w = self.expected_wait(r, now, got[1].step_seconds) if got is not None else math.inf
+            return min(slow, w)
+        gain_s, free = math.inf, self.cl.free
+        for o in self.by_expected_end():
+            free += len(o.mapping)
+            if free >= r.job.ranks:
+                gain_s = o.end_at - now
+                break
+        return gain_s
+
+    def preempt_candidates(self, r: _Run, now: float, gain_h: float) -> list[RunningJob] | None:
+        """The running jobs offered to the preempt search (lower priority, the cheapest per device first), or
+        None when even the cheapest could not pay off."""
+        running, owner = self.running, self.owner
+        mine = r.job.ranks * r.remaining
+        cands = [
+            RunningJob(
+                o.job.name,
+                priority=-(len(o.mapping) * o.remaining),
+                gpu_hours=len(o.mapping) * (self.lost_s(o, now) + self.cfg.restart_s + r.remaining) / 3600.0,
+            )
+            for o in running.values()
+            if len(o.mapping) * o.remaining > mine  # only lower priority: more GPU-time left than the job
+        ]
+        # a bound before the search: the cheapest GPU-hours per device among them, over the devices missing
+        need = r.job.ranks - self.cl.free
+        per_dev = sorted(c.gpu_hours / len(running[owner[c.job]].mapping) for c in cands if c.gpu_hours)
+        if (
+            not cands
+            or sum(len(running[owner[c.job]].mapping) for c in cands) < need
+            or min(c.gpu_hours or 0.0 for c in cands) >= gain_h
+            or (need > 0 and per_dev and per_dev[0] * need >= gain_h)
+        ):
+            return None
+        # the cheapest per device first, enough of them to hold the job twice over (and at least 8 jobs): the
+        # search's cover model grows with the candidates, and dearer ones would rarely win
+        cands.sort(key=lambda c: ((c.gpu_hours or 0.0) / len(running[owner[c.job]].mapping), c.job))
+        held = 0
+        for k, c in enumerate(cands):
+            held += len(running[owner[c.job]].mapping)
+            if held >= 2 * r.job.ranks and k + 1 >= _PREEMPT_CANDIDATES:
+                return cands[: k + 1]
+        return cands
+
+    def evict(self, o: _Run, now: float) -> None:
+        """Preempt running job `o`: it loses the work since its checkpoint and pays the restart."""
+        lost = self.lost_s(o, now)
+        self.stop_segment(o, now)
+        o.remaining += lost / o.factor + self.cfg.restart_s  # the work since the checkpoint, and the restart
+        o.preemptions += 1
+        self.stop(o)
+
+    # ---- a job's runs -----------------------------------------------------------------------------------------
+
+    def start(self, r: _Run, m: list[int], rep: CostReport, now: float) -> None:
+        self.cl.take(m, r.job.name)
+        r.mapping, r.seg_start = list(m), now
+        if r.first_start is None:
+            r.first_start = now
+        self.running[r.idx] = r
+        self.owner[r.job.name] = r.idx
+        self.running_version += 1
+        self.set_rate(r, rep, now)
+
+    def set_rate(self, r: _Run, rep: CostReport, now: float) -> None:
+        """Run `r` from `now` at the step of `rep` (its progress so far already accounted), and schedule its end."""
+        r.rate_since = now
+        r.step = rep.step_seconds
+        r.factor = rep.step_seconds / r.ideal
+        r.comm_frac = rep.comm_seconds / rep.step_seconds if rep.step_seconds > 0 else 0.0
+        r.version += 1
+        r.end_at = now + r.remaining * r.factor
+        self.push(r.end_at, _END, r.idx, r.version)
+
+    def advance(self, r: _Run, now: float) -> None:
+        """Account `r`'s progress and communication from `r.rate_since` to `now` at its current rate."""
+        seg = now - r.rate_since
+        r.comm_s += seg * r.comm_frac
+        r.remaining = max(0.0, r.remaining - seg / r.factor)
+        r.rate_since = now
+
+    def reprice(self, r: _Run, rep: CostReport, now: float) -> None:
+        """Running job `r` goes on from `now` at the step of `rep` (e.g. a job sharing its links started or
+        ended): its progress so far is kept, its end is rescheduled (the old end event goes stale)."""
+        self.advance(r, now)
+        self.set_rate(r, rep, now)
+
+    def stop_segment(self, r: _Run, now: float) -> None:
+        self.advance(r, now)
+        if self.cfg.keep_segments:
+            self.segments.append((r.idx, tuple(r.mapping), r.seg_start, now))
+
+    def stop(self, r: _Run) -> None:
+        del self.running[r.idx]
+        self.cl.release(r.mapping)
+        r.version += 1
+        self.running_version += 1
+
+    def finish(self, r: _Run, now: float, placed: bool) -> None:
+        self.finished += 1
+        self.records[r.idx] = _record(r, now, placed, self.cfg.arrival_scale, self.cl.host)
+        if self.progress is not None:
+            self.progress(self.finished, len(self.runs))
+
+    def note(self, now: float) -> None:
+        cl = self.cl
+        point = (now, len(cl.occ), cl.usable, cl.frag)
+        if self.series[-1][1:] != point[1:]:
+            self.series.append(point)
+
+
+def _runs(topo: Topology, jobs: Sequence[TraceJob], rule: ShapeRule) -> list[_Run]:
+    """Each trace job as a job of the cost model (its shape by `rule`) with its ideal step."""
     gpn = max(len(d) for d in topo.devices_in_domain[0])
     kind = topo.devices[0].kind if len(topo.kinds()) == 1 else None
-    cl = _Cluster(topo)
-    rng = random.Random(f"replay:{cfg.seed}")
-    opts = SolveOptions(
-        strategy=Strategy.CPSAT,
-        time_limit_s=cfg.time_limit_s,
-        workers=1,
-        seed=cfg.seed,
-        deterministic=cfg.deterministic,
-    )
-    ev: list[tuple[float, int, int, int, int]] = []
-    seq = 0
-
-    def push(t: float, kind_: int, a: int, b: int = 0) -> None:
-        nonlocal seq
-        seq += 1
-        heapq.heappush(ev, (t, kind_, seq, a, b))
-
     runs: list[_Run] = []
     for i, tj in enumerate(jobs):
         job = job_for(
@@ -276,352 +697,36 @@ def simulate(
                 "placement.sim.replay.kinds.resolve_kinds)"
             )
         runs.append(_Run(i, tj, job, tr, ideal, tj.duration))
-        push(tj.submit * cfg.arrival_scale, _ARRIVE, i)
-    queue: list[int] = []
-    running: dict[int, _Run] = {}
-    owner: dict[str, int] = {}
-    records: list[dict[str, Any]] = [{} for _ in runs]
-    series: list[tuple[float, int, int, float]] = [(0.0, 0, cl.usable, cl.frag)]
-    segments: list[tuple[int, tuple[int, ...], float, float]] = []
-    finished = 0
-    running_version = 0  # changes whenever a job starts or stops
-    fail_rate = cfg.failure_rate / 86400.0 * topo.num_devices
-    if fail_rate > 0 and runs:
-        push(rng.expovariate(fail_rate), _FAIL, 0)
+    return runs
 
-    def baseline(name: str, r: _Run, st: ClusterState) -> tuple[list[int], CostReport] | None:
-        got = BASELINES[name](topo, st, r.job, r.traffic)
-        if got is None:
-            return None
-        return got, evaluate(topo, st, r.job, got, traffic=r.traffic, check=False)
 
-    def solve(r: _Run, st: ClusterState) -> tuple[list[int], CostReport] | None:
-        clock = WallClock(opts, _RESERVE_SHARE * opts.time_limit_s)  # per job (none if deterministic)
-        try:
-            res = place(topo, st, r.job, clock.options)
-        except InfeasibleError:
-            return None
-        finally:
-            clock.cancel()
-        if res.mapping is None or res.report is None:
-            raise ValueError(f"replay job {r.job.name}: place returned no mapping and no error")
-        return res.mapping, res.report
-
-    def expected_wait(r: _Run, now: float, step_now: float) -> float:
-        """cpsat-wait's estimate: the earliest expected time at which a baseline placement (node-aligned) on the
-        devices that running jobs free by their expected ends would make the job end sooner than placing it now
-        at `step_now`; inf when none of the next `_WAIT_CHECKS` ends would."""
-        run_now = r.remaining * step_now / r.ideal
-        freed: set[str] = set()
-        free = cl.free
-        checks = 0
-        for o in sorted(running.values(), key=lambda x: (x.end_at, x.idx)):
-            w = o.end_at - now
-            if w >= run_now - r.remaining:  # even an ideal placement then ends later than placing now
-                return math.inf
-            freed.add(o.job.name)
-            free += len(o.mapping)
-            if free < r.job.ranks:
-                continue
-            checks += 1
-            if checks > _WAIT_CHECKS:
-                return math.inf
-            st = ClusterState(
-                occupied={d: j for d, j in cl.occ.items() if j not in freed}, failed=cl.state().failed
-            )
-            got = baseline("kueue-tas", r, st) or baseline("slurm-tree", r, st)
-            if got is not None and w + r.remaining * got[1].step_seconds / r.ideal < run_now:
-                return w
-        return math.inf
-
-    def try_place(r: _Run, now: float) -> tuple[list[int], CostReport] | str:
-        """A placement, or why there is none: ``room`` (the job does not fit now) or ``choice`` (it fits but
-        waits for a better placement: the max-slowdown bound or cpsat-wait's rule)."""
-        if r.job.ranks > cl.free:
-            return "room"
-        st = cl.state()
-        got: tuple[list[int], CostReport] | None
-        if cfg.policy in _BASELINE_POLICIES:
-            got = baseline(cfg.policy, r, st)
-            if got is not None and cfg.max_slowdown > 0 and got[1].step_seconds > cfg.max_slowdown * r.ideal:
-                # the policy's own placement is too slow: the other baselines' placements are alternatives
-                alts = [baseline(b, r, st) for b in _BASELINE_POLICIES if b != cfg.policy]
-                got = min((a for a in [got, *alts] if a is not None), key=lambda a: a[1].step_seconds)
-        else:
-            got = solve(r, st)
-        if got is None:
-            return "room"
-        step = got[1].step_seconds
-        if cfg.max_slowdown > 0 and running and step > cfg.max_slowdown * r.ideal:
-            return "choice"  # wait for a better placement while others run
-        if (
-            cfg.policy in ("cpsat-wait", "cpsat-preempt")
-            and running
-            and step > _NEAR_IDEAL * r.ideal
-            and expected_wait(r, now, step) < math.inf
-        ):
-            r.waits += 1
-            return "choice"
-        return got
-
-    def start(r: _Run, m: list[int], rep: CostReport, now: float) -> None:
-        nonlocal running_version
-        cl.take(m, r.job.name)
-        r.mapping, r.seg_start = list(m), now
-        r.step = rep.step_seconds
-        r.factor = rep.step_seconds / r.ideal
-        r.comm_frac = rep.comm_seconds / rep.step_seconds if rep.step_seconds > 0 else 0.0
-        r.version += 1
-        if r.first_start is None:
-            r.first_start = now
-        running[r.idx] = r
-        owner[r.job.name] = r.idx
-        running_version += 1
-        r.end_at = now + r.remaining * r.factor
-        push(r.end_at, _END, r.idx, r.version)
-
-    def stop_segment(r: _Run, now: float) -> None:
-        seg = now - r.seg_start
-        r.comm_s += seg * r.comm_frac
-        r.remaining = max(0.0, r.remaining - seg / r.factor)
-        if cfg.keep_segments:
-            segments.append((r.idx, tuple(r.mapping), r.seg_start, now))
-
-    def stop(r: _Run) -> None:
-        nonlocal running_version
-        del running[r.idx]
-        cl.release(r.mapping)
-        r.version += 1
-        running_version += 1
-
-    def lost_s(r: _Run, now: float) -> float:
-        """Wall seconds of `r`'s current segment since its last checkpoint (lost if it is stopped now)."""
-        seg = now - r.seg_start
-        return seg % cfg.checkpoint_s if cfg.checkpoint_s > 0 else seg
-
-    def try_preempt(r: _Run, now: float, why: str) -> list[int] | None:
-        """cpsat-preempt: stop lower-priority running jobs (priority: less remaining GPU-time is higher) so that
-        `r` starts now, when their cost is below the gain, both in GPU-hours. A victim's cost: its devices x (the
-        time since its last checkpoint, lost, + the restart + `r`'s run, which it waits out behind `r`). The
-        gain: `r`'s devices x the time it would otherwise lose (its expected wait, or its slowdown's cost).
-        Returns the victims' indices (they go back to the queue), or None."""
-        if r.preempt_tries >= _PREEMPT_TRIES or r.preempt_seen == running_version or not running:
-            return None
-        r.preempt_tries += 1
-        r.preempt_seen = running_version
-        if why == "choice":
-            # it would wait about expected_wait; placing it now at the slow step costs its slowdown
-            got = solve(r, cl.state())
-            slow = r.remaining * (got[1].step_seconds / r.ideal - 1.0) if got is not None else math.inf
-            w = expected_wait(r, now, got[1].step_seconds) if got is not None else math.inf
-            gain_s = min(slow, w)
-        else:
-            # the expected wait for room: until the running jobs that end first have freed enough devices
-            gain_s, free = math.inf, cl.free
-            for o in sorted(running.values(), key=lambda x: (x.end_at, x.idx)):
-                free += len(o.mapping)
-                if free >= r.job.ranks:
-                    gain_s = o.end_at - now
-                    break
-        if not 0 < gain_s < math.inf:
-            return None
-        mine = r.job.ranks * r.remaining
-        gain_h = r.job.ranks * gain_s / 3600.0
-        cands = [
-            RunningJob(
-                o.job.name,
-                priority=-(len(o.mapping) * o.remaining),
-                gpu_hours=len(o.mapping) * (lost_s(o, now) + cfg.restart_s + r.remaining) / 3600.0,
-            )
-            for o in running.values()
-            if len(o.mapping) * o.remaining > mine  # only lower priority: more GPU-time left than the job
-        ]
-        # a bound before the search: the cheapest GPU-hours per device among them, over the devices missing
-        need = r.job.ranks - cl.free
-        per_dev = sorted(c.gpu_hours / len(running[owner[c.job]].mapping) for c in cands if c.gpu_hours)
-        if (
-            not cands
-            or sum(len(running[owner[c.job]].mapping) for c in cands) < need
-            or min(c.gpu_hours or 0.0 for c in cands) >= gain_h
-            or (need > 0 and per_dev and per_dev[0] * need >= gain_h)
-        ):
-            return None
-        # the cheapest per device first, enough of them to hold the job twice over (and at least 8 jobs): the
-        # search's cover model grows with the candidates, and dearer ones would rarely win
-        cands.sort(key=lambda c: ((c.gpu_hours or 0.0) / len(running[owner[c.job]].mapping), c.job))
-        held = 0
-        for k, c in enumerate(cands):
-            held += len(running[owner[c.job]].mapping)
-            if held >= 2 * r.job.ranks and k + 1 >= _PREEMPT_CANDIDATES:
-                cands = cands[: k + 1]
-                break
-        try:
-            res = preempt(
-                topo,
-                cl.state(),
-                r.job,
-                cands,
-                job_priority=-mine,
-                max_slowdown=_NEAR_IDEAL,
-                objective="gpu-hours",
-                options=SolveOptions(
-                    strategy=Strategy.CPSAT,
-                    time_limit_s=cfg.time_limit_s,
-                    workers=1,
-                    seed=cfg.seed,
-                    deterministic=cfg.deterministic,
-                ),
-                max_checks=_PREEMPT_CHECKS,
-            )
-        except (InfeasibleError, InputError):
-            return None
-        ans = res.chosen
-        if not ans.victims or ans.gpu_hours >= gain_h:
-            return None
-        for v in ans.victims:
-            o = running[owner[v.job]]
-            lost = lost_s(o, now)
-            stop_segment(o, now)
-            o.remaining += lost / o.factor + cfg.restart_s  # the work since the checkpoint, and the restart
-            o.preemptions += 1
-            stop(o)
-        start(r, ans.mapping, ans.report, now)
-        return [owner[v.job] for v in ans.victims]
-
-    def finish(r: _Run, now: float, placed: bool) -> None:
-        nonlocal finished
-        finished += 1
-        tj = r.tj
-        start_t = r.first_start if r.first_start is not None else now
-        records[r.idx] = {
-            "job": tj.name,
-            "line": tj.line,
-            "gpus": tj.gpus,
-            "shape": _shape(r.job),
-            "submit_s": tj.submit * cfg.arrival_scale,
-            "start_s": start_t if placed else None,
-            "end_s": now if placed else None,
-            "wait_s": start_t - tj.submit * cfg.arrival_scale if placed else None,
-            "jct_s": now - tj.submit * cfg.arrival_scale if placed else None,
-            "trace_duration_s": tj.duration,
-            "ideal_step_s": r.ideal,
-            "step_s": r.step if placed else None,
-            "slowdown": r.factor if placed else None,
-            "comm_hours": r.comm_s / 3600.0,
-            "nodes": len({cl.host[d] for d in r.mapping}) if placed else None,
-            "restarts": r.restarts,
-            "repairs": r.repairs,
-            "preemptions": r.preemptions,
-            "waits": r.waits,
-            "shared": tj.shared,
-            "placed": placed,
-        }
-        if progress is not None:
-            progress(finished, len(runs))
-
-    def schedule(now: float) -> None:
-        i = 0
-        room = 0  # queued jobs passed because they do not fit now (the backfill window counts these)
-        by_choice = 0  # queued jobs passed because they chose to wait (they do not block the queue)
-        while i < len(queue):
-            if room > cfg.backfill or by_choice > _PASS_WINDOW:
-                break
-            r = runs[queue[i]]
-            got = try_place(r, now)
-            if not isinstance(got, str):
-                queue.pop(i)
-                start(r, got[0], got[1], now)
-                continue
-            if i == 0 and not running and not cl.failed:
-                queue.pop(0)  # not placeable on an idle, healthy cluster: it would wait forever
-                finish(r, now, placed=False)
-                continue
-            victims = try_preempt(r, now, got) if cfg.policy == "cpsat-preempt" else None
-            if victims is not None:
-                queue[i : i + 1] = sorted(
-                    victims
-                )  # the victims take its place in the queue, in arrival order
-                continue
-            if got == "room":
-                room += 1
-            else:
-                by_choice += 1
-            i += 1
-
-    def note(now: float) -> None:
-        busy = len(cl.occ)
-        point = (now, busy, cl.usable, cl.frag)
-        if series[-1][1:] != point[1:]:
-            series.append(point)
-
-    def on_failure(now: float, d: int) -> None:
-        hit = owner.get(cl.occ.get(d, ""))
-        hit_run = running.get(hit) if hit is not None else None
-        if hit_run is None:
-            cl.fail(d)
-            return
-        stop_segment(hit_run, now)
-        cl.fail(d)  # still held by the job: the repair moves its rank off it
-        m: list[int] | None = None
-        if cfg.failure_mode == "repair":
-            m = repaired(hit_run)
-        stop(hit_run)
-        if m is not None:
-            rep = evaluate(topo, cl.state(), hit_run.job, m, traffic=hit_run.traffic, check=False)
-            hit_run.repairs += 1
-            start(hit_run, m, rep, now)
-        else:
-            hit_run.restarts += 1
-            hit_run.remaining = hit_run.tj.duration
-            queue.insert(0, hit_run.idx)
-
-    def repaired(r: _Run) -> list[int] | None:
-        """The Repair solver's recommended mapping for `r` after its device failed (few moves against the
-        step over the run left); None when no repair fits (the job is killed)."""
-        horizon = r.remaining * r.factor / max(r.step, 1e-9)
-        try:
-            res = repair(
-                topo,
-                cl.state(),
-                r.job,
-                r.mapping,
-                budget=RepairBudget(move_cost_s=cfg.restart_s, horizon_steps=max(1.0, horizon)),
-                options=opts,
-                points=1,
-            )
-        except (InfeasibleError, InputError):
-            return None
-        return list(res.answers[res.recommended].mapping)
-
-    while ev:
-        now = ev[0][0]
-        while ev and ev[0][0] == now:
-            _, kind_, _, a, b = heapq.heappop(ev)
-            if kind_ == _ARRIVE:
-                queue.append(a)
-            elif kind_ == _END:
-                r = running.get(a)
-                if r is None or r.version != b:
-                    continue
-                stop_segment(r, now)
-                stop(r)
-                finish(r, now, placed=True)
-            elif kind_ == _REPAIR:
-                cl.repair(a)
-            elif kind_ == _FAIL:
-                if finished < len(runs):
-                    push(now + rng.expovariate(fail_rate), _FAIL, 0)
-                d = rng.randrange(topo.num_devices)
-                if d in cl.failed:
-                    continue
-                on_failure(now, d)
-                push(now + cfg.repair_hours * 3600.0, _REPAIR, d)
-        if finished < len(runs):
-            schedule(now)
-        note(now)
-        if finished >= len(runs):
-            break
-    return ReplayResult(cfg.policy, cfg.seed, records, series, time.perf_counter() - t_wall, segments)
+def _record(r: _Run, now: float, placed: bool, arrival_scale: float, host: Sequence[int]) -> dict[str, Any]:
+    """The replay's record of job `r`, ended at `now` (run to completion, or never placed)."""
+    tj = r.tj
+    start_t = r.first_start if r.first_start is not None else now
+    return {
+        "job": tj.name,
+        "line": tj.line,
+        "gpus": tj.gpus,
+        "shape": _shape(r.job),
+        "submit_s": tj.submit * arrival_scale,
+        "start_s": start_t if placed else None,
+        "end_s": now if placed else None,
+        "wait_s": start_t - tj.submit * arrival_scale if placed else None,
+        "jct_s": now - tj.submit * arrival_scale if placed else None,
+        "trace_duration_s": tj.duration,
+        "ideal_step_s": r.ideal,
+        "step_s": r.step if placed else None,
+        "slowdown": r.factor if placed else None,
+        "comm_hours": r.comm_s / 3600.0,
+        "nodes": len({host[d] for d in r.mapping}) if placed else None,
+        "restarts": r.restarts,
+        "repairs": r.repairs,
+        "preemptions": r.preemptions,
+        "waits": r.waits,
+        "shared": tj.shared,
+        "placed": placed,
+    }
 
 
 def _shape(job: Job) -> str:

@@ -169,34 +169,15 @@ def _eval_topo(
     n_sw = len(sw.level)
     gpus = min(tasks * per_task, 255)  # the job's --gpus (gres_per_job): a node's count is capped there
     weight = {h: -min(free[h], gpus) for h in hosts}  # lower is lighter: more free devices
-    groups = sorted({weight[h] for h in hosts})
     under = [[h for h in sw.hosts[s] if h in usable] for s in range(n_sw)]
-    top, top_w = -1, 0
-    for s in range(n_sw):
-        if len(under[s]) < alloc.nodes:
-            continue
-        w = min(weight[h] for h in under[s])
-        if top < 0 or (sw.level[s] >= sw.level[top] and w <= top_w):
-            top, top_w = s, w
+    top = _top_switch(sw, under, weight, alloc.nodes)
     if top < 0:
         return alloc
     in_top = set(under[top])
-    best: list[int] = []
-    req2: list[int] = []
-    got = 0
-    enough = False
-    for w in groups:
-        if best:
-            req2 = list(best)
-        for h in hosts:
-            if weight[h] == w and h in in_top:
-                best.append(h)
-                got += cap[h]
-        enough = got >= alloc.tasks and len(best) >= alloc.nodes
-        if enough:
-            break
-    if not enough:
+    picked = _lightest(hosts, weight, in_top, cap, alloc)
+    if picked is None:
         return alloc
+    best, req2 = picked
     required = [False] * n_sw
     taken: set[int] = set()
     if req2:
@@ -218,18 +199,73 @@ def _eval_topo(
     members = [[h for h in under[s] if h in pool and h in in_top] for s in range(n_sw)]
     count = [len(m) for m in members]
     for s in sw.leaves:  # the rest of required leaf switches (22.05 does not stop at --nodes here)
-        if not required[s]:
+        if required[s] and _take(alloc, members[s], taken, stop_at_max=False):
+            return alloc
+    _leaf_rounds(sw, alloc, required, members, count, taken)
+    return alloc
+
+
+def _top_switch(sw: _Switches, under: list[list[int]], weight: dict[int, int], nodes: int) -> int:
+    """The top switch: the highest level one with `nodes` usable nodes under it, the lightest among equals
+    (-1: none)."""
+    top, top_w = -1, 0
+    for s in range(len(sw.level)):
+        if len(under[s]) < nodes:
             continue
-        for h in members[s]:
-            if h in taken:
-                continue
-            alloc.take(h)
-            taken.add(h)
-            if alloc.done:
-                alloc.ok = True
-                return alloc
+        w = min(weight[h] for h in under[s])
+        if top < 0 or (sw.level[s] >= sw.level[top] and w <= top_w):
+            top, top_w = s, w
+    return top
+
+
+def _lightest(
+    hosts: Sequence[int], weight: dict[int, int], in_top: set[int], cap: dict[int, int], alloc: Allocation
+) -> tuple[list[int], list[int]] | None:
+    """The nodes under the top switch by weight group, lightest first, until they hold the tasks and nodes; and
+    the groups before the last one (required). None: not enough."""
+    best: list[int] = []
+    req2: list[int] = []
+    got = 0
+    for w in sorted({weight[h] for h in hosts}):
+        if best:
+            req2 = list(best)
+        for h in hosts:
+            if weight[h] == w and h in in_top:
+                best.append(h)
+                got += cap[h]
+        if got >= alloc.tasks and len(best) >= alloc.nodes:
+            return best, req2
+    return None
+
+
+def _take(alloc: Allocation, hosts: Sequence[int], taken: set[int], *, stop_at_max: bool) -> bool:
+    """Take `hosts` not taken yet (stopping when no node is left to take, with `stop_at_max`); True (and the
+    allocation ok) once it is done."""
+    for h in hosts:
+        if stop_at_max and alloc.max_nodes <= 0:
+            break
+        if h in taken:
+            continue
+        alloc.take(h)
+        taken.add(h)
+        if alloc.done:
+            alloc.ok = True
+            return True
+    return False
+
+
+def _leaf_rounds(
+    sw: _Switches,
+    alloc: Allocation,
+    required: list[bool],
+    members: list[list[int]],
+    count: list[int],
+    taken: set[int],
+) -> None:
+    """The leaf switches closest to the required ones (best fit among equals) taken one by one while nodes are
+    still added; the allocation is ok when it is satisfied."""
     dist = np.zeros(len(sw.leaves), dtype=np.int64)
-    for s in range(n_sw):
+    for s in range(len(sw.level)):
         if required[s]:
             dist = _add(dist, sw.dist_to_leaves(s))
     prev = alloc.nodes + 1
@@ -253,19 +289,10 @@ def _eval_topo(
         if chosen < 0:
             break
         dist = _add(dist, sw.dist_to_leaves(chosen))
-        for h in members[chosen]:
-            if alloc.max_nodes <= 0:
-                break
-            if h in taken:
-                continue
-            alloc.take(h)
-            taken.add(h)
-            if alloc.done:
-                alloc.ok = True
-                return alloc
+        if _take(alloc, members[chosen], taken, stop_at_max=True):
+            return
         count[chosen] = 0
     alloc.ok = alloc.satisfied
-    return alloc
 
 
 def _add(dist: np.ndarray, row: np.ndarray) -> np.ndarray:

@@ -16,12 +16,12 @@ from placement.errors import InputError, InternalError, Problem
 from placement.model.state import ClusterState
 from placement.model.topology import Topology
 from placement.model.traffic import Traffic, job_traffic
-from placement.solve.batch.admit import Demand, admit
+from placement.solve.batch.admit import Admission, Demand, admit
 from placement.solve.batch.clock import WallClock, limit_kind
 from placement.solve.batch.explain import Explainer, validate_batch
 from placement.solve.batch.improve import improve, swap
 from placement.solve.batch.search import BatchSearch
-from placement.solve.batch.types import BatchJob, BatchResult
+from placement.solve.batch.types import Assign, BatchJob, BatchResult
 from placement.solve.run import request_problems
 from placement.solve.types import SolveOptions
 from placement.solve.units import candidate_devices
@@ -151,20 +151,7 @@ def _place_batch(
     fifo = b.fifo()
     stats["fifo_s"] = time.perf_counter() - b.t0
     prio_order = sorted(b.feasible, key=lambda j: (-b.jobs[j].priority, j))
-    ranking = sorted(range(len(b.jobs)), key=lambda j: (b.jobs[j].priority, -j))
-    tiebreak = {j: r for r, j in enumerate(ranking)}
-    demands = {
-        j: Demand.of(
-            j,
-            b.jobs[j].job,
-            b.jobs[j].weight,
-            tiebreak[j],
-            topology,
-            b.traffic[j],
-            candidate_devices(topology, state, b.jobs[j].job),
-        )
-        for j in b.feasible
-    }
+    demands = _demands(b)
     t = time.perf_counter()
     adm = admit(topology, state, list(demands.values()), opts, min(2.0, 0.1 * limit))
     stats["admission_s"] = time.perf_counter() - t
@@ -177,6 +164,47 @@ def _place_batch(
     stats["priority_s"] = time.perf_counter() - t
 
     t = time.perf_counter()
+    ours = _admitted_order(b, adm, demands, stats)
+    if (opts.deterministic or b.remaining() > 0.35 * limit) and not b.stopped():
+        ours = _second_order(b, ours, stats)
+    stats["batch_s"] = time.perf_counter() - t
+    stats["knapsack_admitted"] = len(adm.admitted)
+    stats["batch_admitted_before_improve"] = len(ours)
+
+    t = time.perf_counter()
+    ours, moves = _improve_best(b, ours, prio, fifo, stats)
+    stats["improve_s"] = time.perf_counter() - t
+    stats["improved_jobs"] = moves
+    stats["placements"] = b.placements
+    if b.cut_short:
+        stats["cut_short"] = b.cut_short
+    return _answer(b, ours, fifo, prio, adm.bound, stats)
+
+
+def _demands(b: BatchSearch) -> dict[int, Demand]:
+    """Each feasible job's demand for the admission knapsack (ties broken by priority, then arrival)."""
+    ranking = sorted(range(len(b.jobs)), key=lambda j: (b.jobs[j].priority, -j))
+    tiebreak = {j: r for r, j in enumerate(ranking)}
+    return {
+        j: Demand.of(
+            j,
+            b.jobs[j].job,
+            b.jobs[j].weight,
+            tiebreak[j],
+            b.topology,
+            b.traffic[j],
+            candidate_devices(b.topology, b.state, b.jobs[j].job),
+        )
+        for j in b.feasible
+    }
+
+
+def _admitted_order(
+    b: BatchSearch, adm: Admission, demands: dict[int, Demand], stats: dict[str, float | int | str]
+) -> Assign:
+    """The knapsack's admitted jobs placed in `_order` (on the hosts it reserved, when that admits more), then any
+    other job that still fits while the admitted weight is below the knapsack's bound."""
+    limit = b.options.time_limit_s
     chosen = adm.admitted if adm.admitted else list(b.feasible)
     order = _order(b, chosen, demands)
     ours = b.sequential(order, 0.3 * limit)
@@ -185,33 +213,43 @@ def _place_batch(
         stats["packed"] = len(packed)
         if b.key(packed) < b.key(ours):
             ours = packed
-    if adm.bound is None or sum(b.jobs[j].weight for j in ours) < adm.bound - 5e-4 * len(jobs):
+    if adm.bound is None or sum(b.jobs[j].weight for j in ours) < adm.bound - 5e-4 * len(b.jobs):
         rest = sorted(
             (j for j in b.feasible if j not in ours),
             key=lambda j: (-b.jobs[j].weight, -b.jobs[j].priority, j),
         )
         ours = b.sequential(rest, 0.1 * limit, assign=ours)
-    if (opts.deterministic or b.remaining() > 0.35 * limit) and not b.stopped():
-        # a second order over the same admitted jobs: the most weighted communication first (they gain the most
-        # from the best domains); kept when better
-        def comm(j: int) -> float:
-            return b.jobs[j].weight * min((r.comm_seconds for r in b.seen.get(j, {}).values()), default=0.0)
+    return ours
 
-        second = b.sequential(sorted(ours, key=lambda j: (-comm(j), -b.jobs[j].job.ranks, j)), 0.2 * limit)
-        left = sorted(
-            (j for j in b.feasible if j not in second),
-            key=lambda j: (-b.jobs[j].weight, -b.jobs[j].priority, j),
-        )
-        second = b.sequential(left, 0.05 * limit, assign=second)
-        stats["second_order"] = "kept" if b.key(second) < b.key(ours) else "dropped"
-        if b.key(second) < b.key(ours):
-            ours = second
-    stats["batch_s"] = time.perf_counter() - t
-    stats["knapsack_admitted"] = len(adm.admitted)
-    stats["batch_admitted_before_improve"] = len(ours)
 
-    t = time.perf_counter()
-    # improve the best answer so far, ours or a baseline's (re-placing a baseline's jobs by cpsat often helps)
+def _second_order(b: BatchSearch, ours: Assign, stats: dict[str, float | int | str]) -> Assign:
+    """A second order over the same admitted jobs: the most weighted communication first (they gain the most from
+    the best domains); kept when better."""
+    limit = b.options.time_limit_s
+
+    def comm(j: int) -> float:
+        return b.jobs[j].weight * min((r.comm_seconds for r in b.seen.get(j, {}).values()), default=0.0)
+
+    second = b.sequential(sorted(ours, key=lambda j: (-comm(j), -b.jobs[j].job.ranks, j)), 0.2 * limit)
+    left = sorted(
+        (j for j in b.feasible if j not in second),
+        key=lambda j: (-b.jobs[j].weight, -b.jobs[j].priority, j),
+    )
+    second = b.sequential(left, 0.05 * limit, assign=second)
+    stats["second_order"] = "kept" if b.key(second) < b.key(ours) else "dropped"
+    return second if b.key(second) < b.key(ours) else ours
+
+
+def _improve_best(
+    b: BatchSearch,
+    ours: Assign,
+    prio: Assign,
+    fifo: Assign,
+    stats: dict[str, float | int | str],
+) -> tuple[Assign, int]:
+    """Improve the best answer so far, ours or a baseline's (re-placing a baseline's jobs by cpsat often helps):
+    swaps, then moves; returns it and the jobs moved."""
+    opts, limit = b.options, b.options.time_limit_s
     start = min(((BATCH, ours), (PRIORITY, prio), (FIFO, fifo)), key=lambda na: b.key(na[1]))
     stats["improved_from"] = start[0]
     ours = dict(start[1])
@@ -222,18 +260,26 @@ def _place_batch(
     ours, moves = improve(
         b, ours, max(0.0, budget - max(0.1, 0.05 * limit))
     )  # a reserve for the reasons and checks
-    stats["improve_s"] = time.perf_counter() - t
-    stats["improved_jobs"] = moves
-    stats["placements"] = b.placements
-    if b.cut_short:
-        stats["cut_short"] = b.cut_short
+    return ours, moves
 
+
+def _answer(
+    b: BatchSearch,
+    ours: Assign,
+    fifo: Assign,
+    prio: Assign,
+    bound: float | None,
+    stats: dict[str, float | int | str],
+) -> BatchResult:
+    """The plans of ours and the baselines with their reasons, the best of them (checked jointly), and whether it
+    reaches the knapsack's bound."""
+    jobs = [bj.job for bj in b.jobs]
     explainer = Explainer(
-        topology,
-        state,
-        [bj.job for bj in jobs],
-        [bj.weight for bj in jobs],
-        [bj.priority for bj in jobs],
+        b.topology,
+        b.state,
+        jobs,
+        [bj.weight for bj in b.jobs],
+        [bj.priority for bj in b.jobs],
         b.traffic,
         b.solo,
     )
@@ -243,15 +289,15 @@ def _place_batch(
     best = min((BATCH, FIFO, PRIORITY), key=lambda n: plans[n].key())  # min keeps the first of ties: ours
     plan = plans[best]
     bad = validate_batch(
-        topology,
-        state,
-        [bj.job for bj in jobs],
+        b.topology,
+        b.state,
+        jobs,
         {o.index: o.mapping for o in plan.admitted if o.mapping},
-        traffic,
+        b.traffic,
     )
     if bad:
         raise InternalError("the batch answer breaks a rule: " + "; ".join(bad[:5]))
     stats["chosen"] = best
     stats["wall_s"] = time.perf_counter() - b.t0
-    optimal = adm.bound is not None and plan.admitted_weight >= adm.bound - 5e-4 * len(jobs)
-    return BatchResult(plan, {FIFO: plans[FIFO], PRIORITY: plans[PRIORITY]}, adm.bound, optimal, stats)
+    optimal = bound is not None and plan.admitted_weight >= bound - 5e-4 * len(b.jobs)
+    return BatchResult(plan, {FIFO: plans[FIFO], PRIORITY: plans[PRIORITY]}, bound, optimal, stats)

@@ -159,7 +159,7 @@ class UnitProgram:
             size = len(self.model.units[u])
             for s in self.slots.room:
                 if self.room[s] >= size and (u not in self.allowed or s in self.allowed[u]):
-                    self.x[u, s] = self.m.new_bool_var(f"x{u}_{s}")
+                    self.x[u, s] = self.m.new_bool_var(f"x[unit={u},slot={s}]")
                     self.by_unit[u].append(s)
                     self.by_slot[s].append(u)
             if not self.by_unit[u]:
@@ -189,7 +189,7 @@ class UnitProgram:
                     if len(xs) == 1:
                         self.y[u, li, k] = xs[0]
                     else:
-                        v = m.new_bool_var("")
+                        v = m.new_bool_var(f"y[unit={u},level={li},domain={k}]")
                         m.add(sum(xs) == v)
                         self.y[u, li, k] = v
                     self.y_dom[u, li].add(k)
@@ -197,7 +197,7 @@ class UnitProgram:
                 self.y[u, self.min_level, s] = x[u, s]
                 self.y_dom[u, self.min_level].add(s)
         scale = self._scale()
-        for t in self.model.terms:
+        for ti, t in enumerate(self.model.terms):
             tf = [u for u in t.units if u in self.free_set]
             tx = [u for u in t.units if u not in self.free_set]
             if not tf or any(u not in self.fixed for u in tx):
@@ -223,10 +223,10 @@ class UnitProgram:
                     cand = {s for s in cand if self.room[s] >= size}
                 if not cand:
                     continue
-                w = m.new_bool_var("")
+                w = m.new_bool_var(f"within[term={ti},level={li}]")
                 a_vars: dict[int, cp_model.IntVar] = {}
                 for k in sorted(cand):
-                    a = m.new_bool_var("")
+                    a = m.new_bool_var(f"within[term={ti},level={li},domain={k}]")
                     a_vars[k] = a
                     for u in tf:
                         m.add_implication(a, self.y[u, li, k])
@@ -259,16 +259,16 @@ class UnitProgram:
             whole = whole_in.get(s, 0) - fixed_in[s]
             if len(us) <= whole:
                 continue
-            split = self.m.new_int_var(0, len(us), f"split{s}")
+            split = self.m.new_int_var(0, len(us), f"split[slot={s}]")
             self.m.add(split >= sum(self.x[u, s] for u in us) - whole)
             self._splits.append((split, whole, s))
             self.objective.append((coef, split))
 
     def add_spread(self, spread: Sequence[SpreadTerm]) -> None:
         """Fault-domain spread: at most m ranks of a scope per domain; at least k domains touched."""
-        for sp in spread:
+        for si, sp in enumerate(spread):
             used_vars = []
-            for _fd, slots_in in sp.slots_by_domain.items():
+            for fd, slots_in in sp.slots_by_domain.items():
                 terms = [
                     (wt, self.x[u, s]) for u, wt in sp.units for s in self.by_unit.get(u, ()) if s in slots_in
                 ]
@@ -277,7 +277,7 @@ class UnitProgram:
                 if sp.max_ranks is not None:
                     self.m.add(sum(wt * v for wt, v in terms) <= sp.max_ranks)
                 if sp.min_domains is not None:
-                    touched = self.m.new_bool_var("")
+                    touched = self.m.new_bool_var(f"touched[spread={si},fault_domain={fd}]")
                     self.m.add_bool_or([v for _, v in terms]).only_enforce_if(touched)
                     used_vars.append(touched)
             if sp.min_domains is not None:
@@ -340,7 +340,7 @@ class UnitProgram:
             top = max(round(p * scale) for p, _ in rows)
             if top <= 0:
                 continue
-            peak = self.m.new_int_var(0, top, f"peak_{label}")
+            peak = self.m.new_int_var(0, top, f"peak[label={label}]")
             for p_top, steps in rows:
                 self.m.add(
                     peak

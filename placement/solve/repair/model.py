@@ -123,7 +123,7 @@ class MoveProgram:
                 if mv:
                     by_host[s].append(self.prog.x[u, s])
             for s, xs in by_host.items():
-                z = self.prog.m.new_bool_var(f"moved_to{s}")
+                z = self.prog.m.new_bool_var(f"moved_to[slot={s}]")
                 for xv in xs:
                     self.prog.m.add_implication(xv, z)
                 self.host_vars[s] = z
