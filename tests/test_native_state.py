@@ -103,7 +103,7 @@ def test_state_errors_are_reported_together() -> None:
         "degraded[0].slowdown: must be >= 1, got 0.5",
         "links[0].between: ['node01/gpu0', 'node02/gpu0'] is not a link between two devices of one host; use uplink: for network links",
         "links[1].uplink: 'leaf' is the top domain; it has no uplink",
-        "links[2]: a link entry needs failed: true or a slowdown >= 1",
+        "links[2]: a link entry needs failed: true, a slowdown >= 1 or a load_gbps >= 0",
     ]
 
 

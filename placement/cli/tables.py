@@ -139,6 +139,44 @@ def _baseline_table(strategy: str, report: CostReport, costs: dict[str, dict[str
     return t
 
 
+def _shared_table(report: CostReport) -> Table | None:
+    """Only with other traffic on the fabric: what it costs the job, and what the job costs each running job."""
+    c = report.contention
+    if c is None:
+        return None
+    t = Table(title="shared fabric", title_justify="left")
+    t.add_column("job")
+    t.add_column("GPUs", justify="right")
+    t.add_column("step s", justify="right")
+    t.add_column("added s/step", justify="right")
+    t.add_column("slowdown", justify="right")
+    mine = report.step_seconds
+    alone = c.alone_step_seconds
+    t.add_row(
+        "[bold]this job[/] (against the background)",
+        "",
+        f"{mine:.4f}",
+        f"{c.seconds:.4f}",
+        f"x{mine / alone:.3f}" if alone > 0 else "",
+    )
+    for h in c.harm:
+        t.add_row(
+            h.job_id,
+            str(h.gpus),
+            f"{h.step_seconds:.4f}",
+            f"{h.added_seconds:.4f}",
+            f"x{(h.step_seconds + h.added_seconds) / h.step_seconds:.3f}" if h.step_seconds > 0 else "",
+        )
+    t.add_section()
+    cluster = (
+        "" if report.objective_seconds is None else f", cluster objective {report.objective_seconds:.4f} s"
+    )
+    t.add_row(
+        f"[bold]harm[/]: {c.harm_gpu_s_per_s:.3f} GPU-s/s lost by running jobs{cluster}", "", "", "", ""
+    )
+    return t
+
+
 def print_report(
     title: str,
     report: CostReport,
@@ -149,6 +187,9 @@ def print_report(
     out.print(_step_table("the modeled step", report))
     out.print(_phase_table(report))
     out.print(_cost_table("exposed communication by group kind and tier", report))
+    shared = _shared_table(report)
+    if shared is not None:
+        out.print(shared)
     if strategy is not None and costs:
         out.print(_baseline_table(strategy, report, costs))
 

@@ -72,10 +72,13 @@ from placement.model.state import ClusterState, Uplink
 from placement.model.topology import Topology
 
 __all__ = [
+    "BACKGROUND_SECONDS",
     "TREE_EFFICIENCY",
+    "Background",
     "Fabric",
     "Plan",
     "Stage",
+    "background_flow",
     "collective_floor",
     "fabric_for",
     "max_min_phase_seconds",
@@ -508,9 +511,8 @@ class Fabric:
         min_host = min(caps[r] for _, r in host_res) * 1e9
         min_up = min((caps[r] for r in up_res), default=math.inf) * 1e9
 
-        # candidates: (algorithm, latency s, stages as (intra seconds, bytes out of every host, bytes out of every
-        # crossed domain)); A2A loads differ per host and are priced directly
         if kind is CollectiveKind.ALL_TO_ALL:
+            # A2A loads differ per host and are priced directly
             per_host = {h: len(v) * size * (n - len(v)) / n for h, v in by_host.items()}
             loads: list[tuple[int, float]] = []
             for h, r in host_res:
@@ -530,38 +532,7 @@ class Fabric:
         ]
         h = len(hosts)
         if kind is CollectiveKind.ALL_REDUCE:
-            # NCCL's double binary tree: 2 S through the chain, S (2 hosts) or 2 S out of each host (module doc)
-            gmax = max(len(v) for v in by_host.values())
-            lat = 2 * (math.ceil(math.log2(h)) * a_inter + (gmax - 1) * a_intra) * 1e-6
-            chain = 2 * size / (intra_bw * TREE_EFFICIENCY)
-            channels = size / self._tree_cap(by_host, h)
-            nic_vol = (size if h == 2 else 2 * size) / TREE_EFFICIENCY
-            cands.append(
-                ("tree", lat, max(chain, channels), intra_name if chain >= channels else nic_name, nic_vol)
-            )
-
-            effs = [self.nvls_efficiency(x) for x in hosts]
-            if all(effs) and gmax > 1:
-                # NVLSTree: NVLink SHARP inside each host, a tree between hosts (S out of each of 2 hosts, else 2 S)
-                eff = min(e for e in effs if e)
-                lat = (NVLS_LATENCY_US + 2 * math.ceil(math.log2(h)) * a_inter) * 1e-6
-                cands.append(
-                    ("nvlstree", lat, size / (intra_bw * eff), intra_name, size if h == 2 else 2 * size)
-                )
-            levels = t.levels
-            if all(levels[li].sharp for li in range(1, lca + 1)):
-                # the switches of every level crossed reduce (`_sharp`): NVLS across nodes, or CollNet
-                eff = min(effs) if all(effs) and gmax > 1 else 0.0
-                algo, lat, own, out = _sharp(
-                    eff,
-                    gmax,
-                    a_inter,
-                    a_intra if gmax > 1 else 0.0,
-                    intra_bw,
-                    size,
-                    self._hopper_or_later(hosts),
-                )
-                cands.append((algo, lat, own, intra_name, out))
+            cands += self._host_reduces(by_host, lca, size, a_inter, a_intra, intra_bw, intra_name, nic_name)
         gen = self._gen_of(hosts)
         cands = [
             (a, lt, own, c[3], v)
@@ -581,6 +552,51 @@ class Fabric:
         for r in up_res:
             ld += [(r, v), (r + 1, v)]
         return Plan(algo, lat, (Stage(max(intra, nic), name if intra >= nic else nic_name, tuple(ld)),), slow)
+
+    def _host_reduces(
+        self,
+        by_host: Mapping[int, list[int]],
+        lca: int,
+        size: float,
+        a_inter: float,
+        a_intra: float,
+        intra_bw: float,
+        intra_name: str,
+        nic_name: str,
+    ) -> list[tuple[str, float, float, str, float]]:
+        """The all-reduce candidates across hosts beside the ring (`_multi_host`): NCCL's tree, NVLSTree, and
+        SHARP (NVLS or CollNet) where every level crossed reduces; as (algorithm, latency s, seconds on the
+        group's own links, the tier that sets them, bytes out of every host and crossed domain)."""
+        hosts = list(by_host)
+        h = len(hosts)
+        # NCCL's double binary tree: 2 S through the chain, S (2 hosts) or 2 S out of each host (module doc)
+        gmax = max(len(v) for v in by_host.values())
+        lat = 2 * (math.ceil(math.log2(h)) * a_inter + (gmax - 1) * a_intra) * 1e-6
+        chain = 2 * size / (intra_bw * TREE_EFFICIENCY)
+        channels = size / self._tree_cap(by_host, h)
+        nic_vol = (size if h == 2 else 2 * size) / TREE_EFFICIENCY
+        cands = [("tree", lat, max(chain, channels), intra_name if chain >= channels else nic_name, nic_vol)]
+        effs = [self.nvls_efficiency(x) for x in hosts]
+        if all(effs) and gmax > 1:
+            # NVLSTree: NVLink SHARP inside each host, a tree between hosts (S out of each of 2 hosts, else 2 S)
+            eff = min(e for e in effs if e)
+            lat = (NVLS_LATENCY_US + 2 * math.ceil(math.log2(h)) * a_inter) * 1e-6
+            cands.append(("nvlstree", lat, size / (intra_bw * eff), intra_name, size if h == 2 else 2 * size))
+        levels = self.topology.levels
+        if all(levels[li].sharp for li in range(1, lca + 1)):
+            # the switches of every level crossed reduce (`_sharp`): NVLS across nodes, or CollNet
+            eff = min(effs) if all(effs) and gmax > 1 else 0.0
+            algo, lat, own, out = _sharp(
+                eff,
+                gmax,
+                a_inter,
+                a_intra if gmax > 1 else 0.0,
+                intra_bw,
+                size,
+                self._hopper_or_later(hosts),
+            )
+            cands.append((algo, lat, own, intra_name, out))
+        return cands
 
     def _gen_of(self, hosts: Iterable[int]) -> str | None:
         """The hosts' one NCCL generation (None: none, or several)."""
@@ -712,25 +728,9 @@ class Fabric:
             return Plan("direct", (n - 1) * a, (Stage(max(own, net), name, tuple(loads)),), slow)
         # (algorithm, latency s, seconds on the devices' own links, bytes out of every domain)
         cands: list[tuple[str, float, float, float]] = [("ring", steps * a, vol / dev, vol)]
-        gmax = max(members.values())
-        effs = [self.nvls_efficiency(h) for h in by_host]
         if kind is CollectiveKind.ALL_REDUCE:
-            lat = 2 * (math.ceil(math.log2(c)) * a_inter + (gmax - 1) * a_dom) * 1e-6
-            cands.append(
-                (
-                    "tree",
-                    lat,
-                    2 * size / (dev * TREE_EFFICIENCY),
-                    (size if c == 2 else 2 * size) / TREE_EFFICIENCY,
-                )
-            )
-            if all(effs):
-                lat = (NVLS_LATENCY_US + 2 * math.ceil(math.log2(c)) * a_inter) * 1e-6
-                cands.append(("nvlstree", lat, size / (dev * min(effs)), size if c == 2 else 2 * size))
-            levels = self.topology.levels
-            if all(levels[li].sharp for li in range(dom_level + 1, lca + 1)):
-                eff = min(effs) if all(effs) else 0.0
-                cands.append(_sharp(eff, gmax, a_inter, a_dom, dev, size, self._hopper_or_later(by_host)))
+            gmax = max(members.values())
+            cands += self._domain_reduces(by_host, c, gmax, dom_level, lca, size, dev, a_inter, a_dom)
         gen = self._gen_of(by_host)
         every = [
             x
@@ -749,6 +749,40 @@ class Fabric:
         )
         name = dom_name if own >= net else net_name
         return Plan(algo, lat, (Stage(max(own, net), name, tuple(loads)),), slow)
+
+    def _domain_reduces(
+        self,
+        by_host: Mapping[int, list[int]],
+        c: int,
+        gmax: int,
+        dom_level: int,
+        lca: int,
+        size: float,
+        dev: float,
+        a_inter: float,
+        a_dom: float,
+    ) -> list[tuple[str, float, float, float]]:
+        """The all-reduce candidates across `c` NVLink domains beside the ring (`_across_nvlink`): NCCL's tree,
+        NVLSTree, and SHARP where every level above the domains reduces; as (algorithm, latency s, seconds on the
+        devices' own links, bytes out of every domain)."""
+        effs = [self.nvls_efficiency(h) for h in by_host]
+        lat = 2 * (math.ceil(math.log2(c)) * a_inter + (gmax - 1) * a_dom) * 1e-6
+        cands = [
+            (
+                "tree",
+                lat,
+                2 * size / (dev * TREE_EFFICIENCY),
+                (size if c == 2 else 2 * size) / TREE_EFFICIENCY,
+            )
+        ]
+        if all(effs):
+            lat = (NVLS_LATENCY_US + 2 * math.ceil(math.log2(c)) * a_inter) * 1e-6
+            cands.append(("nvlstree", lat, size / (dev * min(effs)), size if c == 2 else 2 * size))
+        levels = self.topology.levels
+        if all(levels[li].sharp for li in range(dom_level + 1, lca + 1)):
+            eff = min(effs) if all(effs) else 0.0
+            cands.append(_sharp(eff, gmax, a_inter, a_dom, dev, size, self._hopper_or_later(by_host)))
+        return cands
 
     def _hopper_or_later(self, hosts: Iterable[int]) -> bool:
         return all(self.generation(h) in ("hopper", "blackwell") for h in hosts)
@@ -907,20 +941,64 @@ def phase_seconds(fabric: Fabric, plans: Sequence[Plan]) -> list[tuple[float, st
     return [done[id(p)] for p in plans]
 
 
-def max_min_phase_seconds(fabric: Fabric, plans: Sequence[Plan]) -> list[tuple[float, str]]:
+def max_min_phase_seconds(
+    fabric: Fabric, plans: Sequence[Plan], background: Background | None = None
+) -> list[tuple[float, str]]:
     """Seconds of each of `plans` run at the same time, sharing NICs and uplinks max-min fairly, and the tier
     that bounds each longest (module doc, **Sharing**): how `placement.cost.step` prices a round."""
-    return share_phase(fabric, plans)[0]
+    return share_phase(fabric, plans, background)[0]
 
 
-def share_phase(fabric: Fabric, plans: Sequence[Plan]) -> tuple[list[tuple[float, str]], list[int]]:
+@dataclass(frozen=True)
+class Background:
+    """Other jobs' traffic on the fabric as the sharing rule sees it: per shared link (resource index of a
+    `Fabric`), the flows that run beside a phase, each a `Plan` of one stage whose own rate is the flow's average
+    rate (bytes/s) and whose bytes outlast any phase (`placement.cost.shared` builds it). A phase is priced with
+    the flows on the links it loads added as operations that never finish (`share_phase`)."""
+
+    flows: Mapping[int, tuple[Plan, ...]]
+
+    def touching(self, plans: Sequence[Plan]) -> list[Plan]:
+        """The background flows on any link `plans` load, each once, in a fixed order."""
+        flows = self.flows
+        seen: dict[int, Plan] = {}
+        for p in plans:
+            for st in p.stages:
+                for r, _x in st.loads:
+                    for f in flows.get(r, ()):
+                        seen.setdefault(id(f), f)
+        return list(seen.values())
+
+
+BACKGROUND_SECONDS = 1e6
+"""Seconds of traffic a background flow carries (`Background`): longer than any phase, so it never finishes."""
+
+
+def background_flow(links: Sequence[tuple[int, float]], name: str) -> Plan:
+    """A background flow at `links` (resource, bytes/s) each: one operation whose own rate is its heaviest link's
+    rate, so max-min gives it at most its average rate and shares what it leaves."""
+    t = BACKGROUND_SECONDS
+    return Plan("background", 0.0, (Stage(t, name, tuple((r, x * t) for r, x in links)),))
+
+
+def share_phase(
+    fabric: Fabric, plans: Sequence[Plan], background: Background | None = None
+) -> tuple[list[tuple[float, str]], list[int]]:
     """`max_min_phase_seconds` and each plan's component: the index of the first plan it shares a link with,
     directly or through others (its own index when it shares none). A component's times depend only on its
     plans in their order and on whether every plan of the list loads both directions of its links alike, so a
     caller that changes some plans reprices only the components they meet before and after the change
     (`placement.solve.incremental`) and gets the same floats. A plan listed k times is k operations. The result
     is kept on the fabric per list of plan objects (the fabric's plans are cached, so the mappings a call scores
-    share whole phases); callers read it, never change it."""
+    share whole phases); callers read it, never change it.
+
+    `background`: other jobs' flows (`Background`); those on links the plans load join the filling as operations
+    that take at most their average rate and never finish, and only the plans' own times are returned."""
+    extra = background.touching(plans) if background is not None else []
+    if extra:
+        n = len(plans)
+        times, comp = share_phase(fabric, [*plans, *extra])
+        return times[:n], comp[:n]
     key = tuple(map(id, plans))
     hit = fabric._shares.get(key)
     if hit is not None and all(a is b for a, b in zip(hit[0], plans, strict=True)):
@@ -1033,31 +1111,48 @@ def _fill(
     """Max-min fair sharing of the links of operations that share some (module doc, **Sharing**): progressive
     filling again at every completion, an operation's rate counted in bytes per second on its heaviest link.
     `side`: 2 when outbound links stand for both directions (`share_phase`), 1 when not; `users`: operations
-    per link."""
-    k = len(plans)
-    stage = [0] * k
-    rem = [0.0] * k  # bytes left on the heaviest link of the current stage
-    heavy = [0.0] * k  # that link's bytes
-    own = [math.inf] * k  # the rate (bytes/s on the heaviest link) its own and unshared links allow
-    own_name = [""] * k
-    shared: list[list[tuple[int, float]]] = [[] for _ in range(k)]  # (link, load / heaviest)
-    finish = [0.0] * k
-    # the tier that held each operation back longest: the first one and its seconds, others when it changes
-    tier = [""] * k
-    tier_s = [0.0] * k
-    spent: dict[int, dict[str, float]] = {}
+    per link. Background flows (`Background`) take part but never finish: the filling ends with the others."""
+    return _Filling(caps, names, plans, side, users).run()
 
-    def start(j: int) -> None:
+
+class _Filling:
+    """The state of one progressive filling (`_fill`): per operation its stage, bytes left on the heaviest link of
+    that stage, its own rate and its shared links; and the tier that held it back longest."""
+
+    def __init__(
+        self,
+        caps: Sequence[float],
+        names: Sequence[str],
+        plans: Sequence[Plan],
+        side: int,
+        users: Mapping[int, int],
+    ) -> None:
+        k = len(plans)
+        self.caps, self.names, self.plans, self.side, self.users = caps, names, plans, side, users
+        self.stage = [0] * k
+        self.rem = [0.0] * k  # bytes left on the heaviest link of the current stage
+        self.heavy = [0.0] * k  # that link's bytes
+        self.own = [math.inf] * k  # the rate (bytes/s on the heaviest link) its own and unshared links allow
+        self.own_name = [""] * k
+        self.shared: list[list[tuple[int, float]]] = [[] for _ in range(k)]  # (link, load / heaviest)
+        self.finish = [0.0] * k
+        # the tier that held each operation back longest: the first one and its seconds, others when it changes
+        self.tier = [""] * k
+        self.tier_s = [0.0] * k
+        self.spent: dict[int, dict[str, float]] = {}
+
+    def start(self, j: int) -> None:
         """Set up operation j's current stage."""
-        p = plans[j]
-        st, s = p.stages[stage[j]], p.slowdown
+        caps, names, users = self.caps, self.names, self.users
+        p = self.plans[j]
+        st, s = p.stages[self.stage[j]], p.slowdown
         sh = _shape(st)
         m = sh[0] * s
         local = st.local * s
         rate, why = (m / local if local > 0 else math.inf), st.local_tier
         mine: list[tuple[int, float]] = []
         if m > 0:
-            for r, w in sh[1][side] or ():
+            for r, w in sh[1][self.side] or ():
                 if w <= 0:
                     continue
                 if users[r] > 1:
@@ -1066,13 +1161,13 @@ def _fill(
                     rate, why = caps[r] / w, names[r]
         elif local > 0:
             m, rate = local, 1.0  # no bytes on shared links: its own links' time, as one unit at 1 per second
-        heavy[j], rem[j], own[j], own_name[j], shared[j] = m, m, rate, why, mine
+        self.heavy[j], self.rem[j], self.own[j], self.own_name[j], self.shared[j] = m, m, rate, why, mine
 
-    active = [j for j, p in enumerate(plans) if p.stages]
-    for j in active:
-        start(j)
-    now = 0.0
-    while active:
+    def rates(self, active: Sequence[int]) -> tuple[list[float], list[str]]:
+        """Every active operation's rate now and the link or tier that stops it: all rise at one level, and the
+        next to stop are those at the smallest own rate or link fill (all of them at once when several tie)."""
+        k = len(self.plans)
+        own, shared, heavy = self.own, self.shared, self.heavy
         lam = [0.0] * k
         why = [""] * k
         link_of: dict[int, list[float]] = {}  # link -> [capacity left, weight of its unfrozen operations]
@@ -1080,7 +1175,7 @@ def _fill(
         owns: list[tuple[float, int]] = []
         for j in active:
             if not shared[j]:  # nothing on a shared link (now): its own rate
-                lam[j], why[j] = (own[j] if heavy[j] > 0 else math.inf), own_name[j]
+                lam[j], why[j] = (own[j] if heavy[j] > 0 else math.inf), self.own_name[j]
                 continue
             owns.append((own[j], j))
             for r, w in shared[j]:
@@ -1089,9 +1184,7 @@ def _fill(
                     a[1] += w
                     on[r].append(j)
                 else:
-                    link_of[r], on[r] = [caps[r], w], [j]
-        # every unfrozen operation rises at one level; the next to stop are those at the smallest own rate or link
-        # fill (all of them at once when several tie)
+                    link_of[r], on[r] = [self.caps[r], w], [j]
         owns.sort()
         oi, n_free, n_owns = 0, len(owns), len(owns)
         while n_free:
@@ -1111,7 +1204,7 @@ def _fill(
             frozen: list[int] = []
             for r in links:
                 del link_of[r]
-                name = names[r]
+                name = self.names[r]
                 for j in on[r]:
                     if lam[j] == 0.0:
                         lam[j], why[j] = level, name
@@ -1119,7 +1212,7 @@ def _fill(
             while oi < n_owns and owns[oi][0] <= level:
                 j = owns[oi][1]
                 if lam[j] == 0.0:
-                    lam[j], why[j] = level, own_name[j]
+                    lam[j], why[j] = level, self.own_name[j]
                     frozen.append(j)
                 oi += 1
             n_free -= len(frozen)
@@ -1133,39 +1226,61 @@ def _fill(
                             a[0], a[1] = (v if v > 0.0 else 0.0), d
                         else:  # no unfrozen operation left on it
                             del link_of[r]
-        dt = math.inf
+        return lam, why
+
+    def run(self) -> list[tuple[float, str]]:
+        """Fill, run time to the next completion, fill again, until every operation but the background is done."""
+        plans, rem, heavy, tier, tier_s, spent = (
+            self.plans,
+            self.rem,
+            self.heavy,
+            self.tier,
+            self.tier_s,
+            self.spent,
+        )
+        active = [j for j, p in enumerate(plans) if p.stages]
         for j in active:
-            if lam[j] > 0.0:
-                t = rem[j] / lam[j]
-                if t < dt:
-                    dt = t
-        if dt == math.inf:
-            raise ValueError("an operation of the phase can make no progress (a link of capacity 0)")
-        now += dt
-        still = []
-        for j in active:
-            name = why[j]
+            self.start(j)
+        # background flows (`Background`) never finish: the filling ends when the phase's own operations have
+        real = sum(1 for j in active if plans[j].algorithm != "background")
+        now = 0.0
+        while real:
+            lam, why = self.rates(active)
+            dt = math.inf
+            for j in active:
+                if lam[j] > 0.0:
+                    t = rem[j] / lam[j]
+                    if t < dt:
+                        dt = t
+            if dt == math.inf:
+                raise ValueError("an operation of the phase can make no progress (a link of capacity 0)")
+            now += dt
+            still = []
+            for j in active:
+                name = why[j]
+                sp = spent.get(j)
+                if sp is not None:
+                    sp[name] = sp.get(name, 0.0) + dt
+                elif name == tier[j] or not tier_s[j]:
+                    tier[j], tier_s[j] = name, tier_s[j] + dt
+                else:
+                    spent[j] = {tier[j]: tier_s[j], name: dt}
+                left_j = rem[j] - lam[j] * dt if lam[j] != math.inf else 0.0
+                if left_j > 1e-12 * heavy[j]:
+                    rem[j] = left_j
+                    still.append(j)
+                    continue
+                self.stage[j] += 1
+                if self.stage[j] < len(plans[j].stages):
+                    self.start(j)
+                    still.append(j)
+                else:
+                    self.finish[j] = now
+                    if plans[j].algorithm != "background":
+                        real -= 1
+            active = still
+        out = []
+        for j, p in enumerate(plans):
             sp = spent.get(j)
-            if sp is not None:
-                sp[name] = sp.get(name, 0.0) + dt
-            elif name == tier[j] or not tier_s[j]:
-                tier[j], tier_s[j] = name, tier_s[j] + dt
-            else:
-                spent[j] = {tier[j]: tier_s[j], name: dt}
-            left_j = rem[j] - lam[j] * dt if lam[j] != math.inf else 0.0
-            if left_j > 1e-12 * heavy[j]:
-                rem[j] = left_j
-                still.append(j)
-                continue
-            stage[j] += 1
-            if stage[j] < len(plans[j].stages):
-                start(j)
-                still.append(j)
-            else:
-                finish[j] = now
-        active = still
-    out = []
-    for j, p in enumerate(plans):
-        sp = spent.get(j)
-        out.append((p.latency + finish[j], max(sp, key=sp.__getitem__) if sp else tier[j]))
-    return out
+            out.append((p.latency + self.finish[j], max(sp, key=sp.__getitem__) if sp else tier[j]))
+        return out

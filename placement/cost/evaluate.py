@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from placement.cost.report import CostReport, check_mapping
+from placement.cost.shared import background_for, cluster_seconds, contention
 from placement.cost.step import model_step
 from placement.cost.surrogate import surrogate_seconds
 from placement.model.job import Job
@@ -29,6 +30,7 @@ def evaluate(
     *,
     traffic: Traffic | None = None,
     check: bool = True,
+    objective: str = "own",
 ) -> CostReport:
     """The modeled step of `job` when rank r runs on device `mapping[r]` (the single source of truth).
 
@@ -37,11 +39,24 @@ def evaluate(
     serial sum the solver optimizes. With `check` (the default) the mapping is first validated against every
     hard rule and refused with `InvalidMappingError` if it breaks any: a cost of an impossible placement is not
     a number to trust.
+
+    With other traffic on the fabric (`ClusterState.background`, `ClusterState.link_load`) every phase shares its
+    links with it (`placement.cost.shared`) and `CostReport.contention` says what it costs the job and what the job
+    costs the running ones; `objective` ``cluster`` ranks the report by its step plus that harm
+    (`CostReport.objective_seconds`).
     """
     traffic = traffic if traffic is not None else job_traffic(job)
     if check:
         check_mapping(topology, state, job, mapping, traffic)
-    report = model_step(topology, state, job, mapping, traffic)
+    bg = background_for(topology, state, exclude=job.name)
+    report = model_step(topology, state, job, mapping, traffic, background=bg)
+    if bg is not None:
+        alone = model_step(topology, state, job, mapping, traffic)
+        report.contention = contention(topology, state, job, mapping, traffic, report, alone)
+        if objective == "cluster":
+            report.objective_seconds = cluster_seconds(
+                report.step_seconds, report.contention.harm_gpu_s_per_s, len(mapping)
+            )
     report.surrogate_seconds = surrogate_seconds(topology, state, mapping, traffic)
     report.preference_misses = preference_misses(topology, job, mapping, traffic)
     return report

@@ -13,7 +13,7 @@ from placement.model.topology import Topology
 from placement.model.traffic import Traffic
 from placement.model.validate import validate
 
-__all__ = ["CostReport", "InvalidMappingError", "PhaseCost", "check_mapping"]
+__all__ = ["Contention", "CostReport", "InvalidMappingError", "JobHarm", "PhaseCost", "check_mapping"]
 
 
 class InvalidMappingError(PlacementError):
@@ -53,6 +53,48 @@ class PhaseCost:
 
 
 @dataclass
+class JobHarm:
+    """What a new job does to one running job it shares a link with (`placement.cost.shared`): the running job's
+    step among the other traffic without the new job, and the seconds per step the new job adds to it."""
+
+    job_id: str
+    gpus: int
+    step_seconds: float
+    added_seconds: float
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "job": self.job_id,
+            "gpus": self.gpus,
+            "step_seconds": self.step_seconds,
+            "added_seconds": self.added_seconds,
+        }
+
+
+@dataclass
+class Contention:
+    """The shared fabric's part of a step (`placement.cost.shared`), present only when other traffic is on it.
+
+    - `seconds`: the part of the job's own step due to the background (its step minus `alone_step_seconds`);
+    - `harm`: per running job sharing a link, the seconds per step the new job adds to it;
+    - `harm_gpu_s_per_s`: GPU-seconds per second the running jobs lose, ``sum gpus * added / step``.
+    """
+
+    seconds: float
+    alone_step_seconds: float
+    harm: list[JobHarm] = field(default_factory=list)
+    harm_gpu_s_per_s: float = 0.0
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "contention_seconds": self.seconds,
+            "alone_step_seconds": self.alone_step_seconds,
+            "harm_gpu_s_per_s": self.harm_gpu_s_per_s,
+            "harm": [h.to_dict() for h in self.harm],
+        }
+
+
+@dataclass
 class CostReport:
     """A modeled step under a mapping: step time, exposed and total communication, compute, and where it goes.
 
@@ -64,7 +106,10 @@ class CostReport:
     - `comm_seconds_total`: communication per step before overlap;
     - `by_label` / `by_tier` / `by_label_tier`: exposed communication per phase label, per bottleneck tier;
     - `surrogate_seconds`: the serial sum of every group's and edge's v1 cost, the solver's linear objective
-      (`surrogate_report`); not a time, a ranking.
+      (`surrogate_report`); not a time, a ranking;
+    - `contention`: with other traffic on the fabric, the part of the step due to it and the harm to running jobs;
+    - `objective_seconds`: what answers are ranked by (`placement.solve.types.report_key`): the step, or with
+      ``objective: cluster`` the step plus the harm (`placement.cost.shared.cluster_seconds`).
 
     `seconds` is the deprecated v1 name; it now means `comm_seconds`, the part a placement changes.
     """
@@ -83,6 +128,13 @@ class CostReport:
     by_label_tier: dict[tuple[str, str], float] = field(default_factory=dict)
     preference_misses: dict[str, int] = field(default_factory=dict)
     surrogate_seconds: float = 0.0
+    contention: Contention | None = None
+    objective_seconds: float | None = None
+
+    @property
+    def ranked_seconds(self) -> float:
+        """The objective answers are ranked by: `objective_seconds`, or the step when not set."""
+        return self.step_seconds if self.objective_seconds is None else self.objective_seconds
 
     @property
     def seconds(self) -> float:
@@ -98,6 +150,14 @@ class CostReport:
         self.by_label_tier[key] = self.by_label_tier.get(key, 0.0) + seconds
 
     def to_dict(self) -> dict[str, object]:
+        out = self._to_dict()
+        if self.contention is not None:
+            out["contention"] = self.contention.to_dict()
+        if self.objective_seconds is not None:
+            out["objective_seconds"] = self.objective_seconds
+        return out
+
+    def _to_dict(self) -> dict[str, object]:
         return {
             "step_seconds": self.step_seconds,
             "comm_seconds": self.comm_seconds,

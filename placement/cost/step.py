@@ -41,7 +41,7 @@ from collections.abc import Mapping, Sequence
 from statistics import NormalDist
 from typing import NamedTuple
 
-from placement.cost.collectives import Plan, fabric_for, max_min_phase_seconds
+from placement.cost.collectives import Background, Plan, fabric_for, max_min_phase_seconds
 from placement.cost.compute import ComputeModel, device_kind, job_device_kind, step_compute, tokens_per_step
 from placement.cost.report import CostReport, PhaseCost
 from placement.model.job import Job
@@ -199,9 +199,16 @@ def _name(label: str, op: _Op) -> str:
 
 
 def model_step(
-    topology: Topology, state: ClusterState, job: Job, mapping: Sequence[int], traffic: Traffic
+    topology: Topology,
+    state: ClusterState,
+    job: Job,
+    mapping: Sequence[int],
+    traffic: Traffic,
+    *,
+    background: Background | None = None,
 ) -> CostReport:
-    """The modeled step of `job` under `mapping` (see the module docstring); `evaluate` adds the surrogate."""
+    """The modeled step of `job` under `mapping` (see the module docstring); `evaluate` adds the surrogate.
+    `background`: other jobs' flows every phase shares its links with (`placement.cost.shared`); None: alone."""
     fabric = fabric_for(topology, state)
     groups: dict[str, list[_Op]] = {}
     edges: dict[str, list[_Op]] = {}
@@ -229,7 +236,7 @@ def model_step(
         crit: _Op | None = None
         crit_time, tier, algo = -1.0, "", ""
         for rnd in _rounds(groups.get(label, []), edges.get(label, [])):
-            times = max_min_phase_seconds(fabric, [op.plan for op in rnd])
+            times = max_min_phase_seconds(fabric, [op.plan for op in rnd], background)
             r_secs = r_exp = 0.0
             for op, (t, tr) in zip(rnd, times, strict=True):
                 total = op.per_step * t

@@ -13,7 +13,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from placement.cost.report import CostReport, PhaseCost
+from placement.cost.report import Contention, CostReport, JobHarm, PhaseCost
+from placement.cost.shared import OBJECTIVES
 from placement.errors import InputError, InternalError, Problems
 from placement.io.export import baseline_costs
 from placement.io.export.document import device_affinity
@@ -238,12 +239,17 @@ def _options(
             ps.add(f"{prefix}.relative_gap", f"must be in [0, 1), got {msg.relative_gap}")
         else:
             gap = msg.relative_gap
+    objective = msg.objective or "own"
+    if objective not in OBJECTIVES:
+        ps.add(f"{prefix}.objective", f"must be one of {', '.join(OBJECTIVES)}, got {msg.objective!r}")
+        objective = "own"
     return SolveOptions(
         strategy=strategy,
         time_limit_s=limit,
         relative_gap=gap,
         seed=msg.seed,
         deterministic=msg.deterministic,
+        objective=objective,
     )
 
 
@@ -403,7 +409,32 @@ def step_cost(report: CostReport) -> pb.StepCost:
         value = _opt(getattr(report, name))
         if value is not None:
             setattr(out, name, value)
+    c = report.contention
+    if c is not None:
+        out.contention.CopyFrom(
+            pb.Contention(
+                contention_seconds=c.seconds,
+                alone_step_seconds=c.alone_step_seconds,
+                harm_gpu_s_per_s=c.harm_gpu_s_per_s,
+                harm=[
+                    pb.JobHarm(
+                        job=h.job_id, gpus=h.gpus, step_seconds=h.step_seconds, added_seconds=h.added_seconds
+                    )
+                    for h in c.harm
+                ],
+            )
+        )
+    if report.objective_seconds is not None:
+        out.objective_seconds = report.objective_seconds
     return out
+
+
+def _contention(cost: pb.StepCost) -> Contention | None:
+    if not cost.HasField("contention"):
+        return None
+    c = cost.contention
+    harm = [JobHarm(h.job, h.gpus, h.step_seconds, h.added_seconds) for h in c.harm]
+    return Contention(c.contention_seconds, c.alone_step_seconds, harm, c.harm_gpu_s_per_s)
 
 
 def report_from_proto(cost: pb.StepCost, bd: pb.Breakdown) -> CostReport:
@@ -431,6 +462,8 @@ def report_from_proto(cost: pb.StepCost, bd: pb.Breakdown) -> CostReport:
         by_tier=dict(bd.by_tier_s),
         by_label_tier={(lt.label, lt.tier): lt.seconds for lt in bd.by_label_tier},
         preference_misses=dict(bd.preference_misses),
+        contention=_contention(cost),
+        objective_seconds=cost.objective_seconds if cost.HasField("objective_seconds") else None,
     )
 
 

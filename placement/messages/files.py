@@ -147,6 +147,30 @@ def normalize_job(doc: Any, ps: Problems | None = None, path: str = "job") -> An
     return d
 
 
+def normalize_state(doc: Any, base_dir: Path | None, ps: Problems, path: str = "state") -> Any:
+    """A native state document in the message's shape: a running job's ``job_file`` (relative to `base_dir`, the
+    state file's folder) read into its ``shape``, and every shape's rank ranges expanded (`normalize_job`)."""
+    if not isinstance(doc, dict) or not isinstance(doc.get("occupied"), list):
+        return doc
+    out = []
+    for i, o in enumerate(doc["occupied"]):
+        where = f"{path}.occupied[{i}]"
+        if isinstance(o, dict) and "job_file" in o:
+            o = dict(o)
+            ref = o.pop("job_file")
+            if "shape" in o:
+                ps.add(
+                    where,
+                    "give one of shape: (the job's parallel/model or groups/edges) or job_file: path, not both",
+                )
+            else:
+                o["shape"] = _load_ref(ref, f"{where}.job_file", base_dir, ps)
+        if isinstance(o, dict) and isinstance(o.get("shape"), dict):
+            o = {**o, "shape": normalize_job(o["shape"], ps, f"{where}.shape")}
+        out.append(o)
+    return {**doc, "occupied": out}
+
+
 def normalize_mapping(doc: Any) -> Any:
     """A mapping as a list of {rank, device}: from a list of devices, {rank: device} or a result document."""
     if isinstance(doc, dict) and isinstance(doc.get("result"), dict):
@@ -202,6 +226,10 @@ def request_from_dict(
         ps.add("", f"a request is a mapping of cluster, state, job, options; got {type(doc).__name__}")
         ps.raise_if_any()
     d = dict(doc)
+    state_dir = base_dir
+    if isinstance(d.get("state_file"), str):  # a running job's job_file is relative to the state file
+        ref = Path(d["state_file"])
+        state_dir = (ref if base_dir is None or ref.is_absolute() else base_dir / ref).parent
     for key, part in _FILE_KEYS.items():
         if key not in d:
             continue
@@ -221,6 +249,8 @@ def request_from_dict(
             d["jobs"] = jobs
     if "cluster" in d:
         d["cluster"] = normalize_cluster(d["cluster"], base_dir, ps)
+    if "state" in d:
+        d["state"] = normalize_state(d["state"], state_dir, ps)
     if "job" in d:
         d["job"] = normalize_job(d["job"], ps)
     if isinstance(d.get("jobs"), list):

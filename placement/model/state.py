@@ -9,9 +9,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
+from placement.model.job import Job
 from placement.model.topology import Topology
 
-__all__ = ["ClusterState", "DeviceStatus", "Uplink"]
+__all__ = ["ClusterState", "DeviceStatus", "LinkLoad", "RunningJob", "Uplink"]
 
 
 class DeviceStatus(Enum):
@@ -35,6 +36,29 @@ class Uplink:
     domain: int
 
 
+@dataclass(frozen=True)
+class LinkLoad:
+    """Traffic measured on an uplink (switch counters), GB/s per direction: `up` leaves the domain, `down` enters."""
+
+    up: float = 0.0
+    down: float = 0.0
+
+
+@dataclass(frozen=True, eq=False)
+class RunningJob:
+    """A job already running on the fabric (background traffic): its shape and the device of each of its ranks
+    (rank r on `devices[r]`). The step model derives its flows on host NICs and uplinks from them
+    (`placement.cost.shared`)."""
+
+    job_id: str
+    job: Job
+    devices: tuple[int, ...]
+
+    @property
+    def gpus(self) -> int:
+        return len(self.devices)
+
+
 @dataclass(frozen=True, eq=False)
 class ClusterState:
     """Occupancy and health of one topology at one moment. Indices refer to `Topology.devices` and domains.
@@ -43,7 +67,9 @@ class ClusterState:
     - `device_slowdown`: degraded devices (factor >= 1 divides the bandwidth of every transfer they take part in);
     - `failed_pairs` / `pair_slowdown`: intra-node device-to-device links (index pairs, smaller first);
     - `failed_uplinks` / `uplink_slowdown`: a domain's link to its parent (a node's NIC path, a leaf's uplinks);
-    - `fault_domains`: kind (power, rack, pdu...) -> domain name -> devices; any grouping, not only the tree.
+    - `fault_domains`: kind (power, rack, pdu...) -> domain name -> devices; any grouping, not only the tree;
+    - `background`: the running jobs whose shape is known (their traffic shares the fabric with a new job);
+    - `link_load`: measured traffic per uplink and direction (GB/s), beside or instead of `background`.
     """
 
     occupied: Mapping[int, str] = field(default_factory=dict)
@@ -54,6 +80,8 @@ class ClusterState:
     failed_uplinks: frozenset[Uplink] = frozenset()
     uplink_slowdown: Mapping[Uplink, float] = field(default_factory=dict)
     fault_domains: Mapping[str, Mapping[str, frozenset[int]]] = field(default_factory=dict)
+    background: tuple[RunningJob, ...] = ()
+    link_load: Mapping[Uplink, LinkLoad] = field(default_factory=dict)
 
     @staticmethod
     def empty() -> ClusterState:
@@ -94,3 +122,16 @@ class ClusterState:
     @property
     def has_link_faults(self) -> bool:
         return bool(self.failed_pairs or self.pair_slowdown or self.failed_uplinks or self.uplink_slowdown)
+
+    def running(self) -> tuple[RunningJob, ...]:
+        """The `background` jobs that still hold devices in `occupied`: a job taken out of the occupancy (freed by
+        a preemption, ended) carries no traffic."""
+        if not self.background:
+            return ()
+        held = set(self.occupied.values())
+        return tuple(r for r in self.background if r.job_id in held)
+
+    @property
+    def has_background(self) -> bool:
+        """Other jobs' traffic is on the fabric (running jobs with a shape, or measured link loads)."""
+        return bool(self.link_load) or bool(self.running())

@@ -105,7 +105,7 @@ def ideal_result(
     opts = dataclasses.replace(options, time_limit_s=ideal_limit(options))
     out: tuple[CostReport, tuple[int, ...]] | None = None
     try:
-        empty = dataclasses.replace(state, occupied={})
+        empty = dataclasses.replace(state, occupied={}, background=(), link_load={})
         res = place_job(topology, empty, job, opts, traffic=traffic, solve=solve)
         if res.report is not None and res.mapping is not None:
             out = (res.report, tuple(res.mapping))

@@ -12,8 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from placement.cost.collectives import Fabric, Plan, fabric_for, share_phase
+from placement.cost.collectives import Background, Fabric, Plan, fabric_for, share_phase
 from placement.cost.compute import ComputeModel, device_kind, job_device_kind, step_compute
+from placement.cost.shared import background_for
 from placement.cost.step import PHASE_ORDER, assemble_step, phase_exposed
 from placement.model.traffic import Traffic
 from placement.solve.prepared import MovedMapping, PreparedRequest
@@ -45,9 +46,12 @@ class _Round:
     secs: float = 0.0
     exp: float = 0.0
 
-    def price(self, fabric: Fabric, plans: Sequence[Plan]) -> dict[int, float]:
-        """Seconds of every operation of the round under `plans` (by operation id), as `model_step` prices it."""
-        out = share_phase(fabric, [plans[o] for o in self.ops])[0]
+    def price(
+        self, fabric: Fabric, plans: Sequence[Plan], background: Background | None = None
+    ) -> dict[int, float]:
+        """Seconds of every operation of the round under `plans` (by operation id), as `model_step` prices it
+        (with the other jobs' traffic of `background`, as `placement.cost.evaluate.evaluate` gives it)."""
+        out = share_phase(fabric, [plans[o] for o in self.ops], background)[0]
         return {o: t for o, (t, _) in zip(self.ops, out, strict=True)}
 
 
@@ -59,6 +63,7 @@ class StepEval:
         self.p = request
         t, tr = request.topology, request.traffic
         self.fabric = fabric_for(t, request.state)  # its plan caches outlive the call
+        self.background = background_for(t, request.state, exclude=request.job.name)
         self.mapping = list(mapping)
         self.n_groups = len(tr.groups)
         self.ops_of: list[list[int]] = [[] for _ in range(request.job.ranks)]
@@ -98,7 +103,7 @@ class StepEval:
                 rd = _Round(list(ops), {})
                 for oid in ops:
                     self.round_of[oid] = rd
-                rd.times = rd.price(self.fabric, self.plans)
+                rd.times = rd.price(self.fabric, self.plans, self.background)
                 rd.secs, rd.exp = self._slowest(rd)
                 rows.append(rd)
             self.state[lab] = rows
@@ -187,7 +192,7 @@ class StepEval:
                 new_times = {o: t for o, (t, _) in zip(moved, out, strict=True)}
             elif moved:
                 new_times = rd.price(
-                    self.fabric, _Overlay(self.plans, {oid: new_plans[oid] for oid in moved})
+                    self.fabric, _Overlay(self.plans, {oid: new_plans[oid] for oid in moved}), self.background
                 )
             secs, exp = self._slowest(rd, new_times)
             updates.append((rd, new_times, secs, exp, oids))

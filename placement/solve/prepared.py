@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from placement.cost.evaluate import evaluate
 from placement.cost.paths import group_path, pair_path
 from placement.cost.report import CostReport
+from placement.cost.shared import surrogate_state
 from placement.cost.surrogate import group_seconds, p2p_seconds
 from placement.model.job import Job
 from placement.model.state import ClusterState
@@ -46,6 +47,9 @@ class PreparedRequest:
     rank_groups: list[list[int]] = field(default_factory=list)
     rank_edges: list[list[int]] = field(default_factory=list)
     reports: dict[tuple[int, ...], CostReport] = field(default_factory=dict)  # evaluator reports already made
+    path_state: ClusterState | None = None
+    """The state the surrogate prices paths on: other jobs' traffic as uplink slowdowns
+    (`placement.cost.shared.surrogate_state`); None: `state`."""
 
     @staticmethod
     def prepare(
@@ -88,7 +92,13 @@ class PreparedRequest:
             start + options.time_limit_s,
             rank_groups,
             rank_edges,
+            path_state=surrogate_state(topology, state, job.name) if state.has_background else None,
         )
+
+    @property
+    def priced_state(self) -> ClusterState:
+        """What the surrogate prices paths on (`path_state`, else `state`)."""
+        return self.state if self.path_state is None else self.path_state
 
     @property
     def constrained(self) -> bool:
@@ -126,7 +136,15 @@ class PreparedRequest:
         key = tuple(mapping)
         rep = self.reports.get(key)
         if rep is None:
-            rep = evaluate(self.topology, self.state, self.job, mapping, traffic=self.traffic, check=False)
+            rep = evaluate(
+                self.topology,
+                self.state,
+                self.job,
+                mapping,
+                traffic=self.traffic,
+                check=False,
+                objective=self.options.objective,
+            )
             if len(self.reports) < 64:
                 self.reports[key] = rep
         return report_key(rep)
@@ -169,13 +187,13 @@ class SurrogateScore:
     def _group(self, gi: int, mapping: Sequence[int] | Mapping[int, int] | None = None) -> float:
         g = self.p.traffic.groups[gi]
         mp = self.mapping if mapping is None else mapping
-        return group_seconds(g, group_path(self.p.topology, self.p.state, [mp[r] for r in g.members]))
+        return group_seconds(g, group_path(self.p.topology, self.p.priced_state, [mp[r] for r in g.members]))
 
     def _edge(self, ei: int, mapping: Sequence[int] | Mapping[int, int] | None = None) -> float:
         e = self.p.traffic.edges[ei]
         mp = self.mapping if mapping is None else mapping
         return p2p_seconds(
-            e.bytes, e.count, e.exposed, pair_path(self.p.topology, self.p.state, mp[e.src], mp[e.dst])
+            e.bytes, e.count, e.exposed, pair_path(self.p.topology, self.p.priced_state, mp[e.src], mp[e.dst])
         )
 
     def delta(self, moves: Mapping[int, int]) -> tuple[float, dict[int, float], dict[int, float]]:

@@ -224,6 +224,7 @@ class Options(_message.Message):
     RELATIVE_GAP_FIELD_NUMBER: _builtins.int
     SEED_FIELD_NUMBER: _builtins.int
     DETERMINISTIC_FIELD_NUMBER: _builtins.int
+    OBJECTIVE_FIELD_NUMBER: _builtins.int
     strategy: _builtins.str
     """Strategy name as the CLI spells it: "cpsat" (default, the optimizer), or a baseline scheduler:
     "first-fit" (topology-blind), "kueue-tas" (Kueue Topology Aware Scheduling, BestFit), "slurm-tree"
@@ -241,6 +242,11 @@ class Options(_message.Message):
     time_limit_s, so the answer does not depend on the server's load (the wall time then may differ; the call's
     deadline still cuts it short).
     """
+    objective: _builtins.str
+    """What the answer minimises when other jobs' traffic is on the fabric (State.occupied[].shape, links[].load_gbps):
+    "own" (default: the job's step) or "cluster" (its step plus the harm to the running jobs, step x (1 + harm /
+    gpus); docs/model.md "Shared fabric"). The same with no other traffic.
+    """
     def __init__(
         self,
         *,
@@ -249,10 +255,11 @@ class Options(_message.Message):
         relative_gap: _builtins.float | None = ...,
         seed: _builtins.int | None = ...,
         deterministic: _builtins.bool | None = ...,
+        objective: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_deterministic", b"_deterministic", "_relative_gap", b"_relative_gap", "_seed", b"_seed", "_time_limit_s", b"_time_limit_s", "deterministic", b"deterministic", "relative_gap", b"relative_gap", "seed", b"seed", "time_limit_s", b"time_limit_s"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_deterministic", b"_deterministic", "_relative_gap", b"_relative_gap", "_seed", b"_seed", "_time_limit_s", b"_time_limit_s", "deterministic", b"deterministic", "relative_gap", b"relative_gap", "seed", b"seed", "strategy", b"strategy", "time_limit_s", b"time_limit_s"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_deterministic", b"_deterministic", "_relative_gap", b"_relative_gap", "_seed", b"_seed", "_time_limit_s", b"_time_limit_s", "deterministic", b"deterministic", "objective", b"objective", "relative_gap", b"relative_gap", "seed", b"seed", "strategy", b"strategy", "time_limit_s", b"time_limit_s"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__deterministic: _TypeAlias = _typing.Literal["deterministic"]  # noqa: Y015
     _WhichOneofArgType__deterministic: _TypeAlias = _typing.Literal["_deterministic", b"_deterministic"]  # noqa: Y015
@@ -820,18 +827,32 @@ class Occupancy(_message.Message):
 
     JOB_FIELD_NUMBER: _builtins.int
     DEVICES_FIELD_NUMBER: _builtins.int
+    SHAPE_FIELD_NUMBER: _builtins.int
+    RANKS_FIELD_NUMBER: _builtins.int
     job: _builtins.str
     @_builtins.property
     def devices(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def shape(self) -> Global___Job:
+        """The running job's shape (a job: parallel + model, or groups/edges; name and ranks may be left out): its
+        traffic shares the fabric with a new job (placement.cost.shared). Unset: the devices are held, no traffic known.
+        """
+
+    @_builtins.property
+    def ranks(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The device of each rank of `shape` (each among `devices`); empty: `devices` in order."""
+
     def __init__(
         self,
         *,
         job: _builtins.str = ...,
         devices: _abc.Iterable[_builtins.str] | None = ...,
+        shape: Global___Job | None = ...,
+        ranks: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["shape", b"shape"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["devices", b"devices", "job", b"job"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["devices", b"devices", "job", b"job", "ranks", b"ranks", "shape", b"shape"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -874,10 +895,17 @@ class LinkState(_message.Message):
     UPLINK_FIELD_NUMBER: _builtins.int
     FAILED_FIELD_NUMBER: _builtins.int
     SLOWDOWN_FIELD_NUMBER: _builtins.int
+    LOAD_GBPS_FIELD_NUMBER: _builtins.int
+    DIRECTION_FIELD_NUMBER: _builtins.int
     uplink: _builtins.str
     failed: _builtins.bool
     slowdown: _builtins.float
-    """>= 1; required unless failed"""
+    """>= 1; required unless failed or load_gbps is set"""
+    load_gbps: _builtins.float
+    """Measured traffic on the uplink (switch counters), GB/s >= 0, in `direction`: "up" (leaving the host or
+    domain), "down" (entering) or "both" (default). Priced as another job's flow (docs/model.md "Shared fabric").
+    """
+    direction: _builtins.str
     @_builtins.property
     def between(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     def __init__(
@@ -887,13 +915,20 @@ class LinkState(_message.Message):
         uplink: _builtins.str = ...,
         failed: _builtins.bool = ...,
         slowdown: _builtins.float | None = ...,
+        load_gbps: _builtins.float | None = ...,
+        direction: _builtins.str = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_slowdown", b"_slowdown", "slowdown", b"slowdown"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_load_gbps", b"_load_gbps", "_slowdown", b"_slowdown", "load_gbps", b"load_gbps", "slowdown", b"slowdown"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_slowdown", b"_slowdown", "between", b"between", "failed", b"failed", "slowdown", b"slowdown", "uplink", b"uplink"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_load_gbps", b"_load_gbps", "_slowdown", b"_slowdown", "between", b"between", "direction", b"direction", "failed", b"failed", "load_gbps", b"load_gbps", "slowdown", b"slowdown", "uplink", b"uplink"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__load_gbps: _TypeAlias = _typing.Literal["load_gbps"]  # noqa: Y015
+    _WhichOneofArgType__load_gbps: _TypeAlias = _typing.Literal["_load_gbps", b"_load_gbps"]  # noqa: Y015
     _WhichOneofReturnType__slowdown: _TypeAlias = _typing.Literal["slowdown"]  # noqa: Y015
     _WhichOneofArgType__slowdown: _TypeAlias = _typing.Literal["_slowdown", b"_slowdown"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__load_gbps) -> _WhichOneofReturnType__load_gbps | None: ...
+    @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__slowdown) -> _WhichOneofReturnType__slowdown | None: ...
 
 Global___LinkState: _TypeAlias = LinkState  # noqa: Y015
@@ -1765,6 +1800,8 @@ class StepCost(_message.Message):
     PHASES_FIELD_NUMBER: _builtins.int
     SURROGATE_SECONDS_FIELD_NUMBER: _builtins.int
     STRAGGLER_SECONDS_FIELD_NUMBER: _builtins.int
+    CONTENTION_FIELD_NUMBER: _builtins.int
+    OBJECTIVE_SECONDS_FIELD_NUMBER: _builtins.int
     step_seconds: _builtins.float
     """compute + pipeline bubble + exposed communication + straggler wait"""
     comm_seconds: _builtins.float
@@ -1781,8 +1818,14 @@ class StepCost(_message.Message):
     """The solver's linear objective (the serial v1 sum over every group and edge): a ranking, not a time."""
     straggler_seconds: _builtins.float
     """The wait for the slowest rank: every collective waits for its last member (placement.cost.step)."""
+    objective_seconds: _builtins.float
+    """What answers were ranked by with objective "cluster": step_seconds x (1 + harm / gpus). Unset: the step."""
     @_builtins.property
     def phases(self) -> _containers.RepeatedCompositeFieldContainer[Global___Phase]: ...
+    @_builtins.property
+    def contention(self) -> Global___Contention:
+        """Set only when other jobs' traffic is on the fabric: what it costs this job and what this job costs them."""
+
     def __init__(
         self,
         *,
@@ -1796,10 +1839,12 @@ class StepCost(_message.Message):
         phases: _abc.Iterable[Global___Phase] | None = ...,
         surrogate_seconds: _builtins.float = ...,
         straggler_seconds: _builtins.float | None = ...,
+        contention: Global___Contention | None = ...,
+        objective_seconds: _builtins.float | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_bubble_seconds", b"_bubble_seconds", "_compute_seconds", b"_compute_seconds", "_mfu", b"_mfu", "_straggler_seconds", b"_straggler_seconds", "_tokens_per_s", b"_tokens_per_s", "bubble_seconds", b"bubble_seconds", "compute_seconds", b"compute_seconds", "mfu", b"mfu", "straggler_seconds", b"straggler_seconds", "tokens_per_s", b"tokens_per_s"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_bubble_seconds", b"_bubble_seconds", "_compute_seconds", b"_compute_seconds", "_mfu", b"_mfu", "_objective_seconds", b"_objective_seconds", "_straggler_seconds", b"_straggler_seconds", "_tokens_per_s", b"_tokens_per_s", "bubble_seconds", b"bubble_seconds", "compute_seconds", b"compute_seconds", "contention", b"contention", "mfu", b"mfu", "objective_seconds", b"objective_seconds", "straggler_seconds", b"straggler_seconds", "tokens_per_s", b"tokens_per_s"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_bubble_seconds", b"_bubble_seconds", "_compute_seconds", b"_compute_seconds", "_mfu", b"_mfu", "_straggler_seconds", b"_straggler_seconds", "_tokens_per_s", b"_tokens_per_s", "bubble_seconds", b"bubble_seconds", "comm_seconds", b"comm_seconds", "comm_seconds_total", b"comm_seconds_total", "compute_seconds", b"compute_seconds", "mfu", b"mfu", "phases", b"phases", "step_seconds", b"step_seconds", "straggler_seconds", b"straggler_seconds", "surrogate_seconds", b"surrogate_seconds", "tokens_per_s", b"tokens_per_s"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_bubble_seconds", b"_bubble_seconds", "_compute_seconds", b"_compute_seconds", "_mfu", b"_mfu", "_objective_seconds", b"_objective_seconds", "_straggler_seconds", b"_straggler_seconds", "_tokens_per_s", b"_tokens_per_s", "bubble_seconds", b"bubble_seconds", "comm_seconds", b"comm_seconds", "comm_seconds_total", b"comm_seconds_total", "compute_seconds", b"compute_seconds", "contention", b"contention", "mfu", b"mfu", "objective_seconds", b"objective_seconds", "phases", b"phases", "step_seconds", b"step_seconds", "straggler_seconds", b"straggler_seconds", "surrogate_seconds", b"surrogate_seconds", "tokens_per_s", b"tokens_per_s"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__bubble_seconds: _TypeAlias = _typing.Literal["bubble_seconds"]  # noqa: Y015
     _WhichOneofArgType__bubble_seconds: _TypeAlias = _typing.Literal["_bubble_seconds", b"_bubble_seconds"]  # noqa: Y015
@@ -1807,6 +1852,8 @@ class StepCost(_message.Message):
     _WhichOneofArgType__compute_seconds: _TypeAlias = _typing.Literal["_compute_seconds", b"_compute_seconds"]  # noqa: Y015
     _WhichOneofReturnType__mfu: _TypeAlias = _typing.Literal["mfu"]  # noqa: Y015
     _WhichOneofArgType__mfu: _TypeAlias = _typing.Literal["_mfu", b"_mfu"]  # noqa: Y015
+    _WhichOneofReturnType__objective_seconds: _TypeAlias = _typing.Literal["objective_seconds"]  # noqa: Y015
+    _WhichOneofArgType__objective_seconds: _TypeAlias = _typing.Literal["_objective_seconds", b"_objective_seconds"]  # noqa: Y015
     _WhichOneofReturnType__straggler_seconds: _TypeAlias = _typing.Literal["straggler_seconds"]  # noqa: Y015
     _WhichOneofArgType__straggler_seconds: _TypeAlias = _typing.Literal["_straggler_seconds", b"_straggler_seconds"]  # noqa: Y015
     _WhichOneofReturnType__tokens_per_s: _TypeAlias = _typing.Literal["tokens_per_s"]  # noqa: Y015
@@ -1818,11 +1865,79 @@ class StepCost(_message.Message):
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__mfu) -> _WhichOneofReturnType__mfu | None: ...
     @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__objective_seconds) -> _WhichOneofReturnType__objective_seconds | None: ...
+    @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__straggler_seconds) -> _WhichOneofReturnType__straggler_seconds | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__tokens_per_s) -> _WhichOneofReturnType__tokens_per_s | None: ...
 
 Global___StepCost: _TypeAlias = StepCost  # noqa: Y015
+
+@_typing.final
+class Contention(_message.Message):
+    """The shared fabric's part of a step (placement.cost.shared; docs/model.md "Shared fabric")."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CONTENTION_SECONDS_FIELD_NUMBER: _builtins.int
+    ALONE_STEP_SECONDS_FIELD_NUMBER: _builtins.int
+    HARM_GPU_S_PER_S_FIELD_NUMBER: _builtins.int
+    HARM_FIELD_NUMBER: _builtins.int
+    contention_seconds: _builtins.float
+    """The part of step_seconds due to the other traffic (step_seconds - alone_step_seconds)."""
+    alone_step_seconds: _builtins.float
+    """The step with no other traffic on the fabric."""
+    harm_gpu_s_per_s: _builtins.float
+    """GPU-seconds per second the running jobs lose: sum over them of gpus x added / their step with this job."""
+    @_builtins.property
+    def harm(self) -> _containers.RepeatedCompositeFieldContainer[Global___JobHarm]:
+        """Per running job sharing a link with this one."""
+
+    def __init__(
+        self,
+        *,
+        contention_seconds: _builtins.float = ...,
+        alone_step_seconds: _builtins.float = ...,
+        harm_gpu_s_per_s: _builtins.float = ...,
+        harm: _abc.Iterable[Global___JobHarm] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["alone_step_seconds", b"alone_step_seconds", "contention_seconds", b"contention_seconds", "harm", b"harm", "harm_gpu_s_per_s", b"harm_gpu_s_per_s"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Contention: _TypeAlias = Contention  # noqa: Y015
+
+@_typing.final
+class JobHarm(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_FIELD_NUMBER: _builtins.int
+    GPUS_FIELD_NUMBER: _builtins.int
+    STEP_SECONDS_FIELD_NUMBER: _builtins.int
+    ADDED_SECONDS_FIELD_NUMBER: _builtins.int
+    job: _builtins.str
+    gpus: _builtins.int
+    step_seconds: _builtins.float
+    """its step among the other traffic, without this job"""
+    added_seconds: _builtins.float
+    """seconds per step this job adds to it"""
+    def __init__(
+        self,
+        *,
+        job: _builtins.str = ...,
+        gpus: _builtins.int = ...,
+        step_seconds: _builtins.float = ...,
+        added_seconds: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["added_seconds", b"added_seconds", "gpus", b"gpus", "job", b"job", "step_seconds", b"step_seconds"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___JobHarm: _TypeAlias = JobHarm  # noqa: Y015
 
 @_typing.final
 class Baseline(_message.Message):

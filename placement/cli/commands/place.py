@@ -20,6 +20,7 @@ from placement.cli.serving import is_serving_file, place_serving_file
 from placement.cli.tables import out, place_title, print_report, print_result, print_verdict
 from placement.cli.usage import INPUTS
 from placement.cost.report import CostReport
+from placement.cost.shared import OBJECTIVES
 from placement.errors import InternalError
 from placement.io.export import baseline_costs, export
 from placement.io.native import job_from_dict, load_document
@@ -144,6 +145,13 @@ def place(
             help="budget the search in deterministic time: the same answer whatever the machine's load"
         ),
     ] = False,
+    objective: Annotated[
+        str,
+        typer.Option(
+            help="own (the job's step) or cluster (its step plus the harm to running jobs, when the state "
+            "carries their traffic)"
+        ),
+    ] = "own",
     output: Annotated[
         str,
         typer.Option(
@@ -191,6 +199,8 @@ def place(
     if cluster is None or job is None:
         raise InternalError("the inputs rule lets CLUSTER and JOB through only together")
     strat = _check_options(strategy, time_limit, gap, seed, workers)
+    if objective not in OBJECTIVES:
+        fail(f"--objective: unknown value {objective!r}; use one of {', '.join(OBJECTIVES)}", 2)
     if is_serving_file(job):  # a serving job (kind: serving): placement.cli.serving
         opts = SolveOptions(strategy=strat, time_limit_s=time_limit, seed=seed, workers=workers)
         return place_serving_file(cluster, job, state, opts, output, out_file, server)
@@ -213,6 +223,7 @@ def place(
                 "relative_gap": gap,
                 "seed": seed,
                 "deterministic": deterministic,
+                **({"objective": objective} if objective != "own" else {}),
             },
         }
         if state is not None:
@@ -236,6 +247,7 @@ def place(
             seed=seed,
             workers=workers,
             deterministic=deterministic,
+            objective=objective,
         ),
         max_slowdown=max_slowdown,
     )

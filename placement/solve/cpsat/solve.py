@@ -150,7 +150,7 @@ def solve_cpsat(
     run.note_units(units)
     if not p.pinned and p.remaining() > 0.1:
         run.constructive(units)
-    model = build_model(topo, p.state, p.traffic, units.ranks, units.exact, p.candidates)
+    model = build_model(topo, p.priced_state, p.traffic, units.ranks, units.exact, p.candidates)
     run.stats["terms"] = len(model.terms)
     whole = run.whole_model(units, model)
     if whole.infeasible:
