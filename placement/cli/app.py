@@ -87,6 +87,7 @@ COMMANDS: dict[str, Entry] = {
         "placement.cli.commands.registry", "Clusters, live state and reservations held by a placement server."
     ),
     "serve": Entry("placement.cli.commands.serve", "Run the gRPC server (same as `placement-server`)."),
+    "schema": Entry("placement.cli.commands.schema", "The JSON Schema of an input file (docs/formats.md)."),
     "calibrate": Entry(
         "placement.cli.commands.calibrate",
         "Fit a cluster's links to nccl-tests logs, or a job's compute efficiency to a measured step.",

@@ -204,6 +204,20 @@ def _host_budget(
     lim.check("max_matrix_cells", cells, "the cluster's intra-node matrix cells")
 
 
+_CLUSTER_KEYS = (
+    "name",
+    "levels",
+    "intra_node_tiers",
+    "rail_policy",
+    "node_types",
+    "generate",
+    "hosts",
+    "fault_domains",
+    "device_kinds",
+    "description",
+)
+
+
 def cluster_from_dict(
     doc: Any, source: str = "<cluster>", base_dir: Path | None = None
 ) -> tuple[Topology, ClusterState | None]:
@@ -213,24 +227,53 @@ def cluster_from_dict(
     if not r.kind(doc, "cluster"):
         ps.raise_if_any()
     d = r.obj(doc, "")
-    r.keys(
-        d,
-        [
-            "name",
-            "levels",
-            "intra_node_tiers",
-            "rail_policy",
-            "node_types",
-            "generate",
-            "hosts",
-            "fault_domains",
-            "device_kinds",
-            "description",
-        ],
-        "",
-    )
+    r.keys(d, _CLUSTER_KEYS, "")
     ps.raise_if_any()
     name = r.str_(d, "name", "", default=Path(source).stem) or "cluster"
+    levels = _levels(r, d)
+    tiers = _intra_node_tiers(r, d)
+    rail_policy = _rail_policy(r, d)
+    kinds = _device_kinds(r, d.get("device_kinds"))
+    node_types = _node_types(r, d, base_dir)
+    gens = d.get("generate")
+    gen_list = [gens] if isinstance(gens, dict) else r.lst(gens, "generate")
+    _host_budget(
+        r,
+        gen_list,
+        r.lst(d.get("hosts"), "hosts"),
+        node_types,
+        "generate" if isinstance(gens, dict) else None,
+    )
+    # every host was built: structural checks of the whole cluster are meaningful
+    hosts, gen_src, complete = _generated_hosts(r, gen_list, isinstance(gens, dict), levels, node_types)
+    hosts += _explicit_hosts(r, d, node_types)
+    if gens is None and d.get("hosts") is None:
+        ps.add("", "the cluster names no hosts: give `generate` (compact) and/or `hosts` (explicit)")
+    try:
+        topo = Topology.build(
+            name,
+            levels,
+            hosts,
+            intra_node_tiers=tiers,
+            rail_policy=rail_policy,
+            source=source,
+            device_kinds=kinds,
+        )
+    except InputError as e:
+        # structural problems (a host listed twice...) are reported with the reader's, all at once; Topology.build
+        # numbers generated and explicit hosts together: name them as the file does
+        if (complete and hosts) or not ps:
+            ps.extend(_file_host_paths(e.problems, gen_src, hosts))
+        ps.raise_if_any()
+        raise
+    ps.raise_if_any()
+    fd = d.get("fault_domains")
+    state = state_from_dict({"fault_domains": fd}, topo, source) if fd is not None else None
+    return topo, state
+
+
+def _levels(r: _Reader, d: Mapping[str, Any]) -> list[Level]:
+    """The domain levels, bottom up, each with its tier."""
     levels: list[Level] = []
     for i, lv in enumerate(r.lst(d.get("levels"), "levels")):
         lvd = r.obj(lv, f"levels[{i}]")
@@ -253,103 +296,94 @@ def cluster_from_dict(
             )
         )
     if "levels" not in d:
-        ps.add(
+        r.ps.add(
             "levels", "is required: the domain levels bottom up, e.g. [{name: node, ...}, {name: leaf, ...}]"
         )
+    return levels
+
+
+def _intra_node_tiers(r: _Reader, d: Mapping[str, Any]) -> dict[str, Tier]:
+    """Overrides of the built-in tiers of the intra-node matrix codes."""
     tiers: dict[str, Tier] = {}
     for code, td in r.obj(d.get("intra_node_tiers"), "intra_node_tiers").items():
         if code not in DEFAULT_INTRA_NODE_TIERS and code != "SOC":
-            ps.add(
+            r.ps.add(
                 f"intra_node_tiers.{code}",
                 f"unknown code; known: {sorted(DEFAULT_INTRA_NODE_TIERS)} (NV is per link)",
             )
             continue
         tiers[code] = _tier(r, r.obj(td, f"intra_node_tiers.{code}"), f"intra_node_tiers.{code}")
-    rail_policy = None
-    if d.get("rail_policy") is not None:
-        rp = r.obj(d["rail_policy"], "rail_policy")
-        r.keys(rp, ["extra_latency_us", "bandwidth_factor"], "rail_policy")
-        rail_policy = RailPolicy(
-            r.num(rp, "extra_latency_us", "rail_policy", default=2.0, minimum=0, maximum=MAX_LATENCY_US)
-            or 0.0,
-            r.num(rp, "bandwidth_factor", "rail_policy", default=1.0, minimum=1 / MAX_SLOWDOWN, maximum=1.0)
-            or 1.0,
-        )
-    kinds = _device_kinds(r, d.get("device_kinds"))
+    return tiers
+
+
+def _rail_policy(r: _Reader, d: Mapping[str, Any]) -> RailPolicy | None:
+    if d.get("rail_policy") is None:
+        return None
+    rp = r.obj(d["rail_policy"], "rail_policy")
+    r.keys(rp, ["extra_latency_us", "bandwidth_factor"], "rail_policy")
+    return RailPolicy(
+        r.num(rp, "extra_latency_us", "rail_policy", default=2.0, minimum=0, maximum=MAX_LATENCY_US) or 0.0,
+        r.num(rp, "bandwidth_factor", "rail_policy", default=1.0, minimum=1 / MAX_SLOWDOWN, maximum=1.0)
+        or 1.0,
+    )
+
+
+def _node_types(r: _Reader, d: Mapping[str, Any], base_dir: Path | None) -> dict[str, NodeType]:
     node_types: dict[str, NodeType] = {}
     for i, nt in enumerate(r.lst(d.get("node_types"), "node_types")):
         ntd = r.obj(nt, f"node_types[{i}]")
         ntn = r.str_(ntd, "name", f"node_types[{i}]", required=True) or f"type{i}"
         if ntn in node_types:
-            ps.add(f"node_types[{i}].name", f"node type {short(ntn)} is defined twice")
+            r.ps.add(f"node_types[{i}].name", f"node type {short(ntn)} is defined twice")
         node_types[ntn] = _node_type(r, ntd, f"node_types[{i}]", ntn, base_dir)
+    return node_types
+
+
+def _host_type(r: _Reader, hd: Mapping[str, Any], path: str, node_types: Mapping[str, NodeType]) -> NodeType:
+    """The node type a generate block or a host names, or the one its `devices` and `kind` make."""
+    tname = hd.get("node_type")
+    if tname is not None:
+        if not isinstance(tname, str | int) or str(tname) not in node_types:
+            r.ps.add(f"{path}.node_type", f"unknown node type {short(tname)}; defined: {sorted(node_types)}")
+            return NodeType("?", 1)
+        return node_types[str(tname)]
+    n = r.int_(hd, "devices", path, minimum=1, default=None, maximum=current_limits().max_devices)
+    if n is None:
+        if "devices" not in hd:
+            r.ps.add(f"{path}.devices", "is required (or a node_type)")
+        n = 1
+    return NodeType(f"{n}x", n, r.str_(hd, "kind", path, default="gpu") or "gpu")
+
+
+def _generated_hosts(
+    r: _Reader,
+    gen_list: Sequence[Any],
+    single: bool,
+    levels: Sequence[Level],
+    node_types: Mapping[str, NodeType],
+) -> tuple[list[HostSpec], list[str], bool]:
+    """The hosts of every generate block; the block of each (to name it in structural errors); whether every
+    block was built (else the structural checks of the whole cluster would report what the blocks already do)."""
+    ps = r.ps
     level_names = [lv.name for lv in levels]
-
-    def host_type(hd: Mapping[str, Any], path: str) -> NodeType:
-        tname = hd.get("node_type")
-        if tname is not None:
-            if not isinstance(tname, str | int) or str(tname) not in node_types:
-                ps.add(
-                    f"{path}.node_type", f"unknown node type {short(tname)}; defined: {sorted(node_types)}"
-                )
-                return NodeType("?", 1)
-            return node_types[str(tname)]
-        n = r.int_(hd, "devices", path, minimum=1, default=None, maximum=current_limits().max_devices)
-        if n is None:
-            if "devices" not in hd:
-                ps.add(f"{path}.devices", "is required (or a node_type)")
-            n = 1
-        return NodeType(f"{n}x", n, r.str_(hd, "kind", path, default="gpu") or "gpu")
-
     hosts: list[HostSpec] = []
-    gens = d.get("generate")
-    gen_list = [gens] if isinstance(gens, dict) else r.lst(gens, "generate")
-    _host_budget(
-        r,
-        gen_list,
-        r.lst(d.get("hosts"), "hosts"),
-        node_types,
-        "generate" if isinstance(gens, dict) else None,
-    )
-    gen_src: list[str] = []  # the generate entry of each generated host, to name it in structural errors
-    complete = bool(levels)  # every host was built: structural checks of the whole cluster are meaningful
+    gen_src: list[str] = []
+    complete = bool(levels)
     for gi, g in enumerate(gen_list):
-        gp = "generate" if isinstance(gens, dict) else f"generate[{gi}]"
+        gp = "generate" if single else f"generate[{gi}]"
         entry_start = len(ps)
         gd = r.obj(g, gp)
         r.keys(gd, ["nodes", "node_type", "devices", "kind", "fanout", "prefix", "host_format"], gp)
         nodes = r.int_(gd, "nodes", gp, minimum=1, required=True) or 0
-        nt = host_type(gd, gp)
+        nt = _host_type(r, gd, gp, node_types)
         fan = r.obj(gd.get("fanout"), f"{gp}.fanout")
         prefix = r.str_(gd, "prefix", gp, default="") or ""
         for k in fan:
             if k not in level_names[1:]:
                 ps.add(f"{gp}.fanout.{k}", f"unknown level; the levels above the host are {level_names[1:]}")
-        counts = [nodes]
-        fanouts: list[int] = []
-        bad_fanout = False
-        for li, lname in enumerate(level_names[1:], start=1):
-            top = li == len(level_names) - 1
-            f = r.int_(fan, lname, f"{gp}.fanout", minimum=1, default=None)
-            if f is None:
-                if fan.get(lname) is not None:  # reported by int_; no follow-up error about the counts
-                    f, bad_fanout = 1, True
-                elif top:
-                    f = max(1, counts[-1])  # nodes may be invalid (0): reported above
-                else:
-                    ps.add(
-                        f"{gp}.fanout.{lname}",
-                        f"is required: how many {level_names[li - 1]} domains one {lname} holds",
-                    )
-                    f = 1
-            fanouts.append(f)
-            counts.append(-(-counts[-1] // f))
-        if len(level_names) > 1 and counts[-1] > 1 and not bad_fanout:
-            ps.add(
-                f"{gp}.fanout.{level_names[-1]}",
-                f"gives {counts[-1]} {level_names[-1]} domains; the top level must be one domain: raise it to >= {counts[-2]} or add a level above",
-            )
-        if hfmt := gd.get("host_format"):
+        counts, fanouts = _fanouts(r, gp, fan, nodes, level_names)
+        hfmt = gd.get("host_format")
+        if hfmt:
             try:
                 str(hfmt).format(1)
             except (KeyError, IndexError, ValueError) as e:
@@ -376,6 +410,43 @@ def cluster_from_dict(
                 )
             hosts.append(HostSpec(hname, doms, nt))
             gen_src.append(gp)
+    return hosts, gen_src, complete
+
+
+def _fanouts(
+    r: _Reader, gp: str, fan: Mapping[str, Any], nodes: int, level_names: Sequence[str]
+) -> tuple[list[int], list[int]]:
+    """The domain count at each level (the hosts first) and the fanout of each level above the host."""
+    ps = r.ps
+    counts = [nodes]
+    fanouts: list[int] = []
+    bad_fanout = False
+    for li, lname in enumerate(level_names[1:], start=1):
+        top = li == len(level_names) - 1
+        f = r.int_(fan, lname, f"{gp}.fanout", minimum=1, default=None)
+        if f is None:
+            if fan.get(lname) is not None:  # reported by int_; no follow-up error about the counts
+                f, bad_fanout = 1, True
+            elif top:
+                f = max(1, counts[-1])  # nodes may be invalid (0): reported above
+            else:
+                ps.add(
+                    f"{gp}.fanout.{lname}",
+                    f"is required: how many {level_names[li - 1]} domains one {lname} holds",
+                )
+                f = 1
+        fanouts.append(f)
+        counts.append(-(-counts[-1] // f))
+    if len(level_names) > 1 and counts[-1] > 1 and not bad_fanout:
+        ps.add(
+            f"{gp}.fanout.{level_names[-1]}",
+            f"gives {counts[-1]} {level_names[-1]} domains; the top level must be one domain: raise it to >= {counts[-2]} or add a level above",
+        )
+    return counts, fanouts
+
+
+def _explicit_hosts(r: _Reader, d: Mapping[str, Any], node_types: Mapping[str, NodeType]) -> list[HostSpec]:
+    hosts: list[HostSpec] = []
     for hi, h in enumerate(r.lst(d.get("hosts"), "hosts")):
         tick(hi, "reading the hosts")
         hp = f"hosts[{hi}]"
@@ -383,30 +454,8 @@ def cluster_from_dict(
         r.keys(hd, ["name", "domains", "node_type", "devices", "kind"], hp)
         hname = r.str_(hd, "name", hp, required=True) or f"?{hi}"
         doms = {str(k): str(v) for k, v in r.obj(hd.get("domains"), f"{hp}.domains").items()}
-        hosts.append(HostSpec(hname, doms, host_type(hd, hp)))
-    if gens is None and d.get("hosts") is None:
-        ps.add("", "the cluster names no hosts: give `generate` (compact) and/or `hosts` (explicit)")
-    try:
-        topo = Topology.build(
-            name,
-            levels,
-            hosts,
-            intra_node_tiers=tiers,
-            rail_policy=rail_policy,
-            source=source,
-            device_kinds=kinds,
-        )
-    except InputError as e:
-        # structural problems (a host listed twice...) are reported with the reader's, all at once; Topology.build
-        # numbers generated and explicit hosts together: name them as the file does
-        if (complete and hosts) or not ps:
-            ps.extend(_file_host_paths(e.problems, gen_src, hosts))
-        ps.raise_if_any()
-        raise
-    ps.raise_if_any()
-    fd = d.get("fault_domains")
-    state = state_from_dict({"fault_domains": fd}, topo, source) if fd is not None else None
-    return topo, state
+        hosts.append(HostSpec(hname, doms, _host_type(r, hd, hp, node_types)))
+    return hosts
 
 
 def _file_host_paths(

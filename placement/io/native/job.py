@@ -76,6 +76,39 @@ def _members(r: _Reader, v: Any, path: str, budget: list[int]) -> tuple[int, ...
     return tuple(items)
 
 
+_JOB_KEYS = (
+    "name",
+    "ranks",
+    "device_kind",
+    "parallel",
+    "model",
+    "exposure",
+    "groups",
+    "edges",
+    "constraints",
+    "description",
+    "launcher",
+)
+_MODEL_KEYS = (
+    "parameters",
+    "hidden",
+    "layers",
+    "seq_len",
+    "micro_batch",
+    "micro_batches",
+    "bytes_per_element",
+    "grad_bytes_per_element",
+    "experts",
+    "top_k",
+    "expert_parameters",
+    "kv_fraction",
+    "recompute",
+    "mfu",
+    "heads",
+    "distributed_optimizer",
+)
+
+
 def job_from_dict(doc: Any, source: str = "<job>") -> Job:
     """A structured or explicit job with its constraints."""
     ps = Problems(source)
@@ -83,23 +116,7 @@ def job_from_dict(doc: Any, source: str = "<job>") -> Job:
     if not r.kind(doc, "job"):
         ps.raise_if_any()
     d = r.obj(doc, "")
-    r.keys(
-        d,
-        [
-            "name",
-            "ranks",
-            "device_kind",
-            "parallel",
-            "model",
-            "exposure",
-            "groups",
-            "edges",
-            "constraints",
-            "description",
-            "launcher",
-        ],
-        "",
-    )
+    r.keys(d, _JOB_KEYS, "")
     if r.typos_at(""):
         # a mistyped top-level key changes what the rest means (`paralel:` makes the job explicit, and then
         # `ranks` "is required"): report the typos alone
@@ -118,116 +135,116 @@ def job_from_dict(doc: Any, source: str = "<job>") -> Job:
     par: ParallelSpec | None = None
     model: ModelShape | None = None
     if d.get("parallel") is not None:
-        pd = r.obj(d["parallel"], "parallel")
-        r.keys(pd, [*DIMENSIONS, "order"], "parallel")
-        sizes = {
-            k: r.int_(pd, k, "parallel", minimum=1, default=1, maximum=lim.max_ranks) or 1 for k in DIMENSIONS
-        }
-        world = math.prod(sizes.values())
-        sized = not r.typos_at("parallel")  # a mistyped size (tpp: 8) is not also a wrong world size
-        lim.check("max_ranks", world, "tp*cp*ep*dp*pp")
-        order = r.str_(pd, "order", "parallel", default="tp-cp-ep-dp-pp") or "tp-cp-ep-dp-pp"
-        dims = order.split("-")
-        missing = [x for x in DIMENSIONS if x not in dims]
-        unknown = [x for x in dims if x not in DIMENSIONS]
-        dup = sorted({x for x in dims if dims.count(x) > 1})
-        if missing or unknown or dup:
-            what = []
-            if missing:
-                what.append(f"misses {', '.join(missing)}")
-            if unknown:
-                what.append(f"has unknown {', '.join(repr(u) for u in unknown)}")
-            if dup:
-                what.append(f"repeats {', '.join(dup)}")
-            ps.add(
-                "parallel.order",
-                f"{short(order)} {' and '.join(what)}; it must name each of tp, cp, ep, dp, pp once, e.g. 'tp-cp-ep-dp-pp'",
-            )
-            order = "tp-cp-ep-dp-pp"
-        par = ParallelSpec(order=order, **sizes)
-        md = r.obj(d.get("model"), "model")
-        model_start = len(ps.items)
-        if "model" not in d:
-            ps.add("model", "is required with `parallel`: parameters, hidden, layers, seq_len, ...")
-        else:
-            r.keys(
-                md,
-                [
-                    "parameters",
-                    "hidden",
-                    "layers",
-                    "seq_len",
-                    "micro_batch",
-                    "micro_batches",
-                    "bytes_per_element",
-                    "grad_bytes_per_element",
-                    "experts",
-                    "top_k",
-                    "expert_parameters",
-                    "kv_fraction",
-                    "recompute",
-                    "mfu",
-                    "heads",
-                    "distributed_optimizer",
-                ],
-                "model",
-            )
-            model = ModelShape(
-                parameters=r.num(
-                    md,
-                    "parameters",
-                    "model",
-                    minimum=0,
-                    exclusive=True,
-                    required=True,
-                    maximum=MAX_PARAMETERS,
-                )
-                or 1.0,
-                hidden=r.int_(md, "hidden", "model", minimum=1, required=True, maximum=10**7) or 1,
-                layers=r.int_(md, "layers", "model", minimum=1, required=True, maximum=10**6) or 1,
-                seq_len=r.int_(md, "seq_len", "model", minimum=1, required=True, maximum=10**9) or 1,
-                micro_batch=r.int_(md, "micro_batch", "model", minimum=1, default=1, maximum=10**6) or 1,
-                micro_batches=r.int_(md, "micro_batches", "model", minimum=1, default=1, maximum=10**6) or 1,
-                bytes_per_element=r.int_(md, "bytes_per_element", "model", minimum=1, default=2, maximum=64)
-                or 2,
-                grad_bytes_per_element=r.int_(md, "grad_bytes_per_element", "model", minimum=1, maximum=64),
-                experts=r.int_(md, "experts", "model", minimum=0, default=0, maximum=10**6) or 0,
-                top_k=r.int_(md, "top_k", "model", minimum=0, default=0, maximum=10**6) or 0,
-                expert_parameters=r.num(
-                    md, "expert_parameters", "model", minimum=0, default=0.0, maximum=MAX_PARAMETERS
-                )
-                or 0.0,
-                kv_fraction=r.num(
-                    md, "kv_fraction", "model", minimum=0, exclusive=True, default=1.0, maximum=1.0
-                )
-                or 1.0,
-                recompute=r.bool_(md, "recompute", "model"),
-                distributed_optimizer=r.bool_(md, "distributed_optimizer", "model"),
-                mfu=r.num(md, "mfu", "model", minimum=0, exclusive=True, maximum=1.0, default=DEFAULT_MFU)
-                or DEFAULT_MFU,
-                heads=r.int_(md, "heads", "model", minimum=1, default=0, maximum=10**6) or 0,
-            )
-            # a model field wrong, missing or mistyped stands for its default, which proves nothing below
-            unsure = {p.path.removeprefix("model.") for p in ps.items[model_start:]}
-            unsure.update(k for (path, k) in r.typos if path == "model")
-            _model_checks(ps, model, sizes, unsure)
+        par, sized = _parallel(r, d)
+        model = _model(r, d, par)
         ranks = (
             r.int_(d, "ranks", "", minimum=1, default=par.world_size, maximum=lim.max_ranks) or par.world_size
         )
         if ranks != par.world_size and sized:
-            ps.add(
-                "ranks",
-                f"{ranks} does not equal tp*cp*ep*dp*pp = {'*'.join(str(sizes[k]) for k in DIMENSIONS)} = {par.world_size}",
-            )
+            sizes = "*".join(str(getattr(par, k)) for k in DIMENSIONS)
+            ps.add("ranks", f"{ranks} does not equal tp*cp*ep*dp*pp = {sizes} = {par.world_size}")
         if d.get("groups") or d.get("edges"):
             ps.add("groups", "a job is structured (parallel + model) or explicit (groups/edges), not both")
     else:
         ranks = r.int_(d, "ranks", "", minimum=1, required=True, maximum=lim.max_ranks) or 1
         if d.get("groups") is None and d.get("edges") is None and "ranks" in d:
             ps.add("", "an explicit job needs `groups` and/or `edges` (or give `parallel` and `model`)")
+    groups = _groups(r, d, ranks)
+    edges = _edges(r, d, ranks)
+    exposure = _exposure(r, d)
+    cons = _constraints(r, d.get("constraints"), ranks)
+    launcher = r.str_(d, "launcher", "", default="any") or "any"
+    if launcher not in LAUNCHERS:
+        ps.add(
+            "launcher",
+            f"unknown launcher {launcher!r}; use one of {', '.join(LAUNCHERS)} (torchrun: each host's ranks one contiguous block)",
+        )
+        launcher = "any"
+    ps.raise_if_any()
+    return Job(name, ranks, kind, par, model, exposure, tuple(groups), tuple(edges), cons, launcher)
+
+
+def _parallel(r: _Reader, d: Mapping[str, Any]) -> tuple[ParallelSpec, bool]:
+    """The parallel sizes and rank order; whether the sizes are as written (a mistyped size, `tpp: 8`, is not
+    also a wrong world size)."""
+    lim = current_limits()
+    pd = r.obj(d["parallel"], "parallel")
+    r.keys(pd, [*DIMENSIONS, "order"], "parallel")
+    sizes = {
+        k: r.int_(pd, k, "parallel", minimum=1, default=1, maximum=lim.max_ranks) or 1 for k in DIMENSIONS
+    }
+    world = math.prod(sizes.values())
+    sized = not r.typos_at("parallel")
+    lim.check("max_ranks", world, "tp*cp*ep*dp*pp")
+    order = r.str_(pd, "order", "parallel", default="tp-cp-ep-dp-pp") or "tp-cp-ep-dp-pp"
+    dims = order.split("-")
+    missing = [x for x in DIMENSIONS if x not in dims]
+    unknown = [x for x in dims if x not in DIMENSIONS]
+    dup = sorted({x for x in dims if dims.count(x) > 1})
+    if missing or unknown or dup:
+        what = []
+        if missing:
+            what.append(f"misses {', '.join(missing)}")
+        if unknown:
+            what.append(f"has unknown {', '.join(repr(u) for u in unknown)}")
+        if dup:
+            what.append(f"repeats {', '.join(dup)}")
+        r.ps.add(
+            "parallel.order",
+            f"{short(order)} {' and '.join(what)}; it must name each of tp, cp, ep, dp, pp once, e.g. 'tp-cp-ep-dp-pp'",
+        )
+        order = "tp-cp-ep-dp-pp"
+    return ParallelSpec(order=order, **sizes), sized
+
+
+def _model(r: _Reader, d: Mapping[str, Any], par: ParallelSpec) -> ModelShape | None:
+    """The model shape of a structured job, checked against its parallel sizes."""
+    ps = r.ps
+    md = r.obj(d.get("model"), "model")
+    model_start = len(ps.items)
+    if "model" not in d:
+        ps.add("model", "is required with `parallel`: parameters, hidden, layers, seq_len, ...")
+        return None
+    r.keys(md, _MODEL_KEYS, "model")
+    model = ModelShape(
+        parameters=r.num(
+            md, "parameters", "model", minimum=0, exclusive=True, required=True, maximum=MAX_PARAMETERS
+        )
+        or 1.0,
+        hidden=r.int_(md, "hidden", "model", minimum=1, required=True, maximum=10**7) or 1,
+        layers=r.int_(md, "layers", "model", minimum=1, required=True, maximum=10**6) or 1,
+        seq_len=r.int_(md, "seq_len", "model", minimum=1, required=True, maximum=10**9) or 1,
+        micro_batch=r.int_(md, "micro_batch", "model", minimum=1, default=1, maximum=10**6) or 1,
+        micro_batches=r.int_(md, "micro_batches", "model", minimum=1, default=1, maximum=10**6) or 1,
+        bytes_per_element=r.int_(md, "bytes_per_element", "model", minimum=1, default=2, maximum=64) or 2,
+        grad_bytes_per_element=r.int_(md, "grad_bytes_per_element", "model", minimum=1, maximum=64),
+        experts=r.int_(md, "experts", "model", minimum=0, default=0, maximum=10**6) or 0,
+        top_k=r.int_(md, "top_k", "model", minimum=0, default=0, maximum=10**6) or 0,
+        expert_parameters=r.num(
+            md, "expert_parameters", "model", minimum=0, default=0.0, maximum=MAX_PARAMETERS
+        )
+        or 0.0,
+        kv_fraction=r.num(md, "kv_fraction", "model", minimum=0, exclusive=True, default=1.0, maximum=1.0)
+        or 1.0,
+        recompute=r.bool_(md, "recompute", "model"),
+        distributed_optimizer=r.bool_(md, "distributed_optimizer", "model"),
+        mfu=r.num(md, "mfu", "model", minimum=0, exclusive=True, maximum=1.0, default=DEFAULT_MFU)
+        or DEFAULT_MFU,
+        heads=r.int_(md, "heads", "model", minimum=1, default=0, maximum=10**6) or 0,
+    )
+    # a model field wrong, missing or mistyped stands for its default, which proves nothing below
+    unsure = {p.path.removeprefix("model.") for p in ps.items[model_start:]}
+    unsure.update(k for (path, k) in r.typos if path == "model")
+    _model_checks(ps, model, {k: getattr(par, k) for k in DIMENSIONS}, unsure)
+    return model
+
+
+def _groups(r: _Reader, d: Mapping[str, Any], ranks: int) -> list[Group]:
+    """The collectives of an explicit job."""
+    ps = r.ps
     groups: list[Group] = []
     kinds = {k.value: k for k in CollectiveKind}
-    budget = [lim.max_group_members]
+    budget = [current_limits().max_group_members]
     for i, g in enumerate(r.lst(d.get("groups"), "groups")):
         tick(i, "reading the groups")
         gp = f"groups[{i}]"
@@ -255,6 +272,12 @@ def job_from_dict(doc: Any, source: str = "<job>") -> Job:
                 _exposed(r, gd, gp),
             )
         )
+    return groups
+
+
+def _edges(r: _Reader, d: Mapping[str, Any], ranks: int) -> list[Edge]:
+    """The point-to-point transfers of an explicit job."""
+    ps = r.ps
     edges: list[Edge] = []
     for i, e in enumerate(r.lst(d.get("edges"), "edges")):
         tick(i, "reading the edges")
@@ -278,23 +301,19 @@ def job_from_dict(doc: Any, source: str = "<job>") -> Job:
                 _exposed(r, ed, ep),
             )
         )
+    return edges
+
+
+def _exposure(r: _Reader, d: Mapping[str, Any]) -> dict[str, float]:
+    """The exposed fraction of each group label."""
     exposure: dict[str, float] = {}
     for lab, val in r.obj(d.get("exposure"), "exposure").items():
         f = r.num({lab: val}, lab, "exposure", minimum=0)
         if f is not None and f > 1:
-            ps.add(f"exposure.{lab}", f"an exposed fraction is in [0, 1], got {f:g}")
+            r.ps.add(f"exposure.{lab}", f"an exposed fraction is in [0, 1], got {f:g}")
         elif f is not None:
             exposure[str(lab)] = f
-    cons = _constraints(r, d.get("constraints"), ranks)
-    launcher = r.str_(d, "launcher", "", default="any") or "any"
-    if launcher not in LAUNCHERS:
-        ps.add(
-            "launcher",
-            f"unknown launcher {launcher!r}; use one of {', '.join(LAUNCHERS)} (torchrun: each host's ranks one contiguous block)",
-        )
-        launcher = "any"
-    ps.raise_if_any()
-    return Job(name, ranks, kind, par, model, exposure, tuple(groups), tuple(edges), cons, launcher)
+    return exposure
 
 
 def _model_checks(ps: Problems, model: ModelShape, sizes: Mapping[str, int], unsure: set[str]) -> None:

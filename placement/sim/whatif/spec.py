@@ -16,7 +16,7 @@ from placement.limits import current_limits
 from placement.model.job import DIMENSIONS, Job
 from placement.model.topology import Topology
 from placement.sim.digest import digest
-from placement.sim.whatif.axes import STRATEGIES, is_int, is_num, known_strategies, parse_axes
+from placement.sim.whatif.axes import STRATEGIES, Axes, is_int, is_num, known_strategies, parse_axes
 from placement.sim.whatif.shapes import Shape, parse_shapes, shape_job_doc
 from placement.sim.whatif.variants import Variant, apply_variant, tier_names, variant_info
 
@@ -176,7 +176,70 @@ def sweep_from_dict(doc: Any, source: str = "<sweep>", base_dir: Path | None = N
             for pr in e.problems:
                 ps.add(_where("job", job_ref, pr.path), pr.message)
 
-    solver = doc.get("solver") or {}
+    s_workers, s_seed, s_gap, s_det = _solver(ps, doc.get("solver"))
+
+    keep_batch, gpus = _batch_and_gpus(ps, doc)
+
+    level_names = list(base_topo.level_names) if base_topo is not None else []
+    ax = parse_axes(ps, doc.get("axes"), level_names if base_topo is not None else None)
+    shapes_doc = ax.shapes
+    structured = base_job is not None and base_job.parallel is not None and base_job.model is not None
+    if shapes_doc is not None and base_job is not None and not structured:
+        ps.add("axes.shapes", "needs a structured base job (parallel + model); the job lists explicit groups")
+    ps.raise_if_any()
+    if base_topo is None or base_job is None or cluster_doc is None or job_doc is None:
+        raise InputError(source, [Problem("cluster", "a sweep needs a cluster and a job")])
+    if gpus is None:
+        gpus = base_job.ranks
+
+    variants, vdocs, vinfo, vtopos = _variants(
+        ps, source, cluster_doc, cluster_dir, cluster_ref, state_doc, state_ref, level_names, ax
+    )
+    ps.raise_if_any()
+
+    shapes_per_variant = parse_shapes(
+        ps, shapes_doc, gpus, job_doc, base_job, variants, vtopos, source, keep_batch
+    )
+    ps.raise_if_any()
+
+    points = _points(
+        ps, shapes_per_variant, ax, vdocs, state_doc, job_doc, keep_batch, (s_workers, s_seed, s_gap, s_det)
+    )
+    labels = (
+        tuple(DIMENSIONS)
+        if structured
+        else tuple(sorted({g.label for g in base_job.groups} | {e.label for e in base_job.edges}))
+    )
+    tiers = tuple(dict.fromkeys(t for topo in vtopos for t in tier_names(topo)))
+    return Sweep(
+        name=name,
+        source=source,
+        cluster_doc=cluster_doc,
+        cluster_dir=str(cluster_dir),
+        job_doc=job_doc,
+        job_name=base_job.name,
+        state_doc=state_doc,
+        gpus=gpus,
+        variants=tuple(variants),
+        variant_docs=tuple(vdocs),
+        variant_info=tuple(vinfo),
+        points=tuple(points),
+        labels=labels,
+        tiers=tiers,
+        level_names=tuple(level_names),
+        solver_workers=int(s_workers),
+        solver_seed=int(s_seed),
+        relative_gap=float(s_gap),
+        solver_deterministic=s_det,
+        strategies=tuple(str(x) for x in ax.strategies),
+        baselines=tuple(x for x in known_strategies() if x != "cpsat"),
+        keep_global_batch=keep_batch,
+    )
+
+
+def _solver(ps: Problems, value: Any) -> tuple[int, int, float, bool]:
+    """The sweep's solver settings: workers, seed, relative gap, deterministic."""
+    solver = value or {}
     if not isinstance(solver, dict):
         ps.add("solver", f"must be a mapping {{workers, seed, relative_gap}}, got {solver!r}")
         solver = {}
@@ -202,36 +265,23 @@ def sweep_from_dict(doc: Any, source: str = "<sweep>", base_dir: Path | None = N
     if not isinstance(s_det, bool):
         ps.add("solver.deterministic", f"must be true or false, got {s_det!r}")
         s_det = False
+    return s_workers, s_seed, s_gap, s_det
 
-    keep_batch = doc.get("keep_global_batch", True)
-    if not isinstance(keep_batch, bool):
-        ps.add("keep_global_batch", f"must be true or false, got {keep_batch!r}")
-        keep_batch = True
-    gpus = doc.get("gpus")
-    if gpus is not None and not (is_int(gpus) and gpus >= 1):
-        ps.add("gpus", f"must be an integer >= 1, got {short(gpus)}")
-        gpus = None
-    elif gpus is not None and gpus > current_limits().max_ranks:
-        ps.add("gpus", f"{gpus} is above the limit max_ranks={current_limits().max_ranks}")
-        gpus = None
 
-    level_names = list(base_topo.level_names) if base_topo is not None else []
-    ax = parse_axes(ps, doc.get("axes"), level_names if base_topo is not None else None)
-    occupancy, failed, modes, seeds = ax.occupancy, ax.failed, ax.modes, ax.seeds
-    strategies, time_limits, tier_axes = ax.strategies, ax.time_limits, ax.tiers
-    gpn, nodes, npl = ax.gpus_per_node, ax.nodes, ax.nodes_per_leaf
-
-    shapes_doc = ax.shapes
-    structured = base_job is not None and base_job.parallel is not None and base_job.model is not None
-    if shapes_doc is not None and base_job is not None and not structured:
-        ps.add("axes.shapes", "needs a structured base job (parallel + model); the job lists explicit groups")
-    if gpus is None and base_job is not None:
-        gpus = base_job.ranks
-    ps.raise_if_any()
-    if base_topo is None or base_job is None or cluster_doc is None or job_doc is None:
-        raise InputError(source, [Problem("cluster", "a sweep needs a cluster and a job")])
-
-    # cluster variants: build each, to check it and to know its effective values
+def _variants(
+    ps: Problems,
+    source: str,
+    cluster_doc: Mapping[str, Any],
+    cluster_dir: Path,
+    cluster_ref: str,
+    state_doc: Mapping[str, Any] | None,
+    state_ref: str,
+    level_names: list[str],
+    ax: Axes,
+) -> tuple[list[Variant], list[dict[str, Any]], list[dict[str, str]], list[Topology]]:
+    """The cluster variants of the grid, each built (to check it and to know its effective values), with its
+    document, its CSV values and its topology; the state checked on each."""
+    gpn, nodes, npl, tier_axes = ax.gpus_per_node, ax.nodes, ax.nodes_per_leaf, ax.tiers
     variants: list[Variant] = []
     vdocs: list[dict[str, Any]] = []
     vinfo: list[dict[str, str]] = []
@@ -267,14 +317,25 @@ def sweep_from_dict(doc: Any, source: str = "<sweep>", base_dir: Path | None = N
         vdocs.append(vd)
         vinfo.append(variant_info(topo))
         vtopos.append(topo)
-    ps.raise_if_any()
 
-    shapes_per_variant = parse_shapes(
-        ps, shapes_doc, gpus, job_doc, base_job, variants, vtopos, source, keep_batch
-    )
-    ps.raise_if_any()
+    return variants, vdocs, vinfo, vtopos
 
-    # the points, keyed by their effective inputs
+
+def _points(
+    ps: Problems,
+    shapes_per_variant: list[list[Shape | None]],
+    ax: Axes,
+    vdocs: list[dict[str, Any]],
+    state_doc: Mapping[str, Any] | None,
+    job_doc: Mapping[str, Any],
+    keep_batch: bool,
+    solver: tuple[int, int, float, bool],
+) -> list[Point]:
+    """Every point of the grid, in grid order, keyed by its effective inputs; a grid that is empty or too large
+    is refused."""
+    occupancy, failed, modes, seeds = ax.occupancy, ax.failed, ax.modes, ax.seeds
+    strategies, time_limits = ax.strategies, ax.time_limits
+    s_workers, s_seed, s_gap, s_det = solver
     solver_doc = {"workers": s_workers, "seed": s_seed, "relative_gap": s_gap}
     if s_det:  # only then: the keys of earlier results stay valid
         solver_doc["deterministic"] = True
@@ -332,33 +393,20 @@ def sweep_from_dict(doc: Any, source: str = "<sweep>", base_dir: Path | None = N
                         None if tl is None else float(tl),
                     )
                 )
-    labels = (
-        tuple(DIMENSIONS)
-        if structured
-        else tuple(sorted({g.label for g in base_job.groups} | {e.label for e in base_job.edges}))
-    )
-    tiers = tuple(dict.fromkeys(t for topo in vtopos for t in tier_names(topo)))
-    return Sweep(
-        name=name,
-        source=source,
-        cluster_doc=cluster_doc,
-        cluster_dir=str(cluster_dir),
-        job_doc=job_doc,
-        job_name=base_job.name,
-        state_doc=state_doc,
-        gpus=gpus,
-        variants=tuple(variants),
-        variant_docs=tuple(vdocs),
-        variant_info=tuple(vinfo),
-        points=tuple(points),
-        labels=labels,
-        tiers=tiers,
-        level_names=tuple(level_names),
-        solver_workers=int(s_workers),
-        solver_seed=int(s_seed),
-        relative_gap=float(s_gap),
-        solver_deterministic=s_det,
-        strategies=tuple(str(x) for x in strategies),
-        baselines=tuple(x for x in known_strategies() if x != "cpsat"),
-        keep_global_batch=keep_batch,
-    )
+    return points
+
+
+def _batch_and_gpus(ps: Problems, doc: Mapping[str, Any]) -> tuple[bool, int | None]:
+    """`keep_global_batch` (default true) and `gpus` (None: the job's ranks)."""
+    keep_batch = doc.get("keep_global_batch", True)
+    if not isinstance(keep_batch, bool):
+        ps.add("keep_global_batch", f"must be true or false, got {keep_batch!r}")
+        keep_batch = True
+    gpus = doc.get("gpus")
+    if gpus is not None and not (is_int(gpus) and gpus >= 1):
+        ps.add("gpus", f"must be an integer >= 1, got {short(gpus)}")
+        gpus = None
+    elif gpus is not None and gpus > current_limits().max_ranks:
+        ps.add("gpus", f"{gpus} is above the limit max_ranks={current_limits().max_ranks}")
+        gpus = None
+    return keep_batch, gpus
