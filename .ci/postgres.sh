@@ -2,8 +2,9 @@
 # A throwaway PostgreSQL for the registry tests, from Debian's packages.
 #   .ci/postgres.sh install        install `postgresql` with apt when root and it is absent
 #   .ci/postgres.sh exec CMD...    start a server (temp dir, free port, trust auth on 127.0.0.1), run CMD with
-#                                  PLACEMENT_TEST_POSTGRES=postgresql://postgres@127.0.0.1:PORT/postgres, stop the
-#                                  server by its PID, exit with CMD's status. Without PostgreSQL, CMD runs alone
+#                                  PLACEMENT_TEST_POSTGRES=postgresql://postgres@127.0.0.1:PORT/postgres (and
+#                                  PLACEMENT_TEST_PG_BIN: initdb and pg_ctl, for tests that stop a server of their
+#                                  own), stop the server by its PID, exit with CMD's status. Without PostgreSQL, CMD runs alone
 #                                  (the PostgreSQL tests skip locally and fail when CI=true). PLACEMENT_PG_FSYNC=on
 #                                  for benchmarks (tests run with fsync off: they kill the server, not the machine).
 set -euo pipefail
@@ -48,7 +49,7 @@ run_with_pg() {
   url="postgresql://postgres@127.0.0.1:$port/postgres"
   echo "postgres.sh: PostgreSQL $(basename "$(dirname "$bin")") pid $pid at $url" >&2
   status=0
-  PLACEMENT_TEST_POSTGRES="$url" "$@" || status=$?
+  PLACEMENT_TEST_POSTGRES="$url" PLACEMENT_TEST_PG_BIN="$bin" "$@" || status=$?
   kill -TERM "$pid" 2>/dev/null || true
   for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
   kill -KILL "$pid" 2>/dev/null || true

@@ -18,7 +18,7 @@ from grpc_status import rpc_status
 from placement.cost.report import InvalidMappingError
 from placement.errors import InfeasibleError, InputError, PlacementError, Problem
 from placement.limits import Interrupted, LimitError
-from placement.registry.model import Aborted, NotFound, Refused
+from placement.registry.model import Aborted, Busy, InDoubt, NotFound, Refused, StoreFull
 from server.telemetry import current_request_id
 
 __all__ = [
@@ -37,6 +37,9 @@ _log = logging.getLogger("placement.server")
 _MAX_MESSAGE_CHARS = 600
 MAX_DETAIL_ITEMS = 100
 """Violations put in the status details at most; one more entry counts the rest."""
+STORE_RETRY_S = 0.1
+"""The retry delay a registry store error advises (RetryInfo): a busy database, a commit in doubt; a full disk
+advises ten times it."""
 MAX_DETAILS_BYTES = 4500
 """Serialized google.rpc.Status at most: base64 in the trailer is 4/3 of it, so the trailer stays under 8 KB."""
 _MAX_TEXT = 300  # characters of one field path or description in the details
@@ -183,10 +186,14 @@ def resource_exhausted(subject: str, description: str, retry_after_s: float | No
         )
     ]
     if retry_after_s is not None:
-        delay = duration_pb2.Duration()
-        delay.FromNanoseconds(int(retry_after_s * 1e9))
-        details.append(error_details_pb2.RetryInfo(retry_delay=delay))
+        details.append(_retry_info(retry_after_s))
     return _status(code_pb2.RESOURCE_EXHAUSTED, f"server limit: {subject}: {description}", details)
+
+
+def _retry_info(seconds: float) -> error_details_pb2.RetryInfo:
+    delay = duration_pb2.Duration()
+    delay.FromNanoseconds(int(seconds * 1e9))
+    return error_details_pb2.RetryInfo(retry_delay=delay)
 
 
 def unauthenticated() -> grpc.Status:
@@ -228,6 +235,10 @@ def status_for(exc: BaseException) -> grpc.Status:
             ),
             [pf],
         )
+    if isinstance(exc, StoreFull):  # a PlacementError: before the catch-all below
+        return resource_exhausted(f"registry store {exc.store}", str(exc), retry_after_s=STORE_RETRY_S * 10)
+    if isinstance(exc, InDoubt):
+        return _status(code_pb2.UNAVAILABLE, str(exc), [_retry_info(STORE_RETRY_S)])
     if isinstance(exc, InfeasibleError):
         return precondition_failed("infeasible", "job", exc.reasons, "no placement satisfies the hard rules")
     if isinstance(exc, LimitExceeded):
@@ -240,6 +251,8 @@ def status_for(exc: BaseException) -> grpc.Status:
         return _status(code_pb2.CANCELLED, str(exc) or "cancelled by the caller")
     if isinstance(exc, NotFound):
         return _status(code_pb2.NOT_FOUND, str(exc))
+    if isinstance(exc, Busy):
+        return _status(code_pb2.ABORTED, str(exc), [_retry_info(STORE_RETRY_S)])
     if isinstance(exc, Aborted):
         return _status(code_pb2.ABORTED, str(exc))
     if isinstance(exc, Refused):

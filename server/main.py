@@ -1,6 +1,8 @@
 """Server assembly and process entry: `create_server(settings) -> (server, port)`, `serve(settings)`, `main()`.
 
 Registers PlacementService, ClusterRegistry, health and reflection; SIGTERM turns health NOT_SERVING, drains and exits 0.
+Health of ClusterRegistry and of the server ("") follows the registry's store (its probe); PlacementService's stays
+SERVING while the store is lost (Place, Evaluate and Compare need none).
 """
 
 from __future__ import annotations
@@ -81,13 +83,23 @@ class PlacementServer:
         if processes is not None and not processes.wait_ready(_WORKERS_START_S):
             _log.warning("solve processes not ready", extra={"fields": {"waited_s": _WORKERS_START_S}})
         self.grpc_server.start()
-        for name in ("", SERVICE_NAME, REGISTRY_SERVICE_NAME):
-            self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        self.health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
+        # the registry's entry and the server's ("") follow the store; PlacementService (stateless) serves on
+        self.registry.on_health = self._registry_health
+        self.registry.start_probe()
+        self._registry_health(self.registry.healthy, "")
         if self.settings.metrics_port is not None:
             token = self.settings.bearer_token() if self.settings.metrics_require_token else None
             self.metrics_port = self.metrics.serve(
                 self.settings.metrics_port, self.settings.metrics_host, token
             )
+
+    def _registry_health(self, healthy: bool, why: str) -> None:
+        status = (
+            health_pb2.HealthCheckResponse.SERVING if healthy else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
+        for name in ("", REGISTRY_SERVICE_NAME):
+            self.health.set(name, status)
 
     def wait_for_termination(self, timeout: float | None = None) -> bool:
         return bool(self.grpc_server.wait_for_termination(timeout))

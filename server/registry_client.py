@@ -32,8 +32,10 @@ _UNARY = (
 
 class RegistryClient(PlacementClient):
     """PlacementService and ClusterRegistry on one channel. UNAVAILABLE is retried (a Reserve retried after a lost
-    answer should carry an idempotency key: the server then returns the same reservation), and so is ABORTED,
-    which the registry answers only when it wrote nothing (a busy database, a Reserve that lost every claim)."""
+    answer, or after a commit the database left in doubt, should carry an idempotency key: the server then returns
+    the same reservation), and so is ABORTED, which the registry answers only when it wrote nothing (a busy or
+    unreachable database, a Reserve that lost every claim). RESOURCE_EXHAUSTED (a server limit, the store's disk
+    full) is not: it needs the request smaller or the space freed."""
 
     def __init__(self, target: str, **kw: Any) -> None:
         super().__init__(target, **kw)

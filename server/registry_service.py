@@ -1,4 +1,5 @@
-"""The ClusterRegistry servicer, and `RegistryHolder`: the store opened on first use and the lease sweeper.
+"""The ClusterRegistry servicer, and `RegistryHolder`: the store opened on first use, the lease sweeper (which
+also compacts), and the health probe of the store.
 
 It only translates: placement.registry holds the rules; Reserve's solve runs on the server's solve pool with the
 same deadline and limits as Place.
@@ -20,6 +21,7 @@ from placement.messages.registry import (
     event_to_proto,
     prefixed,
     reservation_to_proto,
+    reserve_request,
     resolve_cluster,
     state_message,
     update_response,
@@ -27,12 +29,13 @@ from placement.messages.registry import (
 from placement.model.state import ClusterState
 from placement.model.topology import Topology
 from placement.registry import ClaimConflict, Registry, default_url, open_store, request_hash
-from placement.registry.registry import MAX_TTL_S, Waiting
+from placement.registry.registry import Waiting
 from placement.solve import PlacementResult
 from placement.v1 import placement_pb2 as pb
 from placement.v1 import registry_pb2 as rpb
 from placement.v1 import registry_pb2_grpc as rpb_grpc
 from server import budget as request_budget
+from server import rpc
 from server.errors import LimitExceeded, ShuttingDown, precondition_failed, status_for
 from server.servicer import PlacementServicer
 from server.settings import Settings
@@ -42,23 +45,31 @@ __all__ = ["REGISTRY_SERVICE_NAME", "RegistryHolder", "RegistryServicer"]
 _log = logging.getLogger("placement.server")
 
 REGISTRY_SERVICE_NAME: str = rpb.DESCRIPTOR.services_by_name["ClusterRegistry"].full_name
-DEFAULT_TTL_S = 60.0
 _WATCH_POLL_S = 0.5  # other replicas' writes reach a watcher within this
 
 R = TypeVar("R")
 
 
 class RegistryHolder:
-    """The registry of a server: opened on first use (or by `open()` at startup), swept while open."""
+    """The registry of a server: opened on first use (or by `open()` at startup), swept while open, and probed
+    every `registry_probe_s` once `start_probe` ran: `healthy` follows the store (it answers a trivial query
+    within the probe's period, and writes when it was full), and `on_health(healthy, why)` hears each change."""
 
     def __init__(self, settings: Settings) -> None:
         self.url = settings.registry or default_url()
         self.enabled = settings.registry != "off"
+        self._settings = settings
         self._sweep_s = settings.lease_sweep_s
+        self._probe_s = settings.registry_probe_s
         self._lock = threading.Lock()
         self._registry: Registry | None = None
         self._stop = threading.Event()
         self._sweeper: threading.Thread | None = None
+        self._prober: threading.Thread | None = None
+        self._prober_lock = threading.Lock()
+        self._probe_wanted = False
+        self.healthy = True
+        self.on_health: Callable[[bool, str], None] | None = None
 
     def open(self) -> Registry | None:
         """The registry (None when disabled); the store is opened and migrated on the first call."""
@@ -68,8 +79,27 @@ class RegistryHolder:
             if self._registry is None:
                 if self._stop.is_set():
                     raise RuntimeError("the registry is closed")
-                self._registry = Registry(open_store(self.url))
-                self._registry.sweep()  # leases that ran out while no server was up
+                s = self._settings
+                try:
+                    store = open_store(self.url)
+                except Exception as e:  # a started server's health says so, and its probe opens it later
+                    if self._probe_wanted:
+                        self._health(False, str(e))
+                        self._launch_prober()
+                    raise
+                self._registry = Registry(
+                    store,
+                    keep_ended_s=s.registry_keep_ended_s,
+                    event_max_age_s=s.registry_event_max_age_s,
+                    event_max_count=s.registry_event_max_count,
+                    compact_every_s=s.registry_compact_s,
+                )
+                try:
+                    self._registry.sweep()  # leases that ran out while no server was up
+                except Exception as e:  # a database hiccup: the sweeper retries
+                    _log.warning("lease sweep failed", extra={"fields": {"error": str(e)}})
+                if self._probe_wanted:
+                    self._launch_prober()
                 self._sweeper = threading.Thread(
                     target=self._sweep_loop, name="placement-lease-sweeper", daemon=True
                 )
@@ -100,6 +130,66 @@ class RegistryHolder:
             for res in expired:
                 _log.info("lease expired", extra={"fields": {"reservation": res.id, "job": res.job}})
 
+    def start_probe(self) -> None:
+        """Probe the store every `registry_probe_s` (a thread) once it is open (at once if it is): a started
+        server's health follows it from then on. Opening stays where it was (`serve` at startup, else the
+        first call), so a server that never uses its registry never opens it."""
+        if not self.enabled:
+            return
+        self._probe_wanted = True
+        if self._registry is not None:
+            self._launch_prober()
+
+    def _launch_prober(self) -> None:
+        with self._prober_lock:
+            if self._prober is None:
+                self._prober = threading.Thread(
+                    target=self._probe_loop, name="placement-registry-probe", daemon=True
+                )
+                self._prober.start()
+
+    def _probe_loop(self) -> None:
+        while not self._stop.is_set():
+            self.probe()
+            self._stop.wait(self._probe_s)
+
+    def probe(self) -> bool:
+        """One probe: the store answers (and writes, if it was full) within `registry_probe_s` (opened first if
+        an earlier open failed). A probe that hangs (a stopped database) counts as failed when its time is up; it
+        ends in the background."""
+        wait = max(self._probe_s, 0.2)
+        outcome: list[str] = []
+
+        def run() -> None:
+            try:
+                reg = self.open()
+                if reg is not None:
+                    reg.store.ping(self._probe_s)
+                    if reg.store.full is not None:
+                        raise RuntimeError(f"the store's disk is full ({reg.store.full})")
+                outcome.append("")
+            except Exception as e:
+                outcome.append(str(e) or type(e).__name__)
+
+        worker = threading.Thread(target=run, name="placement-registry-ping", daemon=True)
+        worker.start()
+        worker.join(wait)
+        why = outcome[0] if outcome else f"the store did not answer within {wait:g} s"
+        self._health(not why, why)
+        return not why
+
+    def _health(self, healthy: bool, why: str) -> None:
+        if healthy == self.healthy or self._stop.is_set():
+            return
+        self.healthy = healthy
+        _log.log(
+            logging.INFO if healthy else logging.WARNING,
+            "registry store serving" if healthy else "registry store lost",
+            extra={"fields": {"store": _redacted(self.url), **({"error": why} if why else {})}},
+        )
+        if self.on_health is not None:
+            self.on_health(healthy, why)
+
     def resolve(self, request: Any) -> tuple[Topology, ClusterState] | None:
         """placement.messages.registry.resolve_cluster with this server's registry (opened only if needed)."""
         if not getattr(request, "cluster_id", ""):
@@ -117,14 +207,17 @@ class RegistryHolder:
             reg, self._registry = self._registry, None
         if self._sweeper is not None:
             self._sweeper.join(timeout=5)
+        if self._prober is not None:
+            self._prober.join(timeout=5)
         if reg is not None:
             reg.close()
 
 
-def _gone(context: grpc.ServicerContext) -> bool:
-    """The caller cancelled, or its deadline passed: a reservation now would never reach it."""
+def _gone(context: grpc.ServicerContext, margin_s: float = 0.0) -> bool:
+    """The caller cancelled, or its deadline passes within `margin_s` (the time to send the answer): a
+    reservation now would never reach it."""
     remaining = context.time_remaining()
-    return not context.is_active() or (remaining is not None and remaining <= 0)
+    return not context.is_active() or (remaining is not None and remaining <= margin_s)
 
 
 def _redacted(url: str) -> str:
@@ -219,8 +312,8 @@ class RegistryServicer(rpb_grpc.ClusterRegistryServicer):
     def GetState(self, request: rpb.GetStateRequest, context: grpc.ServicerContext) -> rpb.GetStateResponse:
         def work() -> rpb.GetStateResponse:
             reg = self._registry()
+            now = reg.clock()  # before the data: a hold left out had ended before it was read
             view = reg.view(request.cluster_id)
-            now = reg.clock()
             out = rpb.GetStateResponse(
                 cluster_id=request.cluster_id,
                 cluster_version=view.record.version,
@@ -285,37 +378,26 @@ class RegistryServicer(rpb_grpc.ClusterRegistryServicer):
     # ---- reservations --------------------------------------------------------------------------------------
 
     def Reserve(self, request: rpb.ReserveRequest, context: grpc.ServicerContext) -> rpb.ReserveResponse:
-        return self._placement._call(request, context, self._reserve)
+        return self._placement.runner.run(request, context, self._reserve)
 
     def _reserve(
         self, request: rpb.ReserveRequest, context: grpc.ServicerContext, stop: threading.Event
     ) -> rpb.ReserveResponse:
-        self._placement._started(context, stop)
+        rpc.started(context, stop)
         reg = self._registry()
-        if not request.cluster_id:
-            raise InputError("request", [Problem("cluster_id", "is required")])
-        if not request.HasField("job"):
-            raise InputError("request", [Problem("job", "is required")])
+        place_req, ttl = reserve_request(request)
         ranks = request_budget.estimate_ranks(request.job)
         if ranks > self._settings.max_ranks:
             raise LimitExceeded(
                 "ranks", f"job has {ranks} ranks; this server accepts at most {self._settings.max_ranks}"
             )
-        ttl = request.ttl_s if request.HasField("ttl_s") else DEFAULT_TTL_S
-        if not (0 < ttl <= MAX_TTL_S):
-            raise InputError(
-                "request", [Problem("ttl_s", f"must be in (0, {MAX_TTL_S:g}] seconds, got {ttl}")]
-            )
-        place_req = pb.PlaceRequest(cluster_id=request.cluster_id, job=request.job, options=request.options)
-        if request.HasField("max_slowdown"):
-            place_req.max_slowdown = request.max_slowdown
         inputs = (
             convert.place_inputs(  # the job's names checked on the cluster; Reserve reads the state itself
                 place_req, self._settings.default_time_limit_s, reg.references(request.cluster_id)
             )
         )
-        budget = self._placement._budget(inputs.options.time_limit_s, context, 1)
-        opts = self._placement._options(inputs.options, budget, stop)
+        budget = rpc.time_budget(inputs.options.time_limit_s, context, 1, self._settings)
+        opts = rpc.fit_options(inputs.options, budget, stop, self._settings)
         job = inputs.job
 
         def render(topo: Topology, res: PlacementResult) -> bytes:
@@ -330,7 +412,7 @@ class RegistryServicer(rpb_grpc.ClusterRegistryServicer):
         )
         t0 = time.perf_counter()
         try:
-            with self._placement._watchdog(budget, stop):
+            with rpc.watchdog(budget, stop):
                 out = reg.reserve(
                     request.cluster_id,
                     job,
@@ -339,7 +421,7 @@ class RegistryServicer(rpb_grpc.ClusterRegistryServicer):
                     key=request.idempotency_key or None,
                     fingerprint=fingerprint,
                     render=render,
-                    gone=lambda: _gone(context),
+                    gone=lambda: _gone(context, self._settings.registry_reply_margin_s),
                     max_slowdown=inputs.max_slowdown,
                 )
         except Waiting as w:  # place or wait: WAIT reserves nothing
@@ -347,6 +429,14 @@ class RegistryServicer(rpb_grpc.ClusterRegistryServicer):
             waiting.ParseFromString(w.payload)
             return rpb.ReserveResponse(result=waiting, attempts=1)
         res = out.reservation
+        if not out.replayed and _gone(context):
+            # the claim committed, then the caller's deadline passed (or it cancelled) before the answer left: the
+            # server's deadline is at or after the caller's, so nobody holds this id; give the devices back
+            reg.release(res.id)
+            _log.warning(
+                "reservation released: its caller left before the answer",
+                extra={"fields": {"reservation": res.id, "job": res.job}},
+            )
         _log.info(
             "reserved",
             extra={

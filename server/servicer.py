@@ -10,7 +10,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -23,14 +22,13 @@ from placement.messages import batch as convert_batch
 from placement.messages import domain as convert
 from placement.messages import repair as convert_repair
 from placement.model.topology import Topology
-from placement.solve import PlacementResult, SolveOptions, compare, place
+from placement.solve import PlacementResult, compare, place
 from placement.solve.batch.joint import place_batch
 from placement.solve.batch.types import BatchResult
 from placement.solve.repair.run import RepairResult, repair
 from placement.solve.wait import decide
 from placement.v1 import placement_pb2 as pb
 from placement.v1 import placement_pb2_grpc as pb_grpc
-from server import rpc
 from server.decisions import CAPACITY, PREEMPT
 from server.errors import LimitExceeded
 from server.memo import AnswerMemo
@@ -340,22 +338,3 @@ class PlacementServicer(pb_grpc.PlacementServiceServicer):
             raise LimitExceeded(
                 "jobs", f"{len(request.jobs)} jobs in the request; this server accepts at most {s.max_jobs}"
             )
-
-    # ---- for server.registry_service's Reserve until it calls server.rpc itself (then remove) ------------------
-
-    def _call(
-        self, request: Req, context: grpc.ServicerContext, work: Callable[[Req, Any, threading.Event], Resp]
-    ) -> Resp:
-        return self.runner.run(request, context, work)
-
-    def _started(self, context: grpc.ServicerContext, stop: threading.Event) -> None:
-        rpc.started(context, stop)
-
-    def _budget(self, requested_s: float, context: grpc.ServicerContext, jobs: int) -> TimeBudget:
-        return rpc.time_budget(requested_s, context, jobs, self.settings)
-
-    def _options(self, opts: SolveOptions, budget: TimeBudget, stop: threading.Event) -> SolveOptions:
-        return rpc.fit_options(opts, budget, stop, self.settings)
-
-    def _watchdog(self, budget: TimeBudget, stop: threading.Event) -> AbstractContextManager[None]:
-        return rpc.watchdog(budget, stop)

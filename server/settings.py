@@ -115,6 +115,36 @@ class Settings:
     lease_sweep_s: float = field(
         default=1.0, metadata={"help": "how often expired reservation leases are swept"}
     )
+    registry_probe_s: float = field(
+        default=1.0,
+        metadata={
+            "help": "how often the registry's store is probed (SELECT 1, timeout the same); health of "
+            "placement.v1.ClusterRegistry and of the server follows it"
+        },
+    )
+    registry_keep_ended_s: float = field(
+        default=7 * 24 * 3600.0,
+        metadata={
+            "help": "ended reservations (and their idempotency keys) are deleted this long after they ended "
+            "(0: at the next compaction)"
+        },
+    )
+    registry_event_max_age_s: float = field(
+        default=7 * 24 * 3600.0, metadata={"help": "registry events older than this are deleted"}
+    )
+    registry_event_max_count: int = field(
+        default=100_000, metadata={"help": "registry events kept per cluster at most"}
+    )
+    registry_compact_s: float = field(
+        default=60.0, metadata={"help": "how often ended reservations and old events are compacted"}
+    )
+    registry_reply_margin_s: float = field(
+        default=0.02,
+        metadata={
+            "help": "a Reserve commits only with at least this much of its caller's deadline left (time to "
+            "send the answer); else it is rolled back"
+        },
+    )
     origin: tuple[tuple[str, str], ...] = field(
         default=(), compare=False, repr=False, metadata={"flag": False}
     )
@@ -142,8 +172,14 @@ class Settings:
         for name in ("default_time_limit_s", "max_time_limit_s"):
             if not getattr(self, name) > 0:
                 problems.append(f"{name} must be > 0, got {getattr(self, name)}")
-        if not self.lease_sweep_s > 0:
-            problems.append(f"lease_sweep_s must be > 0, got {self.lease_sweep_s}")
+        for name in ("lease_sweep_s", "registry_probe_s", "registry_compact_s"):
+            if not getattr(self, name) > 0:
+                problems.append(f"{name} must be > 0, got {getattr(self, name)}")
+        for name in ("registry_keep_ended_s", "registry_event_max_age_s", "registry_reply_margin_s"):
+            if not getattr(self, name) >= 0:
+                problems.append(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.registry_event_max_count < 1:
+            problems.append(f"registry_event_max_count must be >= 1, got {self.registry_event_max_count}")
         if (
             self.registry
             and self.registry != "off"

@@ -25,7 +25,7 @@ class Op:
     """One client call: what was asked, when, and what came back (ok, fail with a code, or info: unknown)."""
 
     client: int
-    kind: str  # reserve, commit, renew, release, diff, snapshot, read
+    kind: str  # reserve, commit, renew, release, diff, snapshot, read, list
     args: dict[str, Any]
     invoke: float
     complete: float = 0.0
@@ -431,6 +431,22 @@ class Checker:
         for rid in got_holds:
             if rid not in holds:
                 self._bad(None, f"a read at seq {op.resp.seq} shows hold {rid}, not held there")
+
+    def _check_list(self, op: Op) -> None:
+        """A reservation a ListReservations reported EXPIRED is EXPIRED for good: the log ends it EXPIRED (or it is
+        still unswept past its end), never commits, renews or releases it afterwards."""
+        if op.outcome != "ok":
+            return
+        for got in op.resp.reservations:
+            if got.status != 4:  # RESERVATION_STATUS_EXPIRED
+                continue
+            r = self.res.get(got.id)
+            if r is None:
+                self._bad(None, f"a list reported {got.id} EXPIRED; the log has no such reservation")
+            elif r.status != "EXPIRED" and not (r.runs_out() and r.expires <= op.invoke + TOL_S):
+                self._bad(
+                    None, f"a list reported {got.id} EXPIRED at {op.invoke}; the log ends it {r.status}"
+                )
 
     # ---- the end --------------------------------------------------------------------------------------------
 

@@ -56,8 +56,9 @@ def _free_port() -> int:
 class Replica:
     """A `python -m server.main` process on a fixed port (a restart reuses it, so clients reconnect)."""
 
-    def __init__(self, url: str, log: Path) -> None:
+    def __init__(self, url: str, log: Path, *extra: str) -> None:
         self.url, self.log, self.port = url, log, _free_port()
+        self.extra = extra  # more flags of server.main
         self.proc: subprocess.Popen[bytes] | None = None
         self.start()
 
@@ -82,6 +83,7 @@ class Replica:
                     "0.2",
                     "--registry",
                     self.url,
+                    *self.extra,
                 ],
                 cwd=ROOT,
                 env={**os.environ, "PYTHONPATH": str(ROOT)},
@@ -379,3 +381,15 @@ def test_the_checker_catches_broken_histories() -> None:
         0, "diff", {"generation": 7, "replica": 0}, 99.0, 101.0, "ok", resp=rpb.UpdateStateResponse(seq=2)
     )
     assert any("generation 7 is not in the log" in p for p in _problems(ok, [upd]))
+    # a reservation listed EXPIRED that the log then commits (a paused replica's late commit)
+    late = _ev(
+        2, "COMMITTED", {**_res(a, [d0, d1], 50.0), "status": "COMMITTED", "heartbeat_s": None}, at=40.0
+    )
+    listed = rpb.ListReservationsResponse(
+        reservations=[rpb.Reservation(id=a, status=rpb.RESERVATION_STATUS_EXPIRED)]
+    )
+    reserved = _ev(1, "RESERVED", _res(a, [d0, d1], 50.0), at=10.0)
+    assert any(
+        "ends it COMMITTED" in p
+        for p in _problems([reserved, late], [Op(0, "list", {}, 60.0, 61.0, "ok", resp=listed)])
+    )

@@ -15,6 +15,7 @@ from placement.model.state import ClusterState
 from placement.model.topology import Topology
 from placement.registry import Registry, Reservation, ReservationStatus, UpdateOutcome
 from placement.registry.model import Event
+from placement.registry.registry import MAX_TTL_S
 from placement.v1 import placement_pb2 as pb
 from placement.v1 import registry_pb2 as rpb
 
@@ -35,6 +36,29 @@ _STATUS = {
     ReservationStatus.EXPIRED: rpb.RESERVATION_STATUS_EXPIRED,
     ReservationStatus.REVOKED: rpb.RESERVATION_STATUS_REVOKED,
 }
+
+
+DEFAULT_TTL_S = 60.0
+"""A reservation's lease when the Reserve request names none."""
+
+
+def reserve_request(request: rpb.ReserveRequest) -> tuple[pb.PlaceRequest, float]:
+    """A Reserve request checked (a cluster id, a job, a lease in (0, MAX_TTL_S]) as the PlaceRequest it solves
+    and its lease in seconds; every problem at once, each naming its field."""
+    probs: list[Problem] = []
+    if not request.cluster_id:
+        probs.append(Problem("cluster_id", "is required"))
+    if not request.HasField("job"):
+        probs.append(Problem("job", "is required"))
+    ttl = request.ttl_s if request.HasField("ttl_s") else DEFAULT_TTL_S
+    if not (0 < ttl <= MAX_TTL_S):
+        probs.append(Problem("ttl_s", f"must be in (0, {MAX_TTL_S:g}] seconds, got {ttl}"))
+    if probs:
+        raise InputError("request", probs)
+    place_req = pb.PlaceRequest(cluster_id=request.cluster_id, job=request.job, options=request.options)
+    if request.HasField("max_slowdown"):
+        place_req.max_slowdown = request.max_slowdown
+    return place_req, ttl
 
 
 def resolve_cluster(request: Any, registry: Registry | None) -> tuple[Topology, ClusterState] | None:

@@ -22,12 +22,15 @@ __all__ = [
     "Conflict",
     "DeviceRow",
     "Event",
+    "Fenced",
+    "InDoubt",
     "NotFound",
     "Refused",
     "Reservation",
     "ReservationStatus",
     "Snapshot",
     "StaleGeneration",
+    "StoreFull",
     "reservation_conflict",
 ]
 
@@ -223,8 +226,30 @@ class Aborted(PlacementError):
 
 
 class Busy(Aborted):
-    """A database connection or lock was not free within its timeout, or the database did not answer: ABORTED
-    with the advice to retry after a short pause (nothing was written)."""
+    """A database connection or lock was not free within its timeout, or the database did not answer before the
+    commit: ABORTED with the advice to retry after a short pause (nothing was written)."""
+
+
+class InDoubt(PlacementError):
+    """The connection to the database broke while it committed: the write may or may not be stored. UNAVAILABLE
+    with the advice to retry (a Reserve with its idempotency key gets what was written, if anything)."""
+
+
+class StoreFull(PlacementError):
+    """The store's disk is full (SQLite "database or disk is full", PostgreSQL SQLSTATE 53100): nothing was
+    written. RESOURCE_EXHAUSTED naming the store; reads still answer, writes resume once space is freed."""
+
+    def __init__(self, store: str, detail: str) -> None:
+        self.store = store
+        super().__init__(
+            f"the registry store {store} is out of disk space ({detail}); nothing was written; "
+            "retry once space is freed"
+        )
+
+
+class Fenced(Exception):
+    """Inside the store: at COMMIT, by the database's clock, a reservation the transaction commits, renews,
+    releases or revokes had already run out (a writer paused inside its transaction); rolled back, run again."""
 
 
 class Conflict(Exception):

@@ -56,6 +56,9 @@ EVENT_MAX_AGE_S = 7 * 24 * 3600.0
 """Events older than this are pruned (a watcher resuming before them starts over with a snapshot)."""
 EVENT_MAX_COUNT = 100_000
 """Events kept per cluster at most."""
+KEEP_ENDED_S = 7 * 24 * 3600.0
+"""Ended reservations (released, expired, revoked) are deleted this long after they ended; an idempotency key
+finds its reservation while it is kept."""
 PRUNE_EVERY_S = 60.0
 _ADVANCE_MAX = 256  # a cached view behind by at most this many events reads them instead of the whole cluster
 _SETTLE_S = 5.0  # longest wait for this process's other Reserves in flight before calling a job infeasible
@@ -109,18 +112,27 @@ class Registry:
         self,
         store: Store,
         *,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] | None = None,
         solve: Solve | None = None,
         max_attempts: int = 16,
         event_max_age_s: float | None = EVENT_MAX_AGE_S,
         event_max_count: int | None = EVENT_MAX_COUNT,
+        keep_ended_s: float | None = KEEP_ENDED_S,
+        compact_every_s: float = PRUNE_EVERY_S,
     ) -> None:
+        """`clock` None: the database's clock (reads take it before their data; every write reads it inside its
+        transaction, after its locks); a test passes its own. Ended reservations older than `keep_ended_s` and
+        events older than `event_max_age_s` or beyond `event_max_count` per cluster are deleted by `sweep`,
+        every `compact_every_s` (None: kept)."""
         self.store = store
-        self.clock = clock
+        self.clock: Callable[[], float] = store.clock if clock is None else clock
+        self._given_clock = clock is not None
         self._solve: Solve = place if solve is None else solve
         self.max_attempts = max_attempts
         self.event_max_age_s = event_max_age_s
         self.event_max_count = event_max_count
+        self.keep_ended_s = keep_ended_s
+        self.compact_every_s = compact_every_s
         self._pruned_at = float("-inf")
         self._lock = threading.Lock()
         self._views: dict[str, StateView] = {}
@@ -132,6 +144,11 @@ class Registry:
 
     def close(self) -> None:
         self.store.close()
+
+    def _write_now(self) -> float | None:
+        """What a write is told the time is: None (the database's clock, read inside its transaction), or the
+        test's clock."""
+        return self.clock() if self._given_clock else None
 
     # ---- clusters and state --------------------------------------------------------------------------------
 
@@ -176,7 +193,7 @@ class Registry:
                     f"the new cluster lacks {len(missing)} device(s) that the state or a reservation "
                     f"names, e.g. {missing[0]}; update the state first",
                 )
-        out = self.store.put_cluster(cluster_id, doc, self.clock())
+        out = self.store.put_cluster(cluster_id, doc, self._write_now())
         self._notify()
         return out
 
@@ -225,8 +242,9 @@ class Registry:
 
     def resolve(self, cluster_id: str) -> tuple[Topology, ClusterState]:
         """What Place and Compare with a `cluster_id` run on: the topology and the state with live holds."""
+        now = self.clock()  # before the data: a lease left out had ended before it was read
         view = self.view(cluster_id)
-        return view.topology, view.state(self.clock())
+        return view.topology, view.state(now)
 
     def update_state(
         self,
@@ -250,12 +268,12 @@ class Registry:
         if len(reason) > 1000:
             raise InputError("request", [Problem("reason", f"at most 1000 characters, got {len(reason)}")])
         topo = self._current_topology(cluster_id)
-        now = self.clock()
-        planner: Callable[[Current], UpdatePlan]
+        now = self._write_now()
+        planner: Callable[[Current, float], UpdatePlan]
         if snapshot is not None:
             rows, extras = rows_from_snapshot(snapshot, topo, "state")
 
-            def planner(cur: Current) -> UpdatePlan:
+            def planner(cur: Current, now: float) -> UpdatePlan:
                 return plan_snapshot(
                     rows, extras, cur, now, revoke=revoke, reason=reason, cluster_id=cluster_id
                 )
@@ -266,7 +284,7 @@ class Registry:
         else:
             change = parse_diff(diff, topo, "diff")
 
-            def planner(cur: Current) -> UpdatePlan:
+            def planner(cur: Current, now: float) -> UpdatePlan:
                 return plan_diff(change, cur, now, revoke=revoke, reason=reason, cluster_id=cluster_id)
 
             out = self.store.update_state(
@@ -295,7 +313,8 @@ class Registry:
     ) -> ReserveOutcome:
         """Place `job` on the current state and hold its devices for `ttl_s`. A key already used returns that
         reservation (Refused if it was for another request). InfeasibleError when the job does not fit; Aborted
-        when the state moved under every attempt, or when `gone()` says the caller left before the commit.
+        when the state moved under every attempt, or when `gone()` says the caller left: it is asked once more
+        inside the claim's transaction, just before COMMIT, and a yes rolls the claim back.
         `max_slowdown`: place or wait (`decide`); a WAIT answer raises `Waiting` and reserves nothing.
 
         No connection or lock is held during a solve; Reserves of one cluster solve in parallel, each on a
@@ -341,6 +360,16 @@ class Registry:
             devices = tuple(view.topology.devices[i].id for i in result.mapping)
             if gone is not None and gone():
                 raise Aborted("the caller went away before the devices were held; nothing is reserved")
+
+            def still_wanted() -> (
+                None
+            ):  # just before COMMIT: a reservation nobody will hear of is not written
+                if gone is not None and gone():
+                    raise Aborted(
+                        "the caller went away (cancelled, or its deadline passed) before the reservation "
+                        "committed; it was rolled back and nothing is reserved"
+                    )
+
             label = f"in-flight:{uuid.uuid4().hex}"
             with self._lock:
                 mine = self._inflight.setdefault(cluster_id, {})
@@ -356,7 +385,7 @@ class Registry:
                 res = self._reservation(cluster_id, job, view, devices, ttl_s, key, fingerprint)
                 res = dataclasses.replace(res, payload=render(view.topology, result))
                 stored, new = self.store.insert_reservation(
-                    res, view.generation, view.record.version, res.created_at
+                    res, view.generation, view.record.version, self._write_now(), still_wanted
                 )
             except Conflict as c:
                 conflicts.append(c.reason)
@@ -453,7 +482,7 @@ class Registry:
         return self._transition(reservation_id, "renew", ttl_s)
 
     def _transition(self, reservation_id: str, action: str, ttl_s: float | None = None) -> Reservation:
-        out = self.store.transition(reservation_id, action, self.clock(), ttl_s)
+        out = self.store.transition(reservation_id, action, self._write_now(), ttl_s)
         self._notify()
         return out
 
@@ -461,22 +490,31 @@ class Registry:
         """Reservations (of one cluster), oldest first; one past its lease or heartbeat reads EXPIRED."""
         if cluster_id is not None and self.store.last_seq(cluster_id) is None:
             raise NotFound(f"unknown cluster {cluster_id!r}")
-        now = self.clock()
+        now = self.clock()  # before the rows: a lease read as ended had ended before they were read
         rows = self.store.reservations(cluster_id, ["HELD", "COMMITTED"] if live_only else None)
         out = [_effective(r, now) for r in rows]
         return [r for r in out if r.live(now)] if live_only else out
 
     def sweep(self) -> list[Reservation]:
         """Expire every lease and heartbeat that ran out (the server calls this periodically; every write to a
-        cluster also does it first), and prune old events every PRUNE_EVERY_S."""
+        cluster also does it first), and every `compact_every_s` compact (`compact`)."""
+        out = self.store.sweep(self._write_now())
         now = self.clock()
-        out = self.store.sweep(now)
-        if now - self._pruned_at >= PRUNE_EVERY_S and (self.event_max_age_s or self.event_max_count):
+        if now - self._pruned_at >= self.compact_every_s:
             self._pruned_at = now
-            self.store.prune_events(now, self.event_max_age_s, self.event_max_count)
+            self.compact()
         if out:
             self._notify()
         return out
+
+    def compact(self) -> tuple[int, int]:
+        """Delete the ended reservations and the events past their retention; returns (reservations, events)."""
+        now = self._write_now()
+        ended = 0 if self.keep_ended_s is None else self.store.compact(now, self.keep_ended_s)
+        events = 0
+        if self.event_max_age_s is not None or self.event_max_count is not None:
+            events = self.store.prune_events(now, self.event_max_age_s, self.event_max_count)
+        return ended, events
 
     # ---- events ------------------------------------------------------------------------------------------
 

@@ -3,7 +3,8 @@ opens one by URL (`open_store`).
 
 Every write is one short transaction that first takes the cluster's write lock (SQLite BEGIN IMMEDIATE,
 PostgreSQL SELECT ... FOR UPDATE of the cluster row), so writes to one cluster are serialized by the database
-itself; the claims table lets no device be in two live claims whatever the caller does.
+itself; the claims table lets no device be in two live claims whatever the caller does. Each write then reads the
+database's clock once, and decides every lease by it (`now=None`, the default of the server).
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ from placement.registry.update import Current, UpdatePlan
 
 __all__ = ["Planner", "Store", "UpdateResult"]
 
-Planner = Callable[[Current], UpdatePlan]
-"""Given the claims and slowdowns read under the write lock, what an UpdateState writes (or ClaimConflict)."""
+Planner = Callable[[Current, float], UpdatePlan]
+"""Given the claims and slowdowns read under the write lock, and the transaction's time, what an UpdateState
+writes (or ClaimConflict)."""
 
 
 @dataclass(frozen=True)
@@ -34,11 +36,37 @@ class UpdateResult:
 
 
 class Store(abc.ABC):
-    """What the registry needs from a database. `now` is the caller's clock (unix seconds) everywhere, so that
-    lease expiry is testable; replicas must share a synchronized clock (NTP). No method holds a connection
-    after it returns, and none waits for a connection or lock longer than its timeout (then `Busy`)."""
+    """What the registry needs from a database. `now` (unix seconds) is None for the database's own clock, read
+    inside the transaction after its locks (what servers use: replicas then never decide a lease by their own
+    clock or by a time read before a pause), or a test's clock. No method holds a connection after it returns,
+    and none waits for a connection or lock longer than its timeout (then `Busy`). A full disk raises
+    `StoreFull` and sets `full` until a write succeeds again."""
 
     url: str
+    full: str | None = None
+    """Why the last write failed for want of disk space; None once a write succeeded."""
+
+    @abc.abstractmethod
+    def clock(self) -> float:
+        """The database's clock now (unix seconds): PostgreSQL's clock_timestamp(), SQLite's host clock."""
+
+    @abc.abstractmethod
+    def ping(self, timeout_s: float) -> None:
+        """Raise unless the database answers a trivial query (and, while `full`, a tiny write) within about
+        `timeout_s`; for the health probe."""
+
+    @abc.abstractmethod
+    def size_bytes(self) -> int:
+        """What the store takes on disk now (SQLite: the file and its WAL; PostgreSQL: the database)."""
+
+    @abc.abstractmethod
+    def stats(self) -> dict[str, int]:
+        """What the store holds: size_bytes, reservations per status (reservations_held, ...), events, clusters."""
+
+    @abc.abstractmethod
+    def compact(self, now: float | None, keep_ended_s: float) -> int:
+        """Delete reservations that ended more than `keep_ended_s` ago (their idempotency keys go with them);
+        returns how many."""
 
     @abc.abstractmethod
     def close(self) -> None: ...
@@ -49,7 +77,7 @@ class Store(abc.ABC):
     # ---- clusters and state --------------------------------------------------------------------------------
 
     @abc.abstractmethod
-    def put_cluster(self, cluster_id: str, doc: dict[str, Any], now: float) -> tuple[int, bool]:
+    def put_cluster(self, cluster_id: str, doc: dict[str, Any], now: float | None) -> tuple[int, bool]:
         """Store the cluster document; a changed document gets version + 1. Returns (version, changed)."""
 
     @abc.abstractmethod
@@ -79,7 +107,7 @@ class Store(abc.ABC):
         scope: Sequence[str] | None,
         extras: dict[str, Any] | None,
         event_kind: str,
-        now: float,
+        now: float | None,
         dry_run: bool = False,
     ) -> UpdateResult:
         """If `generation` is above the stored one (else StaleGeneration): expire ran-out leases, read the claims
@@ -91,10 +119,17 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def insert_reservation(
-        self, res: Reservation, expected_generation: int, expected_version: int, now: float
+        self,
+        res: Reservation,
+        expected_generation: int,
+        expected_version: int,
+        now: float | None,
+        before_commit: Callable[[], None] | None = None,
     ) -> tuple[Reservation, bool]:
         """Claim `res.devices` if the state is still at `expected_generation` and none of them is claimed (else
-        Conflict). A reservation with the same idempotency key wins: (it, False)."""
+        Conflict). A reservation with the same idempotency key wins: (it, False). With `now` None the lease
+        starts at the database's clock (`res` keeps its length). `before_commit` runs just before COMMIT; if it
+        raises, nothing is written (a caller who left)."""
 
     @abc.abstractmethod
     def by_key(self, cluster_id: str, key: str) -> Reservation | None: ...
@@ -107,13 +142,13 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def transition(
-        self, reservation_id: str, action: str, now: float, ttl_s: float | None = None
+        self, reservation_id: str, action: str, now: float | None, ttl_s: float | None = None
     ) -> Reservation:
         """commit (ttl_s: a heartbeat), release or renew one reservation, by id (rules in
         placement.registry.sql.reservations); returns it after."""
 
     @abc.abstractmethod
-    def sweep(self, now: float) -> list[Reservation]:
+    def sweep(self, now: float | None) -> list[Reservation]:
         """Mark every reservation whose lease or heartbeat ran out EXPIRED and free its devices; returns them."""
 
     # ---- events ------------------------------------------------------------------------------------------
@@ -122,6 +157,6 @@ class Store(abc.ABC):
     def events(self, cluster_id: str, after_seq: int, limit: int = 1000) -> list[Event]: ...
 
     @abc.abstractmethod
-    def prune_events(self, now: float, max_age_s: float | None, max_count: int | None) -> int:
+    def prune_events(self, now: float | None, max_age_s: float | None, max_count: int | None) -> int:
         """Delete each cluster's events older than `max_age_s` and beyond the newest `max_count` (the last event
         always stays); record the horizon (ClusterRecord.pruned_seq). Returns the number deleted."""

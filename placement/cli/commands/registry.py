@@ -1,5 +1,6 @@
 """`placement registry ...`: the ClusterRegistry from the command line (put-cluster, update-state, reserve, commit,
-release, renew, list, state, watch). Every call goes over gRPC through placement.cli.commands.remote.
+release, renew, list, state, watch). Every call goes over gRPC through placement.cli.commands.remote, except
+`store`, which reads a store on this machine (its size and what it holds).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from placement.cli.options import RequiredServerOpt, TokenOpt, WideOpt
 from placement.cli.tables import out, print_result, print_verdict, table_console
 from placement.io.native import load_document
 from placement.messages.files import dump_message, request_from_dict
+from placement.registry import default_url, open_store
 from placement.v1 import registry_pb2 as rpb
 from placement.v1.placement_pb2 import SOLVE_STATUS_WAIT
 
@@ -364,3 +366,28 @@ def watch(
     req = _message({"cluster_id": cluster, "after_seq": after}, "WatchStateRequest")
     for ev in registry_watch(server, token, req, seconds):
         print(" ".join(dump_message(ev, "json").split()), flush=True)
+
+
+@app.command(cls=Command, name="store")
+@guard
+def store(
+    registry: Annotated[
+        str,
+        typer.Option(
+            "--registry",
+            envvar="PLACEMENT_REGISTRY",
+            help="the store, as the server's --registry (default: the embedded SQLite file)",
+        ),
+    ] = "",
+) -> None:
+    """The registry's store on this machine: its size on disk, reservations per status, events and clusters
+    (what retention bounds: --registry-keep-ended-s, --registry-event-max-age-s, --registry-event-max-count)."""
+    opened = open_store(registry or default_url())
+    try:
+        stats = opened.stats()
+    finally:
+        opened.close()
+    size = stats.pop("size_bytes")
+    print(f"store {opened.url.split('@')[-1]}: {size:,} bytes ({size / 2**20:.2f} MiB)")
+    for name, n in stats.items():
+        print(f"  {name}: {n:,}")

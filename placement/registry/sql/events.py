@@ -15,17 +15,19 @@ __all__ = ["append_event", "prune_events", "read_events"]
 def append_event(
     tx: Tx, cluster_id: str, kind: str, generation: int, payload: dict[str, Any], now: float
 ) -> int:
-    """Append the next event of the cluster; `generation` is the cluster's generation after the change."""
-    seq = int(
-        tx.q(
-            "UPDATE clusters SET last_seq = last_seq + 1, updated_at = ?, generation = ? WHERE id = ? "
-            "RETURNING last_seq",
-            (now, generation, cluster_id),
-        )[0][0]
-    )
+    """Append the next event of the cluster; `generation` is the cluster's generation after the change. The event
+    is stamped `now` (the database's clock, read under the cluster's lock), or the cluster's last stamp if that is
+    later: stamps never run backwards in commit order, even when the clock steps back."""
+    row = tx.q(
+        "UPDATE clusters SET last_seq = last_seq + 1, generation = ?, "
+        "updated_at = CASE WHEN updated_at > ? THEN updated_at ELSE ? END WHERE id = ? "
+        "RETURNING last_seq, updated_at",
+        (generation, now, now, cluster_id),
+    )[0]
+    seq, at = int(row[0]), float(row[1])
     tx.x(
         "INSERT INTO events (cluster_id, seq, kind, generation, payload, at) VALUES (?, ?, ?, ?, ?, ?)",
-        (cluster_id, seq, kind, generation, json.dumps(payload, separators=(",", ":")), now),
+        (cluster_id, seq, kind, generation, json.dumps(payload, separators=(",", ":")), at),
     )
     return seq
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from placement.registry.model import (
@@ -15,6 +15,7 @@ from placement.registry.model import (
     Claim,
     ClaimKind,
     Conflict,
+    Fenced,
     NotFound,
     Refused,
     Reservation,
@@ -27,6 +28,9 @@ from placement.registry.sql.tx import SqlBase, Tx
 __all__ = ["ReservationSql", "reservation_event"]
 
 DEFAULT_RENEW_S = 60.0
+_FENCED_RUNS = (
+    3  # a transaction fenced at COMMIT runs again; the next run reads a later clock and sees the end
+)
 """A held reservation's new lease when Renew gives none (the server's default TTL)."""
 
 _RES_COLS = (
@@ -97,10 +101,23 @@ class ReservationSql(SqlBase):
         return _reservation(rows[0]) if rows else None
 
     def insert_reservation(
-        self, res: Reservation, expected_generation: int, expected_version: int, now: float
+        self,
+        res: Reservation,
+        expected_generation: int,
+        expected_version: int,
+        now: float | None,
+        before_commit: Callable[[], None] | None = None,
     ) -> tuple[Reservation, bool]:
         try:
             with self._tx(write=True, lock=res.cluster_id) as tx:
+                if now is None:  # the lease starts by the database's clock, inside the claim's transaction
+                    at = tx.now
+                    res = dataclasses.replace(
+                        res, created_at=at, expires_at=at + (res.expires_at - res.created_at)
+                    )
+                now = self._at(tx, now)
+                if before_commit is not None:
+                    tx.before_commit.append(before_commit)
                 if res.idempotency_key:
                     existing = self._by_key(tx, res.cluster_id, res.idempotency_key)
                     if existing is not None:
@@ -172,23 +189,32 @@ class ReservationSql(SqlBase):
         return [_reservation(r) for r in self._one(sql + " ORDER BY created_at, id", params)]
 
     def transition(
-        self, reservation_id: str, action: str, now: float, ttl_s: float | None = None
+        self, reservation_id: str, action: str, now: float | None, ttl_s: float | None = None
     ) -> Reservation:
         if action not in ("commit", "release", "renew"):
             raise ValueError(f"unknown action {action!r}")
         found = self.reservation(reservation_id)
         if found is None:
             raise NotFound(f"unknown reservation {reservation_id!r}")
-        with self._tx(write=True, lock=found.cluster_id) as tx:
-            self._expire_cluster(tx, found.cluster_id, now)  # a ran-out lease ends before anything else
-            res = self._reservation_in(tx, reservation_id)
-            if action == "commit":
-                return self._commit(tx, res, now, ttl_s)
-            if action == "release":
-                if res.status in ENDED:
-                    return res
-                return self._end(tx, res, ReservationStatus.RELEASED, now, "released by the caller")
-            return self._renew(tx, res, now, ttl_s)
+        for attempt in range(_FENCED_RUNS):
+            try:
+                with self._tx(write=True, lock=found.cluster_id) as tx:
+                    at = self._at(tx, now)  # after the cluster's lock: no decision by a time read before it
+                    self._expire_cluster(
+                        tx, found.cluster_id, at
+                    )  # a ran-out lease ends before anything else
+                    res = self._reservation_in(tx, reservation_id)
+                    if action == "commit":
+                        return self._commit(tx, res, at, ttl_s)
+                    if action == "release":
+                        if res.status in ENDED:
+                            return res
+                        return self._end(tx, res, ReservationStatus.RELEASED, at, "released by the caller")
+                    return self._renew(tx, res, at, ttl_s)
+            except Fenced:  # the lease ran out before COMMIT (a pause): run again, which now finds it ended
+                if attempt + 1 == _FENCED_RUNS:
+                    raise
+        raise AssertionError("unreachable")
 
     def _refuse(self, res: Reservation, what: str) -> Refused:
         kind = {
@@ -222,6 +248,7 @@ class ReservationSql(SqlBase):
                 f"reservation {res.id} no longer holds {len(lost)} of its {len(res.devices)} device(s), e.g. "
                 f"{first} ({_what(lost[first])}); nothing was committed; release it and reserve again",
             )
+        tx.fences.append((res.id, res.expires_at))
         tx.x("UPDATE claims SET kind = 'committed' WHERE reservation_id = ?", (res.id,))
         expires = now + ttl_s if ttl_s is not None else res.expires_at
         tx.x(
@@ -244,6 +271,7 @@ class ReservationSql(SqlBase):
         if ttl_s is None:  # a committed reservation here has a heartbeat (returned above otherwise)
             ttl_s = res.heartbeat_s if res.heartbeat_s is not None else DEFAULT_RENEW_S
         expires = now + ttl_s
+        tx.fences.append((res.id, res.expires_at))
         tx.x("UPDATE reservations SET expires_at = ? WHERE id = ?", (expires, res.id))
         after = dataclasses.replace(res, expires_at=expires)
         append_event(
@@ -262,6 +290,8 @@ class ReservationSql(SqlBase):
         generation: int | None = None,
     ) -> Reservation:
         """End a live reservation: its claims go, its status and reason are written, and one event tells it."""
+        if status is not ReservationStatus.EXPIRED and res.runs_out():
+            tx.fences.append((res.id, res.expires_at))
         tx.x("DELETE FROM claims WHERE reservation_id = ?", (res.id,))
         tx.x(
             "UPDATE reservations SET status = ?, ended_at = ?, reason = ? WHERE id = ?",
@@ -303,19 +333,35 @@ class ReservationSql(SqlBase):
             out.append(self._end(tx, res, ReservationStatus.EXPIRED, res.expires_at, why, now))
         return out
 
-    def sweep(self, now: float) -> list[Reservation]:
+    def sweep(self, now: float | None) -> list[Reservation]:
+        seen = self.clock() if now is None else now
         ids = [
             str(r[0])
             for r in self._one(
                 f"SELECT DISTINCT cluster_id FROM reservations WHERE {_RUN_OUT}",
-                (now, now),
+                (seen, seen),
             )
         ]
         out: list[Reservation] = []
         for cid in ids:
             with self._tx(write=True, lock=cid) as tx:
-                out += self._expire_cluster(tx, cid, now)
+                out += self._expire_cluster(tx, cid, self._at(tx, now))
         return out
+
+    def compact(self, now: float | None, keep_ended_s: float) -> int:
+        """Delete reservations ended more than `keep_ended_s` ago, in batches of 1,000 (short transactions)."""
+        n = 0
+        while True:
+            with self._tx(write=True) as tx:
+                cut = self._at(tx, now) - keep_ended_s
+                done = tx.x(
+                    "DELETE FROM reservations WHERE id IN (SELECT id FROM reservations WHERE status IN "
+                    "('RELEASED', 'EXPIRED', 'REVOKED') AND ended_at < ? LIMIT 1000)",
+                    (cut,),
+                )
+            n += max(done, 0)
+            if done < 1000:
+                return n
 
 
 def _what(claim: Claim | None) -> str:

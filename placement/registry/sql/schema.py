@@ -22,8 +22,20 @@ def migration_files(dialect: str) -> list[tuple[int, Path]]:
 
 
 def _statements(sql: str) -> list[str]:
+    """The statements of a migration: split at `;`, except inside a `$$ ... $$` body (a PL/pgSQL function)."""
     lines = [ln for ln in sql.splitlines() if not ln.lstrip().startswith("--")]
-    return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]
+    out, part = [], []
+    for i, chunk in enumerate("\n".join(lines).split("$$")):
+        if i % 2:  # inside a dollar-quoted body: kept whole
+            part.append(f"$${chunk}$$")
+            continue
+        pieces = chunk.split(";")
+        part.append(pieces[0])
+        for piece in pieces[1:]:
+            out.append("".join(part))
+            part = [piece]
+    out.append("".join(part))
+    return [s.strip() for s in out if s.strip()]
 
 
 def apply_migrations(tx: Tx, dialect: str) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 from placement.registry.model import (
     ClusterRecord,
     Event,
+    Fenced,
     NotFound,
     Reservation,
     Snapshot,
@@ -57,11 +58,12 @@ class SqlStore(ReservationSql):
 
     # ---- clusters and state --------------------------------------------------------------------------------
 
-    def put_cluster(self, cluster_id: str, doc: dict[str, Any], now: float) -> tuple[int, bool]:
+    def put_cluster(self, cluster_id: str, doc: dict[str, Any], now: float | None) -> tuple[int, bool]:
         text = json.dumps(doc, sort_keys=True, separators=(",", ":"))
         for attempt in range(2):
             try:
                 with self._tx(write=True, lock=cluster_id) as tx:
+                    at = self._at(tx, now)
                     rows = tx.q("SELECT version, doc, generation FROM clusters WHERE id = ?", (cluster_id,))
                     if rows and rows[0][1] == text:
                         return int(rows[0][0]), False
@@ -76,9 +78,9 @@ class SqlStore(ReservationSql):
                         tx.x(
                             "INSERT INTO clusters (id, version, doc, generation, extras, last_seq, updated_at) "
                             "VALUES (?, 1, ?, 0, '{}', 0, ?)",
-                            (cluster_id, text, now),
+                            (cluster_id, text, at),
                         )
-                    append_event(tx, cluster_id, "CLUSTER_PUT", generation, {"version": version}, now)
+                    append_event(tx, cluster_id, "CLUSTER_PUT", generation, {"version": version}, at)
                     return version, True
             except Exception as e:  # two replicas created the cluster at once: the second one reads it
                 if attempt == 0 and self._unique_violation(e):
@@ -133,10 +135,32 @@ class SqlStore(ReservationSql):
         scope: Sequence[str] | None,
         extras: dict[str, Any] | None,
         event_kind: str,
-        now: float,
+        now: float | None,
         dry_run: bool = False,
     ) -> UpdateResult:
+        for attempt in range(3):
+            try:
+                return self._update_state(
+                    cluster_id, generation, plan, scope, extras, event_kind, now, dry_run
+                )
+            except Fenced:  # a revoked reservation's lease ran out before COMMIT: run again (it then expires)
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _update_state(
+        self,
+        cluster_id: str,
+        generation: int,
+        plan: Planner,
+        scope: Sequence[str] | None,
+        extras: dict[str, Any] | None,
+        event_kind: str,
+        now: float | None,
+        dry_run: bool,
+    ) -> UpdateResult:
         with self._tx(write=not dry_run, lock=None if dry_run else cluster_id) as tx:
+            now = self._at(tx, now)
             head = tx.q("SELECT generation FROM clusters WHERE id = ?", (cluster_id,))
             if not head:
                 raise NotFound(f"unknown cluster {cluster_id!r}; PutCluster it first")
@@ -146,7 +170,7 @@ class SqlStore(ReservationSql):
             if not dry_run:
                 self._expire_cluster(tx, cluster_id, now)
             current = Current(read_claims(tx, cluster_id, scope), read_slowdowns(tx, cluster_id, scope))
-            todo = plan(current)  # ClaimConflict here rolls everything back
+            todo = plan(current, now)  # ClaimConflict here rolls everything back
             kept = self._listed(tx, todo.kept)
             if dry_run:
                 return UpdateResult(todo, self._listed(tx, sorted(todo.revoke)), kept)
@@ -168,15 +192,25 @@ class SqlStore(ReservationSql):
     def _listed(self, tx: Tx, ids: Sequence[str]) -> list[Reservation]:
         return [self._reservation_in(tx, rid) for rid in ids]
 
+    def stats(self) -> dict[str, int]:
+        out = {"size_bytes": self.size_bytes()}
+        for status in ("HELD", "COMMITTED", "RELEASED", "EXPIRED", "REVOKED"):
+            out[f"reservations_{status.lower()}"] = 0
+        for status, n in self._one("SELECT status, COUNT(*) FROM reservations GROUP BY status"):
+            out[f"reservations_{str(status).lower()}"] = int(n)
+        out["events"] = int(self._one("SELECT COUNT(*) FROM events")[0][0])
+        out["clusters"] = int(self._one("SELECT COUNT(*) FROM clusters")[0][0])
+        return out
+
     # ---- events ------------------------------------------------------------------------------------------
 
     def events(self, cluster_id: str, after_seq: int, limit: int = 1000) -> list[Event]:
         with self._tx(write=False) as tx:
             return read_events(tx, cluster_id, after_seq, limit)
 
-    def prune_events(self, now: float, max_age_s: float | None, max_count: int | None) -> int:
+    def prune_events(self, now: float | None, max_age_s: float | None, max_count: int | None) -> int:
         n = 0
         for cid in self.cluster_ids():
             with self._tx(write=True, lock=cid) as tx:
-                n += prune_events(tx, cid, now, max_age_s, max_count)
+                n += prune_events(tx, cid, self._at(tx, now), max_age_s, max_count)
         return n

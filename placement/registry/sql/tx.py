@@ -6,7 +6,7 @@ on both and import only downward.
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -18,11 +18,20 @@ _CHUNK = 500  # bound parameters per IN (...) list
 
 
 class Tx:
-    """One open transaction: `q` returns rows, `x` runs a statement (returns the row count), `many` a batch."""
+    """One open transaction: `q` returns rows, `x` runs a statement (returns the row count), `many` a batch.
 
-    def __init__(self, cursor: Any, postgres: bool) -> None:
+    `now` is the database's clock read once inside the transaction, after its locks (unix seconds);
+    `before_commit` holds checks run just before COMMIT (one that raises rolls everything back); `fences` the
+    (reservation id, lease end) pairs the transaction acts on while they live: by the clock at COMMIT each must
+    still live, or the transaction is rolled back (`Fenced`)."""
+
+    def __init__(self, cursor: Any, postgres: bool, now: float = 0.0) -> None:
         self._cur = cursor
         self._pg = postgres
+        self.now = now
+        self.before_commit: list[Callable[[], None]] = []
+        self.fences: list[tuple[str, float]] = []
+        self.given_now: float | None = None  # a test's clock, which the fence then uses too
 
     @property
     def postgres(self) -> bool:
@@ -31,12 +40,16 @@ class Tx:
     def _sql(self, sql: str) -> str:
         return sql.replace("?", "%s") if self._pg else sql
 
+    def _params(self, params: Sequence[Any]) -> tuple[Any, ...] | None:
+        # psycopg reads `%` as a placeholder only when given parameters (a PL/pgSQL RAISE has its own `%`)
+        return None if self._pg and not params else tuple(params)
+
     def q(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        self._cur.execute(self._sql(sql), tuple(params))
+        self._cur.execute(self._sql(sql), self._params(params))
         return list(self._cur.fetchall())
 
     def x(self, sql: str, params: Sequence[Any] = ()) -> int:
-        self._cur.execute(self._sql(sql), tuple(params))
+        self._cur.execute(self._sql(sql), self._params(params))
         return int(self._cur.rowcount)
 
     def many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
@@ -91,6 +104,14 @@ class SqlBase(Store):
 
     @abc.abstractmethod
     def _unique_violation(self, exc: BaseException) -> bool: ...
+
+    def _at(self, tx: Tx, now: float | None) -> float:
+        """The time a write decides by: the database's clock read inside `tx` (None), or the caller's `now` (a
+        test's clock; the PostgreSQL lease fence then uses it too)."""
+        if now is None:
+            return tx.now
+        tx.given_now = now
+        return now
 
     def _one(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         """The rows of one read statement (atomic by itself: no explicit transaction needed)."""
