@@ -6,13 +6,15 @@ It only translates: placement.messages.decisions converts, placement.solve.preem
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from placement.messages import decisions as convert_decisions
 from placement.solve.capacity import CapacityResult, capacity
 from placement.solve.preempt import PreemptResult, preempt
 from placement.v1 import placement_pb2 as pb
-from server.rpc import Rpc, on_topology
+from server.rpc import Resolved, Rpc, on_topology
 
-__all__ = ["CAPACITY", "PREEMPT"]
+__all__ = ["CAPACITY", "PREEMPT", "capacity_rpc"]
 
 
 def _preempt(i: convert_decisions.PreemptInputs) -> PreemptResult:
@@ -44,10 +46,13 @@ PREEMPT: Rpc[pb.PreemptRequest, convert_decisions.PreemptInputs, PreemptResult, 
 """Preempt: the victims whose preemption lets a job be placed, at the least cost."""
 
 
-CAPACITY: Rpc[pb.CapacityRequest, convert_decisions.CapacityInputs, CapacityResult, pb.CapacityResponse] = (
-    Rpc(
+def capacity_rpc(
+    parse: Callable[[pb.CapacityRequest, float, Resolved], convert_decisions.CapacityInputs],
+) -> Rpc[pb.CapacityRequest, convert_decisions.CapacityInputs, CapacityResult, pb.CapacityResponse]:
+    """Capacity with the request converted by `parse` (the serving form reads serving shapes as their ranks)."""
+    return Rpc(
         "Capacity",
-        parse=convert_decisions.capacity_inputs,
+        parse=parse,
         jobs=lambda i: max(1, i.place_copies * max(1, len(i.shapes))),  # the limit is per placed copy
         work=lambda i: capacity(
             i.topology, i.state, i.shapes, place_copies=i.place_copies, options=i.options
@@ -56,5 +61,7 @@ CAPACITY: Rpc[pb.CapacityRequest, convert_decisions.CapacityInputs, CapacityResu
         log="capacity",
         log_fields=lambda i, res: {"shapes": len(i.shapes), "copies": [s.copies for s in res.shapes]},
     )
-)
+
+
+CAPACITY = capacity_rpc(convert_decisions.capacity_inputs)
 """Capacity: how many more copies of each job shape fit now (no solves counted: it answers counts)."""

@@ -1,7 +1,9 @@
 """The PlacementService servicer: each of its RPCs described once (a `server.rpc.Rpc`) and run by the one template.
 
 It only translates: placement.messages converts in and out, placement does the work, server.rpc runs the call (solve
-pool, deadline, cancellation, metrics, log line), server.errors gives the status of a failed call.
+pool, deadline, cancellation, metrics, log line), server.errors gives the status of a failed call. A request that
+carries a serving job (`Job.serving`) runs the serving form of its method (`SERVING_RPCS`: Place, Evaluate, Compare,
+Capacity), chosen by the request's content here and in a solve process alike.
 """
 
 from __future__ import annotations
@@ -17,19 +19,22 @@ import grpc
 
 from placement.cost.evaluate import evaluate
 from placement.cost.report import CostReport
+from placement.cost.serving import ServingReport
 from placement.limits import checkpoint
 from placement.messages import batch as convert_batch
 from placement.messages import domain as convert
 from placement.messages import repair as convert_repair
+from placement.messages import serving as convert_serving
 from placement.model.topology import Topology
 from placement.solve import PlacementResult, compare, place
 from placement.solve.batch.joint import place_batch
 from placement.solve.batch.types import BatchResult
 from placement.solve.repair.run import RepairResult, repair
+from placement.solve.serving import ServingResult, compare_serving, evaluate_serving, place_serving
 from placement.solve.wait import decide
 from placement.v1 import placement_pb2 as pb
 from placement.v1 import placement_pb2_grpc as pb_grpc
-from server.decisions import CAPACITY, PREEMPT
+from server.decisions import CAPACITY, PREEMPT, capacity_rpc
 from server.errors import LimitExceeded
 from server.memo import AnswerMemo
 from server.pool import SolvePool
@@ -43,6 +48,7 @@ __all__ = [
     "EVALUATE",
     "PLACE_BATCH",
     "REPAIR",
+    "SERVING_RPCS",
     "PlaceCall",
     "PlaceMemo",
     "PlacementServicer",
@@ -265,6 +271,121 @@ REPAIR: Rpc[pb.RepairRequest, convert_repair.RepairInputs, RepairResult, pb.Repa
 """Repair: move a running job off failed or drained devices, fewest moves first."""
 
 
+# ---- serving jobs: Place, Evaluate and Compare of requests that carry them ---------------------------------------
+
+ServingRows = list[tuple[Any, ServingResult | None, str | None]]
+
+
+def _place_serving(i: convert_serving.ServingPlaceInputs) -> ServingResult:
+    return place_serving(i.topology, i.state, i.job, i.options)
+
+
+def _placed_serving(i: convert_serving.ServingPlaceInputs, res: ServingResult) -> dict[str, Any]:
+    return {
+        "job": i.job.name,
+        "ranks": i.job.ranks,
+        "devices": i.topology.num_devices,
+        "serving": True,
+        "chosen": res.chosen,
+        "tpot_s": res.report.tpot_seconds,
+        "ttft_s": res.report.ttft_seconds,
+    }
+
+
+PLACE_SERVING: Rpc[pb.PlaceRequest, convert_serving.ServingPlaceInputs, ServingResult, pb.PlaceResponse] = (
+    Rpc(
+        "Place",
+        parse=convert_serving.serving_place_inputs,
+        work=_place_serving,
+        outcomes=lambda _i, res: [(res.status or "FEASIBLE", None)],
+        render=lambda i, res, budget: pb.PlaceResponse(
+            result=convert_serving.serving_result(
+                i.topology, i.job, res, time_limit_s=budget.limit_s, deadline_limited=budget.deadline_limited
+            )
+        ),
+        log="placed",
+        log_fields=_placed_serving,
+        log_budget=("time_limit_s", "deadline_limited"),
+        nothing_by_deadline=True,
+    )
+)
+"""Place of a serving job (`placement.solve.serving.place_serving`): the answer by the serving objective among the
+solver's, the baselines' and the serving-aware packing's mappings."""
+
+
+def _evaluate_serving(i: convert_serving.ServingEvaluateInputs) -> ServingReport:
+    report = evaluate_serving(i.topology, i.state, i.job, i.mapping)  # InvalidMappingError
+    checkpoint("evaluating the mapping")
+    return report
+
+
+EVALUATE_SERVING: Rpc[
+    pb.EvaluateRequest, convert_serving.ServingEvaluateInputs, ServingReport, pb.EvaluateResponse
+] = Rpc(
+    "Evaluate",
+    parse=lambda request, _default_s, _resolved: convert_serving.serving_evaluate_inputs(request),
+    options=None,
+    work=_evaluate_serving,
+    render=lambda i, report, _budget: convert_serving.serving_evaluate_response(
+        i.topology, i.job, i.mapping, report
+    ),
+)
+"""Evaluate of a serving job: the serving report of the given mapping, validated first against the job's rules."""
+
+
+def _compare_serving_response(
+    i: convert_serving.ServingCompareInputs, rows: ServingRows, budget: TimeBudget
+) -> pb.CompareResponse:
+    index = {id(job): k for k, job in enumerate(i.jobs)}
+    out = pb.CompareResponse()
+    for job, res, reason in rows:
+        if res is None:
+            result = pb.PlacementResult(
+                job=job.name,
+                status=pb.SOLVE_STATUS_INFEASIBLE,
+                strategy="serving",
+                explanation=[reason or "no placement satisfies the hard rules"],
+            )
+        else:
+            result = convert_serving.serving_result(
+                i.topology, job, res, time_limit_s=budget.limit_s, deadline_limited=budget.deadline_limited
+            )
+        out.ranking.add(job_index=index[id(job)], result=result)
+    return out
+
+
+COMPARE_SERVING: Rpc[
+    pb.CompareRequest, convert_serving.ServingCompareInputs, ServingRows, pb.CompareResponse
+] = Rpc(
+    "Compare",
+    parse=convert_serving.serving_compare_inputs,
+    jobs=lambda i: len(i.jobs),  # the time limit is per job
+    work=lambda i: compare_serving(i.topology, i.state, i.jobs, i.options),
+    outcomes=lambda _i, rows: [
+        ("INFEASIBLE", None) if res is None else (res.status or "FEASIBLE", None) for _job, res, _ in rows
+    ],
+    render=_compare_serving_response,
+    log="compared",
+    log_fields=lambda i, _rows: {"jobs": len(i.jobs), "serving": True},
+)
+"""Compare of serving jobs: each placed alone on the same cluster and state, ranked by the serving objective."""
+
+SERVING_RPCS: dict[str, Rpc[Any, Any, Any, Any]] = {
+    r.method: r
+    for r in (
+        PLACE_SERVING,
+        EVALUATE_SERVING,
+        COMPARE_SERVING,
+        capacity_rpc(
+            convert_serving.serving_capacity_inputs
+        ),  # serving shapes counted as their ranks and rules
+    )
+}
+"""The methods that serve a request carrying a serving job (`placement.messages.serving.carries_serving`) with
+their serving form; the other methods (PlaceBatch, Repair, Preempt) refuse a serving job at its field
+(docs/serving.md)."""
+
+
 # ---- the servicer -----------------------------------------------------------------------------------------------
 
 
@@ -292,13 +413,16 @@ class PlacementServicer(pb_grpc.PlacementServiceServicer):
     # ---- rpc methods --------------------------------------------------------------------------------------
 
     def Place(self, request: pb.PlaceRequest, context: grpc.ServicerContext) -> pb.PlaceResponse:
-        return self._serve(self._place, request, context)
+        spec: Rpc[pb.PlaceRequest, Any, Any, pb.PlaceResponse] = self._rpc_for("Place", request)
+        return self._serve(spec, request, context)
 
     def Evaluate(self, request: pb.EvaluateRequest, context: grpc.ServicerContext) -> pb.EvaluateResponse:
-        return self._serve(EVALUATE, request, context)
+        spec: Rpc[pb.EvaluateRequest, Any, Any, pb.EvaluateResponse] = self._rpc_for("Evaluate", request)
+        return self._serve(spec, request, context)
 
     def Compare(self, request: pb.CompareRequest, context: grpc.ServicerContext) -> pb.CompareResponse:
-        return self._serve(COMPARE, request, context)
+        spec: Rpc[pb.CompareRequest, Any, Any, pb.CompareResponse] = self._rpc_for("Compare", request)
+        return self._serve(spec, request, context)
 
     def PlaceBatch(
         self, request: pb.PlaceBatchRequest, context: grpc.ServicerContext
@@ -312,11 +436,19 @@ class PlacementServicer(pb_grpc.PlacementServiceServicer):
         return self._serve(PREEMPT, request, context)
 
     def Capacity(self, request: pb.CapacityRequest, context: grpc.ServicerContext) -> pb.CapacityResponse:
-        return self._serve(CAPACITY, request, context)
+        spec: Rpc[pb.CapacityRequest, Any, Any, pb.CapacityResponse] = self._rpc_for("Capacity", request)
+        return self._serve(spec, request, context)
 
     def serve_here(self, method: str, request: Any, context: Any, stop: threading.Event) -> Any:
         """The response of RPC `method` computed in this thread (what a solve process does with its work item)."""
-        return self.runner.serve(self.rpcs[method], request, context, stop)
+        return self.runner.serve(self._rpc_for(method, request), request, context, stop)
+
+    def _rpc_for(self, method: str, request: Any) -> Rpc[Any, Any, Any, Any]:
+        """The description of `method` for this request: its serving form when the request carries a serving job
+        (`SERVING_RPCS`), else its own."""
+        if method in SERVING_RPCS and convert_serving.carries_serving(request):
+            return SERVING_RPCS[method]
+        return self.rpcs[method]
 
     def stop_all(self) -> None:
         """Ask every running solve to return its best answer now (shutdown)."""

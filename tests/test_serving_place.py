@@ -145,14 +145,6 @@ def test_cli_prints_ttft_tpot_tokens_per_gpu_and_phases(
     assert doc["report"]["ttft_seconds"] == pytest.approx(again.ttft_seconds)
 
 
-def test_cli_refuses_server_for_a_serving_job(tmp_path: Path, cluster: tuple[Path, Topology]) -> None:
-    path, _ = cluster
-    job_file = write(tmp_path, "s.yaml", json.dumps(_job()))
-    res = run("place", path, job_file, "--server", "localhost:1")
-    assert res.exit_code == 2
-    assert "serving jobs are placed here only" in res.output
-
-
 def test_cli_evaluate_prices_a_given_mapping(tmp_path: Path, cluster: tuple[Path, Topology]) -> None:
     path, _ = cluster
     job_file = write(tmp_path, "s.yaml", json.dumps(_job()))

@@ -10,8 +10,15 @@ import pytest
 from typer.testing import CliRunner
 
 from placement.cli.app import app
+from placement.cost import collectives
 from placement.cost.evaluate import evaluate
-from placement.cost.shared import SharedFabric, cluster_seconds, surrogate_state, uplink_pressure
+from placement.cost.shared import (
+    SharedFabric,
+    background_for,
+    cluster_seconds,
+    surrogate_state,
+    uplink_pressure,
+)
 from placement.errors import InputError
 from placement.io.native.state import state_from_dict
 from placement.messages.domain import breakdown, place_inputs, report_from_proto, step_cost
@@ -21,6 +28,7 @@ from placement.model.job import CollectiveKind, Edge, Group, Job
 from placement.model.links import Level, Tier
 from placement.model.state import ClusterState, LinkLoad, RunningJob, Uplink
 from placement.model.topology import Topology
+from placement.model.traffic import job_traffic
 from placement.sim.scenarios import megatron_job
 from placement.solve.incremental import StepEval
 from placement.solve.prepared import PreparedRequest
@@ -326,14 +334,14 @@ def test_a_job_freed_from_the_occupancy_carries_no_traffic() -> None:
 # ---- the search sees the background -----------------------------------------------------------------------------
 
 
-def _busy_fat_tree(seed: int) -> tuple[Topology, ClusterState]:
+def _busy_fat_tree(seed: int, oversubscription: float = 16.0) -> tuple[Topology, ClusterState]:
     """256 GPUs: 8 leaves of 4 hosts of 8 switch-connected GPUs, leaves 16:1 oversubscribed (a leaf's uplinks
     carry 32 x 25 / 16 = 50 GB/s each way); 40% busy with jobs of 3 hosts each (an all-reduce over their devices
     and a send from the first to the last), anywhere in the tree; a measured load on two leaves' uplinks."""
     nt = NodeType("hgx", 8, "H100")
     levels = [
         Level("node", Tier(450.0, 2.0)),
-        Level("leaf", Tier(50.0, 5.0), 16.0),
+        Level("leaf", Tier(50.0, 5.0), oversubscription),
         Level("spine", Tier(25.0, 8.0)),
     ]
     t = Topology.build("busy", levels, [HostSpec(f"n{h:02d}", {"leaf": f"l{h // 4}"}, nt) for h in range(32)])
@@ -457,3 +465,44 @@ def test_the_cli_shows_the_shared_fabric_table_only_with_other_traffic() -> None
     assert "shared fabric" not in alone.output
     bad = runner.invoke(app, [*args, "--objective", "global"])
     assert bad.exit_code == 2 and "--objective: unknown value 'global'" in bad.output
+
+
+@pytest.mark.parametrize(("seed", "oversubscription"), [(1, 16.0), (2, 2.0), (3, 1.0)])
+def test_background_flows_that_cannot_fill_a_link_change_no_time(seed: int, oversubscription: float) -> None:
+    """`Background.touching` leaves out the flows on links that cannot fill; the filling with every flow on the
+    phase's links (what it did before) gives the same times, for random mappings on a busy, loaded tree."""
+    t, state = _busy_fat_tree(seed, oversubscription)
+    job = megatron_job("j", tp=4, pp=2, dp=4, hidden=2048, layers=8)
+    bg = background_for(t, state, exclude=job.name)
+    assert bg is not None
+    fabric = collectives.fabric_for(t, state)
+    free = [d for d in range(t.num_devices) if d not in state.occupied]
+    rng = random.Random(seed)
+    dropped = kept = 0
+    for _ in range(20):
+        m = rng.sample(free, job.ranks)
+        plans = [
+            fabric.plan_group(g.kind, [m[r] for r in g.members], g.bytes) for g in job_traffic(job).groups
+        ]
+        every = list(
+            {
+                id(f): f for p in plans for st in p.stages for r, _x in st.loads for f in bg.flows.get(r, ())
+            }.values()
+        )
+        some = bg.touching(plans, fabric.caps_bytes)
+        assert {id(f) for f in some} <= {id(f) for f in every}
+        dropped += len(every) - len(some)
+        kept += len(some)
+        n = len(plans)
+        full = (
+            collectives.share_phase(fabric, [*plans, *every])[0][:n]
+            if every
+            else collectives.share_phase(fabric, plans)[0]
+        )
+        got = collectives.share_phase(fabric, plans, bg)[0]
+        assert [tier for _s, tier in got] == [tier for _s, tier in full]
+        assert [sec for sec, _t in got] == pytest.approx([sec for sec, _t in full], rel=1e-12)
+    if oversubscription <= 2:
+        assert dropped > 0  # the filter does leave flows out where uplinks have room
+    else:
+        assert kept > 0  # and keeps them where they fill

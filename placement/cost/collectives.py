@@ -958,15 +958,38 @@ class Background:
 
     flows: Mapping[int, tuple[Plan, ...]]
 
-    def touching(self, plans: Sequence[Plan]) -> list[Plan]:
-        """The background flows on any link `plans` load, each once, in a fixed order."""
+    def touching(self, plans: Sequence[Plan], caps: Sequence[float]) -> list[Plan]:
+        """The background flows that can bind `plans`, each once, in a fixed order: those on a link `plans` load
+        that can fill up. A link cannot fill when what the flows on it can ask is below its capacity (`caps`,
+        bytes/s): each background flow its average rate, each operation at most its rate alone there (bytes over
+        its stage's time alone); its background flows then run at their rates beside the phase and change no
+        time, so they are left out (the same times, a much smaller filling)."""
         flows = self.flows
-        seen: dict[int, Plan] = {}
+        peak: dict[int, float] = {}
         for p in plans:
             for st in p.stages:
-                for r, _x in st.loads:
-                    for f in flows.get(r, ()):
-                        seen.setdefault(id(f), f)
+                touched = [(r, x) for r, x in st.loads if r in flows]
+                if not touched:
+                    continue
+                alone = max(st.local, max(x / caps[r] for r, x in st.loads))
+                for r, x in touched:
+                    peak[r] = peak.get(r, 0.0) + (x / alone if alone > 0 else caps[r])
+        full = set()
+        for r, demand in peak.items():
+            asked = (
+                demand
+                + sum(x for f in flows[r] for rr, x in f.stages[0].loads if rr == r) / BACKGROUND_SECONDS
+            )
+            if asked >= caps[r] * (1.0 - 1e-9):
+                full.add(r)
+        seen: dict[int, Plan] = {}
+        if full:
+            for p in plans:
+                for st in p.stages:
+                    for r, _x in st.loads:
+                        if r in full:
+                            for f in flows[r]:
+                                seen.setdefault(id(f), f)
         return list(seen.values())
 
 
@@ -994,7 +1017,7 @@ def share_phase(
 
     `background`: other jobs' flows (`Background`); those on links the plans load join the filling as operations
     that take at most their average rate and never finish, and only the plans' own times are returned."""
-    extra = background.touching(plans) if background is not None else []
+    extra = background.touching(plans, fabric.caps_bytes) if background is not None else []
     if extra:
         n = len(plans)
         times, comp = share_phase(fabric, [*plans, *extra])

@@ -186,10 +186,11 @@ def _topology(
 
 def _job(msg: pb.Job, prefix: str, ps: _Problems) -> Job | None:
     checkpoint(f"converting {prefix}")
-    if msg.HasField("serving"):  # a serving job (placement.messages.serving): not placed over gRPC yet
+    if msg.HasField("serving"):  # Place, Evaluate, Compare, Capacity serve it (placement.messages.serving)
         ps.add(
             f"{prefix}.serving",
-            "serving jobs are placed by the CLI so far, not by this service (docs/serving.md)",
+            "a serving job is served by Place, Evaluate, Compare and Capacity; this method weighs or moves jobs "
+            "by their training step, which a serving job does not have (docs/serving.md)",
         )
         return None
     doc = message_dict(msg)

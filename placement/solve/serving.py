@@ -40,8 +40,10 @@ from placement.solve.types import SolveOptions
 
 __all__ = [
     "ServingResult",
+    "compare_serving",
     "evaluate_serving",
     "fitting_level",
+    "objective_key",
     "packed_replicas",
     "place_serving",
     "serving_traffic_job",
@@ -197,7 +199,9 @@ def _unknown(topology: Topology, d: int) -> bool:
     return topology.devices[d].kind in ("", "gpu")
 
 
-def _key(job: ServingJob, r: ServingReport) -> tuple[float, ...]:
+def objective_key(job: ServingJob, r: ServingReport) -> tuple[float, ...]:
+    """The serving objective as a sort key (smaller is better): TPOT then TTFT, or with ``load.tpot_bound_ms`` the
+    mappings within the bound first, by most tokens/s."""
     bound = job.load.tpot_bound_ms
     if bound is not None:
         within = r.tpot_seconds * 1e3 <= bound
@@ -264,7 +268,7 @@ def place_serving(
         raise InfeasibleError(
             [f"no placement of the serving job {job.name!r} ({job.ranks} ranks) satisfies the rules", *notes]
         )
-    best_name, best = min(scored, key=lambda nr: (_key(job, nr[1]), nr[0] != "solver", nr[0]))
+    best_name, best = min(scored, key=lambda nr: (objective_key(job, nr[1]), nr[0] != "solver", nr[0]))
     kinds = explicit.constraints.spread
     if kinds:
         notes.append(
@@ -273,3 +277,33 @@ def place_serving(
     return ServingResult(
         mappings[best_name], best, best_name, candidates, broken, explicit, status or "FEASIBLE", notes
     )
+
+
+def compare_serving(
+    topology: Topology, state: ClusterState, jobs: Sequence[ServingJob], options: SolveOptions | None = None
+) -> list[tuple[ServingJob, ServingResult | None, str | None]]:
+    """Place each serving job alone on the same state (`place_serving`); ranked by the serving objective
+    (`objective_key`: TPOT then TTFT, or the most tokens/s within the TPOT bound when every job has the same bound;
+    TPOT then TTFT when their bounds differ), then name; infeasible ones last, with the reason."""
+    rows: list[tuple[ServingJob, ServingResult | None, str | None]] = []
+    for job in jobs:
+        try:
+            rows.append((job, place_serving(topology, state, job, options), None))
+        except InfeasibleError as e:
+            rows.append((job, None, "; ".join(e.reasons)))
+
+    one_bound = len({j.load.tpot_bound_ms for j in jobs}) <= 1
+
+    def key(row: tuple[ServingJob, ServingResult | None, str | None]) -> tuple[bool, tuple[float, ...], str]:
+        res = row[1]
+        if res is None:
+            return (True, (), row[0].name)
+        r = res.report
+        return (
+            False,
+            objective_key(row[0], r) if one_bound else (r.tpot_seconds, r.ttft_seconds),
+            row[0].name,
+        )
+
+    rows.sort(key=key)
+    return rows

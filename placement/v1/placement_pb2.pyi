@@ -2087,6 +2087,7 @@ class PlacementResult(_message.Message):
     IDEAL_STEP_S_FIELD_NUMBER: _builtins.int
     IDEAL_SOURCE_FIELD_NUMBER: _builtins.int
     WAIT_FIELD_NUMBER: _builtins.int
+    SERVING_FIELD_NUMBER: _builtins.int
     job: _builtins.str
     """the job's name"""
     status: Global___SolveStatus.ValueType
@@ -2130,6 +2131,12 @@ class PlacementResult(_message.Message):
     def wait(self) -> Global___Wait:
         """Set when the status is SOLVE_STATUS_WAIT."""
 
+    @_builtins.property
+    def serving(self) -> Global___ServingAnswer:
+        """Set for a serving job (Job.serving): its serving report (TTFT, TPOT, tokens/s per GPU, phases) and every
+        candidate mapping's; then cost, breakdown and baselines are unset (the serving model prices it).
+        """
+
     def __init__(
         self,
         *,
@@ -2149,10 +2156,11 @@ class PlacementResult(_message.Message):
         ideal_step_s: _builtins.float | None = ...,
         ideal_source: _builtins.str = ...,
         wait: Global___Wait | None = ...,
+        serving: Global___ServingAnswer | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_gap", b"_gap", "_ideal_step_s", b"_ideal_step_s", "_lower_bound_s", b"_lower_bound_s", "_seconds_per_step", b"_seconds_per_step", "_slowdown", b"_slowdown", "breakdown", b"breakdown", "cost", b"cost", "gap", b"gap", "ideal_step_s", b"ideal_step_s", "lower_bound_s", b"lower_bound_s", "seconds_per_step", b"seconds_per_step", "slowdown", b"slowdown", "stats", b"stats", "wait", b"wait"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_gap", b"_gap", "_ideal_step_s", b"_ideal_step_s", "_lower_bound_s", b"_lower_bound_s", "_seconds_per_step", b"_seconds_per_step", "_slowdown", b"_slowdown", "breakdown", b"breakdown", "cost", b"cost", "gap", b"gap", "ideal_step_s", b"ideal_step_s", "lower_bound_s", b"lower_bound_s", "seconds_per_step", b"seconds_per_step", "serving", b"serving", "slowdown", b"slowdown", "stats", b"stats", "wait", b"wait"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_gap", b"_gap", "_ideal_step_s", b"_ideal_step_s", "_lower_bound_s", b"_lower_bound_s", "_seconds_per_step", b"_seconds_per_step", "_slowdown", b"_slowdown", "baselines", b"baselines", "breakdown", b"breakdown", "cost", b"cost", "explanation", b"explanation", "gap", b"gap", "ideal_source", b"ideal_source", "ideal_step_s", b"ideal_step_s", "job", b"job", "lower_bound_s", b"lower_bound_s", "mapping", b"mapping", "seconds_per_step", b"seconds_per_step", "slowdown", b"slowdown", "stats", b"stats", "status", b"status", "strategy", b"strategy", "wait", b"wait"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_gap", b"_gap", "_ideal_step_s", b"_ideal_step_s", "_lower_bound_s", b"_lower_bound_s", "_seconds_per_step", b"_seconds_per_step", "_slowdown", b"_slowdown", "baselines", b"baselines", "breakdown", b"breakdown", "cost", b"cost", "explanation", b"explanation", "gap", b"gap", "ideal_source", b"ideal_source", "ideal_step_s", b"ideal_step_s", "job", b"job", "lower_bound_s", b"lower_bound_s", "mapping", b"mapping", "seconds_per_step", b"seconds_per_step", "serving", b"serving", "slowdown", b"slowdown", "stats", b"stats", "status", b"status", "strategy", b"strategy", "wait", b"wait"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__gap: _TypeAlias = _typing.Literal["gap"]  # noqa: Y015
     _WhichOneofArgType__gap: _TypeAlias = _typing.Literal["_gap", b"_gap"]  # noqa: Y015
@@ -2245,6 +2253,7 @@ class EvaluateResponse(_message.Message):
     BREAKDOWN_FIELD_NUMBER: _builtins.int
     MAPPING_FIELD_NUMBER: _builtins.int
     COST_FIELD_NUMBER: _builtins.int
+    SERVING_FIELD_NUMBER: _builtins.int
     job: _builtins.str
     seconds_per_step: _builtins.float
     """Deprecated: exposed communication seconds per step (the same number as cost.comm_seconds). Read `cost`."""
@@ -2258,6 +2267,10 @@ class EvaluateResponse(_message.Message):
     def cost(self) -> Global___StepCost:
         """The modeled step: step, exposed and total communication, compute, phases."""
 
+    @_builtins.property
+    def serving(self) -> Global___ServingCost:
+        """Set for a serving job (Job.serving): the serving report of the mapping; then breakdown and cost are unset."""
+
     def __init__(
         self,
         *,
@@ -2266,10 +2279,11 @@ class EvaluateResponse(_message.Message):
         breakdown: Global___Breakdown | None = ...,
         mapping: _abc.Iterable[Global___Assignment] | None = ...,
         cost: Global___StepCost | None = ...,
+        serving: Global___ServingCost | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["breakdown", b"breakdown", "cost", b"cost"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["breakdown", b"breakdown", "cost", b"cost", "serving", b"serving"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["breakdown", b"breakdown", "cost", b"cost", "job", b"job", "mapping", b"mapping", "seconds_per_step", b"seconds_per_step"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["breakdown", b"breakdown", "cost", b"cost", "job", b"job", "mapping", b"mapping", "seconds_per_step", b"seconds_per_step", "serving", b"serving"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -3648,3 +3662,192 @@ class ServingRules(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType__spread) -> _WhichOneofReturnType__spread | None: ...
 
 Global___ServingRules: _TypeAlias = ServingRules  # noqa: Y015
+
+@_typing.final
+class ServingPhase(_message.Message):
+    """One line of a serving report's phase table (placement.cost.serving.ServingPhase)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STAGE_FIELD_NUMBER: _builtins.int
+    PHASE_FIELD_NUMBER: _builtins.int
+    TIER_FIELD_NUMBER: _builtins.int
+    ALGORITHM_FIELD_NUMBER: _builtins.int
+    CRITICAL_FIELD_NUMBER: _builtins.int
+    COUNT_FIELD_NUMBER: _builtins.int
+    SECONDS_FIELD_NUMBER: _builtins.int
+    stage: _builtins.str
+    """decode, prefill, handoff (or the aggregated pool's stage)"""
+    phase: _builtins.str
+    """e.g. compute, tp, ep dispatch, ep combine, pp, kv"""
+    tier: _builtins.str
+    """the bottleneck: hbm, compute or a link tier"""
+    algorithm: _builtins.str
+    critical: _builtins.str
+    """the critical group"""
+    count: _builtins.float
+    """repetitions per output token (decode) or per request"""
+    seconds: _builtins.float
+    """after `count` repetitions"""
+    def __init__(
+        self,
+        *,
+        stage: _builtins.str = ...,
+        phase: _builtins.str = ...,
+        tier: _builtins.str = ...,
+        algorithm: _builtins.str = ...,
+        critical: _builtins.str = ...,
+        count: _builtins.float = ...,
+        seconds: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["algorithm", b"algorithm", "count", b"count", "critical", b"critical", "phase", b"phase", "seconds", b"seconds", "stage", b"stage", "tier", b"tier"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ServingPhase: _TypeAlias = ServingPhase  # noqa: Y015
+
+@_typing.final
+class ServingCost(_message.Message):
+    """The modeled serving of a serving job on one mapping (placement.cost.serving.ServingReport)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TTFT_S_FIELD_NUMBER: _builtins.int
+    TPOT_S_FIELD_NUMBER: _builtins.int
+    PREFILL_S_FIELD_NUMBER: _builtins.int
+    HANDOFF_S_FIELD_NUMBER: _builtins.int
+    DECODE_TOKENS_PER_S_FIELD_NUMBER: _builtins.int
+    PREFILL_TOKENS_PER_S_FIELD_NUMBER: _builtins.int
+    TOKENS_PER_S_FIELD_NUMBER: _builtins.int
+    TOKENS_PER_S_PER_GPU_FIELD_NUMBER: _builtins.int
+    GPUS_FIELD_NUMBER: _builtins.int
+    BOUND_BY_FIELD_NUMBER: _builtins.int
+    BOTTLENECK_TIER_FIELD_NUMBER: _builtins.int
+    DEVICE_KIND_FIELD_NUMBER: _builtins.int
+    DECODE_MEMORY_BYTES_FIELD_NUMBER: _builtins.int
+    PHASES_FIELD_NUMBER: _builtins.int
+    NOTES_FIELD_NUMBER: _builtins.int
+    ttft_s: _builtins.float
+    """time to first token: prefill + KV handoff"""
+    tpot_s: _builtins.float
+    """time per output token"""
+    prefill_s: _builtins.float
+    handoff_s: _builtins.float
+    decode_tokens_per_s: _builtins.float
+    """what the decode pool produces"""
+    prefill_tokens_per_s: _builtins.float
+    """output tokens/s the prefill pool feeds; unset: aggregated"""
+    tokens_per_s: _builtins.float
+    """the lesser of the two"""
+    tokens_per_s_per_gpu: _builtins.float
+    """over every rank of the deployment"""
+    gpus: _builtins.int
+    bound_by: _builtins.str
+    """the limiting pool: decode or prefill"""
+    bottleneck_tier: _builtins.str
+    device_kind: _builtins.str
+    decode_memory_bytes: _builtins.float
+    """weights and KV cache of one decode rank"""
+    @_builtins.property
+    def phases(self) -> _containers.RepeatedCompositeFieldContainer[Global___ServingPhase]: ...
+    @_builtins.property
+    def notes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        ttft_s: _builtins.float = ...,
+        tpot_s: _builtins.float = ...,
+        prefill_s: _builtins.float = ...,
+        handoff_s: _builtins.float = ...,
+        decode_tokens_per_s: _builtins.float = ...,
+        prefill_tokens_per_s: _builtins.float | None = ...,
+        tokens_per_s: _builtins.float = ...,
+        tokens_per_s_per_gpu: _builtins.float = ...,
+        gpus: _builtins.int = ...,
+        bound_by: _builtins.str = ...,
+        bottleneck_tier: _builtins.str = ...,
+        device_kind: _builtins.str = ...,
+        decode_memory_bytes: _builtins.float = ...,
+        phases: _abc.Iterable[Global___ServingPhase] | None = ...,
+        notes: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_prefill_tokens_per_s", b"_prefill_tokens_per_s", "prefill_tokens_per_s", b"prefill_tokens_per_s"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_prefill_tokens_per_s", b"_prefill_tokens_per_s", "bottleneck_tier", b"bottleneck_tier", "bound_by", b"bound_by", "decode_memory_bytes", b"decode_memory_bytes", "decode_tokens_per_s", b"decode_tokens_per_s", "device_kind", b"device_kind", "gpus", b"gpus", "handoff_s", b"handoff_s", "notes", b"notes", "phases", b"phases", "prefill_s", b"prefill_s", "prefill_tokens_per_s", b"prefill_tokens_per_s", "tokens_per_s", b"tokens_per_s", "tokens_per_s_per_gpu", b"tokens_per_s_per_gpu", "tpot_s", b"tpot_s", "ttft_s", b"ttft_s"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__prefill_tokens_per_s: _TypeAlias = _typing.Literal["prefill_tokens_per_s"]  # noqa: Y015
+    _WhichOneofArgType__prefill_tokens_per_s: _TypeAlias = _typing.Literal["_prefill_tokens_per_s", b"_prefill_tokens_per_s"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__prefill_tokens_per_s) -> _WhichOneofReturnType__prefill_tokens_per_s | None: ...
+
+Global___ServingCost: _TypeAlias = ServingCost  # noqa: Y015
+
+@_typing.final
+class ServingCandidate(_message.Message):
+    """One candidate mapping of a serving job: the solver's, a scheduler baseline's or the serving-aware packing."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STRATEGY_FIELD_NUMBER: _builtins.int
+    COST_FIELD_NUMBER: _builtins.int
+    BREAKS_FIELD_NUMBER: _builtins.int
+    strategy: _builtins.str
+    breaks: _builtins.str
+    """The first rule of the job its mapping breaks (it is priced, not chosen); empty: none."""
+    @_builtins.property
+    def cost(self) -> Global___ServingCost:
+        """Its serving report; unset: the candidate found no mapping."""
+
+    def __init__(
+        self,
+        *,
+        strategy: _builtins.str = ...,
+        cost: Global___ServingCost | None = ...,
+        breaks: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["cost", b"cost"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["breaks", b"breaks", "cost", b"cost", "strategy", b"strategy"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ServingCandidate: _TypeAlias = ServingCandidate  # noqa: Y015
+
+@_typing.final
+class ServingAnswer(_message.Message):
+    """A placed serving job (placement.solve.serving.ServingResult): the answer's report and every candidate's."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    COST_FIELD_NUMBER: _builtins.int
+    CHOSEN_FIELD_NUMBER: _builtins.int
+    SOLVER_STATUS_FIELD_NUMBER: _builtins.int
+    CANDIDATES_FIELD_NUMBER: _builtins.int
+    NOTES_FIELD_NUMBER: _builtins.int
+    chosen: _builtins.str
+    """The candidate chosen: "solver", a baseline's name or "serving-packed"."""
+    solver_status: _builtins.str
+    """The solver's status on the explicit job (OPTIMAL, FEASIBLE...)."""
+    @_builtins.property
+    def cost(self) -> Global___ServingCost: ...
+    @_builtins.property
+    def candidates(self) -> _containers.RepeatedCompositeFieldContainer[Global___ServingCandidate]: ...
+    @_builtins.property
+    def notes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        cost: Global___ServingCost | None = ...,
+        chosen: _builtins.str = ...,
+        solver_status: _builtins.str = ...,
+        candidates: _abc.Iterable[Global___ServingCandidate] | None = ...,
+        notes: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["cost", b"cost"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["candidates", b"candidates", "chosen", b"chosen", "cost", b"cost", "notes", b"notes", "solver_status", b"solver_status"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ServingAnswer: _TypeAlias = ServingAnswer  # noqa: Y015

@@ -18,6 +18,7 @@ from placement.cli.errors import fail, guard
 from placement.cli.help import Command, command_app
 from placement.cli.inputs import load_cluster_state
 from placement.cli.options import ServerOpt, TokenOpt
+from placement.cli.serving import is_serving_file, serving_shape_job, serving_shape_message
 from placement.cli.tables import out
 from placement.errors import InputError, Problem
 from placement.io.native import job_from_dict, load_document, load_job
@@ -117,6 +118,14 @@ def capacity(
         fail(f"--time-limit: must be > 0, got {time_limit:g}", 2)
     if not shape and not job:
         fail("give at least one --shape or --job", 2)
+    files = job or []
+    serving = {i for i, p in enumerate(files) if is_serving_file(p)}  # serving jobs: placement.cli.serving
+    if serving and place:
+        fail(
+            "--place: a serving job's copies are counted, not modeled (a placed copy carries a training step); "
+            "place one with `placement place` for its TTFT and TPOT",
+            2,
+        )
     if server is not None:  # the same request, solved by the server; --tp-level is checked there by name
         # the default --tp-level is the cluster's lowest level: read here, the cluster is checked by the server
         level: str | None = (
@@ -127,13 +136,18 @@ def capacity(
         doc: dict[str, Any] = {
             "cluster_file": str(cluster),
             "shapes": [shape_doc(s, level, kind) for s in shape or []]
-            + [load_document(p) for p in job or []],
+            + [load_document(p) for i, p in enumerate(files) if i not in serving],
             "place_copies": place,
             "options": {"time_limit_s": time_limit},
         }
         if state is not None:
             doc["state_file"] = str(state)
         req = request_from_dict(doc, pb.CapacityRequest, "<capacity>", Path.cwd())
+        if serving:  # the job files in their order, the serving ones as their messages
+            read = iter([pb.Job.FromString(m.SerializeToString()) for m in req.shapes[len(shape or []) :]])
+            del req.shapes[len(shape or []) :]
+            for i, p in enumerate(files):
+                req.shapes.append(serving_shape_message(p) if i in serving else next(read))
         response = decision_remote("capacity", req, server, token)
     else:
         topo, st = load_cluster_state(cluster, state)
@@ -142,7 +156,9 @@ def capacity(
             level = None
         elif level not in topo.level_names:
             fail(f"--tp-level: unknown level {level!r}; levels are {list(topo.level_names)} or none", 2)
-        shapes = [shape_job(s, topo, level, kind) for s in shape or []] + [load_job(p) for p in job or []]
+        shapes = [shape_job(s, topo, level, kind) for s in shape or []] + [
+            serving_shape_job(p, topo, st) if i in serving else load_job(p) for i, p in enumerate(files)
+        ]
         res = run_capacity(
             topo, st, shapes, place_copies=place, options=SolveOptions(time_limit_s=time_limit)
         )

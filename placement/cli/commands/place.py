@@ -202,8 +202,11 @@ def place(
     if objective not in OBJECTIVES:
         fail(f"--objective: unknown value {objective!r}; use one of {', '.join(OBJECTIVES)}", 2)
     if is_serving_file(job):  # a serving job (kind: serving): placement.cli.serving
-        opts = SolveOptions(strategy=strat, time_limit_s=time_limit, seed=seed, workers=workers)
-        return place_serving_file(cluster, job, state, opts, output, out_file, server)
+        opts = SolveOptions(
+            strategy=strat, time_limit_s=time_limit, relative_gap=gap, seed=seed, workers=workers,
+            deterministic=deterministic,
+        )  # fmt: skip
+        return place_serving_file(cluster, job, state, opts, output, out_file, server, token)
     if max_slowdown is not None and not (math.isfinite(max_slowdown) and max_slowdown >= 1):
         fail(f"--max-slowdown: must be a number >= 1 (1: the ideal step), got {max_slowdown:g}", 2)
     rules = _slice_rules(balance, segment)

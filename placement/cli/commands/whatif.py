@@ -27,6 +27,7 @@ from placement.cli.errors import err, escape, fail, guard
 from placement.cli.help import Command, Group, command_app
 from placement.cli.inputs import load_cluster_state
 from placement.cli.options import WideOpt
+from placement.cli.serving import is_serving_sweep_file, whatif_serving_file
 from placement.cli.tables import drop_columns, out, table_console
 from placement.io.native import load_job
 from placement.sim.executors import RayExecutor
@@ -115,6 +116,8 @@ def whatif(
         fail(f"--top: must be >= 1, got {top}", 2)
     if executor not in ("local", "ray"):
         fail(f"--executor: must be local or ray, got {executor!r}", 2)
+    if is_serving_sweep_file(sweep):  # decode TP x EP x replicas x nodes: placement.cli.serving
+        return whatif_serving_file(sweep, out_dir, workers, top, wide)
     sw = load_sweep(sweep)
     out_path = out_dir if out_dir is not None else Path(f"whatif-{sw.name}")
     n_workers = workers if workers is not None else default_workers()

@@ -15,13 +15,16 @@ __all__ = [
     "AXES",
     "DEFAULT_TIME_LIMIT",
     "MODES",
+    "SERVING_AXES",
     "STRATEGIES",
     "Axes",
+    "ServingAxes",
     "canonical_strategy",
     "is_int",
     "is_num",
     "known_strategies",
     "parse_axes",
+    "parse_serving_axes",
 ]
 
 
@@ -221,4 +224,40 @@ def parse_axes(ps: Problems, value: Any, level_names: list[str] | None) -> Axes:
         nodes_per_leaf=npl,
         tiers=tier_axes,
         shapes=axes.get("shapes"),
+    )
+
+
+# ---- serving sweeps -------------------------------------------------------------------------------------------
+
+SERVING_AXES: tuple[str, ...] = ("decode_tp", "decode_ep", "decode_replicas", "nodes", "gpus_per_node")
+"""The axes of a serving sweep (its job is a serving job): the decode pool's TP, EP and replicas, and the cluster's
+nodes and GPUs per node (`placement.sim.whatif.variants`). An absent decode axis keeps the job's value."""
+
+
+@dataclass(frozen=True)
+class ServingAxes:
+    """The checked values of a serving sweep's axes (None: the job's own value / the base cluster)."""
+
+    decode_tp: list[Any]
+    decode_ep: list[Any]
+    decode_replicas: list[Any]
+    nodes: list[Any]
+    gpus_per_node: list[Any]
+
+
+def parse_serving_axes(ps: Problems, value: Any, base: tuple[int, int, int]) -> ServingAxes:
+    """Check the ``axes:`` mapping of a serving sweep into `ps`; `base` is the job's decode (tp, ep, replicas)."""
+    axes = value or {}
+    if not isinstance(axes, dict):
+        ps.add("axes", f"must be a mapping of axis name to values, got {type(axes).__name__}")
+        axes = {}
+    for k in axes:
+        if k not in SERVING_AXES:
+            ps.add(f"axes.{k}", f"unknown axis of a serving sweep; known axes: {', '.join(SERVING_AXES)}")
+    return ServingAxes(
+        decode_tp=_values(ps, axes, "decode_tp", [base[0]], _positive_int),
+        decode_ep=_values(ps, axes, "decode_ep", [base[1]], _positive_int),
+        decode_replicas=_values(ps, axes, "decode_replicas", [base[2]], _positive_int),
+        nodes=_values(ps, axes, "nodes", [None], _positive_int),
+        gpus_per_node=_values(ps, axes, "gpus_per_node", [None], _positive_int),
     )

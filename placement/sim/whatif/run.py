@@ -1,10 +1,12 @@
 """Running a what-if sweep's points: their cluster states, tasks of points that share a state, and spawned worker
 processes whose rows go to the results CSV (`placement.sim.whatif.results`: appended row by row, resumable). Owns
-`run_sweep` and `evaluate_task`; `placement.sim.whatif` re-exports them.
+`run_sweep` and `evaluate_task`; `placement.sim.whatif` re-exports them. A serving sweep's points run through
+`run_serving_sweep` (one `placement.solve.serving.place_serving` per point; their CSV columns `SERVING_COLUMNS`).
 """
 
 from __future__ import annotations
 
+import csv
 import math
 import random
 from collections.abc import Callable, Mapping
@@ -13,8 +15,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from placement.cost.report import CostReport
+from placement.errors import InfeasibleError
 from placement.io.export import baseline_costs
 from placement.io.native import cluster_from_dict, job_from_dict, merge_states, state_from_dict
+from placement.io.native.serving import serving_job_from_dict
 from placement.model.job import Job
 from placement.model.state import ClusterState
 from placement.model.topology import Topology
@@ -23,20 +27,27 @@ from placement.sim.executors import Executor, LocalExecutor, default_workers
 from placement.sim.scenarios import occupy
 from placement.sim.whatif.axes import DEFAULT_TIME_LIMIT
 from placement.sim.whatif.results import ResultSink, csv_columns, fmt, fold_unknown, input_row, read_results
-from placement.sim.whatif.shapes import Shape, shape_job_doc
+from placement.sim.whatif.shapes import Shape, device_memory_gb, shape_job_doc
 from placement.solve import SolveOptions, Strategy
+from placement.solve.baselines import BASELINES
 from placement.solve.run import compare
+from placement.solve.serving import place_serving
 
 if TYPE_CHECKING:
-    from placement.sim.whatif.spec import Point, Sweep
+    from placement.sim.whatif.spec import Point, ServingSweep, Sweep
 
 __all__ = [
+    "SERVING_COLUMNS",
     "TASK_SECONDS",
+    "ServingRun",
+    "ServingTask",
     "SweepRun",
     "Task",
     "build_state",
+    "evaluate_serving_task",
     "evaluate_task",
     "plan_tasks",
+    "run_serving_sweep",
     "run_sweep",
 ]
 
@@ -356,4 +367,218 @@ def run_sweep(
         sink.close()
     found = {r["key"]: r for r in read_results(path)}
     run.rows = {k: found[k] for k in keys if k in found}
+    return run
+
+
+# ---- serving sweeps ---------------------------------------------------------------------------------------------
+
+SERVING_COLUMNS: tuple[str, ...] = (
+    "key",
+    "sweep",
+    "variant",
+    "gpus_per_node",
+    "nodes",
+    "decode_tp",
+    "decode_ep",
+    "decode_attention_dp",
+    "decode_replicas",
+    "decode_nodes",
+    "ranks",
+    "status",
+    "chosen",
+    "ttft_ms",
+    "tpot_ms",
+    "tokens_per_s",
+    "tokens_per_s_per_gpu",
+    "bound_by",
+    "bottleneck_tier",
+    "decode_memory_gb",
+    "device_memory_gb",
+    "within_tpot_bound",
+    *(f"{b.replace('-', '_')}_tpot_ms" for b in BASELINES),
+    "baselines_breaking",
+    "error",
+)
+"""The results CSV of a serving sweep: the point's inputs, then the answer's serving report (``decode_nodes``: the
+hosts the answer's decode ranks use), then each scheduler baseline's TPOT on the same cluster and the baselines
+whose mapping breaks a rule of the job (priced, not chosen; space-separated)."""
+
+
+@dataclass(frozen=True)
+class ServingTask:
+    """One serving sweep point to run (plain data: it pickles to a spawned worker process)."""
+
+    key: str
+    cluster_doc: Mapping[str, Any]
+    cluster_hash: str
+    cluster_dir: str
+    state_doc: Mapping[str, Any] | None
+    job_doc: Mapping[str, Any]
+    source: str
+    time_limit_s: float
+    solver_workers: int
+    solver_seed: int
+    deterministic: bool
+    tpot_bound_ms: float | None = None
+
+
+def evaluate_serving_task(task: ServingTask) -> list[tuple[str, dict[str, str]]]:
+    """Place the point's serving job (`placement.solve.serving.place_serving`) on its cluster variant and state;
+    its output columns (status INFEASIBLE with the reason when nothing fits, ERROR when the run breaks)."""
+    hit = _TOPOLOGIES.get(task.cluster_hash)
+    if hit is None:  # built once per process, as `_topology` does
+        hit = cluster_from_dict(task.cluster_doc, f"{task.source}: cluster", Path(task.cluster_dir))
+        _TOPOLOGIES[task.cluster_hash] = hit
+    topo, static = hit
+    state = build_state(
+        topo,
+        static,
+        task.state_doc,
+        occupancy=0.0,
+        mode="whole",
+        seed=0,
+        failed=0.0,
+        source=f"{task.source}: state",
+    )
+    job = serving_job_from_dict(task.job_doc, f"{task.source}: job")
+    opts = SolveOptions(
+        time_limit_s=task.time_limit_s,
+        seed=task.solver_seed,
+        workers=task.solver_workers,
+        deterministic=task.deterministic,
+    )
+    try:
+        res = place_serving(topo, state, job, opts)
+    except InfeasibleError as e:
+        return [(task.key, {"status": "INFEASIBLE", "error": "; ".join(e.reasons)})]
+    except Exception as e:  # one broken point must not take the sweep down
+        return [(task.key, {"status": "ERROR", "error": f"{type(e).__name__}: {e}"})]
+    r = res.report
+    dec = job.decode_pool
+    first = job.pool_offset(dec.role)
+    hosts = {topo.devices[d].host for d in res.mapping[first : first + dec.ranks]}
+    memory = device_memory_gb(job.device_kind or r.device_kind, topo)
+    out = {
+        "status": res.status or "FEASIBLE",
+        "chosen": res.chosen,
+        "decode_nodes": str(len(hosts)),
+        "ttft_ms": fmt(r.ttft_seconds * 1e3),
+        "tpot_ms": fmt(r.tpot_seconds * 1e3),
+        "tokens_per_s": fmt(r.tokens_per_s),
+        "tokens_per_s_per_gpu": fmt(r.tokens_per_s_per_gpu),
+        "bound_by": r.bound_by,
+        "bottleneck_tier": r.bottleneck_tier,
+        "decode_memory_gb": fmt(r.decode_memory_bytes / 1e9),
+        "device_memory_gb": fmt(memory),
+        "within_tpot_bound": ""
+        if task.tpot_bound_ms is None
+        else str(r.tpot_seconds * 1e3 <= task.tpot_bound_ms).lower(),
+        "error": "",
+    }
+    for name, rep in res.candidates.items():
+        if name in BASELINES and rep is not None:
+            out[f"{name.replace('-', '_')}_tpot_ms"] = fmt(rep.tpot_seconds * 1e3)
+    out["baselines_breaking"] = " ".join(n for n in BASELINES if n in res.broken)
+    return [(task.key, out)]
+
+
+@dataclass
+class ServingRun:
+    """What `run_serving_sweep` did: the CSV and every point's row (grid order)."""
+
+    csv_path: Path
+    rows: list[dict[str, str]] = field(default_factory=list)
+    interrupted: bool = False
+
+
+def _serving_input_row(sweep: ServingSweep, k: int) -> dict[str, str]:
+    p = sweep.points[k]
+    info = sweep.variant_info[p.variant]
+    return {
+        "key": p.key,
+        "sweep": sweep.name,
+        "variant": sweep.variants[p.variant].label,
+        "gpus_per_node": info.get("gpus_per_node", ""),
+        "nodes": info.get("nodes", ""),
+        "decode_tp": str(p.shape.tp),
+        "decode_ep": str(p.shape.ep),
+        "decode_attention_dp": str(p.shape.attention_dp),
+        "decode_replicas": str(p.shape.replicas),
+        "ranks": str(p.ranks or ""),
+    }
+
+
+def run_serving_sweep(
+    sweep: ServingSweep,
+    out_dir: str | Path,
+    *,
+    workers: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    executor: Executor | None = None,
+) -> ServingRun:
+    """Run a serving sweep's points (those with a problem get status INVALID and it as the error) on `workers`
+    spawned processes (0: in this process), and write ``out_dir/results.csv`` (`SERVING_COLUMNS`)."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "results.csv"
+    rows = [_serving_input_row(sweep, k) for k in range(len(sweep.points))]
+    tasks: list[ServingTask] = []
+    index: list[int] = []
+    vhash = [digest(vd) for vd in sweep.variant_docs]
+    for k, p in enumerate(sweep.points):
+        if p.problem is not None:
+            rows[k].update(status="INVALID", error=p.problem)
+            continue
+        tasks.append(
+            ServingTask(
+                key=p.key,
+                cluster_doc=sweep.variant_docs[p.variant],
+                cluster_hash=vhash[p.variant],
+                cluster_dir=sweep.cluster_dir,
+                state_doc=sweep.state_doc,
+                job_doc=p.job_doc,
+                source=sweep.source,
+                time_limit_s=sweep.time_limit_s,
+                solver_workers=sweep.solver_workers,
+                solver_seed=sweep.solver_seed,
+                deterministic=sweep.solver_deterministic,
+                tpot_bound_ms=sweep.tpot_bound_ms,
+            )
+        )
+        index.append(k)
+    run = ServingRun(path)
+    done = 0
+
+    def finish(i: int, results: list[tuple[str, dict[str, str]]]) -> None:
+        nonlocal done
+        for _key, outputs in results:
+            rows[index[i]].update(outputs)
+        done += 1
+        if progress is not None:
+            progress(done, len(tasks))
+
+    if progress is not None:
+        progress(0, len(tasks))
+    try:
+        if workers == 0 and executor is None:
+            for i, t in enumerate(tasks):
+                finish(i, evaluate_serving_task(t))
+        elif tasks:
+            n = max(1, workers if workers is not None else default_workers())
+            ex = executor if executor is not None else LocalExecutor(min(n, len(tasks)))
+            ex.run(
+                evaluate_serving_task,
+                tasks,
+                finish,
+                lambda i, error: finish(
+                    i, [(tasks[i].key, {"status": "ERROR", "error": f"task failed twice: {error}"})]
+                ),
+            )
+    except KeyboardInterrupt:
+        run.interrupted = True
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, list(SERVING_COLUMNS), extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+    run.rows = rows
     return run

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "SHAPE_FILTERS",
+    "ServingShape",
     "Shape",
     "activation_gb",
     "batch_problem",
@@ -30,6 +31,7 @@ __all__ = [
     "global_micro_batches",
     "model_state_gb",
     "parse_shapes",
+    "serving_shape_doc",
     "shape_job_doc",
 ]
 
@@ -427,3 +429,76 @@ def parse_shapes(
     else:
         ps.add("axes.shapes", f"must be `all`, a mapping of filters, or a list of shapes, got {shapes_doc!r}")
     return shapes_per_variant
+
+
+# ---- serving sweeps: the decode pool's shape ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ServingShape:
+    """One decode pool shape of a serving sweep: TP, EP and replicas; attention-DP follows (`serving_shape_doc`)."""
+
+    tp: int
+    ep: int
+    replicas: int
+
+    @property
+    def attention_dp(self) -> int:
+        """EP spans a stage's ``tp x attention_dp`` ranks: ``ep / tp`` attention replicas when EP >= TP (each
+        stage is one EP group), else 1 (a stage of ``tp`` ranks holds ``tp / ep`` EP groups)."""
+        return self.ep // self.tp if self.ep >= self.tp else 1
+
+    @property
+    def label(self) -> str:
+        return f"tp{self.tp}-ep{self.ep}-x{self.replicas}"
+
+    def problem(self) -> str | None:
+        """Why the shape cannot be a pool (None: it can)."""
+        if self.ep % self.tp and self.tp % self.ep:
+            return (
+                f"decode_tp {self.tp} and decode_ep {self.ep}: one must divide the other (a stage has tp x "
+                f"attention_dp ranks and EP divides them)"
+            )
+        return None
+
+
+def _decode_pool_index(pools: Sequence[Any]) -> int | None:
+    """The decode pool of a serving job's ``pools`` (role decode, or its one aggregated pool)."""
+    for i, pool in enumerate(pools):
+        if isinstance(pool, dict) and pool.get("role") == "decode":
+            return i
+    if len(pools) == 1:
+        return 0
+    if len(pools) == 2:
+        return 1  # the reader's default roles: prefill, then decode
+    return None
+
+
+def serving_shape_doc(
+    job_doc: Mapping[str, Any], shape: ServingShape, batch_per_gpu: int | None = None
+) -> dict[str, Any]:
+    """The serving job document with its decode pool (role decode, or the aggregated pool) of `shape`: tp, ep,
+    attention_dp and replicas; with `batch_per_gpu` the decode batch per replica is that times the replica's
+    ranks (``load.concurrency`` is then dropped). The name gets the shape's label. The reader checks the rest."""
+    doc: dict[str, Any] = copy.deepcopy(dict(job_doc))
+    body = doc["serving"] if isinstance(doc.get("serving"), dict) else doc
+    pools = body.get("pools")
+    if not isinstance(pools, list):
+        return doc
+    k = _decode_pool_index(pools)
+    if k is None or not isinstance(pools[k], dict):
+        return doc
+    pool = pools[k]
+    pool.update(tp=shape.tp, ep=shape.ep, attention_dp=shape.attention_dp, replicas=shape.replicas)
+    if batch_per_gpu is not None:
+        load = body.setdefault("load", {})
+        if isinstance(load, dict):
+            load.pop("concurrency", None)
+            pp = pool.get("pp", 1) if isinstance(pool.get("pp", 1), int) else 1
+            load["batch"] = batch_per_gpu * shape.tp * shape.attention_dp * pp
+    name = str(doc.get("name") or body.get("name") or "serving")
+    if "name" in body:
+        body["name"] = f"{name}-{shape.label}"
+    else:
+        doc["name"] = f"{name}-{shape.label}"
+    return doc

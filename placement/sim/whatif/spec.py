@@ -1,5 +1,7 @@
 """The sweep file format (`load_sweep`, `sweep_from_dict`): its documents, solver settings and cluster variants,
-and the grid of points with their stable keys; the axes themselves are checked by `placement.sim.whatif.axes`."""
+and the grid of points with their stable keys; the axes themselves are checked by `placement.sim.whatif.axes`.
+A sweep whose job is a serving job is a serving sweep (`is_serving_sweep`, `load_serving_sweep`): decode TP x EP x
+replicas x cluster nodes."""
 
 from __future__ import annotations
 
@@ -12,18 +14,32 @@ from typing import Any
 from placement.errors import InputError, Problem, Problems
 from placement.io.native import cluster_from_dict, job_from_dict, load_document, state_from_dict
 from placement.io.native.document import short
+from placement.io.native.serving import is_serving_document, serving_job_from_dict
 from placement.limits import current_limits
 from placement.model.job import DIMENSIONS, Job
 from placement.model.topology import Topology
 from placement.sim.digest import digest
-from placement.sim.whatif.axes import STRATEGIES, Axes, is_int, is_num, known_strategies, parse_axes
-from placement.sim.whatif.shapes import Shape, parse_shapes, shape_job_doc
+from placement.sim.whatif.axes import (
+    STRATEGIES,
+    Axes,
+    is_int,
+    is_num,
+    known_strategies,
+    parse_axes,
+    parse_serving_axes,
+)
+from placement.sim.whatif.shapes import ServingShape, Shape, parse_shapes, serving_shape_doc, shape_job_doc
 from placement.sim.whatif.variants import Variant, apply_variant, tier_names, variant_info
 
 __all__ = [
     "Point",
+    "ServingPoint",
+    "ServingSweep",
     "Sweep",
+    "is_serving_sweep",
+    "load_serving_sweep",
     "load_sweep",
+    "serving_sweep_from_dict",
     "sweep_from_dict",
 ]
 
@@ -410,3 +426,201 @@ def _batch_and_gpus(ps: Problems, doc: Mapping[str, Any]) -> tuple[bool, int | N
         ps.add("gpus", f"{gpus} is above the limit max_ranks={current_limits().max_ranks}")
         gpus = None
     return keep_batch, gpus
+
+
+# ---- serving sweeps ---------------------------------------------------------------------------------------------
+
+_SERVING_TOP_KEYS = (
+    "name",
+    "description",
+    "cluster",
+    "job",
+    "state",
+    "solver",
+    "batch_per_decode_gpu",
+    "axes",
+)
+
+
+@dataclass(frozen=True)
+class ServingPoint:
+    """One point of a serving sweep: a cluster variant and a decode shape, its serving job document, and why it
+    cannot run (`problem`; None: it runs). `key` hashes its effective inputs."""
+
+    key: str
+    variant: int
+    shape: ServingShape
+    job_doc: Mapping[str, Any]
+    ranks: int = 0
+    problem: str | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class ServingSweep:
+    """A parsed serving sweep: the cluster variants and the points (decode tp x ep x replicas per variant)."""
+
+    name: str
+    source: str
+    cluster_dir: str
+    state_doc: Mapping[str, Any] | None
+    job_name: str
+    variants: tuple[Variant, ...]
+    variant_docs: tuple[Mapping[str, Any], ...]
+    variant_info: tuple[Mapping[str, str], ...]
+    points: tuple[ServingPoint, ...]
+    time_limit_s: float = 10.0
+    solver_workers: int = 1
+    solver_seed: int = 0
+    solver_deterministic: bool = False
+    tpot_bound_ms: float | None = None
+
+
+def _job_value(value: Any, base_dir: Path) -> Any:
+    """The job of a sweep document as written or loaded from its path (None when it cannot be read)."""
+    if isinstance(value, dict):
+        return value
+    if isinstance(value, str):
+        p = Path(value) if Path(value).is_absolute() else base_dir / value
+        try:
+            return load_document(p)
+        except (InputError, OSError):
+            return None
+    return None
+
+
+def is_serving_sweep(doc: Any, base_dir: Path | None = None) -> bool:
+    """True when a sweep document's job is a serving job (inline or by path)."""
+    if not isinstance(doc, dict):
+        return False
+    return is_serving_document(_job_value(doc.get("job"), base_dir if base_dir is not None else Path.cwd()))
+
+
+def load_serving_sweep(path: str | Path) -> ServingSweep:
+    """Read and check a serving sweep file; every problem is raised at once as `InputError` with field paths."""
+    p = Path(path)
+    return serving_sweep_from_dict(load_document(p), str(path), p.parent)
+
+
+def serving_sweep_from_dict(doc: Any, source: str = "<sweep>", base_dir: Path | None = None) -> ServingSweep:
+    """Check a serving sweep document and expand its grid: cluster variants (nodes x gpus_per_node) x decode TP x
+    EP x replicas. A shape the serving job's rules refuse (EP not dividing the experts...) is kept as a point with
+    its problem, not run."""
+    base = base_dir if base_dir is not None else Path.cwd()
+    ps = Problems(source)
+    if not isinstance(doc, dict):
+        ps.add("", f"a sweep file is a mapping with cluster, job and axes, got {type(doc).__name__}")
+        ps.raise_if_any()
+    for k in doc:
+        if k not in _SERVING_TOP_KEYS:
+            ps.add(str(k), f"unknown field of a serving sweep; expected one of {sorted(_SERVING_TOP_KEYS)}")
+    name = str(doc.get("name") or Path(source).stem or "sweep")
+    for req in ("cluster", "job"):
+        if doc.get(req) is None:
+            ps.add(req, f"is required: a path to a native {req} file or the {req} inline")
+    ps.raise_if_any()
+    cluster_doc, cluster_dir, cluster_ref = _sub_document(doc["cluster"], "cluster", base, ps)
+    job_doc, _, job_ref = _sub_document(doc["job"], "job", base, ps)
+    state_doc: dict[str, Any] | None = None
+    if doc.get("state") is not None:
+        state_doc, _, _ = _sub_document(doc["state"], "state", base, ps)
+    base_topo: Topology | None = None
+    if cluster_doc is not None:
+        try:
+            base_topo, _ = cluster_from_dict(cluster_doc, cluster_ref or f"{source}: cluster", cluster_dir)
+        except InputError as e:
+            for pr in e.problems:
+                ps.add(_where("cluster", cluster_ref, pr.path), pr.message)
+    job = None
+    if job_doc is not None:
+        try:
+            job = serving_job_from_dict(job_doc, job_ref or f"{source}: job")
+        except InputError as e:
+            for pr in e.problems:
+                ps.add(_where("job", job_ref, pr.path), pr.message)
+    solver = doc.get("solver") or {}
+    if not isinstance(solver, dict):
+        ps.add("solver", f"must be a mapping {{workers, seed, deterministic, time_limit_s}}, got {solver!r}")
+        solver = {}
+    for k in solver:
+        if k not in ("workers", "seed", "deterministic", "time_limit_s"):
+            ps.add(
+                f"solver.{k}",
+                "unknown field; expected one of ['deterministic', 'seed', 'time_limit_s', 'workers']",
+            )
+    s_workers, s_seed = solver.get("workers", 1), solver.get("seed", 0)
+    s_det, s_limit = solver.get("deterministic", False), solver.get("time_limit_s", 10.0)
+    if not (is_int(s_workers) and s_workers >= 1):
+        ps.add("solver.workers", f"must be an integer >= 1, got {s_workers!r}")
+    if not is_int(s_seed):
+        ps.add("solver.seed", f"must be an integer, got {s_seed!r}")
+    if not isinstance(s_det, bool):
+        ps.add("solver.deterministic", f"must be true or false, got {s_det!r}")
+    if not (is_num(s_limit) and s_limit > 0):
+        ps.add("solver.time_limit_s", f"must be a number of seconds > 0, got {short(s_limit)}")
+    per_gpu = doc.get("batch_per_decode_gpu")
+    if per_gpu is not None and not (is_int(per_gpu) and per_gpu >= 1):
+        ps.add("batch_per_decode_gpu", f"must be an integer >= 1, got {short(per_gpu)}")
+    ps.raise_if_any()
+    if base_topo is None or job is None or cluster_doc is None or job_doc is None:
+        raise InputError(source, [Problem("cluster", "a serving sweep needs a cluster and a serving job")])
+    dec = job.decode_pool
+    ax = parse_serving_axes(ps, doc.get("axes"), (dec.tp, dec.ep, dec.replicas))
+    ps.raise_if_any()
+    level_names = list(base_topo.level_names)
+    variants: list[Variant] = []
+    vdocs: list[dict[str, Any]] = []
+    vinfo: list[dict[str, str]] = []
+    for gpn, nodes in product(ax.gpus_per_node, ax.nodes):
+        v = Variant(gpus_per_node=gpn, nodes=nodes)
+        vd = apply_variant(cluster_doc, v, level_names, ps)
+        try:
+            topo, _ = cluster_from_dict(vd, f"{source}: cluster [{v.label}]", cluster_dir)
+        except InputError as e:
+            for pr in e.problems:
+                ps.add(_where("cluster", cluster_ref, pr.path) + f" [variant {v.label}]", pr.message)
+            continue
+        variants.append(v)
+        vdocs.append(vd)
+        vinfo.append(variant_info(topo))
+    ps.raise_if_any()
+    solver_doc = {
+        "workers": s_workers,
+        "seed": s_seed,
+        "deterministic": s_det,
+        "time_limit_s": float(s_limit),
+    }
+    state_hash = digest(state_doc)
+    points: list[ServingPoint] = []
+    for vi, vd in enumerate(vdocs):
+        vhash = digest(vd)
+        for tp, ep, reps in product(ax.decode_tp, ax.decode_ep, ax.decode_replicas):
+            shape = ServingShape(int(tp), int(ep), int(reps))
+            sdoc = serving_shape_doc(job_doc, shape, per_gpu)
+            problem = shape.problem()
+            ranks = 0
+            if problem is None:
+                try:
+                    ranks = serving_job_from_dict(sdoc, f"{source}: job [{shape.label}]").ranks
+                except InputError as e:
+                    problem = "; ".join(f"{pr.path}: {pr.message}" for pr in e.problems)
+            key = digest({"cluster": vhash, "state": state_hash, "job": digest(sdoc), "solver": solver_doc})
+            points.append(ServingPoint(key[:16], vi, shape, sdoc, ranks, problem))
+    if len(points) > min(MAX_POINTS, current_limits().max_sweep_points):
+        ps.add("axes", f"the grid has {len(points)} points; narrow an axis")
+    ps.raise_if_any()
+    return ServingSweep(
+        name=name,
+        source=source,
+        cluster_dir=str(cluster_dir),
+        state_doc=state_doc,
+        job_name=job.name,
+        variants=tuple(variants),
+        variant_docs=tuple(vdocs),
+        variant_info=tuple(vinfo),
+        points=tuple(points),
+        time_limit_s=float(s_limit),
+        solver_workers=int(s_workers),
+        solver_seed=int(s_seed),
+        solver_deterministic=bool(s_det),
+        tpot_bound_ms=job.load.tpot_bound_ms,
+    )
