@@ -1,5 +1,5 @@
 """Batch benchmark: queues of 10 to 50 jobs (8 to 512 ranks) on 1,024-4,096-GPU fat trees at 30-60% occupancy,
-placed jointly (`placement.solve.batch.joint.place_batch`) next to its two baselines; prints a Markdown table.
+placed jointly (`placement.decide.batch.joint.place_batch`) next to its two baselines; prints a Markdown table.
 
 Run: `python bench/batch.py [--quick] [--only TEXT] [--write bench/BATCH_RESULTS.md]`. Every scenario comes from
 `placement.sim.scenarios` and a fixed seed. Weighted seconds are compared on the jobs both answers admit (a job
@@ -18,13 +18,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from placement.decide.batch.explain import validate_batch
+from placement.decide.batch.joint import FIFO, PRIORITY, place_batch
+from placement.decide.batch.types import BatchJob, BatchPlan
 from placement.model.state import ClusterState
 from placement.model.topology import Topology
 from placement.sim.scenarios import fat_tree, megatron_job, occupy
 from placement.solve import SolveOptions, place
-from placement.solve.batch.explain import validate_batch
-from placement.solve.batch.joint import FIFO, PRIORITY, place_batch
-from placement.solve.batch.types import BatchJob, BatchPlan
 
 SHAPES = (
     (8, 1, 1),

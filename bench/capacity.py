@@ -15,9 +15,9 @@ import dataclasses
 import statistics
 import time
 
+from placement.decide.capacity import capacity
 from placement.model.job import BalanceRule, Constraints
 from placement.sim.scenarios import fat_tree, megatron_job, occupy
-from placement.solve.capacity import capacity
 
 SHAPES = {  # name -> tp, pp, dp, each pipeline (TP x PP ranks) inside a leaf
     "tp8x4": (8, 1, 4, False),

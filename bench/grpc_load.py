@@ -44,10 +44,10 @@ sys.path.insert(0, str(ROOT))
 import grpc  # noqa: E402
 import yaml  # noqa: E402
 
+from placement.decide.wait import decide  # noqa: E402
 from placement.messages import domain as convert  # noqa: E402
 from placement.messages.files import request_from_dict  # noqa: E402
 from placement.solve.units import candidate_devices  # noqa: E402
-from placement.solve.wait import decide  # noqa: E402
 from placement.v1 import placement_pb2 as pb  # noqa: E402
 from placement.v1 import placement_pb2_grpc as pb_grpc  # noqa: E402
 from placement.v1 import registry_pb2 as rpb  # noqa: E402
@@ -105,7 +105,7 @@ def in_process_answer(req: pb.PlaceRequest, workers: int) -> bytes:
     """The answer the server gives `req` (no deadline, `workers` CP-SAT threads), solved here: `answer_bytes`."""
     inputs = convert.place_inputs(req, Settings().default_time_limit_s)
     inputs.options.workers = workers
-    # the servicer's call: place, then the verdict against the job's ideal (`placement.solve.wait.decide`)
+    # the servicer's call: place, then the verdict against the job's ideal (`placement.decide.wait.decide`)
     res = decide(inputs.topology, inputs.state, inputs.job, inputs.options, max_slowdown=inputs.max_slowdown)
     result = convert.result_to_proto(
         inputs.topology, inputs.job, res, time_limit_s=inputs.options.time_limit_s, deadline_limited=False

@@ -31,11 +31,11 @@ from batch import queue
 from repair import running_job
 from solver_scenarios import scenarios
 
+from placement.decide.batch.joint import place_batch
+from placement.decide.repair.run import repair
 from placement.sim.scenarios import fat_tree, occupy
 from placement.solve import SolveOptions, place
 from placement.solve.baselines import BASELINES
-from placement.solve.batch.joint import place_batch
-from placement.solve.repair.run import repair
 from placement.solve.types import report_key
 
 SIZES = (

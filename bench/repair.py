@@ -22,12 +22,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from placement.decide.repair.run import RepairAnswer, RepairResult, repair
 from placement.model.job import Job
 from placement.model.state import ClusterState
 from placement.model.topology import Topology
 from placement.sim.scenarios import fat_tree, megatron_job, occupy
 from placement.solve import SolveOptions, place
-from placement.solve.repair.run import RepairAnswer, RepairResult, repair
 
 SHAPES = {64: (8, 2, 4), 1024: (8, 4, 32)}
 TARGET_STEP = 1.05  # within 5% of the re-place's step seconds

@@ -26,7 +26,7 @@ from typing import Any
 from placement.io.native import cluster_from_dict, load_document
 from placement.sim.executors import InlineExecutor, LocalExecutor
 from placement.sim.replay import SimConfig, read_trace
-from placement.sim.replay.kinds import resolve_kinds
+from placement.sim.replay.device_kinds import resolve_kinds
 from placement.sim.replay.report import markdown_table
 from placement.sim.replay.run import ReplayTask, read_csv, run_replays, task_key
 from placement.sim.replay.shapes import ShapeRule, parse_shape_rule

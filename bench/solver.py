@@ -140,7 +140,7 @@ def run_row(sc: Scenario, workers: int, deterministic: bool, use_scotch: bool) -
         free,
         dict(res.baselines),
         scotch,
-        res.seconds,
+        res.comm_seconds,
         res.gap,
         "-" if bound is None else str(bound),
         str(getattr(res.status, "value", res.status)),

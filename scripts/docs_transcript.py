@@ -203,8 +203,13 @@ class Scratch:
         bindir = self.dir / ".bin"
         bindir.mkdir()
         for script, module in (("placement", "placement.cli.app"), ("placement-server", "server.main")):
+            # as pip's console scripts are: Python runs the script itself, so `placement` knows its own name
+            # (launch files written by `placement export` call `placement`, the one on PATH)
             path = bindir / script
-            path.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m {module} "$@"\n')
+            path.write_text(
+                f"#!{sys.executable}\nimport sys\nfrom {module} import main\n"
+                "if __name__ == '__main__':\n    sys.exit(main())\n"
+            )
             path.chmod(0o755)
         env = {k: v for k, v in os.environ.items() if not k.startswith("PLACEMENT_")}
         env.pop("LINES", None)

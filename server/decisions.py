@@ -1,16 +1,16 @@
 """The scheduler's decision RPCs of the PlacementService, Preempt and Capacity, each described once as a
 `server.rpc.Rpc`; `server.servicer.PlacementServicer` serves them with the same template as Place.
 
-It only translates: placement.messages.decisions converts, placement.solve.preempt and .capacity decide.
+It only translates: placement.messages.decisions converts, placement.decide.preempt and .capacity decide.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from placement.decide.capacity import CapacityResult, capacity
+from placement.decide.preempt import PreemptResult, preempt
 from placement.messages import decisions as convert_decisions
-from placement.solve.capacity import CapacityResult, capacity
-from placement.solve.preempt import PreemptResult, preempt
 from placement.v1 import placement_pb2 as pb
 from server.rpc import Resolved, Rpc, on_topology
 

@@ -20,6 +20,10 @@ import grpc
 from placement.cost.evaluate import evaluate
 from placement.cost.report import CostReport
 from placement.cost.serving import ServingReport
+from placement.decide.batch.joint import place_batch
+from placement.decide.batch.types import BatchResult
+from placement.decide.repair.run import RepairResult, repair
+from placement.decide.wait import decide
 from placement.limits import checkpoint
 from placement.messages import batch as convert_batch
 from placement.messages import domain as convert
@@ -27,11 +31,7 @@ from placement.messages import repair as convert_repair
 from placement.messages import serving as convert_serving
 from placement.model.topology import Topology
 from placement.solve import PlacementResult, compare, place
-from placement.solve.batch.joint import place_batch
-from placement.solve.batch.types import BatchResult
-from placement.solve.repair.run import RepairResult, repair
 from placement.solve.serving import ServingResult, compare_serving, evaluate_serving, place_serving
-from placement.solve.wait import decide
 from placement.v1 import placement_pb2 as pb
 from placement.v1 import placement_pb2_grpc as pb_grpc
 from server.decisions import CAPACITY, PREEMPT, capacity_rpc
@@ -127,7 +127,7 @@ def _placed(call: PlaceCall, res: PlacementResult) -> dict[str, Any]:
         "devices": topology.num_devices,
         "status": res.status.value,
         "step_seconds": step,
-        "comm_seconds": res.seconds,
+        "comm_seconds": res.comm_seconds,
         "gap": res.gap,
     }
 
@@ -144,7 +144,7 @@ def _place_response(call: PlaceCall, res: PlacementResult, budget: TimeBudget) -
 def place_rpc(
     memo: PlaceMemo | None, ends: Callable[[str], list[tuple[float, list[int]]]]
 ) -> Rpc[pb.PlaceRequest, PlaceCall, PlacementResult, pb.PlaceResponse]:
-    """Place (place or wait, `placement.solve.wait.decide`), answered from `memo` when it holds the answer;
+    """Place (place or wait, `placement.decide.wait.decide`), answered from `memo` when it holds the answer;
     `ends(cluster_id)` gives the expected ends of a registry cluster's live claims."""
 
     def work(call: PlaceCall) -> PlacementResult:

@@ -1,4 +1,4 @@
-"""Joint placement of a queue (`placement.solve.batch.joint`, PlaceBatch, `placement place-batch`): the best admitted set
+"""Joint placement of a queue (`placement.decide.batch.joint`, PlaceBatch, `placement place-batch`): the best admitted set
 against brute force on tiny clusters, joint validity, never worse than the baselines, the reasons for jobs left
 out, bad input, the gRPC method and the command.
 """
@@ -22,6 +22,9 @@ from grpc_status import rpc_status
 from typer.testing import CliRunner
 
 from placement.cli.app import app
+from placement.decide.batch.explain import validate_batch
+from placement.decide.batch.joint import FIFO, PRIORITY, place_batch
+from placement.decide.batch.types import BatchJob, BatchResult
 from placement.errors import InputError
 from placement.io.native import cluster_from_dict
 from placement.model.job import Constraints, Job
@@ -29,9 +32,6 @@ from placement.model.state import ClusterState
 from placement.model.topology import Topology
 from placement.sim.scenarios import megatron_job
 from placement.solve import SolveOptions
-from placement.solve.batch.explain import validate_batch
-from placement.solve.batch.joint import FIFO, PRIORITY, place_batch
-from placement.solve.batch.types import BatchJob, BatchResult
 from placement.v1 import placement_pb2 as pb
 from placement.v1 import placement_pb2_grpc as pb_grpc
 from server.main import create_server

@@ -1,4 +1,4 @@
-"""PlaceBatch with a balance rule (placement.solve.batch): a job that asks for balanced slices gets a balanced mapping,
+"""PlaceBatch with a balance rule (placement.decide.batch): a job that asks for balanced slices gets a balanced mapping,
 also where the solver without the rule would pick an unbalanced one; the admitted weight is the most a brute force
 over the jobs' device sets (judged by the independent validator) admits; a balanced job that cannot be placed gets a
 reason naming the rule, alone (``rule``) or next to the admitted jobs (``conflict``)."""
@@ -9,15 +9,15 @@ import itertools
 from collections import Counter
 from collections.abc import Sequence
 
+from placement.decide.batch.explain import validate_batch
+from placement.decide.batch.joint import place_batch
+from placement.decide.batch.types import BatchJob
 from placement.io.native import cluster_from_dict, job_from_dict, state_from_dict
 from placement.model.job import Job
 from placement.model.state import ClusterState
 from placement.model.topology import Topology
 from placement.model.validate import validate
 from placement.solve import SolveOptions
-from placement.solve.batch.explain import validate_batch
-from placement.solve.batch.joint import place_batch
-from placement.solve.batch.types import BatchJob
 from tests.support_server import cluster_doc, job_doc
 
 OPTS = SolveOptions(time_limit_s=4.0, workers=1, deterministic=True)

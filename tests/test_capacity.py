@@ -1,4 +1,4 @@
-"""Capacity (placement.solve.capacity): the greedy count is a lower bound and the upper bound an upper bound of the
+"""Capacity (placement.decide.capacity): the greedy count is a lower bound and the upper bound an upper bound of the
 true most disjoint copies, found here by an exhaustive search on small clusters (equal when the units have one
 size), per domain too; placed copies are valid and disjoint; fragmentation follows its definition."""
 
@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from placement.decide.capacity import capacity
 from placement.errors import InputError
 from placement.io.native import cluster_from_dict, job_from_dict, state_from_dict
 from placement.model.job import Job
@@ -19,7 +20,6 @@ from placement.model.topology import Topology
 from placement.model.traffic import job_traffic
 from placement.model.validate import validate
 from placement.solve import SolveOptions, Strategy
-from placement.solve.capacity import capacity
 from tests.support_server import cluster_doc, job_doc
 
 

@@ -1,4 +1,4 @@
-"""Capacity of shapes with a balance or segment rule (placement.solve.capacity): on clusters of 12 devices the count
+"""Capacity of shapes with a balance or segment rule (placement.decide.capacity): on clusters of 12 devices the count
 is never above the most disjoint copies a brute force over the devices finds (each copy a device set that passes
 the independent validator in some rank order), the upper bound never below it, per domain too; copies that only
 fit unbalanced are not counted; placed copies are balanced."""
@@ -15,13 +15,13 @@ from typing import Any
 
 import pytest
 
+from placement.decide.capacity import balanced_copies, capacity
 from placement.io.native import cluster_from_dict, job_from_dict, state_from_dict
 from placement.model.job import Job
 from placement.model.state import ClusterState
 from placement.model.topology import Topology
 from placement.model.validate import validate
 from placement.solve import SolveOptions
-from placement.solve.capacity import balanced_copies, capacity
 from tests.support_server import cluster_doc, job_doc
 
 OPTS = SolveOptions(time_limit_s=1.0, workers=1, deterministic=True)

@@ -188,7 +188,7 @@ def test_export_errors(tmp_path: Path, small: tuple[Path, Path]) -> None:
     bad.write_text(json.dumps({"job": "x", "cluster": "y"}))
     assert_input_error(
         run("export", bad),
-        f"{bad}: 2 error(s)\n  - mapping.job: keys are rank numbers\n  - mapping.cluster: keys are rank numbers",
+        f"{bad}: 2 error(s)\n  - job: keys are rank numbers\n  - cluster: keys are rank numbers",
     )
     assert_input_error(
         run("export", tmp_path / "none.json"),

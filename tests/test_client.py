@@ -211,9 +211,19 @@ def test_cli_place_request_prints_the_same_step_tables_offline_and_over_the_wire
     request = EXAMPLES / "request-place.yaml"
     runner = CliRunner()
     remote = runner.invoke(
-        app, ["place", "--request", str(request), "--server", f"127.0.0.1:{live.port}", "--token", "tok"]
+        app,
+        [
+            "place",
+            "--request",
+            str(request),
+            "--server",
+            f"127.0.0.1:{live.port}",
+            "--token",
+            "tok",
+            "--all-candidates",
+        ],
     )
-    offline = runner.invoke(app, ["place", "--request", str(request)])
+    offline = runner.invoke(app, ["place", "--request", str(request), "--all-candidates"])
     placed = json_format.Parse(
         runner.invoke(app, ["place", "--request", str(request), "--output", "json"]).stdout,
         pb.PlaceResponse(),
@@ -232,7 +242,7 @@ def test_cli_place_request_prints_the_same_step_tables_offline_and_over_the_wire
         assert any(line.startswith("MFU") for line in lines) and "critical group" in res.stdout
         for p in rep.phases:
             assert any(line.startswith(p.name + " ") and p.algorithm in line for line in lines)
-        for b in placed.baselines:  # one row per baseline: its step, or why it has none
+        for b in placed.baselines:  # one row per baseline (--all-candidates): its step, or why it has none
             row = next(line for line in lines if line.startswith(b.strategy + " "))
             assert f"{b.step_seconds:.4f}" in row if b.HasField("step_seconds") else "no valid mapping" in row
 

@@ -14,11 +14,11 @@ from google.protobuf import json_format
 from typer.testing import CliRunner
 
 from placement.cli.app import app as cli_app
+from placement.decide.capacity import capacity
+from placement.decide.preempt import RunningJob, preempt
 from placement.io.native import cluster_from_dict, job_from_dict, state_from_dict
 from placement.messages.files import request_from_dict
 from placement.solve import SolveOptions, Strategy
-from placement.solve.capacity import capacity
-from placement.solve.preempt import RunningJob, preempt
 from placement.v1 import placement_pb2 as pb
 from placement.v1 import registry_pb2 as rpb
 from placement.v1 import registry_pb2_grpc as rpb_grpc

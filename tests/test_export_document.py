@@ -1,71 +1,62 @@
-"""placement.io.export's result document and `seats_from_document` (kind, affinity, baseline costs, plain
-mappings and their errors), the json/yaml and retired formats, and the `placement export` command."""
+"""placement.io.export reading the one result schema (the PlaceResponse JSON) back: `seats_from_document` and
+`launch_seats` (kind, affinity, plain mappings and their errors), baseline costs, the json/yaml and retired
+formats, and the `placement export` command."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
+import typing
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from placement.cost.evaluate import evaluate
+from placement.cli.commands.export import export_cmd
 from placement.cost.report import CostReport
 from placement.errors import InputError
 from placement.io.export import (
     FORMATS,
+    MULTI_FILE,
+    RETIRED,
     Seat,
     baseline_costs,
     export,
+    export_files,
     launch_seats,
-    result_document,
     seats_from_document,
 )
 from placement.io.native import cluster_from_dict, job_from_dict
-from placement.model.state import ClusterState
+from placement.messages.domain import assignments, result_to_proto
+from placement.messages.files import dump_message
+from placement.solve.types import PlacementResult, SolveStatus, Strategy
+from placement.v1 import placement_pb2 as pb
 from tests.conftest import ROOT
-from tests.support_export import S0, S1, SEATS, affinity_topology
+from tests.support_export import OPTS, S0, S1, SEATS, affinity_topology
 
-# ---- result document and seats -----------------------------------------------------------------------------------
+# ---- the result schema read back as seats ------------------------------------------------------------------------
 
 
-def test_result_document_carries_kind_and_affinity_and_round_trips() -> None:
+def test_the_result_schema_carries_kind_and_affinity_and_round_trips() -> None:
+    """The one result schema (docs/results.md: the PlaceResponse JSON) carries each rank's kind and affinity, and
+    `seats_from_document` / `launch_seats` read them back."""
     topo = affinity_topology()
     job = job_from_dict({"name": "job", "ranks": 3, "groups": [{"members": [0, 1, 2], "bytes": 1e6}]})
     mapping = [7, 1, 6]
-    rep = evaluate(topo, ClusterState(), job, mapping)
-    doc = result_document(topo, job.name, mapping, rep, status="OPTIMAL")
-    assert doc["job"] == "job" and doc["cluster"] == topo.name and doc["status"] == "OPTIMAL"
-    assert doc["cost"]["step_seconds"] == rep.step_seconds and doc["cost"]["comm_seconds"] == rep.comm_seconds
-    assert doc["cost"]["seconds_per_step"] == rep.comm_seconds  # the deprecated v1 name
-    assert "baseline_costs" not in doc
-    assert doc["mapping"] == [  # b/gpu3 has no known affinity: the keys are left out, not guessed
-        {"rank": 0, "device": "b/gpu3", "host": "b", "local_index": 3, "kind": "H100"},
-        {
-            "rank": 1,
-            "device": "a/gpu1",
-            "host": "a",
-            "local_index": 1,
-            "kind": "H100",
-            "cpus": "0-3",
-            "numa_node": 0,
-        },
-        {
-            "rank": 2,
-            "device": "b/gpu2",
-            "host": "b",
-            "local_index": 2,
-            "kind": "H100",
-            "cpus": "4-7",
-            "numa_node": 1,
-        },
+    response = pb.PlaceResponse(result=pb.PlacementResult(job=job.name, mapping=assignments(topo, mapping)))
+    doc = json.loads(dump_message(response))
+    assert doc["result"]["mapping"] == [  # b/gpu3 has no known affinity: the keys are left out, not guessed
+        {"rank": 0, "device": "b/gpu3", "host": "b", "kind": "H100"},
+        {"rank": 1, "device": "a/gpu1", "host": "a", "kind": "H100", "cpus": "0-3", "numa_node": 0},
+        {"rank": 2, "device": "b/gpu2", "host": "b", "kind": "H100", "cpus": "4-7", "numa_node": 1},
     ]
-    back = json.loads(json.dumps(doc))
+    back = doc
     assert seats_from_document(back) == [("b", 3), ("a", 1), ("b", 2)]
     assert launch_seats(seats_from_document(back), back) == [
         Seat(0, "b", 3, "H100"),
@@ -107,10 +98,24 @@ def test_baseline_costs_add_the_answers_compute_to_each_baselines_exposed_comm()
     assert baseline_costs(rep, {"first-fit": 0.8}, {"first-fit": own}) == {
         "first-fit": {"step_seconds": 2.6, "comm_seconds": 0.8}
     }
-    doc = result_document(
-        affinity_topology(), "j", [0], rep, baselines={"first-fit": 0.8}, baseline_reports={"first-fit": own}
+    res = PlacementResult(
+        SolveStatus.FEASIBLE,
+        Strategy.CPSAT,
+        mapping=[0],
+        report=rep,
+        baselines={"first-fit": 0.8, "kueue-tas": 0.9},
+        baseline_reports={"first-fit": own},
     )
-    assert doc["baseline_costs"]["first-fit"]["step_seconds"] == 2.6 and "baseline_reports" not in doc
+    wire = result_to_proto(
+        affinity_topology(),
+        job_from_dict({"name": "j", "ranks": 2, "edges": [{"src": 0, "dst": 1, "bytes": 1.0}]}),
+        res,
+        time_limit_s=1.0,
+        deadline_limited=False,
+    )
+    steps = {b.strategy: (b.step_seconds, b.comm_seconds) for b in wire.baselines}
+    assert steps["first-fit"] == (2.6, 0.8)  # its own report's step
+    assert steps["kueue-tas"] == (pytest.approx(2.0 - 0.5 + 0.9), 0.9)  # the answer's compute plus its comm
 
 
 def test_seats_from_plain_mappings() -> None:
@@ -128,30 +133,49 @@ def _seat_errors(doc: Any) -> str:
 
 
 def test_seats_from_document_errors() -> None:
-    assert _seat_errors("x/gpu0") == "r.json: mapping: expected a list of devices or a result document"
+    assert _seat_errors("x/gpu0") == (
+        "r.json: a mapping is a list of device ids, {rank: device}, or [{rank, device}]"
+    )
     assert _seat_errors(["x/gpu0", "x/cpu1", "gpu2", 7]) == (
         "r.json: 3 error(s)\n"
-        "  - mapping[1]: 'x/cpu1' is not a device id of the form host/gpuK\n"
-        "  - mapping[2]: 'gpu2' is not a device id of the form host/gpuK\n"
-        "  - mapping[3]: '7' is not a device id of the form host/gpuK"
+        "  - [1]: 'x/cpu1' is not a device id of the form host/gpuK\n"
+        "  - [2]: 'gpu2' is not a device id of the form host/gpuK\n"
+        "  - [3]: '7' is not a device id of the form host/gpuK"
     )
-    assert _seat_errors({"0": "x/gpu0", "2": "x/gpu1"}) == "r.json: mapping: ranks [1] have no device"
+    assert _seat_errors({"0": "x/gpu0", "2": "x/gpu1"}) == (
+        "r.json: ranks [1] have no device; a mapping names a device for every rank 0..2"
+    )
     assert _seat_errors({"mapping": [{"rank": "first", "device": "x/gpu0"}]}) == (
-        "r.json: mapping[0].rank: must be a rank number, got 'first'"
+        "r.json: mapping[0].rank: must be an integer, got 'first'"
     )
     assert _seat_errors([{"rank": 0, "device": "x/gpu0"}, {"rank": 0, "device": "x/gpu1"}]) == (
-        "r.json: mapping[1].device: rank 0 is mapped twice"
+        "r.json: [1].device: rank 0 is mapped twice (also at [0].device)"
     )
     assert _seat_errors(["x/gpu0", "x/gpu1", "x/gpu0"]) == (
-        "r.json: mapping[2]: x/gpu0 holds ranks 0 and 2; one rank per device"
+        "r.json: [2]: x/gpu0 holds ranks 0 and 2; one rank per device"
     )
+
+
+def _help_formats() -> set[str]:
+    """The formats `placement export --help` names for --format (written by hand in the command)."""
+    hint = typing.get_type_hints(export_cmd, include_extras=True)["format"]
+    return set(re.findall(r"[a-z0-9]+", hint.__metadata__[0].help)) - {"or"}
 
 
 def test_json_yaml_and_retired_formats() -> None:
     assert json.loads(export("json", [("b", 3), ("b", 1)])) == ["b/gpu3", "b/gpu1"]
     assert yaml.safe_load(export("yaml", [("b", 3)])) == ["b/gpu3"]
     assert json.loads(export("json", SEATS, document={"job": "x"})) == {"job": "x"}
-    assert FORMATS == ("json", "yaml", "rankfile", "hostfile", "slurm", "torchrun", "dotenv", "k8s")
+    # the formats the exporter takes are those the command's help offers, and each renders this placement
+    assert set(FORMATS) == _help_formats() and len(FORMATS) == len(set(FORMATS))
+    opts = replace(OPTS, image="registry/train:1", command=("python", "train.py"))
+    for fmt in FORMATS:  # each names both hosts of the placement
+        text = export(fmt, SEATS, options=opts)
+        assert "node02" in text and "node07" in text, fmt
+        if fmt in MULTI_FILE:
+            assert len(export_files(fmt, SEATS, options=opts)) == len(SEATS), fmt
+    for fmt in RETIRED:  # a retired format says what to use instead, in the library and on the command line
+        assert fmt not in FORMATS and fmt not in _help_formats()
     with pytest.raises(ValueError, match="--format env wrote lines no tool reads; use --format dotenv"):
         export("env", SEATS)
     with pytest.raises(
@@ -191,7 +215,10 @@ def test_export_command_writes_dotenv_directories_and_executable_scripts(tmp_pat
     assert sorted(p.name for p in (tmp_path / "env").iterdir()) == ["rank-0.env", "rank-1.env"]
     res = _cli("export", str(result), "--format", "slurm", "--out", str(tmp_path / "job.sh"))
     assert res.returncode == 0 and os.access(tmp_path / "job.sh", os.X_OK)
-    assert f"--placement {shlex.quote(str(result.resolve()))} --" in (tmp_path / "job.sh").read_text()
+    # the result relative to the directory the export ran in (where sbatch runs), the placement that wrote it
+    rel = os.path.relpath(result, Path.cwd())
+    assert f"bind --placement {shlex.quote(rel)} --" in (tmp_path / "job.sh").read_text()
+    assert f"{shlex.quote(sys.executable)} -m placement.cli.app bind" in (tmp_path / "job.sh").read_text()
     res = _cli("export", str(result), "--format", "rankfile")
     assert (
         res.returncode == 2

@@ -1,4 +1,4 @@
-"""Preempt (placement.solve.preempt): the victim set is the least by its objective among all sets of lower-priority
+"""Preempt (placement.decide.preempt): the victim set is the least by its objective among all sets of lower-priority
 jobs that let the job place within the bound (checked by brute force over every subset, <= 8 running jobs), no
 job of higher or equal priority is ever a victim, every mapping is valid on the state with its victims freed, and
 bad input names the field, the value and the rule."""
@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from placement.decide.preempt import Objective, RunningJob, check_options, preempt
 from placement.errors import InfeasibleError, InputError
 from placement.io.native import cluster_from_dict, job_from_dict, state_from_dict
 from placement.model.job import Job
@@ -19,7 +20,6 @@ from placement.model.state import ClusterState
 from placement.model.topology import Topology
 from placement.model.validate import validate
 from placement.solve import SolveOptions, Strategy, place
-from placement.solve.preempt import Objective, RunningJob, check_options, preempt
 from tests.support_server import cluster_doc, job_doc
 
 

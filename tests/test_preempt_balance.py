@@ -1,4 +1,4 @@
-"""Preempt with a balance rule (placement.solve.preempt): the victim set is the least among every set of lower-priority
+"""Preempt with a balance rule (placement.decide.preempt): the victim set is the least among every set of lower-priority
 jobs under which some balanced mapping exists (brute force over the subsets and the device sets, judged by the
 independent validator), also where the balanced mapping is not the one the solver would pick without the rule; the
 job's ideal is solved once per process, shared with place or wait."""
@@ -15,15 +15,16 @@ from typing import Any
 import pytest
 
 from placement.cost.evaluate import evaluate
+from placement.decide import ideal
+from placement.decide.preempt import RunningJob, preempt
+from placement.decide.wait import decide
 from placement.errors import InfeasibleError
 from placement.io.native import cluster_from_dict, job_from_dict, state_from_dict
 from placement.model.job import Job
 from placement.model.state import ClusterState
 from placement.model.topology import Topology
 from placement.model.validate import validate
-from placement.solve import SolveOptions, ideal
-from placement.solve.preempt import RunningJob, preempt
-from placement.solve.wait import decide
+from placement.solve import SolveOptions
 from tests.support_server import cluster_doc, job_doc
 
 OPTS = SolveOptions(time_limit_s=4.0, workers=1, deterministic=True)

@@ -20,7 +20,9 @@ from hypothesis import strategies as st
 from placement.cost.evaluate import evaluate
 from placement.cost.report import InvalidMappingError
 from placement.cost.surrogate import surrogate_report
-from placement.io.export import export, export_files, result_document, seats_from_document
+from placement.io.export import export, export_files, seats_from_document
+from placement.messages.domain import assignments
+from placement.messages.files import message_to_dict
 from placement.model.job import (
     DIMENSIONS,
     CollectiveKind,
@@ -37,6 +39,7 @@ from placement.model.state import ClusterState, Uplink
 from placement.model.topology import Topology
 from placement.model.traffic import job_traffic
 from placement.model.validate import validate
+from placement.v1 import placement_pb2 as pb
 from tests.conftest import tree
 
 FAST = settings(deadline=None, max_examples=60, database=None)
@@ -362,7 +365,9 @@ def test_every_dimension_partitions_the_ranks(sizes: dict[str, int], order: list
 def test_exported_seats_round_trip(data: st.DataObject) -> None:
     topo = tree(hosts_per_leaf=2, leaves=2, gpus=4)
     mapping = data.draw(st.permutations(range(topo.num_devices)))[: data.draw(st.integers(1, 16))]
-    doc = result_document(topo, "j", mapping)
+    doc = message_to_dict(
+        pb.PlaceResponse(result=pb.PlacementResult(job="j", mapping=assignments(topo, mapping)))
+    )
     seats = seats_from_document(doc)
     assert [f"{h}/gpu{k}" for h, k in seats] == [topo.devices[d].id for d in mapping]
     assert export("hostfile", seats).splitlines() == [topo.devices[d].host for d in mapping]

@@ -276,11 +276,11 @@ def test_cli_registry_commands(tmp_path: Path) -> None:
                 s,
             ],
         )
-        assert bad.exit_code == 3 and "stale" in bad.output
+        assert bad.exit_code == 6 and "stale" in bad.output
 
 
 def test_cli_registry_update_meets_claims_revoke_dry_run_and_heartbeat(tmp_path: Path) -> None:
-    """update-state onto a committed reservation's devices is refused (exit 3, naming the reservation); --dry-run
+    """update-state onto a committed reservation's devices is refused (exit 6, a conflict, naming the reservation); --dry-run
     --revoke says what it would revoke and writes nothing; --revoke revokes it with the reason; commit --ttl gives a
     heartbeat that renew extends."""
     import yaml
@@ -305,7 +305,7 @@ def test_cli_registry_update_meets_claims_revoke_dry_run_and_heartbeat(tmp_path:
         device = reg.ListReservations(rpb.ListReservationsRequest(cluster_id="c"), timeout=30).reservations[0]
         diff_file.write_text(yaml.safe_dump({"occupy": [{"job": "ext", "devices": [device.devices[0]]}]}))
         update = ["update-state", "--cluster", "c", "--generation", "1", "--diff", str(diff_file)]
-        refused = run(*update, code=3)
+        refused = run(*update, code=6)
         assert rid in refused and device.devices[0] in refused
         dry = run(*update, "--revoke", "--dry-run")
         assert "dry run, nothing written" in dry and f"would revoke reservation {rid}" in dry

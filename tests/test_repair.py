@@ -9,6 +9,8 @@ import itertools
 import pytest
 
 from placement.cost.surrogate import surrogate_seconds
+from placement.decide.repair.input import RepairBudget, resolve_current
+from placement.decide.repair.run import repair
 from placement.errors import InfeasibleError, InputError
 from placement.model.job import Constraints, Job
 from placement.model.state import ClusterState
@@ -17,8 +19,6 @@ from placement.model.traffic import job_traffic
 from placement.model.validate import validate
 from placement.sim.scenarios import fat_tree, megatron_job, occupy
 from placement.solve import SolveOptions, place
-from placement.solve.repair.input import RepairBudget, resolve_current
-from placement.solve.repair.run import repair
 from tests.conftest import model, spec, tree
 
 OPTS = SolveOptions(time_limit_s=5.0, workers=1, seed=0)
@@ -347,7 +347,7 @@ def test_moves_off_a_slow_device_when_it_pays() -> None:
 
 
 def test_relabel_keeps_ranks_where_symmetry_allows() -> None:
-    from placement.solve.repair.model import relabel_keeping
+    from placement.decide.repair.model import relabel_keeping
 
     topo = tree(2, 2, 2)
     job = _job(tp=2, dp=4)

@@ -16,7 +16,7 @@ from placement.model.state import ClusterState
 from placement.model.traffic import job_traffic
 from placement.sim.executors import LocalExecutor
 from placement.sim.replay import SimConfig, TraceJob, parse_shape_rule, read_trace, simulate
-from placement.sim.replay.kinds import FALLBACK_KIND, TRACE_KINDS, resolve_kinds
+from placement.sim.replay.device_kinds import FALLBACK_KIND, TRACE_KINDS, resolve_kinds
 from placement.sim.replay.shapes import ShapeRule, job_for
 from placement.sim.scenarios import fat_tree
 

@@ -28,7 +28,7 @@ from placement.io.native import (
     mapping_from_obj,
     state_from_dict,
 )
-from placement.io.native.kinds import KIND_KEYS, document_kind
+from placement.io.native.doc_kinds import KIND_KEYS, document_kind
 from placement.messages.files import read_request
 from placement.model.job import LAUNCHERS, CollectiveKind
 from placement.schema import DIALECT, DOCUMENTS, json_schema

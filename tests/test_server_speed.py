@@ -19,13 +19,13 @@ import yaml
 from google.rpc import error_details_pb2
 
 from placement.cost.evaluate import evaluate
+from placement.decide.wait import decide
 from placement.io.native import cluster_from_dict, merge_states, state_from_dict
 from placement.messages import domain as convert
 from placement.messages.files import request_from_dict
 from placement.model.state import ClusterState
 from placement.model.traffic import job_traffic
 from placement.solve import StopEvent, place
-from placement.solve.wait import decide
 from placement.v1 import placement_pb2 as pb
 from server.memo import MEMO_NOTE, AnswerMemo
 from server.servicer import PlacementServicer

@@ -11,7 +11,7 @@ import yaml
 
 from placement.errors import InputError
 from placement.io.native import job_from_dict
-from placement.io.native.kinds import document_kind
+from placement.io.native.doc_kinds import document_kind
 from placement.io.native.serving import load_serving_job, serving_job_from_dict
 from placement.messages import domain
 from placement.messages.serving import is_serving_message, serving_from_proto, serving_to_proto

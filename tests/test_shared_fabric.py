@@ -322,7 +322,7 @@ def test_the_wire_carries_the_background_and_the_contention() -> None:
 
 
 def test_a_job_freed_from_the_occupancy_carries_no_traffic() -> None:
-    # what a preemption does (placement.solve.preempt.freed_state): the victim leaves `occupied`, its shape stays
+    # what a preemption does (placement.decide.preempt.freed_state): the victim leaves `occupied`, its shape stays
     t = two_leaves()
     a = RunningJob("a", ring("a"), (0, 2))
     freed = ClusterState(occupied={}, background=(a,))

@@ -18,6 +18,7 @@ import yaml
 from typer.testing import CliRunner
 
 from placement.cli.app import app
+from placement.decide.balance import place_job
 from placement.errors import InfeasibleError, InputError
 from placement.io.native import cluster_from_dict, job_from_dict, state_from_dict
 from placement.messages import message_to_dict
@@ -27,7 +28,6 @@ from placement.model.state import ClusterState
 from placement.model.topology import Topology
 from placement.model.validate import validate
 from placement.solve import SolveOptions, place
-from placement.solve.balance import place_job
 from placement.v1 import placement_pb2 as pb
 from tests.support_server import cluster_doc, job_doc, running
 

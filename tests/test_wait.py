@@ -1,4 +1,4 @@
-"""Place or wait (placement.solve.wait): the slowdown is the answer's step over the best of (the same strategy on the
+"""Place or wait (placement.decide.wait): the slowdown is the answer's step over the best of (the same strategy on the
 empty cluster, the answer), recomputed here; WAIT above max_slowdown with reasons and the earliest start found by
 freeing the running claims in order of expected end (recomputed here); through the library, the CLI, gRPC Place
 and the registry's Reserve (a WAIT reserves nothing)."""
@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 
 from placement.cli.app import app
 from placement.cost.evaluate import evaluate
+from placement.decide.wait import decide
 from placement.errors import InputError
 from placement.io.native import cluster_from_dict, job_from_dict, state_from_dict
 from placement.model.state import ClusterState
@@ -23,7 +24,6 @@ from placement.model.topology import Topology
 from placement.registry import Registry, open_store
 from placement.registry.registry import Waiting
 from placement.solve import SolveOptions, SolveStatus, place
-from placement.solve.wait import decide
 from placement.v1 import placement_pb2 as pb
 from placement.v1 import registry_pb2 as rpb
 from placement.v1 import registry_pb2_grpc as rpb_grpc
@@ -84,7 +84,7 @@ def test_wait_above_the_bound_with_reasons_and_the_earliest_start() -> None:
     res = decide(topo, state, job, OPTS, max_slowdown=1.05, ends=ends)  # type: ignore[arg-type]
     v = res.verdict
     assert res.status is SolveStatus.WAIT and v is not None
-    assert "1.05x asked" in v.reasons[0] and any("tp groups split across node" in r for r in v.reasons)
+    assert "1.05x asked" in v.reasons[0] and any("tp groups are split across nodes" in r for r in v.reasons)
     # recomputed: free the claims by expected end, place again, the first time within the bound
     bound = v.ideal_step_s * 1.05
     occupied = dict(state.occupied)
@@ -123,7 +123,7 @@ def test_grpc_place_answers_wait_and_rejects_a_bad_bound() -> None:
         assert w.status == pb.SOLVE_STATUS_WAIT and w.wait.max_slowdown == 1.05
         assert w.slowdown == pytest.approx(plain.slowdown)
         assert w.wait.reasons and not w.wait.HasField("earliest_start_unix_s")
-        assert "no expected ends" in w.wait.earliest_how
+        assert "no device in use has an expected end" in w.wait.earliest_how
         with pytest.raises(grpc.RpcError) as e:
             r.stub.Place(request_from_dict({**doc, "max_slowdown": 0.5}, pb.PlaceRequest), timeout=60)
         assert e.value.code() is grpc.StatusCode.INVALID_ARGUMENT and "max_slowdown" in str(e.value.details())
@@ -214,7 +214,9 @@ def test_cli_place_max_slowdown_exits_5_and_writes_no_launch_file(tmp_path: Path
     runner = CliRunner()
     res = runner.invoke(app, ["place", *base, "--max-slowdown", "1.1"])
     assert res.exit_code == 5, res.output
-    assert "WAIT" in res.output and "slowdown" in res.output and "tp groups split" in res.output
+    assert (
+        "WAIT" in res.output and "slowdown" in res.output and "tp groups are split across nodes" in res.output
+    )
     res = runner.invoke(app, ["place", *base, "--max-slowdown", "1.1", "--output", "rankfile"])
     assert res.exit_code == 5 and "rank 0=" not in res.stdout
     res = runner.invoke(app, ["place", *base, "--max-slowdown", "0.9"])

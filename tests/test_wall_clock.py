@@ -1,4 +1,4 @@
-"""Issue 23 item 6: batch, repair and replay limits are wall-clock limits (`placement.solve.batch.clock.WallClock`)
+"""Issue 23 item 6: batch, repair and replay limits are wall-clock limits (`placement.decide.batch.clock.WallClock`)
 unless deterministic, where the limit is a deterministic budget and the result's stats say so. No timing is
 asserted here (bench/limits.py measures the limits); only who stops what and what the stats call the limit.
 """
@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import threading
 
+from placement.decide.batch.clock import WallClock, limit_kind
+from placement.decide.batch.joint import place_batch
+from placement.decide.batch.types import BatchJob
 from placement.model.state import ClusterState
 from placement.solve import SolveOptions, StopEvent
-from placement.solve.batch.clock import WallClock, limit_kind
-from placement.solve.batch.joint import place_batch
-from placement.solve.batch.types import BatchJob
 from tests.test_batch import cluster, job
 
 

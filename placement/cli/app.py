@@ -16,7 +16,7 @@ import typer
 from typer._click import Command as ClickCommand
 from typer._click import Context, HelpFormatter
 
-from placement.cli.errors import EXIT_CODES, escape, fail
+from placement.cli.errors import EXIT_CODES, PIPE_CLOSED_EXIT, escape, fail, pipe_closed
 from placement.cli.help import Command, Group
 from placement.cli.usage import check_usage
 from placement.limits import parse_limit_overrides, set_process_limits
@@ -141,7 +141,12 @@ class LazyGroup(Group):
 
 def _epilog() -> str:
     lines = "\n".join(f"  {code:>3}  {what}" for code, what in EXIT_CODES.items())
-    return "Exit codes:\n" + lines + "\n  bind exits with its command's code, serve with the server's."
+    return (
+        "Exit codes:\n"
+        + lines
+        + "\n  bind exits with its command's code, serve with the server's; a closed pipe (placement ... | head) "
+        + f"ends a command quietly with {PIPE_CLOSED_EXIT}."
+    )
 
 
 def _version(value: bool) -> None:
@@ -191,7 +196,13 @@ def _options(
 
 
 def main() -> None:
-    app()
+    try:
+        app()
+    except BrokenPipeError:  # written outside a command (help, usage): the reader went away too
+        try:
+            pipe_closed()
+        except typer.Exit as e:
+            raise SystemExit(e.exit_code) from None
 
 
 if __name__ == "__main__":

@@ -5,6 +5,9 @@ a traceback, whatever the input (binary, deep, huge, absurd numbers).
 from __future__ import annotations
 
 import functools
+import io
+import os
+import sys
 from collections.abc import Callable
 from typing import Any, NoReturn, TypeVar
 
@@ -15,10 +18,29 @@ from rich.markup import escape
 from placement.errors import RENDER_LIMIT, InfeasibleError, InputError, PlacementError
 from placement.limits import ENV_LIMITS, LimitError
 
-__all__ = ["EXIT_CODES", "err", "escape", "fail", "guard"]
+__all__ = [
+    "CONFLICT_EXIT",
+    "EXIT_CODES",
+    "PIPE_CLOSED_EXIT",
+    "CliConsole",
+    "err",
+    "escape",
+    "fail",
+    "guard",
+    "pipe_closed",
+]
 
 F = TypeVar("F", bound=Callable[..., Any])
-err = Console(stderr=True)
+
+
+class CliConsole(Console):
+    """A rich console whose closed pipe ends the command quietly (`pipe_closed`), not with rich's exit 1."""
+
+    def on_broken_pipe(self) -> None:
+        pipe_closed()
+
+
+err = CliConsole(stderr=True)
 
 EXIT_CODES = {
     0: "done",
@@ -27,11 +49,19 @@ EXIT_CODES = {
     3: "infeasible: no answer keeps the hard rules (FAILED_PRECONDITION)",
     4: "a server call failed otherwise: unreachable, deadline, token, overload",
     5: "wait: a placement exists, slower than --max-slowdown x the ideal (nothing started or reserved)",
+    6: "conflict: the server's state moved on or is claimed (stale --generation, reserved devices); read it again",
     130: "interrupted (Ctrl-C): whatif and replay finish later with --resume",
 }
 """What each exit code of `placement` means (`placement --help` and the README list them); `placement bind` exits
 with its command's code, `placement serve` with the server's."""
 
+
+CONFLICT_EXIT = 6
+"""A registry call refused because the stored state moved on (a stale generation, a commit that lost its race) or
+its devices are claimed by live reservations: not "infeasible" (3), the same call may succeed on fresh state."""
+
+PIPE_CLOSED_EXIT = 0
+"""A reader that closed the pipe early (`placement ... | head -1`) got what it wanted: the command ends quietly."""
 
 WAIT_EXIT = 5
 """`place` and `registry reserve` with --max-slowdown: the answer is WAIT (no launch file, nothing reserved)."""
@@ -43,6 +73,18 @@ def fail(msg: str, code: int) -> NoReturn:
     raise typer.Exit(code)
 
 
+def pipe_closed() -> NoReturn:
+    """The reader of our output went away (`placement ... | head -1`): stop quietly with `PIPE_CLOSED_EXIT`.
+
+    What is still buffered for stdout goes to /dev/null, so that the flush at exit does not fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        pass  # stdout is not a file (a test's capture): nothing buffered to drop
+    raise typer.Exit(PIPE_CLOSED_EXIT)
+
+
 def guard(fn: F) -> F:
     """Turn the domain's exceptions raised by a command into `fail` with the right exit code."""
 
@@ -50,6 +92,8 @@ def guard(fn: F) -> F:
     def wrapper(*a: Any, **k: Any) -> Any:
         try:
             return fn(*a, **k)
+        except BrokenPipeError:
+            pipe_closed()
         except LimitError as e:
             fail(escape(str(e)) + f" (raise it with --limits {e.limit_name}=N or {ENV_LIMITS})", 2)
         except InputError as e:

@@ -1,5 +1,5 @@
 """Command-line options that several commands share, declared once: the server a command talks to and its token,
-`--wide` tables, the `--tier` override, the cluster file's `--out`, and the importers' `--node-topo` and
+`--wide` tables, `--json` (the alias of `--output json`), the `--tier` override, the cluster file's `--out`, and the importers' `--node-topo` and
 `--gpus-per-node`."""
 
 from __future__ import annotations
@@ -40,3 +40,10 @@ NodeTopoOpt = Annotated[
     ),
 ]
 HostGpusOpt = Annotated[int, typer.Option(help="GPUs per host (without --node-topo)")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="the same as --output json")]
+
+
+def json_output(output: str, json_: bool) -> str:
+    """The `--output` a command runs with: ``json`` when `--json` was given (its alias on every command with
+    `--output`), else `output`."""
+    return "json" if json_ else output

@@ -1,8 +1,8 @@
 """Calibration: the link tiers, latencies and NIC bandwidth of a cluster fitted to measured collectives (nccl-tests
 runs, given as `Measured` points), and the compute efficiency fitted to a measured step time.
 
-Owns the fit, not the files: `placement.io.importers.nccl_tests` reads the logs, `placement.cli.commands.calibrate`
-maps them onto a cluster and writes the fitted copy.
+Owns the fit, not the files: `placement.io.importers.nccl_tests` reads the logs, `placement.io.calibration` maps
+them onto a cluster and writes the fitted copy.
 
 **Prediction.** Every point is priced by the model itself: a collective by `Fabric.plan_group` (NCCL's ring or
 tree, the host's ring order, shared NICs) and `Fabric.alone`; ``sendrecv`` (rank i sends to i+1) by

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from placement.decide.batch.joint import batch_problems
+from placement.decide.batch.types import BatchJob, BatchPlan, BatchResult
 from placement.errors import InternalError
 from placement.messages.domain import _job, _options, _Problems, _stats, _topology, assignments, step_cost
 from placement.model.state import ClusterState
 from placement.model.topology import Topology
 from placement.solve import SolveOptions
-from placement.solve.batch.joint import batch_problems
-from placement.solve.batch.types import BatchJob, BatchPlan, BatchResult
 from placement.v1 import placement_pb2 as pb
 
 __all__ = ["BatchInputs", "batch_inputs", "batch_response", "plan_to_proto"]

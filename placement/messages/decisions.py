@@ -1,19 +1,19 @@
 """Proto <-> domain for the scheduler's decisions: Preempt and Capacity requests into domain inputs, and their
-results (`placement.solve.preempt`, `placement.solve.capacity`) into responses. Builds on placement.messages.domain.
+results (`placement.decide.preempt`, `placement.decide.capacity`) into responses. Builds on placement.messages.domain.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from placement.decide.capacity import CapacityResult
+from placement.decide.preempt import PreemptAnswer, PreemptResult, RunningJob
 from placement.errors import InternalError
 from placement.messages.domain import _job, _options, _Problems, _stats, _topology, assignments, step_cost
 from placement.model.job import Job
 from placement.model.state import ClusterState
 from placement.model.topology import Topology
 from placement.solve import SolveOptions
-from placement.solve.capacity import CapacityResult
-from placement.solve.preempt import PreemptAnswer, PreemptResult, RunningJob
 from placement.v1 import placement_pb2 as pb
 
 __all__ = [
@@ -56,7 +56,7 @@ def preempt_inputs(
     resolved: tuple[Topology, ClusterState] | None = None,
 ) -> PreemptInputs:
     """The domain view of a PreemptRequest; InputError (source "request") with every problem of the message.
-    The rules on the running jobs, the bound and the objective are checked by `placement.solve.preempt.preempt`
+    The rules on the running jobs, the bound and the objective are checked by `placement.decide.preempt.preempt`
     (with the same field paths)."""
     ps = _Problems()
     built = _topology(req, ps, resolved)
@@ -140,7 +140,7 @@ def capacity_inputs(
     resolved: tuple[Topology, ClusterState] | None = None,
 ) -> CapacityInputs:
     """The domain view of a CapacityRequest; problems of shape i are under ``shapes[i]``. The rules on the
-    shapes' names and `place_copies` are checked by `placement.solve.capacity.capacity`."""
+    shapes' names and `place_copies` are checked by `placement.decide.capacity.capacity`."""
     ps = _Problems()
     built = _topology(req, ps, resolved)
     shapes = [_job(j, f"shapes[{i}]", ps) for i, j in enumerate(req.shapes)]

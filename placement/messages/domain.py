@@ -261,7 +261,7 @@ class PlaceInputs:
     job: Job
     options: SolveOptions
     max_slowdown: float | None = None
-    """Place or wait (`placement.solve.wait.decide`); None: always place."""
+    """Place or wait (`placement.decide.wait.decide`); None: always place."""
 
 
 @dataclass

@@ -32,7 +32,7 @@ from placement.errors import InputError, Problem, Problems
 from placement.io.affinity import affinity_fields
 from placement.io.importers.nvidia_smi import read_nvidia_smi
 from placement.io.native import load_document
-from placement.io.native.kinds import closest_key
+from placement.io.native.doc_kinds import closest_key
 from placement.model.state import ClusterState
 from placement.model.topology import Topology
 from placement.v1 import placement_pb2 as pb

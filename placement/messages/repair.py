@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from placement.decide.repair.input import RepairBudget, resolve_current
+from placement.decide.repair.run import RepairAnswer, RepairResult
 from placement.errors import InternalError
 from placement.messages.domain import (
     _job,
@@ -21,8 +23,6 @@ from placement.model.job import Job
 from placement.model.state import ClusterState
 from placement.model.topology import Topology
 from placement.solve import SolveOptions
-from placement.solve.repair.input import RepairBudget, resolve_current
-from placement.solve.repair.run import RepairAnswer, RepairResult
 from placement.v1 import placement_pb2 as pb
 
 __all__ = ["RepairInputs", "answer_to_proto", "repair_inputs", "repair_response"]

@@ -1,7 +1,7 @@
 """Balanced slices and segments: the sizes they imply and the input rules they must meet.
 
 The mapping rules themselves are checked by `placement.model.validate`; the solver's side is
-`placement.solve.balance` (balanced slices) and `placement.solve.units` (segments as required units).
+`placement.decide.balance` (balanced slices) and `placement.solve.units` (segments as required units).
 """
 
 from __future__ import annotations

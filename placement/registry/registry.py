@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from placement.decide.wait import decide
 from placement.errors import InfeasibleError, InputError, PlacementError, Problem
 from placement.io.native import cluster_from_dict
 from placement.model.job import Job
@@ -37,7 +38,6 @@ from placement.registry.store import Store
 from placement.registry.update import Current, UpdatePlan, plan_diff, plan_snapshot
 from placement.registry.view import StateView
 from placement.solve import PlacementResult, SolveOptions, SolveStatus, place
-from placement.solve.wait import decide
 
 __all__ = [
     "EVENT_MAX_AGE_S",
@@ -84,7 +84,7 @@ class ReserveOutcome:
 
 
 class Waiting(PlacementError):
-    """Reserve's answer is WAIT (`placement.solve.wait.decide`: above the request's max_slowdown): nothing is
+    """Reserve's answer is WAIT (`placement.decide.wait.decide`: above the request's max_slowdown): nothing is
     reserved. `payload` is the rendered answer (status WAIT, its reasons and the earliest expected start)."""
 
     def __init__(self, payload: bytes, reasons: list[str]) -> None:

@@ -323,14 +323,22 @@ class RayExecutor:
                 q.shutdown()
 
 
-def make_executor(name: str, workers: int | None, address: str | None = None) -> Executor:
-    """``local`` (workers 0: this process) or ``ray`` (at `address`, or a local head with `workers` CPUs)."""
+def make_executor(
+    name: str, workers: int | None, address: str | None = None, tasks: int | None = None
+) -> Executor:
+    """The executor `name` with `workers`, one meaning for every caller: ``local`` runs in this process with 0
+    workers, else on `workers` worker processes (None: the usable cores), never more than `tasks` when given;
+    ``ray`` on the cluster at `address` (or a local head) with `workers` CPUs (None or 0: all). ValueError for a
+    name or count outside these; RuntimeError when Ray is missing or unreachable."""
+    if workers is not None and workers < 0:
+        raise ValueError(f"workers must be >= 0 (0: in this process), got {workers}")
     if name == "local":
         if workers == 0:
             return InlineExecutor()
-        return LocalExecutor(workers if workers is not None else default_workers())
+        n = workers if workers is not None else default_workers()
+        return LocalExecutor(max(1, min(n, tasks) if tasks is not None else n))
     if name == "ray":
-        return RayExecutor(address, workers)
+        return RayExecutor(address, workers or None)
     raise ValueError(f"executor {name!r} is not one of {list(EXECUTORS)}")
 
 

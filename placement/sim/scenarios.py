@@ -10,8 +10,9 @@ import random
 from collections.abc import Sequence
 
 from placement.model.devices import HostSpec, NodeType
-from placement.model.job import CollectiveKind, Constraints, Edge, Job, ModelShape, ParallelSpec
+from placement.model.job import CollectiveKind, Edge, Job, ModelShape, ParallelSpec
 from placement.model.links import Level, RailPolicy, Tier
+from placement.model.presets import dense_parameters, structured_job
 from placement.model.state import ClusterState
 from placement.model.topology import Topology
 from placement.model.traffic import job_traffic
@@ -217,9 +218,9 @@ def megatron_job(
     require_tp_node: bool = False,
     exposure: dict[str, float] | None = None,
 ) -> Job:
-    """A Megatron-style structured job; the parameter count defaults to 12*h^2*L (a dense transformer)."""
+    """A Megatron-style structured job; the parameter count defaults to ``12 h^2 L`` (`dense_parameters`)."""
 
-    params = parameters if parameters is not None else 12.0 * hidden * hidden * layers
+    params = parameters if parameters is not None else dense_parameters(hidden, layers)
     par = ParallelSpec(tp=tp, cp=cp, ep=ep, dp=dp, pp=pp)
     model = ModelShape(
         parameters=params,
@@ -232,8 +233,8 @@ def megatron_job(
         experts=max(ep, 1) * 8 if ep > 1 else 0,
         top_k=2 if ep > 1 else 0,
     )
-    cons = Constraints(require={"tp": "node"}) if require_tp_node else Constraints(prefer={"tp": "node"})
-    return Job(name, par.world_size, kind, par, model, dict(exposure or {}), constraints=cons)
+    rule = "require" if require_tp_node else "prefer"
+    return structured_job(name, par, model, kind=kind, tp_rule=rule, exposure=exposure)
 
 
 def occupy_mixed_random(topology: Topology, fraction: float, *, seed: int = 0) -> ClusterState:

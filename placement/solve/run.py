@@ -22,7 +22,7 @@ from placement.model.state import ClusterState
 from placement.model.topology import Topology
 from placement.model.traffic import Traffic, job_traffic
 from placement.model.validate import excluded_devices, validate
-from placement.solve.baselines import BASELINES
+from placement.solve.baselines import BASELINES, why_none
 from placement.solve.bound import comm_bound
 from placement.solve.cpsat import (  # imported here: ortools takes ~1 s to import, not per call
     CpsatOutcome,
@@ -45,7 +45,7 @@ from placement.solve.types import (
 )
 from placement.solve.units import candidate_devices, required_units
 
-__all__ = ["compare", "explain_infeasible", "place"]
+__all__ = ["WHY_NOT", "compare", "explain_infeasible", "place"]
 
 
 def request_problems(
@@ -281,7 +281,7 @@ def place(
             found[name] = (mapping, rep)
         else:
             why_not[name] = (
-                "no placement"
+                why_none(topology, state, job, traffic, name)
                 if mapping is None
                 else "breaks " + str(validate(topology, state, job, mapping, traffic=traffic)[0])
             )
@@ -297,13 +297,18 @@ def place(
         mapping, rep = found[strategy.value]
     else:
         checkpoint("the heuristics")
-        _heuristics(request, score, found, baselines)
+        _heuristics(request, score, found, baselines, why_not)
         checkpoint("the search")
         mapping, rep, lower, stats = _optimize(request, score, found, baselines)
     request.deadline += reserve
     if job.launcher == "torchrun":
         mapping, rep, extra = contiguous(request, score, (mapping, rep), [m for m, _ in found.values()])
         stats.update(extra)
+        closed_before = stats.get("stop_reason") == "gap_closed" and lower is not None
+        if closed_before and gap_of(rep.comm_seconds, lower or 0.0) > OPTIMAL_GAP:
+            stats["stop_reason"] = (
+                "launcher_blocks"  # the search's answer met its bound; the launcher's does not
+            )
     status = SolveStatus.FEASIBLE
     if lower is not None:
         gap = gap_of(rep.comm_seconds, lower)
@@ -313,11 +318,17 @@ def place(
         if gap <= OPTIMAL_GAP and step_gap <= OPTIMAL_GAP:
             status = SolveStatus.OPTIMAL
             stats["stop_reason"] = "gap_closed"
+    for name, comm in baselines.items():  # each "no valid mapping" with its reason (`PlacementResult.stats`)
+        if comm is None:
+            stats[f"{WHY_NOT}{name}"] = why_not.get(name) or why_none(topology, state, job, traffic, name)
     stats["wall_s"] = time.perf_counter() - t0
     reports = {name: r for name, (_, r) in found.items() if name in baselines}
     return PlacementResult(status, strategy, mapping, rep, lower, [], stats, baselines, reports)
 
 
+WHY_NOT = "why_not:"
+"""`PlacementResult.stats` key prefix: ``why_not:<baseline>`` is why that baseline or candidate found no valid
+mapping."""
 OPTIMAL_GAP = 1e-9
 """Relative gap on exposed communication below which the answer is reported OPTIMAL."""
 LARGE_JOB_HEURISTICS = ("tile-pack-dp", "tight-emptiest", "rail-aligned", "block-pack-dp", "group-pack-dp")
@@ -331,6 +342,7 @@ def _heuristics(
     score: _Scorer,
     found: dict[str, tuple[list[int], CostReport]],
     baselines: dict[str, float | None],
+    why_not: dict[str, str] | None = None,
 ) -> None:
     """Score the constructive heuristics within a fifth of the time left (once something valid is found): in
     their order up to evaluator-guided sizes; for larger jobs, where one scoring takes seconds, the likeliest
@@ -351,6 +363,8 @@ def _heuristics(
             baselines[name] = rep.comm_seconds if rep else None
             if rep is not None and m is not None:
                 found[name] = (m, rep)
+            elif m is not None and why_not is not None:
+                why_not[name] = "breaks " + str(validate(r.topology, r.state, r.job, m, traffic=r.traffic)[0])
 
 
 def _best(found: dict[str, tuple[list[int], CostReport]]) -> str:

@@ -121,7 +121,7 @@ class SolveOptions:
 
 @dataclass
 class Verdict:
-    """Place or wait (`placement.solve.wait`): the answer's step against the job's ideal step (the same job on
+    """Place or wait (`placement.decide.wait`): the answer's step against the job's ideal step (the same job on
     the cluster with no occupancy), the bound asked for, and, when the answer waits, why and until when.
 
     `ideal_source`: ``empty cluster`` (the solver on the empty cluster) or ``the answer`` (the answer was faster
@@ -145,11 +145,12 @@ class Verdict:
 class PlacementResult:
     """The answer: status, mapping (device index per rank), modeled cost with breakdown, bound and baselines.
 
-    `seconds` is the evaluator's exposed communication per step (`CostReport.comm_seconds`), the part a placement
+    `comm_seconds` is the evaluator's exposed communication per step (`CostReport.comm_seconds`), the part a placement
     changes. `lower_bound` and `gap` are in the same number: a valid lower bound on the exposed communication of
     any valid mapping (`placement.solve.bound.comm_bound`); `stats["bound_source"]` names the phase and the
     argument that binds, `stats["stop_reason"]` why the search stopped (``gap_closed``, ``time_limit``,
-    ``no_improvement``), `stats["surrogate_bound"]` the CP-SAT models' own bound on the v1 surrogate (not a gap).
+    ``no_improvement``, ``launcher_blocks``: the free mapping closed its gap, the launcher's contiguous host
+    blocks cost the gap left), `stats["surrogate_bound"]` the CP-SAT models' own bound on the v1 surrogate (not a gap).
     `baselines` holds the exposed communication of each scheduler baseline, heuristic and candidate on the same
     state (None: it found no valid mapping); `baseline_reports` their full reports.
     """
@@ -164,10 +165,11 @@ class PlacementResult:
     baselines: dict[str, float | None] = field(default_factory=dict)
     baseline_reports: dict[str, CostReport] = field(default_factory=dict)
     verdict: Verdict | None = None
-    """The slowdown against the job's ideal step and the place-or-wait decision (`placement.solve.wait`)."""
+    """The slowdown against the job's ideal step and the place-or-wait decision (`placement.decide.wait`)."""
 
     @property
-    def seconds(self) -> float | None:
+    def comm_seconds(self) -> float | None:
+        """The evaluator's exposed communication per step (`CostReport.comm_seconds`); None without a mapping."""
         return None if self.report is None else float(self.report.comm_seconds)
 
     @property

@@ -1,4 +1,4 @@
-"""`placement place-batch`: a queue of jobs placed jointly on one state (`placement.solve.batch.joint`), here or by a
+"""`placement place-batch`: a queue of jobs placed jointly on one state (`placement.decide.batch.joint`), here or by a
 placement-server, and its batch file (jobs with weight and priority).
 """
 
@@ -17,15 +17,15 @@ from placement.cli.commands.remote import place_batch_remote
 from placement.cli.errors import escape, fail, guard
 from placement.cli.help import Command, command_app
 from placement.cli.inputs import load_cluster_state, write_output
-from placement.cli.options import ServerOpt, TokenOpt, WideOpt
+from placement.cli.options import JsonOpt, ServerOpt, TokenOpt, WideOpt, json_output
 from placement.cli.tables import table_console
+from placement.decide.batch.joint import place_batch
+from placement.decide.batch.types import BatchJob, BatchPlan, BatchResult
 from placement.errors import InputError, Problem, Problems
 from placement.io.native import job_from_dict, load_document
 from placement.messages.files import normalize_cluster, normalize_job
 from placement.model.topology import Topology
 from placement.solve import SolveOptions
-from placement.solve.batch.joint import place_batch
-from placement.solve.batch.types import BatchJob, BatchPlan, BatchResult
 
 __all__ = ["app", "batch_document", "load_batch", "place_batch_cmd"]
 
@@ -219,6 +219,7 @@ def place_batch_cmd(
     workers: Annotated[int, typer.Option(help="CP-SAT workers (<= cores)")] = 2,
     deterministic: Annotated[bool, typer.Option(help="budget each search in deterministic time")] = False,
     output: Annotated[str, typer.Option(help="table, json or yaml")] = "table",
+    json_: JsonOpt = False,
     server: ServerOpt = None,
     token: TokenOpt = None,
     out_file: Annotated[Path | None, typer.Option("--out", help="write the JSON/YAML answer here")] = None,
@@ -230,6 +231,7 @@ def place_batch_cmd(
     each other job is not admitted. With --server (or PLACEMENT_SERVER) the same files are sent as a
     PlaceBatchRequest (the answer is the PlaceBatchResponse).
     """
+    output = json_output(output, json_)
     if output not in ("table", "json", "yaml"):
         fail(f"--output: unknown value {output!r}; use table, json or yaml", 2)
     if not (math.isfinite(time_limit) and time_limit > 0):

@@ -1,5 +1,5 @@
 """`placement capacity`: how many disjoint copies of each job shape fit on a state now, per domain at each level, and
-how fragmented the free devices are (`placement.solve.capacity`); shapes as job files or ``tp8x4`` strings.
+how fragmented the free devices are (`placement.decide.capacity`); shapes as job files or ``tp8x4`` strings.
 """
 
 from __future__ import annotations
@@ -20,16 +20,17 @@ from placement.cli.inputs import load_cluster_state
 from placement.cli.options import ServerOpt, TokenOpt
 from placement.cli.serving import is_serving_file, serving_shape_job, serving_shape_message
 from placement.cli.tables import out
+from placement.decide.capacity import MAX_PLACED
+from placement.decide.capacity import capacity as run_capacity
 from placement.errors import InputError, Problem
 from placement.io.native import job_from_dict, load_document, load_job
 from placement.messages import dump_message
 from placement.messages.decisions import capacity_response
 from placement.messages.files import request_from_dict
 from placement.model.job import DIMENSIONS, Job
+from placement.model.presets import preset_model
 from placement.model.topology import Topology
 from placement.solve import SolveOptions
-from placement.solve.capacity import MAX_PLACED
-from placement.solve.capacity import capacity as run_capacity
 from placement.v1 import placement_pb2 as pb
 
 __all__ = ["app", "capacity", "print_capacity", "shape_doc", "shape_job"]
@@ -37,6 +38,8 @@ __all__ = ["app", "capacity", "print_capacity", "shape_doc", "shape_job"]
 app = command_app()
 
 _TOKEN = re.compile(r"^(tp|cp|ep|dp|pp)?([0-9]+)$")
+SHAPE_MODEL = "7b-round"
+"""The model of a --shape (`placement.model.presets.MODEL_PRESETS`)."""
 
 
 def shape_job(spec: str, topology: Topology, tp_level: str | None, kind: str | None) -> Job:
@@ -47,8 +50,8 @@ def shape_job(spec: str, topology: Topology, tp_level: str | None, kind: str | N
 def shape_doc(spec: str, tp_level: str | None, kind: str | None) -> dict[str, Any]:
     """The job of a shape string: sizes joined by ``x``, each ``tpN``, ``cpN``, ``epN``, ``dpN``, ``ppN`` or a
     bare ``N`` (data parallel), e.g. ``tp8x4`` (TP 8 x DP 4) or ``tp8xpp4x16``; TP groups required inside one
-    domain of `tp_level` (None: no requirement). Its traffic is that of a 7B-parameter model (a job file gives
-    your model's). The native job document."""
+    domain of `tp_level` (None: no requirement). Its traffic is that of the `SHAPE_MODEL` preset, a 7B model (a
+    job file gives your model's). The native job document (also sent as the Capacity request's shape)."""
     sizes: dict[str, int] = {}
     for tok in spec.lower().split("x"):
         m = _TOKEN.match(tok)
@@ -65,15 +68,16 @@ def shape_doc(spec: str, tp_level: str | None, kind: str | None) -> dict[str, An
             raise InputError("--shape", [Problem(spec, f"{dim} must be in 1..1000000, got {n}")])
         sizes[dim] = n
     pp = sizes.get("pp", 1)
+    model = preset_model(SHAPE_MODEL, pp=pp, micro_batches=max(8, pp))
     doc: dict[str, Any] = {
         "name": spec,
         "parallel": {d: sizes[d] for d in DIMENSIONS if d in sizes},
         "model": {
-            "parameters": 7e9,
-            "hidden": 4096,
-            "layers": pp * math.ceil(32 / pp),
-            "seq_len": 4096,
-            "micro_batches": max(8, pp),
+            "parameters": model.parameters,
+            "hidden": model.hidden,
+            "layers": model.layers,
+            "seq_len": model.seq_len,
+            "micro_batches": model.micro_batches,
         },
     }
     if kind:

@@ -82,47 +82,132 @@ def _looks_like_scontrol_topology(text: str) -> bool:
     )
 
 
+NodesOpt = Annotated[
+    Path | None,
+    typer.Option(
+        help="saved `scontrol -d show node` (text or --json) or `sinfo --json`; without it the commands run here"
+    ),
+]
+JobsOpt = Annotated[
+    Path | None, typer.Option(help="saved `squeue --json` (with --nodes; names each GPU's job)")
+]
+TopologyFileOpt = Annotated[
+    Path | None,
+    typer.Option(
+        help="topology.conf, topology.yaml or saved `scontrol show topology`; default: `scontrol show topology`"
+    ),
+]
+TopologyOpt = Annotated[
+    str | None, typer.Option(help="which topology (topology.yaml) or plugin (tree/block/ring)")
+]
+KindOpt = Annotated[str | None, typer.Option(help="device kind (default: the gres type, e.g. h100 -> H100)")]
+NodeTopoOpt = Annotated[
+    Path | None, typer.Option(help="nvidia-smi topo -m of one node, applied to every node")
+]
+SaveOpt = Annotated[Path | None, typer.Option(help="also write the raw command outputs to this folder")]
+StateOutOpt = Annotated[Path | None, typer.Option(help="write the state YAML (occupied, failed) here")]
+
+
+def _outputs(
+    nodes: Path | None, jobs: Path | None, saved: dict[str, str]
+) -> tuple[str, str, str | None, str]:
+    """(nodes text, its source, jobs text or None, its source): the saved files, or Slurm asked here (whose
+    outputs go to `saved`)."""
+    if nodes is not None:
+        return _read(nodes), str(nodes), *((_read(jobs), str(jobs)) if jobs is not None else (None, ""))
+    if jobs is not None:
+        fail("--jobs needs --nodes: saved outputs are read together, or everything is asked from Slurm", 2)
+    nodes_text, form = _live_nodes()
+    jobs_text = _live_jobs()
+    saved[f"nodes.{form}"] = nodes_text
+    saved["squeue.json"] = jobs_text
+    return (
+        nodes_text,
+        "scontrol -d show node" + (" --json" if form == "json" else ""),
+        jobs_text,
+        "squeue --json",
+    )
+
+
+def _topology(
+    topology_file: Path | None,
+    asked_live: bool,
+    topology: str | None,
+    level_names: list[str] | None,
+    name: str,
+    saved: dict[str, str],
+) -> tuple[dict[str, Any], list[str]] | None:
+    """The switch topology: from the file (topology.conf, topology.yaml, or a saved `scontrol show topology`),
+    from Slurm when it was asked live, else none (a flat cluster)."""
+    if topology_file is not None:
+        text = _read(topology_file)
+        if not _looks_like_scontrol_topology(text):
+            return read_slurm(topology_file, topology=topology, level_names=level_names, name=name)
+        topo = topology_from_scontrol(
+            text, str(topology_file), level_names=level_names, topology=topology, name=name
+        )
+        if topo is None:
+            fail(f"{escape(str(topology_file))}: no SwitchName=, BlockName= or RingName= lines", 2)
+        return topo
+    if not asked_live:
+        return None
+    text = _live_topology()
+    saved["topology.txt"] = text
+    return topology_from_scontrol(
+        text, "scontrol show topology", level_names=level_names, topology=topology, name=name
+    )
+
+
+def _save(save: Path | None, saved: dict[str, str]) -> None:
+    if save is None:
+        return
+    save.mkdir(parents=True, exist_ok=True)
+    for fname, content in saved.items():
+        (save / fname).write_text(content)
+    if saved:
+        err.print(f"saved {', '.join(sorted(saved))} to {escape(str(save))}", soft_wrap=True)
+
+
+def _write_state(
+    cluster: dict[str, Any], state: dict[str, Any], out_file: Path | None, state_out: Path | None
+) -> None:
+    """Check the state against the cluster, write it (stdout after the cluster, or `state_out`), and count it."""
+    topology_obj, _ = cluster_from_dict(cluster, "<imported>")
+    state_from_dict(state, topology_obj, "<imported state>")  # every reference resolves before we write it
+    text = cluster_yaml(state)
+    if state_out is None:
+        if out_file is None:
+            typer.echo("---")
+        typer.echo(text, nl=False)
+    else:
+        state_out.write_text(text)
+        err.print(f"wrote {escape(str(state_out))}", soft_wrap=True)
+    busy = sum(len(o["devices"]) for o in state["occupied"])
+    total = sum(h.get("devices", 0) for h in cluster["hosts"])
+    err.print(
+        f"{len(cluster['hosts'])} node(s), {total or '?'} GPU(s): {busy} occupied by "
+        f"{len(state['occupied'])} job(s), {len(state.get('failed', []))} node(s) failed",
+        soft_wrap=True,
+    )
+
+
 @app.command("slurm-live", cls=Command)
 @guard
 def slurm_live(
-    nodes: Annotated[
-        Path | None,
-        typer.Option(
-            help="saved `scontrol -d show node` (text or --json) or `sinfo "
-            "--json`; without it the commands run here"
-        ),
-    ] = None,
-    jobs: Annotated[
-        Path | None, typer.Option(help="saved `squeue --json` (with --nodes; names each GPU's job)")
-    ] = None,
-    topology_file: Annotated[
-        Path | None,
-        typer.Option(
-            help="topology.conf, topology.yaml or saved `scontrol show "
-            "topology`; default: `scontrol show topology`"
-        ),
-    ] = None,
-    topology: Annotated[
-        str | None, typer.Option(help="which topology (topology.yaml) or plugin (tree/block/ring)")
-    ] = None,
+    nodes: NodesOpt = None,
+    jobs: JobsOpt = None,
+    topology_file: TopologyFileOpt = None,
+    topology: TopologyOpt = None,
     levels: Annotated[str | None, typer.Option(help="level names bottom-up, e.g. leaf,spine,core")] = None,
     tier: TierOpt = None,
     gres: Annotated[str, typer.Option(help="the gres name of the GPUs")] = "gpu",
     partition: Annotated[str | None, typer.Option(help="only nodes of this partition")] = None,
-    kind: Annotated[
-        str | None, typer.Option(help="device kind (default: the gres type, e.g. h100 -> H100)")
-    ] = None,
-    node_topo: Annotated[
-        Path | None, typer.Option(help="nvidia-smi topo -m of one node, applied to every node")
-    ] = None,
+    kind: KindOpt = None,
+    node_topo: NodeTopoOpt = None,
     name: Annotated[str, typer.Option(help="cluster name")] = "slurm",
-    save: Annotated[
-        Path | None, typer.Option(help="also write the raw command outputs to this folder")
-    ] = None,
+    save: SaveOpt = None,
     out_file: ClusterOutOpt = None,
-    state_out: Annotated[
-        Path | None, typer.Option(help="write the state YAML (occupied, failed) here")
-    ] = None,
+    state_out: StateOutOpt = None,
 ) -> None:
     """The cluster and its live state from Slurm: nodes and GPU occupancy from scontrol, jobs from squeue.
 
@@ -132,47 +217,9 @@ def slurm_live(
     """
     level_names = levels.split(",") if levels else None
     saved: dict[str, str] = {}
-    if nodes is not None:
-        nodes_text, nodes_src = _read(nodes), str(nodes)
-        jobs_text, jobs_src = (_read(jobs), str(jobs)) if jobs is not None else (None, "")
-    else:
-        if jobs is not None:
-            fail(
-                "--jobs needs --nodes: saved outputs are read together, or everything is asked from Slurm", 2
-            )
-        nodes_text, form = _live_nodes()
-        nodes_src = "scontrol -d show node" + (" --json" if form == "json" else "")
-        jobs_text, jobs_src = _live_jobs(), "squeue --json"
-        saved[f"nodes.{form}"] = nodes_text
-        saved["squeue.json"] = jobs_text
-
-    topo: tuple[dict[str, Any], list[str]] | None
-    if topology_file is not None:
-        text = _read(topology_file)
-        if _looks_like_scontrol_topology(text):
-            topo = topology_from_scontrol(
-                text, str(topology_file), level_names=level_names, topology=topology, name=name
-            )
-            if topo is None:
-                fail(f"{escape(str(topology_file))}: no SwitchName=, BlockName= or RingName= lines", 2)
-        else:
-            topo = read_slurm(topology_file, topology=topology, level_names=level_names, name=name)
-    elif nodes is None:
-        text = _live_topology()
-        saved["topology.txt"] = text
-        topo = topology_from_scontrol(
-            text, "scontrol show topology", level_names=level_names, topology=topology, name=name
-        )
-    else:
-        topo = None
-
-    if save is not None:
-        save.mkdir(parents=True, exist_ok=True)
-        for fname, content in saved.items():
-            (save / fname).write_text(content)
-        if saved:
-            err.print(f"saved {', '.join(sorted(saved))} to {escape(str(save))}", soft_wrap=True)
-
+    nodes_text, nodes_src, jobs_text, jobs_src = _outputs(nodes, jobs, saved)
+    topo = _topology(topology_file, nodes is None, topology, level_names, name, saved)
+    _save(save, saved)
     parsed_nodes = parse_nodes(nodes_text, nodes_src)
     parsed_jobs = parse_jobs(jobs_text, jobs_src) if jobs_text is not None else []
     cluster, state, warnings = build_live(
@@ -204,21 +251,4 @@ def slurm_live(
                 f"another count on {len(other)} node(s): {escape(', '.join(other[:8]))}",
                 soft_wrap=True,
             )
-    topology_obj, _ = cluster_from_dict(cluster, "<imported>")
-    state_from_dict(state, topology_obj, "<imported state>")  # every reference resolves before we write it
-    text = cluster_yaml(state)
-    busy = sum(len(o["devices"]) for o in state["occupied"])
-    failed = len(state.get("failed", []))
-    total = sum(h.get("devices", 0) for h in cluster["hosts"])
-    if state_out is None:
-        if out_file is None:
-            typer.echo("---")
-        typer.echo(text, nl=False)
-    else:
-        state_out.write_text(text)
-        err.print(f"wrote {escape(str(state_out))}", soft_wrap=True)
-    err.print(
-        f"{len(cluster['hosts'])} node(s), {total or '?'} GPU(s): {busy} occupied by "
-        f"{len(state['occupied'])} job(s), {failed} node(s) failed",
-        soft_wrap=True,
-    )
+    _write_state(cluster, state, out_file, state_out)

@@ -11,13 +11,17 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+import yaml
+from google.protobuf import json_format
+from google.protobuf.descriptor import FieldDescriptor
 from rich.table import Table
 
 from placement.cli.commands.remote import registry_call, registry_watch
 from placement.cli.errors import WAIT_EXIT, fail, guard
 from placement.cli.help import Command, command_app
-from placement.cli.options import RequiredServerOpt, TokenOpt, WideOpt
+from placement.cli.options import JsonOpt, RequiredServerOpt, TokenOpt, WideOpt, json_output
 from placement.cli.tables import out, print_result, print_verdict, table_console
+from placement.io.hostlist import compress_hostlist
 from placement.io.native import load_document
 from placement.messages.files import dump_message, request_from_dict
 from placement.registry import default_url, open_store
@@ -47,7 +51,50 @@ def _call(server: str, token: str | None, method: str, request: Any) -> Any:
 
 
 def _dump(msg: Any, output: str) -> None:
-    out.print(dump_message(msg, output), end="", markup=False, highlight=False, soft_wrap=True)
+    """`msg` as JSON (the protobuf JSON mapping, as the RPC answers it) or YAML (the same, 64-bit integers as
+    numbers: ``generation: 1``, not ``'1'``)."""
+    if output not in ("json", "yaml"):
+        fail(f"--output: unknown value {output!r}; use table, json or yaml", 2)
+    if output == "json":
+        text = dump_message(msg, "json")
+    else:
+        data = json_format.MessageToDict(
+            msg, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
+        )
+        text = yaml.safe_dump(int64_numbers(msg.DESCRIPTOR, data), sort_keys=False, default_flow_style=None)
+    out.print(text, end="", markup=False, highlight=False, soft_wrap=True)
+
+
+_INT64 = (FieldDescriptor.CPPTYPE_INT64, FieldDescriptor.CPPTYPE_UINT64)
+
+
+def int64_numbers(desc: Any, data: Any) -> Any:
+    """`data` (the JSON mapping of a message of type `desc`) with its 64-bit integers as numbers again (the
+    JSON mapping writes them as strings)."""
+    if isinstance(data, list):
+        return [int64_numbers(desc, d) for d in data]
+    if not isinstance(data, dict):
+        return data
+    for f in desc.fields:
+        if f.name not in data:
+            continue
+        v = data[f.name]
+        if f.message_type is not None and f.message_type.GetOptions().map_entry:
+            value = f.message_type.fields_by_name["value"]
+            data[f.name] = {k: _field_value(value, x) for k, x in v.items()}
+        else:
+            data[f.name] = _field_value(f, v)
+    return data
+
+
+def _field_value(f: Any, v: Any) -> Any:
+    if isinstance(v, list):
+        return [_field_value(f, x) for x in v]
+    if f.message_type is not None:
+        return int64_numbers(f.message_type, v) if not f.message_type.full_name.startswith("google.") else v
+    if f.cpp_type in _INT64 and isinstance(v, str):
+        return int(v)
+    return v
 
 
 def _when(unix_s: float) -> str:
@@ -155,12 +202,15 @@ def update_state(
     ] = False,
     reason: Annotated[str, typer.Option(help="recorded on each revoked reservation")] = "",
     token: Token = None,
+    output: Output = "table",
+    json_: JsonOpt = False,
 ) -> None:
     """Replace the state (--state) or change it (--diff) as a new generation.
 
-    An update that occupies or fails a device of a held or committed reservation is refused (exit 3, naming the
+    An update that occupies or fails a device of a held or committed reservation is refused (exit 6, a conflict, naming the
     devices and reservations) unless --revoke; --dry-run answers the same without writing.
     """
+    output = json_output(output, json_)
     if (state is None) == (diff is None):
         fail("give exactly one of --state FILE or --diff FILE", 2)
     doc: dict[str, Any] = {
@@ -175,24 +225,42 @@ def update_state(
     elif diff is not None:
         doc["diff"] = load_document(diff)
     resp = _call(server, token, "UpdateState", _message(doc, "UpdateStateRequest"))
+    if output != "table":
+        _dump(resp, output)
+        return
+    for line in update_summary(resp):
+        out.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+def _devices(ids: Any) -> str:
+    """Device ids as a count and a hostlist expression (``8 devices node01/gpu[0-7]``)."""
+    names = list(ids)
+    try:
+        shown = compress_hostlist(names, sort=True)
+    except ValueError:  # an id a hostlist cannot write: list them
+        shown = ",".join(names)
+    return f"{len(names)} device{'s' if len(names) != 1 else ''} {shown}"
+
+
+def update_summary(resp: Any) -> list[str]:
+    """An UpdateStateResponse as lines a person reads: the generation, what changed (per kind of change, device
+    ids as hostlist expressions), the reservations revoked and kept."""
     head = "dry run, nothing written: would be" if resp.dry_run else "now at"
-    out.print(f"cluster {resp.cluster_id}: {head} generation {resp.generation}", markup=False, soft_wrap=True)
-    for r in resp.revoked:
-        out.print(
-            f"{'would revoke' if resp.dry_run else 'revoked'} reservation {r.id} ({r.job}, {len(r.devices)} "
-            f"devices): {r.reason or '-'}",
-            markup=False,
-            soft_wrap=True,
-        )
-    for r in resp.kept:
-        out.print(
-            f"kept: reservation {r.id} ({r.job}) keeps its {len(r.devices)} devices",
-            markup=False,
-            soft_wrap=True,
-        )
-    changes = dump_message(resp.changes, "json")
-    if resp.HasField("changes") and changes.strip() not in ("", "{}"):
-        out.print(f"changes: {' '.join(changes.split())}", markup=False, highlight=False, soft_wrap=True)
+    lines = [f"cluster {resp.cluster_id}: {head} generation {resp.generation}"]
+    c = resp.changes
+    changes = [f"occupied by {o.job}: {_devices(o.devices)}" for o in c.occupy]
+    changes += [f"{what}: {_devices(ids)}" for what, ids in (("freed", c.free), ("failed", c.fail)) if ids]
+    if c.recover:
+        changes.append(f"healthy again: {_devices(c.recover)}")
+    changes += [f"degraded: {d.device} (slowdown {d.slowdown:g}x)" for d in c.degrade]
+    lines += [f"  {x}" for x in changes] or ["  no device changed"]
+    verb = "would revoke" if resp.dry_run else "revoked"
+    lines += [
+        f"  {verb} reservation {r.id} ({r.job}, {len(r.devices)} devices): {r.reason or '-'}"
+        for r in resp.revoked
+    ]
+    lines += [f"  kept: reservation {r.id} ({r.job}) keeps its {len(r.devices)} devices" for r in resp.kept]
+    return lines
 
 
 @app.command(cls=Command, name="reserve")
@@ -205,6 +273,7 @@ def reserve(
     key: Annotated[str, typer.Option(help="idempotency key: a retry returns the same reservation")] = "",
     time_limit: Annotated[float | None, typer.Option(help="solver seconds")] = None,
     output: Output = "table",
+    json_: JsonOpt = False,
     token: Token = None,
     max_slowdown: Annotated[
         float | None,
@@ -219,6 +288,7 @@ def reserve(
     --max-slowdown a placement slower than that x the job's ideal step is not held: the answer is WAIT, with the
     earliest time a placement within the bound is expected (from the leases' ends), and the command exits 5.
     """
+    output = json_output(output, json_)
     doc: dict[str, Any] = {
         "cluster_id": cluster,
         "job_file": str(job_file),
@@ -323,10 +393,12 @@ def list_reservations(
     cluster: Annotated[str, typer.Option("--cluster", "-c")] = "",
     live: Annotated[bool, typer.Option(help="only held and committed")] = False,
     output: Output = "table",
+    json_: JsonOpt = False,
     token: Token = None,
     wide: WideOpt = False,
 ) -> None:
     """Reservations, oldest first."""
+    output = json_output(output, json_)
     resp = _call(
         server,
         token,
@@ -344,10 +416,12 @@ def list_reservations(
 def state(
     cluster: ClusterId,
     server: Server,
-    output: Annotated[str, typer.Option("--output", "-o")] = "yaml",
+    output: Annotated[str, typer.Option("--output", "-o", help="yaml or json")] = "yaml",
+    json_: JsonOpt = False,
     token: Token = None,
 ) -> None:
     """The stored state (a native state document), its generation and the live holds."""
+    output = json_output(output, json_)
     _dump(_call(server, token, "GetState", _message({"cluster_id": cluster}, "GetStateRequest")), output)
 
 

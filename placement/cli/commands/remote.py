@@ -7,12 +7,12 @@ and the library never do. A failed call exits with its gRPC status mapped to an 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from typing import Any, NoReturn
 
 from google.protobuf import json_format
 
-from placement.cli.errors import escape, fail
+from placement.cli.errors import CONFLICT_EXIT, escape, fail
 from placement.errors import InputError, Problem
 from placement.v1 import placement_pb2 as pb
 from server.client import PlacementClient, PlacementRpcError
@@ -30,10 +30,17 @@ __all__ = [
 ]
 
 
-def rpc_exit_code(code_name: str) -> int:
-    """The exit code of a failed call: 2 the request is invalid, 3 it is infeasible, 4 anything else (the server
-    is unreachable, the deadline passed, the token was refused, the server is overloaded, a registry id is
-    unknown...)."""
+CONFLICTS = frozenset({"stale-generation", "claimed-device"})
+"""The precondition violations that mean the stored state moved on or is claimed: a conflict, not infeasible."""
+
+
+def rpc_exit_code(code_name: str, violations: Collection[str] = ()) -> int:
+    """The exit code of a failed call: 2 the request is invalid, 3 it is infeasible, 6 a conflict with the stored
+    state (ABORTED, or a precondition violation of `CONFLICTS`: a stale generation, devices of live reservations),
+    4 anything else (the server is unreachable, the deadline passed, the token was refused, the server is
+    overloaded, a registry id is unknown...)."""
+    if code_name == "ABORTED" or (code_name == "FAILED_PRECONDITION" and CONFLICTS & set(violations)):
+        return CONFLICT_EXIT
     return {"INVALID_ARGUMENT": 2, "FAILED_PRECONDITION": 3}.get(code_name, 4)
 
 
@@ -42,7 +49,7 @@ def _rpc_failure(server: str, e: PlacementRpcError, *, preconditions: bool = Tru
     lines += [f"  - {f}: {escape(d)}" for f, d in e.field_violations]
     if preconditions:
         lines += [f"  - {escape(d)}" for _, _, d in e.precondition_violations if d not in e.message]
-    fail("\n".join(lines), rpc_exit_code(e.code.name))
+    fail("\n".join(lines), rpc_exit_code(e.code.name, [kind for kind, _, _ in e.precondition_violations]))
     raise AssertionError("fail exits")  # pragma: no cover
 
 

@@ -1,4 +1,4 @@
-"""`placement repair`: a running job after failures, repaired with few moves (`placement.solve.repair.run`): a Pareto
+"""`placement repair`: a running job after failures, repaired with few moves (`placement.decide.repair.run`): a Pareto
 table of moved ranks against step seconds, or the RepairResponse.
 """
 
@@ -14,7 +14,11 @@ from rich.table import Table
 from placement.cli.errors import fail, guard
 from placement.cli.help import Command, command_app
 from placement.cli.inputs import load_inputs
-from placement.cli.tables import out
+from placement.cli.options import JsonOpt, WideOpt, json_output
+from placement.cli.tables import table_console
+from placement.decide.repair.input import RepairBudget, resolve_current
+from placement.decide.repair.run import RepairResult
+from placement.decide.repair.run import repair as run_repair
 from placement.errors import InputError, Problem
 from placement.io.export.document import result_body
 from placement.io.native import load_document, mapping_from_obj
@@ -23,10 +27,8 @@ from placement.messages.repair import repair_response
 from placement.model.job import Job
 from placement.model.topology import Topology
 from placement.solve import SolveOptions
-from placement.solve.repair.input import RepairBudget, resolve_current
-from placement.solve.repair.run import repair as run_repair
 
-__all__ = ["app", "repair"]
+__all__ = ["app", "print_repair", "repair"]
 
 app = command_app()
 
@@ -54,59 +56,43 @@ def _load_current(path: Path, topo: Topology, job: Job, job_path: Path, allow_ot
     return resolve_current(topo, job, doc, "current")
 
 
-@app.command("repair", cls=Command)
-@guard
-def repair(
-    cluster: Annotated[Path, typer.Argument(help="cluster file")],
-    job: Annotated[Path, typer.Argument(help="job file of the running job")],
-    current: Annotated[
-        Path, typer.Argument(help="its current mapping: result JSON, list of device ids, or {rank: device}")
-    ],
-    state: Annotated[
-        Path | None, typer.Option(help="the new state: failed/degraded devices and links, occupancy")
-    ] = None,
-    drain: Annotated[
-        list[str] | None, typer.Option(help="a host or domain drained for maintenance (repeatable)")
-    ] = None,
-    spare: Annotated[
-        list[str] | None, typer.Option(help="a spare device, host or domain: preferred target (repeatable)")
-    ] = None,
-    spares_only: Annotated[bool, typer.Option(help="move ranks only onto spares")] = False,
-    max_moved_ranks: Annotated[int | None, typer.Option(help="move budget in ranks")] = None,
-    max_moved_hosts: Annotated[
-        int | None, typer.Option(help="move budget in hosts that receive moved ranks")
-    ] = None,
-    move_cost: Annotated[float, typer.Option(help="seconds one moved rank costs (checkpoint restore)")] = 0.0,
-    horizon: Annotated[
-        float, typer.Option(help="steps the job still runs (weighs step seconds against move cost)")
-    ] = 1000.0,
-    time_limit: Annotated[
-        float,
-        typer.Option(
-            help="seconds for the whole repair: a wall-clock limit, or a deterministic budget with --deterministic"
-        ),
-    ] = 5.0,
-    workers: Annotated[
-        int | None, typer.Option(help="CP-SAT workers (default: 2, or 1 with --deterministic)")
-    ] = None,
-    seed: Annotated[int, typer.Option(help="random seed")] = 0,
-    deterministic: Annotated[
-        bool,
-        typer.Option(
-            help="budget the searches in deterministic time on one worker: the same answer on every run"
-        ),
-    ] = False,
-    allow_other_job: Annotated[
-        bool,
-        typer.Option(help="accept a CURRENT result whose job name is not JOB's (same ranks, another name)"),
-    ] = False,
-    output: Annotated[str, typer.Option(help="table or json")] = "table",
-) -> None:
-    """Repair a running job after failures with few moves.
+CurrentArg = Annotated[
+    Path, typer.Argument(help="its current mapping: result JSON, list of device ids, or {rank: device}")
+]
+StateOpt = Annotated[
+    Path | None, typer.Option(help="the new state: failed/degraded devices and links, occupancy")
+]
+DrainOpt = Annotated[
+    list[str] | None, typer.Option(help="a host or domain drained for maintenance (repeatable)")
+]
+SpareOpt = Annotated[
+    list[str] | None, typer.Option(help="a spare device, host or domain: preferred target (repeatable)")
+]
+HorizonOpt = Annotated[
+    float, typer.Option(help="steps the job still runs (weighs step seconds against move cost)")
+]
+TimeLimitOpt = Annotated[
+    float,
+    typer.Option(
+        help="seconds for the whole repair: a wall-clock limit, or a deterministic budget with --deterministic"
+    ),
+]
+WorkersOpt = Annotated[
+    int | None, typer.Option(help="CP-SAT workers (default: 2, or 1 with --deterministic)")
+]
+DeterministicOpt = Annotated[
+    bool,
+    typer.Option(
+        help="budget the searches in deterministic time on one worker: the same answer on every run"
+    ),
+]
+AllowOtherOpt = Annotated[
+    bool, typer.Option(help="accept a CURRENT result whose job name is not JOB's (same ranks, another name)")
+]
 
-    A Pareto table of moved ranks against step seconds, from the least repair to a full re-place; the recommended
-    row weighs --move-cost against --horizon steps.
-    """
+
+def _check(output: str, time_limit: float, horizon: float, workers: int | None, deterministic: bool) -> None:
+    """The options' own rules (exit 2)."""
     if output not in ("table", "json"):
         fail(f"--output: unknown value {output!r}; use table or json", 2)
     if time_limit <= 0:
@@ -117,6 +103,40 @@ def repair(
         fail(f"--workers: must be in 1..64, got {workers}", 2)
     if deterministic and workers is not None and workers > 1:
         fail(f"--workers: --deterministic runs one worker (parallel workers race), got {workers}", 2)
+
+
+@app.command("repair", cls=Command)
+@guard
+def repair(
+    cluster: Annotated[Path, typer.Argument(help="cluster file")],
+    job: Annotated[Path, typer.Argument(help="job file of the running job")],
+    current: CurrentArg,
+    state: StateOpt = None,
+    drain: DrainOpt = None,
+    spare: SpareOpt = None,
+    spares_only: Annotated[bool, typer.Option(help="move ranks only onto spares")] = False,
+    max_moved_ranks: Annotated[int | None, typer.Option(help="move budget in ranks")] = None,
+    max_moved_hosts: Annotated[
+        int | None, typer.Option(help="move budget in hosts that receive moved ranks")
+    ] = None,
+    move_cost: Annotated[float, typer.Option(help="seconds one moved rank costs (checkpoint restore)")] = 0.0,
+    horizon: HorizonOpt = 1000.0,
+    time_limit: TimeLimitOpt = 5.0,
+    workers: WorkersOpt = None,
+    seed: Annotated[int, typer.Option(help="random seed")] = 0,
+    deterministic: DeterministicOpt = False,
+    allow_other_job: AllowOtherOpt = False,
+    output: Annotated[str, typer.Option(help="table or json")] = "table",
+    json_: JsonOpt = False,
+    wide: WideOpt = False,
+) -> None:
+    """Repair a running job after failures with few moves.
+
+    A Pareto table of moved ranks against step seconds, from the least repair to a full re-place; the recommended
+    row weighs --move-cost against --horizon steps.
+    """
+    output = json_output(output, json_)
+    _check(output, time_limit, horizon, workers, deterministic)
     topo, st, jb = load_inputs(cluster, job, state)
     cur = _load_current(current, topo, jb, job, allow_other_job)
     res = run_repair(
@@ -140,6 +160,11 @@ def repair(
             dump_message(repair_response(topo, res, time_limit_s=time_limit, deadline_limited=False))
         )
         return
+    print_repair(topo, jb, res, wide)
+
+
+def print_repair(topo: Topology, jb: Job, res: RepairResult, wide: bool = False) -> None:
+    """The Pareto table of a repair (moved ranks against step seconds) and the recommended answer's moves."""
     title = (
         f"{jb.name}: {len(res.forced)} rank(s) on failed or drained devices; step before "
         f"{res.before.step_seconds:.4f} s; least repair {res.min_moves} moves; {res.stats.get('wall_s', 0):.2f} s"
@@ -162,13 +187,14 @@ def repair(
             f"{a.report.step_seconds / res.before.step_seconds - 1:+.1%}" if res.before.step_seconds else "-",
             "yes" if a.optimal else "",
         )
-    out.print(t)
+    con = table_console(wide)
+    con.print(t)
     rec = res.answers[res.recommended]
     for m in rec.moves[:16]:
-        out.print(
+        con.print(
             f"  rank {m.rank}: {topo.devices[m.src].id} -> {topo.devices[m.dst].id}",
             highlight=False,
             soft_wrap=True,
         )
     if len(rec.moves) > 16:
-        out.print(f"  ... {len(rec.moves) - 16} more (use --output json)", highlight=False, soft_wrap=True)
+        con.print(f"  ... {len(rec.moves) - 16} more (use --json)", highlight=False, soft_wrap=True)

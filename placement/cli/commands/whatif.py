@@ -10,28 +10,24 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    ProgressColumn,
-    Task,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
 from rich.table import Table
-from rich.text import Text
 
 from placement.cli.errors import err, escape, fail, guard
 from placement.cli.help import Command, Group, command_app
 from placement.cli.inputs import load_cluster_state
-from placement.cli.options import WideOpt
+from placement.cli.options import JsonOpt, WideOpt, json_output
+from placement.cli.runner import (
+    AddressOpt,
+    ExecutorOpt,
+    RunProgress,
+    WorkersOpt,
+    choose_executor,
+    interrupted,
+)
 from placement.cli.serving import is_serving_sweep_file, whatif_serving_file
-from placement.cli.tables import drop_columns, out, table_console
+from placement.cli.tables import drop_columns, table_console
 from placement.io.native import load_job
-from placement.sim.executors import RayExecutor
-from placement.sim.whatif import default_workers, load_sweep, plot_sweep, ranked_tables, run_sweep
+from placement.sim.whatif import load_sweep, plot_sweep, ranked_tables, run_sweep
 from placement.sim.whatif.defrag import DefragResult, hosts_needed
 from placement.sim.whatif.defrag import defrag as run_defrag
 
@@ -41,14 +37,6 @@ __all__ = ["app", "defrag", "whatif"]
 # the best answer's details, the optimizer's gap, and the reasons a shape has no placement (printed under the table)
 NARROW_DROPS = ("#", "best", "comm s", "MFU", "tokens/s", "why not placed")
 NARROW_NOTE = "--wide adds the best strategy's exposed comm, MFU and tokens/s, and the optimizer's gap"
-
-
-class _RateColumn(ProgressColumn):
-    """Points per second."""
-
-    def render(self, task: Task) -> Text:
-        speed = task.finished_speed or task.speed
-        return Text("-- pts/s" if speed is None else f"{speed:.2f} pts/s", style="progress.data.speed")
 
 
 def narrow_table(table: Table) -> tuple[Table, list[str]]:
@@ -86,9 +74,7 @@ def whatif(
     sweep: Annotated[
         Path, typer.Argument(help="sweep file (YAML/JSON): base cluster and job, and the axes to vary")
     ],
-    workers: Annotated[
-        int | None, typer.Option(help="local worker processes (default: the usable cores)")
-    ] = None,
+    workers: WorkersOpt = None,
     out_dir: Annotated[
         Path | None,
         typer.Option("--out", help="directory for results.csv and the plots (default: whatif-NAME)"),
@@ -98,59 +84,37 @@ def whatif(
     ] = False,
     top: Annotated[int, typer.Option(help="rows per ranked table")] = 10,
     plots: Annotated[bool, typer.Option(help="draw the PNG/SVG plots")] = True,
-    executor: Annotated[
-        str, typer.Option(help="where points run: local (worker processes) or ray")
-    ] = "local",
-    address: Annotated[
-        str | None, typer.Option(help="Ray cluster address (--executor ray; default: start a local head)")
-    ] = None,
+    executor: ExecutorOpt = "local",
+    address: AddressOpt = None,
     wide: WideOpt = False,
+    log_every: Annotated[
+        int, typer.Option(help="when stderr is not a terminal: a progress line every N points (0: none)")
+    ] = 0,
 ) -> None:
     """Run a what-if sweep: shapes x occupancy x cluster variants x strategies.
 
     Ranked by modeled step time (with exposed comm, MFU and tokens/s with --wide), plotted, in a CSV.
     """
-    if workers is not None and workers < 1:
-        fail(f"--workers: must be >= 1, got {workers}", 2)
     if top < 1:
         fail(f"--top: must be >= 1, got {top}", 2)
-    if executor not in ("local", "ray"):
-        fail(f"--executor: must be local or ray, got {executor!r}", 2)
+    if log_every < 0:
+        fail(f"--log-every: must be >= 0, got {log_every}", 2)
+    ex = choose_executor(executor, workers, address)
     if is_serving_sweep_file(sweep):  # decode TP x EP x replicas x nodes: placement.cli.serving
-        return whatif_serving_file(sweep, out_dir, workers, top, wide)
+        return whatif_serving_file(sweep, out_dir, max(1, ex.workers), top, wide)
     sw = load_sweep(sweep)
     out_path = out_dir if out_dir is not None else Path(f"whatif-{sw.name}")
-    n_workers = workers if workers is not None else default_workers()
-    progress = Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        _RateColumn(),
-        TextColumn("elapsed"),
-        TimeElapsedColumn(),
-        TextColumn("ETA"),
-        TimeRemainingColumn(),
-        console=err,
-        transient=False,
+    with RunProgress(sw.name, "points", log_every=log_every) as progress:
+        run = run_sweep(
+            sw, out_path, workers=max(1, ex.workers), resume=resume, progress=progress, executor=ex
+        )
+    where = (
+        "in this process"
+        if ex.name == "inline"
+        else f"on {ex.workers} {'Ray ' if ex.name == 'ray' else ''}worker(s)"
     )
-    state: dict[str, Any] = {}
-
-    def on_progress(done: int, total: int) -> None:
-        if "task" not in state:
-            state["task"] = progress.add_task(sw.name, total=total)
-        progress.update(state["task"], completed=done)
-
-    ex = None
-    if executor == "ray":
-        try:
-            ex = RayExecutor(address, workers)
-        except RuntimeError as e:
-            fail(f"--executor: {e}", 2)
-        n_workers = ex.workers
-    with progress:
-        run = run_sweep(sw, out_path, workers=n_workers, resume=resume, progress=on_progress, executor=ex)
     err.print(
-        f"{run.total} points: {run.executed} run now on {n_workers} {'Ray ' if ex else ''}worker(s), {run.skipped} from an earlier run"
+        f"{run.total} points: {run.executed} run now {where}, {run.skipped} from an earlier run"
         + (" [yellow](interrupted)[/]" if run.interrupted else ""),
         highlight=False,
         soft_wrap=True,
@@ -169,13 +133,7 @@ def whatif(
         for p in plot_sweep(sw, run.rows, out_path):
             err.print(f"wrote {p}", highlight=False, soft_wrap=True)
     if run.interrupted:
-        err.print(
-            f"[yellow]interrupted:[/] {len(run.rows)} of {run.total} points are in {run.csv_path} (no plots); "
-            f"run again with --resume to finish the rest",
-            highlight=False,
-            soft_wrap=True,
-        )
-        raise typer.Exit(130)
+        interrupted("points (no plots)", len(run.rows), run.total, run.csv_path)
 
 
 @app.command("defrag", cls=Command)
@@ -195,12 +153,15 @@ def defrag(
     ] = None,
     keep: Annotated[list[str] | None, typer.Option(help="a job id that must not move (repeatable)")] = None,
     output: Annotated[str, typer.Option(help="table or json")] = "table",
+    json_: JsonOpt = False,
+    wide: WideOpt = False,
 ) -> None:
     """Which running jobs must move to free whole hosts under one domain.
 
     How many of their ranks move, to free whole hosts under one domain of --level for a job that does not fit
     today (a Pareto set of moved ranks against jobs touched).
     """
+    output = json_output(output, json_)
     if output not in ("table", "json"):
         fail(f"--output: unknown value {output!r}; use table or json", 2)
     if state is None and not empty:
@@ -220,7 +181,7 @@ def defrag(
     if output == "json":
         sys.stdout.write(json.dumps(_defrag_document(res), indent=2) + "\n")
     else:
-        _print_defrag(res)
+        _print_defrag(res, wide)
     if not res.answers:
         raise typer.Exit(3)
 
@@ -245,7 +206,7 @@ def _defrag_document(res: DefragResult) -> dict[str, Any]:
     }
 
 
-def _print_defrag(res: DefragResult) -> None:
+def _print_defrag(res: DefragResult, wide: bool = False) -> None:
     head = "fits today" if res.fits_today else "does not fit today"
     t = Table(
         title=f"{res.hosts_needed} whole hosts under one {res.level}: {head}; {res.considered} {res.level} domain(s) could be cleared"
@@ -256,6 +217,6 @@ def _print_defrag(res: DefragResult) -> None:
         jobs = ", ".join(f"{j} ({k})" for j, k in a.jobs.items()) or "-"
         hs = ", ".join(a.hosts[:6]) + (f", ... ({len(a.hosts)})" if len(a.hosts) > 6 else "")
         t.add_row(a.domain, str(a.moved_ranks), str(a.jobs_touched), jobs, hs)
-    out.print(t)
+    table_console(wide).print(t)
     for r in res.reasons:
         err.print(f"[bold red]no answer:[/] {r}", highlight=False, soft_wrap=True)

@@ -1,5 +1,6 @@
 """Launch files that the tools accept, from a placement: OpenMPI rankfile, SLURM_HOSTFILE and a Slurm script,
-torchrun commands, per-rank dotenv files, Kubernetes manifests; and the canonical result document (json/yaml).
+torchrun commands, per-rank dotenv files, Kubernetes manifests; json/yaml write the result (the PlaceResponse
+JSON, docs/results.md) or the plain mapping as given.
 
 Each format has its module; `export` renders single-file formats, `export_files` the ones with a file per rank.
 """
@@ -19,7 +20,6 @@ from placement.io.export.document import (
     is_legacy_result,
     launch_seats,
     result_body,
-    result_document,
     seats_from_document,
 )
 from placement.io.export.dotenv import dotenv_files
@@ -41,7 +41,6 @@ __all__ = [
     "is_legacy_result",
     "launch_seats",
     "result_body",
-    "result_document",
     "seats_from_document",
 ]
 

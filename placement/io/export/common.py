@@ -22,6 +22,7 @@ __all__ = [
     "plural",
     "ranges",
     "refuse",
+    "relative_note",
     "shell_join",
 ]
 
@@ -33,7 +34,9 @@ class ExportOptions:
     """Settings of the launch formats.
 
     `placement_path`: where `placement bind` finds the result on the compute nodes (None: the bind command reads
-    ``PLACEMENT_FILE``); `bind`: the `placement` executable there; `command`: the program a Kubernetes Pod runs;
+    ``PLACEMENT_FILE``; a relative path is relative to the directory the launch runs in); `bind`: the
+    `placement` command there (a shell word list, e.g. ``.venv/bin/placement`` or ``/usr/bin/python3 -m
+    placement.cli.app``); `command`: the program a Kubernetes Pod runs;
     `image`, `level_labels` (level name -> node-label key), `gpu_resource`: Kubernetes only; `gpus_per_node`:
     Slurm's per-node GPU request when more than the ranks on a node (so that the allocation covers the plan).
     """
@@ -76,10 +79,20 @@ def by_host(seats: Sequence[Seat]) -> dict[str, list[Seat]]:
 
 def bind_command(opts: ExportOptions) -> list[str]:
     """``placement bind [--placement FILE] --``: what each launched task runs before the user's command."""
-    argv = [opts.bind, "bind"]
+    argv = [*(shlex.split(opts.bind) or ["placement"]), "bind"]
     if opts.placement_path is not None:
         argv += ["--placement", opts.placement_path]
     return [*argv, "--"]
+
+
+def relative_note(opts: ExportOptions) -> list[str]:
+    """The comment line a launch file carries when the result's path is relative: where to run it from."""
+    path = opts.placement_path
+    if path is None or path.startswith("/"):
+        return []
+    return [
+        f"# {path} is relative to the directory this runs in: launch it from the directory of the export."
+    ]
 
 
 def plural(n: int, word: str) -> str:

@@ -1,5 +1,6 @@
-"""The canonical result document (who runs where, what it costs) and reading it back: `seats_from_document` and
-`launch_seats`, the per-rank facts (host, GPU index, kind, CPU and NUMA affinity) every launch format is built from.
+"""Reading a result back for launching: `seats_from_document` and `launch_seats`, the per-rank facts (host, GPU
+index, kind, CPU and NUMA affinity) every launch format is built from; the baselines' costs next to an answer.
+The result schema is the PlaceResponse JSON (docs/results.md, `placement.messages`).
 """
 
 from __future__ import annotations
@@ -9,8 +10,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from placement.cost.report import CostReport
-from placement.errors import InputError, Problem
-from placement.io.native.kinds import wrong_kind
+from placement.errors import Problems
+from placement.io.native.mapping import parse_mapping
 from placement.model.topology import Topology
 
 __all__ = [
@@ -19,7 +20,6 @@ __all__ = [
     "is_legacy_result",
     "launch_seats",
     "result_body",
-    "result_document",
     "seats_from_document",
 ]
 
@@ -80,44 +80,6 @@ def baseline_costs(
     return out
 
 
-def result_document(
-    topology: Topology, job_name: str, mapping: Sequence[int], report: CostReport | None = None, **extra: Any
-) -> dict[str, Any]:
-    """The canonical result: who runs where, what it costs, and anything else the caller adds (status...).
-
-    With a `report`, ``cost`` holds `CostReport.to_dict` (step, exposed and total communication, compute, MFU,
-    tokens/s, phases) and, when the caller passes ``baselines`` (name -> exposed communication seconds),
-    ``baseline_costs`` holds each baseline's step and exposed communication seconds (`baseline_costs`; the
-    caller's ``baseline_reports``, not written themselves, give each baseline's own step).
-    """
-    doc: dict[str, Any] = {"job": job_name, "cluster": topology.name}
-    doc.update(extra)
-    if report is not None:
-        doc["cost"] = report.to_dict()
-        reports = doc.pop("baseline_reports", None)
-        if isinstance(extra.get("baselines"), Mapping):
-            doc["baseline_costs"] = baseline_costs(report, extra["baselines"], reports)
-    doc["mapping"] = [_entry(topology, r, d) for r, d in enumerate(mapping)]
-    return doc
-
-
-def _entry(topology: Topology, rank: int, d: int) -> dict[str, Any]:
-    dev = topology.devices[d]
-    out: dict[str, Any] = {
-        "rank": rank,
-        "device": dev.id,
-        "host": dev.host,
-        "local_index": dev.local_index,
-        "kind": dev.kind,
-    }
-    cpus, numa = device_affinity(topology, d)
-    if cpus is not None:
-        out["cpus"] = cpus
-    if numa is not None:
-        out["numa_node"] = numa
-    return out
-
-
 def device_affinity(topology: Topology, d: int) -> tuple[str | None, int | None]:
     """(CPU list, NUMA node) of device `d` from its node type; None where unknown."""
     dev = topology.devices[d]
@@ -142,69 +104,34 @@ def is_legacy_result(doc: Any) -> bool:
 
 
 def seats_from_document(doc: Any, source: str = "<mapping>") -> list[tuple[str, int]]:
-    """(host, local GPU index) per rank from a result or a plain mapping (list / {rank: device}).
+    """(host, local GPU index) per rank from a result or a plain mapping (list / {rank: device}), read by the one
+    mapping parser (`placement.io.native.mapping.parse_mapping`: its shapes, limits and messages); each device
+    must be named ``host/gpuK`` and hold one rank.
 
     A result is the protobuf JSON mapping of a PlaceResponse (``result.mapping``) or an EvaluateResponse
     (``mapping``), or the native result of earlier releases (`is_legacy_result`).
     """
-    wrong = wrong_kind(doc, "result")
-    if wrong is not None:  # `export JOB.yaml`: say what the file is, not "keys are rank numbers" per key
-        raise InputError(source, [wrong])
-    doc = result_body(doc)
-    items = doc.get("mapping", doc) if isinstance(doc, dict) else doc
-    pairs: list[tuple[int, str, str]] = []
-    problems: list[Problem] = []
-    if isinstance(items, list):
-        for i, it in enumerate(items):
-            if isinstance(it, dict):
-                rank = _rank(it.get("rank", i))
-                if rank is None:
-                    problems.append(
-                        Problem(f"mapping[{i}].rank", f"must be a rank number, got {it.get('rank')!r}")
-                    )
-                    continue
-                pairs.append((rank, str(it.get("device")), f"mapping[{i}].device"))
-            else:
-                pairs.append((i, str(it), f"mapping[{i}]"))
-    elif isinstance(items, dict):
-        for k, v in items.items():
-            rank = _rank(k)
-            if rank is None:
-                problems.append(Problem(f"mapping.{k}", "keys are rank numbers"))
-                continue
-            pairs.append((rank, str(v), f"mapping.{k}"))
-    else:
-        raise InputError(source, [Problem("mapping", "expected a list of devices or a result document")])
-    seats: dict[int, tuple[str, int]] = {}
     holder: dict[tuple[str, int], int] = {}
-    for r, dev, path in pairs:
-        if r in seats:
-            problems.append(Problem(path, f"rank {r} is mapped twice"))
-            continue
+
+    def seat(rank: int, dev: Any, path: str, ps: Problems) -> tuple[str, int] | None:
         try:
-            seats[r] = _seat(dev)
+            where = _seat(str(dev))
         except ValueError:
-            problems.append(Problem(path, f"{dev!r} is not a device id of the form host/gpuK"))
-            continue
-        if seats[r] in holder:
-            problems.append(
-                Problem(path, f"{dev} holds ranks {holder[seats[r]]} and {r}; one rank per device")
-            )
-        holder.setdefault(seats[r], r)
-    n = len(pairs)
-    missing = [r for r in range(n) if r not in seats]
-    if missing and not problems:
-        problems.append(Problem("mapping", f"ranks {missing[:8]} have no device"))
-    if problems:
-        raise InputError(source, problems)
-    return [seats[r] for r in range(n)]
+            ps.add(path, f"{str(dev)!r} is not a device id of the form host/gpuK")
+            return None
+        if where in holder:
+            ps.add(path, f"{dev} holds ranks {holder[where]} and {rank}; one rank per device")
+        holder.setdefault(where, rank)
+        return where
+
+    return parse_mapping(doc, source, seat)
 
 
 def launch_seats(
     seats: Sequence[tuple[str, int]], document: Any = None, topology: Topology | None = None
 ) -> list[Seat]:
-    """Each rank's `Seat`: kind, CPUs and NUMA node from the document's mapping entries (what `result_document`
-    wrote), else from `topology` when the host is in it; unknown stays None."""
+    """Each rank's `Seat`: kind, CPUs and NUMA node from the document's mapping entries (what the PlaceResponse
+    JSON carries), else from `topology` when the host is in it; unknown stays None."""
     entries: dict[int, Mapping[str, Any]] = {}
     document = result_body(document)
     items = document.get("mapping") if isinstance(document, dict) else document

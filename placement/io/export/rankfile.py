@@ -5,7 +5,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from placement.io.export.common import ExportOptions, bind_command, by_host, plural, refuse, shell_join
+from placement.io.export.common import (
+    ExportOptions,
+    bind_command,
+    by_host,
+    plural,
+    refuse,
+    relative_note,
+    shell_join,
+)
 from placement.io.export.document import Seat
 
 __all__ = ["hostfile", "rankfile"]
@@ -46,6 +54,7 @@ def rankfile(seats: Sequence[Seat], opts: ExportOptions) -> str:
         f"# OpenMPI rankfile: job {opts.job}, {plural(len(seats), 'rank')} on {plural(len(hosts), 'host')}; slot = the CPUs close to the",
         "# rank's GPU (OS CPU ids); `placement bind` sets the GPU. Run:",
         f"#   {cmd}",
+        *relative_note(opts),
     ]
     lines += [f"rank {s.rank}={s.host} slot={s.cpus}" for s in seats]
     return "\n".join(lines) + "\n"

@@ -6,7 +6,15 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from placement.io.export.common import ExportOptions, bind_command, by_host, plural, ranges, shell_join
+from placement.io.export.common import (
+    ExportOptions,
+    bind_command,
+    by_host,
+    plural,
+    ranges,
+    relative_note,
+    shell_join,
+)
 from placement.io.export.document import Seat
 
 __all__ = ["sbatch_tasks", "slurm_script", "srun_argv"]
@@ -67,6 +75,7 @@ def slurm_script(seats: Sequence[Seat], opts: ExportOptions) -> str:
         f"# Slurm launch of job {opts.job}: {plural(len(seats), 'rank')} on {plural(len(hosts), 'node')}. srun puts task i on line i of",
         "# SLURM_HOSTFILE (--distribution=arbitrary); `placement bind` gives each task its planned GPU and CPUs.",
         "# Usage: sbatch THIS_SCRIPT CMD [ARGS...]   (or: bash THIS_SCRIPT CMD [ARGS...] inside salloc)",
+        *relative_note(opts),
     ]
     for h, ss in hosts.items():
         lines.append(

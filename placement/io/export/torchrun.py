@@ -6,7 +6,7 @@ from __future__ import annotations
 import shlex
 from collections.abc import Sequence
 
-from placement.io.export.common import ExportOptions, bind_command, plural, refuse, shell_join
+from placement.io.export.common import ExportOptions, bind_command, plural, refuse, relative_note, shell_join
 from placement.io.export.document import Seat
 from placement.model.job import host_blocks
 
@@ -51,6 +51,7 @@ def torchrun_script(seats: Sequence[Seat], opts: ExportOptions) -> str:
         f"# torchrun launch of job {opts.job}: {plural(len(seats), 'rank')} on {plural(len(cmds), 'host')}, one torchrun per host;",
         "# torchrun numbers ranks host by host, so node rank k runs the k-th contiguous block of ranks.",
         "# Run on every host: sh THIS_SCRIPT CMD [ARGS...]   (the host is $PLACEMENT_HOST, else `hostname -s`)",
+        *relative_note(opts),
     ]
     by: dict[str, list[Seat]] = {}
     for s in seats:

@@ -1,6 +1,6 @@
 """Import an `ibnetdiscover` InfiniBand fabric dump as a native cluster: switch tree, hosts, rails, NIC speeds.
 
-Owns the dump's syntax and the fabric's reading; `placement.io.importers.topograph.nest_levels` makes the levels a tree.
+Owns the dump's syntax and the fabric's reading; `placement.io.importers.fabric.nest_levels` makes the levels a tree.
 
 Syntax (infiniband-diags ``ibnetdiscover(8)``; NVIDIA topograph's ``pkg/ib/ib.go`` parses the same lines):
 blocks separated by blank lines, each ``Switch <ports> "S-<guid>" # "<description>" ...`` or ``Ca <ports>
@@ -36,7 +36,7 @@ import networkx as nx
 
 from placement.errors import InputError, Problem, Problems
 from placement.io.importers.detect import refuse_other_format
-from placement.io.importers.topograph import Fabric, _fabric
+from placement.io.importers.fabric import ImportedFabric, fabric_from_levels
 from placement.io.text import read_text
 
 __all__ = ["IbFabric", "fabric_graph", "parse_ibnetdiscover", "read_ibnetdiscover"]
@@ -188,8 +188,8 @@ def parse_ibnetdiscover(
     *,
     level_names: Sequence[str] | None = None,
     name: str | None = None,
-) -> tuple[Fabric, IbFabric]:
-    """Read an ibnetdiscover dump into a `Fabric` (tree levels, hosts, NICs per host) and the parsed dump."""
+) -> tuple[ImportedFabric, IbFabric]:
+    """Read an ibnetdiscover dump into an `ImportedFabric` (tree levels, hosts, NICs per host) and the parsed dump."""
     if not text.strip():
         raise InputError(source, [Problem("", "the file is empty; expected the output of `ibnetdiscover`")])
     refuse_other_format(text, source, "ibnetdiscover")
@@ -210,10 +210,36 @@ def parse_ibnetdiscover(
             ],
         )
     warnings: list[str] = []
-    # host -> leaf switches over its HCAs; NICs per host
-    host_leaves: dict[str, set[str]] = {}
-    host_nics: dict[str, list[tuple[int | None, float | None]]] = {}
-    leaf_rails: dict[str, Counter[int | None]] = {}
+    up = _host_uplinks(fab, len(cas), source, warnings)
+    adj, level = _switch_levels(fab, switches, up, warnings)
+    hosts = sorted({h for h, _, _ in fab.hca_host.values() if h in up.leaves}, key=_natural)
+    height = max(level.values())
+    candidates: list[tuple[str, str, Mapping[str, str]]] = []
+    for lv in range(1, height + 1):
+        col = _components(hosts, up.leaves, adj, level, lv, fab)
+        label = _LEVEL_NAMES[lv - 1] if height <= len(_LEVEL_NAMES) else f"switch{lv}"
+        candidates.append((label, "switch", col))
+    out = fabric_from_levels(name or Path(source).stem, hosts, candidates, warnings, level_names, source)
+    out.host_nics = {h: sorted(up.nics[h], key=lambda x: (x[0] is None, x[0] or 0)) for h in hosts}
+    out.rail_optimized = _rail_optimized(fab, up, warnings)
+    multi = Counter(h for h in up.leaves if len(up.nics[h]) != len({r for r, _ in up.nics[h]}))
+    if multi:
+        warnings.append(f"{len(multi)} host(s) list two HCAs with one rail index (e.g. {next(iter(multi))})")
+    return out, fab
+
+
+@dataclass
+class _Uplinks:
+    """Per host, the leaf switches its HCAs are cabled to and its NICs (rail, GB/s); per leaf, its HCAs by rail."""
+
+    leaves: dict[str, set[str]] = field(default_factory=dict)
+    nics: dict[str, list[tuple[int | None, float | None]]] = field(default_factory=dict)
+    leaf_rails: dict[str, Counter[int | None]] = field(default_factory=dict)
+
+
+def _host_uplinks(fab: IbFabric, cas: int, source: str, warnings: list[str]) -> _Uplinks:
+    """Each host HCA's switch ports; InputError when no HCA names a host, warnings for the HCAs left out."""
+    up = _Uplinks()
     unlinked = 0
     for guid, (host, _, rail) in fab.hca_host.items():
         ups = [
@@ -224,17 +250,17 @@ def parse_ibnetdiscover(
         if not ups:
             unlinked += 1
             continue
-        host_nics.setdefault(host, []).append((rail, min((bw for _, bw in ups if bw), default=None)))
+        up.nics.setdefault(host, []).append((rail, min((bw for _, bw in ups if bw), default=None)))
         for sw, _ in ups:
-            host_leaves.setdefault(host, set()).add(sw)
-            leaf_rails.setdefault(sw, Counter())[rail] += 1
-    if not host_leaves:
+            up.leaves.setdefault(host, set()).add(sw)
+            up.leaf_rails.setdefault(sw, Counter())[rail] += 1
+    if not up.leaves:
         raise InputError(
             source,
             [
                 Problem(
                     "",
-                    f"no HCA names a host: {len(cas)} HCA(s), none described as "
+                    f"no HCA names a host: {cas} HCA(s), none described as "
                     '"<host> <hca>" and cabled to a switch',
                 )
             ],
@@ -246,7 +272,14 @@ def parse_ibnetdiscover(
         )
     if unlinked:
         warnings.append(f"{unlinked} host HCA(s) are not cabled to a switch in this dump; skipped")
-    # switch levels: BFS over switch-switch links from the leaves
+    return up
+
+
+def _switch_levels(
+    fab: IbFabric, switches: list[_Node], up: _Uplinks, warnings: list[str]
+) -> tuple[dict[str, set[str]], dict[str, int]]:
+    """The switch graph and each switch's level: BFS over switch-switch links from the leaves (level 1), with
+    warnings for switches no host reaches and links inside a level (not a tree)."""
     adj: dict[str, set[str]] = {s.guid: set() for s in switches}
     for a, b in _links(fab):
         if a in adj and b in adj:
@@ -254,7 +287,7 @@ def parse_ibnetdiscover(
             adj[b].add(a)
     level: dict[str, int] = {}
     queue: deque[str] = deque()
-    for sw in leaf_rails:
+    for sw in up.leaf_rails:
         level[sw] = 1
         queue.append(sw)
     while queue:
@@ -274,20 +307,18 @@ def parse_ibnetdiscover(
             f"{_switch_name(fab.nodes[a].desc, a)} - {_switch_name(fab.nodes[b].desc, b)}); the levels below "
             "group hosts by reach, and fabric_graph() gives the pair-path model (placement.io.importers.graph)"
         )
-    hosts = sorted({h for h, _, _ in fab.hca_host.values() if h in host_leaves}, key=_natural)
-    height = max(level.values())
-    candidates: list[tuple[str, str, Mapping[str, str]]] = []
-    for lv in range(1, height + 1):
-        col = _components(hosts, host_leaves, adj, level, lv, fab)
-        label = _LEVEL_NAMES[lv - 1] if height <= len(_LEVEL_NAMES) else f"switch{lv}"
-        candidates.append((label, "switch", col))
-    out = _fabric(name or Path(source).stem, hosts, candidates, warnings, level_names, source)
-    out.host_nics = {h: sorted(host_nics[h], key=lambda x: (x[0] is None, x[0] or 0)) for h in hosts}
+    return adj, level
+
+
+def _rail_optimized(fab: IbFabric, up: _Uplinks, warnings: list[str]) -> bool:
+    """Rail-optimized: every leaf serves one rail (its main rail holds at least `_RAIL_SHARE` of its HCAs) and
+    some host reaches several leaves; a warning names the HCAs on a leaf of another rail."""
+    leaf_rails = up.leaf_rails
     main_rail = {sw: c.most_common(1)[0] for sw, c in leaf_rails.items()}
-    out.rail_optimized = all(
+    optimized = all(
         r is not None and k >= _RAIL_SHARE * sum(leaf_rails[sw].values()) for sw, (r, k) in main_rail.items()
-    ) and any(len(v) > 1 for v in host_leaves.values())
-    if out.rail_optimized:
+    ) and any(len(v) > 1 for v in up.leaves.values())
+    if optimized:
         off = {sw: c for sw, c in leaf_rails.items() if len(c) > 1}
         if off:
             sw, c = next(iter(sorted(off.items())))
@@ -297,10 +328,7 @@ def parse_ibnetdiscover(
                 f"sit on a leaf of another rail (e.g. {_switch_name(fab.nodes[sw].desc, sw)} serves rail "
                 f"{main_rail[sw][0]} and has {others})"
             )
-    multi = Counter(h for h in host_leaves if len(host_nics[h]) != len({r for r, _ in host_nics[h]}))
-    if multi:
-        warnings.append(f"{len(multi)} host(s) list two HCAs with one rail index (e.g. {next(iter(multi))})")
-    return out, fab
+    return optimized
 
 
 def _components(
@@ -347,6 +375,6 @@ def _components(
 
 def read_ibnetdiscover(
     path: str | Path, *, level_names: Sequence[str] | None = None, name: str | None = None
-) -> tuple[Fabric, IbFabric]:
+) -> tuple[ImportedFabric, IbFabric]:
     """Read an ibnetdiscover dump file."""
     return parse_ibnetdiscover(read_text(path), str(path), level_names=level_names, name=name)

@@ -42,6 +42,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -106,116 +107,181 @@ def parse_k8s_nodes(
     doc = _load(text_or_obj, problems)
     items = _items(doc, problems) if doc is not None else []
 
+    if names is None:  # None only together with a problem, raised above
+        raise InternalError("the Kubernetes level names are unknown, but no problem was recorded")
+    label_keys = _LabelKeys(level_keys, host_key, list(names), gpu_resource)
     hosts: list[dict[str, Any]] = []
     first_host: dict[str, str] = {}
     # level index (coarse -> fine) -> value -> (parent value, where first seen)
     parent_of: list[dict[str, tuple[str | None, str]]] = [{} for _ in level_keys]
-    no_gpu: list[str] = []
-    zero_gpu: list[str] = []
-    if names is None:  # None only together with a problem, raised above
-        raise InternalError("the Kubernetes level names are unknown, but no problem was recorded")
-    display = names
-
+    skipped: dict[str, list[str]] = {"no_gpu": [], "zero_gpu": []}
     for item, path in items:
-        node = _node_view(item, path, problems)
+        node = _read_node(item, path, label_keys, first_host, skipped, problems)
         if node is None:
             continue
-        meta_name, labels = node
-        label_name = meta_name or path or "the node"
-        before = len(problems.items)
-        devices = _gpu_count(item, path, gpu_resource, label_name, problems)
-        if len(problems.items) > before:
-            continue
-        if devices is None:
-            if any(k in labels for k in level_keys):
-                problems.add(
-                    f"{path}.status.allocatable" if path else "status.allocatable",
-                    f'node "{label_name}" has level labels but no "{gpu_resource}" in allocatable '
-                    f'or capacity and no label "{_GPU_COUNT_LABEL}"; check gpu_resource',
-                )
-            else:
-                no_gpu.append(label_name)
-            continue
-        if devices[0] == 0:
-            zero_gpu.append(f"{label_name}{devices[1]}")
-            continue
-
-        ok = True
-        values: list[str] = []
-        for key in level_keys:
-            value = labels.get(key)
-            if not isinstance(value, str) or not value.strip():
-                ok = False
-                what = "missing" if value is None else f"empty or not a string ({value!r})"
-                problems.add(
-                    _label_path(path, key),
-                    f'{what} on node "{label_name}"; every GPU node needs all {len(level_keys)} level labels',
-                )
-            values.append(value if isinstance(value, str) else "")
-        if host_key is not None:
-            host = labels.get(host_key)
-            if not isinstance(host, str) or not host.strip():
-                ok = False
-                problems.add(
-                    _label_path(path, host_key), f'missing on node "{label_name}"; it names the host'
-                )
-                host = ""
-        else:
-            host = meta_name or ""
-        if host and host in first_host:
-            ok = False
-            where = _label_path(path, host_key) if host_key else _meta_path(path, "name")
-            problems.add(
-                where, f'host "{host}" appears twice (first at {first_host[host]}); host names must be unique'
-            )
-        elif host:
-            first_host[host] = path or "the node"
-        if not ok:
-            continue
-
-        for i in range(len(level_keys)):
-            up = values[i - 1] if i > 0 else None
-            seen = parent_of[i].get(values[i])
-            here = _label_path(path, level_keys[i])
-            if seen is None:
-                parent_of[i][values[i]] = (up, here)
-            elif seen[0] != up:
-                problems.add(
-                    here,
-                    f'{display[i]} "{values[i]}" is under {display[i - 1]} "{up}" here but '
-                    f'under {display[i - 1]} "{seen[0]}" at {seen[1]}; label values must be '
-                    "global ids (one parent each)",
-                )
-
+        host, values, devices, kind = node
+        _check_parents(values, path, label_keys, parent_of, problems)
         entry: dict[str, Any] = {
             "name": host,
-            "domains": {display[i]: values[i] for i in reversed(range(len(level_keys)))},
-            "devices": devices[0],
+            "domains": {names[i]: values[i] for i in reversed(range(len(level_keys)))},
+            "devices": devices,
         }
-        kind = labels.get(_GPU_PRODUCT_LABEL)
-        if isinstance(kind, str) and kind.strip():
+        if kind is not None:
             entry["kind"] = kind
         hosts.append(entry)
-
-    if no_gpu:
-        warnings.append(
-            f'skipped {len(no_gpu)} node(s) without "{gpu_resource}" and without level labels '
-            f"(CPU/system nodes): {_listing(no_gpu)}"
-        )
-    if zero_gpu:
-        warnings.append(f'skipped {len(zero_gpu)} node(s) with 0 "{gpu_resource}": {_listing(zero_gpu)}')
+    warnings += _skipped_warnings(skipped, gpu_resource)
     if not hosts and not problems:
         problems.add(
             "items", f'no node has a "{gpu_resource}" count above 0 and the level labels; nothing to import'
         )
     problems.raise_if_any()
+    return {
+        "name": name or _stem(source),
+        "levels": _out_levels(label_keys, hosts, source),
+        "hosts": hosts,
+    }, warnings
 
+
+@dataclass(frozen=True)
+class _LabelKeys:
+    """What `parse_k8s_nodes` reads from each node: the level label keys (coarse -> fine), the host label key
+    (None: the node's name), the levels' names, and the GPU resource."""
+
+    levels: list[str]
+    host: str | None
+    names: list[str]
+    gpu_resource: str
+
+
+def _read_node(
+    item: Any,
+    path: str,
+    keys: _LabelKeys,
+    first_host: dict[str, str],
+    skipped: dict[str, list[str]],
+    problems: Problems,
+) -> tuple[str, list[str], int, str | None] | None:
+    """One node's host name, level label values, GPU count and kind; None (with a problem, or counted in
+    `skipped`) when it is not a GPU node of the cluster."""
+    node = _node_view(item, path, problems)
+    if node is None:
+        return None
+    meta_name, labels = node
+    label_name = meta_name or path or "the node"
+    before = len(problems.items)
+    devices = _gpu_count(item, path, keys.gpu_resource, label_name, problems)
+    if len(problems.items) > before:
+        return None
+    if devices is None:
+        if any(k in labels for k in keys.levels):
+            problems.add(
+                f"{path}.status.allocatable" if path else "status.allocatable",
+                f'node "{label_name}" has level labels but no "{keys.gpu_resource}" in allocatable '
+                f'or capacity and no label "{_GPU_COUNT_LABEL}"; check gpu_resource',
+            )
+        else:
+            skipped["no_gpu"].append(label_name)
+        return None
+    if devices[0] == 0:
+        skipped["zero_gpu"].append(f"{label_name}{devices[1]}")
+        return None
+    ok = True
+    values: list[str] = []
+    for key in keys.levels:
+        value = labels.get(key)
+        if not isinstance(value, str) or not value.strip():
+            ok = False
+            what = "missing" if value is None else f"empty or not a string ({value!r})"
+            problems.add(
+                _label_path(path, key),
+                f'{what} on node "{label_name}"; every GPU node needs all {len(keys.levels)} level labels',
+            )
+        values.append(value if isinstance(value, str) else "")
+    host = _host_name(path, keys.host, meta_name, labels, label_name, first_host, problems)
+    if host is None or not ok:
+        return None
+    kind = labels.get(_GPU_PRODUCT_LABEL)
+    return host, values, devices[0], kind if isinstance(kind, str) and kind.strip() else None
+
+
+def _host_name(
+    path: str,
+    host_key: str | None,
+    meta_name: str | None,
+    labels: Mapping[str, Any],
+    label_name: str,
+    first_host: dict[str, str],
+    problems: Problems,
+) -> str | None:
+    """The node's host name (its host label, else its name), unique among the nodes; None after a problem."""
+    ok = True
+    if host_key is not None:
+        host = labels.get(host_key)
+        if not isinstance(host, str) or not host.strip():
+            ok = False
+            problems.add(_label_path(path, host_key), f'missing on node "{label_name}"; it names the host')
+            host = ""
+    else:
+        host = meta_name or ""
+    if host and host in first_host:
+        ok = False
+        where = _label_path(path, host_key) if host_key else _meta_path(path, "name")
+        problems.add(
+            where, f'host "{host}" appears twice (first at {first_host[host]}); host names must be unique'
+        )
+    elif host:
+        first_host[host] = path or "the node"
+    return host if ok else None
+
+
+def _check_parents(
+    values: list[str],
+    path: str,
+    keys: _LabelKeys,
+    parent_of: list[dict[str, tuple[str | None, str]]],
+    problems: Problems,
+) -> None:
+    """Each level value has one parent value across the nodes (label values are global ids)."""
+    display = keys.names
+    for i in range(len(keys.levels)):
+        up = values[i - 1] if i > 0 else None
+        seen = parent_of[i].get(values[i])
+        here = _label_path(path, keys.levels[i])
+        if seen is None:
+            parent_of[i][values[i]] = (up, here)
+        elif seen[0] != up:
+            problems.add(
+                here,
+                f'{display[i]} "{values[i]}" is under {display[i - 1]} "{up}" here but '
+                f'under {display[i - 1]} "{seen[0]}" at {seen[1]}; label values must be '
+                "global ids (one parent each)",
+            )
+
+
+def _skipped_warnings(skipped: dict[str, list[str]], gpu_resource: str) -> list[str]:
+    warnings: list[str] = []
+    if skipped["no_gpu"]:
+        warnings.append(
+            f'skipped {len(skipped["no_gpu"])} node(s) without "{gpu_resource}" and without level labels '
+            f"(CPU/system nodes): {_listing(skipped['no_gpu'])}"
+        )
+    if skipped["zero_gpu"]:
+        warnings.append(
+            f'skipped {len(skipped["zero_gpu"])} node(s) with 0 "{gpu_resource}": {_listing(skipped["zero_gpu"])}'
+        )
+    return warnings
+
+
+def _out_levels(keys: _LabelKeys, hosts: list[dict[str, Any]], source: str) -> list[dict[str, Any]]:
+    """The native levels bottom up, and ``cluster`` on top (added to every host) when the top level has
+    several domains or there is no level."""
+    display = keys.names
     out_levels: list[dict[str, Any]] = [{"name": "node"}]
-    for key, n in reversed(list(zip(level_keys, display, strict=True))):
+    for key, n in reversed(list(zip(keys.levels, display, strict=True))):
         # the GPU Operator's NVLink partition label: a multi-node NVLink domain (GB200 NVL72), NVLS across it
         out_levels.append({"name": n, "nvlink": True} if key in NVLINK_LABELS else {"name": n})
-    tops = {h["domains"][display[0]] for h in hosts} if level_keys else set()
-    if len(tops) > 1 or not level_keys:
+    tops = {h["domains"][display[0]] for h in hosts} if keys.levels else set()
+    if len(tops) > 1 or not keys.levels:
         if "cluster" in display:
             raise InputError(
                 source,
@@ -230,7 +296,7 @@ def parse_k8s_nodes(
         out_levels.append({"name": "cluster"})
         for h in hosts:
             h["domains"]["cluster"] = "cluster"
-    return {"name": name or _stem(source), "levels": out_levels, "hosts": hosts}, warnings
+    return out_levels
 
 
 # ---------------------------------------------------------------------------------------------------------

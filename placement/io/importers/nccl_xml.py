@@ -320,7 +320,41 @@ def parse_nccl_xml(
     """Parse one NCCL/RCCL topology XML. `nvlink` (a link count, e.g. 18) states that every GPU pair is
     ``NV<nvlink>`` through NVSwitches, for static files that list no NVLinks (NCCL finds them at run time).
     `xgmi_gbps` overrides the per-link xGMI speed. Raises `InputError` with one line per problem."""
-    ps = Problems(source)
+    root = _system(text, source)
+    warnings: list[str] = []
+    w = _walk(root)
+    gpus = _gpus(root, w, source, warnings)
+    nics = sorted(w.nics, key=lambda d: d.order) or sorted(w.class_nics, key=lambda d: d.busid)
+    n = len(gpus)
+    matrix = [["X" if i == j else _pcie_code(gpus[i], gpus[j]) for j in range(n)] for i in range(n)]
+    kind, gcn = _gpu_kind(gpus)
+    nv_gbps, mesh = _gpu_links(gpus, matrix, gcn, xgmi_gbps, warnings)
+    if nvlink is not None:
+        for i in range(n):
+            for j in range(n):
+                if i != j:
+                    matrix[i][j] = f"NV{nvlink}"
+    elif n > 1 and all(not c.startswith("NV") for r in matrix for c in r):
+        warnings.append(_no_links_warning(kind, gcn))
+    codes = [[_pcie_code(g, nic) for nic in nics] for g in gpus]
+    rails = _rails(gpus, nics, codes, warnings)
+    return NodeTopology(
+        gpus=tuple(g.name for g in gpus),
+        kind=kind,
+        matrix=None if mesh is not None else tuple(tuple(r) for r in matrix),
+        rails=tuple(rails),
+        nics=tuple(nic.name for nic in nics),
+        nic_gbps=_nic_gbps(nics, warnings),
+        mesh_link_gbps=mesh,
+        nv_link_gbps=nv_gbps,
+        numa=tuple(g.numa for g in gpus),
+        cpu_affinity=tuple(g.affinity for g in gpus),
+        warnings=tuple(warnings),
+    )
+
+
+def _system(text: str, source: str) -> ET.Element:
+    """The <system> root of the XML; InputError for an empty file, another format or malformed XML."""
     if not text.strip():
         raise InputError(source, [Problem("", "the file is empty; expected an NCCL topology XML (<system>)")])
     refuse_other_format(text, source, "nccl-xml")
@@ -336,8 +370,12 @@ def parse_nccl_xml(
         raise InputError(
             source, [Problem("", f"the root element is <{root.tag}>; an NCCL topology XML has <system>")]
         )
-    warnings: list[str] = []
-    w = _walk(root)
+    return root
+
+
+def _gpus(root: ET.Element, w: _Walk, source: str, warnings: list[str]) -> list[_Dev]:
+    """The GPUs in order: the <gpu> elements by device number, else the PCIe functions of a GPU class in bus-id
+    order; InputError when there is none or one is listed twice."""
     gpus = sorted(w.gpus, key=lambda d: d.order)
     if not gpus and w.class_gpus:
         gpus = sorted(w.class_gpus, key=lambda d: d.busid)
@@ -361,51 +399,54 @@ def parse_nccl_xml(
                 f"(classes present: {', '.join(classes[:6]) or 'none'})"
             )
         raise InputError(source, [Problem("", f"no GPU found: {why}")])
+    ps = Problems(source)
     seen: dict[str, str] = {}
     for g in gpus:
         if g.name in seen:
             ps.add(f"<gpu dev> of {g.busid}", f"{g.name} is listed twice (also at bus id {seen[g.name]})")
         seen[g.name] = g.busid
     ps.raise_if_any()
-    nics = sorted(w.nics, key=lambda d: d.order) or sorted(w.class_nics, key=lambda d: d.busid)
-    n = len(gpus)
-    matrix = [["X" if i == j else _pcie_code(gpus[i], gpus[j]) for j in range(n)] for i in range(n)]
-    kind, gcn = _gpu_kind(gpus)
+    return gpus
+
+
+def _gpu_links(
+    gpus: list[_Dev], matrix: list[list[str]], gcn: str | None, xgmi_gbps: float | None, warnings: list[str]
+) -> tuple[float | None, float | None]:
+    """Write the NVLink/xGMI pairs (``NV<count>``) into `matrix`; return the GB/s of one NV link (None: the
+    cluster's default) and of a fully connected xGMI mesh's link (None: not a mesh)."""
     nv_gbps: float | None = None
     mesh: float | None = None
-    if gpus[0].elem is not None:
-        nv_direct, nv_switch = _links(gpus, "nvlink", warnings)
-        xg_direct, _ = _links(gpus, "xgmi", warnings)
-        for i in range(n):
-            for j in range(i + 1, n):
-                count = nv_direct.get((i, j), 0) or xg_direct.get((i, j), 0)
-                if not count and i in nv_switch and j in nv_switch:
-                    count = min(nv_switch[i], nv_switch[j])
-                if count:
-                    matrix[i][j] = matrix[j][i] = f"NV{count}"
-        if xg_direct:
-            per = xgmi_gbps or XGMI_GBPS.get(gcn or "", 64.0)
-            if gcn not in XGMI_GBPS and xgmi_gbps is None:
-                warnings.append(
-                    f"xGMI link speed unknown for arch {gcn or '?'}; assumed 64 GB/s per link "
-                    "(MI300X); set it with --xgmi-gbps"
-                )
-            counts = {xg_direct.get((i, j), 0) for i in range(n) for j in range(i + 1, n)}
-            if len(counts) == 1 and 0 not in counts and n > 1:
-                mesh = per * counts.pop()
-            else:
-                nv_gbps = per
-        elif (_int(gpus[0].elem.get("sm")) or 0) >= 100 and (nv_direct or nv_switch):
-            nv_gbps = _NVLINK5_GBPS
-    if nvlink is not None:
-        for i in range(n):
-            for j in range(n):
-                if i != j:
-                    matrix[i][j] = f"NV{nvlink}"
-    elif n > 1 and all(not c.startswith("NV") for r in matrix for c in r):
-        warnings.append(_no_links_warning(kind, gcn))
-    codes = [[_pcie_code(g, nic) for nic in nics] for g in gpus]
-    rails = _rails(gpus, nics, codes, warnings)
+    if gpus[0].elem is None:
+        return nv_gbps, mesh
+    n = len(gpus)
+    nv_direct, nv_switch = _links(gpus, "nvlink", warnings)
+    xg_direct, _ = _links(gpus, "xgmi", warnings)
+    for i in range(n):
+        for j in range(i + 1, n):
+            count = nv_direct.get((i, j), 0) or xg_direct.get((i, j), 0)
+            if not count and i in nv_switch and j in nv_switch:
+                count = min(nv_switch[i], nv_switch[j])
+            if count:
+                matrix[i][j] = matrix[j][i] = f"NV{count}"
+    if xg_direct:
+        per = xgmi_gbps or XGMI_GBPS.get(gcn or "", 64.0)
+        if gcn not in XGMI_GBPS and xgmi_gbps is None:
+            warnings.append(
+                f"xGMI link speed unknown for arch {gcn or '?'}; assumed 64 GB/s per link "
+                "(MI300X); set it with --xgmi-gbps"
+            )
+        counts = {xg_direct.get((i, j), 0) for i in range(n) for j in range(i + 1, n)}
+        if len(counts) == 1 and 0 not in counts and n > 1:
+            mesh = per * counts.pop()
+        else:
+            nv_gbps = per
+    elif (_int(gpus[0].elem.get("sm")) or 0) >= 100 and (nv_direct or nv_switch):
+        nv_gbps = _NVLINK5_GBPS
+    return nv_gbps, mesh
+
+
+def _nic_gbps(nics: list[_Dev], warnings: list[str]) -> float | None:
+    """The host's NIC speed in GB/s: the slowest plausible one stated (None: none stated), with warnings."""
     odd = sorted({nic.name for nic in nics if nic.speed and nic.speed > _MAX_NIC_MBPS})
     if odd:
         warnings.append(
@@ -420,19 +461,7 @@ def parse_nccl_xml(
         )
     if nics and not speeds:
         warnings.append(f"{len(nics)} NIC(s) without a speed; nic_gbps left unset (the level-1 tier is used)")
-    return NodeTopology(
-        gpus=tuple(g.name for g in gpus),
-        kind=kind,
-        matrix=None if mesh is not None else tuple(tuple(r) for r in matrix),
-        rails=tuple(rails),
-        nics=tuple(nic.name for nic in nics),
-        nic_gbps=nic_gbps,
-        mesh_link_gbps=mesh,
-        nv_link_gbps=nv_gbps,
-        numa=tuple(g.numa for g in gpus),
-        cpu_affinity=tuple(g.affinity for g in gpus),
-        warnings=tuple(warnings),
-    )
+    return nic_gbps
 
 
 def read_nccl_xml(

@@ -119,6 +119,37 @@ def parse_rocm_smi(text: str, source: str = "<rocm-smi>", *, model: str = "MI300
         )
     gpus = link.gpus
     n = len(gpus)
+    grids = _grids(tables, gpus, ps)
+    ps.raise_if_any()
+    types = grids["link type"]
+    hops = grids.get("hops")
+    warnings: list[str] = []
+    if hops is None:
+        warnings.append("no `Hops between two GPUs` table: XGMI pairs are taken as 1 hop, PCIe pairs as PXB")
+    _check_links(link, types, hops, ps)
+    ps.raise_if_any()
+    numa_of = [numa.get(int(m.group(1))) if (m := _GPU_RE.fullmatch(g)) else None for g in gpus]
+    matrix = _matrix(types, hops, numa_of, spec, warnings)
+    full = n > 1 and all(matrix[i][j] == f"NV{spec.links}" for i in range(n) for j in range(n) if i != j)
+    if not numa:
+        warnings.append("no `Numa Nodes` section: PCIe pairs are not split by NUMA node")
+    return NodeTopology(
+        gpus=tuple(gpus),
+        kind=spec.kind,
+        matrix=None if full else tuple(tuple(r) for r in matrix),
+        rails=tuple(None for _ in gpus),
+        mesh_link_gbps=spec.link_gbps * spec.links if full else None,
+        nv_link_gbps=None if full else spec.link_gbps,
+        numa=tuple(numa_of),
+        cpu_affinity=tuple(None for _ in gpus),
+        warnings=tuple(warnings),
+    )
+
+
+def _grids(tables: dict[str, _Table], gpus: list[str], ps: Problems) -> dict[str, list[list[str]]]:
+    """Each GPU-by-GPU table (all but Access) as rows of cells, in the Link Type table's GPU order; a table that
+    names other GPUs, lacks a row or has a short row is a problem."""
+    n = len(gpus)
     grids: dict[str, list[list[str]]] = {}
     for key, t in tables.items():
         if key == "access" or not t.gpus:
@@ -141,12 +172,13 @@ def parse_rocm_smi(text: str, source: str = "<rocm-smi>", *, model: str = "MI300
                 continue
             grid.append(cells)
         grids[key] = grid
-    ps.raise_if_any()
-    types = grids["link type"]
-    hops = grids.get("hops")
-    warnings: list[str] = []
-    if hops is None:
-        warnings.append("no `Hops between two GPUs` table: XGMI pairs are taken as 1 hop, PCIe pairs as PXB")
+    return grids
+
+
+def _check_links(link: _Table, types: list[list[str]], hops: list[list[str]] | None, ps: Problems) -> None:
+    """Every pair is XGMI or PCIE, the same both ways, and its hops a whole number."""
+    gpus = link.gpus
+    n = len(gpus)
     for i in range(n):
         for j in range(n):
             c = types[i][j].upper()
@@ -163,8 +195,18 @@ def parse_rocm_smi(text: str, source: str = "<rocm-smi>", *, model: str = "MI300
                 )
             if hops is not None and i != j and not hops[i][j].isdigit():
                 ps.add(f"hops {gpus[i]} -> {gpus[j]}", f"{hops[i][j]!r} is not a whole number of hops")
-    ps.raise_if_any()
-    numa_of = [numa.get(int(m.group(1))) if (m := _GPU_RE.fullmatch(g)) else None for g in gpus]
+
+
+def _matrix(
+    types: list[list[str]],
+    hops: list[list[str]] | None,
+    numa_of: list[int | None],
+    spec: RocmModel,
+    warnings: list[str],
+) -> list[list[str]]:
+    """The nvidia-smi codes per GPU pair: XGMI is ``NV<links>`` (``NV1`` when routed through another GPU);
+    PCIe is SYS across NUMA nodes, else PIX/PXB/PHB by hops."""
+    n = len(types)
     matrix = [["X"] * n for _ in range(n)]
     routed = 0
     for i in range(n):
@@ -187,20 +229,7 @@ def parse_rocm_smi(text: str, source: str = "<rocm-smi>", *, model: str = "MI300
             f"{routed // 2} XGMI pair(s) are more than 1 hop apart (routed through another GPU); "
             "taken as one xGMI link"
         )
-    full = n > 1 and all(matrix[i][j] == f"NV{spec.links}" for i in range(n) for j in range(n) if i != j)
-    if not numa:
-        warnings.append("no `Numa Nodes` section: PCIe pairs are not split by NUMA node")
-    return NodeTopology(
-        gpus=tuple(gpus),
-        kind=spec.kind,
-        matrix=None if full else tuple(tuple(r) for r in matrix),
-        rails=tuple(None for _ in gpus),
-        mesh_link_gbps=spec.link_gbps * spec.links if full else None,
-        nv_link_gbps=None if full else spec.link_gbps,
-        numa=tuple(numa_of),
-        cpu_affinity=tuple(None for _ in gpus),
-        warnings=tuple(warnings),
-    )
+    return matrix
 
 
 def read_rocm_smi(path: str | Path, *, model: str = "MI300X") -> NodeTopology:

@@ -1,7 +1,6 @@
 """Import NVIDIA topograph cluster models (``switches`` / ``blocks`` YAML) and request payloads as native clusters.
 
-Owns `Fabric`, what the fabric importers (this one, `ibnetdiscover`) return, and `nest_levels`, which turns
-candidate levels (a domain per host each) into the strict tree the native format wants.
+Returns an `ImportedFabric` (`placement.io.importers.fabric`), as `ibnetdiscover` does.
 
 A topograph model (github.com/NVIDIA/topograph ``pkg/models/model.go``, read to learn the format) has
 ``switches: {NAME: {switches: [child, ...], labels, annotations}}`` and ``blocks: [{switch, nodes:
@@ -31,102 +30,14 @@ import yaml
 from placement.errors import InputError, Problem, Problems
 from placement.io.hostlist import expand_hostlist
 from placement.io.importers.detect import refuse_other_format
-from placement.io.importers.levels import check_level_names
+from placement.io.importers.fabric import ImportedFabric, fabric_from_levels
 from placement.io.text import read_text
 
-__all__ = ["Fabric", "nest_levels", "parse_topograph", "read_topograph"]
+__all__ = ["parse_topograph", "read_topograph"]
 
 _ACCEL = "accelerator.topology.test/domain"
 _ACCEL_SUB = "accelerator.topology.test/sub-domain"
 _SWITCH_NAMES = ("leaf", "spine", "core")
-
-
-@dataclass
-class Fabric:
-    """A cluster fabric read from a file: the explicit-hosts native dict (``name``, ``levels`` bottom up from
-    ``node``, ``hosts`` with ``domains``), each level's role (``node``, ``accel``, ``switch``), and per host
-    the NICs the fabric saw (``(rail, GB/s)``, for ibnetdiscover)."""
-
-    doc: dict[str, Any]
-    roles: list[str]
-    warnings: list[str] = field(default_factory=list)
-    host_nics: dict[str, list[tuple[int | None, float | None]]] = field(default_factory=dict)
-    rail_optimized: bool = False
-
-
-def nest_levels(
-    hosts: Sequence[str], candidates: Sequence[tuple[str, str, Mapping[str, str]]], warnings: list[str]
-) -> tuple[list[tuple[str, str]], list[dict[str, str]]]:
-    """Keep the candidate levels (name, role, host -> domain) that nest: every domain of the level below lies
-    in one domain of this one. Drops the others and the ones that repeat the partition below, with a warning;
-    adds ``cluster`` on top when the top level has several domains. Returns the kept (name, role) and, per
-    host, its domain at each kept level."""
-    kept: list[tuple[str, str]] = []
-    chains: list[dict[str, str]] = [{} for _ in hosts]
-    below: list[str] = list(hosts)
-    for name, role, dom in candidates:
-        column = [dom.get(h, below[k]) for k, h in enumerate(hosts)]
-        parent: dict[str, str] = {}
-        split = ""
-        for low, up in zip(below, column, strict=True):
-            if parent.setdefault(low, up) != up and not split:
-                split = f"{low!r} lies in both {parent[low]!r} and {up!r}"
-        if split:
-            warnings.append(f"level {name!r} dropped: its domains do not nest in the level below ({split})")
-            continue
-        if len(set(column)) == len(set(below)):
-            continue  # the same partition as the level below (an NVL72 rack on its own leaf switch)
-        kept.append((name, role))
-        for k, d in enumerate(column):
-            chains[k][name] = d
-        below = column
-    if len(set(below)) > 1 or not kept:
-        if any(n == "cluster" for n, _ in kept):
-            raise InputError("levels", [Problem("", "the name 'cluster' is taken; the top level needs it")])
-        kept.append(("cluster", "switch"))
-        for c in chains:
-            c["cluster"] = "cluster"
-    return kept, chains
-
-
-def _fabric(
-    name: str,
-    hosts: Sequence[str],
-    candidates: Sequence[tuple[str, str, Mapping[str, str]]],
-    warnings: list[str],
-    level_names: Sequence[str] | None,
-    source: str,
-) -> Fabric:
-    kept, chains = nest_levels(hosts, candidates, warnings)
-    names = [n for n, _ in kept]
-    if level_names is not None:
-        ps = Problems(source)
-        given = list(level_names)
-        if len(given) != len(names):
-            ps.add(
-                "level_names",
-                f"has {len(given)} name(s) but the fabric has {len(names)} level(s) above the "
-                f"hosts ({', '.join(names)}), named bottom-up",
-            )
-        else:
-            check_level_names(given, ps)
-        ps.raise_if_any()
-        rename = dict(zip(names, given, strict=True))
-        chains = [{rename[k]: v for k, v in c.items()} for c in chains]
-        names = given
-    doc = {
-        "name": name,
-        # an NVLink domain (NVL72 rack, or a part of one) is marked so that NVLS runs across its trays
-        "levels": [
-            {"name": "node"},
-            *(
-                {"name": n, "nvlink": True} if kind == "accel" else {"name": n}
-                for (_, kind), n in zip(kept, names, strict=True)
-            ),
-        ],
-        "hosts": [{"name": h, "domains": c} for h, c in zip(hosts, chains, strict=True)],
-    }
-    return Fabric(doc, ["node", *(r for _, r in kept)], warnings)
 
 
 # ------------------------------------------------------------------------------------------------ model
@@ -141,13 +52,45 @@ def _str_list(v: Any, path: str, ps: Problems) -> list[str]:
     return [str(x) for x in v]
 
 
-def _model(data: Any, source: str, name: str, level_names: Sequence[str] | None) -> Fabric:
+def _model(data: Any, source: str, name: str, level_names: Sequence[str] | None) -> ImportedFabric:
     ps = Problems(source)
     if not isinstance(data, dict) or "blocks" not in data:
         got = type(data).__name__ if not isinstance(data, dict) else f"keys {sorted(data)}"
         raise InputError(
             source, [Problem("", f"a topograph model is a mapping with `switches` and `blocks`, got {got}")]
         )
+    children, parent = _switch_tree(data, source, ps)
+    blocks = _blocks(data, children, source, ps)
+    ps.raise_if_any()
+    if not blocks.hosts:
+        raise InputError(source, [Problem("blocks", "the model declares no nodes")])
+    height = _switch_heights(children, source)
+    top = max(height.values(), default=0)
+    candidates: list[tuple[str, str, Mapping[str, str]]] = []
+    if blocks.accel_sub:
+        candidates.append(("nvl_sub", "accel", blocks.accel_sub))
+    if blocks.accel:
+        candidates.append(("nvl", "accel", blocks.accel))
+    for lv in range(1, top + 1):
+        col: dict[str, str] = {}
+        for host in blocks.hosts:
+            s = blocks.host_switch[host]
+            if s not in height:
+                col[host] = s  # a block without a switch stands for itself
+                continue
+            while height[s] < lv and s in parent:
+                s = parent[s]
+            col[host] = s
+        label = _SWITCH_NAMES[lv - 1] if top <= len(_SWITCH_NAMES) else f"switch{lv}"
+        candidates.append((label, "switch", col))
+    warnings: list[str] = []
+    return fabric_from_levels(name, blocks.hosts, candidates, warnings, level_names, source)
+
+
+def _switch_tree(
+    data: dict[str, Any], source: str, ps: Problems
+) -> tuple[dict[str, list[str]], dict[str, str]]:
+    """The model's switches: children per switch (undeclared leaf switches included) and each one's parent."""
     raw_sw = data.get("switches") or {}
     if not isinstance(raw_sw, dict):
         raise InputError(source, [Problem("switches", f"must be a mapping of switch names, got {raw_sw!r}")])
@@ -171,10 +114,23 @@ def _model(data: Any, source: str, name: str, level_names: Sequence[str] | None)
             parent[kid] = sname
     for kid in list(parent):
         children.setdefault(kid, [])  # leaf switches may be left undeclared, as in topograph
-    host_switch: dict[str, str] = {}
-    accel: dict[str, str] = {}
-    accel_sub: dict[str, str] = {}
-    hosts: list[str] = []
+    return children, parent
+
+
+@dataclass
+class _Blocks:
+    """The model's hosts in block order, each one's switch (``block<i>`` for a block without one), and its
+    NVLink domain and sub-domain from the block's annotations."""
+
+    hosts: list[str] = field(default_factory=list)
+    host_switch: dict[str, str] = field(default_factory=dict)
+    accel: dict[str, str] = field(default_factory=dict)
+    accel_sub: dict[str, str] = field(default_factory=dict)
+
+
+def _blocks(data: dict[str, Any], children: dict[str, list[str]], source: str, ps: Problems) -> _Blocks:
+    """Each block's nodes (hostlists expanded), on a known switch, each node in one block."""
+    out = _Blocks()
     blocks = data.get("blocks") or []
     if not isinstance(blocks, list):
         raise InputError(source, [Problem("blocks", f"must be a list, got {blocks!r}")])
@@ -204,15 +160,17 @@ def _model(data: Any, source: str, name: str, level_names: Sequence[str] | None)
                 )
                 continue
             owner[node] = bi
-            hosts.append(node)
-            host_switch[node] = str(sw) if sw is not None else f"block{bi}"
+            out.hosts.append(node)
+            out.host_switch[node] = str(sw) if sw is not None else f"block{bi}"
             if isinstance(ann, dict) and ann.get(_ACCEL):
-                accel[node] = str(ann[_ACCEL])
+                out.accel[node] = str(ann[_ACCEL])
             if isinstance(ann, dict) and ann.get(_ACCEL_SUB):
-                accel_sub[node] = str(ann[_ACCEL_SUB])
-    ps.raise_if_any()
-    if not hosts:
-        raise InputError(source, [Problem("blocks", "the model declares no nodes")])
+                out.accel_sub[node] = str(ann[_ACCEL_SUB])
+    return out
+
+
+def _switch_heights(children: dict[str, list[str]], source: str) -> dict[str, int]:
+    """Each switch's height (leaf switches 1); InputError naming a cycle."""
     height: dict[str, int] = {}
 
     def h_of(s: str, stack: tuple[str, ...] = ()) -> int:
@@ -226,26 +184,7 @@ def _model(data: Any, source: str, name: str, level_names: Sequence[str] | None)
 
     for s in children:
         h_of(s)
-    top = max(height.values(), default=0)
-    candidates: list[tuple[str, str, Mapping[str, str]]] = []
-    if accel_sub:
-        candidates.append(("nvl_sub", "accel", accel_sub))
-    if accel:
-        candidates.append(("nvl", "accel", accel))
-    for lv in range(1, top + 1):
-        col: dict[str, str] = {}
-        for host in hosts:
-            s = host_switch[host]
-            if s not in height:
-                col[host] = s  # a block without a switch stands for itself
-                continue
-            while height[s] < lv and s in parent:
-                s = parent[s]
-            col[host] = s
-        label = _SWITCH_NAMES[lv - 1] if top <= len(_SWITCH_NAMES) else f"switch{lv}"
-        candidates.append((label, "switch", col))
-    warnings: list[str] = []
-    return _fabric(name, hosts, candidates, warnings, level_names, source)
+    return height
 
 
 def parse_topograph(
@@ -255,8 +194,8 @@ def parse_topograph(
     level_names: Sequence[str] | None = None,
     name: str | None = None,
     base_dir: Path | None = None,
-) -> Fabric:
-    """Read a topograph model (YAML) or request payload (JSON) into a `Fabric`."""
+) -> ImportedFabric:
+    """Read a topograph model (YAML) or request payload (JSON) into an `ImportedFabric`."""
     if not text.strip():
         raise InputError(source, [Problem("", "the file is empty; expected a topograph model or payload")])
     refuse_other_format(text, source, ("topograph-model", "topograph-payload", "netq"))
@@ -300,7 +239,7 @@ def _find(parent: dict[str, str], x: str) -> str:
     return x
 
 
-def _netq(data: list[Any], source: str, name: str, level_names: Sequence[str] | None) -> Fabric:
+def _netq(data: list[Any], source: str, name: str, level_names: Sequence[str] | None) -> ImportedFabric:
     """A NetQ topology graph (``[{nodes: [{compounded_nodes: [{id, name, tier}]}], links: [{id: "a-*-b"}]}]``, as
     topograph's ``pkg/providers/netq/netq.go`` reads it): switches have tier >= 1, hosts tier < 1; a host's domain
     at tier L is what it reaches over switches of tier <= L."""
@@ -360,7 +299,7 @@ def _netq(data: list[Any], source: str, name: str, level_names: Sequence[str] | 
         candidates.append(
             (_SWITCH_NAMES[lv - 1] if top <= len(_SWITCH_NAMES) else f"switch{lv}", "switch", col)
         )
-    return _fabric(name, [label[h] for h in hosts], candidates, [], level_names, source)
+    return fabric_from_levels(name, [label[h] for h in hosts], candidates, [], level_names, source)
 
 
 def _dict(v: Any) -> dict[str, Any]:
@@ -369,7 +308,7 @@ def _dict(v: Any) -> dict[str, Any]:
 
 def _payload(
     data: dict[str, Any], source: str, name: str, level_names: Sequence[str] | None, base_dir: Path | None
-) -> Fabric:
+) -> ImportedFabric:
     prov = _dict(data.get("provider"))
     params = _dict(prov.get("params"))
     model = params.get("modelFileName")
@@ -422,7 +361,7 @@ def _payload(
 
 def read_topograph(
     path: str | Path, *, level_names: Sequence[str] | None = None, name: str | None = None
-) -> Fabric:
+) -> ImportedFabric:
     """Read a topograph model or payload file."""
     p = Path(path)
     return parse_topograph(read_text(p), str(path), level_names=level_names, name=name, base_dir=p.parent)

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 import yaml
 
 from placement.errors import InputError, Problem, Problems
-from placement.io.native.kinds import closest_key, wrong_kind
+from placement.io.native.doc_kinds import closest_key, wrong_kind
 from placement.io.text import read_text
 from placement.limits import current_limits
 

@@ -321,6 +321,18 @@ def _model_checks(ps: Problems, model: ModelShape, sizes: Mapping[str, int], uns
     already reported wrong, missing or mistyped)."""
     if "layers" not in unsure and model.layers % sizes["pp"]:
         ps.add("model.layers", f"{model.layers} layers do not split evenly over pp={sizes['pp']} stages")
+    tp = sizes["tp"]
+    if "hidden" not in unsure and model.hidden % tp:
+        ps.add(
+            "model.hidden",
+            f"{model.hidden} is not divisible by tp={tp}: tensor parallelism splits the hidden size evenly over "
+            "its ranks (tp must divide hidden)",
+        )
+    if "heads" not in unsure and model.heads and model.heads % tp:
+        ps.add(
+            "model.heads",
+            f"{model.heads} attention heads do not split evenly over tp={tp} (tp must divide heads)",
+        )
     moe_known = not unsure & {"experts", "top_k"}
     if moe_known and sizes["ep"] > 1 and (model.experts < sizes["ep"] or model.top_k < 1):
         ps.add(

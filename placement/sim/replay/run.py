@@ -15,7 +15,7 @@ from placement.io.native import cluster_from_dict
 from placement.model.topology import Topology
 from placement.sim.digest import digest
 from placement.sim.executors import Executor, InlineExecutor
-from placement.sim.replay.kinds import resolve_kinds
+from placement.sim.replay.device_kinds import resolve_kinds
 from placement.sim.replay.report import JOB_COLUMNS, SUMMARY_COLUMNS, summarize
 from placement.sim.replay.shapes import ShapeRule
 from placement.sim.replay.sim import SimConfig, simulate

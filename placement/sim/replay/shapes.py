@@ -1,26 +1,21 @@
 """The rule that turns a trace job's GPU count into a parallel shape and a model (traces rarely say either).
-Owns `ShapeRule` (parsed from ``--shape-rule``), the model presets and `job_for`, which builds the `Job`.
+Owns `ShapeRule` (parsed from ``--shape-rule``) and `job_for`, which builds the `Job` with the one builder
+(`placement.model.presets`: the presets table and `structured_job`).
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from placement.errors import InputError, Problem
-from placement.model.job import Constraints, Job, ModelShape, ParallelSpec
+from placement.model.job import Job, ParallelSpec
+from placement.model.presets import preset_model, structured_job
 from placement.sim.whatif.shapes import Shape
 
 __all__ = ["MODELS", "ShapeRule", "job_for", "parse_shape_rule"]
 
-MODELS: dict[str, tuple[float, int, int]] = {
-    "1b": (1.3e9, 2048, 24),
-    "7b": (6.7e9, 4096, 32),
-    "13b": (13.0e9, 5120, 40),
-    "30b": (32.5e9, 6656, 60),
-    "70b": (70.0e9, 8192, 80),
-}
-"""Dense transformer presets: parameters, hidden size, layers (Llama-class shapes, seq 4096)."""
+MODELS: tuple[str, ...] = ("1b", "7b", "13b", "30b", "70b")
+"""The model presets a trace class or row names (`placement.model.presets.MODEL_PRESETS`: Llama-class shapes)."""
 
 
 @dataclass(frozen=True)
@@ -128,19 +123,10 @@ def job_for(
     TP prefers (or with ``tp_in_node=require`` must keep to) one domain of `node_level`; the global batch is
     `micro_batches` x DP."""
     s = shape or rule.shape(gpus, gpus_per_node)
-    params, hidden, layers = MODELS[model or rule.model(gpus)]
-    if s.pp > 1 and layers % s.pp:
-        layers = math.ceil(layers / s.pp) * s.pp
-    par = ParallelSpec(tp=s.tp, cp=s.cp, ep=s.ep, dp=s.dp, pp=s.pp)
-    ms = ModelShape(
-        parameters=params,
-        hidden=hidden,
-        layers=layers,
-        seq_len=4096,
-        micro_batch=1,
-        micro_batches=max(rule.micro_batches, s.pp),
-        bytes_per_element=2,
+    model_shape = preset_model(
+        model or rule.model(gpus), pp=s.pp, micro_batches=max(rule.micro_batches, s.pp)
     )
-    rule_tp = {"tp": node_level}
-    cons = Constraints(require=rule_tp) if rule.tp_in_node == "require" else Constraints(prefer=rule_tp)
-    return Job(name, par.world_size, kind, par, ms, {"dp": 0.5}, constraints=cons)
+    par = ParallelSpec(tp=s.tp, cp=s.cp, ep=s.ep, dp=s.dp, pp=s.pp)
+    return structured_job(
+        name, par, model_shape, kind=kind, tp_level=node_level, tp_rule=rule.tp_in_node, exposure={"dp": 0.5}
+    )

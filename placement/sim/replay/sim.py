@@ -23,6 +23,10 @@ from typing import Any
 from placement.cost.evaluate import evaluate
 from placement.cost.report import CostReport
 from placement.cost.shared import SharedFabric
+from placement.decide.batch.clock import WallClock
+from placement.decide.preempt import RunningJob, preempt
+from placement.decide.repair.input import RepairBudget
+from placement.decide.repair.run import repair
 from placement.errors import InfeasibleError, InputError
 from placement.model.job import Job
 from placement.model.state import ClusterState
@@ -33,10 +37,6 @@ from placement.sim.replay.shapes import ShapeRule, job_for
 from placement.sim.replay.traces import TraceJob
 from placement.solve import SolveOptions, Strategy
 from placement.solve.baselines import BASELINES
-from placement.solve.batch.clock import WallClock
-from placement.solve.preempt import RunningJob, preempt
-from placement.solve.repair.input import RepairBudget
-from placement.solve.repair.run import repair
 from placement.solve.run import place
 
 __all__ = ["POLICIES", "ReplayResult", "SimConfig", "Simulation", "simulate"]
@@ -750,7 +750,7 @@ def _runs(topo: Topology, jobs: Sequence[TraceJob], rule: ShapeRule) -> list[_Ru
             raise ValueError(
                 f"replay job {tj.name} (line {tj.line}): its ideal step is {ideal:g} s; the cost model cannot "
                 f"price the cluster's device kinds {list(topo.kinds())} (resolve them first: "
-                "placement.sim.replay.kinds.resolve_kinds)"
+                "placement.sim.replay.device_kinds.resolve_kinds)"
             )
         runs.append(_Run(i, tj, job, tr, ideal, tj.duration))
     return runs

@@ -4,6 +4,7 @@ written as PNG and SVG. Owns `plot_sweep`."""
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -11,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from placement.sim.whatif.spec import Sweep
 
+from placement.sim.whatif.axes import canonical_strategy
 from placement.sim.whatif.report import _FEASIBLE, _layout, _mean, _metric, _num, _optimizer, _step
 
 __all__ = ["plot_sweep", "save_figure"]
@@ -19,6 +21,13 @@ __all__ = ["plot_sweep", "save_figure"]
 def _grid(n: int, max_cols: int = 3) -> tuple[int, int]:
     cols = min(max_cols, max(1, n))
     return math.ceil(n / cols), cols
+
+
+def suptitle(fig: Any, text: str) -> None:
+    """The figure's title, wrapped at spaces to fit its width (a long title is never clipped at the edges)."""
+    width_in = float(fig.get_figwidth())
+    chars = max(20, int(width_in * 72 / (12 * 0.62)))  # the title's 12 pt characters, about 0.6 em wide each
+    fig.suptitle(textwrap.fill(text, width=chars, break_long_words=False, break_on_hyphens=False))
 
 
 def save_figure(fig: Any, out: Path, stem: str) -> list[Path]:
@@ -82,8 +91,8 @@ def plot_sweep(
         ax.set_ylabel("step seconds")
         xticks(ax)
         ax.legend(fontsize=8)
-    fig.suptitle(
-        f"{sweep.name}: modeled step seconds (compute + bubble + exposed comm + straggler wait){more}"
+    suptitle(
+        fig, f"{sweep.name}: modeled step seconds (compute + bubble + exposed comm + straggler wait){more}"
     )
     written += save_figure(fig, out, "step_seconds")
 
@@ -113,33 +122,46 @@ def plot_sweep(
             xticks(ax)
     if tiers:
         handles, labels = axs[0][0].get_legend_handles_labels()
-        fig.legend(handles, labels, title="tier", loc="outside right upper")
-    fig.suptitle(
+        fig.legend(handles, labels, title="tier", loc="outside lower center", ncols=min(len(tiers), 6))
+    suptitle(
+        fig,
         f"{sweep.name}: exposed communication seconds per step by bottleneck tier"
-        f"{more if len(lay.facet_labels) > 4 else ''}"
+        f"{more if len(lay.facet_labels) > 4 else ''}",
     )
     written += save_figure(fig, out, "tier_breakdown")
 
     # 3. improvement of the optimizer over the baselines (the baselines on the same state, from its rows)
     opt = _optimizer(lay)
     if opt is not None:
+        saved = {  # (baseline, facet) -> the saving per x, for the baselines the sweep ran (a value somewhere)
+            (b, fl): [
+                _metric(lay.cells.get((fl, xv, opt)), f"step_improvement_vs_{b.replace('-', '_')}")
+                for xv in lay.xs
+            ]
+            for b in sweep.baselines
+            for fl in facets
+        }
+        run = {canonical_strategy(x) for x in sweep.strategies}  # the legend names only what the sweep ran
+        ran = [
+            b
+            for b in sweep.baselines
+            if canonical_strategy(b) in run and any(v is not None for fl in facets for v in saved[(b, fl)])
+        ]
         fig = Figure(figsize=(width * c, 3.6 * r + 0.6), layout="constrained")
         for ax, fl in zip(axes_grid(fig, len(facets), max_cols), facets, strict=True):
-            bar = 0.8 / max(1, len(sweep.baselines))
-            for bi, b in enumerate(sweep.baselines):
-                ys = []
-                for xv in lay.xs:
-                    imp = _metric(lay.cells.get((fl, xv, opt)), f"step_improvement_vs_{b.replace('-', '_')}")
-                    ys.append(math.nan if imp is None else 100 * imp)
-                offset = (bi - (len(sweep.baselines) - 1) / 2) * bar
+            bar = 0.8 / max(1, len(ran))
+            for bi, b in enumerate(ran):
+                ys = [math.nan if v is None else 100 * v for v in saved[(b, fl)]]
+                offset = (bi - (len(ran) - 1) / 2) * bar
                 ax.bar([x + offset for x in xi], ys, width=bar, label=f"vs {b}", color=f"C{(bi + 3) % 10}")
             ax.axhline(0, color="black", lw=0.8)
             ax.set_title(fl, fontsize=10)
             ax.set_ylabel(f"{opt}: step time saved (%)")
             xticks(ax)
-            ax.legend(fontsize=8)
-        fig.suptitle(
-            f"{sweep.name}: modeled step time {opt} saves over each baseline on the same state{more}"
+            if ran:
+                ax.legend(fontsize=8)
+        suptitle(
+            fig, f"{sweep.name}: modeled step time {opt} saves over each baseline on the same state{more}"
         )
         written += save_figure(fig, out, "improvement")
     return written

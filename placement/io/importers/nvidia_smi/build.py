@@ -184,6 +184,41 @@ def _rails(
 
 def _build(t: _Table, ps: Problems, allow_partial: bool, warnings: list[str]) -> NvidiaSmiTopology:
     h = t.header
+    names, index = _columns(t, ps)
+    gpu_cols = [j for j, x in enumerate(names) if _GPU_RE.fullmatch(x) and index[x] == j]
+    nic_cols = [j for j, x in enumerate(names) if not _GPU_RE.fullmatch(x) and index[x] == j]
+    warnings.extend(h.glued)
+    grid, seen = _read_rows(t, names, index, ps, warnings)
+    _check_symmetry(names, grid, ps)
+    gpus = [names[j] for j in gpu_cols]
+    truncated = _check_gpu_rows(t, gpus, gpu_cols, seen, allow_partial, ps)
+    ps.raise_if_any()
+
+    if grid.soc:
+        warnings.append(
+            f"legacy code SOC (nvidia-smi before 2017) normalized to SYS in {len(grid.soc)} cell(s), "
+            f"first at {grid.soc[0]}"
+        )
+    matrix, gpu_nic, note = _fill(grid, gpu_cols, nic_cols)
+    if truncated:
+        warnings.append(f"{truncated}; {note}")
+    nics = _resolve_nics([names[k] for k in nic_cols], t.legend, ps, warnings)
+    ps.raise_if_any()
+    return NvidiaSmiTopology(
+        gpus=tuple(gpus),
+        matrix=tuple(tuple(r) for r in matrix),
+        nics=tuple(nics),
+        gpu_nic=tuple(tuple(r) for r in gpu_nic),
+        rails=tuple(_rails(gpus, nics, gpu_nic, warnings)),
+        cpu_affinity=tuple(grid.cpu.get(i) for i in gpu_cols),
+        numa_affinity=tuple(grid.numa.get(i) for i in gpu_cols),
+        warnings=tuple(warnings),
+    )
+
+
+def _columns(t: _Table, ps: Problems) -> tuple[list[str], dict[str, int]]:
+    """The header's device names and each name's first column (a repeated name is a problem)."""
+    h = t.header
     names = [d.text for d in h.devices]
     index: dict[str, int] = {}
     for j, d in enumerate(h.devices):
@@ -194,10 +229,14 @@ def _build(t: _Table, ps: Problems, allow_partial: bool, warnings: list[str]) ->
             )
         else:
             index[d.text] = j
-    gpu_cols = [j for j, x in enumerate(names) if _GPU_RE.fullmatch(x) and index[x] == j]
-    nic_cols = [j for j, x in enumerate(names) if not _GPU_RE.fullmatch(x) and index[x] == j]
-    warnings.extend(h.glued)
+    return names, index
 
+
+def _read_rows(
+    t: _Table, names: list[str], index: dict[str, int], ps: Problems, warnings: list[str]
+) -> tuple[_Grid, dict[str, _Row]]:
+    """The cells of every row into a grid; each row must be a header column, once."""
+    h = t.header
     grid = _Grid()
     seen: dict[str, _Row] = {}
     for row in t.rows:
@@ -217,9 +256,15 @@ def _build(t: _Table, ps: Problems, allow_partial: bool, warnings: list[str]) ->
         else:
             seen[label] = row
             _read_row(row, index[label], names, t, grid, ps)
-    _check_symmetry(names, grid, ps)
+    return grid, seen
 
-    gpus = [names[j] for j in gpu_cols]
+
+def _check_gpu_rows(
+    t: _Table, gpus: list[str], gpu_cols: list[int], seen: dict[str, _Row], allow_partial: bool, ps: Problems
+) -> str:
+    """The GPU columns are GPU0..GPUn-1 and each has a row; a truncated table is a problem unless
+    `allow_partial` (and some row is there). Returns the truncation note ("" for a whole table)."""
+    h = t.header
     if gpus and gpus != [f"GPU{i}" for i in range(len(gpus))]:
         # a device's index is its position: GPU1 alone would become gpu0 and bind ranks to the wrong GPU
         ps.add(
@@ -227,29 +272,30 @@ def _build(t: _Table, ps: Problems, allow_partial: bool, warnings: list[str]) ->
             f"the GPU columns are {_ranges(gpus)}; nvidia-smi numbers the GPUs it sees GPU0..GPU{len(gpus) - 1} "
             "in order, and a placement binds ranks by that number: paste the whole table",
         )
-    present = [names[j] for j in gpu_cols if names[j] in seen]
-    missing = [names[j] for j in gpu_cols if names[j] not in seen]
-    truncated = ""
-    if missing:
-        have = f"rows are present only for {_ranges(present)}" if present else "no GPU rows are present"
-        truncated = (
-            f"table truncated: the header lists {len(gpus)} GPUs ({_ranges(gpus)}) but {have}; "
-            f"missing rows {_ranges(missing)}"
-        )
-        if t.end is not None:
-            shown = t.end[1] if len(t.end[1]) <= 40 else t.end[1][:37] + "..."
-            truncated += f"; the rows stop at line {t.end[0]} ('{shown}')"
-        if not allow_partial:
-            ps.add(h.devices[0].at(h.line), truncated + " (allow_partial=True fills them)")
-        elif not present:
-            ps.add(h.devices[0].at(h.line), truncated + "; nothing to fill them from (allow_partial=True)")
-    ps.raise_if_any()
+    present = [g for g in gpus if g in seen]
+    missing = [g for g in gpus if g not in seen]
+    if not missing:
+        return ""
+    have = f"rows are present only for {_ranges(present)}" if present else "no GPU rows are present"
+    truncated = (
+        f"table truncated: the header lists {len(gpus)} GPUs ({_ranges(gpus)}) but {have}; "
+        f"missing rows {_ranges(missing)}"
+    )
+    if t.end is not None:
+        shown = t.end[1] if len(t.end[1]) <= 40 else t.end[1][:37] + "..."
+        truncated += f"; the rows stop at line {t.end[0]} ('{shown}')"
+    if not allow_partial:
+        ps.add(h.devices[0].at(h.line), truncated + " (allow_partial=True fills them)")
+    elif not present:
+        ps.add(h.devices[0].at(h.line), truncated + "; nothing to fill them from (allow_partial=True)")
+    return truncated
 
-    if grid.soc:
-        warnings.append(
-            f"legacy code SOC (nvidia-smi before 2017) normalized to SYS in {len(grid.soc)} cell(s), "
-            f"first at {grid.soc[0]}"
-        )
+
+def _fill(
+    grid: _Grid, gpu_cols: list[int], nic_cols: list[int]
+) -> tuple[list[list[str]], list[list[str]], str]:
+    """The GPU-GPU matrix and the GPU-NIC codes from the grid: a missing cell from its mirror, else (both rows
+    missing) the most common GPU-GPU code seen, and SYS for GPU-NIC; with a note of what was filled."""
     common = Counter(
         grid.codes[i, j][0] for i in gpu_cols for j in gpu_cols if i != j and (i, j) in grid.codes
     ).most_common(1)
@@ -278,29 +324,15 @@ def _build(t: _Table, ps: Problems, allow_partial: bool, warnings: list[str]) ->
             cells.append(got[0] if got else "SYS")
             nic_filled += got is None
         gpu_nic.append(cells)
-    if missing:
-        # each unordered pair was counted twice above (once per direction)
-        msg = (
-            f"{truncated}; allow_partial=True filled {by_common // 2} GPU pair(s) whose rows are both "
-            f"missing with {fill} (the most common GPU-GPU code seen) and {by_symmetry} pair(s) from the "
-            "present row by symmetry"
-        )
-        if nic_filled:
-            msg += f"; {nic_filled} GPU-NIC cell(s) with no row on either side set to SYS (rail None)"
-        warnings.append(msg)
-
-    nics = _resolve_nics([names[k] for k in nic_cols], t.legend, ps, warnings)
-    ps.raise_if_any()
-    return NvidiaSmiTopology(
-        gpus=tuple(gpus),
-        matrix=tuple(tuple(r) for r in matrix),
-        nics=tuple(nics),
-        gpu_nic=tuple(tuple(r) for r in gpu_nic),
-        rails=tuple(_rails(gpus, nics, gpu_nic, warnings)),
-        cpu_affinity=tuple(grid.cpu.get(i) for i in gpu_cols),
-        numa_affinity=tuple(grid.numa.get(i) for i in gpu_cols),
-        warnings=tuple(warnings),
+    # each unordered pair was counted twice above (once per direction)
+    note = (
+        f"allow_partial=True filled {by_common // 2} GPU pair(s) whose rows are both "
+        f"missing with {fill} (the most common GPU-GPU code seen) and {by_symmetry} pair(s) from the "
+        "present row by symmetry"
     )
+    if nic_filled:
+        note += f"; {nic_filled} GPU-NIC cell(s) with no row on either side set to SYS (rail None)"
+    return matrix, gpu_nic, note
 
 
 def _resolve_nics(

@@ -29,75 +29,11 @@ def _build_tree(defs: list[_Group], style: _Style, problems: Problems) -> _Layou
     parent: dict[str, tuple[str, str]] = {}
     children: dict[str, list[str]] = {s: [] for s in switches}
     for sw in switches.values():
-        if sw.nodes is not None and sw.switches is not None:
-            problems.add(
-                sw.where,
-                f'switch "{sw.name}" has both {style.nodes} and {style.switches}; '
-                "a switch holds either nodes or switches",
-            )
-        elif sw.nodes is None and sw.switches is None:
-            problems.add(
-                sw.where, f'switch "{sw.name}" has no children; give {style.nodes} or {style.switches}'
-            )
-        if sw.nodes is not None:
-            nodes = _expand_nodes(sw, style.nodes, "switch", problems)
-            if nodes is not None:
-                _claim_nodes(
-                    sw, nodes, "switch", owner, hosts, problems, "a node hangs off exactly one leaf switch"
-                )
-            continue
-        if sw.switches is None:
-            continue
-        if not sw.switches.text.strip():
-            problems.add(
-                sw.switches.where,
-                f'{style.switches} is empty for switch "{sw.name}"; list its child switches as a hostlist',
-            )
-            continue
-        names = _expand(sw.switches, problems)
-        listed: set[str] = set()
-        for child in names or []:
-            where = sw.switches.where
-            if child in listed:
-                problems.add(where, f'switch "{child}" is listed twice in {style.switches} of "{sw.name}"')
-                continue
-            listed.add(child)
-            if child not in switches:
-                hint = style.define_switch.format(name=child)
-                problems.add(
-                    where,
-                    f'switch "{child}" is listed in {style.switches} of "{sw.name}" but '
-                    f"never defined; add {hint}",
-                )
-                continue
-            if child in parent:
-                problems.add(
-                    where,
-                    f'switch "{child}" is under switch "{sw.name}" but already under switch '
-                    f'"{parent[child][0]}" ({parent[child][1]}); a switch has one parent',
-                )
-                continue
-            parent[child] = (sw.name, where)
-            children[sw.name].append(child)
-
-    # Heights bottom-up (Kahn's algorithm); what stays unresolved sits on a cycle or above one.
-    height: dict[str, int] = {}
-    waiting = {s: len(children[s]) for s in switches}
-    ready = deque(s for s in switches if waiting[s] == 0)
-    order: list[str] = []
-    while ready:
-        current = ready.popleft()
-        order.append(current)
-        height[current] = 1 + max((height[c] for c in children[current]), default=0)
-        up = parent.get(current)
-        if up is not None:
-            waiting[up[0]] -= 1
-            if waiting[up[0]] == 0:
-                ready.append(up[0])
-    if len(order) < len(switches):
+        _read_switch(sw, switches, style, owner, hosts, parent, children, problems)
+    height, order = _heights(switches, parent, children)
+    if len(order) < len(switches):  # the switches left sit on a cycle or above one
         _report_cycles(switches, children, height, problems)
         return None
-
     top = max(height.values())
     chain: dict[str, list[str]] = {}
     gaps: list[tuple[str, int, str | None, int]] = []
@@ -128,6 +64,88 @@ def _build_tree(defs: list[_Group], style: _Style, problems: Problems) -> _Layou
             '"cluster" above them (Slurm never spans one job across unconnected switches)'
         )
     return layout
+
+
+def _read_switch(
+    sw: _Group,
+    switches: dict[str, _Group],
+    style: _Style,
+    owner: dict[str, tuple[str, str]],
+    hosts: list[str],
+    parent: dict[str, tuple[str, str]],
+    children: dict[str, list[str]],
+    problems: Problems,
+) -> None:
+    """One switch: its nodes (claimed for it: a node hangs off one leaf) or its child switches (defined, each
+    listed once, each with one parent)."""
+    if sw.nodes is not None and sw.switches is not None:
+        problems.add(
+            sw.where,
+            f'switch "{sw.name}" has both {style.nodes} and {style.switches}; '
+            "a switch holds either nodes or switches",
+        )
+    elif sw.nodes is None and sw.switches is None:
+        problems.add(sw.where, f'switch "{sw.name}" has no children; give {style.nodes} or {style.switches}')
+    if sw.nodes is not None:
+        nodes = _expand_nodes(sw, style.nodes, "switch", problems)
+        if nodes is not None:
+            _claim_nodes(
+                sw, nodes, "switch", owner, hosts, problems, "a node hangs off exactly one leaf switch"
+            )
+        return
+    if sw.switches is None:
+        return
+    if not sw.switches.text.strip():
+        problems.add(
+            sw.switches.where,
+            f'{style.switches} is empty for switch "{sw.name}"; list its child switches as a hostlist',
+        )
+        return
+    names = _expand(sw.switches, problems)
+    listed: set[str] = set()
+    for child in names or []:
+        where = sw.switches.where
+        if child in listed:
+            problems.add(where, f'switch "{child}" is listed twice in {style.switches} of "{sw.name}"')
+            continue
+        listed.add(child)
+        if child not in switches:
+            hint = style.define_switch.format(name=child)
+            problems.add(
+                where,
+                f'switch "{child}" is listed in {style.switches} of "{sw.name}" but never defined; add {hint}',
+            )
+            continue
+        if child in parent:
+            problems.add(
+                where,
+                f'switch "{child}" is under switch "{sw.name}" but already under switch '
+                f'"{parent[child][0]}" ({parent[child][1]}); a switch has one parent',
+            )
+            continue
+        parent[child] = (sw.name, where)
+        children[sw.name].append(child)
+
+
+def _heights(
+    switches: dict[str, _Group], parent: dict[str, tuple[str, str]], children: dict[str, list[str]]
+) -> tuple[dict[str, int], list[str]]:
+    """Each switch's height bottom-up (leaves 1) and the order they resolved in (Kahn's algorithm); a switch
+    on a cycle or above one is in neither."""
+    height: dict[str, int] = {}
+    waiting = {s: len(children[s]) for s in switches}
+    ready = deque(s for s in switches if waiting[s] == 0)
+    order: list[str] = []
+    while ready:
+        current = ready.popleft()
+        order.append(current)
+        height[current] = 1 + max((height[c] for c in children[current]), default=0)
+        up = parent.get(current)
+        if up is not None:
+            waiting[up[0]] -= 1
+            if waiting[up[0]] == 0:
+                ready.append(up[0])
+    return height, order
 
 
 def _gap_note(sw: str, low: int, above: str | None, high: int) -> Callable[[list[str]], str]:

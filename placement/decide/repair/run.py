@@ -2,9 +2,9 @@
 (moved ranks, modeled step seconds) answers from the least repair up to a full re-place.
 
 The same machinery as `place` (`PreparedRequest.prepare`, the unit model, CP-SAT) plus a move term
-(`placement.solve.repair.model`); every answer is scored by `placement.cost.evaluate.evaluate` and checked by `validate`.
-Its input is resolved by `placement.solve.repair.input`; the move-capped searches are in
-`placement.solve.repair.search`.
+(`placement.decide.repair.model`); every answer is scored by `placement.cost.evaluate.evaluate` and checked by `validate`.
+Its input is resolved by `placement.decide.repair.input`; the move-capped searches are in
+`placement.decide.repair.search`.
 """
 
 from __future__ import annotations
@@ -17,19 +17,19 @@ from dataclasses import dataclass, field
 
 from placement.cost.evaluate import evaluate
 from placement.cost.report import CostReport
+from placement.decide.batch.clock import WallClock, limit_kind
+from placement.decide.repair.input import RepairBudget, repair_state, resolve_selectors
+from placement.decide.repair.model import MoveProgram, MoveSolve, greedy_assignment, relabel_keeping
+from placement.decide.repair.search import budget_caps, neighbourhoods, sweep
 from placement.errors import InfeasibleError, InputError, InternalError, Problem
 from placement.model.job import Job
 from placement.model.state import ClusterState
 from placement.model.topology import Topology
 from placement.model.traffic import Traffic, job_traffic
 from placement.model.validate import validate
-from placement.solve.batch.clock import WallClock, limit_kind
 from placement.solve.construct import HostPool
 from placement.solve.cpsat.model import build_units
 from placement.solve.prepared import PreparedRequest
-from placement.solve.repair.input import RepairBudget, repair_state, resolve_selectors
-from placement.solve.repair.model import MoveProgram, MoveSolve, greedy_assignment, relabel_keeping
-from placement.solve.repair.search import budget_caps, neighbourhoods, sweep
 from placement.solve.run import explain_infeasible, place, request_problems
 from placement.solve.types import SolveOptions
 
@@ -159,22 +159,43 @@ _RESERVE_SHARE = 0.05
 """Of a repair's wall-clock limit, kept for scoring and validating the answers after the search."""
 
 
-def _repair(
+@dataclass
+class _Search:
+    """One repair's shared state: the repair state and its prepared request, the current mapping and the ranks
+    that must move, the spares, the clock and the stats."""
+
+    topology: Topology
+    state: ClusterState
+    job: Job
+    current: Sequence[int]
+    traffic: Traffic
+    opts: SolveOptions
+    t0: float
+    request: PreparedRequest
+    spare_devs: set[int]
+    forced: list[int]
+    stats: dict[str, float | int | str] = field(default_factory=dict)
+
+    def left(self, share: float) -> float:
+        """`share` of the time left, after a reserve for scoring and validating the answers afterwards."""
+        reserve = 0.05 + 4e-4 * self.job.ranks
+        return max(0.05, (0.95 * self.opts.time_limit_s - reserve - (time.perf_counter() - self.t0)) * share)
+
+    def answer(self, name: str, mapping: list[int], optimal: bool) -> RepairAnswer | None:
+        return _answer(
+            self.topology, self.state, self.job, name, mapping, self.current, optimal, self.traffic
+        )
+
+
+def _check_input(
     topology: Topology,
-    state: ClusterState,
     job: Job,
     current: Sequence[int],
-    *,
     drain: Sequence[str],
     spares: Sequence[str],
-    spares_only: bool,
-    budget: RepairBudget | None,
-    options: SolveOptions,
-    points: int,
-) -> RepairResult:
-    budget = budget or RepairBudget()
-    opts = options
-    t0 = time.perf_counter()
+    budget: RepairBudget,
+) -> tuple[set[int], set[int]]:
+    """The drained and spare devices; every problem of the current mapping, selectors and budget at once."""
     problems: list[Problem] = []
     if len(current) != job.ranks:
         problems.append(Problem("current", f"{len(current)} devices for a job of {job.ranks} ranks"))
@@ -197,6 +218,22 @@ def _repair(
         )
     if problems:
         raise InputError(f"job {job.name}", problems)
+    return drained, spare_devs
+
+
+def _prepare(
+    topology: Topology,
+    state: ClusterState,
+    job: Job,
+    current: Sequence[int],
+    drained: set[int],
+    spare_devs: set[int],
+    spares_only: bool,
+    opts: SolveOptions,
+    t0: float,
+) -> tuple[_Search, CostReport]:
+    """The repair state (failed and drained devices out) and its prepared request, checked; with `spares_only`
+    every device but the current ones and the spares is excluded. Also the current mapping's report on it."""
     rstate, problems = repair_state(topology, state, job, current, drained)
     traffic = job_traffic(job)
     problems += request_problems(topology, rstate, job, traffic)
@@ -216,95 +253,124 @@ def _repair(
     request.pool = HostPool.of(topology, request.candidates)  # degraded devices too: the move term needs them
     cset = set(request.candidates)
     forced = [r for r, d in enumerate(current) if d not in cset]
-    stats: dict[str, float | int | str] = {"forced": len(forced)}
+    run = _Search(topology, rstate, job, current, traffic, opts, t0, request, spare_devs, forced)
+    run.stats["forced"] = len(forced)
+    return run, before
+
+
+def _full_replace(run: _Search) -> tuple[list[RepairAnswer], RepairAnswer | None]:
+    """The full re-place: `place` on the same state (the reference the trade-off ends at), and the same
+    placement relabeled to keep ranks where they are (kept where the evaluator finds it no slower)."""
     answers: list[RepairAnswer] = []
-    replaced: RepairAnswer | None = None
-    # the full re-place: `place` on the same state (its answer is the reference the trade-off ends at)
-    replace_share = 0.35 * opts.time_limit_s
-    try:
-        full = place(
-            topology, rstate, job, dataclasses.replace(opts, time_limit_s=replace_share), traffic=traffic
-        )
-        if full.mapping is None:
-            raise InternalError("place returned no mapping for the repair's full re-place")
-        replaced = _answer(topology, rstate, job, "re-place", full.mapping, current, False, traffic)
-        if replaced is not None:
-            answers.append(replaced)
-            kept = _answer(
-                topology,
-                rstate,
-                job,
-                "re-place, relabeled",
-                relabel_keeping(topology, job, full.mapping, current),
-                current,
-                False,
-                traffic,
-            )
-            # the same placement up to symmetry: kept only where the evaluator agrees it is no slower
-            if kept is not None and kept.report.step_seconds <= replaced.report.step_seconds * (1 + 1e-9):
-                answers.append(kept)
-    except InfeasibleError:
-        raise
-    units = build_units(request)
-    unit_ranks: list[tuple[int, ...]]
+    opts = run.opts
+    full = place(
+        run.topology,
+        run.state,
+        run.job,
+        dataclasses.replace(opts, time_limit_s=0.35 * opts.time_limit_s),
+        traffic=run.traffic,
+    )
+    if full.mapping is None:
+        raise InternalError("place returned no mapping for the repair's full re-place")
+    replaced = run.answer("re-place", full.mapping, False)
+    if replaced is not None:
+        answers.append(replaced)
+        relabeled = relabel_keeping(run.topology, run.job, full.mapping, run.current)
+        kept = run.answer("re-place, relabeled", relabeled, False)
+        # the same placement up to symmetry: kept only where the evaluator agrees it is no slower
+        if kept is not None and kept.report.step_seconds <= replaced.report.step_seconds * (1 + 1e-9):
+            answers.append(kept)
+    return answers, replaced
+
+
+def _unit_ranks(run: _Search) -> tuple[list[tuple[int, ...]], bool]:
+    """The ranks of each unit that moves whole, and whether the units are exact (`build_units`)."""
+    units = build_units(run.request)
+    job = run.job
     if job.ranks <= SINGLE_RANK_UNITS or units.split:
-        unit_ranks, units_exact = [(r,) for r in range(job.ranks)], not job.constraints.require
         if job.constraints.require:
-            req = build_units(request)
-            unit_ranks, units_exact = req.ranks, req.exact
-    else:
-        unit_ranks, units_exact = units.ranks, units.exact
+            req = build_units(run.request)
+            return list(req.ranks), req.exact
+        return [(r,) for r in range(job.ranks)], True
+    return list(units.ranks), units.exact
 
-    def left(share: float) -> float:
-        return max(0.05, (0.95 * opts.time_limit_s - reserve - (time.perf_counter() - t0)) * share)
 
-    reserve = 0.05 + 4e-4 * job.ranks  # scoring and validating the answers afterwards
-
-    # the local program: units whole on a usable current host stay; the rest (the forced ones) are placed
-    host_of = [d.host_index for d in topology.devices]
-    forced_set = set(forced)
+def _fixed_units(run: _Search, unit_ranks: list[tuple[int, ...]]) -> dict[int, int]:
+    """Units whole on one usable current host, unpinned: the local program keeps them there."""
+    host_of = [d.host_index for d in run.topology.devices]
+    forced_set = set(run.forced)
     fixed: dict[int, int] = {}
     for u, ranks in enumerate(unit_ranks):
-        on = {host_of[current[r]] for r in ranks}
-        if len(on) == 1 and not any(r in forced_set or r in request.pinned for r in ranks):
+        on = {host_of[run.current[r]] for r in ranks}
+        if len(on) == 1 and not any(r in forced_set or r in run.request.pinned for r in ranks):
             fixed[u] = on.pop()
-    local = MoveProgram(request, unit_ranks, units_exact, current, spare_devs, fixed)
+    return fixed
+
+
+def _local_search(
+    run: _Search,
+    local: MoveProgram,
+    fixed: dict[int, int],
+    unit_ranks: list[tuple[int, ...]],
+    units_exact: bool,
+    budget: RepairBudget,
+) -> tuple[MoveSolve, dict[int, int] | None, list[tuple[str, dict[int, int], bool]]]:
+    """The local program: the fixed units stay, the rest (the forced ones) are placed with the fewest moves;
+    then the least surrogate at that many moves, and one that also moves the units on slow devices. Returns the
+    fewest-moves answer, the hint for the programs after it, and the extra candidates for the front."""
     greedy = greedy_assignment(local)
-    loc = local.solve("moves", left(0.2), greedy)
+    loc = local.solve("moves", run.left(0.2), greedy)
     if loc.assignment is None and greedy is not None:
         loc = MoveSolve(greedy, "GREEDY", False, sum(local.move.get((u, s), 0) for u, s in greedy.items()))
     hint = loc.assignment
     extra: list[
         tuple[str, dict[int, int], bool]
     ] = []  # more candidates for the front, scored by the evaluator
-    if loc.assignment is not None and loc.moves is not None:
-        local.cap_moves(loc.moves)
-        ls = local.solve("surrogate", left(0.2), loc.assignment)
-        hint = ls.assignment or loc.assignment
-        extra.append(("least", hint, False))
-        # the unit program does not see slow devices: a candidate that also moves the units on them
-        slow_hosts = {up.domain for up, f in rstate.uplink_slowdown.items() if up.level == 0 and f > 1.0}
-        slow = {
-            u
-            for u in fixed
-            if any(
-                rstate.device_slowdown.get(current[r], 1.0) > 1.0 or host_of[current[r]] in slow_hosts
-                for r in unit_ranks[u]
-            )
-        }
-        if slow and left(1.0) > 0.5 and not _stopped(opts):
-            off = MoveProgram(
-                request,
-                unit_ranks,
-                units_exact,
-                current,
-                spare_devs,
-                {u: h for u, h in fixed.items() if u not in slow},
-            )
-            budget_caps(off, budget)
-            so = off.solve("surrogate", left(0.2), hint)
-            if so.assignment is not None:
-                extra.append(("off slow devices", so.assignment, False))
+    if loc.assignment is None or loc.moves is None:
+        return loc, hint, extra
+    local.cap_moves(loc.moves)
+    ls = local.solve("surrogate", run.left(0.2), loc.assignment)
+    hint = ls.assignment or loc.assignment
+    extra.append(("least", hint, False))
+    # the unit program does not see slow devices: a candidate that also moves the units on them
+    rstate, current = run.state, run.current
+    host_of = [d.host_index for d in run.topology.devices]
+    slow_hosts = {up.domain for up, f in rstate.uplink_slowdown.items() if up.level == 0 and f > 1.0}
+    slow = {
+        u
+        for u in fixed
+        if any(
+            rstate.device_slowdown.get(current[r], 1.0) > 1.0 or host_of[current[r]] in slow_hosts
+            for r in unit_ranks[u]
+        )
+    }
+    if slow and run.left(1.0) > 0.5 and not _stopped(run.opts):
+        off = MoveProgram(
+            run.request,
+            unit_ranks,
+            units_exact,
+            current,
+            run.spare_devs,
+            {u: h for u, h in fixed.items() if u not in slow},
+        )
+        budget_caps(off, budget)
+        so = off.solve("surrogate", run.left(0.2), hint)
+        if so.assignment is not None:
+            extra.append(("off slow devices", so.assignment, False))
+    return loc, hint, extra
+
+
+def _least_moves(
+    run: _Search,
+    loc: MoveSolve,
+    hint: dict[int, int] | None,
+    unit_ranks: list[tuple[int, ...]],
+    units_exact: bool,
+    answers: list[RepairAnswer],
+) -> tuple[MoveSolve, MoveProgram | None]:
+    """The fewest moves: the local answer, or the whole program's (over every unit and host, proven minimal)
+    when it is small enough and the time is not up. Returns it and the whole program (None: not built)."""
+    request, stats = run.request, run.stats
     pool_hosts = sum(1 for devs in request.pool.devices.values() if len(devs) >= min(map(len, unit_ranks)))
     whole = len(unit_ranks) * pool_hosts <= GLOBAL_VARS
     stats.update(
@@ -316,8 +382,8 @@ def _repair(
     )
     # the whole program is the costliest to build: not once the time is up (the local answer stands)
     prog = (
-        MoveProgram(request, unit_ranks, units_exact, current, spare_devs)
-        if whole and not _stopped(opts)
+        MoveProgram(request, unit_ranks, units_exact, run.current, run.spare_devs)
+        if whole and not _stopped(run.opts)
         else None
     )
     if whole and prog is None:
@@ -327,7 +393,7 @@ def _repair(
         stats.update(
             {"model_vars": prog.variables, "slots": len(prog.hosts), "slots_pruned": int(prog.pruned)}
         )
-        g = prog.solve("moves", left(0.25), hint)
+        g = prog.solve("moves", run.left(0.25), hint)
         stats["least_status"] = g.status
         if g.assignment is not None and (loc.moves is None or (g.moves or 0) < loc.moves):
             least = g
@@ -340,58 +406,73 @@ def _repair(
                 + (f"one moving {answers[0].moved_ranks} ranks" if answers else "none")
             ]
         )
+    return least, prog
+
+
+def _check_budget(
+    run: _Search,
+    budget: RepairBudget,
+    least: MoveSolve,
+    host_prog: MoveProgram,
+    proven_program: bool,
+    unit: int,
+) -> None:
+    """InfeasibleError, with the numbers, when the least repair moves more ranks or hosts than the budget."""
     min_moves = least.moves or 0
-    proven = prog is not None and least.optimal and not prog.pruned
-    stats["min_moves"] = min_moves
-    stats["min_moves_proven"] = int(proven)
+    proven = proven_program and least.optimal
     if budget.max_moved_ranks is not None and min_moves > budget.max_moved_ranks:
         raise InfeasibleError(
             [
                 _over_budget(
-                    topology,
-                    current,
-                    forced,
+                    run.topology,
+                    run.current,
+                    run.forced,
                     min_moves,
                     "ranks",
                     budget.max_moved_ranks,
-                    len(unit_ranks[0]),
+                    unit,
                     proven,
                 )
             ]
         )
-    host_prog = prog or local
-    if budget.max_moved_hosts is not None:
-        hl = host_prog.solve("hosts", left(0.2), least.assignment)
+    if budget.max_moved_hosts is not None and least.assignment is not None:
+        hl = host_prog.solve("hosts", run.left(0.2), least.assignment)
         if hl.assignment is not None:
-            hosts_n = _hosts_of(topology, host_prog.realize(hl.assignment), current)
+            hosts_n = _hosts_of(run.topology, host_prog.realize(hl.assignment), run.current)
             if hosts_n > budget.max_moved_hosts:
                 raise InfeasibleError(
                     [
                         _over_budget(
-                            topology,
-                            current,
-                            forced,
+                            run.topology,
+                            run.current,
+                            run.forced,
                             hosts_n,
                             "hosts",
                             budget.max_moved_hosts,
-                            len(unit_ranks[0]),
-                            hl.optimal and prog is not None and not prog.pruned,
+                            unit,
+                            hl.optimal and proven_program,
                         )
                     ]
                 )
-    if prog is not None:
-        solves = sweep(prog, least, min_moves, budget, points, left)
-    else:
-        solves = neighbourhoods(
-            request, unit_ranks, units_exact, current, spare_devs, fixed, least, budget, left, stats
-        )
+
+
+def _front(
+    run: _Search,
+    answers: list[RepairAnswer],
+    candidates: list[tuple[str, dict[int, int], bool]],
+    host_prog: MoveProgram,
+    budget: RepairBudget,
+    min_moves: int,
+) -> tuple[list[RepairAnswer], int]:
+    """The candidates realized onto devices and scored, the Pareto front of all answers, and the recommended
+    one (within the budget, the least horizon steps plus move cost)."""
     seen: set[tuple[int, ...]] = {tuple(a.mapping) for a in answers}
-    for name, assign, optimal in solves + extra:
+    for name, assign, optimal in candidates:
         mp = host_prog.realize(assign)
         if mp is None or (tuple(mp) in seen and not optimal):
             continue
         seen.add(tuple(mp))
-        a = _answer(topology, rstate, job, name, mp, current, optimal, traffic)
+        a = run.answer(name, mp, optimal)
         if a is not None:
             answers.append(a)
     if not answers:
@@ -410,8 +491,58 @@ def _repair(
             budget.horizon_steps * front[i].report.step_seconds + budget.move_cost_s * front[i].moved_ranks
         ),
     )
-    stats["wall_s"] = time.perf_counter() - t0
-    return RepairResult(front, rec, before, forced, min_moves, replaced, stats)
+    return front, rec
+
+
+def _repair(
+    topology: Topology,
+    state: ClusterState,
+    job: Job,
+    current: Sequence[int],
+    *,
+    drain: Sequence[str],
+    spares: Sequence[str],
+    spares_only: bool,
+    budget: RepairBudget | None,
+    options: SolveOptions,
+    points: int,
+) -> RepairResult:
+    """`repair`'s stages: check the input, prepare the repair state, re-place in full, then the fewest moves
+    (local, then whole or by neighbourhoods), the budget, the sweep of move caps, and the front."""
+    budget = budget or RepairBudget()
+    t0 = time.perf_counter()
+    drained, spare_devs = _check_input(topology, job, current, drain, spares, budget)
+    run, before = _prepare(topology, state, job, current, drained, spare_devs, spares_only, options, t0)
+    answers, replaced = _full_replace(run)
+    unit_ranks, units_exact = _unit_ranks(run)
+    fixed = _fixed_units(run, unit_ranks)
+    local = MoveProgram(run.request, unit_ranks, units_exact, current, spare_devs, fixed)
+    loc, hint, extra = _local_search(run, local, fixed, unit_ranks, units_exact, budget)
+    least, prog = _least_moves(run, loc, hint, unit_ranks, units_exact, answers)
+    min_moves = least.moves or 0
+    proven_program = prog is not None and not prog.pruned
+    run.stats["min_moves"] = min_moves
+    run.stats["min_moves_proven"] = int(proven_program and least.optimal)
+    host_prog = prog or local
+    _check_budget(run, budget, least, host_prog, proven_program, len(unit_ranks[0]))
+    if prog is not None:
+        solves = sweep(prog, least, min_moves, budget, points, run.left)
+    else:
+        solves = neighbourhoods(
+            run.request,
+            unit_ranks,
+            units_exact,
+            current,
+            spare_devs,
+            fixed,
+            least,
+            budget,
+            run.left,
+            run.stats,
+        )
+    front, rec = _front(run, answers, solves + extra, host_prog, budget, min_moves)
+    run.stats["wall_s"] = time.perf_counter() - t0
+    return RepairResult(front, rec, before, run.forced, min_moves, replaced, run.stats)
 
 
 def _hosts_of(topology: Topology, mapping: list[int] | None, current: Sequence[int]) -> int:

@@ -1,8 +1,8 @@
 """Place or wait: every Place answer's slowdown against the job's ideal step, and WAIT when it is above the
 request's bound, with what blocks and, given the expected ends of running claims, when a placement within it is due.
 
-The ideal is the same job placed by the same solver (`placement.solve.balance.place_job`) on the cluster with no
-occupancy (failures and degradations kept), with a short limit, cached per process (`placement.solve.ideal`, shared
+The ideal is the same job placed by the same solver (`placement.decide.balance.place_job`) on the cluster with no
+occupancy (failures and degradations kept), with a short limit, cached per process (`placement.decide.ideal`, shared
 with preempt).
 """
 
@@ -12,14 +12,8 @@ import dataclasses
 from collections.abc import Callable, Sequence
 
 from placement.cost.report import CostReport
-from placement.errors import InfeasibleError, InputError, Problem
-from placement.limits import Interrupted
-from placement.model.job import Job
-from placement.model.state import ClusterState
-from placement.model.topology import Topology
-from placement.model.traffic import Traffic, job_traffic
-from placement.solve.balance import Solve, place_job
-from placement.solve.ideal import (
+from placement.decide.balance import Solve, place_job
+from placement.decide.ideal import (
     IDEAL_LIMIT_S,
     IDEAL_SHARE,
     cluster_digest,
@@ -27,6 +21,12 @@ from placement.solve.ideal import (
     ideal_placement,
     ideal_step,
 )
+from placement.errors import InfeasibleError, InputError, Problem
+from placement.limits import Interrupted
+from placement.model.job import Job
+from placement.model.state import ClusterState
+from placement.model.topology import Topology
+from placement.model.traffic import Traffic, job_traffic
 from placement.solve.run import place
 from placement.solve.types import PlacementResult, SolveOptions, SolveStatus, Verdict
 from placement.solve.units import candidate_devices
@@ -124,11 +124,17 @@ def decide(
         except Interrupted:
             verdict.earliest_how = "the call ended before the walk over the expected ends"
     else:
-        verdict.earliest_how = "no expected ends known (a registry cluster's leases give them)"
+        verdict.earliest_how = NO_ENDS
     return res
 
 
 place_or_wait = decide
+
+NO_ENDS = (
+    "no start time can be given: no device in use has an expected end (occupancy from a state file or an outside "
+    "job has none; on a registry cluster, held leases and reservations committed with --ttl give them)"
+)
+"""The earliest start of a WAIT when no running claim has an expected end."""
 
 
 def wait_reasons(
@@ -172,11 +178,7 @@ def wait_reasons(
         room = sum(v // size for v in free)
         if room >= len(groups):
             continue  # room enough for these groups alone: the split follows from the others' placement
-        out.append(
-            f"{label} groups split across {levels[want]} domains: {len(worse)} of {len(groups)} {label} groups "
-            f"span more than one {levels[want]} (the ideal keeps each in one); only {holders} {levels[want]} "
-            f"domain(s) have {size} free devices now (room for {room} of the {len(groups)} groups)"
-        )
+        out.append(split_reason(label, len(groups), len(worse), size, levels[want], holders, room))
     top = _span(topology, res.mapping, range(job.ranks))
     want_top = _span(topology, ideal_map, range(job.ranks))
     if top > want_top:
@@ -186,6 +188,18 @@ def wait_reasons(
             f"{levels[want_top]} domain(s) have {job.ranks} free devices now"
         )
     return out
+
+
+def split_reason(label: str, groups: int, split: int, size: int, level: str, holders: int, room: int) -> str:
+    """One plain sentence: what the job needs (each group of `label` inside one `level`), what is free now, and
+    what would make it fit."""
+    more = groups - room
+    return (
+        f"{split} of the {groups} {label} groups are split across {level}s: to keep each in one {level}, as the "
+        f"ideal placement does, every group needs a {level} with {size} free devices; {holders} {level}(s) have "
+        f"them now, room for {room} group(s); {more} more {level}(s) with {size} free devices would let every "
+        "group fit"
+    )
 
 
 def _free_per_domain(topology: Topology, li: int, cands: Sequence[int]) -> dict[int, int]:

@@ -3,7 +3,7 @@ upper bound from the free devices per domain), per domain at each level, their m
 
 The counts come from free devices per domain, the shape's required-level units and segments, and its balanced
 slices (`balanced_copies`), not from solver calls (a 4,096-GPU cluster answers in milliseconds);
-`placement.solve.balance.place_job` models the steps of the first copies. See docs/decisions.md.
+`placement.decide.balance.place_job` models the steps of the first copies. See docs/decisions.md.
 """
 
 from __future__ import annotations
@@ -15,13 +15,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from placement.cost.report import CostReport
+from placement.decide.balance import place_job
 from placement.errors import InfeasibleError, InputError, InternalError, Problem
 from placement.model.job import Job
 from placement.model.state import ClusterState
 from placement.model.topology import Topology
 from placement.model.traffic import Traffic, job_traffic
 from placement.model.validate import validate
-from placement.solve.balance import place_job
 from placement.solve.run import request_problems
 from placement.solve.types import SolveOptions
 from placement.solve.units import candidate_devices, required_units

@@ -1,7 +1,7 @@
 """The admission model of a batch: a CP-SAT knapsack over the free capacity per domain that says which jobs of a
 queue can run together (an upper bound on the admitted weight) and on which hosts their host-level groups fit.
 
-Used by `placement.solve.batch.joint`; it places no rank and scores nothing.
+Used by `placement.decide.batch.joint`; it places no rank and scores nothing.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ from placement.io.native import (
     mapping_from_obj,
     state_from_dict,
 )
-from placement.io.native.kinds import KIND_KEYS, document_kind
+from placement.io.native.doc_kinds import KIND_KEYS, document_kind
 from placement.messages.files import read_request
 from placement.v1 import placement_pb2 as pb
 from tests.support_native import LEVELS2

@@ -2,7 +2,7 @@
 rule no free domains can meet, or a conflict with named admitted jobs, with numbers), and the joint validator every
 batch answer passes.
 
-Used by `placement.solve.batch.joint`.
+Used by `placement.decide.batch.joint`.
 """
 
 from __future__ import annotations
@@ -12,14 +12,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from placement.cost.report import CostReport
+from placement.decide.balance import balance_reasons
+from placement.decide.batch.types import BatchPlan, JobOutcome
 from placement.model.job import Job
 from placement.model.state import ClusterState
 from placement.model.topology import Topology
 from placement.model.traffic import Traffic
 from placement.model.validate import validate
-from placement.solve.balance import balance_reasons
 from placement.solve.baselines import first_fit, kueue_tas
-from placement.solve.batch.types import BatchPlan, JobOutcome
 from placement.solve.run import explain_infeasible
 from placement.solve.units import candidate_devices
 

@@ -1,9 +1,9 @@
 """Joint placement of a queue of jobs on one state (`place_batch`): which jobs to admit and where, no device in two
 jobs, the admitted weight first and the weighted modeled step seconds second, next to two sequential baselines.
 
-Built on `placement.solve.batch.search` (single-job placements on a shrinking state), `admit` (the knapsack),
+Built on `placement.decide.batch.search` (single-job placements on a shrinking state), `admit` (the knapsack),
 `improve` (the improvement moves) and `explain` (why a job is not admitted, and the joint validator); the data
-types are in `placement.solve.batch.types`.
+types are in `placement.decide.batch.types`.
 """
 
 from __future__ import annotations
@@ -12,16 +12,16 @@ import math
 import time
 from collections.abc import Mapping, Sequence
 
+from placement.decide.batch.admit import Admission, Demand, admit
+from placement.decide.batch.clock import WallClock, limit_kind
+from placement.decide.batch.explain import Explainer, validate_batch
+from placement.decide.batch.improve import improve, swap
+from placement.decide.batch.search import BatchSearch
+from placement.decide.batch.types import Assign, BatchJob, BatchResult
 from placement.errors import InputError, InternalError, Problem
 from placement.model.state import ClusterState
 from placement.model.topology import Topology
 from placement.model.traffic import Traffic, job_traffic
-from placement.solve.batch.admit import Admission, Demand, admit
-from placement.solve.batch.clock import WallClock, limit_kind
-from placement.solve.batch.explain import Explainer, validate_batch
-from placement.solve.batch.improve import improve, swap
-from placement.solve.batch.search import BatchSearch
-from placement.solve.batch.types import Assign, BatchJob, BatchResult
 from placement.solve.run import request_problems
 from placement.solve.types import SolveOptions
 from placement.solve.units import candidate_devices

@@ -3,8 +3,8 @@ victims or fewest GPU-hours lost), with the Pareto set of that cost against the 
 
 Victims are whole jobs of strictly lower priority than the incoming job. Candidate victim sets come in order of
 cost from a small CP-SAT cover (free devices, required-level units and balanced slices counted per domain); each is
-checked by `placement.solve.balance.place_job` (which aims for a balance rule) on the state with the victims'
-devices freed. The ideal is `placement.solve.ideal`'s, shared with place or wait. See docs/decisions.md.
+checked by `placement.decide.balance.place_job` (which aims for a balance rule) on the state with the victims'
+devices freed. The ideal is `placement.decide.ideal`'s, shared with place or wait. See docs/decisions.md.
 """
 
 from __future__ import annotations
@@ -20,14 +20,14 @@ from enum import StrEnum
 from ortools.sat.python import cp_model
 
 from placement.cost.report import CostReport
+from placement.decide.balance import place_job
+from placement.decide.ideal import ideal_result
 from placement.errors import InfeasibleError, InputError, InternalError, Problem
 from placement.model.job import Job
 from placement.model.state import ClusterState
 from placement.model.topology import Topology
 from placement.model.traffic import Traffic, job_traffic
 from placement.model.validate import validate
-from placement.solve.balance import place_job
-from placement.solve.ideal import ideal_result
 from placement.solve.run import request_problems
 from placement.solve.types import SolveOptions
 from placement.solve.units import candidate_devices, required_units
@@ -162,7 +162,7 @@ def ideal_report(
     topology: Topology, state: ClusterState, job: Job, options: SolveOptions, traffic: Traffic | None = None
 ) -> CostReport | None:
     """The job's modeled step on the cluster with no occupancy (failures and degradations kept), balance rule
-    honoured: `placement.solve.ideal.ideal_result`, solved once per process for the job's shape and shared with
+    honoured: `placement.decide.ideal.ideal_result`, solved once per process for the job's shape and shared with
     place or wait (`options`: the request's; the ideal gets its share). None when it does not fit even there."""
     hit = ideal_result(topology, state, job, options, traffic)
     return None if hit is None else hit[0]
@@ -239,8 +239,10 @@ class _Search:
         objective: Objective,
         deadline: float,
         max_checks: int,
+        running: Mapping[str, RunningJob],
     ) -> None:
         self.topology, self.state, self.job, self.traffic = topology, state, job, traffic
+        self.running = running
         self.options = check_options(options)
         self.costs = costs
         self.bound_s = bound_s
@@ -249,6 +251,20 @@ class _Search:
         self.max_checks = max_checks
         self.checks = 0
         self.memo: dict[frozenset[str], tuple[str, list[int], CostReport] | None] = {}
+        self.found: list[PreemptAnswer] = []
+        self.seen: dict[frozenset[str], PreemptAnswer | None] = {}
+
+    def consider(self, name: str, victims: frozenset[str]) -> PreemptAnswer | None:
+        """The answer of a victim set (checked once; one answer per set, named by the search that found it
+        first), added to `found`; None when the job does not fit."""
+        if victims in self.seen:
+            return self.seen[victims]
+        hit = self.check(name, victims)
+        a = None if hit is None else _answer(self, name, victims, hit[0], hit[1], self.running)
+        self.seen[victims] = a
+        if a is not None:
+            self.found.append(a)
+        return a
 
     def key(self, victims: frozenset[str]) -> tuple[float, float]:
         return objective_key(self.objective, len(victims), sum(self.costs[v] for v in victims))
@@ -497,8 +513,65 @@ def preempt(
     """
     t0 = time.perf_counter()
     opts = options or SolveOptions(time_limit_s=10.0)
+    objective = _objective(objective)
+    traffic = job_traffic(job)
+    problems = [Problem(f"job.{p.path}", p.message) for p in request_problems(topology, state, job, traffic)]
+    problems += _problems(state, job, running, max_step_seconds, max_slowdown, job_priority)
+    if max_checks < 1:
+        problems.append(Problem("max_checks", f"must be >= 1, got {max_checks}"))
+    if problems:
+        raise InputError("request", problems)
+    held = Counter(state.occupied.values())
+    costs = {rj.job: restart_cost(rj, held[rj.job]) for rj in running}
+    preemptible = sorted(rj.job for rj in running if rj.priority < job_priority)
+    protected = sorted(j for j in held if j not in preemptible and j != job.name)
+    ideal = ideal_report(topology, state, job, opts, traffic)
+    bound = _bound(topology, ideal, max_step_seconds, max_slowdown)
+    search = _Search(
+        topology,
+        state,
+        job,
+        traffic,
+        opts,
+        costs,
+        bound,
+        objective,
+        t0 + opts.time_limit_s,
+        max_checks,
+        {rj.job: rj for rj in running},
+    )
+    best: tuple[float, float] | None = None
+    now = search.consider("none", frozenset())
+    if now is not None and now.within_bound:
+        best = search.key(frozenset())
+    cover = _cover_data(topology, state, job, traffic, preemptible)
+    if best is None or len(search.found) < 2:
+        best = _domain_candidates(search, cover, best)
+    proven = best is not None and best == search.key(frozenset())
+    if not proven:
+        proven = _exact_search(search, cover, best)
+    stats: dict[str, float | int | str] = {
+        "checks": search.checks,
+        "preemptible": len(preemptible),
+        "wall_s": time.perf_counter() - t0,
+    }
+    inside = [a for a in search.found if a.within_bound]
+    if not inside:
+        raise InfeasibleError(_no_answer_reasons(search, preemptible, protected, job_priority, proven))
+    answers = _pareto(search.found, objective)
+    pick = min(
+        inside,
+        key=lambda a: (*objective_key(objective, a.count, a.gpu_hours), a.report.step_seconds, a.name),
+    )
+    if pick not in answers:
+        raise InternalError("the recommended answer is not on the Pareto front")
+    stats["proven"] = int(proven)
+    return PreemptResult(answers, answers.index(pick), bound, ideal, objective, proven, protected, stats)
+
+
+def _objective(objective: Objective | str) -> Objective:
     try:
-        objective = Objective(objective)
+        return Objective(objective)
     except ValueError:
         raise InputError(
             "request",
@@ -508,19 +581,13 @@ def preempt(
                 )
             ],
         ) from None
-    traffic = job_traffic(job)
-    problems = [Problem(f"job.{p.path}", p.message) for p in request_problems(topology, state, job, traffic)]
-    problems += _problems(state, job, running, max_step_seconds, max_slowdown, job_priority)
-    if max_checks < 1:
-        problems.append(Problem("max_checks", f"must be >= 1, got {max_checks}"))
-    if problems:
-        raise InputError("request", problems)
-    by_name = {rj.job: rj for rj in running}
-    held = Counter(state.occupied.values())
-    costs = {rj.job: restart_cost(rj, held[rj.job]) for rj in running}
-    preemptible = sorted(rj.job for rj in running if rj.priority < job_priority)
-    protected = sorted(j for j in held if j not in preemptible and j != job.name)
-    ideal = ideal_report(topology, state, job, opts, traffic)
+
+
+def _bound(
+    topology: Topology, ideal: CostReport | None, max_step_seconds: float | None, max_slowdown: float | None
+) -> float:
+    """The step bound: `max_step_seconds`, or `max_slowdown` x the ideal step, the tighter of the two; inf with
+    neither."""
     bound = math.inf
     if max_step_seconds is not None:
         bound = max_step_seconds
@@ -530,109 +597,91 @@ def preempt(
                 [f"the job does not fit even on the empty cluster ({topology.num_devices} devices)"]
             )
         bound = min(bound, max_slowdown * ideal.step_seconds)
-    search = _Search(
-        topology, state, job, traffic, opts, costs, bound, objective, t0 + opts.time_limit_s, max_checks
-    )
-    found: list[PreemptAnswer] = []
-    seen: dict[frozenset[str], PreemptAnswer | None] = {}
+    return bound
 
-    def consider(name: str, victims: frozenset[str]) -> PreemptAnswer | None:
-        if victims in seen:  # one answer per victim set, named by the search that found it first
-            return seen[victims]
-        hit = search.check(name, victims)
-        a = None if hit is None else _answer(search, name, victims, hit[0], hit[1], by_name)
-        seen[victims] = a
-        if a is not None:
-            found.append(a)
-        return a
 
-    best: tuple[float, float] | None = None
-    now = consider("none", frozenset())
-    if now is not None and now.within_bound:
-        best = search.key(frozenset())
-    cover = _cover_data(topology, state, job, traffic, preemptible)
-    # the lowest domains that can hold the job: their cheapest covers and, for the best of them, clearing it
-    if best is None or len(found) < 2:
-        ranked: list[tuple[tuple[float, float], int, int, frozenset[str], frozenset[int]]] = []
-        for level, k, devs in _lowest_domains(topology, cover, job):
-            first = next(
-                _covers(topology, cover, job, costs, objective, devs, opts.seed, search.deadline, []), None
-            )
-            if first is not None:
-                ranked.append((search.key(first), level, k, first, devs))
-        ranked.sort(key=lambda r: (r[0], r[1], r[2]))
-        for key, level, k, victims, _ in ranked[:DOMAIN_CANDIDATES]:
-            if search.exhausted():
+def _domain_candidates(
+    search: _Search, cover: _Cover, best: tuple[float, float] | None
+) -> tuple[float, float] | None:
+    """The lowest domains that can hold the job: the cheapest covers of the best `DOMAIN_CANDIDATES` of them
+    and, for the best one, clearing it. Returns the best key within the bound so far."""
+    topology, job = search.topology, search.job
+    seed = search.options.seed  # the request's (check_options changes only the time limit)
+    ranked: list[tuple[tuple[float, float], int, int, frozenset[str], frozenset[int]]] = []
+    for level, k, devs in _lowest_domains(topology, cover, job):
+        first = next(
+            _covers(topology, cover, job, search.costs, search.objective, devs, seed, search.deadline, []),
+            None,
+        )
+        if first is not None:
+            ranked.append((search.key(first), level, k, first, devs))
+    ranked.sort(key=lambda r: (r[0], r[1], r[2]))
+    for key, level, k, victims, _ in ranked[:DOMAIN_CANDIDATES]:
+        if search.exhausted():
+            break
+        where = f"{topology.levels[level].name}:{topology.domain_names[level][k]}"
+        a = search.consider(f"domain {where}", victims)
+        if a is not None and a.within_bound and (best is None or key < best):
+            best = key
+    if ranked and not search.exhausted():
+        _, level, k, _, devs = ranked[0]
+        clear = frozenset(cover.owner[d] for d in devs if d in cover.owner)
+        where = f"{topology.levels[level].name}:{topology.domain_names[level][k]}"
+        a = search.consider(f"clear {where}", clear)
+        if a is not None and a.within_bound and (best is None or search.key(clear) < best):
+            best = search.key(clear)
+    return best
+
+
+def _exact_search(search: _Search, cover: _Cover, best: tuple[float, float] | None) -> bool:
+    """Every set cheaper than the best so far that meets the counts, cheapest first; then up to `PARETO_EXTRA`
+    of the next sets (no cheaper, perhaps faster: points of the Pareto set). True when the cheapest set within
+    the bound is proven (every cheaper set was checked)."""
+    topology, job = search.topology, search.job
+    seed = search.options.seed  # the request's (check_options changes only the time limit)
+    proven = True
+    extra = 0
+    reached = False
+    cut_short: list[bool] = []
+    for victims in _covers(
+        topology, cover, job, search.costs, search.objective, None, seed, search.deadline, cut_short
+    ):
+        key = search.key(victims)
+        if best is not None and key >= best:
+            reached = True
+            if extra >= PARETO_EXTRA or search.exhausted():
                 break
-            where = f"{topology.levels[level].name}:{topology.domain_names[level][k]}"
-            a = consider(f"domain {where}", victims)
-            if a is not None and a.within_bound and (best is None or key < best):
-                best = key
-        if ranked and not search.exhausted():
-            _, level, k, _, devs = ranked[0]
-            clear = frozenset(cover.owner[d] for d in devs if d in cover.owner)
-            where = f"{topology.levels[level].name}:{topology.domain_names[level][k]}"
-            a = consider(f"clear {where}", clear)
-            if a is not None and a.within_bound and (best is None or search.key(clear) < best):
-                best = search.key(clear)
-    # the exact search: every set cheaper than the best so far that meets the counts, cheapest first; then up to
-    # PARETO_EXTRA of the next sets (no cheaper, perhaps faster: points of the Pareto set)
-    proven = best is not None and best == search.key(frozenset())
-    if not proven:
-        proven = True
-        extra = 0
-        reached = False
-        cut_short: list[bool] = []
-        for victims in _covers(
-            topology, cover, job, costs, objective, None, opts.seed, search.deadline, cut_short
-        ):
-            key = search.key(victims)
-            if best is not None and key >= best:
-                reached = True
-                if extra >= PARETO_EXTRA or search.exhausted():
-                    break
-                extra += 1
-                consider("more", victims)
-                continue
-            if search.exhausted():
-                proven = False
-                break
-            a = consider("exact", victims)
-            if a is not None and a.within_bound:
-                best, reached = key, True
-        if cut_short and not reached:  # the model ran out of time before the cheaper sets were all seen
+            extra += 1
+            search.consider("more", victims)
+            continue
+        if search.exhausted():
             proven = False
-    stats: dict[str, float | int | str] = {
-        "checks": search.checks,
-        "preemptible": len(preemptible),
-        "wall_s": time.perf_counter() - t0,
-    }
-    inside = [a for a in found if a.within_bound]
-    if not inside:
-        bound_text = "any step" if math.isinf(bound) else f"a step of at most {bound:.4f} s"
-        fastest = min((a.report.step_seconds for a in found), default=None)
-        reasons = [
-            f"no set of the {len(preemptible)} running job(s) of priority below {job_priority:g} lets the job "
-            f"place with {bound_text}"
-            + (f" (the fastest placement found takes {fastest:.4f} s)" if fastest is not None else "")
-            + (
-                ""
-                if proven
-                else f"; stopped after {search.checks} checks (raise max_checks or the time limit)"
-            )
-        ]
-        if protected:
-            reasons.append(
-                f"{len(protected)} running job(s) may not be preempted (priority >= {job_priority:g}, or not "
-                f"listed in running): {protected[:10]}"
-            )
-        raise InfeasibleError(reasons)
-    answers = _pareto(found, objective)
-    pick = min(
-        inside,
-        key=lambda a: (*objective_key(objective, a.count, a.gpu_hours), a.report.step_seconds, a.name),
-    )
-    if pick not in answers:
-        raise InternalError("the recommended answer is not on the Pareto front")
-    stats["proven"] = int(proven)
-    return PreemptResult(answers, answers.index(pick), bound, ideal, objective, proven, protected, stats)
+            break
+        a = search.consider("exact", victims)
+        if a is not None and a.within_bound:
+            best, reached = key, True
+    if cut_short and not reached:  # the model ran out of time before the cheaper sets were all seen
+        proven = False
+    return proven
+
+
+def _no_answer_reasons(
+    search: _Search, preemptible: Sequence[str], protected: Sequence[str], job_priority: float, proven: bool
+) -> list[str]:
+    """Why no victim set lets the job fit within the bound: the bound, the fastest placement found, whether the
+    search was cut short, and the jobs that may not be preempted."""
+    bound = search.bound_s
+    bound_text = "any step" if math.isinf(bound) else f"a step of at most {bound:.4f} s"
+    fastest = min((a.report.step_seconds for a in search.found), default=None)
+    reasons = [
+        f"no set of the {len(preemptible)} running job(s) of priority below {job_priority:g} lets the job "
+        f"place with {bound_text}"
+        + (f" (the fastest placement found takes {fastest:.4f} s)" if fastest is not None else "")
+        + ("" if proven else f"; stopped after {search.checks} checks (raise max_checks or the time limit)")
+    ]
+    if protected:
+        reasons.append(
+            f"{len(protected)} running job(s) may not be preempted (priority >= {job_priority:g}, or not "
+            f"listed in running): {protected[:10]}"
+        )
+    return reasons

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from placement.decide.repair.input import RepairBudget
+from placement.decide.repair.model import MoveProgram, MoveSolve
 from placement.errors import InternalError
 from placement.solve.cpsat.model import build_model
 from placement.solve.prepared import PreparedRequest
-from placement.solve.repair.input import RepairBudget
-from placement.solve.repair.model import MoveProgram, MoveSolve
 
 __all__ = ["budget_caps", "neighbourhoods", "sweep"]
 

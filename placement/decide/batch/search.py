@@ -10,16 +10,16 @@ from dataclasses import replace
 
 from placement.cost.evaluate import evaluate
 from placement.cost.report import CostReport
+from placement.decide.balance import place_job
+from placement.decide.batch.admit import Admission
+from placement.decide.batch.explain import pre_checks
+from placement.decide.batch.types import Assign, BatchJob
 from placement.errors import InfeasibleError
 from placement.model.state import ClusterState
 from placement.model.topology import Topology
 from placement.model.traffic import Traffic
 from placement.model.validate import validate
-from placement.solve.balance import place_job
 from placement.solve.baselines import kueue_tas
-from placement.solve.batch.admit import Admission
-from placement.solve.batch.explain import pre_checks
-from placement.solve.batch.types import Assign, BatchJob
 from placement.solve.types import SolveOptions, Strategy
 from placement.solve.units import candidate_devices
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 import math
 import time
 
+from placement.decide.batch.search import BatchSearch
+from placement.decide.batch.types import Assign
 from placement.model.validate import validate
-from placement.solve.batch.search import BatchSearch
-from placement.solve.batch.types import Assign
 
 __all__ = ["improve", "swap"]
 

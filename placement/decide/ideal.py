@@ -1,7 +1,7 @@
-"""A job's ideal: the same job placed by `placement.solve.balance.place_job` on its cluster with no occupancy
+"""A job's ideal: the same job placed by `placement.decide.balance.place_job` on its cluster with no occupancy
 (failures and degradations kept), with a short limit, cached per (cluster digest, job shape, strategy) for the process.
 
-Place or wait (`placement.solve.wait`) and preempt (`placement.solve.preempt`) both judge against it, so one job's
+Place or wait (`placement.decide.wait`) and preempt (`placement.decide.preempt`) both judge against it, so one job's
 ideal is solved once per process whichever path asks first.
 """
 
@@ -13,12 +13,12 @@ import threading
 from collections import OrderedDict
 
 from placement.cost.report import CostReport
+from placement.decide.balance import Solve, place_job
 from placement.errors import InfeasibleError
 from placement.model.job import Job
 from placement.model.state import ClusterState
 from placement.model.topology import Topology
 from placement.model.traffic import Traffic
-from placement.solve.balance import Solve, place_job
 from placement.solve.run import place
 from placement.solve.types import SolveOptions, Strategy
 
