@@ -61,7 +61,10 @@ largest job is a quarter of it: a FIFO queue behind a job as large as the cluste
 
 
 def llm_spec(gpus: int) -> LlmWorkload:
-    return dataclasses.replace(LLM_WORKLOAD, max_gpus=min(LLM_WORKLOAD.max_gpus, max(1, gpus // 4)))
+    quarter = 1 << max(
+        0, (gpus // 4).bit_length() - 1
+    )  # the largest power of two <= a quarter of the cluster
+    return dataclasses.replace(LLM_WORKLOAD, max_gpus=min(LLM_WORKLOAD.max_gpus, quarter))
 
 
 def llm_trace(gpus: int) -> Path:
