@@ -60,18 +60,11 @@ LLM_WORKLOAD = LlmWorkload(jobs=2000, max_gpus=512, load=1.1, seed=0)
 largest job is a quarter of it: a FIFO queue behind a job as large as the cluster idles the rest of it)."""
 
 
-def llm_spec(gpus: int) -> LlmWorkload:
-    quarter = 1 << max(
-        0, (gpus // 4).bit_length() - 1
-    )  # the largest power of two <= a quarter of the cluster
-    return dataclasses.replace(LLM_WORKLOAD, max_gpus=min(LLM_WORKLOAD.max_gpus, quarter))
-
-
-def llm_trace(gpus: int) -> Path:
-    """The LLM workload drawn for a cluster of `gpus` GPUs, written as a plain trace (the same file each time)."""
-    spec = llm_spec(gpus)
-    path = str(LLM_TRACE).format(gpus=gpus, max_gpus=spec.max_gpus)
-    return write_trace(llm_workload(spec, gpus), path)
+def llm_trace(gpus: int, max_gpus: int) -> Path:
+    """The LLM workload drawn for a cluster of `gpus` GPUs with jobs of at most `max_gpus`, written as a plain
+    trace (the same file each time)."""
+    spec = dataclasses.replace(LLM_WORKLOAD, max_gpus=max_gpus)
+    return write_trace(llm_workload(spec, gpus), str(LLM_TRACE).format(gpus=gpus, max_gpus=max_gpus))
 
 
 def loaded_trace(path: Path = LOADED_TRACE, jobs: int = 300, seed: int = 1) -> Path:
@@ -110,7 +103,7 @@ class Workload:
     contention: bool = False
     time_limit_s: float | None = None  # the cpsat budget per job, when not --time-limit's
     bar: tuple[float, float | None] = (0.90, None)  # mean JCT / kueue-tas's; contention GPU-h / kueue-tas's
-    llm_gpus: int = 0  # a generated LLM workload (`llm_trace`) for this many GPUs
+    llm: tuple[int, int] | None = None  # a generated LLM workload (`llm_trace`): cluster GPUs, largest job
 
 
 WORKLOADS = {
@@ -181,7 +174,7 @@ WORKLOADS = {
     **{
         name: Workload(
             name,
-            Path(str(LLM_TRACE).format(gpus=gpus, max_gpus=llm_spec(gpus).max_gpus)),
+            Path(str(LLM_TRACE).format(gpus=gpus, max_gpus=top)),
             ROOT / "examples" / cluster,
             LLM_WORKLOAD.jobs,
             1.0,
@@ -197,18 +190,20 @@ WORKLOADS = {
                     "cpsat-cluster",
                 )
             ),
-            f"{LLM_WORKLOAD.jobs:,} multi-node LLM jobs (Acme Kalos sizes up to {llm_spec(gpus).max_gpus} GPUs, Megatron "
+            f"{LLM_WORKLOAD.jobs:,} multi-node LLM jobs (Acme Kalos sizes up to {top} GPUs, Megatron "
             f"shapes tp8 pp1-4, log-normal run times of median {LLM_WORKLOAD.median_hours:g} h and mean "
             f"{LLM_WORKLOAD.mean_hours:g} h, Poisson arrivals at offered load {LLM_WORKLOAD.load:g}) on {cluster}, "
             "contention on: running jobs share the fabric",
             contention=True,
             time_limit_s=0.1,  # cpsat's budget per job: 2,000 jobs and 7 policies in about 10 minutes
             bar=(0.85, 0.5),
-            llm_gpus=gpus,
+            llm=(gpus, top),
         )
-        for name, cluster, gpus in (
-            ("llm-tree", "real-tree-179.yaml", 1432),
-            ("llm-h100", "h100-256.yaml", 256),
+        # the largest job: 512 GPUs on the real tree (the issue's workload), a quarter of h100-256 (a FIFO queue
+        # behind a job as large as the cluster idles the rest of it)
+        for name, cluster, gpus, top in (
+            ("llm-tree", "real-tree-179.yaml", 1432, 512),
+            ("llm-h100", "h100-256.yaml", 256, 64),
         )
     },
 }
@@ -376,8 +371,8 @@ def main(argv: list[str] | None = None) -> int:
         w = WORKLOADS[n]
         if w.trace == LOADED_TRACE:
             loaded_trace()
-        if w.llm_gpus:
-            llm_trace(w.llm_gpus)
+        if w.llm is not None:
+            llm_trace(*w.llm)
         if not w.trace.is_file():
             print(f"no trace at {w.trace} (the shared data is absent)")
             return 1
