@@ -39,6 +39,8 @@ JOB_COLUMNS = (
     "repairs",
     "preemptions",
     "waits",
+    "contention_gpu_hours",
+    "contended_slowdown",
     "shared",
     "placed",
 )
@@ -57,6 +59,8 @@ SUMMARY_COLUMNS = (
     "comm_hours",
     "fragmentation",
     "mean_slowdown",
+    "contention_gpu_hours",
+    "mean_contended_slowdown",
     "makespan_h",
     "restarts",
     "repairs",
@@ -115,6 +119,12 @@ def summarize(res: ReplayResult, devices: int) -> dict[str, Any]:
         "comm_hours": sum(r["comm_hours"] for r in res.records),
         "fragmentation": frag,
         "mean_slowdown": sum(r["slowdown"] for r in placed) / len(placed) if placed else math.nan,
+        "contention_gpu_hours": sum(r.get("contention_gpu_hours") or 0.0 for r in res.records),
+        "mean_contended_slowdown": (
+            sum(c) / len(c)
+            if (c := [r["contended_slowdown"] for r in placed if r.get("contended_slowdown")])
+            else math.nan
+        ),
         "makespan_h": end / 3600.0,
         "restarts": sum(r["restarts"] for r in res.records),
         "repairs": sum(r["repairs"] for r in res.records),
