@@ -12,7 +12,12 @@ from placement.schema import DOCUMENTS, json_schema
 __all__ = ["EXAMPLES", "reference_page"]
 
 EXAMPLES: dict[str, tuple[str, ...]] = {
-    "cluster": ("examples/h100-256.yaml", "examples/dgx-h100-4node.yaml", "examples/fat-tree-4096.yaml"),
+    "cluster": (
+        "examples/h100-256.yaml",
+        "examples/dgx-h100-4node.yaml",
+        "examples/fat-tree-4096.yaml",
+        "examples/real-tree-179.yaml",
+    ),
     "state": ("examples/h100-256-busy.yaml", "examples/h100-256-shared.yaml"),
     "job": (
         "examples/llama-13b-tp8-pp2-dp4.yaml",
