@@ -456,3 +456,17 @@ def test_the_other_readers_take_exactly_the_schemas_fields(tmp_path: Path) -> No
     assert _reader_keys(load_serving_sweep, tmp_path / "v.yaml", "solver") == _def(
         "serving-sweep", "ServingSweepSolver"
     )
+
+
+def test_a_request_takes_a_serving_job_as_its_message_does(tmp_path: Path) -> None:
+    body = {k: v for k, v in SERVING.items() if k not in ("kind", "name", "placement")}
+    good = {"cluster": CLUSTER, "job": {"name": "s", "serving": {**body, "rules": {"spread": False}}}}
+    bad = {"cluster": CLUSTER, "job": {"name": "s", "serving": {**body, "placement": {"spread": False}}}}
+    for doc, ok in ((good, True), (bad, False)):
+        (tmp_path / "r.yaml").write_text(json.dumps(doc))
+        assert (_errors("request", doc) == []) is ok
+        if ok:
+            assert read_request(tmp_path / "r.yaml", pb.PlaceRequest).job.HasField("serving")
+        else:
+            with pytest.raises(InputError):
+                read_request(tmp_path / "r.yaml", pb.PlaceRequest)

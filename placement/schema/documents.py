@@ -706,8 +706,12 @@ class Request(_Doc):
     )
     state: State | None = Field(None, description="unset: every device free and healthy")
     state_file: str | None = Field(None, description="a state file, instead of `state`")
-    job: Job | None = Field(None, description="the job inline")
-    job_file: str | None = Field(None, description="a job file, instead of `job`", examples=["tp8-dp4.yaml"])
+    job: Job | RequestServingJob | None = Field(
+        None, description="the job inline: a training job, or a serving job under `serving`"
+    )
+    job_file: str | None = Field(
+        None, description="a (training) job file, instead of `job`", examples=["tp8-dp4.yaml"]
+    )
     options: Options | None = None
     max_slowdown: float | None = Field(
         None,
@@ -1054,6 +1058,31 @@ class ServingWrapped(_Doc):
     description: str | None = None
 
 
+class WireServing(_Doc):
+    """A serving job as the `Job.serving` message of protos/placement/v1 (its placement rules are `rules`)."""
+
+    model: ServingModel = Field(description="the served model; required")
+    pools: list[ServingPool] = Field(
+        min_length=1,
+        max_length=2,
+        description="one aggregated pool, or a prefill and a decode pool; required",
+    )
+    load: ServingLoad = Field(description="requests, prompt and output tokens; required")
+    rules: ServingRules | None = Field(None, description="spread and expert-parallel placement rules")
+
+
+class RequestServingJob(_Doc):
+    """A serving job in a request: the `Job` message with its `serving` field (then only name, description and
+    device_kind of a job's other fields apply)."""
+
+    name: str | None = Field(None, description="the job's name", examples=["deepseek-v3-serving"])
+    description: str | None = None
+    device_kind: str | None = Field(
+        None, description="only devices of this kind; default: any", examples=["H100"]
+    )
+    serving: WireServing = Field(description="the serving job; required")
+
+
 class ServingJob(RootModel[ServingJobDoc | ServingWrapped]):
     """A serving job file: `kind: serving` with the job at the top, or the job under a `serving:` key."""
 
@@ -1118,6 +1147,9 @@ class ServingSweep(_Doc):
     )
     axes: ServingAxes | None = None
 
+
+Request.model_rebuild()
+Sweep.model_rebuild()
 
 DOCUMENTS: dict[str, type[BaseModel]] = {
     "cluster": Cluster,
