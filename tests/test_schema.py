@@ -266,6 +266,8 @@ BAD = [
     ("serving", _set(SERVING, "pools.1.tp", 0)),
     ("serving", _set(SERVING, "load.prompt_tokens", None)),
     ("serving", _set(SERVING, "load.output_tokens", 0)),
+    ("serving", _set(SERVING, "load.concurrency", 32)),  # with batch
+    ("serving", _set(SERVING, "load.batch", None)),  # neither batch nor concurrency
     ("serving", _set(SERVING, "placement.spread", "yes")),
     ("serving", {"serving": _set(SERVING, "pool", [])}),
 ]

@@ -1,9 +1,11 @@
 """The input files of `placement` as declarative models (pydantic v2): cluster, state, job, mapping, request,
-batch, running jobs and sweep, each field with its type, default, unit and an example, true to the readers.
+batch, running jobs, sweep, serving job and serving sweep, each field with its type, default, unit and an example,
+true to the readers.
 
-The readers (`placement.io.native`, `placement.messages.files`, `placement.sim.whatif.spec`, the batch and
-preempt commands) stay the judges of a file: they check what a JSON Schema cannot (a level named in `fanout`
-exists, a rank is below `ranks`, a device selector resolves). These models say what a file may hold, for
+The readers (`placement.io.native`, `placement.io.native.serving`, `placement.messages.files`,
+`placement.sim.whatif.spec`, the batch and preempt commands) stay the judges of a file: they check what a JSON
+Schema cannot (a level named in `fanout` exists, a rank is below `ranks`, a device selector resolves, batch or
+the concurrency splitting evenly). These models say what a file may hold, for
 `placement schema KIND` (JSON Schema draft 2020-12), editors (the examples' `$schema` line) and docs/formats.md;
 tests/test_schema.py loads every example through both, so the two cannot disagree silently.
 """
@@ -967,6 +969,13 @@ class ServingPool(_Doc):
 
 class ServingLoad(_Doc):
     """The load: give `batch` or `concurrency`, not both."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "anyOf": [{"required": ["batch"]}, {"required": ["concurrency"]}],
+            "not": {"required": ["batch", "concurrency"]},
+        }
+    )
 
     batch: Annotated[int, Field(ge=1, le=MAX_SERVING_SIZE * 16)] | None = Field(
         None,

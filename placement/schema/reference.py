@@ -111,10 +111,17 @@ def _type(node: dict[str, Any], kind: str) -> str:
         ("exclusiveMaximum", "<"),
     ):
         if key in node:
-            bounds.append(f"{sym} {node[key]:g}")
+            bounds.append(f"{sym} {_number(node[key])}")
     if bounds:
         out += " " + ", ".join(bounds)
     return out
+
+
+def _number(v: float) -> str:
+    """A bound as a reader reads it: whole numbers below a billion in full (16,777,216), others short (1e+15)."""
+    if float(v).is_integer() and abs(v) < 1e9:
+        return f"{int(v):,}"
+    return f"{v:g}"
 
 
 def _numeric_text(node: dict[str, Any]) -> bool:
