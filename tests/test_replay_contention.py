@@ -6,10 +6,12 @@ from __future__ import annotations
 import pytest
 
 from placement.cost.evaluate import evaluate
+from placement.errors import InputError
 from placement.model.devices import HostSpec, NodeType
 from placement.model.links import Level, Tier
 from placement.model.state import ClusterState, RunningJob
 from placement.model.topology import Topology
+from placement.sim.replay.plan import ReplayPlan
 from placement.sim.replay.sim import _ARRIVE, SimConfig, Simulation, simulate
 from placement.sim.replay.traces import TraceJob
 from placement.sim.whatif.shapes import Shape
@@ -112,3 +114,12 @@ def test_cpsat_cluster_is_a_policy() -> None:
     topo = two_leaves()
     res = simulate(topo, _jobs(600.0), SimConfig("cpsat-cluster", contention=True, time_limit_s=0.2))
     assert all(r["placed"] for r in res.records)
+
+
+def test_the_plan_adds_cpsat_cluster_only_with_contention() -> None:
+    assert "cpsat-cluster" not in ReplayPlan().policy_names
+    assert "cpsat-cluster" in ReplayPlan(contention=True).policy_names
+    assert all(c.contention for c in ReplayPlan(contention=True).configs())
+    with pytest.raises(InputError) as e:
+        ReplayPlan(policies=("cpsat-cluster",)).configs()
+    assert "--policy" in str(e.value) and "--contention" in str(e.value)
