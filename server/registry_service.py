@@ -19,17 +19,19 @@ from placement.errors import InputError, Problem
 from placement.messages import domain as convert
 from placement.messages.registry import (
     event_to_proto,
+    job_shape,
     prefixed,
     reservation_to_proto,
     reserve_request,
     resolve_cluster,
     state_message,
     update_response,
+    uplink_loads,
 )
 from placement.model.state import ClusterState
 from placement.model.topology import Topology
 from placement.registry import ClaimConflict, Registry, default_url, open_store, request_hash
-from placement.registry.registry import Waiting
+from placement.registry.registry import StateView, Waiting
 from placement.solve import PlacementResult
 from placement.v1 import placement_pb2 as pb
 from placement.v1 import registry_pb2 as rpb
@@ -220,6 +222,22 @@ def _gone(context: grpc.ServicerContext, margin_s: float = 0.0) -> bool:
     return not context.is_active() or (remaining is not None and remaining <= margin_s)
 
 
+_TRAFFIC_EVENTS = frozenset(
+    {"COMMITTED", "RELEASED", "EXPIRED", "REVOKED", "STATE_REPLACED", "STATE_DIFF", "CLUSTER_PUT"}
+)
+"""Events that may change the traffic on the fabric (a hold or a renewal does not)."""
+
+
+def _loads(view: StateView, now: float) -> list[rpb.UplinkLoad]:
+    """The link loads of the running jobs a view knows the shape of (empty, and logged, if they cannot be
+    computed: a watch or GetState never fails for them)."""
+    try:
+        return uplink_loads(view.topology, view.state(now))
+    except Exception:
+        _log.exception("link loads not computed", extra={"fields": {"cluster": view.record.cluster_id}})
+        return []
+
+
 def _redacted(url: str) -> str:
     """A store URL without its password."""
     if "@" in url and "://" in url:
@@ -310,35 +328,37 @@ class RegistryServicer(rpb_grpc.ClusterRegistryServicer):
         return self._run(context, work)
 
     def GetState(self, request: rpb.GetStateRequest, context: grpc.ServicerContext) -> rpb.GetStateResponse:
-        def work() -> rpb.GetStateResponse:
-            reg = self._registry()
-            now = reg.clock()  # before the data: a hold left out had ended before it was read
-            view = reg.view(request.cluster_id)
-            out = rpb.GetStateResponse(
-                cluster_id=request.cluster_id,
-                cluster_version=view.record.version,
-                generation=view.generation,
-                seq=view.record.last_seq,
-                state=state_message(view.document(now)),
-            )
-            holders = {rid for rid, _ in view.holds(now).values()}
-            for rid in sorted(holders):
-                out.holds.append(reservation_to_proto(reg.get(rid)))
-            if request.include_cluster:
-                json_doc = dict(view.record.doc)
-                for nt in json_doc.get("node_types", []):
-                    if "rails" in nt:
-                        nt["rails"] = [-1 if x is None else x for x in nt["rails"]]
-                    if "cpu_affinity" in nt:  # unknown entries: "" and -1 in the message, as rails
-                        nt["cpu_affinity"] = ["" if x is None else x for x in nt["cpu_affinity"]]
-                    if "numa_affinity" in nt:
-                        nt["numa_affinity"] = [-1 if x is None else x for x in nt["numa_affinity"]]
-                from google.protobuf import json_format
+        return self._run(context, lambda: self._state(request)[0])
 
-                json_format.ParseDict(json_doc, out.cluster)
-            return out
+    def _state(self, request: rpb.GetStateRequest) -> tuple[rpb.GetStateResponse, StateView]:
+        """GetState's answer and the view it was read from (WatchState's SNAPSHOT goes on from it)."""
+        reg = self._registry()
+        now = reg.clock()  # before the data: a hold left out had ended before it was read
+        view = reg.view(request.cluster_id)
+        out = rpb.GetStateResponse(
+            cluster_id=request.cluster_id,
+            cluster_version=view.record.version,
+            generation=view.generation,
+            seq=view.record.last_seq,
+            state=state_message(view.document(now)),
+            link_loads=_loads(view, now),
+        )
+        holders = {rid for rid, _ in view.holds(now).values()}
+        for rid in sorted(holders):
+            out.holds.append(reservation_to_proto(reg.get(rid)))
+        if request.include_cluster:
+            json_doc = dict(view.record.doc)
+            for nt in json_doc.get("node_types", []):
+                if "rails" in nt:
+                    nt["rails"] = [-1 if x is None else x for x in nt["rails"]]
+                if "cpu_affinity" in nt:  # unknown entries: "" and -1 in the message, as rails
+                    nt["cpu_affinity"] = ["" if x is None else x for x in nt["cpu_affinity"]]
+                if "numa_affinity" in nt:
+                    nt["numa_affinity"] = [-1 if x is None else x for x in nt["numa_affinity"]]
+            from google.protobuf import json_format
 
-        return self._run(context, work)
+            json_format.ParseDict(json_doc, out.cluster)
+        return out, view
 
     def WatchState(
         self, request: rpb.WatchStateRequest, context: grpc.ServicerContext
@@ -351,10 +371,12 @@ class RegistryServicer(rpb_grpc.ClusterRegistryServicer):
                 reg.view(request.cluster_id)  # NotFound
             elif seq <= 0 or seq < record.pruned_seq:  # a new watch, or the events after seq were pruned
                 seq = -1
+            view: StateView | None = None
+            loads: list[rpb.UplinkLoad] = []
             while context.is_active() and not self._holder._stop.is_set():
                 if seq < 0:
-                    first = self.GetState(rpb.GetStateRequest(cluster_id=request.cluster_id), context)
-                    seq = first.seq
+                    first, view = self._state(rpb.GetStateRequest(cluster_id=request.cluster_id))
+                    seq, loads = first.seq, list(first.link_loads)
                     yield rpb.StateEvent(
                         cluster_id=request.cluster_id,
                         seq=seq,
@@ -364,13 +386,32 @@ class RegistryServicer(rpb_grpc.ClusterRegistryServicer):
                         state=first.state,
                         holds=first.holds,
                         cluster_version=first.cluster_version,
+                        link_loads=loads,
                     )
-                for ev in reg.events(request.cluster_id, seq, wait_s=_WATCH_POLL_S):
+                events = reg.events(request.cluster_id, seq, wait_s=_WATCH_POLL_S)
+                now = reg.clock() if events else 0.0
+                for ev in events:
                     if ev.seq != seq + 1:  # pruned under a slow watcher: start over with a snapshot
                         seq = -1
                         break
                     seq = ev.seq
-                    yield event_to_proto(ev)
+                    # the loads once this event applied: the view moved along by it (a watch resumed behind,
+                    # or past a new cluster version: the state read now)
+                    moved = (
+                        view.advance([ev])
+                        if view is not None and view.record.last_seq == ev.seq - 1
+                        else None
+                    )
+                    if moved is None:
+                        view = reg.view(request.cluster_id)
+                        loads = _loads(view, now)
+                    else:
+                        view = moved
+                        if ev.kind in _TRAFFIC_EVENTS:
+                            loads = _loads(view, now)
+                    out = event_to_proto(ev)
+                    out.link_loads.extend(loads)
+                    yield out
         except Exception as exc:
             stopping = self._holder._stop.is_set()  # the registry closed under the watch: the server stops
             context.abort_with_status(status_for(ShuttingDown() if stopping else exc))
@@ -423,6 +464,7 @@ class RegistryServicer(rpb_grpc.ClusterRegistryServicer):
                     render=render,
                     gone=lambda: _gone(context, self._settings.registry_reply_margin_s),
                     max_slowdown=inputs.max_slowdown,
+                    shape=job_shape(request.job),
                 )
         except Waiting as w:  # place or wait: WAIT reserves nothing
             waiting = pb.PlacementResult()

@@ -43,7 +43,7 @@ from placement.cost.collectives import (
 from placement.cost.report import Contention, CostReport, JobHarm
 from placement.cost.step import model_step
 from placement.model.job import Job
-from placement.model.state import ClusterState, RunningJob, Uplink
+from placement.model.state import ClusterState, LinkLoad, RunningJob, Uplink
 from placement.model.topology import Topology
 from placement.model.traffic import Traffic, job_traffic
 
@@ -55,6 +55,7 @@ __all__ = [
     "cluster_seconds",
     "contention",
     "job_flows",
+    "link_loads",
     "measured_flows",
     "running_flows",
     "surrogate_state",
@@ -132,6 +133,29 @@ def running_flows(topology: Topology, state: ClusterState, running: RunningJob) 
     out = RunningFlows(running, traffic, step, rates, tuple(_as_flows(rates, running.job_id)))
     with _cache_lock:
         _flows.setdefault(running, {})[id(fabric)] = out
+    return out
+
+
+def link_loads(topology: Topology, state: ClusterState) -> dict[Uplink, tuple[LinkLoad, float]]:
+    """The average load the running jobs of `state` (`ClusterState.running`) put on each host NIC path (level 0)
+    and uplink, GB/s per direction, with the link's capacity (GB/s, each way, under the health of `state`): the
+    sum of their average flows (`running_flows`). Measured loads are not added (they are `state.link_load`);
+    links no running job loads are absent."""
+    running = state.running()
+    if not running:
+        return {}
+    fabric = fabric_for(topology, state)
+    base = fabric.base
+    rates: dict[int, float] = {}
+    for rj in running:
+        for r, x in running_flows(topology, state, rj).rates.items():
+            rates[r] = rates.get(r, 0.0) + x
+    out: dict[Uplink, tuple[LinkLoad, float]] = {}
+    for r in sorted({r & ~1 for r in rates}):
+        level = bisect.bisect_right(base, r) - 1
+        up = Uplink(level, (r - base[level]) // 2)
+        load = LinkLoad(rates.get(r, 0.0) / 1e9, rates.get(r + 1, 0.0) / 1e9)
+        out[up] = (load, fabric.caps[r])
     return out
 
 

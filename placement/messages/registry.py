@@ -10,7 +10,9 @@ from typing import Any
 
 from google.protobuf import json_format
 
+from placement.cost.shared import link_loads
 from placement.errors import InputError, Problem
+from placement.messages.files import message_to_dict
 from placement.model.state import ClusterState
 from placement.model.topology import Topology
 from placement.registry import Registry, Reservation, ReservationStatus, UpdateOutcome
@@ -22,11 +24,13 @@ from placement.v1 import registry_pb2 as rpb
 __all__ = [
     "diff_message",
     "event_to_proto",
+    "job_shape",
     "prefixed",
     "reservation_to_proto",
     "resolve_cluster",
     "state_message",
     "update_response",
+    "uplink_loads",
 ]
 
 _STATUS = {
@@ -59,6 +63,27 @@ def reserve_request(request: rpb.ReserveRequest) -> tuple[pb.PlaceRequest, float
     if request.HasField("max_slowdown"):
         place_req.max_slowdown = request.max_slowdown
     return place_req, ttl
+
+
+def job_shape(job: pb.Job) -> dict[str, Any]:
+    """The job of a Reserve as the registry keeps it: the message as the request gave it, as a native job
+    document (the form a state file's `occupied[].shape` takes)."""
+    doc = message_to_dict(job)
+    for g in doc.get("groups", []):
+        g.setdefault("members", [])  # an empty repeated field is absent in the dict
+    return doc
+
+
+def uplink_loads(topology: Topology, state: ClusterState) -> list[rpb.UplinkLoad]:
+    """The running jobs' average load per loaded uplink (`placement.cost.shared.link_loads`), named
+    "level:name", lowest level first."""
+    out = []
+    for up, (load, cap) in sorted(
+        link_loads(topology, state).items(), key=lambda kv: (kv[0].level, kv[0].domain)
+    ):
+        name = f"{topology.level_names[up.level]}:{topology.domain_names[up.level][up.domain]}"
+        out.append(rpb.UplinkLoad(uplink=name, up_gbps=load.up, down_gbps=load.down, capacity_gbps=cap))
+    return out
 
 
 def resolve_cluster(request: Any, registry: Registry | None) -> tuple[Topology, ClusterState] | None:
@@ -107,6 +132,14 @@ def reservation_to_proto(res: Reservation) -> rpb.Reservation:
         out.ended_unix_s = res.ended_at
     if res.heartbeat_s is not None:
         out.heartbeat_s = res.heartbeat_s
+    if res.shape is not None:
+        shape = pb.Job()
+        try:
+            json_format.ParseDict(res.shape, shape)
+        except json_format.ParseError:
+            pass  # a shape stored from a native document the message cannot hold: kept, not shown
+        else:
+            out.shape.CopyFrom(shape)
     return out
 
 
@@ -127,6 +160,7 @@ def _reservation_from_payload(cluster_id: str, p: dict[str, Any]) -> rpb.Reserva
             cluster_version=p["cluster_version"],
             reason=p.get("reason", ""),
             heartbeat_s=p.get("heartbeat_s"),
+            shape=p.get("shape"),
         )
     )
 

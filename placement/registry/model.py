@@ -106,7 +106,9 @@ class ClusterRecord:
 class Reservation:
     """Devices (rank order, device ids) held for one job. `payload` is the caller's rendering of the placement
     answer (the server stores the serialized PlacementResult), returned unchanged to a retry. `heartbeat_s`: a
-    committed reservation with a heartbeat expires at `expires_at` unless renewed."""
+    committed reservation with a heartbeat expires at `expires_at` unless renewed. `shape`: the job as the Reserve
+    request gave it (its native document), kept so that the registry prices the traffic of the committed job
+    (`devices` is its mapping, rank r on `devices[r]`); None when the caller gave none."""
 
     id: str
     cluster_id: str
@@ -123,6 +125,7 @@ class Reservation:
     payload: bytes = b""
     reason: str = ""
     heartbeat_s: float | None = None
+    shape: dict[str, Any] | None = None
 
     def runs_out(self) -> bool:
         """Its claim has an end: held (the lease), or committed with a heartbeat."""
@@ -157,13 +160,15 @@ class Event:
 
 @dataclass(frozen=True)
 class Snapshot:
-    """A consistent read of one cluster: its record, the live claims (one per device), the slowdowns and the
-    extras (links, fault domains, description of the last full state)."""
+    """A consistent read of one cluster: its record, the live claims (one per device), the slowdowns, the
+    extras (links, fault domains, description and shapes of the last full state) and the shapes of the
+    committed reservations (id -> (job, device of each rank, shape))."""
 
     cluster: ClusterRecord
     claims: dict[str, Claim]
     slowdowns: dict[str, float]
     extras: dict[str, Any] = field(default_factory=dict)
+    shapes: dict[str, tuple[str, tuple[str, ...], dict[str, Any]]] = field(default_factory=dict)
 
 
 class Refused(PlacementError):

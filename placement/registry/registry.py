@@ -215,7 +215,7 @@ class Registry:
             if snap is None:
                 raise NotFound(f"unknown cluster {cluster_id!r}")
             topo, base = self._topology(cluster_id, snap.cluster)
-            view = StateView(snap.cluster, topo, base, snap.claims, snap.slowdowns, snap.extras)
+            view = StateView(snap.cluster, topo, base, snap.claims, snap.slowdowns, snap.extras, snap.shapes)
         with self._lock:
             old = self._views.get(cluster_id)
             if old is None or old.record.last_seq <= view.record.last_seq:
@@ -310,12 +310,15 @@ class Registry:
         render: Render,
         gone: Callable[[], bool] | None = None,
         max_slowdown: float | None = None,
+        shape: dict[str, Any] | None = None,
     ) -> ReserveOutcome:
         """Place `job` on the current state and hold its devices for `ttl_s`. A key already used returns that
         reservation (Refused if it was for another request). InfeasibleError when the job does not fit; Aborted
         when the state moved under every attempt, or when `gone()` says the caller left: it is asked once more
         inside the claim's transaction, just before COMMIT, and a yes rolls the claim back.
         `max_slowdown`: place or wait (`decide`); a WAIT answer raises `Waiting` and reserves nothing.
+        `shape`: the job as the request gave it (a native job document), stored with the reservation: once
+        committed, its traffic is priced for every later Place and Reserve of the cluster.
 
         No connection or lock is held during a solve; Reserves of one cluster solve in parallel, each on a
         snapshot with the devices of this process's other Reserves in flight occupied, and the claim
@@ -383,7 +386,7 @@ class Registry:
                 continue
             try:
                 res = self._reservation(cluster_id, job, view, devices, ttl_s, key, fingerprint)
-                res = dataclasses.replace(res, payload=render(view.topology, result))
+                res = dataclasses.replace(res, payload=render(view.topology, result), shape=shape)
                 stored, new = self.store.insert_reservation(
                     res, view.generation, view.record.version, self._write_now(), still_wanted
                 )

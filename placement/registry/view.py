@@ -2,6 +2,9 @@
 out (the stored state for GetState, what Place by cluster_id runs on, what a Reserve solves on), and `advance`:
 the same view moved along by the events since its seq, instead of a new read of the whole cluster.
 
+Both carry the traffic of the running jobs whose shape the registry knows (`background`): committed reservations
+that were reserved with their job, and outside jobs whose occupied entries gave a shape.
+
 A Reserve's state labels every live claim by its owner (`reservation:<id>`, `external:<job>`), never by a bare
 job name, so that the solver, which treats devices occupied by the job's own name as its own (ClusterState's
 `usable`), never takes another reservation's or another job's devices for free.
@@ -15,10 +18,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from placement.errors import InputError
+from placement.model.job import Job
 from placement.model.state import ClusterState
 from placement.model.topology import Topology
 from placement.registry.model import Claim, ClaimKind, ClusterRecord, DeviceRow, Event
-from placement.registry.statedoc import EXTRA_KEYS, build_state, state_document
+from placement.registry.statedoc import (
+    RUNNING,
+    Shaped,
+    build_state,
+    extras_of,
+    running_under,
+    shape_job,
+    state_document,
+)
 from placement.registry.update import stored_rows
 
 __all__ = ["StateView", "owner_label"]
@@ -47,8 +60,11 @@ class StateView:
     claims: dict[str, Claim]
     slowdowns: dict[str, float]
     extras: dict[str, Any]
+    shapes: dict[str, tuple[str, tuple[str, ...], dict[str, Any]]] = field(default_factory=dict)
+    """Committed reservations reserved with their job: id -> (job name, device of each rank, shape)."""
     _cache: dict[str, tuple[ClusterState, float]] = field(default_factory=dict, repr=False)
     _lab: _Labels | None = field(default=None, repr=False)
+    _jobs: dict[int, tuple[Mapping[str, Any], Job | None]] = field(default_factory=dict, repr=False)
 
     @property
     def generation(self) -> int:
@@ -75,8 +91,58 @@ class StateView:
         return out
 
     def document(self, now: float) -> dict[str, Any]:
-        """The stored state as a native state document (holds not included)."""
-        return state_document(self.rows(now), self.extras)
+        """The stored state as a native state document (holds not included); the running jobs with a known shape
+        have occupied entries of their own with `shape` and `ranks`."""
+        return state_document(self.rows(now), self.extras, self.committed_shapes(now))
+
+    def _holds_all(self, devices: Any, now: float, owns: Any) -> bool:
+        """Every device of `devices` has a live claim that `owns` accepts (read per device, not the whole view)."""
+        for d in devices:
+            c = self.claims.get(d)
+            if c is None or not c.live(now) or not owns(c):
+                return False
+        return True
+
+    def committed_shapes(self, now: float) -> list[Shaped]:
+        """(job, shape, device of each rank) of the committed reservations that hold all their devices now."""
+        out: list[Shaped] = []
+        for rid, (job, devices, shape) in sorted(self.shapes.items()):
+            if self._holds_all(
+                devices, now, lambda c, rid=rid: c.reservation_id == rid and c.kind is ClaimKind.COMMITTED
+            ):
+                out.append((job, shape, devices))
+        return out
+
+    def _outside_shapes(self, now: float) -> list[Shaped]:
+        """The outside jobs' shapes of the last full state whose job still holds every device of its ranks."""
+        out: list[Shaped] = []
+        for e in self.extras.get(RUNNING, []):
+            job = e["job"]
+            if self._holds_all(
+                e["ranks"], now, lambda c, job=job: c.kind is ClaimKind.EXTERNAL and c.job == job
+            ):
+                out.append((job, e["shape"], tuple(e["ranks"])))
+        return out
+
+    def background(self, now: float) -> list[tuple[tuple[int, ...], Job]]:
+        """The running jobs whose traffic the registry knows: (device index of each rank, job). A shape that no
+        longer reads (or names devices the cluster lost) is left out. Each shape is read once (by the identity
+        of its stored document, which views moved along by events share)."""
+        if not self.shapes and not self.extras.get(RUNNING):
+            return []  # no shape known: nothing to read (a Reserve's hot path)
+        out: list[tuple[tuple[int, ...], Job]] = []
+        jobs: dict[int, tuple[Mapping[str, Any], Job | None]] = {}
+        for name, shape, ranks in [*self.committed_shapes(now), *self._outside_shapes(now)]:
+            idx = [self.topology.device_index(d) for d in ranks]
+            hit = self._jobs.get(id(shape))
+            if hit is None or hit[0] is not shape:
+                hit = (shape, _read_shape(name, shape, len(ranks)))
+            jobs[id(shape)] = hit
+            job = hit[1]
+            if job is not None and None not in idx and job.ranks == len(idx):
+                out.append((tuple(i for i in idx if i is not None), job))
+        self._jobs = jobs
+        return out
 
     def _cached(self, key: str, now: float, build: Any) -> ClusterState:
         hit = self._cache.get(key)
@@ -98,6 +164,7 @@ class StateView:
                 self.rows(now),
                 self.extras,
                 {d: f"reservation:{rid}" for d, (rid, _) in self.holds(now).items()},
+                self.background(now),
             ),
         )
 
@@ -128,6 +195,8 @@ class StateView:
             st.failed_uplinks,
             st.uplink_slowdown,
             st.fault_domains,
+            running_under(occupied, self.background(now)),  # each under its owner's label
+            st.link_load,
         )
 
     def _labels(self) -> _Labels:
@@ -148,6 +217,7 @@ class StateView:
         if not events or events[0].seq != self.record.last_seq + 1:
             return None
         claims, slow, extras = dict(self.claims), dict(self.slowdowns), self.extras
+        shapes = dict(self.shapes)
         touched: set[str] | None = set()
         for ev in events:
             p = ev.payload
@@ -159,12 +229,15 @@ class StateView:
                 end = None if committed and p.get("heartbeat_s") is None else float(p["expires_at"])
                 for d in p["devices"]:
                     claims[d] = Claim(kind, p["id"], p["job"], end)
+                if isinstance(p.get("shape"), dict):
+                    shapes[p["id"]] = (p["job"], tuple(p["devices"]), p["shape"])
                 if touched is not None:
                     touched.update(p["devices"])
             elif ev.kind in ("RELEASED", "EXPIRED", "REVOKED"):
                 for d in p["devices"]:
                     if claims.get(d, Claim(ClaimKind.FAILED)).reservation_id == p["id"]:
                         del claims[d]
+                shapes.pop(p["id"], None)
                 if touched is not None:
                     touched.update(p["devices"])
             elif ev.kind == "STATE_DIFF":
@@ -181,17 +254,25 @@ class StateView:
                 for d in st.get("failed", []):
                     claims[d] = Claim(ClaimKind.FAILED)
                 slow = {g["device"]: float(g["slowdown"]) for g in st.get("degraded", [])}
-                extras = {k: st[k] for k in EXTRA_KEYS if st.get(k)}
+                extras = extras_of(st)
             else:
                 return None
         last = events[-1]
         record = dataclasses.replace(self.record, generation=last.generation, last_seq=last.seq)
-        view = StateView(record, self.topology, self.base, claims, slow, extras)
+        view = StateView(record, self.topology, self.base, claims, slow, extras, shapes)
+        view._jobs = self._jobs
         if extras is self.extras and "static" in self._cache:
             view._cache["static"] = self._cache["static"]
         if touched is not None and self._lab is not None:
             view._lab = self._lab.patched(self.topology, touched, claims, slow)
         return view
+
+
+def _read_shape(name: str, shape: Mapping[str, Any], ranks: int) -> Job | None:
+    try:
+        return shape_job(name, shape, ranks, f"shape of {name}")
+    except InputError:
+        return None  # stored by an older reader: the job runs, its traffic is not priced
 
 
 def _apply_diff(claims: dict[str, Claim], slow: dict[str, float], diff: Mapping[str, Any]) -> set[str]:

@@ -1,9 +1,11 @@
 """The input files of `placement` as declarative models (pydantic v2): cluster, state, job, mapping, request,
-batch, running jobs and sweep, each field with its type, default, unit and an example, true to the readers.
+batch, running jobs, sweep, serving job and serving sweep, each field with its type, default, unit and an example,
+true to the readers.
 
-The readers (`placement.io.native`, `placement.messages.files`, `placement.sim.whatif.spec`, the batch and
-preempt commands) stay the judges of a file: they check what a JSON Schema cannot (a level named in `fanout`
-exists, a rank is below `ranks`, a device selector resolves). These models say what a file may hold, for
+The readers (`placement.io.native`, `placement.io.native.serving`, `placement.messages.files`,
+`placement.sim.whatif.spec`, the batch and preempt commands) stay the judges of a file: they check what a JSON
+Schema cannot (a level named in `fanout` exists, a rank is below `ranks`, a device selector resolves, batch or
+the concurrency splitting evenly). These models say what a file may hold, for
 `placement schema KIND` (JSON Schema draft 2020-12), editors (the examples' `$schema` line) and docs/formats.md;
 tests/schema/test_schema.py loads every example through both, so the two cannot disagree silently.
 """
@@ -24,9 +26,23 @@ from placement.io.native.document import (
     MAX_SLOWDOWN,
     MIN_BANDWIDTH_GBPS,
 )
+from placement.io.native.serving import MAX_SIZE as MAX_SERVING_SIZE
+from placement.io.native.state import MAX_LOAD_GBPS
 from placement.sim.whatif.axes import DEFAULT_TIME_LIMIT
 
-__all__ = ["DOCUMENTS", "Batch", "Cluster", "Job", "MappingFile", "Request", "RunningFile", "State", "Sweep"]
+__all__ = [
+    "DOCUMENTS",
+    "Batch",
+    "Cluster",
+    "Job",
+    "MappingFile",
+    "Request",
+    "RunningFile",
+    "ServingJob",
+    "ServingSweep",
+    "State",
+    "Sweep",
+]
 
 
 StrategyName = Literal["first-fit", "kueue-tas", "slurm-tree", "slurm-block", "cpsat", "topology-greedy"]
@@ -37,6 +53,8 @@ LauncherName = Literal["any", "torchrun"]
 """`placement.model.job.LAUNCHERS`."""
 ModeName = Literal["whole", "partial", "mixed"]
 """`placement.sim.whatif.axes.MODES`."""
+ObjectiveName = Literal["own", "cluster"]
+"""`placement.cost.shared.OBJECTIVES`."""
 T = TypeVar("T")
 Axis: TypeAlias = T | list[T]
 """A sweep axis: its values, or one value."""
@@ -85,6 +103,7 @@ Bytes = Annotated[float, Field(ge=0, le=MAX_BYTES)] | NumText
 Count = Annotated[float, Field(ge=0, le=MAX_COUNT)] | NumText
 Oversubscription = Annotated[float, Field(gt=0, le=1e3)] | NumText
 RailFactor = Annotated[float, Field(ge=1 / MAX_SLOWDOWN, le=1.0)] | NumText
+LinkLoadGbps = Annotated[float, Field(ge=0, le=MAX_LOAD_GBPS)] | NumText
 RankDevices = Annotated[dict[RankKey, str], Field(json_schema_extra={"additionalProperties": False})]
 
 # ---- cluster ----------------------------------------------------------------------------------------------
@@ -330,6 +349,29 @@ class Occupied(_Doc):
         examples=["train-7"],
     )
     devices: list[Selector] = Field(default_factory=list, examples=[["node08", "node02/gpu6"]])
+    shape: Job | None = Field(
+        None,
+        description="the running job's shape, a job file's body (parallel/model, or groups/edges; `name` defaults "
+        "to `job`, an explicit job's `ranks` to the entry's device count): its traffic then shares the fabric "
+        "with a new job's (`--objective cluster`, docs/model.md). Not with `job_file`",
+        examples=[
+            {
+                "parallel": {"tp": 8, "dp": 4},
+                "model": {"parameters": 7.0e9, "hidden": 4096, "layers": 32, "seq_len": 4096},
+            }
+        ],
+    )
+    job_file: str | None = Field(
+        None,
+        description="the running job's shape as a job file (relative to the state file), instead of `shape`",
+        examples=["tp8-dp4.yaml"],
+    )
+    ranks: list[Selector] | None = Field(
+        None,
+        description="with `shape` or `job_file`: the device of each rank, in rank order, each one device among "
+        "`devices` and none twice; default: the entry's devices in order",
+        examples=[["node17/gpu0", "node17/gpu1"]],
+    )
 
 
 class Degraded(_Doc):
@@ -358,8 +400,19 @@ class Link(_Doc):
         description="a host or domain (not the top one): the link above it; `level:name` when the name is ambiguous",
         examples=["node12"],
     )
-    failed: bool = Field(False, description="the link is down; or give a slowdown")
+    failed: bool = Field(False, description="the link is down; or give a slowdown or a load_gbps")
     slowdown: Slowdown | None = Field(None, examples=[2.0], json_schema_extra=_unit("x"))
+    load_gbps: LinkLoadGbps | None = Field(
+        None,
+        description="traffic measured on an uplink (switch counters), which a new job's traffic shares; not on "
+        "`between`. Several entries of one uplink add up",
+        examples=[600],
+        json_schema_extra=_unit("GB/s"),
+    )
+    direction: Literal["up", "down", "both"] = Field(
+        "both",
+        description="with `load_gbps`: `up` leaves the domain, `down` enters it, `both` is each way",
+    )
 
 
 class State(_Doc):
@@ -580,6 +633,10 @@ class Job(_Doc):
     )
 
 
+Occupied.model_rebuild()
+State.model_rebuild()
+
+
 # ---- mapping, request, batch, running jobs -------------------------------------------------------------
 
 
@@ -628,6 +685,12 @@ class Options(_Doc):
     deterministic: bool | None = Field(
         None, description="budget the search in deterministic time: the answer does not depend on load"
     )
+    objective: ObjectiveName = Field(
+        "own",
+        description="what the answer minimises when running jobs' traffic is on the fabric (a state's "
+        "`occupied[].shape`, `links[].load_gbps`): `own` (the job's step) or `cluster` (its step x (1 + harm to "
+        "the running jobs / gpus); docs/model.md, Shared fabric)",
+    )
 
 
 class Request(_Doc):
@@ -645,8 +708,12 @@ class Request(_Doc):
     )
     state: State | None = Field(None, description="unset: every device free and healthy")
     state_file: str | None = Field(None, description="a state file, instead of `state`")
-    job: Job | None = Field(None, description="the job inline")
-    job_file: str | None = Field(None, description="a job file, instead of `job`", examples=["tp8-dp4.yaml"])
+    job: Job | RequestServingJob | None = Field(
+        None, description="the job inline: a training job, or a serving job under `serving`"
+    )
+    job_file: str | None = Field(
+        None, description="a (training) job file, instead of `job`", examples=["tp8-dp4.yaml"]
+    )
     options: Options | None = None
     max_slowdown: float | None = Field(
         None,
@@ -806,6 +873,293 @@ class Sweep(_Doc):
     axes: Axes | None = None
 
 
+# ---- serving job ------------------------------------------------------------------------------------------
+
+DtypeName = Literal["fp32", "bf16", "fp16", "fp8", "int8", "fp4", "int4"]
+"""`placement.model.serving.DTYPE_BYTES`'s keys (the reader takes them in any case)."""
+RoleName = Literal["aggregated", "prefill", "decode"]
+"""`placement.model.serving.POOL_ROLES`."""
+AttentionName = Literal["mha", "gqa", "mla"]
+"""The serving reader's attention kinds (any case; gqa is read as mha)."""
+ServingSize = Annotated[int, Field(ge=1, le=MAX_SERVING_SIZE)]
+
+
+class ServingModel(_Doc):
+    """The served model's shape (placement/model/serving.py). A MoE model gives `experts`, `top_k` and
+    `expert_parameters` together."""
+
+    parameters: Annotated[float, Field(gt=0, le=1e15)] | NumText = Field(
+        description="every weight, the routed experts' included; required",
+        examples=[671.0e9],
+        json_schema_extra=_unit("parameters"),
+    )
+    hidden: ServingSize = Field(description="hidden size; required", examples=[7168])
+    layers: ServingSize = Field(description="transformer layers; required", examples=[61])
+    heads: ServingSize = Field(description="attention (query) heads; required", examples=[128])
+    kv_heads: ServingSize | None = Field(
+        None,
+        description="K/V heads (GQA: fewer than heads, dividing them); default: heads (mha), 1 (mla)",
+        examples=[8],
+    )
+    head_dim: ServingSize = Field(
+        description="per head and token: the K/V width (mha), or the latent every token keeps per layer (mla, "
+        "e.g. 512 + 64 = 576); required",
+        examples=[128],
+        json_schema_extra=_unit("elements"),
+    )
+    qk_head_dim: Annotated[int, Field(ge=0, le=MAX_SERVING_SIZE)] = Field(
+        0,
+        description="the per-head query/key width prefill's attention multiplies with (DeepSeek-V3's MLA: 192); "
+        "0: head_dim",
+        json_schema_extra=_unit("elements"),
+    )
+    attention: AttentionName = Field(
+        "mha",
+        description="mha (multi-head or grouped-query: K and V of kv_heads heads per layer and token; gqa is the "
+        "same) or mla (DeepSeek's multi-head latent attention: one latent per layer and token)",
+    )
+    experts: Annotated[int, Field(ge=0, le=MAX_SERVING_SIZE)] = Field(
+        0, description="routed experts (0: dense)"
+    )
+    top_k: Annotated[int, Field(ge=0, le=MAX_SERVING_SIZE)] = Field(
+        0, description="routed experts per token; 1..experts for a MoE model", examples=[8]
+    )
+    shared_experts: Annotated[int, Field(ge=0, le=MAX_SERVING_SIZE)] = Field(
+        0,
+        description="experts every token goes through (their weights are in parameters, not expert_parameters)",
+    )
+    expert_parameters: Annotated[float, Field(ge=0, le=1e15)] | NumText = Field(
+        0.0,
+        description="of `parameters`, the routed experts' (less than parameters); required with experts",
+        examples=[653.9e9],
+        json_schema_extra=_unit("parameters"),
+    )
+    moe_layers: Annotated[int, Field(ge=0, le=MAX_SERVING_SIZE)] = Field(
+        0,
+        description="layers whose MLP is routed (at most layers); 0 with experts: every layer",
+        examples=[58],
+    )
+    weight_dtype: DtypeName = Field("bf16", description="data type of the weights")
+    kv_dtype: DtypeName = Field("bf16", description="data type of the KV cache")
+    activation_dtype: DtypeName = Field("bf16", description="data type of the activations TP reduces")
+    dispatch_dtype: DtypeName = Field(
+        "fp8", description="data type of the tokens an EP dispatch sends (DeepEP: FP8)"
+    )
+
+
+class ServingPool(_Doc):
+    """A pool: one replica runs tp x attention_dp x pp ranks; the MoE layers of a stage span its tp x attention_dp
+    ranks with expert parallelism ep (which divides them)."""
+
+    role: RoleName | None = Field(
+        None,
+        description="aggregated (prefills and decodes), prefill or decode: one aggregated pool, or one prefill and "
+        "one decode pool; default: aggregated for a single pool, else prefill then decode by position",
+    )
+    tp: ServingSize = Field(1, description="tensor parallel inside one attention replica", examples=[1])
+    ep: ServingSize = Field(
+        1, description="expert parallel; divides tp x attention_dp, at most the experts", examples=[64]
+    )
+    pp: ServingSize = Field(1, description="pipeline stages")
+    attention_dp: ServingSize = Field(
+        1, description="attention replicas per stage (SGLang's --enable-dp-attention)", examples=[64]
+    )
+    replicas: ServingSize = Field(1, description="replicas of the pool", examples=[2])
+
+
+class ServingLoad(_Doc):
+    """The load: give `batch` or `concurrency`, not both."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "anyOf": [{"required": ["batch"]}, {"required": ["concurrency"]}],
+            "not": {"required": ["batch", "concurrency"]},
+        }
+    )
+
+    batch: Annotated[int, Field(ge=1, le=MAX_SERVING_SIZE * 16)] | None = Field(
+        None,
+        description="requests decoded together per decode replica",
+        examples=[2048],
+        json_schema_extra=_unit("requests"),
+    )
+    concurrency: Annotated[int, Field(ge=1, le=MAX_SERVING_SIZE * 64)] | None = Field(
+        None,
+        description="requests in flight in the deployment, split evenly over the decode replicas (instead of batch)",
+        json_schema_extra=_unit("requests"),
+    )
+    prompt_tokens: Annotated[int, Field(ge=1, le=MAX_SERVING_SIZE * 16)] = Field(
+        description="prompt length per request; required", examples=[2000], json_schema_extra=_unit("tokens")
+    )
+    output_tokens: Annotated[int, Field(ge=1, le=MAX_SERVING_SIZE * 16)] = Field(
+        description="tokens generated per request; required",
+        examples=[1000],
+        json_schema_extra=_unit("tokens"),
+    )
+    prefill_batch: ServingSize = Field(
+        1,
+        description="prompts one prefill replica (or the aggregated pool) processes together",
+        json_schema_extra=_unit("requests"),
+    )
+    tpot_bound_ms: Annotated[float, Field(gt=0)] | NumText | None = Field(
+        None,
+        description="the time per output token the deployment must meet: the objective becomes tokens/s within it",
+        examples=[50],
+        json_schema_extra=_unit("ms"),
+    )
+
+
+class ServingRules(_Doc):
+    """Placement rules of a serving job."""
+
+    spread: bool = Field(True, description="spread the replicas over fault domains of `spread_kind`")
+    spread_kind: str | None = Field(
+        None,
+        description="a fault-domain kind; default: the state's first fault-domain kind, else the level above the host",
+        examples=["power"],
+    )
+    ep_level: str | None = Field(
+        None,
+        description="a level each EP group is preferred to stay inside; default: the lowest level whose domains "
+        "hold one",
+        examples=["leaf"],
+    )
+    require_ep: bool = Field(False, description="make `ep_level` a hard rule")
+
+
+class _ServingBody(_Doc):
+    name: str | None = Field(
+        None, description="default: the file's name without its suffix", examples=["deepseek-v3-serving"]
+    )
+    description: str | None = Field(None, description="free text")
+    device_kind: str | None = Field(
+        None, description="only devices of this kind (a node type's `kind`); default: any", examples=["H100"]
+    )
+    model: ServingModel = Field(description="the served model; required")
+    pools: list[ServingPool] = Field(
+        min_length=1,
+        max_length=2,
+        description="one aggregated pool, or a prefill and a decode pool; required",
+    )
+    load: ServingLoad = Field(description="requests, prompt and output tokens; required")
+    placement: ServingRules | None = Field(None, description="spread and expert-parallel placement rules")
+
+
+class ServingJobDoc(_ServingBody):
+    """A serving job file (`kind: serving`): a model served by one aggregated pool or a prefill and a decode pool
+    (disaggregated), its load and placement rules (docs/serving.md)."""
+
+    kind: Literal["serving"] = Field(description="`serving`: what makes it a serving job; required")
+
+
+class ServingBody(_ServingBody):
+    """The job under a `serving:` key."""
+
+    kind: Literal["serving"] | None = None
+
+
+class ServingWrapped(_Doc):
+    """A serving job under a `serving:` key."""
+
+    serving: ServingBody = Field(description="the serving job; required")
+    kind: Literal["serving"] | None = None
+    name: str | None = Field(None, description="default: the file's name without its suffix")
+    description: str | None = None
+
+
+class WireServing(_Doc):
+    """A serving job as the `Job.serving` message of protos/placement/v1 (its placement rules are `rules`)."""
+
+    model: ServingModel = Field(description="the served model; required")
+    pools: list[ServingPool] = Field(
+        min_length=1,
+        max_length=2,
+        description="one aggregated pool, or a prefill and a decode pool; required",
+    )
+    load: ServingLoad = Field(description="requests, prompt and output tokens; required")
+    rules: ServingRules | None = Field(None, description="spread and expert-parallel placement rules")
+
+
+class RequestServingJob(_Doc):
+    """A serving job in a request: the `Job` message with its `serving` field (then only name, description and
+    device_kind of a job's other fields apply)."""
+
+    name: str | None = Field(None, description="the job's name", examples=["deepseek-v3-serving"])
+    description: str | None = None
+    device_kind: str | None = Field(
+        None, description="only devices of this kind; default: any", examples=["H100"]
+    )
+    serving: WireServing = Field(description="the serving job; required")
+
+
+class ServingJob(RootModel[ServingJobDoc | ServingWrapped]):
+    """A serving job file: `kind: serving` with the job at the top, or the job under a `serving:` key."""
+
+    model_config = ConfigDict(title="placement serving job file")
+
+
+# ---- serving sweep ----------------------------------------------------------------------------------------
+
+
+class ServingSweepSolver(_Doc):
+    workers: int = Field(1, ge=1, description="CP-SAT workers per point (points run in parallel)")
+    seed: int = 0
+    deterministic: bool = Field(False, description="deterministic time: answers do not depend on load")
+    time_limit_s: Annotated[float, Field(gt=0)] = Field(
+        10.0, description="cpsat's time limit per point", json_schema_extra=_unit("s")
+    )
+
+
+class ServingAxes(_Doc):
+    """The grid: decode TP x EP x replicas x cluster variants. An absent decode axis keeps the job's value; a scalar
+    is a list of one. A shape the serving job's rules refuse is listed with its reason, not run."""
+
+    decode_tp: Axis[Annotated[int, Field(ge=1)]] | None = Field(
+        None, description="the decode pool's tp", examples=[[1, 2]]
+    )
+    decode_ep: Axis[Annotated[int, Field(ge=1)]] | None = Field(
+        None,
+        description="the decode pool's ep; attention_dp follows (ep / tp when ep >= tp, else 1)",
+        examples=[[16, 32, 64, 128]],
+    )
+    decode_replicas: Axis[Annotated[int, Field(ge=1)]] | None = Field(
+        None, description="the decode pool's replicas", examples=[[1, 2]]
+    )
+    nodes: Axis[Annotated[int, Field(ge=1)]] | None = Field(None, description="cluster variants: host count")
+    gpus_per_node: Axis[Annotated[int, Field(ge=1)]] | None = Field(None, description="cluster variants")
+
+
+class ServingSweep(_Doc):
+    """A serving sweep file (`placement whatif`, docs/serving.md): a sweep whose job is a serving job. Each point
+    is placed as `placement place` places the job and reported as TTFT, TPOT and tokens/s per GPU."""
+
+    model_config = ConfigDict(title="placement serving sweep file")
+
+    name: str | None = Field(None, description="default: the file's name")
+    description: str | None = None
+    cluster: str | Cluster = Field(
+        description="a cluster file (relative to the sweep file) or the cluster inline; required"
+    )
+    job: str | ServingJob = Field(
+        description="a serving job file or the serving job inline; required",
+        examples=["deepseek-v3-serving.yaml"],
+    )
+    state: str | State | None = Field(None, description="a state file or the state inline")
+    solver: ServingSweepSolver | None = None
+    batch_per_decode_gpu: int | None = Field(
+        None,
+        ge=1,
+        description="the decode batch per replica follows its size: this x the replica's ranks; default: the "
+        "job's batch",
+        examples=[32],
+        json_schema_extra=_unit("requests per GPU"),
+    )
+    axes: ServingAxes | None = None
+
+
+Request.model_rebuild()
+Sweep.model_rebuild()
+
 DOCUMENTS: dict[str, type[BaseModel]] = {
     "cluster": Cluster,
     "state": State,
@@ -815,5 +1169,7 @@ DOCUMENTS: dict[str, type[BaseModel]] = {
     "batch": Batch,
     "running": RunningFile,
     "sweep": Sweep,
+    "serving": ServingJob,
+    "serving-sweep": ServingSweep,
 }
 """Every kind of input file, by the name `placement schema KIND` takes."""

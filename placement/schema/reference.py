@@ -12,8 +12,13 @@ from placement.schema import DOCUMENTS, json_schema
 __all__ = ["EXAMPLES", "reference_page"]
 
 EXAMPLES: dict[str, tuple[str, ...]] = {
-    "cluster": ("examples/h100-256.yaml", "examples/dgx-h100-4node.yaml", "examples/fat-tree-4096.yaml"),
-    "state": ("examples/h100-256-busy.yaml",),
+    "cluster": (
+        "examples/h100-256.yaml",
+        "examples/dgx-h100-4node.yaml",
+        "examples/fat-tree-4096.yaml",
+        "examples/real-tree-179.yaml",
+    ),
+    "state": ("examples/h100-256-busy.yaml", "examples/h100-256-shared.yaml"),
     "job": (
         "examples/llama-13b-tp8-pp2-dp4.yaml",
         "examples/tp8-dp4.yaml",
@@ -24,6 +29,8 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "batch": ("examples/batch-queue.yaml",),
     "running": ("examples/running-256-busy.yaml",),
     "sweep": ("examples/sweep-70b.yaml",),
+    "serving": ("examples/deepseek-v3-serving.yaml",),
+    "serving-sweep": ("examples/sweep-deepseek-serving.yaml",),
 }
 """The example files of each kind (each carries its schema's `$schema` line)."""
 
@@ -104,10 +111,17 @@ def _type(node: dict[str, Any], kind: str) -> str:
         ("exclusiveMaximum", "<"),
     ):
         if key in node:
-            bounds.append(f"{sym} {node[key]:g}")
+            bounds.append(f"{sym} {_number(node[key])}")
     if bounds:
         out += " " + ", ".join(bounds)
     return out
+
+
+def _number(v: float) -> str:
+    """A bound as a reader reads it: whole numbers below a billion in full (16,777,216), others short (1e+15)."""
+    if float(v).is_integer() and abs(v) < 1e9:
+        return f"{int(v):,}"
+    return f"{v:g}"
 
 
 def _numeric_text(node: dict[str, Any]) -> bool:

@@ -327,6 +327,7 @@ class Reservation(_message.Message):
     CLUSTER_VERSION_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
     HEARTBEAT_S_FIELD_NUMBER: _builtins.int
+    SHAPE_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     cluster_id: _builtins.str
     job: _builtins.str
@@ -346,6 +347,13 @@ class Reservation(_message.Message):
     def devices(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """One device id per rank, in rank order."""
 
+    @_builtins.property
+    def shape(self) -> _placement_pb2.Job:
+        """The job as the Reserve request gave it, kept so that the registry prices its traffic once it is committed
+        (docs/registry.md, "Traffic on the fabric"); `devices` is its mapping. Set in Reserve's and the reservation
+        calls' answers, ListReservations and the COMMITTED event (not in the other events).
+        """
+
     def __init__(
         self,
         *,
@@ -362,10 +370,11 @@ class Reservation(_message.Message):
         cluster_version: _builtins.int = ...,
         reason: _builtins.str = ...,
         heartbeat_s: _builtins.float | None = ...,
+        shape: _placement_pb2.Job | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_ended_unix_s", b"_ended_unix_s", "_heartbeat_s", b"_heartbeat_s", "ended_unix_s", b"ended_unix_s", "heartbeat_s", b"heartbeat_s"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_ended_unix_s", b"_ended_unix_s", "_heartbeat_s", b"_heartbeat_s", "ended_unix_s", b"ended_unix_s", "heartbeat_s", b"heartbeat_s", "shape", b"shape"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_ended_unix_s", b"_ended_unix_s", "_heartbeat_s", b"_heartbeat_s", "cluster_id", b"cluster_id", "cluster_version", b"cluster_version", "created_unix_s", b"created_unix_s", "devices", b"devices", "ended_unix_s", b"ended_unix_s", "expires_unix_s", b"expires_unix_s", "generation", b"generation", "heartbeat_s", b"heartbeat_s", "id", b"id", "idempotency_key", b"idempotency_key", "job", b"job", "reason", b"reason", "status", b"status"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_ended_unix_s", b"_ended_unix_s", "_heartbeat_s", b"_heartbeat_s", "cluster_id", b"cluster_id", "cluster_version", b"cluster_version", "created_unix_s", b"created_unix_s", "devices", b"devices", "ended_unix_s", b"ended_unix_s", "expires_unix_s", b"expires_unix_s", "generation", b"generation", "heartbeat_s", b"heartbeat_s", "id", b"id", "idempotency_key", b"idempotency_key", "job", b"job", "reason", b"reason", "shape", b"shape", "status", b"status"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__ended_unix_s: _TypeAlias = _typing.Literal["ended_unix_s"]  # noqa: Y015
     _WhichOneofArgType__ended_unix_s: _TypeAlias = _typing.Literal["_ended_unix_s", b"_ended_unix_s"]  # noqa: Y015
@@ -590,6 +599,7 @@ class GetStateResponse(_message.Message):
     HOLDS_FIELD_NUMBER: _builtins.int
     SEQ_FIELD_NUMBER: _builtins.int
     CLUSTER_FIELD_NUMBER: _builtins.int
+    LINK_LOADS_FIELD_NUMBER: _builtins.int
     cluster_id: _builtins.str
     cluster_version: _builtins.int
     generation: _builtins.int
@@ -605,6 +615,12 @@ class GetStateResponse(_message.Message):
 
     @_builtins.property
     def cluster(self) -> _placement_pb2.Cluster: ...
+    @_builtins.property
+    def link_loads(self) -> _containers.RepeatedCompositeFieldContainer[Global___UplinkLoad]:
+        """The average load of the committed (and outside) jobs whose shape the registry knows, per uplink it loads
+        (docs/registry.md, "Traffic on the fabric").
+        """
+
     def __init__(
         self,
         *,
@@ -615,14 +631,52 @@ class GetStateResponse(_message.Message):
         holds: _abc.Iterable[Global___Reservation] | None = ...,
         seq: _builtins.int = ...,
         cluster: _placement_pb2.Cluster | None = ...,
+        link_loads: _abc.Iterable[Global___UplinkLoad] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["cluster", b"cluster", "state", b"state"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster", b"cluster", "cluster_id", b"cluster_id", "cluster_version", b"cluster_version", "generation", b"generation", "holds", b"holds", "seq", b"seq", "state", b"state"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster", b"cluster", "cluster_id", b"cluster_id", "cluster_version", b"cluster_version", "generation", b"generation", "holds", b"holds", "link_loads", b"link_loads", "seq", b"seq", "state", b"state"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___GetStateResponse: _TypeAlias = GetStateResponse  # noqa: Y015
+
+@_typing.final
+class UplinkLoad(_message.Message):
+    """The average traffic the running jobs with a known shape put on one host's NIC path or one domain's uplink
+    (each job's bytes per step on it over its step, summed; the step model's "Shared fabric"). Measured loads
+    (State.links[].load_gbps) are not included.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    UPLINK_FIELD_NUMBER: _builtins.int
+    UP_GBPS_FIELD_NUMBER: _builtins.int
+    DOWN_GBPS_FIELD_NUMBER: _builtins.int
+    CAPACITY_GBPS_FIELD_NUMBER: _builtins.int
+    uplink: _builtins.str
+    """The host or domain whose link to its parent this is, as "level:name" (a state file's `links[].uplink`)."""
+    up_gbps: _builtins.float
+    """leaving the domain"""
+    down_gbps: _builtins.float
+    """entering it"""
+    capacity_gbps: _builtins.float
+    """each way, under the link's slowdown"""
+    def __init__(
+        self,
+        *,
+        uplink: _builtins.str = ...,
+        up_gbps: _builtins.float = ...,
+        down_gbps: _builtins.float = ...,
+        capacity_gbps: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["capacity_gbps", b"capacity_gbps", "down_gbps", b"down_gbps", "up_gbps", b"up_gbps", "uplink", b"uplink"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UplinkLoad: _TypeAlias = UplinkLoad  # noqa: Y015
 
 @_typing.final
 class WatchStateRequest(_message.Message):
@@ -663,6 +717,7 @@ class StateEvent(_message.Message):
     RESERVATION_FIELD_NUMBER: _builtins.int
     HOLDS_FIELD_NUMBER: _builtins.int
     CLUSTER_VERSION_FIELD_NUMBER: _builtins.int
+    LINK_LOADS_FIELD_NUMBER: _builtins.int
     cluster_id: _builtins.str
     seq: _builtins.int
     """Per cluster, from 1, in commit order, without gaps."""
@@ -687,6 +742,12 @@ class StateEvent(_message.Message):
     def holds(self) -> _containers.RepeatedCompositeFieldContainer[Global___Reservation]:
         """SNAPSHOT"""
 
+    @_builtins.property
+    def link_loads(self) -> _containers.RepeatedCompositeFieldContainer[Global___UplinkLoad]:
+        """Every event: the link loads of the running jobs with a known shape once this event applied (committed
+        reservations reserved with their job, outside jobs whose occupied entry gave a shape); loaded links only.
+        """
+
     def __init__(
         self,
         *,
@@ -700,10 +761,11 @@ class StateEvent(_message.Message):
         reservation: Global___Reservation | None = ...,
         holds: _abc.Iterable[Global___Reservation] | None = ...,
         cluster_version: _builtins.int = ...,
+        link_loads: _abc.Iterable[Global___UplinkLoad] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["diff", b"diff", "reservation", b"reservation", "state", b"state"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["at_unix_s", b"at_unix_s", "cluster_id", b"cluster_id", "cluster_version", b"cluster_version", "diff", b"diff", "generation", b"generation", "holds", b"holds", "kind", b"kind", "reservation", b"reservation", "seq", b"seq", "state", b"state"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["at_unix_s", b"at_unix_s", "cluster_id", b"cluster_id", "cluster_version", b"cluster_version", "diff", b"diff", "generation", b"generation", "holds", b"holds", "kind", b"kind", "link_loads", b"link_loads", "reservation", b"reservation", "seq", b"seq", "state", b"state"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

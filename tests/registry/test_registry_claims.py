@@ -334,7 +334,7 @@ def test_a_v1_database_migrates_to_claims(url: str) -> None:
 
     reg = Registry(open_store(url))
     try:
-        assert reg.store.schema_version() == 3  # and on to schema 3 (the lease fence)
+        assert reg.store.schema_version() == 4  # and on to schema 3 (the lease fence) and 4 (shapes)
         assert reg.get("new").status is ReservationStatus.COMMITTED  # its commit wrote the rows last
         for rid in ("old", "held"):
             r = reg.get(rid)

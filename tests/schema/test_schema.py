@@ -17,6 +17,7 @@ from jsonschema import Draft202012Validator
 
 from placement.cli.commands.batch import load_batch
 from placement.cli.commands.preempt import load_running
+from placement.cost.shared import OBJECTIVES
 from placement.errors import InputError
 from placement.io.native import (
     cluster_from_dict,
@@ -29,20 +30,26 @@ from placement.io.native import (
     state_from_dict,
 )
 from placement.io.native.doc_kinds import KIND_KEYS, document_kind
+from placement.io.native.serving import load_serving_job, serving_job_from_dict
 from placement.messages.files import read_request
 from placement.model.job import LAUNCHERS, CollectiveKind
+from placement.model.serving import DTYPE_BYTES, POOL_ROLES
 from placement.schema import DIALECT, DOCUMENTS, json_schema
 from placement.schema.documents import (
     Axes,
     CollectiveName,
+    DtypeName,
     LauncherName,
     ModeName,
+    ObjectiveName,
+    RoleName,
+    ServingAxes,
     ShapeFilters,
     StrategyName,
 )
-from placement.sim.whatif.axes import AXES, MODES, known_strategies
+from placement.sim.whatif.axes import AXES, MODES, SERVING_AXES, known_strategies
 from placement.sim.whatif.shapes import SHAPE_FILTERS
-from placement.sim.whatif.spec import load_sweep
+from placement.sim.whatif.spec import load_serving_sweep, load_sweep
 from placement.v1 import placement_pb2 as pb
 from tests.conftest import EXAMPLES, FIXTURES, ROOT
 from tests.support_cli import run
@@ -50,7 +57,7 @@ from tests.support_cli import run
 sys.path.insert(0, str(ROOT))
 from scripts.gen_schemas import generated
 
-HEADER = re.compile(r"^# yaml-language-server: \$schema=\.\./schemas/(\w+)\.schema\.json$")
+HEADER = re.compile(r"^# yaml-language-server: \$schema=\.\./schemas/([\w-]+)\.schema\.json$")
 FOREIGN = ("k8s", "slurm_live")
 """Fixture folders of other programs' formats (Kubernetes node lists, Slurm JSON), read by the importers."""
 
@@ -83,6 +90,8 @@ READERS: dict[str, Callable[[Path], object]] = {
     "batch": load_batch,
     "running": load_running,
     "sweep": load_sweep,
+    "serving": load_serving_job,
+    "serving-sweep": load_serving_sweep,
     "mapping": lambda p: mapping_from_obj(
         load_document(p), load_cluster(EXAMPLES / "dgx-h100-4node.yaml")[0], str(p)
     ),
@@ -133,7 +142,9 @@ def test_every_native_fixture_passes_its_schema_and_its_reader(path: Path) -> No
     if rel.parts[0] in FOREIGN:
         return  # another program's format; the importers' tests read it
     kind = document_kind(load_document(path))
-    assert kind in ("cluster", "state", "job"), f"{rel}: not a native file of a known kind ({kind})"
+    assert kind in ("cluster", "state", "job", "serving"), (
+        f"{rel}: not a native file of a known kind ({kind})"
+    )
     assert _errors(kind, load_document(path)) == []
     READERS[kind](path)
 
@@ -156,13 +167,30 @@ JOB = {
     "constraints": {"prefer": {"tp": "node"}, "pins": {0: "node01/gpu0"}},
 }
 STATE = {
-    "occupied": [{"job": "x", "devices": ["node01"]}],
+    "occupied": [
+        {"job": "x", "devices": ["node01"]},
+        {
+            "job": "y",
+            "devices": ["node03/gpu2", "node03/gpu3"],
+            "shape": {"groups": [{"members": "0-1", "bytes": 1.0e6}]},
+            "ranks": ["node03/gpu3", "node03/gpu2"],
+        },
+    ],
     "failed": ["node02/gpu1"],
     "degraded": [{"device": "node03/gpu0", "slowdown": 1.5}],
     "links": [
         {"uplink": "node04", "slowdown": 2},
         {"between": ["node03/gpu0", "node03/gpu1"], "failed": True},
+        {"uplink": "node02", "load_gbps": 10, "direction": "up"},
     ],
+}
+SERVING = {
+    "kind": "serving",
+    "name": "s",
+    "model": {"parameters": 7.0e9, "hidden": 4096, "layers": 32, "heads": 32, "kv_heads": 8, "head_dim": 128},
+    "pools": [{"role": "prefill", "tp": 2}, {"role": "decode", "tp": 4, "replicas": 2}],
+    "load": {"batch": 16, "prompt_tokens": 1000, "output_tokens": 200},
+    "placement": {"spread": True},
 }
 
 
@@ -181,7 +209,9 @@ def _set(doc: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
 
 
 def _read(kind: str, doc: Any) -> None:
-    if kind == "cluster":
+    if kind == "serving":
+        serving_job_from_dict(doc)
+    elif kind == "cluster":
         cluster_from_dict(doc)
     elif kind == "job":
         job_from_dict(doc)
@@ -223,11 +253,34 @@ BAD = [
     ("state", _set(STATE, "occupied.0.jobs", "x")),
     ("state", _set(STATE, "links.0.uplink", ["node04"])),
     ("state", _set(STATE, "failled", [])),
+    ("state", _set(STATE, "occupied.1.shape", "tp8")),
+    ("state", _set(STATE, "occupied.1.job_fil", "tp8-dp4.yaml")),
+    ("state", _set(STATE, "links.2.direction", "sideways")),
+    ("state", _set(STATE, "links.2.load_gbps", -1)),
+    ("serving", _set(SERVING, "kind", "servin")),
+    ("serving", _set(SERVING, "model.heads", None)),
+    ("serving", _set(SERVING, "model.attention", "xla")),
+    ("serving", _set(SERVING, "model.weight_dtype", "fp9")),
+    ("serving", _set(SERVING, "pools", [])),
+    ("serving", _set(SERVING, "pools.1.role", "both")),
+    ("serving", _set(SERVING, "pools.1.tp", 0)),
+    ("serving", _set(SERVING, "load.prompt_tokens", None)),
+    ("serving", _set(SERVING, "load.output_tokens", 0)),
+    ("serving", _set(SERVING, "load.concurrency", 32)),  # with batch
+    ("serving", _set(SERVING, "load.batch", None)),  # neither batch nor concurrency
+    ("serving", _set(SERVING, "placement.spread", "yes")),
+    ("serving", {"serving": _set(SERVING, "pool", [])}),
 ]
 
 
 def test_the_good_documents_pass_both() -> None:
-    for kind, doc in (("cluster", CLUSTER), ("job", JOB), ("state", STATE)):
+    for kind, doc in (
+        ("cluster", CLUSTER),
+        ("job", JOB),
+        ("state", STATE),
+        ("serving", SERVING),
+        ("serving", {"serving": {k: v for k, v in SERVING.items() if k != "kind"}, "name": "w"}),
+    ):
         assert _errors(kind, doc) == []
         _read(kind, doc)
 
@@ -250,6 +303,7 @@ def test_the_schema_names_the_readers_keys() -> None:
     assert _fields("job") == KIND_KEYS["job"] | {"name", "description"}
     assert tuple(Axes.model_fields) == AXES
     assert set(ShapeFilters.model_fields) == set(SHAPE_FILTERS)
+    assert tuple(ServingAxes.model_fields) == SERVING_AXES
     modes = json_schema("sweep")["$defs"]["Axes"]["properties"]["modes"]["anyOf"][0]["enum"]
     assert tuple(modes) == MODES
     # the request's own keys are PlaceRequest's fields and the file keys of placement.messages.files
@@ -274,6 +328,9 @@ def test_the_schemas_names_are_the_programs() -> None:
     assert get_args(CollectiveName) == tuple(k.value for k in CollectiveKind)
     assert get_args(LauncherName) == LAUNCHERS
     assert get_args(ModeName) == MODES
+    assert get_args(ObjectiveName) == OBJECTIVES
+    assert get_args(DtypeName) == tuple(DTYPE_BYTES)
+    assert get_args(RoleName) == POOL_ROLES
 
 
 # ---- every object: the reader's allowed keys are the schema's fields ----------------------------------------
@@ -357,6 +414,13 @@ KEYS = [
     ("job", "Segment", job_from_dict, FULL_JOB, "constraints.segment"),
     ("job", "Group", job_from_dict, EXPLICIT, "groups.0"),
     ("job", "Edge", job_from_dict, EXPLICIT, "edges.0"),
+    ("serving", "ServingJobDoc", serving_job_from_dict, SERVING, ""),
+    ("serving", "ServingModel", serving_job_from_dict, SERVING, "model"),
+    ("serving", "ServingPool", serving_job_from_dict, SERVING, "pools.1"),
+    ("serving", "ServingLoad", serving_job_from_dict, SERVING, "load"),
+    ("serving", "ServingRules", serving_job_from_dict, SERVING, "placement"),
+    ("serving", "ServingWrapped", serving_job_from_dict, {"serving": SERVING}, ""),
+    ("serving", "ServingBody", serving_job_from_dict, {"serving": SERVING}, "serving"),
 ]
 
 
@@ -387,3 +451,24 @@ def test_the_other_readers_take_exactly_the_schemas_fields(tmp_path: Path) -> No
     assert _reader_keys(lambda p: load_running(p), tmp_path / "r.yaml", "running[0]") == _def(
         "running", "RunningJob"
     )
+    serving = {"cluster": CLUSTER, "job": SERVING, "solver": {PROBE: 1}}
+    (tmp_path / "v.yaml").write_text(json.dumps({**serving, PROBE: 1}))
+    assert _reader_keys(load_serving_sweep, tmp_path / "v.yaml", "") == _def("serving-sweep", None)
+    (tmp_path / "v.yaml").write_text(json.dumps(serving))
+    assert _reader_keys(load_serving_sweep, tmp_path / "v.yaml", "solver") == _def(
+        "serving-sweep", "ServingSweepSolver"
+    )
+
+
+def test_a_request_takes_a_serving_job_as_its_message_does(tmp_path: Path) -> None:
+    body = {k: v for k, v in SERVING.items() if k not in ("kind", "name", "placement")}
+    good = {"cluster": CLUSTER, "job": {"name": "s", "serving": {**body, "rules": {"spread": False}}}}
+    bad = {"cluster": CLUSTER, "job": {"name": "s", "serving": {**body, "placement": {"spread": False}}}}
+    for doc, ok in ((good, True), (bad, False)):
+        (tmp_path / "r.yaml").write_text(json.dumps(doc))
+        assert (_errors("request", doc) == []) is ok
+        if ok:
+            assert read_request(tmp_path / "r.yaml", pb.PlaceRequest).job.HasField("serving")
+        else:
+            with pytest.raises(InputError):
+                read_request(tmp_path / "r.yaml", pb.PlaceRequest)

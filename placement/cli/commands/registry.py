@@ -416,13 +416,59 @@ def list_reservations(
 def state(
     cluster: ClusterId,
     server: Server,
-    output: Annotated[str, typer.Option("--output", "-o", help="yaml or json")] = "yaml",
+    output: Annotated[
+        str, typer.Option("--output", "-o", help="yaml, json, or table: jobs with their shapes, link loads")
+    ] = "yaml",
     json_: JsonOpt = False,
     token: Token = None,
 ) -> None:
-    """The stored state (a native state document), its generation and the live holds."""
+    """The stored state (a native state document), its generation and the live holds; with the shape of each
+    running job the registry knows and the average load of their traffic per uplink (-o table: in brief)."""
     output = json_output(output, json_)
-    _dump(_call(server, token, "GetState", _message({"cluster_id": cluster}, "GetStateRequest")), output)
+    resp = _call(server, token, "GetState", _message({"cluster_id": cluster}, "GetStateRequest"))
+    if output != "table":
+        _dump(resp, output)
+        return
+    _state_tables(resp)
+
+
+def _shape(job: Any) -> str:
+    """A running job's shape in brief: its parallel sizes and parameters, or its groups and edges."""
+    if job.HasField("parallel"):
+        par = job.parallel
+        sizes = [f"{k}{getattr(par, k)}" for k in ("tp", "cp", "ep", "dp", "pp") if getattr(par, k) > 1]
+        params = job.model.parameters if job.HasField("model") else 0.0
+        return " ".join(sizes or ["tp1"]) + (f", {params / 1e9:g}B params" if params else "")
+    return f"{len(job.groups)} group(s), {len(job.edges)} edge(s)"
+
+
+def _state_tables(resp: Any) -> None:
+    """GetState in brief, in 80 columns: the occupied entries (job, devices, shape) and the link loads."""
+    out.print(
+        f"cluster {resp.cluster_id}: version {resp.cluster_version}, generation {resp.generation}, "
+        f"seq {resp.seq}, {len(resp.holds)} hold(s), {len(resp.state.failed)} failed",
+        markup=False,
+        highlight=False,
+    )
+    jobs = Table(title="running jobs", title_justify="left", box=None, pad_edge=False)
+    jobs.add_column("job", overflow="ellipsis", no_wrap=True, max_width=36)
+    jobs.add_column("devices", justify="right", no_wrap=True)
+    jobs.add_column("shape", overflow="ellipsis", no_wrap=True)
+    for o in resp.state.occupied:
+        jobs.add_row(o.job, str(len(o.devices)), _shape(o.shape) if o.HasField("shape") else "-")
+    table_console(False).print(jobs)
+    loads = Table(title="average link loads (GB/s)", title_justify="left", box=None, pad_edge=False)
+    for c in ("uplink", "up", "down", "capacity", "busiest"):
+        loads.add_column(c, justify="left" if c == "uplink" else "right", no_wrap=True, overflow="ellipsis")
+    for x in resp.link_loads:
+        busiest = max(x.up_gbps, x.down_gbps) / x.capacity_gbps if x.capacity_gbps > 0 else 0.0
+        loads.add_row(
+            x.uplink, f"{x.up_gbps:.1f}", f"{x.down_gbps:.1f}", f"{x.capacity_gbps:.0f}", f"{busiest:.0%}"
+        )
+    if resp.link_loads:
+        table_console(False).print(loads)
+    else:
+        out.print("no link loaded by a job with a known shape", markup=False, highlight=False)
 
 
 @app.command(cls=Command, name="watch")

@@ -127,6 +127,12 @@ def replay(
     address: AddressOpt = None,
     plots: Annotated[bool, typer.Option(help="draw the PNG/SVG plots")] = True,
     wide: WideOpt = False,
+    contention: Annotated[
+        bool,
+        typer.Option(
+            help="running jobs share the fabric: rates follow contended steps; adds the cpsat-cluster policy"
+        ),
+    ] = False,
 ) -> None:
     """Replay a GPU-cluster trace on a cluster with each placement policy.
 
@@ -135,7 +141,7 @@ def replay(
     """
     plan = ReplayPlan(
         tuple(policy or ()), tuple(seed or (0,)), backfill, time_limit, wall_time, failure_rate, failure_mode,
-        repair_hours, arrival_scale, max_slowdown, checkpoint_minutes, restart_s, jobs, load,
+        repair_hours, arrival_scale, max_slowdown, checkpoint_minutes, restart_s, jobs, load, contention,
     )  # fmt: skip
     configs = plan.configs()
     ex = choose_executor(executor, workers, address, len(configs))
@@ -215,13 +221,17 @@ def narrow_summary(table: Table, rows: list[dict[str, str]]) -> Table:
     """The summary table in 80 columns: without `NARROW_DROPS` (the seed kept when the replays differ in it), the
     policy names whole, no cell cut (a header wraps)."""
     keep_seed = len({r.get("seed") for r in rows}) > 1
-    narrow = drop_columns(table, {h for h in NARROW_DROPS if not (h == "seed" and keep_seed)})
+    drops = {h for h in NARROW_DROPS if not (h == "seed" and keep_seed)}
+    if any(str(c.header) == "contention GPU-h" for c in table.columns):
+        drops |= {"comm h", "unplaced"}  # room for the GPU-hours lost to contention (--wide shows them)
+    narrow = drop_columns(table, drops)
     narrow.columns = [copy.copy(c) for c in narrow.columns]
     for c in narrow.columns:  # the longest word of every other column fits: nothing is cut
         if str(c.header) == "policy":
             c.no_wrap, c.min_width = True, max((len(r.get("policy", "")) for r in rows), default=6)
     narrow.caption = (
         "--wide adds the seed, the mean wait, the fragmentation index, the wall seconds and the status"
+        + (", the comm hours and the unplaced jobs" if "comm h" in drops else "")
     )
     narrow.caption_justify = "left"
     return narrow

@@ -24,7 +24,7 @@ def schema(
     """The JSON Schema of an input file (docs/formats.md).
 
     Prints the JSON Schema (draft 2020-12) of one kind of file: cluster, state, job, mapping, request, batch,
-    running or sweep. docs/formats.md describes every field; editors check a file against the schema named by
+    running, sweep, serving (a serving job) or serving-sweep. docs/formats.md describes every field; editors check a file against the schema named by
     its `# yaml-language-server: $schema=...` line (schemas/KIND.schema.json)."""
     if kind not in DOCUMENTS:
         fail(f"unknown kind {escape(repr(kind))}; known: {', '.join(DOCUMENTS)}", 2)

@@ -35,7 +35,7 @@ _FENCED_RUNS = (
 
 _RES_COLS = (
     "id, cluster_id, job, status, devices, idem_key, request_hash, created_at, expires_at, ended_at, "
-    "generation, cluster_version, payload, reason, heartbeat_s"
+    "generation, cluster_version, payload, reason, heartbeat_s, shape"
 )
 _RUN_OUT = (
     "((status = 'HELD' AND expires_at <= ?) OR "
@@ -60,12 +60,14 @@ def _reservation(row: Sequence[Any]) -> Reservation:
         payload=bytes(row[12]),
         reason=str(row[13] or ""),
         heartbeat_s=None if row[14] is None else float(row[14]),
+        shape=None if row[15] is None else json.loads(row[15]),
     )
 
 
-def reservation_event(res: Reservation) -> dict[str, Any]:
-    """The payload of a reservation event (everything but the stored answer)."""
-    return {
+def reservation_event(res: Reservation, with_shape: bool = False) -> dict[str, Any]:
+    """The payload of a reservation event (everything but the stored answer); `with_shape` (COMMITTED): the
+    job's shape too, so that a view moved along by the events prices the committed job's traffic."""
+    out: dict[str, Any] = {
         "id": res.id,
         "job": res.job,
         "status": res.status.value,
@@ -79,6 +81,9 @@ def reservation_event(res: Reservation) -> dict[str, Any]:
         "reason": res.reason,
         "heartbeat_s": res.heartbeat_s,
     }
+    if with_shape and res.shape is not None:
+        out["shape"] = res.shape
+    return out
 
 
 def _generation(tx: Tx, cluster_id: str) -> int:
@@ -142,7 +147,7 @@ class ReservationSql(SqlBase):
                         f"({_what(taken[first])})"
                     )
                 tx.x(
-                    f"INSERT INTO reservations ({_RES_COLS}) VALUES ({','.join('?' * 15)})",
+                    f"INSERT INTO reservations ({_RES_COLS}) VALUES ({','.join('?' * 16)})",
                     (
                         res.id,
                         res.cluster_id,
@@ -159,6 +164,7 @@ class ReservationSql(SqlBase):
                         res.payload,
                         res.reason,
                         res.heartbeat_s,
+                        None if res.shape is None else json.dumps(res.shape, sort_keys=True),
                     ),
                 )
                 insert_claims(
@@ -259,7 +265,12 @@ class ReservationSql(SqlBase):
             res, status=ReservationStatus.COMMITTED, heartbeat_s=ttl_s, expires_at=expires
         )
         append_event(
-            tx, res.cluster_id, "COMMITTED", _generation(tx, res.cluster_id), reservation_event(after), now
+            tx,
+            res.cluster_id,
+            "COMMITTED",
+            _generation(tx, res.cluster_id),
+            reservation_event(after, with_shape=True),
+            now,
         )
         return after
 

@@ -125,6 +125,14 @@ class SqlStore(ReservationSql):
             read_claims(tx, cluster_id),
             read_slowdowns(tx, cluster_id),
             json.loads(extras),
+            {
+                str(rid): (str(job), tuple(json.loads(devs)), json.loads(shape))
+                for rid, job, devs, shape in tx.q(
+                    "SELECT id, job, devices, shape FROM reservations "
+                    "WHERE cluster_id = ? AND status = 'COMMITTED' AND shape IS NOT NULL",
+                    (cluster_id,),
+                )
+            },
         )
 
     def update_state(

@@ -15,7 +15,9 @@ __all__ = ["ReplayPlan"]
 class ReplayPlan:
     """The replays to run: `policies` (empty: every one of `POLICIES`) x `seeds`, with the options of
     `SimConfig` (`checkpoint_minutes` is its `checkpoint_s` in minutes; `wall_time` its ``deterministic=False``),
-    and how the trace is read (`jobs`: the first N arrivals, None: all; `load`: acme-summary's offered load)."""
+    and how the trace is read (`jobs`: the first N arrivals, None: all; `load`: acme-summary's offered load).
+    `contention`: running jobs share the fabric (`SimConfig.contention`); ``cpsat-cluster`` needs it (without
+    other jobs' traffic it is cpsat-wait), and is in the default policies only with it."""
 
     policies: tuple[str, ...] = ()
     seeds: tuple[int, ...] = (0,)
@@ -31,10 +33,11 @@ class ReplayPlan:
     restart_s: float = 60.0
     jobs: int | None = None
     load: float = 0.9
+    contention: bool = False
 
     @property
     def policy_names(self) -> tuple[str, ...]:
-        return self.policies or tuple(POLICIES)
+        return self.policies or tuple(p for p in POLICIES if self.contention or p != "cpsat-cluster")
 
     def problems(self) -> list[Problem]:
         """Every option outside its range, named by its flag (``--failure-mode``)."""
@@ -69,6 +72,14 @@ class ReplayPlan:
             for p in self.policies
             if p not in POLICIES
         ]
+        if "cpsat-cluster" in self.policies and not self.contention:
+            out.append(
+                Problem(
+                    "--policy",
+                    "cpsat-cluster weighs the harm to running jobs' traffic, which only --contention models "
+                    "(without it, it is cpsat-wait)",
+                )
+            )
         return out
 
     def configs(self) -> list[SimConfig]:
@@ -90,6 +101,7 @@ class ReplayPlan:
                 max_slowdown=self.max_slowdown,
                 checkpoint_s=self.checkpoint_minutes * 60.0,
                 restart_s=self.restart_s,
+                contention=self.contention,
             )
             for s in self.seeds
             for p in self.policy_names

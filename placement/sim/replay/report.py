@@ -39,6 +39,8 @@ JOB_COLUMNS = (
     "repairs",
     "preemptions",
     "waits",
+    "contention_gpu_hours",
+    "contended_slowdown",
     "shared",
     "placed",
 )
@@ -57,6 +59,8 @@ SUMMARY_COLUMNS = (
     "comm_hours",
     "fragmentation",
     "mean_slowdown",
+    "contention_gpu_hours",
+    "mean_contended_slowdown",
     "makespan_h",
     "restarts",
     "repairs",
@@ -115,6 +119,12 @@ def summarize(res: ReplayResult, devices: int) -> dict[str, Any]:
         "comm_hours": sum(r["comm_hours"] for r in res.records),
         "fragmentation": frag,
         "mean_slowdown": sum(r["slowdown"] for r in placed) / len(placed) if placed else math.nan,
+        "contention_gpu_hours": sum(r.get("contention_gpu_hours") or 0.0 for r in res.records),
+        "mean_contended_slowdown": (
+            sum(c) / len(c)
+            if (c := [r["contended_slowdown"] for r in placed if r.get("contended_slowdown")])
+            else math.nan
+        ),
         "makespan_h": end / 3600.0,
         "restarts": sum(r["restarts"] for r in res.records),
         "repairs": sum(r["repairs"] for r in res.records),
@@ -131,12 +141,24 @@ def _f(row: Mapping[str, str], col: str, spec: str) -> str:
         return v or "-"
 
 
+def _contended(rows: Sequence[Mapping[str, str]]) -> bool:
+    """Whether the replays modeled contention (a contended slowdown was measured)."""
+    for r in rows:
+        try:
+            if math.isfinite(float(r.get("mean_contended_slowdown") or "nan")):
+                return True
+        except ValueError:
+            continue
+    return False
+
+
 def summary_table(rows: Sequence[Mapping[str, str]], title: str = "replay") -> Any:
-    """A rich table, one row per replay (policy, seed)."""
+    """A rich table, one row per replay (policy, seed); with contention, the GPU-hours lost to it too."""
     from rich.table import Table
 
+    contention = _contended(rows)
     t = Table(title=title)
-    for c in (
+    cols = [
         "policy",
         "seed",
         "mean JCT h",
@@ -146,10 +168,12 @@ def summary_table(rows: Sequence[Mapping[str, str]], title: str = "replay") -> A
         "comm h",
         "frag index",
         "slowdown",
+        *(["contention GPU-h"] if contention else []),
         "unplaced",
         "wall s",
         "status",
-    ):
+    ]
+    for c in cols:
         t.add_column(c, justify="left" if c in ("policy", "status") else "right")
     for r in rows:
         t.add_row(
@@ -162,6 +186,7 @@ def summary_table(rows: Sequence[Mapping[str, str]], title: str = "replay") -> A
             _f(r, "comm_hours", ".1f"),
             _f(r, "fragmentation", ".3f"),
             _f(r, "mean_slowdown", ".3f"),
+            *([_f(r, "contention_gpu_hours", ".1f")] if contention else []),
             r.get("unplaced", ""),
             _f(r, "wall_s", ".1f"),
             r.get("status", "") if r.get("status") == "OK" else f"{r.get('status')}: {r.get('error')}",

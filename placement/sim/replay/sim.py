@@ -1,6 +1,13 @@
 """The replay's event simulation: arrivals, a FIFO queue (optionally backfilled), placement by one policy on the
-current state (place, wait or preempt), runs stretched by the modeled step, GPU failures. Owns `simulate` and
-its event loop `Simulation`.
+current state (place, wait or preempt), runs stretched by the modeled step, GPU failures, and (with
+`SimConfig.contention`) the running jobs' traffic on shared links. Owns `simulate` and its event loop `Simulation`.
+
+**Contention.** With `contention`, the running jobs share the fabric (`placement.cost.shared.SharedFabric`): a
+job's progress rate follows its contended step, which is recomputed when a job it shares a link with starts or
+ends (only the jobs of that sharing component, never the whole cluster). The placement policies see the running
+jobs' traffic in the state they place on (the cpsat-based ones price it; the scheduler baselines, like the
+schedulers they copy, choose without it and then run at the contended step). Each job records the GPU-hours it
+lost to contention (its GPUs x the wall time beyond its step alone on the same devices) and its contended slowdown.
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ from typing import Any
 
 from placement.cost.evaluate import evaluate
 from placement.cost.report import CostReport
+from placement.cost.shared import SharedFabric
 from placement.decide.batch.clock import WallClock
 from placement.decide.preempt import RunningJob, preempt
 from placement.decide.repair.input import RepairBudget
@@ -22,6 +30,7 @@ from placement.decide.repair.run import repair
 from placement.errors import InfeasibleError, InputError
 from placement.model.job import Job
 from placement.model.state import ClusterState
+from placement.model.state import RunningJob as FabricJob
 from placement.model.topology import Topology
 from placement.model.traffic import Traffic, job_traffic
 from placement.sim.replay.shapes import ShapeRule, job_for
@@ -32,9 +41,11 @@ from placement.solve.run import place
 
 __all__ = ["POLICIES", "ReplayResult", "SimConfig", "Simulation", "simulate"]
 
-POLICIES = ("first-fit", "kueue-tas", "slurm-tree", "cpsat", "cpsat-wait", "cpsat-preempt")
+POLICIES = ("first-fit", "kueue-tas", "slurm-tree", "cpsat", "cpsat-wait", "cpsat-preempt", "cpsat-cluster")
 """Scheduler baselines; cpsat (place now, always); cpsat-wait (place now or wait, from the model); cpsat-preempt
-(cpsat-wait, and preempt lower-priority jobs when their restart cost is below the gain)."""
+(cpsat-wait, and preempt lower-priority jobs when their restart cost is below the gain); cpsat-cluster (cpsat-wait
+with the objective ``cluster``: its own step plus the harm it does to the running jobs on shared links)."""
+_WAITING_POLICIES = ("cpsat-wait", "cpsat-preempt", "cpsat-cluster")
 
 _BASELINE_POLICIES = ("first-fit", "kueue-tas", "slurm-tree")
 _NEAR_IDEAL = 1.01  # a placement within 1% of the ideal step is taken at once by cpsat-wait
@@ -84,6 +95,8 @@ class SimConfig:
     keep_segments: bool = False
     checkpoint_s: float = 1800.0
     restart_s: float = 60.0
+    contention: bool = False
+    """Running jobs share the fabric: their steps follow each other's traffic (module doc)."""
 
 
 @dataclass
@@ -124,6 +137,11 @@ class _Run:
     waits: int = 0  # times cpsat-wait chose to wait
     preempt_tries: int = 0
     preempt_seen: int = -1  # the running set's version at the last preempt search
+    alone_step: float = 0.0  # the step on its current devices with no other traffic (contention only)
+    alone_comm: float = 0.0  # the communication it exposes per step there alone
+    contention_gpu_s: float = 0.0  # GPU-seconds lost to other jobs' traffic
+    alone_wall_s: float = 0.0  # wall seconds its runs would have taken alone on the same devices
+    run_wall_s: float = 0.0  # wall seconds it ran
 
 
 class _Cluster:
@@ -140,8 +158,8 @@ class _Cluster:
         self.free = topo.num_devices
         self.whole_free = topo.num_devices  # free devices in nodes with every device free
 
-    def state(self) -> ClusterState:
-        return ClusterState(occupied=self.occ, failed=self._failed_fs)
+    def state(self, background: Sequence[FabricJob] = ()) -> ClusterState:
+        return ClusterState(occupied=self.occ, failed=self._failed_fs, background=tuple(background))
 
     def _adjust(self, d: int, delta: int) -> None:
         h = self.host[d]
@@ -258,7 +276,10 @@ class Simulation:
             workers=1,
             seed=cfg.seed,
             deterministic=cfg.deterministic,
+            objective="cluster" if cfg.policy == "cpsat-cluster" else "own",
         )
+        self.shared = SharedFabric(topo, ClusterState()) if cfg.contention else None
+        self.fabric_jobs: dict[str, FabricJob] = {}  # the running jobs as the shared fabric sees them
         self.ev: list[tuple[float, int, int, int, int]] = []
         self.seq = 0
         self.runs = _runs(topo, jobs, rule or ShapeRule())
@@ -316,7 +337,7 @@ class Simulation:
         if r is None or r.version != version:
             return
         self.stop_segment(r, now)
-        self.stop(r)
+        self.stop(r, now)
         self.finish(r, now, placed=True)
 
     def repair_device(self, d: int) -> None:
@@ -346,9 +367,9 @@ class Simulation:
         m: list[int] | None = None
         if self.cfg.failure_mode == "repair":
             m = self.repaired(hit_run)
-        self.stop(hit_run)
+        self.stop(hit_run, now)
         if m is not None:
-            rep = evaluate(self.topo, cl.state(), hit_run.job, m, traffic=hit_run.traffic, check=False)
+            rep = evaluate(self.topo, self.state(), hit_run.job, m, traffic=hit_run.traffic, check=False)
             hit_run.repairs += 1
             self.start(hit_run, m, rep, now)
         else:
@@ -465,7 +486,7 @@ class Simulation:
         cfg = self.cfg
         if r.job.ranks > self.cl.free:
             return "room"
-        st = self.cl.state()
+        st = self.state()
         got: tuple[list[int], CostReport] | None
         if cfg.policy in _BASELINE_POLICIES:
             got = self.baseline(cfg.policy, r, st)
@@ -481,7 +502,7 @@ class Simulation:
         if cfg.max_slowdown > 0 and self.running and step > cfg.max_slowdown * r.ideal:
             return "choice"  # wait for a better placement while others run
         if (
-            cfg.policy in ("cpsat-wait", "cpsat-preempt")
+            cfg.policy in _WAITING_POLICIES
             and self.running
             and step > _NEAR_IDEAL * r.ideal
             and self.expected_wait(r, now, step) < math.inf
@@ -547,7 +568,7 @@ class Simulation:
         placed now and its expected wait; for ``room``, until the running jobs that end first free enough devices."""
         if why == "choice":
             # it would wait about expected_wait; placing it now at the slow step costs its slowdown
-            got = self.solve(r, self.cl.state())
+            got = self.solve(r, self.state())
             slow = r.remaining * (got[1].step_seconds / r.ideal - 1.0) if got is not None else math.inf
             w = self.expected_wait(r, now, got[1].step_seconds) if got is not None else math.inf
             return min(slow, w)
@@ -599,9 +620,13 @@ class Simulation:
         self.stop_segment(o, now)
         o.remaining += lost / o.factor + self.cfg.restart_s  # the work since the checkpoint, and the restart
         o.preemptions += 1
-        self.stop(o)
+        self.stop(o, now)
 
     # ---- a job's runs -----------------------------------------------------------------------------------------
+
+    def state(self) -> ClusterState:
+        """The live state; with contention, the running jobs' traffic on the fabric too."""
+        return self.cl.state(tuple(self.fabric_jobs.values()))
 
     def start(self, r: _Run, m: list[int], rep: CostReport, now: float) -> None:
         self.cl.take(m, r.job.name)
@@ -611,41 +636,72 @@ class Simulation:
         self.running[r.idx] = r
         self.owner[r.job.name] = r.idx
         self.running_version += 1
-        self.set_rate(r, rep, now)
+        if self.shared is None:
+            self.set_rate(r, rep.step_seconds, rep.comm_seconds, now)
+            return
+        fj = FabricJob(r.job.name, r.job, tuple(m))
+        self.fabric_jobs[r.job.name] = fj
+        repriced = self.shared.add(fj)
+        r.alone_step = self.shared.jobs[r.job.name].alone_step
+        # the communication it would expose alone; contention adds to it what it adds to the step
+        r.alone_comm = max(0.0, rep.comm_seconds - max(0.0, rep.step_seconds - r.alone_step))
+        r.rate_since, r.step = now, 0.0  # nothing to account before now: retime sets its first rate
+        self.retime(repriced, now)
 
-    def set_rate(self, r: _Run, rep: CostReport, now: float) -> None:
-        """Run `r` from `now` at the step of `rep` (its progress so far already accounted), and schedule its end."""
+    def retime(self, job_ids: set[str], now: float) -> None:
+        """The running jobs `job_ids` go on at their contended steps from `now` (those that started now begin)."""
+        assert self.shared is not None
+        for name in sorted(job_ids):
+            o = self.runs[self.owner[name]]
+            step = self.shared.step(name)
+            comm = o.alone_comm + max(0.0, step - o.alone_step)
+            if o.step == step:
+                continue  # unchanged: its end event stands
+            self.reprice(o, step, comm, now)
+
+    def set_rate(self, r: _Run, step: float, comm: float, now: float) -> None:
+        """Run `r` from `now` at `step` seconds per step with `comm` of them communication (its progress so far
+        already accounted), and schedule its end."""
         r.rate_since = now
-        r.step = rep.step_seconds
-        r.factor = rep.step_seconds / r.ideal
-        r.comm_frac = rep.comm_seconds / rep.step_seconds if rep.step_seconds > 0 else 0.0
+        r.step = step
+        r.factor = step / r.ideal
+        r.comm_frac = comm / step if step > 0 else 0.0
         r.version += 1
         r.end_at = now + r.remaining * r.factor
         self.push(r.end_at, _END, r.idx, r.version)
 
     def advance(self, r: _Run, now: float) -> None:
-        """Account `r`'s progress and communication from `r.rate_since` to `now` at its current rate."""
+        """Account `r`'s progress and communication from `r.rate_since` to `now` at its current rate, and what
+        other jobs' traffic cost it meanwhile."""
         seg = now - r.rate_since
         r.comm_s += seg * r.comm_frac
         r.remaining = max(0.0, r.remaining - seg / r.factor)
         r.rate_since = now
+        if r.alone_step > 0 and r.step > 0:
+            alone = seg * min(1.0, r.alone_step / r.step)
+            r.run_wall_s += seg
+            r.alone_wall_s += alone
+            r.contention_gpu_s += len(r.mapping) * (seg - alone)
 
-    def reprice(self, r: _Run, rep: CostReport, now: float) -> None:
-        """Running job `r` goes on from `now` at the step of `rep` (e.g. a job sharing its links started or
-        ended): its progress so far is kept, its end is rescheduled (the old end event goes stale)."""
+    def reprice(self, r: _Run, step: float, comm: float, now: float) -> None:
+        """Running job `r` goes on from `now` at `step` (e.g. a job sharing its links started or ended): its
+        progress so far is kept, its end is rescheduled (the old end event goes stale)."""
         self.advance(r, now)
-        self.set_rate(r, rep, now)
+        self.set_rate(r, step, comm, now)
 
     def stop_segment(self, r: _Run, now: float) -> None:
         self.advance(r, now)
         if self.cfg.keep_segments:
             self.segments.append((r.idx, tuple(r.mapping), r.seg_start, now))
 
-    def stop(self, r: _Run) -> None:
+    def stop(self, r: _Run, now: float) -> None:
         del self.running[r.idx]
         self.cl.release(r.mapping)
         r.version += 1
         self.running_version += 1
+        if self.shared is not None and r.job.name in self.fabric_jobs:
+            del self.fabric_jobs[r.job.name]
+            self.retime(self.shared.remove(r.job.name), now)
 
     def finish(self, r: _Run, now: float, placed: bool) -> None:
         self.finished += 1
@@ -724,6 +780,8 @@ def _record(r: _Run, now: float, placed: bool, arrival_scale: float, host: Seque
         "repairs": r.repairs,
         "preemptions": r.preemptions,
         "waits": r.waits,
+        "contention_gpu_hours": r.contention_gpu_s / 3600.0,
+        "contended_slowdown": r.run_wall_s / r.alone_wall_s if placed and r.alone_wall_s > 0 else None,
         "shared": tj.shared,
         "placed": placed,
     }

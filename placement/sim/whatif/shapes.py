@@ -287,148 +287,174 @@ def parse_shapes(
     keep_global_batch: bool = True,
 ) -> list[list[Shape | None]]:
     """The job shapes of each variant (tp <= GPUs per node depends on the variant); problems go to `ps`."""
-
-    shapes_per_variant: list[list[Shape | None]] = []
-    model = base_job.model
     if shapes_doc is None:
         par = base_job.parallel
         one: Shape | None = None if par is None else Shape(par.tp, par.cp, par.ep, par.dp, par.pp)
-        shapes_per_variant = [[one] for _ in variants]
-    elif isinstance(shapes_doc, list):
-        if not shapes_doc:
-            ps.add(
-                "axes.shapes",
-                "is empty: the grid would have no points; give at least one shape or drop the axis",
-            )
-        explicit: list[Shape | None] = []
-        for i, sd in enumerate(shapes_doc):
-            sp = f"axes.shapes[{i}]"
-            if not isinstance(sd, dict) or not sd:
-                ps.add(sp, f"must be a mapping of sizes like {{tp: 8, pp: 4, dp: 8}}, got {sd!r}")
-                continue
-            bad = [k for k in sd if k not in DIMENSIONS]
-            if bad:
-                ps.add(sp, f"unknown dimension(s) {bad}; known: {', '.join(DIMENSIONS)}")
-                continue
-            if not all(_is_int(x) and x >= 1 for x in sd.values()):
-                ps.add(sp, f"sizes must be integers >= 1, got {sd!r}")
-                continue
-            sizes = {k: int(sd.get(k, 1)) for k in DIMENSIONS}
-            other = sizes["tp"] * sizes["cp"] * sizes["ep"] * sizes["pp"]
-            if "dp" not in sd:
-                if gpus % other:
-                    ps.add(
-                        sp, f"tp*cp*ep*pp = {other} does not divide the sweep's {gpus} GPUs, so no dp fits"
-                    )
-                    continue
-                sizes["dp"] = gpus // other
-            s = Shape(**sizes)
-            if s.world_size != gpus:
-                prod_s = "*".join(str(sizes[k]) for k in ("tp", "cp", "ep", "dp", "pp"))
-                ps.add(sp, f"tp*cp*ep*dp*pp = {prod_s} = {s.world_size}, not the sweep's {gpus} GPUs")
-                continue
-            if s in explicit:
-                ps.add(sp, f"shape {s.label} is listed twice")
-                continue
-            problem = batch_problem(job_doc, s) if keep_global_batch else None
-            if problem is not None:
-                ps.add(sp, problem)
-                continue
-            try:
-                job_from_dict(
-                    shape_job_doc(job_doc, s, keep_global_batch=keep_global_batch), f"{source}: {sp}"
-                )
-            except InputError as e:
-                for pr in e.problems:
-                    ps.add(f"{sp} ({pr.path})" if pr.path else sp, pr.message)
-                continue
-            explicit.append(s)
-        shapes_per_variant = [list(explicit) for _ in variants]
-    elif shapes_doc == "all" or isinstance(shapes_doc, dict):
+        return [[one] for _ in variants]
+    if isinstance(shapes_doc, list):
+        explicit = _listed_shapes(ps, shapes_doc, gpus, job_doc, source, keep_global_batch)
+        return [list(explicit) for _ in variants]
+    if shapes_doc == "all" or isinstance(shapes_doc, dict):
         filters: dict[str, Any] = {} if shapes_doc == "all" else dict(shapes_doc)
-        ok = True
-        for k, val in filters.items():
-            fp = f"axes.shapes.{k}"
-            if k not in SHAPE_FILTERS:
-                ps.add(fp, f"unknown filter; known: {', '.join(SHAPE_FILTERS)}")
-                ok = False
-            elif k in DIMENSIONS:
-                vals = val if isinstance(val, list) else [val]
-                if not vals or not all(_is_int(x) and x >= 1 for x in vals):
-                    ps.add(fp, f"must be a non-empty list of integers >= 1, got {val!r}")
-                    ok = False
-                filters[k] = vals
-            elif k == "memory_gb":
-                if isinstance(val, bool) or not isinstance(val, int | float) or val <= 0:
-                    ps.add(fp, f"must be a number of GB > 0, got {val!r}")
-                    ok = False
-            elif k in ("tp_within_node", "distributed_optimizer", "activations"):
-                if not isinstance(val, bool):
-                    ps.add(fp, f"must be true or false, got {val!r}")
-                    ok = False
-            elif not (_is_int(val) and val >= 1):
-                ps.add(fp, f"must be an integer >= 1, got {val!r}")
-                ok = False
-        if ok and model is None:
+        if not _check_filters(ps, filters):
+            return []
+        if base_job.model is None:
             ps.add(
                 "axes.shapes",
                 "enumerating shapes needs the job's model (model: parameters, hidden, layers, ...)",
             )
-        elif ok and model is not None:
-            for v, topo in zip(variants, vtopos, strict=True):
-                types = [nt for nt in topo.host_types if base_job.device_kind in (None, nt.kind)]
-                kinds = [nt.devices for nt in types]
-                mems = [device_memory_gb(nt.kind, topo) for nt in types]
-                found = factorizations(
-                    gpus,
-                    filters,
-                    gpus_per_node=max(kinds, default=None),
-                    hidden=model.hidden,
-                    layers=model.layers,
-                    seq_len=model.seq_len,
-                    experts=model.experts,
-                    parameters=model.parameters,
-                    micro_batch=model.micro_batch,
-                    micro_batches=model.micro_batches,
-                    recompute=model.recompute,
-                    heads=model.heads,
-                    device_memory_gb=min((m for m in mems if m is not None), default=None),
-                    global_micro_batches=global_micro_batches(job_doc) if keep_global_batch else None,
-                )
-                shapes: list[Shape | None] = [*found]
-                if not shapes:
-                    rules = [
-                        f"tp <= {max(kinds, default=0)} GPUs per node"
-                        if filters.get("tp_within_node", True)
-                        else "",
-                        f"tp divides hidden {model.hidden}",
-                        f"pp divides layers {model.layers}",
-                    ]
-                    g = global_micro_batches(job_doc) if keep_global_batch else None
-                    if g is not None:
-                        rules.append(f"dp divides the global batch of {g} micro-batches")
-                    mem = filters.get("memory_gb", min((m for m in mems if m is not None), default=None))
-                    if mem is not None:
-                        what = (
-                            "model states + activations"
-                            if filters.get("activations", True)
-                            else "model states"
-                        )
-                        rules.append(f"{what} <= {mem:g} GB per device")
-                    rules += [
-                        f"{k} {filters[k]}"
-                        for k in filters
-                        if k not in ("tp_within_node", "distributed_optimizer", "activations", "memory_gb")
-                    ]
-                    where = "" if v.label == "base" else f" (variant {v.label})"
-                    ps.add(
-                        "axes.shapes",
-                        f"no factorization of {gpus} GPUs passes the filters{where}: {'; '.join(r for r in rules if r)}",
-                    )
-                shapes_per_variant.append(shapes)
-    else:
-        ps.add("axes.shapes", f"must be `all`, a mapping of filters, or a list of shapes, got {shapes_doc!r}")
-    return shapes_per_variant
+            return []
+        return [
+            _enumerated_shapes(ps, filters, gpus, job_doc, base_job, v, topo, keep_global_batch)
+            for v, topo in zip(variants, vtopos, strict=True)
+        ]
+    ps.add("axes.shapes", f"must be `all`, a mapping of filters, or a list of shapes, got {shapes_doc!r}")
+    return []
+
+
+def _listed_shapes(
+    ps: Problems,
+    shapes_doc: list[Any],
+    gpus: int,
+    job_doc: Mapping[str, Any],
+    source: str,
+    keep_global_batch: bool,
+) -> list[Shape | None]:
+    """`axes.shapes` given as a list of sizes: each checked (dimensions, product, batch, the job it makes)."""
+    if not shapes_doc:
+        ps.add(
+            "axes.shapes",
+            "is empty: the grid would have no points; give at least one shape or drop the axis",
+        )
+    explicit: list[Shape | None] = []
+    for i, sd in enumerate(shapes_doc):
+        sp = f"axes.shapes[{i}]"
+        if not isinstance(sd, dict) or not sd:
+            ps.add(sp, f"must be a mapping of sizes like {{tp: 8, pp: 4, dp: 8}}, got {sd!r}")
+            continue
+        bad = [k for k in sd if k not in DIMENSIONS]
+        if bad:
+            ps.add(sp, f"unknown dimension(s) {bad}; known: {', '.join(DIMENSIONS)}")
+            continue
+        if not all(_is_int(x) and x >= 1 for x in sd.values()):
+            ps.add(sp, f"sizes must be integers >= 1, got {sd!r}")
+            continue
+        sizes = {k: int(sd.get(k, 1)) for k in DIMENSIONS}
+        other = sizes["tp"] * sizes["cp"] * sizes["ep"] * sizes["pp"]
+        if "dp" not in sd:
+            if gpus % other:
+                ps.add(sp, f"tp*cp*ep*pp = {other} does not divide the sweep's {gpus} GPUs, so no dp fits")
+                continue
+            sizes["dp"] = gpus // other
+        s = Shape(**sizes)
+        if s.world_size != gpus:
+            prod_s = "*".join(str(sizes[k]) for k in ("tp", "cp", "ep", "dp", "pp"))
+            ps.add(sp, f"tp*cp*ep*dp*pp = {prod_s} = {s.world_size}, not the sweep's {gpus} GPUs")
+            continue
+        if s in explicit:
+            ps.add(sp, f"shape {s.label} is listed twice")
+            continue
+        problem = batch_problem(job_doc, s) if keep_global_batch else None
+        if problem is not None:
+            ps.add(sp, problem)
+            continue
+        try:
+            job_from_dict(shape_job_doc(job_doc, s, keep_global_batch=keep_global_batch), f"{source}: {sp}")
+        except InputError as e:
+            for pr in e.problems:
+                ps.add(f"{sp} ({pr.path})" if pr.path else sp, pr.message)
+            continue
+        explicit.append(s)
+    return explicit
+
+
+def _check_filters(ps: Problems, filters: dict[str, Any]) -> bool:
+    """`axes.shapes` as filters (`all` or a mapping): each known and of its type; lists normalized in place."""
+    ok = True
+    for k, val in filters.items():
+        fp = f"axes.shapes.{k}"
+        if k not in SHAPE_FILTERS:
+            ps.add(fp, f"unknown filter; known: {', '.join(SHAPE_FILTERS)}")
+            ok = False
+        elif k in DIMENSIONS:
+            vals = val if isinstance(val, list) else [val]
+            if not vals or not all(_is_int(x) and x >= 1 for x in vals):
+                ps.add(fp, f"must be a non-empty list of integers >= 1, got {val!r}")
+                ok = False
+            filters[k] = vals
+        elif k == "memory_gb":
+            if isinstance(val, bool) or not isinstance(val, int | float) or val <= 0:
+                ps.add(fp, f"must be a number of GB > 0, got {val!r}")
+                ok = False
+        elif k in ("tp_within_node", "distributed_optimizer", "activations"):
+            if not isinstance(val, bool):
+                ps.add(fp, f"must be true or false, got {val!r}")
+                ok = False
+        elif not (_is_int(val) and val >= 1):
+            ps.add(fp, f"must be an integer >= 1, got {val!r}")
+            ok = False
+    return ok
+
+
+def _enumerated_shapes(
+    ps: Problems,
+    filters: Mapping[str, Any],
+    gpus: int,
+    job_doc: Mapping[str, Any],
+    base_job: Job,
+    v: Variant,
+    topo: Topology,
+    keep_global_batch: bool,
+) -> list[Shape | None]:
+    """Every factorization of `gpus` that passes `filters` on variant `v`'s cluster; none: a problem naming the
+    rules that left nothing."""
+    model = base_job.model
+    assert model is not None
+    types = [nt for nt in topo.host_types if base_job.device_kind in (None, nt.kind)]
+    kinds = [nt.devices for nt in types]
+    mems = [device_memory_gb(nt.kind, topo) for nt in types]
+    found = factorizations(
+        gpus,
+        dict(filters),
+        gpus_per_node=max(kinds, default=None),
+        hidden=model.hidden,
+        layers=model.layers,
+        seq_len=model.seq_len,
+        experts=model.experts,
+        parameters=model.parameters,
+        micro_batch=model.micro_batch,
+        micro_batches=model.micro_batches,
+        recompute=model.recompute,
+        heads=model.heads,
+        device_memory_gb=min((m for m in mems if m is not None), default=None),
+        global_micro_batches=global_micro_batches(job_doc) if keep_global_batch else None,
+    )
+    shapes: list[Shape | None] = [*found]
+    if shapes:
+        return shapes
+    rules = [
+        f"tp <= {max(kinds, default=0)} GPUs per node" if filters.get("tp_within_node", True) else "",
+        f"tp divides hidden {model.hidden}",
+        f"pp divides layers {model.layers}",
+    ]
+    g = global_micro_batches(job_doc) if keep_global_batch else None
+    if g is not None:
+        rules.append(f"dp divides the global batch of {g} micro-batches")
+    mem = filters.get("memory_gb", min((m for m in mems if m is not None), default=None))
+    if mem is not None:
+        what = "model states + activations" if filters.get("activations", True) else "model states"
+        rules.append(f"{what} <= {mem:g} GB per device")
+    rules += [
+        f"{k} {filters[k]}"
+        for k in filters
+        if k not in ("tp_within_node", "distributed_optimizer", "activations", "memory_gb")
+    ]
+    where = "" if v.label == "base" else f" (variant {v.label})"
+    ps.add(
+        "axes.shapes",
+        f"no factorization of {gpus} GPUs passes the filters{where}: {'; '.join(r for r in rules if r)}",
+    )
+    return shapes
 
 
 # ---- serving sweeps: the decode pool's shape ----------------------------------------------------------------------
