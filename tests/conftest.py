@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -49,6 +50,18 @@ def _process_limits_reset() -> Iterator[None]:
     set_process_limits(None)
     yield
     set_process_limits(None)
+
+
+@pytest.fixture(autouse=True)
+def _root_logging_restored() -> Iterator[None]:
+    """A server started in process (`server.main.main`) points the root logger at the stderr of that moment,
+    which pytest closes after the test: each test ends with the root logger's handlers and level as it began,
+    so no later test's output carries "Logging error" lines."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
 
 
 @pytest.fixture

@@ -245,6 +245,11 @@ def _end_pool(ex: ProcessPoolExecutor, futures: list[Future[Any]]) -> None:
             proc.terminate()
     for proc in procs:
         proc.join(timeout=5)
+    # the pool's manager thread sees its workers gone and ends; joined here, not at interpreter exit, where it
+    # would write to the pipes of workers already ended ("Bad file descriptor" after Ctrl-C)
+    manager = getattr(ex, "_executor_manager_thread", None)
+    if manager is not None:
+        manager.join(timeout=5)
 
 
 class RayExecutor:

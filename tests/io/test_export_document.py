@@ -218,7 +218,11 @@ def test_export_command_writes_dotenv_directories_and_executable_scripts(tmp_pat
     # the result relative to the directory the export ran in (where sbatch runs), the placement that wrote it
     rel = os.path.relpath(result, Path.cwd())
     assert f"bind --placement {shlex.quote(rel)} --" in (tmp_path / "job.sh").read_text()
-    assert f"{shlex.quote(sys.executable)} -m placement.cli.app bind" in (tmp_path / "job.sh").read_text()
+    # the python that ran the export, relative to the working directory when it lies inside it (a venv in the
+    # checkout), so that the script runs wherever the checkout is
+    python = Path(sys.executable).absolute()
+    shown = os.path.relpath(python, Path.cwd()) if python.is_relative_to(Path.cwd()) else str(python)
+    assert f"{shlex.quote(shown)} -m placement.cli.app bind" in (tmp_path / "job.sh").read_text()
     res = _cli("export", str(result), "--format", "rankfile")
     assert (
         res.returncode == 2
