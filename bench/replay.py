@@ -355,6 +355,69 @@ FINDINGS = "## Findings"
 """The heading of the hand-written part of the results file, which a rerun keeps."""
 
 
+def section_lines(res: dict[str, Any], args: argparse.Namespace, when: str) -> list[str]:
+    """One workload's section: its command (with its own cpsat budget), its tables and its bar."""
+    w, tr, topo = res["workload"], res["trace"], res["topo"]
+    limit = w.time_limit_s if w.time_limit_s is not None else args.time_limit
+    return [
+        f"## {w.name}: {w.describe}",
+        "",
+        f"Command: `nice -n 10 .venv/bin/python bench/replay.py --workload {w.name}` (cpsat: {limit:g} s "
+        f"deterministic time per job, 1 thread; {args.workers} local worker processes) on "
+        f"{platform.node() or 'this machine'} ({os.cpu_count()} cores), {when}.",
+        "",
+        f"{len(tr.jobs)} jobs replayed ({tr.format}); {len(tr.bad)} bad rows."
+        + "".join(f" Note: {n}." for n in [*tr.notes(), *res["kind_notes"]])
+        + f" Cluster {topo.name}, {topo.num_devices} GPUs.",
+        "",
+        markdown_table(res["rows"]),
+        "",
+        "| policy | GPU-hours run / at the ideal step | utilization to the last end | preemptions | replay wall s |",
+        "|---|---:|---:|---:|---:|",
+        *[
+            f"| {r['policy']} | {r.get('gpu_time_ratio', '')} | {float(r.get('utilization_makespan') or 'nan'):.4f} "
+            f"| {r.get('preemptions') or 0} | {float(r.get('wall_s') or 'nan'):.0f} |"
+            for r in res["rows"]
+        ],
+        "",
+        *(contention_lines(res) if w.contention else []),
+        *bar_lines(res),
+        "",
+    ]
+
+
+HEADER = [
+    "# Replay benchmark and its bars (bench/replay.py)",
+    "",
+    "Each section names the command that wrote it; a rerun of some workloads replaces their sections and keeps the "
+    "others and the findings. FIFO queue, no backfill, no failures. Policies: docs/replay.md. Wall times are "
+    "noisy: the machine has 2 cores, shared with other work.",
+    "",
+]
+
+
+def merged_results(old: str, sections: dict[str, list[str]]) -> str:
+    """The results page: `sections` (workload name -> lines) in place of their old sections, the other old
+    sections kept in their order, new ones after them, and the hand-written findings (FINDINGS and below) last."""
+    findings = old[old.index(FINDINGS) :] if FINDINGS in old else ""
+    body = old[: old.index(FINDINGS)] if FINDINGS in old else old
+    parts = body.split("\n## ")
+    # a page written before sections named their command: its one command line goes into each old section
+    shared = [ln for ln in parts[0].splitlines() if ln.startswith("Command:")]
+    kept: list[tuple[str, list[str]]] = []
+    for chunk in parts[1:]:
+        name = chunk.split(":", 1)[0].strip()
+        head, _, rest = chunk.partition("\n")
+        command = [] if "\nCommand:" in "\n" + rest else [*shared, ""]
+        kept.append((name, ["## " + head, "", *command, rest.strip("\n"), ""]))
+    order = [n for n, _ in kept] + [n for n in sections if n not in dict(kept)]
+    lines = list(HEADER)
+    for n in order:
+        lines += sections[n] if n in sections else dict(kept)[n]
+    text = "\n".join(lines).rstrip("\n") + "\n"
+    return text + ("\n" + findings if findings else "")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--workload", action="append", choices=sorted(WORKLOADS), help="default: all four")
@@ -377,45 +440,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"no trace at {w.trace} (the shared data is absent)")
             return 1
         results.append(run_workload(w, args))
-    cmd = "nice -n 10 .venv/bin/python bench/replay.py" + "".join(f" --workload {n}" for n in names)
-    lines = [
-        "# Replay benchmark and its bars (bench/replay.py)",
-        "",
-        f"Command: `{cmd}` (cpsat: {args.time_limit:g} s deterministic time per job, 1 thread; "
-        f"{args.workers} local worker processes) on {platform.node() or 'this machine'} ({os.cpu_count()} cores, "
-        f"shared with other sessions: wall times are noisy), {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.",
-        "FIFO queue, no backfill, no failures. Policies: docs/replay.md.",
-        "",
-    ]
-    for res in results:
-        w, tr, topo = res["workload"], res["trace"], res["topo"]
-        lines += [
-            f"## {w.name}: {w.describe}",
-            "",
-            f"{len(tr.jobs)} jobs replayed ({tr.format}); {len(tr.bad)} bad rows."
-            + "".join(f" Note: {n}." for n in [*tr.notes(), *res["kind_notes"]])
-            + f" Cluster {topo.name}, {topo.num_devices} GPUs.",
-            "",
-            markdown_table(res["rows"]),
-            "",
-            "| policy | GPU-hours run / at the ideal step | utilization to the last end | preemptions | replay wall s |",
-            "|---|---:|---:|---:|---:|",
-            *[
-                f"| {r['policy']} | {r.get('gpu_time_ratio', '')} | {float(r.get('utilization_makespan') or 'nan'):.4f} "
-                f"| {r.get('preemptions') or 0} | {float(r.get('wall_s') or 'nan'):.0f} |"
-                for r in res["rows"]
-            ],
-            "",
-            *(contention_lines(res) if w.contention else []),
-            *bar_lines(res),
-            "",
-        ]
-    text = "\n".join(lines)
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    sections = {res["workload"].name: section_lines(res, args, when) for res in results}
     out = Path(args.results)
-    # the hand-written findings after the tables (FINDINGS and below) stay: a rerun replaces the tables only
-    old = out.read_text() if out.is_file() else ""
-    if FINDINGS in old:
-        text = text.rstrip("\n") + "\n\n" + old[old.index(FINDINGS) :]
+    text = merged_results(out.read_text() if out.is_file() else "", sections)
     out.write_text(text)
     print(text)
     return 0
