@@ -214,9 +214,9 @@ def solve_exact(
             for j in range(n):
                 if i == j or f[i, j] == 0:
                     continue
-                idx = model.new_int_var(0, m * m - 1, "")
+                idx = model.new_int_var(0, m * m - 1, f"pair[{i},{j}]")
                 model.add(idx == loc[i] * m + loc[j])
-                dv = model.new_int_var(lo, hi, "")
+                dv = model.new_int_var(lo, hi, f"distance[{i},{j}]")
                 model.add_element(idx, flat, dv)
                 terms.append(round(f[i, j]) * dv)
     model.minimize(sum(terms))
