@@ -148,7 +148,7 @@ def test_json_is_an_alias_of_output_json_on_every_command_that_has_output() -> N
     runner = CliRunner()
     for path, cmd in every_command():
         names = {o for p in cmd.params for o in getattr(p, "opts", [])}
-        if "--output" in names and path[0] != "capacity":
+        if "--output" in names:
             assert "--json" in names, path
     args = [*DGX, "--deterministic", "--time-limit", "5"]
     a = json.loads(_run("place", *args, "--json"))
@@ -258,8 +258,9 @@ TABLE_COMMANDS = [
     ("whatif", "sweep"),
     ("whatif", "defrag"),
     ("registry", "list"),
+    ("capacity",),
 ]
-"""The commands that print tables (capacity's own options belong to its module's owner)."""
+"""The commands that print tables."""
 
 
 def test_every_command_that_prints_a_table_takes_wide() -> None:
@@ -268,3 +269,19 @@ def test_every_command_that_prints_a_table_takes_wide() -> None:
         cmd = commands[path]
         names = {o for p in cmd.params for o in getattr(p, "opts", [])}  # type: ignore[attr-defined]
         assert "--wide" in names, path
+
+
+def test_capacity_takes_json_and_fits_80_columns_unless_wide() -> None:
+    args = ["capacity", str(EXAMPLES / "h100-256.yaml"), "--state", str(EXAMPLES / "h100-256-busy.yaml")]
+    args += ["--shape", "tp8x4", "--shape", "tp8xpp2x16", "--shape", "tp4x2"]
+    a = json.loads(_run(*args, "--json"))
+    b = json.loads(_run(*args, "--output", "json"))
+    for d in (a, b):
+        d.pop("stats", None)
+    assert a == b and [s["job"] for s in a["shapes"]] == ["tp8x4", "tp8xpp2x16", "tp4x2"]
+    narrow = _run(*args).splitlines()
+    assert max(len(line) for line in narrow) <= 80
+    # the same rows at full width: the per-domain lines on one line each
+    wide = _run(*args, "--wide").splitlines()
+    assert any("per domain:" in line for line in wide)
+    assert len(wide) <= len(narrow)

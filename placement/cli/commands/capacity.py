@@ -17,9 +17,9 @@ from placement.cli.commands.remote import decision_remote
 from placement.cli.errors import fail, guard
 from placement.cli.help import Command, command_app
 from placement.cli.inputs import load_cluster_state
-from placement.cli.options import ServerOpt, TokenOpt
+from placement.cli.options import JsonOpt, ServerOpt, TokenOpt, WideOpt, json_output
 from placement.cli.serving import is_serving_file, serving_shape_job, serving_shape_message
-from placement.cli.tables import out
+from placement.cli.tables import print_wrapped, table_console
 from placement.decide.capacity import MAX_PLACED
 from placement.decide.capacity import capacity as run_capacity
 from placement.errors import InputError, Problem
@@ -107,6 +107,8 @@ def capacity(
     ] = 0,
     time_limit: Annotated[float, typer.Option(help="seconds per placed copy")] = 2.0,
     output: Annotated[str, typer.Option(help="table or json")] = "table",
+    json_: JsonOpt = False,
+    wide: WideOpt = False,
     server: ServerOpt = None,
     token: TokenOpt = None,
 ) -> None:
@@ -116,6 +118,7 @@ def capacity(
     devices per domain; --place N places and models the first N copies. With --server (or PLACEMENT_SERVER) a
     placement-server answers (the Capacity RPC).
     """
+    output = json_output(output, json_)
     if output not in ("table", "json"):
         fail(f"--output: unknown value {output!r}; use table or json", 2)
     if not (math.isfinite(time_limit) and time_limit > 0):
@@ -170,12 +173,13 @@ def capacity(
     if output == "json":  # the CapacityResponse JSON mapping, as the Capacity RPC answers
         sys.stdout.write(dump_message(response))
         return
-    print_capacity(response, req.cluster.name if server is not None else topo.name)
+    print_capacity(response, req.cluster.name if server is not None else topo.name, wide)
 
 
-def print_capacity(response: Any, cluster: str) -> None:
+def print_capacity(response: Any, cluster: str, wide: bool = False) -> None:
     """The tables of a CapacityResponse (counted here or by a server): copies per shape, the best domains per
-    level, and the fragmentation per level."""
+    level, and the fragmentation per level; in 80 columns when piped, or with `wide` at full width."""
+    out = table_console(wide)
     t = Table(
         title=f"{cluster}: copies that fit now, each shape alone ({response.stats.wall_s * 1000:.1f} ms)"
     )
@@ -201,9 +205,9 @@ def print_capacity(response: Any, cluster: str) -> None:
                 shown = ", ".join(f"{d.domain} {d.copies}" for d in rows[:3])
                 best.append(f"{lname} {shown}" + (f" (+{len(rows) - 3} more)" if len(rows) > 3 else ""))
         if best:
-            out.print(f"  {s.job} per domain: " + "; ".join(best), highlight=False, soft_wrap=True)
+            print_wrapped(out, f"{s.job} per domain: " + "; ".join(best), wide)
         for n in s.notes:
-            out.print(f"  {s.job}: {n}", highlight=False, soft_wrap=True)
+            print_wrapped(out, f"{s.job}: {n}", wide)
     f = Table(title="fragmentation: 1 - most free devices in one child / free devices, mean over domains")
     for c in ("level", "fragmentation", "free", "domains with free", "largest free block"):
         f.add_column(c, justify="left" if c == "level" else "right")
