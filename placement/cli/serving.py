@@ -71,12 +71,18 @@ def print_serving(topology: Topology, result: ServingResult, name: str, ranks: i
     b = Table(title="against the baselines on the same state (serving model)", title_justify="left")
     for c in ("mapping", "TTFT ms", "TPOT ms", "tokens/s per GPU", "breaks"):
         b.add_column(c, justify="left" if c in ("mapping", "breaks") else "right")
-    for n, rep in result.candidates.items():
+    # the answer first, then every other candidate in the order they were tried
+    order = [result.chosen, *(n for n in result.candidates if n != result.chosen)]
+    for n in order:
+        rep = result.candidates[n]
         why = escape(result.broken.get(n, ""))
+        label = f"{n} (answer)" if n == result.chosen else n
         if rep is None:
-            b.add_row(n, "no mapping", "", "", why)
+            b.add_row(label, "no mapping", "", "", why)
         else:
-            b.add_row(n, _ms(rep.ttft_seconds), _ms(rep.tpot_seconds), f"{rep.tokens_per_s_per_gpu:.1f}", why)
+            b.add_row(
+                label, _ms(rep.ttft_seconds), _ms(rep.tpot_seconds), f"{rep.tokens_per_s_per_gpu:.1f}", why
+            )
     out.print(b)
     for note in result.notes:
         out.print(f"note: {escape(note)}", soft_wrap=True)

@@ -34,7 +34,7 @@ from placement.model.state import ClusterState
 from placement.model.topology import Topology
 from placement.model.traffic import job_traffic
 from placement.model.validate import excluded_devices, validate
-from placement.solve.baselines import BASELINES
+from placement.solve.baselines import BASELINES, why_none
 from placement.solve.run import place
 from placement.solve.types import SolveOptions
 
@@ -61,7 +61,7 @@ class ServingResult:
     candidates: dict[str, ServingReport | None] = field(default_factory=dict)
     broken: dict[str, str] = field(default_factory=dict)
     """Candidates whose mapping breaks a rule of the job (a baseline that does not spread): the first broken rule;
-    they are priced, not chosen."""
+    they are priced, not chosen. For a candidate with no mapping (no report): why it found none."""
     job: Job | None = None
     status: str = ""
     notes: list[str] = field(default_factory=list)
@@ -236,6 +236,7 @@ def place_serving(
     traffic = job_traffic(explicit)
     candidates: dict[str, ServingReport | None] = {}
     mappings: dict[str, list[int]] = {}
+    missing: dict[str, str] = {}  # a baseline with no mapping: why (`broken` carries it, beside no report)
     notes: list[str] = []
     status = ""
     try:
@@ -252,12 +253,13 @@ def place_serving(
             got = None
         if got is None:
             candidates[name] = None
+            missing[name] = why_none(topology, state, explicit, traffic, name)
         else:
             mappings[name] = list(got)
     packed = packed_replicas(topology, state, job, explicit)
     if packed is not None:
         mappings["serving-packed"] = packed
-    broken: dict[str, str] = {}
+    broken: dict[str, str] = dict(missing)
     for name, mp in mappings.items():
         violations = validate(topology, state, explicit, mp, traffic=traffic)
         if violations:

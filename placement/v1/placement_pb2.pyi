@@ -3794,7 +3794,9 @@ class ServingCandidate(_message.Message):
     BREAKS_FIELD_NUMBER: _builtins.int
     strategy: _builtins.str
     breaks: _builtins.str
-    """The first rule of the job its mapping breaks (it is priced, not chosen); empty: none."""
+    """The first rule of the job its mapping breaks (it is priced, not chosen); with no cost, why it found no
+    mapping; empty: none.
+    """
     @_builtins.property
     def cost(self) -> Global___ServingCost:
         """Its serving report; unset: the candidate found no mapping."""
