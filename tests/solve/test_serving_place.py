@@ -131,6 +131,14 @@ def test_cli_prints_ttft_tpot_tokens_per_gpu_and_phases(
     assert res.exit_code == 0, res.output
     for word in ("TTFT", "TPOT", "tokens/s per GPU", "ep dispatch", "ep combine", "kv handoff", "deepep-ll"):
         assert word in res.output, word
+    # the answer's row comes first, marked; a baseline with no mapping says why (this tree has no block level)
+    table = res.output.split("against the baselines", 1)[1]
+    rows = [ln for ln in table.splitlines() if ln.startswith("│")]
+    assert "(answer)" in rows[0] or "(answer)" in rows[1]
+    block = next(i for i, ln in enumerate(rows) if "slurm-block" in ln)
+    assert (
+        "no mapping" in rows[block] and "block" in " ".join(rows[block : block + 3]).split("no mapping", 1)[1]
+    )
     res = run(
         "place", path, job_file, "--output", "json", "--time-limit", "3", "--workers", "1", "--deterministic"
     )
