@@ -24,6 +24,7 @@ pytest.register_assert_rewrite(
     "tests.support_native",
     "tests.support_nvidia_smi",
     "tests.support_server",
+    "tests.support_serving",
     "tests.support_slurm",
     "tests.support_solve",
     "tests.support_whatif",

@@ -31,6 +31,7 @@ from placement.solve.types import SolveOptions
 from placement.v1 import placement_pb2 as pb
 from tests.support_cli import run, write
 from tests.support_server import field_violations, job_doc, rpc_error, running
+from tests.support_serving import serving_job_doc
 
 CLUSTER = """\
 name: two-leaves
@@ -40,36 +41,6 @@ levels:
   - {name: spine, bandwidth_gbps: 12.5, latency_us: 8}
 generate: {nodes: 4, devices: 4, kind: H100, fanout: {leaf: 2}}
 """
-
-
-def _job(decode_replicas: int = 1, name: str = "moe") -> dict[str, Any]:
-    return {
-        "kind": "serving",
-        "name": name,
-        "device_kind": "H100",
-        "model": {
-            "parameters": 20e9,
-            "expert_parameters": 16e9,
-            "experts": 16,
-            "top_k": 2,
-            "hidden": 2048,
-            "layers": 8,
-            "heads": 16,
-            "kv_heads": 4,
-            "head_dim": 128,
-            "weight_dtype": "fp8",
-        },
-        "pools": [
-            {"role": "prefill", "ep": 4, "attention_dp": 4},
-            {
-                "role": "decode",
-                "ep": 8 // decode_replicas,
-                "attention_dp": 8 // decode_replicas,
-                "replicas": decode_replicas,
-            },
-        ],
-        "load": {"batch": 256, "prompt_tokens": 1000, "output_tokens": 100, "prefill_batch": 2},
-    }
 
 
 @pytest.fixture(scope="module")
@@ -99,7 +70,7 @@ def test_place_serves_a_serving_job_priced_as_the_model_prices_its_mapping(
     cluster: tuple[Path, Topology],
 ) -> None:
     path, topo = cluster
-    job = serving_job_from_dict(_job())
+    job = serving_job_from_dict(serving_job_doc())
     with running() as r:
         result = r.stub.Place(_request(path, job), timeout=60).result
     mapping = _indices(topo, result.mapping)
@@ -128,7 +99,7 @@ def test_place_serves_a_serving_job_priced_as_the_model_prices_its_mapping(
 
 def test_evaluate_serves_a_serving_job_and_refuses_a_broken_mapping(cluster: tuple[Path, Topology]) -> None:
     path, topo = cluster
-    job = serving_job_from_dict(_job())
+    job = serving_job_from_dict(serving_job_doc())
     answer = place_serving(
         topo, ClusterState(), job, SolveOptions(time_limit_s=3, workers=1, deterministic=True)
     )
@@ -150,7 +121,10 @@ def test_compare_ranks_serving_jobs_by_tpot_and_refuses_a_mixed_request(
     cluster: tuple[Path, Topology],
 ) -> None:
     path, topo = cluster
-    jobs = [serving_job_from_dict(_job(1, "one-decode")), serving_job_from_dict(_job(2, "two-decodes"))]
+    jobs = [
+        serving_job_from_dict(serving_job_doc(1, "one-decode")),
+        serving_job_from_dict(serving_job_doc(2, "two-decodes")),
+    ]
     req = request_from_dict({"cluster_file": str(path), "options": {"time_limit_s": 3}}, pb.CompareRequest)
     req.jobs.extend(serving_to_proto(j) for j in jobs)
     mixed = pb.CompareRequest()
@@ -176,7 +150,7 @@ def test_compare_ranks_serving_jobs_by_tpot_and_refuses_a_mixed_request(
 
 def _small(name: str, spread: bool) -> Any:
     """8 ranks: an EP 4 prefill replica and an EP 4 decode replica."""
-    doc = _job(1, name)
+    doc = serving_job_doc(1, name)
     doc["pools"][1] = {"role": "decode", "ep": 4, "attention_dp": 4}
     doc["placement"] = {"spread": spread}
     return serving_to_proto(serving_job_from_dict(doc))
@@ -195,7 +169,7 @@ def test_capacity_counts_serving_copies_and_place_batch_refuses_a_serving_job(
     )
     capacity.shapes.add().CopyFrom(_small("packed", False))
     capacity.shapes.add().CopyFrom(_small("spread", True))
-    capacity.shapes.add().CopyFrom(serving_to_proto(serving_job_from_dict(_job(1, "twelve"))))
+    capacity.shapes.add().CopyFrom(serving_to_proto(serving_job_from_dict(serving_job_doc(1, "twelve"))))
     placed = pb.CapacityRequest()
     placed.CopyFrom(capacity)
     placed.place_copies = 1
@@ -221,7 +195,7 @@ def test_capacity_counts_serving_copies_and_place_batch_refuses_a_serving_job(
 
 def test_the_serving_answer_converts_both_ways(cluster: tuple[Path, Topology]) -> None:
     _, topo = cluster
-    job = serving_job_from_dict(_job(2))
+    job = serving_job_from_dict(serving_job_doc(2))
     res = place_serving(
         topo, ClusterState(), job, SolveOptions(time_limit_s=3, workers=1, deterministic=True)
     )
@@ -237,7 +211,7 @@ def test_cli_place_over_the_server_prints_what_it_prints_offline(
     tmp_path: Path, cluster: tuple[Path, Topology]
 ) -> None:
     path, _ = cluster
-    job_file = write(tmp_path, "s.yaml", json.dumps(_job(2)))
+    job_file = write(tmp_path, "s.yaml", json.dumps(serving_job_doc(2)))
     flags = ("--time-limit", "3", "--workers", "2", "--deterministic")
     offline = run("place", path, job_file, "--output", "json", *flags)
     offline_table = run("place", path, job_file, *flags)
@@ -255,7 +229,7 @@ def test_cli_place_over_the_server_prints_what_it_prints_offline(
 
 def test_a_serving_job_with_max_slowdown_is_refused_at_that_field(cluster: tuple[Path, Topology]) -> None:
     path, _ = cluster
-    req = _request(path, serving_job_from_dict(_job()))
+    req = _request(path, serving_job_from_dict(serving_job_doc()))
     req.max_slowdown = 1.5
     with running() as r:
         err = rpc_error(lambda: r.stub.Place(req, timeout=60))
@@ -265,7 +239,7 @@ def test_a_serving_job_with_max_slowdown_is_refused_at_that_field(cluster: tuple
 
 def test_a_solve_process_serves_a_serving_job_too(cluster: tuple[Path, Topology]) -> None:
     path, topo = cluster
-    job = serving_job_from_dict(_job())
+    job = serving_job_from_dict(serving_job_doc())
     with running(solve_mode="process") as r:
         result = r.stub.Place(_request(path, job), timeout=120).result
     again = model_serving(topo, ClusterState(), job, _indices(topo, result.mapping))
@@ -277,7 +251,7 @@ def test_cli_capacity_counts_a_serving_job_file_here_and_over_the_server(
     tmp_path: Path, cluster: tuple[Path, Topology]
 ) -> None:
     path, _ = cluster
-    small = _job(1, "small")
+    small = serving_job_doc(1, "small")
     small["pools"][1] = {"role": "decode", "ep": 4, "attention_dp": 4}
     small["placement"] = {"spread": False}
     serving_file = write(tmp_path, "s.yaml", json.dumps(small))

@@ -21,6 +21,7 @@ from placement.sim.whatif.spec import is_serving_sweep, serving_sweep_from_dict
 from placement.solve.serving import place_serving
 from placement.solve.types import SolveOptions
 from tests.support_cli import run, write
+from tests.support_serving import serving_job_doc
 
 CLUSTER: dict[str, Any] = {
     "name": "two-leaves",
@@ -32,28 +33,7 @@ CLUSTER: dict[str, Any] = {
     "generate": {"nodes": 4, "devices": 4, "kind": "H100", "fanout": {"leaf": 2}},
 }
 
-JOB: dict[str, Any] = {
-    "kind": "serving",
-    "name": "moe",
-    "device_kind": "H100",
-    "model": {
-        "parameters": 20e9,
-        "expert_parameters": 16e9,
-        "experts": 16,
-        "top_k": 2,
-        "hidden": 2048,
-        "layers": 8,
-        "heads": 16,
-        "kv_heads": 4,
-        "head_dim": 128,
-        "weight_dtype": "fp8",
-    },
-    "pools": [
-        {"role": "prefill", "ep": 4, "attention_dp": 4},
-        {"role": "decode", "ep": 8, "attention_dp": 8},
-    ],
-    "load": {"batch": 256, "prompt_tokens": 1000, "output_tokens": 100, "prefill_batch": 2},
-}
+JOB: dict[str, Any] = serving_job_doc()
 
 
 def _sweep(**axes: Any) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from placement.model.topology import Topology
 from placement.solve.serving import evaluate_serving, fitting_level, place_serving, serving_traffic_job
 from placement.solve.types import SolveOptions
 from tests.support_cli import run, write
+from tests.support_serving import serving_job_doc
 
 CLUSTER = """\
 name: two-leaves
@@ -28,37 +29,6 @@ levels:
   - {name: spine, bandwidth_gbps: 12.5, latency_us: 8}
 generate: {nodes: 4, devices: 4, kind: H100, fanout: {leaf: 2}}
 """
-
-
-def _job(decode_replicas: int = 1, spread: bool = True) -> dict[str, object]:
-    return {
-        "kind": "serving",
-        "name": "moe",
-        "device_kind": "H100",
-        "model": {
-            "parameters": 20e9,
-            "expert_parameters": 16e9,
-            "experts": 16,
-            "top_k": 2,
-            "hidden": 2048,
-            "layers": 8,
-            "heads": 16,
-            "kv_heads": 4,
-            "head_dim": 128,
-            "weight_dtype": "fp8",
-        },
-        "pools": [
-            {"role": "prefill", "ep": 4, "attention_dp": 4},
-            {
-                "role": "decode",
-                "ep": 8 // decode_replicas,
-                "attention_dp": 8 // decode_replicas,
-                "replicas": decode_replicas,
-            },
-        ],
-        "load": {"batch": 256, "prompt_tokens": 1000, "output_tokens": 100, "prefill_batch": 2},
-        "placement": {"spread": spread},
-    }
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +51,7 @@ def test_ep_in_one_leaf_prefill_beside_decode_and_never_worse_than_a_baseline(
     cluster: tuple[Path, Topology],
 ) -> None:
     _, topo = cluster
-    job = serving_job_from_dict(_job())
+    job = serving_job_from_dict(serving_job_doc())
     res = place_serving(topo, ClusterState(), job, OPTS)
     leaf = topo.domain_column(1)
     host = topo.domain_column(0)
@@ -109,14 +79,14 @@ def test_ep_in_one_leaf_prefill_beside_decode_and_never_worse_than_a_baseline(
 
 def test_replicas_spread_by_default_and_the_rule_turns_off(cluster: tuple[Path, Topology]) -> None:
     _, topo = cluster
-    on = serving_traffic_job(topo, ClusterState(), serving_job_from_dict(_job(decode_replicas=2)))
+    on = serving_traffic_job(topo, ClusterState(), serving_job_from_dict(serving_job_doc(decode_replicas=2)))
     assert [(s.kind, s.min_domains) for s in on.constraints.spread] == [("leaf", 2)]
     assert on.constraints.prefer["ep"] == "node"  # EP 4 fits one host
     off = serving_traffic_job(
-        topo, ClusterState(), serving_job_from_dict(_job(decode_replicas=2, spread=False))
+        topo, ClusterState(), serving_job_from_dict(serving_job_doc(decode_replicas=2, spread=False))
     )
     assert off.constraints.spread == ()
-    job = serving_job_from_dict(_job(decode_replicas=2))
+    job = serving_job_from_dict(serving_job_doc(decode_replicas=2))
     res = place_serving(topo, ClusterState(), job, OPTS)
     leaf = topo.domain_column(1)
     assert len({leaf[d] for d in res.mapping}) == 2
@@ -126,7 +96,7 @@ def test_cli_prints_ttft_tpot_tokens_per_gpu_and_phases(
     tmp_path: Path, cluster: tuple[Path, Topology]
 ) -> None:
     path, topo = cluster
-    job_file = write(tmp_path, "s.yaml", json.dumps(_job()))
+    job_file = write(tmp_path, "s.yaml", json.dumps(serving_job_doc()))
     res = run("place", path, job_file, "--time-limit", "3", "--workers", "1", "--deterministic")
     assert res.exit_code == 0, res.output
     for word in ("TTFT", "TPOT", "tokens/s per GPU", "ep dispatch", "ep combine", "kv handoff", "deepep-ll"):
@@ -147,7 +117,10 @@ def test_cli_prints_ttft_tpot_tokens_per_gpu_and_phases(
     mapping = [topo.device_index(d) for d in doc["mapping"]]
     assert None not in mapping
     again = model_serving(
-        topo, ClusterState(), serving_job_from_dict(_job()), [int(d) for d in mapping if d is not None]
+        topo,
+        ClusterState(),
+        serving_job_from_dict(serving_job_doc()),
+        [int(d) for d in mapping if d is not None],
     )
     assert doc["report"]["tpot_seconds"] == pytest.approx(again.tpot_seconds)
     assert doc["report"]["ttft_seconds"] == pytest.approx(again.ttft_seconds)
@@ -155,7 +128,7 @@ def test_cli_prints_ttft_tpot_tokens_per_gpu_and_phases(
 
 def test_cli_evaluate_prices_a_given_mapping(tmp_path: Path, cluster: tuple[Path, Topology]) -> None:
     path, _ = cluster
-    job_file = write(tmp_path, "s.yaml", json.dumps(_job()))
+    job_file = write(tmp_path, "s.yaml", json.dumps(serving_job_doc()))
     answer = tmp_path / "answer.json"
     res = run(
         "place", path, job_file, "--output", "json", "--out", answer, "--time-limit", "3", "--workers", "1"
@@ -173,13 +146,13 @@ def test_evaluate_refuses_a_mapping_that_breaks_the_spread(cluster: tuple[Path, 
     """Two power domains in the state: the default spread kind. 3 replicas must cover both."""
     _, topo = cluster
     state = ClusterState(fault_domains={"power": {"a": frozenset(range(12)), "b": frozenset(range(12, 16))}})
-    job = serving_job_from_dict(_job(decode_replicas=2))
+    job = serving_job_from_dict(serving_job_doc(decode_replicas=2))
     assert [s.kind for s in serving_traffic_job(topo, state, job).constraints.spread] == ["power"]
     both = [*range(8), 12, 13, 14, 15]
     assert evaluate_serving(topo, state, job, both).tpot_seconds > 0
     with pytest.raises(InvalidMappingError, match="power"):
         evaluate_serving(topo, state, job, list(range(12)))
-    off = serving_job_from_dict({**_job(decode_replicas=2), "placement": {"spread": False}})
+    off = serving_job_from_dict({**serving_job_doc(decode_replicas=2), "placement": {"spread": False}})
     assert evaluate_serving(topo, state, off, list(range(12))).tpot_seconds > 0
 
 
@@ -188,7 +161,7 @@ def test_a_tpot_bound_makes_tokens_per_s_the_objective(cluster: tuple[Path, Topo
     meets, the least TPOT."""
     _, topo = cluster
     for bound, within in ((1e6, True), (1e-6, False)):
-        doc = _job()
+        doc = serving_job_doc()
         doc["load"] = {**doc["load"], "tpot_bound_ms": bound}  # type: ignore[dict-item]
         res = place_serving(topo, ClusterState(), serving_job_from_dict(doc), OPTS)
         valid = [r for n, r in res.candidates.items() if r is not None and n not in res.broken]
