@@ -1,8 +1,38 @@
-"""A small MoE serving job the serving tests share: its document, with the knobs they vary."""
+"""A small MoE serving job and the two-leaf cluster the serving tests share: their documents, with the knobs
+the tests vary."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
+
+import yaml
+
+from placement.io.native import load_cluster
+from placement.model.topology import Topology
+
+SERVING_CLUSTER = """\
+name: two-leaves
+levels:
+  - {name: node, bandwidth_gbps: 400, latency_us: 1}
+  - {name: leaf, bandwidth_gbps: 50, latency_us: 5}
+  - {name: spine, bandwidth_gbps: 12.5, latency_us: 8}
+generate: {nodes: 4, devices: 4, kind: H100, fanout: {leaf: 2}}
+"""
+"""4 hosts of 4 H100s, 2 per leaf, under a 4:1 spine."""
+
+
+def serving_cluster_doc() -> dict[str, Any]:
+    """`SERVING_CLUSTER` as a document (a sweep's inline cluster)."""
+    doc: dict[str, Any] = yaml.safe_load(SERVING_CLUSTER)
+    return doc
+
+
+def write_serving_cluster(folder: Path) -> tuple[Path, Topology]:
+    """`SERVING_CLUSTER` written to `folder`/c.yaml, and its topology."""
+    path = folder / "c.yaml"
+    path.write_text(SERVING_CLUSTER)
+    return path, load_cluster(path)[0]
 
 
 def serving_job_doc(

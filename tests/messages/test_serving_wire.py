@@ -12,7 +12,6 @@ import grpc
 import pytest
 
 from placement.cost.serving import model_serving
-from placement.io.native import load_cluster
 from placement.io.native.serving import serving_job_from_dict
 from placement.messages.files import request_from_dict
 from placement.messages.serving import (
@@ -31,24 +30,12 @@ from placement.solve.types import SolveOptions
 from placement.v1 import placement_pb2 as pb
 from tests.support_cli import run, write
 from tests.support_server import field_violations, job_doc, rpc_error, running
-from tests.support_serving import serving_job_doc
-
-CLUSTER = """\
-name: two-leaves
-levels:
-  - {name: node, bandwidth_gbps: 400, latency_us: 1}
-  - {name: leaf, bandwidth_gbps: 50, latency_us: 5}
-  - {name: spine, bandwidth_gbps: 12.5, latency_us: 8}
-generate: {nodes: 4, devices: 4, kind: H100, fanout: {leaf: 2}}
-"""
+from tests.support_serving import serving_job_doc, write_serving_cluster
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Topology]:
-    path = tmp_path_factory.mktemp("serving-wire") / "c.yaml"
-    path.write_text(CLUSTER)
-    topo, _ = load_cluster(path)
-    return path, topo
+    return write_serving_cluster(tmp_path_factory.mktemp("serving-wire"))
 
 
 def _request(path: Path, job: ServingJob, message: Any = pb.PlaceRequest) -> Any:

@@ -20,7 +20,6 @@ import pytest
 from google.protobuf import json_format
 from google.rpc import error_details_pb2, status_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from grpc_status import rpc_status
 from typer.testing import CliRunner
 
 from placement.cli.app import app as cli_app
@@ -37,7 +36,7 @@ from server.errors import status_for
 from server.main import SERVICE_NAME, create_server
 from server.registry_service import REGISTRY_SERVICE_NAME
 from server.settings import Settings
-from tests.registry.test_registry_history import Replica, _job
+from tests.registry.test_registry_history import Replica, _job, recorded
 from tests.registry_history import Checker, Op
 from tests.registry_util import (
     cluster_doc,
@@ -51,7 +50,6 @@ from tests.registry_util import (
 
 NODES, GPUS = 4, 4
 DEVICES = [f"node{n:02d}/gpu{g}" for n in range(1, NODES + 1) for g in range(GPUS)]
-_UNKNOWN = ("UNAVAILABLE", "DEADLINE_EXCEEDED", "CANCELLED")
 _STATUS = {1: "HELD", 2: "COMMITTED", 3: "RELEASED", 4: "EXPIRED", 5: "REVOKED"}
 
 
@@ -63,21 +61,7 @@ class Recorder:
         self.lock = threading.Lock()
 
     def call(self, kind: str, fn: Callable[..., Any], req: Any, timeout: float = 10, **args: Any) -> Op:
-        op = Op(0, kind, {"replica": 0, **args}, time.time())
-        try:
-            op.resp = fn(req, timeout=timeout)
-            op.outcome = "ok"
-        except grpc.RpcError as e:
-            op.code, op.detail = e.code().name, e.details() or ""
-            op.outcome = "info" if op.code in _UNKNOWN else "fail"
-            status = rpc_status.from_call(e)
-            for d in status.details if status else []:
-                if d.Is(error_details_pb2.PreconditionFailure.DESCRIPTOR):
-                    pf = error_details_pb2.PreconditionFailure()
-                    d.Unpack(pf)
-                    op.types += [v.type for v in pf.violations]
-                    op.subjects += [v.description for v in pf.violations]
-        op.complete = time.time()
+        op = recorded(Op(0, kind, {"replica": 0, **args}, time.time()), fn, req, timeout)
         with self.lock:
             self.history.append(op)
         return op

@@ -131,6 +131,26 @@ def _job(ranks: int, name: str) -> pb.Job:
     )
 
 
+def recorded(op: Op, fn: Any, req: Any, timeout: float = 10) -> Op:
+    """`op` after calling `fn(req)`: its response (ok), or its code, detail and precondition violations (fail,
+    or info when the call may or may not have happened), and its completion time."""
+    try:
+        op.resp = fn(req, timeout=timeout)
+        op.outcome = "ok"
+    except grpc.RpcError as e:
+        op.code, op.detail = e.code().name, e.details() or ""
+        op.outcome = "info" if op.code in _UNKNOWN else "fail"
+        status = rpc_status.from_call(e)
+        for d in status.details if status else []:
+            if d.Is(error_details_pb2.PreconditionFailure.DESCRIPTOR):
+                pf = error_details_pb2.PreconditionFailure()
+                d.Unpack(pf)
+                op.types += [v.type for v in pf.violations]
+                op.subjects += [v.description for v in pf.violations]
+    op.complete = time.time()
+    return op
+
+
 class Client:
     """One client: random calls to a random replica, each recorded as an Op."""
 
@@ -141,22 +161,11 @@ class Client:
         self.n = 0
 
     def call(self, kind: str, method: str, req: Any, replica: int, **args: Any) -> Op:
-        op = Op(self.i, kind, {**args, "replica": replica}, time.time())
-        try:
-            op.resp = getattr(self.stubs[replica], method)(req, timeout=10)
-            op.outcome = "ok"
-        except grpc.RpcError as e:
-            op.code = e.code().name
-            op.detail = e.details() or ""
-            op.outcome = "info" if op.code in _UNKNOWN else "fail"
-            status = rpc_status.from_call(e)
-            for d in status.details if status else []:
-                if d.Is(error_details_pb2.PreconditionFailure.DESCRIPTOR):
-                    pf = error_details_pb2.PreconditionFailure()
-                    d.Unpack(pf)
-                    op.types += [v.type for v in pf.violations]
-                    op.subjects += [v.description for v in pf.violations]
-        op.complete = time.time()
+        op = recorded(
+            Op(self.i, kind, {**args, "replica": replica}, time.time()),
+            getattr(self.stubs[replica], method),
+            req,
+        )
         with self.lock:
             self.history.append(op)
         return op

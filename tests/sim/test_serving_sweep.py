@@ -21,17 +21,9 @@ from placement.sim.whatif.spec import is_serving_sweep, serving_sweep_from_dict
 from placement.solve.serving import place_serving
 from placement.solve.types import SolveOptions
 from tests.support_cli import run, write
-from tests.support_serving import serving_job_doc
+from tests.support_serving import serving_cluster_doc, serving_job_doc
 
-CLUSTER: dict[str, Any] = {
-    "name": "two-leaves",
-    "levels": [
-        {"name": "node", "bandwidth_gbps": 400, "latency_us": 1},
-        {"name": "leaf", "bandwidth_gbps": 50, "latency_us": 5},
-        {"name": "spine", "bandwidth_gbps": 12.5, "latency_us": 8},
-    ],
-    "generate": {"nodes": 4, "devices": 4, "kind": "H100", "fanout": {"leaf": 2}},
-}
+CLUSTER: dict[str, Any] = serving_cluster_doc()
 
 JOB: dict[str, Any] = serving_job_doc()
 

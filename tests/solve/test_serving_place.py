@@ -11,7 +11,6 @@ import pytest
 
 from placement.cost.report import InvalidMappingError
 from placement.cost.serving import model_serving
-from placement.io.native import load_cluster
 from placement.io.native.serving import serving_job_from_dict
 from placement.model.serving import pool_ranks
 from placement.model.state import ClusterState
@@ -19,24 +18,12 @@ from placement.model.topology import Topology
 from placement.solve.serving import evaluate_serving, fitting_level, place_serving, serving_traffic_job
 from placement.solve.types import SolveOptions
 from tests.support_cli import run, write
-from tests.support_serving import serving_job_doc
-
-CLUSTER = """\
-name: two-leaves
-levels:
-  - {name: node, bandwidth_gbps: 400, latency_us: 1}
-  - {name: leaf, bandwidth_gbps: 50, latency_us: 5}
-  - {name: spine, bandwidth_gbps: 12.5, latency_us: 8}
-generate: {nodes: 4, devices: 4, kind: H100, fanout: {leaf: 2}}
-"""
+from tests.support_serving import serving_job_doc, write_serving_cluster
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Topology]:
-    path = tmp_path_factory.mktemp("serving") / "c.yaml"
-    path.write_text(CLUSTER)
-    topo, _ = load_cluster(path)
-    return path, topo
+    return write_serving_cluster(tmp_path_factory.mktemp("serving"))
 
 
 OPTS = SolveOptions(time_limit_s=3, workers=1, deterministic=True)
