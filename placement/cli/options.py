@@ -31,7 +31,7 @@ WideOpt = Annotated[
         help="every column at full width (default: the tables fit the terminal, 80 columns when piped)",
     ),
 ]
-TierOpt = Annotated[list[str] | None, typer.Option(help="LEVEL=GBPS:US, repeatable")]
+TierOpt = Annotated[list[str] | None, typer.Option(help="LEVEL=GBPS:US[:OVERSUBSCRIPTION], repeatable")]
 ClusterOutOpt = Annotated[Path | None, typer.Option("--out", help="write the cluster YAML here")]
 NodeTopoOpt = Annotated[
     list[str] | None,

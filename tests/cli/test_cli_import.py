@@ -79,7 +79,10 @@ def test_import_k8s_gke_labels(tmp_path: Path) -> None:
 def test_import_errors_are_clean() -> None:
     src = FIXTURES / "k8s" / "gke-a3mega-nodes.json"
     res = run("import", "k8s", src, "--levels", GKE, "--tier", "leaf=fast")
-    assert_input_error(res, "--tier 'leaf=fast': write LEVEL=BANDWIDTH_GBPS:LATENCY_US, e.g. leaf=50:5")
+    assert_input_error(
+        res,
+        "--tier 'leaf=fast': write LEVEL=BANDWIDTH_GBPS:LATENCY_US[:OVERSUBSCRIPTION], e.g. leaf=50:5 or spine=50:7:2",
+    )
     res = run("import", "k8s", src, "--levels", GKE, "--tier", "rack=10:1")
     assert_input_error(
         res, "--tier 'rack=10:1': unknown level 'rack'; levels are ['node', 'subblock', 'block', 'cluster']"

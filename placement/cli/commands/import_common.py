@@ -25,11 +25,15 @@ from placement.io.native import cluster_from_dict
 __all__ = ["cluster_yaml", "finish_import", "parse_tiers"]
 
 
-def parse_tiers(tiers: list[str], level_names: list[str]) -> dict[str, tuple[float, float]]:
-    """The default tier of each level, overridden by `--tier LEVEL=GBPS:US` specs."""
+def parse_tiers(
+    tiers: list[str], level_names: list[str]
+) -> tuple[dict[str, tuple[float, float]], dict[str, float]]:
+    """The default tier of each level, overridden by `--tier LEVEL=GBPS:US[:OVERSUBSCRIPTION]` specs, and the
+    oversubscription those specs set (by the name of the level whose uplinks it concerns)."""
     out = default_tiers(level_names)
-    apply_tier_specs(tiers, out)
-    return out
+    over: dict[str, float] = {}
+    apply_tier_specs(tiers, out, over)
+    return out, over
 
 
 def cluster_yaml(doc: dict[str, Any]) -> str:
@@ -50,10 +54,15 @@ def finish_import(
     an `nvidia-smi topo -m` applied to every node, or `gpus_per_node`), validate it, print the warnings and
     write it to `out_file` or stdout."""
     names = [lv["name"] for lv in doc["levels"]]
-    tier = parse_tiers(tiers, names)
+    tier, over = parse_tiers(tiers, names)
     # an importer's marks on a level (``nvlink``) stay; the tiers are set here
     doc["levels"] = [
-        {**lv, "bandwidth_gbps": tier[lv["name"]][0], "latency_us": tier[lv["name"]][1]}
+        {
+            **lv,
+            "bandwidth_gbps": tier[lv["name"]][0],
+            "latency_us": tier[lv["name"]][1],
+            **({"oversubscription": over[lv["name"]]} if lv["name"] in over else {}),
+        }
         for lv in doc["levels"]
     ]
     if node_topo is not None:

@@ -114,7 +114,8 @@ def _tiers(
                 else "a 400G fat-tree tapered 2:1 per level"
             )
             k += 1
-    for name in apply_tier_specs(specs, out):
+    over: dict[str, float] = {}
+    for name in apply_tier_specs(specs, out, over):
         why.pop(name, None)
     defaults = [f"{n} {out[n][0]:g} GB/s ({w})" for n, w in why.items()]
     levels = [
@@ -123,6 +124,7 @@ def _tiers(
             "name": n,
             "bandwidth_gbps": out[n][0],
             "latency_us": out[n][1],
+            **({"oversubscription": over[n]} if n in over else {}),
             **({"nvlink": True} if r == "accel" else {}),
         }
         for n, r in zip(names, roles, strict=True)
@@ -213,7 +215,9 @@ def build_cluster(
     doc["hosts"] = out_hosts
     cluster_from_dict(doc, "<imported>")
     if defaults:
-        notes.append(f"link tiers are defaults: {'; '.join(defaults)}; set them with --tier LEVEL=GBPS:US")
+        notes.append(
+            f"link tiers are defaults: {'; '.join(defaults)}; set them with --tier LEVEL=GBPS:US[:OVERSUBSCRIPTION]"
+        )
     return doc, notes
 
 
