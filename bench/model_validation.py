@@ -756,7 +756,7 @@ RANKING_CASES = (
     ("h100-256.yaml", None, "tp8-dp16-urgent.yaml"),
     ("h100-256.yaml", None, "tp2-pp4-dp4-torchrun.yaml"),
 )
-RANDOM_MAPPINGS = 6
+SWAPPED = 6
 
 
 @contextmanager
@@ -806,8 +806,9 @@ def sensitivity_rows(data: Path) -> str:
 def _placements(
     root: Path, cluster: str, state: str | None, job_file: str, seed: int
 ) -> tuple[Topology, ClusterState, Job, list[tuple[str, list[int]]]]:
-    """The mappings of one example job: every scheduler baseline that places it, the cpsat answer and
-    `RANDOM_MAPPINGS` random ones over the free devices of the baselines' and answer's hosts."""
+    """The mappings of one example job: every scheduler baseline that places it, the cpsat answer, the answer
+    with 1, 2, 4, ... `2**(SWAPPED - 1)` random pairs of ranks swapped, and a random mapping over the devices the
+    others use (a spread of placements from the best to the worst)."""
     topo, st = load_cluster(root / cluster)
     cs = st or ClusterState()
     if state is not None:
@@ -820,17 +821,24 @@ def _placements(
         if m is not None:
             found.append((name, m))
     res = place(topo, cs, job, SolveOptions(time_limit_s=8.0, deterministic=True), traffic=traffic)
-    if res.mapping is not None:
-        found.append(("cpsat", list(res.mapping)))
-    pool = sorted({d for _, m in found for d in m})
+    assert res.mapping is not None
+    answer = list(res.mapping)
+    found.append(("cpsat", answer))
     rng = random.Random(seed)
-    for k in range(RANDOM_MAPPINGS):
-        found.append((f"random {k + 1}", rng.sample(pool, job.ranks)))
+    for k in range(SWAPPED):
+        m = list(answer)
+        for _ in range(2**k):
+            i, j = rng.sample(range(job.ranks), 2)
+            m[i], m[j] = m[j], m[i]
+        found.append((f"cpsat, {2**k} swaps", m))
+    pool = sorted({d for _, m in found for d in m})
+    found.append(("random", rng.sample(pool, job.ranks)))
     return topo, cs, job, found
 
 
 def _steps(topo: Topology, cs: ClusterState, job: Job, found: Sequence[tuple[str, list[int]]]) -> list[float]:
-    return [evaluate(topo, cs, job, m, check=False).step_seconds for _, m in found]
+    """Step seconds of each mapping, to 9 significant digits (equal placements tie, whatever the float noise)."""
+    return [float(f"{evaluate(topo, cs, job, m, check=False).step_seconds:.9g}") for _, m in found]
 
 
 def ranking_robustness(root: Path = ROOT / "examples") -> str:
