@@ -330,9 +330,19 @@ CLIFF_MEASURED = 7.5  # issue 9: TP8 in one node -> TP16 across the NIC, step ti
 BERT_MEASURED = 144.0  # issue 9: BERT 1 node -> 2 nodes, +% overhead
 
 
-def gpt_step(topology: Topology, tp: int, dp: int = 1, pp: int = 1, grad_bytes: int | None = None) -> float:
+def gpt_step(
+    topology: Topology,
+    tp: int,
+    dp: int = 1,
+    pp: int = 1,
+    grad_bytes: int | None = None,
+    *,
+    batch_scale: int = 1,
+    recompute: bool = False,
+) -> float:
     """Modeled step seconds of the GPT shape above under tp x dp x pp on the first ranks of `topology`
-    (`grad_bytes` per gradient element; default the 16-bit parameters' 2)."""
+    (`grad_bytes` per gradient element; default the 16-bit parameters' 2), at `batch_scale` times its
+    micro-batch, with full recomputation if `recompute`."""
     g = GPT
     h, layers = g["hidden"], g["layers"]
     params = 12.0 * h * h * layers + (g["vocab"] + g["seq_len"]) * h
@@ -341,9 +351,10 @@ def gpt_step(topology: Topology, tp: int, dp: int = 1, pp: int = 1, grad_bytes: 
         hidden=h,
         layers=layers,
         seq_len=g["seq_len"],
-        micro_batch=g["micro_batch"],
+        micro_batch=g["micro_batch"] * batch_scale,
         heads=g["heads"],
         grad_bytes_per_element=grad_bytes,
+        recompute=recompute,
     )
     par = ParallelSpec(tp=tp, dp=dp, pp=pp)
     job = Job("gpt", par.world_size, "V100", par, model)
@@ -939,7 +950,27 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"half of it: {nic_for(args.data, bert_overhead, BERT_MEASURED / 2):.2f}"
         )
     if args.nic and (args.data / DGX1_1NIC_FILE).is_file():
+        slow = dgx1_cluster(args.data, 4, file=DGX1_1NIC_FILE, nic_gbps=3.45)
+        at = [
+            (bert_base_step(slow, 32, b) - bert_base_step(slow, 1, b)) * 1e3 / ms
+            for b, ms in BERT_BASE_MEASURED.items()
+        ]
+        print(
+            "- rows 25 with the NIC at 3.45 GB/s (where the cliff is 3.75x): BERT-base "
+            + ", ".join(f"batch {b} {r:.2f}" for b, r in zip(BERT_BASE_MEASURED, at, strict=True))
+            + f" of the measurement; GPT DP-only loss {gpt_dp_fall(slow) / GPT_DP_MEASURED:.2f}"
+        )
         t = dgx1_cluster(args.data, 4, file=DGX1_1NIC_FILE, nic_gbps=12.5)
+        doubled = [
+            gpt_step(t, 16, batch_scale=2, recompute=rc) / gpt_step(t, 8, recompute=rc)
+            for rc in (False, True)
+        ]
+        print(
+            f"- cliff with the NIC at 12.5 GB/s: {cliff(t):.2f}x; with TP16 at twice TP8's micro-batch: "
+            f"{doubled[0]:.2f}x ({doubled[1]:.2f}x with full recomputation); with the NIC at 6 GB/s (staged "
+            f"through host memory without GPUDirect RDMA): "
+            f"{cliff(dgx1_cluster(args.data, 4, file=DGX1_1NIC_FILE, nic_gbps=6.0)):.2f}x"
+        )
         fp16 = [(bert_base_step(t, 32, b, 2) - bert_base_step(t, 1, b, 2)) * 1e3 for b in BERT_BASE_MEASURED]
         print(
             "- BERT-base at 32 GPUs with an fp16 gradient reduce and the NIC at 12.5 GB/s: "

@@ -549,6 +549,15 @@ def test_validation_table_prints(validation: ModuleType, capsys: pytest.CaptureF
     assert (
         sum(out.count(f"\n| {c} ") for c in ("2c", "2d", "2e")) == 13 and "| 2c | A100 PCIe, 2 ranks" in out
     )
+    assert "NICs not stated" in out and "Spearman" in out
+
+
+def test_nic_diagnostics_print(validation: ModuleType, capsys: pytest.CaptureFixture[str]) -> None:
+    if not (DATA / validation.DGX1_1NIC_FILE).is_file():
+        pytest.skip(f"shared data file {DATA / validation.DGX1_1NIC_FILE} is not available in this checkout")
+    assert validation.main(["--data", str(DATA), "--nic"]) == 0
+    out = capsys.readouterr().out
+    assert "fp16 gradient reduce" in out and "where the cliff is 3.75x" in out
 
 
 def test_both_nic_readings_of_every_row(validation: ModuleType) -> None:
