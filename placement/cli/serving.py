@@ -15,7 +15,7 @@ from rich.table import Table
 from placement.cli.commands.remote import place_remote
 from placement.cli.errors import escape, fail
 from placement.cli.inputs import load_cluster_state, write_output
-from placement.cli.tables import out, table_console
+from placement.cli.tables import out, print_wrapped, table_console
 from placement.cost.serving import ServingReport
 from placement.errors import PlacementError
 from placement.io.native import load_document, load_mapping
@@ -59,15 +59,20 @@ def _ms(s: float) -> str:
     return f"{s * 1e3:.3f}" if math.isfinite(s) else "-"
 
 
-def print_serving(topology: Topology, result: ServingResult, name: str, ranks: int) -> None:
-    """The answer's headline, its phase table and the candidates' rows."""
+def print_serving(
+    topology: Topology, result: ServingResult, name: str, ranks: int, wide: bool = False
+) -> None:
+    """The answer's headline, its phase table and the candidates' rows: 80 columns when piped (the headline and
+    notes wrapped at spaces, the tables' cells wrapped), or with `wide` one line each and tables at full width."""
     r = result.report
-    out.print(
-        f"[bold]{escape(name)}[/bold]: {ranks} ranks on {escape(topology.name)} ({r.device_kind}); chosen: "
-        f"{result.chosen} ({result.status})",
-        soft_wrap=True,
+    con = table_console(wide)
+    print_wrapped(
+        con,
+        f"{name}: {ranks} ranks on {topology.name} ({r.device_kind}); chosen: {result.chosen} ({result.status})",
+        wide,
+        indent=0,
     )
-    print_serving_report(r)
+    print_serving_report(r, wide)
     b = Table(title="against the baselines on the same state (serving model)", title_justify="left")
     for c in ("mapping", "TTFT ms", "TPOT ms", "tokens/s per GPU", "breaks"):
         b.add_column(c, justify="left" if c in ("mapping", "breaks") else "right")
@@ -83,19 +88,27 @@ def print_serving(topology: Topology, result: ServingResult, name: str, ranks: i
             b.add_row(
                 label, _ms(rep.ttft_seconds), _ms(rep.tpot_seconds), f"{rep.tokens_per_s_per_gpu:.1f}", why
             )
-    out.print(b)
+    con.print(b)
     for note in result.notes:
-        out.print(f"note: {escape(note)}", soft_wrap=True)
+        print_wrapped(con, f"note: {note}", wide, indent=0)
 
 
-def print_serving_report(r: ServingReport) -> None:
-    """TTFT, TPOT, tokens/s per GPU and the phase table of one serving report."""
-    out.print(
-        f"TTFT {_ms(r.ttft_seconds)} ms (prefill {_ms(r.prefill_seconds)} + KV handoff {_ms(r.handoff_seconds)})   "
+def serving_headline(r: ServingReport) -> list[str]:
+    """The lines that head a serving report: TTFT with its parts, then TPOT and tokens/s, then the bottleneck."""
+    return [
+        f"TTFT {_ms(r.ttft_seconds)} ms (prefill {_ms(r.prefill_seconds)} + KV handoff {_ms(r.handoff_seconds)})",
         f"TPOT {_ms(r.tpot_seconds)} ms   tokens/s per GPU {r.tokens_per_s_per_gpu:.1f} "
-        f"({r.tokens_per_s:.0f} tokens/s over {r.gpus} GPUs, bound by {r.bound_by})   bottleneck tier {r.bottleneck_tier}",
-        soft_wrap=True,
-    )
+        f"({r.tokens_per_s:.0f} tokens/s over {r.gpus} GPUs, bound by {r.bound_by})",
+        f"bottleneck tier {r.bottleneck_tier}",
+    ]
+
+
+def print_serving_report(r: ServingReport, wide: bool = False) -> None:
+    """TTFT, TPOT, tokens/s per GPU and the phase table of one serving report (80 columns when piped, or `wide`)."""
+    con = table_console(wide)
+    lines = serving_headline(r)
+    for line in ["   ".join(lines)] if wide else lines:
+        print_wrapped(con, line, wide, indent=0)
     t = Table(
         title="phases (decode: per output token; prefill and handoff: per request)", title_justify="left"
     )
@@ -103,9 +116,9 @@ def print_serving_report(r: ServingReport) -> None:
         t.add_column(c, justify="right" if c in ("count", "ms") else "left")
     for p in r.phases:
         t.add_row(p.stage, p.phase, p.tier, p.algorithm, escape(p.critical), f"{p.count:g}", _ms(p.seconds))
-    out.print(t)
+    con.print(t)
     for note in r.notes:
-        out.print(f"note: {escape(note)}", soft_wrap=True)
+        print_wrapped(con, f"note: {note}", wide, indent=0)
 
 
 def _document(topology: Topology, result: ServingResult) -> dict[str, object]:
@@ -130,6 +143,7 @@ def place_serving_file(
     out_file: Path | None,
     server: str | None,
     token: str | None = None,
+    wide: bool = False,
 ) -> None:
     """`placement place` for a serving job (module doc), here or by a placement-server (`server`: the same
     conversion both ways, so the same tables and document): tables, or ``--output json``/``yaml``."""
@@ -144,7 +158,7 @@ def place_serving_file(
     else:
         result = place_serving(topo, st, sjob, options)
     if output == "table":
-        print_serving(topo, result, sjob.name, sjob.ranks)
+        print_serving(topo, result, sjob.name, sjob.ranks, wide)
         if out_file is not None:
             write_output(json.dumps(_document(topo, result), indent=2) + "\n", out_file)
         return

@@ -301,7 +301,7 @@ def place(
             strategy=strat, time_limit_s=time_limit, relative_gap=gap, seed=seed, workers=workers,
             deterministic=deterministic,
         )  # fmt: skip
-        return place_serving_file(cluster, job, state, opts, output, out_file, server, token)
+        return place_serving_file(cluster, job, state, opts, output, out_file, server, token, wide)
     if max_slowdown is not None and not (math.isfinite(max_slowdown) and max_slowdown >= 1):
         fail(f"--max-slowdown: must be a number >= 1 (1: the ideal step), got {max_slowdown:g}", 2)
     opts = SolveOptions(
