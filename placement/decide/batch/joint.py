@@ -286,6 +286,10 @@ def _answer(
     plans = {
         name: explainer.plan(name, assign) for name, assign in ((BATCH, ours), (FIFO, fifo), (PRIORITY, prio))
     }
+    for p in plans.values():  # serving jobs: their serving report beside their decode step
+        for o in p.admitted:
+            if o.mapping is not None:
+                o.serving = b.serving_report(o.index, o.mapping)
     best = min((BATCH, FIFO, PRIORITY), key=lambda n: plans[n].key())  # min keeps the first of ties: ours
     plan = plans[best]
     bad = validate_batch(
