@@ -6,20 +6,31 @@ model recomputed on the answer's mapping, and the repair against every single-de
 
 from __future__ import annotations
 
+import itertools
+import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from placement.cost.serving import model_serving
 from placement.decide.batch.joint import place_batch
 from placement.decide.batch.types import BatchJob
+from placement.decide.repair.serving import repair_serving
+from placement.io.native import cluster_from_dict
 from placement.io.native.serving import serving_job_from_dict
+from placement.messages.files import request_from_dict
+from placement.messages.serving_job import serving_to_proto
 from placement.model.serving import ServingJob, pool_ranks
 from placement.model.state import ClusterState
 from placement.model.topology import Topology
+from placement.model.validate import validate
 from placement.sim.scenarios import megatron_job
 from placement.solve.serving import place_serving, serving_traffic_job
 from placement.solve.types import SolveOptions
+from placement.v1 import placement_pb2 as pb
+from tests.support_cli import run
+from tests.support_server import running
 from tests.support_serving import serving_job_doc, write_serving_cluster
 
 OPTS = SolveOptions(time_limit_s=2.0, workers=1, deterministic=True)
@@ -70,3 +81,111 @@ def test_batch_admits_a_serving_job_beside_a_training_job_priced_by_its_tpot(
     assert again.tpot_seconds == pytest.approx(alone.report.tpot_seconds)
     # the plan's weighted step is the training step plus the serving job's TPOT
     assert plan.weighted_step_seconds == pytest.approx(train.report.step_seconds + again.tpot_seconds)
+
+
+SIX_HOSTS = """\
+name: three-per-leaf
+levels:
+  - {name: node, bandwidth_gbps: 400, latency_us: 1}
+  - {name: leaf, bandwidth_gbps: 50, latency_us: 5}
+  - {name: spine, bandwidth_gbps: 12.5, latency_us: 8}
+generate: {nodes: 6, devices: 4, kind: H100, fanout: {leaf: 3}}
+"""
+"""6 hosts of 4 H100s, 3 per leaf (12 GPUs a leaf): a decode EP 8 group leaves a free host in its leaf."""
+
+
+def six_hosts() -> Topology:
+    return cluster_from_dict(yaml.safe_load(SIX_HOSTS), "six")[0]
+
+
+def running_deployment(topo: Topology, sj: ServingJob) -> list[int]:
+    """The deployment as it runs: prefill (ranks 0-3) on host 3 (leaf 1, spread from the decode replica),
+    decode (ranks 4-11) on hosts 0 and 1 (leaf 0)."""
+    return [*range(12, 16), *range(0, 8)]
+
+
+def test_repair_replaces_the_failed_rank_inside_its_ep_groups_leaf_as_brute_force_does() -> None:
+    """Device 0 (decode rank 4) fails. Brute force: every free device as its replacement, each mapping checked
+    against the job's rules and priced by the serving model; the least repair (one move) reaches the best TPOT
+    of them, on host 2, the free host of the EP group's leaf (a device of leaf 1 would put the group's
+    dispatch and combine on the spine)."""
+    topo = six_hosts()
+    sj = serving()
+    current = running_deployment(topo, sj)
+    state = ClusterState(failed=frozenset({0}))
+    explicit = serving_traffic_job(topo, state, sj)
+    assert not validate(topo, ClusterState(), explicit, current)
+    rank = current.index(0)
+    brute: dict[int, float] = {}
+    for d in range(topo.num_devices):
+        if d in current or d in state.failed:
+            continue
+        trial = list(current)
+        trial[rank] = d
+        if validate(topo, state, explicit, trial):
+            continue
+        brute[d] = model_serving(topo, state, sj, trial).tpot_seconds
+    best = min(brute.values())
+    assert {d for d, t in brute.items() if t <= best * (1 + 1e-9)} == {8, 9, 10, 11}  # host 2: leaf 0
+    res = repair_serving(topo, state, sj, current, options=OPTS)
+    least = res.answers[0]
+    assert least.moved_ranks == 1 and least.moves[0].rank == rank
+    assert least.mapping[rank] in {8, 9, 10, 11}
+    assert least.serving is not None
+    assert least.serving.tpot_seconds == pytest.approx(best)
+    assert least.report.step_seconds == pytest.approx(best)
+    # the front: fewer moves first, each later answer faster by TPOT; the recommended one is on it
+    tpots = [a.report.step_seconds for a in res.answers]
+    assert all(b < a for a, b in itertools.pairwise(tpots))
+    assert 0 <= res.recommended < len(res.answers)
+    assert res.before_serving is not None
+    assert res.before_serving.tpot_seconds == pytest.approx(
+        model_serving(topo, state, sj, current).tpot_seconds
+    )
+
+
+def test_repair_command_and_rpc_take_a_serving_job(tmp_path: Path) -> None:
+    """`placement repair CLUSTER SERVING_JOB CURRENT --state` prints the front by TPOT, and its --json (the
+    RepairResponse the RPC answers) carries each answer's serving report, the TPOT the serving model gives on
+    its mapping; over gRPC the same request is answered the same way."""
+    topo = six_hosts()
+    sj = serving()
+    current = running_deployment(topo, sj)
+    cluster = tmp_path / "c.yaml"
+    cluster.write_text(SIX_HOSTS)
+    job_file = tmp_path / "s.yaml"
+    job_file.write_text(json.dumps(serving_job_doc()))
+    cur = tmp_path / "current.yaml"
+    cur.write_text(yaml.safe_dump([topo.devices[d].id for d in current]))
+    st = tmp_path / "state.yaml"
+    st.write_text(f"failed: [{topo.devices[0].id}]\n")
+    args = ["repair", cluster, job_file, cur, "--state", st, "--time-limit", "2", "--deterministic"]
+    table = run(*args)
+    assert table.exit_code == 0, table.output
+    assert "TPOT before" in table.output and "recommended: TTFT" in table.output
+    assert max(len(ln) for ln in table.output.splitlines()) <= 80
+    res = run(*args, "--json")
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.output)
+    state = ClusterState(failed=frozenset({0}))
+    for a in doc["answers"]:
+        mapping = [topo.device_index(x["device"]) for x in a["mapping"]]
+        again = model_serving(topo, state, sj, [d for d in mapping if d is not None])
+        assert a["serving"]["tpot_s"] == pytest.approx(again.tpot_seconds)
+        assert a["cost"]["step_seconds"] == pytest.approx(again.tpot_seconds)
+    req = request_from_dict(
+        {
+            "cluster_file": str(cluster),
+            "state": {"failed": [topo.devices[0].id]},
+            "current": [{"device": topo.devices[d].id} for d in current],
+            "options": {"time_limit_s": 2, "deterministic": True},
+        },
+        pb.RepairRequest,
+    )
+    req.job.CopyFrom(serving_to_proto(sj))
+    with running() as r:
+        got = r.stub.Repair(req, timeout=60)
+    least = got.answers[0]
+    assert least.moved_ranks == 1 and least.moves[0].to_device in {topo.devices[d].id for d in (8, 9, 10, 11)}
+    assert least.serving.tpot_s == pytest.approx(doc["answers"][0]["serving"]["tpot_s"])
+    assert got.before_serving.tpot_s == pytest.approx(model_serving(topo, state, sj, current).tpot_seconds)

@@ -164,7 +164,8 @@ def test_capacity_counts_serving_copies_and_place_batch_admits_a_serving_job(
     empty = request_from_dict({"cluster_file": str(path)}, pb.CapacityRequest)
     empty.shapes.add().CopyFrom(_small("packed", False))
     batch = request_from_dict(
-        {"cluster_file": str(path), "options": {"time_limit_s": 2, "deterministic": True}}, pb.PlaceBatchRequest
+        {"cluster_file": str(path), "options": {"time_limit_s": 2, "deterministic": True}},
+        pb.PlaceBatchRequest,
     )
     batch.jobs.add().job.CopyFrom(_small("spread", True))
     batch.jobs.add().job.CopyFrom(_small("packed", False))
