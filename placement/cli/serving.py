@@ -21,7 +21,7 @@ from placement.errors import PlacementError
 from placement.io.native import load_document, load_mapping
 from placement.io.native.serving import is_serving_document, serving_job_from_dict
 from placement.messages.files import request_from_dict
-from placement.messages.serving import serving_result_from_proto, serving_to_proto
+from placement.messages.serving import serving_place_inputs, serving_result_from_proto, serving_to_proto
 from placement.model.job import Job
 from placement.model.serving import ServingJob
 from placement.model.state import ClusterState
@@ -37,6 +37,7 @@ __all__ = [
     "is_serving_file",
     "is_serving_sweep_file",
     "place_serving_file",
+    "place_serving_request",
     "print_serving",
     "print_serving_report",
     "serving_request",
@@ -157,6 +158,41 @@ def place_serving_file(
         )
     else:
         result = place_serving(topo, st, sjob, options)
+    show_serving(topo, sjob, result, output, out_file, wide)
+
+
+def place_serving_request(
+    req: pb.PlaceRequest,
+    server: str | None,
+    token: str | None,
+    output: str,
+    out_file: Path | None,
+    wide: bool = False,
+) -> None:
+    """`placement place --request FILE` whose job is a serving job (inline, or its ``job_file`` a serving job
+    file): read as the server reads it (`serving_place_inputs`), placed here or by `server`, shown as
+    `place_serving_file` shows it."""
+    if output not in ("table", "json", "yaml"):
+        fail(f"--output: a serving job prints table, json or yaml, got {output!r}", 2)
+    if req.cluster_id and not req.HasField("cluster"):
+        fail(
+            "--request: cluster_id with a serving job: give the cluster (cluster or cluster_file) so the answer's "
+            "devices can be shown, or place it with `placement place --server`",
+            2,
+        )
+    inputs = serving_place_inputs(req)
+    if server is not None:
+        result = serving_result_from_proto(place_remote(req, server, token), inputs.topology)
+    else:
+        result = place_serving(inputs.topology, inputs.state, inputs.job, inputs.options)
+    show_serving(inputs.topology, inputs.job, result, output, out_file, wide)
+
+
+def show_serving(
+    topo: Topology, sjob: ServingJob, result: ServingResult, output: str, out_file: Path | None, wide: bool
+) -> None:
+    """A serving answer as `output` asks: the tables (and the JSON document with `out_file`), or the document as
+    JSON or YAML."""
     if output == "table":
         print_serving(topo, result, sjob.name, sjob.ranks, wide)
         if out_file is not None:

@@ -9,8 +9,17 @@ from dataclasses import dataclass
 from placement.decide.batch.joint import batch_problems
 from placement.decide.batch.types import BatchJob, BatchPlan, BatchResult
 from placement.errors import InternalError
-from placement.messages.domain import _job, _options, _Problems, _stats, _topology, assignments, step_cost
-from placement.messages.serving_job import is_serving_message, serving_cost, serving_job_of
+from placement.messages.domain import (
+    _job,
+    _options,
+    _Problems,
+    _stats,
+    _topology,
+    assignments,
+    serving_job_of,
+    step_cost,
+)
+from placement.messages.serving_job import is_serving_message, serving_cost
 from placement.model.state import ClusterState
 from placement.model.topology import Topology
 from placement.solve import SolveOptions

@@ -27,7 +27,9 @@ from placement.io.native import (
 )
 from placement.limits import LimitError, checkpoint
 from placement.messages.files import ConversionCache, message_to_dict
+from placement.messages.serving_job import serving_from_proto
 from placement.model.job import Job
+from placement.model.serving import ServingJob
 from placement.model.state import ClusterState
 from placement.model.topology import Topology
 from placement.solve import PlacementResult, SolveOptions, SolveStatus, Strategy
@@ -50,6 +52,7 @@ __all__ = [
     "place_inputs",
     "report_from_proto",
     "result_to_proto",
+    "serving_job_of",
     "step_cost",
 ]
 
@@ -199,6 +202,14 @@ def _job(msg: pb.Job, prefix: str, ps: _Problems) -> Job | None:
             "members", []
         )  # an empty repeated field is absent in the dict; the reader checks a present one
     job: Job | None = ps.read(prefix, job_from_dict, doc, prefix)
+    return job
+
+
+def serving_job_of(msg: pb.Job, prefix: str, ps: _Problems) -> ServingJob | None:
+    """The serving job of the Job message at `prefix` of a request (it carries ``serving``), its problems recorded
+    in `ps` with paths under ``prefix.serving``."""
+    checkpoint(f"converting {prefix}")
+    job: ServingJob | None = ps.read(prefix, serving_from_proto, msg, f"{prefix}.serving")
     return job
 
 

@@ -17,9 +17,10 @@ from placement.messages.domain import (
     _stats,
     _topology,
     assignments,
+    serving_job_of,
     step_cost,
 )
-from placement.messages.serving_job import is_serving_message, serving_cost, serving_job_of
+from placement.messages.serving_job import is_serving_message, serving_cost
 from placement.model.job import Job
 from placement.model.serving import ServingJob
 from placement.model.state import ClusterState

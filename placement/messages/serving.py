@@ -16,12 +16,19 @@ from placement.cost.serving import ServingReport
 from placement.errors import InternalError
 from placement.io.native import mapping_from_obj
 from placement.messages.decisions import CapacityInputs
-from placement.messages.domain import _job, _options, _Problems, _topology, assignments, message_dict
+from placement.messages.domain import (
+    _job,
+    _options,
+    _Problems,
+    _topology,
+    assignments,
+    message_dict,
+    serving_job_of,
+)
 from placement.messages.serving_job import (
     is_serving_message,
     serving_cost,
     serving_from_proto,
-    serving_job_of,
     serving_report_from_proto,
     serving_to_proto,
 )

@@ -1,5 +1,6 @@
 """A serving job and its report as messages: `placement.model.serving.ServingJob` <-> a `Job` message with its
-`serving` field, and `placement.cost.serving.ServingReport` <-> `ServingCost`; read by every request converter.
+`serving` field, and `placement.cost.serving.ServingReport` <-> `ServingCost`; read by every request converter
+and by the request files (a ``job_file`` naming a serving job file).
 
 The message is read through the native reader (`placement.io.native.serving`), so the wire and the files share one
 set of rules and error messages (field paths under ``job.serving``).
@@ -14,8 +15,6 @@ from google.protobuf.json_format import MessageToDict
 
 from placement.cost.serving import ServingPhase, ServingReport
 from placement.io.native.serving import serving_job_from_dict
-from placement.limits import checkpoint
-from placement.messages.domain import _Problems
 from placement.model.serving import ServingJob
 from placement.v1 import placement_pb2 as pb
 
@@ -23,7 +22,6 @@ __all__ = [
     "is_serving_message",
     "serving_cost",
     "serving_from_proto",
-    "serving_job_of",
     "serving_report_from_proto",
     "serving_to_proto",
 ]
@@ -98,14 +96,6 @@ def serving_to_proto(job: ServingJob) -> pb.Job:
         device_kind=job.device_kind or "",
         serving=pb.Serving(model=model, pools=pools, load=load, rules=rules),
     )
-
-
-def serving_job_of(msg: pb.Job, prefix: str, ps: _Problems) -> ServingJob | None:
-    """The serving job of the Job message at `prefix` of a request, its problems recorded in `ps` (paths under
-    ``prefix.serving``)."""
-    checkpoint(f"converting {prefix}")
-    job: ServingJob | None = ps.read(prefix, serving_from_proto, msg, f"{prefix}.serving")
-    return job
 
 
 def serving_cost(report: ServingReport) -> pb.ServingCost:

@@ -16,10 +16,12 @@ import yaml
 from placement.cost.serving import model_serving
 from placement.decide.batch.joint import place_batch
 from placement.decide.batch.types import BatchJob
+from placement.decide.preempt import RunningJob, freed_state, preempt
 from placement.decide.repair.serving import repair_serving
+from placement.errors import InfeasibleError
 from placement.io.native import cluster_from_dict
 from placement.io.native.serving import serving_job_from_dict
-from placement.messages.files import request_from_dict
+from placement.messages.files import read_request, request_from_dict
 from placement.messages.serving_job import serving_to_proto
 from placement.model.serving import ServingJob, pool_ranks
 from placement.model.state import ClusterState
@@ -189,3 +191,94 @@ def test_repair_command_and_rpc_take_a_serving_job(tmp_path: Path) -> None:
     assert least.moved_ranks == 1 and least.moves[0].to_device in {topo.devices[d].id for d in (8, 9, 10, 11)}
     assert least.serving.tpot_s == pytest.approx(doc["answers"][0]["serving"]["tpot_s"])
     assert got.before_serving.tpot_s == pytest.approx(model_serving(topo, state, sj, current).tpot_seconds)
+
+
+def occupied_six(topo: Topology) -> ClusterState:
+    """low-a on hosts 0-1 and low-b on host 2 (leaf 0), low-c on host 4 (leaf 1); hosts 3 and 5 free."""
+    occ = {d: "low-a" for d in range(0, 8)}
+    occ.update({d: "low-b" for d in range(8, 12)})
+    occ.update({d: "low-c" for d in range(16, 20)})
+    return ClusterState(occupied=occ)
+
+
+RUNNING = [RunningJob("low-a", 0.0, gpu_hours=10.0), RunningJob("low-b", 0.0, gpu_hours=1.0)]
+RUNNING += [RunningJob("low-c", 0.0, gpu_hours=5.0)]
+
+
+def test_preempt_frees_room_for_a_serving_job_as_brute_force_over_victim_sets_does() -> None:
+    """The serving job (12 ranks, its two replicas spread over the two leaves) fits nowhere on the 8 free GPUs.
+    Brute force: every set of victims freed, the job placed by the serving objective (or refused); the least set
+    (fewest victims, then GPU-hours) that places it is preempt's answer: low-b alone (low-c alone frees a host
+    in leaf 1 only, where the spread cannot hold). The answer's step is its TPOT on its mapping."""
+    topo = six_hosts()
+    state = occupied_six(topo)
+    sj = serving()
+    costs = {rj.job: rj.gpu_hours or 0.0 for rj in RUNNING}
+    feasible: list[tuple[int, float, frozenset[str]]] = []
+    for k in range(len(RUNNING) + 1):
+        for victims in itertools.combinations(sorted(costs), k):
+            try:
+                place_serving(topo, freed_state(state, set(victims)), sj, OPTS)
+            except InfeasibleError:
+                continue
+            feasible.append((k, sum(costs[v] for v in victims), frozenset(victims)))
+    best = min(feasible, key=lambda f: (f[0], f[1]))
+    assert best[2] == {"low-b"}
+    res = preempt(
+        topo, state, serving_traffic_job(topo, state, sj), RUNNING, job_priority=1.0, options=OPTS, serving=sj
+    )
+    chosen = res.chosen
+    assert {v.job for v in chosen.victims} == best[2]
+    assert chosen.serving is not None and res.ideal_serving is not None
+    again = model_serving(topo, freed_state(state, {"low-b"}), sj, chosen.mapping)
+    assert chosen.serving.tpot_seconds == pytest.approx(again.tpot_seconds)
+    assert chosen.report.step_seconds == pytest.approx(again.tpot_seconds)
+    # a bound on the TPOT below the ideal's admits no answer
+    with pytest.raises(InfeasibleError):
+        preempt(
+            topo,
+            state,
+            serving_traffic_job(topo, state, sj),
+            RUNNING,
+            job_priority=1.0,
+            options=OPTS,
+            serving=sj,
+            max_step_seconds=0.5 * res.ideal_serving.tpot_seconds,
+        )
+
+
+def test_preempt_rpc_and_a_request_file_whose_job_file_is_a_serving_job(tmp_path: Path) -> None:
+    """A PreemptRequest file whose job_file is a `kind: serving` file: read into the Job message carrying
+    `serving` (named after the file, as the serving reader names it), answered over gRPC with the same victims
+    as offline, each answer with its serving report."""
+    topo = six_hosts()
+    (tmp_path / "c.yaml").write_text(SIX_HOSTS)
+    (tmp_path / "deploy.yaml").write_text(
+        json.dumps({k: v for k, v in serving_job_doc().items() if k != "name"})
+    )
+    occupied = [
+        {"job": j, "devices": [topo.devices[d].id for d, o in occupied_six(topo).occupied.items() if o == j]}
+        for j in ("low-a", "low-b", "low-c")
+    ]
+    doc = {
+        "cluster_file": "c.yaml",
+        "state": {"occupied": occupied},
+        "job_file": "deploy.yaml",
+        "priority": 1.0,
+        "running": [{"job": rj.job, "gpu_hours": rj.gpu_hours} for rj in RUNNING],
+        "options": {"time_limit_s": 2, "deterministic": True},
+    }
+    (tmp_path / "req.yaml").write_text(yaml.safe_dump(doc))
+    req = read_request(tmp_path / "req.yaml", pb.PreemptRequest)
+    want = serving_to_proto(serving_job_from_dict(serving_job_doc(name="deploy")))
+    assert req.job == want
+    with running() as r:
+        got = r.stub.Preempt(req, timeout=120)
+    chosen = got.answers[got.recommended]
+    assert [v.job for v in chosen.victims] == ["low-b"]
+    mapping = [topo.device_index(a.device) for a in chosen.mapping]
+    again = model_serving(
+        topo, freed_state(occupied_six(topo), {"low-b"}), serving(), [d for d in mapping if d is not None]
+    )
+    assert chosen.serving.tpot_s == pytest.approx(again.tpot_seconds)
+    assert got.ideal_serving.tpot_s > 0
