@@ -67,12 +67,12 @@ def print_serving(
     notes wrapped at spaces, the tables' cells wrapped), or with `wide` one line each and tables at full width."""
     r = result.report
     con = table_console(wide)
-    print_wrapped(
-        con,
-        f"{name}: {ranks} ranks on {topology.name} ({r.device_kind}); chosen: {result.chosen} ({result.status})",
-        wide,
-        indent=0,
-    )
+    head = [
+        f"{name}: {ranks} ranks on {topology.name} ({r.device_kind})",
+        f"chosen: {result.chosen} ({result.status})",
+    ]
+    for line in ["; ".join(head)] if wide else head:
+        print_wrapped(con, line, wide, indent=0)
     print_serving_report(r, wide)
     b = Table(title="against the baselines on the same state (serving model)", title_justify="left")
     for c in ("mapping", "TTFT ms", "TPOT ms", "tokens/s per GPU", "breaks"):
