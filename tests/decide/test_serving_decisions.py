@@ -282,3 +282,43 @@ def test_preempt_rpc_and_a_request_file_whose_job_file_is_a_serving_job(tmp_path
     )
     assert chosen.serving.tpot_s == pytest.approx(again.tpot_seconds)
     assert got.ideal_serving.tpot_s > 0
+
+
+def test_place_batch_command_takes_a_serving_job_file_here_and_by_a_server(tmp_path: Path) -> None:
+    """A batch file with a training job and a `kind: serving` job file: both admitted, here and by a server
+    (the same files sent as a PlaceBatchRequest); the serving job's line gives the TPOT that the serving model
+    gives on its mapping (the --json document's), and the tables fit 80 columns."""
+    path, topo = write_serving_cluster(tmp_path)
+    (tmp_path / "moe.yaml").write_text(json.dumps(serving_job_doc(name="moe")))
+    train = {"name": "train", "ranks": 4, "groups": [{"label": "tp", "members": "0-3", "bytes": 1e8}]}
+    batch = {"jobs": [{"job": train}, {"job_file": "moe.yaml", "weight": 2}]}
+    (tmp_path / "batch.yaml").write_text(yaml.safe_dump(batch))
+    args = [
+        "place-batch",
+        path,
+        tmp_path / "batch.yaml",
+        "--time-limit",
+        "3",
+        "--deterministic",
+        "--workers",
+        "1",
+    ]
+    doc = json.loads(run(*args, "--json").output)
+    jobs = doc["plan"]["jobs"]
+    assert [j["admitted"] for j in jobs] == [True, True]
+    moe = jobs[1]
+    mapping = [topo.device_index(m["device"]) for m in moe["mapping"]]
+    again = model_serving(topo, ClusterState(), serving(), [d for d in mapping if d is not None])
+    assert moe["serving"]["tpot_s"] == pytest.approx(again.tpot_seconds)
+    assert moe["cost"]["step_seconds"] == pytest.approx(again.tpot_seconds)
+    assert "serving" not in jobs[0]
+    table = run(*args)
+    assert table.exit_code == 0, table.output
+    assert f"TPOT {again.tpot_seconds * 1e3:.3f} ms" in table.output
+    assert max(len(ln) for ln in table.output.splitlines()) <= 80
+    with running() as r:
+        served = run(*args, "--json", "--server", f"127.0.0.1:{r.port}")
+    assert served.exit_code == 0, served.output
+    got = json.loads(served.output)
+    assert [j["admitted"] for j in got["plan"]["jobs"]] == [True, True]
+    assert got["plan"]["jobs"][1]["serving"]["tpot_s"] > 0
