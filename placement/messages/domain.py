@@ -189,11 +189,11 @@ def _topology(
 
 def _job(msg: pb.Job, prefix: str, ps: _Problems) -> Job | None:
     checkpoint(f"converting {prefix}")
-    if msg.HasField("serving"):  # Place, Evaluate, Compare, Capacity serve it (placement.messages.serving)
+    if msg.HasField("serving"):  # every method reads it by `serving_job_of` in its serving form
         ps.add(
             f"{prefix}.serving",
-            "a serving job is served by Place, Evaluate, Compare and Capacity; this method weighs or moves jobs "
-            "by their training step, which a serving job does not have (docs/serving.md)",
+            "a serving job is read in the serving form of its method (Place, Evaluate, Compare, Capacity, "
+            "PlaceBatch, Repair, Preempt, Reserve); here a training job was expected (docs/serving.md)",
         )
         return None
     doc = message_dict(msg)

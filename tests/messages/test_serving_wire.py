@@ -1,6 +1,6 @@
 """Serving jobs over gRPC: Place, Evaluate and Compare of a Job carrying `serving` on a real server (port 0), their
 numbers against the serving model run here on the same mappings, `placement place --server` against the offline
-command, and the methods that refuse a serving job by its field."""
+command, PlaceBatch admitting serving jobs, and the fields a serving job refuses (max_slowdown, place_copies)."""
 
 from __future__ import annotations
 
