@@ -732,7 +732,8 @@ class BatchEntry(_Doc):
     """A job of the queue: `job` inline or `job_file`, exactly one."""
 
     job: Job | ServingJob | None = Field(
-        None, description="the job inline: a training job, or a serving job (`kind: serving`, docs/serving.md)"
+        None,
+        description="the job inline: a training job, or a serving job (`kind: serving`, docs/serving.md)",
     )
     job_file: str | None = Field(
         None,

@@ -322,3 +322,26 @@ def test_place_batch_command_takes_a_serving_job_file_here_and_by_a_server(tmp_p
     got = json.loads(served.output)
     assert [j["admitted"] for j in got["plan"]["jobs"]] == [True, True]
     assert got["plan"]["jobs"][1]["serving"]["tpot_s"] > 0
+
+
+def test_batch_places_a_spread_deployment_before_a_packed_one_so_both_fit(
+    cluster: tuple[Path, Topology],
+) -> None:
+    """Two 8-rank deployments (EP 4 prefill and decode replicas, a host each) on 2 leaves of 2 hosts: one must
+    spread its replicas over both leaves, the other need not. By hand: the spread one takes a host in each leaf and
+    the other the two hosts left, so both fit whatever the queue's order; placed in queue order with the packed
+    one first, it would fill one leaf and leave the spread one no room."""
+    _, topo = cluster
+    state = ClusterState()
+
+    def small(name: str, spread: bool) -> ServingJob:
+        doc = serving_job_doc(name=name, spread=spread)
+        doc["pools"][1] = {"role": "decode", "ep": 4, "attention_dp": 4}
+        return serving_job_from_dict(doc)
+
+    packed, spread = small("packed", False), small("spread", True)
+    queue = [BatchJob(serving_traffic_job(topo, state, j), 1.0, 0.0, j) for j in (packed, spread)]
+    res = place_batch(topo, state, queue, OPTS)
+    assert [o.admitted for o in res.plan.outcomes] == [True, True]
+    m = res.plan.outcomes[1].mapping
+    assert m is not None and len(leaves_of(topo, m)) == 2
