@@ -345,3 +345,39 @@ def test_batch_places_a_spread_deployment_before_a_packed_one_so_both_fit(
     assert [o.admitted for o in res.plan.outcomes] == [True, True]
     m = res.plan.outcomes[1].mapping
     assert m is not None and len(leaves_of(topo, m)) == 2
+
+
+def test_preempt_command_takes_a_serving_job_file_here_and_by_a_server(tmp_path: Path) -> None:
+    """`placement preempt CLUSTER SERVING_JOB --running R --state S`: the same victims here and by a server (the
+    job sent through the request's job_file), the recommended answer's TTFT and TPOT printed in 80 columns."""
+    topo = six_hosts()
+    (tmp_path / "c.yaml").write_text(SIX_HOSTS)
+    (tmp_path / "moe.yaml").write_text(json.dumps(serving_job_doc(name="moe")))
+    occ = occupied_six(topo).occupied
+    state = {
+        "occupied": [
+            {"job": j, "devices": [topo.devices[d].id for d, o in occ.items() if o == j]}
+            for j in ("low-a", "low-b", "low-c")
+        ]
+    }
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(state))
+    (tmp_path / "r.yaml").write_text(
+        yaml.safe_dump([{"job": rj.job, "gpu_hours": rj.gpu_hours} for rj in RUNNING])
+    )
+    args = [
+        "preempt", tmp_path / "c.yaml", tmp_path / "moe.yaml", "--running", tmp_path / "r.yaml",
+        "--state", tmp_path / "s.yaml", "--priority", "1", "--time-limit", "4", "--deterministic",
+    ]  # fmt: skip
+    table = run(*args)
+    assert table.exit_code == 0, table.output
+    assert "recommended: TTFT" in table.output and "low-b" in table.output
+    assert max(len(ln) for ln in table.output.splitlines()) <= 80
+    here = json.loads(run(*args, "--json").output)
+    with running() as r:
+        served = run(*args, "--json", "--server", f"127.0.0.1:{r.port}")
+    assert served.exit_code == 0, served.output
+    there = json.loads(served.output)
+    for doc in (here, there):
+        chosen = doc["answers"][doc.get("recommended", 0)]
+        assert [v["job"] for v in chosen["victims"]] == ["low-b"]
+        assert chosen["serving"]["tpot_s"] == pytest.approx(chosen["cost"]["step_seconds"])
