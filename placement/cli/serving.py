@@ -95,11 +95,12 @@ def print_serving(
 
 
 def serving_headline(r: ServingReport) -> list[str]:
-    """The lines that head a serving report: TTFT with its parts, then TPOT and tokens/s, then the bottleneck."""
+    """The lines that head a serving report: TTFT with its parts; TPOT and tokens/s per GPU; the deployment's
+    tokens/s, the pool that bounds it and the bottleneck tier."""
     return [
         f"TTFT {_ms(r.ttft_seconds)} ms (prefill {_ms(r.prefill_seconds)} + KV handoff {_ms(r.handoff_seconds)})",
-        f"TPOT {_ms(r.tpot_seconds)} ms   tokens/s per GPU {r.tokens_per_s_per_gpu:.1f} "
-        f"({r.tokens_per_s:.0f} tokens/s over {r.gpus} GPUs, bound by {r.bound_by})",
+        f"TPOT {_ms(r.tpot_seconds)} ms   tokens/s per GPU {r.tokens_per_s_per_gpu:.1f}",
+        f"{r.tokens_per_s:.0f} tokens/s over {r.gpus} GPUs, bound by {r.bound_by}; "
         f"bottleneck tier {r.bottleneck_tier}",
     ]
 
