@@ -716,7 +716,8 @@ def _no_answer_reasons(
     """Why no victim set lets the job fit within the bound: the bound, the fastest placement found, whether the
     search was cut short, and the jobs that may not be preempted."""
     bound = search.bound_s
-    bound_text = "any step" if math.isinf(bound) else f"a step of at most {bound:.4f} s"
+    step = "a time per output token" if search.serving is not None else "a step"
+    bound_text = "any step" if math.isinf(bound) else f"{step} of at most {bound:.4f} s"
     fastest = min((a.report.step_seconds for a in search.found), default=None)
     reasons = [
         f"no set of the {len(preemptible)} running job(s) of priority below {job_priority:g} lets the job "

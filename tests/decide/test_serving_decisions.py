@@ -234,7 +234,7 @@ def test_preempt_frees_room_for_a_serving_job_as_brute_force_over_victim_sets_do
     assert chosen.serving.tpot_seconds == pytest.approx(again.tpot_seconds)
     assert chosen.report.step_seconds == pytest.approx(again.tpot_seconds)
     # a bound on the TPOT below the ideal's admits no answer
-    with pytest.raises(InfeasibleError):
+    with pytest.raises(InfeasibleError, match="time per output token of at most"):
         preempt(
             topo,
             state,
