@@ -190,7 +190,10 @@ def _here(
 @guard
 def preempt(
     cluster: Annotated[Path, typer.Argument(help="cluster file")],
-    job: Annotated[Path, typer.Argument(help="job file of the incoming job")],
+    job: Annotated[
+        Path,
+        typer.Argument(help="job file of the incoming job (a training job, or a serving job: kind: serving)"),
+    ],
     running: RunningOpt,
     state: Annotated[Path | None, typer.Option(help="state file: occupancy by job name, failures")] = None,
     priority: PriorityOpt = 0.0,

@@ -113,7 +113,10 @@ def _check(output: str, time_limit: float, horizon: float, workers: int | None, 
 @guard
 def repair(
     cluster: Annotated[Path, typer.Argument(help="cluster file")],
-    job: Annotated[Path, typer.Argument(help="job file of the running job")],
+    job: Annotated[
+        Path,
+        typer.Argument(help="job file of the running job (a training job, or a serving job: kind: serving)"),
+    ],
     current: CurrentArg,
     state: StateOpt = None,
     drain: DrainOpt = None,
