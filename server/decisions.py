@@ -22,7 +22,7 @@ def _preempt(i: convert_decisions.PreemptInputs) -> PreemptResult:
     return preempt(
         i.topology, i.state, i.job, i.running,
         job_priority=i.priority, max_step_seconds=i.max_step_seconds, max_slowdown=i.max_slowdown,
-        objective=i.objective, options=i.options, max_checks=i.max_checks,
+        objective=i.objective, options=i.options, max_checks=i.max_checks, serving=i.serving,
     )  # fmt: skip
 
 

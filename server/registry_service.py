@@ -17,6 +17,7 @@ import grpc
 
 from placement.errors import InputError, Problem
 from placement.messages import domain as convert
+from placement.messages import serving as convert_serving
 from placement.messages.registry import (
     event_to_proto,
     job_shape,
@@ -31,8 +32,9 @@ from placement.messages.registry import (
 from placement.model.state import ClusterState
 from placement.model.topology import Topology
 from placement.registry import ClaimConflict, Registry, default_url, open_store, request_hash
-from placement.registry.registry import StateView, Waiting
+from placement.registry.registry import ReserveOutcome, StateView, Waiting
 from placement.solve import PlacementResult
+from placement.solve.serving import ServingResult, explicit_shape, serving_traffic_job
 from placement.v1 import placement_pb2 as pb
 from placement.v1 import registry_pb2 as rpb
 from placement.v1 import registry_pb2_grpc as rpb_grpc
@@ -432,6 +434,8 @@ class RegistryServicer(rpb_grpc.ClusterRegistryServicer):
             raise LimitExceeded(
                 "ranks", f"job has {ranks} ranks; this server accepts at most {self._settings.max_ranks}"
             )
+        if convert_serving.carries_serving(place_req):
+            return self._reserve_serving(request, context, stop, place_req, ttl)
         inputs = (
             convert.place_inputs(  # the job's names checked on the cluster; Reserve reads the state itself
                 place_req, self._settings.default_time_limit_s, reg.references(request.cluster_id)
@@ -470,6 +474,61 @@ class RegistryServicer(rpb_grpc.ClusterRegistryServicer):
             waiting = pb.PlacementResult()
             waiting.ParseFromString(w.payload)
             return rpb.ReserveResponse(result=waiting, attempts=1)
+        return self._reserved(reg, out, context, t0)
+
+    def _reserve_serving(
+        self,
+        request: rpb.ReserveRequest,
+        context: grpc.ServicerContext,
+        stop: threading.Event,
+        place_req: pb.PlaceRequest,
+        ttl: float,
+    ) -> rpb.ReserveResponse:
+        """Reserve of a serving deployment: placed by the serving objective on the current state, its answer kept
+        as Place gives it (`PlacementResult.serving`), and its per-token traffic kept as its shape
+        (`explicit_shape` of its `serving_traffic_job`: groups and edges), so that once committed later Places
+        and Reserves of the cluster price its flows as any running job's."""
+        reg = self._registry()
+        inputs = convert_serving.serving_place_inputs(  # max_slowdown refused at its field: no ideal step
+            place_req, self._settings.default_time_limit_s, reg.references(request.cluster_id)
+        )
+        budget = rpc.time_budget(inputs.options.time_limit_s, context, 1, self._settings)
+        opts = rpc.fit_options(inputs.options, budget, stop, self._settings)
+        sjob = inputs.job
+        explicit = serving_traffic_job(inputs.topology, inputs.state, sjob)
+
+        def render(topo: Topology, res: ServingResult) -> bytes:
+            msg = convert_serving.serving_result(
+                topo, sjob, res, time_limit_s=budget.limit_s, deadline_limited=budget.deadline_limited
+            )
+            return bytes(msg.SerializeToString())
+
+        fingerprint = request_hash(
+            request.job.SerializeToString(deterministic=True),
+            request.options.SerializeToString(deterministic=True),
+        )
+        t0 = time.perf_counter()
+        with rpc.watchdog(budget, stop):
+            out = reg.reserve(
+                request.cluster_id,
+                explicit,
+                opts,
+                ttl_s=ttl,
+                key=request.idempotency_key or None,
+                fingerprint=fingerprint,
+                render=render,
+                gone=lambda: _gone(context, self._settings.registry_reply_margin_s),
+                shape=explicit_shape(
+                    explicit, f"serving deployment {sjob.name}: its traffic per output token"
+                ),
+                serving=sjob,
+            )
+        return self._reserved(reg, out, context, t0)
+
+    def _reserved(
+        self, reg: Registry, out: ReserveOutcome, context: grpc.ServicerContext, t0: float
+    ) -> rpb.ReserveResponse:
+        """The answer of a Reserve that holds devices (a claim whose caller left is given back first)."""
         res = out.reservation
         if not out.replayed and _gone(context):
             # the claim committed, then the caller's deadline passed (or it cancelled) before the answer left: the

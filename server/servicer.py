@@ -23,6 +23,7 @@ from placement.cost.serving import ServingReport
 from placement.decide.batch.joint import place_batch
 from placement.decide.batch.types import BatchResult
 from placement.decide.repair.run import RepairResult, repair
+from placement.decide.repair.serving import repair_serving
 from placement.decide.wait import decide
 from placement.limits import checkpoint
 from placement.messages import batch as convert_batch
@@ -245,6 +246,11 @@ PLACE_BATCH: Rpc[pb.PlaceBatchRequest, convert_batch.BatchInputs, BatchResult, p
 
 def _repair(i: convert_repair.RepairInputs) -> RepairResult:
     # the arguments grouped by meaning: what is repaired, then how
+    if i.serving is not None:  # a serving deployment: its answers priced by TPOT
+        return repair_serving(
+            i.topology, i.state, i.serving, i.current,
+            drain=i.drain, spares=i.spares, spares_only=i.spares_only, budget=i.budget, options=i.options,
+        )  # fmt: skip
     return repair(
         i.topology, i.state, i.job, i.current,
         drain=i.drain, spares=i.spares, spares_only=i.spares_only, budget=i.budget, options=i.options,

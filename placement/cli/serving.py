@@ -15,13 +15,13 @@ from rich.table import Table
 from placement.cli.commands.remote import place_remote
 from placement.cli.errors import escape, fail
 from placement.cli.inputs import load_cluster_state, write_output
-from placement.cli.tables import out, table_console
+from placement.cli.tables import out, print_wrapped, table_console
 from placement.cost.serving import ServingReport
 from placement.errors import PlacementError
 from placement.io.native import load_document, load_mapping
 from placement.io.native.serving import is_serving_document, serving_job_from_dict
 from placement.messages.files import request_from_dict
-from placement.messages.serving import serving_result_from_proto, serving_to_proto
+from placement.messages.serving import serving_place_inputs, serving_result_from_proto, serving_to_proto
 from placement.model.job import Job
 from placement.model.serving import ServingJob
 from placement.model.state import ClusterState
@@ -37,6 +37,7 @@ __all__ = [
     "is_serving_file",
     "is_serving_sweep_file",
     "place_serving_file",
+    "place_serving_request",
     "print_serving",
     "print_serving_report",
     "serving_request",
@@ -59,15 +60,20 @@ def _ms(s: float) -> str:
     return f"{s * 1e3:.3f}" if math.isfinite(s) else "-"
 
 
-def print_serving(topology: Topology, result: ServingResult, name: str, ranks: int) -> None:
-    """The answer's headline, its phase table and the candidates' rows."""
+def print_serving(
+    topology: Topology, result: ServingResult, name: str, ranks: int, wide: bool = False
+) -> None:
+    """The answer's headline, its phase table and the candidates' rows: 80 columns when piped (the headline and
+    notes wrapped at spaces, the tables' cells wrapped), or with `wide` one line each and tables at full width."""
     r = result.report
-    out.print(
-        f"[bold]{escape(name)}[/bold]: {ranks} ranks on {escape(topology.name)} ({r.device_kind}); chosen: "
-        f"{result.chosen} ({result.status})",
-        soft_wrap=True,
-    )
-    print_serving_report(r)
+    con = table_console(wide)
+    head = [
+        f"{name}: {ranks} ranks on {topology.name} ({r.device_kind})",
+        f"chosen: {result.chosen} ({result.status})",
+    ]
+    for line in ["; ".join(head)] if wide else head:
+        print_wrapped(con, line, wide, indent=0)
+    print_serving_report(r, wide)
     b = Table(title="against the baselines on the same state (serving model)", title_justify="left")
     for c in ("mapping", "TTFT ms", "TPOT ms", "tokens/s per GPU", "breaks"):
         b.add_column(c, justify="left" if c in ("mapping", "breaks") else "right")
@@ -83,19 +89,28 @@ def print_serving(topology: Topology, result: ServingResult, name: str, ranks: i
             b.add_row(
                 label, _ms(rep.ttft_seconds), _ms(rep.tpot_seconds), f"{rep.tokens_per_s_per_gpu:.1f}", why
             )
-    out.print(b)
+    con.print(b)
     for note in result.notes:
-        out.print(f"note: {escape(note)}", soft_wrap=True)
+        print_wrapped(con, f"note: {note}", wide, indent=0)
 
 
-def print_serving_report(r: ServingReport) -> None:
-    """TTFT, TPOT, tokens/s per GPU and the phase table of one serving report."""
-    out.print(
-        f"TTFT {_ms(r.ttft_seconds)} ms (prefill {_ms(r.prefill_seconds)} + KV handoff {_ms(r.handoff_seconds)})   "
-        f"TPOT {_ms(r.tpot_seconds)} ms   tokens/s per GPU {r.tokens_per_s_per_gpu:.1f} "
-        f"({r.tokens_per_s:.0f} tokens/s over {r.gpus} GPUs, bound by {r.bound_by})   bottleneck tier {r.bottleneck_tier}",
-        soft_wrap=True,
-    )
+def serving_headline(r: ServingReport) -> list[str]:
+    """The lines that head a serving report: TTFT with its parts; TPOT and tokens/s per GPU; the deployment's
+    tokens/s, the pool that bounds it and the bottleneck tier."""
+    return [
+        f"TTFT {_ms(r.ttft_seconds)} ms (prefill {_ms(r.prefill_seconds)} + KV handoff {_ms(r.handoff_seconds)})",
+        f"TPOT {_ms(r.tpot_seconds)} ms   tokens/s per GPU {r.tokens_per_s_per_gpu:.1f}",
+        f"{r.tokens_per_s:.0f} tokens/s over {r.gpus} GPUs, bound by {r.bound_by}; "
+        f"bottleneck tier {r.bottleneck_tier}",
+    ]
+
+
+def print_serving_report(r: ServingReport, wide: bool = False) -> None:
+    """TTFT, TPOT, tokens/s per GPU and the phase table of one serving report (80 columns when piped, or `wide`)."""
+    con = table_console(wide)
+    lines = serving_headline(r)
+    for line in ["   ".join(lines)] if wide else lines:
+        print_wrapped(con, line, wide, indent=0)
     t = Table(
         title="phases (decode: per output token; prefill and handoff: per request)", title_justify="left"
     )
@@ -103,9 +118,9 @@ def print_serving_report(r: ServingReport) -> None:
         t.add_column(c, justify="right" if c in ("count", "ms") else "left")
     for p in r.phases:
         t.add_row(p.stage, p.phase, p.tier, p.algorithm, escape(p.critical), f"{p.count:g}", _ms(p.seconds))
-    out.print(t)
+    con.print(t)
     for note in r.notes:
-        out.print(f"note: {escape(note)}", soft_wrap=True)
+        print_wrapped(con, f"note: {note}", wide, indent=0)
 
 
 def _document(topology: Topology, result: ServingResult) -> dict[str, object]:
@@ -130,6 +145,7 @@ def place_serving_file(
     out_file: Path | None,
     server: str | None,
     token: str | None = None,
+    wide: bool = False,
 ) -> None:
     """`placement place` for a serving job (module doc), here or by a placement-server (`server`: the same
     conversion both ways, so the same tables and document): tables, or ``--output json``/``yaml``."""
@@ -143,8 +159,43 @@ def place_serving_file(
         )
     else:
         result = place_serving(topo, st, sjob, options)
+    show_serving(topo, sjob, result, output, out_file, wide)
+
+
+def place_serving_request(
+    req: pb.PlaceRequest,
+    server: str | None,
+    token: str | None,
+    output: str,
+    out_file: Path | None,
+    wide: bool = False,
+) -> None:
+    """`placement place --request FILE` whose job is a serving job (inline, or its ``job_file`` a serving job
+    file): read as the server reads it (`serving_place_inputs`), placed here or by `server`, shown as
+    `place_serving_file` shows it."""
+    if output not in ("table", "json", "yaml"):
+        fail(f"--output: a serving job prints table, json or yaml, got {output!r}", 2)
+    if req.cluster_id and not req.HasField("cluster"):
+        fail(
+            "--request: cluster_id with a serving job: give the cluster (cluster or cluster_file) so the answer's "
+            "devices can be shown, or place it with `placement place --server`",
+            2,
+        )
+    inputs = serving_place_inputs(req)
+    if server is not None:
+        result = serving_result_from_proto(place_remote(req, server, token), inputs.topology)
+    else:
+        result = place_serving(inputs.topology, inputs.state, inputs.job, inputs.options)
+    show_serving(inputs.topology, inputs.job, result, output, out_file, wide)
+
+
+def show_serving(
+    topo: Topology, sjob: ServingJob, result: ServingResult, output: str, out_file: Path | None, wide: bool
+) -> None:
+    """A serving answer as `output` asks: the tables (and the JSON document with `out_file`), or the document as
+    JSON or YAML."""
     if output == "table":
-        print_serving(topo, result, sjob.name, sjob.ranks)
+        print_serving(topo, result, sjob.name, sjob.ranks, wide)
         if out_file is not None:
             write_output(json.dumps(_document(topo, result), indent=2) + "\n", out_file)
         return

@@ -20,10 +20,13 @@ from enum import StrEnum
 from ortools.sat.python import cp_model
 
 from placement.cost.report import CostReport
+from placement.cost.serving import ServingReport
 from placement.decide.balance import place_job
 from placement.decide.ideal import ideal_result
+from placement.decide.serving import place_decode_step
 from placement.errors import InfeasibleError, InputError, InternalError, Problem
 from placement.model.job import Job
+from placement.model.serving import ServingJob
 from placement.model.state import ClusterState
 from placement.model.topology import Topology
 from placement.model.traffic import Traffic, job_traffic
@@ -116,6 +119,8 @@ class PreemptAnswer:
     gpu_hours: float
     within_bound: bool
     domain: str
+    serving: ServingReport | None = None
+    """A serving job's report on the mapping; `report` is then its decode step (``step_seconds`` = TPOT)."""
 
     @property
     def count(self) -> int:
@@ -136,6 +141,8 @@ class PreemptResult:
     proven: bool
     protected: list[str]
     stats: dict[str, float | int | str] = field(default_factory=dict)
+    ideal_serving: ServingReport | None = None
+    """A serving job: its serving report on the cluster with no occupancy."""
 
     @property
     def chosen(self) -> PreemptAnswer:
@@ -240,8 +247,11 @@ class _Search:
         deadline: float,
         max_checks: int,
         running: Mapping[str, RunningJob],
+        serving: ServingJob | None = None,
     ) -> None:
         self.topology, self.state, self.job, self.traffic = topology, state, job, traffic
+        self.serving = serving
+        self.serving_reports: dict[tuple[int, ...], ServingReport] = {}
         self.running = running
         self.options = check_options(options)
         self.costs = costs
@@ -285,17 +295,22 @@ class _Search:
         self.checks += 1
         st = freed_state(self.state, victims)
         try:
-            res = place_job(self.topology, st, self.job, self.options, traffic=self.traffic)
+            if self.serving is not None:  # by the serving objective; its step is its TPOT
+                mapping, report, srep = place_decode_step(self.topology, st, self.serving, self.options)
+                self.serving_reports[tuple(mapping)] = srep
+            else:
+                res = place_job(self.topology, st, self.job, self.options, traffic=self.traffic)
+                if res.mapping is None or res.report is None:
+                    raise InternalError("place_job returned no mapping and raised nothing")
+                mapping, report = res.mapping, res.report
         except InfeasibleError:
             self.memo[victims] = None
             return None
-        if res.mapping is None or res.report is None:
-            raise InternalError("place_job returned no mapping and raised nothing")
-        broken = validate(self.topology, st, self.job, res.mapping, traffic=self.traffic)
+        broken = validate(self.topology, st, self.job, mapping, traffic=self.traffic)
         if broken:
-            raise InternalError(f"place_job returned a mapping that breaks {broken[0]}")
-        self.memo[victims] = (name, res.mapping, res.report)
-        return res.mapping, res.report
+            raise InternalError(f"the placement of the incoming job breaks {broken[0]}")
+        self.memo[victims] = (name, mapping, report)
+        return mapping, report
 
     def within(self, report: CostReport) -> bool:
         return report.step_seconds <= self.bound_s * (1 + 1e-9)
@@ -472,7 +487,8 @@ def _answer(
         )
         out.append(Victim(v, rj.priority, devs, search.costs[v], rj.checkpoint_age_s, nd, nu, text, whole))
     total = sum(search.costs[v] for v in victims)
-    return PreemptAnswer(name, out, mapping, report, total, search.within(report), where)
+    served = search.serving_reports.get(tuple(mapping))
+    return PreemptAnswer(name, out, mapping, report, total, search.within(report), where, served)
 
 
 def _pareto(answers: list[PreemptAnswer], objective: Objective) -> list[PreemptAnswer]:
@@ -500,6 +516,7 @@ def preempt(
     objective: Objective | str = Objective.FEWEST,
     options: SolveOptions | None = None,
     max_checks: int = 64,
+    serving: ServingJob | None = None,
 ) -> PreemptResult:
     """The victims whose preemption lets `job` (priority `job_priority`) be placed with a modeled step at most
     the bound, at the least cost by `objective`.
@@ -510,6 +527,12 @@ def preempt(
     check is a `place_job` call with `check_options(options)` (a balance rule is aimed for, not only checked); at
     most `max_checks` of them. Raises `InputError`
     for bad input, `InfeasibleError` when no set of preemptible jobs lets the job fit within the bound.
+
+    A serving deployment gives `serving` and, as `job`, its explicit job
+    (`placement.solve.serving.serving_traffic_job`): each check places it by the serving objective
+    (`placement.decide.serving.place_decode_step`), its step is its time per output token, so the bound is on
+    the TPOT (`max_step_seconds`, else the job's ``load.tpot_bound_ms``), and its ideal is its serving placement
+    on the cluster with no occupancy.
     """
     t0 = time.perf_counter()
     opts = options or SolveOptions(time_limit_s=10.0)
@@ -525,7 +548,13 @@ def preempt(
     costs = {rj.job: restart_cost(rj, held[rj.job]) for rj in running}
     preemptible = sorted(rj.job for rj in running if rj.priority < job_priority)
     protected = sorted(j for j in held if j not in preemptible and j != job.name)
-    ideal = ideal_report(topology, state, job, opts, traffic)
+    ideal_serving: ServingReport | None = None
+    if serving is not None:
+        ideal, ideal_serving = _serving_ideal(topology, state, serving, opts)
+        if max_step_seconds is None and serving.load.tpot_bound_ms is not None:
+            max_step_seconds = serving.load.tpot_bound_ms / 1e3
+    else:
+        ideal = ideal_report(topology, state, job, opts, traffic)
     bound = _bound(topology, ideal, max_step_seconds, max_slowdown)
     search = _Search(
         topology,
@@ -539,6 +568,7 @@ def preempt(
         t0 + opts.time_limit_s,
         max_checks,
         {rj.job: rj for rj in running},
+        serving,
     )
     best: tuple[float, float] | None = None
     now = search.consider("none", frozenset())
@@ -566,7 +596,22 @@ def preempt(
     if pick not in answers:
         raise InternalError("the recommended answer is not on the Pareto front")
     stats["proven"] = int(proven)
-    return PreemptResult(answers, answers.index(pick), bound, ideal, objective, proven, protected, stats)
+    return PreemptResult(
+        answers, answers.index(pick), bound, ideal, objective, proven, protected, stats, ideal_serving
+    )
+
+
+def _serving_ideal(
+    topology: Topology, state: ClusterState, job: ServingJob, options: SolveOptions
+) -> tuple[CostReport | None, ServingReport | None]:
+    """A serving job's decode step and serving report placed on the cluster with no occupancy (failures and
+    degradations kept), with a check's share of the time; (None, None) when it does not fit even there."""
+    empty = dataclasses.replace(state, occupied={})
+    try:
+        _, report, served = place_decode_step(topology, empty, job, check_options(options))
+    except InfeasibleError:
+        return None, None
+    return report, served
 
 
 def _objective(objective: Objective | str) -> Objective:
@@ -671,7 +716,8 @@ def _no_answer_reasons(
     """Why no victim set lets the job fit within the bound: the bound, the fastest placement found, whether the
     search was cut short, and the jobs that may not be preempted."""
     bound = search.bound_s
-    bound_text = "any step" if math.isinf(bound) else f"a step of at most {bound:.4f} s"
+    step = "a time per output token" if search.serving is not None else "a step"
+    bound_text = "any step" if math.isinf(bound) else f"{step} of at most {bound:.4f} s"
     fastest = min((a.report.step_seconds for a in search.found), default=None)
     reasons = [
         f"no set of the {len(preemptible)} running job(s) of priority below {job_priority:g} lets the job "

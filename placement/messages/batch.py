@@ -9,10 +9,21 @@ from dataclasses import dataclass
 from placement.decide.batch.joint import batch_problems
 from placement.decide.batch.types import BatchJob, BatchPlan, BatchResult
 from placement.errors import InternalError
-from placement.messages.domain import _job, _options, _Problems, _stats, _topology, assignments, step_cost
+from placement.messages.domain import (
+    _job,
+    _options,
+    _Problems,
+    _stats,
+    _topology,
+    assignments,
+    serving_job_of,
+    step_cost,
+)
+from placement.messages.serving_job import is_serving_message, serving_cost
 from placement.model.state import ClusterState
 from placement.model.topology import Topology
 from placement.solve import SolveOptions
+from placement.solve.serving import serving_traffic_job
 from placement.v1 import placement_pb2 as pb
 
 __all__ = ["BatchInputs", "batch_inputs", "batch_response", "plan_to_proto"]
@@ -32,7 +43,9 @@ def batch_inputs(
     resolved: tuple[Topology, ClusterState] | None = None,
 ) -> BatchInputs:
     """The domain view of a PlaceBatchRequest; InputError (source "request") with every problem, paths under
-    ``jobs[i]`` (``jobs[i].weight``, ``jobs[i].job.name``, ``jobs[i].job.parallel.tp``...)."""
+    ``jobs[i]`` (``jobs[i].weight``, ``jobs[i].job.name``, ``jobs[i].job.parallel.tp``...). A serving job
+    (``jobs[i].job.serving``) joins the queue as its explicit job with its serving job beside
+    (`placement.decide.batch.types.BatchJob`)."""
     ps = _Problems()
     built = _topology(req, ps, resolved)
     if not req.jobs:
@@ -44,17 +57,20 @@ def batch_inputs(
             ps.add(f"jobs[{i}].job", "is required")
             complete = False
             continue
+        weight = bj.weight if bj.HasField("weight") else 1.0
+        priority = bj.priority if bj.HasField("priority") else 0.0
+        if is_serving_message(bj.job):
+            sj = serving_job_of(bj.job, f"jobs[{i}].job", ps)
+            if sj is None or built is None:
+                complete = False
+                continue
+            queue.append(BatchJob(serving_traffic_job(built[0], built[1], sj), weight, priority, sj))
+            continue
         job = _job(bj.job, f"jobs[{i}].job", ps)
         if job is None:
             complete = False
             continue
-        queue.append(
-            BatchJob(
-                job,
-                bj.weight if bj.HasField("weight") else 1.0,
-                bj.priority if bj.HasField("priority") else 0.0,
-            )
-        )
+        queue.append(BatchJob(job, weight, priority))
     options = _options(req.options, default_time_limit_s, ps)
     if built is not None and complete:
         for p in batch_problems(built[0], built[1], queue):
@@ -87,6 +103,8 @@ def plan_to_proto(topo: Topology, plan: BatchPlan, *, mappings: bool) -> pb.Batc
             r.mapping.extend(assignments(topo, o.mapping))
         if o.report is not None:
             r.cost.CopyFrom(step_cost(o.report))
+        if o.serving is not None:
+            r.serving.CopyFrom(serving_cost(o.serving))
     return out
 
 

@@ -9,11 +9,23 @@ from dataclasses import dataclass
 from placement.decide.capacity import CapacityResult
 from placement.decide.preempt import PreemptAnswer, PreemptResult, RunningJob
 from placement.errors import InternalError
-from placement.messages.domain import _job, _options, _Problems, _stats, _topology, assignments, step_cost
+from placement.messages.domain import (
+    _job,
+    _options,
+    _Problems,
+    _stats,
+    _topology,
+    assignments,
+    serving_job_of,
+    step_cost,
+)
+from placement.messages.serving_job import is_serving_message, serving_cost
 from placement.model.job import Job
+from placement.model.serving import ServingJob
 from placement.model.state import ClusterState
 from placement.model.topology import Topology
 from placement.solve import SolveOptions
+from placement.solve.serving import serving_traffic_job
 from placement.v1 import placement_pb2 as pb
 
 __all__ = [
@@ -39,6 +51,8 @@ class PreemptInputs:
     objective: str
     options: SolveOptions
     max_checks: int
+    serving: ServingJob | None = None
+    """An incoming serving deployment (``job.serving``): `job` is its explicit job (`serving_traffic_job`)."""
 
 
 @dataclass
@@ -61,8 +75,13 @@ def preempt_inputs(
     ps = _Problems()
     built = _topology(req, ps, resolved)
     job = None
+    serving = None
     if not req.HasField("job"):
         ps.add("job", "is required: the incoming job")
+    elif is_serving_message(req.job):
+        serving = serving_job_of(req.job, "job", ps)
+        if serving is not None and built is not None:
+            job = serving_traffic_job(built[0], built[1], serving)
     else:
         job = _job(req.job, "job", ps)
     running = [
@@ -92,6 +111,7 @@ def preempt_inputs(
         req.objective or "fewest",
         options,
         req.max_checks if req.HasField("max_checks") else 64,
+        serving,
     )
 
 
@@ -114,6 +134,8 @@ def preempt_answer(topo: Topology, a: PreemptAnswer, ideal_step_s: float | None)
     out.cost.CopyFrom(step_cost(a.report))
     if ideal_step_s:
         out.slowdown = a.report.step_seconds / ideal_step_s
+    if a.serving is not None:
+        out.serving.CopyFrom(serving_cost(a.serving))
     return out
 
 
@@ -130,6 +152,8 @@ def preempt_response(
         out.bound_step_seconds = res.bound_s
     if res.ideal is not None:
         out.ideal.CopyFrom(step_cost(res.ideal))
+    if res.ideal_serving is not None:
+        out.ideal_serving.CopyFrom(serving_cost(res.ideal_serving))
     out.stats.CopyFrom(_stats(res.stats, time_limit_s, deadline_limited))
     return out
 

@@ -27,7 +27,9 @@ from placement.io.native import (
 )
 from placement.limits import LimitError, checkpoint
 from placement.messages.files import ConversionCache, message_to_dict
+from placement.messages.serving_job import serving_from_proto
 from placement.model.job import Job
+from placement.model.serving import ServingJob
 from placement.model.state import ClusterState
 from placement.model.topology import Topology
 from placement.solve import PlacementResult, SolveOptions, SolveStatus, Strategy
@@ -50,6 +52,7 @@ __all__ = [
     "place_inputs",
     "report_from_proto",
     "result_to_proto",
+    "serving_job_of",
     "step_cost",
 ]
 
@@ -186,11 +189,11 @@ def _topology(
 
 def _job(msg: pb.Job, prefix: str, ps: _Problems) -> Job | None:
     checkpoint(f"converting {prefix}")
-    if msg.HasField("serving"):  # Place, Evaluate, Compare, Capacity serve it (placement.messages.serving)
+    if msg.HasField("serving"):  # every method reads it by `serving_job_of` in its serving form
         ps.add(
             f"{prefix}.serving",
-            "a serving job is served by Place, Evaluate, Compare and Capacity; this method weighs or moves jobs "
-            "by their training step, which a serving job does not have (docs/serving.md)",
+            "a serving job is read in the serving form of its method (Place, Evaluate, Compare, Capacity, "
+            "PlaceBatch, Repair, Preempt, Reserve); here a training job was expected (docs/serving.md)",
         )
         return None
     doc = message_dict(msg)
@@ -199,6 +202,14 @@ def _job(msg: pb.Job, prefix: str, ps: _Problems) -> Job | None:
             "members", []
         )  # an empty repeated field is absent in the dict; the reader checks a present one
     job: Job | None = ps.read(prefix, job_from_dict, doc, prefix)
+    return job
+
+
+def serving_job_of(msg: pb.Job, prefix: str, ps: _Problems) -> ServingJob | None:
+    """The serving job of the Job message at `prefix` of a request (it carries ``serving``), its problems recorded
+    in `ps` with paths under ``prefix.serving``."""
+    checkpoint(f"converting {prefix}")
+    job: ServingJob | None = ps.read(prefix, serving_from_proto, msg, f"{prefix}.serving")
     return job
 
 

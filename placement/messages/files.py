@@ -6,7 +6,10 @@ may name a native file, relative to the request file: ``cluster_file``, ``state_
 ``job_files`` (Compare, a list), ``mapping_file`` (Evaluate; a mapping or a result file). Native shorthands are
 normalized first so every native file is a valid message: a single ``generate`` block, matrix rows as lists,
 ``null`` rails (-1) and ``null`` CPU/NUMA affinity entries ("" / -1), an ``nvidia_smi`` file (inlined as matrix,
-rails and affinity), rank ranges ``"0-7,16-23"``, and mappings as a list of devices or ``{rank: device}``.
+rails and affinity), rank ranges ``"0-7,16-23"``, and mappings as a list of devices or ``{rank: device}``. A
+``job_file`` (or an entry of ``job_files``) may name a serving job file (``kind: serving``, docs/serving.md), and
+``job`` may be one inline: it is read by the serving reader (its name defaults to the file's) and becomes the
+``Job`` message carrying ``serving``.
 
 >>> from placement.v1 import placement_pb2 as pb
 >>> req = request_from_dict({"job": {"ranks": 2, "groups": [{"members": "0-1", "bytes": 1e6}]}}, pb.PlaceRequest)
@@ -33,6 +36,8 @@ from placement.io.affinity import affinity_fields
 from placement.io.importers.nvidia_smi import read_nvidia_smi
 from placement.io.native import load_document
 from placement.io.native.doc_kinds import closest_key
+from placement.io.native.serving import is_serving_document, serving_job_from_dict
+from placement.messages.serving_job import serving_to_proto
 from placement.model.state import ClusterState
 from placement.model.topology import Topology
 from placement.v1 import placement_pb2 as pb
@@ -125,8 +130,24 @@ def _ranks(text: str) -> list[int] | None:
     return out
 
 
+def serving_message_dict(doc: Any, source: str, ps: Problems, path: str = "job") -> Any:
+    """A native serving job document (``kind: serving``, or the job under a native ``serving:`` key) as the `Job`
+    message carrying ``serving``, in the protobuf JSON mapping: read by the serving reader (its problems added
+    to `ps` at `path`, None then), so a request and a serving job file share one set of rules."""
+    try:
+        job = serving_job_from_dict(doc, source)
+    except InputError as e:
+        for prob in e.problems:
+            ps.add(f"{path} ({e.source})" + (f" {prob.path}" if prob.path else ""), prob.message)
+        return None
+    return message_to_dict(serving_to_proto(job))
+
+
 def normalize_job(doc: Any, ps: Problems | None = None, path: str = "job") -> Any:
-    """A native job document in the message's shape: rank range strings expanded."""
+    """A native job document in the message's shape: rank range strings expanded; a native serving job
+    (``kind: serving``) as the message carrying ``serving`` (`serving_message_dict`)."""
+    if isinstance(doc, dict) and doc.get("kind") == "serving":
+        return serving_message_dict(doc, path, ps if ps is not None else Problems(path), path)
     if not isinstance(doc, dict) or not isinstance(doc.get("groups"), list):
         return doc
     d = dict(doc)
@@ -283,7 +304,20 @@ def _load_ref(ref: Any, key: str, base_dir: Path | None, ps: Problems) -> Any:
         return None
     if key == "cluster_file":  # an nvidia_smi file inside resolves against the cluster file's folder
         doc = normalize_cluster(doc, p.parent, ps)
+    if key.startswith("job_file") and _native_serving(doc):  # a serving job file: its message
+        doc = serving_message_dict(doc, str(p), ps, key)
     return doc
+
+
+def _native_serving(doc: Any) -> bool:
+    """A serving job in the native file form (``kind: serving``, or a ``serving:`` key whose job names its rules
+    `placement`), not already the message's form (``serving.rules``, ``device_kind`` beside ``serving``)."""
+    if not is_serving_document(doc):
+        return False
+    inner = doc.get("serving")
+    if not isinstance(inner, dict):
+        return True
+    return "rules" not in inner and set(doc) <= {"serving", "name", "description", "kind"}
 
 
 def read_request(path: str | Path, message_type: type[R]) -> R:

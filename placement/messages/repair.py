@@ -17,12 +17,16 @@ from placement.messages.domain import (
     _stats,
     _topology,
     assignments,
+    serving_job_of,
     step_cost,
 )
+from placement.messages.serving_job import is_serving_message, serving_cost
 from placement.model.job import Job
+from placement.model.serving import ServingJob
 from placement.model.state import ClusterState
 from placement.model.topology import Topology
 from placement.solve import SolveOptions
+from placement.solve.serving import serving_traffic_job
 from placement.v1 import placement_pb2 as pb
 
 __all__ = ["RepairInputs", "answer_to_proto", "repair_inputs", "repair_response"]
@@ -39,6 +43,8 @@ class RepairInputs:
     drain: list[str] = field(default_factory=list)
     spares: list[str] = field(default_factory=list)
     spares_only: bool = False
+    serving: ServingJob | None = None
+    """A serving deployment (``job.serving``): `job` is its explicit job (`serving_traffic_job`)."""
 
 
 def repair_inputs(
@@ -51,8 +57,13 @@ def repair_inputs(
     ps = _Problems()
     built = _topology(req, ps, resolved)
     job = None
+    serving = None
     if not req.HasField("job"):
         ps.add("job", "is required: the running job")
+    elif is_serving_message(req.job):
+        serving = serving_job_of(req.job, "job", ps)
+        if serving is not None and built is not None:
+            job = serving_traffic_job(built[0], built[1], serving)
     else:
         job = _job(req.job, "job", ps)
     current: list[int] | None = None
@@ -87,7 +98,16 @@ def repair_inputs(
             "the Repair request has no cluster, job or current mapping, but no problem was recorded"
         )
     return RepairInputs(
-        built[0], built[1], job, current, options, budget, list(req.drain), list(req.spares), req.spares_only
+        built[0],
+        built[1],
+        job,
+        current,
+        options,
+        budget,
+        list(req.drain),
+        list(req.spares),
+        req.spares_only,
+        serving,
     )
 
 
@@ -103,6 +123,8 @@ def answer_to_proto(topo: Topology, a: RepairAnswer) -> pb.RepairAnswer:
         out.moves.add(rank=m.rank, from_device=topo.devices[m.src].id, to_device=topo.devices[m.dst].id)
     out.mapping.extend(assignments(topo, a.mapping))
     out.cost.CopyFrom(step_cost(a.report))
+    if a.serving is not None:
+        out.serving.CopyFrom(serving_cost(a.serving))
     return out
 
 
@@ -113,6 +135,8 @@ def repair_response(
     for a in res.answers:
         out.answers.append(answer_to_proto(topo, a))
     out.before.CopyFrom(step_cost(res.before))
+    if res.before_serving is not None:
+        out.before_serving.CopyFrom(serving_cost(res.before_serving))
     if res.replace is not None:
         out.replace.CopyFrom(answer_to_proto(topo, res.replace))
     out.stats.CopyFrom(_stats(res.stats, time_limit_s, deadline_limited))

@@ -8,20 +8,30 @@ set of rules and error messages (field paths under ``job.serving``). A serving a
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from google.protobuf.json_format import MessageToDict
-
-from placement.cost.serving import ServingPhase, ServingReport
+from placement.cost.serving import ServingReport
 from placement.errors import InternalError
 from placement.io.native import mapping_from_obj
-from placement.io.native.serving import serving_job_from_dict
-from placement.limits import checkpoint
 from placement.messages.decisions import CapacityInputs
-from placement.messages.domain import _job, _options, _Problems, _topology, assignments, message_dict
+from placement.messages.domain import (
+    _job,
+    _options,
+    _Problems,
+    _topology,
+    assignments,
+    message_dict,
+    serving_job_of,
+)
+from placement.messages.serving_job import (
+    is_serving_message,
+    serving_cost,
+    serving_from_proto,
+    serving_report_from_proto,
+    serving_to_proto,
+)
 from placement.model.job import Job
 from placement.model.serving import ServingJob
 from placement.model.state import ClusterState
@@ -42,83 +52,13 @@ __all__ = [
     "serving_evaluate_inputs",
     "serving_evaluate_response",
     "serving_from_proto",
+    "serving_job_of",
     "serving_place_inputs",
     "serving_report_from_proto",
     "serving_result",
     "serving_result_from_proto",
     "serving_to_proto",
 ]
-
-
-def is_serving_message(job: pb.Job) -> bool:
-    """True when the Job message carries a serving job."""
-    return job.HasField("serving")
-
-
-def serving_from_proto(job: pb.Job, source: str = "job.serving") -> ServingJob:
-    """The serving job of a Job message (InputError naming the fields, as the native reader does)."""
-    s = MessageToDict(job.serving, preserving_proto_field_name=True)
-    doc: dict[str, Any] = {"kind": "serving"}
-    for key in ("model", "pools", "load"):
-        if key in s:
-            doc[key] = s[key]
-    if "rules" in s:
-        doc["placement"] = s["rules"]
-    if job.name:
-        doc["name"] = job.name
-    if job.description:
-        doc["description"] = job.description
-    if job.device_kind:
-        doc["device_kind"] = job.device_kind
-    return serving_job_from_dict(doc, source)
-
-
-def serving_to_proto(job: ServingJob) -> pb.Job:
-    """A Job message carrying `job` (every field set, defaults included, so a reader needs no defaults)."""
-    m = job.model
-    model = pb.ServingModel(
-        parameters=m.parameters,
-        hidden=m.hidden,
-        layers=m.layers,
-        heads=m.heads,
-        kv_heads=m.kv_heads,
-        head_dim=m.head_dim,
-        qk_head_dim=m.qk_head_dim,
-        attention=m.attention,
-        experts=m.experts,
-        top_k=m.top_k,
-        shared_experts=m.shared_experts,
-        expert_parameters=m.expert_parameters,
-        moe_layers=m.moe_layers,
-        weight_dtype=m.weight_dtype,
-        kv_dtype=m.kv_dtype,
-        activation_dtype=m.activation_dtype,
-        dispatch_dtype=m.dispatch_dtype,
-    )
-    pools = [
-        pb.ServingPool(
-            role=p.role, tp=p.tp, ep=p.ep, pp=p.pp, attention_dp=p.attention_dp, replicas=p.replicas
-        )
-        for p in job.pools
-    ]
-    ld = job.load
-    load = pb.ServingLoad(
-        batch=ld.batch,
-        prompt_tokens=ld.prompt_tokens,
-        output_tokens=ld.output_tokens,
-        prefill_batch=ld.prefill_batch,
-    )
-    if ld.tpot_bound_ms is not None:
-        load.tpot_bound_ms = ld.tpot_bound_ms
-    r = job.placement
-    rules = pb.ServingRules(
-        spread=r.spread, spread_kind=r.spread_kind or "", ep_level=r.ep_level or "", require_ep=r.require_ep
-    )
-    return pb.Job(
-        name=job.name,
-        device_kind=job.device_kind or "",
-        serving=pb.Serving(model=model, pools=pools, load=load, rules=rules),
-    )
 
 
 # ---- requests ---------------------------------------------------------------------------------------------------
@@ -164,12 +104,6 @@ class ServingCompareInputs:
     options: SolveOptions
 
 
-def _serving_job(msg: pb.Job, prefix: str, ps: _Problems) -> ServingJob | None:
-    checkpoint(f"converting {prefix}")
-    job: ServingJob | None = ps.read(prefix, serving_from_proto, msg, f"{prefix}.serving")
-    return job
-
-
 def serving_place_inputs(
     req: pb.PlaceRequest,
     default_time_limit_s: float = 10.0,
@@ -178,7 +112,7 @@ def serving_place_inputs(
     """The domain view of a PlaceRequest whose job is a serving job; InputError with every problem."""
     ps = _Problems()
     built = _topology(req, ps, resolved)
-    job = _serving_job(req.job, "job", ps)
+    job = serving_job_of(req.job, "job", ps)
     options = _options(req.options, default_time_limit_s, ps)
     if req.HasField("max_slowdown"):
         ps.add(
@@ -197,7 +131,7 @@ def serving_evaluate_inputs(req: pb.EvaluateRequest) -> ServingEvaluateInputs:
     rank of the serving job)."""
     ps = _Problems()
     built = _topology(req, ps)
-    job = _serving_job(req.job, "job", ps)
+    job = serving_job_of(req.job, "job", ps)
     mapping: list[int] | None = None
     if not req.mapping:
         ps.add("mapping", "is required: one {rank, device} entry per rank")
@@ -234,7 +168,7 @@ def serving_compare_inputs(
                 "kind (serving jobs by time per output token, training jobs by step time)",
             )
             continue
-        job = _serving_job(msg, f"jobs[{i}]", ps)
+        job = serving_job_of(msg, f"jobs[{i}]", ps)
         if job is not None:
             jobs.append(job)
     options = _options(req.options, default_time_limit_s, ps)
@@ -259,7 +193,7 @@ def serving_capacity_inputs(
     shapes: list[Job] = []
     for i, msg in enumerate(req.shapes):
         if is_serving_message(msg):
-            sj = _serving_job(msg, f"shapes[{i}]", ps)
+            sj = serving_job_of(msg, f"shapes[{i}]", ps)
             if sj is not None and built is not None:
                 shapes.append(serving_traffic_job(built[0], built[1], sj))
         else:
@@ -282,64 +216,6 @@ def serving_capacity_inputs(
 
 
 # ---- reports and answers ----------------------------------------------------------------------------------------
-
-
-def serving_cost(report: ServingReport) -> pb.ServingCost:
-    """A serving report as a message (field for field)."""
-    out = pb.ServingCost(
-        ttft_s=report.ttft_seconds,
-        tpot_s=report.tpot_seconds,
-        prefill_s=report.prefill_seconds,
-        handoff_s=report.handoff_seconds,
-        decode_tokens_per_s=report.decode_tokens_per_s,
-        tokens_per_s=report.tokens_per_s,
-        tokens_per_s_per_gpu=report.tokens_per_s_per_gpu,
-        gpus=report.gpus,
-        bound_by=report.bound_by,
-        bottleneck_tier=report.bottleneck_tier,
-        device_kind=report.device_kind,
-        decode_memory_bytes=report.decode_memory_bytes,
-        phases=[
-            pb.ServingPhase(
-                stage=p.stage,
-                phase=p.phase,
-                tier=p.tier,
-                algorithm=p.algorithm,
-                critical=p.critical,
-                count=p.count,
-                seconds=p.seconds,
-            )
-            for p in report.phases
-        ],
-        notes=list(report.notes),
-    )
-    if math.isfinite(report.prefill_tokens_per_s):
-        out.prefill_tokens_per_s = report.prefill_tokens_per_s
-    return out
-
-
-def serving_report_from_proto(msg: pb.ServingCost) -> ServingReport:
-    """What `serving_cost` wrote, back into a ServingReport."""
-    return ServingReport(
-        ttft_seconds=msg.ttft_s,
-        tpot_seconds=msg.tpot_s,
-        prefill_seconds=msg.prefill_s,
-        handoff_seconds=msg.handoff_s,
-        decode_tokens_per_s=msg.decode_tokens_per_s,
-        prefill_tokens_per_s=msg.prefill_tokens_per_s if msg.HasField("prefill_tokens_per_s") else math.inf,
-        tokens_per_s=msg.tokens_per_s,
-        tokens_per_s_per_gpu=msg.tokens_per_s_per_gpu,
-        gpus=msg.gpus,
-        bound_by=msg.bound_by,
-        bottleneck_tier=msg.bottleneck_tier,
-        device_kind=msg.device_kind,
-        decode_memory_bytes=msg.decode_memory_bytes,
-        phases=[
-            ServingPhase(p.stage, p.phase, p.tier, p.algorithm, p.critical, p.count, p.seconds)
-            for p in msg.phases
-        ],
-        notes=list(msg.notes),
-    )
 
 
 def _status(solver_status: str) -> pb.SolveStatus.ValueType:

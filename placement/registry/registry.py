@@ -21,6 +21,7 @@ from placement.decide.wait import decide
 from placement.errors import InfeasibleError, InputError, PlacementError, Problem
 from placement.io.native import cluster_from_dict
 from placement.model.job import Job
+from placement.model.serving import ServingJob
 from placement.model.state import ClusterState
 from placement.model.topology import Topology
 from placement.registry.model import (
@@ -38,6 +39,7 @@ from placement.registry.store import Store
 from placement.registry.update import Current, UpdatePlan, plan_diff, plan_snapshot
 from placement.registry.view import StateView
 from placement.solve import PlacementResult, SolveOptions, SolveStatus, place
+from placement.solve.serving import place_serving
 
 __all__ = [
     "EVENT_MAX_AGE_S",
@@ -63,7 +65,9 @@ PRUNE_EVERY_S = 60.0
 _ADVANCE_MAX = 256  # a cached view behind by at most this many events reads them instead of the whole cluster
 _SETTLE_S = 5.0  # longest wait for this process's other Reserves in flight before calling a job infeasible
 Solve = Callable[[Topology, ClusterState, Job, SolveOptions], PlacementResult]
-Render = Callable[[Topology, PlacementResult], bytes]
+Render = Callable[[Topology, Any], bytes]
+"""The answer a reservation keeps, as bytes: a `PlacementResult` (a training job) or a `ServingResult` (a serving
+deployment) rendered on the cluster's topology."""
 
 
 def request_hash(*parts: bytes) -> str:
@@ -311,6 +315,7 @@ class Registry:
         gone: Callable[[], bool] | None = None,
         max_slowdown: float | None = None,
         shape: dict[str, Any] | None = None,
+        serving: ServingJob | None = None,
     ) -> ReserveOutcome:
         """Place `job` on the current state and hold its devices for `ttl_s`. A key already used returns that
         reservation (Refused if it was for another request). InfeasibleError when the job does not fit; Aborted
@@ -319,6 +324,8 @@ class Registry:
         `max_slowdown`: place or wait (`decide`); a WAIT answer raises `Waiting` and reserves nothing.
         `shape`: the job as the request gave it (a native job document), stored with the reservation: once
         committed, its traffic is priced for every later Place and Reserve of the cluster.
+        `serving`: a serving deployment, placed by the serving objective (`placement.solve.serving.place_serving`;
+        `job` is its explicit job, `max_slowdown` must be None) and rendered as its `ServingResult`.
 
         No connection or lock is held during a solve; Reserves of one cluster solve in parallel, each on a
         snapshot with the devices of this process's other Reserves in flight occupied, and the claim
@@ -342,21 +349,25 @@ class Registry:
             state = view.solve_state(self.clock(), job.name, inflight)
             solves += 1
             try:
-                result = decide(  # place or wait, with `_solve` (place, or a test's stand-in) placing
-                    view.topology,
-                    state,
-                    job,
-                    options,
-                    max_slowdown=max_slowdown,
-                    ends=lambda: self.expected_ends(cluster_id),
-                    solve=self._solve,
+                result: Any = (
+                    place_serving(view.topology, state, serving, options)
+                    if serving is not None
+                    else decide(  # place or wait, with `_solve` (place, or a test's stand-in) placing
+                        view.topology,
+                        state,
+                        job,
+                        options,
+                        max_slowdown=max_slowdown,
+                        ends=lambda: self.expected_ends(cluster_id),
+                        solve=self._solve,
+                    )
                 )
             except InfeasibleError:
                 # devices of other Reserves in flight were left out: wait until they are claimed or given back
                 if inflight and solves < 4 * self.max_attempts and self._settle(cluster_id, inflight):
                     continue
                 raise
-            if result.status is SolveStatus.WAIT:
+            if serving is None and result.status is SolveStatus.WAIT:
                 raise Waiting(render(view.topology, result), result.verdict.reasons if result.verdict else [])
             if result.mapping is None:
                 raise Aborted("the solve returned no mapping; retry the call")

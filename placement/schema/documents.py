@@ -708,11 +708,16 @@ class Request(_Doc):
     )
     state: State | None = Field(None, description="unset: every device free and healthy")
     state_file: str | None = Field(None, description="a state file, instead of `state`")
-    job: Job | RequestServingJob | None = Field(
-        None, description="the job inline: a training job, or a serving job under `serving`"
+    job: Job | RequestServingJob | ServingJobDoc | None = Field(
+        None,
+        description="the job inline: a training job, or a serving job under `serving` (the message's form) or "
+        "with `kind: serving` (a serving job file's form)",
     )
     job_file: str | None = Field(
-        None, description="a (training) job file, instead of `job`", examples=["tp8-dp4.yaml"]
+        None,
+        description="a job file, instead of `job`: a training job, or a serving job file (`kind: serving`), "
+        "read by the serving reader into the job's `serving` (its name: the file's, unless it names one)",
+        examples=["tp8-dp4.yaml"],
     )
     options: Options | None = None
     max_slowdown: float | None = Field(
@@ -726,10 +731,19 @@ class Request(_Doc):
 class BatchEntry(_Doc):
     """A job of the queue: `job` inline or `job_file`, exactly one."""
 
-    job: Job | None = None
-    job_file: str | None = Field(None, description="relative to the batch file", examples=["tp8-dp4.yaml"])
+    job: Job | ServingJob | None = Field(
+        None,
+        description="the job inline: a training job, or a serving job (`kind: serving`, docs/serving.md)",
+    )
+    job_file: str | None = Field(
+        None,
+        description="a job file, relative to the batch file: a training job or a serving job (`kind: serving`)",
+        examples=["tp8-dp4.yaml"],
+    )
     weight: float = Field(
-        1.0, description="counts toward the admitted weight and multiplies the job's step seconds"
+        1.0,
+        description="counts toward the admitted weight and multiplies the job's step seconds (a serving job's "
+        "step is its time per output token)",
     )
     priority: float = Field(0.0, description="orders the priority-cpsat baseline (higher first)")
 

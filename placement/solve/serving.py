@@ -42,6 +42,7 @@ __all__ = [
     "ServingResult",
     "compare_serving",
     "evaluate_serving",
+    "explicit_shape",
     "fitting_level",
     "objective_key",
     "packed_replicas",
@@ -150,6 +151,34 @@ def serving_traffic_job(topology: Topology, state: ClusterState, job: ServingJob
         edges=tuple(edges),
         constraints=Constraints(require=require, prefer=prefer, spread=spread),
     )
+
+
+def explicit_shape(job: Job, description: str = "") -> dict[str, object]:
+    """`job` (an explicit job: a serving job's `serving_traffic_job`) as a native job document of its traffic
+    alone: ranks, device kind, groups and edges, no rules. The form a state's ``occupied[].shape`` takes, so a
+    serving deployment's per-token flows are read back as any running job's (`placement.io.native.job`)."""
+    doc: dict[str, object] = {"ranks": job.ranks}
+    if description:
+        doc["description"] = description
+    if job.device_kind:
+        doc["device_kind"] = job.device_kind
+    doc["groups"] = [
+        {
+            "label": g.label,
+            "kind": g.kind.value,
+            "members": list(g.members),
+            "bytes": g.bytes,
+            "count": g.count,
+        }
+        | ({"exposed": g.exposed} if g.exposed != 1.0 else {})
+        for g in job.groups
+    ]
+    doc["edges"] = [
+        {"label": e.label, "src": e.src, "dst": e.dst, "bytes": e.bytes, "count": e.count}
+        | ({"exposed": e.exposed} if e.exposed != 1.0 else {})
+        for e in job.edges
+    ]
+    return doc
 
 
 def packed_replicas(

@@ -2429,6 +2429,7 @@ class BatchJobResult(_message.Message):
     REASON_FIELD_NUMBER: _builtins.int
     EXPLANATION_FIELD_NUMBER: _builtins.int
     CONFLICTS_WITH_FIELD_NUMBER: _builtins.int
+    SERVING_FIELD_NUMBER: _builtins.int
     job_index: _builtins.int
     """Position of the job in PlaceBatchRequest.jobs."""
     job: _builtins.str
@@ -2449,6 +2450,12 @@ class BatchJobResult(_message.Message):
 
     @_builtins.property
     def conflicts_with(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def serving(self) -> Global___ServingCost:
+        """An admitted serving job (Job.serving): its TTFT, TPOT and tokens/s; its cost is its decode step
+        (cost.step_seconds is its time per output token).
+        """
+
     def __init__(
         self,
         *,
@@ -2460,10 +2467,11 @@ class BatchJobResult(_message.Message):
         reason: _builtins.str = ...,
         explanation: _abc.Iterable[_builtins.str] | None = ...,
         conflicts_with: _abc.Iterable[_builtins.str] | None = ...,
+        serving: Global___ServingCost | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["cost", b"cost"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["cost", b"cost", "serving", b"serving"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["admitted", b"admitted", "conflicts_with", b"conflicts_with", "cost", b"cost", "explanation", b"explanation", "job", b"job", "job_index", b"job_index", "mapping", b"mapping", "reason", b"reason"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["admitted", b"admitted", "conflicts_with", b"conflicts_with", "cost", b"cost", "explanation", b"explanation", "job", b"job", "job_index", b"job_index", "mapping", b"mapping", "reason", b"reason", "serving", b"serving"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2718,6 +2726,7 @@ class RepairAnswer(_message.Message):
     COST_FIELD_NUMBER: _builtins.int
     OPTIMAL_FIELD_NUMBER: _builtins.int
     WITHIN_BUDGET_FIELD_NUMBER: _builtins.int
+    SERVING_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """"least" (the fewest moves), "best" (the least surrogate whatever moves), "moves<=K" (a move cap),
     "neighbourhood N" (N units re-solved, large jobs) or "re-place" (a full `Place` on the new state).
@@ -2735,6 +2744,12 @@ class RepairAnswer(_message.Message):
 
     @_builtins.property
     def cost(self) -> Global___StepCost: ...
+    @_builtins.property
+    def serving(self) -> Global___ServingCost:
+        """A serving job (Job.serving): its TTFT, TPOT and tokens/s after the repair; cost is its decode step
+        (cost.step_seconds is its time per output token).
+        """
+
     def __init__(
         self,
         *,
@@ -2746,10 +2761,11 @@ class RepairAnswer(_message.Message):
         cost: Global___StepCost | None = ...,
         optimal: _builtins.bool = ...,
         within_budget: _builtins.bool = ...,
+        serving: Global___ServingCost | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["cost", b"cost"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["cost", b"cost", "serving", b"serving"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cost", b"cost", "mapping", b"mapping", "moved_hosts", b"moved_hosts", "moved_ranks", b"moved_ranks", "moves", b"moves", "name", b"name", "optimal", b"optimal", "within_budget", b"within_budget"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cost", b"cost", "mapping", b"mapping", "moved_hosts", b"moved_hosts", "moved_ranks", b"moved_ranks", "moves", b"moves", "name", b"name", "optimal", b"optimal", "serving", b"serving", "within_budget", b"within_budget"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2766,6 +2782,7 @@ class RepairResponse(_message.Message):
     MIN_MOVES_FIELD_NUMBER: _builtins.int
     REPLACE_FIELD_NUMBER: _builtins.int
     STATS_FIELD_NUMBER: _builtins.int
+    BEFORE_SERVING_FIELD_NUMBER: _builtins.int
     recommended: _builtins.int
     """Index into answers: the least horizon_steps x step seconds + move_cost_s x moved ranks within the budget."""
     min_moves: _builtins.int
@@ -2787,6 +2804,10 @@ class RepairResponse(_message.Message):
 
     @_builtins.property
     def stats(self) -> Global___SolveStats: ...
+    @_builtins.property
+    def before_serving(self) -> Global___ServingCost:
+        """A serving job: the current mapping's serving report on the new state (as `before`)."""
+
     def __init__(
         self,
         *,
@@ -2797,10 +2818,11 @@ class RepairResponse(_message.Message):
         min_moves: _builtins.int = ...,
         replace: Global___RepairAnswer | None = ...,
         stats: Global___SolveStats | None = ...,
+        before_serving: Global___ServingCost | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["before", b"before", "replace", b"replace", "stats", b"stats"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["before", b"before", "before_serving", b"before_serving", "replace", b"replace", "stats", b"stats"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["answers", b"answers", "before", b"before", "forced_ranks", b"forced_ranks", "min_moves", b"min_moves", "recommended", b"recommended", "replace", b"replace", "stats", b"stats"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["answers", b"answers", "before", b"before", "before_serving", b"before_serving", "forced_ranks", b"forced_ranks", "min_moves", b"min_moves", "recommended", b"recommended", "replace", b"replace", "stats", b"stats"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -3008,6 +3030,7 @@ class PreemptAnswer(_message.Message):
     WITHIN_BOUND_FIELD_NUMBER: _builtins.int
     DOMAIN_FIELD_NUMBER: _builtins.int
     SLOWDOWN_FIELD_NUMBER: _builtins.int
+    SERVING_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """How it was found: "none" (no victim), "exact" (the exact search, cheapest first), "more" (the next sets
     after the least, for the Pareto set), "domain LEVEL:NAME" (the cheapest set inside one domain), "clear
@@ -3027,6 +3050,12 @@ class PreemptAnswer(_message.Message):
 
     @_builtins.property
     def cost(self) -> Global___StepCost: ...
+    @_builtins.property
+    def serving(self) -> Global___ServingCost:
+        """A serving job (Job.serving): its TTFT, TPOT and tokens/s; cost is its decode step (cost.step_seconds is its
+        time per output token, and the bound is on it).
+        """
+
     def __init__(
         self,
         *,
@@ -3038,10 +3067,11 @@ class PreemptAnswer(_message.Message):
         within_bound: _builtins.bool = ...,
         domain: _builtins.str = ...,
         slowdown: _builtins.float | None = ...,
+        serving: Global___ServingCost | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_slowdown", b"_slowdown", "cost", b"cost", "slowdown", b"slowdown"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_slowdown", b"_slowdown", "cost", b"cost", "serving", b"serving", "slowdown", b"slowdown"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_slowdown", b"_slowdown", "cost", b"cost", "domain", b"domain", "gpu_hours", b"gpu_hours", "mapping", b"mapping", "name", b"name", "slowdown", b"slowdown", "victims", b"victims", "within_bound", b"within_bound"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_slowdown", b"_slowdown", "cost", b"cost", "domain", b"domain", "gpu_hours", b"gpu_hours", "mapping", b"mapping", "name", b"name", "serving", b"serving", "slowdown", b"slowdown", "victims", b"victims", "within_bound", b"within_bound"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__slowdown: _TypeAlias = _typing.Literal["slowdown"]  # noqa: Y015
     _WhichOneofArgType__slowdown: _TypeAlias = _typing.Literal["_slowdown", b"_slowdown"]  # noqa: Y015
@@ -3061,6 +3091,7 @@ class PreemptResponse(_message.Message):
     PROVEN_FIELD_NUMBER: _builtins.int
     PROTECTED_FIELD_NUMBER: _builtins.int
     STATS_FIELD_NUMBER: _builtins.int
+    IDEAL_SERVING_FIELD_NUMBER: _builtins.int
     recommended: _builtins.int
     """Index into answers: the least cost within the bound."""
     bound_step_seconds: _builtins.float
@@ -3084,6 +3115,10 @@ class PreemptResponse(_message.Message):
 
     @_builtins.property
     def stats(self) -> Global___SolveStats: ...
+    @_builtins.property
+    def ideal_serving(self) -> Global___ServingCost:
+        """A serving job: its serving report on the cluster with no occupancy (the ideal's)."""
+
     def __init__(
         self,
         *,
@@ -3095,10 +3130,11 @@ class PreemptResponse(_message.Message):
         proven: _builtins.bool = ...,
         protected: _abc.Iterable[_builtins.str] | None = ...,
         stats: Global___SolveStats | None = ...,
+        ideal_serving: Global___ServingCost | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_bound_step_seconds", b"_bound_step_seconds", "bound_step_seconds", b"bound_step_seconds", "ideal", b"ideal", "stats", b"stats"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_bound_step_seconds", b"_bound_step_seconds", "bound_step_seconds", b"bound_step_seconds", "ideal", b"ideal", "ideal_serving", b"ideal_serving", "stats", b"stats"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_bound_step_seconds", b"_bound_step_seconds", "answers", b"answers", "bound_step_seconds", b"bound_step_seconds", "ideal", b"ideal", "objective", b"objective", "protected", b"protected", "proven", b"proven", "recommended", b"recommended", "stats", b"stats"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_bound_step_seconds", b"_bound_step_seconds", "answers", b"answers", "bound_step_seconds", b"bound_step_seconds", "ideal", b"ideal", "ideal_serving", b"ideal_serving", "objective", b"objective", "protected", b"protected", "proven", b"proven", "recommended", b"recommended", "stats", b"stats"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__bound_step_seconds: _TypeAlias = _typing.Literal["bound_step_seconds"]  # noqa: Y015
     _WhichOneofArgType__bound_step_seconds: _TypeAlias = _typing.Literal["_bound_step_seconds", b"_bound_step_seconds"]  # noqa: Y015

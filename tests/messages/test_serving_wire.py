@@ -1,6 +1,6 @@
 """Serving jobs over gRPC: Place, Evaluate and Compare of a Job carrying `serving` on a real server (port 0), their
 numbers against the serving model run here on the same mappings, `placement place --server` against the offline
-command, and the methods that refuse a serving job by its field."""
+command, PlaceBatch admitting serving jobs, and the fields a serving job refuses (max_slowdown, place_copies)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from placement.cost.serving import model_serving
 from placement.io.native.serving import serving_job_from_dict
 from placement.messages.files import request_from_dict
 from placement.messages.serving import (
+    serving_from_proto,
     serving_report_from_proto,
     serving_result,
     serving_result_from_proto,
@@ -143,7 +144,7 @@ def _small(name: str, spread: bool) -> Any:
     return serving_to_proto(serving_job_from_dict(doc))
 
 
-def test_capacity_counts_serving_copies_and_place_batch_refuses_a_serving_job(
+def test_capacity_counts_serving_copies_and_place_batch_admits_a_serving_job(
     cluster: tuple[Path, Topology],
 ) -> None:
     path, topo = cluster
@@ -162,13 +163,17 @@ def test_capacity_counts_serving_copies_and_place_batch_refuses_a_serving_job(
     placed.place_copies = 1
     empty = request_from_dict({"cluster_file": str(path)}, pb.CapacityRequest)
     empty.shapes.add().CopyFrom(_small("packed", False))
-    batch = request_from_dict({"cluster_file": str(path)}, pb.PlaceBatchRequest)
+    batch = request_from_dict(
+        {"cluster_file": str(path), "options": {"time_limit_s": 2, "deterministic": True}},
+        pb.PlaceBatchRequest,
+    )
+    batch.jobs.add().job.CopyFrom(_small("spread", True))
     batch.jobs.add().job.CopyFrom(_small("packed", False))
     with running() as r:
         got = r.stub.Capacity(capacity, timeout=60)
         all_free = r.stub.Capacity(empty, timeout=60)
         placed_err = rpc_error(lambda: r.stub.Capacity(placed, timeout=60))
-        batch_err = rpc_error(lambda: r.stub.PlaceBatch(batch, timeout=60))
+        batched = r.stub.PlaceBatch(batch, timeout=60)
     # by hand: 15 free devices (4 hosts of 4, one device taken): one 8-rank copy fits, not two (16 > 15); one
     # 12-rank copy; the ranks are the serving job's (prefill 4 + decode 4, or + 8)
     counted = {s.job: (s.ranks, s.copies, s.upper_bound) for s in got.shapes}
@@ -177,7 +182,15 @@ def test_capacity_counts_serving_copies_and_place_batch_refuses_a_serving_job(
     assert counted["twelve"][:2] == (12, 15 // 12)
     assert (all_free.shapes[0].copies, all_free.shapes[0].upper_bound) == (16 // 8, 16 // 8)
     assert "place_copies" in field_violations(placed_err)
-    assert "jobs[0].job.serving" in field_violations(batch_err)
+    # two 8-rank serving jobs fill the 16 GPUs; each one's step is its TPOT, as the serving model prices its
+    # mapping, and its answer carries its serving report
+    assert [j.admitted for j in batched.plan.jobs] == [True, True]
+    for j, spread in zip(batched.plan.jobs, (True, False), strict=True):
+        sj = serving_from_proto(_small(j.job, spread))
+        again = model_serving(topo, ClusterState(), sj, _indices(topo, j.mapping))
+        assert j.serving.tpot_s == pytest.approx(again.tpot_seconds)
+        assert j.cost.step_seconds == pytest.approx(again.tpot_seconds)
+        assert j.serving.ttft_s == pytest.approx(again.ttft_seconds)
 
 
 def test_the_serving_answer_converts_both_ways(cluster: tuple[Path, Topology]) -> None:

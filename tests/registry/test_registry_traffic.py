@@ -18,12 +18,16 @@ from typer.testing import CliRunner
 
 from placement.cli.app import app as cli_app
 from placement.cost.evaluate import evaluate
+from placement.cost.serving import model_serving
 from placement.cost.shared import link_loads
 from placement.io.native import cluster_from_dict, job_from_dict
+from placement.io.native.serving import serving_job_from_dict
+from placement.messages.serving_job import serving_to_proto
 from placement.model.state import ClusterState, RunningJob
 from placement.model.topology import Topology
 from placement.registry import Registry, open_store
 from placement.solve import SolveOptions
+from placement.solve.serving import explicit_shape, serving_traffic_job
 from placement.v1 import placement_pb2 as pb
 from placement.v1 import placement_pb2_grpc as pb_grpc
 from placement.v1 import registry_pb2 as rpb
@@ -31,6 +35,7 @@ from placement.v1 import registry_pb2_grpc as rpb_grpc
 from server.main import create_server
 from server.settings import Settings
 from tests.registry_util import Clock, store_url
+from tests.support_serving import serving_job_doc
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -450,3 +455,58 @@ def test_a_view_moved_along_by_events_knows_the_same_traffic_as_a_fresh_read(url
     finally:
         reg.close()
         fresh.close()
+
+
+def test_a_committed_serving_deployment_keeps_its_devices_and_its_traffic(url: str) -> None:
+    """Reserve of a serving job (Job.serving): placed by the serving objective (its answer carries `serving`),
+    its 12 devices held, and its shape kept as its per-token traffic (`explicit_shape` of its explicit job).
+    Committed, its flows are the cluster's background: GetState's uplink loads are `link_loads` of a state
+    written by hand with that shape on those devices (nonzero: its KV handoff crosses the leaves, where the
+    outside occupancy leaves a host free in each), and Place by cluster_id prices a later job as evaluate()
+    does on that state."""
+    sdoc = serving_job_doc(name="moe")
+    sj = serving_job_from_dict(sdoc)
+    with _server(url) as (reg, place, _target):
+        topo = _put(reg)
+        _occupy(reg, 1, [{"job": "other", "devices": ["node02", "node04"]}])
+        out = reg.Reserve(
+            rpb.ReserveRequest(cluster_id="c", job=serving_to_proto(sj), options=pb.Options(time_limit_s=5)),
+            timeout=60,
+        )
+        assert out.result.HasField("serving") and out.result.serving.cost.tpot_s > 0
+        devices = tuple(out.reservation.devices)
+        assert len(devices) == sj.ranks == 12
+        idx = _indices(topo, devices)
+        again = model_serving(topo, ClusterState(), sj, list(idx))
+        assert out.result.serving.cost.tpot_s == pytest.approx(again.tpot_seconds)
+        reg.Commit(rpb.ReservationRequest(reservation_id=out.reservation_id), timeout=30)
+        explicit = serving_traffic_job(topo, ClusterState(), sj)
+        listed = reg.ListReservations(rpb.ListReservationsRequest(cluster_id="c"), timeout=30).reservations
+        (kept,) = [r for r in listed if r.id == out.reservation_id]
+        assert kept.shape == json_format.ParseDict(explicit_shape(explicit, kept.shape.description), pb.Job())
+        _occupy(reg, 2, [])  # the outside job ended
+
+        by_hand = ClusterState(
+            occupied=dict.fromkeys(idx, "moe"),
+            background=(RunningJob("moe", job_from_dict({"name": "moe", **explicit_shape(explicit)}), idx),),
+        )
+        want_loads = link_loads(topo, by_hand)
+        assert want_loads  # the handoff crosses the leaves
+        loads = reg.GetState(rpb.GetStateRequest(cluster_id="c"), timeout=30).link_loads
+        got_loads = {ld.uplink: (ld.up_gbps, ld.down_gbps) for ld in loads}
+        for up, (load, _cap) in want_loads.items():
+            name = f"{topo.level_names[up.level]}:{topo.domain_names[up.level][up.domain]}"
+            assert got_loads[name] == pytest.approx((load.up, load.down), rel=1e-9)
+
+        got = place.Place(
+            pb.PlaceRequest(
+                cluster_id="c",
+                job=json_format.ParseDict(_job_doc("b"), pb.Job()),
+                options=pb.Options(time_limit_s=5),
+            ),
+            timeout=60,
+        ).result
+        mapping = [i for i in (topo.device_index(x.device) for x in got.mapping) if i is not None]
+        assert not set(mapping) & set(idx)
+        want = evaluate(topo, by_hand, job_from_dict(_job_doc("b")), mapping)
+        assert got.cost.step_seconds == pytest.approx(want.step_seconds, rel=1e-9)

@@ -32,6 +32,7 @@ from placement.io.native import (
 from placement.io.native.doc_kinds import KIND_KEYS, document_kind
 from placement.io.native.serving import load_serving_job, serving_job_from_dict
 from placement.messages.files import read_request
+from placement.messages.serving_job import serving_from_proto
 from placement.model.job import LAUNCHERS, CollectiveKind
 from placement.model.serving import DTYPE_BYTES, POOL_ROLES
 from placement.schema import DIALECT, DOCUMENTS, json_schema
@@ -53,6 +54,7 @@ from placement.sim.whatif.spec import load_serving_sweep, load_sweep
 from placement.v1 import placement_pb2 as pb
 from tests.conftest import EXAMPLES, FIXTURES, ROOT
 from tests.support_cli import run
+from tests.support_serving import serving_cluster_doc, serving_job_doc
 
 sys.path.insert(0, str(ROOT))
 from scripts.gen_schemas import generated
@@ -472,3 +474,26 @@ def test_a_request_takes_a_serving_job_as_its_message_does(tmp_path: Path) -> No
         else:
             with pytest.raises(InputError):
                 read_request(tmp_path / "r.yaml", pb.PlaceRequest)
+
+
+def test_a_serving_job_behind_job_file_or_inline_passes_the_schema_and_the_readers(tmp_path: Path) -> None:
+    """A request whose job_file is a `kind: serving` file, a request with the serving job inline in either form,
+    and a batch file whose entries hold serving jobs: each passes its schema, and the readers make the same
+    serving job of it (the message's `serving`, equal to the serving reader's own)."""
+    doc = serving_job_doc(name="moe")
+    (tmp_path / "moe.yaml").write_text(json.dumps(doc))
+    want = load_serving_job(tmp_path / "moe.yaml")
+    cluster = {"name": "c", "levels": [{"name": "node", "bandwidth_gbps": 400, "latency_us": 1}]}
+    for request in ({"cluster": cluster, "job_file": "moe.yaml"}, {"cluster": cluster, "job": doc}):
+        assert _errors("request", request) == []
+        (tmp_path / "req.yaml").write_text(json.dumps(request))
+        got = read_request(tmp_path / "req.yaml", pb.PlaceRequest).job
+        assert got.HasField("serving") and got.name == want.name
+        assert serving_from_proto(got) == want
+    batch = {"jobs": [{"job_file": "moe.yaml", "weight": 2}, {"job": doc}]}
+    assert _errors("batch", batch) == []
+    (tmp_path / "batch.yaml").write_text(json.dumps(batch))
+    topo = cluster_from_dict(serving_cluster_doc())[0]
+    read = load_batch(tmp_path / "batch.yaml", topo)
+    assert [bj.serving for bj in read] == [want, want] and [bj.weight for bj in read] == [2.0, 1.0]
+    assert all(bj.job.ranks == want.ranks for bj in read)

@@ -156,3 +156,23 @@ def test_a_tpot_bound_makes_tokens_per_s_the_objective(cluster: tuple[Path, Topo
             assert res.report.tokens_per_s == max(r.tokens_per_s for r in valid)
         else:
             assert res.report.tpot_seconds == min(r.tpot_seconds for r in valid)
+
+
+def test_cli_serving_tables_fit_80_columns_when_piped_and_wide_keeps_lines_whole(
+    tmp_path: Path, cluster: tuple[Path, Topology]
+) -> None:
+    """Piped, every line of the serving answer fits 80 columns; --wide prints the headline on one line. Both
+    carry the TPOT that --output json gives (to the printed 3 decimals of a millisecond)."""
+    path, _ = cluster
+    job_file = write(tmp_path, "s.yaml", json.dumps(serving_job_doc()))
+    args = ("place", path, job_file, "--time-limit", "3", "--workers", "1", "--deterministic")
+    doc = json.loads(run(*args, "--output", "json").output)
+    tpot = f"TPOT {doc['report']['tpot_seconds'] * 1e3:.3f} ms"
+    narrow = run(*args)
+    assert narrow.exit_code == 0, narrow.output
+    assert max(len(ln) for ln in narrow.output.splitlines()) <= 80
+    assert tpot in narrow.output
+    wide = run(*args, "--wide")
+    assert wide.exit_code == 0, wide.output
+    head = next(ln for ln in wide.output.splitlines() if ln.startswith("TTFT"))
+    assert tpot in head and "bottleneck tier" in head and len(head) > 80

@@ -18,27 +18,37 @@ from placement.cli.errors import escape, fail, guard
 from placement.cli.help import Command, command_app
 from placement.cli.inputs import load_cluster_state, write_output
 from placement.cli.options import JsonOpt, ServerOpt, TokenOpt, WideOpt, json_output
-from placement.cli.tables import table_console
+from placement.cli.tables import print_wrapped, table_console
 from placement.decide.batch.joint import place_batch
 from placement.decide.batch.types import BatchJob, BatchPlan, BatchResult
 from placement.errors import InputError, Problem, Problems
 from placement.io.native import job_from_dict, load_document
-from placement.messages.files import normalize_cluster, normalize_job
+from placement.io.native.serving import is_serving_document, serving_job_from_dict
+from placement.messages.files import message_to_dict, normalize_cluster, normalize_job
+from placement.messages.serving_job import serving_cost, serving_to_proto
+from placement.model.state import ClusterState
 from placement.model.topology import Topology
 from placement.solve import SolveOptions
+from placement.solve.serving import serving_traffic_job
 
 __all__ = ["app", "batch_document", "load_batch", "place_batch_cmd"]
 
 app = command_app()
 
 
-def load_batch(path: Path) -> list[BatchJob]:
+def load_batch(
+    path: Path, topology: Topology | None = None, state: ClusterState | None = None
+) -> list[BatchJob]:
     """A batch file: ``jobs:`` a list of ``{job: {...} | job_file: PATH, weight: 1, priority: 0}`` (the shape of
-    PlaceBatchRequest.jobs; job files relative to the batch file). Every problem is reported at once."""
-    return [bj for bj, _ in _read_batch(path)]
+    PlaceBatchRequest.jobs; job files relative to the batch file). Every problem is reported at once. A serving
+    job (``kind: serving``) joins as its explicit job on `topology` and `state` (needed then), its serving job
+    beside."""
+    return [bj for bj, _ in _read_batch(path, topology, state)]
 
 
-def _read_batch(path: Path) -> list[tuple[BatchJob, Any]]:
+def _read_batch(
+    path: Path, topology: Topology | None = None, state: ClusterState | None = None
+) -> list[tuple[BatchJob, Any]]:
     """The jobs of a batch file, each with its job document (job files inlined)."""
     doc = load_document(path)
     ps = Problems(str(path))
@@ -83,6 +93,14 @@ def _read_batch(path: Path) -> list[tuple[BatchJob, Any]]:
                 v = default
             numbers[key] = float(v)
         try:
+            if is_serving_document(jdoc):
+                if topology is None:
+                    ps.add(source, "is a serving job: reading it needs the cluster (load_batch's topology)")
+                    continue
+                sj = serving_job_from_dict(jdoc, source)
+                explicit = serving_traffic_job(topology, state or ClusterState(), sj)
+                out.append((BatchJob(explicit, numbers["weight"], numbers["priority"], sj), jdoc))
+                continue
             job = job_from_dict(jdoc, source)
         except InputError as e:
             ps.extend(Problem(f"{source}.{p.path}" if p.path else source, p.message) for p in e.problems)
@@ -98,6 +116,8 @@ def _plan_doc(topology: Topology, plan: BatchPlan, mappings: bool) -> dict[str, 
         d: dict[str, Any] = {"job_index": o.index, "job": o.name, "admitted": o.admitted}
         if o.report is not None:
             d["cost"] = {"step_seconds": o.report.step_seconds, "comm_seconds": o.report.comm_seconds}
+        if o.serving is not None:  # the field names of ServingCost, as a served answer has them
+            d["serving"] = message_to_dict(serving_cost(o.serving))
         if mappings and o.mapping is not None:
             devs = topology.devices
             d["mapping"] = [
@@ -180,6 +200,18 @@ def _print(jobs: list[BatchJob], doc: dict[str, Any], where: str, wide: bool) ->
         if why:
             reasons.append((row[0], why))
     con.print(jt)
+    served = [o for o in plan.get("jobs", []) if o.get("serving")]
+    if served:
+        con.print("serving jobs (their step s is the time per output token):", highlight=False)
+        for o in served:
+            sv = o["serving"]
+            print_wrapped(
+                con,
+                f"{o.get('job', '')}: TTFT {1e3 * sv.get('ttft_s', 0.0):.3f} ms, TPOT "
+                f"{1e3 * sv.get('tpot_s', 0.0):.3f} ms, tokens/s per GPU {sv.get('tokens_per_s_per_gpu', 0.0):.1f}"
+                f" ({sv.get('gpus', 0)} GPUs, bound by {sv.get('bound_by', '')})",
+                wide,
+            )
     if reasons and not wide:
         con.print("why not admitted:", highlight=False)
         for name, why in reasons:
@@ -196,7 +228,13 @@ def _request_doc(
     if state is not None:
         doc["state"] = load_document(state)
     doc["jobs"] = [
-        {"job": {**normalize_job(jdoc), "name": bj.job.name}, "weight": bj.weight, "priority": bj.priority}
+        {
+            "job": message_to_dict(serving_to_proto(bj.serving))
+            if bj.serving is not None
+            else {**normalize_job(jdoc), "name": bj.job.name},
+            "weight": bj.weight,
+            "priority": bj.priority,
+        }
         for bj, jdoc in entries
     ]
     doc["options"] = options
@@ -241,7 +279,7 @@ def place_batch_cmd(
     if not 1 <= workers <= 64:
         fail(f"--workers: must be in 1..64, got {workers}", 2)
     topo, st = load_cluster_state(cluster, state)
-    entries = _read_batch(batch)
+    entries = _read_batch(batch, topo, st)
     jobs = [bj for bj, _ in entries]
     if server is not None:
         options = {"time_limit_s": time_limit, "seed": seed, "deterministic": deterministic}

@@ -17,7 +17,7 @@ from placement.cli.help import Command, command_app
 from placement.cli.inputs import load_inputs, own_command, write_output
 from placement.cli.options import JsonOpt, ServerOpt, TokenOpt, WideOpt, json_output
 from placement.cli.picture import render_picture
-from placement.cli.serving import is_serving_file, place_serving_file
+from placement.cli.serving import is_serving_file, place_serving_file, place_serving_request
 from placement.cli.tables import print_result, print_verdict, seats_of
 from placement.cli.usage import INPUTS
 from placement.cost.report import CostReport
@@ -117,7 +117,11 @@ def show_answer(result: Any, cluster: str, show: Show, topology: Topology | None
 
 
 def _place_request(req: pb.PlaceRequest, server: str | None, token: str | None, show: Show) -> None:
-    """A PlaceRequest solved by `server`, or here through the same conversion the server uses."""
+    """A PlaceRequest solved by `server`, or here through the same conversion the server uses (a serving job's:
+    `place_serving_request`)."""
+    if req.HasField("job") and req.job.HasField("serving"):
+        place_serving_request(req, server, token, show.output, show.out_file, show.wide)
+        return
     if server is not None:
         cluster = req.cluster.name if req.HasField("cluster") else req.cluster_id
         show_answer(place_remote(req, server, token), cluster, show)
@@ -301,7 +305,7 @@ def place(
             strategy=strat, time_limit_s=time_limit, relative_gap=gap, seed=seed, workers=workers,
             deterministic=deterministic,
         )  # fmt: skip
-        return place_serving_file(cluster, job, state, opts, output, out_file, server, token)
+        return place_serving_file(cluster, job, state, opts, output, out_file, server, token, wide)
     if max_slowdown is not None and not (math.isfinite(max_slowdown) and max_slowdown >= 1):
         fail(f"--max-slowdown: must be a number >= 1 (1: the ideal step), got {max_slowdown:g}", 2)
     opts = SolveOptions(

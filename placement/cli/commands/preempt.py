@@ -17,17 +17,20 @@ from rich.table import Table
 from placement.cli.commands.remote import decision_remote
 from placement.cli.errors import escape, fail, guard
 from placement.cli.help import Command, command_app
-from placement.cli.inputs import load_inputs
+from placement.cli.inputs import load_cluster_state, load_inputs
 from placement.cli.options import JsonOpt, ServerOpt, TokenOpt, WideOpt, json_output
+from placement.cli.serving import is_serving_file
 from placement.cli.tables import print_wrapped, table_console
 from placement.decide.preempt import Objective, RunningJob
 from placement.decide.preempt import preempt as run_preempt
 from placement.errors import Problems
 from placement.io.native import load_document
+from placement.io.native.serving import load_serving_job
 from placement.messages import dump_message
 from placement.messages.decisions import preempt_response
 from placement.messages.files import request_from_dict
 from placement.solve import SolveOptions, Strategy
+from placement.solve.serving import serving_traffic_job
 from placement.v1 import placement_pb2 as pb
 
 __all__ = ["app", "load_running", "preempt", "print_preempt"]
@@ -160,7 +163,13 @@ def _here(
     cluster: Path, job: Path, state: Path | None, rjobs: list[RunningJob], ask: PreemptAsk
 ) -> tuple[Any, str]:
     """The PreemptResponse solved here, and the job's name."""
-    topo, st, jb = load_inputs(cluster, job, state)
+    sj = None
+    if is_serving_file(job):  # an incoming serving deployment: placed by the serving objective, bound on TPOT
+        topo, st = load_cluster_state(cluster, state)
+        sj = load_serving_job(job)
+        jb = serving_traffic_job(topo, st, sj)
+    else:
+        topo, st, jb = load_inputs(cluster, job, state)
     res = run_preempt(
         topo,
         st,
@@ -172,6 +181,7 @@ def _here(
         objective=ask.objective,
         options=ask.options,
         max_checks=ask.max_checks,
+        serving=sj,
     )
     return preempt_response(topo, res, time_limit_s=ask.options.time_limit_s, deadline_limited=False), jb.name
 
@@ -180,7 +190,10 @@ def _here(
 @guard
 def preempt(
     cluster: Annotated[Path, typer.Argument(help="cluster file")],
-    job: Annotated[Path, typer.Argument(help="job file of the incoming job")],
+    job: Annotated[
+        Path,
+        typer.Argument(help="job file of the incoming job (a training job, or a serving job: kind: serving)"),
+    ],
     running: RunningOpt,
     state: Annotated[Path | None, typer.Option(help="state file: occupancy by job name, failures")] = None,
     priority: PriorityOpt = 0.0,
@@ -265,5 +278,12 @@ def print_preempt(response: Any, name: str, priority: float, wide: bool = False)
     if response.protected:
         shown = ", ".join(response.protected[:10]) + (" ..." if len(response.protected) > 10 else "")
         lines.append(f"never preempted (priority >= {priority:g} or not listed): {shown}")
+    if response.answers and response.answers[response.recommended].HasField("serving"):
+        sv = response.answers[response.recommended].serving  # a serving job: its step is its TPOT
+        lines.insert(
+            0,
+            f"recommended: TTFT {sv.ttft_s * 1e3:.3f} ms, TPOT {sv.tpot_s * 1e3:.3f} ms, tokens/s per GPU "
+            f"{sv.tokens_per_s_per_gpu:.1f} (the step s above is the TPOT)",
+        )
     for line in lines:
         print_wrapped(con, line, wide)

@@ -13,20 +13,24 @@ from rich.table import Table
 
 from placement.cli.errors import fail, guard
 from placement.cli.help import Command, command_app
-from placement.cli.inputs import load_inputs
+from placement.cli.inputs import load_cluster_state, load_inputs
 from placement.cli.options import JsonOpt, WideOpt, json_output
-from placement.cli.tables import table_console
+from placement.cli.serving import is_serving_file
+from placement.cli.tables import print_wrapped, table_console
 from placement.decide.repair.input import RepairBudget, resolve_current
 from placement.decide.repair.run import RepairResult
 from placement.decide.repair.run import repair as run_repair
+from placement.decide.repair.serving import repair_serving
 from placement.errors import InputError, Problem
 from placement.io.export.document import result_body
 from placement.io.native import load_document, mapping_from_obj
+from placement.io.native.serving import load_serving_job
 from placement.messages import dump_message
 from placement.messages.repair import repair_response
 from placement.model.job import Job
 from placement.model.topology import Topology
 from placement.solve import SolveOptions
+from placement.solve.serving import serving_traffic_job
 
 __all__ = ["app", "print_repair", "repair"]
 
@@ -109,7 +113,10 @@ def _check(output: str, time_limit: float, horizon: float, workers: int | None, 
 @guard
 def repair(
     cluster: Annotated[Path, typer.Argument(help="cluster file")],
-    job: Annotated[Path, typer.Argument(help="job file of the running job")],
+    job: Annotated[
+        Path,
+        typer.Argument(help="job file of the running job (a training job, or a serving job: kind: serving)"),
+    ],
     current: CurrentArg,
     state: StateOpt = None,
     drain: DrainOpt = None,
@@ -137,24 +144,32 @@ def repair(
     """
     output = json_output(output, json_)
     _check(output, time_limit, horizon, workers, deterministic)
-    topo, st, jb = load_inputs(cluster, job, state)
+    sj = None
+    if is_serving_file(job):  # a serving deployment: placement.decide.repair.serving (priced by TPOT)
+        topo, st = load_cluster_state(cluster, state)
+        sj = load_serving_job(job)
+        jb = serving_traffic_job(topo, st, sj)
+    else:
+        topo, st, jb = load_inputs(cluster, job, state)
     cur = _load_current(current, topo, jb, job, allow_other_job)
-    res = run_repair(
-        topo,
-        st,
-        jb,
-        cur,
-        drain=drain or [],
-        spares=spare or [],
-        spares_only=spares_only,
-        budget=RepairBudget(max_moved_ranks, max_moved_hosts, move_cost, horizon),
-        options=SolveOptions(
-            time_limit_s=time_limit,
-            workers=workers or (1 if deterministic else 2),
-            seed=seed,
-            deterministic=deterministic,
-        ),
+    budget = RepairBudget(max_moved_ranks, max_moved_hosts, move_cost, horizon)
+    opts = SolveOptions(
+        time_limit_s=time_limit,
+        workers=workers or (1 if deterministic else 2),
+        seed=seed,
+        deterministic=deterministic,
     )
+    # the arguments grouped by meaning: what is repaired, then how
+    if sj is None:
+        res = run_repair(
+            topo, st, jb, cur,
+            drain=drain or [], spares=spare or [], spares_only=spares_only, budget=budget, options=opts,
+        )  # fmt: skip
+    else:
+        res = repair_serving(
+            topo, st, sj, cur,
+            drain=drain or [], spares=spare or [], spares_only=spares_only, budget=budget, options=opts,
+        )  # fmt: skip
     if output == "json":  # the RepairResponse JSON mapping, as the Repair RPC answers (docs/results.md)
         sys.stdout.write(
             dump_message(repair_response(topo, res, time_limit_s=time_limit, deadline_limited=False))
@@ -165,12 +180,13 @@ def repair(
 
 def print_repair(topo: Topology, jb: Job, res: RepairResult, wide: bool = False) -> None:
     """The Pareto table of a repair (moved ranks against step seconds) and the recommended answer's moves."""
+    what = "TPOT" if res.before_serving is not None else "step"
     title = (
-        f"{jb.name}: {len(res.forced)} rank(s) on failed or drained devices; step before "
+        f"{jb.name}: {len(res.forced)} rank(s) on failed or drained devices; {what} before "
         f"{res.before.step_seconds:.4f} s; least repair {res.min_moves} moves; {res.stats.get('wall_s', 0):.2f} s"
     )
     t = Table(title=title)
-    for c in ("", "answer", "moved ranks", "moved hosts", "step s", "vs before", "proven"):
+    for c in ("", "answer", "moved ranks", "moved hosts", f"{what} s", "vs before", "proven"):
         t.add_column(c, justify="left" if c in ("", "answer") else "right")
     rows = list(res.answers)
     if res.replace is not None and all(a is not res.replace for a in rows):
@@ -198,3 +214,12 @@ def print_repair(topo: Topology, jb: Job, res: RepairResult, wide: bool = False)
         )
     if len(rec.moves) > 16:
         con.print(f"  ... {len(rec.moves) - 16} more (use --json)", highlight=False, soft_wrap=True)
+    if rec.serving is not None:  # a serving deployment: its step is one decode step
+        sv = rec.serving
+        print_wrapped(
+            con,
+            f"recommended: TTFT {sv.ttft_seconds * 1e3:.3f} ms, TPOT {sv.tpot_seconds * 1e3:.3f} ms, tokens/s per "
+            f"GPU {sv.tokens_per_s_per_gpu:.1f} (bottleneck tier {sv.bottleneck_tier})",
+            wide,
+            indent=0,
+        )

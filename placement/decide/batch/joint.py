@@ -93,13 +93,16 @@ def batch_problems(
 
 def _order(b: BatchSearch, admitted: Sequence[int], demands: Mapping[int, Demand]) -> list[int]:
     """Jobs with units that must share a host (largest unit, then most ranks) first: they need whole fragments;
+    among equal units, jobs whose spread rules ask for the most fault domains (a serving deployment's replicas)
+    first: they need room in several domains, which a job without that rule packed before them may have taken;
     then the rest by ranks. Heavier and higher-priority jobs first among equals."""
 
-    def key(j: int) -> tuple[int, int, float, float, int]:
+    def key(j: int) -> tuple[int, int, int, float, float, int]:
         units = demands[j].units.get(0)
         unit = max(units) if units else 1
         bj = b.jobs[j]
-        return (-unit, -bj.job.ranks, -bj.weight, -bj.priority, j)
+        spread = max((r.min_domains or 0 for r in bj.job.constraints.spread), default=0)
+        return (-unit, -spread, -bj.job.ranks, -bj.weight, -bj.priority, j)
 
     return sorted(admitted, key=key)
 
@@ -286,6 +289,10 @@ def _answer(
     plans = {
         name: explainer.plan(name, assign) for name, assign in ((BATCH, ours), (FIFO, fifo), (PRIORITY, prio))
     }
+    for p in plans.values():  # serving jobs: their serving report beside their decode step
+        for o in p.admitted:
+            if o.mapping is not None:
+                o.serving = b.serving_report(o.index, o.mapping)
     best = min((BATCH, FIFO, PRIORITY), key=lambda n: plans[n].key())  # min keeps the first of ties: ours
     plan = plans[best]
     bad = validate_batch(

@@ -10,10 +10,12 @@ from dataclasses import replace
 
 from placement.cost.evaluate import evaluate
 from placement.cost.report import CostReport
+from placement.cost.serving import ServingReport
 from placement.decide.balance import place_job
 from placement.decide.batch.admit import Admission
 from placement.decide.batch.explain import pre_checks
 from placement.decide.batch.types import Assign, BatchJob
+from placement.decide.serving import place_decode_step, price_decode_step
 from placement.errors import InfeasibleError
 from placement.model.state import ClusterState
 from placement.model.topology import Topology
@@ -51,6 +53,7 @@ class BatchSearch:
         self.seen: dict[
             int, dict[tuple[int, ...], CostReport]
         ] = {}  # every placement found per job, any state
+        self.serving_seen: dict[tuple[int, tuple[int, ...]], ServingReport] = {}  # serving jobs' reports
 
     def remaining(self) -> float:
         if self.options.deterministic:
@@ -98,6 +101,17 @@ class BatchSearch:
             deterministic=self.options.deterministic,
         )
         self.placements += 1
+        serving = self.jobs[j].serving
+        if serving is not None:  # by the serving objective; its step is its TPOT (placement.decide.serving)
+            try:
+                m, rep, srep = place_decode_step(self.topology, solve_state, serving, opts)
+            except InfeasibleError:
+                return None
+            if validate(self.topology, state, job, m, traffic=self.traffic[j]):
+                return None
+            self.seen.setdefault(j, {})[tuple(m)] = rep
+            self.serving_seen[(j, tuple(m))] = srep
+            return m, rep
         try:
             res = place_job(self.topology, solve_state, job, opts, traffic=self.traffic[j])
         except InfeasibleError:
@@ -151,9 +165,25 @@ class BatchSearch:
             job, traffic = self.jobs[j].job, self.traffic[j]
             m = kueue_tas(self.topology, st, job, traffic)
             if m is not None and not validate(self.topology, st, job, m, traffic=traffic):
-                out[j] = (m, evaluate(self.topology, st, job, m, traffic=traffic, check=False))
+                serving = self.jobs[j].serving
+                if serving is not None:
+                    rep, srep = price_decode_step(self.topology, st, serving, m)
+                    self.serving_seen[(j, tuple(m))] = srep
+                    out[j] = (m, rep)
+                else:
+                    out[j] = (m, evaluate(self.topology, st, job, m, traffic=traffic, check=False))
                 self.seen.setdefault(j, {})[tuple(m)] = out[j][1]
         return out
+
+    def serving_report(self, j: int, mapping: Sequence[int]) -> ServingReport | None:
+        """The serving report of job `j` on `mapping` (None: a training job)."""
+        serving = self.jobs[j].serving
+        if serving is None:
+            return None
+        key = (j, tuple(mapping))
+        if key not in self.serving_seen:
+            self.serving_seen[key] = price_decode_step(self.topology, self.state, serving, mapping)[1]
+        return self.serving_seen[key]
 
     def key(self, assign: Assign) -> tuple[float, float, float]:
         w = [bj.weight for bj in self.jobs]

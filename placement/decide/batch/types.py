@@ -6,7 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from placement.cost.report import CostReport
+from placement.cost.serving import ServingReport
 from placement.model.job import Job
+from placement.model.serving import ServingJob
 
 __all__ = ["Assign", "BatchJob", "BatchPlan", "BatchResult", "JobOutcome"]
 
@@ -17,11 +19,16 @@ Assign = dict[int, tuple[list[int], CostReport]]
 @dataclass(frozen=True)
 class BatchJob:
     """A queued job: `weight` (> 0) counts toward the admitted weight and multiplies its step seconds;
-    `priority` orders the priority baseline and decides which job wins a conflict between equal answers."""
+    `priority` orders the priority baseline and decides which job wins a conflict between equal answers.
+
+    A serving deployment gives `serving` and, as `job`, its explicit job
+    (`placement.solve.serving.serving_traffic_job`: ranks, groups and rules); it is placed by the serving
+    objective and its step seconds are its time per output token (`placement.decide.serving`)."""
 
     job: Job
     weight: float = 1.0
     priority: float = 0.0
+    serving: ServingJob | None = None
 
 
 @dataclass
@@ -30,7 +37,8 @@ class JobOutcome:
 
     `reason` is ``capacity`` (not enough free devices or whole domains on the state), ``rule`` (its own rules
     cannot hold on the state) or ``conflict`` (it fits alone, but not next to the admitted jobs
-    `conflicts_with`); `explanation` gives the numbers."""
+    `conflicts_with`); `explanation` gives the numbers. An admitted serving job carries its serving report
+    (`serving`: TTFT, TPOT, tokens/s); its `report` is its decode step (`step_seconds` = TPOT)."""
 
     index: int
     name: str
@@ -40,6 +48,7 @@ class JobOutcome:
     reason: str = ""
     explanation: list[str] = field(default_factory=list)
     conflicts_with: list[str] = field(default_factory=list)
+    serving: ServingReport | None = None
 
 
 @dataclass

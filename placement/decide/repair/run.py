@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from placement.cost.evaluate import evaluate
 from placement.cost.report import CostReport
+from placement.cost.serving import ServingReport
 from placement.decide.batch.clock import WallClock, limit_kind
 from placement.decide.repair.input import RepairBudget, repair_state, resolve_selectors
 from placement.decide.repair.model import MoveProgram, MoveSolve, greedy_assignment, relabel_keeping
@@ -33,7 +34,7 @@ from placement.solve.prepared import PreparedRequest
 from placement.solve.run import explain_infeasible, place, request_problems
 from placement.solve.types import SolveOptions
 
-__all__ = ["Move", "RepairAnswer", "RepairResult", "repair"]
+__all__ = ["Move", "RepairAnswer", "RepairResult", "pareto_front", "recommend", "repair"]
 
 SINGLE_RANK_UNITS = 16  # jobs up to this size move rank by rank; larger ones move whole units (TP groups)
 GLOBAL_VARS = 4_000  # units x hosts up to this: one program over every unit (minimum moves proven)
@@ -58,6 +59,8 @@ class RepairAnswer:
     moved_hosts: int
     optimal: bool = False
     within_budget: bool = True
+    serving: ServingReport | None = None
+    """A serving job's report after the repair (`placement.decide.repair.serving`); `report` is its decode step."""
 
     @property
     def moved_ranks(self) -> int:
@@ -76,6 +79,8 @@ class RepairResult:
     min_moves: int
     replace: RepairAnswer | None = None
     stats: dict[str, float | int | str] = field(default_factory=dict)
+    before_serving: ServingReport | None = None
+    """A serving job: the current mapping's serving report on the new state."""
 
 
 def _answer(
@@ -96,7 +101,7 @@ def _answer(
     return RepairAnswer(name, mapping, rep, moves, hosts, optimal)
 
 
-def _pareto(answers: list[RepairAnswer]) -> list[RepairAnswer]:
+def pareto_front(answers: list[RepairAnswer]) -> list[RepairAnswer]:
     """Fewest moves first; an answer stays when it is faster than every answer with fewer or as many moves."""
     out: list[RepairAnswer] = []
     for a in sorted(
@@ -481,17 +486,22 @@ def _front(
         a.within_budget = (budget.max_moved_ranks is None or a.moved_ranks <= budget.max_moved_ranks) and (
             budget.max_moved_hosts is None or a.moved_hosts <= budget.max_moved_hosts
         )
-    front = _pareto(answers)
+    front = pareto_front(answers)
     if front[0].moved_ranks == min_moves and front[0].name != "re-place":
         front[0].name = "least"
+    return front, recommend(front, budget)
+
+
+def recommend(front: Sequence[RepairAnswer], budget: RepairBudget) -> int:
+    """The recommended answer of a front: within the budget (any, if none is), the least
+    ``horizon_steps * step_seconds + move_cost_s * moved_ranks``."""
     ok = [i for i, a in enumerate(front) if a.within_budget] or list(range(len(front)))
-    rec = min(
+    return min(
         ok,
         key=lambda i: (
             budget.horizon_steps * front[i].report.step_seconds + budget.move_cost_s * front[i].moved_ranks
         ),
     )
-    return front, rec
 
 
 def _repair(
