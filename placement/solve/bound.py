@@ -183,6 +183,8 @@ def _populations(
 
 
 MAX_JOINT_UNITS = 512
+MAX_INSIDE_SUBSETS = 4096
+"""`_Links` prices a group inside a host with a matrix exactly over at most this many device sets."""
 
 
 def _joint_bound(pops: list[_Population], free: list[list[int]]) -> float:
@@ -311,9 +313,26 @@ class _Links:
 
     def __init__(self, topology: Topology, state: ClusterState, candidates: Sequence[int]) -> None:
         fab = Fabric(topology, state)
+        self.fabric = fab
         self.graph = topology.pair_paths is not None
         self.paths = level_paths(topology, state)
         hosts = sorted({topology.devices[d].host_index for d in candidates})
+        # hosts with an intra-node matrix, each free device set once: a group inside one is priced exactly
+        by_host: dict[int, list[int]] = defaultdict(list)
+        for d in candidates:
+            by_host[topology.devices[d].host_index].append(d)
+        self.matrix_hosts: dict[tuple[int, tuple[int, ...]], list[int]] | None = None
+        if hosts and all(topology.host_types[h].matrix is not None for h in hosts):
+            self.matrix_hosts = {}
+            slow = state.device_slowdown
+            for h, ds in by_host.items():
+                ds = sorted(ds)
+                alike = h not in fab._pair_slow and not any(d in slow for d in ds)
+                key = (
+                    (id(topology.host_types[h]), tuple(fab.local_of[d] for d in ds)) if alike else (-1, (h,))
+                )
+                self.matrix_hosts.setdefault(key, ds)
+        self._inside_cache: dict[tuple[CollectiveKind, int, float], float] = {}
         per_host = Counter(topology.devices[d].host_index for d in candidates)
         self.max_free = max(per_host.values(), default=0)
         self.host_free = per_host
@@ -435,6 +454,9 @@ class _Links:
         if level == 0:
             if n > cap or (gmax is not None and n > gmax):
                 return math.inf
+            exact = self._inside_host(kind, n, size)
+            if exact is not None:
+                return exact
             lat0, ring0 = self.lat0 * 1e-6, self.ring0 * 1e9
             # the Simple ring priced here; LL, LL128 and NVLS by the model's own floor
             return min(
@@ -479,6 +501,31 @@ class _Links:
                 # the Simple ring and tree priced above; LL, LL128 and NVLSTree by the model's own floor
                 t = min(t, self._protocols(kind, n, size, h, a, math.inf, f, level, self.flow(level, 1)))
             best = min(best, t)
+        return best
+
+    def _inside_host(self, kind: CollectiveKind, n: int, size: float) -> float | None:
+        """On hosts with an intra-node matrix (DGX-1's cube mesh, PCIe pairs), the least seconds of one collective
+        of `n` members inside one host: the model's own plan (`Fabric.plan_group`, its best ring over the matrix
+        and every protocol) alone, over every `n` of every candidate host's free devices. None: some host has no
+        matrix, or more than `MAX_INSIDE_SUBSETS` sets to price (the ring floor is used instead)."""
+        if self.matrix_hosts is None:
+            return None
+        key = (kind, n, size)
+        if key in self._inside_cache:
+            return self._inside_cache[key]
+        sets = sum(math.comb(len(ds), n) for ds in self.matrix_hosts.values())
+        if sets > MAX_INSIDE_SUBSETS:
+            return None
+        fab = self.fabric
+        best = min(
+            (
+                fab.alone(fab.plan_group(kind, list(sub), size))
+                for ds in self.matrix_hosts.values()
+                for sub in itertools.combinations(ds, n)
+            ),
+            default=math.inf,
+        )
+        self._inside_cache[key] = best
         return best
 
     def _protocols(

@@ -5,6 +5,7 @@ spine, whole TP groups on full hosts, the rest split in halves), every heuristic
 
 from __future__ import annotations
 
+import itertools
 import random
 from collections import Counter, defaultdict
 
@@ -20,7 +21,7 @@ from placement.model.state import ClusterState
 from placement.model.topology import Topology
 from placement.model.traffic import job_traffic
 from placement.model.validate import validate
-from placement.sim.scenarios import fat_tree, megatron_job
+from placement.sim.scenarios import A100_PCIE_PAIRS, dgx1_node, fat_tree, megatron_job
 from placement.solve import SolveOptions, place
 from placement.solve.bound import _classes_fit, _split_room, comm_bound
 from placement.solve.units import candidate_devices
@@ -315,3 +316,32 @@ def test_joint_bound_is_below_both_ways_to_split_scarce_full_hosts() -> None:
         assert bound.step <= rep.step_seconds * (1 + 1e-12), bound.source
     res = place(topo, state, job, SolveOptions(time_limit_s=2, seed=0, workers=1))
     assert res.comm_seconds is not None and res.comm_seconds >= bound.value * (1 - 1e-12)
+
+
+@pytest.mark.parametrize("matrix", ["dgx1", "a100-pcie-pairs"])
+@pytest.mark.parametrize("busy", [(), (1, 2, 5), (0, 3, 4, 7)])
+@pytest.mark.parametrize("shape", [(2, 1, 2), (4, 1, 1), (1, 1, 4)])
+def test_bound_inside_a_matrix_host_is_below_every_mapping(
+    matrix: str, busy: tuple[int, ...], shape: tuple[int, int, int]
+) -> None:
+    """One host with an intra-node matrix (DGX-1's cube mesh, A100 PCIe pairs), some devices busy: every mapping
+    of 4 ranks, scored by the evaluator, costs at least the bound, which prices a group inside a host by the
+    model's own plan over every set of free devices."""
+    topo = dgx1_node(1) if matrix == "dgx1" else dgx1_node(1, matrix=A100_PCIE_PAIRS, kind="A100")
+    state = ClusterState(occupied={d: "other" for d in busy})
+    tp, pp, dp = shape
+    job = megatron_job(
+        "j", tp=tp, pp=pp, dp=dp, hidden=1024, layers=4, micro_batches=2, kind=topo.devices[0].kind
+    )
+    traffic = job_traffic(job)
+    free = candidate_devices(topo, state, job)
+    reports = [
+        evaluate(topo, state, job, list(p), traffic=traffic, check=False)
+        for p in itertools.permutations(free, job.ranks)
+        if not validate(topo, state, job, list(p), traffic=traffic)
+    ]
+    bound = comm_bound(topo, state, job, traffic, free)
+    assert bound.value <= min(r.comm_seconds for r in reports) * (1 + 1e-12), bound.source
+    assert bound.step <= min(r.step_seconds for r in reports) * (1 + 1e-12), bound.source
+    if shape == (4, 1, 1):  # one TP group and nothing else: the bound is the least over the free devices
+        assert bound.value == pytest.approx(min(r.comm_seconds for r in reports), rel=1e-9)
