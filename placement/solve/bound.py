@@ -325,9 +325,12 @@ class _Links:
         if hosts and all(topology.host_types[h].matrix is not None for h in hosts):
             self.matrix_hosts = {}
             slow = state.device_slowdown
+            slow_pairs = {
+                topology.devices[a].host_index for a, _ in [*state.pair_slowdown, *state.failed_pairs]
+            }
             for h, ds in by_host.items():
                 ds = sorted(ds)
-                alike = h not in fab._pair_slow and not any(d in slow for d in ds)
+                alike = h not in slow_pairs and not any(d in slow for d in ds)
                 key = (
                     (id(topology.host_types[h]), tuple(fab.local_of[d] for d in ds)) if alike else (-1, (h,))
                 )
