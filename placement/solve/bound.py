@@ -449,8 +449,15 @@ class _Links:
                 return collective_floor(
                     kind, n, size, 1, a, self.flow(level, 1), math.inf, generations=self.gens, nvls=self.nvls
                 )
-            return collective_floor(
-                kind, n, size, 2, a, math.inf, math.inf, generations=self.gens, nvls=self.nvls
+            # the NICs between the domains: the domain with the fewest members (n // 2 at most) sends the
+            # cheapest algorithm's bytes out, each member's host at most its tier's rate per member
+            rate = min(self.dev_link, self.tier_min[level]) * (n // 2) * 1e9
+            out = self.min_nic_bytes(kind, n, size) / rate if rate > 0 else math.inf
+            return max(
+                out,
+                collective_floor(
+                    kind, n, size, 2, a, math.inf, math.inf, generations=self.gens, nvls=self.nvls
+                ),
             )
         rooms = self._rooms(unit)
         cap = len(rooms[0]) - 1  # the most members one host holds

@@ -349,3 +349,45 @@ def test_bound_inside_a_matrix_host_is_below_every_mapping(
     assert bound.step <= min(r.step_seconds for r in reports) * (1 + 1e-12), bound.source
     if shape == (4, 1, 1) and busy != "degraded":  # one TP group alone: the least over the free devices
         assert bound.value == pytest.approx(min(r.comm_seconds for r in reports), rel=1e-9)
+
+
+def _racks(racks: int, trays: int, gpus: int, *, sharp: bool) -> Topology:
+    """NVLink domains across hosts: `racks` racks of `trays` trays of `gpus` GPUs, each tray with one NIC per GPU
+    (48 GB/s), the racks on one leaf (SHARP or not)."""
+    tray = NodeType("tray", gpus, "GB200", nics=gpus, nic_gbps=48.0)
+    hosts = [
+        HostSpec(f"r{r}t{t}", {"rack": f"r{r}", "leaf": "l0"}, tray)
+        for r in range(racks)
+        for t in range(trays)
+    ]
+    levels = [
+        Level("node", Tier(721.8, 1.0)),
+        Level("rack", Tier(721.8, 2.0), nvlink=True),
+        Level("leaf", Tier(48.0, 5.0), sharp=sharp),
+    ]
+    return Topology.build("racks", levels, hosts)
+
+
+@pytest.mark.parametrize("sharp", [False, True])
+@pytest.mark.parametrize("busy", [(), (0, 1, 2), (1, 5, 6, 10)])
+@pytest.mark.parametrize("shape", [(4, 1, 1), (2, 1, 2), (1, 2, 2)])
+def test_bound_across_nvlink_domains_is_below_every_mapping(
+    sharp: bool, busy: tuple[int, ...], shape: tuple[int, int, int]
+) -> None:
+    """Racks of trays (NCCL's nodes are the racks): every mapping of 4 ranks onto 3 racks of 2 trays of 2 GPUs
+    with some busy, scored by the evaluator, costs at least the bound, whose price for a group across racks
+    counts the NICs of the rack with the fewest members."""
+    topo = _racks(3, 2, 2, sharp=sharp)
+    state = ClusterState(occupied={d: "other" for d in busy})
+    tp, pp, dp = shape
+    job = megatron_job("j", tp=tp, pp=pp, dp=dp, hidden=1024, layers=4, micro_batches=2, kind="GB200")
+    traffic = job_traffic(job)
+    free = candidate_devices(topo, state, job)
+    reports = [
+        evaluate(topo, state, job, list(p), traffic=traffic, check=False)
+        for p in itertools.permutations(free, job.ranks)
+        if not validate(topo, state, job, list(p), traffic=traffic)
+    ]
+    bound = comm_bound(topo, state, job, traffic, free)
+    assert bound.value <= min(r.comm_seconds for r in reports) * (1 + 1e-12), bound.source
+    assert bound.step <= min(r.step_seconds for r in reports) * (1 + 1e-12), bound.source
