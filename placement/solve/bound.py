@@ -2,8 +2,8 @@
 OPTIMAL), from capacity relaxations joined across labels; `lower_bounds` on the v1 surrogate (the CP-SAT models').
 
 Groups of one label are disjoint rank sets, so at most ``sum_k floor(free_k / n)`` of them fit inside single
-domains of a level. `comm_bound` joins the labels by case analysis (crossings, whole TP groups, host rooms): see
-its docstring. Its per-group prices mirror `placement.cost.collectives` (ring, tree, NIC and tier rates, NCCL's
+domains of a level. `comm_bound` joins the labels by case analysis (crossings, whole or split TP groups, host
+rooms shared by TP, PP and DP members, the stages packed into the domains together): see its docstring. Its per-group prices mirror `placement.cost.collectives` (ring, tree, NIC and tier rates, NCCL's
 tree channel cap) for the Simple protocol and take the model's own `collective_floor` for LL, LL128, NVLS and
 NVLSTree, so a change of the step model's algorithms must be mirrored in `_Links.group`. Sharing (max-min) only
 slows a group below its time alone and never carries more than a link's capacity, which is all the bound uses.
@@ -622,12 +622,19 @@ def comm_bound(
 
     - *crossings* (`_crossings`): a set of labels whose components (TP x PP pipelines, TP rings of p2p sends, the
       whole job) cannot stay inside the domains of a level has an item above it; enumerated jointly
-      (`_search`), and with the *every-item* branch: if no item of the set leaves a domain below the job's span,
-      a group meeting every component (a DP group and the pipelines) spans, and so does every such group;
+      (`_search`), and with the *every-item* branch: if no item of the set leaves a domain of level l, an item
+      of another label whose components hold more ranks than a domain of level l has free spans l, and so does
+      every such item (a DP group meets its stage's TP groups: a stage larger than a leaf);
     - *whole TP groups* (label A of disjoint groups): either every A-group is whole on a host, and then a host
       with f devices holds at most f // t members of a group meeting distinct A-groups, the hosts with room for G
       A-groups bound how many DP classes (a stage's TP groups) can have G members per host inside a domain
-      (``host-room``); or some A-group is split, sharpened per DP group by its fewest members on a host.
+      (``host-room``), and the classes, which share hosts, level and fewest members per host, are packed
+      together into the domains' rooms (`_class_packing`); or some A-group is split, sharpened per DP group by
+      its fewest members on a host G: a piece of s ranks needs s * G devices on its host, so the hosts with room
+      for large pieces bound how many A-groups keep them (`_split_room`).
+
+    Inside a host with an intra-node matrix a group is priced by the model's own plan over every set of free
+    devices (`_Links._inside_host`); across NVLink domains, by the NICs of the domain with the fewest members.
 
     `incumbent`: (exposed comm, step) of a valid mapping already found; the arguments stop once the bound meets
     it in both (it cannot exceed it), which leaves the bound returned unchanged. `deadline` (`time.perf_counter`;
