@@ -671,7 +671,8 @@ def comm_bound(
             for li in range(n_levels)
         ],
     )
-    best = ctx.search(base_rows, crossings, {}, None, alls)
+    launch, launch_notes = _launcher_floors(job, pops, links, n_levels)
+    best = ctx.search(base_rows, crossings, launch_notes, launch or None, alls)
     if not math.isfinite(best.value):
         best = CommBound(0.0, {}, {}, 0.0)
     for ai, a in enumerate(pops):
@@ -685,6 +686,44 @@ def comm_bound(
             continue
         top = least if least.value > best.value else best
         best = CommBound(top.value, top.by_label, top.argument, max(best.step, least.step))
+    return best
+
+
+def _launcher_floors(
+    job: Job, pops: Sequence[_Pop], links: _Links, n_levels: int
+) -> tuple[dict[int, list[list[float]]], dict[int, str]]:
+    """With ``launcher: torchrun`` every host's ranks are one contiguous block of at most `max_free` ranks, so a
+    host holds at most W members of a group, W the most of its members any `max_free` consecutive ranks hold, and
+    a send between ranks `max_free` apart or more leaves its host. Per population, a floor row for its item with
+    the least W (or such a send); none without the launcher (or on a device graph)."""
+    floors: dict[int, list[list[float]]] = {}
+    notes: dict[int, str] = {}
+    window = links.max_free
+    if job.launcher != "torchrun" or links.graph or n_levels < 2 or window < 1:
+        return floors, notes
+    note = f" (torchrun: a host holds at most {window} consecutive ranks)"
+    for pi, p in enumerate(pops):
+        if p.kind is not None:
+            w = min(_most_in_window(sorted(m), window) for m in p.members)
+            if w >= p.size:
+                continue
+            row = [math.inf] + [links.group(p.kind, p.size, p.bytes, li, 1, w) for li in range(1, n_levels)]
+        elif any(abs(a - b) >= window for a, b in p.members):
+            row = [math.inf] + [links.edge(p.bytes, li) for li in range(1, n_levels)]
+        else:
+            continue
+        floors[pi] = [row]
+        notes[pi] = note
+    return floors, notes
+
+
+def _most_in_window(members: Sequence[int], window: int) -> int:
+    """The most of the sorted rank `members` that `window` consecutive ranks hold."""
+    best, lo = 0, 0
+    for hi, r in enumerate(members):
+        while r - members[lo] >= window:
+            lo += 1
+        best = max(best, hi - lo + 1)
     return best
 
 

@@ -5,6 +5,7 @@ spine, whole TP groups on full hosts, the rest split in halves), every heuristic
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import random
 from collections import Counter, defaultdict
@@ -25,7 +26,7 @@ from placement.sim.scenarios import A100_PCIE_PAIRS, dgx1_node, fat_tree, megatr
 from placement.solve import SolveOptions, place
 from placement.solve.bound import _classes_fit, _split_room, comm_bound
 from placement.solve.units import candidate_devices
-from tests.support_solve import fragmented, peers
+from tests.support_solve import fragmented, peers, with_order
 
 
 def _host_assignments(free: list[int], ranks: int) -> list[tuple[int, ...]]:
@@ -391,3 +392,78 @@ def test_bound_across_nvlink_domains_is_below_every_mapping(
     bound = comm_bound(topo, state, job, traffic, free)
     assert bound.value <= min(r.comm_seconds for r in reports) * (1 + 1e-12), bound.source
     assert bound.step <= min(r.step_seconds for r in reports) * (1 + 1e-12), bound.source
+
+
+def _contiguous_mappings(topo: Topology, free: list[int], ranks: int) -> list[list[int]]:
+    """Every mapping torchrun can launch, up to the order of devices inside a host (hosts without a matrix are
+    alike inside): an ordered sequence of distinct hosts, each taking the next block of ranks."""
+    by_host: dict[int, list[int]] = defaultdict(list)
+    for d in free:
+        by_host[topo.devices[d].host_index].append(d)
+    out: list[list[int]] = []
+
+    def extend(prefix: list[int], used: set[int]) -> None:
+        if len(prefix) == ranks:
+            out.append(list(prefix))
+            return
+        for h, ds in by_host.items():
+            if h in used:
+                continue
+            for k in range(1, min(len(ds), ranks - len(prefix)) + 1):
+                extend(prefix + ds[:k], used | {h})
+
+    extend([], set())
+    return out
+
+
+@pytest.mark.parametrize("free", [[2, 2, 2, 2], [4, 2, 1, 1], [3, 3, 2]])
+@pytest.mark.parametrize(
+    "shape,order",
+    [((2, 2, 2), "tp-pp-dp-cp-ep"), ((2, 1, 4), "tp-cp-ep-dp-pp"), ((1, 2, 4), "dp-tp-pp-cp-ep")],
+)
+def test_bound_with_torchrun_is_below_every_contiguous_mapping(
+    free: list[int], shape: tuple[int, int, int], order: str
+) -> None:
+    """``launcher: torchrun`` (every host's ranks one contiguous block): every mapping torchrun can launch on a
+    fragmented three-level cluster costs at least the bound, which counts how many members of a group any block
+    of consecutive ranks holds; and the bound is at least the one without the launcher."""
+    topo, state = _three_level(free, 4, 2)
+    tp, pp, dp = shape
+    base = with_order(megatron_job("j", tp=tp, pp=pp, dp=dp, hidden=1024, layers=4, micro_batches=2), order)
+    job = dataclasses.replace(base, launcher="torchrun")
+    traffic = job_traffic(job)
+    cands = candidate_devices(topo, state, job)
+    reports = [
+        evaluate(topo, state, job, m, traffic=traffic, check=False)
+        for m in _contiguous_mappings(topo, cands, job.ranks)
+        if not validate(topo, state, job, m, traffic=traffic)
+    ]
+    bound = comm_bound(topo, state, job, traffic, cands)
+    assert bound.value <= min(r.comm_seconds for r in reports) * (1 + 1e-12), bound.source
+    assert bound.step <= min(r.step_seconds for r in reports) * (1 + 1e-12), bound.source
+    free_bound = comm_bound(topo, state, base, job_traffic(base), candidate_devices(topo, state, base))
+    assert bound.value >= free_bound.value * (1 - 1e-12)
+
+
+@pytest.mark.parametrize("free", [[2, 2, 2, 2], [2, 2, 1, 1]])
+@pytest.mark.parametrize("shape,order", [((2, 1, 2), "dp-tp-pp-cp-ep"), ((2, 2, 1), "pp-tp-dp-cp-ep")])
+def test_bound_with_torchrun_meets_the_least_contiguous_mapping(
+    free: list[int], shape: tuple[int, int, int], order: str
+) -> None:
+    """TP pairs of ranks two apart on 2-GPU hosts: without the launcher a TP pair can share a host, with it a
+    host holds two consecutive ranks, never a TP pair. The bound with torchrun is above the free one and meets
+    the least of every contiguous mapping (enumerated)."""
+    topo, state = _three_level(free, 4, 2)
+    tp, pp, dp = shape
+    base = with_order(megatron_job("j", tp=tp, pp=pp, dp=dp, hidden=1024, layers=4, micro_batches=2), order)
+    job = dataclasses.replace(base, launcher="torchrun")
+    cands = candidate_devices(topo, state, job)
+    least = min(
+        evaluate(topo, state, job, m, check=False).comm_seconds
+        for m in _contiguous_mappings(topo, cands, job.ranks)
+        if not validate(topo, state, job, m)
+    )
+    bound = comm_bound(topo, state, job, job_traffic(job), cands)
+    free_bound = comm_bound(topo, state, base, job_traffic(base), cands)
+    assert bound.value > free_bound.value * 1.5
+    assert bound.value == pytest.approx(least, rel=1e-9), bound.argument
