@@ -486,6 +486,8 @@ class _Links:
                 g -= 1
             if g < 1:
                 break
+            if n > g + (h - 1) * cap:
+                continue  # the other h - 1 hosts, each at most `cap`, cannot hold the rest with one at g
             f = self.flow(level, g)
             if f <= 0:
                 continue
