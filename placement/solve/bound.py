@@ -2,8 +2,8 @@
 OPTIMAL), from capacity relaxations joined across labels; `lower_bounds` on the v1 surrogate (the CP-SAT models').
 
 Groups of one label are disjoint rank sets, so at most ``sum_k floor(free_k / n)`` of them fit inside single
-domains of a level. `comm_bound` joins the labels by case analysis (crossings, whole TP groups, host rooms): see
-its docstring. Its per-group prices mirror `placement.cost.collectives` (ring, tree, NIC and tier rates, NCCL's
+domains of a level. `comm_bound` joins the labels by case analysis (crossings, whole or split TP groups, host
+rooms shared by TP, PP and DP members, the stages packed into the domains together): see its docstring. Its per-group prices mirror `placement.cost.collectives` (ring, tree, NIC and tier rates, NCCL's
 tree channel cap) for the Simple protocol and take the model's own `collective_floor` for LL, LL128, NVLS and
 NVLSTree, so a change of the step model's algorithms must be mirrored in `_Links.group`. Sharing (max-min) only
 slows a group below its time alone and never carries more than a link's capacity, which is all the bound uses.
@@ -183,6 +183,8 @@ def _populations(
 
 
 MAX_JOINT_UNITS = 512
+MAX_INSIDE_SUBSETS = 4096
+"""`_Links` prices a group inside a host with a matrix exactly over at most this many device sets."""
 
 
 def _joint_bound(pops: list[_Population], free: list[list[int]]) -> float:
@@ -311,9 +313,29 @@ class _Links:
 
     def __init__(self, topology: Topology, state: ClusterState, candidates: Sequence[int]) -> None:
         fab = Fabric(topology, state)
+        self.fabric = fab
         self.graph = topology.pair_paths is not None
         self.paths = level_paths(topology, state)
         hosts = sorted({topology.devices[d].host_index for d in candidates})
+        # hosts with an intra-node matrix, each free device set once: a group inside one is priced exactly
+        by_host: dict[int, list[int]] = defaultdict(list)
+        for d in candidates:
+            by_host[topology.devices[d].host_index].append(d)
+        self.matrix_hosts: dict[tuple[int, tuple[int, ...]], list[int]] | None = None
+        if hosts and all(topology.host_types[h].matrix is not None for h in hosts):
+            self.matrix_hosts = {}
+            slow = state.device_slowdown
+            slow_pairs = {
+                topology.devices[a].host_index for a, _ in [*state.pair_slowdown, *state.failed_pairs]
+            }
+            for h, ds in by_host.items():
+                ds = sorted(ds)
+                alike = h not in slow_pairs and not any(d in slow for d in ds)
+                key = (
+                    (id(topology.host_types[h]), tuple(fab.local_of[d] for d in ds)) if alike else (-1, (h,))
+                )
+                self.matrix_hosts.setdefault(key, ds)
+        self._inside_cache: dict[tuple[CollectiveKind, int, float], float] = {}
         per_host = Counter(topology.devices[d].host_index for d in candidates)
         self.max_free = max(per_host.values(), default=0)
         self.host_free = per_host
@@ -427,14 +449,24 @@ class _Links:
                 return collective_floor(
                     kind, n, size, 1, a, self.flow(level, 1), math.inf, generations=self.gens, nvls=self.nvls
                 )
-            return collective_floor(
-                kind, n, size, 2, a, math.inf, math.inf, generations=self.gens, nvls=self.nvls
+            # the NICs between the domains: the domain with the fewest members (n // 2 at most) sends the
+            # cheapest algorithm's bytes out, each member's host at most its tier's rate per member
+            rate = min(self.dev_link, self.tier_min[level]) * (n // 2) * 1e9
+            out = self.min_nic_bytes(kind, n, size) / rate if rate > 0 else math.inf
+            return max(
+                out,
+                collective_floor(
+                    kind, n, size, 2, a, math.inf, math.inf, generations=self.gens, nvls=self.nvls
+                ),
             )
         rooms = self._rooms(unit)
         cap = len(rooms[0]) - 1  # the most members one host holds
         if level == 0:
             if n > cap or (gmax is not None and n > gmax):
                 return math.inf
+            exact = self._inside_host(kind, n, size)
+            if exact is not None:
+                return exact
             lat0, ring0 = self.lat0 * 1e-6, self.ring0 * 1e9
             # the Simple ring priced here; LL, LL128 and NVLS by the model's own floor
             return min(
@@ -454,6 +486,8 @@ class _Links:
                 g -= 1
             if g < 1:
                 break
+            if n > g + (h - 1) * cap:
+                continue  # the other h - 1 hosts, each at most `cap`, cannot hold the rest with one at g
             f = self.flow(level, g)
             if f <= 0:
                 continue
@@ -479,6 +513,31 @@ class _Links:
                 # the Simple ring and tree priced above; LL, LL128 and NVLSTree by the model's own floor
                 t = min(t, self._protocols(kind, n, size, h, a, math.inf, f, level, self.flow(level, 1)))
             best = min(best, t)
+        return best
+
+    def _inside_host(self, kind: CollectiveKind, n: int, size: float) -> float | None:
+        """On hosts with an intra-node matrix (DGX-1's cube mesh, PCIe pairs), the least seconds of one collective
+        of `n` members inside one host: the model's own plan (`Fabric.plan_group`, its best ring over the matrix
+        and every protocol) alone, over every `n` of every candidate host's free devices. None: some host has no
+        matrix, or more than `MAX_INSIDE_SUBSETS` sets to price (the ring floor is used instead)."""
+        if self.matrix_hosts is None:
+            return None
+        key = (kind, n, size)
+        if key in self._inside_cache:
+            return self._inside_cache[key]
+        sets = sum(math.comb(len(ds), n) for ds in self.matrix_hosts.values())
+        if sets > MAX_INSIDE_SUBSETS:
+            return None
+        fab = self.fabric
+        best = min(
+            (
+                fab.alone(fab.plan_group(kind, list(sub), size))
+                for ds in self.matrix_hosts.values()
+                for sub in itertools.combinations(ds, n)
+            ),
+            default=math.inf,
+        )
+        self._inside_cache[key] = best
         return best
 
     def _protocols(
@@ -565,12 +624,19 @@ def comm_bound(
 
     - *crossings* (`_crossings`): a set of labels whose components (TP x PP pipelines, TP rings of p2p sends, the
       whole job) cannot stay inside the domains of a level has an item above it; enumerated jointly
-      (`_search`), and with the *every-item* branch: if no item of the set leaves a domain below the job's span,
-      a group meeting every component (a DP group and the pipelines) spans, and so does every such group;
+      (`_search`), and with the *every-item* branch: if no item of the set leaves a domain of level l, an item
+      of another label whose components hold more ranks than a domain of level l has free spans l, and so does
+      every such item (a DP group meets its stage's TP groups: a stage larger than a leaf);
     - *whole TP groups* (label A of disjoint groups): either every A-group is whole on a host, and then a host
       with f devices holds at most f // t members of a group meeting distinct A-groups, the hosts with room for G
       A-groups bound how many DP classes (a stage's TP groups) can have G members per host inside a domain
-      (``host-room``); or some A-group is split, sharpened per DP group by its fewest members on a host.
+      (``host-room``), and the classes, which share hosts, level and fewest members per host, are packed
+      together into the domains' rooms (`_class_packing`); or some A-group is split, sharpened per DP group by
+      its fewest members on a host G: a piece of s ranks needs s * G devices on its host, so the hosts with room
+      for large pieces bound how many A-groups keep them (`_split_room`).
+
+    Inside a host with an intra-node matrix a group is priced by the model's own plan over every set of free
+    devices (`_Links._inside_host`); across NVLink domains, by the NICs of the domain with the fewest members.
 
     `incumbent`: (exposed comm, step) of a valid mapping already found; the arguments stop once the bound meets
     it in both (it cannot exceed it), which leaves the bound returned unchanged. `deadline` (`time.perf_counter`;
@@ -607,7 +673,8 @@ def comm_bound(
             for li in range(n_levels)
         ],
     )
-    best = ctx.search(base_rows, crossings, {}, None, alls)
+    launch, launch_notes = _launcher_floors(job, pops, links, n_levels)
+    best = ctx.search(base_rows, crossings, launch_notes, launch or None, alls)
     if not math.isfinite(best.value):
         best = CommBound(0.0, {}, {}, 0.0)
     for ai, a in enumerate(pops):
@@ -621,6 +688,44 @@ def comm_bound(
             continue
         top = least if least.value > best.value else best
         best = CommBound(top.value, top.by_label, top.argument, max(best.step, least.step))
+    return best
+
+
+def _launcher_floors(
+    job: Job, pops: Sequence[_Pop], links: _Links, n_levels: int
+) -> tuple[dict[int, list[list[float]]], dict[int, str]]:
+    """With ``launcher: torchrun`` every host's ranks are one contiguous block of at most `max_free` ranks, so a
+    host holds at most W members of a group, W the most of its members any `max_free` consecutive ranks hold, and
+    a send between ranks `max_free` apart or more leaves its host. Per population, a floor row for its item with
+    the least W (or such a send); none without the launcher (or on a device graph)."""
+    floors: dict[int, list[list[float]]] = {}
+    notes: dict[int, str] = {}
+    window = links.max_free
+    if job.launcher != "torchrun" or links.graph or n_levels < 2 or window < 1:
+        return floors, notes
+    note = f" (torchrun: a host holds at most {window} consecutive ranks)"
+    for pi, p in enumerate(pops):
+        if p.kind is not None:
+            w = min(_most_in_window(sorted(m), window) for m in p.members)
+            if w >= p.size:
+                continue
+            row = [math.inf] + [links.group(p.kind, p.size, p.bytes, li, 1, w) for li in range(1, n_levels)]
+        elif any(abs(a - b) >= window for a, b in p.members):
+            row = [math.inf] + [links.edge(p.bytes, li) for li in range(1, n_levels)]
+        else:
+            continue
+        floors[pi] = [row]
+        notes[pi] = note
+    return floors, notes
+
+
+def _most_in_window(members: Sequence[int], window: int) -> int:
+    """The most of the sorted rank `members` that `window` consecutive ranks hold."""
+    best, lo = 0, 0
+    for hi, r in enumerate(members):
+        while r - members[lo] >= window:
+            lo += 1
+        best = max(best, hi - lo + 1)
     return best
 
 
@@ -860,7 +965,138 @@ def _on_whole_groups(
     if 0 < g_star < per_host:
         mine.append([links.group(kind, p.size, p.bytes, li, t, g_star) for li in range(n_levels)])
     mine += _class_floors(ctx, p, t, group_of)
+    mine += _class_packing(ctx, p, t, group_of)
     return row, mine
+
+
+MAX_PACKING_NODES = 20_000
+"""`_class_packing` gives up (adds no floor: a weaker bound, still valid) past this many search nodes."""
+
+
+def _class_packing(ctx: _Joint, p: _Pop, t: int, group_of: dict[int, int]) -> list[list[float]]:
+    """The classes together (Megatron: the pipeline stages, each a set of TP groups its DP groups meet): with
+    every A-group whole on a host, the items of one class meet the same A-groups, so they share their hosts, their
+    lowest common level L and their fewest members on a host G, and the phase takes at least the price of the
+    worst class. A class at (L, G) puts its c A-groups on hosts with room for G whole A-groups or more inside one
+    domain of level L, and classes use distinct rooms: at most ``sum over domains of floor(rooms / c)`` classes
+    can have L <= l and G >= g, for every level l and every g. The least price that lets every class choose an
+    (L, G) within it while meeting every such count is a floor of the phase (one row, the same at every level).
+    """
+    links, n_levels = ctx.links, ctx.n_levels
+    kind = p.kind
+    assert kind is not None
+    classes = {frozenset(group_of[r] for r in m) for m in p.members}
+    sizes = {len(c) for c in classes}
+    if len(sizes) != 1 or sum(len(c) for c in classes) != len(frozenset().union(*classes)):
+        return []
+    (size,) = sizes
+    n_classes = len(classes)
+    per_host = links.max_free // t
+    if per_host < 1 or n_classes < 2:
+        return []
+    gs = range(1, per_host + 1)
+    # cap[l][g - 1]: how many classes can lie inside single domains of level l with g rooms or more per host
+    cap: list[list[int]] = []
+    for li in range(n_levels):
+        row: list[int] = []
+        for g in gs:
+            w: dict[int, int] = defaultdict(int)
+            for h, f in ctx.host_free.items():
+                if f // t >= g:
+                    w[ctx.host_dom[li][h]] += f // t
+            row.append(sum(v // size for v in w.values()))
+        cap.append(row)
+    # rooms[l]: per domain of level l, its hosts' rooms for whole A-groups (one entry per host)
+    rooms: list[list[list[int]]] = []
+    for li in range(n_levels):
+        per: dict[int, list[int]] = defaultdict(list)
+        for h, f in ctx.host_free.items():
+            if f // t:
+                per[ctx.host_dom[li][h]].append(f // t)
+        rooms.append(list(per.values()))
+    price = {(li, g): links.group(kind, p.size, p.bytes, li, t, g) for li in range(n_levels) for g in gs}
+    for tau in sorted({v for v in price.values() if math.isfinite(v)}):
+        options = [o for o, v in price.items() if v <= tau]
+        # an option at a higher level and fewer per host is counted by fewer constraints: keep the others out
+        options = [o for o in options if not any(q != o and q[0] >= o[0] and q[1] <= o[1] for q in options)]
+        fits = _classes_fit(options, n_classes, cap, rooms, size)
+        if fits is None:
+            return []  # too many cases: no floor
+        if fits:
+            return [[tau] * n_levels] if tau > 0 else []
+    return []
+
+
+def _classes_fit(
+    options: list[tuple[int, int]], n: int, cap: list[list[int]], rooms: list[list[list[int]]], size: int
+) -> bool | None:
+    """Whether `n` classes of `size` A-groups can each take one of `options` (level, per host) so that for every
+    level l and g, at most ``cap[l][g - 1]`` of them have level <= l and per host >= g, and the classes with g per
+    host or more find ``size`` rooms each on hosts with g rooms or more that the others leave (`_rooms_left`;
+    None: more than `MAX_PACKING_NODES` tried)."""
+    checks = [(li, g) for li in range(len(cap)) for g in range(1, len(cap[li]) + 1)]
+    top = max((len(r) for r in cap), default=0)
+    nodes = 0
+
+    def ok(counts: list[int]) -> bool:
+        chosen = [(o, c) for o, c in zip(options, counts, strict=False) if c]
+        if not all(
+            sum(c for (lo, go), c in chosen if lo <= li and go >= g) <= cap[li][g - 1] for li, g in checks
+        ):
+            return False
+        for g in range(2, top + 1):
+            high = sum(c for (_, go), c in chosen if go >= g)
+            low = sum(c for (_, go), c in chosen if go < g)
+            # the classes below g at the highest level any option below g has (the check then only tightens as
+            # classes are added, so a partial choice that fails it fails whole)
+            lv = max((lo for lo, go in options if go < g), default=0)
+            if high and high * size > _rooms_left(rooms[lv], g, low, size, rooms[0]):
+                return False
+        return True
+
+    def place(i: int, left: int, counts: list[int]) -> bool | None:
+        nonlocal nodes
+        nodes += 1
+        if nodes > MAX_PACKING_NODES:
+            return None
+        if i == len(options) - 1:
+            return ok([*counts, left])
+        for k in range(left, -1, -1):
+            if not ok([*counts, k]):
+                continue
+            r = place(i + 1, left - k, [*counts, k])
+            if r is None or r:
+                return r
+        return False
+
+    return place(0, n, []) if options else False
+
+
+def _rooms_left(domains: list[list[int]], g: int, n: int, size: int, hosts: list[list[int]]) -> int:
+    """Rooms at most left on hosts with `g` rooms or more (`hosts`: every host's rooms) once `n` classes of `size`
+    A-groups, each inside one of `domains` (each the rooms of its hosts) with fewer than g per host, are placed: a
+    host with fewer than g rooms serves them first, any room of a larger host they take is lost to the others.
+    The domains are filled by least marginal loss, which gives the least total loss (each domain's loss is convex
+    in its count); -1 when they do not fit at all."""
+    total = sum(r for dom in hosts for r in dom if r >= g)
+    if not n:
+        return total
+    doms = [(sum(r for r in d if r < g), sum(d)) for d in domains]
+    held = [0] * len(doms)
+    loss = 0
+    for _ in range(n):
+        best: tuple[int, int] | None = None
+        for i, (small, all_rooms) in enumerate(doms):
+            if (held[i] + 1) * size > all_rooms:
+                continue
+            extra = max(0, (held[i] + 1) * size - small) - max(0, held[i] * size - small)
+            if best is None or extra < best[0]:
+                best = (extra, i)
+        if best is None:
+            return -1
+        loss += best[0]
+        held[best[1]] += 1
+    return total - loss
 
 
 def _class_floors(ctx: _Joint, p: _Pop, t: int, group_of: dict[int, int]) -> list[list[float]]:
@@ -918,15 +1154,17 @@ def _split_case(
         if p.kind is None:
             continue
         per_g: list[CommBound] = []
+        covers = {r for m in a.members for r in m} <= {r for m in p.members for r in m}
         for g_x in range(1, links.max_free + 1):
             fl = {pi: [[links.group(p.kind, p.size, p.bytes, li, 1, g_x) for li in range(n_levels)]]}
             if g_x * t > links.max_free and n_levels > 1 and a.kind is not None:
+                room = links.max_free // g_x
+                if covers and p.disjoint:
+                    room = _split_room(ctx.host_free, t, len(a.members), g_x, room)
+                    if room < 1:
+                        continue  # no mapping has every item of p at g_x members per host or more
                 fl[ai] = [
-                    [math.inf]
-                    + [
-                        links.group(a.kind, t, a.bytes, li, 1, links.max_free // g_x)
-                        for li in range(1, n_levels)
-                    ]
+                    [math.inf] + [links.group(a.kind, t, a.bytes, li, 1, room) for li in range(1, n_levels)]
                 ]
             if not all(math.isfinite(min(v[0])) for v in fl.values()):
                 continue
@@ -936,6 +1174,29 @@ def _split_case(
             sharper.append(_least(per_g))
     split = max(sharper, key=lambda b: b.value)
     return CommBound(split.value, split.by_label, split.argument, max(b.step for b in sharper))
+
+
+def _split_room(host_free: Counter[int], t: int, n_a: int, g: int, top: int) -> int:
+    """The most members (at most `top`) that every one of `n_a` split A-groups of t ranks can have on each of its
+    hosts when every item of a population covering their ranks has `g` members or more on each of its hosts.
+
+    A piece of s ranks of an A-group on a host brings, for each of its ranks, g - 1 members of that rank's item
+    from other A-groups (distinct ranks: the items are disjoint and meet an A-group once), so the host holds
+    s * g ranks at least: s <= f // g. An A-group with q members or more on each host lies on hosts with
+    f >= q * g, in two pieces at least (split), each of q ranks or more: at most sum(f) / t such groups (ranks)
+    and sum(f // q) / 2 (pieces). Its pieces of at most `top` ranks add up to t, which may force a larger least
+    piece (t = 8, top = 4: q = 3 means two pieces of 4): the counts take that least piece. The largest q that lets
+    all `n_a` groups have it (0: none can)."""
+    for q in range(top, 0, -1):
+        # the least piece s >= q of a split into two pieces or more, each of s to `top` ranks
+        s = next((s for s in range(q, top + 1) if any(k * s <= t - s <= k * top for k in range(1, t))), 0)
+        if not s:
+            continue
+        fs = [f for f in host_free.values() if f >= s * g]
+        pieces = max(2, -(-t // top))
+        if n_a <= min(sum(fs) // t, sum(f // s for f in fs) // pieces):
+            return q
+    return 0
 
 
 MAX_CASES = 4096
@@ -970,6 +1231,7 @@ def _crossings(
         subsets.append(tuple(labels))
     out: list[tuple[frozenset[int], int]] = []
     alls: list[tuple[frozenset[int], int, int]] = []
+    more: list[tuple[frozenset[int], int, int]] = []
     # the job needs domains of level `span`: no lower domain holds all its ranks
     span = next((li for li, fs in enumerate(free) if max(fs, default=0) >= need), len(free) - 1)
     for sub in subsets:
@@ -988,6 +1250,17 @@ def _crossings(
                     and all(len({comp[r] for r in m}) == n_comp for m in p.members)
                 ):
                     alls.append((idx, pi, span))
+        # if no item of `sub` leaves a domain of level l, each component stays in one: an item of another
+        # population whose components hold more ranks than any domain of level l has free devices spans l's
+        # domains, and so does every such item (a DP group meets a stage's TP groups: a stage larger than a leaf)
+        comp_size = Counter(comp)
+        for pi, p in enumerate(pops):
+            if p.label in sub or p.kind is None or not p.members:
+                continue
+            need = min(sum(comp_size[c] for c in {comp[r] for r in m}) for m in p.members)
+            lv = next((li for li, fs in enumerate(free) if max(fs, default=0) >= need), len(free) - 1)
+            if lv > 0 and (idx, pi, lv) not in alls:
+                more.append((idx, pi, lv))
         if not sizes:
             continue
         big, small = max(sizes), min(sizes)
@@ -998,7 +1271,9 @@ def _crossings(
         ]
         if over and over[-1] + 1 < len(free):
             out.append((idx, over[-1] + 1))
-    return out, alls
+    # the whole job's every-item constraints first, then the others, highest level and fewest labels first
+    more.sort(key=lambda c: (-c[2], len(c[0])))
+    return out, alls + [c for c in dict.fromkeys(more) if c not in alls]
 
 
 def _search(
