@@ -18,7 +18,6 @@ import re
 import sys
 import time
 import traceback
-from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,11 +31,9 @@ from placement.model.job import Job
 from placement.model.state import ClusterState
 from placement.model.topology import Topology
 from placement.model.traffic import job_traffic
-from placement.model.validate import validate
 from placement.solve import SolveOptions, place
-from placement.solve.heuristics import HEURISTICS
+from placement.solve.heuristics import HEURISTICS, stage_per_domain_at
 from placement.solve.types import key_better
-from placement.solve.units import candidate_devices
 
 SCHEDULERS = ("first-fit", "kueue-tas", "slurm-tree", "slurm-block")
 """The schedulers users run today."""
@@ -171,54 +168,14 @@ WITNESS_GAP = 0.10
 """Rows whose evaluator gap stays above this get a `stage_per_domain` witness: is the bound or the search weak?"""
 
 
-def stage_per_domain(topo: Topology, state: ClusterState, job: Job, level: int) -> list[int] | None:
-    """A mapping built the way the joint bound's cheapest case looks where full hosts are too few for the TP
-    groups: each pipeline stage inside one domain of `level` (the roomiest first), its TP groups whole on the
-    least roomy hosts that hold one, the rest split in two halves on two hosts of one leaf (None: a structured
-    job only, and it must fit)."""
-    par = job.parallel
-    if par is None or job.ranks % (par.pp * par.tp):
-        return None
-    t = par.tp
-    hosts: dict[int, list[int]] = defaultdict(list)
-    for d in candidate_devices(topo, state, job):
-        hosts[topo.devices[d].host_index].append(d)
-    col, leaf = topo.domain_column(level), topo.domain_column(min(1, level))
-    doms: dict[int, list[int]] = defaultdict(list)
-    for h, ds in hosts.items():
-        doms[col[ds[0]]].append(h)
-    stage_ranks = job.ranks // par.pp
-    out: dict[int, int] = {}
-    stage = 0
-    for k in sorted(doms, key=lambda k: (-sum(len(hosts[h]) for h in doms[k]), k)):
-        while stage < par.pp and sum(len(hosts[h]) for h in doms[k]) >= stage_ranks:
-            for g in range(stage * stage_ranks // t, (stage + 1) * stage_ranks // t):
-                whole = [h for h in doms[k] if len(hosts[h]) >= t]
-                if whole:
-                    h = min(whole, key=lambda x: (len(hosts[x]), x))
-                    out.update((g * t + i, hosts[h].pop()) for i in range(t))
-                    continue
-                half = max(1, t // 2)
-                by_leaf: dict[int, list[int]] = defaultdict(list)
-                for h in doms[k]:
-                    if len(hosts[h]) >= half:
-                        by_leaf[leaf[hosts[h][0]]].append(h)
-                pair = next((v[:2] for v in by_leaf.values() if len(v) >= 2), None)
-                if pair is None:
-                    return None
-                out.update((g * t + i, hosts[pair[0] if i < half else pair[1]].pop()) for i in range(t))
-            stage += 1
-    return [out[r] for r in range(job.ranks)] if len(out) == job.ranks else None
-
-
 def witness(topo: Topology, state: ClusterState, job: Job) -> tuple[float, float, int] | None:
-    """The best valid `stage_per_domain` mapping over the levels between host and top, by (step, exposed comm):
-    its exposed comm, step and level (None: none valid)."""
+    """The best `stage_per_domain_at` mapping (the library's, valid or None) over the levels between host and top,
+    by (step, exposed comm): its exposed comm, step and level (None: none valid)."""
     traffic = job_traffic(job)
     best: tuple[float, float, int] | None = None
     for level in range(1, len(topo.levels) - 1):
-        m = stage_per_domain(topo, state, job, level)
-        if m is None or validate(topo, state, job, m, traffic=traffic):
+        m = stage_per_domain_at(topo, state, job, level, traffic)
+        if m is None:
             continue
         rep = evaluate(topo, state, job, m, traffic=traffic)
         if best is None or (rep.step_seconds, rep.comm_seconds) < (best[1], best[0]):
@@ -427,8 +384,9 @@ def summary(rows: Sequence[Row], scotch_note: str | None) -> list[str]:
     if open_rows:
         lines.append(
             f"Rows with an evaluator gap above {100 * WITNESS_GAP:g}%, against a mapping built the way the bound's "
-            "cheapest case looks (`stage_per_domain`: each stage inside one domain, its TP groups whole on full "
-            "hosts, the rest in halves inside a leaf): "
+            "cheapest case looks (`stage_per_domain_at`, the `stage-per-domain` heuristic at each level: each "
+            "stage inside one domain, its TP groups whole on hosts with room, the rest split evenly inside their "
+            "lowest common domain): "
             + "; ".join(
                 f"{r.sc.name}: answer {r.cpsat:.4f} s (step {r.step:.4f}), built at level {w[2]} {w[0]:.4f} s "
                 f"(step {w[1]:.4f}), bound {fmt(r.bound_value, 4)}"

@@ -23,6 +23,10 @@ honoured, every other hard rule is left to `placement.model.validate` (`heuristi
   stage into one domain below the tightest (``-dp``); then as group-pack.
 - ``stage-fill`` (``-1``: g = 1): each stage's units onto hosts of one domain below the tightest that hold g or more
   (g as large as the free hosts allow), every host filled.
+- ``stage-per-domain``: structured jobs; each pipeline stage inside one domain of the highest level below the top
+  that takes them all (`stage_per_domain_at`), its TP groups whole on the least roomy hosts that hold one, the
+  rest split as evenly as possible over hosts of their lowest common domain: the mapping the joint bound's
+  cheapest case describes where full hosts are too few for the TP groups.
 """
 
 from __future__ import annotations
@@ -40,7 +44,15 @@ from placement.model.validate import validate
 from placement.solve.baselines.common import apply_pins
 from placement.solve.units import candidate_devices
 
-__all__ = ["HEURISTICS", "Heuristic", "heuristic_candidates", "rank_units", "shared_view"]
+__all__ = [
+    "HEURISTICS",
+    "Heuristic",
+    "heuristic_candidates",
+    "rank_units",
+    "shared_view",
+    "stage_per_domain",
+    "stage_per_domain_at",
+]
 
 Heuristic = Callable[[Topology, ClusterState, Job, Traffic], list[int] | None]
 
@@ -826,11 +838,107 @@ def _takes(pool: Counter[int], rem: int, g: int) -> bool:
     return rem <= total
 
 
+def stage_per_domain(topology: Topology, state: ClusterState, job: Job, traffic: Traffic) -> list[int] | None:
+    """`stage_per_domain_at` at the highest level below the top where it gives a valid mapping (down to the
+    leaves; a two-level tree: its top), None when no level does."""
+    for level in range(max(len(topology.levels) - 2, 1), 0, -1):
+        m = stage_per_domain_at(topology, state, job, level, traffic)
+        if m is not None:
+            return m
+    return None
+
+
+def stage_per_domain_at(
+    topology: Topology, state: ClusterState, job: Job, level: int, traffic: Traffic | None = None
+) -> list[int] | None:
+    """A structured job's pipeline stages each inside one domain of `level` (the roomiest domains first, each
+    taking stages while it holds one more), every TP group of a stage whole on the least roomy host of the domain
+    that holds it, or, where no host holds it, split as evenly as possible over the fewest hosts of the lowest
+    common domain that hold the parts. None unless the job is structured, has no pins and the mapping fits and
+    is valid (`placement.model.validate`)."""
+    par = job.parallel
+    if par is None or not 1 <= level < len(topology.levels) or par.world_size != job.ranks:
+        return None
+    free = _free(topology, state, job)
+    if not free.ok or free.pinned:
+        return None
+    stages: list[list[list[int]]] = [[] for _ in range(par.pp)]
+    groups: dict[tuple[int, ...], list[int]] = defaultdict(list)
+    for r in range(job.ranks):
+        c = par.coords(r)
+        groups[tuple(c[d] for d in DIMENSIONS if d != "tp")].append(r)
+    for key in sorted(groups, key=lambda k: (k[-1], min(groups[k]))):
+        stages[key[-1]].append(sorted(groups[key], key=lambda r: par.coords(r)["tp"]))
+    hosts = {h: list(devs) for h, devs in free.by_host.items() if devs}
+    col = topology.domain_column(level)
+    doms: dict[int, list[int]] = defaultdict(list)
+    for h in sorted(hosts):
+        doms[col[hosts[h][0]]].append(h)
+    stage_ranks = job.ranks // par.pp
+    out: dict[int, int] = {}
+    stage = 0
+    for k in sorted(doms, key=lambda k: (-sum(len(hosts[h]) for h in doms[k]), k)):
+        while stage < par.pp and sum(len(hosts[h]) for h in doms[k]) >= stage_ranks:
+            room = {h: list(hosts[h]) for h in doms[k]}
+            placed: dict[int, int] = {}
+            if not all(_put_group(topology, level, room, g, placed) for g in stages[stage]):
+                break  # this domain cannot take the stage (its hosts too fragmented): the next domain may
+            hosts.update(room)
+            out.update(placed)
+            stage += 1
+    if stage < par.pp:
+        return None
+    m = [out[r] for r in range(job.ranks)]
+    if validate(topology, state, job, m, traffic=traffic):
+        return None
+    return m
+
+
+def _put_group(
+    topology: Topology, level: int, room: dict[int, list[int]], group: list[int], out: dict[int, int]
+) -> bool:
+    """`stage_per_domain_at`: one TP group onto the hosts of `room` (its free devices, taken from): whole on the
+    least roomy host that holds it, else in p near-equal parts (p from 2 up) on p hosts of one domain of the
+    lowest level (1 up to `level`) that holds them, each part on the least roomy host left that holds it."""
+    t = len(group)
+    whole = [h for h, devs in room.items() if len(devs) >= t]
+    if whole:
+        h = min(whole, key=lambda x: (len(room[x]), x))
+        out.update(zip(group, room[h][:t], strict=True))
+        del room[h][:t]
+        return True
+    for sub in range(1, level + 1):
+        col = topology.domain_column(sub)
+        by_dom: dict[int, list[int]] = defaultdict(list)
+        for h, devs in room.items():
+            if devs:
+                by_dom[col[devs[0]]].append(h)
+        for p in range(2, t + 1):
+            sizes = [t // p + (1 if i < t % p else 0) for i in range(p)]  # largest parts first
+            for k in sorted(by_dom):
+                chosen: list[int] = []
+                for size in sizes:
+                    fit = [h for h in by_dom[k] if h not in chosen and len(room[h]) >= size]
+                    if not fit:
+                        break
+                    chosen.append(min(fit, key=lambda x: (len(room[x]), x)))
+                if len(chosen) < p:
+                    continue
+                i = 0
+                for h, size in zip(chosen, sizes, strict=True):
+                    out.update(zip(group[i : i + size], room[h][:size], strict=True))
+                    del room[h][:size]
+                    i += size
+                return True
+    return False
+
+
 HEURISTICS: dict[str, Heuristic] = {
     "tile-pack-dp": _tile_pack(False),
     "tile-pack-pp": _tile_pack(True),
     "stage-fill": _stage_fill(True),
     "stage-fill-1": _stage_fill(False),
+    "stage-per-domain": stage_per_domain,
     "tight-emptiest": _tight(True, False),
     "tight-fullest": _tight(False, False),
     "tight-emptiest-nested": _tight(True, True),

@@ -331,7 +331,14 @@ WHY_NOT = "why_not:"
 mapping."""
 OPTIMAL_GAP = 1e-9
 """Relative gap on exposed communication below which the answer is reported OPTIMAL."""
-LARGE_JOB_HEURISTICS = ("tile-pack-dp", "tight-emptiest", "rail-aligned", "block-pack-dp", "group-pack-dp")
+LARGE_JOB_HEURISTICS = (
+    "stage-per-domain",
+    "tile-pack-dp",
+    "tight-emptiest",
+    "rail-aligned",
+    "block-pack-dp",
+    "group-pack-dp",
+)
 """The heuristics scored first for jobs above the evaluator-guided size."""
 POLISH_SHARE = 0.3
 """Share of the time left after the candidates that `polish` gets (the CP-SAT search gets the rest)."""
