@@ -213,7 +213,7 @@ def serving_job_of(
     in `ps`. With the request's cluster (`built`), the level and fault domain kind its rules name are checked
     there too (`serving_rule_problems`, at ``prefix.serving.rules``); None when any problem was found."""
     checkpoint(f"converting {prefix}")
-    job: ServingJob | None = ps.read(prefix, serving_from_proto, msg, f"{prefix}.serving")
+    job: ServingJob | None = ps.read(prefix, serving_from_proto, msg, prefix)
     if job is None or built is None:
         return job
     bad = serving_rule_problems(built[0], built[1], job, "rules")

@@ -431,3 +431,24 @@ def test_a_rule_naming_what_the_cluster_lacks_is_refused_at_its_field_by_every_d
     res = run("repair", tmp_path / "c.yaml", tmp_path / "s.yaml", cur, "--time-limit", "1")
     assert res.exit_code == 2 and "Traceback" not in res.output, res.output
     assert f"placement.{field.removeprefix('rules.')}: {words}" in " ".join(res.stderr.split())
+
+
+def test_a_bad_serving_field_is_named_by_its_path_in_the_request() -> None:
+    """A decode pool's `tp` of 0 and a `load.batch` of 0, sent in a Job message: every request names them where
+    they are in the message (``job.serving.pools[1].tp``; ``jobs[0].job.serving...`` in a batch), not as paths
+    of the serving file with the message's ``serving`` left out."""
+    msg = serving_to_proto(serving())
+    msg.serving.pools[1].tp = 0
+    msg.serving.load.batch = 0
+    cluster = request_from_dict({"cluster": yaml.safe_load(SIX_HOSTS)}, pb.PlaceRequest).cluster
+    batch = pb.PlaceBatchRequest(cluster=cluster)
+    batch.jobs.add(job=msg)
+    for convert, req, prefix in (
+        (batch_inputs, batch, "jobs[0].job"),
+        (preempt_inputs, pb.PreemptRequest(cluster=cluster, job=msg), "job"),
+        (serving_place_inputs, pb.PlaceRequest(cluster=cluster, job=msg), "job"),
+    ):
+        with pytest.raises(InputError) as info:
+            convert(req)  # type: ignore[operator]
+        paths = {p.path for p in info.value.problems}
+        assert {f"{prefix}.serving.pools[1].tp", f"{prefix}.serving.load.batch"} <= paths, paths
