@@ -452,3 +452,36 @@ def test_a_bad_serving_field_is_named_by_its_path_in_the_request() -> None:
             convert(req)  # type: ignore[operator]
         paths = {p.path for p in info.value.problems}
         assert {f"{prefix}.serving.pools[1].tp", f"{prefix}.serving.load.batch"} <= paths, paths
+
+
+def test_repair_of_a_one_token_deployment_reaches_the_brute_force_tpot() -> None:
+    """With one output token per request the prefill pool's collectives and the KV handoff weigh as much per
+    token as the decode step in the explicit job, so its step and the TPOT rank replacements differently. Device
+    0 (decode rank 4) fails; brute force over every free device as its replacement, each mapping checked against
+    the job's rules and priced by the serving model: the least repair (one move) reaches the best TPOT of them,
+    as every answer is priced by TPOT before the front is chosen (not only those the explicit job's step kept)."""
+    topo = six_hosts()
+    doc = serving_job_doc()
+    doc["load"]["output_tokens"] = 1
+    sj = serving_job_from_dict(doc)
+    current = running_deployment(topo, sj)
+    state = ClusterState(failed=frozenset({0}))
+    explicit = serving_traffic_job(topo, state, sj)
+    rank = current.index(0)
+    brute: list[float] = []
+    for d in range(topo.num_devices):
+        if d in current or d in state.failed:
+            continue
+        trial = list(current)
+        trial[rank] = d
+        if not validate(topo, state, explicit, trial):
+            brute.append(model_serving(topo, state, sj, trial).tpot_seconds)
+    res = repair_serving(topo, state, sj, current, options=OPTS)
+    least = res.answers[0]
+    assert least.moved_ranks == 1
+    assert least.report.step_seconds == pytest.approx(min(brute))
+    assert least.serving is not None and least.serving.tpot_seconds == pytest.approx(min(brute))
+    assert res.before_serving is not None
+    assert res.before_serving.tpot_seconds == pytest.approx(
+        model_serving(topo, state, sj, current).tpot_seconds
+    )
