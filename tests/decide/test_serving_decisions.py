@@ -381,10 +381,15 @@ def test_preempt_command_takes_a_serving_job_file_here_and_by_a_server(tmp_path:
         served = run(*args, "--json", "--server", f"127.0.0.1:{r.port}")
     assert served.exit_code == 0, served.output
     there = json.loads(served.output)
+    freed = freed_state(occupied_six(topo), {"low-b"})
     for doc in (here, there):
         chosen = doc["answers"][doc.get("recommended", 0)]
         assert [v["job"] for v in chosen["victims"]] == ["low-b"]
-        assert chosen["serving"]["tpot_s"] == pytest.approx(chosen["cost"]["step_seconds"])
+        mapping = [topo.device_index(a["device"]) for a in chosen["mapping"]]
+        assert None not in mapping
+        again = model_serving(topo, freed, serving("moe"), mapping)  # type: ignore[arg-type]
+        assert chosen["serving"]["tpot_s"] == pytest.approx(again.tpot_seconds)
+        assert chosen["cost"]["step_seconds"] == pytest.approx(again.tpot_seconds)
 
 
 @pytest.mark.parametrize(
