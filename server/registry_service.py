@@ -29,12 +29,13 @@ from placement.messages.registry import (
     update_response,
     uplink_loads,
 )
+from placement.model.job import Job
 from placement.model.state import ClusterState
 from placement.model.topology import Topology
 from placement.registry import ClaimConflict, Registry, default_url, open_store, request_hash
 from placement.registry.registry import ReserveOutcome, StateView, Waiting
-from placement.solve import PlacementResult
-from placement.solve.serving import ServingResult, explicit_shape, serving_traffic_job
+from placement.solve import SolveOptions
+from placement.solve.serving import explicit_shape, serving_traffic_job
 from placement.v1 import placement_pb2 as pb
 from placement.v1 import registry_pb2 as rpb
 from placement.v1 import registry_pb2_grpc as rpb_grpc
@@ -441,40 +442,26 @@ class RegistryServicer(rpb_grpc.ClusterRegistryServicer):
                 place_req, self._settings.default_time_limit_s, reg.references(request.cluster_id)
             )
         )
-        budget = rpc.time_budget(inputs.options.time_limit_s, context, 1, self._settings)
-        opts = rpc.fit_options(inputs.options, budget, stop, self._settings)
         job = inputs.job
-
-        def render(topo: Topology, res: PlacementResult) -> bytes:
-            msg = convert.result_to_proto(
-                topo, job, res, time_limit_s=budget.limit_s, deadline_limited=budget.deadline_limited
-            )
-            return bytes(msg.SerializeToString())
-
-        fingerprint = request_hash(
-            request.job.SerializeToString(deterministic=True),
-            request.options.SerializeToString(deterministic=True),
-        )
-        t0 = time.perf_counter()
         try:
-            with rpc.watchdog(budget, stop):
-                out = reg.reserve(
-                    request.cluster_id,
-                    job,
-                    opts,
-                    ttl_s=ttl,
-                    key=request.idempotency_key or None,
-                    fingerprint=fingerprint,
-                    render=render,
-                    gone=lambda: _gone(context, self._settings.registry_reply_margin_s),
-                    max_slowdown=inputs.max_slowdown,
-                    shape=job_shape(request.job),
-                )
+            return self._hold(
+                reg,
+                request,
+                context,
+                stop,
+                ttl,
+                job,
+                inputs.options,
+                lambda topo, res, budget: convert.result_to_proto(
+                    topo, job, res, time_limit_s=budget.limit_s, deadline_limited=budget.deadline_limited
+                ),
+                max_slowdown=inputs.max_slowdown,
+                shape=job_shape(request.job),
+            )
         except Waiting as w:  # place or wait: WAIT reserves nothing
             waiting = pb.PlacementResult()
             waiting.ParseFromString(w.payload)
             return rpb.ReserveResponse(result=waiting, attempts=1)
-        return self._reserved(reg, out, context, t0)
 
     def _reserve_serving(
         self,
@@ -492,16 +479,42 @@ class RegistryServicer(rpb_grpc.ClusterRegistryServicer):
         inputs = convert_serving.serving_place_inputs(  # max_slowdown refused at its field: no ideal step
             place_req, self._settings.default_time_limit_s, reg.references(request.cluster_id)
         )
-        budget = rpc.time_budget(inputs.options.time_limit_s, context, 1, self._settings)
-        opts = rpc.fit_options(inputs.options, budget, stop, self._settings)
         sjob = inputs.job
         explicit = serving_traffic_job(inputs.topology, inputs.state, sjob)
-
-        def render(topo: Topology, res: ServingResult) -> bytes:
-            msg = convert_serving.serving_result(
+        return self._hold(
+            reg,
+            request,
+            context,
+            stop,
+            ttl,
+            explicit,
+            inputs.options,
+            lambda topo, res, budget: convert_serving.serving_result(
                 topo, sjob, res, time_limit_s=budget.limit_s, deadline_limited=budget.deadline_limited
-            )
-            return bytes(msg.SerializeToString())
+            ),
+            shape=explicit_shape(explicit, f"serving deployment {sjob.name}: its traffic per output token"),
+            serving=sjob,
+        )
+
+    def _hold(
+        self,
+        reg: Registry,
+        request: rpb.ReserveRequest,
+        context: grpc.ServicerContext,
+        stop: threading.Event,
+        ttl: float,
+        job: Job,
+        options: SolveOptions,
+        answer: Callable[[Topology, Any, rpc.TimeBudget], pb.PlacementResult],
+        **how: Any,
+    ) -> rpb.ReserveResponse:
+        """`job` placed and its devices held by `reg.reserve` within the call's time budget, its answer kept as
+        `answer` gives it (a Place's PlacementResult); `how`: the rest of `Registry.reserve`'s keywords."""
+        budget = rpc.time_budget(options.time_limit_s, context, 1, self._settings)
+        opts = rpc.fit_options(options, budget, stop, self._settings)
+
+        def render(topo: Topology, res: Any) -> bytes:
+            return bytes(answer(topo, res, budget).SerializeToString())
 
         fingerprint = request_hash(
             request.job.SerializeToString(deterministic=True),
@@ -511,17 +524,14 @@ class RegistryServicer(rpb_grpc.ClusterRegistryServicer):
         with rpc.watchdog(budget, stop):
             out = reg.reserve(
                 request.cluster_id,
-                explicit,
+                job,
                 opts,
                 ttl_s=ttl,
                 key=request.idempotency_key or None,
                 fingerprint=fingerprint,
                 render=render,
                 gone=lambda: _gone(context, self._settings.registry_reply_margin_s),
-                shape=explicit_shape(
-                    explicit, f"serving deployment {sjob.name}: its traffic per output token"
-                ),
-                serving=sjob,
+                **how,
             )
         return self._reserved(reg, out, context, t0)
 

@@ -176,9 +176,14 @@ def place_serving_request(
     if output not in ("table", "json", "yaml"):
         fail(f"--output: a serving job prints table, json or yaml, got {output!r}", 2)
     if req.cluster_id and not req.HasField("cluster"):
+        why = (
+            "the command does not fetch a registry cluster to show a serving answer on"
+            if server is not None
+            else "a cluster_id names a registry cluster, which only a server holds"
+        )
         fail(
-            "--request: cluster_id with a serving job: give the cluster (cluster or cluster_file) so the answer's "
-            "devices can be shown, or place it with `placement place --server`",
+            f"--request: cluster_id {req.cluster_id!r} with a serving job: give the cluster (cluster or "
+            f"cluster_file) so the answer's devices can be shown ({why})",
             2,
         )
     inputs = serving_place_inputs(req)

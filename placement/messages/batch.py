@@ -60,7 +60,7 @@ def batch_inputs(
         weight = bj.weight if bj.HasField("weight") else 1.0
         priority = bj.priority if bj.HasField("priority") else 0.0
         if is_serving_message(bj.job):
-            sj = serving_job_of(bj.job, f"jobs[{i}].job", ps)
+            sj = serving_job_of(bj.job, f"jobs[{i}].job", ps, built)
             if sj is None or built is None:
                 complete = False
                 continue

@@ -79,7 +79,7 @@ def preempt_inputs(
     if not req.HasField("job"):
         ps.add("job", "is required: the incoming job")
     elif is_serving_message(req.job):
-        serving = serving_job_of(req.job, "job", ps)
+        serving = serving_job_of(req.job, "job", ps, built)
         if serving is not None and built is not None:
             job = serving_traffic_job(built[0], built[1], serving)
     else:

@@ -34,6 +34,7 @@ from placement.model.state import ClusterState
 from placement.model.topology import Topology
 from placement.solve import PlacementResult, SolveOptions, SolveStatus, Strategy
 from placement.solve.run import request_problems
+from placement.solve.serving import serving_rule_problems
 from placement.v1 import placement_pb2 as pb
 
 __all__ = [
@@ -205,12 +206,20 @@ def _job(msg: pb.Job, prefix: str, ps: _Problems) -> Job | None:
     return job
 
 
-def serving_job_of(msg: pb.Job, prefix: str, ps: _Problems) -> ServingJob | None:
+def serving_job_of(
+    msg: pb.Job, prefix: str, ps: _Problems, built: tuple[Topology, ClusterState] | None = None
+) -> ServingJob | None:
     """The serving job of the Job message at `prefix` of a request (it carries ``serving``), its problems recorded
-    in `ps` with paths under ``prefix.serving``."""
+    in `ps`. With the request's cluster (`built`), the level and fault domain kind its rules name are checked
+    there too (`serving_rule_problems`, at ``prefix.serving.rules``); None when any problem was found."""
     checkpoint(f"converting {prefix}")
-    job: ServingJob | None = ps.read(prefix, serving_from_proto, msg, f"{prefix}.serving")
-    return job
+    job: ServingJob | None = ps.read(prefix, serving_from_proto, msg, prefix)
+    if job is None or built is None:
+        return job
+    bad = serving_rule_problems(built[0], built[1], job, "rules")
+    for p in bad:
+        ps.add(f"{prefix}.serving.{p.path}", p.message)
+    return None if bad else job
 
 
 def _required_job(req: pb.PlaceRequest | pb.EvaluateRequest, ps: _Problems) -> Job | None:

@@ -112,7 +112,7 @@ def serving_place_inputs(
     """The domain view of a PlaceRequest whose job is a serving job; InputError with every problem."""
     ps = _Problems()
     built = _topology(req, ps, resolved)
-    job = serving_job_of(req.job, "job", ps)
+    job = serving_job_of(req.job, "job", ps, built)
     options = _options(req.options, default_time_limit_s, ps)
     if req.HasField("max_slowdown"):
         ps.add(
@@ -131,7 +131,7 @@ def serving_evaluate_inputs(req: pb.EvaluateRequest) -> ServingEvaluateInputs:
     rank of the serving job)."""
     ps = _Problems()
     built = _topology(req, ps)
-    job = serving_job_of(req.job, "job", ps)
+    job = serving_job_of(req.job, "job", ps, built)
     mapping: list[int] | None = None
     if not req.mapping:
         ps.add("mapping", "is required: one {rank, device} entry per rank")
@@ -168,7 +168,7 @@ def serving_compare_inputs(
                 "kind (serving jobs by time per output token, training jobs by step time)",
             )
             continue
-        job = serving_job_of(msg, f"jobs[{i}]", ps)
+        job = serving_job_of(msg, f"jobs[{i}]", ps, built)
         if job is not None:
             jobs.append(job)
     options = _options(req.options, default_time_limit_s, ps)
@@ -193,7 +193,7 @@ def serving_capacity_inputs(
     shapes: list[Job] = []
     for i, msg in enumerate(req.shapes):
         if is_serving_message(msg):
-            sj = serving_job_of(msg, f"shapes[{i}]", ps)
+            sj = serving_job_of(msg, f"shapes[{i}]", ps, built)
             if sj is not None and built is not None:
                 shapes.append(serving_traffic_job(built[0], built[1], sj))
         else:

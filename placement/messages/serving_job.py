@@ -14,7 +14,9 @@ from typing import Any
 from google.protobuf.json_format import MessageToDict
 
 from placement.cost.serving import ServingPhase, ServingReport
+from placement.errors import InputError, Problem
 from placement.io.native.serving import serving_job_from_dict
+from placement.limits import LimitError
 from placement.model.serving import ServingJob
 from placement.v1 import placement_pb2 as pb
 
@@ -32,8 +34,9 @@ def is_serving_message(job: pb.Job) -> bool:
     return job.HasField("serving")
 
 
-def serving_from_proto(job: pb.Job, source: str = "job.serving") -> ServingJob:
-    """The serving job of a Job message (InputError naming the fields, as the native reader does)."""
+def serving_from_proto(job: pb.Job, source: str = "job") -> ServingJob:
+    """The serving job of a Job message (InputError naming the fields, as the native reader does, by their paths
+    in the Job message: ``serving.pools[0].ep``, ``serving.rules.spread``, ``name``)."""
     s = MessageToDict(job.serving, preserving_proto_field_name=True)
     doc: dict[str, Any] = {"kind": "serving"}
     for key in ("model", "pools", "load"):
@@ -47,7 +50,24 @@ def serving_from_proto(job: pb.Job, source: str = "job.serving") -> ServingJob:
         doc["description"] = job.description
     if job.device_kind:
         doc["device_kind"] = job.device_kind
-    return serving_job_from_dict(doc, source)
+    try:
+        return serving_job_from_dict(doc, source)
+    except LimitError:
+        raise
+    except InputError as e:
+        problems = [Problem(_message_path(p.path), p.message) for p in e.problems]
+        raise InputError(e.source, problems, e.omitted) from None
+
+
+def _message_path(path: str) -> str:
+    """A path of the serving reader as the Job message names it: the serving fields under ``serving`` (the file's
+    ``placement`` is the message's ``rules``), the job's own (``name``, ``device_kind``) as they are."""
+    head = path.split(".", 1)[0].split("[", 1)[0]
+    if head == "placement":
+        return "serving.rules" + path[len(head) :]
+    if head in ("model", "pools", "load"):
+        return f"serving.{path}"
+    return path
 
 
 def serving_to_proto(job: ServingJob) -> pb.Job:

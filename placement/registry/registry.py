@@ -334,6 +334,17 @@ class Registry:
             raise InputError(
                 "request", [Problem("ttl_s", f"must be in (0, {MAX_TTL_S:g}] seconds, got {ttl_s}")]
             )
+        if serving is not None and max_slowdown is not None:
+            raise InputError(
+                "request",
+                [
+                    Problem(
+                        "max_slowdown",
+                        f"{max_slowdown:g} with a serving deployment: place or wait is for training jobs; a "
+                        "serving job is placed now (its load.tpot_bound_ms bounds its time per output token)",
+                    )
+                ],
+            )
         if key:
             _check_id(key, "idempotency_key")
             earlier = self.store.by_key(cluster_id, key)

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from placement.cost.report import InvalidMappingError
 from placement.cost.serving import ServingReport, dispatch_token_bytes, model_serving
-from placement.errors import InfeasibleError
+from placement.errors import InfeasibleError, InputError, Problem
 from placement.model.job import CollectiveKind, Constraints, Edge, Group, Job, SpreadRule
 from placement.model.serving import DTYPE_BYTES, ServingJob, pool_ranks
 from placement.model.state import ClusterState
@@ -47,6 +47,7 @@ __all__ = [
     "objective_key",
     "packed_replicas",
     "place_serving",
+    "serving_rule_problems",
     "serving_traffic_job",
 ]
 
@@ -84,8 +85,39 @@ def _spread_kind(topology: Topology, state: ClusterState, job: ServingJob) -> st
     return topology.levels[1].name if len(topology.levels) > 1 else None
 
 
+def serving_rule_problems(
+    topology: Topology, state: ClusterState, job: ServingJob, rules: str = "placement"
+) -> list[Problem]:
+    """The names `job`'s placement rules give, checked against the cluster: ``ep_level`` a level of `topology`,
+    ``spread_kind`` a fault domain kind of `state` or a level. Paths under `rules` (``placement`` in a serving job
+    file, ``rules`` in the message)."""
+    out: list[Problem] = []
+    r = job.placement
+    if r.ep_level and r.ep_level not in topology.level_names:
+        out.append(
+            Problem(
+                f"{rules}.ep_level",
+                f"unknown level {r.ep_level!r}; levels are {list(topology.level_names)}",
+            )
+        )
+    kinds = state.fault_kinds(topology)
+    if r.spread_kind and r.spread_kind not in kinds:
+        out.append(
+            Problem(
+                f"{rules}.spread_kind",
+                f"unknown fault domain kind {r.spread_kind!r}; kinds are {list(kinds)} (the state's fault "
+                "domains and the cluster's levels)",
+            )
+        )
+    return out
+
+
 def serving_traffic_job(topology: Topology, state: ClusterState, job: ServingJob) -> Job:
-    """The explicit job the solver places for `job` (module doc)."""
+    """The explicit job the solver places for `job` (module doc). Raises `InputError` naming the rule when
+    `job`'s rules name a level or a fault domain kind the cluster does not have (`serving_rule_problems`)."""
+    bad = serving_rule_problems(topology, state, job)
+    if bad:
+        raise InputError(f"serving job {job.name!r}", bad)
     m, load = job.model, job.load
     act = DTYPE_BYTES[m.activation_dtype]
     groups: list[Group] = []

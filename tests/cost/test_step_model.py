@@ -580,12 +580,14 @@ def test_both_nic_readings_of_every_row(validation: ModuleType) -> None:
         assert cliff.unstated is not None and cliff.unstated < cliff.modeled
 
 
-def test_bert_base_fp16_reduce_halves_the_reduce_alone(validation: ModuleType) -> None:
+def test_bert_base_fp16_reduce_costs_between_half_and_all_of_the_fp32_overhead(
+    validation: ModuleType,
+) -> None:
     if not (DATA / validation.DGX1_1NIC_FILE).is_file():
         pytest.skip(f"shared data file {DATA / validation.DGX1_1NIC_FILE} is not available in this checkout")
     t = validation.dgx1_cluster(DATA, 4, file=validation.DGX1_1NIC_FILE, nic_gbps=12.5)
-    # with the exposure forced to 1 and no straggler wait the step difference is the ring reduce alone: 2 (n-1)/n
-    # of the gradient bytes through each host's one NIC (4 hosts, 32 ranks), plus the ring's latency
+    # the 32-GPU overhead over one GPU holds the exposed part of the gradient reduce (half the bytes in fp16) and
+    # the straggler wait (the same for both): fp16's overhead is below fp32's and above about half of it
     for gb in (2, 4):
         one = validation.bert_base_step(t, 1, 64, gb)
         many = validation.bert_base_step(t, 32, 64, gb)

@@ -18,10 +18,14 @@ from placement.decide.batch.joint import place_batch
 from placement.decide.batch.types import BatchJob
 from placement.decide.preempt import RunningJob, freed_state, preempt
 from placement.decide.repair.serving import repair_serving
-from placement.errors import InfeasibleError
+from placement.errors import InfeasibleError, InputError
 from placement.io.native import cluster_from_dict
 from placement.io.native.serving import serving_job_from_dict
+from placement.messages.batch import batch_inputs
+from placement.messages.decisions import preempt_inputs
 from placement.messages.files import read_request, request_from_dict
+from placement.messages.repair import repair_inputs
+from placement.messages.serving import serving_place_inputs
 from placement.messages.serving_job import serving_to_proto
 from placement.model.serving import ServingJob, pool_ranks
 from placement.model.state import ClusterState
@@ -377,7 +381,112 @@ def test_preempt_command_takes_a_serving_job_file_here_and_by_a_server(tmp_path:
         served = run(*args, "--json", "--server", f"127.0.0.1:{r.port}")
     assert served.exit_code == 0, served.output
     there = json.loads(served.output)
+    freed = freed_state(occupied_six(topo), {"low-b"})
     for doc in (here, there):
         chosen = doc["answers"][doc.get("recommended", 0)]
         assert [v["job"] for v in chosen["victims"]] == ["low-b"]
-        assert chosen["serving"]["tpot_s"] == pytest.approx(chosen["cost"]["step_seconds"])
+        mapping = [topo.device_index(a["device"]) for a in chosen["mapping"]]
+        assert None not in mapping
+        again = model_serving(topo, freed, serving("moe"), mapping)  # type: ignore[arg-type]
+        assert chosen["serving"]["tpot_s"] == pytest.approx(again.tpot_seconds)
+        assert chosen["cost"]["step_seconds"] == pytest.approx(again.tpot_seconds)
+
+
+@pytest.mark.parametrize(
+    ("rules", "field", "words"),
+    [
+        (
+            {"spread_kind": "rack"},
+            "rules.spread_kind",
+            "unknown fault domain kind 'rack'; kinds are ['leaf', 'node', 'spine']",
+        ),
+        ({"ep_level": "nvl"}, "rules.ep_level", "unknown level 'nvl'; levels are ['node', 'leaf', 'spine']"),
+    ],
+)
+def test_a_rule_naming_what_the_cluster_lacks_is_refused_at_its_field_by_every_decision(
+    tmp_path: Path, rules: dict[str, str], field: str, words: str
+) -> None:
+    """A serving job whose rules name a fault domain kind or a level the cluster lacks (the kinds are its levels:
+    its state has no fault domains): PlaceBatch, Repair, Preempt and Place refuse it with the request's field,
+    the value and the names there are (no KeyError out of the explicit job), and so does `placement repair`."""
+    topo = six_hosts()
+    doc = serving_job_doc()
+    doc["placement"] = rules
+    msg = serving_to_proto(serving_job_from_dict(doc))
+    cluster = request_from_dict({"cluster": yaml.safe_load(SIX_HOSTS)}, pb.PlaceRequest).cluster
+    batch = pb.PlaceBatchRequest(cluster=cluster)
+    batch.jobs.add(job=msg)
+    repair_req = pb.RepairRequest(cluster=cluster, job=msg)
+    for r, d in enumerate(running_deployment(topo, serving())):
+        repair_req.current.add(rank=r, device=topo.devices[d].id)
+    for convert, req, path in (
+        (batch_inputs, batch, f"jobs[0].job.serving.{field}"),
+        (repair_inputs, repair_req, f"job.serving.{field}"),
+        (preempt_inputs, pb.PreemptRequest(cluster=cluster, job=msg), f"job.serving.{field}"),
+        (serving_place_inputs, pb.PlaceRequest(cluster=cluster, job=msg), f"job.serving.{field}"),
+    ):
+        with pytest.raises(InputError) as info:
+            convert(req)  # type: ignore[operator]
+        (problem,) = info.value.problems
+        assert problem.path == path and problem.message.startswith(words), problem
+    (tmp_path / "c.yaml").write_text(SIX_HOSTS)
+    (tmp_path / "s.yaml").write_text(json.dumps(doc))
+    cur = tmp_path / "current.yaml"
+    cur.write_text(yaml.safe_dump([topo.devices[d].id for d in running_deployment(topo, serving())]))
+    res = run("repair", tmp_path / "c.yaml", tmp_path / "s.yaml", cur, "--time-limit", "1")
+    assert res.exit_code == 2 and "Traceback" not in res.output, res.output
+    assert f"placement.{field.removeprefix('rules.')}: {words}" in " ".join(res.stderr.split())
+
+
+def test_a_bad_serving_field_is_named_by_its_path_in_the_request() -> None:
+    """A decode pool's `tp` of 0 and a `load.batch` of 0, sent in a Job message: every request names them where
+    they are in the message (``job.serving.pools[1].tp``; ``jobs[0].job.serving...`` in a batch), not as paths
+    of the serving file with the message's ``serving`` left out."""
+    msg = serving_to_proto(serving())
+    msg.serving.pools[1].tp = 0
+    msg.serving.load.batch = 0
+    cluster = request_from_dict({"cluster": yaml.safe_load(SIX_HOSTS)}, pb.PlaceRequest).cluster
+    batch = pb.PlaceBatchRequest(cluster=cluster)
+    batch.jobs.add(job=msg)
+    for convert, req, prefix in (
+        (batch_inputs, batch, "jobs[0].job"),
+        (preempt_inputs, pb.PreemptRequest(cluster=cluster, job=msg), "job"),
+        (serving_place_inputs, pb.PlaceRequest(cluster=cluster, job=msg), "job"),
+    ):
+        with pytest.raises(InputError) as info:
+            convert(req)  # type: ignore[operator]
+        paths = {p.path for p in info.value.problems}
+        assert {f"{prefix}.serving.pools[1].tp", f"{prefix}.serving.load.batch"} <= paths, paths
+
+
+def test_repair_of_a_one_token_deployment_reaches_the_brute_force_tpot() -> None:
+    """With one output token per request the prefill pool's collectives and the KV handoff weigh as much per
+    token as the decode step in the explicit job, so its step and the TPOT rank replacements differently. Device
+    0 (decode rank 4) fails; brute force over every free device as its replacement, each mapping checked against
+    the job's rules and priced by the serving model: the least repair (one move) reaches the best TPOT of them,
+    as every answer is priced by TPOT before the front is chosen (not only those the explicit job's step kept)."""
+    topo = six_hosts()
+    doc = serving_job_doc()
+    doc["load"]["output_tokens"] = 1
+    sj = serving_job_from_dict(doc)
+    current = running_deployment(topo, sj)
+    state = ClusterState(failed=frozenset({0}))
+    explicit = serving_traffic_job(topo, state, sj)
+    rank = current.index(0)
+    brute: list[float] = []
+    for d in range(topo.num_devices):
+        if d in current or d in state.failed:
+            continue
+        trial = list(current)
+        trial[rank] = d
+        if not validate(topo, state, explicit, trial):
+            brute.append(model_serving(topo, state, sj, trial).tpot_seconds)
+    res = repair_serving(topo, state, sj, current, options=OPTS)
+    least = res.answers[0]
+    assert least.moved_ranks == 1
+    assert least.report.step_seconds == pytest.approx(min(brute))
+    assert least.serving is not None and least.serving.tpot_seconds == pytest.approx(min(brute))
+    assert res.before_serving is not None
+    assert res.before_serving.tpot_seconds == pytest.approx(
+        model_serving(topo, state, sj, current).tpot_seconds
+    )

@@ -107,7 +107,7 @@ def test_the_wire_reports_problems_with_field_paths() -> None:
     msg.serving.pools[0].ep = 3
     with pytest.raises(InputError) as info:
         serving_from_proto(msg)
-    assert [p.path for p in info.value.problems] == ["pools[0].ep"]
+    assert [p.path for p in info.value.problems] == ["serving.pools[0].ep"]  # msg.serving.pools[0].ep
 
 
 def test_the_services_refuse_a_serving_job_by_its_field() -> None:

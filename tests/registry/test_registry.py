@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from placement.errors import InfeasibleError, InputError
+from placement.io.native.serving import serving_job_from_dict
 from placement.model.state import ClusterState
 from placement.model.topology import Topology
 from placement.registry import (
@@ -28,6 +29,7 @@ from placement.registry.audit import audit
 from placement.registry.sql.schema import migration_files
 from placement.solve import PlacementResult, SolveOptions, place
 from tests.registry_util import Clock, cluster_doc, job, store_url
+from tests.support_serving import serving_job_doc
 
 OPTS = SolveOptions(time_limit_s=2.0, workers=1)
 
@@ -349,3 +351,17 @@ def test_a_caller_that_left_gets_nothing_held(reg: Registry) -> None:
             "c", job(8), OPTS, ttl_s=60, key="gone", fingerprint="8", render=_render, gone=lambda: True
         )
     assert reg.reservations("c") == [] and reg.view("c").holds(reg.clock()) == {}
+
+
+def test_a_serving_reserve_refuses_max_slowdown_at_its_field(reg: Registry) -> None:
+    """Place or wait needs an ideal step, which a serving deployment does not have: Reserve with both refuses
+    `max_slowdown` by name, before any solve, rather than ignoring it."""
+    sj = serving_job_from_dict(serving_job_doc())
+    with pytest.raises(InputError) as info:
+        reg.reserve(
+            "c", job(sj.ranks, sj.name), OPTS, ttl_s=60.0, key=None, fingerprint="s", render=_render,
+            max_slowdown=1.5, serving=sj,
+        )  # fmt: skip
+    assert [p.path for p in info.value.problems] == ["max_slowdown"]
+    assert "1.5" in info.value.problems[0].message
+    assert reg.reservations("c") == []

@@ -176,3 +176,17 @@ def test_cli_serving_tables_fit_80_columns_when_piped_and_wide_keeps_lines_whole
     assert wide.exit_code == 0, wide.output
     head = next(ln for ln in wide.output.splitlines() if ln.startswith("TTFT"))
     assert tpot in head and "bottleneck tier" in head and len(head) > 80
+
+
+def test_a_serving_request_by_cluster_id_asks_for_the_cluster_without_advising_the_flag_in_use(
+    tmp_path: Path,
+) -> None:
+    """`placement place --request FILE --server ADDR` with a cluster_id and a serving job: refused before any call
+    (exit 2), naming the cluster_id and what to give (the cluster), not advising --server, which is given."""
+    write(tmp_path, "s.yaml", json.dumps(serving_job_doc()))
+    req = write(tmp_path, "r.yaml", json.dumps({"cluster_id": "prod", "job_file": "s.yaml"}))
+    res = run("place", "--request", req, "--server", "127.0.0.1:9")
+    assert res.exit_code == 2, res.output
+    said = " ".join(res.stderr.split())
+    assert "cluster_id 'prod' with a serving job: give the cluster (cluster or cluster_file)" in said
+    assert "--server" not in said

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from placement.cost.evaluate import evaluate
@@ -34,7 +34,11 @@ from placement.solve.prepared import PreparedRequest
 from placement.solve.run import explain_infeasible, place, request_problems
 from placement.solve.types import SolveOptions
 
-__all__ = ["Move", "RepairAnswer", "RepairResult", "pareto_front", "recommend", "repair"]
+__all__ = ["Move", "Price", "RepairAnswer", "RepairResult", "pareto_front", "recommend", "repair"]
+
+Price = Callable[[ClusterState, Sequence[int]], tuple[CostReport, ServingReport | None]]
+"""How a repair prices a mapping on the repair state, instead of `evaluate`: its report (the step the answers are
+ranked by) and, for a serving deployment, its serving report (`placement.decide.repair.serving`)."""
 
 SINGLE_RANK_UNITS = 16  # jobs up to this size move rank by rank; larger ones move whole units (TP groups)
 GLOBAL_VARS = 4_000  # units x hosts up to this: one program over every unit (minimum moves proven)
@@ -92,13 +96,18 @@ def _answer(
     current: Sequence[int],
     optimal: bool,
     traffic: Traffic,
+    price: Price | None = None,
 ) -> RepairAnswer | None:
     if validate(topology, state, job, mapping, traffic=traffic):
         return None
-    rep = evaluate(topology, state, job, mapping, traffic=traffic, check=False)
+    serving = None
+    if price is not None:
+        rep, serving = price(state, mapping)
+    else:
+        rep = evaluate(topology, state, job, mapping, traffic=traffic, check=False)
     moves = [Move(r, current[r], d) for r, d in enumerate(mapping) if d != current[r]]
     hosts = len({topology.devices[m.dst].host_index for m in moves})
-    return RepairAnswer(name, mapping, rep, moves, hosts, optimal)
+    return RepairAnswer(name, mapping, rep, moves, hosts, optimal, serving=serving)
 
 
 def pareto_front(answers: list[RepairAnswer]) -> list[RepairAnswer]:
@@ -125,6 +134,7 @@ def repair(
     budget: RepairBudget | None = None,
     options: SolveOptions | None = None,
     points: int = 3,
+    price: Price | None = None,
 ) -> RepairResult:
     """Repair `job`, running on `current` (device index per rank), on the new `state`.
 
@@ -133,7 +143,8 @@ def repair(
     for bad input and `InfeasibleError` (with numbers) when no answer fits the hard rules or the budget.
     `points`: move caps tried between the least repair and the unconstrained answer. `options.time_limit_s`
     covers the whole repair: wall clock (within +10% + 50 ms), or with `options.deterministic` a deterministic
-    budget (no bound on the wall time); `stats["time_limit"]` says which.
+    budget (no bound on the wall time); `stats["time_limit"]` says which. `price`: how every answer and the
+    current mapping are priced, before the front is chosen (default `evaluate`; a serving deployment's TPOT).
     """
     opts = options or SolveOptions(time_limit_s=5.0)
     clock = WallClock(opts, _RESERVE_SHARE * opts.time_limit_s + 0.02 + 5e-5 * job.ranks)
@@ -149,6 +160,7 @@ def repair(
             budget=budget,
             options=clock.options,
             points=points,
+            price=price,
         )
     finally:
         clock.cancel()
@@ -180,6 +192,7 @@ class _Search:
     spare_devs: set[int]
     forced: list[int]
     stats: dict[str, float | int | str] = field(default_factory=dict)
+    price: Price | None = None
 
     def left(self, share: float) -> float:
         """`share` of the time left, after a reserve for scoring and validating the answers afterwards."""
@@ -188,7 +201,15 @@ class _Search:
 
     def answer(self, name: str, mapping: list[int], optimal: bool) -> RepairAnswer | None:
         return _answer(
-            self.topology, self.state, self.job, name, mapping, self.current, optimal, self.traffic
+            self.topology,
+            self.state,
+            self.job,
+            name,
+            mapping,
+            self.current,
+            optimal,
+            self.traffic,
+            self.price,
         )
 
 
@@ -236,7 +257,8 @@ def _prepare(
     spares_only: bool,
     opts: SolveOptions,
     t0: float,
-) -> tuple[_Search, CostReport]:
+    price: Price | None,
+) -> tuple[_Search, CostReport, ServingReport | None]:
     """The repair state (failed and drained devices out) and its prepared request, checked; with `spares_only`
     every device but the current ones and the spares is excluded. Also the current mapping's report on it."""
     rstate, problems = repair_state(topology, state, job, current, drained)
@@ -253,14 +275,18 @@ def _prepare(
     reasons = explain_infeasible(topology, rstate, job, traffic)
     if reasons:
         raise InfeasibleError(reasons)
-    before = evaluate(topology, rstate, job, current, traffic=traffic, check=False)
+    before_serving = None
+    if price is not None:
+        before, before_serving = price(rstate, current)
+    else:
+        before = evaluate(topology, rstate, job, current, traffic=traffic, check=False)
     request = PreparedRequest.prepare(topology, rstate, job, opts, traffic=traffic, t0=t0)
     request.pool = HostPool.of(topology, request.candidates)  # degraded devices too: the move term needs them
     cset = set(request.candidates)
     forced = [r for r, d in enumerate(current) if d not in cset]
-    run = _Search(topology, rstate, job, current, traffic, opts, t0, request, spare_devs, forced)
+    run = _Search(topology, rstate, job, current, traffic, opts, t0, request, spare_devs, forced, price=price)
     run.stats["forced"] = len(forced)
-    return run, before
+    return run, before, before_serving
 
 
 def _full_replace(run: _Search) -> tuple[list[RepairAnswer], RepairAnswer | None]:
@@ -516,13 +542,16 @@ def _repair(
     budget: RepairBudget | None,
     options: SolveOptions,
     points: int,
+    price: Price | None,
 ) -> RepairResult:
     """`repair`'s stages: check the input, prepare the repair state, re-place in full, then the fewest moves
     (local, then whole or by neighbourhoods), the budget, the sweep of move caps, and the front."""
     budget = budget or RepairBudget()
     t0 = time.perf_counter()
     drained, spare_devs = _check_input(topology, job, current, drain, spares, budget)
-    run, before = _prepare(topology, state, job, current, drained, spare_devs, spares_only, options, t0)
+    run, before, before_serving = _prepare(
+        topology, state, job, current, drained, spare_devs, spares_only, options, t0, price
+    )
     answers, replaced = _full_replace(run)
     unit_ranks, units_exact = _unit_ranks(run)
     fixed = _fixed_units(run, unit_ranks)
@@ -552,7 +581,7 @@ def _repair(
         )
     front, rec = _front(run, answers, solves + extra, host_prog, budget, min_moves)
     run.stats["wall_s"] = time.perf_counter() - t0
-    return RepairResult(front, rec, before, run.forced, min_moves, replaced, run.stats)
+    return RepairResult(front, rec, before, run.forced, min_moves, replaced, run.stats, before_serving)
 
 
 def _hosts_of(topology: Topology, mapping: list[int] | None, current: Sequence[int]) -> int:

@@ -5,16 +5,18 @@ The move programs are `placement.decide.repair.run.repair`'s on the deployment's
 (`placement.solve.serving.serving_traffic_job`), whose EP groups prefer the lowest domain that holds them (an NVLink
 domain where they fit): among the mappings with the fewest moves the least one keeps a replaced rank inside its EP
 group's domain when a free device there allows. Every answer is then priced by the serving model
-(`placement.decide.serving.price_decode_step`: its step is its TPOT), and the front and the recommended answer are
-chosen again on that price.
+(`placement.decide.serving.price_decode_step`: its step is its TPOT) as the search realizes it (`repair`'s
+`price`), so the front and the recommended answer are chosen on that price among every answer found.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from placement.decide.repair.input import RepairBudget, repair_state, resolve_selectors
-from placement.decide.repair.run import RepairAnswer, RepairResult, pareto_front, recommend, repair
+from placement.cost.report import CostReport
+from placement.cost.serving import ServingReport
+from placement.decide.repair.input import RepairBudget
+from placement.decide.repair.run import RepairResult, repair
 from placement.decide.serving import price_decode_step
 from placement.model.serving import ServingJob
 from placement.model.state import ClusterState
@@ -42,8 +44,11 @@ def repair_serving(
     `report` is their decode step (``step_seconds`` = TPOT) and `serving` their serving report on the repair
     state (failed and drained devices out); `before_serving` prices the current mapping there. `budget`'s
     ``horizon_steps`` counts output tokens still to decode. Raises as `repair` does."""
-    budget = budget or RepairBudget()
     explicit = serving_traffic_job(topology, state, job)
+
+    def price(rstate: ClusterState, mapping: Sequence[int]) -> tuple[CostReport, ServingReport | None]:
+        return price_decode_step(topology, rstate, job, mapping)
+
     res = repair(
         topology,
         state,
@@ -55,20 +60,7 @@ def repair_serving(
         budget=budget,
         options=options,
         points=points,
+        price=price,
     )
-    drained, _ = resolve_selectors(topology, drain, "drain")  # checked by `repair`
-    rstate, _ = repair_state(topology, state, explicit, current, drained)
-
-    def priced(a: RepairAnswer) -> RepairAnswer:
-        a.report, a.serving = price_decode_step(topology, rstate, job, a.mapping)
-        return a
-
-    answers = [priced(a) for a in res.answers]
-    if res.replace is not None and all(res.replace is not a for a in answers):
-        priced(res.replace)
-    front = pareto_front([*answers, *([res.replace] if res.replace is not None else [])])
-    res.answers = front
-    res.recommended = recommend(front, budget)
-    res.before, res.before_serving = price_decode_step(topology, rstate, job, current)
     res.stats["priced_by"] = "serving: step seconds are the time per output token"
     return res
