@@ -18,7 +18,7 @@ from placement.sim.replay import SimConfig, TraceJob
 from placement.sim.replay.run import ReplayTask, run_replays, task_key
 from placement.sim.replay.shapes import ShapeRule
 from placement.sim.whatif import run_sweep, sweep_from_dict
-from tests.sim.test_replay_policies import _reporting_task
+from tests.support_executors import reporting_task
 from tests.support_whatif import sweep_doc
 
 try:
@@ -135,7 +135,7 @@ def test_progress_reaches_the_driver_from_ray_tasks(ray_head: RayExecutor) -> No
     seen: list[tuple[int, int, int]] = []
     done: dict[int, int] = {}
     ray_head.run(
-        _reporting_task, [5, 3], done.__setitem__, lambda i, e: None, lambda i, d, t: seen.append((i, d, t))
+        reporting_task, [5, 3], done.__setitem__, lambda i, e: None, lambda i, d, t: seen.append((i, d, t))
     )
     assert done == {0: 5, 1: 3}
     # each task's first report is sent at once and its last always: progress inside a task, not only its end

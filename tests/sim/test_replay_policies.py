@@ -19,6 +19,7 @@ from placement.sim.replay import SimConfig, TraceJob, parse_shape_rule, read_tra
 from placement.sim.replay.device_kinds import FALLBACK_KIND, TRACE_KINDS, resolve_kinds
 from placement.sim.replay.shapes import ShapeRule, job_for
 from placement.sim.scenarios import fat_tree
+from tests.support_executors import reporting_task
 
 HUGE = 1e6
 
@@ -194,18 +195,11 @@ def test_jobs_n_takes_the_first_n_arrivals_not_the_first_rows(tmp_path: Path) ->
     assert tr.skipped == {"cpu-only": 1, "outside": 1, "never-ran": 1}
 
 
-def _reporting_task(n: int, sink: Any = None) -> int:
-    for k in range(1, n + 1):
-        if sink is not None:
-            sink(k, n)
-    return n
-
-
 def test_progress_reaches_the_parent_from_worker_processes() -> None:
     seen: list[tuple[int, int, int]] = []
     done: dict[int, int] = {}
     LocalExecutor(1).run(
-        _reporting_task, [5, 3], done.__setitem__, lambda i, e: None, lambda i, d, t: seen.append((i, d, t))
+        reporting_task, [5, 3], done.__setitem__, lambda i, e: None, lambda i, d, t: seen.append((i, d, t))
     )
     assert done == {0: 5, 1: 3}
     # the first report of each task is sent at once, the last always: progress inside a task, not only its end
