@@ -81,7 +81,8 @@ def test_import_writes_the_oversubscription_on_the_level_below(tmp_path: Path) -
     ("spec", "rule"),
     [
         ("node=450:2:2", "the lowest level 'node' has no links into it to oversubscribe"),
-        ("spine=50:7:0.5", "oversubscription 0.5 must be between 1 and 1,000"),
+        ("spine=50:7:0", "oversubscription 0 must be > 0 and <= 1,000"),
+        ("spine=-5:7", "bandwidth -5 must be > 0 and latency 7 must be >= 0"),
         ("spine=50:7:x", "write LEVEL=BANDWIDTH_GBPS:LATENCY_US[:OVERSUBSCRIPTION]"),
     ],
 )

@@ -93,12 +93,12 @@ def apply_tier_specs(
         if name not in tiers:
             raise InputError(where, [Problem("", f"unknown level {name!r}; levels are {names}")])
         if not (math.isfinite(b) and math.isfinite(l_)) or b <= 0 or l_ < 0:
-            raise InputError(where, [Problem("", "bandwidth must be > 0 and latency >= 0")])
+            raise InputError(
+                where, [Problem("", f"bandwidth {bw} must be > 0 and latency {lat or 0} must be >= 0")]
+            )
         if ratio:
-            if not math.isfinite(o) or o < 1 or o > 1e3:
-                raise InputError(
-                    where, [Problem("", f"oversubscription {ratio} must be between 1 and 1,000")]
-                )
+            if not math.isfinite(o) or o <= 0 or o > 1e3:  # the cluster file's rule for the level's field
+                raise InputError(where, [Problem("", f"oversubscription {ratio} must be > 0 and <= 1,000")])
             if oversubscription is None:
                 raise InputError(
                     where, [Problem("", "this command takes no oversubscription; write LEVEL=GBPS:US")]
