@@ -205,10 +205,11 @@ def test_process_mode_answers_a_repeated_request_from_the_memo_and_counts_it_apa
 
 
 def slow_request() -> pb.PlaceRequest:
-    """A request whose search runs for seconds: 128 ranks on 64 hosts with 0-6 busy devices each (mixed
-    fragments: the bound stays open, so the search goes on until no neighbourhood improves)."""
+    """A request whose search runs for seconds: 128 ranks (tp2 pp8 dp8) on 64 hosts with 0-6 busy devices each
+    (mixed fragments: the bound stays open, so the search goes on until its 10 s limit or no neighbourhood
+    improves; about 20 s of search without the limit)."""
     busy = tuple(f"node{i:02d}/gpu{g}" for i in range(1, 65) for g in range((i * 3) % 7))
-    return place_request(nodes=64, tp=4, dp=8, pp=4, occupied=busy, time_limit_s=30)
+    return place_request(nodes=64, tp=2, dp=8, pp=8, occupied=busy, time_limit_s=10)
 
 
 def test_process_mode_full_queue_is_resource_exhausted() -> None:
