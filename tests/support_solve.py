@@ -74,3 +74,22 @@ def brute_force(topo: Topology, state: ClusterState, job) -> float:  # type: ign
             continue
         best = min(best, surrogate_seconds(topo, state, list(perm), job_traffic(job)))
     return best
+
+
+def host_assignments(free: list[int], ranks: int) -> list[tuple[int, ...]]:
+    """Every assignment of `ranks` ranks to hosts with `free` devices each (rank -> host index)."""
+    out: list[tuple[int, ...]] = []
+    left = list(free)
+
+    def extend(prefix: list[int]) -> None:
+        if len(prefix) == ranks:
+            out.append(tuple(prefix))
+            return
+        for h in range(len(left)):
+            if left[h]:
+                left[h] -= 1
+                extend([*prefix, h])
+                left[h] += 1
+
+    extend([])
+    return out

@@ -26,26 +26,7 @@ from placement.sim.scenarios import A100_PCIE_PAIRS, dgx1_node, fat_tree, megatr
 from placement.solve import SolveOptions, place
 from placement.solve.bound import _classes_fit, _split_room, comm_bound
 from placement.solve.units import candidate_devices
-from tests.support_solve import fragmented, peers, with_order
-
-
-def _host_assignments(free: list[int], ranks: int) -> list[tuple[int, ...]]:
-    """Every assignment of `ranks` ranks to hosts with `free` devices each (rank -> host index)."""
-    out: list[tuple[int, ...]] = []
-    left = list(free)
-
-    def extend(prefix: list[int]) -> None:
-        if len(prefix) == ranks:
-            out.append(tuple(prefix))
-            return
-        for h in range(len(left)):
-            if left[h]:
-                left[h] -= 1
-                extend([*prefix, h])
-                left[h] += 1
-
-    extend([])
-    return out
+from tests.support_solve import fragmented, host_assignments, peers, with_order
 
 
 @pytest.mark.parametrize(
@@ -67,7 +48,7 @@ def test_split_room_bounds_the_fewest_members_of_split_tp_groups(free: list[int]
     max_free = max(free)
     host_free = Counter(dict(enumerate(free)))
     seen_cases = 0
-    for a in _host_assignments(free, tp * dp):
+    for a in host_assignments(free, tp * dp):
         g_min = min(min(Counter(a[r] for r in m).values()) for m in dp_groups)
         if tp * g_min <= max_free:
             continue
@@ -119,7 +100,7 @@ def test_class_packing_admits_every_placement_of_whole_groups(
     n_groups = classes * size
     if sum(rooms) < n_groups:
         return
-    every = _host_assignments(rooms, n_groups)
+    every = host_assignments(rooms, n_groups)
     for a in random.Random(len(every)).sample(every, min(300, len(every))):
         got = []
         for c in range(classes):
@@ -158,7 +139,7 @@ def _least_by_hosts(topo: Topology, state: ClusterState, job: Job) -> tuple[floa
         by_host[topo.devices[d].host_index].append(d)
     hosts = sorted(by_host)
     best = (float("inf"), float("inf"))
-    for a in _host_assignments([len(by_host[h]) for h in hosts], job.ranks):
+    for a in host_assignments([len(by_host[h]) for h in hosts], job.ranks):
         used: dict[int, int] = defaultdict(int)
         m = []
         for h in a:

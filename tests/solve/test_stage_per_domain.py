@@ -21,7 +21,7 @@ from placement.sim.scenarios import fat_tree, megatron_job
 from placement.solve import SolveOptions, place
 from placement.solve.heuristics import HEURISTICS, stage_per_domain, stage_per_domain_at
 from placement.solve.types import key_better
-from tests.support_solve import fragmented
+from tests.support_solve import fragmented, host_assignments
 
 
 def _four_level(free_per_host: list[int], per_host: int) -> tuple[Topology, ClusterState]:
@@ -62,25 +62,6 @@ def test_matches_the_mapping_built_by_hand() -> None:
     assert stage_per_domain_at(topo, state, job, 2) == m  # the highest level below the core
 
 
-def _assignments(free: list[int], ranks: int) -> list[tuple[int, ...]]:
-    """Every assignment of `ranks` ranks to hosts with `free` devices each (rank -> host index)."""
-    out: list[tuple[int, ...]] = []
-    left = list(free)
-
-    def extend(prefix: list[int]) -> None:
-        if len(prefix) == ranks:
-            out.append(tuple(prefix))
-            return
-        for h in range(len(left)):
-            if left[h]:
-                left[h] -= 1
-                extend([*prefix, h])
-                left[h] += 1
-
-    extend([])
-    return out
-
-
 @pytest.mark.parametrize(
     "free",
     [
@@ -103,7 +84,7 @@ def test_no_assignment_with_stages_in_spines_beats_it(free: list[int]) -> None:
     devs = {h: [d for d in topo.devices_in_domain[0][h] if d not in state.occupied] for h in range(len(free))}
     stage_of = [job.parallel.coords(r)["pp"] for r in range(job.ranks)]  # type: ignore[union-attr]
     least = None
-    for a in _assignments(free, job.ranks):
+    for a in host_assignments(free, job.ranks):
         if any(len({a[r] // 4 for r in range(job.ranks) if stage_of[r] == s}) > 1 for s in (0, 1)):
             continue
         seen: Counter[int] = Counter()
