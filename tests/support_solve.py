@@ -9,11 +9,12 @@ import math
 import random
 
 from placement.cost.evaluate import evaluate
+from placement.cost.report import CostReport
 from placement.cost.surrogate import surrogate_seconds
 from placement.model.job import Job
 from placement.model.state import ClusterState
 from placement.model.topology import Topology
-from placement.model.traffic import job_traffic
+from placement.model.traffic import Traffic, job_traffic
 from placement.model.validate import validate
 from placement.sim.scenarios import (
     explicit_twin,
@@ -93,3 +94,14 @@ def host_assignments(free: list[int], ranks: int) -> list[tuple[int, ...]]:
 
     extend([])
     return out
+
+
+def valid_reports(
+    topo: Topology, state: ClusterState, job: Job, traffic: Traffic, free: list[int]
+) -> list[CostReport]:
+    """The evaluator's report of every valid mapping of `job` onto the devices `free` (brute force, for bounds)."""
+    return [
+        evaluate(topo, state, job, list(p), traffic=traffic, check=False)
+        for p in itertools.permutations(free, job.ranks)
+        if not validate(topo, state, job, list(p), traffic=traffic)
+    ]

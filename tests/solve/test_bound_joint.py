@@ -6,7 +6,6 @@ spine, whole TP groups on full hosts, the rest split in halves), every heuristic
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import random
 from collections import Counter, defaultdict
 
@@ -26,7 +25,7 @@ from placement.sim.scenarios import A100_PCIE_PAIRS, dgx1_node, fat_tree, megatr
 from placement.solve import SolveOptions, place
 from placement.solve.bound import _classes_fit, _split_room, comm_bound
 from placement.solve.units import candidate_devices
-from tests.support_solve import fragmented, host_assignments, peers, with_order
+from tests.support_solve import fragmented, host_assignments, peers, valid_reports, with_order
 
 
 @pytest.mark.parametrize(
@@ -321,11 +320,7 @@ def test_bound_inside_a_matrix_host_is_below_every_mapping(
     )
     traffic = job_traffic(job)
     free = candidate_devices(topo, state, job)
-    reports = [
-        evaluate(topo, state, job, list(p), traffic=traffic, check=False)
-        for p in itertools.permutations(free, job.ranks)
-        if not validate(topo, state, job, list(p), traffic=traffic)
-    ]
+    reports = valid_reports(topo, state, job, traffic, free)
     bound = comm_bound(topo, state, job, traffic, free)
     assert bound.value <= min(r.comm_seconds for r in reports) * (1 + 1e-12), bound.source
     assert bound.step <= min(r.step_seconds for r in reports) * (1 + 1e-12), bound.source
@@ -365,11 +360,7 @@ def test_bound_across_nvlink_domains_is_below_every_mapping(
     job = megatron_job("j", tp=tp, pp=pp, dp=dp, hidden=1024, layers=4, micro_batches=2, kind="GB200")
     traffic = job_traffic(job)
     free = candidate_devices(topo, state, job)
-    reports = [
-        evaluate(topo, state, job, list(p), traffic=traffic, check=False)
-        for p in itertools.permutations(free, job.ranks)
-        if not validate(topo, state, job, list(p), traffic=traffic)
-    ]
+    reports = valid_reports(topo, state, job, traffic, free)
     bound = comm_bound(topo, state, job, traffic, free)
     assert bound.value <= min(r.comm_seconds for r in reports) * (1 + 1e-12), bound.source
     assert bound.step <= min(r.step_seconds for r in reports) * (1 + 1e-12), bound.source
